@@ -1,0 +1,1 @@
+"""bertforge: BERT, complete and readable."""

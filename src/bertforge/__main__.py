@@ -1,0 +1,3 @@
+from bertforge.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,12 @@
+"""The feed-forward activations BERT checkpoints name in `hidden_act`."""
+
+from functools import partial
+
+import torch.nn.functional as F
+
+ACTIVATIONS = {
+    "gelu": F.gelu,  # exact (erf) GELU, as in the original BERT
+    "gelu_new": partial(F.gelu, approximate="tanh"),
+    "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
+    "relu": F.relu,
+}

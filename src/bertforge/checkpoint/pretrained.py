@@ -1,0 +1,104 @@
+"""from_pretrained / save_pretrained for every bertforge model, through the key table and strict checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from bertforge.checkpoint.default_model import resolve_model_dir
+from bertforge.checkpoint.hf_format import CONFIG_FILE, read_state_dict, write_state_dict
+from bertforge.checkpoint.key_map import ENCODER_PREFIX, IGNORED_HF_KEYS, from_hf, to_hf
+from bertforge.config import BertConfig
+from bertforge.errors import CheckpointError, ConfigError
+
+logger = logging.getLogger("bertforge")
+
+ENCODER_MODULES = ("embeddings.", "encoder.", "pooler.")
+
+
+@dataclass
+class LoadReport:
+    """What a checkpoint load did besides the one-to-one copy."""
+
+    skipped: list[str] = field(default_factory=list)  # checkpoint tensors this model has no place for
+    initialised: list[str] = field(default_factory=list)  # model parameters the checkpoint lacked
+
+
+def _without_encoder_prefix(name: str) -> str:
+    return name.removeprefix(ENCODER_PREFIX)
+
+
+def load_hf_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path,
+                       initialisable: tuple[str, ...] = ()) -> LoadReport:
+    """Copy Hugging Face-named tensors into `model`, strictly.
+
+    Encoder names match with or without the `bert.` prefix, so a task checkpoint loads into the bare encoder
+    (its heads are skipped) and an encoder checkpoint into a task model (parameters under `initialisable`,
+    its new heads, keep their fresh initialisation). Anything else missing, left over or misshapen is an error.
+    """
+    current = model.state_dict()
+    by_key = {_without_encoder_prefix(name): name for name in current}
+    loaded, report = {}, LoadReport()
+    for hf_name, tensor in state.items():
+        if IGNORED_HF_KEYS.search(hf_name):
+            continue
+        key = _without_encoder_prefix(from_hf(hf_name))
+        if key not in by_key:
+            if key.startswith(ENCODER_MODULES):
+                raise CheckpointError(f"{source}: tensor {hf_name!r} has no place in this model "
+                                      f"(does config.json match the weights?)")
+            report.skipped.append(hf_name)
+            continue
+        name = by_key[key]
+        if tensor.shape != current[name].shape:
+            raise CheckpointError(f"{source}: tensor {hf_name!r} has shape {tuple(tensor.shape)}, "
+                                  f"the model expects {tuple(current[name].shape)}")
+        loaded[name] = tensor
+    for name in current:
+        if name not in loaded:
+            if not _without_encoder_prefix(name).startswith(initialisable):
+                raise CheckpointError(f"{source}: missing tensor {to_hf(name)!r}")
+            report.initialised.append(to_hf(name))
+    model.load_state_dict({**current, **loaded})
+    return report
+
+
+class Pretrained:
+    """Mixin for models built from a BertConfig: load and save the ecosystem's checkpoint directory."""
+
+    # Parameter prefixes (without `bert.`) that may be absent from a checkpoint and keep their initialisation:
+    # the pooler, because masked-LM-only checkpoints have none.
+    initialisable: tuple[str, ...] = ("pooler.",)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path, **config_overrides):
+        """Load from a checkpoint directory or "default"; keyword arguments override config.json fields."""
+        directory = resolve_model_dir(name_or_path)
+        config = BertConfig.load(directory / CONFIG_FILE)
+        if config_overrides:
+            try:
+                config = dataclasses.replace(config, **config_overrides)
+            except TypeError as error:
+                raise ConfigError(f"unknown config override: {error}") from None
+        model = cls(config)
+        state, source = read_state_dict(directory)
+        report = load_hf_state_dict(model, state, source, cls.initialisable)
+        if report.skipped:
+            logger.info("%s: skipped %d tensors this model does not use: %s", source, len(report.skipped),
+                        ", ".join(report.skipped))
+        if report.initialised:
+            logger.warning("%s: newly initialised (not in the checkpoint): %s", source,
+                           ", ".join(report.initialised))
+        return model.eval()
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write config.json and model.safetensors with the ecosystem's names."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.config.save(directory / CONFIG_FILE)
+        write_state_dict({to_hf(name): tensor for name, tensor in self.state_dict().items()}, directory)
+        return directory

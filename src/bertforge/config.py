@@ -1,0 +1,159 @@
+"""BertConfig: the encoder's hyper-parameters, with the field names of the ecosystem's config.json."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertforge.activations import ACTIVATIONS
+from bertforge.atomic import write_text_atomic
+from bertforge.errors import ConfigError
+
+# config.json keys written by other libraries that say nothing about the encoder's computation.
+IGNORED_KEYS = frozenset({
+    "architectures", "model_type", "transformers_version", "_name_or_path", "torch_dtype", "dtype",
+    "gradient_checkpointing", "use_cache", "classifier_dropout", "is_decoder", "add_cross_attention",
+    "chunk_size_feed_forward", "output_hidden_states", "output_attentions", "return_dict",
+    "bos_token_id", "eos_token_id", "tie_word_embeddings", "problem_type", "finetuning_task",
+    "tokenizer_class", "directionality", "pooler_fc_size", "pooler_num_attention_heads",
+    "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type",
+})
+
+# Keys we read but only accept one value for: anything else would silently change the model.
+FIXED_VALUES = {"position_embedding_type": "absolute"}
+
+
+@dataclass
+class BertConfig:
+    """Encoder sizes and regularisation. Defaults are BERT-base (uncased vocabulary)."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    pad_token_id: int = 0
+    # Task heads: label names (id2label keys are strings in JSON, ints here).
+    id2label: dict[int, str] = field(default_factory=dict)
+    label2id: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(f"hidden_size ({self.hidden_size}) must be divisible by "
+                              f"num_attention_heads ({self.num_attention_heads})")
+        if self.hidden_act not in ACTIVATIONS:
+            raise ConfigError(f"hidden_act {self.hidden_act!r} is not supported; choose from {', '.join(ACTIVATIONS)}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise ConfigError(f"pad_token_id ({self.pad_token_id}) must be a token id below vocab_size")
+        self.id2label = {int(i): str(label) for i, label in self.id2label.items()}
+        if self.id2label and not self.label2id:
+            self.label2id = {label: i for i, label in self.id2label.items()}
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.id2label)
+
+    # Presets: BERT-base/large from the paper, and the compact sizes of Turc et al. (2019).
+    @classmethod
+    def base(cls, **overrides) -> BertConfig:
+        return cls(**overrides)
+
+    @classmethod
+    def large(cls, **overrides) -> BertConfig:
+        return cls(**{**_sized(24, 1024, 16), **overrides})
+
+    @classmethod
+    def tiny(cls, **overrides) -> BertConfig:
+        return cls(**{**_sized(2, 128, 2), **overrides})
+
+    @classmethod
+    def mini(cls, **overrides) -> BertConfig:
+        return cls(**{**_sized(4, 256, 4), **overrides})
+
+    @classmethod
+    def small(cls, **overrides) -> BertConfig:
+        return cls(**{**_sized(4, 512, 8), **overrides})
+
+    @classmethod
+    def medium(cls, **overrides) -> BertConfig:
+        return cls(**{**_sized(8, 512, 8), **overrides})
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> BertConfig:
+        if name not in PRESETS:
+            raise ConfigError(f"unknown model size {name!r}; choose from {', '.join(PRESETS)} or a config.json")
+        return getattr(cls, name)(**overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["id2label"] = {str(i): label for i, label in self.id2label.items()}
+        if not self.id2label:
+            del data["id2label"], data["label2id"]
+        data["position_embedding_type"] = FIXED_VALUES["position_embedding_type"]
+        data["model_type"] = "bert"
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> BertConfig:
+        """Build from a config.json dict; unknown keys and unsupported values are errors naming `source`."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {}
+        for key, value in data.items():
+            if key in known:
+                values[key] = value
+            elif key in FIXED_VALUES:
+                if value != FIXED_VALUES[key]:
+                    raise ConfigError(f"{source}: {key}={value!r} is not supported "
+                                      f"(bertforge implements {FIXED_VALUES[key]!r} only)")
+            elif key not in IGNORED_KEYS:
+                raise ConfigError(f"{source}: unknown config key {key!r}")
+        try:
+            return cls(**values)
+        except ConfigError as error:
+            raise ConfigError(f"{source}: {error}") from None
+        except (TypeError, ValueError, AttributeError) as error:
+            raise ConfigError(f"{source}: invalid value: {error}") from None
+
+    def save(self, path: str | Path) -> None:
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> BertConfig:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such config file") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError(f"{path}: cannot read config: {error}") from None
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{path}, line {error.lineno}: invalid JSON: {error.msg}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: a config must be a JSON object")
+        return cls.from_dict(data, source=str(path))
+
+
+def _sized(layers: int, hidden: int, heads: int) -> dict[str, int]:
+    return {"num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
+            "intermediate_size": 4 * hidden}
+
+
+PRESETS = ("tiny", "mini", "small", "medium", "base", "large")

@@ -1,0 +1,30 @@
+"""Errors a user can cause. The CLI prints them as one line and exits non-zero; anything else is a bug."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class BertforgeError(Exception):
+    """Base class: a problem with the user's input, files or settings, described in one line."""
+
+
+class ConfigError(BertforgeError):
+    """A configuration value or key that bertforge can't honour."""
+
+
+class CheckpointError(BertforgeError):
+    """A checkpoint directory or file that is missing, unreadable or doesn't match the model."""
+
+
+class InputError(BertforgeError):
+    """Bad user data: names the file, and the line and field when known."""
+
+    def __init__(self, message: str, path: str | Path | None = None, line: int | None = None,
+                 field: str | None = None):
+        where = ""
+        if path is not None:
+            where = str(path) + (f", line {line}" if line is not None else "")
+            where += (f", field {field!r}" if field is not None else "") + ": "
+        super().__init__(where + message)
+        self.path, self.line, self.field = path, line, field
