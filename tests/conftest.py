@@ -1,0 +1,87 @@
+"""Shared fixtures: tiny configs for mechanics, the real MiniLM checkpoint for numerics, real data slices."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertforge import BertConfig
+from bertforge.checkpoint import default_model_dir
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_DIR = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not DATA_DIR.is_dir():
+        pytest.skip(f"real datasets not found at {DATA_DIR}")
+    return DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    return default_model_dir()
+
+
+@pytest.fixture(scope="session")
+def minilm(minilm_dir):
+    from bertforge import BertModel
+    return BertModel.from_pretrained(minilm_dir)
+
+
+@pytest.fixture(scope="session")
+def hf_minilm(minilm_dir):
+    transformers = pytest.importorskip("transformers")
+    # eager attention: the reference's SDPA path does not return attention weights
+    return transformers.BertModel.from_pretrained(minilm_dir, attn_implementation="eager").eval()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(minilm_dir):
+    from bertforge import BertTokenizer
+    return BertTokenizer.from_pretrained(minilm_dir)
+
+
+@pytest.fixture
+def tiny_config() -> BertConfig:
+    return BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=37, max_position_embeddings=64, type_vocab_size=2)
+
+
+@pytest.fixture(scope="session")
+def sst2_dev(data_dir) -> list[tuple[str, int]]:
+    with open(data_dir / "sst2" / "dev.tsv", encoding="utf-8") as handle:
+        rows = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        return [(row["sentence"], int(row["label"])) for row in rows]
+
+
+@pytest.fixture(scope="session")
+def squad_contexts(data_dir) -> list[str]:
+    squad = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    return [paragraph["context"] for article in squad["data"] for paragraph in article["paragraphs"]]
+
+
+@pytest.fixture(scope="session")
+def real_sentences(sst2_dev, squad_contexts) -> list[str]:
+    """Real text of very different lengths: short reviews and long Wikipedia paragraphs."""
+    return [text for text, _ in sst2_dev[:6]] + squad_contexts[:2] + [sst2_dev[100][0][:20]]
+
+
+def make_random_batch(config: BertConfig, batch_size: int = 3, seq_len: int = 11, seed: int = 0):
+    """Random ids with a right-padded attention mask of different lengths per row."""
+    generator = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(1, config.vocab_size, (batch_size, seq_len), generator=generator)
+    lengths = torch.linspace(seq_len, max(2, seq_len // 3), batch_size).long()
+    attention_mask = (torch.arange(seq_len)[None, :] < lengths[:, None]).long()
+    token_type_ids = (torch.arange(seq_len)[None, :] >= lengths[:, None] // 2).long() * attention_mask
+    return input_ids * attention_mask, attention_mask, token_type_ids
+
+
+@pytest.fixture
+def random_batch():
+    return make_random_batch

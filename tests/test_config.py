@@ -1,0 +1,75 @@
+import json
+
+import pytest
+
+from bertforge import BertConfig, ConfigError
+
+
+@pytest.mark.parametrize("name, layers, hidden, heads", [
+    ("tiny", 2, 128, 2), ("mini", 4, 256, 4), ("small", 4, 512, 8), ("medium", 8, 512, 8),
+    ("base", 12, 768, 12), ("large", 24, 1024, 16),
+])
+def test_presets_have_the_published_sizes(name, layers, hidden, heads):
+    config = BertConfig.preset(name)
+    assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) == (layers, hidden, heads)
+    assert config.intermediate_size == 4 * hidden
+
+
+def test_json_round_trip(tmp_path):
+    config = BertConfig.mini(hidden_dropout_prob=0.2, id2label={0: "neg", 1: "pos"})
+    config.save(tmp_path / "config.json")
+    assert BertConfig.load(tmp_path / "config.json") == config
+    data = json.loads((tmp_path / "config.json").read_text())
+    assert data["id2label"] == {"0": "neg", "1": "pos"} and data["label2id"] == {"neg": 0, "pos": 1}
+
+
+def test_the_real_minilm_config_loads(minilm_dir):
+    config = BertConfig.load(minilm_dir / "config.json")
+    assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads) == (6, 384, 12)
+    assert config.vocab_size == 30522
+
+
+def test_hidden_size_must_divide_into_heads():
+    with pytest.raises(ConfigError, match=r"hidden_size \(100\) must be divisible by num_attention_heads \(12\)"):
+        BertConfig(hidden_size=100)
+
+
+def write(tmp_path, data):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    return path
+
+
+def test_unsupported_position_embedding_type_names_key_and_file(tmp_path):
+    path = write(tmp_path, {**BertConfig.tiny().to_dict(), "position_embedding_type": "relative_key"})
+    with pytest.raises(ConfigError, match=rf"{path}: position_embedding_type='relative_key' is not supported"):
+        BertConfig.load(path)
+
+
+def test_unknown_key_names_key_and_file(tmp_path):
+    path = write(tmp_path, {"hidden_size": 128, "num_attention_heads": 2, "hiden_layers": 3})
+    with pytest.raises(ConfigError, match=rf"{path}: unknown config key 'hiden_layers'"):
+        BertConfig.load(path)
+
+
+def test_invalid_json_names_the_line(tmp_path):
+    path = write(tmp_path, '{\n  "hidden_size": 128,\n  oops\n}')
+    with pytest.raises(ConfigError, match=rf"{path}, line 3: invalid JSON"):
+        BertConfig.load(path)
+
+
+def test_wrong_value_type_is_a_config_error(tmp_path):
+    path = write(tmp_path, {"num_hidden_layers": "six"})
+    with pytest.raises(ConfigError, match=rf"{path}: num_hidden_layers must be a positive integer"):
+        BertConfig.load(path)
+
+
+def test_unknown_activation():
+    with pytest.raises(ConfigError, match="hidden_act 'swish' is not supported"):
+        BertConfig(hidden_act="swish")
+
+
+def test_harmless_metadata_is_ignored(tmp_path):
+    path = write(tmp_path, {**BertConfig.tiny().to_dict(), "architectures": ["BertModel"],
+                            "transformers_version": "4.8.2", "use_cache": True})
+    assert BertConfig.load(path) == BertConfig.tiny()

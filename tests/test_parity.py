@@ -1,0 +1,50 @@
+"""The real MiniLM checkpoint against transformers.BertModel: same inputs, every output within 1e-5."""
+
+import torch
+
+TOLERANCE = 1e-5
+
+
+def max_difference(ours, reference, rows):
+    return (ours[rows] - reference[rows]).abs().max().item()
+
+
+def test_every_output_matches_the_reference(minilm, hf_minilm, tokenizer, real_sentences):
+    batch = tokenizer(real_sentences, padding=True, truncation=True, max_length=256, return_tensors="pt")
+    lengths = batch["attention_mask"].sum(1)
+    assert lengths.min() < 20 and lengths.max() > 150, "the batch should mix short and long sequences"
+    real = batch["attention_mask"].bool()
+    with torch.inference_mode():
+        ours = minilm(**batch, output_hidden_states=True, output_attentions=True)
+        reference = hf_minilm(**batch, output_hidden_states=True, output_attentions=True)
+
+    assert len(ours.hidden_states) == len(reference.hidden_states) == 7
+    for layer, (mine, theirs) in enumerate(zip(ours.hidden_states, reference.hidden_states)):
+        assert max_difference(mine, theirs, real) < TOLERANCE, f"hidden state {layer}"
+    assert max_difference(ours.last_hidden_state, reference.last_hidden_state, real) < TOLERANCE
+    assert (ours.pooler_output - reference.pooler_output).abs().max() < TOLERANCE
+    for layer, (mine, theirs) in enumerate(zip(ours.attentions, reference.attentions)):
+        # Rows of padding queries are meaningless (bertforge does not compute them); compare real queries.
+        query_rows = real[:, None, :].expand(mine.shape[:3])
+        assert max_difference(mine, theirs, query_rows) < TOLERANCE, f"attention weights of layer {layer}"
+
+
+def test_sdpa_and_explicit_paths_agree_on_real_weights(minilm, tokenizer, real_sentences):
+    batch = tokenizer(real_sentences, padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        fast = minilm(**batch, output_hidden_states=True)
+        explicit = minilm(**batch, output_hidden_states=True, output_attentions=True)
+    for mine, theirs in zip(fast.hidden_states, explicit.hidden_states):
+        assert (mine - theirs).abs().max() < TOLERANCE
+    assert (fast.pooler_output - explicit.pooler_output).abs().max() < TOLERANCE
+
+
+def test_padding_does_not_change_real_token_outputs(minilm, tokenizer, real_sentences):
+    batch = tokenizer(real_sentences, padding="max_length", max_length=512, return_tensors="pt")
+    with torch.inference_mode():
+        padded = minilm(**batch)
+        for row, text in enumerate(real_sentences):
+            alone = minilm(**tokenizer(text, return_tensors="pt"))
+            length = alone.last_hidden_state.shape[1]
+            assert (padded.last_hidden_state[row, :length] - alone.last_hidden_state[0]).abs().max() < TOLERANCE
+            assert (padded.pooler_output[row] - alone.pooler_output[0]).abs().max() < TOLERANCE
