@@ -1,0 +1,226 @@
+"""Task heads on top of the encoder, and the BertFor* models that pair them with it (Hugging Face's names).
+
+Shapes: batch, seq (positions per sequence), hidden, labels (num_labels).
+Each head is a Linear subclass, so a head attribute named `classifier` holds exactly `classifier.weight` and
+`classifier.bias`: the names in every fine-tuned BERT checkpoint, with no entry in the key table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertforge.checkpoint.default_model import resolve_model_dir
+from bertforge.checkpoint.hf_format import CONFIG_FILE
+from bertforge.checkpoint.pretrained import Pretrained
+from bertforge.config import BertConfig
+from bertforge.errors import ConfigError
+from bertforge.model import BertModel
+
+# Label value that contributes nothing to a classification loss (padding, sub-word continuations);
+# PyTorch's and Hugging Face's default.
+IGNORE_INDEX = -100
+
+
+@dataclass
+class ClassifierOutput:
+    logits: torch.Tensor  # (batch, labels) per sequence or (batch, seq, labels) per token
+    loss: torch.Tensor | None = None
+
+
+@dataclass
+class SpanOutput:
+    start_logits: torch.Tensor  # (batch, seq)
+    end_logits: torch.Tensor  # (batch, seq)
+    loss: torch.Tensor | None = None
+
+
+class ClassificationHead(nn.Linear):
+    """Dropout and a linear layer on one vector per example: (..., hidden) -> (..., labels).
+
+    `num_labels == 1` is regression (one score, mean squared error), as in GLUE's STS-B.
+    """
+
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float):
+        if num_labels < 1:
+            raise ConfigError(f"a classification head needs at least one label, got num_labels={num_labels}")
+        super().__init__(hidden_size, num_labels)
+        self.dropout = nn.Dropout(dropout)
+        self.is_regression = num_labels == 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(self.dropout(x))
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy over the labels (entries equal to -100 ignored), or MSE for regression.
+
+        Computed in float32: a bf16 log-softmax loses the small differences that training follows.
+        """
+        if self.is_regression:
+            return F.mse_loss(logits.float().reshape(-1), labels.float().reshape(-1))
+        return F.cross_entropy(logits.float().reshape(-1, self.out_features), labels.reshape(-1),
+                               ignore_index=IGNORE_INDEX)
+
+
+class TokenClassificationHead(ClassificationHead):
+    """The classification head applied to every token: (batch, seq, hidden) -> (batch, seq, labels).
+
+    Label tokens that have no tag (padding, special tokens, later sub-words of a word) with -100.
+    """
+
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float):
+        if num_labels < 2:
+            raise ConfigError(f"token classification needs at least two labels, got num_labels={num_labels}")
+        super().__init__(hidden_size, num_labels, dropout)
+
+
+class SpanHead(nn.Linear):
+    """Start and end scores for every token, from one linear layer (the BERT paper's S and E vectors)."""
+
+    def __init__(self, hidden_size: int):
+        super().__init__(hidden_size, 2)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        start_logits, end_logits = super().forward(x).unbind(-1)  # (batch, seq) each
+        return start_logits, end_logits
+
+    def loss(self, logits: tuple[torch.Tensor, torch.Tensor],
+             labels: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """Mean of the start and end cross-entropies; `labels` are (start_positions, end_positions).
+
+        As in Hugging Face: positions are clamped to [0, seq], and position seq (an answer truncated out of
+        this window) is ignored; a negative position becomes 0, the [CLS] token of "no answer".
+        """
+        losses = []
+        for position_logits, positions in zip(logits, labels):
+            seq_len = position_logits.shape[1]
+            positions = positions.reshape(-1).clamp(0, seq_len)
+            losses.append(F.cross_entropy(position_logits.float(), positions, ignore_index=seq_len))
+        return (losses[0] + losses[1]) / 2
+
+
+def default_labels(num_labels: int) -> dict[int, str]:
+    """Names for labels nobody named: 3 -> {0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}, as Hugging Face writes."""
+    return {i: f"LABEL_{i}" for i in range(num_labels)}
+
+
+# Hugging Face's number of labels when a config names none, so that a bare encoder checkpoint loads into a
+# classifier the way users know from transformers.
+DEFAULT_NUM_LABELS = 2
+
+
+class LabelledModel(Pretrained, nn.Module):
+    """The encoder plus a head whose size is the number of labels in config.id2label.
+
+    Loading accepts `num_labels=` or `id2label=` (and `label2id=`) on top of config.json's fields.
+    """
+
+    # The new head may be missing from a checkpoint (a bare encoder) and then keeps BERT's initialisation.
+    initialisable = Pretrained.initialisable + ("classifier.",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        if not config.id2label:
+            labels = default_labels(DEFAULT_NUM_LABELS)
+            config = dataclasses.replace(config, id2label=labels,
+                                         label2id={label: i for i, label in labels.items()})
+        self.config = config
+        self.bert = BertModel(config)
+
+    @property
+    def num_labels(self) -> int:
+        return self.config.num_labels
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path, num_labels: int | None = None, **config_overrides):
+        """Like `Pretrained.from_pretrained`; `num_labels=3` names new labels LABEL_0..LABEL_2.
+
+        Example: BertForSequenceClassification.from_pretrained("default", id2label={0: "neg", 1: "pos"}).
+        """
+        id2label = config_overrides.get("id2label")
+        if num_labels is not None and id2label is not None and len(id2label) != num_labels:
+            raise ConfigError(f"num_labels={num_labels} disagrees with the {len(id2label)} labels of id2label")
+        if num_labels is not None and id2label is None:
+            # Keep the checkpoint's label names when it already has that many labels, as transformers does.
+            saved = BertConfig.load(resolve_model_dir(name_or_path) / CONFIG_FILE)
+            if saved.num_labels != num_labels:
+                id2label = default_labels(num_labels)
+        if id2label is not None:
+            id2label = {int(i): str(label) for i, label in id2label.items()}
+            config_overrides["id2label"] = id2label
+            # The checkpoint's label2id describes its old labels; derive the new one unless given.
+            config_overrides.setdefault("label2id", {label: i for i, label in id2label.items()})
+        return super().from_pretrained(name_or_path, **config_overrides)
+
+
+class BertForSequenceClassification(LabelledModel):
+    """One label (or one score, for regression) per sequence, from the pooled [CLS] vector."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.classifier = ClassificationHead(config.hidden_size, self.num_labels, config.hidden_dropout_prob)
+        self.classifier.apply(self.bert.init_weights)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> ClassifierOutput:
+        """`labels`: (batch,) class ids, or float targets when num_labels == 1."""
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids)
+        logits = self.classifier(encoded.pooler_output)  # (batch, labels)
+        loss = None if labels is None else self.classifier.loss(logits, labels)
+        return ClassifierOutput(logits=logits, loss=loss)
+
+
+class BertForTokenClassification(LabelledModel):
+    """One label per token (e.g. named-entity tags), from the last hidden state."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.classifier = TokenClassificationHead(config.hidden_size, self.num_labels, config.hidden_dropout_prob)
+        self.classifier.apply(self.bert.init_weights)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None) -> ClassifierOutput:
+        """`labels`: (batch, seq) class ids, -100 where a token has no label."""
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids)
+        logits = self.classifier(encoded.last_hidden_state)  # (batch, seq, labels)
+        loss = None if labels is None else self.classifier.loss(logits, labels)
+        return ClassifierOutput(logits=logits, loss=loss)
+
+
+class BertForQuestionAnswering(Pretrained, nn.Module):
+    """Extractive question answering: where the answer span starts and ends in the passage."""
+
+    initialisable = Pretrained.initialisable + ("qa_outputs.",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        if config.num_labels not in (0, 2):
+            # Label names from a classifier checkpoint mean nothing here, and transformers would size its span
+            # layer by them; the two outputs are start and end.
+            config = dataclasses.replace(config, id2label={}, label2id={})
+        self.config = config
+        self.bert = BertModel(config)
+        # No dropout before the span scores, as in the original BERT and transformers.
+        self.qa_outputs = SpanHead(config.hidden_size)
+        self.qa_outputs.apply(self.bert.init_weights)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                start_positions: torch.Tensor | None = None,
+                end_positions: torch.Tensor | None = None) -> SpanOutput:
+        """`start_positions`, `end_positions`: (batch,) token indices of the answer; both or neither."""
+        if (start_positions is None) != (end_positions is None):
+            raise ValueError("give both start_positions and end_positions, or neither")
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids)
+        start_logits, end_logits = self.qa_outputs(encoded.last_hidden_state)
+        loss = None
+        if start_positions is not None:
+            loss = self.qa_outputs.loss((start_logits, end_logits), (start_positions, end_positions))
+        return SpanOutput(start_logits=start_logits, end_logits=end_logits, loss=loss)

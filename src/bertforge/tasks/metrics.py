@@ -1,0 +1,242 @@
+"""Evaluation metrics of the BERT fine-tuning tasks (GLUE, CoNLL-2003 NER, SQuAD v1.1), in plain Python/numpy.
+
+Every metric is `metric(predictions, references) -> float` in [0, 1] (correlations in [-1, 1]); METRICS groups
+them by task kind. Definitions follow the references users compare with: scikit-learn for classification,
+scipy for correlations, seqeval's default mode (conlleval rules) for entities, the official SQuAD v1.1 script.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from bertforge.errors import ConfigError
+
+
+# --- classification -----------------------------------------------------------------------------------------
+
+def accuracy(predictions: Sequence, labels: Sequence) -> float:
+    """Fraction of predictions equal to the label: [1, 0, 1], [1, 1, 1] -> 2/3."""
+    predictions, labels = _paired(predictions, labels)
+    return float(np.mean(predictions == labels))
+
+
+def _f1(predictions: np.ndarray, labels: np.ndarray, positive) -> float:
+    # 2tp / (2tp + fp + fn) is the harmonic mean of precision and recall, and 0 (scikit-learn's value) when
+    # the class appears in neither predictions nor labels.
+    true_positives = np.sum((predictions == positive) & (labels == positive))
+    errors = np.sum((predictions == positive) != (labels == positive))  # false positives + false negatives
+    denominator = 2 * true_positives + errors
+    return float(2 * true_positives / denominator) if denominator else 0.0
+
+
+def binary_f1(predictions: Sequence, labels: Sequence, positive=1) -> float:
+    """F1 of the positive class (label 1), as GLUE reports for MRPC and QQP."""
+    return _f1(*_paired(predictions, labels), positive)
+
+
+def macro_f1(predictions: Sequence, labels: Sequence) -> float:
+    """Unweighted mean of per-class F1 over every class that occurs in the labels or the predictions."""
+    predictions, labels = _paired(predictions, labels)
+    classes = np.union1d(predictions, labels)
+    return float(np.mean([_f1(predictions, labels, c) for c in classes]))
+
+
+def matthews_correlation(predictions: Sequence, labels: Sequence) -> float:
+    """Matthews correlation coefficient (GLUE's CoLA metric), multi-class form; 0 when undefined.
+
+    From the confusion counts: (correct * total - sum_k predicted_k * true_k) divided by
+    sqrt((total^2 - sum_k predicted_k^2) * (total^2 - sum_k true_k^2)); for two classes this is
+    (tp * tn - fp * fn) / sqrt((tp + fp)(tp + fn)(tn + fp)(tn + fn)).
+    """
+    predictions, labels = _paired(predictions, labels)
+    classes = np.union1d(predictions, labels)
+    predicted = np.array([np.sum(predictions == c) for c in classes], dtype=np.float64)
+    true = np.array([np.sum(labels == c) for c in classes], dtype=np.float64)
+    total, correct = float(len(labels)), float(np.sum(predictions == labels))
+    denominator = np.sqrt((total ** 2 - predicted @ predicted) * (total ** 2 - true @ true))
+    return float((correct * total - predicted @ true) / denominator) if denominator else 0.0
+
+
+# --- regression -----------------------------------------------------------------------------------------------
+
+def pearson(predictions: Sequence[float], labels: Sequence[float]) -> float:
+    """Pearson correlation (GLUE's STS-B metric); NaN when either side is constant, as in scipy."""
+    x, y = (np.asarray(values, dtype=np.float64) for values in _paired(predictions, labels))
+    x, y = x - x.mean(), y - y.mean()
+    denominator = np.sqrt((x @ x) * (y @ y))
+    return float(x @ y / denominator) if denominator else float("nan")
+
+
+def average_ranks(values: Sequence[float]) -> np.ndarray:
+    """1-based ranks, tied values sharing the mean of their ranks: [10, 20, 20, 5] -> [2, 3.5, 3.5, 1]."""
+    values = np.asarray(values, dtype=np.float64)
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    starts_run = np.concatenate([[True], ordered[1:] != ordered[:-1]])
+    run_starts = np.flatnonzero(starts_run)
+    run_ends = np.append(run_starts[1:], len(values))
+    # A run of ties at sorted positions [start, end) holds ranks start+1 .. end; their mean:
+    run_ranks = (run_starts + 1 + run_ends) / 2
+    ranks = np.empty(len(values))
+    ranks[order] = run_ranks[np.cumsum(starts_run) - 1]
+    return ranks
+
+
+def spearman(predictions: Sequence[float], labels: Sequence[float]) -> float:
+    """Spearman rank correlation: the Pearson correlation of the average ranks."""
+    predictions, labels = _paired(predictions, labels)
+    return pearson(average_ranks(predictions), average_ranks(labels))
+
+
+# --- entities (sequence labelling) ----------------------------------------------------------------------------
+
+# Tag pairs (previous, current) across which a chunk ends, or a new one starts, in conlleval's rules, which
+# read IOB1, IOB2 and IOBES alike. A change of entity type also ends and starts chunks (see `entities`).
+_ENDS_AFTER = {"E", "S"}
+_ENDS_BETWEEN = {("B", "B"), ("B", "S"), ("B", "O"), ("I", "B"), ("I", "S"), ("I", "O")}
+_STARTS_AT = {"B", "S"}
+_STARTS_BETWEEN = {("E", "E"), ("E", "I"), ("S", "E"), ("S", "I"), ("O", "E"), ("O", "I")}
+_OUTSIDE = {"O", "."}  # conlleval treats "." like O
+
+
+def _split_tag(tag: str) -> tuple[str, str]:
+    """'B-PER' -> ('B', 'PER'); 'I-MISC-X' -> ('I', 'MISC-X'); a bare 'I' or 'O' has type '_'."""
+    return tag[0], tag[1:].split("-", maxsplit=1)[-1] or "_"
+
+
+def entities(tags: Sequence[str]) -> list[tuple[str, int, int]]:
+    """The chunks of one tag sequence as (type, first, last) token indices, with seqeval's default rules.
+
+    An I- after O or after another type starts a chunk, so IOB1 and IOB2 both decode:
+    ["B-PER", "I-PER", "O", "I-LOC", "B-LOC"] -> [("PER", 0, 1), ("LOC", 3, 3), ("LOC", 4, 4)].
+    """
+    chunks = []
+    previous_prefix, previous_type, start = "O", "", 0
+    for i, tag in enumerate([*tags, "O"]):  # the final O closes a chunk that runs to the end
+        prefix, type_ = _split_tag(tag)
+        type_changed = previous_type != type_
+        if (previous_prefix in _ENDS_AFTER or (previous_prefix, prefix) in _ENDS_BETWEEN
+                or (previous_prefix not in _OUTSIDE and type_changed)):
+            chunks.append((previous_type, start, i - 1))
+        if (prefix in _STARTS_AT or (previous_prefix, prefix) in _STARTS_BETWEEN
+                or (prefix not in _OUTSIDE and type_changed)):
+            start = i
+        previous_prefix, previous_type = prefix, type_
+    return chunks
+
+
+def _entity_counts(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]):
+    _paired_lengths(predictions, references)
+    predicted, true = set(), set()
+    for sentence, (predicted_tags, true_tags) in enumerate(zip(predictions, references)):
+        _paired_lengths(predicted_tags, true_tags)
+        predicted.update((sentence, *chunk) for chunk in entities(predicted_tags))
+        true.update((sentence, *chunk) for chunk in entities(true_tags))
+    return len(predicted & true), len(predicted), len(true)
+
+
+def entity_precision(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> float:
+    """Fraction of predicted entities (type and exact span) that are in the reference; one tag list a sentence."""
+    correct, predicted, _ = _entity_counts(predictions, references)
+    return correct / predicted if predicted else 0.0
+
+
+def entity_recall(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> float:
+    """Fraction of reference entities that were predicted with the right type and exact span."""
+    correct, _, true = _entity_counts(predictions, references)
+    return correct / true if true else 0.0
+
+
+def entity_f1(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> float:
+    """Micro-averaged entity F1 over all types (CoNLL-2003's metric, seqeval's `f1_score`)."""
+    correct, predicted, true = _entity_counts(predictions, references)
+    return 2 * correct / (predicted + true) if predicted + true else 0.0
+
+
+# --- extractive question answering ----------------------------------------------------------------------------
+
+_PUNCTUATION = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize_answer(text: str) -> str:
+    """The official SQuAD v1.1 normalisation: lower-case, drop punctuation, then articles, then extra spaces.
+
+    "The  Denver Broncos!" -> "denver broncos".
+    """
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def answer_exact_match(prediction: str, answers: Sequence[str]) -> float:
+    """1.0 if the normalised prediction equals any normalised gold answer, else 0.0."""
+    return float(any(normalize_answer(prediction) == normalize_answer(answer) for answer in answers))
+
+
+def answer_f1(prediction: str, answers: Sequence[str]) -> float:
+    """Best F1 over the gold answers of the bags of normalised words.
+
+    "Denver Broncos won" vs "the Denver Broncos": 2 shared words, precision 2/3, recall 1 -> F1 0.8.
+    """
+    predicted = normalize_answer(prediction).split()
+    best = 0.0
+    for answer in answers:
+        gold = normalize_answer(answer).split()
+        shared = sum((Counter(predicted) & Counter(gold)).values())
+        if shared:
+            best = max(best, 2 * shared / (len(predicted) + len(gold)))
+    return best
+
+
+def exact_match(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> float:
+    """SQuAD exact match averaged over questions; `references` holds each question's gold answers."""
+    _paired_lengths(predictions, references)
+    return float(np.mean([answer_exact_match(p, answers) for p, answers in zip(predictions, references)]))
+
+
+def squad_f1(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> float:
+    """SQuAD F1 averaged over questions (the official script reports these times 100)."""
+    _paired_lengths(predictions, references)
+    return float(np.mean([answer_f1(p, answers) for p, answers in zip(predictions, references)]))
+
+
+# --- the table the CLI reads ----------------------------------------------------------------------------------
+
+Metric = Callable[[Sequence, Sequence], float]
+
+METRICS: dict[str, dict[str, Metric]] = {
+    "classification": {"accuracy": accuracy, "f1": binary_f1, "macro_f1": macro_f1,
+                       "matthews_correlation": matthews_correlation},
+    "regression": {"pearson": pearson, "spearman": spearman},
+    "token_classification": {"precision": entity_precision, "recall": entity_recall, "f1": entity_f1},
+    "question_answering": {"exact_match": exact_match, "f1": squad_f1},
+}
+
+
+def compute_metrics(kind: str, predictions: Sequence, references: Sequence,
+                    names: Sequence[str] | None = None) -> dict[str, float]:
+    """Every metric of a task kind (or the named ones): compute_metrics("regression", p, y) -> {"pearson": ...}."""
+    if kind not in METRICS:
+        raise ConfigError(f"unknown task kind {kind!r}; choose from {', '.join(METRICS)}")
+    table = METRICS[kind]
+    unknown = [name for name in names or () if name not in table]
+    if unknown:
+        raise ConfigError(f"unknown {kind} metric {unknown[0]!r}; choose from {', '.join(table)}")
+    return {name: table[name](predictions, references) for name in names or table}
+
+
+def _paired_lengths(predictions: Sequence, references: Sequence) -> None:
+    if len(predictions) != len(references):
+        raise ValueError(f"{len(predictions)} predictions for {len(references)} references")
+
+
+def _paired(predictions: Sequence, labels: Sequence) -> tuple[np.ndarray, np.ndarray]:
+    _paired_lengths(predictions, labels)
+    if len(labels) == 0:
+        raise ValueError("no predictions to score")
+    return np.asarray(predictions), np.asarray(labels)

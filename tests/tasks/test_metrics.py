@@ -1,0 +1,162 @@
+"""Metrics against independent truths: confusion counts worked out by hand, scipy/scikit-learn/seqeval when
+they happen to be installed, and the official SQuAD v1.1 normalisation rules."""
+
+import math
+import random
+
+import pytest
+
+from bertforge import ConfigError
+from bertforge.tasks.metrics import (
+    METRICS, accuracy, answer_exact_match, answer_f1, average_ranks, binary_f1, compute_metrics, entities,
+    entity_f1, entity_precision, entity_recall, exact_match, macro_f1, matthews_correlation, normalize_answer,
+    pearson, spearman, squad_f1,
+)
+
+# By hand: tp = 3 (positions 0, 1, 9), fn = 2 (2, 3), fp = 1 (6), tn = 4 (4, 5, 7, 8).
+LABELS = [1, 1, 1, 1, 0, 0, 0, 0, 0, 1]
+PREDICTIONS = [1, 1, 0, 0, 0, 0, 1, 0, 0, 1]
+
+
+def random_classes(num_classes, size=200, seed=0):
+    rng = random.Random(seed)
+    labels = [rng.randrange(num_classes) for _ in range(size)]
+    # Correct 60% of the time, so the scores sit well away from 0 and 1.
+    return [y if rng.random() < 0.6 else rng.randrange(num_classes) for y in labels], labels
+
+
+def test_classification_on_a_hand_counted_confusion_matrix():
+    assert accuracy(PREDICTIONS, LABELS) == pytest.approx(7 / 10)
+    # precision 3/4, recall 3/5 -> F1 = 2 * 0.75 * 0.6 / 1.35
+    assert binary_f1(PREDICTIONS, LABELS) == pytest.approx(2 / 3)
+    # class 0: tp 4, fp 2, fn 1 -> F1 8/11
+    assert macro_f1(PREDICTIONS, LABELS) == pytest.approx((2 / 3 + 8 / 11) / 2)
+    # (tp tn - fp fn) / sqrt((tp + fp)(tp + fn)(tn + fp)(tn + fn))
+    assert matthews_correlation(PREDICTIONS, LABELS) == pytest.approx((3 * 4 - 1 * 2) / math.sqrt(4 * 5 * 5 * 6))
+
+
+def test_classification_edge_cases():
+    assert binary_f1([0, 0, 0], [0, 0, 0]) == 0.0, "no positives anywhere: scikit-learn's zero_division value"
+    assert matthews_correlation([1, 1, 1, 1], [1, 0, 1, 0]) == 0.0, "constant predictions: undefined, reported as 0"
+    assert matthews_correlation([0, 1, 2], [0, 1, 2]) == pytest.approx(1.0)
+    assert matthews_correlation([1, 0], [0, 1]) == pytest.approx(-1.0)
+    assert binary_f1(["no", "yes"], ["yes", "yes"], positive="yes") == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="2 predictions for 3"):
+        accuracy([1, 0], [1, 0, 1])
+
+
+@pytest.mark.parametrize("num_classes", [2, 3, 5])
+def test_classification_matches_scikit_learn(num_classes):
+    sklearn_metrics = pytest.importorskip("sklearn.metrics")
+    predictions, labels = random_classes(num_classes, seed=num_classes)
+    assert accuracy(predictions, labels) == pytest.approx(sklearn_metrics.accuracy_score(labels, predictions))
+    assert macro_f1(predictions, labels) == pytest.approx(
+        sklearn_metrics.f1_score(labels, predictions, average="macro"))
+    assert matthews_correlation(predictions, labels) == pytest.approx(
+        sklearn_metrics.matthews_corrcoef(labels, predictions))
+    if num_classes == 2:
+        assert binary_f1(predictions, labels) == pytest.approx(sklearn_metrics.f1_score(labels, predictions))
+
+
+def test_correlations_by_hand():
+    # x - mean = (-1, 0, 1), y - mean = (-4/3, -1/3, 5/3): r = 3 / sqrt(2 * 42/9)
+    assert pearson([1, 2, 3], [1, 2, 4]) == pytest.approx(3 / math.sqrt(2 * 42 / 9))
+    assert list(average_ranks([10, 20, 20, 5])) == [2, 3.5, 3.5, 1]
+    assert list(average_ranks([7, 7, 7])) == [2, 2, 2]
+    # ranks (1, 2.5, 2.5, 4) and (1, 3, 2, 4): r = 4.5 / sqrt(4.5 * 5)
+    assert spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(4.5 / math.sqrt(4.5 * 5))
+    assert spearman([1, 2, 3, 4], [1, 8, 27, 64]) == pytest.approx(1.0), "any increasing relation"
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert math.isnan(pearson([1, 1, 1], [1, 2, 3])), "undefined for a constant input, as in scipy"
+
+
+def test_correlations_match_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(0)
+    labels = [round(rng.uniform(0, 5), 1) for _ in range(300)]  # STS-B-like scores, many ties
+    predictions = [round(y + rng.gauss(0, 1.5)) for y in labels]  # integers, heavily tied
+    assert pearson(predictions, labels) == pytest.approx(stats.pearsonr(predictions, labels)[0])
+    assert spearman(predictions, labels) == pytest.approx(stats.spearmanr(predictions, labels)[0])
+
+
+@pytest.mark.parametrize("tags, expected", [
+    (["B-PER", "I-PER", "O", "B-LOC"], [("PER", 0, 1), ("LOC", 3, 3)]),
+    # IOB1: I- opens a chunk; B- only separates two adjacent chunks of one type.
+    (["I-PER", "I-PER", "B-PER", "O", "I-LOC"], [("PER", 0, 1), ("PER", 2, 2), ("LOC", 4, 4)]),
+    (["B-PER", "I-PER", "B-PER", "O", "B-LOC"], [("PER", 0, 1), ("PER", 2, 2), ("LOC", 4, 4)]),
+    (["O", "I-MISC", "I-MISC"], [("MISC", 1, 2)]),  # I- after O starts a chunk (invalid IOB2, still decoded)
+    (["B-PER", "I-LOC", "I-LOC", "O"], [("PER", 0, 0), ("LOC", 1, 2)]),  # a type change splits
+    (["I-ORG", "I-PER"], [("ORG", 0, 0), ("PER", 1, 1)]),
+    (["B-ORG", "B-ORG", "I-ORG"], [("ORG", 0, 0), ("ORG", 1, 2)]),
+    (["S-PER", "B-LOC", "I-LOC", "E-LOC", "E-LOC"], [("PER", 0, 0), ("LOC", 1, 3), ("LOC", 4, 4)]),  # IOBES
+    (["O", "O"], []),
+    (["B-PER", "I-PER"], [("PER", 0, 1)]),  # a chunk running to the end is closed
+])
+def test_entity_chunks(tags, expected):
+    assert entities(tags) == expected
+
+
+def test_entity_scores_by_hand():
+    references = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "B-ORG", "I-ORG", "I-ORG"], ["B-MISC"]]
+    predictions = [["B-PER", "I-PER", "O", "B-ORG"],  # PER right, LOC typed wrong
+                   ["O", "B-ORG", "I-ORG", "O"],  # ORG span too short: wrong
+                   ["I-MISC"]]  # IOB1 spelling of the same MISC chunk: right
+    # 2 correct of 4 predicted and 4 true
+    assert entity_precision(predictions, references) == pytest.approx(2 / 4)
+    assert entity_recall(predictions, references) == pytest.approx(2 / 4)
+    assert entity_f1(predictions, references) == pytest.approx(0.5)
+    # Sentences are scored separately: a chunk never continues into the next sentence.
+    assert entity_f1([["B-PER"], ["I-PER"]], [["B-PER"], ["B-PER"]]) == pytest.approx(1.0)
+    assert entity_f1([["O"]], [["O"]]) == 0.0
+    assert entity_precision([["O", "B-PER"]], [["O", "O"]]) == 0.0 and entity_recall([["O"]], [["O"]]) == 0.0
+
+
+def test_entity_scores_match_seqeval():
+    seqeval = pytest.importorskip("seqeval.metrics")
+    rng = random.Random(0)
+    tags = ["O", "O", "B-PER", "I-PER", "B-LOC", "I-LOC", "I-ORG", "B-ORG", "S-MISC", "E-MISC"]
+    references = [[rng.choice(tags) for _ in range(rng.randint(1, 12))] for _ in range(100)]
+    predictions = [[tag if rng.random() < 0.7 else rng.choice(tags) for tag in sentence] for sentence in references]
+    assert entity_precision(predictions, references) == pytest.approx(seqeval.precision_score(references, predictions))
+    assert entity_recall(predictions, references) == pytest.approx(seqeval.recall_score(references, predictions))
+    assert entity_f1(predictions, references) == pytest.approx(seqeval.f1_score(references, predictions))
+
+
+@pytest.mark.parametrize("text, normalised", [
+    ("The Denver Broncos", "denver broncos"),
+    ("  an apple a   day ", "apple day"),
+    ("Theatre of the Absurd", "theatre of absurd"),  # articles are whole words only
+    ("U.S.A.", "usa"),
+    ("don't-stop", "dontstop"),  # punctuation is deleted, not replaced by a space
+    ("the a, an.", ""),  # punctuation goes first, so "a," is an article too
+    ("Élan, THE café", "élan café"),
+])
+def test_squad_normalisation(text, normalised):
+    assert normalize_answer(text) == normalised
+
+
+def test_squad_scores():
+    answers = ["Carolina Panthers", "the Denver Broncos."]
+    assert answer_exact_match("Denver Broncos", answers) == 1.0, "the best gold answer counts"
+    assert answer_exact_match("Broncos", answers) == 0.0
+    # "denver broncos won" vs "denver broncos": 2 shared, precision 2/3, recall 1
+    assert answer_f1("Denver Broncos won", answers) == pytest.approx(0.8)
+    # bags, not sets: "cat cat" vs "cat" shares one word -> precision 1/2, recall 1
+    assert answer_f1("the cat cat", ["cat"]) == pytest.approx(2 / 3)
+    assert answer_f1("Panthers", answers) == pytest.approx(2 / 3)
+    assert answer_f1("", answers) == 0.0 and answer_f1("a", ["the"]) == 0.0, "v1.1: no shared word, F1 0"
+    predictions = ["Denver Broncos", "Santa Clara, California", "gold"]
+    references = [answers, ["Levi's Stadium", "Santa Clara"], ["golden"]]
+    assert exact_match(predictions, references) == pytest.approx(1 / 3)
+    assert squad_f1(predictions, references) == pytest.approx((1 + 2 * 2 / (3 + 2) + 0) / 3)
+
+
+def test_metric_table():
+    assert set(METRICS) == {"classification", "regression", "token_classification", "question_answering"}
+    scores = compute_metrics("classification", PREDICTIONS, LABELS)
+    assert scores["accuracy"] == pytest.approx(0.7) and scores["f1"] == pytest.approx(2 / 3)
+    assert compute_metrics("regression", [1, 2, 3], [1, 2, 4], names=["spearman"]) == {"spearman": 1.0}
+    with pytest.raises(ConfigError, match="choose from classification"):
+        compute_metrics("ner", [], [])
+    with pytest.raises(ConfigError, match="'mcc'"):
+        compute_metrics("classification", PREDICTIONS, LABELS, names=["mcc"])

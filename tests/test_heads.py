@@ -1,0 +1,202 @@
+"""Task heads and BertFor* models: logits and losses equal transformers' on the same weights, checkpoints move
+both ways, a bare encoder checkpoint gets a freshly initialised head, label names survive config.json."""
+
+import logging
+
+import pytest
+import torch
+
+from bertforge import BertConfig, CheckpointError, ConfigError
+from bertforge.heads import (
+    BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification, ClassificationHead,
+    SpanHead, TokenClassificationHead,
+)
+
+transformers = pytest.importorskip("transformers")
+
+# kind -> (our class, transformers' class, the head's attribute, keyword arguments for transformers' config)
+KINDS = {
+    "classification": (BertForSequenceClassification, "BertForSequenceClassification", "classifier",
+                       {"num_labels": 3}),
+    "regression": (BertForSequenceClassification, "BertForSequenceClassification", "classifier",
+                   {"num_labels": 1, "problem_type": "regression"}),
+    "token_classification": (BertForTokenClassification, "BertForTokenClassification", "classifier",
+                             {"num_labels": 5}),
+    "question_answering": (BertForQuestionAnswering, "BertForQuestionAnswering", "qa_outputs", {}),
+}
+
+SENTENCES = ["A gripping, beautifully shot film.", "Dull.",
+             "The Broncos defeated the Panthers 24-10 to earn their third Super Bowl title."]
+
+
+def labels_for(kind, attention_mask, num_labels, seed=1):
+    """Random targets in the form each task takes, including the values its loss must ignore."""
+    generator = torch.Generator().manual_seed(seed)
+    batch, seq = attention_mask.shape
+    if kind == "classification":
+        return {"labels": torch.randint(0, num_labels, (batch,), generator=generator)}
+    if kind == "regression":
+        return {"labels": torch.rand(batch, generator=generator) * 5}
+    if kind == "token_classification":
+        labels = torch.randint(0, num_labels, (batch, seq), generator=generator)
+        return {"labels": labels.masked_fill(attention_mask == 0, -100)}
+    # One answer truncated out of the window (position past the end: ignored), one "no answer" (-1 -> [CLS]).
+    start = torch.randint(0, seq, (batch,), generator=generator)
+    start[0], start[-1] = seq + 3, -1
+    return {"start_positions": start, "end_positions": (start + 2).clamp(max=seq - 1)}
+
+
+def logits_of(output):
+    return [output.logits] if hasattr(output, "logits") else [output.start_logits, output.end_logits]
+
+
+def assert_same_logits(ours, theirs, attention_mask, atol=1e-5):
+    """Token-level logits are compared at real tokens: bertforge zeros the encoder output at padding."""
+    for mine, reference in zip(logits_of(ours), logits_of(theirs), strict=True):
+        assert mine.shape == reference.shape
+        if mine.dim() > 2 or mine.shape[:2] == attention_mask.shape:
+            real = attention_mask.bool()
+            mine, reference = mine[real], reference[real]
+        torch.testing.assert_close(mine, reference, atol=atol, rtol=0)
+
+
+def run_both(ours, theirs, input_ids, attention_mask, token_type_ids, targets=None):
+    targets = targets or {}
+    with torch.inference_mode():
+        mine = ours(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, **targets)
+        reference = theirs(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, **targets)
+    return mine, reference
+
+
+def bertforge_log(caplog) -> str:
+    return "\n".join(record.getMessage() for record in caplog.records if record.name == "bertforge")
+
+
+def tiny_reference(kind, tiny_config, seed=0):
+    _, hf_name, head, hf_labels = KINDS[kind]
+    torch.manual_seed(seed)
+    reference = getattr(transformers, hf_name)(transformers.BertConfig(**tiny_config.to_dict(), **hf_labels))
+    with torch.no_grad():  # logits of order 1, so that the comparison means something
+        getattr(reference, head).weight.normal_(0, 1)
+        getattr(reference, head).bias.normal_(0, 1)
+    return reference.eval()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_logits_and_loss_match_transformers(kind, tiny_config, random_batch, tmp_path):
+    reference = tiny_reference(kind, tiny_config)
+    reference.save_pretrained(tmp_path)
+    ours = KINDS[kind][0].from_pretrained(tmp_path)
+    input_ids, attention_mask, token_type_ids = random_batch(tiny_config, batch_size=4, seq_len=12)
+    targets = labels_for(kind, attention_mask, reference.config.num_labels)
+
+    mine, theirs = run_both(ours, reference, input_ids, attention_mask, token_type_ids, targets)
+    assert_same_logits(mine, theirs, attention_mask)
+    if kind == "question_answering":
+        # The span loss normalises over every position, padding included, whose logits differ by design;
+        # compare it on a batch without padding.
+        attention_mask = torch.ones_like(attention_mask)
+        mine, theirs = run_both(ours, reference, input_ids, attention_mask, token_type_ids, targets)
+    torch.testing.assert_close(mine.loss, theirs.loss, atol=1e-5, rtol=0)
+
+    mine, _ = run_both(ours, reference, input_ids, attention_mask, token_type_ids)
+    assert mine.loss is None
+
+
+@pytest.mark.parametrize("kind", ["classification", "token_classification", "question_answering"])
+def test_encoder_checkpoint_initialises_the_head(kind, minilm_dir, tmp_path, caplog):
+    ours_class, hf_name, head, _ = KINDS[kind]
+    labels = {} if kind == "question_answering" else {"num_labels": 2}
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        ours = ours_class.from_pretrained(minilm_dir, **labels)
+    log = bertforge_log(caplog)
+    assert "newly initialised" in log and f"{head}.weight" in log and f"{head}.bias" in log
+    weight, bias = getattr(ours, head).weight, getattr(ours, head).bias
+    assert abs(weight.std().item() - 0.02) < 0.003 and abs(weight.mean().item()) < 0.003, "BERT's normal(0, 0.02)"
+    assert torch.count_nonzero(bias) == 0
+
+    ours.save_pretrained(tmp_path)
+    reference = getattr(transformers, hf_name).from_pretrained(tmp_path).eval()
+    encoded = transformers.AutoTokenizer.from_pretrained(minilm_dir)(SENTENCES, padding=True, return_tensors="pt")
+    mine, theirs = run_both(ours, reference, encoded["input_ids"], encoded["attention_mask"],
+                            encoded["token_type_ids"])
+    assert_same_logits(mine, theirs, encoded["attention_mask"])
+
+
+@pytest.mark.parametrize("kind", ["classification", "token_classification", "question_answering"])
+def test_fine_tuned_checkpoint_loads_the_head(kind, minilm_dir, tmp_path, caplog):
+    ours_class, hf_name, head, _ = KINDS[kind]
+    torch.manual_seed(0)
+    reference = getattr(transformers, hf_name).from_pretrained(minilm_dir).eval()
+    reference.save_pretrained(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        ours = ours_class.from_pretrained(tmp_path)
+    assert head not in bertforge_log(caplog)
+    assert torch.equal(getattr(ours, head).weight, getattr(reference, head).weight)
+
+    encoded = transformers.AutoTokenizer.from_pretrained(minilm_dir)(SENTENCES, padding=True, return_tensors="pt")
+    mine, theirs = run_both(ours, reference, encoded["input_ids"], encoded["attention_mask"],
+                            encoded["token_type_ids"])
+    assert_same_logits(mine, theirs, encoded["attention_mask"])
+
+
+def test_label_names_round_trip_through_transformers(tiny_config, tmp_path):
+    id2label = {0: "O", 1: "B-PER", 2: "I-PER"}
+    BertForTokenClassification(BertConfig(**{**vars(tiny_config), "id2label": id2label})).save_pretrained(
+        tmp_path / "ours")
+    reference = transformers.BertForTokenClassification.from_pretrained(tmp_path / "ours")
+    assert reference.config.id2label == id2label
+    assert reference.config.label2id == {"O": 0, "B-PER": 1, "I-PER": 2}
+
+    reference.config.id2label = {0: "negative", 1: "neutral", 2: "positive"}
+    reference.config.label2id = {"negative": 0, "neutral": 1, "positive": 2}
+    reference.save_pretrained(tmp_path / "theirs")
+    ours = BertForTokenClassification.from_pretrained(tmp_path / "theirs")
+    assert ours.config.id2label == {0: "negative", 1: "neutral", 2: "positive"}
+    assert ours.config.label2id == {"negative": 0, "neutral": 1, "positive": 2}
+
+
+def test_label_overrides(tiny_config, tmp_path):
+    named = BertConfig(**{**vars(tiny_config), "id2label": {0: "neg", 1: "neutral", 2: "pos"}})
+    BertForSequenceClassification(named).save_pretrained(tmp_path)
+
+    same_count = BertForSequenceClassification.from_pretrained(tmp_path, num_labels=3)
+    assert same_count.config.id2label == named.id2label, "keeps the checkpoint's names, as transformers does"
+    renamed = BertForSequenceClassification.from_pretrained(tmp_path, id2label={0: "a", 1: "b", 2: "c"})
+    assert renamed.config.label2id == {"a": 0, "b": 1, "c": 2}
+    with pytest.raises(CheckpointError, match=r"classifier\.(weight|bias).*expects \(5"):
+        BertForSequenceClassification.from_pretrained(tmp_path, num_labels=5)
+    with pytest.raises(ConfigError, match="num_labels"):
+        BertForSequenceClassification.from_pretrained(tmp_path, num_labels=2, id2label={0: "x"})
+
+    unlabelled = BertForSequenceClassification(tiny_config)
+    assert unlabelled.config.id2label == {0: "LABEL_0", 1: "LABEL_1"}, "transformers' default of two labels"
+    assert tiny_config.id2label == {}, "the caller's config is not modified"
+    assert BertForQuestionAnswering(named).config.id2label == {}, "span scores have no label names"
+
+
+def test_head_sizes_are_checked():
+    with pytest.raises(ConfigError):
+        ClassificationHead(8, 0, 0.1)
+    with pytest.raises(ConfigError):
+        TokenClassificationHead(8, 1, 0.1)
+
+
+def test_span_loss_is_transformers_loss():
+    from transformers.loss.loss_utils import ForQuestionAnsweringLoss
+
+    generator = torch.Generator().manual_seed(0)
+    start_logits, end_logits = torch.randn(2, 5, 7, generator=generator).unbind(0)
+    start = torch.tensor([0, 3, 7, 9, -2])  # 7 and 9 are past the end of a 7-token window
+    end = torch.tensor([1, 6, 8, 2, 0])
+    torch.testing.assert_close(SpanHead(4).loss((start_logits, end_logits), (start, end)),
+                               ForQuestionAnsweringLoss(start_logits, end_logits, start, end))
+
+
+def test_token_loss_ignores_unlabelled_tokens():
+    head = TokenClassificationHead(8, 3, 0.0)
+    logits = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(0))
+    labels = torch.tensor([[0, 2, -100, -100], [1, -100, 1, 0]])
+    kept = labels != -100
+    expected = -logits[kept].log_softmax(-1).gather(1, labels[kept][:, None]).mean()
+    torch.testing.assert_close(head.loss(logits, labels), expected)
