@@ -123,14 +123,14 @@ class LabelledModel(Pretrained, nn.Module):
     # The new head may be missing from a checkpoint (a bare encoder) and then keeps BERT's initialisation.
     initialisable = Pretrained.initialisable + ("classifier.",)
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, add_pooler: bool = True):
         super().__init__()
         if not config.id2label:
             labels = default_labels(DEFAULT_NUM_LABELS)
             config = dataclasses.replace(config, id2label=labels,
                                          label2id={label: i for i, label in labels.items()})
         self.config = config
-        self.bert = BertModel(config)
+        self.bert = BertModel(config, add_pooler=add_pooler)
 
     @property
     def num_labels(self) -> int:
@@ -179,8 +179,10 @@ class BertForSequenceClassification(LabelledModel):
 class BertForTokenClassification(LabelledModel):
     """One label per token (e.g. named-entity tags), from the last hidden state."""
 
+    initialisable = ("classifier.",)
+
     def __init__(self, config: BertConfig):
-        super().__init__(config)
+        super().__init__(config, add_pooler=False)
         self.classifier = TokenClassificationHead(config.hidden_size, self.num_labels, config.hidden_dropout_prob)
         self.classifier.apply(self.bert.init_weights)
 
@@ -197,7 +199,7 @@ class BertForTokenClassification(LabelledModel):
 class BertForQuestionAnswering(Pretrained, nn.Module):
     """Extractive question answering: where the answer span starts and ends in the passage."""
 
-    initialisable = Pretrained.initialisable + ("qa_outputs.",)
+    initialisable = ("qa_outputs.",)
 
     def __init__(self, config: BertConfig):
         super().__init__()
@@ -206,7 +208,7 @@ class BertForQuestionAnswering(Pretrained, nn.Module):
             # layer by them; the two outputs are start and end.
             config = dataclasses.replace(config, id2label={}, label2id={})
         self.config = config
-        self.bert = BertModel(config)
+        self.bert = BertModel(config, add_pooler=False)
         # No dropout before the span scores, as in the original BERT and transformers.
         self.qa_outputs = SpanHead(config.hidden_size)
         self.qa_outputs.apply(self.bert.init_weights)

@@ -22,7 +22,7 @@ from bertforge.errors import BertforgeError
 @dataclass
 class EncoderOutput:
     last_hidden_state: torch.Tensor  # (batch, seq, hidden); zeros at padding positions
-    pooler_output: torch.Tensor  # (batch, hidden)
+    pooler_output: torch.Tensor | None  # (batch, hidden); None for a model built without the pooler
     hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings output + one per layer
     attentions: tuple[torch.Tensor, ...] | None = None  # one (batch, heads, seq, seq) per layer
 
@@ -176,16 +176,19 @@ class Pooler(nn.Module):
 
 
 class BertModel(Pretrained, nn.Module):
-    """The bare BERT encoder: input ids in, contextual vectors and the pooled [CLS] vector out."""
+    """The bare BERT encoder: input ids in, contextual vectors and the pooled [CLS] vector out.
 
-    def __init__(self, config: BertConfig):
+    `add_pooler=False` leaves the pooler out, for heads that read every token (as transformers does for them).
+    """
+
+    def __init__(self, config: BertConfig, add_pooler: bool = True):
         super().__init__()
         self.config = config
         self.embeddings = Embeddings(config.vocab_size, config.hidden_size, config.max_position_embeddings,
                                      config.type_vocab_size, config.pad_token_id, config.hidden_dropout_prob,
                                      config.layer_norm_eps)
         self.encoder = Encoder(config)
-        self.pooler = Pooler(config.hidden_size)
+        self.pooler = Pooler(config.hidden_size) if add_pooler else None
         self.apply(self.init_weights)
 
     def init_weights(self, module: nn.Module) -> None:
@@ -221,7 +224,7 @@ class BertModel(Pretrained, nn.Module):
         last_hidden_state = padding.restore(x)
         return EncoderOutput(
             last_hidden_state=last_hidden_state,
-            pooler_output=self.pooler(last_hidden_state),
+            pooler_output=self.pooler(last_hidden_state) if self.pooler is not None else None,
             hidden_states=tuple(padding.restore(h) for h in hidden_states) if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None,
         )

@@ -17,7 +17,9 @@ from bertforge.errors import CheckpointError, ConfigError
 
 logger = logging.getLogger("bertforge")
 
-ENCODER_MODULES = ("embeddings.", "encoder.", "pooler.")
+# Encoder tensors a checkpoint must not carry beyond what the model has (that means config.json is wrong);
+# the pooler is not among them, since models that read every token are built without one.
+ENCODER_MODULES = ("embeddings.", "encoder.")
 
 
 @dataclass
