@@ -2,9 +2,19 @@
 
 from bertforge.config import BertConfig
 from bertforge.errors import BertforgeError, CheckpointError, ConfigError, InputError
+from bertforge.heads import (
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    ClassifierOutput,
+    SpanOutput,
+)
+from bertforge.inference import extract_features
 from bertforge.model import BertModel, EncoderOutput
+from bertforge.tokenizer import BertTokenizer
 
 __all__ = [
-    "BertConfig", "BertModel", "BertforgeError", "CheckpointError", "ConfigError",
-    "EncoderOutput", "InputError",
+    "BertConfig", "BertForQuestionAnswering", "BertForSequenceClassification", "BertForTokenClassification",
+    "BertModel", "BertTokenizer", "BertforgeError", "CheckpointError", "ClassifierOutput", "ConfigError",
+    "EncoderOutput", "InputError", "SpanOutput", "extract_features",
 ]

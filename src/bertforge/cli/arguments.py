@@ -1,0 +1,48 @@
+"""Arguments and input helpers shared by several subcommands."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bertforge.errors import InputError
+
+
+def add_model_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", "-m", default="default",
+                        help="model directory (config.json, model.safetensors, vocab.txt) or 'default'")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a UTF-8 text file, one text per line; an empty file is an error."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("no such file", path) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, expected a text file", path) from None
+    except UnicodeDecodeError as error:
+        line = text_line_of_byte(path, error.start)
+        raise InputError("not valid UTF-8 text", path, line=line) from None
+    lines = text.splitlines()
+    if not any(line.strip() for line in lines):
+        raise InputError("the input is empty: expected one text per line", path)
+    return lines
+
+
+def text_line_of_byte(path: Path, offset: int) -> int:
+    return path.read_bytes()[:offset].count(b"\n") + 1
+
+
+def load_encoder(name_or_path: str):
+    """The encoder and tokenizer of a model directory (or 'default'), ready for inference."""
+    from bertforge import BertModel, BertTokenizer
+    return BertModel.from_pretrained(name_or_path), BertTokenizer.from_pretrained(name_or_path)

@@ -1,0 +1,45 @@
+"""The `bertforge` command: one subcommand per module, each with add_arguments(parser) and run(args) -> int."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from bertforge.cli import embed, similarity, tokenizer
+from bertforge.errors import BertforgeError
+from bertforge.runtime import set_threads, tune_cpu_allocator
+
+SUBCOMMANDS = {
+    "tokenize": (tokenizer, "show how a text is split into WordPiece tokens"),
+    "embed": (embed, "one vector per input line, saved as .npy or .jsonl"),
+    "similarity": (similarity, "cosine similarity table between sentences"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bertforge", description="BERT, complete and readable.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log details (e.g. skipped tensors)")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: one per core)")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        subparser = subparsers.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(subparser)
+        subparser.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="bertforge: %(levelname)s: %(message)s", stream=sys.stderr)
+    set_threads(args.threads)
+    tune_cpu_allocator()
+    try:
+        return args.run(args)
+    except BertforgeError as error:
+        print(f"bertforge: error: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("bertforge: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,40 @@
+"""`bertforge similarity`: embed a few sentences and print their cosine similarity table."""
+
+from __future__ import annotations
+
+import argparse
+
+from bertforge.cli.arguments import load_encoder, read_lines
+from bertforge.cli.embed import add_feature_arguments
+from bertforge.errors import InputError
+from bertforge.inference import extract_features
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("texts", nargs="*", help="sentences to compare")
+    parser.add_argument("--input", "-i", help="or a text file with one sentence per line")
+    add_feature_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    texts = list(args.texts) + ([line for line in read_lines(args.input) if line.strip()] if args.input else [])
+    if len(texts) < 2:
+        raise InputError("give at least two sentences to compare (as arguments or with --input)")
+    model, tokenizer = load_encoder(args.model)
+    vectors = extract_features(model, tokenizer, texts, layers=args.layers, pooling=args.pool,
+                               batch_size=args.batch_size, max_length=args.max_length, normalize=True)
+    similarity = (vectors @ vectors.T).tolist()
+    print(format_table(texts, similarity))
+    return 0
+
+
+def format_table(texts: list[str], similarity: list[list[float]], width: int = 48) -> str:
+    """Sentences as numbered rows, similarities as columns; each row's best match is starred."""
+    labels = [f"{i + 1:>2}. {text if len(text) <= width else text[:width - 1] + '…'}" for i, text in enumerate(texts)]
+    header = " " * (width + 4) + "".join(f"{i + 1:>7}" for i in range(len(texts)))
+    rows = [header]
+    for i, (label, scores) in enumerate(zip(labels, similarity)):
+        best = max((j for j in range(len(texts)) if j != i), key=lambda j: scores[j])
+        cells = "".join(f"{score:>6.2f}{'*' if j == best else ' '}" for j, score in enumerate(scores))
+        rows.append(f"{label:<{width + 4}}{cells}")
+    return "\n".join(rows)

@@ -1,0 +1,128 @@
+"""Each subcommand end to end on small inputs, and the one-line errors a user can cause."""
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bertforge.cli.main import main
+from bertforge.inference import extract_features
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_tokenize_table(capsys):
+    code, out, _ = run_cli(capsys, "tokenize", "Unaffable café!", "--pair", "Yes.")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[1].split()[:4] == ["0", "[CLS]", "101", "0"]
+    assert any(line.split()[1] == "cafe" and line.split()[-1] == "café" for line in lines)
+    assert lines[-1].split()[1:4] == ["[SEP]", "102", "1"]
+
+
+def test_tokenize_json_matches_the_tokenizer(capsys, tokenizer):
+    code, out, _ = run_cli(capsys, "tokenize", "Paris is in France.", "--json")
+    rows = json.loads(out)
+    assert code == 0
+    assert [row["id"] for row in rows] == tokenizer("Paris is in France.")["input_ids"]
+    assert rows[1] == {"token": "paris", "id": rows[1]["id"], "segment": 0, "start": 0, "end": 5, "word": 0}
+
+
+@pytest.fixture
+def lines_file(tmp_path, sst2_dev):
+    path = tmp_path / "lines.txt"
+    path.write_text("\n".join(text for text, _ in sst2_dev[:7]) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("pool", ["cls", "mean", "max"])
+def test_embed_npy_matches_the_library(capsys, tmp_path, lines_file, minilm, tokenizer, sst2_dev, pool):
+    output = tmp_path / "vectors.npy"
+    code, out, _ = run_cli(capsys, "embed", "--input", str(lines_file), "--output", str(output), "--pool", pool,
+                           "--batch-size", "3")
+    assert code == 0 and "wrote 7 vectors of size 384" in out
+    vectors = np.load(output)
+    expected = extract_features(minilm, tokenizer, [text for text, _ in sst2_dev[:7]], pooling=pool)
+    assert vectors.shape == (7, 384)
+    assert np.abs(vectors - expected.numpy()).max() < 1e-5
+
+
+def test_embed_jsonl(capsys, tmp_path, lines_file):
+    output = tmp_path / "vectors.jsonl"
+    assert run_cli(capsys, "embed", "-i", str(lines_file), "-o", str(output), "--normalize")[0] == 0
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert len(records) == 7 and len(records[0]["embedding"]) == 384
+    assert abs(np.linalg.norm(records[0]["embedding"]) - 1) < 1e-5
+
+
+def test_similarity_table(capsys):
+    code, out, _ = run_cli(capsys, "similarity", "A man plays guitar.", "Someone plays music.", "Stocks fell.")
+    assert code == 0
+    cells = [re.findall(r"-?\d\.\d\d\*?", row) for row in out.splitlines()[1:]]
+    assert len(cells) == 3 and all(len(row) == 3 for row in cells)
+    assert cells[0][1].endswith("*") and cells[1][0].endswith("*")  # the guitar sentences match each other
+
+
+def test_python_dash_m_entry_point():
+    result = subprocess.run([sys.executable, "-m", "bertforge", "tokenize", "hello world", "--json"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and json.loads(result.stdout)[1]["token"] == "hello"
+
+
+def broken_model(tmp_path, tiny_config, problem):
+    from bertforge import BertModel
+    directory = tmp_path / "model"
+    BertModel(tiny_config).save_pretrained(directory)
+    if problem == "config key":
+        config = json.loads((directory / "config.json").read_text())
+        (directory / "config.json").write_text(json.dumps({**config, "num_layers": 2}))
+    if problem == "checkpoint":
+        (directory / "model.safetensors").write_bytes(b"garbage")
+    return directory
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["embed", "--input", "{tmp}/missing.txt", "--output", "{tmp}/v.npy"], r"missing.txt: no such file"),
+    (["embed", "--input", "{tmp}/empty.txt", "--output", "{tmp}/v.npy"], r"empty.txt: the input is empty"),
+    (["embed", "--input", "{tmp}/latin1.txt", "--output", "{tmp}/v.npy"], r"latin1.txt, line 2: not valid UTF-8"),
+    (["embed", "--input", "{tmp}/empty.txt", "--output", "{tmp}/v.csv"], r"v.csv: unsupported output format"),
+    (["embed", "--model", "{tmp}/nowhere", "--input", "{tmp}/ok.txt", "--output", "{tmp}/v.npy"],
+     r"nowhere: no such model directory"),
+    (["embed", "--model", "{tmp}/model", "--input", "{tmp}/ok.txt", "--output", "{tmp}/v.npy"],
+     r"config.json: unknown config key 'num_layers'"),
+    (["tokenize", "--model", "{tmp}/model", "hi"], r"vocab"),
+    (["similarity", "only one"], r"at least two sentences"),
+])
+def test_user_errors_are_one_line(capsys, tmp_path, tiny_config, argv, message):
+    (tmp_path / "empty.txt").write_text("\n \n")
+    (tmp_path / "ok.txt").write_text("fine\n")
+    (tmp_path / "latin1.txt").write_bytes(b"fine\ncaf\xe9\n")
+    broken_model(tmp_path, tiny_config, "config key")
+    code, out, err = run_cli(capsys, *[arg.format(tmp=tmp_path) for arg in argv])
+    assert code == 1
+    assert err.count("\n") == 1 and err.startswith("bertforge: error: "), err
+    assert re.search(message, err), err
+
+
+def test_unreadable_checkpoint_is_one_line(capsys, tmp_path, tiny_config):
+    directory = broken_model(tmp_path, tiny_config, "checkpoint")
+    (tmp_path / "ok.txt").write_text("fine\n")
+    from bertforge.tokenizer import BertTokenizer
+    BertTokenizer.from_pretrained("default").save_pretrained(directory)
+    code, _, err = run_cli(capsys, "embed", "--model", str(directory), "-i", str(tmp_path / "ok.txt"),
+                           "-o", str(tmp_path / "v.npy"))
+    assert code == 1 and "model.safetensors: unreadable safetensors file" in err and err.count("\n") == 1
+
+
+def test_errors_from_a_subprocess_have_no_traceback(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "bertforge", "embed", "-i", str(tmp_path / "nope.txt"),
+                             "-o", str(tmp_path / "v.npy")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == f"bertforge: error: {tmp_path / 'nope.txt'}: no such file"

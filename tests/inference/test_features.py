@@ -1,0 +1,74 @@
+"""Feature extraction: each layer recipe and pooling against a direct computation, sentence-transformers parity."""
+
+import pytest
+import torch
+
+from bertforge import BertforgeError, BertModel
+from bertforge.inference import LAYER_COMBINATIONS, extract_features, pool, token_features
+from bertforge.inference.features import length_sorted_batches
+
+
+def direct(states, recipe):
+    """The recipes spelled out by hand, independently of the table."""
+    if recipe == "embeddings":
+        return states[0]
+    if recipe == "last":
+        return states[-1]
+    if recipe == "second_to_last":
+        return states[-2]
+    if recipe == "sum_last_four":
+        return states[-1] + states[-2] + states[-3] + states[-4]
+    if recipe == "concat_last_four":
+        return torch.cat([states[-1], states[-2], states[-3], states[-4]][::-1], dim=-1)
+    if recipe == "weighted_sum_all":
+        return sum(states) / len(states)
+    raise AssertionError(recipe)
+
+
+@pytest.mark.parametrize("recipe", list(LAYER_COMBINATIONS))
+def test_layer_recipes(minilm, tokenizer, real_sentences, recipe):
+    batch = tokenizer(real_sentences[:4], padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        states = minilm(**batch, output_hidden_states=True).hidden_states
+        features = token_features(minilm, batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], recipe)
+    expected = direct(states, recipe)
+    assert features.shape == expected.shape
+    assert torch.allclose(features, expected, atol=1e-5)
+
+
+def test_pooling_over_real_tokens_only():
+    hidden = torch.tensor([[[1.0, -1.0], [3.0, 5.0], [100.0, 100.0]],
+                           [[2.0, 0.0], [4.0, -2.0], [6.0, 8.0]]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    assert torch.equal(pool(hidden, mask, "cls"), torch.tensor([[1.0, -1.0], [2.0, 0.0]]))
+    assert torch.equal(pool(hidden, mask, "mean"), torch.tensor([[2.0, 2.0], [4.0, 2.0]]))
+    assert torch.equal(pool(hidden, mask, "max"), torch.tensor([[3.0, 5.0], [6.0, 8.0]]))
+
+
+def test_sentence_transformers_parity(minilm, tokenizer, minilm_dir, sst2_dev, squad_contexts):
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    reference = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu")
+    texts = [text for text, _ in sst2_dev[:40]] + squad_contexts[:8]
+    expected = reference.encode(texts, batch_size=16, convert_to_tensor=True, normalize_embeddings=False)
+    ours = extract_features(minilm, tokenizer, texts, pooling="mean", normalize=True, batch_size=16,
+                            max_length=reference.max_seq_length)
+    assert (ours - expected).abs().max() < 1e-5
+
+
+def test_results_keep_input_order_despite_length_sorting(minilm, tokenizer, real_sentences):
+    batched = extract_features(minilm, tokenizer, real_sentences, batch_size=3)
+    one_by_one = torch.cat([extract_features(minilm, tokenizer, [text]) for text in real_sentences])
+    assert torch.allclose(batched, one_by_one, atol=1e-5)
+
+
+def test_length_sorted_batches_cover_every_index_once():
+    batches = length_sorted_batches([5, 1, 9, 3, 7], batch_size=2)
+    assert batches == [[2, 4], [0, 3], [1]]
+
+
+def test_unknown_recipe_and_pooling(tiny_config, tokenizer):
+    model = BertModel(tiny_config)
+    with pytest.raises(BertforgeError, match="unknown layer recipe 'third'; choose from last, second_to_last"):
+        extract_features(model, tokenizer, ["x"], layers="third")
+    with pytest.raises(BertforgeError, match="unknown pooling 'median'"):
+        extract_features(model, tokenizer, ["x"], pooling="median")
