@@ -1,0 +1,130 @@
+"""Parity with transformers' BertTokenizerFast (the Rust tokenizers library) on the MiniLM vocabulary:
+every line of the real datasets, pairs under each truncation strategy, and the hard cases."""
+
+from __future__ import annotations
+
+import pytest
+
+HARD_CASES = [
+    "", " ", "   \t\n  ", "\u200b", "\x00\x01",
+    "Hello, world!", "Unaffable café owners!", "Café İstanbul naïve Ångström ÉCOLE", "e\u0301x re\u0301sume\u0301",
+    "ﬁne ligature", "ΟΔΟΣ Σίσυφος", "Straße", "a\u200bb zero\u200dwidth\ufeffjoiners", "tab\tnew\nline\rcr\x0bvt\x0cff",
+    "nbsp\u00a0thin\u2009ideo\u3000space\u2028line\u2029para\u0085nel", "ctrl\x00\x01\x1f\x7fchars\ufffd",
+    "中文字符和English混合", "日本語のテキスト、カタカナ。", "한국어 텍스트", "𠀀𪜀 extension CJK 丽",
+    "emoji 😀👍🏽 👨‍👩‍👧 ❤️ flags 🇫🇷", "math ≠ ≤ ∑ x² ½ ⅓", "«quotes» “curly” ‘single’ — dash – en … ellipsis",
+    "x" * 150, "y" * 100, "z" * 101, "supercalifragilisticexpialidocious" * 3, "https://example.com/a?b=c&d=e#f",
+    "[MASK] is a [SEP] token [CLS] [PAD] [UNK]", "a[MASK]b [mask] [Mask] [[MASK]] [MASK][MASK]", "[SEP]", "[MASKED]",
+    "Ǆemal ǅ ǆ İ ı ß ẞ", "Ωmega ohm Ω K kelvin Å angstrom", "\u0300leading mark", "x\u0338", "a≠b≮c",
+    "$100 +5% ^caret^ `tick` ~tilde~ |pipe| \\back\\ @at #hash", "don't won't y'all ’tis",
+]
+
+
+def assert_same(ours_encoding, reference_encoding, texts, keys=("input_ids", "token_type_ids", "attention_mask",
+                                                                 "offset_mapping")):
+    for key in keys:
+        expected = [[tuple(x) if isinstance(x, list) else x for x in row] for row in reference_encoding[key]]
+        got = ours_encoding[key]
+        if got != expected:
+            index = next(i for i, (a, b) in enumerate(zip(got, expected)) if a != b)
+            raise AssertionError(f"{key} differs for text {index}: {texts[index]!r}\n ours: {got[index]}\n"
+                                 f" reference: {expected[index]}")
+
+
+def assert_corpus_parity(ours, reference, texts, pairs=None, **kwargs):
+    got = ours(texts, pairs, return_offsets_mapping=True, return_word_ids=True, **kwargs)
+    expected = reference(texts, pairs, return_offsets_mapping=True, **kwargs)
+    assert_same(got, expected, texts)
+    word_ids = [expected.word_ids(i) for i in range(len(texts))]
+    assert got["word_ids"] == word_ids
+    # The fast path (no offsets asked) must give the same ids as the offset-tracking path.
+    assert ours(texts, pairs, **kwargs)["input_ids"] == got["input_ids"]
+
+
+CORPORA = ["sst2", "conll2003", "squad_questions", "squad_contexts", "wikitext2", "pretrain_en"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CORPORA)
+def test_every_line_uncased(ours, reference, corpora, name):
+    assert_corpus_parity(ours, reference, corpora[name], truncation=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CORPORA)
+def test_every_line_cased(ours_cased, reference_cased, corpora, name):
+    assert_corpus_parity(ours_cased, reference_cased, corpora[name], truncation=False)
+
+
+@pytest.mark.parametrize("cased", [False, True])
+def test_hard_cases(ours, reference, ours_cased, reference_cased, cased):
+    tokenizer, ref = (ours_cased, reference_cased) if cased else (ours, reference)
+    assert_corpus_parity(tokenizer, ref, HARD_CASES, truncation=False)
+    for text in HARD_CASES:
+        assert tokenizer.tokenize(text) == ref.tokenize(text), text
+
+
+@pytest.mark.parametrize("max_length", [128, 384])
+@pytest.mark.parametrize("strategy", ["longest_first", "only_second"])
+def test_squad_pairs(ours, reference, squad_pairs, max_length, strategy):
+    questions, contexts = map(list, zip(*squad_pairs))
+    assert_corpus_parity(ours, reference, questions, contexts, truncation=strategy, max_length=max_length)
+
+
+@pytest.mark.parametrize("strategy", ["longest_first", "only_first", "only_second"])
+@pytest.mark.parametrize("max_length", [24, 64, 512])
+def test_glue_pairs(ours, reference, glue_pairs, strategy, max_length):
+    """Pairs where a one-sided strategy can't fit raise in both libraries; those are checked one by one."""
+    firsts, seconds = map(list, zip(*glue_pairs))
+    try:
+        expected = reference(firsts, seconds, truncation=strategy, max_length=max_length)
+    except Exception:
+        expected = None
+    if expected is not None:
+        assert_corpus_parity(ours, reference, firsts, seconds, truncation=strategy, max_length=max_length)
+        return
+    from bertforge import BertforgeError
+    with pytest.raises(BertforgeError, match=strategy):
+        ours(firsts, seconds, truncation=strategy, max_length=max_length)
+    for first, second in glue_pairs[:300]:
+        try:
+            expected = reference(first, second, truncation=strategy, max_length=max_length,
+                                 return_offsets_mapping=True)
+        except Exception as error:
+            assert "too short" in str(error)
+            with pytest.raises(BertforgeError, match="can't fit"):
+                ours(first, second, truncation=strategy, max_length=max_length)
+            continue
+        got = ours(first, second, truncation=strategy, max_length=max_length, return_offsets_mapping=True)
+        assert_same({k: [v] for k, v in got.items()}, {k: [v] for k, v in expected.items()}, [(first, second)])
+
+
+@pytest.mark.parametrize("padding", [True, "longest", "max_length"])
+@pytest.mark.parametrize("truncation", [True, False, "only_first"])
+def test_padding_and_truncation(ours, reference, corpora, padding, truncation):
+    texts = corpora["squad_contexts"][:40] + HARD_CASES
+    assert_corpus_parity(ours, reference, texts, padding=padding, truncation=truncation, max_length=64)
+    single = texts[0]
+    got = ours(single, padding=padding, truncation=truncation, max_length=64, return_offsets_mapping=True)
+    expected = reference(single, padding=padding, truncation=truncation, max_length=64, return_offsets_mapping=True)
+    assert_same({k: [v] for k, v in got.items()}, {k: [v] for k, v in expected.items()}, [single])
+    assert got.word_ids() == expected.word_ids()
+
+
+def test_tensors_match(ours, reference):
+    texts = ["A short one.", "A somewhat longer second sentence, with a comma."]
+    got = ours(texts, padding=True, return_tensors="pt", return_offsets_mapping=True)
+    expected = reference(texts, padding=True, return_tensors="pt", return_offsets_mapping=True)
+    for key in ("input_ids", "token_type_ids", "attention_mask", "offset_mapping"):
+        assert got[key].dtype == expected[key].dtype
+        assert got[key].tolist() == expected[key].tolist()
+    single = ours("One text.", return_tensors="pt")["input_ids"]
+    assert single.tolist() == reference("One text.", return_tensors="pt")["input_ids"].tolist()
+
+
+@pytest.mark.parametrize("cased", [False, True])
+def test_decode_matches(ours, reference, ours_cased, reference_cased, corpora, cased):
+    tokenizer, ref = (ours_cased, reference_cased) if cased else (ours, reference)
+    texts = corpora["wikitext2"][:300] + corpora["squad_questions"][:300] + HARD_CASES
+    for ids in tokenizer(texts, truncation=False)["input_ids"]:
+        assert tokenizer.decode(ids) == ref.decode(ids, skip_special_tokens=True)
+        assert tokenizer.decode(ids, skip_special_tokens=False) == ref.decode(ids, skip_special_tokens=False)

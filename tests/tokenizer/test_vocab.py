@@ -1,0 +1,56 @@
+"""Vocab: reading and writing vocab.txt, special token ids, and the errors for bad vocabularies."""
+
+from __future__ import annotations
+
+import pytest
+
+from bertforge import BertforgeError
+from bertforge.tokenizer import Vocab
+
+
+def test_ids_are_line_numbers(tiny_vocab, tiny_tokens):
+    assert tiny_vocab.token_to_id["un"] == 5 and tiny_vocab.id_to_token[6] == "##aff"
+    assert (tiny_vocab.pad_token_id, tiny_vocab.unk_token_id, tiny_vocab.cls_token_id, tiny_vocab.sep_token_id,
+            tiny_vocab.mask_token_id) == (0, 1, 2, 3, 4)
+    assert len(tiny_vocab) == len(tiny_tokens) and "##able" in tiny_vocab and "able" not in tiny_vocab
+
+
+def test_file_round_trip(tmp_path, tiny_vocab, tiny_tokens):
+    tiny_vocab.save(tmp_path / "vocab.txt")
+    assert (tmp_path / "vocab.txt").read_text(encoding="utf-8") == "\n".join(tiny_tokens) + "\n"
+    assert Vocab.from_file(tmp_path / "vocab.txt").id_to_token == tiny_tokens
+
+
+def test_real_vocabulary(minilm_dir):
+    vocab = Vocab.from_file(minilm_dir / "vocab.txt")
+    assert len(vocab) == 30522
+    assert (vocab.pad_token_id, vocab.unk_token_id, vocab.cls_token_id, vocab.sep_token_id,
+            vocab.mask_token_id) == (0, 100, 101, 102, 103)
+
+
+def test_custom_special_tokens():
+    vocab = Vocab(["<pad>", "<unk>", "<s>", "</s>", "<mask>"], special_tokens={
+        "pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "<s>", "sep_token": "</s>", "mask_token": "<mask>"})
+    assert vocab.cls_token_id == 2
+
+
+def test_missing_file_names_the_path(tmp_path):
+    with pytest.raises(BertforgeError, match="vocab.txt: vocabulary file not found"):
+        Vocab.from_file(tmp_path / "vocab.txt")
+
+
+@pytest.mark.parametrize("missing, name", [("[UNK]", "unk"), ("[CLS]", "cls"), ("[SEP]", "sep")])
+def test_missing_special_token_says_which(tmp_path, tiny_tokens, missing, name):
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(token for token in tiny_tokens if token != missing) + "\n", encoding="utf-8")
+    with pytest.raises(BertforgeError, match=rf"vocab.txt: the vocabulary has no {name} token '\[{name.upper()}\]'"):
+        Vocab.from_file(path)
+
+
+def test_empty_and_binary_files(tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(BertforgeError, match="empty"):
+        Vocab.from_file(tmp_path / "empty.txt")
+    (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(BertforgeError, match="not UTF-8"):
+        Vocab.from_file(tmp_path / "binary.txt")
