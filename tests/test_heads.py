@@ -8,8 +8,12 @@ import torch
 
 from bertforge import BertConfig, CheckpointError, ConfigError
 from bertforge.heads import (
-    BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification, ClassificationHead,
-    SpanHead, TokenClassificationHead,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    ClassificationHead,
+    SpanHead,
+    TokenClassificationHead,
 )
 
 transformers = pytest.importorskip("transformers")

@@ -8,9 +8,24 @@ import pytest
 
 from bertforge import ConfigError
 from bertforge.tasks.metrics import (
-    METRICS, accuracy, answer_exact_match, answer_f1, average_ranks, binary_f1, compute_metrics, entities,
-    entity_f1, entity_precision, entity_recall, exact_match, macro_f1, matthews_correlation, normalize_answer,
-    pearson, spearman, squad_f1,
+    METRICS,
+    accuracy,
+    answer_exact_match,
+    answer_f1,
+    average_ranks,
+    binary_f1,
+    compute_metrics,
+    entities,
+    entity_f1,
+    entity_precision,
+    entity_recall,
+    exact_match,
+    macro_f1,
+    matthews_correlation,
+    normalize_answer,
+    pearson,
+    spearman,
+    squad_f1,
 )
 
 # By hand: tp = 3 (positions 0, 1, 9), fn = 2 (2, 3), fp = 1 (6), tn = 4 (4, 5, 7, 8).

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bertforge import BertforgeError
-from bertforge.tokenizer import BertTokenizer, Vocab
+from bertforge.tokenizer import BertTokenizer
 
 CLS, SEP, PAD, UNK = 2, 3, 0, 1
 

@@ -16,7 +16,6 @@ import numpy as np
 
 from bertforge.errors import ConfigError
 
-
 # --- classification -----------------------------------------------------------------------------------------
 
 def accuracy(predictions: Sequence, labels: Sequence) -> float:
