@@ -1,0 +1,256 @@
+"""Extractive question answering (SQuAD v1.1 / v2.0): examples -> windowed features, span logits -> answers.
+
+A long context is cut into overlapping windows of tokens, each encoded as [CLS] question [SEP] window [SEP]
+(the BERT paper's "doc stride" recipe); answers are read back from the original context by character offsets.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from bertforge.errors import ConfigError, InputError
+from bertforge.inference.features import pad_ids
+
+Span = tuple[int, int]  # (start, end) character offsets, end exclusive
+
+
+@dataclass
+class QAExample:
+    id: str
+    question: str
+    context: str
+    answers: list[tuple[str, int]]  # (text, start character in context); empty when impossible or unknown
+    is_impossible: bool = False
+
+
+@dataclass
+class SpanFeatures:
+    """One window: [CLS] question [SEP] context window [SEP], with the answer's token positions."""
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+    example: int  # index of the example in the list that was encoded
+    offsets: list[Span | None]  # character span in the context of each token; None outside the context
+    start_position: int = 0  # answer's first and last token; 0 ([CLS]) when it isn't wholly in this window
+    end_position: int = 0
+
+
+@dataclass
+class Answer:
+    text: str
+    start: int  # character span in the context ("" and 0, 0 for the null answer)
+    end: int
+    score: float  # start logit + end logit
+
+
+# --- reading ------------------------------------------------------------------------------------------------
+
+def read_squad(path: str | Path, version_2: bool = False) -> list[QAExample]:
+    """The questions of a SQuAD JSON file, in file order; `version_2` allows unanswerable questions.
+
+    Every answer is checked against its context: context[answer_start:answer_start + len(text)] == text.
+    """
+    path = Path(path)
+    try:
+        squad = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("no such file", path) from None
+    except json.JSONDecodeError as error:
+        raise InputError(f"not valid JSON ({error})", path, error.lineno) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"can't read the file ({error})", path) from None
+
+    examples = []
+    for a, article in enumerate(_field(squad, "data", list, path, "the file")):
+        title = article.get("title", a) if isinstance(article, dict) else a
+        for p, paragraph in enumerate(_field(article, "paragraphs", list, path, f"article {title!r}")):
+            where = f"article {title!r}, paragraph {p}"
+            context = _field(paragraph, "context", str, path, where)
+            for question in _field(paragraph, "qas", list, path, where):
+                qid = _field(question, "id", str, path, where)
+                examples.append(_example(question, qid, context, version_2, path, f"question {qid} ({where})"))
+    return examples
+
+
+def _field(record, name: str, kind: type, path: Path, where: str):
+    """record[name], which must be a `kind`; the error names what's missing and where."""
+    if not isinstance(record, dict) or name not in record:
+        raise InputError(f"{where} has no {name!r}", path, field=name)
+    if not isinstance(record[name], kind):
+        raise InputError(f"{where}: expected {kind.__name__}, got {type(record[name]).__name__}", path, field=name)
+    return record[name]
+
+
+def _example(question: dict, qid: str, context: str, version_2: bool, path: Path, where: str) -> QAExample:
+    is_impossible = bool(question.get("is_impossible", False))
+    if is_impossible and not version_2:
+        raise InputError(f"{where} is unanswerable; read SQuAD v2 files with version_2=True", path,
+                         field="is_impossible")
+    answers = []
+    for i, answer in enumerate(_field(question, "answers", list, path, where)):
+        text = _field(answer, "text", str, path, f"{where}, answer {i}")
+        start = _field(answer, "answer_start", int, path, f"{where}, answer {i}")
+        if context[start:start + len(text)] != text:
+            raise InputError(f"{where}, answer {i}: answer_start {start} points at "
+                             f"{context[start:start + len(text)]!r}, not {text!r}", path, field="answer_start")
+        answers.append((text, start))
+    if not answers and not is_impossible:
+        raise InputError(f"{where} has no answers" + ("" if version_2 else " (SQuAD v2 needs version_2=True)"),
+                         path, field="answers")
+    if answers and is_impossible:
+        raise InputError(f"{where} is marked unanswerable but has answers", path, field="answers")
+    _field(question, "question", str, path, where)
+    return QAExample(qid, question["question"], context, answers, is_impossible)
+
+
+# --- features -----------------------------------------------------------------------------------------------
+
+def _tokens(tokenizer, text: str) -> tuple[list[int], list[Span]]:
+    """Ids and character offsets of a text's tokens, without [CLS] and [SEP]."""
+    encoded = tokenizer(text, truncation=False, return_offsets_mapping=True)
+    return encoded["input_ids"][1:-1], [tuple(span) for span in encoded["offset_mapping"][1:-1]]
+
+
+def window_starts(length: int, budget: int, stride: int) -> list[int]:
+    """First token of each window of `budget` tokens over `length` tokens, consecutive windows sharing `stride`.
+
+    Windows advance by budget - stride and end with the first one that reaches the last token, as transformers'
+    `return_overflowing_tokens` does: (length 40, budget 9, stride 3) -> [0, 6, 12, 18, 24, 30, 36].
+    """
+    step = budget - stride
+    starts = [0]
+    while starts[-1] + budget < length:
+        starts.append(starts[-1] + step)
+    return starts
+
+
+def _answer_tokens(offsets: Sequence[Span], start_char: int, end_char: int) -> tuple[int, int] | None:
+    """First and last context token of a character span, or None if no token overlaps it."""
+    inside = [i for i, (start, end) in enumerate(offsets) if start < end_char and end > start_char]
+    return (inside[0], inside[-1]) if inside else None
+
+
+def span_features(examples: Sequence[QAExample], tokenizer, max_length: int = 384, stride: int = 128,
+                  max_query_length: int = 64) -> list[SpanFeatures]:
+    """Windows of every example (in order), labelled with its first answer's token positions.
+
+    `stride` is the overlap in tokens between consecutive windows (transformers' `stride`, which its
+    run_qa.py calls doc_stride): windows advance by (max_length - 3 - question tokens) - stride. Questions
+    longer than `max_query_length` tokens are cut first. A window that doesn't hold the whole answer, and every
+    window of an unanswerable question, is labelled 0/0, the [CLS] token.
+    """
+    if max_length - 3 - max_query_length <= stride:
+        raise ConfigError(f"max_length={max_length} with max_query_length={max_query_length} leaves windows "
+                          f"no longer than stride={stride}; lower the stride or raise max_length")
+    if stride < 0:
+        raise ConfigError(f"stride must be at least 0 tokens, got {stride}")
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    features = []
+    for index, example in enumerate(examples):
+        question_ids = _tokens(tokenizer, example.question)[0][:max_query_length]
+        context_ids, context_offsets = _tokens(tokenizer, example.context)
+        answer = None
+        if example.answers:
+            text, start_char = example.answers[0]
+            answer = _answer_tokens(context_offsets, start_char, start_char + len(text))
+
+        budget = max_length - 3 - len(question_ids)
+        head = [cls, *question_ids, sep]
+        for first in window_starts(len(context_ids), budget, stride):
+            stop = min(first + budget, len(context_ids))
+            feature = SpanFeatures(
+                input_ids=head + context_ids[first:stop] + [sep],
+                token_type_ids=[0] * len(head) + [1] * (stop - first + 1),
+                example=index,
+                offsets=[None] * len(head) + context_offsets[first:stop] + [None],
+            )
+            if answer is not None and first <= answer[0] and answer[1] < stop:
+                feature.start_position = len(head) + answer[0] - first
+                feature.end_position = len(head) + answer[1] - first
+            features.append(feature)
+    return features
+
+
+def collate(features: Sequence[SpanFeatures], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """A padded batch with the arguments of BertForQuestionAnswering, answer positions included."""
+    input_ids = [f.input_ids for f in features]
+    return {
+        "input_ids": pad_ids(input_ids, pad_token_id),
+        "attention_mask": pad_ids([[1] * len(ids) for ids in input_ids], 0),
+        "token_type_ids": pad_ids([f.token_type_ids for f in features], 0),
+        "start_positions": torch.tensor([f.start_position for f in features], dtype=torch.long),
+        "end_positions": torch.tensor([f.end_position for f in features], dtype=torch.long),
+    }
+
+
+# --- decoding -----------------------------------------------------------------------------------------------
+
+def _top(scores: Sequence[float], positions: Sequence[int], n: int) -> list[int]:
+    return sorted(positions, key=scores.__getitem__, reverse=True)[:n]
+
+
+def predict_answers(examples: Sequence[QAExample], features: Sequence[SpanFeatures],
+                    start_logits: Sequence, end_logits: Sequence, n_best: int = 20, max_answer_length: int = 30,
+                    null_threshold: float | None = None) -> list[list[Answer]]:
+    """The n best answers of every example, best first, from each feature's start and end logits.
+
+    Candidates pair one of a window's n_best context tokens by start logit with one of its n_best context
+    tokens by end logit (the BERT scripts rank all tokens, then drop those outside the context), with
+    start <= end and at most max_answer_length tokens; score = start logit + end logit, ranked over all
+    windows of the example, each character span once. SQuAD v2 (`null_threshold` set): the empty answer,
+    scored by the lowest [CLS] start + end over the windows (as in the BERT scripts), is put first when it
+    beats the best span by more than the threshold, and left out otherwise.
+    """
+    candidates: list[list[Answer]] = [[] for _ in examples]
+    null_scores: list[float] = [float("inf")] * len(examples)
+    for feature, starts, ends in zip(features, start_logits, end_logits, strict=True):
+        starts, ends = _as_list(starts), _as_list(ends)
+        context = examples[feature.example].context
+        # Positions past the offsets are batch padding.
+        in_context = [i for i, span in enumerate(feature.offsets) if span is not None]
+        null_scores[feature.example] = min(null_scores[feature.example], starts[0] + ends[0])
+        for start in _top(starts, in_context, n_best):
+            for end in _top(ends, in_context, n_best):
+                if end < start or end - start + 1 > max_answer_length:
+                    continue
+                span = (feature.offsets[start][0], feature.offsets[end][1])
+                candidates[feature.example].append(Answer(context[span[0]:span[1]], *span, starts[start] + ends[end]))
+
+    ranked = []
+    for answers, null_score in zip(candidates, null_scores):
+        answers = _unique(sorted(answers, key=lambda answer: answer.score, reverse=True))[:n_best]
+        if null_threshold is not None and null_score != float("inf"):
+            if not answers or null_score > answers[0].score + null_threshold:
+                answers = [Answer("", 0, 0, null_score), *answers][:n_best]
+        ranked.append(answers or [Answer("", 0, 0, float("-inf"))])
+    return ranked
+
+
+def _as_list(logits) -> list[float]:
+    return logits.float().tolist() if isinstance(logits, torch.Tensor) else list(logits)
+
+
+def _unique(answers: list[Answer]) -> list[Answer]:
+    """The first (best) answer of every character span: overlapping windows propose the same span twice."""
+    seen: set[Span] = set()
+    kept = []
+    for answer in answers:
+        if (answer.start, answer.end) not in seen:
+            seen.add((answer.start, answer.end))
+            kept.append(answer)
+    return kept
+
+
+def best_answers(ranked: Sequence[Sequence[Answer]]) -> list[str]:
+    """The top answer text of each example, the predictions that exact_match and squad_f1 score."""
+    return [answers[0].text for answers in ranked]
+
+
+def gold_answers(examples: Sequence[QAExample]) -> list[list[str]]:
+    """Each example's gold answer texts, the references of exact_match and squad_f1 ([""] if unanswerable)."""
+    return [[text for text, _ in example.answers] or [""] for example in examples]

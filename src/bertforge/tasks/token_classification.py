@@ -1,0 +1,256 @@
+"""Named-entity recognition (CoNLL-2003): tagged words <-> sub-word features, and token logits -> entities.
+
+A word's tag is learned and predicted on its first sub-token; the other tokens carry IGNORE_INDEX. Sentences
+longer than a window are split into overlapping windows of whole words, so every word gets a prediction.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from bertforge.errors import ConfigError, InputError
+from bertforge.heads import IGNORE_INDEX
+from bertforge.inference.features import pad_ids
+from bertforge.tasks.metrics import entities
+
+OUTSIDE = "O"
+DOCUMENT_START = "-DOCSTART-"
+
+
+@dataclass
+class TaggedSentence:
+    words: list[str]
+    tags: list[str]  # one IOB2 tag per word; empty for sentences to predict
+
+    @property
+    def text(self) -> str:
+        """The words joined by single spaces: the text that entity character spans point into."""
+        return " ".join(self.words)
+
+
+@dataclass
+class TokenFeatures:
+    """One model input: [CLS] pieces of a run of whole words [SEP], with a label on each word's first piece."""
+
+    input_ids: list[int]
+    labels: list[int]  # label id on the first sub-token of each word, IGNORE_INDEX elsewhere
+    sentence: int  # index of the sentence in the list that was encoded
+    word_positions: dict[int, int]  # word index in the sentence -> position of its first sub-token
+
+
+# --- reading ------------------------------------------------------------------------------------------------
+
+def to_iob2(tags: Sequence[str]) -> list[str]:
+    """IOB1 (or IOB2) -> IOB2: every entity starts with B-.
+
+    In IOB1, B- only separates two adjacent entities of one type, so an I- that follows O or another type
+    begins an entity: ["I-PER", "I-PER", "O", "I-LOC", "B-LOC"] -> ["B-PER", "I-PER", "O", "B-LOC", "B-LOC"].
+    """
+    converted = []
+    previous = OUTSIDE
+    for tag in tags:
+        if tag.startswith("I-") and previous[2:] != tag[2:]:
+            tag = "B-" + tag[2:]
+        converted.append(tag)
+        previous = tag
+    return converted
+
+
+def _is_iob(tag: str) -> bool:
+    return tag == OUTSIDE or (tag[:2] in ("B-", "I-") and len(tag) > 2)
+
+
+def read_conll(path: str | Path) -> list[TaggedSentence]:
+    """Sentences of a CoNLL file: one `word ... tag` line per token (the tag is the last column), a blank line
+    between sentences, -DOCSTART- lines skipped. IOB1 tags (the original CoNLL-2003 files) become IOB2.
+
+    "EU NNP B-NP I-ORG\\nrejects VBZ B-VP O\\n" -> [TaggedSentence(["EU", "rejects"], ["B-ORG", "O"])].
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise InputError("no such file", path) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"can't read the file ({error})", path) from None
+
+    sentences: list[TaggedSentence] = []
+    words: list[str] = []
+    tags: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        columns = line.split()
+        if not columns or columns[0] == DOCUMENT_START:
+            if words:
+                sentences.append(TaggedSentence(words, to_iob2(tags)))
+            words, tags = [], []
+            continue
+        if len(columns) < 2:
+            raise InputError(f"expected a word and its tag separated by whitespace, got {line.strip()!r}",
+                             path, number)
+        if not _is_iob(columns[-1]):
+            raise InputError(f"tag {columns[-1]!r} is not IOB (expected O, B-TYPE or I-TYPE)", path, number)
+        words.append(columns[0])
+        tags.append(columns[-1])
+    if words:
+        sentences.append(TaggedSentence(words, to_iob2(tags)))
+    return sentences
+
+
+def collect_labels(sentences: Sequence[TaggedSentence]) -> dict[int, str]:
+    """id2label of the tags in (training) sentences: "O" first, then sorted: {0: "O", 1: "B-LOC", 2: "B-PER", ...}."""
+    tags = {tag for sentence in sentences for tag in sentence.tags} - {OUTSIDE}
+    return dict(enumerate([OUTSIDE, *sorted(tags)]))
+
+
+# --- features -----------------------------------------------------------------------------------------------
+
+def _word_starts(words: Sequence[str]) -> list[int]:
+    """Where each word starts in " ".join(words): ["EU", "rejects"] -> [0, 3]."""
+    starts, position = [], 0
+    for word in words:
+        starts.append(position)
+        position += len(word) + 1
+    return starts
+
+
+def _word_pieces(words: Sequence[str], tokenizer) -> list[list[int]]:
+    """The sub-token ids of every word, from one tokenizer call on the space-joined words.
+
+    The tokenizer's own word ids count its basic words ("AL-AIN" is three of them), so tokens are mapped to
+    our words by character offset instead. A word that tokenizes to nothing gets no pieces.
+    """
+    starts = _word_starts(words)
+    encoded = tokenizer(" ".join(words), truncation=False, return_offsets_mapping=True)
+    pieces: list[list[int]] = [[] for _ in words]
+    # [1:-1] drops [CLS] and [SEP].
+    for token_id, (start, _) in zip(encoded["input_ids"][1:-1], encoded["offset_mapping"][1:-1]):
+        pieces[bisect_right(starts, start) - 1].append(token_id)
+    return pieces
+
+
+def _windows(lengths: Sequence[int], budget: int, stride: int) -> list[tuple[int, int]]:
+    """(first, stop) word ranges of at most `budget` pieces, consecutive ranges sharing `stride` words.
+
+    (pieces per word [2, 1, 1, 3, 1], budget 4, stride 1) -> [(0, 3), (2, 4), (3, 5)]. A range always
+    advances by at least one word; a word longer than the budget is a range of its own (cut later).
+    """
+    windows = []
+    first = 0
+    while True:
+        stop, used = first, 0
+        while stop < len(lengths) and (stop == first or used + lengths[stop] <= budget):
+            used += lengths[stop]
+            stop += 1
+        windows.append((first, stop))
+        if stop >= len(lengths):
+            return windows
+        first = max(first + 1, stop - stride)
+
+
+def token_features(sentences: Sequence[TaggedSentence], tokenizer, label2id: Mapping[str, int] | None = None,
+                   max_length: int = 128, stride: int = 16) -> list[TokenFeatures]:
+    """Model inputs for sentences, one or more per sentence (in order); `label2id=None` for prediction.
+
+    `stride` is the number of words shared by consecutive windows of a sentence that doesn't fit in
+    `max_length` tokens. Example (default vocabulary), words ["Johanson", "lives", "in", "Washington"] tagged
+    [B-PER, O, O, B-LOC]: tokens [CLS] johan ##son lives in washington [SEP] get labels
+    [-100, B-PER, -100, O, O, B-LOC, -100].
+    """
+    if max_length < 3:
+        raise ConfigError(f"max_length={max_length} leaves no room for a word between [CLS] and [SEP]")
+    if stride < 0:
+        raise ConfigError(f"stride must be at least 0 words, got {stride}")
+    budget = max_length - 2
+    features = []
+    for index, sentence in enumerate(sentences):
+        labels = _label_ids(sentence, label2id, index)
+        pieces = _word_pieces(sentence.words, tokenizer)
+        for first, stop in _windows([len(p) for p in pieces], budget, stride):
+            input_ids, token_labels = [tokenizer.cls_token_id], [IGNORE_INDEX]
+            positions = {}
+            for word in range(first, stop):
+                if not pieces[word]:
+                    continue
+                positions[word] = len(input_ids)
+                input_ids += pieces[word]
+                token_labels += [labels[word]] + [IGNORE_INDEX] * (len(pieces[word]) - 1)
+            # Only a single word longer than the budget overflows here; its first piece, the labelled one, stays.
+            input_ids, token_labels = input_ids[:budget + 1], token_labels[:budget + 1]
+            features.append(TokenFeatures(input_ids + [tokenizer.sep_token_id], token_labels + [IGNORE_INDEX],
+                                          index, positions))
+    return features
+
+
+def _label_ids(sentence: TaggedSentence, label2id: Mapping[str, int] | None, index: int) -> list[int]:
+    if label2id is None:
+        return [IGNORE_INDEX] * len(sentence.words)
+    if len(sentence.tags) != len(sentence.words):
+        raise InputError(f"sentence {index} has {len(sentence.words)} words but {len(sentence.tags)} tags")
+    unknown = [tag for tag in sentence.tags if tag not in label2id]
+    if unknown:
+        raise InputError(f"sentence {index}: tag {unknown[0]!r} is not among the model's labels "
+                         f"({', '.join(label2id)})")
+    return [label2id[tag] for tag in sentence.tags]
+
+
+def collate(features: Sequence[TokenFeatures], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """A padded batch with the arguments of BertForTokenClassification: input_ids, attention_mask, labels."""
+    input_ids = [f.input_ids for f in features]
+    return {
+        "input_ids": pad_ids(input_ids, pad_token_id),
+        "attention_mask": pad_ids([[1] * len(ids) for ids in input_ids], 0),
+        "labels": pad_ids([f.labels for f in features], IGNORE_INDEX),
+    }
+
+
+# --- decoding -----------------------------------------------------------------------------------------------
+
+def predict_tags(sentences: Sequence[TaggedSentence], features: Sequence[TokenFeatures],
+                 logits: Sequence[torch.Tensor], id2label: Mapping[int, str]
+                 ) -> list[tuple[list[str], list[float]]]:
+    """One (tags, probabilities) pair per sentence, one tag per word, from each feature's (seq, labels) logits.
+
+    A word seen by several windows takes the prediction of the window where it is most central (where it has
+    the most context on its nearer side). A word with no sub-tokens is "O" with probability 1.
+    """
+    # Per sentence, per word: (context on the nearer side, feature index, position).
+    best: list[dict[int, tuple[int, int, int]]] = [{} for _ in sentences]
+    for feature_index, feature in enumerate(features):
+        length = len(feature.input_ids)
+        for word, position in feature.word_positions.items():
+            context = min(position, length - 1 - position)
+            if word not in best[feature.sentence] or context > best[feature.sentence][word][0]:
+                best[feature.sentence][word] = (context, feature_index, position)
+
+    predictions = []
+    for sentence, chosen in zip(sentences, best):
+        tags, probabilities = [OUTSIDE] * len(sentence.words), [1.0] * len(sentence.words)
+        for word, (_, feature_index, position) in chosen.items():
+            probs = logits[feature_index][position].float().softmax(-1)
+            probability, label = probs.max(-1)
+            tags[word], probabilities[word] = id2label[int(label)], float(probability)
+        predictions.append((tags, probabilities))
+    return predictions
+
+
+def tagged_entities(words: Sequence[str], tags: Sequence[str], probabilities: Sequence[float] | None = None
+                    ) -> list[dict]:
+    """Entities with character spans in " ".join(words) and the mean word probability as score.
+
+    (["John", "Smith", "lives", "in", "Paris"], ["B-PER", "I-PER", "O", "O", "B-LOC"]) ->
+    [{"type": "PER", "text": "John Smith", "start": 0, "end": 10, "score": ...},
+     {"type": "LOC", "text": "Paris", "start": 20, "end": 25, "score": ...}].
+    """
+    text, starts = " ".join(words), _word_starts(words)
+    probabilities = [1.0] * len(words) if probabilities is None else probabilities
+    found = []
+    for type_, first, last in entities(tags):
+        start, end = starts[first], starts[last] + len(words[last])
+        score = sum(probabilities[first:last + 1]) / (last - first + 1)
+        found.append({"type": type_, "text": text[start:end], "start": start, "end": end, "score": score})
+    return found

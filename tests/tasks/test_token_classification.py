@@ -1,0 +1,161 @@
+"""NER pipeline against hand-derived alignments and spans, and the published CoNLL-2003 statistics."""
+
+from collections import Counter
+
+import pytest
+import torch
+
+from bertforge import InputError
+from bertforge.heads import IGNORE_INDEX
+from bertforge.tasks.metrics import entities
+from bertforge.tasks.token_classification import (
+    TaggedSentence,
+    collate,
+    collect_labels,
+    predict_tags,
+    read_conll,
+    tagged_entities,
+    to_iob2,
+    token_features,
+)
+
+LABELS = {0: "O", 1: "B-LOC", 2: "B-PER", 3: "I-PER"}
+LABEL2ID = {label: i for i, label in LABELS.items()}
+
+
+def one_hot_logits(feature, label_of_word, num_labels):
+    """(seq, labels) logits whose argmax at each word's first sub-token is label_of_word(word)."""
+    logits = torch.zeros(len(feature.input_ids), num_labels)
+    for word, position in feature.word_positions.items():
+        logits[position, label_of_word(word)] = 5.0
+    return logits
+
+
+@pytest.mark.parametrize("tags, expected", [
+    (["I-PER", "I-PER", "O", "I-LOC", "B-LOC"], ["B-PER", "I-PER", "O", "B-LOC", "B-LOC"]),
+    (["O", "I-ORG", "I-LOC", "I-LOC"], ["O", "B-ORG", "B-LOC", "I-LOC"]),  # a type change starts an entity
+    (["B-PER", "I-PER", "O", "B-LOC"], ["B-PER", "I-PER", "O", "B-LOC"]),  # IOB2 is left as it is
+    ([], []),
+])
+def test_to_iob2(tags, expected):
+    assert to_iob2(tags) == expected
+    assert to_iob2(expected) == expected
+
+
+def test_labels_go_on_the_first_sub_token(tokenizer):
+    # By hand: "Johanson" -> johan ##son; the other words are one token each.
+    sentence = TaggedSentence(["Johanson", "lives", "in", "Washington"], ["B-PER", "O", "O", "B-LOC"])
+    [feature] = token_features([sentence], tokenizer, LABEL2ID)
+    assert tokenizer.convert_ids_to_tokens(feature.input_ids) == \
+        ["[CLS]", "johan", "##son", "lives", "in", "washington", "[SEP]"]
+    assert feature.labels == [IGNORE_INDEX, 2, IGNORE_INDEX, 0, 0, 1, IGNORE_INDEX]
+    assert feature.word_positions == {0: 1, 1: 3, 2: 4, 3: 5}
+
+
+def test_words_split_by_punctuation_stay_one_word(tokenizer):
+    # The tokenizer sees "AL-AIN" as three words; the tag still lands only on "al".
+    sentence = TaggedSentence(["AL-AIN", ",", "Paris"], ["B-LOC", "O", "B-LOC"])
+    [feature] = token_features([sentence], tokenizer, LABEL2ID)
+    assert tokenizer.convert_ids_to_tokens(feature.input_ids) == ["[CLS]", "al", "-", "ain", ",", "paris", "[SEP]"]
+    assert feature.labels == [IGNORE_INDEX, 1, IGNORE_INDEX, IGNORE_INDEX, 0, 1, IGNORE_INDEX]
+
+
+def test_overlapping_windows_take_the_most_central_prediction(tokenizer):
+    # Six one-token words, 4 per window, 2 shared: windows hold words 0-3 and 2-5. Context on the nearer side:
+    # word 2 has 2 tokens in window 0 but 1 in window 1, word 3 the reverse.
+    sentence = TaggedSentence("one two three four five six".split(), [])
+    features = token_features([sentence], tokenizer, max_length=6, stride=2)
+    assert [sorted(f.word_positions) for f in features] == [[0, 1, 2, 3], [2, 3, 4, 5]]
+    assert all(label == IGNORE_INDEX for f in features for label in f.labels)
+    logits = [one_hot_logits(f, lambda word, window=w: 1 + window, len(LABELS)) for w, f in enumerate(features)]
+    [(tags, probabilities)] = predict_tags([sentence], features, logits, LABELS)
+    assert tags == ["B-LOC"] * 3 + ["B-PER"] * 3
+    assert all(0.5 < p <= 1 for p in probabilities)
+
+
+def test_a_sentence_longer_than_max_length_gets_every_word(tokenizer, data_dir):
+    sentences = read_conll(data_dir / "conll2003" / "eng.testb")[:12]
+    long = TaggedSentence([w for s in sentences for w in s.words], [t for s in sentences for t in s.tags])
+    labels = collect_labels(sentences)
+    label2id = {label: i for i, label in labels.items()}
+    features = token_features([long], tokenizer, label2id, max_length=24, stride=4)
+    assert len(features) > 5
+    assert all(len(f.input_ids) <= 24 for f in features)
+    assert set().union(*(f.word_positions for f in features)) == set(range(len(long.words)))
+    for f in features:  # every labelled token is a word's first sub-token, with that word's tag
+        assert {p: f.labels[p] for p in f.word_positions.values()} == \
+            {p: label2id[long.tags[w]] for w, p in f.word_positions.items()}
+        assert sum(label != IGNORE_INDEX for label in f.labels) == len(f.word_positions)
+    # A model that predicts each gold tag gives back the gold tags, windows merged.
+    logits = [one_hot_logits(f, lambda word: label2id[long.tags[word]], len(labels)) for f in features]
+    [(tags, _)] = predict_tags([long], features, logits, labels)
+    assert tags == long.tags
+
+
+def test_a_word_longer_than_the_window_keeps_its_labelled_piece(tokenizer):
+    sentence = TaggedSentence(["in", "Johansonjohansonjohanson", "x"], ["O", "B-PER", "O"])
+    features = token_features([sentence], tokenizer, LABEL2ID, max_length=4, stride=0)
+    assert [f.word_positions for f in features] == [{0: 1}, {1: 1}, {2: 1}]
+    assert features[1].labels == [IGNORE_INDEX, 2, IGNORE_INDEX, IGNORE_INDEX]
+    assert all(len(f.input_ids) <= 4 for f in features)
+
+
+def test_entities_with_character_spans():
+    words = ["John", "Smith", "lives", "in", "New", "York", "."]
+    tags = ["B-PER", "I-PER", "O", "O", "B-LOC", "I-LOC", "O"]
+    found = tagged_entities(words, tags, [0.9, 0.7, 1, 1, 0.8, 0.6, 1])
+    assert [(e["type"], e["text"], e["start"], e["end"]) for e in found] == \
+        [("PER", "John Smith", 0, 10), ("LOC", "New York", 20, 28)]
+    assert [e["score"] for e in found] == pytest.approx([0.8, 0.7])
+    text = " ".join(words)
+    assert all(text[e["start"]:e["end"]] == e["text"] for e in found)
+
+
+def test_collate_pads_labels_with_the_ignore_index(tokenizer):
+    sentences = [TaggedSentence(["Paris"], ["B-LOC"]), TaggedSentence(["John", "Smith"], ["B-PER", "I-PER"])]
+    batch = collate(token_features(sentences, tokenizer, LABEL2ID), tokenizer.pad_token_id)
+    assert batch["labels"].tolist() == [[IGNORE_INDEX, 1, IGNORE_INDEX, IGNORE_INDEX],
+                                        [IGNORE_INDEX, 2, 3, IGNORE_INDEX]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 0], [1, 1, 1, 1]]
+
+
+def test_read_conll_testb_matches_the_published_counts(data_dir):
+    # SOURCE.md: 3,453 sentences, 46,435 tokens, PER/LOC/ORG/MISC entities 1,617 / 1,668 / 1,661 / 702.
+    sentences = read_conll(data_dir / "conll2003" / "eng.testb")
+    assert len(sentences) == 3453
+    assert sum(len(s.words) for s in sentences) == 46435
+    counts = Counter(type_ for s in sentences for type_, _, _ in entities(s.tags))
+    assert counts == {"PER": 1617, "LOC": 1668, "ORG": 1661, "MISC": 702}
+    assert sentences[1] == TaggedSentence(["Nadim", "Ladki"], ["B-PER", "I-PER"])
+    assert collect_labels(sentences) == dict(enumerate(
+        ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER"]))
+
+
+def test_read_conll_iob1_with_document_starts(tmp_path):
+    path = tmp_path / "eng.iob1"
+    path.write_text("-DOCSTART- -X- O O\n\nEU NNP I-NP I-ORG\nrejects VBZ I-VP O\nGerman JJ I-NP I-MISC\n\n"
+                    "Peter NNP I-NP I-PER\nBlackburn NNP I-NP I-PER\n", encoding="utf-8")
+    assert read_conll(path) == [TaggedSentence(["EU", "rejects", "German"], ["B-ORG", "O", "B-MISC"]),
+                                TaggedSentence(["Peter", "Blackburn"], ["B-PER", "I-PER"])]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("EU B-ORG\nrejects\n", "line 2: expected a word and its tag"),
+    ("EU NNP E-ORG\n", "line 1: tag 'E-ORG' is not IOB"),
+])
+def test_read_conll_bad_lines(tmp_path, text, message):
+    path = tmp_path / "bad.conll"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError, match=message) as error:
+        read_conll(path)
+    assert error.value.path == path
+
+
+def test_read_conll_missing_file(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        read_conll(tmp_path / "absent.conll")
+
+
+def test_unknown_tag_is_an_input_error(tokenizer):
+    with pytest.raises(InputError, match="tag 'B-ORG' is not among the model's labels"):
+        token_features([TaggedSentence(["EU"], ["B-ORG"])], tokenizer, LABEL2ID)
