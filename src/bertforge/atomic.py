@@ -15,6 +15,7 @@ def atomic_path(path: str | Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(handle)
+    os.chmod(temporary, 0o644)  # mkstemp makes it private; the result is an ordinary file
     try:
         yield Path(temporary)
         os.replace(temporary, path)

@@ -1,0 +1,179 @@
+"""The attention viewer: the page's data, and its behaviour in a real headless Chromium (offline, file://)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertforge import BertConfig, BertModel
+from bertforge.errors import InputError
+from bertforge.inference.attention_view import compute_attention, render_attention_html, render_attention_map
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+
+
+def page_data(page: str) -> dict:
+    match = re.search(r'<script type="application/json" id="attention-data">(.*?)</script>', page, re.S)
+    return json.loads(match.group(1))
+
+
+def test_page_embeds_tokens_and_weights_of_every_layer_and_head():
+    weights = torch.rand(2, 3, 5, 5).softmax(-1)
+    page = render_attention_html(["[CLS]", "a", "[SEP]"], ["b", "[SEP]"], weights)
+    data = page_data(page)
+    assert data["tokens"] == ["[CLS]", "a", "[SEP]", "b", "[SEP]"] and data["segment_b_start"] == 3
+    assert torch.allclose(torch.tensor(data["attention"]), weights, atol=1e-4)
+
+
+def test_page_is_self_contained_and_escapes_hostile_tokens():
+    hostile = "</script><img src=x onerror=alert(1)>"
+    page = render_attention_html(["[CLS]", hostile, "__DATA__", "[SEP]"], [], torch.full((1, 1, 4, 4), 0.25),
+                                 title=hostile)
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+    assert "<img" not in page and page.count("</script>") == 2
+    assert page_data(page)["tokens"][1:3] == [hostile, "__DATA__"]
+
+
+def test_model_outputs_render_directly(tokenizer, tiny_config):
+    model = BertModel(BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size})).eval()
+    attention = compute_attention(model, tokenizer, "The cat sat.", "It slept.")
+    assert attention.tokens_a == ["[CLS]", "the", "cat", "sat", ".", "[SEP]"]
+    assert attention.tokens_b == ["it", "slept", ".", "[SEP]"]
+    assert attention.attentions.shape == (2, 4, 10, 10)
+    assert torch.allclose(attention.attentions.sum(-1), torch.ones(2, 4, 10))
+    assert page_data(render_attention_map(attention))["segment_b_start"] == 6
+
+
+def test_the_models_own_attention_tuple_renders(tokenizer, tiny_config):
+    model = BertModel(BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size})).eval()
+    encoding = tokenizer("A cat.", return_tensors="pt")
+    with torch.inference_mode():
+        output = model(**encoding, output_attentions=True)  # a tuple of (1, heads, seq, seq), one per layer
+    page = render_attention_html(tokenizer.convert_ids_to_tokens(encoding["input_ids"][0]), [], output.attentions)
+    weights = torch.tensor(page_data(page)["attention"])
+    assert weights.shape == (2, 4, 5, 5) and torch.allclose(weights, torch.stack(output.attentions)[:, 0], atol=1e-4)
+    assert re.search(r"\d\.\d{5}", page.split('id="attention-data">')[1]) is None  # 4 decimals, not float32 noise
+
+
+def test_wrong_shapes_and_long_texts_are_user_errors(tokenizer, tiny_config):
+    with pytest.raises(InputError, match=r"\(layers, heads, 3, 3\)"):
+        render_attention_html(["[CLS]", "a", "[SEP]"], [], torch.rand(2, 3, 4, 4))
+    model = BertModel(BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size})).eval()
+    with pytest.raises(InputError, match="the limit is 5"):
+        compute_attention(model, tokenizer, "one two three four five six", max_length=5, truncate=False)
+    assert len(compute_attention(model, tokenizer, "one two three four five six", max_length=5).tokens_a) == 5
+
+
+# ---------------------------------------------------------------- in the browser
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
+        pytest.skip("needs Debian's chromium and chromium-driver: apt-get install -y chromium chromium-driver")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium: pip install selenium")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--window-size=1400,1000",
+                 f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    yield driver
+    driver.quit()
+
+
+def line_opacities(driver) -> list[float]:
+    return sorted(driver.execute_script(
+        "return Array.from(document.querySelectorAll('#lines line'), l => Number(l.getAttribute('stroke-opacity')))"))
+
+
+def drawn(driver, attribute: str) -> set[str]:
+    """The distinct values of a data attribute over the drawn lines (e.g. which heads, which attending tokens)."""
+    return set(driver.execute_script(
+        f"return Array.from(document.querySelectorAll('#lines line'), l => l.dataset.{attribute})"))
+
+
+def highlighted(driver, side: str) -> list[float]:
+    """Highlight strength of each token box on one side (left boxes come first in the page)."""
+    values = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#highlights rect'), r => Number(r.getAttribute('fill-opacity')))")
+    half = len(values) // 2
+    return values[:half] if side == "left" else values[half:]
+
+
+def test_viewer_in_headless_chromium(browser, tmp_path, minilm, tokenizer):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    # Real weights: the default model's attention, so heads and layers genuinely differ.
+    attention = compute_attention(minilm, tokenizer, "The cat sat on the mat.", "It was tired.")
+    path = tmp_path / "view.html"
+    page = render_attention_map(attention, title="The cat sat on the mat.")
+    path.write_text(page, encoding="utf-8")
+    weights = page_data(page)["attention"]  # as the page holds them (rounded)
+
+    browser.get(path.as_uri())
+    assert browser.title == "The cat sat on the mat."
+    assert browser.execute_script("return window.performance.getEntriesByType('resource').length") == 0
+    tokens = [element.text for element in browser.find_elements(By.CSS_SELECTOR, "#labels text.left")]
+    assert tokens == attention.tokens_a + attention.tokens_b
+    layers, heads = len(Select(browser.find_element(By.ID, "layer")).options), len(
+        Select(browser.find_element(By.ID, "head")).options) - 1
+    assert (layers, heads) == attention.attentions.shape[:2]
+
+    # "all heads" is the starting mode: lines in several head colours, and a grid of one small view per head.
+    assert drawn(browser, "head") == {str(h) for h in range(heads)}
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#grid canvas")) == heads
+    browser.save_screenshot(str(tmp_path / "all_heads.png"))
+
+    head, layer = Select(browser.find_element(By.ID, "head")), Select(browser.find_element(By.ID, "layer"))
+    head.select_by_value("0")
+    single = line_opacities(browser)
+    assert drawn(browser, "head") == {"0"}
+    expected = sorted(w for row in weights[0][0] for w in row if w >= 0.01)
+    assert len(single) == len(expected) and max(abs(a - b) for a, b in zip(single, expected)) <= 1e-3
+    head.select_by_value("3")
+    assert line_opacities(browser) != single
+    layer.select_by_value("4")
+    assert line_opacities(browser) != single
+    layer.select_by_value("0")
+    head.select_by_value("0")
+    assert line_opacities(browser) == single
+
+    # Hovering an attending token keeps only its lines and highlights what it attends to.
+    assert max(highlighted(browser, "right")) == 0
+    token = browser.find_elements(By.CSS_SELECTOR, "#labels text.left")[2]
+    ActionChains(browser).move_to_element(token).perform()
+    assert drawn(browser, "from") == {"2"}
+    right = highlighted(browser, "right")
+    strongest = max(range(len(right)), key=weights[0][0][2].__getitem__)
+    assert max(right) > 0 and right.index(max(right)) == strongest
+    browser.save_screenshot(str(tmp_path / "hover.png"))
+    ActionChains(browser).move_by_offset(0, 400).perform()
+    assert max(highlighted(browser, "right")) == 0
+
+    # Clicking a small view in the grid selects its head.
+    browser.find_elements(By.CSS_SELECTOR, "#grid .cell")[5].click()
+    assert head.first_selected_option.get_attribute("value") == "5"
+    # In "all heads" mode a legend colour toggles its head's lines.
+    head.select_by_value("all")
+    browser.find_element(By.CSS_SELECTOR, '#legend .swatch[data-head="1"]').click()
+    assert drawn(browser, "head") == {str(h) for h in range(heads)} - {"1"}
+    browser.find_element(By.CSS_SELECTOR, '#legend .swatch[data-head="1"]').click()
+    assert "1" in drawn(browser, "head")
+
+    # Hovering an attended token shows who attends to it.
+    ActionChains(browser).move_to_element(browser.find_elements(By.CSS_SELECTOR, "#labels text.right")[0]).perform()
+    assert drawn(browser, "to") == {"0"} and max(highlighted(browser, "left")) > 0
+    shutil.copy(tmp_path / "all_heads.png", "/tmp/attention_view.png")
+    assert (tmp_path / "all_heads.png").stat().st_size > 10_000

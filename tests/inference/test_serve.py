@@ -1,0 +1,353 @@
+"""The HTTP server over real sockets on 127.0.0.1: every endpoint, the limits, and micro-batching."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import torch
+
+pytest.importorskip("fastapi", reason="the server needs FastAPI: pip install 'bertforge[serve]'")
+uvicorn = pytest.importorskip("uvicorn", reason="the server needs uvicorn: pip install 'bertforge[serve]'")
+
+from bertforge import (  # noqa: E402
+    BertConfig,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+    BertTokenizer,
+)
+from bertforge.errors import BertforgeError  # noqa: E402
+from bertforge.inference import extract_features  # noqa: E402
+from bertforge.inference.serve import (  # noqa: E402
+    Job,
+    ServeSettings,
+    create_app,
+    detect_model_class,
+    load_model,
+)
+
+LABELS = {0: "negative", 1: "positive"}
+TEXTS = ["A gorgeous, witty, seductive movie.", "Boring.", "The story is too predictable and the acting flat, "
+         "though the score is lovely."]
+TRACEBACK_MARKERS = ("Traceback", 'File "', "line ", "Error:")
+
+
+def make_config(tokenizer: BertTokenizer, **overrides) -> BertConfig:
+    return BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=37, max_position_embeddings=64, **overrides)
+
+
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory, tokenizer):
+    torch.manual_seed(0)
+    directory = tmp_path_factory.mktemp("encoder")
+    BertModel(make_config(tokenizer)).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def classifier_dir(tmp_path_factory, tokenizer):
+    torch.manual_seed(0)
+    directory = tmp_path_factory.mktemp("classifier")
+    model = BertForSequenceClassification(make_config(tokenizer, id2label=LABELS))
+    torch.nn.init.normal_(model.classifier.weight, std=1.0)  # confident, distinct probabilities per text
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+class Server:
+    """A uvicorn server in a thread on a free loopback port, with JSON helpers."""
+
+    def __init__(self, model_dir, **settings):
+        self.model, self.tokenizer = load_model(model_dir)
+        self.app = create_app(self.model, self.tokenizer, ServeSettings(**settings), model_name=str(model_dir))
+        self.batcher = self.app.state.batcher
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [listener]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+
+    def stop(self):
+        self.server.should_exit = True
+        self.thread.join(10)
+
+    def request(self, path: str, body: dict | bytes | None = None, method: str | None = None):
+        """(status, parsed JSON or text, headers); a dict body is sent as JSON."""
+        data = json.dumps(body).encode() if isinstance(body, dict) else body
+        request = urllib.request.Request(self.url + path, data=data, method=method or ("POST" if data is not None
+                                                                                        else "GET"),
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                status, raw, headers = response.status, response.read(), response.headers
+        except urllib.error.HTTPError as error:
+            status, raw, headers = error.code, error.read(), error.headers
+        text = raw.decode("utf-8")
+        is_json = headers.get("content-type", "").startswith("application/json")
+        return status, json.loads(text) if is_json else text, headers
+
+
+@pytest.fixture(scope="module")
+def encoder_server(encoder_dir):
+    server = Server(encoder_dir, max_texts=8)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def classifier_server(classifier_dir):
+    server = Server(classifier_dir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def make_server():
+    servers = []
+
+    def start(model_dir, **settings):
+        servers.append(Server(model_dir, **settings))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def assert_error(response, status: int, *fragments: str):
+    code, body, _ = response
+    assert code == status, body
+    assert set(body) == {"error"} and all(fragment in body["error"] for fragment in fragments), body
+    assert not any(marker in body["error"] for marker in TRACEBACK_MARKERS), body
+
+
+# ---------------------------------------------------------------- endpoints
+
+
+def test_health_describes_the_model_and_limits(encoder_server):
+    status, body, _ = encoder_server.request("/health")
+    assert status == 200 and body["status"] == "ok"
+    assert body["architecture"] == "BertModel" and body["task"] is None
+    assert body["limits"]["max_texts"] == 8 and body["limits"]["max_length"] == 64  # the model's positions
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean", "max"])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_embed_equals_extract_features(encoder_server, pooling, normalize):
+    status, body, _ = encoder_server.request("/embed", {"texts": TEXTS, "pooling": pooling, "normalize": normalize})
+    expected = extract_features(encoder_server.model, encoder_server.tokenizer, TEXTS, pooling=pooling,
+                                normalize=normalize, max_length=64)
+    assert status == 200 and body["dimension"] == 32 and body["pooling"] == pooling
+    assert torch.allclose(torch.tensor(body["embeddings"]), expected, atol=1e-5)
+
+
+def test_embed_truncates_long_texts_by_default(encoder_server):
+    long_text = "word " * 200
+    status, body, _ = encoder_server.request("/embed", {"texts": [long_text]})
+    expected = extract_features(encoder_server.model, encoder_server.tokenizer, [long_text], max_length=64)
+    assert status == 200 and torch.allclose(torch.tensor(body["embeddings"]), expected, atol=1e-5)
+
+
+def test_tokenize_matches_the_tokenizer(encoder_server, tokenizer):
+    status, body, _ = encoder_server.request("/tokenize", {"text": "Unaffable café!", "text_pair": "Yes."})
+    expected = tokenizer("Unaffable café!", text_pair="Yes.", return_offsets_mapping=True)
+    assert status == 200
+    assert body["ids"] == expected["input_ids"] and body["token_type_ids"] == expected["token_type_ids"]
+    assert body["tokens"] == tokenizer.convert_ids_to_tokens(expected["input_ids"])
+    assert [tuple(span) for span in body["offsets"]] == expected["offset_mapping"]
+    assert body["tokens"][4] == "cafe" and "Unaffable café!"[slice(*body["offsets"][4])] == "café"
+
+
+def test_attention_page(encoder_server):
+    status, page, headers = encoder_server.request("/attention?text=The%20cat%20sat.&pair=It%20slept.")
+    assert status == 200 and headers["content-type"].startswith("text/html")
+    data = json.loads(page.split('id="attention-data">')[1].split("</script>")[0])
+    assert data["tokens"] == ["[CLS]", "the", "cat", "sat", ".", "[SEP]", "it", "slept", ".", "[SEP]"]
+    assert data["segment_b_start"] == 6
+    assert torch.tensor(data["attention"]).shape == (2, 4, 10, 10)
+    assert_error(encoder_server.request("/attention"), 422, "text")
+
+
+def test_openapi_and_docs(encoder_server):
+    status, schema, _ = encoder_server.request("/openapi.json")
+    assert status == 200 and {"/embed", "/predict", "/tokenize", "/attention", "/health"} <= set(schema["paths"])
+    status, page, _ = encoder_server.request("/docs")
+    assert status == 200 and "swagger" in page.lower()
+
+
+def test_predict_labels_with_probabilities(classifier_server, tokenizer):
+    status, body, _ = classifier_server.request("/predict", {"texts": TEXTS})
+    assert status == 200 and body["task"] == "sequence_classification"
+    model = classifier_server.model
+    for text, prediction in zip(TEXTS, body["predictions"]):
+        with torch.inference_mode():
+            probs = model(**tokenizer(text, return_tensors="pt")).logits.softmax(-1)[0]
+        assert set(prediction["probabilities"]) == {"negative", "positive"}
+        assert sum(prediction["probabilities"].values()) == pytest.approx(1.0, abs=1e-6)
+        assert prediction["probabilities"]["positive"] == pytest.approx(float(probs[1]), abs=1e-5)
+        assert prediction["label"] == LABELS[int(probs.argmax())]
+        assert prediction["score"] == max(prediction["probabilities"].values())
+
+
+def test_predict_pairs(classifier_server, tokenizer):
+    status, body, _ = classifier_server.request("/predict", {"texts": ["A cat."], "text_pairs": ["A dog."]})
+    with torch.inference_mode():
+        encoding = tokenizer("A cat.", text_pair="A dog.", return_tensors="pt")
+        probs = classifier_server.model(**encoding).logits.softmax(-1)
+    assert status == 200
+    assert body["predictions"][0]["probabilities"]["positive"] == pytest.approx(float(probs[0, 1]), abs=1e-5)
+    assert_error(classifier_server.request("/predict", {"texts": ["a", "b"], "text_pairs": ["c"]}), 422,
+                 "2 texts", "1 text_pairs")
+
+
+def test_predict_on_a_bare_encoder_is_the_wrong_task(encoder_server):
+    assert_error(encoder_server.request("/predict", {"texts": ["hello"]}), 409, "wrong task", "BertModel", "/embed")
+
+
+def test_model_class_comes_from_architectures_or_the_heads(tmp_path, tokenizer, encoder_dir, classifier_dir):
+    assert detect_model_class(encoder_dir) is BertModel
+    assert detect_model_class(classifier_dir) is BertForSequenceClassification
+    BertForTokenClassification(make_config(tokenizer, id2label={0: "O", 1: "B-PER"})).save_pretrained(tmp_path)
+    assert detect_model_class(tmp_path) is BertForTokenClassification
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "architectures": ["BertModel"]}))
+    assert detect_model_class(tmp_path) is BertModel
+
+
+# ---------------------------------------------------------------- limits and errors
+
+
+def test_request_errors_are_one_json_line_without_traceback(encoder_server):
+    assert_error(encoder_server.request("/embed", {"texts": ["x"] * 9}), 413, "too many texts", "8")
+    assert_error(encoder_server.request("/embed", b'{"texts": ["unclosed'), 400, "not valid JSON")
+    assert_error(encoder_server.request("/embed", b""), 400, "empty request body")
+    assert_error(encoder_server.request("/embed", {"texts": []}), 422, "texts")
+    assert_error(encoder_server.request("/embed", {"texts": "one string"}), 422, "texts")
+    assert_error(encoder_server.request("/embed", {"texts": [1, 2]}), 422, "texts.0")
+    assert_error(encoder_server.request("/embed", {"texts": ["a"], "pooling": "median"}), 422, "pooling")
+    assert_error(encoder_server.request("/embed", {"text": ["a"]}), 422, "text")
+    assert_error(encoder_server.request("/embed", b"[1, 2]"), 422, "invalid request")
+    assert_error(encoder_server.request("/tokenize", {"text": None}), 422, "text")
+    status, _, _ = encoder_server.request("/embed", method="GET")
+    assert status == 405
+
+
+def test_long_texts_refused_when_configured(make_server, encoder_dir):
+    server = make_server(encoder_dir, max_length=16, long_text="refuse")
+    assert server.request("/embed", {"texts": ["short text"]})[0] == 200
+    assert_error(server.request("/embed", {"texts": ["short", "word " * 20]}), 413, "text 1", "22 tokens",
+                 "limit is 16")
+    assert_error(server.request("/tokenize", {"text": "word " * 20}), 413, "limit is 16")
+    assert_error(server.request("/attention?text=" + "word%20" * 20), 413, "limit is 16")
+
+
+def test_unexpected_errors_are_500_with_a_generic_message(make_server, encoder_dir, caplog):
+    server = make_server(encoder_dir)
+
+    class Broken(torch.nn.Module):
+        config = server.model.config
+
+        def forward(self, *args, **kwargs):
+            raise RuntimeError("secret internal detail")
+
+    server.batcher.model = Broken()
+    with caplog.at_level("ERROR", logger="bertforge"):
+        response = server.request("/embed", {"texts": ["hello"]})
+    assert_error(response, 500, "internal server error")
+    assert "secret" not in json.dumps(response[1])
+    assert "secret internal detail" in caplog.text  # logged on the server's side
+
+
+def block_worker(batcher) -> threading.Event:
+    """Occupy the worker with a job that waits for the returned event; it holds no queue slot once taken."""
+    release = threading.Event()
+    batcher.submit([Job(lambda model, jobs: [release.wait(30) for _ in jobs], {"input_ids": [0]})])
+    deadline = time.monotonic() + 10
+    while batcher.pending:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    return release
+
+
+def wait_until_queued(batcher, count: int):
+    deadline = time.monotonic() + 10
+    while batcher.pending < count:
+        assert time.monotonic() < deadline, f"only {batcher.pending} of {count} texts got queued"
+        time.sleep(0.01)
+
+
+def in_threads(calls):
+    """Start each call in its own thread; the returned function joins them and gives their results."""
+    results = [None] * len(calls)
+
+    def call(index, function):
+        results[index] = function()
+
+    threads = [threading.Thread(target=call, args=(i, function)) for i, function in enumerate(calls)]
+    for thread in threads:
+        thread.start()
+
+    def join():
+        for thread in threads:
+            thread.join(30)
+        return results
+
+    return join
+
+
+def test_full_queue_answers_503(make_server, encoder_dir):
+    server = make_server(encoder_dir, max_queue=2, max_texts=2)
+    release = block_worker(server.batcher)
+    try:
+        join = in_threads([lambda: server.request("/embed", {"texts": ["one", "two"]})])
+        wait_until_queued(server.batcher, 2)
+        response = server.request("/embed", {"texts": ["three"]})
+        assert_error(response, 503, "busy")
+        assert response[2]["retry-after"] == "1"
+    finally:
+        release.set()
+    assert join()[0][0] == 200
+    assert server.request("/embed", {"texts": ["three"]})[0] == 200  # room again
+
+
+def test_concurrent_requests_share_a_forward_pass(make_server, encoder_dir):
+    server = make_server(encoder_dir, max_batch_size=8, max_wait_ms=50)
+    release = block_worker(server.batcher)
+    try:
+        join = in_threads([lambda text=text: server.request("/embed", {"texts": [text]}) for text in TEXTS]
+                          + [lambda: server.request("/embed", {"texts": TEXTS[:2], "pooling": "cls"})])
+        wait_until_queued(server.batcher, len(TEXTS) + 2)
+    finally:
+        release.set()
+    results = join()
+    health = server.request("/health")[1]
+    assert health["largest_batch"] == len(TEXTS) + 2 and health["texts"] == 1 + len(TEXTS) + 2
+    # Batched with others, each request still gets what extract_features gives for its texts alone.
+    mean = extract_features(server.model, server.tokenizer, TEXTS, max_length=64)
+    cls = extract_features(server.model, server.tokenizer, TEXTS[:2], pooling="cls", max_length=64)
+    for text_index, (status, body, _) in enumerate(results[:-1]):
+        assert status == 200 and torch.allclose(torch.tensor(body["embeddings"][0]), mean[text_index], atol=1e-5)
+    assert torch.allclose(torch.tensor(results[-1][1]["embeddings"]), cls, atol=1e-5)
+
+
+def test_settings_are_validated():
+    with pytest.raises(BertforgeError, match="long_text"):
+        ServeSettings(long_text="ignore")
+    with pytest.raises(BertforgeError, match="max_queue"):
+        ServeSettings(max_queue=0)
+    with pytest.raises(BertforgeError, match="could never be queued"):
+        ServeSettings(max_texts=64, max_queue=32)
