@@ -11,10 +11,12 @@ from bertforge.heads import (
 )
 from bertforge.inference import extract_features
 from bertforge.model import BertModel, EncoderOutput
+from bertforge.pretraining import BertForMaskedLM, BertForPreTraining, ElectraForPreTraining
 from bertforge.tokenizer import BertTokenizer
 
 __all__ = [
-    "BertConfig", "BertForQuestionAnswering", "BertForSequenceClassification", "BertForTokenClassification",
-    "BertModel", "BertTokenizer", "BertforgeError", "CheckpointError", "ClassifierOutput", "ConfigError",
+    "BertConfig", "BertForMaskedLM", "BertForPreTraining", "BertForQuestionAnswering",
+    "BertForSequenceClassification", "BertForTokenClassification", "BertModel", "BertTokenizer",
+    "BertforgeError", "CheckpointError", "ClassifierOutput", "ConfigError", "ElectraForPreTraining",
     "EncoderOutput", "InputError", "SpanOutput", "extract_features",
 ]

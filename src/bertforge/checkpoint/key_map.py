@@ -22,6 +22,19 @@ MODULE_NAMES = {
     "encoder.layers.{layer}.feed_forward.down": "encoder.layer.{layer}.output.dense",
     "encoder.layers.{layer}.output_norm": "encoder.layer.{layer}.output.LayerNorm",
     "pooler.dense": "pooler.dense",
+    # Pre-training heads (BertForPreTraining, BertForMaskedLM). The masked-LM decoder has no entry: it is the
+    # word-embedding matrix, which checkpoints store once, under the embeddings.
+    "masked_lm.dense": "cls.predictions.transform.dense",
+    "masked_lm.norm": "cls.predictions.transform.LayerNorm",
+    "masked_lm": "cls.predictions",  # its output bias: masked_lm.bias <-> cls.predictions.bias
+    "next_sentence": "cls.seq_relationship",
+}
+
+# Copies of tied tensors that some checkpoints carry (older transformers and TF conversions): name -> the tensor
+# it duplicates. Loading uses the original and checks that the copy agrees.
+TIED_HF_KEYS = {
+    "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+    "cls.predictions.decoder.bias": "cls.predictions.bias",
 }
 
 # Buffers some checkpoints carry that are not parameters of the model (recomputed, never learned).

@@ -11,7 +11,7 @@ import torch
 
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE, read_state_dict, write_state_dict
-from bertforge.checkpoint.key_map import ENCODER_PREFIX, IGNORED_HF_KEYS, from_hf, to_hf
+from bertforge.checkpoint.key_map import ENCODER_PREFIX, IGNORED_HF_KEYS, TIED_HF_KEYS, from_hf, to_hf
 from bertforge.config import BertConfig
 from bertforge.errors import CheckpointError, ConfigError
 
@@ -45,6 +45,7 @@ def load_hf_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor], s
     current = model.state_dict()
     by_key = {_without_encoder_prefix(name): name for name in current}
     loaded, report = {}, LoadReport()
+    state = _resolve_tied_copies(state, source)
     for hf_name, tensor in state.items():
         if IGNORED_HF_KEYS.search(hf_name):
             continue
@@ -69,6 +70,22 @@ def load_hf_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor], s
     return report
 
 
+def _resolve_tied_copies(state: dict[str, torch.Tensor], source: Path) -> dict[str, torch.Tensor]:
+    """Drop the extra copies of tied tensors (the masked-LM decoder is the word-embedding matrix), after
+    checking that they are copies; a copy whose original is absent stands in for it."""
+    state = dict(state)
+    for copy, original in TIED_HF_KEYS.items():
+        if copy not in state:
+            continue
+        tensor = state.pop(copy)
+        if original not in state:
+            state[original] = tensor
+        elif not torch.equal(tensor, state[original]):
+            raise CheckpointError(f"{source}: {copy!r} differs from {original!r}; bertforge ties them "
+                                  f"(an untied masked-LM decoder is not supported)")
+    return state
+
+
 class Pretrained:
     """Mixin for models built from a BertConfig: load and save the ecosystem's checkpoint directory."""
 
@@ -77,8 +94,12 @@ class Pretrained:
     initialisable: tuple[str, ...] = ("pooler.",)
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | Path, **config_overrides):
-        """Load from a checkpoint directory or "default"; keyword arguments override config.json fields."""
+    def from_pretrained(cls, name_or_path: str | Path, require_heads: bool = False, **config_overrides):
+        """Load from a checkpoint directory or "default"; keyword arguments override config.json fields.
+
+        `require_heads=True` refuses a checkpoint without trained weights for this model's heads (instead of
+        initialising them), for uses that need them trained, such as filling in [MASK] tokens.
+        """
         directory = resolve_model_dir(name_or_path)
         config = BertConfig.load(directory / CONFIG_FILE)
         if config_overrides:
@@ -89,6 +110,11 @@ class Pretrained:
         model = cls(config)
         state, source = read_state_dict(directory)
         report = load_hf_state_dict(model, state, source, cls.initialisable)
+        if require_heads and report.initialised:
+            modules = {name.rsplit(".", 1)[0] for name in report.initialised}
+            heads = sorted(m for m in modules if not any(m.startswith(other + ".") for other in modules))
+            raise CheckpointError(f"{source}: no trained weights for {cls.__name__}'s head ({', '.join(heads)}) "
+                                  f"in this checkpoint, which was saved from a model without it")
         if report.skipped:
             logger.info("%s: skipped %d tensors this model does not use: %s", source, len(report.skipped),
                         ", ".join(report.skipped))

@@ -1,0 +1,54 @@
+"""`bertforge vocab`: learn a WordPiece vocabulary (vocab.txt) from text files."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from bertforge.cli.arguments import check_writable, positive_int
+
+logger = logging.getLogger("bertforge")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--corpus", nargs="+", required=True, metavar="FILE", help="UTF-8 text files")
+    parser.add_argument("--vocab-size", type=positive_int, default=30522, help="tokens in the vocabulary")
+    parser.add_argument("--output", "-o", required=True, help="where to write vocab.txt")
+    parser.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case)")
+    parser.add_argument("--min-pair-count", type=positive_int, default=2,
+                        help="stop merging when the most frequent pair occurs fewer times")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from bertforge.tokenizer import BertTokenizer
+    from bertforge.tokenizer.learn_vocab import learn_vocab, read_corpus
+
+    output = check_writable(args.output)
+    with tqdm(total=args.vocab_size, desc="learning vocabulary", unit="token", disable=args.no_progress) as bar:
+        vocab = learn_vocab(args.corpus, args.vocab_size, lowercase=not args.cased, min_pair_count=args.min_pair_count,
+                            progress=lambda size: bar.update(size - bar.n))
+    vocab.save(output)
+    note = "" if len(vocab) >= args.vocab_size else \
+        f" (no pair occurs {args.min_pair_count} or more times any more)"
+    print(f"wrote {len(vocab)} tokens to {output}{note}")
+    print(summarise(BertTokenizer(vocab, do_lower_case=not args.cased), read_corpus(args.corpus)))
+    if args.cased:
+        print("load it with BertTokenizer(path, do_lower_case=False)")
+    return 0
+
+
+def summarise(tokenizer, lines, max_lines: int = 1000) -> str:
+    """How the vocabulary splits the corpus's first lines: a quick check of its quality."""
+    words = pieces = unknown = count = 0
+    for count, line in enumerate(lines, 1):
+        tokens = tokenizer.tokenize(line)
+        words += len(tokenizer.basic.split(line))
+        pieces += len(tokens)
+        unknown += tokens.count(tokenizer.vocab.special_tokens["unk_token"])
+        if count == max_lines:
+            break
+    return f"on the first {count} lines: {pieces / max(1, words):.2f} pieces per word, " \
+           f"{unknown / max(1, pieces):.2%} [UNK]"

@@ -1,0 +1,22 @@
+"""Pre-training: masking strategies, the pre-training heads and models, and the objectives that combine them."""
+
+from bertforge.pretraining.heads import (
+    BertForMaskedLM,
+    BertForPreTraining,
+    ElectraForPreTraining,
+    ElectraOutput,
+    MaskedLMHead,
+    MaskedLMOutput,
+    NextSentenceHead,
+    PreTrainingOutput,
+    ReplacedTokenHead,
+    electra_generator_config,
+)
+from bertforge.pretraining.masking import MASKING_STRATEGIES, MaskedBatch, Masker, mask_tokens
+from bertforge.pretraining.objectives import OBJECTIVES, Objective, get_objective
+
+__all__ = [
+    "MASKING_STRATEGIES", "OBJECTIVES", "BertForMaskedLM", "BertForPreTraining", "ElectraForPreTraining",
+    "ElectraOutput", "MaskedBatch", "MaskedLMHead", "MaskedLMOutput", "Masker", "NextSentenceHead", "Objective",
+    "PreTrainingOutput", "ReplacedTokenHead", "electra_generator_config", "get_objective", "mask_tokens",
+]
