@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from bertforge.errors import InputError
@@ -46,3 +47,15 @@ def load_encoder(name_or_path: str):
     """The encoder and tokenizer of a model directory (or 'default'), ready for inference."""
     from bertforge import BertModel, BertTokenizer
     return BertModel.from_pretrained(name_or_path), BertTokenizer.from_pretrained(name_or_path)
+
+
+def check_writable(path: str | Path) -> Path:
+    """Fail before any slow work when `path` can't be created: its folder is a file, or not writable."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InputError(f"can't create the output's folder: {error.strerror or error}", path) from None
+    if not os.access(path.parent, os.W_OK):
+        raise InputError("the output's folder is not writable", path)
+    return path
