@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from bertforge.cli import attention, embed, fill_mask, serve, similarity, tokenizer, vocab
+from bertforge.cli import attention, embed, fill_mask, pretrain, serve, similarity, tokenizer, vocab
 from bertforge.errors import BertforgeError
 from bertforge.runtime import set_threads, tune_cpu_allocator
 
@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "embed": (embed, "one vector per input line, saved as .npy or .jsonl"),
     "similarity": (similarity, "cosine similarity table between sentences"),
     "vocab": (vocab, "learn a WordPiece vocabulary (vocab.txt) from text files"),
+    "pretrain": (pretrain, "pre-train an encoder from raw text: prepare"),
     "fill-mask": (fill_mask, "most likely tokens for each [MASK] of a text (needs a masked-LM checkpoint)"),
     "attention": (attention, "write an HTML page showing the attention of every layer and head"),
     "serve": (serve, "HTTP inference server: /embed, /predict, /tokenize, /attention, /health"),

@@ -1,5 +1,7 @@
 """Pre-training: masking strategies, the pre-training heads and models, and the objectives that combine them."""
 
+from bertforge.pretraining.collate import PretrainingCollator
+from bertforge.pretraining.corpus import CorpusReader, CorpusSummary, Document, prepare_corpus
 from bertforge.pretraining.heads import (
     BertForMaskedLM,
     BertForPreTraining,
@@ -12,11 +14,13 @@ from bertforge.pretraining.heads import (
     ReplacedTokenHead,
     electra_generator_config,
 )
+from bertforge.pretraining.instances import SENTENCE_PAIRS, Instance, InstanceStream
 from bertforge.pretraining.masking import MASKING_STRATEGIES, MaskedBatch, Masker, mask_tokens
 from bertforge.pretraining.objectives import OBJECTIVES, Objective, get_objective
 
 __all__ = [
-    "MASKING_STRATEGIES", "OBJECTIVES", "BertForMaskedLM", "BertForPreTraining", "ElectraForPreTraining",
+    "MASKING_STRATEGIES", "OBJECTIVES", "SENTENCE_PAIRS", "BertForMaskedLM", "CorpusReader", "CorpusSummary",
+    "Document", "Instance", "InstanceStream", "PretrainingCollator", "prepare_corpus", "BertForPreTraining", "ElectraForPreTraining",
     "ElectraOutput", "MaskedBatch", "MaskedLMHead", "MaskedLMOutput", "Masker", "NextSentenceHead", "Objective",
     "PreTrainingOutput", "ReplacedTokenHead", "electra_generator_config", "get_objective", "mask_tokens",
 ]

@@ -1,0 +1,24 @@
+"""`bertforge pretrain ...`: the pre-training life cycle, one nested subcommand per step."""
+
+from __future__ import annotations
+
+import argparse
+
+from bertforge.cli import pretrain_prepare
+
+STEPS = {
+    "prepare": (pretrain_prepare, "tokenize a text corpus into token-id shards for pre-training"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    steps = parser.add_subparsers(dest="step", required=True, metavar="STEP")
+    for name, (module, help_text) in STEPS.items():
+        step = steps.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(step)
+        step.set_defaults(run=module.run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # Each step sets its own `run`, which replaces this one when the step's arguments are parsed.
+    return args.run(args)
