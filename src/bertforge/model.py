@@ -32,17 +32,19 @@ class Padding:
 
     `remove` packs (batch, seq, ...) into (tokens, ...) and `restore` scatters back with zeros at padding;
     without padding both are free reshapes. Only attention needs the padded (batch, seq) layout.
+    `pack=False` keeps every position (padding is only masked out of attention): a graph exporter needs that,
+    since packing asks a question of the data (is there padding, where) that a traced graph can't branch on.
     """
 
-    def __init__(self, attention_mask: torch.Tensor, dtype: torch.dtype):
+    def __init__(self, attention_mask: torch.Tensor, dtype: torch.dtype, pack: bool = True):
         self.batch_size, self.seq_len = attention_mask.shape
         is_real = attention_mask.reshape(-1).bool()
-        self.has_padding = not bool(is_real.all())
+        self.has_padding = pack and not bool(is_real.all())
         self.indices = is_real.nonzero().squeeze(1) if self.has_padding else None
         # Additive bias on the attention scores: 0 for real keys, the dtype's minimum for padding keys
         # (finite, so that a fully padded row gives a uniform softmax instead of NaN).
         self.attention_bias = None
-        if self.has_padding:
+        if self.has_padding or not pack:
             bias = torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device)
             bias.masked_fill_(attention_mask == 0, torch.finfo(dtype).min)
             self.attention_bias = bias[:, None, None, :]  # (batch, 1, 1, seq)
@@ -181,6 +183,10 @@ class BertModel(Pretrained, nn.Module):
     `add_pooler=False` leaves the pooler out, for heads that read every token (as transformers does for them).
     """
 
+    # Dense layers run on the real tokens only. ONNX export turns this off (see Padding); the outputs at real
+    # tokens are the same, and padding positions then hold values computed from padding instead of zeros.
+    pack_tokens: bool = True
+
     def __init__(self, config: BertConfig, add_pooler: bool = True):
         super().__init__()
         self.config = config
@@ -218,7 +224,7 @@ class BertModel(Pretrained, nn.Module):
 
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # (batch, seq, hidden)
         padding = Padding(attention_mask, dtype=torch.get_autocast_dtype(x.device.type)
-                          if torch.is_autocast_enabled(x.device.type) else x.dtype)
+                          if torch.is_autocast_enabled(x.device.type) else x.dtype, pack=self.pack_tokens)
         x, hidden_states, attentions = self.encoder(padding.remove(x), padding,
                                                     output_hidden_states, output_attentions)
         last_hidden_state = padding.restore(x)

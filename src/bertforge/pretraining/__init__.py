@@ -19,8 +19,9 @@ from bertforge.pretraining.masking import MASKING_STRATEGIES, MaskedBatch, Maske
 from bertforge.pretraining.objectives import OBJECTIVES, Objective, get_objective
 
 __all__ = [
-    "MASKING_STRATEGIES", "OBJECTIVES", "SENTENCE_PAIRS", "BertForMaskedLM", "CorpusReader", "CorpusSummary",
-    "Document", "Instance", "InstanceStream", "PretrainingCollator", "prepare_corpus", "BertForPreTraining", "ElectraForPreTraining",
-    "ElectraOutput", "MaskedBatch", "MaskedLMHead", "MaskedLMOutput", "Masker", "NextSentenceHead", "Objective",
-    "PreTrainingOutput", "ReplacedTokenHead", "electra_generator_config", "get_objective", "mask_tokens",
+    "MASKING_STRATEGIES", "OBJECTIVES", "SENTENCE_PAIRS", "BertForMaskedLM", "BertForPreTraining", "CorpusReader",
+    "CorpusSummary", "Document", "ElectraForPreTraining", "ElectraOutput", "Instance", "InstanceStream",
+    "MaskedBatch", "MaskedLMHead", "MaskedLMOutput", "Masker", "NextSentenceHead", "Objective", "PreTrainingOutput",
+    "PretrainingCollator", "ReplacedTokenHead", "electra_generator_config", "get_objective", "mask_tokens",
+    "prepare_corpus",
 ]
