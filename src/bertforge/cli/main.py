@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from bertforge.cli import attention, embed, fill_mask, pretrain, serve, similarity, tokenizer, vocab
+from bertforge.cli import attention, embed, export, fill_mask, pretrain, serve, similarity, tokenizer, vocab
 from bertforge.errors import BertforgeError
 from bertforge.runtime import set_threads, tune_cpu_allocator
 
@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "pretrain": (pretrain, "pre-train an encoder from raw text: prepare"),
     "fill-mask": (fill_mask, "most likely tokens for each [MASK] of a text (needs a masked-LM checkpoint)"),
     "attention": (attention, "write an HTML page showing the attention of every layer and head"),
+    "export": (export, "write the model as ONNX (checked against PyTorch) or as a transformers checkpoint directory"),
     "serve": (serve, "HTTP inference server: /embed, /predict, /tokenize, /attention, /health"),
 }
 

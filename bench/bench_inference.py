@@ -1,0 +1,196 @@
+"""Inference throughput: bertforge vs transformers (SDPA) vs ONNX Runtime, on the same weights and inputs, one run.
+
+    python bench/bench_inference.py [--threads 2] [--repeats 3] [--models minilm,base] [--no-extras]
+
+ONNX Runtime runs the graph that bertforge's own `export_onnx` writes (checked against PyTorch before use).
+Workloads, all real text except the token ids of the random base model's weights:
+  full 32x128   32 SQuAD contexts of 128+ tokens, truncated to 128 (no padding)
+  SST-2 b32     SST-2 dev sentences in file order, batches of 32, each padded to its longest
+  SQuAD b16     SQuAD dev contexts in file order, truncated to --squad-length tokens, batches of 16
+Model FLOPs utilisation counts only the useful work on real tokens (2 x the matmul parameters per token, plus
+attention's 4 x length x hidden per token and layer) against --peak-gflops, so work spent on padding is waste.
+Everything runs twice: with glibc's default allocator, then after `tune_cpu_allocator()`. The setting is
+process-wide, so transformers gains from it too. Extras (MiniLM and base, full 32x128, tuned allocator):
+bf16 autocast and dynamic int8 quantization of nn.Linear, speed-up and largest difference from fp32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+from bertforge import BertConfig, BertModel, BertTokenizer
+from bertforge.checkpoint import default_model_dir
+from bertforge.inference.onnx import INPUT_NAMES, export_onnx, onnx_session
+from bertforge.runtime import tune_cpu_allocator
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def read_sst2_dev() -> list[str]:
+    with open(DATA / "sst2" / "dev.tsv", encoding="utf-8") as handle:
+        return [row["sentence"] for row in csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)]
+
+
+def read_squad_contexts() -> list[str]:
+    squad = json.loads((DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    return [p["context"] for article in squad["data"] for p in article["paragraphs"]]
+
+
+def batched(texts: list[str], size: int) -> list[list[str]]:
+    return [texts[start:start + size] for start in range(0, len(texts), size)]
+
+
+def workloads(tokenizer: BertTokenizer, args) -> dict[str, list[dict[str, torch.Tensor]]]:
+    encode = dict(truncation=True, padding=True, return_tensors="pt")
+    contexts = read_squad_contexts()
+    long_enough = [text for text in contexts if len(tokenizer.tokenize(text)) >= 126][:32]
+    sentences = read_sst2_dev()[:args.sst2_sentences]
+    return {
+        "full 32x128": [dict(tokenizer(long_enough, max_length=128, **encode))],
+        "SST-2 b32": [dict(tokenizer(batch, **encode)) for batch in batched(sentences, 32)],
+        f"SQuAD b16 {args.squad_length}": [dict(tokenizer(batch, max_length=args.squad_length, **encode))
+                                          for batch in batched(contexts[:args.squad_contexts], 16)],
+    }
+
+
+def forward_flops(config: BertConfig, batches: list[dict[str, torch.Tensor]]) -> float:
+    """Useful forward FLOPs over the real tokens: matmuls 2 x params per token, attention 4 x length x hidden."""
+    hidden, layers = config.hidden_size, config.num_hidden_layers
+    matmul_params = layers * (4 * hidden * hidden + 2 * hidden * config.intermediate_size)
+    flops = 0.0
+    for batch in batches:
+        for length in batch["attention_mask"].sum(1).tolist():
+            flops += length * 2 * matmul_params + layers * 4 * length * length * hidden
+    return flops
+
+
+def seconds_per_pass(run, batches, repeats: int) -> float:
+    """Median wall time of `repeats` passes over all batches, after one warm-up batch."""
+    run(batches[0])
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for batch in batches:
+            run(batch)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def torch_runner(model, autocast: bool = False):
+    def run(batch):
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            return model(**batch)
+    return run
+
+
+def onnx_runner(session):
+    def run(batch):
+        return session.run(None, {name: batch[name].numpy() for name in INPUT_NAMES})
+    return run
+
+
+def load_all(name: str, scratch: Path, tokenizer: BertTokenizer, threads: int):
+    """bertforge, transformers and ONNX Runtime on the same weights: the real MiniLM, or a random preset size."""
+    import transformers
+
+    if name == "minilm":
+        directory = default_model_dir()
+    else:
+        torch.manual_seed(0)
+        directory = scratch / name
+        config = transformers.BertConfig(**BertConfig.preset(name).to_dict())
+        transformers.BertModel(config).save_pretrained(directory)
+    ours = BertModel.from_pretrained(directory)
+    reference = transformers.BertModel.from_pretrained(directory, attn_implementation="sdpa").eval()
+    start = time.perf_counter()
+    report = export_onnx(ours, tokenizer, scratch / f"{name}.onnx")
+    print(f"{name}: exported to ONNX in {time.perf_counter() - start:.0f} s, "
+          f"max difference {report.max_difference:.1e}", flush=True)
+    return ours, reference, onnx_session(scratch / f"{name}.onnx", threads)
+
+
+def largest_difference(expected, actual, batch) -> float:
+    is_real = batch["attention_mask"].bool()
+    return float((actual.last_hidden_state.float() - expected.last_hidden_state)[is_real].abs().max())
+
+
+def measure_extras(name: str, model: BertModel, batches, repeats: int) -> None:
+    """bf16 autocast and dynamic int8 Linear, against fp32 bertforge: speed-up and max |difference|."""
+    from torch.ao.quantization import quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notice
+        quantized = quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)
+    fp32_s = seconds_per_pass(torch_runner(model), batches, repeats)
+    expected = torch_runner(model)(batches[0])
+    variants = {"bf16 autocast": torch_runner(model, autocast=True), "int8 dynamic": torch_runner(quantized)}
+    for variant, run in variants.items():
+        variant_s = seconds_per_pass(run, batches, repeats)
+        difference = largest_difference(expected, run(batches[0]), batches[0])
+        scale = float(expected.last_hidden_state[batches[0]["attention_mask"].bool()].abs().max())
+        print(f"{name:<8}{variant:<16}{fp32_s / variant_s:>9.2f}x{difference:>14.2e}{difference / scale:>12.1%}",
+              flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--models", default="minilm,base")
+    parser.add_argument("--sst2-sentences", type=int, default=64, help="first N SST-2 dev sentences (872 in all)")
+    parser.add_argument("--squad-contexts", type=int, default=16, help="first N SQuAD dev contexts")
+    parser.add_argument("--squad-length", type=int, default=256, choices=(256, 384))
+    parser.add_argument("--peak-gflops", type=float, default=552.0, help="fp32 peak of the CPU (PERFORMANCE.md)")
+    parser.add_argument("--no-extras", action="store_true", help="skip the bf16 and int8 measurements")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    tokenizer = BertTokenizer.from_pretrained("default")
+    inputs = workloads(tokenizer, args)
+    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    cpu_name = next((line.split(":", 1)[1].strip() for line in cpu.splitlines() if line.startswith("Model name")), "?")
+    print(f"{cpu_name}; torch {torch.__version__}, {args.threads} threads, median of {args.repeats}; "
+          f"MFU against {args.peak_gflops:.0f} GFLOP/s")
+
+    with tempfile.TemporaryDirectory() as scratch:
+        loaded = {name: load_all(name, Path(scratch), tokenizer, args.threads) for name in args.models.split(",")}
+        print(f"{'':<39}{'sequences/s':^24}{'real tokens/s':^24}{'bf speed-up':^14}{'MFU':^18}")
+        print(f"{'allocator':<10}{'model':<8}{'workload':<16}{'real':>5}" + f"{'bf':>8}{'tf':>8}{'ORT':>8}" * 2
+              + f"{'vs tf':>7}{'vs ORT':>7}" + f"{'bf':>6}{'tf':>6}{'ORT':>6}")
+        for allocator in ("default", "tuned"):
+            if allocator == "tuned":
+                tune_cpu_allocator()
+            for name, (ours, reference, session) in loaded.items():
+                for workload, batches in inputs.items():
+                    sequences = sum(len(b["input_ids"]) for b in batches)
+                    tokens = sum(int(b["attention_mask"].sum()) for b in batches)
+                    fill = tokens / sum(b["input_ids"].numel() for b in batches)
+                    gflop = forward_flops(ours.config, batches) / 1e9
+                    ours_s = seconds_per_pass(torch_runner(ours), batches, args.repeats)
+                    reference_s = seconds_per_pass(torch_runner(reference), batches, args.repeats)
+                    onnx_s = seconds_per_pass(onnx_runner(session), batches, args.repeats)
+                    seconds = (ours_s, reference_s, onnx_s)
+                    print(f"{allocator:<10}{name:<8}{workload:<16}{fill:>5.0%}"
+                          + "".join(f"{sequences / s:>8.1f}" for s in seconds)
+                          + "".join(f"{tokens / s:>8.0f}" for s in seconds)
+                          + f"{reference_s / ours_s:>6.2f}x{onnx_s / ours_s:>6.2f}x"
+                          + "".join(f"{gflop / s / args.peak_gflops:>6.0%}" for s in seconds), flush=True)
+        if not args.no_extras:
+            print(f"\n{'model':<8}{'variant':<16}{'speed-up':>10}{'max |diff|':>14}{'of max |h|':>12}   "
+                  "(vs bertforge fp32, full 32x128, last_hidden_state at real tokens)")
+            for name, (ours, _, _) in loaded.items():
+                measure_extras(name, ours, inputs["full 32x128"], args.repeats)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""`bertforge export onnx|hf`: an ONNX graph checked against PyTorch, or the ecosystem's checkpoint directory.
+
+    bertforge export onnx --model DIR --output model.onnx [--task question-answering]
+    bertforge export hf --model DIR --output DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bertforge.cli.arguments import add_model_argument, check_writable, positive_int
+from bertforge.errors import InputError
+from bertforge.inference.onnx import DEFAULT_TOLERANCE, ONNX_TASKS, check_task, export_onnx
+
+
+def load_for_task(args: argparse.Namespace):
+    """The model class that --task names, and the tokenizer, from --model."""
+    from bertforge import BertTokenizer
+
+    model = check_task(args.task).model_class.from_pretrained(args.model)
+    return model, BertTokenizer.from_pretrained(args.model)
+
+
+def add_onnx_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--opset", type=positive_int, default=None, help="ONNX opset (default: the exporter's)")
+
+
+def run_onnx(args: argparse.Namespace) -> int:
+    output = Path(args.output)
+    if output.suffix != ".onnx":
+        raise InputError("the output must be a .onnx file", output)
+    check_writable(output)
+    model, tokenizer = load_for_task(args)
+    report = export_onnx(model, tokenizer, output, task=args.task, opset=args.opset)
+    shapes = ", ".join(f"{batch}x{seq}" for batch, seq in report.checked_shapes)
+    print(f"max difference from PyTorch: {report.max_difference:.2e} at real tokens "
+          f"(batches {shapes}; tolerance {DEFAULT_TOLERANCE:.0e})")
+    print(f"wrote {report.task} graph (opset {report.opset}, outputs {', '.join(report.output_names)}) to {output}")
+    return 0
+
+
+def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
+    """No options beyond --model, --output and --task: the files are the format."""
+
+
+def run_hf(args: argparse.Namespace) -> int:
+    output = Path(args.output)
+    if output.exists() and not output.is_dir():
+        raise InputError("exists and is not a directory; the output is a model directory", output)
+    check_writable(output)
+    model, tokenizer = load_for_task(args)
+    try:
+        model.save_pretrained(output)
+        tokenizer.save_pretrained(output)
+    except OSError as error:
+        raise InputError(f"can't write the model: {error.strerror or error}", output) from None
+    print(f"wrote {', '.join(sorted(path.name for path in output.iterdir() if path.is_file()))} to {output}")
+    return 0
+
+
+# name -> (extra arguments, run, help)
+FORMATS = {
+    "onnx": (add_onnx_arguments, run_onnx, "an ONNX graph with dynamic batch and sequence axes, checked with "
+                                           "ONNX Runtime against PyTorch"),
+    "hf": (add_hf_arguments, run_hf, "the ecosystem's checkpoint directory (config.json, model.safetensors, "
+                                     "vocab.txt, tokenizer_config.json), loadable by transformers"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    formats = parser.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    for name, (add_format_arguments, _, help_text) in FORMATS.items():
+        subparser = formats.add_parser(name, help=help_text, description=help_text)
+        add_model_argument(subparser)
+        subparser.add_argument("--output", "-o", required=True,
+                               help="FILE.onnx" if name == "onnx" else "model directory to write")
+        subparser.add_argument("--task", choices=list(ONNX_TASKS), default="feature-extraction",
+                               help="which model to load: the encoder or a task model (default: %(default)s)")
+        add_format_arguments(subparser)
+
+
+def run(args: argparse.Namespace) -> int:
+    _, run_format, _ = FORMATS[args.format]
+    return run_format(args)

@@ -1,0 +1,234 @@
+"""ONNX export of the encoder and the BERT task models, checked against PyTorch with ONNX Runtime.
+
+Inputs and outputs carry the names of transformers' ONNX exports, with dynamic batch and sequence axes:
+input_ids, attention_mask, token_type_ids (int64, (batch, seq)) -> last_hidden_state, pooler_output / logits /
+start_logits, end_logits. Needs the optional packages onnx, onnxscript and onnxruntime (pip install bertforge[onnx]).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from bertforge.atomic import atomic_path
+from bertforge.errors import BertforgeError
+from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bertforge.model import BertModel
+
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+MIN_OPSET = 18  # the oldest opset torch's default (dynamo) exporter targets
+DEFAULT_TOLERANCE = 1e-4  # fp32: ONNX Runtime's kernels sum in a different order than PyTorch's
+
+
+@dataclass(frozen=True)
+class OnnxTask:
+    """Which model a task exports, how its output becomes named tensors, and which of them are per token."""
+
+    model_class: type[nn.Module]
+    outputs: Callable[[object], dict[str, torch.Tensor | None]]
+    per_token: frozenset[str]
+
+
+# Hugging Face's task names (optimum's `--task`); the CLI's --task choices are these keys.
+ONNX_TASKS: dict[str, OnnxTask] = {
+    "feature-extraction": OnnxTask(
+        BertModel, lambda out: {"last_hidden_state": out.last_hidden_state, "pooler_output": out.pooler_output},
+        frozenset({"last_hidden_state"})),
+    "text-classification": OnnxTask(
+        BertForSequenceClassification, lambda out: {"logits": out.logits}, frozenset()),
+    "token-classification": OnnxTask(
+        BertForTokenClassification, lambda out: {"logits": out.logits}, frozenset({"logits"})),
+    "question-answering": OnnxTask(
+        BertForQuestionAnswering, lambda out: {"start_logits": out.start_logits, "end_logits": out.end_logits},
+        frozenset({"start_logits", "end_logits"})),
+}
+
+# Real sentences of very different lengths (and, paired up, with both segments) for the numerical check.
+CHECK_TEXTS = (
+    "The cat sat on the mat.",
+    "Paris is the capital and most populous city of France, with an estimated population of more than two "
+    "million residents in an area of about 105 square kilometres.",
+    "It rained.",
+    "Super Bowl 50 was an American football game to determine the champion of the National Football League "
+    "for the 2015 season; the Denver Broncos defeated the Carolina Panthers 24 to 10 to earn their third title.",
+    "A gripping, beautifully acted film that never overstays its welcome.",
+    "Where was the game played?",
+)
+
+
+@dataclass
+class ExportReport:
+    """Where the graph went and how closely ONNX Runtime reproduced PyTorch on real inputs."""
+
+    path: Path
+    task: str
+    opset: int
+    output_names: tuple[str, ...]
+    # Largest absolute difference per output over every checked batch, at real tokens for per-token outputs.
+    differences: dict[str, float] = field(default_factory=dict)
+    checked_shapes: list[tuple[int, int]] = field(default_factory=list)  # (batch, seq) of each checked batch
+
+    @property
+    def max_difference(self) -> float:
+        return max(self.differences.values(), default=0.0)
+
+
+def require(module: str):
+    """Import an optional dependency of the ONNX tools, or say how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise BertforgeError(f"ONNX export needs the package {module!r}: pip install bertforge[onnx]") from None
+
+
+def task_of(model: nn.Module) -> str:
+    """The task name of a model instance: BertForQuestionAnswering -> 'question-answering'."""
+    for name, task in ONNX_TASKS.items():
+        if isinstance(model, task.model_class):
+            return name
+    raise BertforgeError(f"can't export a {type(model).__name__}; exportable models: "
+                         + ", ".join(task.model_class.__name__ for task in ONNX_TASKS.values()))
+
+
+def check_task(name: str) -> OnnxTask:
+    if name not in ONNX_TASKS:
+        raise BertforgeError(f"unknown task {name!r}; choose from {', '.join(ONNX_TASKS)}")
+    return ONNX_TASKS[name]
+
+
+class _Graph(nn.Module):
+    """The model with positional tensor inputs and a tuple of tensor outputs, which is what an exporter traces."""
+
+    def __init__(self, model: nn.Module, outputs: Callable[[object], dict[str, torch.Tensor | None]]):
+        super().__init__()
+        self.model, self.outputs = model, outputs
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        named = self.outputs(self.model(input_ids, attention_mask, token_type_ids))
+        return tuple(tensor for tensor in named.values() if tensor is not None)
+
+
+@contextmanager
+def exportable(model: nn.Module) -> Iterator[nn.Module]:
+    """The model in eval mode with token packing off (see model.Padding); both restored on exit."""
+    saved = [(module, module.pack_tokens) for module in model.modules() if isinstance(module, BertModel)]
+    was_training = model.training
+    model.eval()
+    for encoder, _ in saved:
+        encoder.pack_tokens = False
+    try:
+        yield model
+    finally:
+        for encoder, pack_tokens in saved:
+            encoder.pack_tokens = pack_tokens
+        model.train(was_training)
+
+
+@contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Silence the exporter's notes about its own internals (missing torchvision ops, deprecations)."""
+    exporter_logger = logging.getLogger("torch.onnx")
+    level = exporter_logger.level
+    exporter_logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        exporter_logger.setLevel(level)
+
+
+def check_batches(tokenizer, max_length: int, texts: Sequence[str] = CHECK_TEXTS) -> list[dict[str, torch.Tensor]]:
+    """Padded real batches of three shapes: all texts, the first one alone (batch 1), and text pairs."""
+    half = len(texts) // 2
+    encode = dict(truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+    return [dict(tokenizer(list(texts), **encode)), dict(tokenizer(texts[:1], **encode)),
+            dict(tokenizer(list(texts[:half]), list(texts[half:2 * half]), **encode))]
+
+
+def export_onnx(model: nn.Module, tokenizer, path: str | Path, task: str | None = None, opset: int | None = None,
+                check_texts: Sequence[str] = CHECK_TEXTS, tolerance: float = DEFAULT_TOLERANCE) -> ExportReport:
+    """Export `model` to an ONNX file with dynamic batch and sequence axes, and check it with ONNX Runtime.
+
+    The graph is checked before it replaces `path`: on real padded batches of shapes other than the traced one,
+    every output must be within `tolerance` of PyTorch (at real tokens); otherwise nothing is written.
+
+    >>> export_onnx(BertModel.from_pretrained("default"), tokenizer, "minilm.onnx").max_difference < 1e-4
+    True
+    """
+    for module in ("onnx", "onnxscript", "onnxruntime"):
+        require(module)
+    if opset is not None and opset < MIN_OPSET:
+        raise BertforgeError(f"opset {opset} is too old; the exporter writes opset {MIN_OPSET} or newer")
+    path = Path(path)
+    task = task or task_of(model)
+    spec = check_task(task)
+    if not isinstance(model, spec.model_class):
+        raise BertforgeError(f"task {task!r} exports a {spec.model_class.__name__}, got a {type(model).__name__}")
+    max_length = min(tokenizer.model_max_length, model.config.max_position_embeddings)
+    device = next(model.parameters()).device
+    sample = tokenizer(["Hello world.", "The export traces this pair of sentences."], padding=True,
+                       return_tensors="pt")
+    sample = tuple(sample[name].to(device) for name in INPUT_NAMES)
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    seq = torch.export.Dim("seq", min=1, max=model.config.max_position_embeddings)
+
+    with exportable(model), torch.no_grad():
+        graph = _Graph(model, spec.outputs)
+        output_names = tuple(name for name, tensor in spec.outputs(model(*sample)).items() if tensor is not None)
+        with _quiet_exporter():
+            program = torch.onnx.export(graph, sample, input_names=list(INPUT_NAMES), output_names=list(output_names),
+                                        dynamic_shapes={name: {0: batch, 1: seq} for name in INPUT_NAMES},
+                                        opset_version=opset, dynamo=True, verbose=False)
+    opset = next(entry.version for entry in program.model_proto.opset_import if entry.domain in ("", "ai.onnx"))
+    report = ExportReport(path=path, task=task, opset=opset, output_names=output_names)
+    try:
+        with atomic_path(path) as temporary:
+            program.save(temporary, external_data=False)
+            compare_with_pytorch(model, temporary, check_batches(tokenizer, max_length, check_texts), spec, report)
+            if report.max_difference > tolerance:
+                worst = max(report.differences, key=report.differences.get)
+                raise BertforgeError(f"the ONNX graph differs from PyTorch by {report.max_difference:.2e} in "
+                                     f"{worst!r} (tolerance {tolerance:.0e}); nothing was written to {path}")
+    except OSError as error:
+        raise BertforgeError(f"{path}: can't write the ONNX file: {error.strerror or error}") from None
+    return report
+
+
+def onnx_session(path: str | Path, threads: int | None = None):
+    """An ONNX Runtime CPU session with `threads` intra-op threads (default: torch's thread count)."""
+    onnxruntime = require("onnxruntime")
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads or torch.get_num_threads()
+    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def compare_with_pytorch(model: nn.Module, onnx_path: Path, batches: list[dict[str, torch.Tensor]],
+                         spec: OnnxTask, report: ExportReport) -> None:
+    """Run each batch through PyTorch (with token packing, as users run it) and ONNX Runtime; record differences."""
+    session = onnx_session(onnx_path)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        for inputs in batches:
+            with torch.no_grad():
+                expected = spec.outputs(model(*(inputs[name].to(device) for name in INPUT_NAMES)))
+            actual = session.run(list(report.output_names), {name: inputs[name].numpy() for name in INPUT_NAMES})
+            is_real = inputs["attention_mask"].bool()  # (batch, seq)
+            for name, values in zip(report.output_names, actual):
+                difference = (torch.from_numpy(values) - expected[name].float().cpu()).abs()
+                if name in spec.per_token:
+                    difference = difference[is_real]  # padding positions are never read
+                report.differences[name] = max(report.differences.get(name, 0.0), float(difference.max()))
+            report.checked_shapes.append(tuple(inputs["input_ids"].shape))
+    finally:
+        model.train(was_training)

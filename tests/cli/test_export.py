@@ -1,0 +1,114 @@
+"""`bertforge export onnx|hf` end to end on small models, and the one-line errors a user can cause."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from bertforge import BertForQuestionAnswering, BertModel, BertTokenizer
+from bertforge.cli import export
+from bertforge.cli import main as cli_main
+
+
+@pytest.fixture(autouse=True)
+def registered(monkeypatch):
+    """Register the subcommand here too, so these tests don't depend on main.py's table."""
+    monkeypatch.setitem(cli_main.SUBCOMMANDS, "export", (export, "export a model"))
+
+
+def run_cli(capsys, *argv):
+    code = cli_main.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def tiny_dirs(tmp_path, tiny_config, tokenizer):
+    """A tiny encoder and a tiny question-answering model, each saved with the real vocabulary."""
+    torch.manual_seed(0)
+    config = dataclasses.replace(tiny_config, vocab_size=tokenizer.vocab_size, initializer_range=0.5)
+    directories = {}
+    for name, model in (("encoder", BertModel(config)), ("qa", BertForQuestionAnswering(config))):
+        directories[name] = model.save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(directories[name])
+    return directories
+
+
+def onnx_outputs(path, batch):
+    from bertforge.inference.onnx import INPUT_NAMES, onnx_session
+
+    session = onnx_session(path)
+    names = [output.name for output in session.get_outputs()]
+    return dict(zip(names, session.run(names, {name: batch[name].numpy() for name in INPUT_NAMES})))
+
+
+def test_export_onnx_encoder(capsys, tmp_path, tiny_dirs, tokenizer, real_sentences):
+    pytest.importorskip("onnxruntime")
+    output = tmp_path / "out" / "encoder.onnx"
+    code, out, err = run_cli(capsys, "export", "onnx", "--model", str(tiny_dirs["encoder"]), "--output", str(output))
+    assert code == 0, err
+    assert "max difference from PyTorch" in out and f"to {output}" in out
+    batch = tokenizer(real_sentences, padding=True, truncation=True, max_length=64, return_tensors="pt")
+    expected = BertModel.from_pretrained(tiny_dirs["encoder"])(**batch)
+    actual = onnx_outputs(output, batch)
+    is_real = batch["attention_mask"].bool().numpy()
+    assert np.abs(actual["last_hidden_state"] - expected.last_hidden_state.detach().numpy())[is_real].max() <= 1e-4
+    assert np.abs(actual["pooler_output"] - expected.pooler_output.detach().numpy()).max() <= 1e-4
+
+
+def test_export_onnx_question_answering(capsys, tmp_path, tiny_dirs, tokenizer, real_sentences):
+    pytest.importorskip("onnxruntime")
+    output = tmp_path / "qa.onnx"
+    code, out, err = run_cli(capsys, "export", "onnx", "-m", str(tiny_dirs["qa"]), "-o", str(output),
+                             "--task", "question-answering")
+    assert code == 0, err
+    assert "outputs start_logits, end_logits" in out
+    batch = tokenizer(real_sentences[:3], real_sentences[3:6], padding=True, truncation=True, max_length=64,
+                      return_tensors="pt")
+    expected = BertForQuestionAnswering.from_pretrained(tiny_dirs["qa"])(**batch)
+    actual = onnx_outputs(output, batch)
+    is_real = batch["attention_mask"].bool().numpy()
+    assert np.abs(actual["start_logits"] - expected.start_logits.detach().numpy())[is_real].max() <= 1e-4
+
+
+def test_export_hf_loads_in_transformers_and_bertforge(capsys, tmp_path, minilm, tokenizer, real_sentences):
+    transformers = pytest.importorskip("transformers")
+    output = tmp_path / "exported"
+    code, out, err = run_cli(capsys, "export", "hf", "--model", "default", "--output", str(output))
+    assert code == 0, err
+    assert "config.json, model.safetensors, tokenizer_config.json, vocab.txt" in out
+    batch = tokenizer(real_sentences, padding=True, truncation=True, max_length=128, return_tensors="pt")
+    is_real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        expected = minilm(**batch)
+        reference = transformers.BertModel.from_pretrained(output).eval()(**batch)
+        reloaded = BertModel.from_pretrained(output)(**batch)
+    assert torch.allclose(reference.last_hidden_state[is_real], expected.last_hidden_state[is_real], atol=1e-5)
+    assert torch.allclose(reference.pooler_output, expected.pooler_output, atol=1e-5)
+    assert torch.equal(reloaded.last_hidden_state, expected.last_hidden_state)
+    hf_tokenizer = transformers.BertTokenizer.from_pretrained(output)
+    assert hf_tokenizer(real_sentences[:3])["input_ids"] == tokenizer(real_sentences[:3])["input_ids"]
+    assert BertTokenizer.from_pretrained(output)(real_sentences[0]) == tokenizer(real_sentences[0])
+
+
+@pytest.mark.parametrize("format_, output, message", [
+    ("onnx", "model.txt", "the output must be a .onnx file"),
+    ("onnx", "a_file/model.onnx", "can't create the output's folder"),
+    ("hf", "a_file", "exists and is not a directory"),
+    ("hf", "a_file/model", "can't create the output's folder"),
+])
+def test_output_errors_are_one_line(capsys, tmp_path, tiny_dirs, format_, output, message):
+    (tmp_path / "a_file").write_text("not a folder")
+    code, out, err = run_cli(capsys, "export", format_, "-m", str(tiny_dirs["encoder"]),
+                             "-o", str(tmp_path / output))
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and err.startswith("bertforge: error: ") and message in err
+
+
+@pytest.mark.parametrize("format_", ["onnx", "hf"])
+def test_missing_model_dir_is_one_line(capsys, tmp_path, format_):
+    code, _, err = run_cli(capsys, "export", format_, "--model", str(tmp_path / "nowhere"),
+                           "--output", str(tmp_path / "out.onnx"))
+    assert code == 1
+    assert err.count("\n") == 1 and "no such model directory" in err
