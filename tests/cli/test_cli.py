@@ -126,3 +126,32 @@ def test_errors_from_a_subprocess_have_no_traceback(tmp_path):
                              "-o", str(tmp_path / "v.npy")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip() == f"bertforge: error: {tmp_path / 'nope.txt'}: no such file"
+
+
+def test_embed_similar_ranks_lines_by_similarity(capsys, tmp_path):
+    lines = tmp_path / "lines.txt"
+    lines.write_text("The stock market fell.\nA man plays the guitar.\nA kitten sleeps.\n", encoding="utf-8")
+    code, out, _ = run_cli(capsys, "embed", "-i", str(lines), "--similar", "someone making music", "--top-k", "2")
+    assert code == 0
+    ranked = out.splitlines()
+    assert len(ranked) == 2 and "line 2: A man plays the guitar." in ranked[0]
+
+
+def test_embed_word_level_jsonl(capsys, tmp_path):
+    lines = tmp_path / "lines.txt"
+    lines.write_text("Unaffable café owners!\n", encoding="utf-8")
+    output = tmp_path / "words.jsonl"
+    assert run_cli(capsys, "embed", "-i", str(lines), "-o", str(output), "--level", "word")[0] == 0
+    record = json.loads(output.read_text(encoding="utf-8"))
+    assert record["tokens"] == ["Unaffable", "café", "owners", "!"]
+    assert record["offsets"][1] == [10, 14] and len(record["embeddings"]) == 4
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["embed", "-i", "{tmp}/ok.txt"], r"give --output FILE.npy\|FILE.jsonl, or --similar QUERY"),
+    (["embed", "-i", "{tmp}/ok.txt", "--level", "token", "-o", "{tmp}/t.npy"], r"t.npy: token-level vectors vary"),
+])
+def test_embed_mode_errors(capsys, tmp_path, argv, message):
+    (tmp_path / "ok.txt").write_text("fine\n")
+    code, _, err = run_cli(capsys, *[arg.format(tmp=tmp_path) for arg in argv])
+    assert code == 1 and re.search(message, err) and err.count("\n") == 1

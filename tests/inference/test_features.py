@@ -72,3 +72,32 @@ def test_unknown_recipe_and_pooling(tiny_config, tokenizer):
         extract_features(model, tokenizer, ["x"], layers="third")
     with pytest.raises(BertforgeError, match="unknown pooling 'median'"):
         extract_features(model, tokenizer, ["x"], pooling="median")
+
+
+def test_token_level_vectors_are_the_hidden_states_of_real_pieces(minilm, tokenizer):
+    from bertforge.inference import extract_token_features
+    text = "Unaffable café owners!"
+    [result] = extract_token_features(minilm, tokenizer, [text], level="token")
+    encoding = tokenizer(text, return_tensors="pt")
+    with torch.inference_mode():
+        hidden = minilm(**encoding).last_hidden_state[0]
+    assert result.tokens == ["una", "##ffa", "##ble", "cafe", "owners", "!"]
+    assert [text[start:end] for start, end in result.offsets] == ["Una", "ffa", "ble", "café", "owners", "!"]
+    assert torch.allclose(result.vectors, hidden[1:-1], atol=1e-5)  # [CLS] and [SEP] are left out
+
+
+def test_word_level_vectors_average_the_pieces_of_each_word(minilm, tokenizer):
+    from bertforge.inference import extract_token_features
+    text = "Unaffable café owners!"
+    [pieces] = extract_token_features(minilm, tokenizer, [text], level="token", layers="sum_last_four")
+    [words] = extract_token_features(minilm, tokenizer, [text], level="word", layers="sum_last_four")
+    assert words.tokens == ["Unaffable", "café", "owners", "!"]
+    assert words.offsets == [(0, 9), (10, 14), (15, 21), (21, 22)]
+    assert torch.allclose(words.vectors[0], pieces.vectors[:3].mean(0), atol=1e-5)
+    assert torch.allclose(words.vectors[1:], pieces.vectors[3:], atol=1e-5)
+
+
+def test_an_empty_text_has_no_token_vectors(minilm, tokenizer):
+    from bertforge.inference import extract_token_features
+    [result] = extract_token_features(minilm, tokenizer, [""], level="word")
+    assert result.tokens == [] and result.vectors.shape == (0, 384)

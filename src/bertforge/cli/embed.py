@@ -1,4 +1,5 @@
-"""`bertforge embed`: one vector per input line, written as .npy or JSON lines."""
+"""`bertforge embed`: one vector per input line (or per token/word), written as .npy or JSON lines;
+`--similar QUERY` ranks the lines by cosine similarity to a query instead."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import json
 from pathlib import Path
 
 import numpy as np
+import torch.nn.functional as F
 
 from bertforge.atomic import atomic_path, write_text_atomic
 from bertforge.cli.arguments import add_model_argument, load_encoder, positive_int, read_lines
 from bertforge.errors import InputError
-from bertforge.inference import LAYER_COMBINATIONS, POOLINGS, extract_features
+from bertforge.inference import LAYER_COMBINATIONS, POOLINGS, TOKEN_LEVELS, extract_features, extract_token_features
 
 OUTPUT_FORMATS = (".npy", ".jsonl")
 
@@ -27,19 +29,45 @@ def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", "-i", required=True, help="text file, one text per line")
-    parser.add_argument("--output", "-o", required=True, help="FILE.npy (float32 matrix) or FILE.jsonl")
+    parser.add_argument("--output", "-o", help="FILE.npy (float32 matrix) or FILE.jsonl")
+    parser.add_argument("--level", choices=("sentence", *TOKEN_LEVELS), default="sentence",
+                        help="one vector per line (sentence), per word piece (token) or per word; "
+                             "token and word levels write JSON lines with tokens and character offsets")
+    parser.add_argument("--similar", metavar="QUERY", help="print the lines most similar to QUERY instead")
+    parser.add_argument("--top-k", type=positive_int, default=10, help="how many lines --similar prints")
     add_feature_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    output = Path(args.output)
-    if output.suffix not in OUTPUT_FORMATS:
+    if args.similar is None and args.output is None:
+        raise InputError("give --output FILE.npy|FILE.jsonl, or --similar QUERY to rank the lines")
+    output = Path(args.output) if args.output else None
+    if output is not None and output.suffix not in OUTPUT_FORMATS:
         raise InputError(f"unsupported output format; use one of {', '.join(OUTPUT_FORMATS)}", output)
+    if output is not None and args.level != "sentence" and output.suffix != ".jsonl":
+        raise InputError(f"{args.level}-level vectors vary in number per line: write them to a .jsonl file", output)
     texts = read_lines(args.input)
     model, tokenizer = load_encoder(args.model)
-    vectors = extract_features(model, tokenizer, texts, layers=args.layers, pooling=args.pool,
-                               batch_size=args.batch_size, max_length=args.max_length,
-                               normalize=args.normalize, progress=len(texts) > 10 * args.batch_size)
+    settings = dict(layers=args.layers, batch_size=args.batch_size, max_length=args.max_length)
+    progress = len(texts) > 10 * args.batch_size
+    if args.level != "sentence":
+        features = extract_token_features(model, tokenizer, texts, level=args.level, progress=progress, **settings)
+        write_text_atomic(output, "".join(json.dumps({
+            "text": text, "tokens": item.tokens, "offsets": item.offsets,
+            "embeddings": (F.normalize(item.vectors, dim=-1) if args.normalize else item.vectors).tolist(),
+        }, ensure_ascii=False) + "\n" for text, item in zip(texts, features)))
+        print(f"wrote {sum(len(item.tokens) for item in features)} {args.level} vectors for {len(texts)} lines "
+              f"to {output}")
+        return 0
+    vectors = extract_features(model, tokenizer, texts, pooling=args.pool, normalize=args.normalize or
+                               args.similar is not None, progress=progress, **settings)
+    if args.similar is not None:
+        query = extract_features(model, tokenizer, [args.similar], pooling=args.pool, normalize=True, **settings)
+        scores = (vectors @ query[0]).tolist()
+        ranked = sorted(range(len(texts)), key=lambda i: scores[i], reverse=True)[:args.top_k]
+        for rank, i in enumerate(ranked, 1):
+            print(f"{rank:>3}. {scores[i]:.3f}  line {i + 1}: {texts[i]}")
+        return 0
     matrix = vectors.float().numpy()
     if output.suffix == ".npy":
         with atomic_path(output) as temporary, open(temporary, "wb") as handle:

@@ -1,6 +1,18 @@
-from bertforge.inference.features import LAYER_COMBINATIONS, POOLINGS, extract_features, pool, token_features
+from bertforge.inference.features import (
+    LAYER_COMBINATIONS,
+    POOLINGS,
+    TOKEN_LEVELS,
+    TokenVectors,
+    extract_features,
+    extract_token_features,
+    pool,
+    token_features,
+)
 
-__all__ = ["LAYER_COMBINATIONS", "POOLINGS", "extract_features", "pool", "token_features"]
+__all__ = [
+    "LAYER_COMBINATIONS", "POOLINGS", "TOKEN_LEVELS", "TokenVectors", "extract_features", "extract_token_features",
+    "pool", "token_features",
+]
 
 # onnx.py, serve.py and attention_view.py are imported from their modules: they need optional packages
 # (onnx, onnxruntime; fastapi, uvicorn) that plain inference does not.

@@ -6,6 +6,7 @@ Shapes: batch, seq, hidden; `states` is the tuple of the embeddings output and e
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -67,6 +68,34 @@ def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[
     return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
 
 
+@dataclass
+class TokenVectors:
+    """Per-token (or per-word) vectors of one text, with where each came from in the text."""
+
+    tokens: list[str]  # word pieces, or whole words (pieces joined) at word level
+    offsets: list[tuple[int, int]]  # character span in the text
+    vectors: torch.Tensor  # (tokens, hidden)
+
+
+def _encoded_batches(model, tokenizer, texts: Sequence[str], layers: str, batch_size: int, max_length: int | None,
+                     progress: bool, with_offsets: bool = False):
+    """Yield (text indices, token features (batch, seq, hidden), attention mask, encoding) per length-sorted batch."""
+    check_choice(layers, LAYER_COMBINATIONS, "layer recipe")
+    if batch_size < 1:
+        raise BertforgeError(f"batch size must be at least 1, got {batch_size}")
+    encoded = tokenizer(list(texts), truncation=True, max_length=max_length or tokenizer.model_max_length,
+                        return_offsets_mapping=with_offsets, return_word_ids=with_offsets)
+    batches = length_sorted_batches([len(ids) for ids in encoded["input_ids"]], batch_size)
+    if progress:
+        from tqdm import tqdm
+        batches = tqdm(batches, desc="embedding", unit="batch")
+    for indices in batches:
+        ids = pad_ids([encoded["input_ids"][i] for i in indices], tokenizer.pad_token_id)
+        segments = pad_ids([encoded["token_type_ids"][i] for i in indices], 0)
+        mask = pad_ids([encoded["attention_mask"][i] for i in indices], 0)
+        yield indices, token_features(model, ids, mask, segments, layers), mask, encoded
+
+
 @torch.inference_mode()
 def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last", pooling: str = "mean",
                      batch_size: int = 32, max_length: int | None = None, normalize: bool = False,
@@ -76,22 +105,11 @@ def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last
     >>> extract_features(model, tokenizer, ["A cat.", "A dog."], pooling="mean", normalize=True).shape
     torch.Size([2, 384])
     """
-    check_choice(layers, LAYER_COMBINATIONS, "layer recipe")
     check_choice(pooling, POOLINGS, "pooling")
-    if batch_size < 1:
-        raise BertforgeError(f"batch size must be at least 1, got {batch_size}")
-    encoded = tokenizer(list(texts), truncation=True, max_length=max_length or tokenizer.model_max_length)
-    input_ids = encoded["input_ids"]
-    batches = length_sorted_batches([len(ids) for ids in input_ids], batch_size)
-    vectors: list[torch.Tensor | None] = [None] * len(input_ids)
-    if progress:
-        from tqdm import tqdm
-        batches = tqdm(batches, desc="embedding", unit="batch")
-    for indices in batches:
-        ids = pad_ids([input_ids[i] for i in indices], tokenizer.pad_token_id)
-        segments = pad_ids([encoded["token_type_ids"][i] for i in indices], 0)
-        mask = pad_ids([encoded["attention_mask"][i] for i in indices], 0)
-        pooled = pool(token_features(model, ids, mask, segments, layers), mask, pooling)
+    vectors: list[torch.Tensor | None] = [None] * len(texts)
+    for indices, hidden, mask, _ in _encoded_batches(model, tokenizer, texts, layers, batch_size, max_length,
+                                                      progress):
+        pooled = pool(hidden, mask, pooling)
         if normalize:
             pooled = F.normalize(pooled, dim=-1)
         for i, vector in zip(indices, pooled):
@@ -99,3 +117,36 @@ def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last
     if not vectors:
         return torch.empty(0, model.config.hidden_size)
     return torch.stack(vectors)
+
+
+TOKEN_LEVELS = ("token", "word")
+
+
+@torch.inference_mode()
+def extract_token_features(model, tokenizer, texts: Sequence[str], layers: str = "last", level: str = "token",
+                           batch_size: int = 32, max_length: int | None = None,
+                           progress: bool = False) -> list[TokenVectors]:
+    """Vectors for every word piece (level="token") or every word, its pieces averaged (level="word").
+
+    Special tokens are left out. "Unaffable!" at word level -> tokens ["unaffable", "!"], offsets [(0, 9), (9, 10)].
+    """
+    if level not in TOKEN_LEVELS:
+        raise BertforgeError(f"unknown level {level!r}; choose from {', '.join(TOKEN_LEVELS)}")
+    results: list[TokenVectors | None] = [None] * len(texts)
+    for indices, hidden, _, encoded in _encoded_batches(model, tokenizer, texts, layers, batch_size, max_length,
+                                                         progress, with_offsets=True):
+        for row, i in enumerate(indices):
+            text, offsets, words = texts[i], encoded["offset_mapping"][i], encoded["word_ids"][i]
+            real = [position for position, word in enumerate(words) if word is not None]
+            if level == "token":
+                pieces = tokenizer.convert_ids_to_tokens([encoded["input_ids"][i][p] for p in real])
+                results[i] = TokenVectors(pieces, [tuple(offsets[p]) for p in real], hidden[row, real])
+                continue
+            groups: dict[int, list[int]] = {}
+            for position in real:
+                groups.setdefault(words[position], []).append(position)
+            spans = [(offsets[group[0]][0], offsets[group[-1]][1]) for group in groups.values()]
+            vectors = [hidden[row, group].mean(0) for group in groups.values()]
+            results[i] = TokenVectors([text[start:end] for start, end in spans], spans,
+                                      torch.stack(vectors) if vectors else hidden.new_zeros(0, hidden.shape[-1]))
+    return results
