@@ -101,3 +101,18 @@ def test_an_empty_text_has_no_token_vectors(minilm, tokenizer):
     from bertforge.inference import extract_token_features
     [result] = extract_token_features(minilm, tokenizer, [""], level="word")
     assert result.tokens == [] and result.vectors.shape == (0, 384)
+
+
+def test_scalar_mix_starts_uniform_and_learns_layer_weights(minilm, tokenizer, real_sentences):
+    from bertforge.inference import ScalarMix
+    batch = tokenizer(real_sentences[:3], padding=True, return_tensors="pt")
+    args = (minilm, batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], "weighted_sum_all")
+    mix = ScalarMix(minilm.config.num_hidden_layers + 1)
+    with torch.no_grad():
+        assert torch.allclose(token_features(*args, scalar_mix=mix), token_features(*args), atol=1e-5)
+        states = minilm(**batch, output_hidden_states=True).hidden_states
+        mix.weights.copy_(torch.tensor([-1e4] * 6 + [0.0]))  # all weight on the last layer
+        mix.gamma.fill_(2.0)
+        assert torch.allclose(token_features(*args, scalar_mix=mix), 2 * states[-1], atol=1e-4)
+    with pytest.raises(BertforgeError, match="a scalar mix applies to layers='weighted_sum_all'"):
+        token_features(*args[:4], "last", scalar_mix=mix)

@@ -2,6 +2,7 @@ from bertforge.inference.features import (
     LAYER_COMBINATIONS,
     POOLINGS,
     TOKEN_LEVELS,
+    ScalarMix,
     TokenVectors,
     extract_features,
     extract_token_features,
@@ -10,7 +11,7 @@ from bertforge.inference.features import (
 )
 
 __all__ = [
-    "LAYER_COMBINATIONS", "POOLINGS", "TOKEN_LEVELS", "TokenVectors", "extract_features", "extract_token_features",
+    "LAYER_COMBINATIONS", "POOLINGS", "TOKEN_LEVELS", "ScalarMix", "TokenVectors", "extract_features", "extract_token_features",
     "pool", "token_features",
 ]
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from bertforge.errors import BertforgeError
 
@@ -19,10 +20,28 @@ LAYER_COMBINATIONS: dict[str, Callable[[Sequence[torch.Tensor]], torch.Tensor]] 
     "second_to_last": lambda states: states[-2],
     "sum_last_four": lambda states: torch.stack(states[-4:]).sum(0),
     "concat_last_four": lambda states: torch.cat(states[-4:], dim=-1),
-    # A scalar mix with uniform weights, i.e. what an untrained learned mix of all layers computes.
+    # What an untrained ScalarMix computes (uniform weights); pass a trained one to token_features.
     "weighted_sum_all": lambda states: torch.stack(states).mean(0),
     "embeddings": lambda states: states[0],
 }
+
+
+class ScalarMix(nn.Module):
+    """gamma * sum_j softmax(w)_j * h_j over every hidden state: a learned layer weighting (Peters et al., 2018).
+
+    Starts uniform (w = 0, gamma = 1), where it equals the "weighted_sum_all" recipe; train it with a task head.
+    """
+
+    def __init__(self, num_states: int):
+        super().__init__()
+        self.weights = nn.Parameter(torch.zeros(num_states))
+        self.gamma = nn.Parameter(torch.ones(()))
+
+    def forward(self, states: Sequence[torch.Tensor]) -> torch.Tensor:
+        if len(states) != len(self.weights):
+            raise BertforgeError(f"this ScalarMix weighs {len(self.weights)} hidden states, got {len(states)}")
+        weights = self.weights.softmax(0)
+        return self.gamma * torch.einsum("l,l...->...", weights, torch.stack(states))
 
 
 def _masked(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -41,12 +60,20 @@ def check_choice(name: str, table: dict, what: str) -> None:
         raise BertforgeError(f"unknown {what} {name!r}; choose from {', '.join(table)}")
 
 
-def token_features(model, input_ids, attention_mask, token_type_ids=None, layers: str = "last") -> torch.Tensor:
-    """Per-token vectors (batch, seq, hidden or 4*hidden) from the chosen layer recipe."""
+def token_features(model, input_ids, attention_mask, token_type_ids=None, layers: str = "last",
+                   scalar_mix: ScalarMix | None = None) -> torch.Tensor:
+    """Per-token vectors (batch, seq, hidden or 4*hidden) from the chosen layer recipe.
+
+    `scalar_mix`: trained weights for "weighted_sum_all" (uniform when not given).
+    """
     check_choice(layers, LAYER_COMBINATIONS, "layer recipe")
+    if scalar_mix is not None and layers != "weighted_sum_all":
+        raise BertforgeError(f"a scalar mix applies to layers='weighted_sum_all', not {layers!r}")
     output = model(input_ids, attention_mask, token_type_ids, output_hidden_states=layers != "last")
     if layers == "last":
         return output.last_hidden_state
+    if scalar_mix is not None:
+        return scalar_mix(output.hidden_states)
     return LAYER_COMBINATIONS[layers](output.hidden_states)
 
 
