@@ -6,11 +6,29 @@ import argparse
 import logging
 import sys
 
-from bertforge.cli import attention, embed, export, fill_mask, pretrain, serve, similarity, tokenizer, vocab
+from bertforge import demo
+from bertforge.cli import (
+    attention,
+    embed,
+    evaluate,
+    export,
+    fill_mask,
+    finetune,
+    predict,
+    pretrain,
+    serve,
+    similarity,
+    tokenizer,
+    vocab,
+)
 from bertforge.errors import BertforgeError
 from bertforge.runtime import set_threads, tune_cpu_allocator
 
 SUBCOMMANDS = {
+    "demo": (demo, "fine-tune the default model on movie reviews and classify a few sentences"),
+    "finetune": (finetune, "fine-tune a model for classification or regression on a CSV/TSV/JSONL file"),
+    "evaluate": (evaluate, "a fine-tuned model's metrics on a labelled file"),
+    "predict": (predict, "labels with probabilities (or scores) from a fine-tuned model"),
     "tokenize": (tokenizer, "show how a text is split into WordPiece tokens"),
     "embed": (embed, "one vector per input line, saved as .npy or .jsonl"),
     "similarity": (similarity, "cosine similarity table between sentences"),

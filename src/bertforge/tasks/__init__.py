@@ -1,3 +1,4 @@
+from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, FinetuneResult, evaluate, finetune, predict
 from bertforge.tasks.metrics import (
     METRICS,
     accuracy,
@@ -18,8 +19,11 @@ from bertforge.tasks.metrics import (
     spearman,
     squad_f1,
 )
+from bertforge.tasks.registry import TASKS, Task, get_task
 
 __all__ = [
+    "TASKS", "FinetuneConfig", "FinetuneResult", "FinetunedModel", "Task", "evaluate", "finetune", "get_task",
+    "predict",
     "METRICS", "accuracy", "answer_exact_match", "answer_f1", "average_ranks", "binary_f1", "compute_metrics",
     "entities", "entity_f1", "entity_precision", "entity_recall", "exact_match", "macro_f1",
     "matthews_correlation", "normalize_answer", "pearson", "spearman", "squad_f1",

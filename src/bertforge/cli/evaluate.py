@@ -1,0 +1,34 @@
+"""`bertforge evaluate`: a fine-tuned model's metrics on a labelled file, printed and saved as JSON."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bertforge.cli.arguments import positive_int
+from bertforge.cli.finetune import add_column_arguments
+from bertforge.tasks.finetune import EVAL_RESULTS_FILE
+from bertforge.tasks.registry import TASKS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", "-m", required=True, help="fine-tuned model directory")
+    parser.add_argument("--data", "-d", required=True, help="labelled data (.csv, .tsv, .jsonl)")
+    add_column_arguments(parser)
+    parser.add_argument("--task", choices=list(TASKS), default=None, help="default: the model's own")
+    parser.add_argument("--batch-size", type=positive_int, default=64)
+    parser.add_argument("--max-length", type=positive_int, default=None, help="default: the training run's")
+    parser.add_argument("--output", "-o", default=None,
+                        help=f"metrics JSON file (default: {EVAL_RESULTS_FILE} in the model directory)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bertforge.tasks.finetune import evaluate
+
+    output = args.output or Path(args.model) / EVAL_RESULTS_FILE
+    metrics = evaluate(args.model, args.data, args.text_column, args.text_pair_column, args.label_column,
+                       task=args.task, batch_size=args.batch_size, max_length=args.max_length, output=output)
+    for name, value in metrics.items():
+        print(f"{name}: {value:.4f}")
+    print(f"saved to {output}")
+    return 0

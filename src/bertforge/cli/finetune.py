@@ -1,0 +1,108 @@
+"""`bertforge finetune`: fine-tune a model on a CSV/TSV/JSONL file; flags and `--config run.json` fill one
+FinetuneConfig (flags win over the file, the file over the defaults)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from bertforge.errors import ConfigError
+from bertforge.tasks.classification import LONG_TEXT
+from bertforge.tasks.registry import TASKS
+
+# flag -> (place in FinetuneConfig's JSON, type, help); every default is None, so an absent flag leaves the
+# run config's value (or the dataclass default) in place.
+FLAGS: dict[str, tuple[tuple[str, ...], type, str]] = {
+    "--train": (("train",), str, "training data (.csv, .tsv, .jsonl)"),
+    "--dev": (("dev",), str, "evaluation data; the best model on it is kept"),
+    "--output": (("output",), str, "output model directory"),
+    "--model": (("model",), str, "pre-trained model directory, or 'default' (all-MiniLM-L6-v2)"),
+    "--max-length": (("max_length",), int, "tokens per input (default 128)"),
+    "--batch-size": (("batch_size",), int, "examples per batch (default 32)"),
+    "--eval-batch-size": (("eval_batch_size",), int, "examples per evaluation batch (default 64)"),
+    "--max-train-examples": (("max_train_examples",), int, "use only the first N training examples"),
+    "--epochs": (("training", "epochs"), int, "passes over the training data (default 3)"),
+    "--max-steps": (("training", "max_steps"), int, "stop after N optimizer steps (overrides --epochs)"),
+    "--lr": (("training", "lr"), float, "peak learning rate (default 5e-5)"),
+    "--weight-decay": (("training", "weight_decay"), float, "AdamW weight decay (default 0.01)"),
+    "--warmup-ratio": (("training", "warmup_ratio"), float, "fraction of steps warming up (default 0)"),
+    "--grad-accum": (("training", "grad_accumulation"), int, "batches per optimizer step (default 1)"),
+    "--eval-every": (("training", "eval_every"), int, "evaluate every N steps (default: every epoch)"),
+    "--seed": (("training", "seed"), int, "random seed (default 42)"),
+    "--early-stopping": (("training", "early_stopping_patience"), int,
+                         "stop after N evaluations without improvement"),
+    "--device": (("training", "device"), str, "cpu, cuda, ... (default: cuda when available)"),
+}
+COLUMN_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
+    "--text-column": (("text_column",), "column of the text (default 'sentence')"),
+    "--text-pair-column": (("text_pair_column",), "column of the second text, for pair tasks"),
+    "--label-column": (("label_column",), "column of the label or score (default 'label')"),
+}
+
+
+def add_column_arguments(parser: argparse.ArgumentParser) -> None:
+    """Column choices, shared by finetune, evaluate and predict (which default to the training run's)."""
+    for flag, (_, help_text) in COLUMN_FLAGS.items():
+        parser.add_argument(flag, default=None, help=help_text)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="run config JSON (FinetuneConfig fields; flags override it)")
+    parser.add_argument("--task", choices=list(TASKS), default=None, help="default: classification")
+    for flag, (_, kind, help_text) in FLAGS.items():
+        parser.add_argument(flag, type=kind, default=None, help=help_text)
+    add_column_arguments(parser)
+    parser.add_argument("--long-text", choices=list(LONG_TEXT), default=None,
+                        help="texts over --max-length: truncate (default) or average overlapping windows")
+    parser.add_argument("--bf16", action="store_const", const=True, default=None,
+                        help="bf16 autocast where the hardware supports it")
+    parser.add_argument("--no-progress", dest="progress", action="store_const", const=False, default=None,
+                        help="no progress bar")
+
+
+def config_from_args(args: argparse.Namespace):
+    """The run config JSON (if any) with every given flag written over it, as a FinetuneConfig."""
+    from bertforge.tasks.finetune import FinetuneConfig
+
+    data, source = {}, "command line"
+    if args.config:
+        path = Path(args.config)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such config file") from None
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{path}, line {error.lineno}: invalid JSON: {error.msg}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: a run config must be a JSON object")
+        source = str(path)
+    places = {flag: place for flag, (place, _, _) in FLAGS.items()}
+    places |= {flag: place for flag, (place, _) in COLUMN_FLAGS.items()}
+    places |= {"--task": ("task",), "--long-text": ("long_text",), "--bf16": ("training", "bf16"),
+               "--no-progress": ("training", "progress")}
+    for flag, place in places.items():
+        dest = "progress" if flag == "--no-progress" else flag.lstrip("-").replace("-", "_")
+        value = getattr(args, dest)
+        if value is not None:
+            section = data
+            for key in place[:-1]:
+                section = section.setdefault(key, {})
+            section[place[-1]] = value
+    return FinetuneConfig.from_dict(data, source)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bertforge.tasks.finetune import finetune
+
+    result = finetune(config_from_args(args))
+    for note in result.notes:
+        print(note)
+    if result.best is not None:
+        metrics = ", ".join(f"{name}={value:.4f}" for name, value in result.best.items()
+                            if name not in ("step", "epoch"))
+        print(f"best model (step {result.best['step']} of {result.steps}): {metrics}")
+    if result.stopped_early:
+        print("stopped early: no improvement")
+    print(f"saved to {result.output_dir}")
+    return 0

@@ -1,0 +1,49 @@
+"""`bertforge predict`: labels with probabilities (or scores) from a fine-tuned model, for a file or one text."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from bertforge.atomic import write_text_atomic
+from bertforge.cli.arguments import positive_int
+from bertforge.cli.finetune import add_column_arguments
+from bertforge.errors import InputError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", "-m", required=True, help="fine-tuned model directory")
+    parser.add_argument("--input", "-i", help="data file (.csv, .tsv, .jsonl, or .txt with one text per line)")
+    parser.add_argument("--output", "-o", help="FILE.jsonl: one JSON object per input (required with --input)")
+    parser.add_argument("--text", help="or one text, predicted and printed")
+    parser.add_argument("--text-pair", help="the second text of a pair, with --text")
+    add_column_arguments(parser)
+    parser.add_argument("--batch-size", type=positive_int, default=64)
+    parser.add_argument("--max-length", type=positive_int, default=None, help="default: the training run's")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bertforge.tasks.finetune import predict
+
+    if (args.input is None) == (args.text is None):
+        raise InputError("give either --input FILE (with --output FILE.jsonl) or --text")
+    if args.input is not None and args.output is None:
+        raise InputError("--input needs --output FILE.jsonl")
+    if args.text is not None:
+        pairs = [args.text_pair] if args.text_pair is not None else None
+        answer = predict(args.model, texts=[args.text], text_pairs=pairs, max_length=args.max_length)[0]
+        print(format_answer(answer))
+        return 0
+    answers = predict(args.model, args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
+                      batch_size=args.batch_size, max_length=args.max_length)
+    write_text_atomic(args.output, "".join(json.dumps(answer, ensure_ascii=False) + "\n" for answer in answers))
+    print(f"wrote {len(answers)} predictions to {args.output}")
+    return 0
+
+
+def format_answer(answer: dict) -> str:
+    """'positive (0.97)  negative 0.03' for a label, 'score 3.214' for regression."""
+    if "score" in answer:
+        return f"score {answer['score']:.3f}"
+    others = "  ".join(f"{label} {p:.3f}" for label, p in answer["probabilities"].items() if label != answer["label"])
+    return f"{answer['label']} ({answer['probabilities'][answer['label']]:.3f})  {others}".rstrip()

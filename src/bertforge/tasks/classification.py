@@ -1,0 +1,158 @@
+"""Sequence classification and regression on the pooled [CLS] vector (GLUE's SST-2, MRPC, STS-B).
+
+Examples -> features: one text or a pair, truncated to max_length (or cut into overlapping windows whose logits
+are averaged). Predictions -> answers: a label with its probabilities, or a score for regression.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertforge.errors import ConfigError, InputError
+from bertforge.heads import default_labels
+from bertforge.tasks.data import EncodeSettings, Features, TextExample, inference_batches
+from bertforge.tasks.metrics import compute_metrics
+
+logger = logging.getLogger("bertforge")
+
+Piece = tuple[list[int], list[int]]  # (input_ids, token_type_ids) of one model input
+
+
+# --- labels ---------------------------------------------------------------------------------------------------
+
+def class_labels(examples: Sequence[TextExample]) -> dict[int, str]:
+    """id2label from the labels of the training examples, sorted (numerically when they are all integers):
+    ["pos", "neg", "pos"] -> {0: "neg", 1: "pos"}; ["10", "2"] -> {0: "2", 1: "10"}."""
+    names = {example.label for example in examples}
+    if len(names) < 2:
+        raise InputError(f"classification needs at least two labels in the training data, found {sorted(names)}")
+    is_integer = all(name.lstrip("-").isdigit() for name in names)
+    return dict(enumerate(sorted(names, key=int if is_integer else str)))
+
+
+def regression_labels(examples: Sequence[TextExample]) -> dict[int, str]:
+    """One output, the score; named as transformers names it."""
+    return default_labels(1)
+
+
+# --- long texts -----------------------------------------------------------------------------------------------
+
+def truncate(tokenizer, example: TextExample, max_length: int) -> list[Piece]:
+    """One input: the tokenizer's longest-first truncation (the longer text of a pair is cut first)."""
+    encoded = tokenizer(example.text, example.text_pair, max_length=max_length, truncation="longest_first")
+    return [(encoded["input_ids"], encoded["token_type_ids"])]
+
+
+def windows(tokenizer, example: TextExample, max_length: int) -> list[Piece]:
+    """Overlapping windows of a single text, each [CLS] piece [SEP], advancing by half a window, so every token
+    is seen with context on both sides in some window; the logits of the windows are averaged."""
+    if example.text_pair is not None:
+        raise ConfigError("long_text='windows' splits single texts; use 'truncate' for text pairs")
+    ids = tokenizer(example.text, truncation=False)["input_ids"][1:-1]  # without [CLS] and [SEP]
+    size = max_length - 2
+    if size < 2:
+        raise ConfigError(f"max_length={max_length} is too small for windows")
+    pieces, start = [], 0
+    while True:
+        window = [tokenizer.cls_token_id, *ids[start:start + size], tokenizer.sep_token_id]
+        pieces.append((window, [0] * len(window)))
+        if start + size >= len(ids):
+            return pieces
+        start += size // 2
+
+
+# What happens to an example longer than max_length: name -> (tokenizer, example, max_length) -> inputs.
+LONG_TEXT: dict[str, Callable[[Any, TextExample, int], list[Piece]]] = {"truncate": truncate, "windows": windows}
+
+
+def encode(tokenizer, examples: Sequence[TextExample], settings: EncodeSettings,
+           id2label: dict[int, str]) -> Features:
+    """Examples -> one row per model input ({input_ids, token_type_ids[, labels]}), labels as ids, or as
+    floats when there is one output (regression). Unlabelled examples give rows without labels."""
+    if settings.long_text not in LONG_TEXT:
+        raise ConfigError(f"unknown long_text {settings.long_text!r}; choose from {', '.join(LONG_TEXT)}")
+    texts = [example.text for example in examples]
+    pairs = [example.text_pair for example in examples]
+    if all(pair is None for pair in pairs):
+        pairs = None
+    elif any(pair is None for pair in pairs):
+        raise InputError("some examples have a second text and some don't; a task takes single texts or pairs")
+    encoded = tokenizer(texts, pairs, truncation=False)  # full lengths first, so truncation can be counted
+    label2id = label2id_for(id2label)
+    rows, example_index, too_long = [], [], 0
+    for index, (example, ids, segments) in enumerate(zip(examples, encoded["input_ids"],
+                                                         encoded["token_type_ids"])):
+        pieces = [(ids, segments)]
+        if len(ids) > settings.max_length:
+            too_long += 1
+            pieces = LONG_TEXT[settings.long_text](tokenizer, example, settings.max_length)
+        for piece_ids, piece_segments in pieces:
+            row = {"input_ids": piece_ids, "token_type_ids": piece_segments}
+            if example.label is not None:
+                row["labels"] = float(example.label) if label2id is None else label2id[example.label]
+            rows.append(row)
+            example_index.append(index)
+    notes = []
+    if too_long:
+        action = "truncated to" if settings.long_text == "truncate" else "split into windows of"
+        notes.append(f"{too_long} of {len(examples)} examples were {action} max_length={settings.max_length}")
+        logger.warning(notes[-1])
+    return Features(rows, example_index, truncated=too_long, notes=notes)
+
+
+# --- predictions ----------------------------------------------------------------------------------------------
+
+@torch.inference_mode()
+def example_logits(model: nn.Module, features: Features, num_examples: int, batch_size: int) -> torch.Tensor:
+    """(examples, labels) logits in float32; an example split into windows gets the mean of its windows'."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    num_labels = model.config.num_labels
+    logits = torch.zeros(len(features), num_labels)
+    for indices, batch in inference_batches(features, batch_size, model.config.pad_token_id):
+        output = model(**{key: value.to(device) for key, value in batch.items()})
+        logits[indices] = output.logits.float().cpu()
+    model.train(was_training)
+    index = torch.tensor(features.example_index, dtype=torch.long)
+    sums = torch.zeros(num_examples, num_labels).index_add_(0, index, logits)
+    counts = torch.zeros(num_examples).index_add_(0, index, torch.ones(len(features)))
+    return sums / counts.clamp(min=1)[:, None]
+
+
+def predict(model: nn.Module, features: Features, examples: Sequence[TextExample],
+            batch_size: int = 64) -> list[dict[str, Any]]:
+    """One answer per example: {"label", "probabilities": {label: p}} or, for regression, {"score"}."""
+    logits = example_logits(model, features, len(examples), batch_size)
+    if model.config.num_labels == 1:
+        return [{"score": score} for score in logits[:, 0].tolist()]
+    id2label = model.config.id2label
+    answers = []
+    for probs in logits.softmax(-1).tolist():
+        best = max(range(len(probs)), key=probs.__getitem__)
+        answers.append({"label": id2label[best],
+                        "probabilities": {id2label[i]: p for i, p in enumerate(probs)}})
+    return answers
+
+
+def score(predictions: Sequence[dict[str, Any]], examples: Sequence[TextExample],
+          id2label: dict[int, str]) -> dict[str, float]:
+    """Accuracy, F1 (of label id 1 with two labels, macro otherwise) and MCC; Pearson and Spearman for scores."""
+    if len(id2label) == 1:
+        return compute_metrics("regression", [p["score"] for p in predictions], [e.label for e in examples])
+    label2id = {label: i for i, label in id2label.items()}
+    predicted = [label2id[p["label"]] for p in predictions]
+    true = [label2id[e.label] for e in examples]
+    names = ["accuracy", "f1" if len(id2label) == 2 else "macro_f1", "matthews_correlation"]
+    return compute_metrics("classification", predicted, true, names)
+
+
+def label2id_for(id2label: dict[int, str]) -> dict[str, int] | None:
+    """The encoder's label map: None for regression, whose targets are numbers."""
+    return None if len(id2label) == 1 else {label: i for i, label in id2label.items()}
+

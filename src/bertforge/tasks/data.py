@@ -1,0 +1,281 @@
+"""Task data: CSV/TSV/JSONL files -> examples (errors name file, line and column), features -> padded batches.
+
+GLUE's .tsv files are read as they are: tab-separated with no quoting (their texts contain stray quotes).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertforge.errors import InputError
+from bertforge.heads import IGNORE_INDEX
+from bertforge.inference.features import length_sorted_batches, pad_ids
+
+PLAIN_TEXT_COLUMN = "text"  # the one column of a .txt file (one text per line)
+
+
+@dataclass
+class Table:
+    """The rows of a data file as dicts, each with the line it starts on (1-based, the header is line 1)."""
+
+    path: Path
+    columns: list[str]
+    rows: list[tuple[int, dict[str, Any]]]
+
+
+def _read_delimited(path: Path, text: str, delimiter: str, quoting: int) -> Table:
+    # newline="": rows end at \n or \r\n only, as the csv module expects (not at U+2028 inside a text).
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
+    header = next(reader, None)
+    if header is None:
+        raise InputError("the file is empty", path)
+    rows, line = [], reader.line_num + 1
+    for values in reader:
+        if values:  # blank lines carry no example
+            if len(values) != len(header):  # e.g. an unquoted comma inside a CSV text
+                raise InputError(f"the row has {len(values)} fields, the header has {len(header)}", path, line)
+            rows.append((line, dict(zip(header, values))))
+        line = reader.line_num + 1
+    return Table(path, header, rows)
+
+
+def _read_jsonl(path: Path, text: str) -> Table:
+    rows, columns = [], {}
+    # Split at \n only: a JSON string may hold U+2028, which str.splitlines would break on.
+    for line, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw)
+        except json.JSONDecodeError as error:
+            raise InputError(f"not valid JSON: {error.msg} (column {error.colno})", path, line) from None
+        if not isinstance(row, dict):
+            raise InputError(f"expected a JSON object per line, got {type(row).__name__}", path, line)
+        columns.update(dict.fromkeys(row))
+        rows.append((line, row))
+    return Table(path, list(columns), rows)
+
+
+def _read_plain_text(path: Path, text: str) -> Table:
+    rows = [(line, {PLAIN_TEXT_COLUMN: raw.rstrip("\r")}) for line, raw in enumerate(text.split("\n"), start=1)
+            if raw.strip()]
+    return Table(path, [PLAIN_TEXT_COLUMN], rows)
+
+
+# File suffix -> reader of the file's text.
+READERS: dict[str, Callable[[Path, str], Table]] = {
+    ".csv": lambda path, text: _read_delimited(path, text, ",", csv.QUOTE_MINIMAL),
+    ".tsv": lambda path, text: _read_delimited(path, text, "\t", csv.QUOTE_NONE),
+    ".jsonl": _read_jsonl,
+    ".txt": _read_plain_text,
+}
+
+
+def read_table(path: str | Path) -> Table:
+    """Read a .csv, .tsv, .jsonl or .txt file; a UTF-8 byte-order mark (as in GLUE's MRPC) is dropped."""
+    path = Path(path)
+    if path.suffix.lower() not in READERS:
+        raise InputError(f"unsupported file type {path.suffix!r}; use one of {', '.join(READERS)}", path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError("no such file", path) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, expected a data file", path) from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise InputError("not valid UTF-8 text", path, raw[:error.start].count(b"\n") + 1) from None
+    table = READERS[path.suffix.lower()](path, text)
+    if not table.rows:
+        raise InputError("the file has no examples", path)
+    return table
+
+
+def require_columns(table: Table, names: Sequence[str | None]) -> None:
+    """A missing column is an error that lists the columns the file has (JSONL rows are checked one by one)."""
+    for name in names:
+        if name is not None and name not in table.columns:
+            raise InputError(f"no column {name!r}; the file has {', '.join(map(repr, table.columns))}",
+                             table.path, 1, field=name)
+
+
+def cell(table: Table, line: int, row: dict[str, Any], name: str) -> Any:
+    if row.get(name) is None:
+        raise InputError(f"missing value (the row has {', '.join(map(repr, row))})", table.path, line, field=name)
+    return row[name]
+
+
+# --- examples of text tasks -----------------------------------------------------------------------------------
+
+@dataclass
+class Columns:
+    """Which columns of a data file hold the text, the optional second text, and the label."""
+
+    text: str = "sentence"
+    text_pair: str | None = None
+    label: str = "label"
+
+
+@dataclass
+class EncodeSettings:
+    """How examples become model inputs: the token budget and what to do with texts longer than it."""
+
+    max_length: int = 128
+    long_text: str = "truncate"  # a key of the task's long-text strategies (classification: truncate, windows)
+
+
+@dataclass
+class TextExample:
+    text: str
+    text_pair: str | None = None
+    label: str | float | None = None  # a class name, a regression target, or None when unlabelled
+    line: int = 0  # where the example came from, for messages
+
+
+def class_label(value: Any) -> str:
+    """A class label as the string id2label holds: 1 (a JSON number) and "1" (a CSV cell) are the same label."""
+    return str(value).strip()
+
+
+def score_label(value: Any) -> float:
+    """A regression target: a finite number, from a JSON number or a text cell."""
+    score = float(value)  # ValueError for text that isn't a number
+    if not math.isfinite(score) or isinstance(value, bool):
+        raise ValueError(value)
+    return score
+
+
+# Label kind -> parser of one raw label value.
+LABEL_KINDS: dict[str, Callable[[Any], str | float]] = {"class": class_label, "score": score_label}
+
+
+def read_text_examples(path: str | Path, columns: Columns, label_kind: str | None,
+                       label_names: Sequence[str] | None = None) -> list[TextExample]:
+    """Text (and pair) examples, labelled when `label_kind` is "class" or "score", unlabelled when None.
+
+    `label_names` (a fine-tuned model's labels) makes any other label an error, so a typo in an evaluation file
+    stops before a single batch runs.
+    """
+    table = read_table(path)
+    require_columns(table, [columns.text, columns.text_pair] + ([columns.label] if label_kind else []))
+    known = set(label_names) if label_names is not None else None
+    examples = []
+    for line, row in table.rows:
+        text = str(cell(table, line, row, columns.text))
+        pair = str(cell(table, line, row, columns.text_pair)) if columns.text_pair else None
+        label = None
+        if label_kind is not None:
+            raw = cell(table, line, row, columns.label)
+            if str(raw).strip() == "":
+                raise InputError("empty label", table.path, line, field=columns.label)
+            try:
+                label = LABEL_KINDS[label_kind](raw)
+            except ValueError:
+                raise InputError(f"regression target {raw!r} is not a number", table.path, line,
+                                 field=columns.label) from None
+            if known is not None and label not in known:
+                raise InputError(f"label {label!r} is not one of the model's labels ({', '.join(sorted(known))})",
+                                 table.path, line, field=columns.label)
+        examples.append(TextExample(text, pair, label, line))
+    return examples
+
+
+# --- features and batches -------------------------------------------------------------------------------------
+
+@dataclass
+class Features:
+    """Model inputs, one dict per row (input_ids, token_type_ids, labels, ...), and the example of each row
+    (several rows share an example when a long text is split into windows)."""
+
+    rows: list[dict[str, Any]]
+    example_index: list[int]
+    truncated: int = 0  # examples cut to max_length
+    notes: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def lengths(self) -> list[int]:
+        return [len(row["input_ids"]) for row in self.rows]
+
+
+# Padding value of each per-token key; keys not listed are one value per row and are stacked.
+PAD_VALUES = {"input_ids": None, "token_type_ids": 0, "attention_mask": 0, "labels": IGNORE_INDEX}
+
+
+def collate(rows: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad per-token lists to the batch's longest row and stack the rest: one dict of tensors."""
+    batch = {}
+    for key in rows[0]:
+        values = [row[key] for row in rows]
+        if isinstance(values[0], list):
+            pad = pad_token_id if key == "input_ids" else PAD_VALUES.get(key, 0)
+            batch[key] = pad_ids(values, pad)
+        else:
+            batch[key] = torch.tensor(values)
+    if "attention_mask" not in batch:
+        batch["attention_mask"] = pad_ids([[1] * len(row["input_ids"]) for row in rows], 0)
+    return batch
+
+
+class LengthGroupedBatches:
+    """Training batches of similar length in random order: shuffle, cut into pools of 50 batches, sort each pool
+    by length, then shuffle the batches. Padding stays small and every epoch sees a new order.
+
+    Epoch e uses the generator seed `seed + e`, so a run repeats exactly.
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, pool_batches: int = 50):
+        self.lengths, self.batch_size, self.seed, self.pool_batches = list(lengths), batch_size, seed, pool_batches
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.lengths) / self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        self.epoch += 1
+        order = torch.randperm(len(self.lengths), generator=generator).tolist()
+        pool_size = self.batch_size * self.pool_batches
+        batches = []
+        for start in range(0, len(order), pool_size):
+            pool = sorted(order[start:start + pool_size], key=lambda i: self.lengths[i], reverse=True)
+            batches += [pool[i:i + self.batch_size] for i in range(0, len(pool), self.batch_size)]
+        yield from (batches[i] for i in torch.randperm(len(batches), generator=generator).tolist())
+
+
+class FeatureBatches:
+    """Collated batches of `features` in the order of an index sampler; re-iterable (one pass per epoch)."""
+
+    def __init__(self, features: Features, sampler, pad_token_id: int):
+        self.features, self.sampler, self.pad_token_id = features, sampler, pad_token_id
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        for indices in self.sampler:
+            yield collate([self.features.rows[i] for i in indices], self.pad_token_id)
+
+
+def training_batches(features: Features, batch_size: int, pad_token_id: int, seed: int) -> FeatureBatches:
+    return FeatureBatches(features, LengthGroupedBatches(features.lengths(), batch_size, seed), pad_token_id)
+
+
+def inference_batches(features: Features, batch_size: int, pad_token_id: int,
+                      keys: Sequence[str] = ("input_ids", "token_type_ids", "attention_mask"),
+                      ) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+    """(row indices, batch of the model inputs `keys`) in length-sorted order, for evaluation and prediction."""
+    for indices in length_sorted_batches(features.lengths(), batch_size):
+        rows = [{key: features.rows[i][key] for key in keys if key in features.rows[i]} for i in indices]
+        yield indices, collate(rows, pad_token_id)

@@ -1,0 +1,231 @@
+"""Fine-tuning end to end (data files -> a model directory), and evaluation and prediction with the result.
+
+The output directory is an ordinary checkpoint (config.json with id2label, model.safetensors, vocab.txt,
+tokenizer_config.json) that bertforge and transformers both load, plus finetune_config.json (how it was made),
+metrics.json (every evaluation and the best one) and train_log.jsonl.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from bertforge.atomic import write_text_atomic
+from bertforge.checkpoint.default_model import resolve_model_dir
+from bertforge.checkpoint.hf_format import CONFIG_FILE
+from bertforge.config import BertConfig
+from bertforge.errors import ConfigError
+from bertforge.tasks.classification import LONG_TEXT
+from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, TextExample, training_batches
+from bertforge.tasks.registry import TASKS, Task, get_task
+from bertforge.tokenizer import BertTokenizer
+from bertforge.training.trainer import TrainConfig, Trainer, check_number, config_from_dict
+
+logger = logging.getLogger("bertforge")
+
+RUN_CONFIG_FILE = "finetune_config.json"
+EVAL_RESULTS_FILE = "eval_results.json"
+
+
+@dataclass
+class FinetuneConfig:
+    """Everything a fine-tuning run needs; `bertforge finetune` flags and `--config run.json` fill it."""
+
+    train: str | None = None  # training data file (.csv, .tsv, .jsonl)
+    output: str | None = None  # output model directory
+    task: str = "classification"
+    model: str = "default"  # pre-trained model directory, or "default" (all-MiniLM-L6-v2)
+    dev: str | None = None  # evaluation data file; without one the final model is kept
+    text_column: str = "sentence"
+    text_pair_column: str | None = None
+    label_column: str = "label"
+    max_length: int = 128
+    long_text: str = "truncate"
+    batch_size: int = 32
+    eval_batch_size: int = 64
+    max_train_examples: int | None = None  # use only the first N training examples
+    training: TrainConfig = field(default_factory=TrainConfig)
+
+    def __post_init__(self):
+        if isinstance(self.training, dict):
+            self.training = TrainConfig.from_dict(self.training, "training")
+        if self.task not in TASKS:
+            raise ConfigError(f"unknown task {self.task!r}; choose from {', '.join(TASKS)}")
+        if self.long_text not in LONG_TEXT:
+            raise ConfigError(f"unknown long_text {self.long_text!r}; choose from {', '.join(LONG_TEXT)}")
+        for name in ("max_length", "batch_size", "eval_batch_size"):
+            check_number(name, getattr(self, name), minimum=1, integer=True)
+        check_number("max_train_examples", self.max_train_examples, minimum=1, integer=True, optional=True)
+
+    @property
+    def columns(self) -> Columns:
+        return Columns(self.text_column, self.text_pair_column, self.label_column)
+
+    @property
+    def settings(self) -> EncodeSettings:
+        return EncodeSettings(self.max_length, self.long_text)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "training": self.training.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> FinetuneConfig:
+        """Unknown keys (here or under "training") are errors naming the key and `source`."""
+        if isinstance(data, dict) and isinstance(data.get("training"), dict):
+            data = {**data, "training": TrainConfig.from_dict(data["training"], f"{source}, training")}
+        return config_from_dict(cls, data, source)
+
+    @classmethod
+    def load(cls, path: str | Path) -> FinetuneConfig:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such config file") from None
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{path}, line {error.lineno}: invalid JSON: {error.msg}") from None
+        return cls.from_dict(data, str(path))
+
+    def save(self, path: str | Path) -> None:
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
+
+
+@dataclass
+class FinetuneResult:
+    output_dir: Path
+    best: dict[str, Any] | None  # metrics of the kept model (None without a dev set)
+    history: list[dict[str, Any]]  # every evaluation
+    steps: int
+    stopped_early: bool
+    notes: list[str]  # what the data preparation changed, e.g. how many examples were truncated
+
+
+def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None,
+             dev_examples: Sequence[Any] | None = None) -> FinetuneResult:
+    """Fine-tune `config.model` on the training data and keep the best model (by the task's main metric).
+
+    Examples may be given directly (in memory) instead of `config.train` / `config.dev`. Every data error is
+    raised before the model is loaded.
+    """
+    if config.output is None:
+        raise ConfigError("an output directory is required (--output, or \"output\" in the run config)")
+    if train_examples is None and config.train is None:
+        raise ConfigError("training data is required (--train, or \"train\" in the run config)")
+    task = get_task(config.task)
+    if train_examples is None:
+        train_examples = task.read_examples(config.train, config.columns)
+    train_examples = list(train_examples)[:config.max_train_examples]
+    id2label = task.labels(train_examples)
+    if dev_examples is None and config.dev is not None:
+        dev_examples = task.read_examples(config.dev, config.columns, id2label)
+
+    tokenizer = BertTokenizer.from_pretrained(config.model)
+    train_features = task.encode(tokenizer, train_examples, config.settings, id2label)
+    notes = [f"training data: {note}" for note in train_features.notes]
+    dev_features = None
+    if dev_examples is not None:
+        dev_features = task.encode(tokenizer, dev_examples, config.settings, id2label)
+        notes += [f"dev data: {note}" for note in dev_features.notes]
+
+    model = task.model_class.from_pretrained(config.model, id2label=id2label)
+    output = Path(config.output)
+    training = dataclasses.replace(config.training, output_dir=str(output))
+    output.mkdir(parents=True, exist_ok=True)
+    dataclasses.replace(config, training=training).save(output / RUN_CONFIG_FILE)
+    tokenizer.save_pretrained(output)
+
+    def evaluate(model: nn.Module) -> dict[str, float]:
+        answers = task.predict(model, dev_features, dev_examples, config.eval_batch_size)
+        return task.score(answers, dev_examples, id2label)
+
+    batches = training_batches(train_features, config.batch_size, tokenizer.pad_token_id, training.seed)
+    trainer = Trainer(model, training, batches, evaluate=evaluate if dev_features is not None else None,
+                      main_metric=task.main_metric, save=lambda model: model.save_pretrained(output))
+    result = trainer.train()
+    return FinetuneResult(output, result.best, result.history, result.steps, result.stopped_early, notes)
+
+
+@dataclass
+class FinetunedModel:
+    """A fine-tuned model directory, loaded: the model, its tokenizer and task, and how it was trained."""
+
+    model: nn.Module
+    tokenizer: BertTokenizer
+    task: Task
+    settings: FinetuneConfig
+
+    @classmethod
+    def load(cls, name_or_path: str | Path, task: str | None = None) -> FinetunedModel:
+        """The task is, in order: `task`, the one it was fine-tuned for, or regression for a one-output model."""
+        directory = resolve_model_dir(name_or_path)
+        saved = directory / RUN_CONFIG_FILE
+        settings = FinetuneConfig.load(saved) if saved.is_file() else None
+        if task is None:
+            task = settings.task if settings else \
+                "regression" if BertConfig.load(directory / CONFIG_FILE).num_labels == 1 else "classification"
+        settings = dataclasses.replace(settings or FinetuneConfig(), task=task)
+        definition = get_task(task)
+        return cls(definition.model_class.from_pretrained(directory), BertTokenizer.from_pretrained(directory),
+                   definition, settings)
+
+    @property
+    def id2label(self) -> dict[int, str]:
+        return self.model.config.id2label
+
+    def columns(self, text: str | None = None, text_pair: str | None = None, label: str | None = None,
+                path: str | Path | None = None) -> Columns:
+        """The training run's columns, each replaced when given; a .txt file has only a text column."""
+        saved = self.settings.columns
+        if path is not None and Path(path).suffix.lower() == ".txt":
+            return Columns(PLAIN_TEXT_COLUMN, None, label or saved.label)
+        return Columns(text or saved.text, text_pair or saved.text_pair, label or saved.label)
+
+    def read(self, path: str | Path, columns: Columns, labelled: bool) -> list:
+        return self.task.read_examples(path, columns, self.id2label, labelled=labelled)
+
+    def predict(self, examples: Sequence[Any], batch_size: int = 64, max_length: int | None = None,
+                ) -> list[dict[str, Any]]:
+        settings = dataclasses.replace(self.settings.settings, max_length=max_length or self.settings.max_length)
+        features = self.task.encode(self.tokenizer, examples, settings, self.id2label)
+        return self.task.predict(self.model, features, examples, batch_size)
+
+    def evaluate(self, examples: Sequence[Any], batch_size: int = 64, max_length: int | None = None,
+                 ) -> dict[str, float]:
+        return self.task.score(self.predict(examples, batch_size, max_length), examples, self.id2label)
+
+
+def evaluate(model: str | Path, data: str | Path, text_column: str | None = None,
+             text_pair_column: str | None = None, label_column: str | None = None, task: str | None = None,
+             batch_size: int = 64, max_length: int | None = None, output: str | Path | None = None,
+             ) -> dict[str, float]:
+    """Metrics of a fine-tuned model on a labelled file, also written to `output` (JSON) when given."""
+    finetuned = FinetunedModel.load(model, task)
+    examples = finetuned.read(data, finetuned.columns(text_column, text_pair_column, label_column), labelled=True)
+    metrics = finetuned.evaluate(examples, batch_size, max_length)
+    if output is not None:
+        record = {"model": str(model), "data": str(data), "examples": len(examples), **metrics}
+        write_text_atomic(output, json.dumps(record, indent=2) + "\n")
+    return metrics
+
+
+def predict(model: str | Path, path: str | Path | None = None, texts: Sequence[str] | None = None,
+            text_pairs: Sequence[str] | None = None, text_column: str | None = None,
+            text_pair_column: str | None = None, batch_size: int = 64, max_length: int | None = None,
+            ) -> list[dict[str, Any]]:
+    """Answers for the texts of a file (or given `texts`), each with its input: {"text", "label", ...}."""
+    finetuned = FinetunedModel.load(model)
+    if path is not None:
+        examples = finetuned.read(path, finetuned.columns(text_column, text_pair_column, path=path), labelled=False)
+    else:
+        pairs = text_pairs if text_pairs is not None else [None] * len(texts)
+        examples = [TextExample(text, pair) for text, pair in zip(texts, pairs)]
+    answers = finetuned.predict(examples, batch_size, max_length)
+    inputs = [{"text": e.text, **({"text_pair": e.text_pair} if e.text_pair is not None else {})} for e in examples]
+    return [{**given, **answer} for given, answer in zip(inputs, answers)]

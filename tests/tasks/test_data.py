@@ -1,0 +1,141 @@
+"""Reading task data: GLUE files as they are, CSV and JSONL, and one-line errors naming file, line and field."""
+
+import json
+
+import pytest
+import torch
+
+from bertforge.errors import InputError
+from bertforge.tasks.data import (
+    Columns,
+    Features,
+    LengthGroupedBatches,
+    collate,
+    read_table,
+    read_text_examples,
+)
+
+
+def test_glue_tsv_files_read_as_they_are(data_dir):
+    sst2 = read_text_examples(data_dir / "sst2" / "dev.tsv", Columns("sentence", None, "label"), "class")
+    assert len(sst2) == 872 and sst2[0].label == "1" and sst2[0].line == 2
+    assert sst2[0].text.startswith("it 's a charming and often affecting journey")
+    # MRPC: a byte-order mark before the header and unbalanced quotes inside the texts
+    mrpc = read_text_examples(data_dir / "mrpc" / "dev.tsv", Columns("#1 String", "#2 String", "Quality"), "class")
+    assert len(mrpc) == 408 and mrpc[0].text_pair.startswith('"The foodservice pie business')
+    stsb = read_text_examples(data_dir / "stsb" / "dev.tsv", Columns("sentence1", "sentence2", "score"), "score")
+    assert len(stsb) == 1500 and stsb[0].label == 5.0 and stsb[1].label == 4.75
+
+
+def test_csv_with_quotes_and_jsonl_with_numbers(tmp_path):
+    csv_file = tmp_path / "data.csv"
+    csv_file.write_text('text,label\n"Hello, ""world""",pos\n\n"two\nlines",neg\n', encoding="utf-8")
+    examples = read_text_examples(csv_file, Columns("text"), "class")
+    assert [(e.text, e.label, e.line) for e in examples] == [('Hello, "world"', "pos", 2), ("two\nlines", "neg", 4)]
+    jsonl = tmp_path / "data.jsonl"
+    jsonl.write_text('{"q": "a", "p": "b", "y": 1}\n\n{"q": "c\u2028d", "p": "e", "y": 0}\n', encoding="utf-8")
+    examples = read_text_examples(jsonl, Columns("q", "p", "y"), "class")
+    assert [(e.text, e.text_pair, e.label, e.line) for e in examples] == [("a", "b", "1", 1),
+                                                                          ("c\u2028d", "e", "0", 3)]
+    assert [e.label for e in read_text_examples(jsonl, Columns("q", "p", "y"), "score")] == [1.0, 0.0]
+
+
+def test_unlabelled_reading_needs_no_label_column(tmp_path):
+    path = tmp_path / "texts.txt"
+    path.write_text("first text\n\nsecond text\n", encoding="utf-8")
+    examples = read_text_examples(path, Columns("text"), None)
+    assert [(e.text, e.label, e.line) for e in examples] == [("first text", None, 1), ("second text", None, 3)]
+
+
+def error_of(path, columns=None, kind="class", labels=None) -> str:
+    with pytest.raises(InputError) as caught:
+        read_text_examples(path, columns or Columns(), kind, labels)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_missing_file(tmp_path):
+    assert error_of(tmp_path / "nope.tsv") == f"{tmp_path / 'nope.tsv'}: no such file"
+
+
+def test_missing_column_lists_the_available_ones(tmp_path):
+    path = tmp_path / "train.tsv"
+    path.write_text("text\tlabel\nhi\t1\n")
+    assert error_of(path, Columns("sentence")) == \
+        f"{path}, line 1, field 'sentence': no column 'sentence'; the file has 'text', 'label'"
+
+
+def test_unknown_label(tmp_path):
+    path = tmp_path / "dev.csv"
+    path.write_text("sentence,label\ngood,positive\nbad,negtive\n")
+    assert error_of(path, labels=["negative", "positive"]) == \
+        f"{path}, line 3, field 'label': label 'negtive' is not one of the model's labels (negative, positive)"
+
+
+def test_malformed_json_line(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"sentence": "ok", "label": 1}\n{"sentence": "broken", "label": 1\n')
+    assert error_of(path).startswith(f"{path}, line 2: not valid JSON: Expecting ',' delimiter")
+
+
+def test_empty_label(tmp_path):
+    path = tmp_path / "train.tsv"
+    path.write_text("sentence\tlabel\nfine\t1\nno label\t \n")
+    assert error_of(path) == f"{path}, line 3, field 'label': empty label"
+
+
+def test_non_numeric_regression_target(tmp_path):
+    path = tmp_path / "train.tsv"
+    path.write_text("sentence\tscore\na\t4.5\nb\thigh\n")
+    assert error_of(path, Columns(label="score"), kind="score") == \
+        f"{path}, line 3, field 'score': regression target 'high' is not a number"
+
+
+def test_short_row_and_missing_json_key(tmp_path):
+    tsv = tmp_path / "train.tsv"
+    tsv.write_text("sentence\tlabel\nonly a text\n")
+    assert error_of(tsv) == f"{tsv}, line 2: the row has 1 fields, the header has 2"
+    csv_file = tmp_path / "train.csv"
+    csv_file.write_text("sentence,label\nwarm, witty and wise,1\n")
+    assert error_of(csv_file) == f"{csv_file}, line 2: the row has 3 fields, the header has 2"
+    jsonl = tmp_path / "train.jsonl"
+    jsonl.write_text('{"sentence": "a", "label": 1}\n{"sentence": "b"}\n')
+    assert error_of(jsonl) == f"{jsonl}, line 2, field 'label': missing value (the row has 'sentence')"
+
+
+def test_unsupported_and_empty_files(tmp_path):
+    (tmp_path / "data.xlsx").write_text("x")
+    with pytest.raises(InputError, match="unsupported file type '.xlsx'"):
+        read_table(tmp_path / "data.xlsx")
+    (tmp_path / "empty.tsv").write_text("sentence\tlabel\n")
+    with pytest.raises(InputError, match="the file has no examples"):
+        read_table(tmp_path / "empty.tsv")
+
+
+def test_collate_pads_per_token_keys_and_stacks_the_rest():
+    batch = collate([{"input_ids": [101, 7, 102], "token_type_ids": [0, 0, 0], "labels": 1},
+                     {"input_ids": [101, 102], "token_type_ids": [0, 0], "labels": 0}], pad_token_id=0)
+    assert batch["input_ids"].tolist() == [[101, 7, 102], [101, 102, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
+    assert batch["labels"].tolist() == [1, 0]
+    tags = collate([{"input_ids": [1, 2], "labels": [3, 4]}, {"input_ids": [1], "labels": [5]}], pad_token_id=0)
+    assert tags["labels"].tolist() == [[3, 4], [5, -100]]
+
+
+def test_length_grouped_batches_cover_every_row_once_and_keep_lengths_close():
+    lengths = torch.randint(2, 100, (1000,), generator=torch.Generator().manual_seed(0)).tolist()
+    sampler = LengthGroupedBatches(lengths, batch_size=10, seed=3, pool_batches=10)
+    first, second = list(sampler), list(sampler)
+    assert len(first) == len(sampler) == 100
+    assert sorted(i for batch in first for i in batch) == list(range(1000))
+    assert first != second  # a new order every epoch...
+    assert list(LengthGroupedBatches(lengths, 10, seed=3, pool_batches=10)) == first  # ...the same every run
+    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in first) / len(first)
+    assert spread < 15  # random batches of 10 would spread over ~80
+
+
+def test_features_lengths():
+    features = Features([{"input_ids": [1, 2, 3]}, {"input_ids": [1]}], [0, 0])
+    assert features.lengths() == [3, 1] and len(features) == 2
+    json.dumps(features.rows)  # plain data

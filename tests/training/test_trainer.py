@@ -1,0 +1,164 @@
+"""The trainer on toy problems: learning, accumulation equivalence, reproducibility, best model, early stopping."""
+
+import copy
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from bertforge.errors import ConfigError
+from bertforge.training import TrainConfig, Trainer, bf16_supported
+from bertforge.training.trainer import METRICS_FILE, TRAIN_LOG_FILE
+
+
+class ToyClassifier(nn.Module):
+    """A two-layer network whose forward returns an object with .loss, like the BertFor* models."""
+
+    def __init__(self, dropout=0.0):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Dropout(dropout), nn.LayerNorm(16), nn.Linear(16, 2))
+
+    def forward(self, x, labels):
+        logits = self.net(x)
+        return SimpleNamespace(logits=logits, loss=nn.functional.cross_entropy(logits, labels))
+
+
+def toy_data(n, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=generator)
+    return x, (x[:, 0] + x[:, 1] > 0).long()  # linearly separable
+
+
+def batches_of(x, y, size):
+    return [{"x": x[i:i + size], "labels": y[i:i + size]} for i in range(0, len(x), size)]
+
+
+def config(**overrides):
+    return TrainConfig(**{"lr": 1e-2, "epochs": 1, "progress": False, "device": "cpu", **overrides})
+
+
+def test_loss_decreases_on_a_toy_problem():
+    torch.manual_seed(0)
+    model = ToyClassifier()
+    x, y = toy_data(512)
+    dev_x, dev_y = toy_data(256, seed=1)
+    evaluate = lambda model: {"loss": model(dev_x, dev_y).loss.item(),
+                              "accuracy": (model(dev_x, dev_y).logits.argmax(-1) == dev_y).float().mean().item()}
+    before = evaluate(model)
+    result = Trainer(model, config(epochs=3), batches_of(x, y, 16), evaluate=evaluate, main_metric="loss",
+                     greater_is_better=False).train()
+    assert result.steps == 3 * 32 and len(result.history) == 3
+    assert result.history[-1]["loss"] < 0.5 * before["loss"]
+    assert result.history[-1]["accuracy"] > 0.9
+
+
+def trained_parameters(batches, grad_accumulation, **overrides):
+    torch.manual_seed(0)
+    model = ToyClassifier()
+    Trainer(model, config(grad_accumulation=grad_accumulation, weight_decay=0.1, **overrides), batches).train()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def test_accumulating_k_batches_of_n_equals_one_batch_of_k_times_n():
+    x, y = toy_data(24)
+    # two optimizer steps, so that Adam's second step depends on the size of the first gradients
+    one_big = trained_parameters(batches_of(x, y, 12), grad_accumulation=1)
+    accumulated = trained_parameters(batches_of(x, y, 4), grad_accumulation=3)
+    for big, small in zip(one_big, accumulated):
+        torch.testing.assert_close(small, big, rtol=1e-5, atol=1e-6)
+
+
+def test_a_short_last_window_is_averaged_over_its_own_batches():
+    x, y = toy_data(20)
+    # 5 batches of 4, accumulating 3: steps over batches [0, 1, 2] and [3, 4]
+    accumulated = trained_parameters(batches_of(x, y, 4), grad_accumulation=3, max_grad_norm=None)
+    big = trained_parameters([batches_of(x, y, 12)[0], batches_of(x[12:], y[12:], 8)[0]], grad_accumulation=1,
+                             max_grad_norm=None)
+    for a, b in zip(big, accumulated):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def recorded_losses(seed):
+    losses = []
+
+    def loss_fn(model, batch):
+        loss = model(**batch).loss
+        losses.append(loss.item())
+        return loss
+
+    torch.manual_seed(0)  # the same initial weights; the trainer's seed then decides the dropout masks
+    model = ToyClassifier(dropout=0.3)
+    x, y = toy_data(64)
+    Trainer(model, config(seed=seed, epochs=2), batches_of(x, y, 8), loss_fn=loss_fn).train()
+    return losses
+
+
+def test_the_seed_reproduces_the_losses():
+    first, second = recorded_losses(seed=7), recorded_losses(seed=7)
+    assert first == second
+    assert recorded_losses(seed=8) != first
+
+
+def scripted(values):
+    """An evaluator that returns the given accuracies in turn."""
+    values = iter(values)
+    return lambda model: {"accuracy": next(values)}
+
+
+def test_the_best_model_is_kept_and_metrics_are_written(tmp_path):
+    model = ToyClassifier()
+    x, y = toy_data(32)
+    saved = []
+    save = lambda model: saved.append(copy.deepcopy(model.state_dict()))
+    trainer = Trainer(model, config(epochs=1, eval_every=1, output_dir=str(tmp_path), log_every=1),
+                      batches_of(x, y, 8), evaluate=scripted([0.5, 0.9, 0.7, 0.8]), main_metric="accuracy",
+                      save=save)
+    result = trainer.train()
+    assert [record["accuracy"] for record in result.history] == [0.5, 0.9, 0.7, 0.8]
+    assert result.best["step"] == 2 and result.best["accuracy"] == 0.9
+    assert len(saved) == 2  # after evaluation 1 (the first) and 2 (the best), never after a worse one
+    summary = json.loads((tmp_path / METRICS_FILE).read_text())
+    assert summary["best"] == result.best and summary["evaluations"] == result.history
+    log = [json.loads(line) for line in (tmp_path / TRAIN_LOG_FILE).read_text().splitlines()]
+    assert [r["step"] for r in log if r["event"] == "train"] == [1, 2, 3, 4]
+    assert [r["step"] for r in log if r["event"] == "eval"] == [1, 2, 3, 4]
+    assert all(r["loss"] > 0 and r["examples_per_s"] > 0 for r in log if r["event"] == "train")
+
+
+def test_early_stopping_stops_after_patience_evaluations_without_improvement():
+    x, y = toy_data(80)
+    result = Trainer(ToyClassifier(), config(epochs=1, eval_every=1, early_stopping_patience=2),
+                     batches_of(x, y, 8), evaluate=scripted([0.6, 0.7, 0.65, 0.69, 0.9, 0.95]),
+                     main_metric="accuracy").train()
+    assert result.stopped_early and result.steps == 4 and result.best["step"] == 2
+
+
+def test_without_an_evaluator_the_final_model_is_saved():
+    x, y = toy_data(16)
+    saved = []
+    result = Trainer(ToyClassifier(), config(max_steps=3), batches_of(x, y, 8), save=saved.append).train()
+    assert result.steps == 3 and len(saved) == 1 and result.best is None  # max_steps runs past one epoch
+
+
+@pytest.mark.skipif(not bf16_supported("cpu"), reason="no native bf16 on this CPU")
+def test_bf16_autocast_trains():
+    x, y = toy_data(64)
+    result = Trainer(ToyClassifier(), config(bf16=True), batches_of(x, y, 16)).train()
+    assert result.steps == 4
+
+
+@pytest.mark.parametrize("overrides, message", [({"lr": 0}, "lr must be above 0"),
+                                                ({"grad_accumulation": 0}, "grad_accumulation must be at least 1"),
+                                                ({"epochs": "3"}, "epochs must be an integer")])
+def test_bad_settings_are_config_errors(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(**overrides)
+
+
+def test_config_round_trips_and_names_unknown_keys():
+    settings = TrainConfig(lr=3e-5, betas=(0.9, 0.98), eval_every=100)
+    assert TrainConfig.from_dict(json.loads(json.dumps(settings.to_dict()))) == settings
+    with pytest.raises(ConfigError, match=r"^run.json: unknown key 'learning_rate'"):
+        TrainConfig.from_dict({"learning_rate": 1e-4}, "run.json")
