@@ -132,8 +132,10 @@ class BertConfig:
         except (TypeError, ValueError, AttributeError) as error:
             raise ConfigError(f"{source}: invalid value: {error}") from None
 
-    def save(self, path: str | Path) -> None:
-        write_text_atomic(path, json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+    def save(self, path: str | Path, architecture: str | None = None) -> None:
+        """Write config.json; `architecture` (a model class name) lets other libraries pick the right class."""
+        data = self.to_dict() | ({"architectures": [architecture]} if architecture else {})
+        write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> BertConfig:

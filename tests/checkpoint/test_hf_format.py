@@ -194,3 +194,10 @@ def test_a_failed_save_keeps_the_previous_checkpoint(saved_tiny, monkeypatch, ti
         BertModel(tiny_config).save_pretrained(saved_tiny)
     assert (saved_tiny / "model.safetensors").read_bytes() == before
     assert sorted(p.name for p in saved_tiny.iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_config_names_the_architecture_for_auto_classes(tmp_path, tiny_config):
+    BertModel(tiny_config).save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["BertModel"]
+    auto = transformers.AutoModel.from_pretrained(tmp_path)
+    assert type(auto).__name__ == "BertModel"

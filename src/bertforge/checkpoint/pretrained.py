@@ -127,6 +127,6 @@ class Pretrained:
         """Write config.json and model.safetensors with the ecosystem's names."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.config.save(directory / CONFIG_FILE)
+        self.config.save(directory / CONFIG_FILE, architecture=type(self).__name__)
         write_state_dict({to_hf(name): tensor for name, tensor in self.state_dict().items()}, directory)
         return directory
