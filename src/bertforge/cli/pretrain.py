@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from bertforge.cli import pretrain_prepare
+from bertforge.cli import pretrain_eval, pretrain_prepare, pretrain_train
 
 STEPS = {
     "prepare": (pretrain_prepare, "tokenize a text corpus into token-id shards for pre-training"),
+    "train": (pretrain_train, "pre-train a model on a prepared corpus (checkpoints, --resume)"),
+    "eval": (pretrain_eval, "held-out masked-LM loss, perplexity and accuracy of a pre-trained model"),
 }
 
 

@@ -1,0 +1,417 @@
+"""A pre-training run from a prepared corpus: `pretrain(PretrainConfig)` trains, logs, checkpoints and resumes;
+`evaluate_mlm` scores masked-LM loss, perplexity and accuracy on held-out documents.
+
+Step-based over an endless instance stream, so it has its own small loop rather than the epoch-based Trainer;
+it shares the Trainer's optimiser, schedule, seeding and bf16 helpers. Output folder:
+
+    config.json, model.safetensors    the trained model, an ordinary checkpoint (ELECTRA: its discriminator)
+    vocab.txt, tokenizer_config.json  the tokenizer the corpus was prepared with
+    pretrain_config.json              this run's PretrainConfig
+    log.jsonl                         one JSON line per logged step or evaluation
+    checkpoint/train_state.pt         the latest resumable state, replaced atomically every save_every steps
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertforge.atomic import write_text_atomic
+from bertforge.checkpoint.train_state import TRAIN_STATE_FILE, load_train_state, read_train_state, save_train_state
+from bertforge.config import PRESETS, BertConfig
+from bertforge.errors import BertforgeError, ConfigError, InputError
+from bertforge.heads import IGNORE_INDEX
+from bertforge.pretraining.collate import PretrainingCollator
+from bertforge.pretraining.corpus import CorpusReader, tokenizer_identity
+from bertforge.pretraining.heads import (
+    BertForMaskedLM,
+    BertForPreTraining,
+    ElectraForPreTraining,
+    ElectraOutput,
+    PreTrainingOutput,
+)
+from bertforge.pretraining.instances import SHORT_SEQ_PROB, Instance, InstanceStream
+from bertforge.pretraining.masking import MASK_PROBABILITY, Masker, strategy_function
+from bertforge.pretraining.objectives import get_objective
+from bertforge.tokenizer.tokenizer import BertTokenizer
+from bertforge.training.optim import build_optimizer, linear_warmup_decay
+from bertforge.training.trainer import bf16_supported, check_number, config_from_dict, seed_everything, to_device
+
+logger = logging.getLogger("bertforge")
+
+RUN_CONFIG_FILE = "pretrain_config.json"
+LOG_FILE = "log.jsonl"
+CHECKPOINT_DIR = "checkpoint"
+# Peak dense throughput of the 2-core development CPU (AVX-512 FMA), the denominator of model FLOPs utilisation.
+DEFAULT_PEAK_GFLOPS = 552.0
+# Fields that may change between a run and its resumption: they don't affect what is computed.
+RESUMABLE_CHANGES = frozenset({"output", "save_every", "log_every", "eval_every", "eval_batches", "progress",
+                               "peak_gflops", "data", "tokenizer"})
+
+
+@dataclass
+class PretrainConfig:
+    """A pre-training run. Defaults follow BERT (AdamW 1e-4, decay 0.01, eps 1e-6, linear warm-up and decay)."""
+
+    data: str  # a folder written by prepare_corpus
+    output: str
+    model: str = "tiny"  # a BertConfig preset name, or a config.json path (vocab_size comes from the tokenizer)
+    tokenizer: str = "default"  # a model directory, 'default', or a vocab.txt: must be the corpus's tokenizer
+    do_lower_case: bool = True  # for a bare vocab.txt; a model directory's tokenizer_config.json decides
+    objective: str = "mlm+nsp"
+    masking: str = "token"
+    mask_probability: float = MASK_PROBABILITY
+    steps: int = 1000  # optimizer steps
+    batch_size: int = 32  # sequences per forward pass
+    grad_accumulation: int = 1  # forward passes per optimizer step
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-6
+    warmup_steps: int | None = None  # None: 1% of the steps (BERT: 10k of 1M)
+    max_grad_norm: float | None = 1.0
+    seq_len: int = 128
+    short_seq_prob: float = SHORT_SEQ_PROB
+    holdout: int | float = 0.01  # documents kept out of training for evaluation: a count or a fraction
+    save_every: int | None = 1000  # steps between checkpoints; the end of the run always saves one
+    log_every: int = 10
+    eval_every: int | None = None  # steps between held-out evaluations; None: only at the end
+    eval_batches: int = 20
+    bf16: bool = False
+    seed: int = 0
+    peak_gflops: float = DEFAULT_PEAK_GFLOPS
+    device: str | None = None  # None: CUDA when available, else CPU
+    progress: bool = True
+    # Multi-process training (torchrun) reads its part of the corpus; the loop itself is single-process for now.
+    rank: int = 0
+    world_size: int = 1
+
+    def __post_init__(self):
+        self.betas = tuple(self.betas)
+        get_objective(self.objective)
+        strategy_function(self.masking)
+        for name in ("steps", "batch_size", "grad_accumulation", "seq_len", "log_every", "eval_batches"):
+            check_number(name, getattr(self, name), minimum=1, integer=True)
+        for name in ("save_every", "eval_every"):
+            check_number(name, getattr(self, name), minimum=1, integer=True, optional=True)
+        check_number("warmup_steps", self.warmup_steps, minimum=0, integer=True, optional=True)
+        check_number("lr", self.lr, minimum=0.0, exclusive=True)
+        check_number("weight_decay", self.weight_decay, minimum=0.0)
+        check_number("eps", self.eps, minimum=0.0, exclusive=True)
+        check_number("max_grad_norm", self.max_grad_norm, minimum=0.0, exclusive=True, optional=True)
+        check_number("peak_gflops", self.peak_gflops, minimum=0.0, exclusive=True)
+        check_number("seed", self.seed, minimum=0, integer=True)
+        if not 0.0 < self.mask_probability < 1.0:
+            raise ConfigError(f"mask_probability must be in (0, 1), got {self.mask_probability!r}")
+        if not 0 <= self.rank < self.world_size:
+            raise ConfigError(f"rank must be in 0..{self.world_size - 1}, got {self.rank}")
+
+    @property
+    def total_warmup_steps(self) -> int:
+        return self.warmup_steps if self.warmup_steps is not None else round(0.01 * self.steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["betas"] = list(self.betas)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> PretrainConfig:
+        return config_from_dict(cls, data, source)
+
+    def save(self, path: str | Path) -> None:
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> PretrainConfig:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise InputError("no such run config file", path) from None
+        except json.JSONDecodeError as error:
+            raise InputError(f"invalid JSON: {error.msg}", path, line=error.lineno) from None
+        return cls.from_dict(data, source=str(path))
+
+
+@dataclass
+class PretrainResult:
+    steps: int
+    history: list[dict[str, Any]]  # every record written to log.jsonl by this process
+    output: Path
+
+
+# ---------------------------------------------------------------- building the pieces
+
+
+def load_tokenizer(name_or_path: str, do_lower_case: bool = True) -> BertTokenizer:
+    if Path(name_or_path).is_file():
+        return BertTokenizer(name_or_path, do_lower_case=do_lower_case)
+    return BertTokenizer.from_pretrained(name_or_path)
+
+
+def check_tokenizer(tokenizer: BertTokenizer, reader: CorpusReader, source: str) -> None:
+    """The corpus stores ids: training with another vocabulary or other settings would learn nonsense."""
+    prepared = reader.manifest["tokenizer"]
+    current = json.loads(json.dumps(tokenizer_identity(tokenizer)))  # the same JSON types as the manifest
+    different = [key for key in prepared if prepared[key] != current.get(key)]
+    if different:
+        raise ConfigError(f"the tokenizer {source!r} is not the one {reader.directory} was prepared with "
+                          f"({different[0]} differs); pass the same --vocab as to `pretrain prepare`")
+
+
+def model_config(name_or_path: str, tokenizer: BertTokenizer, seq_len: int) -> BertConfig:
+    """A preset name or config.json, with the tokenizer's vocabulary size and padding id."""
+    overrides = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.vocab.pad_token_id}
+    if name_or_path in PRESETS:
+        config = BertConfig.preset(name_or_path, **overrides)
+    elif name_or_path.endswith(".json") or Path(name_or_path).is_file():
+        config = dataclasses.replace(BertConfig.load(name_or_path), **overrides)
+    else:
+        raise ConfigError(f"unknown model size {name_or_path!r}; choose from {', '.join(PRESETS)} or a config.json")
+    if config.max_position_embeddings < seq_len:
+        raise ConfigError(f"seq_len={seq_len} exceeds the model's max_position_embeddings "
+                          f"({config.max_position_embeddings})")
+    return config
+
+
+def batches(stream: InstanceStream, collator: PretrainingCollator, batch_size: int) -> Iterator[dict]:
+    """Collated batches drawn in this process, so the stream's and collator's state are exactly the position."""
+    instances: Iterator[Instance] = iter(stream)
+    while chunk := list(islice(instances, batch_size)):
+        yield collator(chunk)
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def _masked_predictions(output: Any) -> torch.Tensor:
+    """The masked-LM logits of an objective's output, (masked, vocab), in the order of labels != -100."""
+    return output.generator_logits if isinstance(output, ElectraOutput) else \
+        output.prediction_logits if isinstance(output, PreTrainingOutput) else output.logits
+
+
+def batch_counts(output: Any, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Sums for the log: loss, masked tokens and correct predictions, sentence pairs and correct labels."""
+    labels = batch["labels"][batch["labels"] != IGNORE_INDEX]
+    predicted = _masked_predictions(output).argmax(-1)
+    counts = {"masked": labels.numel(), "mlm_correct": (predicted == labels).sum().item(),
+              "tokens": batch["attention_mask"].sum().item()}
+    if isinstance(output, PreTrainingOutput):
+        pair_labels = batch["next_sentence_label"]
+        counts["pairs"] = pair_labels.numel()
+        counts["pair_correct"] = (output.seq_relationship_logits.argmax(-1) == pair_labels).sum().item()
+    if isinstance(output, ElectraOutput):
+        real = batch["attention_mask"].bool()
+        counts["real"] = real.sum().item()
+        counts["replaced_correct"] = ((output.discriminator_logits > 0) == output.replaced)[real].sum().item()
+    return counts
+
+
+def summarise(window: dict[str, float], seconds: float, parameters: int, peak_gflops: float) -> dict:
+    """Window sums -> the logged means. MFU: 6 x parameters x tokens (forward 2, backward 4 FLOPs per parameter
+    and token) per second, over the peak; real tokens only, so padding counts as waste."""
+    record = {"loss": window["loss"] / max(1, window["micro_batches"]),
+              "mlm_accuracy": window["mlm_correct"] / max(1, window["masked"])}
+    if window.get("pairs"):
+        record["sentence_pair_accuracy"] = window["pair_correct"] / window["pairs"]
+    if window.get("real"):
+        record["replaced_token_accuracy"] = window["replaced_correct"] / window["real"]
+    tokens_per_s = window["tokens"] / max(seconds, 1e-9)
+    record["tokens_per_s"] = tokens_per_s
+    record["mfu"] = 6 * parameters * tokens_per_s / (peak_gflops * 1e9)
+    return record
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def masked_lm_parts(model: nn.Module) -> tuple[nn.Module, nn.Module, torch.Tensor]:
+    """(encoder, masked-LM head, word-embedding matrix) of any model with a masked-LM head (ELECTRA: its
+    generator's)."""
+    if isinstance(model, ElectraForPreTraining):
+        return model.generator, model.generator_head, model.discriminator.embeddings.tokens.weight
+    if isinstance(model, (BertForPreTraining, BertForMaskedLM)):
+        return model.bert, model.masked_lm, model.bert.embeddings.tokens.weight
+    raise ConfigError(f"{type(model).__name__} has no masked-LM head to evaluate")
+
+
+@torch.inference_mode()
+def evaluate_mlm(model: nn.Module, reader: CorpusReader, masker: Masker, pad_token_id: int, batch_size: int = 32,
+                 seq_len: int = 128, max_batches: int | None = None, seed: int = 0,
+                 device: torch.device | str | None = None) -> dict[str, float]:
+    """Masked-LM loss (mean over masked tokens), perplexity (its exp) and accuracy on `reader`'s documents.
+
+    One pass over them as single segments, masked by a generator seeded with `seed`: the same model and data
+    always give the same numbers, so evaluations during and after training compare.
+    """
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    encoder, head, word_embeddings = masked_lm_parts(model)
+    was_training = model.training
+    model.eval()
+    stream = InstanceStream(reader, max_seq_length=seq_len, sentence_pairs=None, seed=seed, epochs=1)
+    collator = PretrainingCollator(masker, pad_token_id, seed=seed)
+    loss_sum, correct, masked, count = 0.0, 0, 0, 0
+    for batch in islice(batches(stream, collator, batch_size), max_batches):
+        batch = to_device(batch, device)
+        is_masked = batch["labels"] != IGNORE_INDEX
+        hidden = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).last_hidden_state
+        logits = head(hidden[is_masked], word_embeddings).float()  # (masked, vocab)
+        labels = batch["labels"][is_masked]
+        loss_sum += nn.functional.cross_entropy(logits, labels, reduction="sum").item()
+        correct += (logits.argmax(-1) == labels).sum().item()
+        masked += labels.numel()
+        count += 1
+    model.train(was_training)
+    if masked == 0:
+        raise BertforgeError("the evaluation data gave no masked tokens")
+    loss = loss_sum / masked
+    return {"loss": loss, "perplexity": math.exp(min(loss, 700.0)), "accuracy": correct / masked,
+            "masked_tokens": masked, "batches": count}
+
+
+# ---------------------------------------------------------------- the run
+
+
+def _check_resumable(saved: dict[str, Any], config: PretrainConfig, path: Path) -> None:
+    current = config.to_dict()
+    for key, value in saved.items():
+        if key not in RESUMABLE_CHANGES and current.get(key) != value:
+            raise ConfigError(f"{path}: the checkpoint was made with {key}={value!r}, this run has "
+                              f"{key}={current.get(key)!r}; resume with the same settings or start a new output")
+
+
+def _keep_log_until(path: Path, step: int) -> None:
+    """On resume, drop log lines of steps after the checkpoint: they are about to be computed again."""
+    if not path.is_file():
+        return
+    kept = [line for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line).get("step", 0) <= step]
+    write_text_atomic(path, "".join(line + "\n" for line in kept))
+
+
+def save_final_model(model: nn.Module, tokenizer: BertTokenizer, config: PretrainConfig) -> None:
+    """An ordinary checkpoint directory: what BertModel / BertFor*.from_pretrained and transformers read."""
+    keep = model.discriminator if isinstance(model, ElectraForPreTraining) else model
+    keep.save_pretrained(config.output)
+    tokenizer.save_pretrained(config.output)
+
+
+def pretrain(config: PretrainConfig, resume: bool = False) -> PretrainResult:
+    """Pre-train a model as `config` says, writing to config.output (see the module docstring); `resume`
+    continues from output/checkpoint exactly: the same batches, masks, dropout and losses as without a stop."""
+    output = Path(config.output)
+    checkpoint_dir = output / CHECKPOINT_DIR
+    if resume:
+        saved = read_train_state(checkpoint_dir)
+        _check_resumable(saved["extra"].get("config", {}), config, checkpoint_dir / TRAIN_STATE_FILE)
+    elif (checkpoint_dir / TRAIN_STATE_FILE).exists():
+        raise ConfigError(f"{output} already holds a training run; pass --resume to continue it, "
+                          "or choose another output folder")
+
+    reader = CorpusReader(config.data, split="train", holdout=config.holdout, rank=config.rank,
+                          world_size=config.world_size)
+    tokenizer = load_tokenizer(config.tokenizer, config.do_lower_case)
+    check_tokenizer(tokenizer, reader, config.tokenizer)
+    objective = get_objective(config.objective)
+    bert_config = model_config(config.model, tokenizer, config.seq_len)
+    masker = Masker(tokenizer.vocab, config.masking, config.mask_probability)
+
+    device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    use_bf16 = config.bf16 and bf16_supported(device.type)
+    if config.bf16 and not use_bf16:
+        logger.warning("bf16 was asked for but %s has no native bf16 support; training in float32", device.type)
+    seed_everything(config.seed)
+    model = objective.build_model(bert_config).to(device)
+    optimizer = build_optimizer(model, config.lr, config.weight_decay, config.betas, config.eps)
+    scheduler = linear_warmup_decay(optimizer, config.total_warmup_steps, config.steps)
+    stream = InstanceStream(reader, config.seq_len, objective.sentence_pairs, config.short_seq_prob, seed=config.seed)
+    collator = PretrainingCollator(masker, tokenizer.vocab.pad_token_id, seed=config.seed)
+    sampler = torch.Generator(device).manual_seed(config.seed)  # ELECTRA's generator samples
+    eval_reader = CorpusReader(config.data, split="eval", holdout=config.holdout) if config.holdout else None
+
+    step = 0
+    if resume:
+        state = load_train_state(checkpoint_dir, model, optimizer, scheduler)
+        stream.load_state_dict(state.data["stream"])
+        collator.load_state_dict(state.data["collator"])
+        sampler.set_state(state.data["sampler"])
+        step = state.step
+        _keep_log_until(output / LOG_FILE, step)
+        logger.info("resuming from step %d", step)
+    else:
+        output.mkdir(parents=True, exist_ok=True)
+        (output / LOG_FILE).write_text("")
+    config.save(output / RUN_CONFIG_FILE)
+    tokenizer.save_pretrained(output)
+
+    def save_checkpoint() -> None:
+        data = {"stream": stream.state_dict(), "collator": collator.state_dict(), "sampler": sampler.get_state()}
+        save_train_state(checkpoint_dir, model, optimizer, scheduler, step, data, {"config": config.to_dict()})
+
+    history: list[dict[str, Any]] = []
+
+    def log(record: dict[str, Any]) -> None:
+        history.append(record)
+        with open(output / LOG_FILE, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def evaluate() -> None:
+        if eval_reader is None:
+            return
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+            metrics = evaluate_mlm(model, eval_reader, masker, tokenizer.vocab.pad_token_id, config.batch_size,
+                                   config.seq_len, config.eval_batches, config.seed, device)
+        log({"event": "eval", "step": step, **metrics})
+
+    parameters = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    data = batches(stream, collator, config.batch_size)
+    model.train()
+    from tqdm import tqdm
+    bar = tqdm(total=config.steps, initial=step, desc="pre-training", unit="step", disable=not config.progress)
+    window, window_seconds = {}, 0.0
+    while step < config.steps:
+        started = time.perf_counter()
+        for _ in range(config.grad_accumulation):
+            batch = to_device(next(data), device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+                result = objective.loss(model, batch, sampler)
+            (result.loss / config.grad_accumulation).backward()
+            counts = {"loss": result.loss.item(), "micro_batches": 1, **batch_counts(result, batch)}
+            for key, value in counts.items():
+                window[key] = window.get(key, 0) + value
+        if config.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        window_seconds += time.perf_counter() - started
+        bar.update(1)
+        if step % config.log_every == 0 or step == config.steps:
+            record = summarise(window, window_seconds, parameters, config.peak_gflops)
+            bar.set_postfix(loss=f"{record['loss']:.4f}", mlm_acc=f"{record['mlm_accuracy']:.3f}",
+                            mfu=f"{record['mfu']:.1%}")
+            log({"event": "train", "step": step, "lr": scheduler.get_last_lr()[0], **record})
+            window, window_seconds = {}, 0.0
+        if config.eval_every and step % config.eval_every == 0:
+            evaluate()
+        if config.save_every and step % config.save_every == 0 and step < config.steps:
+            save_checkpoint()
+    bar.close()
+    if not (config.eval_every and step % config.eval_every == 0):
+        evaluate()
+    save_checkpoint()
+    save_final_model(model, tokenizer, config)
+    return PretrainResult(steps=step, history=history, output=output)

@@ -1,0 +1,75 @@
+"""Training state: a save/load round trip continues training exactly (weights, optimizer moments, schedule, RNG);
+an interrupted save keeps the previous checkpoint; foreign files are refused in one line."""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from bertforge.checkpoint import train_state
+from bertforge.checkpoint.train_state import TRAIN_STATE_FILE, load_train_state, save_train_state
+from bertforge.errors import CheckpointError
+from bertforge.training.optim import build_optimizer, linear_warmup_decay
+
+
+def make_run(seed: int = 0):
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.LayerNorm(8), nn.Linear(8, 1))
+    optimizer = build_optimizer(model, lr=1e-2, weight_decay=0.01)
+    return model, optimizer, linear_warmup_decay(optimizer, warmup_steps=2, total_steps=10)
+
+
+def train_step(model, optimizer, scheduler):
+    loss = model(torch.randn(5, 4)).pow(2).mean()  # the inputs and the dropout mask both use the global RNG
+    loss.backward()
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+def test_resumed_training_continues_exactly(tmp_path):
+    model, optimizer, scheduler = make_run()
+    for _ in range(3):
+        train_step(model, optimizer, scheduler)
+    save_train_state(tmp_path, model, optimizer, scheduler, step=3, data={"position": 7}, extra={"note": "x"})
+    expected = [train_step(model, optimizer, scheduler) for _ in range(3)]
+    expected_draws = (random.random(), np.random.rand(), torch.rand(1).item())
+
+    model, optimizer, scheduler = make_run(seed=1)  # other weights and RNG state, all overwritten by the load
+    random.seed(5)
+    np.random.seed(5)
+    state = load_train_state(tmp_path, model, optimizer, scheduler)
+    assert (state.step, state.data, state.extra) == (3, {"position": 7}, {"note": "x"})
+    assert [train_step(model, optimizer, scheduler) for _ in range(3)] == expected
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected_draws
+
+
+def test_an_interrupted_save_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    model, optimizer, scheduler = make_run()
+    save_train_state(tmp_path, model, optimizer, scheduler, step=1)
+
+    def crash(obj, path):
+        with open(path, "wb") as handle:
+            handle.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(train_state.torch, "save", crash)
+    with pytest.raises(OSError):
+        save_train_state(tmp_path, model, optimizer, scheduler, step=2)
+    monkeypatch.undo()
+    assert load_train_state(tmp_path, *make_run()).step == 1
+    assert [path.name for path in tmp_path.iterdir()] == [TRAIN_STATE_FILE]
+
+
+def test_missing_or_foreign_files_are_one_line_errors(tmp_path):
+    with pytest.raises(CheckpointError, match="no training checkpoint"):
+        load_train_state(tmp_path, *make_run())
+    (tmp_path / TRAIN_STATE_FILE).write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="not a readable training checkpoint"):
+        load_train_state(tmp_path, *make_run())
+    torch.save({"weights": torch.zeros(1)}, tmp_path / TRAIN_STATE_FILE)
+    with pytest.raises(CheckpointError, match="not a bertforge training checkpoint"):
+        load_train_state(tmp_path, *make_run())
