@@ -13,7 +13,8 @@ from bertforge.tasks.registry import TASKS
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", "-m", required=True, help="fine-tuned model directory")
-    parser.add_argument("--data", "-d", required=True, help="labelled data (.csv, .tsv, .jsonl)")
+    parser.add_argument("--data", "-d", required=True,
+                        help="labelled data (.csv, .tsv, .jsonl; CoNLL for ner; SQuAD .json for qa)")
     add_column_arguments(parser)
     parser.add_argument("--task", choices=list(TASKS), default=None, help="default: the model's own")
     parser.add_argument("--batch-size", type=positive_int, default=64)

@@ -1,5 +1,5 @@
-"""`bertforge finetune`: fine-tune a model on a CSV/TSV/JSONL file; flags and `--config run.json` fill one
-FinetuneConfig (flags win over the file, the file over the defaults)."""
+"""`bertforge finetune`: fine-tune a model on a CSV/TSV/JSONL file (a CoNLL file for ner, SQuAD JSON for qa);
+flags and `--config run.json` fill one FinetuneConfig (flags win over the file, the file over the defaults)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ from bertforge.tasks.registry import TASKS
 # flag -> (place in FinetuneConfig's JSON, type, help); every default is None, so an absent flag leaves the
 # run config's value (or the dataclass default) in place.
 FLAGS: dict[str, tuple[tuple[str, ...], type, str]] = {
-    "--train": (("train",), str, "training data (.csv, .tsv, .jsonl)"),
+    "--train": (("train",), str, "training data (.csv, .tsv, .jsonl; CoNLL for ner; SQuAD .json for qa)"),
     "--dev": (("dev",), str, "evaluation data; the best model on it is kept"),
     "--output": (("output",), str, "output model directory"),
     "--model": (("model",), str, "pre-trained model directory, or 'default' (all-MiniLM-L6-v2)"),
-    "--max-length": (("max_length",), int, "tokens per input (default 128)"),
+    "--max-length": (("max_length",), int, "tokens per input (default 128; qa 384)"),
+    "--doc-stride": (("doc_stride",), int, "overlap of windows over long inputs: qa tokens (128), ner words (16)"),
+    "--max-query-length": (("max_query_length",), int, "qa: question tokens kept (default 64)"),
     "--batch-size": (("batch_size",), int, "examples per batch (default 32)"),
     "--eval-batch-size": (("eval_batch_size",), int, "examples per evaluation batch (default 64)"),
     "--max-train-examples": (("max_train_examples",), int, "use only the first N training examples"),
@@ -55,6 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_column_arguments(parser)
     parser.add_argument("--long-text", choices=list(LONG_TEXT), default=None,
                         help="texts over --max-length: truncate (default) or average overlapping windows")
+    parser.add_argument("--version-2", action="store_const", const=True, default=None,
+                        help="qa: SQuAD v2 data, where questions may have no answer")
     parser.add_argument("--bf16", action="store_const", const=True, default=None,
                         help="bf16 autocast where the hardware supports it")
     parser.add_argument("--no-progress", dest="progress", action="store_const", const=False, default=None,
@@ -79,8 +83,8 @@ def config_from_args(args: argparse.Namespace):
         source = str(path)
     places = {flag: place for flag, (place, _, _) in FLAGS.items()}
     places |= {flag: place for flag, (place, _) in COLUMN_FLAGS.items()}
-    places |= {"--task": ("task",), "--long-text": ("long_text",), "--bf16": ("training", "bf16"),
-               "--no-progress": ("training", "progress")}
+    places |= {"--task": ("task",), "--long-text": ("long_text",), "--version-2": ("version_2",),
+               "--bf16": ("training", "bf16"), "--no-progress": ("training", "progress")}
     for flag, place in places.items():
         dest = "progress" if flag == "--no-progress" else flag.lstrip("-").replace("-", "_")
         value = getattr(args, dest)

@@ -26,9 +26,9 @@ from bertforge.runtime import set_threads, tune_cpu_allocator
 
 SUBCOMMANDS = {
     "demo": (demo, "fine-tune the default model on movie reviews and classify a few sentences"),
-    "finetune": (finetune, "fine-tune a model for classification or regression on a CSV/TSV/JSONL file"),
+    "finetune": (finetune, "fine-tune for classification, regression, NER (CoNLL) or question answering (SQuAD)"),
     "evaluate": (evaluate, "a fine-tuned model's metrics on a labelled file"),
-    "predict": (predict, "labels with probabilities (or scores) from a fine-tuned model"),
+    "predict": (predict, "labels with probabilities, scores, entities or answers from a fine-tuned model"),
     "tokenize": (tokenizer, "show how a text is split into WordPiece tokens"),
     "embed": (embed, "one vector per input line, saved as .npy or .jsonl"),
     "similarity": (similarity, "cosine similarity table between sentences"),

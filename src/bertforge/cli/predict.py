@@ -1,4 +1,5 @@
-"""`bertforge predict`: labels with probabilities (or scores) from a fine-tuned model, for a file or one text."""
+"""`bertforge predict`: a fine-tuned model's answers for a file or one input: labels with probabilities (or
+scores), entities (ner), or answer spans (qa)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ from bertforge.errors import InputError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", "-m", required=True, help="fine-tuned model directory")
-    parser.add_argument("--input", "-i", help="data file (.csv, .tsv, .jsonl, or .txt with one text per line)")
+    parser.add_argument("--input", "-i", help="data file (.csv, .tsv, .jsonl, or .txt with one text per line; "
+                                              "ner: CoNLL or .txt; qa: SQuAD .json or .jsonl of question, context)")
     parser.add_argument("--output", "-o", help="FILE.jsonl: one JSON object per input (required with --input)")
     parser.add_argument("--text", help="or one text, predicted and printed")
     parser.add_argument("--text-pair", help="the second text of a pair, with --text")
+    parser.add_argument("--question", help="qa: one question, with --context")
+    parser.add_argument("--context", help="qa: the passage that holds the answer, with --question")
     add_column_arguments(parser)
     parser.add_argument("--batch-size", type=positive_int, default=64)
     parser.add_argument("--max-length", type=positive_int, default=None, help="default: the training run's")
@@ -25,13 +29,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.finetune import predict
 
-    if (args.input is None) == (args.text is None):
-        raise InputError("give either --input FILE (with --output FILE.jsonl) or --text")
+    if (args.question is None) != (args.context is None):
+        raise InputError("--question and --context go together")
+    if args.question is not None and (args.text is not None or args.text_pair is not None):
+        raise InputError("give --question with --context, or --text, not both")
+    text, text_pair = (args.question, args.context) if args.question is not None else (args.text, args.text_pair)
+    if (args.input is None) == (text is None):
+        raise InputError("give either --input FILE (with --output FILE.jsonl), --text, or --question and --context")
     if args.input is not None and args.output is None:
         raise InputError("--input needs --output FILE.jsonl")
-    if args.text is not None:
-        pairs = [args.text_pair] if args.text_pair is not None else None
-        answer = predict(args.model, texts=[args.text], text_pairs=pairs, max_length=args.max_length)[0]
+    if text is not None:
+        pairs = [text_pair] if text_pair is not None else None
+        answer = predict(args.model, texts=[text], text_pairs=pairs, max_length=args.max_length)[0]
         print(format_answer(answer))
         return 0
     answers = predict(args.model, args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
@@ -42,7 +51,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def format_answer(answer: dict) -> str:
-    """'positive (0.97)  negative 0.03' for a label, 'score 3.214' for regression."""
+    """'positive (0.97)  negative 0.03' for a label, 'score 3.214' for regression, one 'PER  John Smith  0:10
+    (0.98)' line per entity (ner; '(no entities)' when none), 'Denver Broncos (score 12.3)' for qa."""
+    if "entities" in answer:
+        lines = [f"{e['type']}  {e['text']}  {e['start']}:{e['end']}  ({e['score']:.3f})" for e in answer["entities"]]
+        return "\n".join(lines) or "(no entities)"
+    if "answer" in answer:
+        score = "-" if answer["score"] is None else f"{answer['score']:.3f}"
+        return f"{answer['answer'] or '(no answer)'}  (score {score})"
     if "score" in answer:
         return f"score {answer['score']:.3f}"
     others = "  ".join(f"{label} {p:.3f}" for label, p in answer["probabilities"].items() if label != answer["label"])

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from bertforge.errors import InputError
 from bertforge.heads import IGNORE_INDEX
@@ -132,6 +133,9 @@ class EncodeSettings:
 
     max_length: int = 128
     long_text: str = "truncate"  # a key of the task's long-text strategies (classification: truncate, windows)
+    stride: int | None = None  # overlap of consecutive windows (NER: words, QA: tokens); None: the task's default
+    max_query_length: int = 64  # QA: question tokens kept
+    version_2: bool = False  # QA: SQuAD v2, questions may have no answer
 
 
 @dataclass
@@ -201,6 +205,8 @@ class Features:
     example_index: list[int]
     truncated: int = 0  # examples cut to max_length
     notes: list[str] = field(default_factory=list)
+    extras: list[Any] = field(default_factory=list)  # per row, what decoding needs (word positions, offsets)
+    settings: EncodeSettings | None = None  # how they were made; decoding reads its options (version_2) here
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -279,3 +285,21 @@ def inference_batches(features: Features, batch_size: int, pad_token_id: int,
     for indices in length_sorted_batches(features.lengths(), batch_size):
         rows = [{key: features.rows[i][key] for key in keys if key in features.rows[i]} for i in indices]
         yield indices, collate(rows, pad_token_id)
+
+
+@torch.inference_mode()
+def row_outputs(model: nn.Module, features: Features, batch_size: int,
+                read: Callable[[Any], tuple[torch.Tensor, ...]]) -> list[tuple[torch.Tensor, ...]]:
+    """Per row, the per-token outputs `read(model output)` picks, float32 on the CPU and cut to the row's length:
+    read=lambda output: (output.logits,) gives each row's (seq, labels) logits."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    outputs: list[tuple[torch.Tensor, ...]] = [()] * len(features)
+    for indices, batch in inference_batches(features, batch_size, model.config.pad_token_id):
+        tensors = [tensor.float().cpu() for tensor in read(model(**{k: v.to(device) for k, v in batch.items()}))]
+        for slot, row in enumerate(indices):
+            length = len(features.rows[row]["input_ids"])
+            outputs[row] = tuple(tensor[slot, :length] for tensor in tensors)
+    model.train(was_training)
+    return outputs

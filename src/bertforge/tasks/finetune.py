@@ -23,7 +23,7 @@ from bertforge.checkpoint.hf_format import CONFIG_FILE
 from bertforge.config import BertConfig
 from bertforge.errors import ConfigError
 from bertforge.tasks.classification import LONG_TEXT
-from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, TextExample, training_batches
+from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, training_batches
 from bertforge.tasks.registry import TASKS, Task, get_task
 from bertforge.tokenizer import BertTokenizer
 from bertforge.training.trainer import TrainConfig, Trainer, check_number, config_from_dict
@@ -38,7 +38,7 @@ EVAL_RESULTS_FILE = "eval_results.json"
 class FinetuneConfig:
     """Everything a fine-tuning run needs; `bertforge finetune` flags and `--config run.json` fill it."""
 
-    train: str | None = None  # training data file (.csv, .tsv, .jsonl)
+    train: str | None = None  # training data file (.csv, .tsv, .jsonl; CoNLL for ner, SQuAD .json for qa)
     output: str | None = None  # output model directory
     task: str = "classification"
     model: str = "default"  # pre-trained model directory, or "default" (all-MiniLM-L6-v2)
@@ -46,8 +46,11 @@ class FinetuneConfig:
     text_column: str = "sentence"
     text_pair_column: str | None = None
     label_column: str = "label"
-    max_length: int = 128
+    max_length: int | None = None  # tokens per input; None: the task's default (qa 384, others 128)
     long_text: str = "truncate"
+    doc_stride: int | None = None  # overlap of windows: qa tokens (default 128), ner words (default 16)
+    max_query_length: int = 64  # qa: question tokens kept
+    version_2: bool = False  # qa: SQuAD v2 (questions may have no answer)
     batch_size: int = 32
     eval_batch_size: int = 64
     max_train_examples: int | None = None  # use only the first N training examples
@@ -58,10 +61,13 @@ class FinetuneConfig:
             self.training = TrainConfig.from_dict(self.training, "training")
         if self.task not in TASKS:
             raise ConfigError(f"unknown task {self.task!r}; choose from {', '.join(TASKS)}")
+        if self.max_length is None:
+            self.max_length = TASKS[self.task].max_length
         if self.long_text not in LONG_TEXT:
             raise ConfigError(f"unknown long_text {self.long_text!r}; choose from {', '.join(LONG_TEXT)}")
-        for name in ("max_length", "batch_size", "eval_batch_size"):
+        for name in ("max_length", "batch_size", "eval_batch_size", "max_query_length"):
             check_number(name, getattr(self, name), minimum=1, integer=True)
+        check_number("doc_stride", self.doc_stride, minimum=0, integer=True, optional=True)
         check_number("max_train_examples", self.max_train_examples, minimum=1, integer=True, optional=True)
 
     @property
@@ -70,7 +76,8 @@ class FinetuneConfig:
 
     @property
     def settings(self) -> EncodeSettings:
-        return EncodeSettings(self.max_length, self.long_text)
+        return EncodeSettings(self.max_length, self.long_text, self.doc_stride, self.max_query_length,
+                              self.version_2)
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "training": self.training.to_dict()}
@@ -120,11 +127,11 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
         raise ConfigError("training data is required (--train, or \"train\" in the run config)")
     task = get_task(config.task)
     if train_examples is None:
-        train_examples = task.read_examples(config.train, config.columns)
+        train_examples = task.read_examples(config.train, config.columns, settings=config.settings)
     train_examples = list(train_examples)[:config.max_train_examples]
     id2label = task.labels(train_examples)
     if dev_examples is None and config.dev is not None:
-        dev_examples = task.read_examples(config.dev, config.columns, id2label)
+        dev_examples = task.read_examples(config.dev, config.columns, id2label, settings=config.settings)
 
     tokenizer = BertTokenizer.from_pretrained(config.model)
     train_features = task.encode(tokenizer, train_examples, config.settings, id2label)
@@ -134,7 +141,8 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
         dev_features = task.encode(tokenizer, dev_examples, config.settings, id2label)
         notes += [f"dev data: {note}" for note in dev_features.notes]
 
-    model = task.model_class.from_pretrained(config.model, id2label=id2label)
+    # A span model (qa) has no labels to name.
+    model = task.model_class.from_pretrained(config.model, **({"id2label": id2label} if id2label else {}))
     output = Path(config.output)
     training = dataclasses.replace(config.training, output_dir=str(output))
     output.mkdir(parents=True, exist_ok=True)
@@ -163,14 +171,15 @@ class FinetunedModel:
 
     @classmethod
     def load(cls, name_or_path: str | Path, task: str | None = None) -> FinetunedModel:
-        """The task is, in order: `task`, the one it was fine-tuned for, or regression for a one-output model."""
+        """The task is, in order: `task`, the one it was fine-tuned for, or regression for a one-output model.
+        The training run's settings (max_length, doc_stride, version_2, ...) stay; without them, the task's."""
         directory = resolve_model_dir(name_or_path)
         saved = directory / RUN_CONFIG_FILE
         settings = FinetuneConfig.load(saved) if saved.is_file() else None
         if task is None:
             task = settings.task if settings else \
                 "regression" if BertConfig.load(directory / CONFIG_FILE).num_labels == 1 else "classification"
-        settings = dataclasses.replace(settings or FinetuneConfig(), task=task)
+        settings = dataclasses.replace(settings, task=task) if settings else FinetuneConfig(task=task)
         definition = get_task(task)
         return cls(definition.model_class.from_pretrained(directory), BertTokenizer.from_pretrained(directory),
                    definition, settings)
@@ -188,7 +197,8 @@ class FinetunedModel:
         return Columns(text or saved.text, text_pair or saved.text_pair, label or saved.label)
 
     def read(self, path: str | Path, columns: Columns, labelled: bool) -> list:
-        return self.task.read_examples(path, columns, self.id2label, labelled=labelled)
+        return self.task.read_examples(path, columns, self.id2label, labelled=labelled,
+                                       settings=self.settings.settings)
 
     def predict(self, examples: Sequence[Any], batch_size: int = 64, max_length: int | None = None,
                 ) -> list[dict[str, Any]]:
@@ -219,13 +229,13 @@ def predict(model: str | Path, path: str | Path | None = None, texts: Sequence[s
             text_pairs: Sequence[str] | None = None, text_column: str | None = None,
             text_pair_column: str | None = None, batch_size: int = 64, max_length: int | None = None,
             ) -> list[dict[str, Any]]:
-    """Answers for the texts of a file (or given `texts`), each with its input: {"text", "label", ...}."""
+    """Answers for the examples of a file (or given `texts`, and `text_pairs`: for qa the questions and their
+    contexts), each with its input: {"text", "label", ...}, {"text", "entities", "tags"}, {"question", "answer"...}."""
     finetuned = FinetunedModel.load(model)
     if path is not None:
         examples = finetuned.read(path, finetuned.columns(text_column, text_pair_column, path=path), labelled=False)
     else:
         pairs = text_pairs if text_pairs is not None else [None] * len(texts)
-        examples = [TextExample(text, pair) for text, pair in zip(texts, pairs)]
+        examples = [finetuned.task.example(text, pair) for text, pair in zip(texts, pairs)]
     answers = finetuned.predict(examples, batch_size, max_length)
-    inputs = [{"text": e.text, **({"text_pair": e.text_pair} if e.text_pair is not None else {})} for e in examples]
-    return [{**given, **answer} for given, answer in zip(inputs, answers)]
+    return [{**finetuned.task.inputs(example), **answer} for example, answer in zip(examples, answers)]

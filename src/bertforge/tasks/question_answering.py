@@ -7,6 +7,7 @@ A long context is cut into overlapping windows of tokens, each encoded as [CLS] 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,8 @@ import torch
 
 from bertforge.errors import ConfigError, InputError
 from bertforge.inference.features import pad_ids
+from bertforge.tasks.data import EncodeSettings, Features, cell, read_table, require_columns, row_outputs
+from bertforge.tasks.metrics import compute_metrics
 
 Span = tuple[int, int]  # (start, end) character offsets, end exclusive
 
@@ -254,3 +257,75 @@ def best_answers(ranked: Sequence[Sequence[Answer]]) -> list[str]:
 def gold_answers(examples: Sequence[QAExample]) -> list[list[str]]:
     """Each example's gold answer texts, the references of exact_match and squad_f1 ([""] if unanswerable)."""
     return [[text for text, _ in example.answers] or [""] for example in examples]
+
+
+# --- the "qa" task (registry row): files -> examples -> Features -> answers -> metrics -------------------------
+
+DEFAULT_STRIDE = 128  # tokens shared by consecutive windows of a long context
+N_BEST = 20  # answers kept per question
+MAX_ANSWER_LENGTH = 30  # tokens
+
+
+def example_from_text(question: str, context: str | None = None) -> QAExample:
+    if context is None:
+        raise InputError("question answering needs a question and a context")
+    return QAExample("0", question, context, [])
+
+
+def read_examples(path: str | Path, columns=None, id2label=None, labelled: bool = True,
+                  settings=None) -> list[QAExample]:
+    """Questions of a SQuAD JSON file; to predict, also a .jsonl file of {"question", "context"[, "id"]}."""
+    path = Path(path)
+    if not labelled and path.suffix.lower() == ".jsonl":
+        table = read_table(path)
+        require_columns(table, ["question", "context"])
+        return [QAExample(str(row.get("id", line)), str(cell(table, line, row, "question")),
+                          str(cell(table, line, row, "context")), []) for line, row in table.rows]
+    return read_squad(path, version_2=bool(settings and settings.version_2))
+
+
+def no_labels(examples: Sequence[QAExample]) -> dict[int, str]:
+    """A span model has no label names: its two outputs are the start and end scores."""
+    return {}
+
+
+def encode(tokenizer, examples: Sequence[QAExample], settings: EncodeSettings, id2label=None) -> Features:
+    """One row per window ({input_ids, token_type_ids[, start_positions, end_positions]}), SpanFeatures as extras."""
+    stride = DEFAULT_STRIDE if settings.stride is None else settings.stride
+    windows = span_features(examples, tokenizer, settings.max_length, stride, settings.max_query_length)
+    rows = []
+    for window in windows:
+        row = {"input_ids": window.input_ids, "token_type_ids": window.token_type_ids}
+        example = examples[window.example]
+        if example.answers or example.is_impossible:
+            row |= {"start_positions": window.start_position, "end_positions": window.end_position}
+        rows.append(row)
+    index = [window.example for window in windows]
+    split = len(set(i for i, following in zip(index, index[1:]) if i == following))
+    notes = [f"{split} of {len(examples)} contexts were split into windows of max_length={settings.max_length}"
+             ] if split else []
+    return Features(rows, index, truncated=split, notes=notes, extras=windows, settings=settings)
+
+
+def predict(model, features: Features, examples: Sequence[QAExample], batch_size: int = 64) -> list[dict]:
+    """One answer per question: {"answer", "start", "end", "score", "n_best": [{text, start, end, score}]}."""
+    outputs = row_outputs(model, features, batch_size, lambda output: (output.start_logits, output.end_logits))
+    null_threshold = 0.0 if features.settings is not None and features.settings.version_2 else None
+    ranked = predict_answers(examples, features.extras, [o[0] for o in outputs], [o[1] for o in outputs],
+                             N_BEST, MAX_ANSWER_LENGTH, null_threshold)
+    results = []
+    for answers in ranked:
+        n_best = [{"text": a.text, "start": a.start, "end": a.end,
+                   "score": a.score if math.isfinite(a.score) else None} for a in answers]  # JSON has no -inf
+        results.append({"answer": n_best[0]["text"], "start": n_best[0]["start"], "end": n_best[0]["end"],
+                        "score": n_best[0]["score"], "n_best": n_best})
+    return results
+
+
+def score(answers: Sequence[dict], examples: Sequence[QAExample], id2label=None) -> dict[str, float]:
+    """SQuAD exact match and F1 of the best answers against every gold answer."""
+    return compute_metrics("question_answering", [a["answer"] for a in answers], gold_answers(examples))
+
+
+def inputs(example: QAExample) -> dict:
+    return {"id": example.id, "question": example.question, "context": example.context}

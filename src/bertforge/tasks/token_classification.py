@@ -6,7 +6,9 @@ longer than a window are split into overlapping windows of whole words, so every
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +18,8 @@ import torch
 from bertforge.errors import ConfigError, InputError
 from bertforge.heads import IGNORE_INDEX
 from bertforge.inference.features import pad_ids
-from bertforge.tasks.metrics import entities
+from bertforge.tasks.data import PLAIN_TEXT_COLUMN, EncodeSettings, Features, read_table, row_outputs
+from bertforge.tasks.metrics import compute_metrics, entities
 
 OUTSIDE = "O"
 DOCUMENT_START = "-DOCSTART-"
@@ -254,3 +257,72 @@ def tagged_entities(words: Sequence[str], tags: Sequence[str], probabilities: Se
         score = sum(probabilities[first:last + 1]) / (last - first + 1)
         found.append({"type": type_, "text": text[start:end], "start": start, "end": end, "score": score})
     return found
+
+
+# --- the "ner" task (registry row): files -> examples -> Features -> answers -> metrics ------------------------
+
+DEFAULT_STRIDE = 16  # words shared by consecutive windows of a sentence longer than max_length
+# Words, initialisms and single punctuation marks: "U.S. troops' start-up, fine." -> U.S. troops ' start-up , fine .
+_WORD = re.compile(r"(?:\w\.){2,}|\w+(?:[-'&]\w+)*|\S")
+
+
+def sentence_from_text(text: str, text_pair: str | None = None) -> TaggedSentence:
+    """A sentence to tag from raw text, split into words and punctuation as CoNLL-2003 tokenizes."""
+    if text_pair is not None:
+        raise InputError("named-entity recognition takes one text, not a pair")
+    return TaggedSentence(_WORD.findall(text), [])
+
+
+def read_sentences(path: str | Path, columns=None, id2label: Mapping[int, str] | None = None,
+                   labelled: bool = True, settings=None) -> list[TaggedSentence]:
+    """Sentences of a CoNLL file; to predict, also a .txt file with one sentence per line."""
+    path = Path(path)
+    if not labelled and path.suffix.lower() == ".txt":
+        lines = read_table(path).rows
+        return [sentence_from_text(row[PLAIN_TEXT_COLUMN]) for _, row in lines]
+    sentences = read_conll(path)
+    if not sentences:
+        raise InputError("the file has no sentences", path)
+    if not labelled:
+        return [TaggedSentence(sentence.words, []) for sentence in sentences]
+    if id2label is not None:
+        known = set(id2label.values())
+        for index, sentence in enumerate(sentences):
+            unknown = [tag for tag in sentence.tags if tag not in known]
+            if unknown:
+                raise InputError(f"sentence {index}: tag {unknown[0]!r} is not one of the model's labels "
+                                 f"({', '.join(known)})", path)
+    return sentences
+
+
+def encode(tokenizer, sentences: Sequence[TaggedSentence], settings: EncodeSettings,
+           id2label: Mapping[int, str]) -> Features:
+    """One row per window ({input_ids[, labels]}); the TokenFeatures ride along as extras for decoding."""
+    labelled = all(sentence.tags for sentence in sentences)
+    label2id = {label: i for i, label in id2label.items()} if labelled else None
+    stride = DEFAULT_STRIDE if settings.stride is None else settings.stride
+    windows = token_features(sentences, tokenizer, label2id, settings.max_length, stride)
+    rows = [{"input_ids": w.input_ids, **({"labels": w.labels} if labelled else {})} for w in windows]
+    index = [w.sentence for w in windows]
+    split = sum(count > 1 for count in Counter(index).values())
+    notes = [f"{split} of {len(sentences)} sentences were split into windows of max_length={settings.max_length}"
+             ] if split else []
+    return Features(rows, index, truncated=split, notes=notes, extras=windows, settings=settings)
+
+
+def predict(model, features: Features, sentences: Sequence[TaggedSentence], batch_size: int = 64) -> list[dict]:
+    """One answer per sentence: {"entities": [{type, text, start, end, score}], "tags": one per word}."""
+    logits = [outputs[0] for outputs in row_outputs(model, features, batch_size, lambda output: (output.logits,))]
+    tagged = predict_tags(sentences, features.extras, logits, model.config.id2label)
+    return [{"entities": tagged_entities(sentence.words, tags, probabilities), "tags": tags}
+            for sentence, (tags, probabilities) in zip(sentences, tagged)]
+
+
+def score(answers: Sequence[dict], sentences: Sequence[TaggedSentence], id2label=None) -> dict[str, float]:
+    """Entity precision, recall and F1 (CoNLL's, seqeval's default mode)."""
+    return compute_metrics("token_classification", [a["tags"] for a in answers], [s.tags for s in sentences])
+
+
+def inputs(sentence: TaggedSentence) -> dict:
+    """What a prediction echoes: the text that entity spans point into."""
+    return {"text": sentence.text}

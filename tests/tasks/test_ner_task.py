@@ -1,0 +1,95 @@
+"""The "ner" task row: CoNLL files -> features -> entities with character spans; a short fine-tune of the default
+model on real CoNLL-2003 sentences must find entities, and the saved model must give transformers' logits."""
+
+import pytest
+import torch
+
+from bertforge import BertConfig, BertForTokenClassification
+from bertforge.errors import InputError
+from bertforge.tasks.data import EncodeSettings
+from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, finetune
+from bertforge.tasks.registry import TASKS
+from bertforge.tasks.token_classification import read_conll, sentence_from_text
+from bertforge.training import TrainConfig
+
+NER = TASKS["ner"]
+
+
+def write_conll(sentences, path):
+    path.write_text("-DOCSTART- -X- -X- O\n\n" + "".join(
+        "".join(f"{word} X X {tag}\n" for word, tag in zip(s.words, s.tags)) + "\n" for s in sentences))
+    return path
+
+
+@pytest.fixture(scope="module")
+def conll_slices(data_dir, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("conll")
+    train = read_conll(data_dir / "conll2003" / "eng.train")[:300]
+    dev = read_conll(data_dir / "conll2003" / "eng.testa")[:100]
+    return write_conll(train, folder / "train.conll"), write_conll(dev, folder / "dev.conll")
+
+
+@pytest.fixture(scope="module")
+def finetuned_ner(conll_slices, tmp_path_factory):
+    train, dev = conll_slices
+    config = FinetuneConfig(task="ner", train=str(train), dev=str(dev), output=str(tmp_path_factory.mktemp("ner")),
+                            batch_size=8, training=TrainConfig(epochs=4, lr=5e-4, warmup_ratio=0.1, seed=0,
+                                                               progress=False))
+    return finetune(config)
+
+
+def test_reading_checks_tags_against_the_model_and_reads_text_for_prediction(tmp_path):
+    path = tmp_path / "a.conll"
+    path.write_text("John X X B-PER\nlives X X O\n\nParis X X B-LOC\n")
+    assert [s.tags for s in NER.read_examples(path, None)] == [["B-PER", "O"], ["B-LOC"]]
+    with pytest.raises(InputError, match="'B-LOC' is not one of the model's labels"):
+        NER.read_examples(path, None, {0: "O", 1: "B-PER"})
+    assert NER.read_examples(path, None, labelled=False)[0].tags == []
+    text = tmp_path / "a.txt"
+    text.write_text("U.S. troops left Paris, fine.\n\nSecond line\n")
+    assert [s.words for s in NER.read_examples(text, None, labelled=False)] == [
+        ["U.S.", "troops", "left", "Paris", ",", "fine", "."], ["Second", "line"]]
+    with pytest.raises(InputError, match="one text, not a pair"):
+        sentence_from_text("a", "b")
+
+
+def test_encode_labels_first_pieces_and_predictions_give_entities_with_spans(tokenizer):
+    sentences = [sentence_from_text("Johanson lives in Washington"), sentence_from_text("word " * 30)]
+    sentences[0].tags = ["B-PER", "O", "O", "B-LOC"]
+    sentences[1].tags = ["O"] * 30
+    id2label = {0: "O", 1: "B-LOC", 2: "B-PER"}
+    features = NER.encode(tokenizer, sentences, EncodeSettings(max_length=12, stride=2), id2label)
+    assert features.rows[0]["labels"] == [-100, 2, -100, 0, 0, 1, -100]  # [CLS] johan ##son lives in washington
+    assert features.example_index.count(1) > 2 and features.truncated == 1 and len(features.extras) == len(features)
+    model = BertForTokenClassification(BertConfig.tiny(vocab_size=tokenizer.vocab_size, id2label=id2label))
+    answers = NER.predict(model, features, sentences, 4)
+    assert [len(a["tags"]) for a in answers] == [4, 30]
+    for sentence, answer in zip(sentences, answers):
+        for entity in answer["entities"]:
+            assert sentence.text[entity["start"]:entity["end"]] == entity["text"] and 0 < entity["score"] <= 1
+    perfect = NER.score([{"tags": s.tags} for s in sentences], sentences, id2label)
+    assert perfect == {"precision": 1.0, "recall": 1.0, "f1": 1.0}
+
+
+def test_short_finetune_finds_entities(finetuned_ner):
+    """300 training sentences, 4 epochs: entity F1 on 100 eng.testa sentences well above 0 (measured 0.378;
+    per epoch 0.23, 0.29, 0.29, 0.38)."""
+    assert finetuned_ner.best["f1"] >= 0.3, finetuned_ner.history
+
+
+def test_saved_ner_model_matches_transformers_and_predicts_entities(finetuned_ner, tokenizer):
+    transformers = pytest.importorskip("transformers")
+    directory = finetuned_ner.output_dir
+    ours = FinetunedModel.load(directory)
+    assert ours.task.name == "ner" and ours.settings.max_length == 128
+    theirs = transformers.BertForTokenClassification.from_pretrained(directory).eval()
+    assert theirs.config.id2label == ours.id2label
+    batch = tokenizer(["EU rejects German call to boycott British lamb .", "Peter Blackburn"], padding=True,
+                      return_tensors="pt")
+    with torch.no_grad():
+        expected = theirs(**batch).logits
+        actual = ours.model(**batch).logits
+    real = batch["attention_mask"].bool()  # padding positions' outputs are arbitrary in both
+    torch.testing.assert_close(actual[real], expected[real], rtol=1e-4, atol=1e-4)
+    answer = ours.predict([sentence_from_text("EU rejects German call to boycott British lamb .")])[0]
+    assert len(answer["tags"]) == 9
