@@ -351,3 +351,35 @@ def test_settings_are_validated():
         ServeSettings(max_queue=0)
     with pytest.raises(BertforgeError, match="could never be queued"):
         ServeSettings(max_texts=64, max_queue=32)
+
+
+TAGS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
+
+
+@pytest.fixture(scope="module")
+def tagger_server(tmp_path_factory, tokenizer):
+    """A tagger whose bias makes every word I-PER, so the expected entities follow from the text alone."""
+    torch.manual_seed(0)
+    directory = tmp_path_factory.mktemp("tagger")
+    model = BertForTokenClassification(make_config(tokenizer, id2label=TAGS))
+    with torch.no_grad():
+        model.classifier.weight.zero_()
+        model.classifier.bias.copy_(torch.tensor([0.0, 0.0, 5.0, 0.0, 0.0]))
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    server = Server(directory)
+    yield server
+    server.stop()
+
+
+def test_predict_entities_with_character_spans(tagger_server):
+    text = "  Jean-Luc Picard visited Zürich!"
+    status, body, _ = tagger_server.request("/predict", {"texts": [text, "Hi"]})
+    assert status == 200 and body["task"] == "token_classification"
+    first = body["predictions"][0]
+    # words: Jean, -, Luc, Picard, visited, Zürich, !  -> all I-PER -> one PER chunk over the whole text
+    assert first["tags"] == ["I-PER"] * 7
+    [entity] = first["entities"]
+    assert (entity["type"], entity["start"], entity["end"]) == ("PER", 2, len(text))
+    assert entity["text"] == text[2:] and 0.5 < entity["score"] <= 1.0
+    assert body["predictions"][1]["entities"][0]["text"] == "Hi"

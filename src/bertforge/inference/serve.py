@@ -34,6 +34,7 @@ from bertforge.inference.attention_view import (
 )
 from bertforge.inference.features import POOLINGS, pad_ids, pool
 from bertforge.model import BertModel
+from bertforge.tasks.metrics import entities
 from bertforge.tokenizer import BertTokenizer
 
 logger = logging.getLogger("bertforge")
@@ -120,6 +121,29 @@ def classify_sequences(model: BertForSequenceClassification, jobs: list[Job]) ->
     return results
 
 
+def tag_entities(model: BertForTokenClassification, jobs: list[Job]) -> list[dict[str, Any]]:
+    """Entities with character spans in the request's text: each word takes its first piece's tag."""
+    batch = padded_batch(jobs, model.config.pad_token_id)
+    probs = model(**batch).logits.float().softmax(dim=-1)  # (batch, seq, labels)
+    results = []
+    for row, job in enumerate(jobs):
+        text, offsets, word_ids = job.options["text"], job.encoding["offset_mapping"], job.encoding["word_ids"]
+        words: dict[int, list[int]] = {}  # word index -> its token positions
+        for position, word in enumerate(word_ids):
+            if word is not None and job.encoding["token_type_ids"][position] == 0:
+                words.setdefault(word, []).append(position)
+        spans = [(offsets[positions[0]][0], offsets[positions[-1]][1]) for positions in words.values()]
+        best = [probs[row, positions[0]].max(dim=-1) for positions in words.values()]
+        tags = [model.config.id2label[int(choice.indices)] for choice in best]
+        found = []
+        for kind, first, last in entities(tags):
+            start, end = spans[first][0], spans[last][1]
+            score = sum(float(best[i].values) for i in range(first, last + 1)) / (last - first + 1)
+            found.append({"type": kind, "text": text[start:end], "start": start, "end": end, "score": score})
+        results.append({"entities": found, "tags": tags})
+    return results
+
+
 def attentions(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:
     """(layers, heads, seq, seq) weights per job; one forward per text, as each page shows one text."""
     return [attention_weights(model, job.encoding["input_ids"], job.encoding["token_type_ids"]) for job in jobs]
@@ -134,11 +158,11 @@ class PredictTask:
     with_offsets: bool = False  # the rows carry offset_mapping and word_ids (entity spans need them)
 
 
-# Model class -> /predict. Still to add, once tasks/ decodes them: BertForTokenClassification (entities with
-# character spans, from the rows' offsets and word ids) and BertForQuestionAnswering (texts = questions,
-# text_pairs = contexts; long contexts need the doc-stride windows of tasks/question_answering.py).
+# Model class -> /predict. Still to add: BertForQuestionAnswering (texts = questions, text_pairs = contexts;
+# long contexts need the doc-stride windows of tasks/question_answering.py, several jobs per request).
 PREDICT_TASKS: dict[type, PredictTask] = {
     BertForSequenceClassification: PredictTask("sequence_classification", classify_sequences),
+    BertForTokenClassification: PredictTask("token_classification", tag_entities, with_offsets=True),
 }
 
 # config.json "architectures" names (what transformers writes) -> the class to load.
@@ -386,8 +410,8 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                                  f"prediction head; use /embed, or serve a task model "
                                  f"({', '.join(cls.__name__ for cls in PREDICT_TASKS)})")
         rows = encode(request.texts, request.text_pairs, with_offsets=predict_task.with_offsets)
-        return {"task": predict_task.name,
-                "predictions": await run_jobs([Job(predict_task.run, row) for row in rows])}
+        jobs = [Job(predict_task.run, row, {"text": text}) for row, text in zip(rows, request.texts)]
+        return {"task": predict_task.name, "predictions": await run_jobs(jobs)}
 
     @app.post("/tokenize")
     async def tokenize(request: TokenizeRequest) -> dict[str, Any]:
