@@ -11,30 +11,17 @@ command does at start-up). The allocator setting is process-wide, so the referen
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from real_text import read_squad_contexts, read_sst2_dev  # bench/ is the script's folder, so on sys.path
 
 from bertforge import BertConfig, BertModel, BertTokenizer
 from bertforge.checkpoint import default_model_dir
 from bertforge.runtime import tune_cpu_allocator
-
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
-def read_sst2_dev() -> list[str]:
-    with open(DATA / "sst2" / "dev.tsv", encoding="utf-8") as handle:
-        return [row["sentence"] for row in csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)]
-
-
-def read_squad_contexts() -> list[str]:
-    squad = json.loads((DATA / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
-    return [p["context"] for article in squad["data"] for p in article["paragraphs"]]
 
 
 def workloads(tokenizer: BertTokenizer) -> dict[str, list[dict[str, torch.Tensor]]]:

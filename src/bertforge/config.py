@@ -139,18 +139,23 @@ class BertConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> BertConfig:
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such config file") from None
-        except (OSError, UnicodeDecodeError) as error:
-            raise ConfigError(f"{path}: cannot read config: {error}") from None
-        except json.JSONDecodeError as error:
-            raise ConfigError(f"{path}, line {error.lineno}: invalid JSON: {error.msg}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: a config must be a JSON object")
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(read_json_object(path, "config"), source=str(path))
+
+
+def read_json_object(path: str | Path, what: str) -> dict[str, Any]:
+    """A JSON object from a file; a missing, unreadable or malformed file is a ConfigError naming it."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such {what} file") from None
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{path}, line {error.lineno}: invalid JSON: {error.msg}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read {what}: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a {what} must be a JSON object")
+    return data
 
 
 def _sized(layers: int, hidden: int, heads: int) -> dict[str, int]:

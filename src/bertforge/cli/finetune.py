@@ -4,10 +4,9 @@ flags and `--config run.json` fill one FinetuneConfig (flags win over the file, 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from bertforge.errors import ConfigError
+from bertforge.config import read_json_object
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.registry import TASKS
 
@@ -72,14 +71,7 @@ def config_from_args(args: argparse.Namespace):
     data, source = {}, "command line"
     if args.config:
         path = Path(args.config)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such config file") from None
-        except json.JSONDecodeError as error:
-            raise ConfigError(f"{path}, line {error.lineno}: invalid JSON: {error.msg}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: a run config must be a JSON object")
+        data = read_json_object(path, "run config")
         source = str(path)
     places = {flag: place for flag, (place, _, _) in FLAGS.items()}
     places |= {flag: place for flag, (place, _) in COLUMN_FLAGS.items()}

@@ -29,8 +29,8 @@ from torch import nn
 
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.train_state import TRAIN_STATE_FILE, load_train_state, read_train_state, save_train_state
-from bertforge.config import PRESETS, BertConfig
-from bertforge.errors import BertforgeError, ConfigError, InputError
+from bertforge.config import PRESETS, BertConfig, read_json_object
+from bertforge.errors import BertforgeError, ConfigError
 from bertforge.heads import IGNORE_INDEX
 from bertforge.pretraining.collate import PretrainingCollator
 from bertforge.pretraining.corpus import CorpusReader, tokenizer_identity
@@ -135,14 +135,7 @@ class PretrainConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> PretrainConfig:
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InputError("no such run config file", path) from None
-        except json.JSONDecodeError as error:
-            raise InputError(f"invalid JSON: {error.msg}", path, line=error.lineno) from None
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(read_json_object(path, "run config"), source=str(path))
 
 
 @dataclass

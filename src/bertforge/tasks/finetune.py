@@ -20,7 +20,7 @@ from torch import nn
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE
-from bertforge.config import BertConfig
+from bertforge.config import BertConfig, read_json_object
 from bertforge.errors import ConfigError
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, training_batches
@@ -91,14 +91,7 @@ class FinetuneConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> FinetuneConfig:
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{path}: no such config file") from None
-        except json.JSONDecodeError as error:
-            raise ConfigError(f"{path}, line {error.lineno}: invalid JSON: {error.msg}") from None
-        return cls.from_dict(data, str(path))
+        return cls.from_dict(read_json_object(path, "run config"), str(path))
 
     def save(self, path: str | Path) -> None:
         write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
