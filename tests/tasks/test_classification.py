@@ -46,8 +46,29 @@ def test_windows_cover_the_text_with_half_overlap(tokenizer):
     assert all(piece[0] == tokenizer.cls_token_id and piece[-1] == tokenizer.sep_token_id for piece, _ in pieces)
     assert bodies[0] == ids[:10] and bodies[1] == ids[5:15]
     assert bodies[-1][-1] == ids[-1] and len(bodies) == (len(ids) - 10 + 4) // 5 + 1
-    with pytest.raises(ConfigError, match="single texts"):
-        windows(tokenizer, TextExample("a", "b"), max_length=12)
+    with pytest.raises(ConfigError, match="too small"):
+        windows(tokenizer, TextExample(text), max_length=3)
+
+
+def test_pair_windows_slide_over_the_longer_text_and_keep_the_other_whole(tokenizer):
+    long_text = " ".join(f"word{i}" for i in range(40))
+    long_ids, short_ids = tokenizer(long_text)["input_ids"][1:-1], tokenizer("is it so?")["input_ids"][1:-1]
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    # max_length 20: 3 special tokens and the 4-token short text leave windows of 13 long-text tokens, step 6
+    for example, long_first in ((TextExample(long_text, "is it so?"), True), (TextExample("is it so?", long_text),
+                                                                              False)):
+        pieces = windows(tokenizer, example, max_length=20)
+        for number, (ids, segments) in enumerate(pieces):
+            window = long_ids[6 * number:6 * number + 13]
+            first, second = (window, short_ids) if long_first else (short_ids, window)
+            assert ids == [cls, *first, sep, *second, sep]
+            assert segments == [0] * (len(first) + 2) + [1] * (len(second) + 1)
+            assert len(ids) <= 20
+        # the last window reaches the end of the long text, and the one before it did not
+        assert 6 * (len(pieces) - 1) + 13 >= len(long_ids) > 6 * (len(pieces) - 2) + 13
+    # a second text longer than half the budget is cut to half of it
+    pieces = windows(tokenizer, TextExample(long_text, long_text[:60]), max_length=20)
+    assert all(segments.count(1) == 17 // 2 + 1 for _, segments in pieces)
 
 
 def test_window_logits_are_averaged_per_example(tokenizer):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bertforge import BertForQuestionAnswering
-from bertforge.errors import InputError
+from bertforge.errors import ConfigError, InputError
 from bertforge.tasks.data import EncodeSettings
 from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, finetune
 from bertforge.tasks.registry import TASKS
@@ -74,6 +74,19 @@ def test_answers_are_spans_of_the_context_with_scores(tokenizer, squad_slices):
         assert example.context[answer["start"]:answer["end"]] == answer["answer"]
         scores = [candidate["score"] for candidate in answer["n_best"]]
         assert scores == sorted(scores, reverse=True) and len(scores) <= 20
+
+
+def test_decoding_settings_limit_the_answers(tokenizer, squad_slices):
+    """n_best and max_answer_length (--n-best, --max-answer-length) reach the decoder through the settings."""
+    examples = QA.read_examples(squad_slices[1], None)[:4]
+    model = BertForQuestionAnswering.from_pretrained("default")
+    settings = FinetuneConfig(task="qa", max_length=128, doc_stride=32, n_best=3, max_answer_length=2).settings
+    answers = QA.predict(model, QA.encode(tokenizer, examples, settings, {}), examples, 8)
+    for answer in answers:
+        assert 1 <= len(answer["n_best"]) <= 3
+        assert all(len(tokenizer.tokenize(candidate["text"])) <= 2 for candidate in answer["n_best"])
+    with pytest.raises(ConfigError, match="n_best"):
+        FinetuneConfig(task="qa", n_best=0)
 
 
 def test_short_finetune_beats_the_untrained_model(finetuned_qa, squad_slices):

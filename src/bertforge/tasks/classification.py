@@ -49,19 +49,30 @@ def truncate(tokenizer, example: TextExample, max_length: int) -> list[Piece]:
 
 
 def windows(tokenizer, example: TextExample, max_length: int) -> list[Piece]:
-    """Overlapping windows of a single text, each [CLS] piece [SEP], advancing by half a window, so every token
-    is seen with context on both sides in some window; the logits of the windows are averaged."""
-    if example.text_pair is not None:
-        raise ConfigError("long_text='windows' splits single texts; use 'truncate' for text pairs")
-    ids = tokenizer(example.text, truncation=False)["input_ids"][1:-1]  # without [CLS] and [SEP]
-    size = max_length - 2
+    """Overlapping windows over the text, each [CLS] piece [SEP], advancing by half a window, so every token is
+    seen with context on both sides in some window; the logits of the windows are averaged.
+
+    A pair windows its longer text and keeps the other one whole beside every window (cut to half the budget if
+    it is longer), as question answering keeps the question beside each window of the context:
+    [CLS] window [SEP] second text [SEP], segment ids 0 then 1 as usual.
+    """
+    texts = [tokenizer(text, truncation=False)["input_ids"][1:-1]  # without [CLS] and [SEP]
+             for text in (example.text, example.text_pair) if text is not None]
+    budget = max_length - len(texts) - 1  # one [CLS], one [SEP] per text
+    windowed = max(range(len(texts)), key=lambda i: len(texts[i]))
+    texts = [ids if i == windowed else ids[:budget // 2] for i, ids in enumerate(texts)]
+    size = budget - sum(len(ids) for i, ids in enumerate(texts) if i != windowed)
     if size < 2:
         raise ConfigError(f"max_length={max_length} is too small for windows")
     pieces, start = [], 0
     while True:
-        window = [tokenizer.cls_token_id, *ids[start:start + size], tokenizer.sep_token_id]
-        pieces.append((window, [0] * len(window)))
-        if start + size >= len(ids):
+        input_ids, segments = [tokenizer.cls_token_id], [0]
+        for segment, ids in enumerate(texts):
+            part = ids[start:start + size] if segment == windowed else ids
+            input_ids += [*part, tokenizer.sep_token_id]
+            segments += [segment] * (len(part) + 1)
+        pieces.append((input_ids, segments))
+        if start + size >= len(texts[windowed]):
             return pieces
         start += size // 2
 

@@ -136,6 +136,10 @@ class EncodeSettings:
     stride: int | None = None  # overlap of consecutive windows (NER: words, QA: tokens); None: the task's default
     max_query_length: int = 64  # QA: question tokens kept
     version_2: bool = False  # QA: SQuAD v2, questions may have no answer
+    # QA decoding, kept here so that a fine-tuned model's predictions decode as its training run's did
+    n_best: int = 20  # answers kept per question
+    max_answer_length: int = 30  # tokens
+    null_score_threshold: float = 0.0  # SQuAD v2: how far the empty answer must beat the best span
 
 
 @dataclass

@@ -51,6 +51,9 @@ class FinetuneConfig:
     doc_stride: int | None = None  # overlap of windows: qa tokens (default 128), ner words (default 16)
     max_query_length: int = 64  # qa: question tokens kept
     version_2: bool = False  # qa: SQuAD v2 (questions may have no answer)
+    n_best: int = 20  # qa: answers kept per question
+    max_answer_length: int = 30  # qa: tokens
+    null_score_threshold: float = 0.0  # qa, SQuAD v2: margin by which "no answer" must beat the best span
     batch_size: int = 32
     eval_batch_size: int = 64
     max_train_examples: int | None = None  # use only the first N training examples
@@ -65,7 +68,9 @@ class FinetuneConfig:
             self.max_length = TASKS[self.task].max_length
         if self.long_text not in LONG_TEXT:
             raise ConfigError(f"unknown long_text {self.long_text!r}; choose from {', '.join(LONG_TEXT)}")
-        for name in ("max_length", "batch_size", "eval_batch_size", "max_query_length"):
+        check_number("null_score_threshold", self.null_score_threshold)
+        for name in ("max_length", "batch_size", "eval_batch_size", "max_query_length", "n_best",
+                     "max_answer_length"):
             check_number(name, getattr(self, name), minimum=1, integer=True)
         check_number("doc_stride", self.doc_stride, minimum=0, integer=True, optional=True)
         check_number("max_train_examples", self.max_train_examples, minimum=1, integer=True, optional=True)
@@ -77,7 +82,7 @@ class FinetuneConfig:
     @property
     def settings(self) -> EncodeSettings:
         return EncodeSettings(self.max_length, self.long_text, self.doc_stride, self.max_query_length,
-                              self.version_2)
+                              self.version_2, self.n_best, self.max_answer_length, self.null_score_threshold)
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "training": self.training.to_dict()}

@@ -262,8 +262,6 @@ def gold_answers(examples: Sequence[QAExample]) -> list[list[str]]:
 # --- the "qa" task (registry row): files -> examples -> Features -> answers -> metrics -------------------------
 
 DEFAULT_STRIDE = 128  # tokens shared by consecutive windows of a long context
-N_BEST = 20  # answers kept per question
-MAX_ANSWER_LENGTH = 30  # tokens
 
 
 def example_from_text(question: str, context: str | None = None) -> QAExample:
@@ -310,9 +308,10 @@ def encode(tokenizer, examples: Sequence[QAExample], settings: EncodeSettings, i
 def predict(model, features: Features, examples: Sequence[QAExample], batch_size: int = 64) -> list[dict]:
     """One answer per question: {"answer", "start", "end", "score", "n_best": [{text, start, end, score}]}."""
     outputs = row_outputs(model, features, batch_size, lambda output: (output.start_logits, output.end_logits))
-    null_threshold = 0.0 if features.settings is not None and features.settings.version_2 else None
+    settings = features.settings or EncodeSettings()
+    null_threshold = settings.null_score_threshold if settings.version_2 else None
     ranked = predict_answers(examples, features.extras, [o[0] for o in outputs], [o[1] for o in outputs],
-                             N_BEST, MAX_ANSWER_LENGTH, null_threshold)
+                             settings.n_best, settings.max_answer_length, null_threshold)
     results = []
     for answers in ranked:
         n_best = [{"text": a.text, "start": a.start, "end": a.end,
