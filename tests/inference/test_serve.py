@@ -17,20 +17,24 @@ uvicorn = pytest.importorskip("uvicorn", reason="the server needs uvicorn: pip i
 
 from bertforge import (  # noqa: E402
     BertConfig,
+    BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
     BertModel,
     BertTokenizer,
 )
-from bertforge.errors import BertforgeError  # noqa: E402
+from bertforge.errors import BertforgeError, ConfigError  # noqa: E402
 from bertforge.inference import extract_features  # noqa: E402
 from bertforge.inference.serve import (  # noqa: E402
     Job,
     ServeSettings,
     create_app,
     detect_model_class,
-    load_model,
+    load_app,
 )
+from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetuneConfig  # noqa: E402
+from bertforge.tasks.finetune import predict as predict_offline  # noqa: E402
+from bertforge.tasks.question_answering import QAExample, span_features  # noqa: E402
 
 LABELS = {0: "negative", 1: "positive"}
 TEXTS = ["A gorgeous, witty, seductive movie.", "Boring.", "The story is too predictable and the acting flat, "
@@ -67,8 +71,8 @@ class Server:
     """A uvicorn server in a thread on a free loopback port, with JSON helpers."""
 
     def __init__(self, model_dir, **settings):
-        self.model, self.tokenizer = load_model(model_dir)
-        self.app = create_app(self.model, self.tokenizer, ServeSettings(**settings), model_name=str(model_dir))
+        self.app = load_app(model_dir, ServeSettings(**settings))  # as `bertforge serve` builds it
+        self.model, self.tokenizer = self.app.state.model, self.app.state.tokenizer
         self.batcher = self.app.state.batcher
         listener = socket.socket()
         listener.bind(("127.0.0.1", 0))
@@ -383,3 +387,158 @@ def test_predict_entities_with_character_spans(tagger_server):
     assert (entity["type"], entity["start"], entity["end"]) == ("PER", 2, len(text))
     assert entity["text"] == text[2:] and 0.5 < entity["score"] <= 1.0
     assert body["predictions"][1]["entities"][0]["text"] == "Hi"
+
+
+# ---------------------------------------------------------------- question answering
+
+# The fine-tuning settings saved with the QA model: windows of 48 tokens sharing 8, questions cut to 16 tokens.
+QA_WINDOWS = {"max_length": 48, "doc_stride": 8, "max_query_length": 16}
+RIVER = ("The river rises in the northern hills, where snow melts each spring and feeds a chain of small lakes. "
+         "From the lakes it flows south through farmland for about two hundred kilometres, passing the market "
+         "towns of Alder and Brook. A stone bridge built in 1742 crosses it at Alder; the bridge was widened in "
+         "1911 and closed to lorries in 1987. Below Brook the valley narrows, and the river drops through a gorge "
+         "that once powered eleven mills. Only one mill still turns today, grinding flour for a bakery that opened "
+         "in 1856. The river reaches the sea at Port Hallow, a harbour town known for its lighthouse.")
+QUESTIONS = [
+    {"question": "When was the bridge at Alder built?", "context": RIVER},
+    {"question": "Who moved to Zürich?", "context": "Zoë Ångström moved to Zürich in 2019 to study glaciers."},
+    {"question": "Where is the lighthouse?", "context": RIVER},
+]
+
+
+def windows_of(tokenizer, questions) -> int:
+    examples = [QAExample(str(i), item["question"], item["context"], []) for i, item in enumerate(questions)]
+    return len(span_features(examples, tokenizer, QA_WINDOWS["max_length"], QA_WINDOWS["doc_stride"],
+                             QA_WINDOWS["max_query_length"]))
+
+
+@pytest.fixture(scope="module")
+def qa_dir(tmp_path_factory, tokenizer):
+    """A span model saved as `bertforge finetune --task qa` saves one, with the settings its windows follow."""
+    torch.manual_seed(0)
+    directory = tmp_path_factory.mktemp("qa")
+    model = BertForQuestionAnswering(make_config(tokenizer))
+    # Span scores far apart, so that batching the windows differently can't reorder near-ties.
+    torch.nn.init.normal_(model.qa_outputs.weight, std=1.0)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    FinetuneConfig(task="qa", **QA_WINDOWS).save(directory / RUN_CONFIG_FILE)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def qa_server(qa_dir):
+    server = Server(qa_dir, max_texts=4)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def offline_answers(qa_dir):
+    """What `bertforge predict` answers for QUESTIONS: the same model and windows, without the server."""
+    return predict_offline(qa_dir, texts=[item["question"] for item in QUESTIONS],
+                           text_pairs=[item["context"] for item in QUESTIONS])
+
+
+def assert_same_answer(served: dict, offline: dict):
+    assert (served["answer"], served["start"], served["end"]) == (offline["answer"], offline["start"],
+                                                                  offline["end"])
+    assert served["score"] == pytest.approx(offline["score"], abs=1e-4)
+    assert [(a["text"], a["start"], a["end"]) for a in served["n_best"]] == \
+        [(a["text"], a["start"], a["end"]) for a in offline["n_best"]]
+    assert [a["score"] for a in served["n_best"]] == pytest.approx([a["score"] for a in offline["n_best"]],
+                                                                   abs=1e-4)
+
+
+def test_qa_answers_are_spans_of_the_context(qa_server, tokenizer):
+    before = qa_server.request("/health")[1]
+    status, body, _ = qa_server.request("/predict", {"questions": QUESTIONS})
+    after = qa_server.request("/health")[1]
+    assert status == 200 and body["task"] == "question_answering" and after["task"] == "question_answering"
+    assert after["texts"] - before["texts"] == windows_of(tokenizer, QUESTIONS) > len(QUESTIONS)
+    for item, prediction in zip(QUESTIONS, body["predictions"]):
+        context = item["context"]
+        assert prediction["answer"] and context[prediction["start"]:prediction["end"]] == prediction["answer"]
+        assert prediction["n_best"][0] == {"text": prediction["answer"], "start": prediction["start"],
+                                           "end": prediction["end"], "score": prediction["score"]}
+        scores = [answer["score"] for answer in prediction["n_best"]]
+        assert scores == sorted(scores, reverse=True) and len(scores) <= 20
+        assert all(context[a["start"]:a["end"]] == a["text"] for a in prediction["n_best"])
+    # RIVER's first window holds its first 48 - 3 - (question tokens) tokens: answers come from the later ones too.
+    question_tokens = len(tokenizer(QUESTIONS[0]["question"])["input_ids"]) - 2
+    offsets = tokenizer(RIVER, return_offsets_mapping=True)["offset_mapping"][1:-1]
+    first_window_end = offsets[QA_WINDOWS["max_length"] - 3 - question_tokens - 1][1]
+    assert max(answer["start"] for answer in body["predictions"][0]["n_best"]) >= first_window_end
+
+
+def test_qa_answers_equal_offline_prediction(qa_server, offline_answers):
+    status, body, _ = qa_server.request("/predict", {"questions": QUESTIONS})
+    assert status == 200
+    for served, offline in zip(body["predictions"], offline_answers, strict=True):
+        assert_same_answer(served, offline)
+
+
+def test_concurrent_qa_requests_share_forward_passes(make_server, qa_dir, tokenizer, offline_answers):
+    server = make_server(qa_dir, max_batch_size=64, max_wait_ms=50)
+    release = block_worker(server.batcher)
+    try:
+        join = in_threads([lambda item=item: server.request("/predict", {"questions": [item]}) for item in QUESTIONS]
+                          + [lambda: server.request("/predict", {"questions": QUESTIONS[::-1]}),
+                             lambda: server.request("/embed", {"texts": ["Port Hallow"]})])
+        windows = 2 * windows_of(tokenizer, QUESTIONS)
+        wait_until_queued(server.batcher, windows + 1)
+    finally:
+        release.set()
+    results = join()
+    assert all(status == 200 for status, _, _ in results), results
+    assert server.request("/health")[1]["largest_batch"] == windows + 1  # every window and the /embed text
+    for (_, body, _), offline in zip(results, offline_answers):
+        assert_same_answer(body["predictions"][0], offline)
+    for served, offline in zip(results[len(QUESTIONS)][1]["predictions"], offline_answers[::-1]):
+        assert_same_answer(served, offline)
+
+
+def test_qa_request_errors(qa_server, classifier_server, encoder_server):
+    question = {"question": "Who?", "context": "Maria wrote it."}
+    assert_error(qa_server.request("/predict", {"texts": ["Who?"]}), 409, "wrong task", "BertForQuestionAnswering",
+                 '"questions"', 'not "texts"')
+    assert_error(classifier_server.request("/predict", {"questions": [question]}), 409, "wrong task",
+                 "BertForSequenceClassification", '"texts"', 'not "questions"')
+    assert_error(encoder_server.request("/predict", {"questions": [question]}), 409, "wrong task", "BertModel")
+    assert_error(qa_server.request("/predict", {}), 422, "nothing to predict", '"questions"')
+    assert_error(qa_server.request("/predict", {"questions": [question], "texts": ["Who?"]}), 422, "not both")
+    assert_error(qa_server.request("/predict", {"questions": [question], "text_pairs": ["x"]}), 422, "not both")
+    assert_error(qa_server.request("/predict", {"questions": []}), 422, "questions")
+    assert_error(qa_server.request("/predict", {"questions": [{"question": "Who?"}]}), 422, "questions.0.context",
+                 "required")
+    assert_error(qa_server.request("/predict", {"questions": ["Who?"]}), 422, "questions.0")
+    assert_error(qa_server.request("/predict", {"questions": [{**question, "id": 7}]}), 422, "questions.0.id")
+    assert_error(qa_server.request("/predict", {"questions": [{**question, "question": " "}]}), 422,
+                 "questions.0.question is empty")
+    assert_error(qa_server.request("/predict", {"questions": [question, {**question, "context": ""}]}), 422,
+                 "questions.1.context is empty")
+    assert_error(qa_server.request("/predict", {"questions": [question] * 5}), 413, "too many questions", "4")
+
+
+def test_qa_long_contexts_refused_when_configured(make_server, qa_dir):
+    server = make_server(qa_dir, long_text="refuse")
+    short = QUESTIONS[1]
+    assert server.request("/predict", {"questions": [short]})[0] == 200
+    assert_error(server.request("/predict", {"questions": [short, QUESTIONS[0]]}), 413, "question 1",
+                 "longer than 48 tokens", "windows", "refuses")
+
+
+def test_qa_windows_must_fit_the_queue(make_server, qa_dir, tokenizer):
+    server = make_server(qa_dir, max_queue=4, max_texts=2)
+    windows = windows_of(tokenizer, QUESTIONS[:1])
+    assert windows > 4
+    assert_error(server.request("/predict", {"questions": QUESTIONS[:1]}), 413, f"{windows} windows",
+                 "limit is 4")
+    assert server.request("/predict", {"questions": QUESTIONS[1:2]})[0] == 200
+
+
+def test_qa_windows_that_leave_no_room_stop_the_server_starting(tokenizer):
+    model = BertForQuestionAnswering(make_config(tokenizer)).eval()
+    # The qa defaults (384 tokens, doc_stride 128, questions up to 64) cannot fit the model's 64 positions.
+    with pytest.raises(ConfigError, match="windows of 64 tokens"):
+        create_app(model, tokenizer)

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from bertforge import BertForQuestionAnswering
+from bertforge import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertforge.errors import ConfigError, InputError
 from bertforge.tasks.data import EncodeSettings
 from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, finetune
@@ -115,3 +115,12 @@ def test_saved_qa_model_matches_transformers(finetuned_qa, tokenizer):
     real = batch["attention_mask"].bool()  # padding positions' outputs are arbitrary in both
     torch.testing.assert_close(actual.start_logits[real], expected.start_logits[real], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(actual.end_logits[real], expected.end_logits[real], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("model_class, task", [(BertForQuestionAnswering, "qa"), (BertForTokenClassification, "ner"),
+                                               (BertForSequenceClassification, "classification")])
+def test_a_checkpoint_without_run_config_loads_for_the_task_of_its_head(tmp_path, tokenizer, model_class, task):
+    """A model saved by save_pretrained (or transformers) has no finetune_config.json; its head decides."""
+    model_class(BertConfig.tiny(vocab_size=tokenizer.vocab_size)).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    assert FinetunedModel.load(tmp_path).task.name == task

@@ -34,11 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-queue", type=positive_int, default=defaults.max_queue,
                         help="texts waiting at most; requests beyond that get 503")
     parser.add_argument("--max-texts", type=positive_int, default=defaults.max_texts,
-                        help="texts per request at most (more get 413)")
+                        help="texts (or questions) per request at most (more get 413)")
     parser.add_argument("--max-length", type=positive_int, default=defaults.max_length,
                         help="tokens per text (or pair) at most")
     parser.add_argument("--long-text", choices=LONG_TEXT_POLICIES, default=defaults.long_text,
-                        help="a text over --max-length is cut (truncate) or answered with 413 (refuse)")
+                        help="a text over --max-length is cut (truncate; a question's context is split into "
+                             "windows) or answered with 413 (refuse)")
 
 
 def run(args: argparse.Namespace) -> int:

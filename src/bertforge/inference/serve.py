@@ -3,6 +3,8 @@
 Concurrent requests share forward passes: each text becomes a Job on one bounded queue, and a single worker
 thread, the only code that touches the model, takes up to max_batch_size jobs (waiting at most max_wait_ms for
 more after the oldest arrived), runs them as one padded batch under inference_mode and resolves their futures.
+A question's context becomes one job per window, as in tasks/question_answering.py, and its answer is decoded
+once all of them are back.
 """
 
 import asyncio
@@ -14,7 +16,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,7 +25,7 @@ import torch.nn.functional as F
 
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE, SAFETENSORS_FILE, read_state_dict
-from bertforge.errors import BertforgeError, CheckpointError, InputError
+from bertforge.errors import BertforgeError, CheckpointError, ConfigError, InputError
 from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertforge.inference.attention_view import (
     DEFAULT_MAX_TOKENS,
@@ -34,7 +36,11 @@ from bertforge.inference.attention_view import (
 )
 from bertforge.inference.features import POOLINGS, pad_ids, pool
 from bertforge.model import BertModel
+from bertforge.tasks import question_answering
+from bertforge.tasks.data import EncodeSettings
+from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetuneConfig
 from bertforge.tasks.metrics import entities
+from bertforge.tasks.question_answering import QAExample
 from bertforge.tokenizer import BertTokenizer
 
 logger = logging.getLogger("bertforge")
@@ -49,9 +55,9 @@ class ServeSettings:
     max_batch_size: int = 32  # texts per forward pass
     max_wait_ms: float = 5.0  # how long the oldest waiting text may wait for company
     max_queue: int = 256  # texts waiting at most; beyond that requests get 503
-    max_texts: int = 64  # texts per request
+    max_texts: int = 64  # texts (or questions) per request
     max_length: int = 512  # tokens per text (or pair), [CLS] and [SEP] included
-    long_text: str = "truncate"  # or "refuse": 413 for a text over max_length
+    long_text: str = "truncate"  # or "refuse": 413 for a text over max_length (a QA context is otherwise windowed)
     attention_max_length: int = DEFAULT_MAX_TOKENS  # the viewer page grows with the square of this
 
     def __post_init__(self):
@@ -144,6 +150,18 @@ def tag_entities(model: BertForTokenClassification, jobs: list[Job]) -> list[dic
     return results
 
 
+def score_spans(model: BertForQuestionAnswering, jobs: list[Job]) -> list[tuple[list[float], list[float]]]:
+    """Start and end logits over each window's own tokens; answers need all windows of a context, so the request
+    decodes them."""
+    output = model(**padded_batch(jobs, model.config.pad_token_id))
+    results = []
+    for row, job in enumerate(jobs):
+        length = len(job.encoding["input_ids"])
+        results.append((output.start_logits[row, :length].float().tolist(),
+                        output.end_logits[row, :length].float().tolist()))
+    return results
+
+
 def attentions(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:
     """(layers, heads, seq, seq) weights per job; one forward per text, as each page shows one text."""
     return [attention_weights(model, job.encoding["input_ids"], job.encoding["token_type_ids"]) for job in jobs]
@@ -156,14 +174,18 @@ class PredictTask:
     name: str  # reported by /health
     run: Callable[[torch.nn.Module, list[Job]], list[Any]]
     with_offsets: bool = False  # the rows carry offset_mapping and word_ids (entity spans need them)
+    inputs: str = "texts"  # the request field it reads, a key of PREDICT_INPUTS
 
 
-# Model class -> /predict. Still to add: BertForQuestionAnswering (texts = questions, text_pairs = contexts;
-# long contexts need the doc-stride windows of tasks/question_answering.py, several jobs per request).
+# Model class -> /predict.
 PREDICT_TASKS: dict[type, PredictTask] = {
     BertForSequenceClassification: PredictTask("sequence_classification", classify_sequences),
     BertForTokenClassification: PredictTask("token_classification", tag_entities, with_offsets=True),
+    BertForQuestionAnswering: PredictTask("question_answering", score_spans, inputs="questions"),
 }
+
+# /predict's request fields for the inputs of a task, as error messages show them.
+PREDICT_INPUTS = {"texts": '"texts" (and "text_pairs")', "questions": '"questions": [{"question", "context"}]'}
 
 # config.json "architectures" names (what transformers writes) -> the class to load.
 MODEL_CLASSES: dict[str, type] = {cls.__name__: cls for cls in (
@@ -202,6 +224,14 @@ def load_model(name_or_path: str | Path) -> tuple[torch.nn.Module, BertTokenizer
     directory = resolve_model_dir(name_or_path)
     model_class = detect_model_class(directory)
     return model_class.from_pretrained(directory).eval(), BertTokenizer.from_pretrained(directory)
+
+
+def qa_settings_of(name_or_path: str | Path) -> EncodeSettings:
+    """How the fine-tuning run of a question-answering model windowed contexts and decoded answers (its
+    finetune_config.json: max_length, doc_stride, max_query_length, version_2, n_best, ...), else the qa task's
+    defaults; `bertforge predict` reads the same."""
+    saved = resolve_model_dir(name_or_path) / RUN_CONFIG_FILE
+    return (FinetuneConfig.load(saved) if saved.is_file() else FinetuneConfig(task="qa")).settings
 
 
 # ---------------------------------------------------------------- the micro-batcher
@@ -299,8 +329,12 @@ class HTTPError(Exception):
 
 
 def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: ServeSettings | None = None,
-               model_name: str = "model"):
-    """The FastAPI application; its micro-batcher starts now and stops with the application's lifespan."""
+               model_name: str = "model", qa_settings: EncodeSettings | None = None):
+    """The FastAPI application; its micro-batcher starts now and stops with the application's lifespan.
+
+    `qa_settings`: how a question-answering model cuts contexts into windows and decodes answers (qa_settings_of
+    its directory; None: the qa task's defaults), with windows no longer than the server's max_length.
+    """
     # FastAPI is imported here, so that the CLI and the rest of the library run without it. No postponed
     # annotations in this module: FastAPI must see the request classes below as objects, not names.
     from fastapi import FastAPI, Query, Request
@@ -318,9 +352,16 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         pooling: Pooling = "mean"
         normalize: bool = Field(False, description="scale each vector to unit length")
 
+    class Question(Strict):
+        question: str
+        context: str = Field(description="the text the answer is a span of; a long one is split into windows")
+
     class PredictRequest(Strict):
-        texts: list[str] = Field(min_length=1, description="the texts (at most the server's max_texts)")
+        texts: list[str] | None = Field(None, min_length=1, description="the texts (at most the server's "
+                                                                        "max_texts), for a classifier or tagger")
         text_pairs: list[str] | None = Field(None, description="a second text per text, for pair tasks")
+        questions: list[Question] | None = Field(None, min_length=1, description="for a question-answering "
+                                                 "model, instead of texts (at most the server's max_texts)")
 
     class TokenizeRequest(Strict):
         text: str
@@ -333,6 +374,15 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     attention_max_length = min(settings.attention_max_length, max_length)
     truncate = settings.long_text == "truncate"
     predict_task = PREDICT_TASKS.get(type(model))
+    if isinstance(model, BertForQuestionAnswering):
+        qa_settings = qa_settings or FinetuneConfig(task="qa").settings
+        qa_settings = replace(qa_settings, max_length=min(qa_settings.max_length, max_length))
+        try:  # encoding no questions checks the window sizes now, rather than failing every request
+            question_answering.encode(tokenizer, [], qa_settings)
+        except ConfigError as error:
+            raise ConfigError(f"{model_name}: can't answer questions with windows of {qa_settings.max_length} "
+                              f"tokens (the smallest of the fine-tuning's max_length, the server's and the "
+                              f"model's): {error}") from None
     batcher = MicroBatcher(model, settings.max_batch_size, settings.max_wait_ms, settings.max_queue)
 
     @asynccontextmanager
@@ -341,6 +391,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         await asyncio.to_thread(batcher.stop)
 
     app = FastAPI(title="bertforge", summary=f"BERT inference over {model_name}", lifespan=lifespan)
+    app.state.model, app.state.tokenizer = model, tokenizer
     app.state.batcher = batcher
     app.state.settings = settings
 
@@ -365,6 +416,30 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         except QueueFull as error:
             raise HTTPError(503, str(error)) from None
         return await asyncio.gather(*(asyncio.wrap_future(future) for future in futures))
+
+    async def answer(questions: list[Question]) -> list[dict[str, Any]]:
+        """Per question, the best span of its context over all of the context's windows (and the n best)."""
+        if len(questions) > settings.max_texts:
+            raise HTTPError(413, f"too many questions: {len(questions)}; the limit is {settings.max_texts} per "
+                                 f"request")
+        for index, item in enumerate(questions):
+            for name in ("question", "context"):
+                if not getattr(item, name).strip():
+                    raise HTTPError(422, f"questions.{index}.{name} is empty")
+        examples = [QAExample(str(index), item.question, item.context, []) for index, item in enumerate(questions)]
+        features = question_answering.encode(tokenizer, examples, qa_settings)
+        windows = Counter(features.example_index)  # question -> windows of its context, in request order
+        split = [index for index, count in windows.items() if count > 1]
+        if split and not truncate:
+            raise HTTPError(413, f"question {split[0]}: the question and its context are longer than "
+                                 f"{qa_settings.max_length} tokens ({windows[split[0]]} windows); this server "
+                                 f"refuses long texts rather than splitting them into windows")
+        if len(features) > settings.max_queue:  # it could never be queued: 503 would mean "retry" forever
+            raise HTTPError(413, f"the contexts make {len(features)} windows of up to {qa_settings.max_length} "
+                                 f"tokens; the limit is {settings.max_queue} per request (the server's queue)")
+        logits = await run_jobs([Job(predict_task.run, row) for row in features.rows])
+        starts, ends = zip(*logits)
+        return await asyncio.to_thread(question_answering.decode, examples, features, starts, ends)
 
     @app.exception_handler(HTTPError)
     async def http_error(request: Request, error: HTTPError):
@@ -404,11 +479,23 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
 
     @app.post("/predict")
     async def predict(request: PredictRequest) -> dict[str, Any]:
-        """The task model's prediction per text (or pair); for a classifier, labels with probabilities."""
+        """The task model's prediction per text (or pair): labels with probabilities from a classifier, entities
+        from a tagger; per question, the answer's span of its context from a question-answering model."""
         if predict_task is None:
             raise HTTPError(409, f"wrong task: the loaded model is a {type(model).__name__}, which has no "
                                  f"prediction head; use /embed, or serve a task model "
                                  f"({', '.join(cls.__name__ for cls in PREDICT_TASKS)})")
+        if request.questions is not None and (request.texts is not None or request.text_pairs is not None):
+            raise HTTPError(422, f"send either {PREDICT_INPUTS['texts']} or \"questions\", not both")
+        given = "questions" if request.questions is not None else "texts" if request.texts is not None else None
+        takes = f"the loaded model is a {type(model).__name__} ({predict_task.name}), which takes " \
+                f"{PREDICT_INPUTS[predict_task.inputs]}"
+        if given is None:
+            raise HTTPError(422, f"nothing to predict: {takes}")
+        if given != predict_task.inputs:
+            raise HTTPError(409, f"wrong task: {takes}, not \"{given}\"")
+        if given == "questions":
+            return {"task": predict_task.name, "predictions": await answer(request.questions)}
         rows = encode(request.texts, request.text_pairs, with_offsets=predict_task.with_offsets)
         jobs = [Job(predict_task.run, row, {"text": text}) for row, text in zip(rows, request.texts)]
         return {"task": predict_task.name, "predictions": await run_jobs(jobs)}
@@ -449,6 +536,13 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     return app
 
 
+def load_app(name_or_path: str | Path, settings: ServeSettings | None = None):
+    """The application over a model directory or 'default': create_app with what its checkpoint holds."""
+    model, tokenizer = load_model(name_or_path)
+    qa_settings = qa_settings_of(name_or_path) if isinstance(model, BertForQuestionAnswering) else None
+    return create_app(model, tokenizer, settings, model_name=str(name_or_path), qa_settings=qa_settings)
+
+
 def serve(name_or_path: str | Path, host: str = "127.0.0.1", port: int = 8000,
           settings: ServeSettings | None = None) -> None:
     """Load the model and answer HTTP requests until interrupted."""
@@ -458,8 +552,7 @@ def serve(name_or_path: str | Path, host: str = "127.0.0.1", port: int = 8000,
     except ImportError as error:
         raise BertforgeError(f"the server needs FastAPI and uvicorn ({error}); "
                              f"install them with: pip install 'bertforge[serve]'") from None
-    model, tokenizer = load_model(name_or_path)
-    app = create_app(model, tokenizer, settings, model_name=str(name_or_path))
-    logger.warning("serving %s (%s) on http://%s:%d (API docs at /docs)", name_or_path, type(model).__name__,
-                   host, port)
+    app = load_app(name_or_path, settings)
+    logger.warning("serving %s (%s) on http://%s:%d (API docs at /docs)", name_or_path,
+                   type(app.state.model).__name__, host, port)
     uvicorn.run(app, host=host, port=port, log_level="warning")

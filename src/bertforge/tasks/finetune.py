@@ -169,14 +169,14 @@ class FinetunedModel:
 
     @classmethod
     def load(cls, name_or_path: str | Path, task: str | None = None) -> FinetunedModel:
-        """The task is, in order: `task`, the one it was fine-tuned for, or regression for a one-output model.
+        """The task is, in order: `task`, the one it was fine-tuned for, the one its head does (config.json's
+        architectures, as transformers writes them), or regression for a one-output classifier.
         The training run's settings (max_length, doc_stride, version_2, ...) stay; without them, the task's."""
         directory = resolve_model_dir(name_or_path)
         saved = directory / RUN_CONFIG_FILE
         settings = FinetuneConfig.load(saved) if saved.is_file() else None
         if task is None:
-            task = settings.task if settings else \
-                "regression" if BertConfig.load(directory / CONFIG_FILE).num_labels == 1 else "classification"
+            task = settings.task if settings else task_of_checkpoint(directory)
         settings = dataclasses.replace(settings, task=task) if settings else FinetuneConfig(task=task)
         definition = get_task(task)
         return cls(definition.model_class.from_pretrained(directory), BertTokenizer.from_pretrained(directory),
@@ -207,6 +207,17 @@ class FinetunedModel:
     def evaluate(self, examples: Sequence[Any], batch_size: int = 64, max_length: int | None = None,
                  ) -> dict[str, float]:
         return self.task.score(self.predict(examples, batch_size, max_length), examples, self.id2label)
+
+
+def task_of_checkpoint(directory: Path) -> str:
+    """The task a checkpoint without a run config was made for, read from its head's class name."""
+    architectures = read_json_object(directory / CONFIG_FILE, "model config").get("architectures") or []
+    by_class = {definition.model_class.__name__: name for name, definition in TASKS.items()
+                if name != "regression"}
+    task = next((by_class[name] for name in architectures if name in by_class), "classification")
+    if task == "classification" and BertConfig.load(directory / CONFIG_FILE).num_labels == 1:
+        return "regression"
+    return task
 
 
 def evaluate(model: str | Path, data: str | Path, text_column: str | None = None,

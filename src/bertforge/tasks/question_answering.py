@@ -308,10 +308,17 @@ def encode(tokenizer, examples: Sequence[QAExample], settings: EncodeSettings, i
 def predict(model, features: Features, examples: Sequence[QAExample], batch_size: int = 64) -> list[dict]:
     """One answer per question: {"answer", "start", "end", "score", "n_best": [{text, start, end, score}]}."""
     outputs = row_outputs(model, features, batch_size, lambda output: (output.start_logits, output.end_logits))
+    return decode(examples, features, [o[0] for o in outputs], [o[1] for o in outputs])
+
+
+def decode(examples: Sequence[QAExample], features: Features, start_logits: Sequence,
+           end_logits: Sequence) -> list[dict]:
+    """predict's answers from each row's start and end logits, wherever they were computed (the server batches
+    the windows of concurrent requests together)."""
     settings = features.settings or EncodeSettings()
     null_threshold = settings.null_score_threshold if settings.version_2 else None
-    ranked = predict_answers(examples, features.extras, [o[0] for o in outputs], [o[1] for o in outputs],
-                             settings.n_best, settings.max_answer_length, null_threshold)
+    ranked = predict_answers(examples, features.extras, start_logits, end_logits, settings.n_best,
+                             settings.max_answer_length, null_threshold)
     results = []
     for answers in ranked:
         n_best = [{"text": a.text, "start": a.start, "end": a.end,
