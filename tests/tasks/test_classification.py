@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from bertforge import BertConfig, BertForSequenceClassification
+from bertforge import BertConfig, BertForSequenceClassification, BertModel
 from bertforge.errors import ConfigError, InputError
 from bertforge.tasks.classification import class_labels, encode, example_logits, predict, score, windows
 from bertforge.tasks.data import Columns, EncodeSettings, TextExample
-from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, evaluate, finetune
+from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, evaluate, finetune, load_task_model
 from bertforge.tasks.registry import TASKS
 from bertforge.training import TrainConfig
 
@@ -178,3 +178,18 @@ def test_stsb_regression_slice_learns(tmp_path, data_dir):
     assert result.best["spearman"] >= 0.4  # an untrained head scores ~0
     saved = json.loads((tmp_path / "model" / "config.json").read_text())
     assert len(saved["id2label"]) == 1
+
+
+def test_random_init_keeps_the_architecture_and_draws_fresh_seeded_weights(tmp_path, tokenizer):
+    """--random-init: the baseline that shows what pre-training is worth (same architecture, no pre-training)."""
+    pretrained = BertModel(BertConfig.tiny(vocab_size=tokenizer.vocab_size))
+    torch.nn.init.constant_(pretrained.embeddings.tokens.weight, 0.5)  # unmistakably "pre-trained"
+    pretrained.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    task, labels = TASKS["classification"], {0: "neg", 1: "pos"}
+    loaded = load_task_model(task, str(tmp_path), labels, random_init=False, seed=0)
+    fresh, again = (load_task_model(task, str(tmp_path), labels, random_init=True, seed=0) for _ in range(2))
+    assert fresh.config == loaded.config and fresh.config.id2label == labels
+    assert torch.all(loaded.bert.embeddings.tokens.weight == 0.5)
+    assert fresh.bert.embeddings.tokens.weight.std().item() == pytest.approx(0.02, rel=0.1)  # BERT's init
+    torch.testing.assert_close(fresh.state_dict(), again.state_dict(), rtol=0, atol=0)

@@ -62,6 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="texts over --max-length: truncate (default) or average overlapping windows")
     parser.add_argument("--version-2", action="store_const", const=True, default=None,
                         help="qa: SQuAD v2 data, where questions may have no answer")
+    parser.add_argument("--random-init", action="store_const", const=True, default=None,
+                        help="the --model architecture with fresh weights (a from-scratch baseline)")
     parser.add_argument("--bf16", action="store_const", const=True, default=None,
                         help="bf16 autocast where the hardware supports it")
     parser.add_argument("--no-progress", dest="progress", action="store_const", const=False, default=None,
@@ -80,6 +82,7 @@ def config_from_args(args: argparse.Namespace):
     places = {flag: place for flag, (place, _, _) in FLAGS.items()}
     places |= {flag: place for flag, (place, _) in COLUMN_FLAGS.items()}
     places |= {"--task": ("task",), "--long-text": ("long_text",), "--version-2": ("version_2",),
+               "--random-init": ("random_init",),
                "--bf16": ("training", "bf16"), "--no-progress": ("training", "progress")}
     for flag, place in places.items():
         dest = "progress" if flag == "--no-progress" else flag.lstrip("-").replace("-", "_")

@@ -26,7 +26,7 @@ from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, training_batches
 from bertforge.tasks.registry import TASKS, Task, get_task
 from bertforge.tokenizer import BertTokenizer
-from bertforge.training.trainer import TrainConfig, Trainer, check_number, config_from_dict
+from bertforge.training.trainer import TrainConfig, Trainer, check_number, config_from_dict, seed_everything
 
 logger = logging.getLogger("bertforge")
 
@@ -42,6 +42,7 @@ class FinetuneConfig:
     output: str | None = None  # output model directory
     task: str = "classification"
     model: str = "default"  # pre-trained model directory, or "default" (all-MiniLM-L6-v2)
+    random_init: bool = False  # model's architecture with fresh weights: the from-scratch baseline
     dev: str | None = None  # evaluation data file; without one the final model is kept
     text_column: str = "sentence"
     text_pair_column: str | None = None
@@ -139,8 +140,7 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
         dev_features = task.encode(tokenizer, dev_examples, config.settings, id2label)
         notes += [f"dev data: {note}" for note in dev_features.notes]
 
-    # A span model (qa) has no labels to name.
-    model = task.model_class.from_pretrained(config.model, **({"id2label": id2label} if id2label else {}))
+    model = load_task_model(task, config.model, id2label, config.random_init, config.training.seed)
     output = Path(config.output)
     training = dataclasses.replace(config.training, output_dir=str(output))
     output.mkdir(parents=True, exist_ok=True)
@@ -156,6 +156,18 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
                       main_metric=task.main_metric, save=lambda model: model.save_pretrained(output))
     result = trainer.train()
     return FinetuneResult(output, result.best, result.history, result.steps, result.stopped_early, notes)
+
+
+def load_task_model(task: Task, model: str, id2label: dict[int, str], random_init: bool, seed: int) -> nn.Module:
+    """The task's model on the encoder of `model`: pre-trained, or (random_init) freshly initialised with BERT's
+    scheme, seeded, so that a pre-trained encoder can be compared with the same architecture trained from scratch.
+    A span model (qa) has no labels to name."""
+    labels = {"id2label": id2label, "label2id": {label: i for i, label in id2label.items()}} if id2label else {}
+    if not random_init:
+        return task.model_class.from_pretrained(model, **labels)
+    seed_everything(seed)
+    config = BertConfig.load(resolve_model_dir(model) / CONFIG_FILE)
+    return task.model_class(dataclasses.replace(config, **labels))
 
 
 @dataclass
