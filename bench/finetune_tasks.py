@@ -56,17 +56,18 @@ class Run:
 
 RUNS: dict[str, Run] = {
     "sst2": Run("classification", "sst2/train.tsv", "sst2/dev.tsv",
-                flags={"--max-train-examples": "30000", "--epochs": "1", "--eval-every": "300"}),
+                flags={"--max-train-examples": "20000", "--epochs": "1", "--eval-every": "200"}),
     "mrpc": Run("classification", "mrpc/train.tsv", "mrpc/dev.tsv",
                 flags={"--text-column": "#1 String", "--text-pair-column": "#2 String", "--label-column": "Quality",
                        "--epochs": "3"}),
     "stsb": Run("regression", "stsb/train.tsv", "stsb/dev.tsv",
                 flags={"--text-column": "sentence1", "--text-pair-column": "sentence2", "--label-column": "score",
-                       "--epochs": "3"}),
+                       "--epochs": "2"}),
     "conll2003": Run("ner", "conll2003/eng.train", "conll2003/eng.testa", test="conll2003/eng.testb",
                      flags={"--epochs": "2"}),
     "squad": Run("qa", "squad/train.json", "squad/dev.json", prepare=split_squad,
-                 flags={"--epochs": "1", "--max-length": "256", "--doc-stride": "128"}),
+                 flags={"--max-train-examples": "4000", "--epochs": "1", "--max-length": "256",
+                        "--doc-stride": "128"}),
 }
 
 
