@@ -1,5 +1,5 @@
-"""Training state: a save/load round trip continues training exactly (weights, optimizer moments, schedule, RNG);
-an interrupted save keeps the previous checkpoint; foreign files are refused in one line."""
+"""Training state: a save/load round trip continues training exactly (weights, optimizer moments, schedule, RNG,
+fp16 loss scale); an interrupted save keeps the previous checkpoint; foreign files are refused in one line."""
 
 import random
 
@@ -45,6 +45,26 @@ def test_resumed_training_continues_exactly(tmp_path):
     assert (state.step, state.data, state.extra) == (3, {"position": 7}, {"note": "x"})
     assert [train_step(model, optimizer, scheduler) for _ in range(3)] == expected
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected_draws
+
+
+def test_the_fp16_loss_scale_is_saved_and_restored(tmp_path):
+    model, optimizer, scheduler = make_run()
+    # GradScaler's CPU flavour has the same state as CUDA's, so the round trip is checked without a GPU.
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=1)
+    scaler.scale(model(torch.randn(5, 4)).pow(2).mean()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    assert scaler.get_scale() == 2048.0  # finite gradients for growth_interval steps: the scale doubles
+    save_train_state(tmp_path, model, optimizer, scheduler, step=1, scaler=scaler)
+    restored = torch.amp.GradScaler("cpu")
+    load_train_state(tmp_path, *make_run(), scaler=restored)
+    assert restored.state_dict() == scaler.state_dict()
+
+    save_train_state(tmp_path, model, optimizer, scheduler, step=1)  # a float32 or bf16 run's checkpoint
+    assert "scaler" not in torch.load(tmp_path / TRAIN_STATE_FILE, weights_only=True)
+    with pytest.raises(CheckpointError, match="no fp16 loss scaler state"):
+        load_train_state(tmp_path, *make_run(), scaler=torch.amp.GradScaler("cpu"))
+    load_train_state(tmp_path, *make_run(), scaler=torch.amp.GradScaler("cpu", enabled=False))
 
 
 def test_an_interrupted_save_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):

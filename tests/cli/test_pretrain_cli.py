@@ -1,6 +1,8 @@
-"""`bertforge pretrain train` and `pretrain eval` end to end on a small real corpus slice; one-line errors."""
+"""`bertforge pretrain train`, `pretrain eval` and `pretrain plot` end to end on a small real corpus slice; one-line
+errors."""
 
 import json
+import sys
 
 import pytest
 import torch
@@ -70,3 +72,57 @@ def test_eval_of_an_encoder_without_masked_lm_head_is_one_line(corpus, tmp_path,
     assert main(["pretrain", "eval", "--model", str(minilm_dir), "--data", str(corpus), "--max-batches", "1"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("bertforge: error:") and "\n" not in err
+
+
+def png_size(path) -> tuple[int, int]:
+    """(width, height) from a PNG's header chunk, after checking the signature and the closing chunk."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and data[-8:-4] == b"IEND"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_plot_draws_a_real_run_log(corpus, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert main(train_args(corpus, tmp_path / "model", "--eval-every", "2")) == 0
+    assert main(["pretrain", "plot", str(tmp_path / "model")]) == 0
+    assert f"wrote {tmp_path / 'model' / 'curves.png'}" in capsys.readouterr().out
+    assert png_size(tmp_path / "model" / "curves.png") == (1100, 700)  # figsize 11 x 7 inches at 100 dpi
+    assert main(["pretrain", "plot", str(tmp_path / "model"), "--output", str(tmp_path / "plots" / "run.png")]) == 0
+    assert png_size(tmp_path / "plots" / "run.png") == (1100, 700)
+
+
+def test_plot_of_a_missing_or_empty_log_is_one_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "log.jsonl").write_text("")
+    for folder, message in [("missing", "no such log"), ("empty", "no training steps")]:
+        assert main(["pretrain", "plot", str(tmp_path / folder)]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("bertforge: error:") and message in err and "\n" not in err
+    assert not (tmp_path / "empty" / "curves.png").exists()
+
+
+def test_plot_without_matplotlib_names_the_extra(corpus, tmp_path, capsys, monkeypatch):
+    (tmp_path / "log.jsonl").write_text(json.dumps({"event": "train", "step": 1, "loss": 1.0}) + "\n")
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # what an environment without it raises
+    assert main(["pretrain", "plot", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert 'pip install "bertforge[plot]"' in err and "\n" not in err
+
+
+def test_fp16_on_cpu_is_one_line(corpus, tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("fp16 runs on CUDA; the error is for CPU-only machines")
+    assert main(train_args(corpus, tmp_path / "out", "--fp16")) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("bertforge: error:") and "fp16 training needs a CUDA device" in err and "\n" not in err
+    assert main(train_args(corpus, tmp_path / "out", "--fp16", "--bf16")) == 1
+    assert "exclude each other" in capsys.readouterr().err
+
+
+def test_train_help_explains_the_global_batch(capsys):
+    with pytest.raises(SystemExit):
+        main(["pretrain", "train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "the global batch of an optimizer step is batch-size x processes (torchrun's world size) x grad-accum" \
+        in help_text
+    assert "--fp16" in help_text and "--compile" in help_text

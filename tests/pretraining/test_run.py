@@ -1,17 +1,25 @@
 """Pre-training runs on a slice of a real corpus: the loss falls; a run killed and resumed gives the losses of an
-uninterrupted one; the result loads as an ordinary checkpoint in bertforge and transformers; one-line errors."""
+uninterrupted one; the result loads as an ordinary checkpoint in bertforge and transformers; fp16 (CUDA) and
+torch.compile runs; one-line errors."""
 
 import json
 import math
+import shutil
+from collections import Counter
+from itertools import islice
 
 import pytest
 import torch
 
 from bertforge import BertModel
+from bertforge.checkpoint.train_state import TRAIN_STATE_FILE
 from bertforge.errors import CheckpointError, ConfigError, InputError
+from bertforge.heads import IGNORE_INDEX
 from bertforge.pretraining import run
+from bertforge.pretraining.collate import PretrainingCollator
 from bertforge.pretraining.corpus import CorpusReader, prepare_corpus
 from bertforge.pretraining.heads import BertForPreTraining
+from bertforge.pretraining.instances import InstanceStream
 from bertforge.pretraining.masking import Masker
 from bertforge.pretraining.objectives import Objective
 from bertforge.pretraining.run import PretrainConfig, evaluate_mlm, pretrain
@@ -69,16 +77,14 @@ def test_loss_falls_and_result_loads_in_bertforge_and_transformers(corpus, tmp_p
     assert encoder.config.vocab_size == 30522 and (tmp_path / "out" / "vocab.txt").is_file()
 
 
-def test_killed_and_resumed_run_repeats_the_uninterrupted_losses(corpus, tmp_path, monkeypatch):
-    settings = dict(steps=12, grad_accumulation=2, save_every=5)
-    uninterrupted = pretrain(make_config(corpus, tmp_path / "whole", **settings))
-
-    real_objective = run.get_objective("mlm+nsp")
+def run_killed(config: PretrainConfig, micro_batches: int, monkeypatch) -> None:
+    """Start `config`'s run and kill it (KeyboardInterrupt) when it asks for more than `micro_batches` losses."""
+    real_objective = run.get_objective(config.objective)
     calls = {"n": 0}
 
     def dying_loss(model, batch, generator=None):
         calls["n"] += 1
-        if calls["n"] > 2 * 8 + 1:  # killed during step 9, after the checkpoint of step 5
+        if calls["n"] > micro_batches:
             raise KeyboardInterrupt
         return real_objective.loss(model, batch, generator)
 
@@ -86,8 +92,15 @@ def test_killed_and_resumed_run_repeats_the_uninterrupted_losses(corpus, tmp_pat
                       dying_loss)
     monkeypatch.setattr(run, "get_objective", lambda name: dying)
     with pytest.raises(KeyboardInterrupt):
-        pretrain(make_config(corpus, tmp_path / "split", **settings))
+        pretrain(config)
     monkeypatch.undo()
+
+
+def test_killed_and_resumed_run_repeats_the_uninterrupted_losses(corpus, tmp_path, monkeypatch):
+    settings = dict(steps=12, grad_accumulation=2, save_every=5)
+    uninterrupted = pretrain(make_config(corpus, tmp_path / "whole", **settings))
+
+    run_killed(make_config(corpus, tmp_path / "split", **settings), 2 * 8 + 1, monkeypatch)  # during step 9
     with pytest.raises(ConfigError, match="--resume"):
         pretrain(make_config(corpus, tmp_path / "split", **settings))
     resumed = pretrain(make_config(corpus, tmp_path / "split", **settings), resume=True)
@@ -125,6 +138,26 @@ def test_evaluation_is_repeatable_and_consistent(corpus, tokenizer):
     assert abs(first["loss"] - math.log(tokenizer.vocab_size)) < 1.0
 
 
+def test_frequency_baseline_is_the_accuracy_of_always_guessing_the_most_frequent_masked_token(corpus, tokenizer):
+    reader = CorpusReader(corpus, split="eval", holdout=0.1)
+    masker = Masker(tokenizer.vocab)
+    # the masked tokens of the evaluation, drawn again with the same seeds, counted independently
+    stream = InstanceStream(reader, max_seq_length=64, sentence_pairs=None, seed=0, epochs=1)
+    collator = PretrainingCollator(masker, tokenizer.vocab.pad_token_id, seed=0)
+    labels = Counter(label for batch in islice(run.batches(stream, collator, 4), 2)
+                     for label in batch["labels"].flatten().tolist() if label != IGNORE_INDEX)
+    most_frequent, count = labels.most_common(1)[0]
+    torch.manual_seed(0)
+    model = BertForPreTraining(run.model_config("tiny", tokenizer, 64))
+    with torch.no_grad():
+        model.masked_lm.bias[most_frequent] = 1e4  # a model that always guesses that token
+    metrics = evaluate_mlm(model, reader, masker, tokenizer.vocab.pad_token_id, batch_size=4, seq_len=64,
+                           max_batches=2)
+    assert metrics["masked_tokens"] == sum(labels.values())
+    assert metrics["frequency_baseline_accuracy"] == pytest.approx(count / sum(labels.values()))
+    assert metrics["accuracy"] == pytest.approx(metrics["frequency_baseline_accuracy"])
+
+
 def test_config_round_trips_through_json_and_rejects_unknown_keys(tmp_path):
     config = PretrainConfig(data="d", output="o", objective="mlm+sop", masking="ngram", holdout=5, betas=(0.8, 0.9))
     config.save(tmp_path / "run.json")
@@ -147,3 +180,47 @@ def test_errors_name_the_problem(corpus, tmp_path):
         pretrain(make_config(corpus, tmp_path / "out", tokenizer=str(vocab)))
     with pytest.raises(CheckpointError, match="no training checkpoint"):
         pretrain(make_config(corpus, tmp_path / "out"), resume=True)
+
+
+def test_fp16_needs_cuda_and_excludes_bf16(corpus, tmp_path):
+    """fp16 is for GPUs without bf16; on a CPU it is an error rather than a silent float32 run, since CPUs have no
+    fast fp16 kernels and the run config would claim a precision the run never used."""
+    with pytest.raises(ConfigError, match="bf16 and fp16 exclude each other"):
+        make_config(corpus, tmp_path / "out", bf16=True, fp16=True)
+    with pytest.raises(ConfigError, match="fp16 training needs a CUDA device"):
+        pretrain(make_config(corpus, tmp_path / "out", fp16=True, device="cpu"))
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 autocast with loss scaling is for CUDA devices")
+def test_fp16_run_keeps_its_loss_scale_across_a_resume(corpus, tmp_path, monkeypatch):
+    settings = dict(steps=8, save_every=4, fp16=True, device="cuda")
+    uninterrupted = pretrain(make_config(corpus, tmp_path / "whole", **settings))
+    whole = torch.load(tmp_path / "whole" / "checkpoint" / TRAIN_STATE_FILE, weights_only=True)
+    assert whole["scaler"]["scale"] > 0
+    assert all(math.isfinite(loss) for loss in train_losses(uninterrupted.history).values())
+
+    run_killed(make_config(corpus, tmp_path / "split", **settings), 6, monkeypatch)  # during step 7
+    assert torch.load(tmp_path / "split" / "checkpoint" / TRAIN_STATE_FILE, weights_only=True)["step"] == 4
+    resumed = pretrain(make_config(corpus, tmp_path / "split", **settings), resume=True)
+    split = torch.load(tmp_path / "split" / "checkpoint" / TRAIN_STATE_FILE, weights_only=True)
+    assert split["scaler"] == whole["scaler"]  # the same skipped steps and growth as without the stop
+    expected, got = train_losses(uninterrupted.history), train_losses(resumed.history)
+    for step in got:  # GPU kernels may add in another order: close, not bit-identical
+        assert got[step] == pytest.approx(expected[step], rel=1e-3)
+
+
+@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
+                    reason="torch.compile's CPU backend needs a C++ compiler")
+def test_compiled_run_computes_what_the_eager_one_does(corpus, tmp_path):
+    """One step of a narrow model without dropout (compiled kernels draw other random numbers than eager ones):
+    the same weights on the same batch give the same first loss; the model is saved without compile's wrapper."""
+    model = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64,
+             "max_position_embeddings": 64, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    (tmp_path / "model.json").write_text(json.dumps(model))
+    settings = dict(model=str(tmp_path / "model.json"), steps=1, batch_size=4, seq_len=32)
+    eager = pretrain(make_config(corpus, tmp_path / "eager", **settings))
+    compiled = pretrain(make_config(corpus, tmp_path / "compiled", compile=True, **settings))
+    assert train_losses(compiled.history)[1] == pytest.approx(train_losses(eager.history)[1], rel=1e-5)
+    assert BertModel.from_pretrained(tmp_path / "compiled").config.hidden_size == 32
+    assert json.loads((tmp_path / "compiled" / "pretrain_config.json").read_text())["compile"] is True

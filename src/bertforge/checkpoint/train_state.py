@@ -1,4 +1,5 @@
-"""Save and resume a training run: model, optimizer, scheduler, data position, RNG states and step, in one file.
+"""Save and resume a training run: model, optimizer, scheduler, fp16 loss scaler, data position, RNG states and step,
+in one file.
 
 The file is written beside its final name and renamed over it only when complete, so an interruption during a
 save leaves the previous checkpoint intact. Everything in it is tensors, numbers, strings, lists and dicts, so
@@ -59,13 +60,16 @@ def restore_rng_states(states: dict[str, Any]) -> None:
 
 
 def save_train_state(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-                     step: int, data: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> Path:
+                     step: int, data: dict[str, Any] | None = None, extra: dict[str, Any] | None = None,
+                     scaler: torch.amp.GradScaler | None = None) -> Path:
     """Write directory/train_state.pt atomically; `data` holds the data position (e.g. stream and collator
-    state_dicts), `extra` anything else to get back on resume."""
+    state_dicts), `extra` anything else to get back on resume, `scaler` the fp16 loss scale and its schedule."""
     path = Path(directory) / TRAIN_STATE_FILE
     state = {"format": FORMAT, "version": VERSION, "step": step, "model": model.state_dict(),
              "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_states(),
              "data": data or {}, "extra": extra or {}}
+    if scaler is not None and scaler.is_enabled():
+        state["scaler"] = scaler.state_dict()
     with atomic_path(path) as temporary:
         torch.save(state, temporary)
     return path
@@ -89,9 +93,9 @@ def read_train_state(directory: str | Path) -> dict[str, Any]:
 
 
 def load_train_state(directory: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer,
-                     scheduler: Any) -> TrainState:
-    """Load a checkpoint into `model`, `optimizer` and `scheduler`, restore the global RNG states, and return
-    the step and saved data position for the caller to hand to its data pipeline."""
+                     scheduler: Any, scaler: torch.amp.GradScaler | None = None) -> TrainState:
+    """Load a checkpoint into `model`, `optimizer`, `scheduler` (and an enabled `scaler`), restore the global RNG
+    states, and return the step and saved data position for the caller to hand to its data pipeline."""
     state = read_train_state(directory)
     try:
         model.load_state_dict(state["model"])
@@ -101,5 +105,10 @@ def load_train_state(directory: str | Path, model: nn.Module, optimizer: torch.o
                               f"({first_line})") from None
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
+    if scaler is not None and scaler.is_enabled():
+        if "scaler" not in state:
+            raise CheckpointError(f"{Path(directory) / TRAIN_STATE_FILE}: the checkpoint has no fp16 loss scaler "
+                                  "state (it was not saved from an fp16 run)")
+        scaler.load_state_dict(state["scaler"])
     restore_rng_states(state["rng"])
     return TrainState(step=state["step"], data=state["data"], extra=state["extra"])

@@ -33,7 +33,7 @@ SUBCOMMANDS = {
     "embed": (embed, "one vector per input line, saved as .npy or .jsonl"),
     "similarity": (similarity, "cosine similarity table between sentences"),
     "vocab": (vocab, "learn a WordPiece vocabulary (vocab.txt) from text files"),
-    "pretrain": (pretrain, "pre-train an encoder from raw text: prepare, train, eval"),
+    "pretrain": (pretrain, "pre-train an encoder from raw text: prepare, train, eval, plot"),
     "fill-mask": (fill_mask, "most likely tokens for each [MASK] of a text (needs a masked-LM checkpoint)"),
     "attention": (attention, "write an HTML page showing the attention of every layer and head"),
     "export": (export, "write the model as ONNX (checked against PyTorch) or as a transformers checkpoint directory"),

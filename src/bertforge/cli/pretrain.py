@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from bertforge.cli import pretrain_eval, pretrain_prepare, pretrain_train
+from bertforge.cli import pretrain_eval, pretrain_plot, pretrain_prepare, pretrain_train
 
 STEPS = {
     "prepare": (pretrain_prepare, "tokenize a text corpus into token-id shards for pre-training"),
     "train": (pretrain_train, "pre-train a model on a prepared corpus (checkpoints, --resume)"),
     "eval": (pretrain_eval, "held-out masked-LM loss, perplexity and accuracy of a pre-trained model"),
+    "plot": (pretrain_plot, "draw a run's log.jsonl (losses, accuracies, learning rate, evaluations) as a PNG"),
 }
 
 

@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else Path(args.model) / "eval_results.json"
     write_text_atomic(output, json.dumps(metrics, indent=2) + "\n")
     print(f"held-out masked LM: loss {metrics['loss']:.4f}, perplexity {metrics['perplexity']:.2f}, "
-          f"accuracy {metrics['accuracy']:.4f} ({metrics['masked_tokens']:,} masked tokens)")
+          f"accuracy {metrics['accuracy']:.4f} ({metrics['masked_tokens']:,} masked tokens; always guessing the "
+          f"most frequent one: {metrics['frequency_baseline_accuracy']:.4f})")
     print(f"wrote {output}")
     return 0

@@ -2,7 +2,8 @@
 `evaluate_mlm` scores masked-LM loss, perplexity and accuracy on held-out documents.
 
 Step-based over an endless instance stream, so it has its own small loop rather than the epoch-based Trainer;
-it shares the Trainer's optimiser, schedule, seeding and bf16 helpers. Output folder:
+it shares the Trainer's optimiser, schedule, seeding and bf16 helpers. Under torchrun every process trains on its
+own part of the corpus with DistributedDataParallel, and only rank 0 writes. Output folder:
 
     config.json, model.safetensors    the trained model, an ordinary checkpoint (ELECTRA: its discriminator)
     vocab.txt, tokenizer_config.json  the tokenizer the corpus was prepared with
@@ -28,7 +29,14 @@ import torch
 from torch import nn
 
 from bertforge.atomic import write_text_atomic
-from bertforge.checkpoint.train_state import TRAIN_STATE_FILE, load_train_state, read_train_state, save_train_state
+from bertforge.checkpoint.train_state import (
+    TRAIN_STATE_FILE,
+    load_train_state,
+    read_train_state,
+    restore_rng_states,
+    rng_states,
+    save_train_state,
+)
 from bertforge.config import PRESETS, BertConfig, read_json_object
 from bertforge.errors import BertforgeError, ConfigError
 from bertforge.heads import IGNORE_INDEX
@@ -45,6 +53,7 @@ from bertforge.pretraining.instances import SHORT_SEQ_PROB, Instance, InstanceSt
 from bertforge.pretraining.masking import MASK_PROBABILITY, Masker, strategy_function
 from bertforge.pretraining.objectives import get_objective
 from bertforge.tokenizer.tokenizer import BertTokenizer
+from bertforge.training import distributed
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
 from bertforge.training.trainer import bf16_supported, check_number, config_from_dict, seed_everything, to_device
 
@@ -58,6 +67,8 @@ DEFAULT_PEAK_GFLOPS = 552.0
 # Fields that may change between a run and its resumption: they don't affect what is computed.
 RESUMABLE_CHANGES = frozenset({"output", "save_every", "log_every", "eval_every", "eval_batches", "progress",
                                "peak_gflops", "data", "tokenizer"})
+# Fields that differ between the processes of one run: not settings of the run.
+PER_PROCESS = frozenset({"rank"})
 
 
 @dataclass
@@ -73,8 +84,8 @@ class PretrainConfig:
     masking: str = "token"
     mask_probability: float = MASK_PROBABILITY
     steps: int = 1000  # optimizer steps
-    batch_size: int = 32  # sequences per forward pass
-    grad_accumulation: int = 1  # forward passes per optimizer step
+    batch_size: int = 32  # sequences per forward pass, in each process
+    grad_accumulation: int = 1  # forward passes per optimizer step (global batch: batch x world_size x this)
     lr: float = 1e-4
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.999)
@@ -88,12 +99,15 @@ class PretrainConfig:
     log_every: int = 10
     eval_every: int | None = None  # steps between held-out evaluations; None: only at the end
     eval_batches: int = 20
-    bf16: bool = False
+    bf16: bool = False  # bf16 autocast where the hardware has it, else float32 with a warning
+    fp16: bool = False  # fp16 autocast with a dynamic loss scale (GradScaler), for GPUs without bf16; CUDA only
+    compile: bool = False  # torch.compile the model for training (evaluation runs it eagerly)
     seed: int = 0
     peak_gflops: float = DEFAULT_PEAK_GFLOPS
     device: str | None = None  # None: CUDA when available, else CPU
     progress: bool = True
-    # Multi-process training (torchrun) reads its part of the corpus; the loop itself is single-process for now.
+    # This process's place in a torchrun launch (the CLI reads it from torchrun's environment): rank `rank` of
+    # `world_size` trains on every world_size-th document with DDP. They must match that environment.
     rank: int = 0
     world_size: int = 1
 
@@ -114,8 +128,11 @@ class PretrainConfig:
         check_number("seed", self.seed, minimum=0, integer=True)
         if not 0.0 < self.mask_probability < 1.0:
             raise ConfigError(f"mask_probability must be in (0, 1), got {self.mask_probability!r}")
+        check_number("world_size", self.world_size, minimum=1, integer=True)
         if not 0 <= self.rank < self.world_size:
             raise ConfigError(f"rank must be in 0..{self.world_size - 1}, got {self.rank}")
+        if self.bf16 and self.fp16:
+            raise ConfigError("bf16 and fp16 exclude each other: choose one autocast precision")
 
     @property
     def total_warmup_steps(self) -> int:
@@ -256,6 +273,7 @@ def evaluate_mlm(model: nn.Module, reader: CorpusReader, masker: Masker, pad_tok
     stream = InstanceStream(reader, max_seq_length=seq_len, sentence_pairs=None, seed=seed, epochs=1)
     collator = PretrainingCollator(masker, pad_token_id, seed=seed)
     loss_sum, correct, masked, count = 0.0, 0, 0, 0
+    label_counts = torch.zeros(word_embeddings.shape[0], dtype=torch.long)
     for batch in islice(batches(stream, collator, batch_size), max_batches):
         batch = to_device(batch, device)
         is_masked = batch["labels"] != IGNORE_INDEX
@@ -265,13 +283,17 @@ def evaluate_mlm(model: nn.Module, reader: CorpusReader, masker: Masker, pad_tok
         loss_sum += nn.functional.cross_entropy(logits, labels, reduction="sum").item()
         correct += (logits.argmax(-1) == labels).sum().item()
         masked += labels.numel()
+        label_counts += torch.bincount(labels.cpu(), minlength=len(label_counts))
         count += 1
     model.train(was_training)
     if masked == 0:
         raise BertforgeError("the evaluation data gave no masked tokens")
     loss = loss_sum / masked
+    # What a model that knows only token frequencies scores: always the most frequent masked token. Counted on
+    # these very labels, so the baseline is, if anything, flattered.
+    baseline = label_counts.max().item() / masked
     return {"loss": loss, "perplexity": math.exp(min(loss, 700.0)), "accuracy": correct / masked,
-            "masked_tokens": masked, "batches": count}
+            "frequency_baseline_accuracy": baseline, "masked_tokens": masked, "batches": count}
 
 
 # ---------------------------------------------------------------- the run
@@ -280,9 +302,20 @@ def evaluate_mlm(model: nn.Module, reader: CorpusReader, masker: Masker, pad_tok
 def _check_resumable(saved: dict[str, Any], config: PretrainConfig, path: Path) -> None:
     current = config.to_dict()
     for key, value in saved.items():
-        if key not in RESUMABLE_CHANGES and current.get(key) != value:
+        if key not in RESUMABLE_CHANGES | PER_PROCESS and current.get(key) != value:
             raise ConfigError(f"{path}: the checkpoint was made with {key}={value!r}, this run has "
                               f"{key}={current.get(key)!r}; resume with the same settings or start a new output")
+
+
+def _check_launch(config: PretrainConfig) -> distributed.ProcessInfo:
+    """This process's place in the launch, which must be the config's: a torchrun process that believes it is
+    alone would write the output folder at the same time as its peers."""
+    info = distributed.read_environment()
+    if (info.rank, info.world_size) != (config.rank, config.world_size):
+        raise ConfigError(f"the run config says rank {config.rank} of {config.world_size}, but this process was "
+                          f"started as rank {info.rank} of {info.world_size}; start multi-process runs with torchrun "
+                          "and take rank and world_size from its environment (distributed.read_environment)")
+    return info
 
 
 def _keep_log_until(path: Path, step: int) -> None:
@@ -303,7 +336,25 @@ def save_final_model(model: nn.Module, tokenizer: BertTokenizer, config: Pretrai
 
 def pretrain(config: PretrainConfig, resume: bool = False) -> PretrainResult:
     """Pre-train a model as `config` says, writing to config.output (see the module docstring); `resume`
-    continues from output/checkpoint exactly: the same batches, masks, dropout and losses as without a stop."""
+    continues from output/checkpoint exactly: the same batches, masks, dropout and losses as without a stop.
+
+    Under torchrun (config.rank and world_size from its environment) each process trains on its part of the
+    corpus and DDP averages the gradients; rank 0 alone writes the log, checkpoints (holding every rank's data
+    position and random state) and the model, and scores the held-out split, so evaluations are those of a
+    single process. The process group is joined here (unless the caller already has one) and left on return,
+    once rank 0 has finished writing.
+    """
+    info = _check_launch(config)
+    device = distributed.select_device(config.device, info)
+    if config.fp16 and device.type != "cuda":
+        raise ConfigError(f"fp16 training needs a CUDA device (this run is on {device.type}); "
+                          "use bf16, or neither for float32")
+    with distributed.process_group(info, device):
+        return _train(config, resume, device)
+
+
+def _train(config: PretrainConfig, resume: bool, device: torch.device) -> PretrainResult:
+    is_main = config.rank == 0
     output = Path(config.output)
     checkpoint_dir = output / CHECKPOINT_DIR
     if resume:
@@ -321,49 +372,77 @@ def pretrain(config: PretrainConfig, resume: bool = False) -> PretrainResult:
     bert_config = model_config(config.model, tokenizer, config.seq_len)
     masker = Masker(tokenizer.vocab, config.masking, config.mask_probability)
 
-    device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     use_bf16 = config.bf16 and bf16_supported(device.type)
-    if config.bf16 and not use_bf16:
+    if config.bf16 and not use_bf16 and is_main:
         logger.warning("bf16 was asked for but %s has no native bf16 support; training in float32", device.type)
+    autocast_dtype = torch.bfloat16 if use_bf16 else torch.float16 if config.fp16 else None
     seed_everything(config.seed)
-    model = objective.build_model(bert_config).to(device)
+    model = objective.build_model(bert_config).to(device)  # the same initial weights in every process
+    if config.rank > 0:
+        # Dropout masks of its own for each process; rank 0 keeps the generator as initialisation left it, so a
+        # single process draws exactly what it always did.
+        seed_everything(distributed.rank_seed(config.seed, config.rank))
     optimizer = build_optimizer(model, config.lr, config.weight_decay, config.betas, config.eps)
     scheduler = linear_warmup_decay(optimizer, config.total_warmup_steps, config.steps)
+    # fp16 only: scales the loss up so that small gradients survive half precision; otherwise it does nothing.
+    scaler = torch.amp.GradScaler(device.type, enabled=config.fp16)
     stream = InstanceStream(reader, config.seq_len, objective.sentence_pairs, config.short_seq_prob, seed=config.seed)
-    collator = PretrainingCollator(masker, tokenizer.vocab.pad_token_id, seed=config.seed)
-    sampler = torch.Generator(device).manual_seed(config.seed)  # ELECTRA's generator samples
+    own_seed = distributed.rank_seed(config.seed, config.rank)
+    collator = PretrainingCollator(masker, tokenizer.vocab.pad_token_id, seed=own_seed)
+    sampler = torch.Generator(device).manual_seed(own_seed)  # ELECTRA's generator samples
     eval_reader = CorpusReader(config.data, split="eval", holdout=config.holdout) if config.holdout else None
 
     step = 0
     if resume:
-        state = load_train_state(checkpoint_dir, model, optimizer, scheduler)
-        stream.load_state_dict(state.data["stream"])
-        collator.load_state_dict(state.data["collator"])
-        sampler.set_state(state.data["sampler"])
+        state = load_train_state(checkpoint_dir, model, optimizer, scheduler, scaler)
+        position = state.data
+        if config.world_size > 1:
+            position = state.data["ranks"][config.rank]
+            restore_rng_states(position["rng"])  # this process's own; load_train_state restored rank 0's
+        stream.load_state_dict(position["stream"])
+        collator.load_state_dict(position["collator"])
+        sampler.set_state(position["sampler"])
         step = state.step
-        _keep_log_until(output / LOG_FILE, step)
-        logger.info("resuming from step %d", step)
-    else:
+        if is_main:
+            _keep_log_until(output / LOG_FILE, step)
+            logger.info("resuming from step %d", step)
+    elif is_main:
         output.mkdir(parents=True, exist_ok=True)
         (output / LOG_FILE).write_text("")
-    config.save(output / RUN_CONFIG_FILE)
-    tokenizer.save_pretrained(output)
+    if is_main:
+        config.save(output / RUN_CONFIG_FILE)
+        tokenizer.save_pretrained(output)
+    # DDP averages the gradients over processes; compile wraps DDP (not the reverse) so that DDP's communication
+    # hooks stay outside the compiled graphs. `model` itself is what is saved and evaluated.
+    synced = distributed.wrap_ddp(model, device)
+    train_model = torch.compile(synced) if config.compile else synced
+
+    def autocast():
+        return torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None)
 
     def save_checkpoint() -> None:
         data = {"stream": stream.state_dict(), "collator": collator.state_dict(), "sampler": sampler.get_state()}
-        save_train_state(checkpoint_dir, model, optimizer, scheduler, step, data, {"config": config.to_dict()})
+        if config.world_size > 1:
+            data = {"ranks": distributed.gather_to_main({**data, "rng": rng_states()})}
+        if is_main:
+            save_train_state(checkpoint_dir, model, optimizer, scheduler, step, data, {"config": config.to_dict()},
+                             scaler)
 
     history: list[dict[str, Any]] = []
 
     def log(record: dict[str, Any]) -> None:
+        if not is_main:
+            return
         history.append(record)
         with open(output / LOG_FILE, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
 
     def evaluate() -> None:
-        if eval_reader is None:
+        # Rank 0 scores the whole held-out split alone, so that the numbers are a single process's; the others
+        # wait for it at their next collective.
+        if eval_reader is None or not is_main:
             return
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+        with autocast():
             metrics = evaluate_mlm(model, eval_reader, masker, tokenizer.vocab.pad_token_id, config.batch_size,
                                    config.seq_len, config.eval_batches, config.seed, device)
         log({"event": "eval", "step": step, **metrics})
@@ -372,28 +451,34 @@ def pretrain(config: PretrainConfig, resume: bool = False) -> PretrainResult:
     data = batches(stream, collator, config.batch_size)
     model.train()
     from tqdm import tqdm
-    bar = tqdm(total=config.steps, initial=step, desc="pre-training", unit="step", disable=not config.progress)
+    bar = tqdm(total=config.steps, initial=step, desc="pre-training", unit="step",
+               disable=not (config.progress and is_main))
     window, window_seconds = {}, 0.0
     while step < config.steps:
         started = time.perf_counter()
-        for _ in range(config.grad_accumulation):
+        for micro_batch in range(config.grad_accumulation):
             batch = to_device(next(data), device)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-                result = objective.loss(model, batch, sampler)
-            (result.loss / config.grad_accumulation).backward()
+            with distributed.no_sync(synced, skip=micro_batch < config.grad_accumulation - 1):
+                with autocast():
+                    result = objective.loss(train_model, batch, sampler)
+                scaler.scale(result.loss / config.grad_accumulation).backward()
             counts = {"loss": result.loss.item(), "micro_batches": 1, **batch_counts(result, batch)}
             for key, value in counts.items():
                 window[key] = window.get(key, 0) + value
         if config.max_grad_norm is not None:
+            scaler.unscale_(optimizer)  # clip the true gradients, not the fp16-scaled ones
             nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        optimizer.step()
+        scaler.step(optimizer)  # with fp16, skipped when the gradients overflowed
+        scaler.update()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         step += 1
         window_seconds += time.perf_counter() - started
         bar.update(1)
         if step % config.log_every == 0 or step == config.steps:
-            record = summarise(window, window_seconds, parameters, config.peak_gflops)
+            window = distributed.all_reduce_sums(window, device)  # the global batch: every process's sums
+            # MFU: the tokens of all processes over the peak of all their devices
+            record = summarise(window, window_seconds, parameters, config.peak_gflops * config.world_size)
             bar.set_postfix(loss=f"{record['loss']:.4f}", mlm_acc=f"{record['mlm_accuracy']:.3f}",
                             mfu=f"{record['mfu']:.1%}")
             log({"event": "train", "step": step, "lr": scheduler.get_last_lr()[0], **record})
@@ -406,5 +491,6 @@ def pretrain(config: PretrainConfig, resume: bool = False) -> PretrainResult:
     if not (config.eval_every and step % config.eval_every == 0):
         evaluate()
     save_checkpoint()
-    save_final_model(model, tokenizer, config)
+    if is_main:
+        save_final_model(model, tokenizer, config)
     return PretrainResult(steps=step, history=history, output=output)

@@ -1,7 +1,8 @@
+from bertforge.training.distributed import ProcessInfo, is_main_process, read_environment
 from bertforge.training.optim import build_optimizer, linear_warmup_decay, parameter_groups
 from bertforge.training.trainer import TrainConfig, Trainer, TrainResult, bf16_supported, seed_everything
 
 __all__ = [
-    "TrainConfig", "TrainResult", "Trainer", "bf16_supported", "build_optimizer", "linear_warmup_decay",
-    "parameter_groups", "seed_everything",
+    "ProcessInfo", "TrainConfig", "TrainResult", "Trainer", "bf16_supported", "build_optimizer", "is_main_process",
+    "linear_warmup_decay", "parameter_groups", "read_environment", "seed_everything",
 ]
