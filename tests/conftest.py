@@ -16,6 +16,28 @@ REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO.parent / "shared" / "data"
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for tiny models: on a shared 2-core machine spinning OpenMP threads make tiny steps 10x
+    slower, and each torchrun process gets one thread (the same kernels, so the same rounding)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def inaugural_slice(data_dir, tmp_path_factory):
+    """inaugural_slice(lines) -> a text file of the first `lines` lines of pretrain_en's inaugural addresses:
+    a real corpus, small enough to prepare in a second."""
+    def write(lines: int) -> Path:
+        path = tmp_path_factory.mktemp("inaugural") / "slice.txt"
+        text = (data_dir / "pretrain_en" / "inaugural.txt").read_text(encoding="utf-8").splitlines()[:lines]
+        path.write_text("\n".join(text) + "\n", encoding="utf-8")
+        return path
+    return write
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     if not DATA_DIR.is_dir():

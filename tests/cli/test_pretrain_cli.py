@@ -9,22 +9,13 @@ import torch
 
 from bertforge.cli.main import main
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine, spinning OpenMP threads make tiny steps 10x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def corpus(data_dir, tmp_path_factory):
-    lines = (data_dir / "pretrain_en" / "inaugural.txt").read_text(encoding="utf-8").splitlines()[:600]
+def corpus(inaugural_slice, tmp_path_factory):
     folder = tmp_path_factory.mktemp("cli_corpus")
-    (folder / "slice.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    assert main(["pretrain", "prepare", "--corpus", str(folder / "slice.txt"), "-o", str(folder / "data"),
+    assert main(["pretrain", "prepare", "--corpus", str(inaugural_slice(600)), "-o", str(folder / "data"),
                  "--no-progress"]) == 0
     return folder / "data"
 

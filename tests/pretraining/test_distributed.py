@@ -32,21 +32,14 @@ MODEL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "i
          "max_position_embeddings": 64}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread, as each torchrun process gets: the same kernels, so the same rounding."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def corpus(data_dir, tmp_path_factory, minilm_dir):
-    lines = (data_dir / "pretrain_en" / "inaugural.txt").read_text(encoding="utf-8").splitlines()[:600]
+def corpus(inaugural_slice, tmp_path_factory, minilm_dir):
     folder = tmp_path_factory.mktemp("ddp_corpus")
-    (folder / "slice.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    prepare_corpus([folder / "slice.txt"], BertTokenizer.from_pretrained(minilm_dir), folder / "data", progress=False)
+    prepare_corpus([inaugural_slice(600)], BertTokenizer.from_pretrained(minilm_dir), folder / "data",
+                   progress=False)
     (folder / "model.json").write_text(json.dumps(MODEL))
     return folder
 

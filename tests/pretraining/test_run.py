@@ -24,23 +24,15 @@ from bertforge.pretraining.masking import Masker
 from bertforge.pretraining.objectives import Objective
 from bertforge.pretraining.run import PretrainConfig, evaluate_mlm, pretrain
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine, spinning OpenMP threads make tiny steps 10x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def corpus(data_dir, tmp_path_factory, minilm_dir):
+def corpus(inaugural_slice, tmp_path_factory, minilm_dir):
     from bertforge import BertTokenizer
-    lines = (data_dir / "pretrain_en" / "inaugural.txt").read_text(encoding="utf-8").splitlines()[:1000]
     folder = tmp_path_factory.mktemp("corpus")
-    (folder / "slice.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    prepare_corpus([folder / "slice.txt"], BertTokenizer.from_pretrained(minilm_dir), folder / "data", progress=False)
+    prepare_corpus([inaugural_slice(1000)], BertTokenizer.from_pretrained(minilm_dir), folder / "data",
+                   progress=False)
     return folder / "data"
 
 
