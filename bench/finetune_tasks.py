@@ -206,10 +206,10 @@ def main() -> None:
     names = sorted({k for figures in results.values() for k, v in figures["metrics"].items()
                     if isinstance(v, float) and math.isfinite(v)})
     print(f"\n{args.run}: {run.task}, {args.threads} threads")
-    print(f"{'':<14}{'wall-clock s':>14}" + "".join(f"{n:>16}" for n in names))
+    print(f"{'':<14}{'wall-clock s':>14}" + "".join(f"{n:>22}" for n in names))
     for engine, figures in results.items():
         print(f"{engine:<14}{figures['seconds']:>14.1f}"
-              + "".join(f"{figures['metrics'].get(n, float('nan')):>16.4f}" for n in names))
+              + "".join(f"{figures['metrics'].get(n, float('nan')):>22.4f}" for n in names))
     if len(results) == 2:
         print(f"wall-clock ratio (transformers / bertforge): "
               f"{results['transformers']['seconds'] / results['bertforge']['seconds']:.2f}x")

@@ -1,7 +1,7 @@
 """The proof that pre-training works: learn a vocabulary and pre-train a small BERT on ../shared/data/pretrain_en,
 then fine-tune it on an SST-2 slice beside the same architecture trained from random initialisation.
 
-    python bench/pretrain_proof.py [--steps 800] [--config mini] [--runs-dir runs] [--threads 2]
+    python bench/pretrain_proof.py [--config tiny] [--steps 1500] [--lr 1e-3] [--runs-dir runs] [--threads 2]
 
 Every step is a `bertforge` command, printed before it runs (so the whole pipeline can be repeated by hand) and
 timed; the summary gives the held-out masked-LM accuracy against the frequency baseline (always predicting the
@@ -25,7 +25,7 @@ def pipeline(args: argparse.Namespace, folder: Path) -> list[tuple[str, list[str
     vocab, corpus, model = folder / "vocab.txt", folder / "corpus", folder / "model"
     sst2 = ["--task", "classification", "--train", str(DATA / "sst2" / "train.tsv"),
             "--dev", str(DATA / "sst2" / "dev.tsv"), "--max-train-examples", str(args.sst2_examples),
-            "--epochs", "3", "--batch-size", "32", "--lr", "1e-4", "--warmup-ratio", "0.1", "--max-length", "64",
+            "--epochs", "3", "--batch-size", "32", "--lr", "2e-4", "--warmup-ratio", "0.1", "--max-length", "64",
             "--no-progress"]
     return [
         ("vocabulary", ["vocab", "--corpus", *CORPUS, "--vocab-size", str(args.vocab_size), "--output", str(vocab)]),
@@ -47,9 +47,9 @@ def pipeline(args: argparse.Namespace, folder: Path) -> list[tuple[str, list[str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="mini", help="model size preset (default: mini, 4 layers x 256)")
-    parser.add_argument("--steps", type=int, default=800, help="pre-training steps of 32 x 128 tokens")
-    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument("--config", default="tiny", help="model size preset (default: tiny, 2 layers x 128)")
+    parser.add_argument("--steps", type=int, default=1500, help="pre-training steps of 32 x 128 tokens")
+    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--vocab-size", type=int, default=10000)
     parser.add_argument("--sst2-examples", type=int, default=8000)
     parser.add_argument("--runs-dir", default="runs")
