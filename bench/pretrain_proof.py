@@ -1,7 +1,7 @@
 """The proof that pre-training works: learn a vocabulary and pre-train a small BERT on ../shared/data/pretrain_en,
 then fine-tune it on an SST-2 slice beside the same architecture trained from random initialisation.
 
-    python bench/pretrain_proof.py [--config tiny] [--steps 1500] [--lr 1e-3] [--runs-dir runs] [--threads 2]
+    python bench/pretrain_proof.py [--config tiny] [--steps 4000] [--lr 1e-3] [--runs-dir runs] [--threads 2]
 
 Every step is a `bertforge` command, printed before it runs (so the whole pipeline can be repeated by hand) and
 timed; the summary gives the held-out masked-LM accuracy against the frequency baseline (always predicting the
@@ -48,7 +48,7 @@ def pipeline(args: argparse.Namespace, folder: Path) -> list[tuple[str, list[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="tiny", help="model size preset (default: tiny, 2 layers x 128)")
-    parser.add_argument("--steps", type=int, default=1500, help="pre-training steps of 32 x 128 tokens")
+    parser.add_argument("--steps", type=int, default=4000, help="pre-training steps of 32 x 128 tokens")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--vocab-size", type=int, default=10000)
     parser.add_argument("--sst2-examples", type=int, default=8000)
