@@ -11,7 +11,7 @@ Model FLOPs utilisation counts only the useful work on real tokens (2 x the matm
 attention's 4 x length x hidden per token and layer) against --peak-gflops, so work spent on padding is waste.
 Everything runs twice: with glibc's default allocator, then after `tune_cpu_allocator()`. The setting is
 process-wide, so transformers gains from it too. Extras (MiniLM and base, full 32x128, tuned allocator):
-bf16 autocast and dynamic int8 quantization of nn.Linear, speed-up and largest difference from fp32.
+bf16 autocast, dynamic int8 quantization of nn.Linear and torch.compile, speed-up and largest difference from fp32.
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ def largest_difference(expected, actual, batch) -> float:
 
 
 def measure_extras(name: str, model: BertModel, batches, repeats: int) -> None:
-    """bf16 autocast and dynamic int8 Linear, against fp32 bertforge: speed-up and max |difference|."""
+    """bf16 autocast, dynamic int8 Linear and torch.compile (inductor; compiled during the warm-up batch), against
+    fp32 bertforge: speed-up and max |difference|."""
     from torch.ao.quantization import quantize_dynamic
 
     with warnings.catch_warnings():
@@ -121,7 +122,8 @@ def measure_extras(name: str, model: BertModel, batches, repeats: int) -> None:
         quantized = quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)
     fp32_s = seconds_per_pass(torch_runner(model), batches, repeats)
     expected = torch_runner(model)(batches[0])
-    variants = {"bf16 autocast": torch_runner(model, autocast=True), "int8 dynamic": torch_runner(quantized)}
+    variants = {"bf16 autocast": torch_runner(model, autocast=True), "int8 dynamic": torch_runner(quantized),
+                "torch.compile": torch_runner(torch.compile(model))}
     for variant, run in variants.items():
         variant_s = seconds_per_pass(run, batches, repeats)
         difference = largest_difference(expected, run(batches[0]), batches[0])
@@ -139,7 +141,7 @@ def main() -> None:
     parser.add_argument("--squad-contexts", type=int, default=16, help="first N SQuAD dev contexts")
     parser.add_argument("--squad-length", type=int, default=256, choices=(256, 384))
     parser.add_argument("--peak-gflops", type=float, default=552.0, help="fp32 peak of the CPU (PERFORMANCE.md)")
-    parser.add_argument("--no-extras", action="store_true", help="skip the bf16 and int8 measurements")
+    parser.add_argument("--no-extras", action="store_true", help="skip the bf16, int8 and torch.compile measurements")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tokenizer = BertTokenizer.from_pretrained("default")
