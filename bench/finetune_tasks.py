@@ -62,7 +62,7 @@ RUNS: dict[str, Run] = {
                        "--epochs": "3"}),
     "stsb": Run("regression", "stsb/train.tsv", "stsb/dev.tsv",
                 flags={"--text-column": "sentence1", "--text-pair-column": "sentence2", "--label-column": "score",
-                       "--epochs": "2"}),
+                       "--epochs": "3"}),
     "conll2003": Run("ner", "conll2003/eng.train", "conll2003/eng.testa", test="conll2003/eng.testb",
                      flags={"--epochs": "2"}),
     "squad": Run("qa", "squad/train.json", "squad/dev.json", prepare=split_squad,
