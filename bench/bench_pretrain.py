@@ -28,6 +28,7 @@ from bertforge import BertConfig, BertTokenizer
 from bertforge.pretraining.heads import BertForPreTraining
 from bertforge.pretraining.masking import Masker
 from bertforge.runtime import tune_cpu_allocator
+from bertforge.training import build_optimizer
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -49,13 +50,6 @@ def real_batch(tokenizer: BertTokenizer, batch_size: int, seq_len: int, seed: in
     return {"input_ids": masked.input_ids, "token_type_ids": torch.tensor(segments),
             "attention_mask": torch.ones_like(input_ids), "labels": masked.labels,
             "next_sentence_label": torch.randint(0, 2, (batch_size,), generator=generator)}
-
-
-def optimizer_for(model: torch.nn.Module) -> torch.optim.Optimizer:
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-                             lr=1e-4, eps=1e-6, fused=True)
 
 
 def train_step(model, optimizer, batch, autocast) -> tuple[float, float]:
@@ -96,7 +90,8 @@ def main() -> None:
         ours.save_pretrained(folder)
         theirs = transformers.BertForPreTraining.from_pretrained(folder, attn_implementation="sdpa")
     models = {"bertforge": ours.to(device).train(), "transformers": theirs.to(device).train()}
-    optimizers = {name: optimizer_for(model) for name, model in models.items()}
+    # bertforge's AdamW groups (no decay on biases and LayerNorm) and fused kernel, for both
+    optimizers = {name: build_optimizer(model, lr=1e-4, weight_decay=0.01, eps=1e-6) for name, model in models.items()}
     batch = {key: value.to(device) for key, value in real_batch(tokenizer, args.batch_size, args.seq_len).items()}
     autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if args.bf16 else \
         (lambda: torch.autocast(device.type, enabled=False))

@@ -79,7 +79,7 @@ def finetune_arguments(run: Run, output: Path, data: dict[str, str]) -> list[str
     return arguments
 
 
-def data_files(name: str, run: Run, folder: Path) -> dict[str, str]:
+def data_files(run: Run, folder: Path) -> dict[str, str]:
     if run.prepare is not None:
         return run.prepare(folder / "data")
     return {"train": str(DATA / run.train), "dev": str(DATA / run.dev)}
@@ -89,9 +89,9 @@ def show(arguments: list[str]) -> str:
     return " ".join(a if a and " " not in a and "#" not in a else repr(a) for a in ["bertforge", *arguments])
 
 
-def run_bertforge(name: str, run: Run, folder: Path, threads: int) -> dict:
+def run_bertforge(run: Run, folder: Path, threads: int) -> dict:
     start = time.perf_counter()
-    data = data_files(name, run, folder)
+    data = data_files(run, folder)
     output = folder / "bertforge"
     commands = [finetune_arguments(run, output, data)]
     if run.test:
@@ -108,7 +108,7 @@ def run_bertforge(name: str, run: Run, folder: Path, threads: int) -> dict:
     return {"seconds": seconds, "metrics": metrics, "commands": [show(c) for c in commands]}
 
 
-def run_transformers(name: str, run: Run, folder: Path, threads: int) -> dict:
+def run_transformers(run: Run, folder: Path, threads: int) -> dict:
     import transformers
 
     from bertforge.checkpoint.default_model import resolve_model_dir
@@ -119,7 +119,7 @@ def run_transformers(name: str, run: Run, folder: Path, threads: int) -> dict:
 
     torch.set_num_threads(threads)
     start = time.perf_counter()
-    data = data_files(name, run, folder)
+    data = data_files(run, folder)
     parser = argparse.ArgumentParser()
     finetune_cli.add_arguments(parser)
     config = finetune_cli.config_from_args(parser.parse_args(finetune_arguments(run, folder / "unused", data)[1:]))
@@ -198,7 +198,7 @@ def main() -> None:
     engines = list(ENGINES) if args.engine == "both" else [args.engine]
     results = {}
     for engine in engines:
-        results[engine] = ENGINES[engine](args.run, run, folder, args.threads)
+        results[engine] = ENGINES[engine](run, folder, args.threads)
         record = {"run": args.run, "engine": engine, "threads": args.threads, **results[engine]}
         (folder / f"{engine}.json").write_text(json.dumps(record, indent=2) + "\n")
         print(json.dumps(record), flush=True)

@@ -376,18 +376,18 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device) -> Pretra
     if config.bf16 and not use_bf16 and is_main:
         logger.warning("bf16 was asked for but %s has no native bf16 support; training in float32", device.type)
     autocast_dtype = torch.bfloat16 if use_bf16 else torch.float16 if config.fp16 else None
+    own_seed = distributed.rank_seed(config.seed, config.rank)  # config.seed on rank 0
     seed_everything(config.seed)
     model = objective.build_model(bert_config).to(device)  # the same initial weights in every process
     if config.rank > 0:
         # Dropout masks of its own for each process; rank 0 keeps the generator as initialisation left it, so a
         # single process draws exactly what it always did.
-        seed_everything(distributed.rank_seed(config.seed, config.rank))
+        seed_everything(own_seed)
     optimizer = build_optimizer(model, config.lr, config.weight_decay, config.betas, config.eps)
     scheduler = linear_warmup_decay(optimizer, config.total_warmup_steps, config.steps)
     # fp16 only: scales the loss up so that small gradients survive half precision; otherwise it does nothing.
     scaler = torch.amp.GradScaler(device.type, enabled=config.fp16)
     stream = InstanceStream(reader, config.seq_len, objective.sentence_pairs, config.short_seq_prob, seed=config.seed)
-    own_seed = distributed.rank_seed(config.seed, config.rank)
     collator = PretrainingCollator(masker, tokenizer.vocab.pad_token_id, seed=own_seed)
     sampler = torch.Generator(device).manual_seed(own_seed)  # ELECTRA's generator samples
     eval_reader = CorpusReader(config.data, split="eval", holdout=config.holdout) if config.holdout else None
