@@ -38,7 +38,7 @@ from bertforge.inference.features import POOLINGS, pad_ids, pool
 from bertforge.model import BertModel
 from bertforge.tasks import question_answering
 from bertforge.tasks.data import EncodeSettings
-from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetuneConfig
+from bertforge.tasks.finetune import FinetuneConfig, saved_run_config
 from bertforge.tasks.metrics import entities
 from bertforge.tasks.question_answering import QAExample
 from bertforge.tokenizer import BertTokenizer
@@ -230,8 +230,7 @@ def qa_settings_of(name_or_path: str | Path) -> EncodeSettings:
     """How the fine-tuning run of a question-answering model windowed contexts and decoded answers (its
     finetune_config.json: max_length, doc_stride, max_query_length, version_2, n_best, ...), else the qa task's
     defaults; `bertforge predict` reads the same."""
-    saved = resolve_model_dir(name_or_path) / RUN_CONFIG_FILE
-    return (FinetuneConfig.load(saved) if saved.is_file() else FinetuneConfig(task="qa")).settings
+    return (saved_run_config(name_or_path) or FinetuneConfig(task="qa")).settings
 
 
 # ---------------------------------------------------------------- the micro-batcher

@@ -185,8 +185,7 @@ class FinetunedModel:
         architectures, as transformers writes them), or regression for a one-output classifier.
         The training run's settings (max_length, doc_stride, version_2, ...) stay; without them, the task's."""
         directory = resolve_model_dir(name_or_path)
-        saved = directory / RUN_CONFIG_FILE
-        settings = FinetuneConfig.load(saved) if saved.is_file() else None
+        settings = saved_run_config(directory)
         if task is None:
             task = settings.task if settings else task_of_checkpoint(directory)
         settings = dataclasses.replace(settings, task=task) if settings else FinetuneConfig(task=task)
@@ -221,13 +220,20 @@ class FinetunedModel:
         return self.task.score(self.predict(examples, batch_size, max_length), examples, self.id2label)
 
 
+def saved_run_config(name_or_path: str | Path) -> FinetuneConfig | None:
+    """The FinetuneConfig a fine-tuned model was trained with (its finetune_config.json), if it has one."""
+    saved = resolve_model_dir(name_or_path) / RUN_CONFIG_FILE
+    return FinetuneConfig.load(saved) if saved.is_file() else None
+
+
 def task_of_checkpoint(directory: Path) -> str:
     """The task a checkpoint without a run config was made for, read from its head's class name."""
-    architectures = read_json_object(directory / CONFIG_FILE, "model config").get("architectures") or []
+    path = directory / CONFIG_FILE
+    data = read_json_object(path, "model config")
     by_class = {definition.model_class.__name__: name for name, definition in TASKS.items()
                 if name != "regression"}
-    task = next((by_class[name] for name in architectures if name in by_class), "classification")
-    if task == "classification" and BertConfig.load(directory / CONFIG_FILE).num_labels == 1:
+    task = next((by_class[name] for name in data.get("architectures") or [] if name in by_class), "classification")
+    if task == "classification" and BertConfig.from_dict(data, source=str(path)).num_labels == 1:
         return "regression"
     return task
 
