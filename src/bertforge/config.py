@@ -142,6 +142,13 @@ class BertConfig:
         return cls.from_dict(read_json_object(path, "config"), source=str(path))
 
 
+def dropout_overrides(dropout: float | None) -> dict[str, float]:
+    """BertConfig fields for one dropout probability on both hidden states and attention weights ({} for None)."""
+    if dropout is None:
+        return {}
+    return {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+
+
 def read_json_object(path: str | Path, what: str) -> dict[str, Any]:
     """A JSON object from a file; a missing, unreadable or malformed file is a ConfigError naming it."""
     path = Path(path)

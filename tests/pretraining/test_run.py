@@ -150,6 +150,14 @@ def test_frequency_baseline_is_the_accuracy_of_always_guessing_the_most_frequent
     assert metrics["accuracy"] == pytest.approx(metrics["frequency_baseline_accuracy"])
 
 
+def test_dropout_replaces_the_presets_in_the_trained_model(corpus, tmp_path):
+    pretrain(make_config(corpus, tmp_path / "out", steps=2, dropout=0.0))
+    saved = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (saved["hidden_dropout_prob"], saved["attention_probs_dropout_prob"]) == (0.0, 0.0)
+    with pytest.raises(ConfigError, match="dropout must be in"):
+        make_config(corpus, tmp_path / "bad", dropout=-0.1)
+
+
 def test_config_round_trips_through_json_and_rejects_unknown_keys(tmp_path):
     config = PretrainConfig(data="d", output="o", objective="mlm+sop", masking="ngram", holdout=5, betas=(0.8, 0.9))
     config.save(tmp_path / "run.json")

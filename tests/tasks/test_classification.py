@@ -193,3 +193,18 @@ def test_random_init_keeps_the_architecture_and_draws_fresh_seeded_weights(tmp_p
     assert torch.all(loaded.bert.embeddings.tokens.weight == 0.5)
     assert fresh.bert.embeddings.tokens.weight.std().item() == pytest.approx(0.02, rel=0.1)  # BERT's init
     torch.testing.assert_close(fresh.state_dict(), again.state_dict(), rtol=0, atol=0)
+
+
+def test_dropout_replaces_the_checkpoints_in_both_the_pretrained_and_the_random_init_model(tmp_path, tokenizer):
+    """A checkpoint pre-trained without dropout (the short-run recipe) is fine-tuned with BERT's 0.1."""
+    BertModel(BertConfig.tiny(vocab_size=tokenizer.vocab_size, hidden_dropout_prob=0.0,
+                              attention_probs_dropout_prob=0.0)).save_pretrained(tmp_path)
+    task, labels = TASKS["classification"], {0: "neg", 1: "pos"}
+    for random_init in (False, True):
+        model = load_task_model(task, str(tmp_path), labels, random_init=random_init, seed=0, dropout=0.1)
+        assert (model.config.hidden_dropout_prob, model.config.attention_probs_dropout_prob) == (0.1, 0.1)
+        assert model.classifier.dropout.p == 0.1
+        kept = load_task_model(task, str(tmp_path), labels, random_init=random_init, seed=0)
+        assert kept.config.hidden_dropout_prob == 0.0
+    with pytest.raises(ConfigError, match="dropout must be in"):
+        FinetuneConfig(dropout=1.0)

@@ -24,6 +24,7 @@ FLAGS: dict[str, tuple[tuple[str, ...], type, str]] = {
     "--max-answer-length": (("max_answer_length",), int, "qa: longest answer in tokens (default 30)"),
     "--null-score-threshold": (("null_score_threshold",), float,
                                "qa with --version-2: margin by which no answer must beat the best span (default 0)"),
+    "--dropout": (("dropout",), float, "dropout on hidden states and attention weights (default: the model's)"),
     "--batch-size": (("batch_size",), int, "examples per batch (default 32)"),
     "--eval-batch-size": (("eval_batch_size",), int, "examples per evaluation batch (default 64)"),
     "--max-train-examples": (("max_train_examples",), int, "use only the first N training examples"),

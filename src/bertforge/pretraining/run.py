@@ -37,7 +37,7 @@ from bertforge.checkpoint.train_state import (
     rng_states,
     save_train_state,
 )
-from bertforge.config import PRESETS, BertConfig, read_json_object
+from bertforge.config import PRESETS, BertConfig, dropout_overrides, read_json_object
 from bertforge.errors import BertforgeError, ConfigError
 from bertforge.heads import IGNORE_INDEX
 from bertforge.pretraining.collate import PretrainingCollator
@@ -78,6 +78,7 @@ class PretrainConfig:
     data: str  # a folder written by prepare_corpus
     output: str
     model: str = "tiny"  # a BertConfig preset name, or a config.json path (vocab_size comes from the tokenizer)
+    dropout: float | None = None  # replaces the model's dropout (hidden and attention); None keeps it (BERT: 0.1)
     tokenizer: str = "default"  # a model directory, 'default', or a vocab.txt: must be the corpus's tokenizer
     do_lower_case: bool = True  # for a bare vocab.txt; a model directory's tokenizer_config.json decides
     objective: str = "mlm+nsp"
@@ -126,6 +127,8 @@ class PretrainConfig:
         check_number("max_grad_norm", self.max_grad_norm, minimum=0.0, exclusive=True, optional=True)
         check_number("peak_gflops", self.peak_gflops, minimum=0.0, exclusive=True)
         check_number("seed", self.seed, minimum=0, integer=True)
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
         if not 0.0 < self.mask_probability < 1.0:
             raise ConfigError(f"mask_probability must be in (0, 1), got {self.mask_probability!r}")
         check_number("world_size", self.world_size, minimum=1, integer=True)
@@ -181,9 +184,11 @@ def check_tokenizer(tokenizer: BertTokenizer, reader: CorpusReader, source: str)
                           f"({different[0]} differs); pass the same --vocab as to `pretrain prepare`")
 
 
-def model_config(name_or_path: str, tokenizer: BertTokenizer, seq_len: int) -> BertConfig:
-    """A preset name or config.json, with the tokenizer's vocabulary size and padding id."""
-    overrides = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.vocab.pad_token_id}
+def model_config(name_or_path: str, tokenizer: BertTokenizer, seq_len: int, dropout: float | None = None
+                 ) -> BertConfig:
+    """A preset name or config.json, with the tokenizer's vocabulary size and padding id (and `dropout`)."""
+    overrides = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.vocab.pad_token_id,
+                 **dropout_overrides(dropout)}
     if name_or_path in PRESETS:
         config = BertConfig.preset(name_or_path, **overrides)
     elif name_or_path.endswith(".json") or Path(name_or_path).is_file():
@@ -369,7 +374,7 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device) -> Pretra
     tokenizer = load_tokenizer(config.tokenizer, config.do_lower_case)
     check_tokenizer(tokenizer, reader, config.tokenizer)
     objective = get_objective(config.objective)
-    bert_config = model_config(config.model, tokenizer, config.seq_len)
+    bert_config = model_config(config.model, tokenizer, config.seq_len, config.dropout)
     masker = Masker(tokenizer.vocab, config.masking, config.mask_probability)
 
     use_bf16 = config.bf16 and bf16_supported(device.type)

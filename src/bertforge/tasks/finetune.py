@@ -20,7 +20,7 @@ from torch import nn
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE
-from bertforge.config import BertConfig, read_json_object
+from bertforge.config import BertConfig, dropout_overrides, read_json_object
 from bertforge.errors import ConfigError
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, training_batches
@@ -43,6 +43,7 @@ class FinetuneConfig:
     task: str = "classification"
     model: str = "default"  # pre-trained model directory, or "default" (all-MiniLM-L6-v2)
     random_init: bool = False  # model's architecture with fresh weights: the from-scratch baseline
+    dropout: float | None = None  # replaces the model's dropout (hidden and attention); None keeps the checkpoint's
     dev: str | None = None  # evaluation data file; without one the final model is kept
     text_column: str = "sentence"
     text_pair_column: str | None = None
@@ -70,6 +71,8 @@ class FinetuneConfig:
         if self.long_text not in LONG_TEXT:
             raise ConfigError(f"unknown long_text {self.long_text!r}; choose from {', '.join(LONG_TEXT)}")
         check_number("null_score_threshold", self.null_score_threshold)
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
         for name in ("max_length", "batch_size", "eval_batch_size", "max_query_length", "n_best",
                      "max_answer_length"):
             check_number(name, getattr(self, name), minimum=1, integer=True)
@@ -140,7 +143,8 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
         dev_features = task.encode(tokenizer, dev_examples, config.settings, id2label)
         notes += [f"dev data: {note}" for note in dev_features.notes]
 
-    model = load_task_model(task, config.model, id2label, config.random_init, config.training.seed)
+    model = load_task_model(task, config.model, id2label, config.random_init, config.training.seed,
+                            config.dropout)
     output = Path(config.output)
     training = dataclasses.replace(config.training, output_dir=str(output))
     output.mkdir(parents=True, exist_ok=True)
@@ -158,16 +162,19 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
     return FinetuneResult(output, result.best, result.history, result.steps, result.stopped_early, notes)
 
 
-def load_task_model(task: Task, model: str, id2label: dict[int, str], random_init: bool, seed: int) -> nn.Module:
+def load_task_model(task: Task, model: str, id2label: dict[int, str], random_init: bool, seed: int,
+                    dropout: float | None = None) -> nn.Module:
     """The task's model on the encoder of `model`: pre-trained, or (random_init) freshly initialised with BERT's
     scheme, seeded, so that a pre-trained encoder can be compared with the same architecture trained from scratch.
-    A span model (qa) has no labels to name."""
-    labels = {"id2label": id2label, "label2id": {label: i for i, label in id2label.items()}} if id2label else {}
+    A span model (qa) has no labels to name; `dropout` replaces the checkpoint's."""
+    overrides = dropout_overrides(dropout)
+    if id2label:
+        overrides |= {"id2label": id2label, "label2id": {label: i for i, label in id2label.items()}}
     if not random_init:
-        return task.model_class.from_pretrained(model, **labels)
+        return task.model_class.from_pretrained(model, **overrides)
     seed_everything(seed)
     config = BertConfig.load(resolve_model_dir(model) / CONFIG_FILE)
-    return task.model_class(dataclasses.replace(config, **labels))
+    return task.model_class(dataclasses.replace(config, **overrides))
 
 
 @dataclass
