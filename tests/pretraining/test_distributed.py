@@ -15,13 +15,14 @@ from bertforge import BertModel, BertTokenizer
 from bertforge.checkpoint.train_state import TRAIN_STATE_FILE
 from bertforge.errors import ConfigError
 from bertforge.pretraining import run
-from bertforge.pretraining.collate import PretrainingCollator
+from bertforge.pretraining.collate import PretrainingCollator, batches
 from bertforge.pretraining.corpus import CorpusReader, prepare_corpus
+from bertforge.pretraining.evaluation import evaluate_mlm
 from bertforge.pretraining.heads import BertForPreTraining
 from bertforge.pretraining.instances import InstanceStream
 from bertforge.pretraining.masking import Masker
 from bertforge.pretraining.objectives import get_objective
-from bertforge.pretraining.run import PretrainConfig, evaluate_mlm, pretrain
+from bertforge.pretraining.run import PretrainConfig, pretrain
 from bertforge.training.distributed import ProcessInfo, rank_seed, read_environment, select_device
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
 from bertforge.training.trainer import seed_everything
@@ -88,7 +89,7 @@ def one_process_reference(corpus, minilm_dir):
     for rank in range(WORLD_SIZE):
         reader = CorpusReader(corpus / "data", split="train", holdout=HOLDOUT, rank=rank, world_size=WORLD_SIZE)
         collator = PretrainingCollator(masker, tokenizer.vocab.pad_token_id, seed=rank_seed(0, rank))
-        parts.append(run.batches(InstanceStream(reader, SEQ_LEN, "next_sentence", seed=0), collator, BATCH_SIZE))
+        parts.append(batches(InstanceStream(reader, SEQ_LEN, "next_sentence", seed=0), collator, BATCH_SIZE))
     model.train()
     losses = []
     for _ in range(STEPS):

@@ -16,13 +16,14 @@ from bertforge.checkpoint.train_state import TRAIN_STATE_FILE
 from bertforge.errors import CheckpointError, ConfigError, InputError
 from bertforge.heads import IGNORE_INDEX
 from bertforge.pretraining import run
-from bertforge.pretraining.collate import PretrainingCollator
+from bertforge.pretraining.collate import PretrainingCollator, batches
 from bertforge.pretraining.corpus import CorpusReader, prepare_corpus
+from bertforge.pretraining.evaluation import evaluate_mlm
 from bertforge.pretraining.heads import BertForPreTraining
 from bertforge.pretraining.instances import InstanceStream
 from bertforge.pretraining.masking import Masker
 from bertforge.pretraining.objectives import Objective
-from bertforge.pretraining.run import PretrainConfig, evaluate_mlm, pretrain
+from bertforge.pretraining.run import PretrainConfig, pretrain
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -136,7 +137,7 @@ def test_frequency_baseline_is_the_accuracy_of_always_guessing_the_most_frequent
     # the masked tokens of the evaluation, drawn again with the same seeds, counted independently
     stream = InstanceStream(reader, max_seq_length=64, sentence_pairs=None, seed=0, epochs=1)
     collator = PretrainingCollator(masker, tokenizer.vocab.pad_token_id, seed=0)
-    labels = Counter(label for batch in islice(run.batches(stream, collator, 4), 2)
+    labels = Counter(label for batch in islice(batches(stream, collator, 4), 2)
                      for label in batch["labels"].flatten().tolist() if label != IGNORE_INDEX)
     most_frequent, count = labels.most_common(1)[0]
     torch.manual_seed(0)

@@ -28,9 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from bertforge.atomic import write_text_atomic
     from bertforge.pretraining.corpus import CorpusReader
+    from bertforge.pretraining.evaluation import evaluate_mlm
     from bertforge.pretraining.heads import BertForMaskedLM
     from bertforge.pretraining.masking import Masker
-    from bertforge.pretraining.run import RUN_CONFIG_FILE, PretrainConfig, check_tokenizer, evaluate_mlm
+    from bertforge.pretraining.run import RUN_CONFIG_FILE, PretrainConfig, check_tokenizer
     from bertforge.tokenizer import BertTokenizer
 
     holdout = args.holdout

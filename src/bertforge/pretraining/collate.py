@@ -6,13 +6,14 @@ same sentence gets new masks every epoch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from itertools import islice
 
 import numpy as np
 import torch
 
 from bertforge.errors import ConfigError
-from bertforge.pretraining.instances import Instance
+from bertforge.pretraining.instances import Instance, InstanceStream
 from bertforge.pretraining.masking import Masker
 
 
@@ -61,3 +62,10 @@ class PretrainingCollator:
 
     def load_state_dict(self, state: dict) -> None:
         self.generator.set_state(state["generator"])
+
+
+def batches(stream: InstanceStream, collator: PretrainingCollator, batch_size: int) -> Iterator[dict]:
+    """Collated batches drawn in this process, so the stream's and collator's state are exactly the position."""
+    instances: Iterator[Instance] = iter(stream)
+    while chunk := list(islice(instances, batch_size)):
+        yield collator(chunk)
