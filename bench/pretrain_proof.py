@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -26,6 +27,10 @@ from pathlib import Path
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 CORPUS = sorted(str(path) for path in (DATA / "pretrain_en").glob("*.txt"))
+
+
+# The two fine-tuning arms: the same architecture and recipe, with and without the pre-trained weights.
+ARMS = {"pretrained": [], "random init": ["--random-init"]}
 
 
 def pipeline(args: argparse.Namespace, folder: Path) -> list[tuple[str, list[str]]]:
@@ -45,10 +50,10 @@ def pipeline(args: argparse.Namespace, folder: Path) -> list[tuple[str, list[str
                        "--eval-every", str(max(1, args.steps // 4)), "--save-every", str(max(1, args.steps // 8)),
                        "--log-every", "50", "--no-progress"]),
         ("held-out MLM", ["pretrain", "eval", "--model", str(model), "--data", str(corpus)]),
-        ("SST-2, pre-trained", ["finetune", "--model", str(model), "--output", str(folder / "sst2-pretrained"),
-                                *sst2]),
-        ("SST-2, random init", ["finetune", "--model", str(model), "--random-init",
-                                "--output", str(folder / "sst2-random-init"), *sst2]),
+        *[(f"SST-2, {arm}, seed {seed}", ["finetune", "--model", str(model), *flags,
+                                           "--output", str(folder / f"sst2-{arm.replace(' ', '-')}-{seed}"),
+                                           "--seed", str(seed), *sst2])
+          for seed in range(args.seeds) for arm, flags in ARMS.items()],
     ]
 
 
@@ -60,6 +65,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-3, help="peak pre-training learning rate")
     parser.add_argument("--finetune-lr", type=float, default=5e-4, help="SST-2 fine-tuning learning rate")
     parser.add_argument("--vocab-size", type=int, default=10000)
+    parser.add_argument("--seeds", type=int, default=3, help="fine-tuning runs per arm (seeds 0..N-1)")
     parser.add_argument("--sst2-examples", type=int, default=8000)
     parser.add_argument("--runs-dir", default="runs")
     parser.add_argument("--processes", type=int, default=2,
@@ -87,17 +93,20 @@ def main() -> None:
         print(f"[{name}: {seconds[name]:.0f} s]", flush=True)
 
     held_out = json.loads((folder / "model" / "eval_results.json").read_text())
-    pretrained = json.loads((folder / "sst2-pretrained" / "metrics.json").read_text())["best"]
-    scratch = json.loads((folder / "sst2-random-init" / "metrics.json").read_text())["best"]
-    summary = {"seconds": seconds, "held_out": held_out, "sst2_pretrained": pretrained, "sst2_random_init": scratch}
+    accuracies = {arm: [json.loads((folder / f"sst2-{arm.replace(' ', '-')}-{seed}" / "metrics.json").read_text())
+                        ["best"]["accuracy"] for seed in range(args.seeds)] for arm in ARMS}
+    summary = {"seconds": seconds, "held_out": held_out, "sst2_dev_accuracy": accuracies}
     (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print("\nstep                      wall-clock s")
     for name, value in seconds.items():
         print(f"{name:<26}{value:>12.0f}")
     print(f"\nheld-out masked LM accuracy {held_out['accuracy']:.4f} (frequency baseline "
           f"{held_out.get('frequency_baseline_accuracy', float('nan')):.4f}), perplexity {held_out['perplexity']:.1f}")
-    print(f"SST-2 dev accuracy ({args.sst2_examples} training sentences): pre-trained {pretrained['accuracy']:.4f}, "
-          f"random init {scratch['accuracy']:.4f}, margin {pretrained['accuracy'] - scratch['accuracy']:+.4f}")
+    means = {arm: statistics.mean(values) for arm, values in accuracies.items()}
+    print(f"\nSST-2 dev accuracy, {args.sst2_examples} training sentences, seeds 0-{args.seeds - 1}:")
+    for arm, values in accuracies.items():
+        print(f"{arm:<14} mean {means[arm]:.4f}  (" + ", ".join(f"{value:.4f}" for value in values) + ")")
+    print(f"margin of the mean: {means['pretrained'] - means['random init']:+.4f}")
 
 
 if __name__ == "__main__":
