@@ -43,10 +43,27 @@ def text_line_of_byte(path: Path, offset: int) -> int:
     return path.read_bytes()[:offset].count(b"\n") + 1
 
 
-def load_encoder(name_or_path: str):
+def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
+    """--precision and --compile, for every command that runs a model for its outputs."""
+    from bertforge.inference.optimize import PRECISIONS
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                        help="fp32 (default, as trained); bf16 (GPUs, CPUs with AVX-512 BF16 or AMX); int8: "
+                             "dynamically quantized linear layers (CPU; check the cost with `bertforge evaluate`)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the model (needs a C++ compiler on CPU; the first batches are slow)")
+
+
+def inference_options(args: argparse.Namespace):
+    from bertforge.inference.optimize import InferenceOptions
+    return InferenceOptions(precision=args.precision, compile=args.compile)
+
+
+def load_encoder(name_or_path: str, inference=None):
     """The encoder and tokenizer of a model directory (or 'default'), ready for inference."""
     from bertforge import BertModel, BertTokenizer
-    return BertModel.from_pretrained(name_or_path), BertTokenizer.from_pretrained(name_or_path)
+    from bertforge.inference.optimize import InferenceOptions
+    model = (inference or InferenceOptions()).apply(BertModel.from_pretrained(name_or_path))
+    return model, BertTokenizer.from_pretrained(name_or_path)
 
 
 def check_writable(path: str | Path) -> Path:

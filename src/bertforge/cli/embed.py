@@ -11,7 +11,14 @@ import numpy as np
 import torch.nn.functional as F
 
 from bertforge.atomic import atomic_path, write_text_atomic
-from bertforge.cli.arguments import add_model_argument, load_encoder, positive_int, read_lines
+from bertforge.cli.arguments import (
+    add_inference_arguments,
+    add_model_argument,
+    inference_options,
+    load_encoder,
+    positive_int,
+    read_lines,
+)
 from bertforge.errors import InputError
 from bertforge.inference import LAYER_COMBINATIONS, POOLINGS, TOKEN_LEVELS, extract_features, extract_token_features
 
@@ -25,6 +32,7 @@ def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=positive_int, default=32)
     parser.add_argument("--max-length", type=positive_int, default=None, help="truncate longer texts (tokens)")
     parser.add_argument("--normalize", action="store_true", help="scale each vector to unit length")
+    add_inference_arguments(parser)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if output is not None and args.level != "sentence" and output.suffix != ".jsonl":
         raise InputError(f"{args.level}-level vectors vary in number per line: write them to a .jsonl file", output)
     texts = read_lines(args.input)
-    model, tokenizer = load_encoder(args.model)
+    model, tokenizer = load_encoder(args.model, inference_options(args))
     settings = dict(layers=args.layers, batch_size=args.batch_size, max_length=args.max_length)
     progress = len(texts) > 10 * args.batch_size
     if args.level != "sentence":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertforge.cli.arguments import add_model_argument, positive_int
+from bertforge.cli.arguments import add_inference_arguments, add_model_argument, inference_options, positive_int
 from bertforge.inference.serve import LONG_TEXT_POLICIES, ServeSettings
 
 
@@ -40,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--long-text", choices=LONG_TEXT_POLICIES, default=defaults.long_text,
                         help="a text over --max-length is cut (truncate; a question's context is split into "
                              "windows) or answered with 413 (refuse)")
+    add_inference_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,5 +49,5 @@ def run(args: argparse.Namespace) -> int:
     settings = ServeSettings(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
                              max_queue=args.max_queue, max_texts=args.max_texts, max_length=args.max_length,
                              long_text=args.long_text)
-    serve(args.model, host=args.host, port=args.port, settings=settings)
+    serve(args.model, host=args.host, port=args.port, settings=settings, inference=inference_options(args))
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertforge.cli.arguments import load_encoder, read_lines
+from bertforge.cli.arguments import inference_options, load_encoder, read_lines
 from bertforge.cli.embed import add_feature_arguments
 from bertforge.errors import InputError
 from bertforge.inference import extract_features
@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     texts = list(args.texts) + ([line for line in read_lines(args.input) if line.strip()] if args.input else [])
     if len(texts) < 2:
         raise InputError("give at least two sentences to compare (as arguments or with --input)")
-    model, tokenizer = load_encoder(args.model)
+    model, tokenizer = load_encoder(args.model, inference_options(args))
     vectors = extract_features(model, tokenizer, texts, layers=args.layers, pooling=args.pool,
                                batch_size=args.batch_size, max_length=args.max_length, normalize=True)
     similarity = (vectors @ vectors.T).tolist()

@@ -9,10 +9,11 @@ from bertforge.inference.features import (
     pool,
     token_features,
 )
+from bertforge.inference.optimize import PRECISIONS, InferenceOptions
 
 __all__ = [
-    "LAYER_COMBINATIONS", "POOLINGS", "TOKEN_LEVELS", "ScalarMix", "TokenVectors", "extract_features",
-    "extract_token_features", "pool", "token_features",
+    "LAYER_COMBINATIONS", "POOLINGS", "PRECISIONS", "TOKEN_LEVELS", "InferenceOptions", "ScalarMix", "TokenVectors",
+    "extract_features", "extract_token_features", "pool", "token_features",
 ]
 
 # onnx.py, serve.py and attention_view.py are imported from their modules: they need optional packages

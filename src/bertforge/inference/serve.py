@@ -35,6 +35,7 @@ from bertforge.inference.attention_view import (
     render_attention_map,
 )
 from bertforge.inference.features import POOLINGS, pad_ids, pool
+from bertforge.inference.optimize import InferenceOptions
 from bertforge.model import BertModel
 from bertforge.tasks import question_answering
 from bertforge.tasks.data import EncodeSettings
@@ -219,11 +220,13 @@ def detect_model_class(directory: Path) -> type:
     return BertModel
 
 
-def load_model(name_or_path: str | Path) -> tuple[torch.nn.Module, BertTokenizer]:
-    """The model (of the class its checkpoint holds) and tokenizer of a directory or 'default', in eval mode."""
+def load_model(name_or_path: str | Path, inference: InferenceOptions | None = None
+               ) -> tuple[torch.nn.Module, BertTokenizer]:
+    """The model (of the class its checkpoint holds) and tokenizer of a directory or 'default', in eval mode
+    and prepared as `inference` says."""
     directory = resolve_model_dir(name_or_path)
-    model_class = detect_model_class(directory)
-    return model_class.from_pretrained(directory).eval(), BertTokenizer.from_pretrained(directory)
+    model = (inference or InferenceOptions()).apply(detect_model_class(directory).from_pretrained(directory))
+    return model, BertTokenizer.from_pretrained(directory)
 
 
 def qa_settings_of(name_or_path: str | Path) -> EncodeSettings:
@@ -535,15 +538,16 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     return app
 
 
-def load_app(name_or_path: str | Path, settings: ServeSettings | None = None):
+def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
+             inference: InferenceOptions | None = None):
     """The application over a model directory or 'default': create_app with what its checkpoint holds."""
-    model, tokenizer = load_model(name_or_path)
+    model, tokenizer = load_model(name_or_path, inference)
     qa_settings = qa_settings_of(name_or_path) if isinstance(model, BertForQuestionAnswering) else None
     return create_app(model, tokenizer, settings, model_name=str(name_or_path), qa_settings=qa_settings)
 
 
 def serve(name_or_path: str | Path, host: str = "127.0.0.1", port: int = 8000,
-          settings: ServeSettings | None = None) -> None:
+          settings: ServeSettings | None = None, inference: InferenceOptions | None = None) -> None:
     """Load the model and answer HTTP requests until interrupted."""
     try:
         import fastapi  # noqa: F401  (create_app needs it)
@@ -551,7 +555,7 @@ def serve(name_or_path: str | Path, host: str = "127.0.0.1", port: int = 8000,
     except ImportError as error:
         raise BertforgeError(f"the server needs FastAPI and uvicorn ({error}); "
                              f"install them with: pip install 'bertforge[serve]'") from None
-    app = load_app(name_or_path, settings)
+    app = load_app(name_or_path, settings, inference)
     logger.warning("serving %s (%s) on http://%s:%d (API docs at /docs)", name_or_path,
                    type(app.state.model).__name__, host, port)
     uvicorn.run(app, host=host, port=port, log_level="warning")

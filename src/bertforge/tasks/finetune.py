@@ -22,6 +22,7 @@ from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE
 from bertforge.config import BertConfig, dropout_overrides, read_json_object
 from bertforge.errors import ConfigError
+from bertforge.inference.optimize import InferenceOptions
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, training_batches
 from bertforge.tasks.registry import TASKS, Task, get_task
@@ -187,18 +188,20 @@ class FinetunedModel:
     settings: FinetuneConfig
 
     @classmethod
-    def load(cls, name_or_path: str | Path, task: str | None = None) -> FinetunedModel:
+    def load(cls, name_or_path: str | Path, task: str | None = None, inference: InferenceOptions | None = None
+             ) -> FinetunedModel:
         """The task is, in order: `task`, the one it was fine-tuned for, the one its head does (config.json's
         architectures, as transformers writes them), or regression for a one-output classifier.
-        The training run's settings (max_length, doc_stride, version_2, ...) stay; without them, the task's."""
+        The training run's settings (max_length, doc_stride, version_2, ...) stay; without them, the task's.
+        `inference` prepares the model (precision, compile); by default it is left as trained."""
         directory = resolve_model_dir(name_or_path)
         settings = saved_run_config(directory)
         if task is None:
             task = settings.task if settings else task_of_checkpoint(directory)
         settings = dataclasses.replace(settings, task=task) if settings else FinetuneConfig(task=task)
         definition = get_task(task)
-        return cls(definition.model_class.from_pretrained(directory), BertTokenizer.from_pretrained(directory),
-                   definition, settings)
+        model = (inference or InferenceOptions()).apply(definition.model_class.from_pretrained(directory))
+        return cls(model, BertTokenizer.from_pretrained(directory), definition, settings)
 
     @property
     def id2label(self) -> dict[int, str]:
@@ -248,13 +251,15 @@ def task_of_checkpoint(directory: Path) -> str:
 def evaluate(model: str | Path, data: str | Path, text_column: str | None = None,
              text_pair_column: str | None = None, label_column: str | None = None, task: str | None = None,
              batch_size: int = 64, max_length: int | None = None, output: str | Path | None = None,
-             ) -> dict[str, float]:
-    """Metrics of a fine-tuned model on a labelled file, also written to `output` (JSON) when given."""
-    finetuned = FinetunedModel.load(model, task)
+             inference: InferenceOptions | None = None) -> dict[str, float]:
+    """Metrics of a fine-tuned model on a labelled file, also written to `output` (JSON) when given; `inference`
+    (e.g. InferenceOptions(precision="int8")) measures what a speed option costs on the task's metric."""
+    finetuned = FinetunedModel.load(model, task, inference)
     examples = finetuned.read(data, finetuned.columns(text_column, text_pair_column, label_column), labelled=True)
     metrics = finetuned.evaluate(examples, batch_size, max_length)
     if output is not None:
-        record = {"model": str(model), "data": str(data), "examples": len(examples), **metrics}
+        options = dataclasses.asdict(inference or InferenceOptions())
+        record = {"model": str(model), "data": str(data), "examples": len(examples), **options, **metrics}
         write_text_atomic(output, json.dumps(record, indent=2) + "\n")
     return metrics
 
@@ -262,10 +267,10 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
 def predict(model: str | Path, path: str | Path | None = None, texts: Sequence[str] | None = None,
             text_pairs: Sequence[str] | None = None, text_column: str | None = None,
             text_pair_column: str | None = None, batch_size: int = 64, max_length: int | None = None,
-            ) -> list[dict[str, Any]]:
+            inference: InferenceOptions | None = None) -> list[dict[str, Any]]:
     """Answers for the examples of a file (or given `texts`, and `text_pairs`: for qa the questions and their
     contexts), each with its input: {"text", "label", ...}, {"text", "entities", "tags"}, {"question", "answer"...}."""
-    finetuned = FinetunedModel.load(model)
+    finetuned = FinetunedModel.load(model, inference=inference)
     if path is not None:
         examples = finetuned.read(path, finetuned.columns(text_column, text_pair_column, path=path), labelled=False)
     else:

@@ -1,0 +1,70 @@
+"""Inference-time speed options for any bertforge model: bf16 weights, dynamic int8 linear layers, torch.compile.
+
+Each trades some exactness (or start-up time) for speed. `bench/bench_inference.py` measures the speed-up and
+the largest numeric difference; `bertforge evaluate --precision int8` measures the cost on a task's own metric.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertforge.errors import ConfigError
+
+# fp32: as trained. bf16: weights and activations in bfloat16 (GPUs, and CPUs with AVX-512 BF16 or AMX).
+# int8: every nn.Linear quantized dynamically (int8 weights, activations quantized per batch; CPU only).
+PRECISIONS = ("fp32", "bf16", "int8")
+
+
+@dataclass(frozen=True)
+class InferenceOptions:
+    """How a loaded model is prepared for inference; the defaults leave it exactly as trained."""
+
+    precision: str = "fp32"
+    compile: bool = False  # torch.compile the forward pass (dynamic shapes); the first batches are slow
+
+    def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision {self.precision!r}; choose from {', '.join(PRECISIONS)}")
+
+    def apply(self, model: nn.Module) -> nn.Module:
+        """`model` in eval mode at this precision (changed in place, and returned): same class, same outputs'
+        types (float32 tensors), so every caller works unchanged."""
+        from bertforge.training.trainer import bf16_supported
+
+        model.eval()
+        device = next(model.parameters()).device
+        if self.precision == "int8":
+            if device.type != "cpu":
+                raise ConfigError(f"int8 dynamic quantization runs on CPU only; this model is on {device.type}")
+            from torch.ao.quantization import quantize_dynamic
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
+                quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
+        elif self.precision == "bf16":
+            if not bf16_supported(device.type):
+                raise ConfigError(f"this {device.type} has no native bf16 (on CPU: AVX-512 BF16 or AMX); "
+                                  "use fp32 or int8")
+            model.to(torch.bfloat16)
+            # Callers (numpy conversion, softmax over logits, cosine scores) expect float32 out.
+            model.register_forward_hook(lambda module, inputs, output: to_float32(output))
+        if self.compile:
+            model.compile(dynamic=True)  # in place: the module keeps its class and attributes
+        return model
+
+
+def to_float32(value: Any) -> Any:
+    """Every floating tensor in a model output (a tensor, tuple or output dataclass) as float32."""
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.is_floating_point() else value
+    if isinstance(value, tuple):
+        return tuple(to_float32(item) for item in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{field.name: to_float32(getattr(value, field.name))
+                                             for field in dataclasses.fields(value) if field.init})
+    return value

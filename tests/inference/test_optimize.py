@@ -1,0 +1,77 @@
+"""Inference options on the real MiniLM: int8 and bf16 keep the model's class and float32 outputs and stay close
+to fp32 on real text; compile is applied in place; impossible choices are one-line errors."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertforge import BertModel
+from bertforge.cli.main import main
+from bertforge.errors import ConfigError
+from bertforge.inference import InferenceOptions, extract_features
+from bertforge.training import trainer
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture
+def sentences(sst2_dev):
+    return [text for text, _ in sst2_dev[:16]]
+
+
+def sentence_similarity(model, reference, tokenizer, sentences) -> torch.Tensor:
+    """Cosine similarity of each sentence's mean-pooled embedding under `model` and under `reference`."""
+    ours = extract_features(model, tokenizer, sentences, pooling="mean")
+    theirs = extract_features(reference, tokenizer, sentences, pooling="mean")
+    assert ours.dtype == torch.float32
+    return F.cosine_similarity(ours, theirs, dim=-1)
+
+
+def test_int8_quantizes_every_linear_layer_and_stays_close_on_real_text(minilm, minilm_dir, tokenizer, sentences):
+    model = InferenceOptions(precision="int8").apply(BertModel.from_pretrained(minilm_dir))
+    assert isinstance(model, BertModel) and not model.training
+    assert not any(type(module) is torch.nn.Linear for module in model.modules())
+    similarity = sentence_similarity(model, minilm, tokenizer, sentences)
+    assert similarity.min() > 0.85  # 0.91 on these sentences; the cost on a task's metric: `bertforge evaluate --precision int8`
+
+
+def test_bf16_casts_the_weights_and_gives_float32_outputs(minilm, minilm_dir, tokenizer, sentences, monkeypatch):
+    # Where the CPU lacks native bf16 the kernels are emulated: slow, but the numbers are what bf16 gives.
+    monkeypatch.setattr(trainer, "bf16_supported", lambda device_type: True)
+    model = InferenceOptions(precision="bf16").apply(BertModel.from_pretrained(minilm_dir))
+    assert model.embeddings.tokens.weight.dtype == torch.bfloat16
+    batch = tokenizer(sentences[:2], padding=True, return_tensors="pt")
+    output = model(**batch)
+    assert output.last_hidden_state.dtype == output.pooler_output.dtype == torch.float32
+    assert sentence_similarity(model, minilm, tokenizer, sentences).min() > 0.99
+
+
+def test_bf16_without_hardware_support_is_an_error(minilm_dir, monkeypatch):
+    monkeypatch.setattr(trainer, "bf16_supported", lambda device_type: False)
+    with pytest.raises(ConfigError, match="has no native bf16"):
+        InferenceOptions(precision="bf16").apply(BertModel.from_pretrained(minilm_dir))
+
+
+def test_compile_is_applied_in_place(minilm_dir, monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **options: calls.append((self, options)))
+    model = BertModel.from_pretrained(minilm_dir)
+    assert InferenceOptions(compile=True).apply(model) is model
+    assert calls == [(model, {"dynamic": True})]
+
+
+def test_unknown_precision_is_an_error():
+    with pytest.raises(ConfigError, match=r"unknown precision 'fp8'; choose from fp32, bf16, int8"):
+        InferenceOptions(precision="fp8")
+
+
+def test_embed_command_takes_the_precision(capsys, tmp_path, sentences, minilm, tokenizer):
+    lines = tmp_path / "lines.txt"
+    lines.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    output = tmp_path / "vectors.npy"
+    assert main(["embed", "-i", str(lines), "-o", str(output), "--precision", "int8"]) == 0
+    vectors = torch.from_numpy(np.load(output))
+    expected = extract_features(minilm, tokenizer, sentences, pooling="mean")
+    assert F.cosine_similarity(vectors, expected, dim=-1).min() > 0.85
+    assert not torch.allclose(vectors, expected, atol=1e-5)  # quantized, not the fp32 model
