@@ -33,7 +33,8 @@ def test_int8_quantizes_every_linear_layer_and_stays_close_on_real_text(minilm, 
     assert isinstance(model, BertModel) and not model.training
     assert not any(type(module) is torch.nn.Linear for module in model.modules())
     similarity = sentence_similarity(model, minilm, tokenizer, sentences)
-    assert similarity.min() > 0.85  # 0.91 on these sentences; the cost on a task's metric: `bertforge evaluate --precision int8`
+    # 0.91 on these sentences; the cost on a task's metric is `bertforge evaluate --precision int8`
+    assert similarity.min() > 0.85
 
 
 def test_bf16_casts_the_weights_and_gives_float32_outputs(minilm, minilm_dir, tokenizer, sentences, monkeypatch):
