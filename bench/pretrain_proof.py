@@ -33,6 +33,10 @@ CORPUS = sorted(str(path) for path in (DATA / "pretrain_en").glob("*.txt"))
 ARMS = {"pretrained": [], "random init": ["--random-init"]}
 
 
+def finetuned_folder(folder: Path, arm: str, seed: int) -> Path:
+    return folder / f"sst2-{arm.replace(' ', '-')}-{seed}"
+
+
 def pipeline(args: argparse.Namespace, folder: Path) -> list[tuple[str, list[str]]]:
     vocab, corpus, model = folder / "vocab.txt", folder / "corpus", folder / "model"
     sst2 = ["--task", "classification", "--train", str(DATA / "sst2" / "train.tsv"),
@@ -51,7 +55,7 @@ def pipeline(args: argparse.Namespace, folder: Path) -> list[tuple[str, list[str
                        "--log-every", "50", "--no-progress"]),
         ("held-out MLM", ["pretrain", "eval", "--model", str(model), "--data", str(corpus)]),
         *[(f"SST-2, {arm}, seed {seed}", ["finetune", "--model", str(model), *flags,
-                                           "--output", str(folder / f"sst2-{arm.replace(' ', '-')}-{seed}"),
+                                           "--output", str(finetuned_folder(folder, arm, seed)),
                                            "--seed", str(seed), *sst2])
           for seed in range(args.seeds) for arm, flags in ARMS.items()],
     ]
@@ -93,8 +97,8 @@ def main() -> None:
         print(f"[{name}: {seconds[name]:.0f} s]", flush=True)
 
     held_out = json.loads((folder / "model" / "eval_results.json").read_text())
-    accuracies = {arm: [json.loads((folder / f"sst2-{arm.replace(' ', '-')}-{seed}" / "metrics.json").read_text())
-                        ["best"]["accuracy"] for seed in range(args.seeds)] for arm in ARMS}
+    accuracies = {arm: [json.loads((finetuned_folder(folder, arm, seed) / "metrics.json").read_text())["best"]
+                        ["accuracy"] for seed in range(args.seeds)] for arm in ARMS}
     summary = {"seconds": seconds, "held_out": held_out, "sst2_dev_accuracy": accuracies}
     (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print("\nstep                      wall-clock s")

@@ -143,9 +143,12 @@ class BertConfig:
 
 
 def dropout_overrides(dropout: float | None) -> dict[str, float]:
-    """BertConfig fields for one dropout probability on both hidden states and attention weights ({} for None)."""
+    """BertConfig fields for one dropout probability on both hidden states and attention weights ({} for None);
+    a probability outside [0, 1) is a ConfigError, so run configs call this to validate their `dropout`."""
     if dropout is None:
         return {}
+    if not 0.0 <= dropout < 1.0:
+        raise ConfigError(f"dropout must be in [0, 1), got {dropout!r}")
     return {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
 
 

@@ -59,10 +59,11 @@ def inference_options(args: argparse.Namespace):
 
 
 def load_encoder(name_or_path: str, inference=None):
-    """The encoder and tokenizer of a model directory (or 'default'), ready for inference."""
+    """The encoder and tokenizer of a model directory (or 'default'), ready for inference (`inference`: an
+    InferenceOptions; imported lazily, like torch, so that `bertforge --help` stays fast)."""
     from bertforge import BertModel, BertTokenizer
-    from bertforge.inference.optimize import InferenceOptions
-    model = (inference or InferenceOptions()).apply(BertModel.from_pretrained(name_or_path))
+    from bertforge.inference.optimize import AS_TRAINED
+    model = (inference or AS_TRAINED).apply(BertModel.from_pretrained(name_or_path))
     return model, BertTokenizer.from_pretrained(name_or_path)
 
 

@@ -58,6 +58,10 @@ class InferenceOptions:
         return model
 
 
+# The default everywhere a model is loaded for inference: exactly as trained.
+AS_TRAINED = InferenceOptions()
+
+
 def to_float32(value: Any) -> Any:
     """Every floating tensor in a model output (a tensor, tuple or output dataclass) as float32."""
     if isinstance(value, torch.Tensor):

@@ -35,7 +35,7 @@ from bertforge.inference.attention_view import (
     render_attention_map,
 )
 from bertforge.inference.features import POOLINGS, pad_ids, pool
-from bertforge.inference.optimize import InferenceOptions
+from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.model import BertModel
 from bertforge.tasks import question_answering
 from bertforge.tasks.data import EncodeSettings
@@ -220,12 +220,12 @@ def detect_model_class(directory: Path) -> type:
     return BertModel
 
 
-def load_model(name_or_path: str | Path, inference: InferenceOptions | None = None
+def load_model(name_or_path: str | Path, inference: InferenceOptions = AS_TRAINED
                ) -> tuple[torch.nn.Module, BertTokenizer]:
     """The model (of the class its checkpoint holds) and tokenizer of a directory or 'default', in eval mode
     and prepared as `inference` says."""
     directory = resolve_model_dir(name_or_path)
-    model = (inference or InferenceOptions()).apply(detect_model_class(directory).from_pretrained(directory))
+    model = inference.apply(detect_model_class(directory).from_pretrained(directory))
     return model, BertTokenizer.from_pretrained(directory)
 
 
@@ -539,7 +539,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
 
 
 def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
-             inference: InferenceOptions | None = None):
+             inference: InferenceOptions = AS_TRAINED):
     """The application over a model directory or 'default': create_app with what its checkpoint holds."""
     model, tokenizer = load_model(name_or_path, inference)
     qa_settings = qa_settings_of(name_or_path) if isinstance(model, BertForQuestionAnswering) else None
@@ -547,7 +547,7 @@ def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
 
 
 def serve(name_or_path: str | Path, host: str = "127.0.0.1", port: int = 8000,
-          settings: ServeSettings | None = None, inference: InferenceOptions | None = None) -> None:
+          settings: ServeSettings | None = None, inference: InferenceOptions = AS_TRAINED) -> None:
     """Load the model and answer HTTP requests until interrupted."""
     try:
         import fastapi  # noqa: F401  (create_app needs it)

@@ -118,8 +118,7 @@ class PretrainConfig:
         check_number("max_grad_norm", self.max_grad_norm, minimum=0.0, exclusive=True, optional=True)
         check_number("peak_gflops", self.peak_gflops, minimum=0.0, exclusive=True)
         check_number("seed", self.seed, minimum=0, integer=True)
-        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        dropout_overrides(self.dropout)  # validates it
         if not 0.0 < self.mask_probability < 1.0:
             raise ConfigError(f"mask_probability must be in (0, 1), got {self.mask_probability!r}")
         check_number("world_size", self.world_size, minimum=1, integer=True)

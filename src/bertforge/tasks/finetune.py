@@ -22,7 +22,7 @@ from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE
 from bertforge.config import BertConfig, dropout_overrides, read_json_object
 from bertforge.errors import ConfigError
-from bertforge.inference.optimize import InferenceOptions
+from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, training_batches
 from bertforge.tasks.registry import TASKS, Task, get_task
@@ -72,8 +72,7 @@ class FinetuneConfig:
         if self.long_text not in LONG_TEXT:
             raise ConfigError(f"unknown long_text {self.long_text!r}; choose from {', '.join(LONG_TEXT)}")
         check_number("null_score_threshold", self.null_score_threshold)
-        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        dropout_overrides(self.dropout)  # validates it
         for name in ("max_length", "batch_size", "eval_batch_size", "max_query_length", "n_best",
                      "max_answer_length"):
             check_number(name, getattr(self, name), minimum=1, integer=True)
@@ -188,7 +187,7 @@ class FinetunedModel:
     settings: FinetuneConfig
 
     @classmethod
-    def load(cls, name_or_path: str | Path, task: str | None = None, inference: InferenceOptions | None = None
+    def load(cls, name_or_path: str | Path, task: str | None = None, inference: InferenceOptions = AS_TRAINED
              ) -> FinetunedModel:
         """The task is, in order: `task`, the one it was fine-tuned for, the one its head does (config.json's
         architectures, as transformers writes them), or regression for a one-output classifier.
@@ -200,7 +199,7 @@ class FinetunedModel:
             task = settings.task if settings else task_of_checkpoint(directory)
         settings = dataclasses.replace(settings, task=task) if settings else FinetuneConfig(task=task)
         definition = get_task(task)
-        model = (inference or InferenceOptions()).apply(definition.model_class.from_pretrained(directory))
+        model = inference.apply(definition.model_class.from_pretrained(directory))
         return cls(model, BertTokenizer.from_pretrained(directory), definition, settings)
 
     @property
@@ -251,14 +250,14 @@ def task_of_checkpoint(directory: Path) -> str:
 def evaluate(model: str | Path, data: str | Path, text_column: str | None = None,
              text_pair_column: str | None = None, label_column: str | None = None, task: str | None = None,
              batch_size: int = 64, max_length: int | None = None, output: str | Path | None = None,
-             inference: InferenceOptions | None = None) -> dict[str, float]:
+             inference: InferenceOptions = AS_TRAINED) -> dict[str, float]:
     """Metrics of a fine-tuned model on a labelled file, also written to `output` (JSON) when given; `inference`
     (e.g. InferenceOptions(precision="int8")) measures what a speed option costs on the task's metric."""
     finetuned = FinetunedModel.load(model, task, inference)
     examples = finetuned.read(data, finetuned.columns(text_column, text_pair_column, label_column), labelled=True)
     metrics = finetuned.evaluate(examples, batch_size, max_length)
     if output is not None:
-        options = dataclasses.asdict(inference or InferenceOptions())
+        options = dataclasses.asdict(inference)
         record = {"model": str(model), "data": str(data), "examples": len(examples), **options, **metrics}
         write_text_atomic(output, json.dumps(record, indent=2) + "\n")
     return metrics
@@ -267,7 +266,7 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
 def predict(model: str | Path, path: str | Path | None = None, texts: Sequence[str] | None = None,
             text_pairs: Sequence[str] | None = None, text_column: str | None = None,
             text_pair_column: str | None = None, batch_size: int = 64, max_length: int | None = None,
-            inference: InferenceOptions | None = None) -> list[dict[str, Any]]:
+            inference: InferenceOptions = AS_TRAINED) -> list[dict[str, Any]]:
     """Answers for the examples of a file (or given `texts`, and `text_pairs`: for qa the questions and their
     contexts), each with its input: {"text", "label", ...}, {"text", "entities", "tags"}, {"question", "answer"...}."""
     finetuned = FinetunedModel.load(model, inference=inference)
