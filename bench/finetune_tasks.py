@@ -66,8 +66,7 @@ RUNS: dict[str, Run] = {
     "conll2003": Run("ner", "conll2003/eng.train", "conll2003/eng.testa", test="conll2003/eng.testb",
                      flags={"--epochs": "2"}),
     "squad": Run("qa", "squad/train.json", "squad/dev.json", prepare=split_squad,
-                 flags={"--max-train-examples": "2000", "--epochs": "1", "--max-length": "256",
-                        "--doc-stride": "128"}),
+                 flags={"--epochs": "1", "--max-length": "256", "--doc-stride": "128"}),
 }
 
 

@@ -106,6 +106,8 @@ def test_finetune_config_round_trips_through_json(tmp_path):
     assert FinetuneConfig.load(tmp_path / "run.json") == config
     with pytest.raises(ConfigError, match="unknown task 'nope'; choose from classification, regression"):
         FinetuneConfig(task="nope")
+    with pytest.raises(ConfigError, match="unknown context 'paragraph'; choose from sentence, document"):
+        FinetuneConfig(task="ner", context="paragraph")
     with pytest.raises(ConfigError, match=r"^run.json: unknown key 'epochs'"):
         FinetuneConfig.from_dict({"epochs": 3}, "run.json")  # belongs under "training"
 

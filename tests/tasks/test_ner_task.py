@@ -93,3 +93,22 @@ def test_saved_ner_model_matches_transformers_and_predicts_entities(finetuned_ne
     torch.testing.assert_close(actual[real], expected[real], rtol=1e-4, atol=1e-4)
     answer = ours.predict([sentence_from_text("EU rejects German call to boycott British lamb .")])[0]
     assert len(answer["tags"]) == 9
+
+
+def test_a_model_trained_with_document_context_reads_files_with_it(tokenizer, tmp_path, data_dir):
+    """The run config's context travels with the model: evaluate and predict on a CoNLL file fill windows with
+    the neighbouring sentences as fine-tuning did, a single text (no document) has none."""
+    id2label = {0: "O", 1: "B-LOC"}
+    model = BertForTokenClassification(BertConfig.tiny(vocab_size=tokenizer.vocab_size, id2label=id2label))
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    FinetuneConfig(task="ner", context="document").save(tmp_path / "finetune_config.json")
+    finetuned = FinetunedModel.load(tmp_path)
+    sentences = read_conll(data_dir / "conll2003" / "eng.testb")[:20]
+    path = write_conll(sentences, tmp_path / "test.conll")
+    examples = finetuned.read(path, finetuned.columns(path=path), labelled=False)
+    features = NER.encode(tokenizer, examples, finetuned.settings.settings, id2label)
+    assert all(len(row["input_ids"]) == 128 for row in features.rows)  # 20 sentences hold far more than 128 tokens
+    alone = NER.encode(tokenizer, [sentence_from_text("Peter lives in Paris")], finetuned.settings.settings, id2label)
+    assert len(alone.rows[0]["input_ids"]) == 6
+    assert [len(a["tags"]) for a in finetuned.predict(examples)] == [len(s.words) for s in sentences]

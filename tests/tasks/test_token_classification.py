@@ -126,7 +126,9 @@ def test_read_conll_testb_matches_the_published_counts(data_dir):
     assert sum(len(s.words) for s in sentences) == 46435
     counts = Counter(type_ for s in sentences for type_, _, _ in entities(s.tags))
     assert counts == {"PER": 1617, "LOC": 1668, "ORG": 1661, "MISC": 702}
-    assert sentences[1] == TaggedSentence(["Nadim", "Ladki"], ["B-PER", "I-PER"])
+    # This copy has no -DOCSTART- lines: the file is one document.
+    assert sentences[1] == TaggedSentence(["Nadim", "Ladki"], ["B-PER", "I-PER"], document=0)
+    assert {s.document for s in sentences} == {0}
     assert collect_labels(sentences) == dict(enumerate(
         ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER"]))
 
@@ -134,9 +136,51 @@ def test_read_conll_testb_matches_the_published_counts(data_dir):
 def test_read_conll_iob1_with_document_starts(tmp_path):
     path = tmp_path / "eng.iob1"
     path.write_text("-DOCSTART- -X- O O\n\nEU NNP I-NP I-ORG\nrejects VBZ I-VP O\nGerman JJ I-NP I-MISC\n\n"
-                    "Peter NNP I-NP I-PER\nBlackburn NNP I-NP I-PER\n", encoding="utf-8")
-    assert read_conll(path) == [TaggedSentence(["EU", "rejects", "German"], ["B-ORG", "O", "B-MISC"]),
-                                TaggedSentence(["Peter", "Blackburn"], ["B-PER", "I-PER"])]
+                    "Peter NNP I-NP I-PER\nBlackburn NNP I-NP I-PER\n\n-DOCSTART- -X- O O\n\nBRUSSELS NNP I-NP I-LOC\n",
+                    encoding="utf-8")
+    assert read_conll(path) == [TaggedSentence(["EU", "rejects", "German"], ["B-ORG", "O", "B-MISC"], 0),
+                                TaggedSentence(["Peter", "Blackburn"], ["B-PER", "I-PER"], 0),
+                                TaggedSentence(["BRUSSELS"], ["B-LOC"], 1)]
+
+
+def test_document_context_fills_the_window_from_the_same_document_only(tokenizer):
+    # One-token words. Document 0: "a b", "Paris c", "d e"; document 1: "f g".
+    sentences = [TaggedSentence(["a", "b"], ["O", "O"], 0), TaggedSentence(["Paris", "c"], ["B-LOC", "O"], 0),
+                 TaggedSentence(["d", "e"], ["O", "O"], 0), TaggedSentence(["f", "g"], ["O", "O"], 1)]
+    wide = token_features(sentences, tokenizer, LABEL2ID, max_length=32, context="document")
+    assert [tokenizer.convert_ids_to_tokens(f.input_ids) for f in wide] == [
+        ["[CLS]", "a", "b", "paris", "c", "d", "e", "[SEP]"],
+        ["[CLS]", "a", "b", "paris", "c", "d", "e", "[SEP]"],
+        ["[CLS]", "a", "b", "paris", "c", "d", "e", "[SEP]"],
+        ["[CLS]", "f", "g", "[SEP]"]]
+    # Only the sentence's own words are labelled and predicted.
+    assert [f.word_positions for f in wide] == [{0: 1, 1: 2}, {0: 3, 1: 4}, {0: 5, 1: 6}, {0: 1, 1: 2}]
+    assert wide[1].labels == [IGNORE_INDEX] * 3 + [1, 0] + [IGNORE_INDEX] * 3
+    # A window of 6 leaves 2 tokens of context: one from each side.
+    narrow = token_features(sentences, tokenizer, LABEL2ID, max_length=6, context="document")
+    assert tokenizer.convert_ids_to_tokens(narrow[1].input_ids) == ["[CLS]", "b", "paris", "c", "d", "[SEP]"]
+    assert tokenizer.convert_ids_to_tokens(narrow[0].input_ids) == ["[CLS]", "a", "b", "paris", "c", "[SEP]"]
+    # Decoding with context gives each word its own prediction back.
+    logits = [one_hot_logits(f, lambda word, s=f.sentence: LABEL2ID[sentences[s].tags[word]], len(LABELS))
+              for f in narrow]
+    assert [tags for tags, _ in predict_tags(sentences, narrow, logits, LABELS)] == [s.tags for s in sentences]
+
+
+def test_document_context_around_a_sentence_split_into_windows(tokenizer, data_dir):
+    sentences = read_conll(data_dir / "conll2003" / "eng.testb")[:12]
+    label2id = {label: i for i, label in collect_labels(sentences).items()}
+    long = TaggedSentence([w for s in sentences[1:10] for w in s.words], [t for s in sentences[1:10] for t in s.tags],
+                          document=0)
+    document = [TaggedSentence(sentences[0].words, sentences[0].tags, 0), long,
+                TaggedSentence(sentences[10].words, sentences[10].tags, 0)]
+    features = token_features(document, tokenizer, label2id, max_length=48, stride=4, context="document")
+    own = [f for f in features if f.sentence == 1]
+    assert len(own) > 3 and all(len(f.input_ids) == 48 for f in features)  # every window is full
+    assert set().union(*(f.word_positions for f in own)) == set(range(len(long.words)))
+    logits = [one_hot_logits(f, lambda word, s=f.sentence: label2id[document[s].tags[word]], len(label2id))
+              for f in features]
+    assert [tags for tags, _ in predict_tags(document, features, logits, collect_labels(sentences))] == [
+        s.tags for s in document]
 
 
 @pytest.mark.parametrize("text, message", [

@@ -9,6 +9,7 @@ from pathlib import Path
 from bertforge.config import read_json_object
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.registry import TASKS
+from bertforge.tasks.token_classification import CONTEXTS
 
 # flag -> (place in FinetuneConfig's JSON, type, help); every default is None, so an absent flag leaves the
 # run config's value (or the dataclass default) in place.
@@ -61,6 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_column_arguments(parser)
     parser.add_argument("--long-text", choices=list(LONG_TEXT), default=None,
                         help="texts over --max-length: truncate (default) or average overlapping windows")
+    parser.add_argument("--context", choices=list(CONTEXTS), default=None,
+                        help="ner: what fills the rest of each window: nothing (sentence, the default) or the "
+                             "sentences around it in its document (-DOCSTART- blocks), as BERT's CoNLL-2003 result")
     parser.add_argument("--version-2", action="store_const", const=True, default=None,
                         help="qa: SQuAD v2 data, where questions may have no answer")
     parser.add_argument("--random-init", action="store_const", const=True, default=None,
@@ -82,8 +86,8 @@ def config_from_args(args: argparse.Namespace):
         source = str(path)
     places = {flag: place for flag, (place, _, _) in FLAGS.items()}
     places |= {flag: place for flag, (place, _) in COLUMN_FLAGS.items()}
-    places |= {"--task": ("task",), "--long-text": ("long_text",), "--version-2": ("version_2",),
-               "--random-init": ("random_init",),
+    places |= {"--task": ("task",), "--long-text": ("long_text",), "--context": ("context",),
+               "--version-2": ("version_2",), "--random-init": ("random_init",),
                "--bf16": ("training", "bf16"), "--no-progress": ("training", "progress")}
     for flag, place in places.items():
         dest = "progress" if flag == "--no-progress" else flag.lstrip("-").replace("-", "_")

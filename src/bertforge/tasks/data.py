@@ -134,6 +134,7 @@ class EncodeSettings:
     max_length: int = 128
     long_text: str = "truncate"  # a key of the task's long-text strategies (classification: truncate, windows)
     stride: int | None = None  # overlap of consecutive windows (NER: words, QA: tokens); None: the task's default
+    context: str = "sentence"  # NER: what else fills a window (sentence: nothing; document: its neighbours)
     max_query_length: int = 64  # QA: question tokens kept
     version_2: bool = False  # QA: SQuAD v2, questions may have no answer
     # QA decoding, kept here so that a fine-tuned model's predictions decode as its training run's did

@@ -26,6 +26,7 @@ from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, training_batches
 from bertforge.tasks.registry import TASKS, Task, get_task
+from bertforge.tasks.token_classification import CONTEXTS
 from bertforge.tokenizer import BertTokenizer
 from bertforge.training.trainer import TrainConfig, Trainer, check_number, config_from_dict, seed_everything
 
@@ -51,6 +52,7 @@ class FinetuneConfig:
     label_column: str = "label"
     max_length: int | None = None  # tokens per input; None: the task's default (qa 384, others 128)
     long_text: str = "truncate"
+    context: str = "sentence"  # ner: "document" fills each window with the sentences around it (BERT's CoNLL set-up)
     doc_stride: int | None = None  # overlap of windows: qa tokens (default 128), ner words (default 16)
     max_query_length: int = 64  # qa: question tokens kept
     version_2: bool = False  # qa: SQuAD v2 (questions may have no answer)
@@ -71,6 +73,8 @@ class FinetuneConfig:
             self.max_length = TASKS[self.task].max_length
         if self.long_text not in LONG_TEXT:
             raise ConfigError(f"unknown long_text {self.long_text!r}; choose from {', '.join(LONG_TEXT)}")
+        if self.context not in CONTEXTS:
+            raise ConfigError(f"unknown context {self.context!r}; choose from {', '.join(CONTEXTS)}")
         check_number("null_score_threshold", self.null_score_threshold)
         dropout_overrides(self.dropout)  # validates it
         for name in ("max_length", "batch_size", "eval_batch_size", "max_query_length", "n_best",
@@ -85,8 +89,10 @@ class FinetuneConfig:
 
     @property
     def settings(self) -> EncodeSettings:
-        return EncodeSettings(self.max_length, self.long_text, self.doc_stride, self.max_query_length,
-                              self.version_2, self.n_best, self.max_answer_length, self.null_score_threshold)
+        return EncodeSettings(max_length=self.max_length, long_text=self.long_text, stride=self.doc_stride,
+                              context=self.context, max_query_length=self.max_query_length,
+                              version_2=self.version_2, n_best=self.n_best, max_answer_length=self.max_answer_length,
+                              null_score_threshold=self.null_score_threshold)
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "training": self.training.to_dict()}

@@ -2,6 +2,8 @@
 
 A word's tag is learned and predicted on its first sub-token; the other tokens carry IGNORE_INDEX. Sentences
 longer than a window are split into overlapping windows of whole words, so every word gets a prediction.
+With document context (BERT's CoNLL-2003 set-up) the rest of each window is filled with the tokens around the
+sentence in its document, which are read but neither labelled nor predicted.
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ from bertforge.tasks.metrics import compute_metrics, entities
 
 OUTSIDE = "O"
 DOCUMENT_START = "-DOCSTART-"
+# What fills a window besides the sentence: nothing, or the neighbouring sentences of its document.
+CONTEXTS = ("sentence", "document")
 
 
 @dataclass
 class TaggedSentence:
     words: list[str]
     tags: list[str]  # one IOB2 tag per word; empty for sentences to predict
+    document: int | None = None  # index of the document (-DOCSTART- block) in its file; None: a lone sentence
 
     @property
     def text(self) -> str:
@@ -70,7 +75,7 @@ def _is_iob(tag: str) -> bool:
 
 def read_conll(path: str | Path) -> list[TaggedSentence]:
     """Sentences of a CoNLL file: one `word ... tag` line per token (the tag is the last column), a blank line
-    between sentences, -DOCSTART- lines skipped. IOB1 tags (the original CoNLL-2003 files) become IOB2.
+    between sentences, -DOCSTART- lines start a new document. IOB1 tags (the original CoNLL-2003 files) become IOB2.
 
     "EU NNP B-NP I-ORG\\nrejects VBZ B-VP O\\n" -> [TaggedSentence(["EU", "rejects"], ["B-ORG", "O"])].
     """
@@ -85,12 +90,15 @@ def read_conll(path: str | Path) -> list[TaggedSentence]:
     sentences: list[TaggedSentence] = []
     words: list[str] = []
     tags: list[str] = []
+    document = 0
     for number, line in enumerate(lines, start=1):
         columns = line.split()
         if not columns or columns[0] == DOCUMENT_START:
             if words:
-                sentences.append(TaggedSentence(words, to_iob2(tags)))
+                sentences.append(TaggedSentence(words, to_iob2(tags), document))
             words, tags = [], []
+            if columns and sentences and sentences[-1].document == document:
+                document += 1
             continue
         if len(columns) < 2:
             raise InputError(f"expected a word and its tag separated by whitespace, got {line.strip()!r}",
@@ -100,7 +108,7 @@ def read_conll(path: str | Path) -> list[TaggedSentence]:
         words.append(columns[0])
         tags.append(columns[-1])
     if words:
-        sentences.append(TaggedSentence(words, to_iob2(tags)))
+        sentences.append(TaggedSentence(words, to_iob2(tags), document))
     return sentences
 
 
@@ -155,37 +163,76 @@ def _windows(lengths: Sequence[int], budget: int, stride: int) -> list[tuple[int
         first = max(first + 1, stop - stride)
 
 
+def _documents(sentences: Sequence[TaggedSentence], pieces: Sequence[list[list[int]]]
+               ) -> list[tuple[list[int], list[int]]]:
+    """For each sentence, the sub-tokens of its whole document (one list, shared by the document's sentences)
+    and where each of its words starts in that list, plus where the sentence ends.
+
+    Consecutive sentences with the same `document` form a document; a sentence without one is its own.
+    """
+    located: list[tuple[list[int], list[int]]] = []
+    tokens: list[int] = []
+    for index, (sentence, words) in enumerate(zip(sentences, pieces)):
+        if index == 0 or sentence.document is None or sentence.document != sentences[index - 1].document:
+            tokens = []
+        starts = []
+        for word in words:
+            starts.append(len(tokens))
+            tokens += word
+        located.append((tokens, starts + [len(tokens)]))
+    return located
+
+
+def _around(tokens: list[int], start: int, stop: int, room: int) -> tuple[list[int], list[int]]:
+    """Up to `room` tokens from either side of tokens[start:stop], split evenly where both sides have enough."""
+    left = min(start, room // 2)
+    right = min(len(tokens) - stop, room - left)
+    left = min(start, room - right)
+    return tokens[start - left:start], tokens[stop:stop + right]
+
+
 def token_features(sentences: Sequence[TaggedSentence], tokenizer, label2id: Mapping[str, int] | None = None,
-                   max_length: int = 128, stride: int = 16) -> list[TokenFeatures]:
+                   max_length: int = 128, stride: int = 16, context: str = "sentence") -> list[TokenFeatures]:
     """Model inputs for sentences, one or more per sentence (in order); `label2id=None` for prediction.
 
     `stride` is the number of words shared by consecutive windows of a sentence that doesn't fit in
     `max_length` tokens. Example (default vocabulary), words ["Johanson", "lives", "in", "Washington"] tagged
     [B-PER, O, O, B-LOC]: tokens [CLS] johan ##son lives in washington [SEP] get labels
-    [-100, B-PER, -100, O, O, B-LOC, -100].
+    [-100, B-PER, -100, O, O, B-LOC, -100]. With `context="document"` the tokens of the sentences before and
+    after it in its document fill the window on both sides, with -100 labels.
     """
     if max_length < 3:
         raise ConfigError(f"max_length={max_length} leaves no room for a word between [CLS] and [SEP]")
     if stride < 0:
         raise ConfigError(f"stride must be at least 0 words, got {stride}")
+    if context not in CONTEXTS:
+        raise ConfigError(f"unknown context {context!r}; choose from {', '.join(CONTEXTS)}")
     budget = max_length - 2
+    pieces = [_word_pieces(sentence.words, tokenizer) for sentence in sentences]
+    documents = _documents(sentences, pieces) if context == "document" else None
     features = []
     for index, sentence in enumerate(sentences):
         labels = _label_ids(sentence, label2id, index)
-        pieces = _word_pieces(sentence.words, tokenizer)
-        for first, stop in _windows([len(p) for p in pieces], budget, stride):
-            input_ids, token_labels = [tokenizer.cls_token_id], [IGNORE_INDEX]
-            positions = {}
+        for first, stop in _windows([len(p) for p in pieces[index]], budget, stride):
+            window_ids, window_labels, positions = [], [], {}
             for word in range(first, stop):
-                if not pieces[word]:
+                if not pieces[index][word]:
                     continue
-                positions[word] = len(input_ids)
-                input_ids += pieces[word]
-                token_labels += [labels[word]] + [IGNORE_INDEX] * (len(pieces[word]) - 1)
+                positions[word] = len(window_ids)
+                window_ids += pieces[index][word]
+                window_labels += [labels[word]] + [IGNORE_INDEX] * (len(pieces[index][word]) - 1)
             # Only a single word longer than the budget overflows here; its first piece, the labelled one, stays.
-            input_ids, token_labels = input_ids[:budget + 1], token_labels[:budget + 1]
-            features.append(TokenFeatures(input_ids + [tokenizer.sep_token_id], token_labels + [IGNORE_INDEX],
-                                          index, positions))
+            window_ids, window_labels = window_ids[:budget], window_labels[:budget]
+            before, after = [], []
+            if documents is not None:
+                tokens, starts = documents[index]
+                before, after = _around(tokens, starts[first], starts[first] + len(window_ids),
+                                        budget - len(window_ids))
+            offset = 1 + len(before)  # [CLS] and the context before
+            features.append(TokenFeatures(
+                [tokenizer.cls_token_id, *before, *window_ids, *after, tokenizer.sep_token_id],
+                [IGNORE_INDEX] * offset + window_labels + [IGNORE_INDEX] * (len(after) + 1),
+                index, {word: offset + position for word, position in positions.items()}))
     return features
 
 
@@ -284,7 +331,7 @@ def read_sentences(path: str | Path, columns=None, id2label: Mapping[int, str] |
     if not sentences:
         raise InputError("the file has no sentences", path)
     if not labelled:
-        return [TaggedSentence(sentence.words, []) for sentence in sentences]
+        return [TaggedSentence(sentence.words, [], sentence.document) for sentence in sentences]
     if id2label is not None:
         known = set(id2label.values())
         for index, sentence in enumerate(sentences):
@@ -301,7 +348,7 @@ def encode(tokenizer, sentences: Sequence[TaggedSentence], settings: EncodeSetti
     labelled = all(sentence.tags for sentence in sentences)
     label2id = {label: i for i, label in id2label.items()} if labelled else None
     stride = DEFAULT_STRIDE if settings.stride is None else settings.stride
-    windows = token_features(sentences, tokenizer, label2id, settings.max_length, stride)
+    windows = token_features(sentences, tokenizer, label2id, settings.max_length, stride, settings.context)
     rows = [{"input_ids": w.input_ids, **({"labels": w.labels} if labelled else {})} for w in windows]
     index = [w.sentence for w in windows]
     split = sum(count > 1 for count in Counter(index).values())
