@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bertforge import BertConfig, BertforgeError, BertModel
-from bertforge.model import FeedForward, SelfAttention
+from bertforge.model import FeedForward, SelfAttention, dropout
 
 
 def test_output_shapes(tiny_config, random_batch):
@@ -67,6 +67,22 @@ def test_dropout_is_active_in_training_only(tiny_config):
     assert not torch.equal(model(input_ids).last_hidden_state, model(input_ids).last_hidden_state)
     model.eval()
     assert torch.equal(model(input_ids).last_hidden_state, model(input_ids).last_hidden_state)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.15, 0.5])
+def test_dropout_mask_keeps_one_minus_p_and_the_expected_value(p):
+    torch.manual_seed(0)
+    x = torch.ones(1_000_000, requires_grad=True)
+    y = dropout(x, p, training=True)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - (1 - p)) < 2e-3  # ~4 standard deviations at n = 1e6
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / (1 - p)))
+    y.sum().backward()
+    assert torch.equal(x.grad != 0, kept)  # the gradient flows through kept elements only
+    pairs = kept.view(-1, 2)  # neighbours (16-bit lanes of one random word) are independent
+    assert abs(pairs.all(1).float().mean().item() - (1 - p) ** 2) < 3e-3
+    assert dropout(x, p, training=False) is x
+    assert dropout(x.detach().bfloat16(), p, training=True).dtype == torch.bfloat16
 
 
 def test_bert_initialisation():
