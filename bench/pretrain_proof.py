@@ -9,8 +9,8 @@ most frequent masked token) and each arm's SST-2 dev accuracy over the seeds.
 
 The recipe is BERT's (MLM + NSP, 15% token masking, AdamW with linear warm-up and decay, sequences of 128) with
 what a short run on a CPU wants: a tiny model, a high peak learning rate, no dropout while pre-training (a run
-this short underfits rather than overfits, and dropout's random masks cost ~20% of a CPU step) and `torchrun`
-with one single-threaded process per core (on 2 cores 18.5k tokens/s, against ~10.5k for one single-threaded
+this short underfits rather than overfits, and dropout's random masks still cost a few percent of a CPU step) and
+`torchrun` with one single-threaded process per core (on 2 cores 18.5k tokens/s, against ~10.5k for one single-threaded
 process). Fine-tuning puts BERT's dropout of 0.1 back, for the pre-trained and the random-init model alike.
 """
 

@@ -166,7 +166,8 @@ def _windows(lengths: Sequence[int], budget: int, stride: int) -> list[tuple[int
 def _documents(sentences: Sequence[TaggedSentence], pieces: Sequence[list[list[int]]]
                ) -> list[tuple[list[int], list[int]]]:
     """For each sentence, the sub-tokens of its whole document (one list, shared by the document's sentences)
-    and where each of its words starts in that list, plus where the sentence ends.
+    and where each of its words starts in that list, plus where the sentence ends (so that a sentence without
+    words, such as an empty text to predict, still has a place).
 
     Consecutive sentences with the same `document` form a document; a sentence without one is its own.
     """
