@@ -37,22 +37,33 @@ def finetuned_folder(folder: Path, arm: str, seed: int) -> Path:
     return folder / f"sst2-{arm.replace(' ', '-')}-{seed}"
 
 
+def pretrain_phase(args: argparse.Namespace, corpus: Path, vocab: Path, output: Path, start: list[str],
+                   objective: str, steps: int, batch_size: int, seq_len: int, lr: float) -> list[str]:
+    """One `pretrain train` command: warm-up over 5% of the steps, four held-out evaluations, no dropout."""
+    return ["pretrain", "train", *start, "--data", str(corpus), "--vocab", str(vocab), "--output", str(output),
+            "--objective", objective, "--masking", "token", "--dropout", "0", "--steps", str(steps),
+            "--batch-size", str(batch_size), "--lr", str(lr), "--warmup-steps", str(steps // 20),
+            "--seq-len", str(seq_len), "--holdout", "0.01", "--eval-every", str(max(1, steps // 4)),
+            "--save-every", str(max(1, steps // 8)), "--log-every", "50", "--no-progress"]
+
+
 def pipeline(args: argparse.Namespace, folder: Path) -> list[tuple[str, list[str]]]:
     vocab, corpus, model = folder / "vocab.txt", folder / "corpus", folder / "model"
+    short_model = folder / "model-short"
     sst2 = ["--task", "classification", "--train", str(DATA / "sst2" / "train.tsv"),
             "--dev", str(DATA / "sst2" / "dev.tsv"), "--max-train-examples", str(args.sst2_examples),
             "--epochs", "3", "--batch-size", "32", "--lr", str(args.finetune_lr), "--warmup-ratio", "0.1",
             "--max-length", "64", "--dropout", "0.1", "--no-progress"]
+    # Each process's batch, so that a step's global batch is the same whatever --processes is.
+    per_process = max(1, 128 // args.processes), max(1, 64 // args.processes)
     return [
         ("vocabulary", ["vocab", "--corpus", *CORPUS, "--vocab-size", str(args.vocab_size), "--output", str(vocab)]),
         ("prepare", ["pretrain", "prepare", "--corpus", *CORPUS, "--model-or-vocab", str(vocab),
                      "--output", str(corpus), "--max-seq-length", "128"]),
-        ("pre-train", ["pretrain", "train", "--config", args.config, "--data", str(corpus), "--vocab", str(vocab),
-                       "--output", str(model), "--objective", "mlm+nsp", "--masking", "token", "--dropout", "0",
-                       "--steps", str(args.steps), "--batch-size", "32", "--lr", str(args.lr),
-                       "--warmup-steps", str(args.steps // 20), "--seq-len", "128", "--holdout", "0.01",
-                       "--eval-every", str(max(1, args.steps // 4)), "--save-every", str(max(1, args.steps // 8)),
-                       "--log-every", "50", "--no-progress"]),
+        ("pre-train, 32 tokens", pretrain_phase(args, corpus, vocab, short_model, ["--config", args.config], "mlm",
+                                                args.short_steps, per_process[0], 32, args.lr)),
+        ("pre-train, 128 tokens", pretrain_phase(args, corpus, vocab, model, ["--init-from", str(short_model)],
+                                                 "mlm+nsp", args.steps, per_process[1], 128, args.lr / 2)),
         ("held-out MLM", ["pretrain", "eval", "--model", str(model), "--data", str(corpus)]),
         *[(f"SST-2, {arm}, seed {seed}", ["finetune", "--model", str(model), *flags,
                                            "--output", str(finetuned_folder(folder, arm, seed)),
@@ -64,9 +75,12 @@ def pipeline(args: argparse.Namespace, folder: Path) -> list[tuple[str, list[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="tiny", help="model size preset (default: tiny, 2 layers x 128)")
-    parser.add_argument("--steps", type=int, default=8000,
-                        help="pre-training steps of 32 x 128 tokens per process")
-    parser.add_argument("--lr", type=float, default=2e-3, help="peak pre-training learning rate")
+    parser.add_argument("--short-steps", type=int, default=10000,
+                        help="first-phase steps, 128 sequences of 32 tokens each (default: 10,000)")
+    parser.add_argument("--steps", type=int, default=2500,
+                        help="second-phase steps, 64 sequences of 128 tokens each (default: 2,500)")
+    parser.add_argument("--lr", type=float, default=2e-3,
+                        help="peak learning rate of the first phase; the second phase peaks at half of it")
     parser.add_argument("--finetune-lr", type=float, default=5e-4, help="SST-2 fine-tuning learning rate")
     parser.add_argument("--vocab-size", type=int, default=10000)
     parser.add_argument("--seeds", type=int, default=3, help="fine-tuning runs per arm (seeds 0..N-1)")
@@ -83,7 +97,7 @@ def main() -> None:
     for name, arguments in pipeline(args, folder):
         if name in args.skip:
             continue
-        distributed = name == "pre-train" and args.processes > 1
+        distributed = name.startswith("pre-train") and args.processes > 1
         threads = 1 if distributed else args.processes
         # `torchrun` is `python -m torch.distributed.run`: this interpreter's, wherever its bin/ is
         launcher = ["torch.distributed.run", "--nproc_per_node", str(args.processes), "-m"] if distributed else []

@@ -46,6 +46,7 @@ def test_train_then_eval(corpus, tmp_path, capsys):
     (["--data", "MISSING"], "no such folder"),
     (["--config", "huge"], "unknown model size 'huge'"),
     (["--vocab", "VOCAB"], "not the one"),
+    (["--init-from", "MISSING"], "--config and --init-from both set the architecture"),
 ])
 def test_errors_are_one_line(corpus, tmp_path, capsys, change, message):
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n")

@@ -11,7 +11,7 @@ from itertools import islice
 import pytest
 import torch
 
-from bertforge import BertModel
+from bertforge import BertConfig, BertModel
 from bertforge.checkpoint.train_state import TRAIN_STATE_FILE
 from bertforge.errors import CheckpointError, ConfigError, InputError
 from bertforge.heads import IGNORE_INDEX
@@ -157,6 +157,34 @@ def test_dropout_replaces_the_presets_in_the_trained_model(corpus, tmp_path):
     assert (saved["hidden_dropout_prob"], saved["attention_probs_dropout_prob"]) == (0.0, 0.0)
     with pytest.raises(ConfigError, match="dropout must be in"):
         make_config(corpus, tmp_path / "bad", dropout=-0.1)
+
+
+def test_a_second_phase_starts_from_the_first_phases_weights(corpus, tmp_path):
+    """BERT's two phases: short sequences first, then a run at full length that starts from their result (here an
+    MLM-only model continued with MLM + NSP, whose NSP head and pooler start fresh)."""
+    pretrain(make_config(corpus, tmp_path / "phase1", objective="mlm", seq_len=32, steps=20))
+    # A learning rate too small to move the weights: the second run's model is the first's
+    second = make_config(corpus, tmp_path / "phase2", init_from=str(tmp_path / "phase1"), steps=1, lr=1e-12)
+    second_losses = train_losses(pretrain(second).history)
+    fresh_losses = train_losses(pretrain(make_config(corpus, tmp_path / "fresh", steps=1)).history)
+    assert second_losses[1] < fresh_losses[1] - 0.3  # the first phase has learnt something already
+    before = BertModel.from_pretrained(tmp_path / "phase1").state_dict()
+    after = BertModel.from_pretrained(tmp_path / "phase2").state_dict()
+    for name, tensor in before.items():
+        if not name.startswith("pooler."):
+            torch.testing.assert_close(after[name], tensor, atol=1e-6, rtol=0, msg=name)
+    assert PretrainConfig.load(tmp_path / "phase2" / run.RUN_CONFIG_FILE).init_from == str(tmp_path / "phase1")
+
+
+def test_init_from_errors_name_the_problem(corpus, tmp_path):
+    with pytest.raises(ConfigError, match="is not a model directory"):
+        pretrain(make_config(corpus, tmp_path / "out", init_from=str(tmp_path)))
+    other_vocabulary = tmp_path / "small"
+    BertModel(BertConfig.tiny(vocab_size=100)).save_pretrained(other_vocabulary)
+    with pytest.raises(ConfigError, match="vocab_size 100 differs from the corpus tokenizer's 30522"):
+        pretrain(make_config(corpus, tmp_path / "out", init_from=str(other_vocabulary)))
+    with pytest.raises(ConfigError, match="ELECTRA trains a generator and a discriminator from scratch"):
+        make_config(corpus, tmp_path / "out", init_from=str(other_vocabulary), objective="electra")
 
 
 def test_config_round_trips_through_json_and_rejects_unknown_keys(tmp_path):

@@ -13,9 +13,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bertforge.pretraining.masking import MASKING_STRATEGIES
     from bertforge.pretraining.objectives import OBJECTIVES
 
-    parser.add_argument("--config", default="tiny", metavar="SIZE|FILE",
+    parser.add_argument("--config", default=None, metavar="SIZE|FILE",
                         help=f"model size ({', '.join(PRESETS)}) or a config.json; vocab_size comes from the "
                              "tokenizer (default: tiny)")
+    parser.add_argument("--init-from", default=None, metavar="DIR",
+                        help="start from this model directory's weights and architecture instead of a random "
+                             "initialisation (continued pre-training, e.g. a second phase at longer sequences)")
     parser.add_argument("--dropout", type=float, default=None,
                         help="dropout on hidden states and attention weights (default: the model's, 0.1 for the "
                              "presets); 0 trains faster and suits short runs")
@@ -54,12 +57,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bertforge.errors import ConfigError
     from bertforge.pretraining.run import PretrainConfig, pretrain
     from bertforge.training.distributed import read_environment
 
     launch = read_environment()  # rank 0 of 1 unless started by torchrun
+    if args.init_from is not None and args.config is not None:
+        raise ConfigError("--config and --init-from both set the architecture; give one of them")
     config = PretrainConfig(**{
-        "model": args.config, "dropout": args.dropout, "data": args.data, "output": args.output,
+        "model": args.config or "tiny", "init_from": args.init_from, "dropout": args.dropout, "data": args.data, "output": args.output,
         "tokenizer": args.vocab,
         "do_lower_case": not args.cased, "objective": args.objective, "masking": args.masking, "steps": args.steps,
         "batch_size": args.batch_size, "grad_accumulation": args.grad_accum, "lr": args.lr,

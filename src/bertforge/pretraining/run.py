@@ -26,6 +26,9 @@ import torch
 from torch import nn
 
 from bertforge.atomic import write_text_atomic
+from bertforge.checkpoint.default_model import resolve_model_dir
+from bertforge.checkpoint.hf_format import CONFIG_FILE, read_state_dict
+from bertforge.checkpoint.pretrained import load_hf_state_dict
 from bertforge.checkpoint.train_state import (
     TRAIN_STATE_FILE,
     load_train_state,
@@ -69,6 +72,10 @@ class PretrainConfig:
     data: str  # a folder written by prepare_corpus
     output: str
     model: str = "tiny"  # a BertConfig preset name, or a config.json path (vocab_size comes from the tokenizer)
+    # A model directory (or "default") whose weights start the run instead of a random initialisation, its config.json giving
+    # the architecture (then `model` is not used): continued pre-training, such as BERT's second phase at longer
+    # sequences, or more pre-training of a released model on the user's own text.
+    init_from: str | None = None
     dropout: float | None = None  # replaces the model's dropout (hidden and attention); None keeps it (BERT: 0.1)
     tokenizer: str = "default"  # a model directory, 'default', or a vocab.txt: must be the corpus's tokenizer
     do_lower_case: bool = True  # for a bare vocab.txt; a model directory's tokenizer_config.json decides
@@ -119,6 +126,9 @@ class PretrainConfig:
         check_number("peak_gflops", self.peak_gflops, minimum=0.0, exclusive=True)
         check_number("seed", self.seed, minimum=0, integer=True)
         dropout_overrides(self.dropout)  # validates it
+        if self.init_from is not None and self.objective == "electra":
+            raise ConfigError("init_from starts the BERT objectives (mlm, mlm+nsp, mlm+sop) from a model; ELECTRA "
+                              "trains a generator and a discriminator from scratch")
         if not 0.0 < self.mask_probability < 1.0:
             raise ConfigError(f"mask_probability must be in (0, 1), got {self.mask_probability!r}")
         check_number("world_size", self.world_size, minimum=1, integer=True)
@@ -174,12 +184,22 @@ def check_tokenizer(tokenizer: BertTokenizer, reader: CorpusReader, source: str)
                           f"({different[0]} differs); pass the same --vocab as to `pretrain prepare`")
 
 
-def model_config(name_or_path: str, tokenizer: BertTokenizer, seq_len: int, dropout: float | None = None
-                 ) -> BertConfig:
-    """A preset name or config.json, with the tokenizer's vocabulary size and padding id (and `dropout`)."""
+def model_config(name_or_path: str, tokenizer: BertTokenizer, seq_len: int, dropout: float | None = None,
+                 init_from: str | None = None) -> BertConfig:
+    """A preset name or config.json, with the tokenizer's vocabulary size and padding id (and `dropout`); with
+    `init_from`, that model directory's config.json, whose vocabulary must be the tokenizer's."""
     overrides = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.vocab.pad_token_id,
                  **dropout_overrides(dropout)}
-    if name_or_path in PRESETS:
+    if init_from is not None:
+        path = resolve_model_dir(init_from) / CONFIG_FILE
+        if not path.is_file():
+            raise ConfigError(f"init_from {init_from!r} is not a model directory (no {CONFIG_FILE})")
+        config = BertConfig.load(path)
+        if config.vocab_size != tokenizer.vocab_size:
+            raise ConfigError(f"{path}: vocab_size {config.vocab_size} differs from the corpus tokenizer's "
+                              f"{tokenizer.vocab_size}; prepare the corpus with that model's vocabulary")
+        config = dataclasses.replace(config, **overrides)
+    elif name_or_path in PRESETS:
         config = BertConfig.preset(name_or_path, **overrides)
     elif name_or_path.endswith(".json") or Path(name_or_path).is_file():
         config = dataclasses.replace(BertConfig.load(name_or_path), **overrides)
@@ -189,6 +209,15 @@ def model_config(name_or_path: str, tokenizer: BertTokenizer, seq_len: int, drop
         raise ConfigError(f"seq_len={seq_len} exceeds the model's max_position_embeddings "
                           f"({config.max_position_embeddings})")
     return config
+
+
+def initialise_from(model: nn.Module, directory: str, report: bool = True) -> None:
+    """Copy a checkpoint's weights into a fresh pre-training model; heads it lacks (say, the NSP head of an
+    MLM-only model) keep their initialisation."""
+    state, source = read_state_dict(resolve_model_dir(directory))
+    loaded = load_hf_state_dict(model, state, source, initialisable=model.initialisable)
+    if report and loaded.initialised:
+        logger.warning("%s: newly initialised (not in the checkpoint): %s", source, ", ".join(loaded.initialised))
 
 
 # ---------------------------------------------------------------- the run
@@ -264,7 +293,7 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device) -> Pretra
     tokenizer = load_tokenizer(config.tokenizer, config.do_lower_case)
     check_tokenizer(tokenizer, reader, config.tokenizer)
     objective = get_objective(config.objective)
-    bert_config = model_config(config.model, tokenizer, config.seq_len, config.dropout)
+    bert_config = model_config(config.model, tokenizer, config.seq_len, config.dropout, config.init_from)
     masker = Masker(tokenizer.vocab, config.masking, config.mask_probability)
 
     use_bf16 = config.bf16 and bf16_supported(device.type)
@@ -273,7 +302,10 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device) -> Pretra
     autocast_dtype = torch.bfloat16 if use_bf16 else torch.float16 if config.fp16 else None
     own_seed = distributed.rank_seed(config.seed, config.rank)  # config.seed on rank 0
     seed_everything(config.seed)
-    model = objective.build_model(bert_config).to(device)  # the same initial weights in every process
+    model = objective.build_model(bert_config)  # the same initial weights in every process
+    if config.init_from is not None and not resume:
+        initialise_from(model, config.init_from, is_main)
+    model = model.to(device)
     if config.rank > 0:
         # Dropout masks of its own for each process; rank 0 keeps the generator as initialisation left it, so a
         # single process draws exactly what it always did.
