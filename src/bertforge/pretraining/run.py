@@ -72,9 +72,9 @@ class PretrainConfig:
     data: str  # a folder written by prepare_corpus
     output: str
     model: str = "tiny"  # a BertConfig preset name, or a config.json path (vocab_size comes from the tokenizer)
-    # A model directory (or "default") whose weights start the run instead of a random initialisation, its config.json giving
-    # the architecture (then `model` is not used): continued pre-training, such as BERT's second phase at longer
-    # sequences, or more pre-training of a released model on the user's own text.
+    # A model directory (or "default") whose weights start the run instead of a random initialisation, its
+    # config.json giving the architecture (then `model` is not used): continued pre-training, such as BERT's second
+    # phase at longer sequences, or more pre-training of a released model on the user's own text.
     init_from: str | None = None
     dropout: float | None = None  # replaces the model's dropout (hidden and attention); None keeps it (BERT: 0.1)
     tokenizer: str = "default"  # a model directory, 'default', or a vocab.txt: must be the corpus's tokenizer
