@@ -65,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
     if args.init_from is not None and args.config is not None:
         raise ConfigError("--config and --init-from both set the architecture; give one of them")
     config = PretrainConfig(**{
-        "model": args.config or "tiny", "init_from": args.init_from, "dropout": args.dropout, "data": args.data, "output": args.output,
-        "tokenizer": args.vocab,
+        "model": args.config or "tiny", "init_from": args.init_from, "dropout": args.dropout, "data": args.data,
+        "output": args.output, "tokenizer": args.vocab,
         "do_lower_case": not args.cased, "objective": args.objective, "masking": args.masking, "steps": args.steps,
         "batch_size": args.batch_size, "grad_accumulation": args.grad_accum, "lr": args.lr,
         "warmup_steps": args.warmup_steps, "seq_len": args.seq_len,
