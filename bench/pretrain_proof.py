@@ -40,8 +40,8 @@ def finetuned_folder(folder: Path, examples: int, arm: str, seed: int) -> Path:
     return folder / f"sst2-{examples}-{arm.replace(' ', '-')}-{seed}"
 
 
-def pretrain_phase(args: argparse.Namespace, corpus: Path, vocab: Path, output: Path, start: list[str],
-                   objective: str, steps: int, batch_size: int, seq_len: int, lr: float) -> list[str]:
+def pretrain_phase(corpus: Path, vocab: Path, output: Path, start: list[str], objective: str, steps: int,
+                   batch_size: int, seq_len: int, lr: float) -> list[str]:
     """One `pretrain train` command: warm-up over 5% of the steps, four held-out evaluations, no dropout."""
     return ["pretrain", "train", *start, "--data", str(corpus), "--vocab", str(vocab), "--output", str(output),
             "--objective", objective, "--masking", "token", "--dropout", "0", "--steps", str(steps),
@@ -63,9 +63,9 @@ def pipeline(args: argparse.Namespace, folder: Path) -> list[tuple[str, list[str
         ("vocabulary", ["vocab", "--corpus", *CORPUS, "--vocab-size", str(args.vocab_size), "--output", str(vocab)]),
         ("prepare", ["pretrain", "prepare", "--corpus", *CORPUS, "--model-or-vocab", str(vocab),
                      "--output", str(corpus), "--max-seq-length", "128"]),
-        ("pre-train, 32 tokens", pretrain_phase(args, corpus, vocab, short_model, ["--config", args.config], "mlm",
+        ("pre-train, 32 tokens", pretrain_phase(corpus, vocab, short_model, ["--config", args.config], "mlm",
                                                 args.short_steps, per_process[0], 32, args.lr)),
-        ("pre-train, 128 tokens", pretrain_phase(args, corpus, vocab, model, ["--init-from", str(short_model)],
+        ("pre-train, 128 tokens", pretrain_phase(corpus, vocab, model, ["--init-from", str(short_model)],
                                                  "mlm+nsp", args.steps, per_process[1], 128, args.lr / 2)),
         ("held-out MLM", ["pretrain", "eval", "--model", str(model), "--data", str(corpus)]),
         *[(f"SST-2, {examples} sentences, {arm}, seed {seed}",

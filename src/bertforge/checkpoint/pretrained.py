@@ -29,6 +29,14 @@ class LoadReport:
     skipped: list[str] = field(default_factory=list)  # checkpoint tensors this model has no place for
     initialised: list[str] = field(default_factory=list)  # model parameters the checkpoint lacked
 
+    def log(self, source: Path) -> None:
+        """Say what was skipped (info) and what kept its fresh initialisation (warning)."""
+        if self.skipped:
+            logger.info("%s: skipped %d tensors this model does not use: %s", source, len(self.skipped),
+                        ", ".join(self.skipped))
+        if self.initialised:
+            logger.warning("%s: newly initialised (not in the checkpoint): %s", source, ", ".join(self.initialised))
+
 
 def _without_encoder_prefix(name: str) -> str:
     return name.removeprefix(ENCODER_PREFIX)
@@ -115,12 +123,7 @@ class Pretrained:
             heads = sorted(m for m in modules if not any(m.startswith(other + ".") for other in modules))
             raise CheckpointError(f"{source}: no trained weights for {cls.__name__}'s head ({', '.join(heads)}) "
                                   f"in this checkpoint, which was saved from a model without it")
-        if report.skipped:
-            logger.info("%s: skipped %d tensors this model does not use: %s", source, len(report.skipped),
-                        ", ".join(report.skipped))
-        if report.initialised:
-            logger.warning("%s: newly initialised (not in the checkpoint): %s", source,
-                           ", ".join(report.initialised))
+        report.log(source)
         return model.eval()
 
     def save_pretrained(self, directory: str | Path) -> Path:

@@ -192,9 +192,7 @@ def model_config(name_or_path: str, tokenizer: BertTokenizer, seq_len: int, drop
                  **dropout_overrides(dropout)}
     if init_from is not None:
         path = resolve_model_dir(init_from) / CONFIG_FILE
-        if not path.is_file():
-            raise ConfigError(f"init_from {init_from!r} is not a model directory (no {CONFIG_FILE})")
-        config = BertConfig.load(path)
+        config = BertConfig.load(path)  # a ConfigError naming the file if there is none
         if config.vocab_size != tokenizer.vocab_size:
             raise ConfigError(f"{path}: vocab_size {config.vocab_size} differs from the corpus tokenizer's "
                               f"{tokenizer.vocab_size}; prepare the corpus with that model's vocabulary")
@@ -216,8 +214,8 @@ def initialise_from(model: nn.Module, directory: str, report: bool = True) -> No
     MLM-only model) keep their initialisation."""
     state, source = read_state_dict(resolve_model_dir(directory))
     loaded = load_hf_state_dict(model, state, source, initialisable=model.initialisable)
-    if report and loaded.initialised:
-        logger.warning("%s: newly initialised (not in the checkpoint): %s", source, ", ".join(loaded.initialised))
+    if report:
+        loaded.log(source)
 
 
 # ---------------------------------------------------------------- the run
