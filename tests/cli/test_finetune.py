@@ -170,8 +170,9 @@ def test_flags_fill_the_run_config_fields():
     finetune_cli.add_arguments(parser)
     config = finetune_cli.config_from_args(parser.parse_args([
         "--task", "qa", "--n-best", "5", "--max-answer-length", "10", "--null-score-threshold", "1.5",
-        "--lr", "3e-5", "--long-text", "windows", "--random-init", "--dropout", "0.2", "--context", "document"]))
-    assert config.dropout == 0.2 and config.settings.context == "document"
+        "--lr", "3e-5", "--long-text", "windows", "--random-init", "--dropout", "0.2", "--context", "document",
+        "--decoding", "viterbi"]))
+    assert config.dropout == 0.2 and config.settings.context == "document" and config.settings.decoding == "viterbi"
     assert (config.n_best, config.max_answer_length, config.null_score_threshold) == (5, 10, 1.5)
     assert config.random_init is True
     assert (config.training.lr, config.long_text, config.settings.n_best) == (3e-5, "windows", 5)

@@ -48,7 +48,13 @@ def test_ner_finetune_evaluate_predict(tiny_model_dir, tmp_path, capsys):
     assert code == 0 and "best model" in out and "f1=" in out
     assert json.loads((output / "finetune_config.json").read_text())["task"] == "ner"
     code, out = run_command(evaluate_cli, capsys, "--model", output, "--data", conll)
-    assert code == 0 and set(json.loads((output / "eval_results.json").read_text())) >= {"precision", "f1"}
+    results = json.loads((output / "eval_results.json").read_text())
+    assert code == 0 and set(results) >= {"precision", "f1"} and results["decoding"] == "argmax"
+    code, out = run_command(evaluate_cli, capsys, "--model", output, "--data", conll, "--decoding", "viterbi")
+    assert code == 0 and json.loads((output / "eval_results.json").read_text())["decoding"] == "viterbi"
+    code, out = run_command(predict_cli, capsys, "--model", output, "--text", "John Smith lives in Paris.",
+                            "--decoding", "viterbi")
+    assert code == 0 and out.strip()
     code, out = run_command(predict_cli, capsys, "--model", output, "--text", "John Smith lives in Paris.")
     assert code == 0 and out.strip()
     texts = tmp_path / "texts.txt"

@@ -108,6 +108,8 @@ def test_finetune_config_round_trips_through_json(tmp_path):
         FinetuneConfig(task="nope")
     with pytest.raises(ConfigError, match="unknown context 'paragraph'; choose from sentence, document"):
         FinetuneConfig(task="ner", context="paragraph")
+    with pytest.raises(ConfigError, match="unknown decoding 'crf'; choose from argmax, viterbi"):
+        FinetuneConfig(task="ner", decoding="crf")
     with pytest.raises(ConfigError, match=r"^run.json: unknown key 'epochs'"):
         FinetuneConfig.from_dict({"epochs": 3}, "run.json")  # belongs under "training"
 

@@ -5,18 +5,20 @@ from collections import Counter
 import pytest
 import torch
 
-from bertforge import InputError
+from bertforge import ConfigError, InputError
 from bertforge.heads import IGNORE_INDEX
 from bertforge.tasks.metrics import entities
 from bertforge.tasks.token_classification import (
     TaggedSentence,
     collate,
     collect_labels,
+    iob2_transitions,
     predict_tags,
     read_conll,
     tagged_entities,
     to_iob2,
     token_features,
+    viterbi,
 )
 
 LABELS = {0: "O", 1: "B-LOC", 2: "B-PER", 3: "I-PER"}
@@ -98,6 +100,40 @@ def test_a_word_longer_than_the_window_keeps_its_labelled_piece(tokenizer):
     assert [f.word_positions for f in features] == [{0: 1}, {1: 1}, {2: 1}]
     assert features[1].labels == [IGNORE_INDEX, 2, IGNORE_INDEX, IGNORE_INDEX]
     assert all(len(f.input_ids) <= 4 for f in features)
+
+
+def test_iob2_transitions_allow_inside_only_after_its_own_type():
+    allowed = iob2_transitions(LABELS)  # O, B-LOC, B-PER, I-PER; last row: the sentence start
+    inside_per = LABEL2ID["I-PER"]
+    assert allowed[:, inside_per].tolist() == [False, False, True, True, False]
+    assert allowed[:, LABEL2ID["O"]].all() and allowed[:, LABEL2ID["B-LOC"]].all()
+
+
+def test_viterbi_repairs_what_argmax_gets_wrong():
+    # Word by word, argmax reads O I-PER I-PER: an entity with no beginning. The best valid sequence
+    # (by hand: B-PER I-PER I-PER scores log .4 + log .6 + log .9 against O O O's log .6 + log .3 + log .05)
+    # turns the first word into B-PER.
+    probs = torch.tensor([[0.6, 0.0, 0.4, 0.0],
+                          [0.3, 0.0, 0.1, 0.6],
+                          [0.05, 0.0, 0.05, 0.9]])
+    labels = viterbi(probs.log(), iob2_transitions(LABELS))
+    assert [LABELS[label] for label in labels] == ["B-PER", "I-PER", "I-PER"]
+    assert probs.argmax(-1).tolist() == [0, 3, 3]
+    assert viterbi(torch.zeros(0, 4), iob2_transitions(LABELS)) == []
+
+
+def test_viterbi_decoding_of_windows_gives_valid_iob2(tokenizer):
+    sentence = TaggedSentence("John Smith met Anna in Oslo".split(), [])
+    [feature] = token_features([sentence], tokenizer)
+    logits = one_hot_logits(feature, lambda word: [2, 3, 0, 3, 0, 1][word], len(LABELS))
+    logits[feature.word_positions[3], LABEL2ID["B-PER"]] = 2.0  # second choice for "Anna"
+    [(argmax_tags, _)] = predict_tags([sentence], [feature], [logits], LABELS)
+    [(tags, probabilities)] = predict_tags([sentence], [feature], [logits], LABELS, decoding="viterbi")
+    assert argmax_tags == ["B-PER", "I-PER", "O", "I-PER", "O", "B-LOC"]
+    assert tags == ["B-PER", "I-PER", "O", "B-PER", "O", "B-LOC"]  # "Anna" cannot continue an entity after O
+    assert probabilities[3] < 0.1 < 0.9 < probabilities[0]
+    with pytest.raises(ConfigError, match="unknown decoding 'crf'"):
+        predict_tags([sentence], [feature], [logits], LABELS, decoding="crf")
 
 
 def test_entities_with_character_spans():

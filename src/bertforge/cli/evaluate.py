@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from bertforge.cli.arguments import add_inference_arguments, inference_options, positive_int
-from bertforge.cli.finetune import add_column_arguments
+from bertforge.cli.finetune import add_column_arguments, add_decoding_argument
 from bertforge.tasks.finetune import EVAL_RESULTS_FILE
 from bertforge.tasks.registry import TASKS
 
@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=positive_int, default=None, help="default: the training run's")
     parser.add_argument("--output", "-o", default=None,
                         help=f"metrics JSON file (default: {EVAL_RESULTS_FILE} in the model directory)")
+    add_decoding_argument(parser, "the training run's")
     add_inference_arguments(parser)
 
 
@@ -30,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     output = args.output or Path(args.model) / EVAL_RESULTS_FILE
     metrics = evaluate(args.model, args.data, args.text_column, args.text_pair_column, args.label_column,
                        task=args.task, batch_size=args.batch_size, max_length=args.max_length, output=output,
-                       inference=inference_options(args))
+                       inference=inference_options(args), decoding=args.decoding)
     for name, value in metrics.items():
         print(f"{name}: {value:.4f}")
     print(f"saved to {output}")

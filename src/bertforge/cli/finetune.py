@@ -9,7 +9,7 @@ from pathlib import Path
 from bertforge.config import read_json_object
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.registry import TASKS
-from bertforge.tasks.token_classification import CONTEXTS
+from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 
 # flag -> (place in FinetuneConfig's JSON, type, help); every default is None, so an absent flag leaves the
 # run config's value (or the dataclass default) in place.
@@ -54,6 +54,13 @@ def add_column_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(flag, default=None, help=help_text)
 
 
+def add_decoding_argument(parser: argparse.ArgumentParser, default: str) -> None:
+    """--decoding, shared by finetune, evaluate and predict (which default to the training run's)."""
+    parser.add_argument("--decoding", choices=list(DECODINGS), default=None,
+                        help=f"ner: each word's most probable tag (argmax) or the most probable valid IOB2 sequence "
+                             f"(viterbi); default: {default}")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="run config JSON (FinetuneConfig fields; flags override it)")
     parser.add_argument("--task", choices=list(TASKS), default=None, help="default: classification")
@@ -65,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context", choices=list(CONTEXTS), default=None,
                         help="ner: what fills the rest of each window: nothing (sentence, the default) or the "
                              "sentences around it in its document (-DOCSTART- blocks), as BERT's CoNLL-2003 result")
+    add_decoding_argument(parser, "argmax")
     parser.add_argument("--version-2", action="store_const", const=True, default=None,
                         help="qa: SQuAD v2 data, where questions may have no answer")
     parser.add_argument("--random-init", action="store_const", const=True, default=None,
@@ -87,6 +95,7 @@ def config_from_args(args: argparse.Namespace):
     places = {flag: place for flag, (place, _, _) in FLAGS.items()}
     places |= {flag: place for flag, (place, _) in COLUMN_FLAGS.items()}
     places |= {"--task": ("task",), "--long-text": ("long_text",), "--context": ("context",),
+               "--decoding": ("decoding",),
                "--version-2": ("version_2",), "--random-init": ("random_init",),
                "--bf16": ("training", "bf16"), "--no-progress": ("training", "progress")}
     for flag, place in places.items():

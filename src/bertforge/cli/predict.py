@@ -8,7 +8,7 @@ import json
 
 from bertforge.atomic import write_text_atomic
 from bertforge.cli.arguments import add_inference_arguments, inference_options, positive_int
-from bertforge.cli.finetune import add_column_arguments
+from bertforge.cli.finetune import add_column_arguments, add_decoding_argument
 from bertforge.errors import InputError
 
 
@@ -24,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_column_arguments(parser)
     parser.add_argument("--batch-size", type=positive_int, default=64)
     parser.add_argument("--max-length", type=positive_int, default=None, help="default: the training run's")
+    add_decoding_argument(parser, "the training run's")
     add_inference_arguments(parser)
 
 
@@ -42,11 +43,12 @@ def run(args: argparse.Namespace) -> int:
     if text is not None:
         pairs = [text_pair] if text_pair is not None else None
         answer = predict(args.model, texts=[text], text_pairs=pairs, max_length=args.max_length,
-                         inference=inference_options(args))[0]
+                         inference=inference_options(args), decoding=args.decoding)[0]
         print(format_answer(answer))
         return 0
     answers = predict(args.model, args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
-                      batch_size=args.batch_size, max_length=args.max_length, inference=inference_options(args))
+                      batch_size=args.batch_size, max_length=args.max_length, inference=inference_options(args),
+                      decoding=args.decoding)
     write_text_atomic(args.output, "".join(json.dumps(answer, ensure_ascii=False) + "\n" for answer in answers))
     print(f"wrote {len(answers)} predictions to {args.output}")
     return 0

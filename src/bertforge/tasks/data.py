@@ -137,7 +137,8 @@ class EncodeSettings:
     context: str = "sentence"  # NER: what else fills a window (sentence: nothing; document: its neighbours)
     max_query_length: int = 64  # QA: question tokens kept
     version_2: bool = False  # QA: SQuAD v2, questions may have no answer
-    # QA decoding, kept here so that a fine-tuned model's predictions decode as its training run's did
+    # Decoding, kept here so that a fine-tuned model's predictions decode as its training run's did
+    decoding: str = "argmax"  # NER: each word's most probable tag, or "viterbi": the best valid IOB2 sequence
     n_best: int = 20  # answers kept per question
     max_answer_length: int = 30  # tokens
     null_score_threshold: float = 0.0  # SQuAD v2: how far the empty answer must beat the best span

@@ -26,7 +26,7 @@ from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, training_batches
 from bertforge.tasks.registry import TASKS, Task, get_task
-from bertforge.tasks.token_classification import CONTEXTS
+from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 from bertforge.tokenizer import BertTokenizer
 from bertforge.training.trainer import TrainConfig, Trainer, check_number, config_from_dict, seed_everything
 
@@ -53,6 +53,7 @@ class FinetuneConfig:
     max_length: int | None = None  # tokens per input; None: the task's default (qa 384, others 128)
     long_text: str = "truncate"
     context: str = "sentence"  # ner: "document" fills each window with the sentences around it (BERT's CoNLL set-up)
+    decoding: str = "argmax"  # ner: "viterbi" reads the most probable valid IOB2 tag sequence, not each word's best
     doc_stride: int | None = None  # overlap of windows: qa tokens (default 128), ner words (default 16)
     max_query_length: int = 64  # qa: question tokens kept
     version_2: bool = False  # qa: SQuAD v2 (questions may have no answer)
@@ -75,6 +76,8 @@ class FinetuneConfig:
             raise ConfigError(f"unknown long_text {self.long_text!r}; choose from {', '.join(LONG_TEXT)}")
         if self.context not in CONTEXTS:
             raise ConfigError(f"unknown context {self.context!r}; choose from {', '.join(CONTEXTS)}")
+        if self.decoding not in DECODINGS:
+            raise ConfigError(f"unknown decoding {self.decoding!r}; choose from {', '.join(DECODINGS)}")
         check_number("null_score_threshold", self.null_score_threshold)
         dropout_overrides(self.dropout)  # validates it
         for name in ("max_length", "batch_size", "eval_batch_size", "max_query_length", "n_best",
@@ -90,7 +93,7 @@ class FinetuneConfig:
     @property
     def settings(self) -> EncodeSettings:
         return EncodeSettings(max_length=self.max_length, long_text=self.long_text, stride=self.doc_stride,
-                              context=self.context, max_query_length=self.max_query_length,
+                              context=self.context, decoding=self.decoding, max_query_length=self.max_query_length,
                               version_2=self.version_2, n_best=self.n_best, max_answer_length=self.max_answer_length,
                               null_score_threshold=self.null_score_threshold)
 
@@ -225,14 +228,16 @@ class FinetunedModel:
                                        settings=self.settings.settings)
 
     def predict(self, examples: Sequence[Any], batch_size: int = 64, max_length: int | None = None,
-                ) -> list[dict[str, Any]]:
-        settings = dataclasses.replace(self.settings.settings, max_length=max_length or self.settings.max_length)
+                decoding: str | None = None) -> list[dict[str, Any]]:
+        """Answers for examples; `max_length` and `decoding` replace the training run's when given."""
+        settings = dataclasses.replace(self.settings.settings, max_length=max_length or self.settings.max_length,
+                                       decoding=decoding or self.settings.decoding)
         features = self.task.encode(self.tokenizer, examples, settings, self.id2label)
         return self.task.predict(self.model, features, examples, batch_size)
 
     def evaluate(self, examples: Sequence[Any], batch_size: int = 64, max_length: int | None = None,
-                 ) -> dict[str, float]:
-        return self.task.score(self.predict(examples, batch_size, max_length), examples, self.id2label)
+                 decoding: str | None = None) -> dict[str, float]:
+        return self.task.score(self.predict(examples, batch_size, max_length, decoding), examples, self.id2label)
 
 
 def saved_run_config(name_or_path: str | Path) -> FinetuneConfig | None:
@@ -256,15 +261,16 @@ def task_of_checkpoint(directory: Path) -> str:
 def evaluate(model: str | Path, data: str | Path, text_column: str | None = None,
              text_pair_column: str | None = None, label_column: str | None = None, task: str | None = None,
              batch_size: int = 64, max_length: int | None = None, output: str | Path | None = None,
-             inference: InferenceOptions = AS_TRAINED) -> dict[str, float]:
+             inference: InferenceOptions = AS_TRAINED, decoding: str | None = None) -> dict[str, float]:
     """Metrics of a fine-tuned model on a labelled file, also written to `output` (JSON) when given; `inference`
     (e.g. InferenceOptions(precision="int8")) measures what a speed option costs on the task's metric."""
     finetuned = FinetunedModel.load(model, task, inference)
     examples = finetuned.read(data, finetuned.columns(text_column, text_pair_column, label_column), labelled=True)
-    metrics = finetuned.evaluate(examples, batch_size, max_length)
+    metrics = finetuned.evaluate(examples, batch_size, max_length, decoding)
     if output is not None:
         options = dataclasses.asdict(inference)
-        record = {"model": str(model), "data": str(data), "examples": len(examples), **options, **metrics}
+        record = {"model": str(model), "data": str(data), "examples": len(examples), **options,
+                  "decoding": decoding or finetuned.settings.decoding, **metrics}
         write_text_atomic(output, json.dumps(record, indent=2) + "\n")
     return metrics
 
@@ -272,7 +278,7 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
 def predict(model: str | Path, path: str | Path | None = None, texts: Sequence[str] | None = None,
             text_pairs: Sequence[str] | None = None, text_column: str | None = None,
             text_pair_column: str | None = None, batch_size: int = 64, max_length: int | None = None,
-            inference: InferenceOptions = AS_TRAINED) -> list[dict[str, Any]]:
+            inference: InferenceOptions = AS_TRAINED, decoding: str | None = None) -> list[dict[str, Any]]:
     """Answers for the examples of a file (or given `texts`, and `text_pairs`: for qa the questions and their
     contexts), each with its input: {"text", "label", ...}, {"text", "entities", "tags"}, {"question", "answer"...}."""
     finetuned = FinetunedModel.load(model, inference=inference)
@@ -281,5 +287,5 @@ def predict(model: str | Path, path: str | Path | None = None, texts: Sequence[s
     else:
         pairs = text_pairs if text_pairs is not None else [None] * len(texts)
         examples = [finetuned.task.example(text, pair) for text, pair in zip(texts, pairs)]
-    answers = finetuned.predict(examples, batch_size, max_length)
+    answers = finetuned.predict(examples, batch_size, max_length, decoding)
     return [{**finetuned.task.inputs(example), **answer} for example, answer in zip(examples, answers)]

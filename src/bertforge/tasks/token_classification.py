@@ -8,6 +8,7 @@ sentence in its document, which are read but neither labelled nor predicted.
 
 from __future__ import annotations
 
+import math
 import re
 from bisect import bisect_right
 from collections import Counter
@@ -27,6 +28,8 @@ OUTSIDE = "O"
 DOCUMENT_START = "-DOCSTART-"
 # What fills a window besides the sentence: nothing, or the neighbouring sentences of its document.
 CONTEXTS = ("sentence", "document")
+# How word tags are read off the label probabilities (see predict_tags).
+DECODINGS = ("argmax", "viterbi")
 
 
 @dataclass
@@ -262,13 +265,17 @@ def collate(features: Sequence[TokenFeatures], pad_token_id: int) -> dict[str, t
 # --- decoding -----------------------------------------------------------------------------------------------
 
 def predict_tags(sentences: Sequence[TaggedSentence], features: Sequence[TokenFeatures],
-                 logits: Sequence[torch.Tensor], id2label: Mapping[int, str]
+                 logits: Sequence[torch.Tensor], id2label: Mapping[int, str], decoding: str = "argmax"
                  ) -> list[tuple[list[str], list[float]]]:
     """One (tags, probabilities) pair per sentence, one tag per word, from each feature's (seq, labels) logits.
 
     A word seen by several windows takes the prediction of the window where it is most central (where it has
     the most context on its nearer side). A word with no sub-tokens is "O" with probability 1.
+    decoding: "argmax" tags each word with its most probable label; "viterbi" picks the most probable sequence
+    of tags that is valid IOB2 (I-X only after B-X or I-X), from the same per-word probabilities.
     """
+    if decoding not in DECODINGS:
+        raise ConfigError(f"unknown decoding {decoding!r}; choose from {', '.join(DECODINGS)}")
     # Per sentence, per word: (context on the nearer side, feature index, position).
     best: list[dict[int, tuple[int, int, int]]] = [{} for _ in sentences]
     for feature_index, feature in enumerate(features):
@@ -278,15 +285,50 @@ def predict_tags(sentences: Sequence[TaggedSentence], features: Sequence[TokenFe
             if word not in best[feature.sentence] or context > best[feature.sentence][word][0]:
                 best[feature.sentence][word] = (context, feature_index, position)
 
+    outside = next(i for i, label in id2label.items() if label == OUTSIDE) if OUTSIDE in id2label.values() else None
+    allowed = iob2_transitions(id2label) if decoding == "viterbi" else None
     predictions = []
     for sentence, chosen in zip(sentences, best):
-        tags, probabilities = [OUTSIDE] * len(sentence.words), [1.0] * len(sentence.words)
+        log_probs = torch.full((len(sentence.words), len(id2label)), -math.inf)
         for word, (_, feature_index, position) in chosen.items():
-            probs = logits[feature_index][position].float().softmax(-1)
-            probability, label = probs.max(-1)
-            tags[word], probabilities[word] = id2label[int(label)], float(probability)
+            log_probs[word] = logits[feature_index][position].float().log_softmax(-1)
+        unseen = [word for word in range(len(sentence.words)) if word not in chosen]
+        if unseen and outside is not None:
+            log_probs[unseen, outside] = 0.0
+        labels = viterbi(log_probs, allowed) if allowed is not None else log_probs.argmax(-1).tolist()
+        tags = [id2label[label] for label in labels]
+        probabilities = log_probs[torch.arange(len(labels)), torch.tensor(labels, dtype=torch.long)].exp().tolist()
         predictions.append((tags, probabilities))
     return predictions
+
+
+def iob2_transitions(id2label: Mapping[int, str]) -> torch.Tensor:
+    """(labels + 1, labels) booleans: may label j follow label i; the last row is the sentence start.
+    IOB2 allows I-X only after B-X or I-X; labels that are not IOB are allowed anywhere."""
+    labels = [id2label[i] for i in range(len(id2label))]
+    allowed = torch.ones(len(labels) + 1, len(labels), dtype=torch.bool)
+    for j, label in enumerate(labels):
+        if label.startswith("I-"):
+            allowed[:, j] = torch.tensor([previous in (f"B-{label[2:]}", label) for previous in labels] + [False])
+    return allowed
+
+
+def viterbi(log_probs: torch.Tensor, allowed: torch.Tensor) -> list[int]:
+    """The label sequence of highest total log-probability among those `allowed` permits; (words, labels) in."""
+    if len(log_probs) == 0:
+        return []
+    forbidden = torch.where(allowed, 0.0, -math.inf)
+    score = log_probs[0] + forbidden[-1]
+    backpointers = []
+    for word_scores in log_probs[1:]:
+        candidates = score[:, None] + forbidden[:-1]  # (previous, next)
+        score, previous = candidates.max(0)
+        score = score + word_scores
+        backpointers.append(previous)
+    labels = [int(score.argmax())]
+    for previous in reversed(backpointers):
+        labels.append(int(previous[labels[-1]]))
+    return labels[::-1]
 
 
 def tagged_entities(words: Sequence[str], tags: Sequence[str], probabilities: Sequence[float] | None = None
@@ -361,7 +403,8 @@ def encode(tokenizer, sentences: Sequence[TaggedSentence], settings: EncodeSetti
 def predict(model, features: Features, sentences: Sequence[TaggedSentence], batch_size: int = 64) -> list[dict]:
     """One answer per sentence: {"entities": [{type, text, start, end, score}], "tags": one per word}."""
     logits = [outputs[0] for outputs in row_outputs(model, features, batch_size, lambda output: (output.logits,))]
-    tagged = predict_tags(sentences, features.extras, logits, model.config.id2label)
+    decoding = features.settings.decoding if features.settings is not None else "argmax"
+    tagged = predict_tags(sentences, features.extras, logits, model.config.id2label, decoding)
     return [{"entities": tagged_entities(sentence.words, tags, probabilities), "tags": tags}
             for sentence, (tags, probabilities) in zip(sentences, tagged)]
 
