@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from bertforge import BertConfig, BertforgeError, BertModel
-from bertforge.model import FeedForward, SelfAttention, dropout
+from bertforge import model as model_module
+from bertforge.model import FeedForward, Padding, SelfAttention, dropout, group_by_length
 
 
 def test_output_shapes(tiny_config, random_batch):
@@ -24,11 +25,13 @@ def test_optional_outputs_are_off_by_default(tiny_config):
     assert out.hidden_states is None and out.attentions is None
 
 
-def test_sdpa_and_explicit_attention_agree(tiny_config, random_batch):
+@pytest.mark.parametrize("explicit_up_to", [0, 64])  # SDPA for every block; the explicit path for short ones
+def test_sdpa_and_explicit_attention_agree(tiny_config, random_batch, monkeypatch, explicit_up_to):
+    monkeypatch.setattr(model_module, "EXPLICIT_ATTENTION_MAX_SEQ", explicit_up_to)
     model = BertModel(tiny_config).eval()
     batch = random_batch(tiny_config, batch_size=4, seq_len=13)
     fast = model(*batch)
-    explicit = model(*batch, output_attentions=True)
+    explicit = model(*batch, output_attentions=True)  # the weights always come from the explicit path
     assert torch.allclose(fast.last_hidden_state, explicit.last_hidden_state, atol=1e-6)
 
 
@@ -50,6 +53,81 @@ def test_padding_does_not_change_real_tokens(tiny_config, random_batch):
         alone = model(input_ids[row:row + 1, :length], token_type_ids=token_type_ids[row:row + 1, :length])
         assert torch.allclose(batched[row, :length], alone.last_hidden_state[0], atol=1e-5)
         assert not batched[row, length:].any()  # padding positions are zeros, not garbage
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_length_groups_cover_every_sequence_once_longest_first(seed):
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 300, (int(torch.randint(1, 80, (1,), generator=generator)),), generator=generator)
+    lengths = lengths.tolist()
+    blocks = group_by_length(lengths)
+    members = [i for block in blocks for i in block]
+    assert sorted(members) == [i for i, length in enumerate(lengths) if length > 0]  # empty sequences left out
+    longest = [max(lengths[i] for i in block) for block in blocks]
+    assert longest == sorted(longest, reverse=True)
+    for earlier, later in zip(blocks, blocks[1:]):
+        assert min(lengths[i] for i in earlier) > max(lengths[i] for i in later)  # equal lengths share a block
+
+
+def test_very_different_lengths_attend_in_separate_blocks():
+    assert len(group_by_length([500, 8, 8, 8])) == 2
+    assert len(group_by_length([20, 19, 18, 17])) == 1
+
+
+def test_attention_blocks_round_trip_and_mask_only_padding():
+    lengths = torch.tensor([300, 7, 0, 5, 290, 60, 60])
+    mask = (torch.arange(300)[None, :] < lengths[:, None]).long()
+    mask[5] = mask[5].flip(0)  # left padding: real tokens need not start a row
+    padding = Padding(mask, torch.float32)
+    # Each token, as the batch holds it, is (its sequence, its order in the sequence).
+    positions = torch.stack([torch.arange(7)[:, None].expand(7, 300), mask.cumsum(1) - 1], -1).float()
+    tokens = padding.remove(positions)
+    assert torch.equal(padding.restore(tokens)[mask.bool()], positions[mask.bool()])
+    assert len(padding.blocks) > 1
+    seen, rows = [], []
+    for block in padding.blocks:
+        rectangle = block.gather(tokens)  # (batch, seq, 2)
+        rows.append(rectangle.reshape(-1, 2))
+        real_keys = torch.ones(block.batch, block.seq, dtype=torch.bool) if block.bias is None else \
+            block.bias[:, 0, 0, :] == 0
+        for row, real in zip(rectangle, real_keys):
+            sequence = int(row[0, 0])
+            assert torch.equal(row[:, 0], torch.full((block.seq,), float(sequence)))  # padding repeats its own
+            assert torch.equal(row[real, 1], torch.arange(int(lengths[sequence])).float())  # tokens fill the start
+            assert real.sum() == lengths[sequence]
+            seen.append(sequence)
+        assert real_keys.sum(1).max() == block.seq  # each block is as long as its longest sequence
+    assert sorted(seen) == [0, 1, 3, 4, 5, 6]  # the empty sequence attends nowhere
+    assert torch.equal(padding.from_blocks(rows), tokens)
+    equal_lengths = next(block for block in padding.blocks if block.seq == 60)
+    assert equal_lengths.fill is None and equal_lengths.bias is None  # attends on its tokens as they are
+
+
+def test_a_batch_without_real_tokens_is_computed_whole(tiny_config):
+    model = BertModel(tiny_config).eval()
+    out = model(torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 5, dtype=torch.long), output_attentions=True)
+    assert out.last_hidden_state.shape == (2, 5, 32) and out.last_hidden_state.isfinite().all()
+    assert torch.allclose(out.attentions[0], torch.full((2, 4, 5, 5), 0.2))
+
+
+def test_any_mask_layout_gives_the_outputs_of_each_sequence_alone(tiny_config):
+    model = BertModel(tiny_config).eval()
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(1, tiny_config.vocab_size, (4, 40), generator=generator)
+    mask = torch.zeros(4, 40, dtype=torch.long)
+    mask[0, :40] = 1
+    mask[1, 30:] = 1  # left padded
+    mask[2, :3] = 1
+    mask[3, 5:25] = 1  # padding on both sides
+    position_ids = (mask.cumsum(1) - 1).clamp(min=0)
+    grouped = model(input_ids, mask, position_ids=position_ids, output_hidden_states=True)
+    for row in range(4):
+        real = mask[row].bool()
+        alone = model(input_ids[row:row + 1, real])
+        assert torch.allclose(grouped.last_hidden_state[row, real], alone.last_hidden_state[0], atol=1e-5)
+    in_place = model(input_ids, mask, position_ids=position_ids, output_hidden_states=True, output_attentions=True)
+    for ours, positions_kept in zip(grouped.hidden_states, in_place.hidden_states):
+        assert torch.allclose(ours, positions_kept, atol=1e-5)
 
 
 def test_gradients_flow_through_the_unpadded_path(tiny_config, random_batch):

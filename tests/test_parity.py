@@ -1,6 +1,9 @@
 """The real MiniLM checkpoint against transformers.BertModel: same inputs, every output within 1e-5."""
 
+import pytest
 import torch
+
+from bertforge import model as model_module
 
 TOLERANCE = 1e-5
 
@@ -29,7 +32,10 @@ def test_every_output_matches_the_reference(minilm, hf_minilm, tokenizer, real_s
         assert max_difference(mine, theirs, query_rows) < TOLERANCE, f"attention weights of layer {layer}"
 
 
-def test_sdpa_and_explicit_paths_agree_on_real_weights(minilm, tokenizer, real_sentences):
+@pytest.mark.parametrize("explicit_up_to", [0, 64, 512])  # all SDPA, by length (the default), all explicit
+def test_sdpa_and_explicit_paths_agree_on_real_weights(minilm, tokenizer, real_sentences, monkeypatch,
+                                                       explicit_up_to):
+    monkeypatch.setattr(model_module, "EXPLICIT_ATTENTION_MAX_SEQ", explicit_up_to)
     batch = tokenizer(real_sentences, padding=True, return_tensors="pt")
     with torch.inference_mode():
         fast = minilm(**batch, output_hidden_states=True)

@@ -1,0 +1,78 @@
+"""Sentence embeddings end to end: bertforge's extract_features vs sentence-transformers' encode, one run.
+
+    python bench/bench_embed.py [--threads 2] [--repeats 5] [--sentences 1000] [--batch-size 32]
+
+The default model (all-MiniLM-L6-v2) loaded by both from the same directory; real sentences (SST-2 dev, then
+SST-2 train, in file order); texts in, normalised mean-pooled vectors out, tokenization included. Both sort texts
+by length into batches of --batch-size. The two are timed interleaved, alternating which goes first, after a
+warm-up pass each; sentences/s are medians. The vectors are compared too (largest absolute difference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import time
+
+import torch
+from real_text import DATA, read_sst2_dev  # bench/ is the script's folder, so on sys.path
+
+from bertforge import BertModel, BertTokenizer
+from bertforge.checkpoint import default_model_dir
+from bertforge.inference import extract_features
+from bertforge.runtime import tune_cpu_allocator
+
+
+def real_sentences(count: int) -> list[str]:
+    sentences = read_sst2_dev()
+    with open(DATA / "sst2" / "train.tsv", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE):
+            if len(sentences) >= count:
+                break
+            sentences.append(row["sentence"])
+    return sentences[:count]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--sentences", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args()
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(args.threads)
+    tune_cpu_allocator()  # what the bertforge command does at start-up; process-wide, so the reference gains too
+    sentences = real_sentences(args.sentences)
+    directory = default_model_dir()
+    model, tokenizer = BertModel.from_pretrained(directory), BertTokenizer.from_pretrained(directory)
+    reference = SentenceTransformer(str(directory), device="cpu")
+
+    engines = {
+        "bertforge": lambda: extract_features(model, tokenizer, sentences, pooling="mean", normalize=True,
+                                              batch_size=args.batch_size),
+        "sentence-transformers": lambda: torch.from_numpy(reference.encode(
+            sentences, batch_size=args.batch_size, normalize_embeddings=True)),
+    }
+    vectors = {name: run() for name, run in engines.items()}  # warm-up, and the vectors to compare
+    times: dict[str, list[float]] = {name: [] for name in engines}
+    for repeat in range(args.repeats):
+        for name in (list(engines) if repeat % 2 == 0 else list(engines)[::-1]):
+            start = time.perf_counter()
+            engines[name]()
+            times[name].append(time.perf_counter() - start)
+
+    tokens = sum(len(ids) for ids in tokenizer(sentences, truncation=True)["input_ids"])
+    difference = float((vectors["bertforge"] - vectors["sentence-transformers"]).abs().max())
+    print(f"{len(sentences)} real sentences ({tokens} tokens), batch {args.batch_size}, {args.threads} threads, "
+          f"median of {args.repeats}; largest difference of the vectors {difference:.1e}")
+    reference_s = statistics.median(times["sentence-transformers"])
+    for name, measured in times.items():
+        seconds = statistics.median(measured)
+        print(f"{name:<24}{len(sentences) / seconds:>10.1f} sentences/s  x{reference_s / seconds:.2f}")
+
+
+if __name__ == "__main__":
+    main()
