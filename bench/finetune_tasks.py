@@ -9,8 +9,10 @@ has one, timed end to end as a user would run them. `transformers` trains transf
 same name (BertForSequenceClassification, ...) with transformers' linear warm-up schedule and a plain PyTorch
 loop (the recipe of transformers' `run_*_no_trainer.py` examples), with the same configuration object: same
 examples, same token ids (bertforge's tokenizer, which is token-identical to BertTokenizerFast, see
-tests/tokenizer), same batches in the same order, same evaluation cadence, and the best model by the same
-metric; it is timed end to end in-process (reading, tokenizing, training, evaluating).
+tests/tokenizer), same evaluation cadence, and the best model by the same metric; it is timed end to end
+in-process (reading, tokenizing, training, evaluating). Its batches are bertforge's (the same length-grouped
+batches in the same order: an engine comparison), or with `--transformers-batches own` the recipe's own
+(shuffled every epoch, each padded to its longest, as its DataLoader with DataCollatorWithPadding makes them).
 """
 
 from __future__ import annotations
@@ -107,12 +109,13 @@ def run_bertforge(run: Run, folder: Path, threads: int) -> dict:
     return {"seconds": seconds, "metrics": metrics, "commands": [show(c) for c in commands]}
 
 
-def run_transformers(run: Run, folder: Path, threads: int) -> dict:
+def run_transformers(run: Run, folder: Path, threads: int, batching: str = "bertforge") -> dict:
     import transformers
+    from torch.utils.data import BatchSampler, RandomSampler
 
     from bertforge.checkpoint.default_model import resolve_model_dir
     from bertforge.cli import finetune as finetune_cli
-    from bertforge.tasks.data import training_batches
+    from bertforge.tasks.data import FeatureBatches, training_batches
     from bertforge.tasks.registry import get_task
     from bertforge.tokenizer import BertTokenizer
 
@@ -137,7 +140,13 @@ def run_transformers(run: Run, folder: Path, threads: int) -> dict:
     labels = {"num_labels": len(id2label), "id2label": id2label,
               "label2id": {label: i for i, label in id2label.items()}} if id2label else {}
     model = model_class.from_pretrained(resolve_model_dir(config.model), **labels)
-    batches = training_batches(train_features, config.batch_size, tokenizer.pad_token_id, training.seed)
+    if batching == "own":  # the recipe's DataLoader: reshuffled every epoch, each batch padded to its longest
+        generator = torch.Generator().manual_seed(training.seed)
+        sampler = BatchSampler(RandomSampler(range(len(train_features)), generator=generator), config.batch_size,
+                               drop_last=False)
+        batches = FeatureBatches(train_features, sampler, tokenizer.pad_token_id)
+    else:
+        batches = training_batches(train_features, config.batch_size, tokenizer.pad_token_id, training.seed)
     no_decay = ("bias", "LayerNorm.weight")  # transformers' examples choose these by name
     groups = [{"params": [p for n, p in model.named_parameters() if not any(k in n for k in no_decay)],
                "weight_decay": training.weight_decay},
@@ -177,7 +186,7 @@ def run_transformers(run: Run, folder: Path, threads: int) -> dict:
         test_examples = task.read_examples(DATA / run.test, config.columns, id2label, settings=config.settings)
         test_metrics = evaluate(test_examples, task.encode(tokenizer, test_examples, config.settings, id2label))
         best = {**best, **{f"test_{k}": v for k, v in test_metrics.items()}}
-    return {"seconds": time.perf_counter() - start, "metrics": best}
+    return {"seconds": time.perf_counter() - start, "metrics": best, "batches": batching}
 
 
 ENGINES = {"bertforge": run_bertforge, "transformers": run_transformers}
@@ -189,6 +198,9 @@ def main() -> None:
     parser.add_argument("--engine", choices=[*ENGINES, "both"], default="bertforge")
     parser.add_argument("--runs-dir", default="runs", help="outputs go to RUNS_DIR/RUN/ENGINE")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--transformers-batches", choices=["bertforge", "own"], default="bertforge",
+                        help="bertforge: the same length-grouped batches as bertforge (an engine comparison); own: "
+                             "the recipe's shuffled batches, each padded to its longest (DataCollatorWithPadding)")
     args = parser.parse_args()
     tune_cpu_allocator()  # what the bertforge command does at start-up; process-wide, so transformers gains too
 
@@ -197,7 +209,8 @@ def main() -> None:
     engines = list(ENGINES) if args.engine == "both" else [args.engine]
     results = {}
     for engine in engines:
-        results[engine] = ENGINES[engine](run, folder, args.threads)
+        options = {"batching": args.transformers_batches} if engine == "transformers" else {}
+        results[engine] = ENGINES[engine](run, folder, args.threads, **options)
         record = {"run": args.run, "engine": engine, "threads": args.threads, **results[engine]}
         (folder / f"{engine}.json").write_text(json.dumps(record, indent=2) + "\n")
         print(json.dumps(record), flush=True)
