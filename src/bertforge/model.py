@@ -7,6 +7,7 @@ tokens = the real (non-padding) positions of a batch, which is what the dense la
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -45,8 +46,9 @@ def group_by_length(lengths: list[int]) -> list[list[int]]:
     never cut (that only adds a block), so the dynamic programme is over distinct lengths. Empty sequences are left out.
     """
     order = sorted((i for i, length in enumerate(lengths) if length > 0), key=lambda i: -lengths[i])
-    distinct = sorted({lengths[i] for i in order}, reverse=True)
-    counts = [sum(1 for i in order if lengths[i] == length) for length in distinct]
+    sequences_of_length = Counter(lengths[i] for i in order)
+    distinct = sorted(sequences_of_length, reverse=True)
+    counts = [sequences_of_length[length] for length in distinct]
     best, cut = [0.0] + [math.inf] * len(distinct), [0] * (len(distinct) + 1)
     for end in range(1, len(distinct) + 1):
         count = 0
