@@ -37,6 +37,7 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 bench: dev
 	$(BIN)/python bench/bench_tokenizer.py
 	$(BIN)/python bench/bench_encoder.py
+	$(BIN)/python bench/bench_embed.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache
