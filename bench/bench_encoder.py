@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 from real_text import read_squad_contexts, read_sst2_dev  # bench/ is the script's folder, so on sys.path
+from same_weights import load_pair
 
-from bertforge import BertConfig, BertModel, BertTokenizer
-from bertforge.checkpoint import default_model_dir
+from bertforge import BertTokenizer
 from bertforge.runtime import tune_cpu_allocator
 
 
@@ -53,21 +53,6 @@ def compare(ours, reference, batches, repeats: int) -> tuple[float, float]:
     return statistics.median(times["ours"]), statistics.median(times["reference"])
 
 
-def load_both(name: str, scratch: Path):
-    """bertforge and transformers on the same weights: the real MiniLM, or a random model of a preset size."""
-    import transformers
-
-    if name == "minilm":
-        directory = default_model_dir()
-    else:
-        torch.manual_seed(0)
-        directory = scratch / name
-        config = transformers.BertConfig(**BertConfig.preset(name).to_dict())
-        transformers.BertModel(config).save_pretrained(directory)
-    reference = transformers.BertModel.from_pretrained(directory, attn_implementation="sdpa").eval()
-    return BertModel.from_pretrained(directory), reference
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
@@ -82,7 +67,7 @@ def main() -> None:
     print(f"{'allocator':<10}{'model':<8}{'workload':<22}{'real tokens':>12}{'bertforge seq/s':>17}"
           f"{'transformers seq/s':>20}{'ratio':>8}")
     with tempfile.TemporaryDirectory() as scratch:
-        loaded = {name: load_both(name, Path(scratch)) for name in args.models.split(",")}
+        loaded = {name: load_pair(name, Path(scratch)) for name in args.models.split(",")}
         for allocator in ("default", "tuned"):
             if allocator == "tuned":
                 tune_cpu_allocator()

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 from real_text import read_squad_contexts, read_sst2_dev  # bench/ is the script's folder, so on sys.path
+from same_weights import load_pair
 
 from bertforge import BertConfig, BertModel, BertTokenizer
-from bertforge.checkpoint import default_model_dir
 from bertforge.inference.onnx import INPUT_NAMES, export_onnx, onnx_session
 from bertforge.runtime import tune_cpu_allocator
 
@@ -89,17 +89,7 @@ def onnx_runner(session):
 
 def load_all(name: str, scratch: Path, tokenizer: BertTokenizer, threads: int):
     """bertforge, transformers and ONNX Runtime on the same weights: the real MiniLM, or a random preset size."""
-    import transformers
-
-    if name == "minilm":
-        directory = default_model_dir()
-    else:
-        torch.manual_seed(0)
-        directory = scratch / name
-        config = transformers.BertConfig(**BertConfig.preset(name).to_dict())
-        transformers.BertModel(config).save_pretrained(directory)
-    ours = BertModel.from_pretrained(directory)
-    reference = transformers.BertModel.from_pretrained(directory, attn_implementation="sdpa").eval()
+    ours, reference = load_pair(name, scratch)
     start = time.perf_counter()
     report = export_onnx(ours, tokenizer, scratch / f"{name}.onnx")
     print(f"{name}: exported to ONNX in {time.perf_counter() - start:.0f} s, "
