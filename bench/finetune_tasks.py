@@ -118,6 +118,7 @@ def run_transformers(run: Run, folder: Path, threads: int, batching: str = "bert
     from bertforge.tasks.data import FeatureBatches, training_batches
     from bertforge.tasks.registry import get_task
     from bertforge.tokenizer import BertTokenizer
+    from bertforge.training import bf16_supported
 
     torch.set_num_threads(threads)
     start = time.perf_counter()
@@ -157,9 +158,12 @@ def run_transformers(run: Run, folder: Path, threads: int, batching: str = "bert
     total = training.epochs * len(batches)
     scheduler = transformers.get_linear_schedule_with_warmup(optimizer, round(training.warmup_ratio * total), total)
 
+    # bertforge's --bf16 (autocast for the forward pass and evaluation, where the hardware has native bf16)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=training.bf16 and bf16_supported("cpu"))
+
     def evaluate(examples, features) -> dict[str, float]:
         model.eval()
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast:
             metrics = task.score(task.predict(model, features, examples, config.eval_batch_size), examples, id2label)
         model.train()
         return metrics
@@ -169,7 +173,8 @@ def run_transformers(run: Run, folder: Path, threads: int, batching: str = "bert
     model.train()
     for _ in range(training.epochs):
         for batch in batches:
-            loss = model(**batch).loss
+            with autocast:
+                loss = model(**batch).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), training.max_grad_norm)
             optimizer.step()

@@ -2,10 +2,11 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from bertforge import BertConfig, BertforgeError, BertModel
 from bertforge import model as model_module
-from bertforge.model import FeedForward, Padding, SelfAttention, dropout, group_by_length
+from bertforge.model import FeedForward, Linear, Padding, SelfAttention, dropout, group_by_length
 
 
 def test_output_shapes(tiny_config, random_batch):
@@ -174,6 +175,26 @@ def test_bert_initialisation():
     assert torch.equal(model.embeddings.norm.weight, torch.ones(config.hidden_size))
     assert torch.equal(model.encoder.layers[1].output_norm.bias, torch.zeros(config.hidden_size))
     assert model.embeddings.tokens.weight[config.pad_token_id].abs().max() == 0
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+def test_linear_inference_on_a_packed_weight_follows_the_weight():
+    torch.manual_seed(0)
+    layer, x = Linear(48, 96), torch.randn(3, 7, 48)
+    with torch.inference_mode():
+        assert torch.allclose(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5)
+    assert layer.packed is not None  # the oneDNN path ran
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1)
+    layer(x).square().sum().backward()  # training takes nn.Linear's path, with gradients
+    optimizer.step()
+    layer.load_state_dict({"weight": layer.weight * 2, "bias": layer.bias}, strict=True)
+    with torch.no_grad():  # the in-place updates of step and load are seen: the copy is made again
+        assert torch.allclose(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert layer(x).dtype == torch.bfloat16  # autocast keeps its say
+    without_bias = Linear(48, 8, bias=False)
+    with torch.inference_mode():
+        assert torch.allclose(without_bias(x), x @ without_bias.weight.T, atol=1e-5)
 
 
 def test_leaf_modules_stand_alone():

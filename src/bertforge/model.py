@@ -202,6 +202,32 @@ class Dropout(nn.Module):
         return f"p={self.p}"
 
 
+class Linear(nn.Linear):
+    """nn.Linear, whose float32 inference on a CPU multiplies by a copy of the weight laid out for oneDNN.
+
+    oneDNN's kernels on a weight reordered once beat MKL's sgemm, which repacks the weight on every call, on
+    BERT's shapes: 1.1-1.3x on an AVX-512 AMD CPU, and no slower with oneDNN held to AVX2. The copy is made on
+    first use and again whenever the weight changes (its version counter moves with every in-place update, so
+    an optimizer step or a checkpoint load is seen). Training, other devices and dtypes, autocast, and graph
+    capture (torch.compile, export) take nn.Linear's own path: oneDNN's op has no gradient and no ONNX form.
+    """
+
+    packed: tuple[tuple[int, int], torch.Tensor] | None = None  # ((data pointer, version) of weight, its copy)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != torch.float32
+                or self.weight.dtype != torch.float32 or torch.is_autocast_enabled("cpu")
+                or torch.compiler.is_compiling() or not torch.backends.mkldnn.is_available()):
+            return super().forward(x)
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight(), self.bias, "none", [], "")
+
+    def packed_weight(self) -> torch.Tensor:
+        key = (self.weight.data_ptr(), self.weight._version)
+        if self.packed is None or self.packed[0] != key:
+            self.packed = (key, torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None))
+        return self.packed[1]
+
+
 class Embeddings(nn.Module):
     """Token + learned position + segment embeddings, then LayerNorm and dropout."""
 
@@ -225,10 +251,10 @@ class SelfAttention(nn.Module):
     def __init__(self, hidden_size: int, num_heads: int, dropout: float):
         super().__init__()
         self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
-        self.query = nn.Linear(hidden_size, hidden_size)
-        self.key = nn.Linear(hidden_size, hidden_size)
-        self.value = nn.Linear(hidden_size, hidden_size)
-        self.output = nn.Linear(hidden_size, hidden_size)
+        self.query = Linear(hidden_size, hidden_size)
+        self.key = Linear(hidden_size, hidden_size)
+        self.value = Linear(hidden_size, hidden_size)
+        self.output = Linear(hidden_size, hidden_size)
         self.dropout = dropout
 
     def forward(self, x: torch.Tensor, padding: Padding, need_weights: bool = False):
@@ -266,8 +292,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, hidden_size: int, intermediate_size: int, activation: str = "gelu"):
         super().__init__()
-        self.up = nn.Linear(hidden_size, intermediate_size)
-        self.down = nn.Linear(intermediate_size, hidden_size)
+        self.up = Linear(hidden_size, intermediate_size)
+        self.down = Linear(intermediate_size, hidden_size)
         self.activation = ACTIVATIONS[activation]
 
     def forward(self, x):
@@ -321,7 +347,7 @@ class Pooler(nn.Module):
 
     def __init__(self, hidden_size: int):
         super().__init__()
-        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.dense = Linear(hidden_size, hidden_size)
 
     def forward(self, last_hidden_state):
         return torch.tanh(self.dense(last_hidden_state[:, 0]))

@@ -10,6 +10,7 @@ from bertforge import BertModel
 from bertforge.cli.main import main
 from bertforge.errors import ConfigError
 from bertforge.inference import InferenceOptions, extract_features
+from bertforge.model import Linear
 from bertforge.training import trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -31,7 +32,9 @@ def sentence_similarity(model, reference, tokenizer, sentences) -> torch.Tensor:
 def test_int8_quantizes_every_linear_layer_and_stays_close_on_real_text(minilm, minilm_dir, tokenizer, sentences):
     model = InferenceOptions(precision="int8").apply(BertModel.from_pretrained(minilm_dir))
     assert isinstance(model, BertModel) and not model.training
-    assert not any(type(module) is torch.nn.Linear for module in model.modules())
+    assert not any(type(module) in (torch.nn.Linear, Linear) for module in model.modules())
+    quantized = [module for module in model.modules() if isinstance(module, torch.ao.nn.quantized.dynamic.Linear)]
+    assert len(quantized) == 6 * model.config.num_hidden_layers + 1  # q, k, v, output, up, down per layer; pooler
     similarity = sentence_similarity(model, minilm, tokenizer, sentences)
     # 0.91 on these sentences; the cost on a task's metric is `bertforge evaluate --precision int8`
     assert similarity.min() > 0.85

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from bertforge.errors import ConfigError
+from bertforge.model import Linear
 
 # fp32: as trained. bf16: weights and activations in bfloat16 (GPUs, and CPUs with AVX-512 BF16 or AMX).
 # int8: every nn.Linear quantized dynamically (int8 weights, activations quantized per batch; CPU only).
@@ -43,6 +44,9 @@ class InferenceOptions:
             if device.type != "cpu":
                 raise ConfigError(f"int8 dynamic quantization runs on CPU only; this model is on {device.type}")
             from torch.ao.quantization import quantize_dynamic
+            for module in model.modules():
+                if type(module) is Linear:  # torch swaps exact nn.Linear only; its oneDNN path is moot once int8
+                    module.__class__ = nn.Linear
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
                 quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
