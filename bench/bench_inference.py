@@ -10,8 +10,8 @@ Workloads, all real text except the token ids of the random base model's weights
 Model FLOPs utilisation counts only the useful work on real tokens (2 x the matmul parameters per token, plus
 attention's 4 x length x hidden per token and layer) against --peak-gflops, so work spent on padding is waste.
 Everything runs twice: with glibc's default allocator, then after `tune_cpu_allocator()`. The setting is
-process-wide, so transformers gains from it too. Extras (MiniLM and base, full 32x128, tuned allocator):
-bf16 autocast, dynamic int8 quantization of nn.Linear and torch.compile, speed-up and largest difference from fp32.
+process-wide, so transformers gains from it too. Extras (MiniLM and base, full 32x128, tuned allocator): the
+inference options --precision bf16, --precision int8 and --compile, speed-up and largest difference from fp32.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import statistics
 import subprocess
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import torch
@@ -30,6 +29,8 @@ from real_text import read_squad_contexts, read_sst2_dev  # bench/ is the script
 from same_weights import load_pair
 
 from bertforge import BertConfig, BertModel, BertTokenizer
+from bertforge.errors import ConfigError
+from bertforge.inference import InferenceOptions
 from bertforge.inference.onnx import INPUT_NAMES, export_onnx, onnx_session
 from bertforge.runtime import tune_cpu_allocator
 
@@ -74,9 +75,9 @@ def seconds_per_pass(run, batches, repeats: int) -> float:
     return statistics.median(times)
 
 
-def torch_runner(model, autocast: bool = False):
+def torch_runner(model):
     def run(batch):
-        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with torch.inference_mode():
             return model(**batch)
     return run
 
@@ -103,18 +104,18 @@ def largest_difference(expected, actual, batch) -> float:
 
 
 def measure_extras(name: str, model: BertModel, batches, repeats: int) -> None:
-    """bf16 autocast, dynamic int8 Linear and torch.compile (inductor; compiled during the warm-up batch), against
-    fp32 bertforge: speed-up and max |difference|."""
-    from torch.ao.quantization import quantize_dynamic
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notice
-        quantized = quantize_dynamic(copy.deepcopy(model), {torch.nn.Linear}, dtype=torch.qint8)
+    """The inference options as `--precision bf16`, `--precision int8` and `--compile` apply them (each to a copy),
+    against fp32 bertforge: speed-up and max |difference|. torch.compile compiles during the warm-up batch."""
     fp32_s = seconds_per_pass(torch_runner(model), batches, repeats)
     expected = torch_runner(model)(batches[0])
-    variants = {"bf16 autocast": torch_runner(model, autocast=True), "int8 dynamic": torch_runner(quantized),
-                "torch.compile": torch_runner(torch.compile(model))}
-    for variant, run in variants.items():
+    variants = {"bf16": InferenceOptions(precision="bf16"), "int8 dynamic": InferenceOptions(precision="int8"),
+                "torch.compile": InferenceOptions(compile=True)}
+    for variant, options in variants.items():
+        try:
+            run = torch_runner(options.apply(copy.deepcopy(model)))
+        except ConfigError as error:  # bf16 on a CPU without native support
+            print(f"{name:<8}{variant:<16}  ({error})", flush=True)
+            continue
         variant_s = seconds_per_pass(run, batches, repeats)
         difference = largest_difference(expected, run(batches[0]), batches[0])
         scale = float(expected.last_hidden_state[batches[0]["attention_mask"].bool()].abs().max())
