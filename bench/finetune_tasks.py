@@ -66,9 +66,9 @@ RUNS: dict[str, Run] = {
                 flags={"--text-column": "sentence1", "--text-pair-column": "sentence2", "--label-column": "score",
                        "--epochs": "3"}),
     "conll2003": Run("ner", "conll2003/eng.train", "conll2003/eng.testa", test="conll2003/eng.testb",
-                     flags={"--epochs": "3", "--context": "document", "--decoding": "viterbi"}),
+                     flags={"--epochs": "3", "--context": "document", "--decoding": "viterbi", "--bf16": None}),
     "squad": Run("qa", "squad/train.json", "squad/dev.json", prepare=split_squad,
-                 flags={"--epochs": "1", "--max-length": "256", "--doc-stride": "128"}),
+                 flags={"--epochs": "1", "--max-length": "256", "--doc-stride": "128", "--bf16": None}),
 }
 
 

@@ -180,20 +180,34 @@ def test_bert_initialisation():
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
 def test_linear_inference_on_a_packed_weight_follows_the_weight():
     torch.manual_seed(0)
-    layer, x = Linear(48, 96), torch.randn(3, 7, 48)
-    with torch.inference_mode():
-        assert torch.allclose(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5)
-    assert layer.packed is not None  # the oneDNN path ran
-    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1)
-    layer(x).square().sum().backward()  # training takes nn.Linear's path, with gradients
+    layer, x = Linear(48, 96).eval(), torch.randn(3, 7, 48)
+
+    def agrees() -> bool:
+        with torch.inference_mode():
+            return torch.allclose(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5)
+
+    assert agrees() and layer.packed is not None  # the oneDNN path ran
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1, fused=True)  # its step moves no version counter
+    layer(x).square().sum().backward()  # nn.Linear's path, with gradients
+    assert agrees()
+    layer.train()  # a switch to train mode, then a step
     optimizer.step()
-    layer.load_state_dict({"weight": layer.weight * 2, "bias": layer.bias}, strict=True)
-    with torch.no_grad():  # the in-place updates of step and load are seen: the copy is made again
-        assert torch.allclose(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5)
+    layer.eval()
+    assert agrees()
+    layer(x).square().sum().backward()  # a forward pass with gradients, then a step, all in eval mode
+    optimizer.step()
+    assert agrees()
+    with torch.no_grad():
+        layer.weight.mul_(2)  # an in-place edit without a forward pass in between
+    assert agrees()
+    layer.load_state_dict({"weight": layer.weight * 2, "bias": layer.bias})
+    assert agrees()
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
         assert layer(x).dtype == torch.bfloat16  # autocast keeps its say
-    without_bias = Linear(48, 8, bias=False)
     with torch.inference_mode():
+        without_bias = Linear(48, 8, bias=False).eval()  # weights made under inference_mode: no version counter
+        assert torch.allclose(without_bias(x), x @ without_bias.weight.T, atol=1e-5)
+        without_bias.weight.mul_(2)
         assert torch.allclose(without_bias(x), x @ without_bias.weight.T, atol=1e-5)
 
 

@@ -206,26 +206,35 @@ class Linear(nn.Linear):
     """nn.Linear, whose float32 inference on a CPU multiplies by a copy of the weight laid out for oneDNN.
 
     oneDNN's kernels on a weight reordered once beat MKL's sgemm, which repacks the weight on every call, on
-    BERT's shapes: 1.1-1.3x on an AVX-512 AMD CPU, and no slower with oneDNN held to AVX2. The copy is made on
-    first use and again whenever the weight changes (its version counter moves with every in-place update, so
-    an optimizer step or a checkpoint load is seen). Training, other devices and dtypes, autocast, and graph
-    capture (torch.compile, export) take nn.Linear's own path: oneDNN's op has no gradient and no ONNX form.
+    BERT's shapes: 1.1-1.3x on an AVX-512 AMD CPU, and no slower with oneDNN held to AVX2. The copy serves eval
+    mode without gradients only, and is made again after anything that may have changed the weight: a switch
+    between train and eval mode, a forward pass with gradients (an optimizer step may follow), or an in-place
+    update that moves the weight's version counter (a checkpoint load; fused AdamW's step does not move it).
+    Training, autocast, other devices and dtypes, and graph capture (torch.compile, export) take nn.Linear's own
+    path: oneDNN's op has no gradient and no ONNX form.
     """
 
     packed: tuple[tuple[int, int], torch.Tensor] | None = None  # ((data pointer, version) of weight, its copy)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != torch.float32
+        if (self.training or torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != torch.float32
                 or self.weight.dtype != torch.float32 or torch.is_autocast_enabled("cpu")
                 or torch.compiler.is_compiling() or not torch.backends.mkldnn.is_available()):
+            self.packed = None
             return super().forward(x)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight(), self.bias, "none", [], "")
 
     def packed_weight(self) -> torch.Tensor:
+        if self.weight.is_inference():  # made under inference_mode: no version counter to tell a change by
+            return torch.ops.mkldnn._reorder_linear_weight(self.weight, None)
         key = (self.weight.data_ptr(), self.weight._version)
         if self.packed is None or self.packed[0] != key:
             self.packed = (key, torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None))
         return self.packed[1]
+
+    def train(self, mode: bool = True) -> Linear:
+        self.packed = None
+        return super().train(mode)
 
 
 class Embeddings(nn.Module):
