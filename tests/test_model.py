@@ -1,5 +1,8 @@
 """Encoder mechanics on tiny configs: shapes, both attention paths, padding, initialisation, input errors."""
 
+import copy
+import pickle
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -202,6 +205,10 @@ def test_linear_inference_on_a_packed_weight_follows_the_weight():
     assert agrees()
     layer.load_state_dict({"weight": layer.weight * 2, "bias": layer.bias})
     assert agrees()
+    assert layer.packed is not None
+    copied = copy.deepcopy(layer)  # the packed copy itself can be neither copied nor pickled
+    assert copied.packed is None and torch.equal(copied.weight, layer.weight)
+    assert pickle.loads(pickle.dumps(layer)).packed is None
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
         assert layer(x).dtype == torch.bfloat16  # autocast keeps its say
     with torch.inference_mode():

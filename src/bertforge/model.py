@@ -114,12 +114,12 @@ class Padding:
                  keep_positions: bool = False):
         self.batch_size, self.seq_len = attention_mask.shape
         is_real = attention_mask.bool()
-        lengths = is_real.sum(1)
-        all_real = bool(is_real.all())
-        self.has_padding = pack and not all_real and bool(lengths.any())
         self.indices = None  # positions in the flattened (batch * seq) of the packed tokens, in packed order
+        lengths = is_real.sum(1)
+        all_real = pack and bool(is_real.all())  # asked only when packing: an exporter can't trace the answer
+        self.has_padding = pack and not all_real and bool(lengths.any())
         if not self.has_padding:
-            bias = None if pack and all_real else key_bias(is_real, dtype)
+            bias = None if all_real else key_bias(is_real, dtype)
             size = self.batch_size * self.seq_len
             self.blocks = [AttentionBlock(0, size, self.batch_size, self.seq_len, bias)]
         elif keep_positions:
@@ -236,6 +236,9 @@ class Linear(nn.Linear):
         self.packed = None
         return super().train(mode)
 
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "packed": None}  # oneDNN's layout can't be copied or pickled; it is made on use
+
 
 class Embeddings(nn.Module):
     """Token + learned position + segment embeddings, then LayerNorm and dropout."""
@@ -280,7 +283,8 @@ class SelfAttention(nn.Module):
     def attend(self, q, k, v, bias: torch.Tensor | None, need_weights: bool):
         """Scaled dot-product attention of one block: (batch, heads, seq, head_dim) each -> the same shape."""
         dropout_p = self.dropout if self.training else 0.0
-        on_cpu = q.device.type == "cpu"
+        # An exported graph takes SDPA for every length: a branch on the length would fix it to one side.
+        on_cpu = q.device.type == "cpu" and not torch.compiler.is_exporting()
         if need_weights or (on_cpu and (dropout_p > 0.0 or q.shape[2] <= EXPLICIT_ATTENTION_MAX_SEQ)):
             # The explicit path: for the weights themselves, for short sequences on a CPU, and for dropout on a CPU,
             # where SDPA computes the same thing with a costlier random mask.
