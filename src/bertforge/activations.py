@@ -10,3 +10,11 @@ ACTIVATIONS = {
     "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
     "relu": F.relu,
 }
+
+# The same activations as oneDNN post-ops (operation, algorithm): applied inside a matmul as its output is written.
+ONEDNN_POST_OPS = {
+    "gelu": ("gelu", "none"),
+    "gelu_new": ("gelu", "tanh"),
+    "gelu_pytorch_tanh": ("gelu", "tanh"),
+    "relu": ("relu", ""),
+}
