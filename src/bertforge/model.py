@@ -217,8 +217,9 @@ class Linear(nn.Linear):
 
     packed: tuple[tuple[int, int], torch.Tensor] | None = None  # ((data pointer, version) of weight, its copy)
 
-    def __init__(self, in_features: int, out_features: int, activation: str | None = None, bias: bool = True):
-        super().__init__(in_features, out_features, bias)
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
+                 activation: str | None = None):
+        super().__init__(in_features, out_features, bias, device, dtype)
         self.activation = activation  # a name in ACTIVATIONS, or None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -315,7 +316,7 @@ class FeedForward(nn.Module):
 
     def __init__(self, hidden_size: int, intermediate_size: int, activation: str = "gelu"):
         super().__init__()
-        self.up = Linear(hidden_size, intermediate_size, activation)
+        self.up = Linear(hidden_size, intermediate_size, activation=activation)
         self.down = Linear(intermediate_size, hidden_size)
 
     def forward(self, x):
