@@ -9,9 +9,11 @@ Workloads, all real text except the token ids of the random base model's weights
   SQuAD b16     SQuAD dev contexts in file order, truncated to --squad-length tokens, batches of 16
 Model FLOPs utilisation counts only the useful work on real tokens (2 x the matmul parameters per token, plus
 attention's 4 x length x hidden per token and layer) against --peak-gflops, so work spent on padding is waste.
-Everything runs twice: with glibc's default allocator, then after `tune_cpu_allocator()`. The setting is
-process-wide, so transformers gains from it too. Extras (MiniLM and base, full 32x128, tuned allocator): the
-inference options --precision bf16, --precision int8 and --compile, speed-up and largest difference from fp32.
+The engines take turns pass by pass, a median of --repeats passes each, so that a slow spell of a shared machine
+falls on all of them. Everything runs twice: with glibc's default allocator, then after `tune_cpu_allocator()`.
+The setting is process-wide, so transformers gains from it too. Extras (MiniLM and base, full 32x128, tuned
+allocator): the inference options --precision bf16, --precision int8 and --compile, speed-up and largest
+difference from fp32.
 """
 
 from __future__ import annotations
@@ -63,16 +65,21 @@ def forward_flops(config: BertConfig, batches: list[dict[str, torch.Tensor]]) ->
     return flops
 
 
-def seconds_per_pass(run, batches, repeats: int) -> float:
-    """Median wall time of `repeats` passes over all batches, after one warm-up batch."""
-    run(batches[0])
-    times = []
+def seconds_per_pass(runs: dict, batches, repeats: int) -> dict[str, float]:
+    """Median wall time of `repeats` passes over all batches for each run, after one warm-up batch each.
+
+    The runs take turns pass by pass, so that a slow spell of the machine falls on all of them alike.
+    """
+    for run in runs.values():
+        run(batches[0])
+    times = {name: [] for name in runs}
     for _ in range(repeats):
-        start = time.perf_counter()
-        for batch in batches:
-            run(batch)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for name, run in runs.items():
+            start = time.perf_counter()
+            for batch in batches:
+                run(batch)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(seconds) for name, seconds in times.items()}
 
 
 def torch_runner(model):
@@ -106,7 +113,6 @@ def largest_difference(expected, actual, batch) -> float:
 def measure_extras(name: str, model: BertModel, batches, repeats: int) -> None:
     """The inference options as `--precision bf16`, `--precision int8` and `--compile` apply them (each to a copy),
     against fp32 bertforge: speed-up and max |difference|. torch.compile compiles during the warm-up batch."""
-    fp32_s = seconds_per_pass(torch_runner(model), batches, repeats)
     expected = torch_runner(model)(batches[0])
     variants = {"bf16": InferenceOptions(precision="bf16"), "int8 dynamic": InferenceOptions(precision="int8"),
                 "torch.compile": InferenceOptions(compile=True)}
@@ -116,7 +122,8 @@ def measure_extras(name: str, model: BertModel, batches, repeats: int) -> None:
         except ConfigError as error:  # bf16 on a CPU without native support
             print(f"{name:<8}{variant:<16}  ({error})", flush=True)
             continue
-        variant_s = seconds_per_pass(run, batches, repeats)
+        seconds = seconds_per_pass({"fp32": torch_runner(model), variant: run}, batches, repeats)
+        fp32_s, variant_s = seconds["fp32"], seconds[variant]
         difference = largest_difference(expected, run(batches[0]), batches[0])
         scale = float(expected.last_hidden_state[batches[0]["attention_mask"].bool()].abs().max())
         print(f"{name:<8}{variant:<16}{fp32_s / variant_s:>9.2f}x{difference:>14.2e}{difference / scale:>12.1%}",
@@ -126,7 +133,7 @@ def measure_extras(name: str, model: BertModel, batches, repeats: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--models", default="minilm,base")
     parser.add_argument("--sst2-sentences", type=int, default=872, help="first N SST-2 dev sentences (872: all)")
     parser.add_argument("--squad-contexts", type=int, default=32, help="first N SQuAD dev contexts")
@@ -156,10 +163,9 @@ def main() -> None:
                     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
                     fill = tokens / sum(b["input_ids"].numel() for b in batches)
                     gflop = forward_flops(ours.config, batches) / 1e9
-                    ours_s = seconds_per_pass(torch_runner(ours), batches, args.repeats)
-                    reference_s = seconds_per_pass(torch_runner(reference), batches, args.repeats)
-                    onnx_s = seconds_per_pass(onnx_runner(session), batches, args.repeats)
-                    seconds = (ours_s, reference_s, onnx_s)
+                    seconds = tuple(seconds_per_pass({"bf": torch_runner(ours), "tf": torch_runner(reference),
+                                                      "ORT": onnx_runner(session)}, batches, args.repeats).values())
+                    ours_s, reference_s, onnx_s = seconds
                     print(f"{allocator:<10}{name:<8}{workload:<16}{fill:>5.0%}"
                           + "".join(f"{sequences / s:>8.1f}" for s in seconds)
                           + "".join(f"{tokens / s:>8.0f}" for s in seconds)

@@ -421,12 +421,12 @@ class BertModel(Pretrained, nn.Module):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
 
-        x = self.embeddings(input_ids, token_type_ids, position_ids)  # (batch, seq, hidden)
-        padding = Padding(attention_mask, dtype=torch.get_autocast_dtype(x.device.type)
-                          if torch.is_autocast_enabled(x.device.type) else x.dtype, pack=self.pack_tokens,
+        device = input_ids.device.type
+        padding = Padding(attention_mask, dtype=torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
+                          else next(self.embeddings.parameters()).dtype, pack=self.pack_tokens,
                           keep_positions=output_attentions)
-        x, hidden_states, attentions = self.encoder(padding.remove(x), padding,
-                                                    output_hidden_states, output_attentions)
+        x = self.embeddings(*(padding.remove(ids) for ids in (input_ids, token_type_ids, position_ids)))
+        x, hidden_states, attentions = self.encoder(x, padding, output_hidden_states, output_attentions)
         last_hidden_state = padding.restore(x)
         return EncoderOutput(
             last_hidden_state=last_hidden_state,
