@@ -422,9 +422,10 @@ class BertModel(Pretrained, nn.Module):
             attention_mask = torch.ones_like(input_ids)
 
         device = input_ids.device.type
-        padding = Padding(attention_mask, dtype=torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
-                          else next(self.embeddings.parameters()).dtype, pack=self.pack_tokens,
-                          keep_positions=output_attentions)
+        scores_dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
+                        else next(self.embeddings.parameters()).dtype)
+        padding = Padding(attention_mask, scores_dtype, pack=self.pack_tokens, keep_positions=output_attentions)
+        # From the embedding lookup on, everything runs on the real tokens only: (tokens, hidden).
         x = self.embeddings(*(padding.remove(ids) for ids in (input_ids, token_type_ids, position_ids)))
         x, hidden_states, attentions = self.encoder(x, padding, output_hidden_states, output_attentions)
         last_hidden_state = padding.restore(x)
