@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pytest
@@ -46,9 +47,21 @@ def test_unsupported_position_embedding_type_names_key_and_file(tmp_path):
         BertConfig.load(path)
 
 
-def test_unknown_key_names_key_and_file(tmp_path):
+def test_unknown_key_is_kept_and_reported_at_info_level(tmp_path, caplog):
     path = write(tmp_path, {"hidden_size": 128, "num_attention_heads": 2, "hiden_layers": 3})
-    with pytest.raises(ConfigError, match=rf"{path}: unknown config key 'hiden_layers'"):
+    with caplog.at_level("INFO", logger="bertforge"):
+        config = BertConfig.load(path)
+    assert config.extra == {"hiden_layers": 3}
+    assert f"{path}: keeping config keys bertforge does not use: hiden_layers" in caplog.text
+    config.save(tmp_path / "again.json")
+    assert json.loads((tmp_path / "again.json").read_text())["hiden_layers"] == 3
+
+
+@pytest.mark.parametrize("key, value", [("is_decoder", True), ("add_cross_attention", True),
+                                        ("hidden_act", "swishy"), ("position_embedding_type", "relative_key_query")])
+def test_values_bertforge_cannot_honour_name_key_value_and_file(tmp_path, key, value):
+    path = write(tmp_path, {**BertConfig.tiny().to_dict(), key: value})
+    with pytest.raises(ConfigError, match=rf"^{path}: {key}.*{value}.* not supported"):
         BertConfig.load(path)
 
 
@@ -69,7 +82,9 @@ def test_unknown_activation():
         BertConfig(hidden_act="swish")
 
 
-def test_harmless_metadata_is_ignored(tmp_path):
+def test_harmless_metadata_is_kept_and_does_not_change_the_model(tmp_path):
     path = write(tmp_path, {**BertConfig.tiny().to_dict(), "architectures": ["BertModel"],
                             "transformers_version": "4.8.2", "use_cache": True})
-    assert BertConfig.load(path) == BertConfig.tiny()
+    config = BertConfig.load(path)
+    assert config.extra == {"transformers_version": "4.8.2", "use_cache": True}
+    assert dataclasses.replace(config, extra={}) == BertConfig.tiny()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,18 +13,41 @@ from bertforge.activations import ACTIVATIONS
 from bertforge.atomic import write_text_atomic
 from bertforge.errors import ConfigError
 
-# config.json keys written by other libraries that say nothing about the encoder's computation.
-IGNORED_KEYS = frozenset({
-    "architectures", "model_type", "transformers_version", "_name_or_path", "torch_dtype", "dtype",
-    "gradient_checkpointing", "use_cache", "classifier_dropout", "is_decoder", "add_cross_attention",
-    "chunk_size_feed_forward", "output_hidden_states", "output_attentions", "return_dict",
-    "bos_token_id", "eos_token_id", "tie_word_embeddings", "problem_type", "finetuning_task",
-    "tokenizer_class", "directionality", "pooler_fc_size", "pooler_num_attention_heads",
-    "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type",
+logger = logging.getLogger("bertforge")
+
+# config.json keys that transformers' PretrainedConfig and BertConfig define (4.x and 5.x), and those older
+# versions and the original BERT release wrote: none changes the encoder's computation, so they are kept as they
+# are (`BertConfig.extra`) and written back on save. Keys outside this list are kept too, and logged.
+TRANSFORMERS_KEYS = frozenset({
+    # bookkeeping
+    "architectures", "model_type", "transformers_version", "_name_or_path", "_commit_hash", "name", "language",
+    "torch_dtype", "dtype", "use_bfloat16", "torchscript", "xla_device", "tf_legacy_loss", "pruned_heads",
+    "gradient_checkpointing", "_attn_implementation", "attn_implementation", "_attn_implementation_autoset",
+    "output_hidden_states", "output_attentions", "return_dict", "output_past", "use_cache",
+    "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder", "add_cross_attention",
+    "cross_attention_hidden_size", "tie_encoder_decoder", "classifier_dropout",
+    # tasks and tokens
+    "problem_type", "finetuning_task", "tokenizer_class", "prefix", "task_specific_params",
+    "bos_token_id", "eos_token_id", "sep_token_id", "decoder_start_token_id",
+    # generation settings, which a BERT encoder never reads
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty",
+    "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences",
+    "output_scores", "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
+    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
+    # the original BERT release (google-research/bert's bert_config.json)
+    "directionality", "pooler_fc_size", "pooler_num_attention_heads", "pooler_num_fc_layers",
+    "pooler_size_per_head", "pooler_type",
 })
 
-# Keys we read but only accept one value for: anything else would silently change the model.
-FIXED_VALUES = {"position_embedding_type": "absolute"}
+# The number of labels is implied by id2label; older transformers wrote it as well.
+LABEL_COUNT_KEYS = ("num_labels", "_num_labels")
+
+# Keys whose other values would change what the model computes: key -> the one value bertforge implements.
+FIXED_VALUES = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False}
+
+# Keys bertforge writes itself: the fixed ones, and the class of the model being saved (`save`'s architecture).
+WRITTEN_KEYS = ("model_type", "position_embedding_type", "architectures")
 
 
 @dataclass
@@ -46,6 +70,10 @@ class BertConfig:
     # Task heads: label names (id2label keys are strings in JSON, ints here).
     id2label: dict[int, str] = field(default_factory=dict)
     label2id: dict[str, int] = field(default_factory=dict)
+    # False: the masked-LM head has its own decoder matrix instead of reading the word embeddings.
+    tie_word_embeddings: bool = True
+    # Other config.json keys (transformers' metadata, generation settings, ...), kept to be written back.
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -107,24 +135,32 @@ class BertConfig:
         data["id2label"] = {str(i): label for i, label in self.id2label.items()}
         if not self.id2label:
             del data["id2label"], data["label2id"]
+        data = data.pop("extra") | data
         data["position_embedding_type"] = FIXED_VALUES["position_embedding_type"]
         data["model_type"] = "bert"
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> BertConfig:
-        """Build from a config.json dict; unknown keys and unsupported values are errors naming `source`."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {}
+        """Build from a config.json dict. Keys that aren't fields are kept in `extra` (those unknown to
+        transformers too are logged); values bertforge can't honour are errors naming key, value and `source`."""
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        values: dict[str, Any] = {"extra": {}}
         for key, value in data.items():
+            if key in FIXED_VALUES and value != FIXED_VALUES[key]:
+                raise ConfigError(f"{source}: {key}={value!r} is not supported "
+                                  f"(bertforge implements {FIXED_VALUES[key]!r} only)")
             if key in known:
                 values[key] = value
-            elif key in FIXED_VALUES:
-                if value != FIXED_VALUES[key]:
-                    raise ConfigError(f"{source}: {key}={value!r} is not supported "
-                                      f"(bertforge implements {FIXED_VALUES[key]!r} only)")
-            elif key not in IGNORED_KEYS:
-                raise ConfigError(f"{source}: unknown config key {key!r}")
+            elif key not in LABEL_COUNT_KEYS and key not in WRITTEN_KEYS:
+                values["extra"][key] = value
+        unknown = sorted(set(values["extra"]) - TRANSFORMERS_KEYS - set(FIXED_VALUES))
+        if unknown:
+            logger.info("%s: keeping config keys bertforge does not use: %s", source, ", ".join(unknown))
+        label_count = next((data[key] for key in LABEL_COUNT_KEYS if key in data), None)
+        if "id2label" not in data and isinstance(label_count, int) and label_count > 0:
+            # What transformers makes of a label count alone.
+            values["id2label"] = {i: f"LABEL_{i}" for i in range(label_count)}
         try:
             return cls(**values)
         except ConfigError as error:

@@ -82,7 +82,7 @@ def broken_model(tmp_path, tiny_config, problem):
     BertModel(tiny_config).save_pretrained(directory)
     if problem == "config key":
         config = json.loads((directory / "config.json").read_text())
-        (directory / "config.json").write_text(json.dumps({**config, "num_layers": 2}))
+        (directory / "config.json").write_text(json.dumps({**config, "is_decoder": True}))
     if problem == "checkpoint":
         (directory / "model.safetensors").write_bytes(b"garbage")
     return directory
@@ -96,7 +96,7 @@ def broken_model(tmp_path, tiny_config, problem):
     (["embed", "--model", "{tmp}/nowhere", "--input", "{tmp}/ok.txt", "--output", "{tmp}/v.npy"],
      r"nowhere: no such model directory"),
     (["embed", "--model", "{tmp}/model", "--input", "{tmp}/ok.txt", "--output", "{tmp}/v.npy"],
-     r"config.json: unknown config key 'num_layers'"),
+     r"config.json: is_decoder=True is not supported"),
     (["tokenize", "--model", "{tmp}/model", "hi"], r"vocab"),
     (["similarity", "only one"], r"at least two sentences"),
 ])
