@@ -151,8 +151,10 @@ def test_loading_errors(tmp_path):
     with pytest.raises(BertforgeError, match="vocab.txt: vocabulary file not found"):
         BertTokenizer.from_pretrained(tmp_path)
     (tmp_path / "vocab.txt").write_text("[PAD]\n[CLS]\n[SEP]\n[MASK]\nhello\n")
-    with pytest.raises(BertforgeError, match="no unk token"):
-        BertTokenizer.from_pretrained(tmp_path)
+    without_unk = BertTokenizer.from_pretrained(tmp_path)  # [UNK] is needed only for a word it can't spell
+    assert without_unk("hello")["input_ids"] == [1, 4, 2]
+    with pytest.raises(BertforgeError, match=r"vocab.txt: the vocabulary has no unk token '\[UNK\]'"):
+        without_unk("goodbye")
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n")
     (tmp_path / "tokenizer_config.json").write_text("{not json")
     with pytest.raises(BertforgeError, match="tokenizer_config.json: not valid JSON"):

@@ -39,12 +39,17 @@ def test_missing_file_names_the_path(tmp_path):
         Vocab.from_file(tmp_path / "vocab.txt")
 
 
-@pytest.mark.parametrize("missing, name", [("[UNK]", "unk"), ("[CLS]", "cls"), ("[SEP]", "sep")])
-def test_missing_special_token_says_which(tmp_path, tiny_tokens, missing, name):
+@pytest.mark.parametrize("missing, name, needed_by", [
+    ("[UNK]", "unk", "words the vocabulary can't spell"), ("[CLS]", "cls", "every encoding"),
+    ("[PAD]", "pad", "padding"), ("[MASK]", "mask", "masking")])
+def test_missing_special_token_is_an_error_only_when_used(tmp_path, tiny_tokens, missing, name, needed_by):
     path = tmp_path / "vocab.txt"
     path.write_text("\n".join(token for token in tiny_tokens if token != missing) + "\n", encoding="utf-8")
-    with pytest.raises(BertforgeError, match=rf"vocab.txt: the vocabulary has no {name} token '\[{name.upper()}\]'"):
-        Vocab.from_file(path)
+    vocab = Vocab.from_file(path)
+    assert not vocab.has_special(f"{name}_token") and vocab.has_special("sep_token")
+    with pytest.raises(BertforgeError, match=rf"vocab.txt: the vocabulary has no {name} token "
+                                             rf"'\[{name.upper()}\]', which {needed_by} needs"):
+        vocab.special_id(f"{name}_token")
 
 
 def test_empty_and_binary_files(tmp_path):

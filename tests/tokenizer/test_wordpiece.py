@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bertforge.tokenizer import WordPiece
+from bertforge.tokenizer.vocab import Vocab
 from bertforge.tokenizer.wordpiece import WordPieceCache
 
 
@@ -32,9 +33,13 @@ def test_word_length_limit(tiny_vocab):
 def test_longest_not_first(tiny_vocab):
     # "##b" and "##c" exist, "##bc" doesn't: "abc" -> a ##b ##c; with "##bc" added it becomes a ##bc.
     assert WordPiece(tiny_vocab).tokenize("abc") == ["a", "##b", "##c"]
-    tiny_vocab.id_to_token.append("##bc")
-    tiny_vocab.token_to_id["##bc"] = len(tiny_vocab.id_to_token) - 1
-    assert WordPiece(tiny_vocab).tokenize("abc") == ["a", "##bc"]
+    assert WordPiece(Vocab(tiny_vocab.id_to_token + ["##bc"])).tokenize("abc") == ["a", "##bc"]
+
+
+def test_added_tokens_are_not_pieces(tiny_vocab):
+    # A token added after the vocabulary is matched whole in the text, never produced by WordPiece.
+    tiny_vocab.add("##bc", len(tiny_vocab))
+    assert WordPiece(tiny_vocab).tokenize("abc") == ["a", "##b", "##c"]
 
 
 def test_cache_computes_once_and_stays_bounded(tiny_vocab):

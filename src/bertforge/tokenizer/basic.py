@@ -103,6 +103,26 @@ class BasicTokenizer:
         words += self._segment_words(text[position:], position)
         return words
 
+    def normalize(self, text: str) -> tuple[str, list[int]]:
+        """The text as the reference's normaliser leaves it, and each character's index in `text`:
+        'Ça 中' -> ('ca  中 ', [0, 1, 2, 3, 3, 3]): whitespace becomes a space, CJK characters get spaces around
+        them. Added tokens with normalized=True are looked for in this text."""
+        chars: list[str] = []
+        origins: list[int] = []
+        for index, char in enumerate(text):
+            if char in WHITESPACE:
+                chars.append(" ")
+                origins.append(index)
+                continue
+            rule = self._char_rules.get(char)
+            if rule is None:
+                rule = self._char_rules[char] = self._char_rule(char)
+            for output, _ in rule:
+                padded = f" {output} " if self.split_cjk and is_cjk(output) else output
+                chars.append(padded)
+                origins += [index] * len(padded)
+        return "".join(chars), origins
+
     def _has_never_split(self, text: str) -> bool:
         return self._never_split is not None and self._never_split.search(text) is not None
 

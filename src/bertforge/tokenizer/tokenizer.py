@@ -1,27 +1,23 @@
 """BertTokenizer: texts or text pairs -> input_ids, token_type_ids, attention_mask (+ offsets, word ids).
 
-Gives the same encodings as transformers' BertTokenizerFast; save/load use the same vocab.txt and
-tokenizer_config.json files.
+Gives the same encodings as transformers' BertTokenizerFast, added tokens included; loads and saves the files
+transformers does (tokenizer/files.py).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from itertools import chain
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from bertforge.atomic import write_text_atomic
-from bertforge.errors import BertforgeError, CheckpointError, ConfigError, InputError
+from bertforge.errors import BertforgeError, ConfigError, InputError
+from bertforge.tokenizer.added import AddedToken, AddedTokens
 from bertforge.tokenizer.basic import BasicTokenizer
-from bertforge.tokenizer.vocab import SPECIAL_TOKENS, Vocab
-from bertforge.tokenizer.wordpiece import CONTINUATION, WordPiece, WordPieceCache
-
-DEFAULT_MAX_LENGTH = 512
-# tokenizer_config.json keys that bertforge honours; the other keys transformers writes are metadata.
-SETTINGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "model_max_length")
+from bertforge.tokenizer.files import DEFAULT_MAX_LENGTH, SETTINGS, read_tokenizer_files, write_tokenizer_files
+from bertforge.tokenizer.vocab import Vocab
+from bertforge.tokenizer.wordpiece import CONTINUATION, MAX_WORD_CHARS, WordPiece, WordPieceCache
 # The reference's WordPiece decoder glues these onto the previous token (applied token by token).
 DECODE_CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
                   (" 'm", "'m"), (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
@@ -101,24 +97,36 @@ class BertTokenizer:
     """
 
     def __init__(self, vocab: Vocab | str | Path, do_lower_case: bool = True, strip_accents: bool | None = None,
-                 tokenize_chinese_chars: bool = True, model_max_length: int = DEFAULT_MAX_LENGTH):
+                 tokenize_chinese_chars: bool = True, model_max_length: int = DEFAULT_MAX_LENGTH,
+                 added_tokens: dict[int, AddedToken] | None = None, max_word_chars: int = MAX_WORD_CHARS):
+        """`added_tokens`: id -> AddedToken, matched whole before basic tokenization (the special tokens of the
+        vocabulary are added tokens too, as in transformers); ids past the vocabulary extend it."""
         self.vocab = vocab if isinstance(vocab, Vocab) else Vocab.from_file(vocab)
         self.do_lower_case = do_lower_case
         self.strip_accents = strip_accents
         self.tokenize_chinese_chars = tokenize_chinese_chars
         self.model_max_length = model_max_length
+        self.max_word_chars = max_word_chars
+        self.added_tokens = dict(added_tokens or {})
+        for token_id, token in sorted(self.added_tokens.items()):
+            self.vocab.add(token.content, token_id)
+        listed = {token.content for token in self.added_tokens.values()}
+        for role, content in self.vocab.special_tokens.items():
+            if content not in listed and self.vocab.has_special(role):
+                self.added_tokens[self.vocab.token_to_id[content]] = AddedToken(content, special=True,
+                                                                                normalized=False)
         self.basic = BasicTokenizer(lowercase=do_lower_case, strip_accents=strip_accents,
-                                    split_cjk=tokenize_chinese_chars,
-                                    never_split=self.vocab.special_tokens.values())
-        self.wordpiece = WordPiece(self.vocab)
-        # Special tokens found in the text reach WordPiece as whole words, which the vocabulary holds whole.
+                                    split_cjk=tokenize_chinese_chars)
+        self.wordpiece = WordPiece(self.vocab, max_word_chars)
         self._pieces = WordPieceCache(self.wordpiece)
+        self._added = AddedTokens(self.added_tokens, self.basic.normalize)
 
     # ---------------------------------------------------------------- loading and saving
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, **settings: Any) -> BertTokenizer:
-        """Load vocab.txt (+ tokenizer_config.json when present) from a model directory or 'default'.
+        """Load the tokenizer files of a model directory (tokenizer.json or vocab.txt, tokenizer_config.json,
+        special_tokens_map.json, added_tokens.json) or 'default'.
 
         Keyword arguments override the saved settings: from_pretrained("default", do_lower_case=False).
         """
@@ -128,24 +136,15 @@ class BertTokenizer:
         unknown = sorted(set(settings) - set(SETTINGS))
         if unknown:
             raise ConfigError(f"unknown tokenizer setting {unknown[0]!r}; expected one of {list(SETTINGS)}")
-        config = _read_tokenizer_config(directory / "tokenizer_config.json")
-        special_tokens = {role: _token_content(config[role]) for role in SPECIAL_TOKENS if config.get(role)}
-        vocab = Vocab.from_file(directory / "vocab.txt", special_tokens)
-        chosen = {key: config[key] for key in SETTINGS if key in config} | settings
-        if chosen.get("model_max_length", 0) > 10**12:
-            # transformers writes a huge sentinel for "no limit"; BERT's position table makes 512 the real one.
-            chosen["model_max_length"] = DEFAULT_MAX_LENGTH
-        return cls(vocab, **chosen)
+        files = read_tokenizer_files(directory)
+        return cls(files.vocab, **(files.settings | settings), added_tokens=files.added_tokens,
+                   max_word_chars=files.max_word_chars)
 
     def save_pretrained(self, directory: str | Path) -> None:
-        """Write vocab.txt and tokenizer_config.json (readable by from_pretrained and by transformers)."""
+        """Write the tokenizer files transformers writes (readable by from_pretrained and by transformers)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.vocab.save(directory / "vocab.txt")
-        config = {key: getattr(self, key) for key in SETTINGS}
-        config |= self.vocab.special_tokens
-        config["tokenizer_class"] = "BertTokenizer"
-        write_text_atomic(directory / "tokenizer_config.json", json.dumps(config, indent=2) + "\n")
+        write_tokenizer_files(self, directory)
 
     # ---------------------------------------------------------------- vocabulary
 
@@ -178,9 +177,12 @@ class BertTokenizer:
 
     @property
     def all_special_ids(self) -> list[int]:
-        """In transformers' order: [UNK], [SEP], [PAD], [CLS], [MASK]."""
-        return [self.vocab.special_id(role) for role in ("unk_token", "sep_token", "pad_token", "cls_token",
-                                                          "mask_token")]
+        """In transformers' order: [UNK], [SEP], [PAD], [CLS], [MASK] (those the vocabulary has), then the
+        added special tokens."""
+        roles = [self.vocab.special_id(role) for role in ("unk_token", "sep_token", "pad_token", "cls_token",
+                                                           "mask_token") if self.vocab.has_special(role)]
+        return roles + [token_id for token_id, token in sorted(self.added_tokens.items())
+                        if token.special and token_id not in roles]
 
     def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int]:
         """'hello' -> 7592; unknown tokens -> the [UNK] id."""
@@ -215,7 +217,7 @@ class BertTokenizer:
         """
         tokens = self.convert_ids_to_tokens(ids)
         if skip_special_tokens:
-            special = set(self.vocab.special_tokens.values())
+            special = {self.vocab.id_to_token[token_id] for token_id in self.all_special_ids}
             tokens = [token for token in tokens if token not in special]
         pieces = []
         for index, token in enumerate(tokens):
@@ -227,16 +229,43 @@ class BertTokenizer:
         return "".join(pieces)
 
     def _encode_ids(self, text: str) -> list[int]:
-        """The WordPiece ids of a text, without special tokens; stays in C for known words."""
-        pieces = map(self._pieces.__getitem__, self.basic.split(text))
-        return list(chain.from_iterable(map(itemgetter(0), pieces)))
+        """The ids of a text, without [CLS]/[SEP]; stays in C for known words when it holds no added token."""
+        if not self._added.may_match(text):
+            pieces = map(self._pieces.__getitem__, self.basic.split(text))
+            return list(chain.from_iterable(map(itemgetter(0), pieces)))
+        ids: list[int] = []
+        for start, end, token_id in self._added.split(text):
+            if token_id is not None:
+                ids.append(token_id)
+            else:
+                ids += chain.from_iterable(self._pieces[word][0] for word in self.basic.split(text[start:end]))
+        return ids
+
+    def _words(self, text: str) -> list[tuple[str, int, tuple[int, ...] | None, int | None]]:
+        """The text's words (BasicTokenizer.split_with_offsets) and added tokens (their id last, else None)."""
+        if not self._added.may_match(text):
+            return [(word, start, origins, None) for word, start, origins in self.basic.split_with_offsets(text)]
+        words = []
+        for start, end, token_id in self._added.split(text):
+            if token_id is not None:
+                words.append((text[start:end], start, None, token_id))
+                continue
+            for word, offset, origins in self.basic.split_with_offsets(text[start:end]):
+                shifted = tuple(start + origin for origin in origins) if origins is not None else None
+                words.append((word, start + offset, shifted, None))
+        return words
 
     def _encode_details(self, text: str) -> tuple[list[int], list[tuple[int, int]], list[int]]:
         """Ids, character offsets into `text` and word index of every token (no special tokens)."""
         ids: list[int] = []
         offsets: list[tuple[int, int]] = []
         word_ids: list[int] = []
-        for index, (word, start, origins) in enumerate(self.basic.split_with_offsets(text)):
+        for index, (word, start, origins, added_id) in enumerate(self._words(text)):
+            if added_id is not None:
+                ids.append(added_id)
+                word_ids.append(index)
+                offsets.append((start, start + len(word)))
+                continue
             piece_ids, spans = self._pieces[word]
             ids += piece_ids
             word_ids += [index] * len(piece_ids)
@@ -393,25 +422,3 @@ def _to_tensors(columns: dict[str, list]) -> dict[str, Any]:
         # word_ids hold None for special tokens, which no integer tensor can: they stay lists.
         tensors[name] = rows if name == "word_ids" else torch.tensor(rows, dtype=torch.long)
     return tensors
-
-
-def _read_tokenizer_config(path: Path) -> dict[str, Any]:
-    """tokenizer_config.json as a dict ({} when absent); refuses settings bertforge can't honour."""
-    if not path.is_file():
-        return {}
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"{path}: not valid JSON ({error})") from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path}: expected a JSON object")
-    if config.get("do_basic_tokenize", True) is False:
-        raise ConfigError(f"{path}: do_basic_tokenize=false is not supported (bertforge always splits words first)")
-    if config.get("never_split"):
-        raise ConfigError(f"{path}: never_split is not supported (special tokens are never split already)")
-    return config
-
-
-def _token_content(value: str | dict[str, Any]) -> str:
-    """A special token as transformers writes it: a string, or {"content": "[UNK]", ...}."""
-    return value["content"] if isinstance(value, dict) else value

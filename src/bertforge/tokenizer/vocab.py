@@ -1,4 +1,4 @@
-"""Vocab: the WordPiece vocabulary of vocab.txt (one token per line, its id is its line number)."""
+"""Vocab: the WordPiece vocabulary of vocab.txt (one token per line, its id is its line number), and added tokens."""
 
 from __future__ import annotations
 
@@ -8,13 +8,21 @@ from pathlib import Path
 from bertforge.atomic import write_text_atomic
 from bertforge.errors import InputError
 
-# role -> default token; every BERT vocabulary has these five, and encoding needs all of them.
+# role -> default token. A vocabulary may lack some (google-research/bert's test vocabulary has no [PAD] or
+# [MASK]): that is an error only when an operation needs the token, named here.
 SPECIAL_TOKENS = {
     "pad_token": "[PAD]",
     "unk_token": "[UNK]",
     "cls_token": "[CLS]",
     "sep_token": "[SEP]",
     "mask_token": "[MASK]",
+}
+NEEDED_FOR = {
+    "pad_token": "padding",
+    "unk_token": "words the vocabulary can't spell",
+    "cls_token": "every encoding",
+    "sep_token": "every encoding",
+    "mask_token": "masking",
 }
 
 
@@ -24,23 +32,25 @@ class Vocab:
     >>> vocab = Vocab(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##aff", "##able"])
     >>> vocab.token_to_id["##aff"], vocab.id_to_token[5], vocab.unk_token_id
     (6, 'un', 1)
+
+    `pieces` holds the WordPiece vocabulary itself (vocab.txt); `token_to_id` and `id_to_token` also hold the
+    tokens added after it (transformers' added tokens), which WordPiece never produces: they are matched whole.
     """
 
     def __init__(self, tokens: Iterable[str], special_tokens: dict[str, str] | None = None,
                  path: str | Path | None = None):
         self.id_to_token: list[str] = list(tokens)
+        self.path = path
         # A token listed twice maps to its last line, as transformers' load_vocab does.
         self.token_to_id: dict[str, int] = {token: index for index, token in enumerate(self.id_to_token)}
+        self.pieces: dict[str, int] = dict(self.token_to_id)
+        self.num_pieces = len(self.id_to_token)
         self.special_tokens = dict(SPECIAL_TOKENS)
         for role, token in (special_tokens or {}).items():
             if role not in SPECIAL_TOKENS:
                 raise InputError(f"unknown special token role {role!r}; expected one of {sorted(SPECIAL_TOKENS)}",
                                  path=path)
             self.special_tokens[role] = token
-        for role, token in self.special_tokens.items():
-            if token not in self.token_to_id:
-                name = role.removesuffix("_token")
-                raise InputError(f"the vocabulary has no {name} token {token!r}", path=path)
 
     @classmethod
     def from_file(cls, path: str | Path, special_tokens: dict[str, str] | None = None) -> Vocab:
@@ -58,9 +68,21 @@ class Vocab:
             raise InputError("vocabulary file is empty", path=path)
         return cls(tokens, special_tokens, path=path)
 
+    def add(self, token: str, token_id: int) -> None:
+        """Give an added token its id: the next free one, or an id the vocabulary already has (which it renames)."""
+        if token_id == len(self.id_to_token):
+            self.id_to_token.append(token)
+        elif 0 <= token_id < len(self.id_to_token):
+            self.id_to_token[token_id] = token
+        else:
+            raise InputError(f"added token {token!r} has id {token_id}, but the vocabulary's next id is "
+                             f"{len(self.id_to_token)} (ids must follow on without gaps)", path=self.path)
+        self.token_to_id[token] = token_id
+
     def save(self, path: str | Path) -> None:
-        """Write vocab.txt so that from_file gives back the same ids."""
-        write_text_atomic(path, "".join(token + "\n" for token in self.id_to_token))
+        """Write vocab.txt (the WordPiece tokens; added tokens are saved apart) so that from_file gives back
+        the same ids."""
+        write_text_atomic(path, "".join(token + "\n" for token in self.id_to_token[:self.num_pieces]))
 
     def __len__(self) -> int:
         return len(self.id_to_token)
@@ -68,9 +90,18 @@ class Vocab:
     def __contains__(self, token: str) -> bool:
         return token in self.token_to_id
 
+    def has_special(self, role: str) -> bool:
+        return self.special_tokens[role] in self.token_to_id
+
     def special_id(self, role: str) -> int:
-        """'cls_token' -> 101 on the usual uncased vocabulary."""
-        return self.token_to_id[self.special_tokens[role]]
+        """'cls_token' -> 101 on the usual uncased vocabulary; a token the vocabulary lacks is an InputError
+        naming it, the file and what needs it."""
+        token = self.special_tokens[role]
+        token_id = self.token_to_id.get(token)
+        if token_id is None:
+            raise InputError(f"the vocabulary has no {role.removesuffix('_token')} token {token!r}, which "
+                             f"{NEEDED_FOR[role]} needs", path=self.path)
+        return token_id
 
     @property
     def pad_token_id(self) -> int:

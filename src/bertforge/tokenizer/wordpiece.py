@@ -22,13 +22,16 @@ class WordPiece:
     def __init__(self, vocab: Vocab, max_word_chars: int = MAX_WORD_CHARS):
         self.vocab = vocab
         self.max_word_chars = max_word_chars
-        self.unk_token_id = vocab.unk_token_id
         # Bounds the inner loop: no piece can be longer than the longest vocabulary entry.
-        self.longest_piece = max((len(token) for token in vocab.token_to_id), default=1)
+        self.longest_piece = max((len(token) for token in vocab.pieces), default=1)
+
+    @property
+    def unk_token_id(self) -> int:
+        return self.vocab.unk_token_id  # an error naming the token and file if the vocabulary has none
 
     def split(self, word: str) -> Pieces:
         """'unaffable' -> ((ids of un, ##aff, ##able), ((0, 2), (2, 5), (5, 9)))."""
-        token_to_id = self.vocab.token_to_id
+        token_to_id = self.vocab.pieces
         if len(word) > self.max_word_chars:
             return (self.unk_token_id,), ((0, len(word)),)
         ids: list[int] = []
