@@ -15,13 +15,21 @@ def atomic_path(path: str | Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(handle)
-    os.chmod(temporary, 0o644)  # mkstemp makes it private; the result is an ordinary file
     try:
         yield Path(temporary)
+        # mkstemp makes the file private, and writers may replace it with one of their own (safetensors does):
+        # the result gets the permissions of any new file, those the user's umask gives.
+        os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # the only way to read it is to set it: put it straight back
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

@@ -1,7 +1,9 @@
-"""The ecosystem's checkpoint directory: config.json + model.safetensors (or pytorch_model.bin) + vocab.txt."""
+"""The ecosystem's checkpoint directory: config.json + model.safetensors (or pytorch_model.bin, or either sharded
+with an index file naming each tensor's shard) + the tokenizer's files."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import zipfile
 from pathlib import Path
@@ -16,26 +18,56 @@ from bertforge.errors import CheckpointError
 CONFIG_FILE = "config.json"
 SAFETENSORS_FILE = "model.safetensors"
 PYTORCH_FILE = "pytorch_model.bin"
+INDEX_SUFFIX = ".index.json"  # model.safetensors.index.json: {"weight_map": {tensor name: shard file}}
 
 
 def read_state_dict(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
-    """The tensors of a checkpoint directory (safetensors preferred) and the file they came from."""
-    safetensors_path, pytorch_path = directory / SAFETENSORS_FILE, directory / PYTORCH_FILE
-    if safetensors_path.is_file():
-        try:
-            return load_file(safetensors_path), safetensors_path
-        except (SafetensorError, OSError, ValueError) as error:
-            raise CheckpointError(f"{safetensors_path}: unreadable safetensors file: {error}") from None
-    if pytorch_path.is_file():
-        try:
-            # weights_only: a .bin is a pickle, and unpickling arbitrary objects would run arbitrary code.
-            state = torch.load(pytorch_path, map_location="cpu", weights_only=True)
-        except (pickle.UnpicklingError, RuntimeError, OSError, EOFError, zipfile.BadZipFile) as error:
-            raise CheckpointError(f"{pytorch_path}: unreadable PyTorch checkpoint: {error}") from None
-        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-            raise CheckpointError(f"{pytorch_path}: expected a dictionary of tensors")
-        return state, pytorch_path
-    raise CheckpointError(f"{directory}: no {SAFETENSORS_FILE} or {PYTORCH_FILE} in the model directory")
+    """The tensors of a checkpoint directory (safetensors preferred, whole or sharded) and the file they came
+    from (the index file for a sharded checkpoint)."""
+    for name, read in ((SAFETENSORS_FILE, _read_safetensors), (PYTORCH_FILE, _read_pytorch)):
+        path = directory / name
+        if path.is_file():
+            return read(path), path
+        index = directory / (name + INDEX_SUFFIX)
+        if index.is_file():
+            state = {}
+            for shard in _shards(index):
+                state |= read(shard)
+            return state, index
+    raise CheckpointError(f"{directory}: no {SAFETENSORS_FILE} or {PYTORCH_FILE} (or their {INDEX_SUFFIX} for a "
+                          f"sharded checkpoint) in the model directory")
+
+
+def _shards(index: Path) -> list[Path]:
+    """The shard files an index names, each once, in order; a missing one is an error naming it."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        files = list(dict.fromkeys(weight_map.values()))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
+        raise CheckpointError(f"{index}: not a checkpoint index (a JSON object with a weight_map): {error}") from None
+    shards = [index.parent / name for name in files]
+    for shard in shards:
+        if not shard.is_file() or shard.parent != index.parent:
+            raise CheckpointError(f"{index}: names the shard {shard.name!r}, which is not in {index.parent}")
+    return shards
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(f"{path}: unreadable safetensors file: {error}") from None
+
+
+def _read_pytorch(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        # weights_only: a .bin is a pickle, and unpickling arbitrary objects would run arbitrary code.
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, OSError, EOFError, zipfile.BadZipFile) as error:
+        raise CheckpointError(f"{path}: unreadable PyTorch checkpoint: {error}") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path}: expected a dictionary of tensors")
+    return state
 
 
 def write_state_dict(state: dict[str, torch.Tensor], directory: Path) -> Path:

@@ -22,9 +22,10 @@ MODULE_NAMES = {
     "encoder.layers.{layer}.feed_forward.down": "encoder.layer.{layer}.output.dense",
     "encoder.layers.{layer}.output_norm": "encoder.layer.{layer}.output.LayerNorm",
     "pooler.dense": "pooler.dense",
-    # Pre-training heads (BertForPreTraining, BertForMaskedLM). The masked-LM decoder has no entry: it is the
-    # word-embedding matrix, which checkpoints store once, under the embeddings.
+    # Pre-training heads (BertForPreTraining, BertForMaskedLM). The masked-LM decoder is the word-embedding
+    # matrix, which checkpoints store once, under the embeddings; only an untied one has a module of its own.
     "masked_lm.dense": "cls.predictions.transform.dense",
+    "masked_lm.decoder": "cls.predictions.decoder",
     "masked_lm.norm": "cls.predictions.transform.LayerNorm",
     "masked_lm": "cls.predictions",  # its output bias: masked_lm.bias <-> cls.predictions.bias
     "next_sentence": "cls.seq_relationship",

@@ -53,7 +53,7 @@ def load_hf_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor], s
     current = model.state_dict()
     by_key = {_without_encoder_prefix(name): name for name in current}
     loaded, report = {}, LoadReport()
-    state = _resolve_tied_copies(state, source)
+    state = _resolve_tied_copies(state, source, {to_hf(name) for name in current})
     for hf_name, tensor in state.items():
         if IGNORED_HF_KEYS.search(hf_name):
             continue
@@ -78,19 +78,24 @@ def load_hf_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor], s
     return report
 
 
-def _resolve_tied_copies(state: dict[str, torch.Tensor], source: Path) -> dict[str, torch.Tensor]:
+def _resolve_tied_copies(state: dict[str, torch.Tensor], source: Path, model_names: set[str]
+                         ) -> dict[str, torch.Tensor]:
     """Drop the extra copies of tied tensors (the masked-LM decoder is the word-embedding matrix), after
-    checking that they are copies; a copy whose original is absent stands in for it."""
+    checking that they are copies; a copy whose original is absent stands in for it. A model with a place for
+    the copy (an untied decoder) takes it as it is; a model without that head skips it like the head's others."""
     state = dict(state)
     for copy, original in TIED_HF_KEYS.items():
-        if copy not in state:
+        if copy not in state or copy in model_names:
             continue
         tensor = state.pop(copy)
         if original not in state:
             state[original] = tensor
         elif not torch.equal(tensor, state[original]):
-            raise CheckpointError(f"{source}: {copy!r} differs from {original!r}; bertforge ties them "
-                                  f"(an untied masked-LM decoder is not supported)")
+            head = copy.rsplit(".", 2)[0]
+            if any(name.startswith(head + ".") for name in model_names):
+                raise CheckpointError(f"{source}: {copy!r} differs from {original!r} (an untied decoder), but "
+                                      f"config.json does not set tie_word_embeddings to false")
+            state[copy] = tensor
     return state
 
 

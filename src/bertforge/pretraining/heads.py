@@ -3,7 +3,7 @@
 Shapes: batch, seq, hidden, vocab, masked (the positions with a label). BertForPreTraining and BertForMaskedLM
 save and load as transformers' classes of the same names. The masked-LM decoder is the word-embedding matrix
 itself (BERT ties them): the head has no decoder weight of its own and is handed the matrix, so the tie can't
-break, nothing is stored twice, and a loaded model is tied by construction.
+break, nothing is stored twice, and a loaded model is tied by construction (unless its config unties them).
 """
 
 from __future__ import annotations
@@ -58,21 +58,24 @@ class MaskedLMHead(nn.Module):
     """dense -> activation -> LayerNorm -> scores against every word embedding, plus a per-token output bias.
 
     `embedding_size` is the width of the word embeddings when it differs from the encoder's (ELECTRA's smaller
-    generator reads the discriminator's embeddings).
+    generator reads the discriminator's embeddings). `tied=False` (config.json's tie_word_embeddings: false) gives
+    the head a decoder matrix of its own, used instead of the word embeddings.
     """
 
     def __init__(self, hidden_size: int, vocab_size: int, activation: str = "gelu", layer_norm_eps: float = 1e-12,
-                 embedding_size: int | None = None):
+                 embedding_size: int | None = None, tied: bool = True):
         super().__init__()
         embedding_size = embedding_size or hidden_size
         self.dense = nn.Linear(hidden_size, embedding_size)
         self.activation = ACTIVATIONS[activation]
         self.norm = nn.LayerNorm(embedding_size, eps=layer_norm_eps)
+        self.decoder = None if tied else nn.Linear(embedding_size, vocab_size, bias=False)
         self.bias = nn.Parameter(torch.zeros(vocab_size))
 
     def forward(self, x: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
         """(..., hidden) and the (vocab, embedding) matrix -> (..., vocab) logits."""
-        return F.linear(self.norm(self.activation(self.dense(x))), word_embeddings, self.bias)
+        decoder = word_embeddings if self.decoder is None else self.decoder.weight
+        return F.linear(self.norm(self.activation(self.dense(x))), decoder, self.bias)
 
     @staticmethod
     def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -136,7 +139,8 @@ class BertForPreTraining(Pretrained, nn.Module):
         super().__init__()
         self.config = config
         self.bert = BertModel(config)
-        self.masked_lm = MaskedLMHead(config.hidden_size, config.vocab_size, config.hidden_act, config.layer_norm_eps)
+        self.masked_lm = MaskedLMHead(config.hidden_size, config.vocab_size, config.hidden_act, config.layer_norm_eps,
+                                      tied=config.tie_word_embeddings)
         self.next_sentence = NextSentenceHead(config.hidden_size)
         self.masked_lm.apply(self.bert.init_weights)
         self.next_sentence.apply(self.bert.init_weights)
@@ -171,7 +175,8 @@ class BertForMaskedLM(Pretrained, nn.Module):
         super().__init__()
         self.config = config
         self.bert = BertModel(config, add_pooler=False)
-        self.masked_lm = MaskedLMHead(config.hidden_size, config.vocab_size, config.hidden_act, config.layer_norm_eps)
+        self.masked_lm = MaskedLMHead(config.hidden_size, config.vocab_size, config.hidden_act, config.layer_norm_eps,
+                                      tied=config.tie_word_embeddings)
         self.masked_lm.apply(self.bert.init_weights)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
