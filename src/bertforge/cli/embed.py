@@ -27,11 +27,17 @@ OUTPUT_FORMATS = (".npy", ".jsonl")
 
 def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
-    parser.add_argument("--pool", choices=list(POOLINGS), default="mean", help="how token vectors become one")
+    parser.add_argument("--pool", choices=list(POOLINGS), default=None,
+                        help="how token vectors become one (default: the model's sentence-transformers pooling, "
+                             "else mean)")
     parser.add_argument("--layers", choices=list(LAYER_COMBINATIONS), default="last", help="which hidden states")
     parser.add_argument("--batch-size", type=positive_int, default=32)
-    parser.add_argument("--max-length", type=positive_int, default=None, help="truncate longer texts (tokens)")
-    parser.add_argument("--normalize", action="store_true", help="scale each vector to unit length")
+    parser.add_argument("--max-length", type=positive_int, default=None,
+                        help="truncate longer texts (tokens; default: the model's sentence-transformers "
+                             "max_seq_length, else its tokenizer's model_max_length)")
+    parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
+                        help="scale each vector to unit length (default: as the model's sentence-transformers "
+                             "layout says, else not)")
     add_inference_arguments(parser)
 
 
@@ -67,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {sum(len(item.tokens) for item in features)} {args.level} vectors for {len(texts)} lines "
               f"to {output}")
         return 0
-    vectors = extract_features(model, tokenizer, texts, pooling=args.pool, normalize=args.normalize or
-                               args.similar is not None, progress=progress, **settings)
+    vectors = extract_features(model, tokenizer, texts, pooling=args.pool, normalize=True if args.similar is not None
+                               else args.normalize, progress=progress, **settings)
     if args.similar is not None:
         query = extract_features(model, tokenizer, [args.similar], pooling=args.pool, normalize=True, **settings)
         scores = (vectors @ query[0]).tolist()

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
 from bertforge.errors import BertforgeError
 
 # The feature-based recipes of the BERT paper's NER study (section 5.3), by name.
@@ -123,15 +124,33 @@ def _encoded_batches(model, tokenizer, texts: Sequence[str], layers: str, batch_
         yield indices, token_features(model, ids, mask, segments, layers), mask, encoded
 
 
+def sentence_embedding(model, pooling: str | None = None, max_length: int | None = None,
+                       normalize: bool | None = None) -> SentenceEmbedding:
+    """The settings for sentence vectors: those given, else the checkpoint's sentence-transformers layout
+    (model.sentence_embedding, read by from_pretrained), else mean pooling of untruncated, unnormalised vectors."""
+    saved = getattr(model, "sentence_embedding", None) or SentenceEmbedding()
+    return SentenceEmbedding(pooling=pooling or saved.pooling, max_length=max_length or saved.max_length,
+                             normalize=saved.normalize if normalize is None else normalize,
+                             lowercase=saved.lowercase)
+
+
 @torch.inference_mode()
-def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last", pooling: str = "mean",
-                     batch_size: int = 32, max_length: int | None = None, normalize: bool = False,
+def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last", pooling: str | None = None,
+                     batch_size: int = 32, max_length: int | None = None, normalize: bool | None = None,
                      progress: bool = False) -> torch.Tensor:
     """One vector per text: (len(texts), hidden), in the order of `texts`.
+
+    pooling, max_length and normalize default to the checkpoint's sentence-transformers settings (modules.json)
+    when it has them, so that the default model gives sentence-transformers' vectors; else mean, the tokenizer's
+    model_max_length and no normalisation.
 
     >>> extract_features(model, tokenizer, ["A cat.", "A dog."], pooling="mean", normalize=True).shape
     torch.Size([2, 384])
     """
+    settings = sentence_embedding(model, pooling, max_length, normalize)
+    pooling, max_length, normalize = settings.pooling, settings.max_length, settings.normalize
+    if settings.lowercase:
+        texts = [text.lower() for text in texts]
     check_choice(pooling, POOLINGS, "pooling")
     vectors: list[torch.Tensor | None] = [None] * len(texts)
     for indices, hidden, mask, _ in _encoded_batches(model, tokenizer, texts, layers, batch_size, max_length,

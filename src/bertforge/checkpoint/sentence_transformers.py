@@ -1,0 +1,93 @@
+"""The sentence-transformers layout: how a checkpoint's publisher turns token vectors into one sentence vector.
+
+modules.json lists the pipeline (Transformer -> Pooling -> Normalize); sentence_bert_config.json holds the
+Transformer's max_seq_length (256 for all-MiniLM-L6-v2) and do_lower_case (sentence-transformers 6 keeps the length
+as the tokenizer's model_max_length instead); 1_Pooling/config.json the pooling mode, as "pooling_mode" or, before
+sentence-transformers 6, as one pooling_mode_* flag per mode.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bertforge.errors import ConfigError
+
+MODULES_FILE = "modules.json"
+TRANSFORMER_CONFIG_FILE = "sentence_bert_config.json"
+POOLING_CONFIG_FILE = "config.json"
+# The pooling modes bertforge has (inference/features.py POOLINGS has the same names).
+SUPPORTED_POOLING_MODES = ("cls", "mean", "max")
+# Before sentence-transformers 6: one flag per mode -> the mode's name.
+POOLING_MODE_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
+                      "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+                      "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
+
+
+@dataclass(frozen=True)
+class SentenceEmbedding:
+    """How to make one vector per text; the defaults are bertforge's own (mean pooling, full length, raw)."""
+
+    pooling: str = "mean"
+    max_length: int | None = None  # tokens, [CLS] and [SEP] included; None: the tokenizer's model_max_length
+    normalize: bool = False  # unit length
+    lowercase: bool = False  # sentence-transformers lower-cases the text before tokenizing
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: missing (the sentence-transformers modules.json names it)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ConfigError(f"{path}: unreadable sentence-transformers file: {error}") from None
+
+
+def _pooling(path: Path) -> str:
+    config = _read(path)
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    modes = config.get("pooling_mode")
+    if modes is None:
+        # sentence-transformers pools by mean when no flag is set.
+        modes = [name for key, name in POOLING_MODE_FLAGS.items() if config.get(key)] or ["mean"]
+    modes = [modes] if isinstance(modes, str) else list(modes)
+    if len(modes) != 1:
+        raise ConfigError(f"{path}: pooling modes {', '.join(map(str, modes))} together are not supported "
+                          f"(bertforge does not concatenate poolings)")
+    if modes[0] not in SUPPORTED_POOLING_MODES:
+        raise ConfigError(f"{path}: pooling mode {modes[0]!r} is not supported (bertforge pools with "
+                          f"{', '.join(SUPPORTED_POOLING_MODES)})")
+    return modes[0]
+
+
+def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
+    """The settings of a sentence-transformers checkpoint directory (None without modules.json); a module
+    bertforge can't run (Dense, a custom one) is a ConfigError naming it and the file."""
+    directory = Path(directory)
+    modules_path = directory / MODULES_FILE
+    if not modules_path.is_file():
+        return None
+    modules = _read(modules_path)
+    if not isinstance(modules, list):
+        raise ConfigError(f"{modules_path}: expected a JSON list of modules")
+    settings: dict[str, Any] = {}
+    for module in modules:
+        kind = str(module.get("type", "")).rsplit(".", 1)[-1] if isinstance(module, dict) else None
+        folder = directory / str(module.get("path", "")) if isinstance(module, dict) else directory
+        if kind == "Transformer":
+            config_path = folder / TRANSFORMER_CONFIG_FILE
+            config = _read(config_path) if config_path.is_file() else {}
+            if config.get("max_seq_length") is not None:
+                settings["max_length"] = int(config["max_seq_length"])
+            settings["lowercase"] = bool(config.get("do_lower_case", False))
+        elif kind == "Pooling":
+            settings["pooling"] = _pooling(folder / POOLING_CONFIG_FILE)
+        elif kind == "Normalize":
+            settings["normalize"] = True
+        else:
+            raise ConfigError(f"{modules_path}: module {module.get('type') if isinstance(module, dict) else module!r}"
+                              f" is not supported (bertforge runs Transformer, Pooling and Normalize)")
+    return SentenceEmbedding(**settings)

@@ -1,0 +1,89 @@
+"""The sentence-transformers layout: embed, similarity and extract_features follow modules.json by default, and
+give sentence-transformers' own vectors (the reference: SentenceTransformer.encode on the same directory)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bertforge import BertModel, BertTokenizer, ConfigError, extract_features
+from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, read_sentence_embedding
+from bertforge.cli.main import main
+
+sentence_transformers = pytest.importorskip("sentence_transformers")
+
+
+@pytest.fixture(scope="module")
+def long_texts(squad_contexts, tokenizer):
+    """Real paragraphs longer than all-MiniLM-L6-v2's max_seq_length (256), and two short sentences."""
+    long = [text for text in squad_contexts if len(tokenizer(text, truncation=False)["input_ids"]) > 300][:4]
+    assert len(long) == 4
+    return long + ["A man is playing a guitar.", "Short."]
+
+
+@pytest.fixture(scope="module")
+def reference(minilm_dir):
+    return sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu")
+
+
+def cosines(ours: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+    ours, theirs = torch.from_numpy(ours).double(), torch.from_numpy(theirs).double()
+    return torch.nn.functional.cosine_similarity(ours, theirs, dim=-1).numpy()
+
+
+def test_the_default_model_says_mean_256_normalized(minilm_dir):
+    assert read_sentence_embedding(minilm_dir) == SentenceEmbedding(pooling="mean", max_length=256, normalize=True)
+
+
+def test_embed_default_equals_sentence_transformers_encode(tmp_path, long_texts, reference):
+    (tmp_path / "texts.txt").write_text("\n".join(long_texts) + "\n", encoding="utf-8")
+    assert main(["embed", "--input", str(tmp_path / "texts.txt"), "--output", str(tmp_path / "v.npy")]) == 0
+    ours = np.load(tmp_path / "v.npy")
+    theirs = reference.encode(long_texts, convert_to_numpy=True)
+    assert cosines(ours, theirs).min() > 0.99999
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+
+
+def test_flags_override_the_layout(minilm, tokenizer, long_texts, hf_minilm):
+    """--pool cls --max-length 512 --no-normalize: the raw [CLS] vector of the whole text, as transformers gives."""
+    ours = extract_features(minilm, tokenizer, long_texts[:2], pooling="cls", max_length=512, normalize=False)
+    with torch.inference_mode():
+        for text, vector in zip(long_texts[:2], ours):
+            encoded = tokenizer(text, max_length=512, return_tensors="pt")
+            expected = hf_minilm(**encoded).last_hidden_state[0, 0]
+            torch.testing.assert_close(vector, expected, atol=1e-5, rtol=1e-5)
+            assert encoded["input_ids"].shape[1] > 256
+
+
+@pytest.mark.parametrize("mode, normalize", [("cls", False), ("max", True)])
+def test_a_saved_sentence_transformers_model_follows_its_own_layout(tmp_path, minilm_dir, long_texts, mode,
+                                                                    normalize):
+    """A model directory written by sentence-transformers itself, with another pooling and length."""
+    models = sentence_transformers.models
+    transformer = models.Transformer(str(minilm_dir), max_seq_length=128)
+    modules = [transformer, models.Pooling(transformer.get_embedding_dimension(), pooling_mode=mode)]
+    if normalize:
+        modules.append(models.Normalize())
+    reference = sentence_transformers.SentenceTransformer(modules=modules, device="cpu")
+    reference.save(str(tmp_path))
+    ours = extract_features(BertModel.from_pretrained(tmp_path), BertTokenizer.from_pretrained(tmp_path),
+                            long_texts)
+    assert cosines(ours.numpy(), reference.encode(long_texts, convert_to_numpy=True)).min() > 0.99999
+    # sentence-transformers 6 keeps max_seq_length as the tokenizer's model_max_length
+    assert read_sentence_embedding(tmp_path) == SentenceEmbedding(pooling=mode, normalize=normalize)
+    assert BertTokenizer.from_pretrained(tmp_path).model_max_length == 128
+
+
+def test_unsupported_modules_are_one_line_errors(tmp_path):
+    (tmp_path / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]))
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_weightedmean_tokens": True}))
+    with pytest.raises(ConfigError, match=r"1_Pooling/config.json: pooling mode 'weightedmean' is not supported"):
+        read_sentence_embedding(tmp_path)
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    with pytest.raises(ConfigError, match=r"modules.json: module 'sentence_transformers.models.Dense' is not"):
+        read_sentence_embedding(tmp_path)
