@@ -40,11 +40,15 @@ TRANSFORMERS_KEYS = frozenset({
     "pooler_size_per_head", "pooler_type",
 })
 
+# bertforge's own config.json key: how a fine-tuning run read its inputs (max_length, long_text, decoding, ...).
+FINETUNE_KEY = "bertforge_finetune"
+
 # The number of labels is implied by id2label; older transformers wrote it as well.
 LABEL_COUNT_KEYS = ("num_labels", "_num_labels")
 
 # Keys whose other values would change what the model computes: key -> the one value bertforge implements.
-FIXED_VALUES = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False}
+FIXED_VALUES = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False,
+                "pruned_heads": {}}
 
 # Keys bertforge writes itself: the fixed ones, and the class of the model being saved (`save`'s architecture).
 WRITTEN_KEYS = ("model_type", "position_embedding_type", "architectures")
@@ -154,7 +158,7 @@ class BertConfig:
                 values[key] = value
             elif key not in LABEL_COUNT_KEYS and key not in WRITTEN_KEYS:
                 values["extra"][key] = value
-        unknown = sorted(set(values["extra"]) - TRANSFORMERS_KEYS - set(FIXED_VALUES))
+        unknown = sorted(set(values["extra"]) - TRANSFORMERS_KEYS - set(FIXED_VALUES) - {FINETUNE_KEY})
         if unknown:
             logger.info("%s: keeping config keys bertforge does not use: %s", source, ", ".join(unknown))
         label_count = next((data[key] for key in LABEL_COUNT_KEYS if key in data), None)

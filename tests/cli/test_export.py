@@ -78,7 +78,8 @@ def test_export_hf_loads_in_transformers_and_bertforge(capsys, tmp_path, minilm,
     output = tmp_path / "exported"
     code, out, err = run_cli(capsys, "export", "hf", "--model", "default", "--output", str(output))
     assert code == 0, err
-    assert "config.json, model.safetensors, tokenizer_config.json, vocab.txt" in out
+    assert ("config.json, model.safetensors, special_tokens_map.json, tokenizer.json, tokenizer_config.json, "
+            "vocab.txt") in out
     batch = tokenizer(real_sentences, padding=True, truncation=True, max_length=128, return_tensors="pt")
     is_real = batch["attention_mask"].bool()
     with torch.no_grad():

@@ -20,7 +20,7 @@ from torch import nn
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE
-from bertforge.config import BertConfig, dropout_overrides, read_json_object
+from bertforge.config import FINETUNE_KEY, BertConfig, dropout_overrides, read_json_object
 from bertforge.errors import ConfigError
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.tasks.classification import LONG_TEXT
@@ -158,7 +158,9 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
     training = dataclasses.replace(config.training, output_dir=str(output))
     output.mkdir(parents=True, exist_ok=True)
     dataclasses.replace(config, training=training).save(output / RUN_CONFIG_FILE)
-    tokenizer.save_pretrained(output)
+    # Where other tools look: transformers truncates at tokenizer_config.json's model_max_length.
+    tokenizer.save_pretrained(output, model_max_length=config.max_length)
+    model.config.extra |= {"finetuning_task": config.task, FINETUNE_KEY: finetune_record(config)}
 
     def evaluate(model: nn.Module) -> dict[str, float]:
         answers = task.predict(model, dev_features, dev_examples, config.eval_batch_size)
@@ -169,6 +171,12 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
                       main_metric=task.main_metric, save=lambda model: model.save_pretrained(output))
     result = trainer.train()
     return FinetuneResult(output, result.best, result.history, result.steps, result.stopped_early, notes)
+
+
+def finetune_record(config: FinetuneConfig) -> dict[str, Any]:
+    """How inputs were read in training, as config.json records it for other tools (finetune_config.json has all)."""
+    return {"max_length": config.max_length, "long_text": config.long_text, "decoding": config.decoding,
+            "context": config.context, "doc_stride": config.doc_stride}
 
 
 def load_task_model(task: Task, model: str, id2label: dict[int, str], random_init: bool, seed: int,

@@ -98,7 +98,7 @@ def read_tokenizer_files(directory: Path) -> TokenizerFiles:
     return TokenizerFiles(vocab, settings, added, max_word_chars)
 
 
-def write_tokenizer_files(tokenizer, directory: Path) -> None:
+def write_tokenizer_files(tokenizer, directory: Path, model_max_length: int | None = None) -> None:
     """vocab.txt, tokenizer.json, tokenizer_config.json, special_tokens_map.json and (with tokens added beyond
     the vocabulary) added_tokens.json: what transformers 4 and 5 write, so that each of them reads it back."""
     vocab = tokenizer.vocab
@@ -108,10 +108,10 @@ def write_tokenizer_files(tokenizer, directory: Path) -> None:
     extra_special = [token.content for token in added.values() if token.special and token.content not in
                      roles.values()]
     config = {key: getattr(tokenizer, key) for key in SETTINGS} | roles | {
+        "model_max_length": model_max_length or tokenizer.model_max_length,
         "added_tokens_decoder": {str(token_id): token.to_dict() for token_id, token in added.items()},
         "additional_special_tokens": extra_special,
         "tokenizer_class": "BertTokenizer",
-        "clean_up_tokenization_spaces": True,
     }
     write_text_atomic(directory / CONFIG_FILE, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
     special_map = roles | ({"additional_special_tokens": extra_special} if extra_special else {})

@@ -140,11 +140,15 @@ class BertTokenizer:
         return cls(files.vocab, **(files.settings | settings), added_tokens=files.added_tokens,
                    max_word_chars=files.max_word_chars)
 
-    def save_pretrained(self, directory: str | Path) -> None:
-        """Write the tokenizer files transformers writes (readable by from_pretrained and by transformers)."""
+    def save_pretrained(self, directory: str | Path, model_max_length: int | None = None) -> None:
+        """Write the tokenizer files transformers writes (readable by from_pretrained and by transformers).
+
+        `model_max_length` records another length than this tokenizer's, e.g. the max_length a model was
+        fine-tuned with, which transformers then truncates to (with truncation=True).
+        """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        write_tokenizer_files(self, directory)
+        write_tokenizer_files(self, directory, model_max_length)
 
     # ---------------------------------------------------------------- vocabulary
 
