@@ -134,6 +134,20 @@ def sentence_embedding(model, pooling: str | None = None, max_length: int | None
                              lowercase=saved.lowercase)
 
 
+def embedding_texts(texts: Sequence[str], settings: SentenceEmbedding) -> list[str]:
+    """The texts as the model's sentence-transformers pipeline tokenizes them (lower-cased when it says so)."""
+    return [text.lower() for text in texts] if settings.lowercase else list(texts)
+
+
+def fit_rows(rows: list[dict[str, list]], max_length: int | None) -> list[dict[str, list]]:
+    """Single-text encodings ([CLS] ... [SEP]) cut to max_length tokens as the tokenizer would have cut them: the
+    first max_length - 2 word pieces, then [SEP]. Rows already short enough, or max_length None, stay as they are."""
+    if max_length is None:
+        return rows
+    return [row if len(row["input_ids"]) <= max_length else
+            {name: values[:max_length - 1] + values[-1:] for name, values in row.items()} for row in rows]
+
+
 @torch.inference_mode()
 def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last", pooling: str | None = None,
                      batch_size: int = 32, max_length: int | None = None, normalize: bool | None = None,
@@ -149,8 +163,7 @@ def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last
     """
     settings = sentence_embedding(model, pooling, max_length, normalize)
     pooling, max_length, normalize = settings.pooling, settings.max_length, settings.normalize
-    if settings.lowercase:
-        texts = [text.lower() for text in texts]
+    texts = embedding_texts(texts, settings)
     check_choice(pooling, POOLINGS, "pooling")
     vectors: list[torch.Tensor | None] = [None] * len(texts)
     for indices, hidden, mask, _ in _encoded_batches(model, tokenizer, texts, layers, batch_size, max_length,

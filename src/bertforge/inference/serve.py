@@ -34,7 +34,7 @@ from bertforge.inference.attention_view import (
     encode_for_attention,
     render_attention_map,
 )
-from bertforge.inference.features import POOLINGS, pad_ids, pool
+from bertforge.inference.features import POOLINGS, embedding_texts, fit_rows, pad_ids, pool, sentence_embedding
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.model import BertModel
 from bertforge.tasks import question_answering
@@ -472,12 +472,15 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
 
     @app.post("/embed")
     async def embed_texts(request: EmbedRequest) -> dict[str, Any]:
-        """One vector per text: the last layer pooled over its tokens (cls, mean or max)."""
-        options = {"pooling": request.pooling, "normalize": request.normalize}
-        rows = encode(request.texts, None)
+        """One vector per text: the last layer pooled over its tokens (cls, mean or max); what the request leaves
+        out follows the model's sentence-transformers layout (pooling, max_seq_length, normalisation)."""
+        given = {name: getattr(request, name) for name in request.model_fields_set & {"pooling", "normalize"}}
+        embedding = sentence_embedding(encoder_of(model), **given)
+        options = {"pooling": embedding.pooling, "normalize": embedding.normalize}
+        rows = fit_rows(encode(embedding_texts(request.texts, embedding), None), embedding.max_length)
         vectors = await run_jobs([Job(embed, row, options) for row in rows])
-        return {"embeddings": vectors, "dimension": len(vectors[0]), "pooling": request.pooling,
-                "normalized": request.normalize}
+        return {"embeddings": vectors, "dimension": len(vectors[0]), "pooling": embedding.pooling,
+                "normalized": embedding.normalize}
 
     @app.post("/predict")
     async def predict(request: PredictRequest) -> dict[str, Any]:
