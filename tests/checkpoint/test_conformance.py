@@ -161,7 +161,7 @@ def test_vocabulary_without_pad_or_mask_loads_and_fails_only_when_they_are_neede
     with pytest.raises(InputError, match=r"vocab.txt: the vocabulary has no pad token '\[PAD\]', which padding"):
         ours(texts[:2], padding=True)
     with pytest.raises(InputError, match=r"vocab.txt: the vocabulary has no mask token '\[MASK\]', which masking"):
-        ours.mask_token_id
+        ours.convert_ids_to_tokens([ours.mask_token_id])
 
 
 # ---------------------------------------------------------------- whole models

@@ -18,6 +18,7 @@ from bertforge.tokenizer.basic import BasicTokenizer
 from bertforge.tokenizer.files import DEFAULT_MAX_LENGTH, SETTINGS, read_tokenizer_files, write_tokenizer_files
 from bertforge.tokenizer.vocab import Vocab
 from bertforge.tokenizer.wordpiece import CONTINUATION, MAX_WORD_CHARS, WordPiece, WordPieceCache
+
 # The reference's WordPiece decoder glues these onto the previous token (applied token by token).
 DECODE_CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
                   (" 'm", "'m"), (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
