@@ -11,6 +11,7 @@ from bertforge.cli import (
     attention,
     embed,
     evaluate,
+    explain,
     export,
     fill_mask,
     finetune,
@@ -36,6 +37,7 @@ SUBCOMMANDS = {
     "pretrain": (pretrain, "pre-train an encoder from raw text: prepare, train, eval, plot"),
     "fill-mask": (fill_mask, "most likely tokens for each [MASK] of a text (needs a masked-LM checkpoint)"),
     "attention": (attention, "write an HTML page showing the attention of every layer and head"),
+    "explain": (explain, "why a model predicted what it did: attributions to the words of the text, as JSON or a page"),
     "export": (export, "write the model as ONNX (checked against PyTorch) or as a transformers checkpoint directory"),
     "serve": (serve, "HTTP inference server: /embed, /predict, /tokenize, /attention, /health"),
 }
