@@ -9,6 +9,7 @@ import sys
 from bertforge import demo
 from bertforge.cli import (
     attention,
+    distill,
     embed,
     evaluate,
     export,
@@ -16,6 +17,7 @@ from bertforge.cli import (
     finetune,
     predict,
     pretrain,
+    quantize,
     serve,
     similarity,
     tokenizer,
@@ -38,6 +40,8 @@ SUBCOMMANDS = {
     "attention": (attention, "write an HTML page showing the attention of every layer and head"),
     "export": (export, "write the model as ONNX (checked against PyTorch) or as a transformers checkpoint directory"),
     "serve": (serve, "HTTP inference server: /embed, /predict, /tokenize, /attention, /health"),
+    "quantize": (quantize, "a fine-tuned model in int8 or bf16, written only if its dev metric holds (--max-drop)"),
+    "distill": (distill, "a fine-tuned model with fewer layers, trained on its soft labels (gated like quantize)"),
 }
 
 

@@ -33,9 +33,12 @@ from torch import nn
 from bertforge.activations import ACTIVATIONS
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.hf_format import CONFIG_FILE
+from bertforge.compress.gate import GateReport, check_output, measure, write_if_accepted
 from bertforge.config import read_json_object
 from bertforge.errors import ConfigError
 from bertforge.model import BertModel
+from bertforge.tasks.data import inference_batches
+from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetunedModel
 
 logger = logging.getLogger("bertforge")
 
@@ -259,12 +262,12 @@ def auto_precision(device_type: str = "cpu") -> str:
     raise ConfigError(f"this {device_type} has no native bf16 and int8 runs on CPU only; keep fp32")
 
 
-def quantize(model: nn.Module, config: QuantizationConfig = QuantizationConfig(),
+def quantize(model: nn.Module, config: QuantizationConfig | None = None,
              batches: Iterable[dict[str, torch.Tensor]] | None = None) -> nn.Module:
     """`model` (changed in place and returned) in eval mode at `config.precision`; `batches` of model inputs from
     the user's own data calibrate int8 (a few hundred sentences are plenty: calibration only finds each layer's
     largest input channels). The model remembers its config for `save_quantized`."""
-    config = dataclasses.replace(config)
+    config = dataclasses.replace(config or QuantizationConfig())
     model = METHODS[config.precision](model.eval(), batches, config)
     model.quantization = config
     return model
@@ -312,3 +315,40 @@ def save_quantized(model: nn.Module, directory: str | Path) -> Path:
 def replace_module(model: nn.Module, name: str, module: nn.Module) -> None:
     parent, _, child = name.rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, child, module)
+
+
+def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, precision: str = "int8",
+                       max_drop: float = 0.5, calibration: str | Path | None = None,
+                       calibration_examples: int = 256, outlier_channels: int = 8, smoothing: float | None = None,
+                       batch_size: int = 64) -> GateReport:
+    """Quantize a fine-tuned model directory, measure it beside the original on the labelled `dev` file, and write
+    it to `output` only if the task's metric drops by at most `max_drop` points (see `GateReport.accepted`).
+
+    int8 calibrates on the first `calibration_examples` of `calibration` (default: the dev file; calibration only
+    picks each layer's largest input channels). `precision="auto"` is bf16 where native, else int8.
+    """
+    output = check_output(output)
+    if precision == "auto":
+        precision = auto_precision("cpu")
+    config = QuantizationConfig(precision, outlier_channels=outlier_channels, smoothing=smoothing)
+    reference = FinetunedModel.load(model)
+    columns = reference.columns()
+    examples = reference.read(dev, columns, labelled=True)
+    candidate = FinetunedModel.load(model)
+    batches = None
+    if precision == "int8":
+        sample = examples if calibration is None else reference.read(calibration, columns, labelled=True)
+        features = candidate.task.encode(candidate.tokenizer, sample[:calibration_examples],
+                                         candidate.settings.settings, candidate.id2label)
+        batches = [batch for _, batch in inference_batches(features, batch_size, candidate.tokenizer.pad_token_id)]
+    quantize(candidate.model, config, batches)
+    report = GateReport(reference.task.main_metric, measure("fp32", reference, examples, batch_size),
+                        measure(precision, candidate, examples, batch_size), max_drop)
+
+    def write(folder: Path) -> None:
+        save_quantized(candidate.model, folder)
+        candidate.tokenizer.save_pretrained(folder)
+        candidate.settings.save(folder / RUN_CONFIG_FILE)
+
+    write_if_accepted(report, output, write)
+    return report
