@@ -186,12 +186,13 @@ def answer_target(model, tokenizer, text, pair, target, max_length) -> Target:
     row = encode_row(tokenizer, text, pair, max_length=max_length)
     output = _plain_output(model, row)
     start_logits, end_logits = output.start_logits[0], output.end_logits[0]
+    seq = len(row.input_ids)
     in_context = torch.tensor([source == 1 for source in row.texts])
-    pair_scores = start_logits[:, None] + end_logits[None, :]  # (seq, seq): start x end
-    allowed = in_context[:, None] & in_context[None, :] & torch.ones_like(pair_scores, dtype=torch.bool).triu() \
-        & ~torch.ones_like(pair_scores, dtype=torch.bool).triu(MAX_ANSWER_TOKENS)
-    best = int(pair_scores.masked_fill(~allowed, -torch.inf).argmax())
-    start, end = divmod(best, len(row.input_ids))
+    span_scores = start_logits[:, None] + end_logits[None, :]  # (seq, seq): start x end
+    ordered = torch.ones(seq, seq, dtype=torch.bool).triu()  # end >= start
+    short = ~torch.ones(seq, seq, dtype=torch.bool).triu(MAX_ANSWER_TOKENS)  # end - start < MAX_ANSWER_TOKENS
+    allowed = in_context[:, None] & in_context[None, :] & ordered & short
+    start, end = divmod(int(span_scores.masked_fill(~allowed, -torch.inf).argmax()), seq)
     answer = pair[row.offsets[start][0]:row.offsets[end][1]]
     parts = {"answer": ((start, 0), (end, 1)), "start": ((start, 0),), "end": ((end, 1),)}
     choices = [f"{name}: {answer}" for name in parts]
@@ -202,7 +203,7 @@ def answer_target(model, tokenizer, text, pair, target, max_length) -> Target:
         output = run_with(model, row, embeddings[0])
         logits = (output.start_logits, output.end_logits)
         return sum(logits[which][:, position] for position, which in chosen)
-    readout = _one_position(len(row.input_ids), *(position for position, _ in chosen))
+    readout = _one_position(seq, *(position for position, _ in chosen))
     return Target(choices[index], choices, [row], score, [readout])
 
 
