@@ -9,6 +9,7 @@ import sys
 from bertforge import demo
 from bertforge.cli import (
     attention,
+    distill,
     embed,
     evaluate,
     explain,
@@ -17,6 +18,7 @@ from bertforge.cli import (
     finetune,
     predict,
     pretrain,
+    quantize,
     serve,
     similarity,
     tokenizer,
@@ -40,6 +42,8 @@ SUBCOMMANDS = {
     "explain": (explain, "why a model predicted what it did: attributions to the words of the text, as JSON or a page"),
     "export": (export, "write the model as ONNX (checked against PyTorch) or as a transformers checkpoint directory"),
     "serve": (serve, "HTTP inference server: /embed, /predict, /tokenize, /attention, /health"),
+    "quantize": (quantize, "a fine-tuned model in int8 or bf16, written only if its dev metric holds (--max-drop)"),
+    "distill": (distill, "a fine-tuned model with fewer layers, trained on its soft labels (gated like quantize)"),
 }
 
 
