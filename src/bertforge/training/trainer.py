@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertforge import fast_cpu
 from bertforge.atomic import write_text_atomic
 from bertforge.errors import BertforgeError, ConfigError
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
@@ -195,6 +196,11 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.use_bf16 else nullcontext()
 
     def train(self) -> TrainResult:
+        """The whole run, with the CPU fast paths (fast_cpu) swapped into the model while it lasts."""
+        with fast_cpu.accelerated(self.model):
+            return self.run()
+
+    def run(self) -> TrainResult:
         config = self.config
         seed_everything(config.seed)
         model = self.model.to(self.device)
