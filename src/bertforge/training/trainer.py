@@ -28,6 +28,8 @@ from bertforge.errors import BertforgeError, ConfigError
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
 
 logger = logging.getLogger("bertforge")
+# What a person follows while a run goes on (each evaluation's metrics); the command line shows it without -v.
+progress = logging.getLogger("bertforge.progress")
 
 METRICS_FILE = "metrics.json"
 TRAIN_LOG_FILE = "train_log.jsonl"
@@ -285,7 +287,7 @@ class Trainer:
                 self.save(self.model)
         else:
             self.evaluations_without_improvement += 1
-        logger.info("step %d: %s", step, ", ".join(f"{name}={value:.4f}" for name, value in metrics.items()))
+        progress.info("step %d, dev: %s", step, ", ".join(f"{name}={value:.4f}" for name, value in metrics.items()))
         self.log({"event": "eval", **record})
         if self.output_dir:
             summary = {"main_metric": self.main_metric, "best": self.best, "evaluations": self.history}
