@@ -35,7 +35,7 @@ from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.hf_format import CONFIG_FILE
 from bertforge.compress.gate import GateReport, check_output, measure, write_if_accepted
 from bertforge.config import read_json_object
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, check_choice
 from bertforge.model import BertModel
 from bertforge.tasks.data import inference_batches
 from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetunedModel
@@ -58,8 +58,7 @@ class QuantizationConfig:
     modules: list[str] = dataclasses.field(default_factory=list)  # int8: the quantized linear layers (our names)
 
     def __post_init__(self):
-        if self.precision not in METHODS:
-            raise ConfigError(f"unknown precision {self.precision!r}; choose from {', '.join(METHODS)}")
+        check_choice(self.precision, METHODS, "precision")
         if not isinstance(self.outlier_channels, int) or self.outlier_channels < 0:
             raise ConfigError(f"outlier_channels must be a whole number >= 0, got {self.outlier_channels!r}")
         if self.smoothing is not None and not 0.0 <= self.smoothing <= 1.0:
