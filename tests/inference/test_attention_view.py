@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,8 +17,6 @@ from bertforge.inference.attention_view import (
     render_attention_html,
     render_attention_map,
 )
-
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 
 
 def page_data(page: str) -> dict:
@@ -103,26 +100,7 @@ def test_wrong_shapes_and_long_texts_are_user_errors(tokenizer, tiny_config):
     assert len(compute_attention(model, tokenizer, "one two three four five six", max_length=5).tokens_a) == 5
 
 
-# ---------------------------------------------------------------- in the browser
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
-        pytest.skip("needs Debian's chromium and chromium-driver: apt-get install -y chromium chromium-driver")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium: pip install selenium")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--window-size=1400,1000",
-                 f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    yield driver
-    driver.quit()
+# ---------------------------------------------------------------- in the browser (tests/conftest.py's browser)
 
 
 def line_opacities(driver) -> list[float]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import html
 
+from bertforge.explain.attribute import explain
+from bertforge.explain.methods import DEFAULT_STEPS
 from bertforge.explain.result import Explanation
 from bertforge.explain.targets import DEFAULT_MAX_LENGTH
 from bertforge.inference.attention_view import compute_attention, render_attention_map
@@ -101,3 +103,11 @@ def explanation_page(model, tokenizer, explanation: Explanation, max_length: int
     title = f"Why {explanation.target}? {explanation.texts[0][:60]}"
     return render_attention_map(attention, title, before=attribution_section(explanation),
                                 after=inner_section(explanation.inner))
+
+
+def explained(model, tokenizer, text: str, text_pair: str | None = None, target: str | None = None,
+              method: str = "integrated_gradients", steps: int | None = None,
+              max_length: int = DEFAULT_MAX_LENGTH, as_page: bool = False) -> dict | str:
+    """What `/explain` answers: the explanation as a JSON-ready dict, or (`as_page`) its page."""
+    explanation = explain(model, tokenizer, text, text_pair, target, method, steps or DEFAULT_STEPS, max_length)
+    return explanation_page(model, tokenizer, explanation, max_length) if as_page else explanation.to_dict()

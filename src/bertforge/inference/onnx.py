@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from bertforge.atomic import atomic_path
-from bertforge.errors import BertforgeError
+from bertforge.errors import BertforgeError, check_choice
 from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertforge.model import BertModel
 
@@ -99,8 +99,7 @@ def task_of(model: nn.Module) -> str:
 
 
 def check_task(name: str) -> OnnxTask:
-    if name not in ONNX_TASKS:
-        raise BertforgeError(f"unknown task {name!r}; choose from {', '.join(ONNX_TASKS)}")
+    check_choice(name, ONNX_TASKS, "task", error=BertforgeError)
     return ONNX_TASKS[name]
 
 
@@ -118,17 +117,13 @@ class _Graph(nn.Module):
 
 @contextmanager
 def exportable(model: nn.Module) -> Iterator[nn.Module]:
-    """The model in eval mode with token packing off (see model.Padding); both restored on exit."""
-    saved = [(module, module.pack_tokens) for module in model.modules() if isinstance(module, BertModel)]
+    """The model in eval mode, its mode restored on exit (an exported graph keeps every position: see
+    BertModel.forward)."""
     was_training = model.training
     model.eval()
-    for encoder, _ in saved:
-        encoder.pack_tokens = False
     try:
         yield model
     finally:
-        for encoder, pack_tokens in saved:
-            encoder.pack_tokens = pack_tokens
         model.train(was_training)
 
 

@@ -14,9 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertforge.activations import ACTIVATIONS
-from bertforge.errors import ConfigError
-from bertforge.model import Linear
+from bertforge import fast_cpu, runtime
+from bertforge.errors import ConfigError, check_choice
 
 # fp32: as trained. bf16: weights and activations in bfloat16 (GPUs, and CPUs with AVX-512 BF16 or AMX).
 # int8: every nn.Linear quantized dynamically (int8 weights, activations quantized per batch; CPU only).
@@ -31,39 +30,29 @@ class InferenceOptions:
     compile: bool = False  # torch.compile the forward pass (dynamic shapes); the first batches are slow
 
     def __post_init__(self):
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"unknown precision {self.precision!r}; choose from {', '.join(PRECISIONS)}")
+        check_choice(self.precision, PRECISIONS, "precision")
 
     def apply(self, model: nn.Module) -> nn.Module:
         """`model` in eval mode at this precision (changed in place, and returned): same class, same outputs'
         types (float32 tensors), so every caller works unchanged."""
-        from bertforge.training.trainer import bf16_supported
-
         model.eval()
         device = next(model.parameters()).device
         if self.precision == "int8":
             if device.type != "cpu":
                 raise ConfigError(f"int8 dynamic quantization runs on CPU only; this model is on {device.type}")
             from torch.ao.quantization import quantize_dynamic
-            activations = {}  # the activation each of bertforge's Linears applies, kept as a hook on its int8 twin
-            for name, module in model.named_modules():
-                if type(module) is Linear:  # torch swaps exact nn.Linear only; its oneDNN path is moot once int8
-                    if module.activation is not None:
-                        activations[name] = ACTIVATIONS[module.activation]
-                    module.__class__ = nn.Linear
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
                 quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
-            for name, activation in activations.items():
-                model.get_submodule(name).register_forward_hook(
-                    lambda module, inputs, output, activation=activation: activation(output))
         elif self.precision == "bf16":
-            if not bf16_supported(device.type):
+            if not runtime.bf16_supported(device.type):
                 raise ConfigError(f"this {device.type} has no native bf16 (on CPU: AVX-512 BF16 or AMX); "
                                   "use fp32 or int8")
             model.to(torch.bfloat16)
             # Callers (numpy conversion, softmax over logits, cosine scores) expect float32 out.
             model.register_forward_hook(lambda module, inputs, output: to_float32(output))
+        else:
+            fast_cpu.accelerate(model)  # oneDNN on prepacked weights: the same outputs, sooner
         if self.compile:
             model.compile(dynamic=True)  # in place: the module keeps its class and attributes
         return model

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,15 +20,16 @@ from torch import nn
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE
-from bertforge.config import FINETUNE_KEY, BertConfig, dropout_overrides, read_json_object
-from bertforge.errors import ConfigError
+from bertforge.config import FINETUNE_KEY, BertConfig, JsonConfig, check_number, dropout_overrides, read_json_object
+from bertforge.errors import ConfigError, check_choice
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
+from bertforge.runtime import seed_everything
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, training_batches
 from bertforge.tasks.registry import TASKS, Task, get_task
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 from bertforge.tokenizer import BertTokenizer
-from bertforge.training.trainer import TrainConfig, Trainer, check_number, config_from_dict, seed_everything
+from bertforge.training.trainer import TrainConfig, Trainer, model_loss
 
 logger = logging.getLogger("bertforge")
 
@@ -37,7 +38,7 @@ EVAL_RESULTS_FILE = "eval_results.json"
 
 
 @dataclass
-class FinetuneConfig:
+class FinetuneConfig(JsonConfig):
     """Everything a fine-tuning run needs; `bertforge finetune` flags and `--config run.json` fill it."""
 
     train: str | None = None  # training data file (.csv, .tsv, .jsonl; CoNLL for ner, SQuAD .json for qa)
@@ -68,16 +69,12 @@ class FinetuneConfig:
     def __post_init__(self):
         if isinstance(self.training, dict):
             self.training = TrainConfig.from_dict(self.training, "training")
-        if self.task not in TASKS:
-            raise ConfigError(f"unknown task {self.task!r}; choose from {', '.join(TASKS)}")
+        check_choice(self.task, TASKS, "task")
         if self.max_length is None:
             self.max_length = TASKS[self.task].max_length
-        if self.long_text not in LONG_TEXT:
-            raise ConfigError(f"unknown long_text {self.long_text!r}; choose from {', '.join(LONG_TEXT)}")
-        if self.context not in CONTEXTS:
-            raise ConfigError(f"unknown context {self.context!r}; choose from {', '.join(CONTEXTS)}")
-        if self.decoding not in DECODINGS:
-            raise ConfigError(f"unknown decoding {self.decoding!r}; choose from {', '.join(DECODINGS)}")
+        check_choice(self.long_text, LONG_TEXT, "long_text")
+        check_choice(self.context, CONTEXTS, "context")
+        check_choice(self.decoding, DECODINGS, "decoding")
         check_number("null_score_threshold", self.null_score_threshold)
         dropout_overrides(self.dropout)  # validates it
         for name in ("max_length", "batch_size", "eval_batch_size", "max_query_length", "n_best",
@@ -97,23 +94,6 @@ class FinetuneConfig:
                               version_2=self.version_2, n_best=self.n_best, max_answer_length=self.max_answer_length,
                               null_score_threshold=self.null_score_threshold)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "training": self.training.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> FinetuneConfig:
-        """Unknown keys (here or under "training") are errors naming the key and `source`."""
-        if isinstance(data, dict) and isinstance(data.get("training"), dict):
-            data = {**data, "training": TrainConfig.from_dict(data["training"], f"{source}, training")}
-        return config_from_dict(cls, data, source)
-
-    @classmethod
-    def load(cls, path: str | Path) -> FinetuneConfig:
-        return cls.from_dict(read_json_object(path, "run config"), str(path))
-
-    def save(self, path: str | Path) -> None:
-        write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
-
 
 @dataclass
 class FinetuneResult:
@@ -126,11 +106,14 @@ class FinetuneResult:
 
 
 def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None,
-             dev_examples: Sequence[Any] | None = None) -> FinetuneResult:
+             dev_examples: Sequence[Any] | None = None, model: nn.Module | None = None,
+             loss_fn: Callable[[nn.Module, Any], Any] = model_loss) -> FinetuneResult:
     """Fine-tune `config.model` on the training data and keep the best model (by the task's main metric).
 
     Examples may be given directly (in memory) instead of `config.train` / `config.dev`. Every data error is
-    raised before the model is loaded.
+    raised before the model is loaded. `model` (with its labels) trains instead of one loaded from `config.model`
+    (whose tokenizer is used), and `loss_fn(model, batch)` replaces the model's own loss: distillation passes its
+    student and loss (bertforge.compress.distill).
     """
     if config.output is None:
         raise ConfigError("an output directory is required (--output, or \"output\" in the run config)")
@@ -140,7 +123,7 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
     if train_examples is None:
         train_examples = task.read_examples(config.train, config.columns, settings=config.settings)
     train_examples = list(train_examples)[:config.max_train_examples]
-    id2label = task.labels(train_examples)
+    id2label = model.config.id2label if model is not None else task.labels(train_examples)
     if dev_examples is None and config.dev is not None:
         dev_examples = task.read_examples(config.dev, config.columns, id2label, settings=config.settings)
 
@@ -152,8 +135,9 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
         dev_features = task.encode(tokenizer, dev_examples, config.settings, id2label)
         notes += [f"dev data: {note}" for note in dev_features.notes]
 
-    model = load_task_model(task, config.model, id2label, config.random_init, config.training.seed,
-                            config.dropout)
+    if model is None:
+        model = load_task_model(task, config.model, id2label, config.random_init, config.training.seed,
+                                config.dropout)
     output = Path(config.output)
     training = dataclasses.replace(config.training, output_dir=str(output))
     output.mkdir(parents=True, exist_ok=True)
@@ -168,7 +152,8 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
 
     batches = training_batches(train_features, config.batch_size, tokenizer.pad_token_id, training.seed)
     trainer = Trainer(model, training, batches, evaluate=evaluate if dev_features is not None else None,
-                      main_metric=task.main_metric, save=lambda model: model.save_pretrained(output))
+                      main_metric=task.main_metric, save=lambda model: model.save_pretrained(output),
+                      loss_fn=loss_fn)
     result = trainer.train()
     return FinetuneResult(output, result.best, result.history, result.steps, result.stopped_early, notes)
 
