@@ -9,8 +9,8 @@ import torch
 
 from bertforge import BertConfig, BertForSequenceClassification, BertModel
 from bertforge.errors import ConfigError, InputError
-from bertforge.tasks.classification import class_labels, encode, example_logits, predict, score, windows
-from bertforge.tasks.data import Columns, EncodeSettings, TextExample
+from bertforge.tasks.classification import class_labels, encode, example_logits, score, windows
+from bertforge.tasks.data import Columns, EncodeSettings, TextExample, row_outputs
 from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, evaluate, finetune, load_task_model
 from bertforge.tasks.registry import TASKS
 from bertforge.training import TrainConfig
@@ -78,13 +78,13 @@ def test_window_logits_are_averaged_per_example(tokenizer):
     examples = [TextExample(long_text), TextExample("short")]
     features = encode(tokenizer, examples, EncodeSettings(max_length=16, long_text="windows"), model.config.id2label)
     assert features.example_index.count(0) > 2 and features.example_index[-1] == 1
-    logits = example_logits(model, features, len(examples), batch_size=2)
+    logits = example_logits(features, row_outputs(model, features, 2, TASKS["classification"].outputs), len(examples))
     model.eval()
     with torch.no_grad():
         each = [model(torch.tensor([row["input_ids"]])).logits[0] for row in features.rows]
     torch.testing.assert_close(logits[0], torch.stack(each[:-1]).mean(0), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(logits[1], each[-1], rtol=1e-5, atol=1e-5)
-    answers = predict(model, features, examples)
+    answers = TASKS["classification"].predict(model, features, examples)
     assert set(answers[0]["probabilities"]) == {"a", "b", "c"}
     assert sum(answers[0]["probabilities"].values()) == pytest.approx(1.0)
 

@@ -44,18 +44,28 @@ def text_line_of_byte(path: Path, offset: int) -> int:
 
 
 def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
-    """--precision and --compile, for every command that runs a model for its outputs."""
+    """--precision, --compile and --device, for every command that runs a model for its outputs."""
     from bertforge.inference.optimize import PRECISIONS
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="fp32 (default, as trained); bf16 (GPUs, CPUs with AVX-512 BF16 or AMX); int8: "
                              "dynamically quantized linear layers (CPU; check the cost with `bertforge evaluate`)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the model (needs a C++ compiler on CPU; the first batches are slow)")
+    parser.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda, cuda:N or mps")
+
+
+def add_format_argument(parser: argparse.ArgumentParser) -> None:
+    """--format, shared by evaluate and predict so that both read a file the same way."""
+    from bertforge.tasks.data import DATA_FORMATS
+    parser.add_argument("--format", choices=list(DATA_FORMATS), default=None,
+                        help="the data file's format (default: its extension's; a .txt file of `word ... tag` "
+                             "lines is CoNLL): " + "; ".join(f"{name}: {text}" for name, text in DATA_FORMATS.items()))
 
 
 def inference_options(args: argparse.Namespace):
-    from bertforge.inference.optimize import InferenceOptions
-    return InferenceOptions(precision=args.precision, compile=args.compile)
+    from bertforge.inference.optimize import InferenceOptions, check_device
+    check_device(args.device)  # before any model loads
+    return InferenceOptions(precision=args.precision, compile=args.compile, device=args.device)
 
 
 def load_encoder(name_or_path: str, inference=None):

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from bertforge.cli.arguments import add_inference_arguments, inference_options, positive_int
+from bertforge.cli.arguments import add_format_argument, add_inference_arguments, inference_options, positive_int
 from bertforge.cli.finetune import add_column_arguments, add_decoding_argument
 from bertforge.tasks.finetune import EVAL_RESULTS_FILE
 from bertforge.tasks.registry import TASKS
@@ -15,6 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", "-m", required=True, help="fine-tuned model directory")
     parser.add_argument("--data", "-d", required=True,
                         help="labelled data (.csv, .tsv, .jsonl; CoNLL for ner; SQuAD .json for qa)")
+    add_format_argument(parser)
     add_column_arguments(parser)
     parser.add_argument("--task", choices=list(TASKS), default=None, help="default: the model's own")
     parser.add_argument("--batch-size", type=positive_int, default=64)
@@ -27,11 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.finetune import evaluate
+    from bertforge.tasks.registry import inspect_checkpoint
 
-    output = args.output or Path(args.model) / EVAL_RESULTS_FILE
+    checkpoint = inspect_checkpoint(args.model)
+    checkpoint.task_for(args.task)  # a model without a trained head is refused before anything is read or written
+    output = args.output or checkpoint.directory / EVAL_RESULTS_FILE
     metrics = evaluate(args.model, args.data, args.text_column, args.text_pair_column, args.label_column,
                        task=args.task, batch_size=args.batch_size, max_length=args.max_length, output=output,
-                       inference=inference_options(args), decoding=args.decoding)
+                       inference=inference_options(args), decoding=args.decoding, format=args.format)
     for name, value in metrics.items():
         print(f"{name}: {value:.4f}")
     print(f"saved to {output}")

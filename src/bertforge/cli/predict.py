@@ -7,7 +7,7 @@ import argparse
 import json
 
 from bertforge.atomic import write_text_atomic
-from bertforge.cli.arguments import add_inference_arguments, inference_options, positive_int
+from bertforge.cli.arguments import add_format_argument, add_inference_arguments, inference_options, positive_int
 from bertforge.cli.finetune import add_column_arguments, add_decoding_argument
 from bertforge.errors import InputError
 
@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text-pair", help="the second text of a pair, with --text")
     parser.add_argument("--question", help="qa: one question, with --context")
     parser.add_argument("--context", help="qa: the passage that holds the answer, with --question")
+    add_format_argument(parser)
     add_column_arguments(parser)
     parser.add_argument("--batch-size", type=positive_int, default=64)
     parser.add_argument("--max-length", type=positive_int, default=None, help="default: the training run's")
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     answers = predict(args.model, args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
                       batch_size=args.batch_size, max_length=args.max_length, inference=inference_options(args),
-                      decoding=args.decoding)
+                      decoding=args.decoding, format=args.format)
     write_text_atomic(args.output, "".join(json.dumps(answer, ensure_ascii=False) + "\n" for answer in answers))
     print(f"wrote {len(answers)} predictions to {args.output}")
     return 0

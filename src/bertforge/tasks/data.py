@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,11 +82,50 @@ READERS: dict[str, Callable[[Path, str], Table]] = {
 }
 
 
-def read_table(path: str | Path) -> Table:
-    """Read a .csv, .tsv, .jsonl or .txt file; a UTF-8 byte-order mark (as in GLUE's MRPC) is dropped."""
+# Data file formats (--format); without one, the file's extension says which (see data_format).
+DATA_FORMATS = {
+    "csv": "comma-separated, with a header", "tsv": "tab-separated, with a header, no quoting",
+    "jsonl": "one JSON object per line", "txt": "one text per line",
+    "conll": "a `word ... tag` line per token, a blank line between sentences (ner)", "squad": "SQuAD JSON (qa)",
+}
+EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".txt": "txt", ".json": "squad", ".conll": "conll"}
+_IOB_TAG = re.compile(r"O|[BI]-\S+")
+
+
+def data_format(path: str | Path, given: str | None = None) -> str:
+    """The format of a data file: `given` (--format), else its extension's; a .txt file whose lines are all
+    `word ... IOB-tag` (or -DOCSTART-) is CoNLL, as CoNLL-2003's own files are."""
     path = Path(path)
-    if path.suffix.lower() not in READERS:
-        raise InputError(f"unsupported file type {path.suffix!r}; use one of {', '.join(READERS)}", path)
+    if given is not None:
+        if given not in DATA_FORMATS:
+            raise InputError(f"unknown format {given!r}; choose from {', '.join(DATA_FORMATS)}", path)
+        return given
+    name = EXTENSIONS.get(path.suffix.lower())
+    if name is None:
+        raise InputError(f"unknown file type {path.suffix!r}; use one of {', '.join(EXTENSIONS)} or say which "
+                         f"with --format ({', '.join(DATA_FORMATS)})", path)
+    return "conll" if name == "txt" and looks_like_conll(path) else name
+
+
+def looks_like_conll(path: Path, lines: int = 100) -> bool:
+    """Whether the first non-blank lines of a text file are all CoNLL token lines."""
+    try:
+        with open(path, encoding="utf-8-sig", errors="replace") as handle:
+            head = [line.split() for line, _ in zip(handle, range(10 * lines)) if line.strip()][:lines]
+    except OSError:
+        return False  # the reader reports it
+    return bool(head) and all(columns[0] == "-DOCSTART-" or (len(columns) >= 2 and _IOB_TAG.fullmatch(columns[-1]))
+                              for columns in head)
+
+
+def read_table(path: str | Path, format: str | None = None) -> Table:
+    """Read a .csv, .tsv, .jsonl or .txt file (or the one of those `format` names); a UTF-8 byte-order mark (as
+    in GLUE's MRPC) is dropped."""
+    path = Path(path)
+    kind = "." + format if format is not None else path.suffix.lower()
+    if kind not in READERS:
+        raise InputError(f"unsupported file type {kind[1:] or path.suffix!r} here; use one of "
+                         f"{', '.join(READERS)}", path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -96,7 +136,7 @@ def read_table(path: str | Path) -> Table:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise InputError("not valid UTF-8 text", path, raw[:error.start].count(b"\n") + 1) from None
-    table = READERS[path.suffix.lower()](path, text)
+    table = READERS[kind](path, text)
     if not table.rows:
         raise InputError("the file has no examples", path)
     return table
@@ -170,13 +210,13 @@ LABEL_KINDS: dict[str, Callable[[Any], str | float]] = {"class": class_label, "s
 
 
 def read_text_examples(path: str | Path, columns: Columns, label_kind: str | None,
-                       label_names: Sequence[str] | None = None) -> list[TextExample]:
+                       label_names: Sequence[str] | None = None, format: str | None = None) -> list[TextExample]:
     """Text (and pair) examples, labelled when `label_kind` is "class" or "score", unlabelled when None.
 
     `label_names` (a fine-tuned model's labels) makes any other label an error, so a typo in an evaluation file
     stops before a single batch runs.
     """
-    table = read_table(path)
+    table = read_table(path, format)
     require_columns(table, [columns.text, columns.text_pair] + ([columns.label] if label_kind else []))
     known = set(label_names) if label_names is not None else None
     examples = []
@@ -284,28 +324,29 @@ def training_batches(features: Features, batch_size: int, pad_token_id: int, see
     return FeatureBatches(features, LengthGroupedBatches(features.lengths(), batch_size, seed), pad_token_id)
 
 
-def inference_batches(features: Features, batch_size: int, pad_token_id: int,
-                      keys: Sequence[str] = ("input_ids", "token_type_ids", "attention_mask"),
-                      ) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
-    """(row indices, batch of the model inputs `keys`) in length-sorted order, for evaluation and prediction."""
-    for indices in length_sorted_batches(features.lengths(), batch_size):
-        rows = [{key: features.rows[i][key] for key in keys if key in features.rows[i]} for i in indices]
-        yield indices, collate(rows, pad_token_id)
+MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 
 @torch.inference_mode()
+def forward_rows(model: nn.Module, rows: Sequence[dict[str, Any]], read: Callable[[Any], tuple[torch.Tensor, ...]]
+                 ) -> list[tuple[torch.Tensor, ...]]:
+    """The model on `rows` as one padded batch; per row, the per-token outputs `read(model output)` picks, float32
+    on the CPU and cut to the row's length: read=lambda output: (output.logits,) gives each row's (seq, labels)
+    logits. Evaluation, prediction and the server's batcher all run rows through here."""
+    device = next(model.parameters()).device
+    batch = collate([{key: row[key] for key in MODEL_INPUTS if key in row} for row in rows], model.config.pad_token_id)
+    tensors = [tensor.float().cpu() for tensor in read(model(**{k: v.to(device) for k, v in batch.items()}))]
+    return [tuple(tensor[slot, :len(row["input_ids"])] for tensor in tensors) for slot, row in enumerate(rows)]
+
+
 def row_outputs(model: nn.Module, features: Features, batch_size: int,
                 read: Callable[[Any], tuple[torch.Tensor, ...]]) -> list[tuple[torch.Tensor, ...]]:
-    """Per row, the per-token outputs `read(model output)` picks, float32 on the CPU and cut to the row's length:
-    read=lambda output: (output.logits,) gives each row's (seq, labels) logits."""
+    """forward_rows over every row of `features`, in length-sorted batches of `batch_size`, in eval mode."""
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
     outputs: list[tuple[torch.Tensor, ...]] = [()] * len(features)
-    for indices, batch in inference_batches(features, batch_size, model.config.pad_token_id):
-        tensors = [tensor.float().cpu() for tensor in read(model(**{k: v.to(device) for k, v in batch.items()}))]
-        for slot, row in enumerate(indices):
-            length = len(features.rows[row]["input_ids"])
-            outputs[row] = tuple(tensor[slot, :length] for tensor in tensors)
+    for indices in length_sorted_batches(features.lengths(), batch_size):
+        for row, output in zip(indices, forward_rows(model, [features.rows[i] for i in indices], read)):
+            outputs[row] = output
     model.train(was_training)
     return outputs

@@ -24,15 +24,14 @@ from bertforge.config import BertConfig, dropout_overrides, read_json_object
 from bertforge.errors import ConfigError
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.tasks.classification import LONG_TEXT
-from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, training_batches
-from bertforge.tasks.registry import TASKS, Task, get_task
+from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, data_format, training_batches
+from bertforge.tasks.registry import RUN_CONFIG_FILE, TASKS, Task, get_task, inspect_checkpoint
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 from bertforge.tokenizer import BertTokenizer
 from bertforge.training.trainer import TrainConfig, Trainer, check_number, config_from_dict, seed_everything
 
 logger = logging.getLogger("bertforge")
 
-RUN_CONFIG_FILE = "finetune_config.json"
 EVAL_RESULTS_FILE = "eval_results.json"
 
 
@@ -202,30 +201,28 @@ class FinetunedModel:
         architectures, as transformers writes them), or regression for a one-output classifier.
         The training run's settings (max_length, doc_stride, version_2, ...) stay; without them, the task's.
         `inference` prepares the model (precision, compile); by default it is left as trained."""
-        directory = resolve_model_dir(name_or_path)
-        settings = saved_run_config(directory)
-        if task is None:
-            task = settings.task if settings else task_of_checkpoint(directory)
-        settings = dataclasses.replace(settings, task=task) if settings else FinetuneConfig(task=task)
-        definition = get_task(task)
-        model = inference.apply(definition.model_class.from_pretrained(directory))
-        return cls(model, BertTokenizer.from_pretrained(directory), definition, settings)
+        checkpoint = inspect_checkpoint(name_or_path)
+        definition = checkpoint.task_for(task)
+        model = inference.apply(definition.model_class.from_pretrained(checkpoint.directory))
+        return cls(model, BertTokenizer.from_pretrained(checkpoint.directory), definition,
+                   checkpoint.settings(definition.name))
 
     @property
     def id2label(self) -> dict[int, str]:
         return self.model.config.id2label
 
     def columns(self, text: str | None = None, text_pair: str | None = None, label: str | None = None,
-                path: str | Path | None = None) -> Columns:
-        """The training run's columns, each replaced when given; a .txt file has only a text column."""
+                path: str | Path | None = None, format: str | None = None) -> Columns:
+        """The training run's columns, each replaced when given; a text file has only a text column."""
         saved = self.settings.columns
-        if path is not None and Path(path).suffix.lower() == ".txt":
+        if path is not None and data_format(path, format) == "txt":
             return Columns(PLAIN_TEXT_COLUMN, None, label or saved.label)
         return Columns(text or saved.text, text_pair or saved.text_pair, label or saved.label)
 
-    def read(self, path: str | Path, columns: Columns, labelled: bool) -> list:
+    def read(self, path: str | Path, columns: Columns, labelled: bool, format: str | None = None) -> list:
+        """The examples of a data file, in `format` (a key of DATA_FORMATS) or the one data_format finds."""
         return self.task.read_examples(path, columns, self.id2label, labelled=labelled,
-                                       settings=self.settings.settings)
+                                       settings=self.settings.settings, format=format)
 
     def predict(self, examples: Sequence[Any], batch_size: int = 64, max_length: int | None = None,
                 decoding: str | None = None) -> list[dict[str, Any]]:
@@ -242,30 +239,19 @@ class FinetunedModel:
 
 def saved_run_config(name_or_path: str | Path) -> FinetuneConfig | None:
     """The FinetuneConfig a fine-tuned model was trained with (its finetune_config.json), if it has one."""
-    saved = resolve_model_dir(name_or_path) / RUN_CONFIG_FILE
-    return FinetuneConfig.load(saved) if saved.is_file() else None
-
-
-def task_of_checkpoint(directory: Path) -> str:
-    """The task a checkpoint without a run config was made for, read from its head's class name."""
-    path = directory / CONFIG_FILE
-    data = read_json_object(path, "model config")
-    by_class = {definition.model_class.__name__: name for name, definition in TASKS.items()
-                if name != "regression"}
-    task = next((by_class[name] for name in data.get("architectures") or [] if name in by_class), "classification")
-    if task == "classification" and BertConfig.from_dict(data, source=str(path)).num_labels == 1:
-        return "regression"
-    return task
+    return inspect_checkpoint(name_or_path).run
 
 
 def evaluate(model: str | Path, data: str | Path, text_column: str | None = None,
              text_pair_column: str | None = None, label_column: str | None = None, task: str | None = None,
              batch_size: int = 64, max_length: int | None = None, output: str | Path | None = None,
-             inference: InferenceOptions = AS_TRAINED, decoding: str | None = None) -> dict[str, float]:
+             inference: InferenceOptions = AS_TRAINED, decoding: str | None = None,
+             format: str | None = None) -> dict[str, float]:
     """Metrics of a fine-tuned model on a labelled file, also written to `output` (JSON) when given; `inference`
     (e.g. InferenceOptions(precision="int8")) measures what a speed option costs on the task's metric."""
     finetuned = FinetunedModel.load(model, task, inference)
-    examples = finetuned.read(data, finetuned.columns(text_column, text_pair_column, label_column), labelled=True)
+    columns = finetuned.columns(text_column, text_pair_column, label_column, path=data, format=format)
+    examples = finetuned.read(data, columns, labelled=True, format=format)
     metrics = finetuned.evaluate(examples, batch_size, max_length, decoding)
     if output is not None:
         options = dataclasses.asdict(inference)
@@ -278,12 +264,14 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
 def predict(model: str | Path, path: str | Path | None = None, texts: Sequence[str] | None = None,
             text_pairs: Sequence[str] | None = None, text_column: str | None = None,
             text_pair_column: str | None = None, batch_size: int = 64, max_length: int | None = None,
-            inference: InferenceOptions = AS_TRAINED, decoding: str | None = None) -> list[dict[str, Any]]:
+            inference: InferenceOptions = AS_TRAINED, decoding: str | None = None,
+            format: str | None = None) -> list[dict[str, Any]]:
     """Answers for the examples of a file (or given `texts`, and `text_pairs`: for qa the questions and their
     contexts), each with its input: {"text", "label", ...}, {"text", "entities", "tags"}, {"question", "answer"...}."""
     finetuned = FinetunedModel.load(model, inference=inference)
     if path is not None:
-        examples = finetuned.read(path, finetuned.columns(text_column, text_pair_column, path=path), labelled=False)
+        columns = finetuned.columns(text_column, text_pair_column, path=path, format=format)
+        examples = finetuned.read(path, columns, labelled=False, format=format)
     else:
         pairs = text_pairs if text_pairs is not None else [None] * len(texts)
         examples = [finetuned.task.example(text, pair) for text, pair in zip(texts, pairs)]

@@ -16,7 +16,7 @@ import torch
 
 from bertforge.errors import ConfigError, InputError
 from bertforge.inference.features import pad_ids
-from bertforge.tasks.data import EncodeSettings, Features, cell, read_table, require_columns, row_outputs
+from bertforge.tasks.data import EncodeSettings, Features, cell, data_format, read_table, require_columns
 from bertforge.tasks.metrics import compute_metrics
 
 Span = tuple[int, int]  # (start, end) character offsets, end exclusive
@@ -271,11 +271,15 @@ def example_from_text(question: str, context: str | None = None) -> QAExample:
 
 
 def read_examples(path: str | Path, columns=None, id2label=None, labelled: bool = True,
-                  settings=None) -> list[QAExample]:
+                  settings=None, format: str | None = None) -> list[QAExample]:
     """Questions of a SQuAD JSON file; to predict, also a .jsonl file of {"question", "context"[, "id"]}."""
     path = Path(path)
-    if not labelled and path.suffix.lower() == ".jsonl":
-        table = read_table(path)
+    kind = data_format(path, format)
+    if kind not in ("squad", "jsonl") or (labelled and kind == "jsonl"):
+        expected = "SQuAD JSON" if labelled else "SQuAD JSON, or JSONL of question and context"
+        raise InputError(f"question answering reads {expected}, not {kind}", path)
+    if kind == "jsonl":
+        table = read_table(path, "jsonl")
         require_columns(table, ["question", "context"])
         return [QAExample(str(row.get("id", line)), str(cell(table, line, row, "question")),
                           str(cell(table, line, row, "context")), []) for line, row in table.rows]
@@ -305,20 +309,19 @@ def encode(tokenizer, examples: Sequence[QAExample], settings: EncodeSettings, i
     return Features(rows, index, truncated=split, notes=notes, extras=windows, settings=settings)
 
 
-def predict(model, features: Features, examples: Sequence[QAExample], batch_size: int = 64) -> list[dict]:
-    """One answer per question: {"answer", "start", "end", "score", "n_best": [{text, start, end, score}]}."""
-    outputs = row_outputs(model, features, batch_size, lambda output: (output.start_logits, output.end_logits))
-    return decode(examples, features, [o[0] for o in outputs], [o[1] for o in outputs])
+def outputs(output) -> tuple[torch.Tensor, ...]:
+    """(batch, seq) start and end logits."""
+    return (output.start_logits, output.end_logits)
 
 
-def decode(examples: Sequence[QAExample], features: Features, start_logits: Sequence,
-           end_logits: Sequence) -> list[dict]:
-    """predict's answers from each row's start and end logits, wherever they were computed (the server batches
-    the windows of concurrent requests together)."""
+def decode(features: Features, examples: Sequence[QAExample], outputs: Sequence[tuple[torch.Tensor, ...]],
+           config=None) -> list[dict]:
+    """One answer per question from each window's start and end logits, over all windows of its context:
+    {"answer", "start", "end", "score", "n_best": [{text, start, end, score}]}."""
     settings = features.settings or EncodeSettings()
     null_threshold = settings.null_score_threshold if settings.version_2 else None
-    ranked = predict_answers(examples, features.extras, start_logits, end_logits, settings.n_best,
-                             settings.max_answer_length, null_threshold)
+    ranked = predict_answers(examples, features.extras, [row[0] for row in outputs], [row[1] for row in outputs],
+                             settings.n_best, settings.max_answer_length, null_threshold)
     results = []
     for answers in ranked:
         n_best = [{"text": a.text, "start": a.start, "end": a.end,
