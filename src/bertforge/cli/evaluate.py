@@ -29,12 +29,13 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.finetune import evaluate
     from bertforge.tasks.registry import inspect_checkpoint
 
+    inference = inference_options(args)  # checks --device first
     checkpoint = inspect_checkpoint(args.model)
     checkpoint.task_for(args.task)  # a model without a trained head is refused before anything is read or written
     output = args.output or checkpoint.directory / EVAL_RESULTS_FILE
     metrics = evaluate(args.model, args.data, args.text_column, args.text_pair_column, args.label_column,
                        task=args.task, batch_size=args.batch_size, max_length=args.max_length, output=output,
-                       inference=inference_options(args), decoding=args.decoding, format=args.format)
+                       inference=inference, decoding=args.decoding, format=args.format)
     for name, value in metrics.items():
         print(f"{name}: {value:.4f}")
     print(f"saved to {output}")
