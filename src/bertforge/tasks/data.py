@@ -124,8 +124,8 @@ def read_table(path: str | Path, format: str | None = None) -> Table:
     path = Path(path)
     kind = "." + format if format is not None else path.suffix.lower()
     if kind not in READERS:
-        raise InputError(f"unsupported file type {kind[1:] or path.suffix!r} here; use one of "
-                         f"{', '.join(READERS)}", path)
+        what = f"file type {path.suffix!r}" if format is None else f"format {format!r}"
+        raise InputError(f"unsupported {what}; use one of {', '.join(READERS)}", path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

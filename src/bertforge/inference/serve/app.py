@@ -369,6 +369,8 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     async def docs():
         return HTMLResponse(render_docs(app.openapi()))
 
+    # What a route added later needs (e.g. an /explain route): run model jobs, the task row, its settings, errors.
+    app.state.run_jobs, app.state.run_settings, app.state.error_responses = run_jobs, run, errors
     routes = {route.path for route in app.routes}
     app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, api_key=settings.api_key,
                        metrics=metrics, routes=routes)
