@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,14 @@ from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, dat
 from bertforge.tasks.registry import RUN_CONFIG_FILE, TASKS, Task, get_task, inspect_checkpoint
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 from bertforge.tokenizer import BertTokenizer
-from bertforge.training.trainer import TrainConfig, Trainer, check_number, config_from_dict, seed_everything
+from bertforge.training.trainer import (
+    TrainConfig,
+    Trainer,
+    check_number,
+    config_from_dict,
+    model_loss,
+    seed_everything,
+)
 
 logger = logging.getLogger("bertforge")
 
@@ -125,11 +132,14 @@ class FinetuneResult:
 
 
 def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None,
-             dev_examples: Sequence[Any] | None = None) -> FinetuneResult:
+             dev_examples: Sequence[Any] | None = None, model: nn.Module | None = None,
+             loss_fn: Callable[[nn.Module, Any], Any] = model_loss) -> FinetuneResult:
     """Fine-tune `config.model` on the training data and keep the best model (by the task's main metric).
 
     Examples may be given directly (in memory) instead of `config.train` / `config.dev`. Every data error is
-    raised before the model is loaded.
+    raised before the model is loaded. `model` (with its labels) trains instead of one loaded from `config.model`
+    (whose tokenizer is used), and `loss_fn(model, batch)` replaces the model's own loss: distillation passes its
+    student and loss (bertforge.compress.distill).
     """
     if config.output is None:
         raise ConfigError("an output directory is required (--output, or \"output\" in the run config)")
@@ -139,7 +149,7 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
     if train_examples is None:
         train_examples = task.read_examples(config.train, config.columns, settings=config.settings)
     train_examples = list(train_examples)[:config.max_train_examples]
-    id2label = task.labels(train_examples)
+    id2label = model.config.id2label if model is not None else task.labels(train_examples)
     if dev_examples is None and config.dev is not None:
         dev_examples = task.read_examples(config.dev, config.columns, id2label, settings=config.settings)
 
@@ -151,8 +161,9 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
         dev_features = task.encode(tokenizer, dev_examples, config.settings, id2label)
         notes += [f"dev data: {note}" for note in dev_features.notes]
 
-    model = load_task_model(task, config.model, id2label, config.random_init, config.training.seed,
-                            config.dropout)
+    if model is None:
+        model = load_task_model(task, config.model, id2label, config.random_init, config.training.seed,
+                                config.dropout)
     output = Path(config.output)
     training = dataclasses.replace(config.training, output_dir=str(output))
     output.mkdir(parents=True, exist_ok=True)
@@ -165,7 +176,8 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
 
     batches = training_batches(train_features, config.batch_size, tokenizer.pad_token_id, training.seed)
     trainer = Trainer(model, training, batches, evaluate=evaluate if dev_features is not None else None,
-                      main_metric=task.main_metric, save=lambda model: model.save_pretrained(output))
+                      main_metric=task.main_metric, save=lambda model: model.save_pretrained(output),
+                      loss_fn=loss_fn)
     result = trainer.train()
     return FinetuneResult(output, result.best, result.history, result.steps, result.stopped_early, notes)
 
