@@ -327,6 +327,14 @@ def training_batches(features: Features, batch_size: int, pad_token_id: int, see
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 
+def inference_batches(features: Features, batch_size: int, pad_token_id: int, keys: Sequence[str] = MODEL_INPUTS,
+                      ) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
+    """(row indices, batch of the model inputs `keys`) in length-sorted order, for evaluation and prediction."""
+    for indices in length_sorted_batches(features.lengths(), batch_size):
+        rows = [{key: features.rows[i][key] for key in keys if key in features.rows[i]} for i in indices]
+        yield indices, collate(rows, pad_token_id)
+
+
 @torch.inference_mode()
 def forward_rows(model: nn.Module, rows: Sequence[dict[str, Any]], read: Callable[[Any], tuple[torch.Tensor, ...]]
                  ) -> list[tuple[torch.Tensor, ...]]:
