@@ -139,10 +139,10 @@ def test_words_remember_where_they_are_in_the_text():
 def test_entity_spans_are_the_words_places_in_the_text():
     text = NATURAL[0]
     sentence = sentence_from_text(text)
-    assert sentence.words == ["John", "Smith", ",", "of", "Acme", "Corp.", ",", "visited", "Paris", "."]
-    tags = ["B-PER", "I-PER", "O", "O", "B-ORG", "I-ORG", "O", "O", "B-LOC", "O"]
+    assert sentence.words == ["John", "Smith", ",", "of", "Acme", "Corp", ".", ",", "visited", "Paris", "."]
+    tags = ["B-PER", "I-PER", "O", "O", "B-ORG", "I-ORG", "O", "O", "O", "B-LOC", "O"]
     found = tagged_entities(sentence, tags)
-    expected = [("PER", "John Smith"), ("ORG", "Acme Corp."), ("LOC", "Paris")]
+    expected = [("PER", "John Smith"), ("ORG", "Acme Corp"), ("LOC", "Paris")]
     assert [(e["type"], e["text"], e["start"], e["end"]) for e in found] == \
         [(kind, name, text.index(name), text.index(name) + len(name)) for kind, name in expected]
 

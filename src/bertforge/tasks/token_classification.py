@@ -366,8 +366,9 @@ def tagged_entities(sentence: TaggedSentence | Sequence[str], tags: Sequence[str
 # --- the "ner" task (registry row): files -> examples -> Features -> answers -> metrics ------------------------
 
 DEFAULT_STRIDE = 16  # words shared by consecutive windows of a sentence longer than max_length
-# Words, initialisms and single punctuation marks: "U.S. troops' start-up, fine." -> U.S. troops ' start-up , fine .
-_WORD = re.compile(r"(?:\w\.){2,}|\w+(?:[-'&]\w+)*|\S")
+# Words, initialisms, numbers with points or slashes, and single punctuation marks, as CoNLL-2003 writes them:
+# "U.S. troops' start-up rose 25.76 on 12/03, fine." -> U.S. troops ' start-up rose 25.76 on 12/03 , fine .
+_WORD = re.compile(r"(?:\w\.){2,}|\d+(?:[.,:/]\d+)+|\w+(?:[-'&]\w+)*|\S")
 
 
 def sentence_from_text(text: str, text_pair: str | None = None) -> TaggedSentence:
