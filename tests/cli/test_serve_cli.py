@@ -12,6 +12,7 @@ import time
 import urllib.request
 
 import pytest
+import torch
 
 from bertforge.cli.main import main
 
@@ -98,7 +99,7 @@ def test_attention_errors_are_one_line(run_cli, tmp_path, monkeypatch, argv, mes
 @pytest.mark.parametrize("command", ["embed", "similarity", "predict", "evaluate", "serve"])
 @pytest.mark.parametrize("device, message", [("banana", "expected one of cpu, cuda, cuda:N, mps"),
                                              ("cuda:7", "CUDA GPU"), ("mps", "MPS")])
-def test_device_is_checked_with_one_line(capsys, tmp_path, command, device, message):
+def test_device_is_checked_with_one_line(run_cli, tmp_path, command, device, message):
     available = torch.cuda.device_count() > 7 if device.startswith("cuda") else torch.backends.mps.is_available()
     if device != "banana" and available:
         pytest.skip("this machine has that device")
@@ -106,5 +107,5 @@ def test_device_is_checked_with_one_line(capsys, tmp_path, command, device, mess
     inputs = {"embed": ["--input", str(tmp_path / "texts.txt"), "--output", str(tmp_path / "v.npy")],
               "similarity": ["a cat", "a dog"], "predict": ["--text", "a cat"],
               "evaluate": ["--data", str(tmp_path / "texts.txt")], "serve": ["--port", "0"]}[command]
-    code, _, err = run_cli(capsys, command, "--model", "default", *inputs, "--device", device)
+    code, _, err = run_cli(command, "--model", "default", *inputs, "--device", device)
     assert code == 1 and err.count("\n") == 1 and f"--device {device}" in err.replace("'", "") and message in err

@@ -42,7 +42,7 @@ SUBCOMMANDS = {
     "attention": (attention, "write an HTML page showing the attention of every layer and head"),
     "explain": (explain, "why a model predicted what it did: attributions to the words of the text, as JSON or a page"),
     "export": (export, "write the model as ONNX (checked against PyTorch) or as a transformers checkpoint directory"),
-    "serve": (serve, "HTTP inference server: /embed, /predict, /tokenize, /attention, /health"),
+    "serve": (serve, "HTTP inference server: /predict, /embed, /v1/embeddings, /rerank, /explain, /metrics, /health"),
     "quantize": (quantize, "a fine-tuned model in int8 or bf16, written only if its dev metric holds (--max-drop)"),
     "distill": (distill, "a fine-tuned model with fewer layers, trained on its soft labels (gated like quantize)"),
 }

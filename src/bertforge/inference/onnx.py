@@ -20,7 +20,6 @@ from torch import nn
 
 from bertforge.atomic import atomic_path
 from bertforge.errors import BertforgeError
-from bertforge.model import BertModel
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 MIN_OPSET = 18  # the oldest opset torch's default (dynamo) exporter targets

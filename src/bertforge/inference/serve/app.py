@@ -3,7 +3,8 @@
 /predict encodes with the task's own `encode`, with the settings the model was trained with (max_length, windows,
 decoding, doc stride), runs the rows through the micro-batcher and decodes with the task's own `decode`, so its
 answers are `bertforge predict`'s. Also /embed (and text-embeddings-inference's {"inputs"}), OpenAI's
-/v1/embeddings and /v1/models, /rerank, /tokenize, /attention, /health, /metrics and an offline /docs page.
+/v1/embeddings and /v1/models, /rerank, /tokenize, /attention, /explain (bertforge.explain), /health, /metrics and
+an offline /docs page.
 """
 
 import asyncio
@@ -18,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from bertforge.errors import BertforgeError, ConfigError, InputError
+from bertforge.explain.page import explained
 from bertforge.inference.attention_view import (
     attention_map,
     attention_weights,
@@ -68,6 +70,13 @@ def pooled_vectors(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor
 def attentions(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:
     """(layers, heads, seq, seq) weights per job; one forward per text, as each page shows one text."""
     return [attention_weights(model, job.row["input_ids"], job.row["token_type_ids"]) for job in jobs]
+
+
+def explanations(model: torch.nn.Module, jobs: list[Job]) -> list[dict[str, Any] | str]:
+    """/explain's answer per job (bertforge.explain's dict, or its page), out of the worker's inference mode: the
+    attributions need gradients."""
+    with torch.inference_mode(False):
+        return [explained(model, **job.options) for job in jobs]
 
 
 def task_rows(task: Task):
@@ -143,10 +152,6 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     @app.exception_handler(StarletteHTTPException)
     async def framework_error(request: Request, problem: StarletteHTTPException):  # 404, 405, ...
         return error(problem.status_code, str(problem.detail), getattr(problem, "headers", None))
-
-    @app.exception_handler(InputError)
-    async def input_error(request: Request, problem: InputError):
-        return error(422, str(problem))
 
     @app.exception_handler(BertforgeError)
     async def user_error(request: Request, problem: BertforgeError):
@@ -348,6 +353,26 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         page = await asyncio.to_thread(render_attention_map, attention_map(tokenizer, row, weights),
                                        f"Attention: {text[:80]}")
         return HTMLResponse(page)
+
+    async def explanation(request: schemas.ExplainRequest, as_page: bool) -> dict[str, Any] | str:
+        """One job for the worker, the only code that touches the model (the explanation hooks it)."""
+        pairs = None if request.text_pair is None else [request.text_pair]
+        row = (await asyncio.to_thread(encode_texts, [request.text], pairs))[0]
+        options = {**request.model_dump(), "tokenizer": tokenizer, "max_length": max_length, "as_page": as_page}
+        (result,) = await run_jobs([Job(explanations, row, options)])
+        return result
+
+    @app.post("/explain", responses=errors)
+    async def explain_json(request: schemas.ExplainRequest) -> dict[str, Any]:
+        """Attributions of the model's prediction to the words of the text (bertforge.explain), as JSON."""
+        return await explanation(request, as_page=False)
+
+    @app.get("/explain", response_class=HTMLResponse, responses=errors)
+    async def explain_page(text: str = Query(min_length=1), pair: str | None = None, target: str | None = None,
+                           method: schemas.ExplainMethod = "integrated_gradients") -> HTMLResponse:
+        """The explanation page: the words shaded by attribution, beside the attention views."""
+        request = schemas.ExplainRequest(text=text, text_pair=pair or None, target=target or None, method=method)
+        return HTMLResponse(await explanation(request, as_page=True))
 
     @app.get(HEALTH_PATH, response_model=schemas.HealthResponse)
     async def health():

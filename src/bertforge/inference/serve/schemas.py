@@ -7,9 +7,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bertforge.explain.methods import DEFAULT_STEPS, METHODS
 from bertforge.inference.features import POOLINGS
 
 Pooling = Literal[tuple(POOLINGS)]
+ExplainMethod = Literal[tuple(METHODS)]
 
 
 class Strict(BaseModel):
@@ -64,6 +66,14 @@ class RerankRequest(Strict):
 class TokenizeRequest(Strict):
     text: str
     text_pair: str | None = None
+
+
+class ExplainRequest(Strict):
+    text: str = Field(min_length=1, description="the text (for a question-answering model, the question)")
+    text_pair: str | None = Field(None, description="the pair (the context; for an encoder, the text compared)")
+    target: str | None = Field(None, description="a label, an entity, answer/start/end (default: the prediction)")
+    method: ExplainMethod = "integrated_gradients"
+    steps: int = Field(DEFAULT_STEPS, ge=1, le=1000, description="integrated gradients' interpolation steps")
 
 
 # --- responses ----------------------------------------------------------------------------------------------------
