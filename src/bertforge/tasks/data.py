@@ -244,7 +244,8 @@ class LengthGroupedBatches:
     """Training batches of similar length in random order: shuffle, cut into pools of 50 batches, sort each pool
     by length, then shuffle the batches. Padding stays small and every epoch sees a new order.
 
-    Epoch e uses the generator seed `seed + e`, so a run repeats exactly.
+    Epoch e uses the generator seed `seed + e`, so a run repeats exactly, and a resumed run picks up the order of
+    the epoch it stopped in (set_epoch).
     """
 
     def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, pool_batches: int = 50):
@@ -253,6 +254,9 @@ class LengthGroupedBatches:
 
     def __len__(self) -> int:
         return math.ceil(len(self.lengths) / self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def __iter__(self) -> Iterator[list[int]]:
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
@@ -274,6 +278,9 @@ class FeatureBatches:
 
     def __len__(self) -> int:
         return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         for indices in self.sampler:
