@@ -60,7 +60,7 @@ class BertConfig:
         if self.hidden_act not in ACTIVATIONS:
             raise ConfigError(f"hidden_act {self.hidden_act!r} is not supported; choose from {', '.join(ACTIVATIONS)}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            check_number(name, getattr(self, name), minimum=0.0)
+            check_number(name, getattr(self, name))
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
         check_number("layer_norm_eps", self.layer_norm_eps, minimum=0.0, exclusive=True)
@@ -153,7 +153,7 @@ def dropout_overrides(dropout: float | None) -> dict[str, float]:
     a probability outside [0, 1) is a ConfigError, so run configs call this to validate their `dropout`."""
     if dropout is None:
         return {}
-    check_number("dropout", dropout, minimum=0.0)
+    check_number("dropout", dropout)
     if not 0.0 <= dropout < 1.0:
         raise ConfigError(f"dropout must be in [0, 1), got {dropout!r}")
     return {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}

@@ -13,7 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
-from bertforge.errors import InputError
+from bertforge.errors import ConfigError, InputError
 
 INCOMPLETE_SUFFIX = ".incomplete"
 # Files whose presence makes a folder a model (or a training run): replacing it loses someone's work.
@@ -56,8 +56,11 @@ def check_output_dir(path: str | Path, overwrite: bool = False, what: str = "out
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise InputError(f"exists and is not a folder; the {what} is a model folder", path)
+    if (path / "checkpoint").is_dir() and not overwrite:
+        raise ConfigError(f"{path}: already holds a training run; pass --resume to continue it, --overwrite to "
+                          "start again, or choose another output folder")
     if holds_model(path) and not overwrite:
-        raise InputError(f"already holds a model; choose another {what}, or pass --overwrite to replace it", path)
+        raise ConfigError(f"{path}: already holds a model; choose another {what}, or pass --overwrite to replace it")
     if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
         raise InputError(f"the {what} is not writable", path)
     _check_parent(path, what)

@@ -53,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peak-gflops", type=finite_float, default=552.0,
                         help="one device's peak GFLOP/s, for model FLOPs utilisation (default: 552)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --output from its checkpoint")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the model or run already in --output (otherwise that is an error)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         "compile": args.compile, "seed": args.seed, "peak_gflops": args.peak_gflops, "progress": not args.no_progress,
         "rank": launch.rank, "world_size": launch.world_size,
     })
-    result = pretrain(config, resume=args.resume)
+    result = pretrain(config, resume=args.resume, overwrite=args.overwrite)
     if launch.rank != 0:
         return 0  # rank 0 reports for the run
     print(f"trained {result.steps} steps; model written to {result.output}")
