@@ -2,6 +2,7 @@
 
 from bertforge.config import BertConfig
 from bertforge.errors import BertforgeError, CheckpointError, ConfigError, InputError
+from bertforge.explain import Explanation, explain
 from bertforge.heads import (
     BertForQuestionAnswering,
     BertForSequenceClassification,
@@ -18,5 +19,5 @@ __all__ = [
     "BertConfig", "BertForMaskedLM", "BertForPreTraining", "BertForQuestionAnswering",
     "BertForSequenceClassification", "BertForTokenClassification", "BertModel", "BertTokenizer",
     "BertforgeError", "CheckpointError", "ClassifierOutput", "ConfigError", "ElectraForPreTraining",
-    "EncoderOutput", "InputError", "SpanOutput", "extract_features",
+    "EncoderOutput", "Explanation", "InputError", "SpanOutput", "explain", "extract_features",
 ]

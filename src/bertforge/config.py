@@ -21,6 +21,7 @@ IGNORED_KEYS = frozenset({
     "bos_token_id", "eos_token_id", "tie_word_embeddings", "problem_type", "finetuning_task",
     "tokenizer_class", "directionality", "pooler_fc_size", "pooler_num_attention_heads",
     "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type",
+    "quantization_config",  # read by checkpoint loading: bertforge.compress.quantize
 })
 
 # Keys we read but only accept one value for: anything else would silently change the model.

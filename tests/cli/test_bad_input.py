@@ -294,7 +294,8 @@ def test_a_closed_pipe_ends_quietly(world, tmp_path):
     import subprocess
     import sys
 
-    command = f"{sys.executable} -m bertforge tokenize --json --model {world[1]} 'a text' | true; exit ${{PIPESTATUS[0]}}"
+    command = (f"{sys.executable} -m bertforge tokenize --json --model {world[1]} 'a text' | true; "
+               "exit ${PIPESTATUS[0]}")
     result = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")})
     assert result.stderr == "" and result.returncode == 141

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
 
 from bertforge import BertConfig, BertModel
 from bertforge.errors import InputError
-from bertforge.inference.attention_view import compute_attention, render_attention_html, render_attention_map
-
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+from bertforge.inference.attention_view import (
+    MIN_WEIGHT,
+    compute_attention,
+    render_attention_html,
+    render_attention_map,
+)
 
 
 def page_data(page: str) -> dict:
@@ -22,12 +24,40 @@ def page_data(page: str) -> dict:
     return json.loads(match.group(1))
 
 
+def dense_attention(data: dict) -> torch.Tensor:
+    """The page's stored rows ([attended, weight, ...] per attending token) back as (layers, heads, seq, seq)."""
+    seq = len(data["tokens"])
+    weights = torch.zeros(data["layers"], data["heads"], seq, seq, dtype=torch.float64)
+    for layer, heads in enumerate(data["attention"]):
+        for head, rows in enumerate(heads):
+            for i, row in enumerate(rows):
+                for j, weight in zip(row[::2], row[1::2]):
+                    weights[layer, head, i, j] = weight
+    return weights
+
+
+def visible(weights: torch.Tensor) -> torch.Tensor:
+    """What the page keeps of weights: the ones of at least MIN_WEIGHT (after rounding), the rest 0."""
+    weights = weights.double()
+    return torch.where(weights.round(decimals=4) >= MIN_WEIGHT, weights, torch.zeros_like(weights))
+
+
 def test_page_embeds_tokens_and_weights_of_every_layer_and_head():
-    weights = torch.rand(2, 3, 5, 5).softmax(-1)
+    weights = torch.rand(2, 3, 5, 5).mul(4).softmax(-1)
     page = render_attention_html(["[CLS]", "a", "[SEP]"], ["b", "[SEP]"], weights)
     data = page_data(page)
     assert data["tokens"] == ["[CLS]", "a", "[SEP]", "b", "[SEP]"] and data["segment_b_start"] == 3
-    assert torch.allclose(torch.tensor(data["attention"]), weights, atol=1e-4)
+    assert torch.allclose(dense_attention(data), visible(weights), atol=1e-4)
+
+
+def test_faint_weights_are_left_out_so_long_inputs_stay_small():
+    seq = 400
+    weights = torch.full((1, 2, seq, seq), 1 / seq)  # uniform: every weight far below MIN_WEIGHT
+    weights[0, 0, :, 0] += 0.5  # except one column
+    page = render_attention_html(["[CLS]"] + ["w"] * (seq - 2) + ["[SEP]"], [], weights / weights.sum(-1, True))
+    assert len(page) < 200_000
+    stored = dense_attention(page_data(page))
+    assert (stored[0, 0, :, 0] > 0.3).all() and stored[0, 0, :, 1:].abs().sum() == 0 and stored[0, 1].sum() == 0
 
 
 def test_page_is_self_contained_and_escapes_hostile_tokens():
@@ -55,8 +85,9 @@ def test_the_models_own_attention_tuple_renders(tokenizer, tiny_config):
     with torch.inference_mode():
         output = model(**encoding, output_attentions=True)  # a tuple of (1, heads, seq, seq), one per layer
     page = render_attention_html(tokenizer.convert_ids_to_tokens(encoding["input_ids"][0]), [], output.attentions)
-    weights = torch.tensor(page_data(page)["attention"])
-    assert weights.shape == (2, 4, 5, 5) and torch.allclose(weights, torch.stack(output.attentions)[:, 0], atol=1e-4)
+    weights = dense_attention(page_data(page))
+    expected = visible(torch.stack(output.attentions)[:, 0])
+    assert weights.shape == (2, 4, 5, 5) and torch.allclose(weights, expected, atol=1e-4)
     assert re.search(r"\d\.\d{5}", page.split('id="attention-data">')[1]) is None  # 4 decimals, not float32 noise
 
 
@@ -69,26 +100,7 @@ def test_wrong_shapes_and_long_texts_are_user_errors(tokenizer, tiny_config):
     assert len(compute_attention(model, tokenizer, "one two three four five six", max_length=5).tokens_a) == 5
 
 
-# ---------------------------------------------------------------- in the browser
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    if not CHROMIUM.exists() or not CHROMEDRIVER.exists():
-        pytest.skip("needs Debian's chromium and chromium-driver: apt-get install -y chromium chromium-driver")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium: pip install selenium")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--window-size=1400,1000",
-                 f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    yield driver
-    driver.quit()
+# ---------------------------------------------------------------- in the browser (tests/conftest.py's browser)
 
 
 def line_opacities(driver) -> list[float]:
@@ -120,7 +132,7 @@ def test_viewer_in_headless_chromium(browser, tmp_path, minilm, tokenizer):
     path = tmp_path / "view.html"
     page = render_attention_map(attention, title="The cat sat on the mat.")
     path.write_text(page, encoding="utf-8")
-    weights = page_data(page)["attention"]  # as the page holds them (rounded)
+    weights = dense_attention(page_data(page)).tolist()  # as the page holds them (rounded, faint ones left out)
 
     browser.get(path.as_uri())
     assert browser.title == "The cat sat on the mat."
@@ -177,3 +189,74 @@ def test_viewer_in_headless_chromium(browser, tmp_path, minilm, tokenizer):
     assert drawn(browser, "to") == {"0"} and max(highlighted(browser, "left")) > 0
     shutil.copy(tmp_path / "all_heads.png", "/tmp/attention_view.png")
     assert (tmp_path / "all_heads.png").stat().st_size > 10_000
+
+
+def test_queries_and_keys_give_the_attention_weights(minilm, tokenizer):
+    """The neuron view's vectors, read by hooks, reproduce the model's own weights: softmax(q k^T / sqrt(d))."""
+    attention = compute_attention(minilm, tokenizer, "The cat sat on the mat.", "It was tired.")
+    layers, heads, seq, _ = attention.attentions.shape
+    assert attention.queries.shape == attention.keys.shape == (layers, heads, seq, 384 // heads)
+    scores = attention.queries @ attention.keys.transpose(-1, -2) / (384 // heads) ** 0.5
+    assert torch.allclose(scores.softmax(-1), attention.attentions, atol=1e-5)
+
+
+def test_model_and_neuron_views_in_headless_chromium(browser, tmp_path, minilm, tokenizer):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    attention = compute_attention(minilm, tokenizer, "The cat sat on the mat.", "It was tired.")
+    layers, heads, seq, _ = attention.attentions.shape
+    path = tmp_path / "views.html"
+    path.write_text(render_attention_map(attention), encoding="utf-8")
+    browser.get(path.as_uri())
+    assert browser.execute_script("return window.performance.getEntriesByType('resource').length") == 0
+
+    # Model view: one thumbnail per layer and head; a click opens that head (large, and in the head view).
+    thumbnails = browser.find_elements(By.CSS_SELECTOR, "#model-grid canvas")
+    assert len(thumbnails) == layers * heads
+    thumbnails[3 * heads + 7].click()
+    detail = browser.find_element(By.ID, "model-detail")
+    assert (detail.get_attribute("data-layer"), detail.get_attribute("data-head")) == ("3", "7")
+    assert "selected" in thumbnails[3 * heads + 7].get_attribute("class")
+    assert Select(browser.find_element(By.ID, "layer")).first_selected_option.get_attribute("value") == "3"
+    assert drawn(browser, "head") == {"7"}
+    painted = browser.execute_script(
+        "const c = document.querySelector('#model-detail canvas'), d = c.getContext('2d')"
+        ".getImageData(0, 0, c.width, c.height).data; let dark = 0;"
+        "for (let k = 0; k < d.length; k += 4) if (d[k] < 250) dark++; return [c.width, dark];")
+    assert painted[0] == seq and painted[1] > 0
+    browser.save_screenshot(str(tmp_path / "model_view.png"))
+
+    # Neuron view: for a chosen token, the weights recomputed in the page from its (8-bit) queries and keys.
+    for name, value in (("layer", "2"), ("head", "5"), ("token", "4")):
+        Select(browser.find_element(By.ID, f"neuron-{name}")).select_by_value(value)
+    neuron = browser.find_element(By.ID, "neuron")
+    assert neuron.get_attribute("data-token") == "4" and neuron.get_attribute("data-head") == "5"
+    weights = torch.tensor(json.loads(neuron.get_attribute("data-weights")))
+    expected = attention.attentions[2, 5, 4]
+    assert (weights - expected).abs().max() < 0.03 and int(weights.argmax()) == int(expected.argmax())
+    assert int(neuron.get_attribute("height")) > 14 * seq
+    browser.execute_script("document.getElementById('neuron').scrollIntoView()")
+    browser.save_screenshot(str(tmp_path / "neuron_view.png"))
+
+
+def test_a_500_token_input_scrolls(browser, tmp_path, minilm, tokenizer, squad_contexts):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    text = " ".join(squad_contexts[:6])
+    attention = compute_attention(minilm, tokenizer, text, max_length=500)
+    assert attention.attentions.shape[-1] == 500
+    path = tmp_path / "long.html"
+    path.write_text(render_attention_map(attention), encoding="utf-8")
+    browser.get(path.as_uri())
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#labels text.left")) == 500
+    for box in ("head-view-box", "neuron-box"):
+        scrolled = browser.execute_script(
+            f"const box = document.getElementById('{box}'); box.scrollTop = 4000;"
+            "return [box.scrollHeight, box.clientHeight, box.scrollTop];")
+        assert scrolled[0] > 5 * scrolled[1] and scrolled[2] == 4000, box
+    Select(browser.find_element(By.ID, "neuron-token")).select_by_value("499")
+    weights = json.loads(browser.find_element(By.ID, "neuron").get_attribute("data-weights"))
+    assert len(weights) == 500 and abs(sum(weights) - 1) < 0.01
+    browser.save_screenshot(str(tmp_path / "long.png"))

@@ -182,7 +182,7 @@ def test_attention_page(encoder_server):
     data = json.loads(page.split('id="attention-data">')[1].split("</script>")[0])
     assert data["tokens"] == ["[CLS]", "the", "cat", "sat", ".", "[SEP]", "it", "slept", ".", "[SEP]"]
     assert data["segment_b_start"] == 6
-    assert torch.tensor(data["attention"]).shape == (2, 4, 10, 10)
+    assert (data["layers"], data["heads"], len(data["attention"][0][0])) == (2, 4, 10)  # [layer][head][token]
     assert_error(encoder_server.request("/attention"), 422, "text")
 
 

@@ -115,7 +115,13 @@ class Pretrained:
                 config = dataclasses.replace(config, **config_overrides)
             except TypeError as error:
                 raise ConfigError(f"unknown config override: {error}") from None
+        # compress builds on the models, so it is imported here, not at the top
+        from bertforge.compress.quantize import finish_loading, prepare_quantized, read_quantization
+
         model = cls(config)
+        quantization = read_quantization(directory)
+        if quantization is not None:  # int8 layers take the place of the float ones before the tensors load
+            model = prepare_quantized(model, quantization)
         state, source = read_state_dict(directory)
         report = load_hf_state_dict(model, state, source, cls.initialisable)
         if require_heads and report.initialised:
@@ -124,7 +130,7 @@ class Pretrained:
             raise CheckpointError(f"{source}: no trained weights for {cls.__name__}'s head ({', '.join(heads)}) "
                                   f"in this checkpoint, which was saved from a model without it")
         report.log(source)
-        return model.eval()
+        return finish_loading(model.eval()) if quantization is not None else model.eval()
 
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write config.json and model.safetensors with the ecosystem's names."""

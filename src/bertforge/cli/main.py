@@ -11,13 +11,16 @@ import sys
 from bertforge import demo
 from bertforge.cli import (
     attention,
+    distill,
     embed,
     evaluate,
+    explain,
     export,
     fill_mask,
     finetune,
     predict,
     pretrain,
+    quantize,
     serve,
     similarity,
     tokenizer,
@@ -39,8 +42,11 @@ SUBCOMMANDS = {
     "pretrain": (pretrain, "pre-train an encoder from raw text: prepare, train, eval, plot"),
     "fill-mask": (fill_mask, "most likely tokens for each [MASK] of a text (needs a masked-LM checkpoint)"),
     "attention": (attention, "write an HTML page showing the attention of every layer and head"),
+    "explain": (explain, "why a model predicted what it did: attributions to the words of the text, as JSON or a page"),
     "export": (export, "write the model as ONNX (checked against PyTorch) or as a transformers checkpoint directory"),
     "serve": (serve, "HTTP inference server: /embed, /predict, /tokenize, /attention, /health"),
+    "quantize": (quantize, "a fine-tuned model in int8 or bf16, written only if its dev metric holds (--max-drop)"),
+    "distill": (distill, "a fine-tuned model with fewer layers, trained on its soft labels (gated like quantize)"),
 }
 
 

@@ -1,11 +1,15 @@
-"""Attention weights of every layer and head, rendered as one self-contained HTML page (after bertviz's head view).
+"""Attention weights of every layer and head, rendered as one self-contained HTML page after bertviz's three views:
+the head view (lines between tokens), the model view (every layer x head as a thumbnail) and the neuron view (the
+query and key vectors of one head and their products, for a chosen token).
 
-Shapes: layers, heads, seq (tokens of the text, or of both texts of a pair, with [CLS] and [SEP]).
+Shapes: layers, heads, seq (tokens of the text, or of both texts of a pair, with [CLS] and [SEP]), head_dim.
 The page has no external resources: CSS, JavaScript and the weights (as JSON) are inline, so it opens offline.
+Weights under MIN_WEIGHT are left out of the page (they draw nothing), so a long input's page stays small.
 """
 
 from __future__ import annotations
 
+import base64
 import html
 import json
 import re
@@ -20,6 +24,8 @@ from bertforge.errors import InputError
 DEFAULT_MAX_TOKENS = 128
 # Decimals kept per weight in the page: lines fainter than 1/1000 are invisible anyway.
 DECIMALS = 4
+# Weights below this are not stored: the head view draws no line for them and a thumbnail shows them as white.
+MIN_WEIGHT = 0.01
 
 
 @dataclass
@@ -27,6 +33,8 @@ class AttentionMap:
     tokens_a: list[str]  # [CLS] A... [SEP]
     tokens_b: list[str]  # B... [SEP], or [] for a single text
     attentions: torch.Tensor  # (layers, heads, seq, seq): row = attending token, column = attended token
+    queries: torch.Tensor | None = None  # (layers, heads, seq, head_dim), for the neuron view
+    keys: torch.Tensor | None = None  # (layers, heads, seq, head_dim)
 
 
 def encode_for_attention(tokenizer, text: str, pair: str | None = None, max_length: int = DEFAULT_MAX_TOKENS,
@@ -48,23 +56,69 @@ def attention_weights(model, input_ids: list[int], token_type_ids: list[int]) ->
     return torch.stack([layer[0] for layer in output.attentions]).float()
 
 
-def attention_map(tokenizer, encoding: dict[str, list], attentions: torch.Tensor) -> AttentionMap:
-    """Pair a row's tokens, split into segments A and B, with its attention weights."""
+@torch.inference_mode()
+def query_key_vectors(model, input_ids: list[int], token_type_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every layer's queries and keys for one row, each (layers, heads, seq, head_dim), read by forward hooks on the
+    attention's query and key projections (their outputs are (tokens, hidden): one row has no padding to pack)."""
+    encoder = getattr(model, "bert", model)
+    captured: dict[str, list[torch.Tensor]] = {"query": [], "key": []}
+    handles = [getattr(layer.attention, name).register_forward_hook(
+                   lambda module, inputs, output, name=name: captured[name].append(output.float()))
+               for layer in encoder.encoder.layers for name in captured]
+    try:
+        encoder(torch.tensor([input_ids]), token_type_ids=torch.tensor([token_type_ids]))
+    finally:
+        for handle in handles:
+            handle.remove()
+    heads = encoder.config.num_attention_heads
+    split = [torch.stack([x.reshape(len(input_ids), heads, -1).transpose(0, 1) for x in captured[name]])
+             for name in ("query", "key")]
+    return split[0], split[1]
+
+
+def attention_map(tokenizer, encoding: dict[str, list], attentions: torch.Tensor,
+                  queries: torch.Tensor | None = None, keys: torch.Tensor | None = None) -> AttentionMap:
+    """Pair a row's tokens, split into segments A and B, with its attention weights (and queries and keys)."""
     tokens = tokenizer.convert_ids_to_tokens(encoding["input_ids"])
     segments = encoding["token_type_ids"]
     split = segments.index(1) if 1 in segments else len(tokens)
-    return AttentionMap(tokens[:split], tokens[split:], attentions)
+    return AttentionMap(tokens[:split], tokens[split:], attentions, queries, keys)
 
 
 def compute_attention(model, tokenizer, text: str, pair: str | None = None, max_length: int = DEFAULT_MAX_TOKENS,
                       truncate: bool = True) -> AttentionMap:
-    """Tokens and attention weights of every layer for one text (or pair), ready for render_attention_map."""
+    """Tokens, attention weights, queries and keys of every layer for one text (or pair), for render_attention_map."""
     encoding = encode_for_attention(tokenizer, text, pair, max_length, truncate)
-    return attention_map(tokenizer, encoding,
-                         attention_weights(model, encoding["input_ids"], encoding["token_type_ids"]))
+    ids, segments = encoding["input_ids"], encoding["token_type_ids"]
+    return attention_map(tokenizer, encoding, attention_weights(model, ids, segments),
+                         *query_key_vectors(model, ids, segments))
 
 
-def _page_data(tokens_a: Sequence[str], tokens_b: Sequence[str], attentions) -> dict:
+def sparse_rows(weights: torch.Tensor) -> list:
+    """(layers, heads, seq, seq) -> [layer][head][attending] = [attended, weight, attended, weight, ...], keeping
+    the weights of at least MIN_WEIGHT, rounded to DECIMALS (in float64, so 0.1234 prints as that)."""
+    rounded = weights.double().round(decimals=DECIMALS)
+    layers, heads, seq, _ = rounded.shape
+    kept = rounded >= MIN_WEIGHT
+    rows = [[[[] for _ in range(seq)] for _ in range(heads)] for _ in range(layers)]
+    for (layer, head, i, j), weight in zip(kept.nonzero().tolist(), rounded[kept].tolist()):
+        rows[layer][head][i] += (j, weight)
+    return rows
+
+
+def packed_vectors(vectors: torch.Tensor) -> dict:
+    """(layers, heads, seq, head_dim) -> int8 values (base64) and one scale per layer: value * scale[layer].
+
+    A hundredth of the largest value per layer is plenty for colour cells, and the page stays small on long inputs.
+    """
+    layers = vectors.shape[0]
+    scale = vectors.abs().reshape(layers, -1).amax(1).clamp(min=1e-12) / 127  # (layers,)
+    values = (vectors / scale[:, None, None, None]).round().clamp(-127, 127).to(torch.int8)
+    return {"shape": list(vectors.shape), "scale": scale.tolist(),
+            "values": base64.b64encode(values.contiguous().numpy().tobytes()).decode("ascii")}
+
+
+def _page_data(tokens_a: Sequence[str], tokens_b: Sequence[str], attentions, queries=None, keys=None) -> dict:
     if isinstance(attentions, (list, tuple)) and attentions and isinstance(attentions[0], torch.Tensor):
         attentions = torch.stack(list(attentions))
     weights = torch.as_tensor(attentions, dtype=torch.float32)
@@ -76,12 +130,19 @@ def _page_data(tokens_a: Sequence[str], tokens_b: Sequence[str], attentions) -> 
     if weights.dim() != 4 or weights.shape[2:] != (seq, seq):
         raise InputError(f"attentions must be (layers, heads, {seq}, {seq}) for {seq} tokens, "
                          f"got {tuple(weights.shape)}")
-    return {
+    data = {
         "tokens": list(tokens_a) + list(tokens_b),
         "segment_b_start": len(tokens_a) if tokens_b else None,
-        # In float64, so that 0.1234 prints as that and not as float32's 0.12340000271797180.
-        "attention": weights.double().round(decimals=DECIMALS).tolist(),  # [layer][head][attending][attended]
+        "layers": weights.shape[0], "heads": weights.shape[1], "min_weight": MIN_WEIGHT,
+        "attention": sparse_rows(weights),  # [layer][head][attending] = [attended, weight, ...]
     }
+    if queries is not None and keys is not None:
+        shape = (weights.shape[0], weights.shape[1], seq)
+        if queries.shape[:3] != shape or keys.shape != queries.shape:
+            raise InputError(f"queries and keys must be (layers, heads, seq, head_dim) with (layers, heads, seq) = "
+                             f"{shape}, got {tuple(queries.shape)} and {tuple(keys.shape)}")
+        data["queries"], data["keys"] = packed_vectors(queries.float()), packed_vectors(keys.float())
+    return data
 
 
 def _script_json(data: dict) -> str:
@@ -91,23 +152,29 @@ def _script_json(data: dict) -> str:
 
 
 def render_attention_html(tokens_a: Sequence[str], tokens_b: Sequence[str], attentions,
-                          title: str = "Attention") -> str:
+                          title: str = "Attention", queries: torch.Tensor | None = None,
+                          keys: torch.Tensor | None = None, before: str = "", after: str = "") -> str:
     """A standalone HTML page showing `attentions` (layers, heads, seq, seq) between the tokens of A and B.
 
     `attentions` may also be the model's tuple of per-layer (1, heads, seq, seq) tensors, or nested lists.
+    `queries` and `keys` (layers, heads, seq, head_dim) feed the neuron view. `before` and `after` are trusted HTML
+    sections placed above and below the attention views (the explanation page puts its own there).
     >>> page = render_attention_html(["[CLS]", "hi", "[SEP]"], [], torch.full((1, 2, 3, 3), 1 / 3))
     """
-    values = {"TITLE": html.escape(title), "DATA": _script_json(_page_data(tokens_a, tokens_b, attentions))}
-    # One pass, so that a title or token spelling a placeholder is never substituted itself.
-    return re.sub(r"__(TITLE|DATA)__", lambda match: values[match.group(1)], PAGE)
+    data = _page_data(tokens_a, tokens_b, attentions, queries, keys)
+    values = {"TITLE": html.escape(title), "DATA": _script_json(data), "BEFORE": before, "AFTER": after}
+    # One pass, so that a title, token or section spelling a placeholder is never substituted itself.
+    return re.sub(r"__(TITLE|DATA|BEFORE|AFTER)__", lambda match: values[match.group(1)], PAGE)
 
 
-def render_attention_map(attention: AttentionMap, title: str = "Attention") -> str:
-    return render_attention_html(attention.tokens_a, attention.tokens_b, attention.attentions, title)
+def render_attention_map(attention: AttentionMap, title: str = "Attention", before: str = "", after: str = "") -> str:
+    return render_attention_html(attention.tokens_a, attention.tokens_b, attention.attentions, title,
+                                 attention.queries, attention.keys, before, after)
 
 
-# The page. JavaScript reads the JSON block, draws one SVG line per (attending, attended) pair whose weight is at
-# least MIN_WEIGHT (opacity and width = weight) and redraws on every control change or hover.
+# The page. JavaScript reads the JSON block; the head view draws one SVG line per stored (attending, attended) pair
+# (opacity and width = weight) and redraws on every control change or hover; the model view paints one thumbnail per
+# layer and head; the neuron view recomputes one head's weights from its queries and keys, for one token.
 PAGE = """<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -116,6 +183,7 @@ PAGE = """<!DOCTYPE html>
 <style>
   body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 16px; color: #222; }
   h1 { font-size: 18px; margin: 0 0 8px; }
+  h2 { font-size: 16px; margin: 20px 0 6px; }
   .controls { display: flex; gap: 16px; align-items: center; flex-wrap: wrap; margin-bottom: 8px; }
   .controls label { font-size: 14px; }
   .legend { display: flex; gap: 4px; flex-wrap: wrap; }
@@ -123,9 +191,10 @@ PAGE = """<!DOCTYPE html>
             color: #fff; text-align: center; line-height: 16px; border-radius: 3px; }
   .swatch.off { opacity: 0.2; }
   .hint { font-size: 12px; color: #666; margin: 4px 0 8px; }
+  .scroll { max-height: 75vh; overflow: auto; border: 1px solid #eee; }
   #view { display: block; }
-  #view text { font-size: 13px; font-family: ui-monospace, Menlo, Consolas, monospace; cursor: default;
-               dominant-baseline: middle; }
+  #view text, #neuron-labels { font-size: 13px; font-family: ui-monospace, Menlo, Consolas, monospace; }
+  #view text { cursor: default; dominant-baseline: middle; }
   #view text.segment-b { fill: #7a4a00; }
   #view rect.highlight { fill: #ff9800; }
   .grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(92px, 1fr)); gap: 6px; margin-top: 12px;
@@ -134,10 +203,18 @@ PAGE = """<!DOCTYPE html>
   .cell canvas { width: 84px; height: 84px; border: 2px solid #ddd; image-rendering: pixelated; }
   .cell.selected canvas { border-color: #333; }
   .layout { display: flex; gap: 32px; align-items: flex-start; flex-wrap: wrap; }
+  #model-grid { display: grid; gap: 3px; }
+  #model-grid canvas { width: 56px; height: 56px; border: 2px solid #ddd; cursor: pointer; image-rendering: pixelated; }
+  #model-grid canvas.selected { border-color: #333; }
+  #model-grid .row-label { font-size: 11px; align-self: center; color: #666; }
+  #model-detail canvas { width: 320px; height: 320px; border: 1px solid #999; image-rendering: pixelated; }
+  #neuron { display: block; }
 </style>
 </head>
 <body>
 <h1>__TITLE__</h1>
+__BEFORE__
+<h2>Head view</h2>
 <div class="controls">
   <label>Layer <select id="layer"></select></label>
   <label>Head <select id="head"></select></label>
@@ -146,20 +223,35 @@ PAGE = """<!DOCTYPE html>
 <div class="hint">Left: attending tokens; right: attended tokens. Line opacity and width are the attention weight.
 Hover a token to see only its attention.</div>
 <div class="layout">
-  <svg id="view" xmlns="http://www.w3.org/2000/svg"></svg>
+  <div class="scroll" id="head-view-box"><svg id="view" xmlns="http://www.w3.org/2000/svg"></svg></div>
   <div>
     <div class="hint">Every head of this layer (rows attend to columns); click one to select it.</div>
     <div class="grid" id="grid"></div>
   </div>
 </div>
+<h2>Model view</h2>
+<div class="hint">Every layer (rows) and head (columns); click a thumbnail to open that head.</div>
+<div class="layout">
+  <div class="scroll" id="model-view-box"><div id="model-grid"></div></div>
+  <div id="model-detail"><div id="model-detail-caption" class="hint">no head opened</div><canvas></canvas></div>
+</div>
+<h2>Neuron view</h2>
+<div class="controls">
+  <label>Layer <select id="neuron-layer"></select></label>
+  <label>Head <select id="neuron-head"></select></label>
+  <label>Token <select id="neuron-token"></select></label>
+</div>
+<div class="hint" id="neuron-hint">The query q of the chosen token; for every token its key k, the product q &times; k
+(blue positive, orange negative), the score q&middot;k/&radic;d and the attention weight it gets (softmax).</div>
+<div class="scroll" id="neuron-box"><canvas id="neuron"></canvas></div>
+__AFTER__
 <script type="application/json" id="attention-data">__DATA__</script>
 <script>
 "use strict";
 (function () {
   const DATA = JSON.parse(document.getElementById("attention-data").textContent);
-  const TOKENS = DATA.tokens, N = TOKENS.length;
-  const LAYERS = DATA.attention.length, HEADS = DATA.attention[0].length;
-  const MIN_WEIGHT = 0.01, ROW = 20, LEFT_X = 150, RIGHT_X = 370, WIDTH = 520, TOP = 10;
+  const TOKENS = DATA.tokens, N = TOKENS.length, LAYERS = DATA.layers, HEADS = DATA.heads;
+  const ROW = 20, LEFT_X = 150, RIGHT_X = 370, WIDTH = 520, TOP = 10;
   const SVG_NS = "http://www.w3.org/2000/svg";
   const svg = document.getElementById("view");
   const layerSelect = document.getElementById("layer"), headSelect = document.getElementById("head");
@@ -172,6 +264,38 @@ Hover a token to see only its attention.</div>
     const node = document.createElementNS(SVG_NS, name);
     for (const key in attributes) node.setAttribute(key, attributes[key]);
     return node;
+  }
+
+  // The stored weights of one head as a dense N x N array (row = attending token); the current layer's are kept.
+  const denseCache = new Map();
+  function weightsOf(layer, head) {
+    const key = layer + "," + head;
+    if (!denseCache.has(key)) {
+      if (denseCache.size >= 2 * HEADS) denseCache.clear();
+      const dense = new Float32Array(N * N), rows = DATA.attention[layer][head];
+      for (let i = 0; i < N; i++) {
+        const row = rows[i];
+        for (let k = 0; k < row.length; k += 2) dense[i * N + row[k]] = row[k + 1];
+      }
+      denseCache.set(key, dense);
+    }
+    return denseCache.get(key);
+  }
+
+  // A head's weights painted into a canvas of N x N pixels (darker blue = more attention).
+  function paintHead(canvas, layer, head) {
+    canvas.width = N; canvas.height = N;
+    const context = canvas.getContext("2d"), image = context.createImageData(N, N);
+    image.data.fill(255);
+    const rows = DATA.attention[layer][head];
+    for (let i = 0; i < N; i++) {
+      const row = rows[i];
+      for (let k = 0; k < row.length; k += 2) {
+        const shade = 255 - Math.round(255 * Math.min(1, row[k + 1])), at = 4 * (i * N + row[k]);
+        image.data[at] = shade; image.data[at + 1] = shade;
+      }
+    }
+    context.putImageData(image, 0, 0);
   }
 
   for (let l = 0; l < LAYERS; l++) layerSelect.add(new Option(String(l), String(l)));
@@ -229,17 +353,17 @@ Hover a token to see only its attention.</div>
     const heads = shownHeads(), focus = state.focus, single = heads.length === 1 && state.head !== "all";
     const emphasis = { left: new Float64Array(N), right: new Float64Array(N) };
     for (const h of heads) {
-      const weights = DATA.attention[state.layer][h];
+      const weights = weightsOf(state.layer, h);
       for (let i = 0; i < N; i++) {
         if (focus && focus.side === "left" && focus.index !== i) continue;
         for (let j = 0; j < N; j++) {
           if (focus && focus.side === "right" && focus.index !== j) continue;
-          const w = weights[i][j];
+          const w = weights[i * N + j];
           if (focus) {
             emphasis.right[j] = Math.max(emphasis.right[j], focus.side === "left" ? w : 0);
             emphasis.left[i] = Math.max(emphasis.left[i], focus.side === "right" ? w : 0);
           }
-          if (w < MIN_WEIGHT) continue;
+          if (w === 0) continue;  // only weights of at least MIN_WEIGHT are stored
           lines.appendChild(element("line", {
             x1: LEFT_X, y1: y(i), x2: RIGHT_X, y2: y(j), stroke: single ? "#1f5fbf" : headColour(h),
             "stroke-opacity": w.toFixed(3), "stroke-width": (0.5 + 3 * w).toFixed(2),
@@ -264,16 +388,7 @@ Hover a token to see only its attention.</div>
       cell.className = "cell" + (String(h) === state.head ? " selected" : "");
       cell.dataset.head = String(h);
       const canvas = document.createElement("canvas");
-      canvas.width = N; canvas.height = N;
-      const context = canvas.getContext("2d"), image = context.createImageData(N, N);
-      const weights = DATA.attention[state.layer][h];
-      for (let i = 0; i < N; i++) {
-        for (let j = 0; j < N; j++) {
-          const shade = 255 - Math.round(255 * Math.min(1, weights[i][j])), at = 4 * (i * N + j);
-          image.data[at] = shade; image.data[at + 1] = shade; image.data[at + 2] = 255; image.data[at + 3] = 255;
-        }
-      }
-      context.putImageData(image, 0, 0);
+      paintHead(canvas, state.layer, h);
       const caption = document.createElement("div");
       caption.textContent = "head " + h;
       caption.style.color = headColour(h);
@@ -283,9 +398,119 @@ Hover a token to see only its attention.</div>
     }
   }
 
+  // ---- model view: every layer x head; a click opens the head here and in the head view.
+  const modelGrid = document.getElementById("model-grid"), detail = document.getElementById("model-detail");
+  modelGrid.style.gridTemplateColumns = "auto repeat(" + HEADS + ", 60px)";
+  for (let l = 0; l < LAYERS; l++) {
+    const label = document.createElement("div");
+    label.className = "row-label";
+    label.textContent = "layer " + l;
+    modelGrid.appendChild(label);
+    for (let h = 0; h < HEADS; h++) {
+      const thumb = document.createElement("canvas");
+      thumb.dataset.layer = String(l); thumb.dataset.head = String(h);
+      thumb.title = "layer " + l + ", head " + h;
+      paintHead(thumb, l, h);
+      thumb.addEventListener("click", function () { openHead(l, h); });
+      modelGrid.appendChild(thumb);
+    }
+  }
+  function openHead(l, h) {
+    for (const thumb of modelGrid.querySelectorAll("canvas")) {
+      thumb.classList.toggle("selected", thumb.dataset.layer === String(l) && thumb.dataset.head === String(h));
+    }
+    paintHead(detail.querySelector("canvas"), l, h);
+    detail.dataset.layer = String(l); detail.dataset.head = String(h);
+    document.getElementById("model-detail-caption").textContent = "layer " + l + ", head " + h;
+    state.layer = l; state.head = String(h);
+    layerSelect.value = String(l); headSelect.value = String(h);
+    draw();
+  }
+
+  // ---- neuron view: q of one token against every token's k, for one layer and head.
+  const neuron = document.getElementById("neuron"), neuronSelects = {};
+  for (const [name, count] of [["layer", LAYERS], ["head", HEADS], ["token", N]]) {
+    const select = document.getElementById("neuron-" + name);
+    for (let i = 0; i < count; i++) select.add(new Option(name === "token" ? i + ": " + TOKENS[i] : String(i), i));
+    select.addEventListener("change", drawNeurons);
+    neuronSelects[name] = select;
+  }
+  function unpack(packed) {
+    const text = atob(packed.values), values = new Int8Array(text.length);
+    for (let k = 0; k < text.length; k++) values[k] = (text.charCodeAt(k) << 24) >> 24;
+    return { values: values, scale: packed.scale, dim: packed.shape[3] };
+  }
+  const QUERIES = DATA.queries ? unpack(DATA.queries) : null, KEYS = DATA.keys ? unpack(DATA.keys) : null;
+  function vector(packed, l, h, t) {
+    const out = new Float64Array(packed.dim), at = ((l * HEADS + h) * N + t) * packed.dim;
+    for (let c = 0; c < packed.dim; c++) out[c] = packed.values[at + c] * packed.scale[l];
+    return out;
+  }
+  function cellColour(value, largest) {
+    const strength = Math.min(1, Math.abs(value) / (largest || 1));
+    return (value >= 0 ? "rgba(31, 95, 191, " : "rgba(230, 120, 0, ") + strength.toFixed(3) + ")";
+  }
+  function drawNeurons() {
+    if (!QUERIES) {
+      document.getElementById("neuron-hint").textContent = "This page holds no queries and keys.";
+      return;
+    }
+    const l = Number(neuronSelects.layer.value), h = Number(neuronSelects.head.value);
+    const t = Number(neuronSelects.token.value), dim = QUERIES.dim, CELL = 6, LINE = 14, LABEL = 120;
+    const q = vector(QUERIES, l, h, t), keys = [], products = [], scores = [];
+    for (let j = 0; j < N; j++) {
+      const k = vector(KEYS, l, h, j), product = new Float64Array(dim);
+      let score = 0;
+      for (let c = 0; c < dim; c++) { product[c] = q[c] * k[c]; score += product[c]; }
+      keys.push(k); products.push(product); scores.push(score / Math.sqrt(dim));
+    }
+    const top = Math.max.apply(null, scores), exps = scores.map(function (s) { return Math.exp(s - top); });
+    const total = exps.reduce(function (a, b) { return a + b; }, 0);
+    const weights = exps.map(function (e) { return e / total; });
+    let largestKey = 0, largestProduct = 0, largestQuery = 0;
+    for (let j = 0; j < N; j++) for (let c = 0; c < dim; c++) {
+      largestKey = Math.max(largestKey, Math.abs(keys[j][c]));
+      largestProduct = Math.max(largestProduct, Math.abs(products[j][c]));
+    }
+    for (let c = 0; c < dim; c++) largestQuery = Math.max(largestQuery, Math.abs(q[c]));
+    const keyX = LABEL, productX = keyX + dim * CELL + 16, scoreX = productX + dim * CELL + 16;
+    neuron.width = scoreX + 180; neuron.height = (N + 2) * LINE + 4;
+    const context = neuron.getContext("2d");
+    context.clearRect(0, 0, neuron.width, neuron.height);
+    context.font = "12px ui-monospace, Menlo, Consolas, monospace";
+    context.textBaseline = "middle";
+    context.fillStyle = "#222";
+    context.fillText("q: " + TOKENS[t], 2, LINE / 2);
+    for (let c = 0; c < dim; c++) {
+      context.fillStyle = cellColour(q[c], largestQuery);
+      context.fillRect(keyX + c * CELL, 1, CELL - 1, LINE - 2);
+    }
+    context.fillStyle = "#666";
+    context.fillText("k", keyX, 1.5 * LINE); context.fillText("q \u00d7 k", productX, 1.5 * LINE);
+    context.fillText("q\u00b7k/\u221ad   weight", scoreX, 1.5 * LINE);
+    for (let j = 0; j < N; j++) {
+      const rowY = (j + 2) * LINE;
+      context.fillStyle = j === t ? "#c00" : "#222";
+      context.fillText(TOKENS[j].slice(0, 14), 2, rowY + LINE / 2);
+      for (let c = 0; c < dim; c++) {
+        context.fillStyle = cellColour(keys[j][c], largestKey);
+        context.fillRect(keyX + c * CELL, rowY + 1, CELL - 1, LINE - 2);
+        context.fillStyle = cellColour(products[j][c], largestProduct);
+        context.fillRect(productX + c * CELL, rowY + 1, CELL - 1, LINE - 2);
+      }
+      context.fillStyle = "#222";
+      context.fillText(scores[j].toFixed(2), scoreX, rowY + LINE / 2);
+      context.fillStyle = "#1f5fbf";
+      context.fillRect(scoreX + 60, rowY + 2, 100 * weights[j], LINE - 4);
+    }
+    neuron.dataset.layer = String(l); neuron.dataset.head = String(h); neuron.dataset.token = String(t);
+    neuron.dataset.weights = JSON.stringify(weights.map(function (w) { return Number(w.toFixed(4)); }));
+  }
+
   layerSelect.addEventListener("change", function () { state.layer = Number(layerSelect.value); draw(); });
   headSelect.addEventListener("change", function () { state.head = headSelect.value; draw(); });
   draw();
+  drawNeurons();
 })();
 </script>
 </body>

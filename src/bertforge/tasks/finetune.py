@@ -11,7 +11,7 @@ import dataclasses
 import json
 import logging
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from bertforge.training.trainer import (
     Trainer,
     check_number,
     config_from_dict,
+    model_loss,
     read_log,
     seed_everything,
 )
@@ -140,14 +141,17 @@ class FinetuneResult:
 
 
 def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None,
-             dev_examples: Sequence[Any] | None = None, overwrite: bool = False, resume: bool = False
+             dev_examples: Sequence[Any] | None = None, model: nn.Module | None = None,
+             loss_fn: Callable[[nn.Module, Any], Any] = model_loss, overwrite: bool = False, resume: bool = False
              ) -> FinetuneResult:
     """Fine-tune `config.model` on the training data and keep the best model (by the task's main metric).
 
     Examples may be given directly (in memory) instead of `config.train` / `config.dev`. Every data error is
-    raised before the model is loaded. The run writes into OUTPUT.incomplete/ and moves it to OUTPUT when it
-    ends; a folder holding a model is replaced only with `overwrite`; `resume` continues a killed run from its
-    last checkpoint exactly (the same losses as a run never stopped).
+    raised before the model is loaded. `model` (with its labels) trains instead of one loaded from `config.model`
+    (whose tokenizer is used), and `loss_fn(model, batch)` replaces the model's own loss: distillation passes its
+    student and loss (bertforge.compress.distill). The run writes into OUTPUT.incomplete/ and moves it to OUTPUT
+    when it ends; a folder holding a model is replaced only with `overwrite`; `resume` continues a killed run from
+    its last checkpoint exactly (the same losses as a run never stopped).
     """
     if config.output is None:
         raise ConfigError("an output directory is required (--output, or \"output\" in the run config)")
@@ -170,7 +174,7 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
     if train_examples is None:
         train_examples = task.read_examples(config.train, config.columns, settings=config.settings)
     train_examples = list(train_examples)[:config.max_train_examples]
-    id2label = task.labels(train_examples)
+    id2label = model.config.id2label if model is not None else task.labels(train_examples)
     if dev_examples is None and config.dev is not None:
         dev_examples = task.read_examples(config.dev, config.columns, id2label, settings=config.settings)
 
@@ -182,8 +186,9 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
         dev_features = task.encode(tokenizer, dev_examples, config.settings, id2label)
         notes += [f"dev data: {note}" for note in dev_features.notes]
 
-    model = load_task_model(task, config.model, id2label, config.random_init, config.training.seed,
-                            config.dropout)
+    if model is None:
+        model = load_task_model(task, config.model, id2label, config.random_init, config.training.seed,
+                                config.dropout)
     start_staging(output, keep=resume)
     dataclasses.replace(config, training=dataclasses.replace(config.training, output_dir=str(output))).save(
         staging / RUN_CONFIG_FILE)
@@ -196,7 +201,8 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
 
     batches = training_batches(train_features, config.batch_size, tokenizer.pad_token_id, training.seed)
     trainer = Trainer(model, training, batches, evaluate=evaluate if dev_features is not None else None,
-                      main_metric=task.main_metric, save=lambda model: model.save_pretrained(staging))
+                      main_metric=task.main_metric, save=lambda model: model.save_pretrained(staging),
+                      loss_fn=loss_fn)
     result = trainer.train(resume=resume)
     shutil.rmtree(staging / CHECKPOINT_DIR, ignore_errors=True)  # the optimizer state is twice the model
     finish_staging(output)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertforge import fast_cpu
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.train_state import load_train_state, save_train_state
 from bertforge.errors import BertforgeError, ConfigError, InputError
@@ -216,8 +217,13 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.use_bf16 else nullcontext()
 
     def train(self, resume: bool = False) -> TrainResult:
-        """Train to the end; `resume` continues from output_dir/checkpoint exactly where a killed run left off (the
-        same batches, dropout and losses as without the stop)."""
+        """The whole run, with the CPU fast paths (fast_cpu) swapped into the model while it lasts; `resume`
+        continues from output_dir/checkpoint exactly where a killed run left off (the same batches, dropout and
+        losses as without the stop)."""
+        with fast_cpu.accelerated(self.model):
+            return self.run(resume)
+
+    def run(self, resume: bool = False) -> TrainResult:
         config = self.config
         seed_everything(config.seed)
         model = self.model.to(self.device)

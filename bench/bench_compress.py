@@ -1,0 +1,159 @@
+"""Smaller models on real tasks, in one run: each fine-tuned model at fp32, bertforge int8 (outlier channels in
+float32; `bertforge quantize`), torch's per-tensor dynamic int8 (`--precision int8`), bf16 (where native), and ONNX
+Runtime's own dynamic int8 quantization of the same model, each with the task's metric on its dev file and the
+end-to-end predict time (tokenizing + predicting the whole dev file, median of --repeats after a warm-up).
+
+    python bench/bench_compress.py [--runs sst2,mrpc,stsb,conll2003] [--runs-dir runs] [--threads 2]
+    python bench/bench_compress.py --model DIR --dev FILE [--model DIR --dev FILE ...]
+    python bench/bench_compress.py --quick   # fine-tunes a small SST-2 model itself (a few minutes)
+
+The models of --runs are the ones `bench/finetune_tasks.py` leaves in RUNS_DIR/RUN/bertforge. int8 calibrates on
+the first 256 examples of the dev file, as `bertforge quantize` does by default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from finetune_tasks import DATA, RUNS, data_files  # bench/ is the script's folder, so on sys.path
+from torch import nn
+
+from bertforge.compress import QuantizationConfig, quantize
+from bertforge.heads import ClassifierOutput
+from bertforge.inference import InferenceOptions
+from bertforge.inference.onnx import INPUT_NAMES, export_onnx, onnx_session
+from bertforge.runtime import tune_cpu_allocator
+from bertforge.tasks.data import inference_batches
+from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, finetune
+from bertforge.training.trainer import TrainConfig, bf16_supported
+
+
+class OnnxRuntimeModel(nn.Module):
+    """An ONNX Runtime session behind the interface the task's predict functions call: model(**batch).logits."""
+
+    def __init__(self, path: Path, config, threads: int):
+        super().__init__()
+        self.session, self.config = onnx_session(path, threads), config
+        self.anchor = nn.Parameter(torch.zeros(0), requires_grad=False)  # where callers look for the device
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None) -> ClassifierOutput:
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        inputs = {name: (inputs[name] if inputs[name] is not None else torch.zeros_like(input_ids)).numpy()
+                  for name in INPUT_NAMES}
+        (logits,) = self.session.run(["logits"], inputs)
+        return ClassifierOutput(logits=torch.from_numpy(logits))
+
+
+def onnx_int8(finetuned: FinetunedModel, folder: Path, threads: int) -> FinetunedModel:
+    """bertforge's ONNX export of the model, quantized by ONNX Runtime's quantize_dynamic (its defaults: int8
+    weights per tensor, activations quantized per call)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    fp32_path, int8_path = folder / "model.onnx", folder / "model.int8.onnx"
+    export_onnx(finetuned.model, finetuned.tokenizer, fp32_path)
+    quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8)
+    model = OnnxRuntimeModel(int8_path, finetuned.model.config, threads)
+    return FinetunedModel(model, finetuned.tokenizer, finetuned.task, finetuned.settings)
+
+
+def calibration_batches(finetuned: FinetunedModel, examples, count: int = 256, batch_size: int = 64):
+    features = finetuned.task.encode(finetuned.tokenizer, examples[:count], finetuned.settings.settings,
+                                     finetuned.id2label)
+    return [batch for _, batch in inference_batches(features, batch_size, finetuned.tokenizer.pad_token_id)]
+
+
+def variants(model_dir: Path, examples, threads: int, folder: Path):
+    """name -> a function making that variant of the model (loaded fresh each time)."""
+    def ours(precision):
+        def make():
+            finetuned = FinetunedModel.load(model_dir)
+            batches = calibration_batches(finetuned, examples) if precision == "int8" else None
+            quantize(finetuned.model, QuantizationConfig(precision), batches)
+            return finetuned
+        return make
+
+    table = {
+        "fp32": lambda: FinetunedModel.load(model_dir),
+        "int8": ours("int8"),
+        "int8 torch per-tensor": lambda: FinetunedModel.load(model_dir, inference=InferenceOptions(precision="int8")),
+    }
+    if bf16_supported("cpu"):
+        table["bf16"] = ours("bf16")
+    table["ORT int8"] = lambda: onnx_int8(FinetunedModel.load(model_dir), folder, threads)
+    return table
+
+
+def time_predictions(finetuned: FinetunedModel, examples, repeats: int, batch_size: int = 64):
+    finetuned.evaluate(examples[:batch_size], batch_size)  # warm-up: weight reordering, prepacking, ORT's arena
+    seconds, metrics = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        metrics = finetuned.evaluate(examples, batch_size)
+        seconds.append(time.perf_counter() - start)
+    return metrics, statistics.median(seconds)
+
+
+def quick_model(folder: Path, sentences: int) -> tuple[Path, Path]:
+    """MiniLM fine-tuned on the first `sentences` SST-2 training sentences, one epoch; and the SST-2 dev file."""
+    output = folder / "sst2-quick"
+    finetune(FinetuneConfig(train=str(DATA / "sst2" / "train.tsv"), output=str(output), max_train_examples=sentences,
+                            training=TrainConfig(epochs=1, lr=1e-4, warmup_ratio=0.1, progress=False)))
+    return output, DATA / "sst2" / "dev.tsv"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", default="sst2,mrpc,stsb,conll2003", help="rows of finetune_tasks.RUNS")
+    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--model", action="append", default=[], help="fine-tuned model directory (with --dev)")
+    parser.add_argument("--dev", action="append", default=[], help="its labelled dev file")
+    parser.add_argument("--quick", action="store_true", help="fine-tune a small SST-2 model and measure only it")
+    parser.add_argument("--quick-sentences", type=int, default=2000)
+    parser.add_argument("--dev-examples", type=int, default=None, help="score only the first N dev examples")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    tune_cpu_allocator()
+    warnings.simplefilter("ignore")
+    folder = Path(tempfile.mkdtemp(prefix="bench_compress."))
+
+    if args.quick:
+        models = [(("sst2-quick",) + quick_model(folder, args.quick_sentences))]
+    elif args.model:
+        if len(args.model) != len(args.dev):
+            parser.error("give one --dev per --model")
+        models = [(Path(model).name, Path(model), Path(dev)) for model, dev in zip(args.model, args.dev)]
+    else:
+        models = []
+        for name in args.runs.split(","):
+            run, run_folder = RUNS[name], Path(args.runs_dir) / name
+            if not (run_folder / "bertforge" / "model.safetensors").is_file():
+                print(f"{name}: no fine-tuned model in {run_folder / 'bertforge'} "
+                      f"(run `python bench/finetune_tasks.py {name}` first)")
+                continue
+            dev = DATA / run.test if run.test else Path(data_files(run, run_folder)["dev"])  # CoNLL: the test file
+            models.append((name, run_folder / "bertforge", dev))
+
+    print(f"{'model':<12}{'variant':<23}{'metric':<10}{'value':>8}{'points':>8}{'predict s':>11}{'speed-up':>10}")
+    for name, model_dir, dev in models:
+        reference = FinetunedModel.load(model_dir)
+        examples = reference.read(dev, reference.columns(), labelled=True)[:args.dev_examples]
+        metric = reference.task.main_metric
+        baseline = None
+        for variant, make in variants(model_dir, examples, args.threads, folder).items():
+            metrics, seconds = time_predictions(make(), examples, args.repeats)
+            baseline = baseline or (metrics[metric], seconds)
+            print(f"{name:<12}{variant:<23}{metric:<10}{metrics[metric]:>8.4f}"
+                  f"{100 * (metrics[metric] - baseline[0]):>+8.2f}{seconds:>11.2f}{baseline[1] / seconds:>9.2f}x",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

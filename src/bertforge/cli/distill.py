@@ -1,0 +1,48 @@
+"""`bertforge distill`: a smaller student of a fine-tuned teacher (every k-th layer), trained on the teacher's soft
+labels beside the true ones, and written only when its dev metric stays within --max-drop points of the teacher's.
+Takes every `bertforge finetune` flag (data, columns, optimisation); their defaults are the teacher's run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bertforge.cli import finetune as finetune_cli
+from bertforge.cli.arguments import positive_int
+from bertforge.cli.quantize import add_max_drop_argument
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--teacher", required=True, help="fine-tuned model directory to learn from")
+    parser.add_argument("--student-layers", type=positive_int, default=3,
+                        help="layers of the student, taken from every k-th teacher layer (default 3)")
+    parser.add_argument("--temperature", type=float, default=2.0, help="softens the teacher's labels (default 2)")
+    parser.add_argument("--soft-weight", type=float, default=0.5,
+                        help="weight of the teacher's soft labels; the true labels get the rest (default 0.5)")
+    parser.add_argument("--hidden-weight", type=float, default=0.0,
+                        help="weight of the hidden-state loss to the teacher's layers (TinyBERT; default 0: off)")
+    parser.add_argument("--without-teacher", action="store_true",
+                        help="the control: the same student trained on the true labels only")
+    add_max_drop_argument(parser)
+    finetune_cli.add_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bertforge.compress.distill import DistillConfig, distill
+    from bertforge.tasks.finetune import RUN_CONFIG_FILE, saved_run_config
+
+    if args.config is None and saved_run_config(args.teacher) is not None:
+        args.config = str(Path(args.teacher) / RUN_CONFIG_FILE)  # the teacher's run fills what the flags leave
+    args.model = args.teacher
+    config = finetune_cli.config_from_args(args)
+    distillation = DistillConfig(args.student_layers, args.temperature, args.soft_weight, args.hidden_weight,
+                                 use_teacher=not args.without_teacher)
+    result = distill(config, distillation, args.max_drop)
+    for note in result.training.notes:
+        print(note)
+    if result.report is not None:
+        print(result.report.table())
+        print(result.report.verdict() + (f"; wrote {config.output}" if result.written else ""))
+    else:
+        print(f"no --dev set to measure against the teacher: saved to {config.output}")
+    return 0 if result.written else 1

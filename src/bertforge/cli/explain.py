@@ -1,0 +1,57 @@
+"""`bertforge explain`: why a model predicted what it did, as attributions to the words of the text (JSON, or an
+HTML page with the attention views)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from bertforge.atomic import write_text_atomic
+from bertforge.cli.arguments import check_writable, positive_int
+from bertforge.errors import InputError
+
+OUTPUT_FORMATS = (".html", ".json")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from bertforge.explain.methods import DEFAULT_STEPS, METHODS
+    from bertforge.explain.targets import DEFAULT_MAX_LENGTH
+    parser.add_argument("--model", "-m", default="default",
+                        help="model directory (a fine-tuned classifier, tagger, QA or masked-LM model, or an "
+                             "encoder, whose explained output is the similarity of --text and --pair) or 'default'")
+    parser.add_argument("--text", required=True, help="the text (for qa: the question)")
+    parser.add_argument("--pair", help="the second text (for qa: the context; for an encoder: the text compared)")
+    parser.add_argument("--target", help="what to explain: a label, an entity, answer/start/end, a token at [MASK] "
+                                         "(default: the prediction)")
+    parser.add_argument("--method", choices=list(METHODS), default="integrated_gradients")
+    parser.add_argument("--steps", type=positive_int, default=DEFAULT_STEPS,
+                        help=f"integrated gradients' interpolation steps (default {DEFAULT_STEPS})")
+    parser.add_argument("--max-length", type=positive_int, default=DEFAULT_MAX_LENGTH,
+                        help=f"truncate to this many tokens (default {DEFAULT_MAX_LENGTH})")
+    parser.add_argument("--output", "-o", help="view.html (the page) or explanation.json; default: print the words")
+
+
+def run(args: argparse.Namespace) -> int:
+    from bertforge.explain import explain
+    from bertforge.explain.page import explanation_page
+    from bertforge.explain.targets import load_explainable
+
+    output = Path(args.output) if args.output else None
+    if output is not None:
+        if output.suffix.lower() not in OUTPUT_FORMATS:
+            raise InputError(f"the output must be a {' or '.join(OUTPUT_FORMATS)} file", output)
+        check_writable(output)
+    model, tokenizer = load_explainable(args.model)
+    explanation = explain(model, tokenizer, args.text, args.pair, args.target, args.method, args.steps,
+                          args.max_length)
+    if output is None:
+        print(f"{explanation.target} ({explanation.method})")
+        for word in explanation.words:
+            print(f"{word.attribution:+.4f}  {word.word}")
+    elif output.suffix.lower() == ".json":
+        write_text_atomic(output, explanation.to_json() + "\n")
+        print(f"wrote the attributions of {len(explanation.words)} words to {output}")
+    else:
+        write_text_atomic(output, explanation_page(model, tokenizer, explanation, args.max_length))
+        print(f"wrote the explanation of {explanation.target!r} to {output}")
+    return 0

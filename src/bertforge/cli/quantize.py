@@ -1,0 +1,44 @@
+"""`bertforge quantize`: a fine-tuned model in int8 or bf16, measured beside fp32 on the user's dev set and written
+only when its metric drops by no more than --max-drop points."""
+
+from __future__ import annotations
+
+import argparse
+
+from bertforge.cli.arguments import positive_int
+
+
+def add_max_drop_argument(parser: argparse.ArgumentParser) -> None:
+    """--max-drop, the gate shared by quantize and distill."""
+    parser.add_argument("--max-drop", type=float, default=0.5,
+                        help="most points (100 x the task's main metric) the smaller model may lose on --dev; "
+                             "more, and nothing is written (default 0.5)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from bertforge.compress.quantize import METHODS
+    parser.add_argument("--model", "-m", required=True, help="fine-tuned model directory")
+    parser.add_argument("--dev", "-d", required=True, help="labelled dev data in the training run's format")
+    parser.add_argument("--output", "-o", required=True, help="directory for the smaller model (must be new)")
+    parser.add_argument("--precision", choices=[*METHODS, "auto"], default="int8",
+                        help="int8 (CPU: int8 weights, outlier input channels in float32), bf16, or auto "
+                             "(bf16 where the hardware runs it natively, else int8); default int8")
+    add_max_drop_argument(parser)
+    parser.add_argument("--calibration", default=None,
+                        help="int8: data whose first examples find each layer's outlier channels (default: --dev)")
+    parser.add_argument("--calibration-examples", type=positive_int, default=256)
+    parser.add_argument("--outlier-channels", type=int, default=8,
+                        help="int8: input channels per layer kept in float32 (default 8)")
+    parser.add_argument("--smoothing", type=float, default=None,
+                        help="int8: SmoothQuant's alpha in [0, 1] (default: off)")
+    parser.add_argument("--batch-size", type=positive_int, default=64)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bertforge.compress.quantize import quantize_finetuned
+
+    report = quantize_finetuned(args.model, args.dev, args.output, args.precision, args.max_drop, args.calibration,
+                                args.calibration_examples, args.outlier_channels, args.smoothing, args.batch_size)
+    print(report.table())
+    print(report.verdict() + (f"; wrote {args.output}" if report.accepted else ""))
+    return 0 if report.accepted else 1

@@ -1,0 +1,184 @@
+"""Fewer layers from a fine-tuned model: a student made of every k-th layer of its teacher (DistilBERT, Sanh et al.,
+2019), trained on the teacher's soft labels at a temperature beside the true labels (Hinton et al., 2015), with an
+optional loss pulling each student layer's hidden states towards its teacher layer's (TinyBERT, Jiao et al., 2020).
+
+The training loop is fine-tuning's (`bertforge.tasks.finetune.finetune` and its Trainer), with the student as the
+model and `DistillationLoss` as the loss; the result passes the dev-set gate of `bertforge.compress.gate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tempfile
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertforge.compress.gate import GateReport, check_output, measure, write_if_accepted
+from bertforge.errors import ConfigError
+from bertforge.heads import IGNORE_INDEX
+from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetuneConfig, FinetunedModel, FinetuneResult, finetune
+from bertforge.training.trainer import check_number, model_loss
+
+# Tasks whose logits the soft-label loss reads: one vector per example, or one per token.
+DISTILLABLE_TASKS = ("classification", "regression", "ner")
+DISTILL_CONFIG_FILE = "distill_config.json"
+
+
+@dataclass
+class DistillConfig:
+    """How the student learns from its teacher; the data and optimisation settings are a FinetuneConfig's."""
+
+    student_layers: int = 3
+    temperature: float = 2.0  # softens both distributions, so the teacher's near-misses carry information
+    soft_weight: float = 0.5  # weight of the teacher's soft labels; the true labels get 1 - soft_weight
+    hidden_weight: float = 0.0  # weight of the hidden-state MSE (TinyBERT); 0: off
+    use_teacher: bool = True  # False: the control, the same student trained on the true labels only
+
+    def __post_init__(self):
+        check_number("student_layers", self.student_layers, minimum=1, integer=True)
+        check_number("temperature", self.temperature, minimum=0.0, exclusive=True)
+        check_number("soft_weight", self.soft_weight, minimum=0.0)
+        check_number("hidden_weight", self.hidden_weight, minimum=0.0)
+        if self.soft_weight > 1:
+            raise ConfigError(f"soft_weight must be in [0, 1], got {self.soft_weight!r}")
+
+
+def teacher_layers(teacher_count: int, student_count: int) -> list[int]:
+    """The teacher layer each student layer starts from: every k-th, ending with the last (whose output the task
+    head was trained on). 6 -> 3: [1, 3, 5]; 12 -> 4: [2, 5, 8, 11]."""
+    if student_count > teacher_count:
+        raise ConfigError(f"a student of {student_count} layers is not smaller than its teacher "
+                          f"({teacher_count} layers)")
+    return [(i + 1) * teacher_count // student_count - 1 for i in range(student_count)]
+
+
+def student_from_teacher(teacher: nn.Module, num_layers: int) -> nn.Module:
+    """A copy of `teacher` (embeddings, head, pooler) that keeps only the layers `teacher_layers` picks."""
+    layers = teacher_layers(teacher.config.num_hidden_layers, num_layers)
+    student = type(teacher)(dataclasses.replace(teacher.config, num_hidden_layers=num_layers))
+    state = {}
+    for name, tensor in teacher.state_dict().items():
+        prefix, is_layer, rest = name.partition("encoder.layers.")
+        if not is_layer:
+            state[name] = tensor
+            continue
+        index, _, parameter = rest.partition(".")
+        if int(index) in layers:
+            state[f"{prefix}encoder.layers.{layers.index(int(index))}.{parameter}"] = tensor
+    student.load_state_dict(state)
+    return student
+
+
+class LayerOutputs:
+    """Records the output of each encoder layer of a model while `recording()`: (tokens, hidden) each, in the packed
+    order, which is the same for two models given the same batch."""
+
+    def __init__(self, model: nn.Module):
+        self.outputs: list[torch.Tensor] | None = None
+        encoder = next(module for module in model.modules() if isinstance(getattr(module, "layers", None),
+                                                                          nn.ModuleList))
+        for layer in encoder.layers:
+            layer.register_forward_hook(self.record)
+
+    def record(self, module: nn.Module, inputs: Any, output: tuple[torch.Tensor, Any]) -> None:
+        if self.outputs is not None:
+            self.outputs.append(output[0])
+
+    @contextmanager
+    def recording(self):
+        self.outputs = []
+        try:
+            yield self.outputs
+        finally:
+            self.outputs = None
+
+
+class DistillationLoss:
+    """loss_fn(student, batch) for the Trainer: (1 - soft_weight) x the student's own loss on the true labels
+    + soft_weight x T² x KL(teacher || student) at temperature T (MSE to the teacher's score for regression)
+    + hidden_weight x the mean MSE between each student layer's output and its teacher layer's."""
+
+    def __init__(self, teacher: nn.Module, student: nn.Module, config: DistillConfig):
+        self.teacher, self.config = teacher.eval(), config
+        self.layers = teacher_layers(teacher.config.num_hidden_layers, student.config.num_hidden_layers)
+        self.recorders = (LayerOutputs(teacher), LayerOutputs(student)) if config.hidden_weight > 0 else None
+
+    def __call__(self, student: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        inputs = {key: value for key, value in batch.items() if key != "labels"}
+        self.teacher.to(batch["input_ids"].device)
+        with ExitStack() as stack:
+            states = [stack.enter_context(recorder.recording()) for recorder in self.recorders or ()]
+            with torch.no_grad():
+                teacher_logits = self.teacher(**inputs).logits.float()
+            output = student(**batch)
+        loss = (1 - self.config.soft_weight) * output.loss
+        loss = loss + self.config.soft_weight * self.soft_loss(output.logits.float(), teacher_logits, batch["labels"])
+        if states:
+            teacher_states, student_states = states
+            hidden = sum(F.mse_loss(student_states[i].float(), teacher_states[layer].float())
+                         for i, layer in enumerate(self.layers))
+            loss = loss + self.config.hidden_weight * hidden / len(self.layers)
+        return loss
+
+    def soft_loss(self, logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if logits.dim() == 3:  # per token: the positions the task scores (first sub-words), as its own loss does
+            scored = labels != IGNORE_INDEX
+            logits, teacher_logits = logits[scored], teacher_logits[scored]
+        if logits.shape[-1] == 1:  # regression: the teacher's score is the soft label
+            return F.mse_loss(logits, teacher_logits)
+        temperature = self.config.temperature
+        return F.kl_div(F.log_softmax(logits / temperature, dim=-1), F.log_softmax(teacher_logits / temperature, -1),
+                        reduction="batchmean", log_target=True) * temperature ** 2
+
+
+@dataclass
+class DistillResult:
+    training: FinetuneResult
+    report: GateReport | None  # None without a dev set
+    written: bool
+
+
+def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, max_drop: float = 0.5) -> DistillResult:
+    """Train a student of `distillation.student_layers` layers from the fine-tuned teacher `config.model` on
+    `config.train`. With `config.dev` the student is measured beside its teacher and written to `config.output`
+    only if the task's metric drops by at most `max_drop` points; without one it is written as trained."""
+    distillation = distillation or DistillConfig()
+    if config.output is None:
+        raise ConfigError("an output directory is required (--output)")
+    output = check_output(config.output)
+    teacher = FinetunedModel.load(config.model)
+    if teacher.task.name not in DISTILLABLE_TASKS:
+        raise ConfigError(f"distillation covers {', '.join(DISTILLABLE_TASKS)}; the teacher does {teacher.task.name}")
+    config = dataclasses.replace(config, task=teacher.task.name)
+    student = student_from_teacher(teacher.model, distillation.student_layers)
+    loss_fn = DistillationLoss(teacher.model, student, distillation) if distillation.use_teacher else model_loss
+    output.parent.mkdir(parents=True, exist_ok=True)
+    training_dir = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.training."))
+    try:
+        result = finetune(dataclasses.replace(config, output=str(training_dir)), model=student, loss_fn=loss_fn)
+        report = None
+        if config.dev is not None:
+            examples = teacher.read(config.dev, config.columns, labelled=True)
+            trained = FinetunedModel.load(training_dir)
+            report = GateReport(teacher.task.main_metric, measure("teacher", teacher, examples, config.eval_batch_size),
+                                measure("student", trained, examples, config.eval_batch_size), max_drop)
+
+        def write(folder: Path) -> None:
+            shutil.copytree(training_dir, folder, dirs_exist_ok=True)
+            run = FinetuneConfig.load(folder / RUN_CONFIG_FILE)  # where it was trained -> where it now lives
+            dataclasses.replace(run, output=str(output), training=dataclasses.replace(
+                run.training, output_dir=str(output))).save(folder / RUN_CONFIG_FILE)
+            (folder / DISTILL_CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(distillation), indent=2) + "\n")
+
+        written = write_if_accepted(report, output, write)
+    finally:
+        shutil.rmtree(training_dir, ignore_errors=True)
+    return DistillResult(result, report, written)

@@ -1,0 +1,107 @@
+"""The accuracy gate of `bertforge quantize` and `bertforge distill`: a smaller model is measured beside the one it
+came from on the user's own dev set (the task's metric and the time to predict it), and written only when the
+metric drops by no more than the points allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bertforge.errors import InputError
+from bertforge.tasks.finetune import FinetunedModel
+
+COMPRESSION_FILE = "compression.json"
+
+
+@dataclass
+class Measurement:
+    """One model on the dev set: its metrics and the seconds to tokenize and predict all of it."""
+
+    name: str
+    metrics: dict[str, float]
+    seconds: float
+
+
+@dataclass
+class GateReport:
+    metric: str  # the task's main metric; higher is better
+    reference: Measurement
+    candidate: Measurement
+    max_drop: float  # points: 100 x the metric (0.5 = half a point of accuracy)
+
+    @property
+    def drop(self) -> float:
+        """Points lost by the candidate (negative: it gained)."""
+        return 100 * (self.reference.metrics[self.metric] - self.candidate.metrics[self.metric])
+
+    @property
+    def accepted(self) -> bool:
+        return self.drop <= self.max_drop
+
+    def table(self) -> str:
+        """Both models side by side: every metric, the main one's change in points, and the predict time."""
+        widths = {name: max(10, len(name) + 2) for name in self.reference.metrics}
+        lines = [f"{'':<8}" + "".join(f"{name:>{width}}" for name, width in widths.items())
+                 + f"{'points':>9}{'predict s':>11}{'speed-up':>10}"]
+        for row in (self.reference, self.candidate):
+            change = 100 * (row.metrics[self.metric] - self.reference.metrics[self.metric])
+            values = "".join(f"{row.metrics.get(name, float('nan')):>{width}.4f}" for name, width in widths.items())
+            lines.append(f"{row.name:<8}{values}{change:>+9.2f}{row.seconds:>11.2f}"
+                         f"{self.reference.seconds / row.seconds:>9.2f}x")
+        return "\n".join(lines)
+
+    def verdict(self) -> str:
+        if self.accepted:
+            return (f"{self.metric} changed by {-self.drop:+.2f} points (a drop of at most {self.max_drop} allowed): "
+                    f"accepted")
+        return (f"{self.metric} dropped by {self.drop:.2f} points, more than the {self.max_drop} allowed "
+                f"(--max-drop): nothing written")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "max_drop": self.max_drop, "drop": self.drop, "accepted": self.accepted,
+                "reference": asdict(self.reference), "candidate": asdict(self.candidate)}
+
+
+def measure(name: str, finetuned: FinetunedModel, examples: Sequence[Any], batch_size: int = 64) -> Measurement:
+    """Metrics on `examples`, timed after a warm-up on a few of them (first-call costs such as weight reordering
+    are paid once per process, not per dev set)."""
+    finetuned.evaluate(examples[:batch_size], batch_size)
+    start = time.perf_counter()
+    metrics = finetuned.evaluate(examples, batch_size)
+    return Measurement(name, metrics, time.perf_counter() - start)
+
+
+def check_output(output: str | Path) -> Path:
+    """The output directory, refused before any work if it already holds something (nothing is overwritten)."""
+    output = Path(output)
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise InputError("the output directory already exists and is not empty", output)
+    return output
+
+
+def write_if_accepted(report: GateReport | None, output: Path, write: Callable[[Path], None]) -> bool:
+    """If the gate passes (or there is none: `report` None): `write(folder)` into a temporary folder beside
+    `output`, add the report, and rename it to `output` in one step (a half-written model never appears there).
+    Returns whether it wrote."""
+    if report is not None and not report.accepted:
+        return False
+    output.parent.mkdir(parents=True, exist_ok=True)
+    temporary = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}."))
+    try:
+        write(temporary)
+        if report is not None:
+            (temporary / COMPRESSION_FILE).write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+        os.chmod(temporary, 0o755)  # mkdtemp makes it private; the result is an ordinary directory
+        os.replace(temporary, output)
+    finally:
+        if temporary.exists():
+            shutil.rmtree(temporary)
+    return True

@@ -1,0 +1,354 @@
+"""Smaller weights that keep a model's accuracy: int8 linear layers with outlier channels in float32, and bf16.
+
+BERT's hidden states carry a few dimensions that are an order of magnitude larger than the rest (in MiniLM
+dimension 99 reaches ~30 at the feed-forward input where the median dimension peaks at ~2), and int8 activations
+with one scale per tensor spend their range on them. Here each linear layer keeps the input channels that
+calibration finds largest (8 by default) in float32, a thin matmul beside the int8 one (LLM.int8's decomposition),
+and quantizes the rest: weights to int8 with one scale per output channel, activations per batch by torch's
+dynamic quantized kernel (fbgemm, which uses VNNI on AVX-512 CPUs: 2-3x a float32 matmul on BERT's shapes).
+SmoothQuant's per-channel migration of range from activations to weights is an option (`smoothing`); on MiniLM it
+helped less than keeping the outliers apart, and hurt the down-projection, whose input follows a GELU.
+
+A quantized model saves as an ordinary checkpoint directory whose config.json notes the quantization
+(`quantization_config`) and whose safetensors hold the int8 weights and their scales; `from_pretrained` of that
+directory gives the quantized model back.
+
+Shapes: tokens (rows of a packed batch), in (input channels), out (output channels), outliers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertforge.activations import ACTIVATIONS
+from bertforge.atomic import write_text_atomic
+from bertforge.checkpoint.hf_format import CONFIG_FILE
+from bertforge.compress.gate import GateReport, check_output, measure, write_if_accepted
+from bertforge.config import read_json_object
+from bertforge.errors import ConfigError
+from bertforge.model import BertModel
+from bertforge.tasks.data import inference_batches
+from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetunedModel
+
+logger = logging.getLogger("bertforge")
+
+# The config.json key that marks a quantized checkpoint (transformers' name for it, so that transformers refuses
+# the directory with "unknown quantization type" rather than loading int8 numbers as float weights).
+QUANTIZATION_KEY = "quantization_config"
+QUANT_METHOD_PREFIX = "bertforge_"
+
+
+@dataclass
+class QuantizationConfig:
+    """How a model was made smaller; saved in its config.json under `quantization_config`."""
+
+    precision: str = "int8"  # a key of METHODS
+    outlier_channels: int = 8  # int8: input channels per layer kept in float32 (the largest seen in calibration)
+    smoothing: float | None = None  # int8: SmoothQuant's alpha (0-1) migrating range to the weights; None: off
+    modules: list[str] = dataclasses.field(default_factory=list)  # int8: the quantized linear layers (our names)
+
+    def __post_init__(self):
+        if self.precision not in METHODS:
+            raise ConfigError(f"unknown precision {self.precision!r}; choose from {', '.join(METHODS)}")
+        if not isinstance(self.outlier_channels, int) or self.outlier_channels < 0:
+            raise ConfigError(f"outlier_channels must be a whole number >= 0, got {self.outlier_channels!r}")
+        if self.smoothing is not None and not 0.0 <= self.smoothing <= 1.0:
+            raise ConfigError(f"smoothing must be in [0, 1], got {self.smoothing!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"quant_method": QUANT_METHOD_PREFIX + self.precision, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> QuantizationConfig:
+        known = {field.name for field in dataclasses.fields(cls)}
+        method = data.get("quant_method", "")
+        if not method.startswith(QUANT_METHOD_PREFIX):
+            raise ConfigError(f"{source}: quantization method {method!r} is not bertforge's")
+        unknown = set(data) - known - {"quant_method"}
+        if unknown:
+            raise ConfigError(f"{source}: unknown {QUANTIZATION_KEY} key {sorted(unknown)[0]!r}")
+        try:
+            return cls(**{key: value for key, value in data.items() if key in known})
+        except ConfigError as error:
+            raise ConfigError(f"{source}: {error}") from None
+
+
+def read_quantization(directory: Path) -> QuantizationConfig | None:
+    """The quantization a checkpoint directory records in its config.json, or None for an ordinary one."""
+    path = directory / CONFIG_FILE
+    data = read_json_object(path, "config").get(QUANTIZATION_KEY)
+    return None if data is None else QuantizationConfig.from_dict(data, str(path))
+
+
+def int8_reduce_range() -> bool:
+    """Whether activations must use 7 bits: without VNNI, fbgemm sums pairs of u8 x s8 products in int16, which
+    saturates at 8 bits; with it (AVX-512 VNNI, AVX-VNNI) products accumulate in int32 and all 8 bits are safe."""
+    return not torch.cpu._is_vnni_supported()
+
+
+class QuantizedLinear(nn.Module):
+    """y = int8(x * input_scale) @ int8(W)^T + bias + x[:, outliers] @ W[:, outliers]^T, then the activation.
+
+    `input_scale` is SmoothQuant's 1/s per input channel (1 without smoothing) and 0 at the outlier channels, so
+    the int8 product leaves them out and the float32 one adds them back. The int8 weight has one scale per output
+    channel; torch's dynamic kernel quantizes the activation per call with its own min and max.
+    """
+
+    packed = None  # torch's prepacked weight for the int8 kernel, made on first use from the buffers
+
+    def __init__(self, in_features: int, out_features: int, num_outliers: int, activation: str | None = None):
+        super().__init__()
+        self.in_features, self.out_features, self.activation = in_features, out_features, activation
+        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8))
+        self.register_buffer("weight_scale", torch.ones(out_features))
+        self.register_buffer("bias", torch.zeros(out_features))
+        self.register_buffer("input_scale", torch.ones(in_features))
+        self.register_buffer("outlier_index", torch.zeros(num_outliers, dtype=torch.long))
+        self.register_buffer("outlier_weight", torch.zeros(num_outliers, out_features))  # (outliers, out)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, input_max: torch.Tensor, outlier_channels: int,
+                    smoothing: float | None = None) -> QuantizedLinear:
+        """Quantize `linear` given the largest |input| of each input channel seen in calibration."""
+        weight = linear.weight.detach().float()  # (out, in)
+        num_outliers = min(outlier_channels, linear.in_features)
+        module = cls(linear.in_features, linear.out_features, num_outliers, getattr(linear, "activation", None))
+        outliers = input_max.topk(num_outliers).indices.sort().values
+        smooth = torch.ones(linear.in_features)
+        if smoothing is not None:
+            kept = input_max.clone()
+            kept[outliers] = kept.median()  # outliers leave the int8 product: they must not shape its scales
+            smooth = (kept.clamp(min=1e-5) ** smoothing / weight.abs().amax(0).clamp(min=1e-5) ** (1 - smoothing))
+            smooth = smooth.clamp(min=1e-5)
+        scaled = weight * smooth  # (out, in): x/s @ (W*s)^T = x @ W^T
+        scaled[:, outliers] = 0
+        weight_scale = scaled.abs().amax(1).clamp(min=1e-12) / 127
+        input_scale = 1 / smooth
+        input_scale[outliers] = 0
+        with torch.no_grad():
+            module.weight.copy_(torch.round(scaled / weight_scale[:, None]).clamp(-127, 127).to(torch.int8))
+            module.weight_scale.copy_(weight_scale)
+            module.input_scale.copy_(input_scale)
+            module.outlier_index.copy_(outliers)
+            module.outlier_weight.copy_(weight[:, outliers].t())
+            if linear.bias is not None:
+                module.bias.copy_(linear.bias.detach().float())
+        return module
+
+    def packed_weight(self):
+        if self.packed is None:
+            zero_points = torch.zeros(self.out_features, dtype=torch.long)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch announces its quantized tensors' move to torchao
+                weight = torch._make_per_channel_quantized_tensor(self.weight, self.weight_scale.double(),
+                                                                  zero_points, 0)
+            self.packed = torch.ops.quantized.linear_prepack(weight, self.bias)
+        return self.packed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float()
+        y = torch.ops.quantized.linear_dynamic(x * self.input_scale, self.packed_weight(), int8_reduce_range())
+        if len(self.outlier_index):
+            outliers = x.index_select(-1, self.outlier_index)  # (..., outliers)
+            y.view(-1, self.out_features).addmm_(outliers.reshape(-1, len(self.outlier_index)), self.outlier_weight)
+        return y if self.activation is None else ACTIVATIONS[self.activation](y)
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        self.packed = None  # new weights: prepack again
+        super()._load_from_state_dict(*args, **kwargs)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "packed": None}  # the prepacked weight can't be copied; it is made on use
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, int8, "
+                f"outliers={len(self.outlier_index)}" + (f", activation={self.activation}" if self.activation else ""))
+
+
+def encoder_linears(model: nn.Module) -> dict[str, nn.Linear]:
+    """The linear layers of the model's encoders (attention, feed-forward, pooler) by name. Task heads stay as
+    they are: a few hundred weights at most, and they carry the loss."""
+    encoders = [name for name, module in model.named_modules() if isinstance(module, BertModel)]
+    return {name: module for name, module in model.named_modules()
+            if isinstance(module, nn.Linear) and any(name.startswith(f"{encoder}.") or not encoder
+                                                     for encoder in encoders)}
+
+
+@torch.inference_mode()
+def calibrate(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], names: Iterable[str]
+              ) -> dict[str, torch.Tensor]:
+    """The largest |input| of each input channel of the named linear layers over `batches` (model inputs)."""
+    largest: dict[str, torch.Tensor] = {}
+
+    def record(name):
+        def hook(module, inputs):
+            x = inputs[0].detach().float().abs().reshape(-1, inputs[0].shape[-1]).amax(0)
+            largest[name] = x if name not in largest else torch.maximum(largest[name], x)
+        return hook
+
+    handles = [model.get_submodule(name).register_forward_pre_hook(record(name)) for name in names]
+    was_training = model.training
+    model.eval()
+    try:
+        for batch in batches:
+            model(**batch)
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.train(was_training)
+    missing = [name for name in names if name not in largest]
+    if missing:
+        raise ConfigError(f"calibration never reached {missing[0]}: no calibration batches?")
+    return largest
+
+
+def quantize_int8(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]] | None,
+                  config: QuantizationConfig) -> nn.Module:
+    if next(model.parameters()).device.type != "cpu":
+        raise ConfigError("int8 quantization runs on CPU only; load the model on the CPU")
+    if batches is None:
+        # Random tokens miss most of the outlier channels that real text finds (on MiniLM, 0-6 of 8 per layer).
+        raise ConfigError("int8 quantization needs calibration batches: a sample of the data the model will see")
+    linears = encoder_linears(model)
+    largest = calibrate(model, batches, linears)
+    for name, linear in linears.items():
+        replace_module(model, name, QuantizedLinear.from_linear(linear, largest[name], config.outlier_channels,
+                                                                config.smoothing))
+    config.modules = list(linears)
+    return model
+
+
+def cast_bf16(model: nn.Module, batches: Any, config: QuantizationConfig) -> nn.Module:
+    """bf16 weights where the hardware computes in bf16 natively; elsewhere the (exactly representable) bf16 values
+    in float32, which is what the checkpoint will hold either way."""
+    from bertforge.inference.optimize import InferenceOptions
+    from bertforge.training.trainer import bf16_supported
+
+    device = next(model.parameters()).device
+    if bf16_supported(device.type):
+        return InferenceOptions(precision="bf16").apply(model)
+    logger.warning("this %s has no native bf16: the model runs in float32 on bf16-rounded weights", device.type)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(parameter.to(torch.bfloat16).float())
+    return model
+
+
+# precision -> (model, calibration batches or None, config) -> the model made smaller, in place.
+METHODS: dict[str, Callable[[nn.Module, Any, QuantizationConfig], nn.Module]] = {
+    "int8": quantize_int8,
+    "bf16": cast_bf16,
+}
+
+
+def auto_precision(device_type: str = "cpu") -> str:
+    """The precision `auto` stands for: bf16 where the device computes it natively, else int8 on a CPU."""
+    from bertforge.training.trainer import bf16_supported
+
+    if bf16_supported(device_type):
+        return "bf16"
+    if device_type == "cpu":
+        return "int8"
+    raise ConfigError(f"this {device_type} has no native bf16 and int8 runs on CPU only; keep fp32")
+
+
+def quantize(model: nn.Module, config: QuantizationConfig | None = None,
+             batches: Iterable[dict[str, torch.Tensor]] | None = None) -> nn.Module:
+    """`model` (changed in place and returned) in eval mode at `config.precision`; `batches` of model inputs from
+    the user's own data calibrate int8 (a few hundred sentences are plenty: calibration only finds each layer's
+    largest input channels). The model remembers its config for `save_quantized`."""
+    config = dataclasses.replace(config or QuantizationConfig())
+    model = METHODS[config.precision](model.eval(), batches, config)
+    model.quantization = config
+    return model
+
+
+def prepare_quantized(model: nn.Module, config: QuantizationConfig) -> nn.Module:
+    """An unloaded `model` shaped for a quantized checkpoint's tensors (its int8 layers empty), ready for loading."""
+    if config.precision == "int8":
+        for name in config.modules:
+            linear = model.get_submodule(name)
+            replace_module(model, name, QuantizedLinear(
+                linear.in_features, linear.out_features, min(config.outlier_channels, linear.in_features),
+                getattr(linear, "activation", None)))
+    model.quantization = config
+    return model
+
+
+def finish_loading(model: nn.Module) -> nn.Module:
+    """After a quantized checkpoint's tensors are loaded: a bf16 checkpoint runs in bf16 where that is native."""
+    config = getattr(model, "quantization", None)
+    if config is not None and config.precision == "bf16":
+        return cast_bf16(model, None, config)
+    return model
+
+
+def save_quantized(model: nn.Module, directory: str | Path) -> Path:
+    """save_pretrained, with the quantization noted in config.json (bf16 weights are stored as bf16)."""
+    config = getattr(model, "quantization", None)
+    if config is None:
+        raise ConfigError("this model was not quantized (use bertforge.compress.quantize first)")
+    directory = Path(directory)
+    if config.precision == "bf16":
+        dtype = next(model.parameters()).dtype
+        model.to(torch.bfloat16)  # exact: the weights are bf16 values already
+        model.save_pretrained(directory)
+        model.to(dtype)
+    else:
+        model.save_pretrained(directory)
+    path = directory / CONFIG_FILE
+    data = read_json_object(path, "config") | {QUANTIZATION_KEY: config.to_dict()}
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return directory
+
+
+def replace_module(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, child, module)
+
+
+def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, precision: str = "int8",
+                       max_drop: float = 0.5, calibration: str | Path | None = None,
+                       calibration_examples: int = 256, outlier_channels: int = 8, smoothing: float | None = None,
+                       batch_size: int = 64) -> GateReport:
+    """Quantize a fine-tuned model directory, measure it beside the original on the labelled `dev` file, and write
+    it to `output` only if the task's metric drops by at most `max_drop` points (see `GateReport.accepted`).
+
+    int8 calibrates on the first `calibration_examples` of `calibration` (default: the dev file; calibration only
+    picks each layer's largest input channels). `precision="auto"` is bf16 where native, else int8.
+    """
+    output = check_output(output)
+    if precision == "auto":
+        precision = auto_precision("cpu")
+    config = QuantizationConfig(precision, outlier_channels=outlier_channels, smoothing=smoothing)
+    reference = FinetunedModel.load(model)
+    columns = reference.columns()
+    examples = reference.read(dev, columns, labelled=True)
+    candidate = FinetunedModel.load(model)
+    batches = None
+    if precision == "int8":
+        sample = examples if calibration is None else reference.read(calibration, columns, labelled=True)
+        features = candidate.task.encode(candidate.tokenizer, sample[:calibration_examples],
+                                         candidate.settings.settings, candidate.id2label)
+        batches = [batch for _, batch in inference_batches(features, batch_size, candidate.tokenizer.pad_token_id)]
+    quantize(candidate.model, config, batches)
+    report = GateReport(reference.task.main_metric, measure("fp32", reference, examples, batch_size),
+                        measure(precision, candidate, examples, batch_size), max_drop)
+
+    def write(folder: Path) -> None:
+        save_quantized(candidate.model, folder)
+        candidate.tokenizer.save_pretrained(folder)
+        candidate.settings.save(folder / RUN_CONFIG_FILE)
+
+    write_if_accepted(report, output, write)
+    return report

@@ -1,0 +1,64 @@
+"""explain(): attribute one prediction of a model to the words of the text the user gave."""
+
+from __future__ import annotations
+
+from bertforge.errors import InputError
+from bertforge.explain.inner import masked_lm_views
+from bertforge.explain.methods import DEFAULT_STEPS, METHODS, Attributions
+from bertforge.explain.result import Explanation, TokenAttribution, WordAttribution
+from bertforge.explain.targets import DEFAULT_MAX_LENGTH, Row, build_target
+from bertforge.pretraining.heads import BertForMaskedLM
+
+
+def explain(model, tokenizer, text: str, text_pair: str | None = None, target: str | int | None = None,
+            method: str = "integrated_gradients", steps: int = DEFAULT_STEPS,
+            max_length: int = DEFAULT_MAX_LENGTH) -> Explanation:
+    """Why did `model` say what it said about `text` (and `text_pair`)? Attributions per token and per word.
+
+    `target` names what to explain (a label, an entity, "start", a token at [MASK]; default: the prediction);
+    `method` is a name in METHODS; `steps` are integrated gradients' interpolation points. A masked-LM model's
+    explanation also holds, in `inner`, what each layer would predict at the [MASK] (see inner.py).
+    >>> explain(classifier, tokenizer, "a gripping, funny film").top_words(1)[0].word  # e.g. 'funny'
+    """
+    if method not in METHODS:
+        raise InputError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    if steps < 1:
+        raise InputError(f"steps must be at least 1, got {steps}")
+    was_training = model.training
+    model.eval()  # dropout off: f must be a function of the input
+    try:
+        chosen = build_target(model, tokenizer, text, text_pair, target, max_length)
+        attributions = METHODS[method](model, chosen, steps)
+        inner = masked_lm_views(model, tokenizer, chosen.rows[0]) if isinstance(model, BertForMaskedLM) else {}
+    finally:
+        model.train(was_training)
+    texts = [text] if text_pair is None else [text, text_pair]
+    tokens, words = located(tokenizer, chosen.rows, attributions)
+    for word in words:
+        word.word = texts[word.text][word.start:word.end]
+    return Explanation(method=method, target=chosen.name, targets=chosen.choices, texts=texts, tokens=tokens,
+                       words=words, score=attributions.score, baseline_score=attributions.baseline_score,
+                       completeness_gap=attributions.completeness_gap, steps=attributions.steps, inner=inner)
+
+
+def located(tokenizer, rows: list[Row], attributions: Attributions
+            ) -> tuple[list[TokenAttribution], list[WordAttribution]]:
+    """Tokens of every row in order, and words: each the span of its pieces, with their attributions summed."""
+    tokens: list[TokenAttribution] = []
+    words: list[WordAttribution] = []
+    word_of: dict[tuple[int, int], int] = {}  # (text, word id) -> index in words
+    for row, values in zip(rows, attributions.per_token):
+        for token, value, source, span, word_id in zip(tokenizer.convert_ids_to_tokens(row.input_ids),
+                                                       values.tolist(), row.texts, row.offsets, row.word_ids):
+            index = None
+            if source is not None:
+                index = word_of.setdefault((source, word_id), len(words))
+                if index == len(words):
+                    words.append(WordAttribution("", 0.0, source, span[0], span[1], []))
+                word = words[index]
+                word.start, word.end = min(word.start, span[0]), max(word.end, span[1])
+                word.attribution += value
+                word.tokens.append(len(tokens))
+            tokens.append(TokenAttribution(token, value, source, *(span or (None, None)), index))
+    return tokens, words
+

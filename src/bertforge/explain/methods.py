@@ -1,0 +1,104 @@
+"""Attribution methods, one table: integrated gradients, gradient x input, attention rollout.
+
+Gradients are taken at the word embeddings (the output of the embedding lookup, before positions, segments and
+LayerNorm are added), so a token's attribution is the sum over its embedding's dimensions.
+References: Sundararajan et al. 2017 (integrated gradients, completeness), Abnar & Zuidema 2020 (rollout).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from bertforge.explain.targets import Target, encoder_of
+
+DEFAULT_STEPS = 50
+# Tokens per forward-backward pass: the interpolation steps of a long input are split into batches of this size.
+TOKENS_PER_BATCH = 4096
+
+
+@dataclass
+class Attributions:
+    per_token: list[torch.Tensor]  # per row of the target, (seq,) float64
+    score: float | None  # f(x)
+    baseline_score: float | None = None
+    completeness_gap: float | None = None
+    steps: int | None = None
+
+
+def word_embeddings(model, ids: list[int]) -> torch.Tensor:
+    """(seq, hidden): the rows of the word-embedding table for `ids`, detached."""
+    return encoder_of(model).embeddings.tokens.weight[torch.tensor(ids)].detach()
+
+
+def gauss_legendre(steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Points in [0, 1] and their weights (summing to 1) for integrating a smooth function with `steps` points;
+    the same rule as Captum's default ("gausslegendre")."""
+    points, weights = np.polynomial.legendre.leggauss(steps)
+    return torch.from_numpy(0.5 * (points + 1)), torch.from_numpy(0.5 * weights)
+
+
+@torch.no_grad()
+def score_at(target: Target, embeddings: list[torch.Tensor]) -> float:
+    return float(target.score([values[None] for values in embeddings])[0])
+
+
+def integrated_gradients(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:
+    """(x - b) * the average gradient of f on the straight path from the baseline b to x, per token.
+
+    Completeness: the attributions sum to f(x) - f(b) up to the integration error, reported as the gap.
+    """
+    inputs = [word_embeddings(model, row.input_ids) for row in target.rows]
+    baselines = [word_embeddings(model, row.baseline_ids) for row in target.rows]
+    alphas, weights = gauss_legendre(steps)
+    totals = [torch.zeros(x.shape, dtype=torch.float64) for x in inputs]  # the weighted sum of gradients
+    batch = max(1, TOKENS_PER_BATCH // sum(len(row.input_ids) for row in target.rows))
+    with torch.enable_grad():
+        for begin in range(0, steps, batch):
+            alpha = alphas[begin:begin + batch].to(inputs[0].dtype)[:, None, None]  # (steps, 1, 1)
+            scaled = [(b + alpha * (x - b)).requires_grad_() for x, b in zip(inputs, baselines)]
+            gradients = torch.autograd.grad(target.score(scaled).sum(), scaled)
+            weight = weights[begin:begin + batch][:, None, None]
+            for total, gradient in zip(totals, gradients):
+                total += (gradient.double() * weight).sum(0)
+    per_token = [((x - b).double() * total).sum(-1) for x, b, total in zip(inputs, baselines, totals)]
+    score, baseline_score = score_at(target, inputs), score_at(target, baselines)
+    gap = score - baseline_score - float(sum(values.sum() for values in per_token))
+    return Attributions(per_token, score, baseline_score, gap, steps)
+
+
+def gradient_x_input(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:
+    """The gradient of f at the word embeddings times the embeddings, per token (a first-order Taylor term)."""
+    inputs = [word_embeddings(model, row.input_ids).requires_grad_() for row in target.rows]
+    with torch.enable_grad():
+        score = target.score([x[None] for x in inputs])
+        gradients = torch.autograd.grad(score.sum(), inputs)
+    per_token = [(gradient * x.detach()).double().sum(-1) for gradient, x in zip(gradients, inputs)]
+    return Attributions(per_token, float(score[0].detach()))
+
+
+@torch.no_grad()
+def attention_rollout(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:
+    """How much of each input token reaches the positions f reads, through every layer's head-averaged attention,
+    with the residual connection counted as half (Abnar & Zuidema 2020). Positive, summing to 1 per row; unsigned."""
+    per_token = []
+    for row, readout in zip(target.rows, target.readout):
+        input_ids, token_type_ids = row.tensors()
+        attentions = encoder_of(model)(input_ids, token_type_ids=token_type_ids, output_attentions=True).attentions
+        flow = torch.eye(len(row.input_ids), dtype=torch.float64)
+        for layer in attentions:
+            mixed = 0.5 * layer[0].double().mean(0) + 0.5 * torch.eye(len(row.input_ids), dtype=torch.float64)
+            flow = (mixed / mixed.sum(-1, keepdim=True)) @ flow  # rows: positions after the layer; columns: inputs
+        per_token.append(readout.double() @ flow)
+    embeddings = [word_embeddings(model, row.input_ids) for row in target.rows]
+    return Attributions(per_token, score_at(target, embeddings))
+
+
+METHODS: dict[str, Callable[..., Attributions]] = {
+    "integrated_gradients": integrated_gradients,
+    "gradient_x_input": gradient_x_input,
+    "attention_rollout": attention_rollout,
+}

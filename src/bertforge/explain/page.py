@@ -1,0 +1,113 @@
+"""The explanation page: the user's text with every word shaded by its attribution (green for the target, red
+against), above the attention views of attention_view.py (head, model and neuron views) and, for a masked-LM
+model, what every layer predicts at the [MASK] and how each token's vector changes across layers. One offline file.
+"""
+
+from __future__ import annotations
+
+import html
+
+from bertforge.explain.attribute import explain
+from bertforge.explain.methods import DEFAULT_STEPS
+from bertforge.explain.result import Explanation
+from bertforge.explain.targets import DEFAULT_MAX_LENGTH
+from bertforge.inference.attention_view import compute_attention, render_attention_map
+from bertforge.model import BertModel
+
+STYLE = """<style>
+  #explanation .summary { font-size: 14px; margin-bottom: 6px; }
+  #explanation .texts { max-height: 40vh; padding: 8px; }
+  #explanation .text { white-space: pre-wrap; line-height: 1.9; font-size: 15px; margin: 0 0 10px; }
+  #explanation .text-name { font-size: 12px; color: #666; }
+  #explanation .word { border-radius: 3px; padding: 1px 0; }
+  table.inner { border-collapse: collapse; font-size: 12px; }
+  table.inner td, table.inner th { border: 1px solid #ddd; padding: 2px 6px; text-align: left; }
+</style>"""
+
+
+def shade(value: float, largest: float) -> str:
+    """A background for an attribution: green for, red against, stronger as |value| nears the largest one."""
+    strength = min(1.0, abs(value) / largest) if largest > 0 else 0.0
+    colour = "22, 150, 60" if value >= 0 else "210, 40, 40"
+    return f"rgba({colour}, {0.75 * strength:.3f})"
+
+
+def shaded_text(explanation: Explanation, text: int) -> str:
+    """The text exactly as the user gave it, each word a <span> shaded by its attribution."""
+    source = explanation.texts[text]
+    largest = max((abs(word.attribution) for word in explanation.words), default=0.0)
+    parts, cursor = [], 0
+    for index, word in enumerate(explanation.words):
+        if word.text != text:
+            continue
+        parts.append(html.escape(source[cursor:word.start]))
+        parts.append(f'<span class="word" data-word="{index}" data-attribution="{word.attribution:.6g}" '
+                     f'title="{word.attribution:+.4g}" style="background: {shade(word.attribution, largest)}">'
+                     f'{html.escape(word.word)}</span>')
+        cursor = word.end
+    parts.append(html.escape(source[cursor:]))
+    return "".join(parts)
+
+
+def summary(explanation: Explanation) -> str:
+    facts = [f"explained: <b>{html.escape(explanation.target)}</b>", f"method: {explanation.method}"]
+    if explanation.score is not None:
+        facts.append(f"f(x) = {explanation.score:.4g}")
+    if explanation.baseline_score is not None:
+        facts.append(f"f(baseline) = {explanation.baseline_score:.4g}")
+    if explanation.completeness_gap is not None:
+        facts.append(f"completeness gap = {explanation.completeness_gap:.3g} ({explanation.steps} steps)")
+    others = [html.escape(name) for name in explanation.targets if name != explanation.target]
+    if others:
+        facts.append("other targets: " + ", ".join(others))
+    return " &middot; ".join(facts)
+
+
+def attribution_section(explanation: Explanation) -> str:
+    names = ["text", "pair"]
+    texts = "".join(f'<div class="text-name">{names[i]}</div><p class="text" data-text="{i}">'
+                    f'{shaded_text(explanation, i)}</p>' for i in range(len(explanation.texts)))
+    return (f'{STYLE}\n<section id="explanation"><h2>Attributions</h2>\n<div class="summary">{summary(explanation)}'
+            f'</div>\n<div class="hint">Green words speak for the target, red ones against it; hover a word for its '
+            f'attribution.</div>\n<div class="scroll texts">{texts}</div></section>')
+
+
+def inner_section(inner: dict) -> str:
+    """Tables of the masked-LM views; empty for other models."""
+    if not inner:
+        return ""
+    parts = ['<section id="inner"><h2>Inside the model</h2>']
+    tokens = inner["tokens"]
+    for prediction in inner["layer_predictions"]:
+        rows = "".join(f"<tr><th>{'embeddings' if layer == 0 else f'layer {layer}'}</th>"
+                       + "".join(f"<td>{html.escape(token)} {probability:.2f}</td>" for token, probability in top)
+                       + "</tr>" for layer, top in enumerate(prediction["layers"]))
+        parts.append(f'<div class="hint">What each layer would predict at [MASK] (token {prediction["position"]}), '
+                     f'the MLM head applied to its output:</div><table class="inner layer-predictions">{rows}</table>')
+    layers = len(inner["layer_similarity"][0]) if inner["layer_similarity"] else 0
+    header = "<tr><th>token</th>" + "".join(f"<th>{layer}</th>" for layer in range(1, layers + 1)) + "</tr>"
+    rows = "".join(f"<tr><th>{html.escape(token)}</th>" + "".join(
+        f'<td style="background: {shade(1 - value, 1.0)}">{value:.2f}</td>' for value in values) + "</tr>"
+        for token, values in zip(tokens, inner["layer_similarity"]))
+    parts.append('<div class="hint">How similar each token\'s vector is to its vector one layer below (cosine); '
+                 'greener where a layer changes it more:</div>'
+                 f'<div class="scroll"><table class="inner layer-similarity">{header}{rows}</table></div></section>')
+    return "\n".join(parts)
+
+
+def explanation_page(model, tokenizer, explanation: Explanation, max_length: int = DEFAULT_MAX_LENGTH) -> str:
+    """One self-contained HTML page: the attributions, then the attention views of the explained input (for two
+    texts compared by an encoder, of the first)."""
+    pair = None if type(model) is BertModel or len(explanation.texts) == 1 else explanation.texts[1]
+    attention = compute_attention(model, tokenizer, explanation.texts[0], pair, max_length=max_length)
+    title = f"Why {explanation.target}? {explanation.texts[0][:60]}"
+    return render_attention_map(attention, title, before=attribution_section(explanation),
+                                after=inner_section(explanation.inner))
+
+
+def explained(model, tokenizer, text: str, text_pair: str | None = None, target: str | None = None,
+              method: str = "integrated_gradients", steps: int | None = None,
+              max_length: int = DEFAULT_MAX_LENGTH, as_page: bool = False) -> dict | str:
+    """What `/explain` answers: the explanation as a JSON-ready dict, or (`as_page`) its page."""
+    explanation = explain(model, tokenizer, text, text_pair, target, method, steps or DEFAULT_STEPS, max_length)
+    return explanation_page(model, tokenizer, explanation, max_length) if as_page else explanation.to_dict()

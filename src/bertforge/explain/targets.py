@@ -1,0 +1,267 @@
+"""What can be explained, for every kind of model: the output f whose value is attributed to the input.
+
+A Target scores word embeddings: given one (steps, seq, hidden) tensor per input row, it runs the model with those
+in place of the embedding lookup and returns f, (steps,). Each model class has one builder in TARGET_BUILDERS:
+  classifier: the logit of a class (default: the predicted one), or the regression score;
+  token classifier: one predicted entity, the sum of its tokens' logits for their tags;
+  question answering (text = question, text_pair = context): the best answer's start + end logits, or either;
+  masked LM: the logit of a token at the first [MASK] (default: the predicted one);
+  bare encoder: the cosine similarity of the two texts' mean-pooled embeddings (which words make them alike).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from bertforge.checkpoint.default_model import resolve_model_dir
+from bertforge.checkpoint.hf_format import CONFIG_FILE
+from bertforge.config import read_json_object
+from bertforge.errors import InputError
+from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bertforge.model import BertModel
+from bertforge.pretraining.heads import BertForMaskedLM
+from bertforge.tasks.metrics import entities
+from bertforge.tokenizer import BertTokenizer
+
+DEFAULT_MAX_LENGTH = 512
+MAX_ANSWER_TOKENS = 30  # the longest answer span considered, as in the SQuAD evaluation scripts
+
+
+@dataclass
+class Row:
+    """One tokenized model input, with where each token comes from in the user's texts."""
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+    texts: list[int | None]  # per token: index into the user's texts (0 text, 1 pair); None for special tokens
+    offsets: list[tuple[int, int] | None]  # per token: characters of its text; None for special tokens
+    word_ids: list[int | None]  # per token: word index within its text
+    baseline_ids: list[int]  # the uninformative input: [PAD] for every token but [CLS], [SEP] and [MASK]
+
+    def tensors(self, copies: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.tensor([self.input_ids]).expand(copies, -1),
+                torch.tensor([self.token_type_ids]).expand(copies, -1))
+
+
+def encode_row(tokenizer, text: str, pair: str | None, first_text: int = 0,
+               max_length: int = DEFAULT_MAX_LENGTH) -> Row:
+    """[CLS] text [SEP] (pair [SEP]), truncated to max_length; `first_text` numbers `text` among the user's texts."""
+    if not text or not text.strip() or (pair is not None and not pair.strip()):
+        raise InputError("the text to explain is empty")
+    encoding = tokenizer(text, text_pair=pair, truncation=True, max_length=max_length,
+                         return_offsets_mapping=True, return_word_ids=True)
+    ids, types = encoding["input_ids"], encoding["token_type_ids"]
+    special = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
+    texts = [None if token in special else first_text + segment for token, segment in zip(ids, types)]
+    offsets = [tuple(span) if source is not None else None for span, source in zip(encoding["offset_mapping"], texts)]
+    words = [word if source is not None else None for word, source in zip(encoding["word_ids"], texts)]
+    # [MASK] stays: for a masked LM it is the question asked, not evidence for the answer.
+    kept = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id}
+    baseline = [token if token in kept else tokenizer.pad_token_id for token in ids]
+    return Row(ids, types, texts, offsets, words, baseline)
+
+
+def encoder_of(model: torch.nn.Module) -> BertModel:
+    return getattr(model, "bert", model)
+
+
+@contextmanager
+def word_embeddings_replaced(model: torch.nn.Module, values: torch.Tensor):
+    """Run `model` with `values` (batch, seq, hidden) as the output of its word-embedding lookup.
+
+    A forward hook on the lookup, so the model's code stays as it is. The encoder packs the real tokens of a batch
+    before the lookup; a batch without padding packs row by row, position by position, which is `values`' order.
+    """
+    def replace(module, inputs, output):
+        if output.numel() != values.numel():
+            raise RuntimeError(f"the word-embedding lookup gave {tuple(output.shape)}, expected "
+                               f"{tuple(values.shape)} (a padded batch?)")
+        return values.reshape(output.shape).to(output.dtype)
+
+    handle = encoder_of(model).embeddings.tokens.register_forward_hook(replace)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def run_with(model: torch.nn.Module, row: Row, embeddings: torch.Tensor):
+    """The model's output for `row`, with word embeddings `embeddings` (steps, seq, hidden), one row per step."""
+    input_ids, token_type_ids = row.tensors(embeddings.shape[0])
+    with word_embeddings_replaced(model, embeddings):
+        return model(input_ids, token_type_ids=token_type_ids)
+
+
+@dataclass
+class Target:
+    name: str  # shown to the user: "positive", "PER: Paris", "answer: Denver Broncos"
+    choices: list[str]  # every target the model offers for this input
+    rows: list[Row]  # the inputs f reads: one, or two for the similarity of two texts
+    score: Callable[[list[torch.Tensor]], torch.Tensor]  # word embeddings per row -> f, (steps,)
+    readout: list[torch.Tensor]  # per row, (seq,) weights of the positions whose outputs f reads
+
+
+def _pick(choices: list[str], target: str | int | None, default: int, what: str) -> int:
+    """The index of the asked-for target: a position in `choices`, one of its names, or the text after "TYPE: "."""
+    if target is None:
+        return default
+    if isinstance(target, int) or (isinstance(target, str) and target.isdigit() and target not in choices):
+        index = int(target)
+        if 0 <= index < len(choices):
+            return index
+    else:
+        for i, name in enumerate(choices):
+            if target in (name, name.split(": ", 1)[-1]):
+                return i
+    raise InputError(f"unknown {what} {target!r}; choose from: {', '.join(choices) or '(none)'}")
+
+
+def _one_position(seq: int, *positions: int) -> torch.Tensor:
+    readout = torch.zeros(seq)
+    for position in positions:
+        readout[position] += 1 / len(positions)
+    return readout
+
+
+@torch.no_grad()
+def _plain_output(model, row: Row):
+    input_ids, token_type_ids = row.tensors()
+    return model(input_ids, token_type_ids=token_type_ids)
+
+
+def sequence_target(model, tokenizer, text, pair, target, max_length) -> Target:
+    row = encode_row(tokenizer, text, pair, max_length=max_length)
+    logits = _plain_output(model, row).logits[0]
+    if model.classifier.is_regression:
+        choices, index = ["score"], _pick(["score"], target, 0, "target")
+    else:
+        choices = [model.config.id2label[i] for i in range(len(logits))]
+        index = _pick(choices, target, int(logits.argmax()), "label")
+
+    def score(embeddings):
+        return run_with(model, row, embeddings[0]).logits[:, index]
+    return Target(choices[index], choices, [row], score, [_one_position(len(row.input_ids), 0)])
+
+
+def entity_target(model, tokenizer, text, pair, target, max_length) -> Target:
+    row = encode_row(tokenizer, text, pair, max_length=max_length)
+    predicted = _plain_output(model, row).logits[0].argmax(-1).tolist()  # (seq,)
+    # A word's tag is its first piece's, as in training; the entity scores every piece of its words with that tag.
+    first_token: dict[tuple[int, int], int] = {}  # (text, word) -> its first token, in reading order
+    for i, key in enumerate(zip(row.texts, row.word_ids)):
+        if key[0] is not None:
+            first_token.setdefault(key, i)
+    words = list(first_token)
+    tags = [model.config.id2label[predicted[first_token[key]]] for key in words]
+    found, choices = [], []
+    for type_, first, last in entities(tags):
+        keys = set(words[first:last + 1])
+        if len({source for source, _ in keys}) != 1:
+            continue  # an entity can't run from the text into the pair
+        tokens = [i for i, key in enumerate(zip(row.texts, row.word_ids)) if key in keys]
+        labels = [predicted[first_token[(row.texts[i], row.word_ids[i])]] for i in tokens]
+        start, end = row.offsets[tokens[0]][0], row.offsets[tokens[-1]][1]
+        found.append((tokens, labels))
+        choices.append(f"{type_}: {(text, pair)[row.texts[tokens[0]]][start:end]}")
+    if not found:
+        raise InputError("the model finds no entity in the text, so there is none to explain")
+    index = _pick(choices, target, 0, "entity")
+    tokens, labels = found[index]
+
+    def score(embeddings):
+        logits = run_with(model, row, embeddings[0]).logits  # (steps, seq, labels)
+        return logits[:, tokens, labels].sum(-1)
+    return Target(choices[index], choices, [row], score, [_one_position(len(row.input_ids), *tokens)])
+
+
+def answer_target(model, tokenizer, text, pair, target, max_length) -> Target:
+    if pair is None:
+        raise InputError("question answering explains a question (text) and its context (pair): give the pair")
+    row = encode_row(tokenizer, text, pair, max_length=max_length)
+    output = _plain_output(model, row)
+    start_logits, end_logits = output.start_logits[0], output.end_logits[0]
+    seq = len(row.input_ids)
+    in_context = torch.tensor([source == 1 for source in row.texts])
+    span_scores = start_logits[:, None] + end_logits[None, :]  # (seq, seq): start x end
+    ordered = torch.ones(seq, seq, dtype=torch.bool).triu()  # end >= start
+    short = ~torch.ones(seq, seq, dtype=torch.bool).triu(MAX_ANSWER_TOKENS)  # end - start < MAX_ANSWER_TOKENS
+    allowed = in_context[:, None] & in_context[None, :] & ordered & short
+    start, end = divmod(int(span_scores.masked_fill(~allowed, -torch.inf).argmax()), seq)
+    answer = pair[row.offsets[start][0]:row.offsets[end][1]]
+    parts = {"answer": ((start, 0), (end, 1)), "start": ((start, 0),), "end": ((end, 1),)}
+    choices = [f"{name}: {answer}" for name in parts]
+    index = _pick(list(parts), target, 0, "target")
+    chosen = list(parts.values())[index]
+
+    def score(embeddings):
+        output = run_with(model, row, embeddings[0])
+        logits = (output.start_logits, output.end_logits)
+        return sum(logits[which][:, position] for position, which in chosen)
+    readout = _one_position(seq, *(position for position, _ in chosen))
+    return Target(choices[index], choices, [row], score, [readout])
+
+
+def masked_token_target(model, tokenizer, text, pair, target, max_length) -> Target:
+    row = encode_row(tokenizer, text, pair, max_length=max_length)
+    if tokenizer.mask_token_id not in row.input_ids:
+        raise InputError("a masked-LM model explains its guess at a [MASK]: put [MASK] in the text")
+    position = row.input_ids.index(tokenizer.mask_token_id)
+    logits = _plain_output(model, row).logits[0, position]
+    choices = tokenizer.convert_ids_to_tokens(logits.topk(5).indices.tolist())
+    if target is not None and str(target) not in choices \
+            and tokenizer.convert_tokens_to_ids(str(target)) != tokenizer.unk_token_id:
+        choices.append(str(target))  # any token of the vocabulary can be asked about
+    index = _pick(choices, target, 0, "token")
+    token_id = tokenizer.convert_tokens_to_ids(choices[index])
+
+    def score(embeddings):
+        return run_with(model, row, embeddings[0]).logits[:, position, token_id]
+    return Target(choices[index], choices, [row], score, [_one_position(len(row.input_ids), position)])
+
+
+def similarity_target(model, tokenizer, text, pair, target, max_length) -> Target:
+    if pair is None:
+        raise InputError("an encoder explains the similarity of two texts: give the second as the pair")
+    _pick(["similarity"], target, 0, "target")
+    rows = [encode_row(tokenizer, text, None, 0, max_length), encode_row(tokenizer, pair, None, 1, max_length)]
+
+    def score(embeddings):
+        pooled = [run_with(model, row, values).last_hidden_state.mean(1) for row, values in zip(rows, embeddings)]
+        return F.cosine_similarity(pooled[0], pooled[1], dim=-1)
+    readouts = [torch.full((len(row.input_ids),), 1 / len(row.input_ids)) for row in rows]
+    return Target("similarity", ["similarity"], rows, score, readouts)
+
+
+# Most specific first: every task model holds a BertModel, but is not one.
+TARGET_BUILDERS: dict[type, Callable[..., Target]] = {
+    BertForSequenceClassification: sequence_target,
+    BertForTokenClassification: entity_target,
+    BertForQuestionAnswering: answer_target,
+    BertForMaskedLM: masked_token_target,
+    BertModel: similarity_target,
+}
+
+
+def build_target(model, tokenizer, text: str, text_pair: str | None = None, target: str | int | None = None,
+                 max_length: int = DEFAULT_MAX_LENGTH) -> Target:
+    for model_class, builder in TARGET_BUILDERS.items():
+        if isinstance(model, model_class):
+            return builder(model, tokenizer, text, text_pair, target, max_length)
+    raise InputError(f"can't explain a {type(model).__name__}; explainable: "
+                     f"{', '.join(cls.__name__ for cls in TARGET_BUILDERS)}")
+
+
+def load_explainable(name_or_path: str | Path) -> tuple[torch.nn.Module, BertTokenizer]:
+    """The model of a directory (or 'default') as the class its config.json's "architectures" names, when that is
+    one TARGET_BUILDERS explains (else the bare encoder), in eval mode, and its tokenizer."""
+    directory = resolve_model_dir(name_or_path)
+    names = read_json_object(directory / CONFIG_FILE, "model config").get("architectures") or []
+    by_name = {model_class.__name__: model_class for model_class in TARGET_BUILDERS}
+    model_class = next((by_name[name] for name in names if name in by_name), BertModel)
+    return model_class.from_pretrained(directory).eval(), BertTokenizer.from_pretrained(directory)

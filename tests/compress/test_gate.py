@@ -1,0 +1,45 @@
+"""`bertforge quantize` end to end on a model fine-tuned on real SST-2: it measures int8 beside fp32 on the dev set,
+writes a model that reloads quantized and scores what the report says, and refuses (writing nothing, exit 1) when the
+metric drops by more than --max-drop."""
+
+import json
+
+import pytest
+
+from bertforge.cli.main import main
+from bertforge.compress import QuantizedLinear
+from bertforge.compress.gate import COMPRESSION_FILE
+from bertforge.tasks.finetune import FinetunedModel
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_quantize_writes_a_model_that_reloads_as_reported_and_refuses_a_larger_drop(sst2_teacher, sst2_files,
+                                                                                   tmp_path, capsys):
+    output = tmp_path / "int8"
+    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev"]),
+                 "--output", str(output), "--max-drop", "100"]) == 0
+    printed = capsys.readouterr().out
+    assert "fp32" in printed and "int8" in printed and "accepted" in printed
+    report = json.loads((output / COMPRESSION_FILE).read_text())
+    assert report["accepted"] and report["metric"] == "accuracy"
+
+    reloaded = FinetunedModel.load(output)
+    assert isinstance(reloaded.model.bert.encoder.layers[0].attention.query, QuantizedLinear)
+    examples = reloaded.read(sst2_files["dev"], reloaded.columns(), labelled=True)
+    assert reloaded.evaluate(examples)["accuracy"] == report["candidate"]["metrics"]["accuracy"]
+
+    # The same quantization again (it is deterministic), allowed a little less than it dropped: refused.
+    refused = tmp_path / "refused"
+    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev"]), "--output", str(refused),
+                 "--max-drop", f"{report['drop'] - 0.25:.2f}"]) == 1
+    printed = capsys.readouterr().out
+    assert "nothing written" in printed and "fp32" in printed
+    assert not refused.exists()
+    assert not list(tmp_path.glob(".refused*"))  # no temporary folder left behind either
+
+
+def test_quantize_will_not_write_into_a_directory_with_files(sst2_teacher, sst2_files, capsys):
+    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev"]),
+                 "--output", str(sst2_teacher)]) == 1
+    assert "not empty" in capsys.readouterr().err

@@ -1,0 +1,159 @@
+"""Attributions against independent truths: Captum's LayerIntegratedGradients and plain autograd on transformers'
+model with the same weights, completeness, and word spans against transformers' fast tokenizer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertforge import BertConfig, BertForQuestionAnswering, BertForTokenClassification
+from bertforge.errors import InputError
+from bertforge.explain import METHODS, explain
+from bertforge.pretraining import BertForMaskedLM
+
+
+def attributions_of(explanation) -> torch.Tensor:
+    return torch.tensor([token.attribution for token in explanation.tokens], dtype=torch.float64)
+
+
+REVIEW = "a gripping, beautifully acted film that never quite earns its ending."
+
+
+@pytest.fixture(scope="module")
+def hf_classifier(sst2_classifier_dir):
+    transformers = pytest.importorskip("transformers")
+    return transformers.BertForSequenceClassification.from_pretrained(sst2_classifier_dir).eval()
+
+
+def test_classifier_learned_the_slice(sst2_classifier, tokenizer, sst2_dev):
+    """The fixture is a real fine-tuned classifier: well above chance on SST-2 dev sentences it never saw."""
+    texts, labels = zip(*sst2_dev[:64])
+    batch = tokenizer(list(texts), padding=True, return_tensors="pt")
+    with torch.no_grad():
+        predicted = sst2_classifier(**batch).logits.argmax(-1)
+    assert (predicted == torch.tensor(labels)).float().mean() > 0.7
+
+
+@pytest.mark.parametrize("label", ["positive", "negative"])
+def test_integrated_gradients_equal_captums_layer_integrated_gradients(sst2_classifier, hf_classifier, tokenizer,
+                                                                       label):
+    captum_attr = pytest.importorskip("captum.attr")
+    ours = explain(sst2_classifier, tokenizer, REVIEW, target=label, steps=50)
+    encoding = tokenizer(REVIEW, return_tensors="pt")
+    input_ids = encoding["input_ids"]
+    baseline = torch.where((input_ids == tokenizer.cls_token_id) | (input_ids == tokenizer.sep_token_id),
+                           input_ids, torch.full_like(input_ids, tokenizer.pad_token_id))
+    index = sst2_classifier.config.label2id[label]
+    reference = captum_attr.LayerIntegratedGradients(lambda ids: hf_classifier(ids).logits[:, index],
+                                                     hf_classifier.bert.embeddings.word_embeddings)
+    attributions, delta = reference.attribute(input_ids, baselines=baseline, n_steps=50, method="gausslegendre",
+                                              return_convergence_delta=True)
+    expected = attributions.sum(-1)[0].double()
+    assert [token.token for token in ours.tokens] == tokenizer.convert_ids_to_tokens(input_ids[0])
+    assert torch.allclose(attributions_of(ours), expected, atol=1e-4, rtol=0)
+    assert ours.completeness_gap == pytest.approx(-float(delta), abs=1e-4)
+
+
+def test_completeness_gap_is_under_one_percent_at_the_default_steps(sst2_classifier, tokenizer, sst2_dev):
+    for text, _ in sst2_dev[:3] + [(REVIEW, None)]:
+        explanation = explain(sst2_classifier, tokenizer, text)
+        difference = explanation.score - explanation.baseline_score
+        assert abs(explanation.completeness_gap) < 0.01 * abs(difference)
+        total = sum(token.attribution for token in explanation.tokens)
+        assert total + explanation.completeness_gap == pytest.approx(difference, abs=1e-9)
+
+
+def test_gradient_x_input_equals_direct_autograd(sst2_classifier, hf_classifier, tokenizer):
+    ours = explain(sst2_classifier, tokenizer, REVIEW, target="positive", method="gradient_x_input")
+    encoding = tokenizer(REVIEW, return_tensors="pt")
+    embeddings = hf_classifier.bert.embeddings.word_embeddings(encoding["input_ids"]).detach().requires_grad_()
+    logit = hf_classifier(inputs_embeds=embeddings).logits[0, 1]
+    (gradient,) = torch.autograd.grad(logit, embeddings)
+    expected = (gradient * embeddings).sum(-1)[0].double()
+    assert torch.allclose(attributions_of(ours), expected, atol=1e-5, rtol=1e-4)
+    assert ours.score == pytest.approx(float(logit.detach()), abs=1e-5)
+
+
+def test_attention_rollout_is_a_distribution_over_the_input(sst2_classifier, tokenizer):
+    explanation = explain(sst2_classifier, tokenizer, REVIEW, method="attention_rollout")
+    values = [token.attribution for token in explanation.tokens]
+    assert min(values) > 0 and sum(values) == pytest.approx(1.0)
+    assert explanation.completeness_gap is None
+
+
+SPAN_TEXTS = [
+    "Café  déjà-vu:   it's   \"GREAT\"!!",
+    "naïve résumé — Ångström, façade…",
+    "東京タワーは高い。 Tokyo tower is tall.",
+    "  unaffable  ,, preprocessing\tmisc.  ",
+]
+
+
+@pytest.mark.parametrize("text", SPAN_TEXTS)
+def test_word_spans_index_the_users_text_and_pieces_add_up(sst2_classifier, tokenizer, minilm_dir, text):
+    transformers = pytest.importorskip("transformers")
+    reference = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    explanation = explain(sst2_classifier, tokenizer, text, method="gradient_x_input")
+    encoding = reference(text, return_offsets_mapping=True)
+    expected: dict[int, list[int]] = {}
+    for word_id, (start, end) in zip(encoding.word_ids(), encoding["offset_mapping"]):
+        if word_id is not None:
+            span = expected.setdefault(word_id, [start, end])
+            span[0], span[1] = min(span[0], start), max(span[1], end)
+    assert [(word.start, word.end) for word in explanation.words] == [tuple(span) for span in expected.values()]
+    for word in explanation.words:
+        assert word.word == text[word.start:word.end] and word.word.strip() == word.word and word.word
+        pieces = [explanation.tokens[i] for i in word.tokens]
+        assert word.attribution == pytest.approx(sum(piece.attribution for piece in pieces), abs=1e-12)
+        assert all(word.start <= piece.start < piece.end <= word.end for piece in pieces)
+    assert sum(len(word.tokens) for word in explanation.words) == len(explanation.tokens) - 2  # all but [CLS], [SEP]
+
+
+def test_pair_words_index_the_pair(sst2_classifier, tokenizer):
+    explanation = explain(sst2_classifier, tokenizer, "Is it good?", "Yes,  très bien.")
+    pair_words = [word for word in explanation.words if word.text == 1]
+    assert [word.word for word in pair_words] == ["Yes", ",", "très", "bien", "."]
+    assert all(explanation.texts[1][w.start:w.end] == w.word for w in pair_words)
+
+
+def test_every_task_has_targets(tokenizer, tiny_config, minilm):
+    config = BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size,
+                           "id2label": {0: "O", 1: "B-PER", 2: "I-PER"},
+                           "label2id": {"O": 0, "B-PER": 1, "I-PER": 2}})
+    torch.manual_seed(0)
+    tagger = BertForTokenClassification(config).eval()
+    with torch.no_grad():  # every word begins a person: two entities
+        tagger.classifier.bias.copy_(torch.tensor([0.0, 5.0, 0.0]))
+    explanation = explain(tagger, tokenizer, "John Smith")
+    assert explanation.targets == ["PER: John", "PER: Smith"] and explanation.target == "PER: John"
+    assert abs(explanation.completeness_gap) < 0.01 * abs(explanation.score - explanation.baseline_score)
+    assert explain(tagger, tokenizer, "John Smith", target="Smith").target == "PER: Smith"
+    with torch.no_grad():  # every word continues a person: one entity of two words, three tokens
+        tagger.classifier.bias.copy_(torch.tensor([0.0, 0.0, 5.0]))
+    explanation = explain(tagger, tokenizer, "John Smithson")
+    assert explanation.targets == ["PER: John Smithson"]
+
+    reader = BertForQuestionAnswering(config).eval()
+    answer = explain(reader, tokenizer, "Who sat?", "The cat sat.", target="start")
+    assert answer.target.startswith("start: ") and [w.word for w in answer.words][-3:] == ["cat", "sat", "."]
+    with pytest.raises(InputError, match="give the pair"):
+        explain(reader, tokenizer, "Who sat?")
+
+    fill = BertForMaskedLM(config).eval()
+    guess = explain(fill, tokenizer, "The cat [MASK] on the mat.", method="gradient_x_input")
+    assert guess.target in guess.targets and len(guess.targets) >= 5
+
+    similar = explain(minilm, tokenizer, "A man plays a guitar.", "Someone is making music.")
+    assert similar.target == "similarity" and {w.text for w in similar.words} == {0, 1}
+    assert abs(similar.completeness_gap) < 0.01 * abs(similar.score - similar.baseline_score)
+    with pytest.raises(InputError, match="give the second as the pair"):
+        explain(minilm, tokenizer, "One text.")
+
+
+def test_bad_requests_are_one_line_errors(sst2_classifier, tokenizer):
+    with pytest.raises(InputError, match="choose from: negative, positive"):
+        explain(sst2_classifier, tokenizer, REVIEW, target="neutral")
+    with pytest.raises(InputError, match=f"choose from {', '.join(METHODS)}"):
+        explain(sst2_classifier, tokenizer, REVIEW, method="lime")
+    with pytest.raises(InputError, match="empty"):
+        explain(sst2_classifier, tokenizer, "   ")
