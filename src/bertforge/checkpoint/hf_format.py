@@ -35,8 +35,8 @@ def read_state_dict(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
                 state = torch.load(pytorch_path, map_location="cpu", weights_only=True)
         except (pickle.UnpicklingError, RuntimeError, OSError, EOFError, zipfile.BadZipFile) as error:
             if "weights_only" in str(error):  # torch's several lines of advice are to load unsafely
-                raise CheckpointError(f"{pytorch_path}: holds Python objects besides tensors, which could run code "
-                                      "when loaded; bertforge reads only tensors (convert it to safetensors)") from None
+                raise CheckpointError(f"{pytorch_path}: unreadable PyTorch checkpoint: it holds Python objects besides "
+                                      "tensors, which could run code when loaded (convert it to safetensors)") from None
             reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise CheckpointError(f"{pytorch_path}: unreadable PyTorch checkpoint: {reason}") from None
         if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
