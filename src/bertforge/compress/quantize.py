@@ -232,7 +232,7 @@ def cast_bf16(model: nn.Module, batches: Any, config: QuantizationConfig) -> nn.
     """bf16 weights where the hardware computes in bf16 natively; elsewhere the (exactly representable) bf16 values
     in float32, which is what the checkpoint will hold either way."""
     from bertforge.inference.optimize import InferenceOptions
-    from bertforge.training.trainer import bf16_supported
+    from bertforge.runtime import bf16_supported
 
     device = next(model.parameters()).device
     if bf16_supported(device.type):
@@ -253,7 +253,7 @@ METHODS: dict[str, Callable[[nn.Module, Any, QuantizationConfig], nn.Module]] = 
 
 def auto_precision(device_type: str = "cpu") -> str:
     """The precision `auto` stands for: bf16 where the device computes it natively, else int8 on a CPU."""
-    from bertforge.training.trainer import bf16_supported
+    from bertforge.runtime import bf16_supported
 
     if bf16_supported(device_type):
         return "bf16"

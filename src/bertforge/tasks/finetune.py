@@ -22,11 +22,11 @@ from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE
 from bertforge.checkpoint.train_state import TRAIN_STATE_FILE
-from bertforge.config import BertConfig, dropout_overrides, read_json_object
+from bertforge.config import BertConfig, JsonConfig, check_number, dropout_overrides, read_json_object
 from bertforge.errors import ConfigError, InputError
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging
-from bertforge.runtime import resolve_device
+from bertforge.runtime import resolve_device, seed_everything
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, training_batches
 from bertforge.tasks.registry import TASKS, Task, get_task
@@ -38,11 +38,8 @@ from bertforge.training.trainer import (
     TRAIN_LOG_FILE,
     TrainConfig,
     Trainer,
-    check_number,
-    config_from_dict,
     model_loss,
     read_log,
-    seed_everything,
 )
 
 logger = logging.getLogger("bertforge")
@@ -52,7 +49,7 @@ EVAL_RESULTS_FILE = "eval_results.json"
 
 
 @dataclass
-class FinetuneConfig:
+class FinetuneConfig(JsonConfig):
     """Everything a fine-tuning run needs; `bertforge finetune` flags and `--config run.json` fill it."""
 
     train: str | None = None  # training data file (.csv, .tsv, .jsonl; CoNLL for ner, SQuAD .json for qa)
@@ -111,23 +108,6 @@ class FinetuneConfig:
                               context=self.context, decoding=self.decoding, max_query_length=self.max_query_length,
                               version_2=self.version_2, n_best=self.n_best, max_answer_length=self.max_answer_length,
                               null_score_threshold=self.null_score_threshold)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "training": self.training.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> FinetuneConfig:
-        """Unknown keys (here or under "training") are errors naming the key and `source`."""
-        if isinstance(data, dict) and isinstance(data.get("training"), dict):
-            data = {**data, "training": TrainConfig.from_dict(data["training"], f"{source}, training")}
-        return config_from_dict(cls, data, source)
-
-    @classmethod
-    def load(cls, path: str | Path) -> FinetuneConfig:
-        return cls.from_dict(read_json_object(path, "run config"), str(path))
-
-    def save(self, path: str | Path) -> None:
-        write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
 
 @dataclass

@@ -6,11 +6,9 @@ kept through a `save` callback, early stopping, seeding, a progress bar, and met
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
-import random
 import time
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
@@ -18,19 +16,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from bertforge import fast_cpu
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.train_state import load_train_state, save_train_state
+from bertforge.config import JsonConfig
 from bertforge.errors import BertforgeError, ConfigError, InputError
-from bertforge.runtime import resolve_device
+from bertforge.runtime import bf16_supported, resolve_device, seed_everything, to_device
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
 from bertforge.validation import check_number
 
 logger = logging.getLogger("bertforge")
+# What a person follows while a run goes on (each evaluation's metrics); the command line shows it without -v.
+progress = logging.getLogger("bertforge.progress")
 
 METRICS_FILE = "metrics.json"
 TRAIN_LOG_FILE = "train_log.jsonl"
@@ -38,7 +38,7 @@ CHECKPOINT_DIR = "checkpoint"
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(JsonConfig):
     """Optimisation and bookkeeping settings; defaults are BERT's fine-tuning recipe."""
 
     lr: float = 5e-5
@@ -84,28 +84,6 @@ class TrainConfig:
         if len(self.betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in self.betas):
             raise ConfigError(f"betas must be two numbers in [0, 1), got {list(self.betas)!r}")
 
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["betas"] = list(self.betas)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> TrainConfig:
-        return config_from_dict(cls, data, source)
-
-
-def config_from_dict(cls, data: Any, source: str):
-    """Build a config dataclass from a JSON object; unknown keys and bad values name the key and `source`."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: expected a JSON object")
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = [key for key in data if key not in names]
-    if unknown:
-        raise ConfigError(f"{source}: unknown key {unknown[0]!r}; expected keys: {', '.join(names)}")
-    try:
-        return cls(**data)
-    except ConfigError as error:
-        raise ConfigError(f"{source}: {error}") from None
 
 
 @dataclass
@@ -140,32 +118,6 @@ def keep_log_until(path: Path, step: int) -> None:
     torn last line."""
     kept = [record for record in read_log(path) if record.get("step", 0) <= step]
     write_text_atomic(path, "".join(json.dumps(record) + "\n" for record in kept))
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, numpy and torch (all devices): dropout masks and initialisation repeat exactly."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def bf16_supported(device_type: str) -> bool:
-    """Whether bf16 autocast runs natively: on CPU that needs oneDNN's bf16 kernels (AVX-512 BF16 or AMX)."""
-    if device_type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device_type == "cpu":
-        return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    return False
-
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, dict):
-        return {key: to_device(value, device) for key, value in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(value, device) for value in batch)
-    return batch
 
 
 def batch_size_of(batch: Any) -> int:
@@ -345,7 +297,7 @@ class Trainer:
                 self.save(self.model)
         else:
             self.evaluations_without_improvement += 1
-        logger.info("step %d: %s", step, ", ".join(f"{name}={value:.4f}" for name, value in metrics.items()))
+        progress.info("step %d, dev: %s", step, ", ".join(f"{name}={value:.4f}" for name, value in metrics.items()))
         self.log({"event": "eval", **record})
         if self.output_dir:
             summary = {"main_metric": self.main_metric, "best": self.best, "evaluations": self.history}
