@@ -1,16 +1,11 @@
 """Encoder mechanics on tiny configs: shapes, both attention paths, padding, initialisation, input errors."""
 
-import copy
-import pickle
-
 import pytest
 import torch
-import torch.nn.functional as F
 
 from bertforge import BertConfig, BertforgeError, BertModel
 from bertforge import model as model_module
-from bertforge.activations import ACTIVATIONS, ONEDNN_POST_OPS
-from bertforge.model import FeedForward, Linear, Padding, SelfAttention, dropout, group_by_length
+from bertforge.model import FeedForward, SelfAttention
 
 
 def test_output_shapes(tiny_config, random_batch):
@@ -60,54 +55,6 @@ def test_padding_does_not_change_real_tokens(tiny_config, random_batch):
         assert not batched[row, length:].any()  # padding positions are zeros, not garbage
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_length_groups_cover_every_sequence_once_longest_first(seed):
-    generator = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(0, 300, (int(torch.randint(1, 80, (1,), generator=generator)),), generator=generator)
-    lengths = lengths.tolist()
-    blocks = group_by_length(lengths)
-    members = [i for block in blocks for i in block]
-    assert sorted(members) == [i for i, length in enumerate(lengths) if length > 0]  # empty sequences left out
-    longest = [max(lengths[i] for i in block) for block in blocks]
-    assert longest == sorted(longest, reverse=True)
-    for earlier, later in zip(blocks, blocks[1:]):
-        assert min(lengths[i] for i in earlier) > max(lengths[i] for i in later)  # equal lengths share a block
-
-
-def test_very_different_lengths_attend_in_separate_blocks():
-    assert len(group_by_length([500, 8, 8, 8])) == 2
-    assert len(group_by_length([20, 19, 18, 17])) == 1
-
-
-def test_attention_blocks_round_trip_and_mask_only_padding():
-    lengths = torch.tensor([300, 7, 0, 5, 290, 60, 60])
-    mask = (torch.arange(300)[None, :] < lengths[:, None]).long()
-    mask[5] = mask[5].flip(0)  # left padding: real tokens need not start a row
-    padding = Padding(mask, torch.float32)
-    # Each token, as the batch holds it, is (its sequence, its order in the sequence).
-    positions = torch.stack([torch.arange(7)[:, None].expand(7, 300), mask.cumsum(1) - 1], -1).float()
-    tokens = padding.remove(positions)
-    assert torch.equal(padding.restore(tokens)[mask.bool()], positions[mask.bool()])
-    assert len(padding.blocks) > 1
-    seen, rows = [], []
-    for block in padding.blocks:
-        rectangle = block.gather(tokens)  # (batch, seq, 2)
-        rows.append(rectangle.reshape(-1, 2))
-        real_keys = torch.ones(block.batch, block.seq, dtype=torch.bool) if block.bias is None else \
-            block.bias[:, 0, 0, :] == 0
-        for row, real in zip(rectangle, real_keys):
-            sequence = int(row[0, 0])
-            assert torch.equal(row[:, 0], torch.full((block.seq,), float(sequence)))  # padding repeats its own
-            assert torch.equal(row[real, 1], torch.arange(int(lengths[sequence])).float())  # tokens fill the start
-            assert real.sum() == lengths[sequence]
-            seen.append(sequence)
-        assert real_keys.sum(1).max() == block.seq  # each block is as long as its longest sequence
-    assert sorted(seen) == [0, 1, 3, 4, 5, 6]  # the empty sequence attends nowhere
-    assert torch.equal(padding.from_blocks(rows), tokens)
-    equal_lengths = next(block for block in padding.blocks if block.seq == 60)
-    assert equal_lengths.fill is None and equal_lengths.bias is None  # attends on its tokens as they are
-
-
 def test_a_batch_without_real_tokens_is_computed_whole(tiny_config):
     model = BertModel(tiny_config).eval()
     out = model(torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 5, dtype=torch.long), output_attentions=True)
@@ -152,22 +99,6 @@ def test_dropout_is_active_in_training_only(tiny_config):
     assert torch.equal(model(input_ids).last_hidden_state, model(input_ids).last_hidden_state)
 
 
-@pytest.mark.parametrize("p", [0.1, 0.15, 0.5])
-def test_dropout_mask_keeps_one_minus_p_and_the_expected_value(p):
-    torch.manual_seed(0)
-    x = torch.ones(1_000_000, requires_grad=True)
-    y = dropout(x, p, training=True)
-    kept = y != 0
-    assert abs(kept.float().mean().item() - (1 - p)) < 2e-3  # ~4 standard deviations at n = 1e6
-    assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / (1 - p)))
-    y.sum().backward()
-    assert torch.equal(x.grad != 0, kept)  # the gradient flows through kept elements only
-    pairs = kept.view(-1, 2)  # neighbours (16-bit lanes of one random word) are independent
-    assert abs(pairs.all(1).float().mean().item() - (1 - p) ** 2) < 3e-3
-    assert dropout(x, p, training=False) is x
-    assert dropout(x.detach().bfloat16(), p, training=True).dtype == torch.bfloat16
-
-
 def test_bert_initialisation():
     torch.manual_seed(0)
     config = BertConfig.mini()
@@ -179,44 +110,6 @@ def test_bert_initialisation():
     assert torch.equal(model.embeddings.norm.weight, torch.ones(config.hidden_size))
     assert torch.equal(model.encoder.layers[1].output_norm.bias, torch.zeros(config.hidden_size))
     assert model.embeddings.tokens.weight[config.pad_token_id].abs().max() == 0
-
-
-@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
-def test_linear_inference_on_a_packed_weight_follows_the_weight():
-    torch.manual_seed(0)
-    layer, x = Linear(48, 96).eval(), torch.randn(3, 7, 48)
-
-    def agrees() -> bool:
-        with torch.inference_mode():
-            return torch.allclose(layer(x), F.linear(x, layer.weight, layer.bias), atol=1e-5)
-
-    assert agrees() and layer.packed is not None  # the oneDNN path ran
-    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1, fused=True)  # its step moves no version counter
-    layer(x).square().sum().backward()  # nn.Linear's path, with gradients
-    assert agrees()
-    layer.train()  # a switch to train mode, then a step
-    optimizer.step()
-    layer.eval()
-    assert agrees()
-    layer(x).square().sum().backward()  # a forward pass with gradients, then a step, all in eval mode
-    optimizer.step()
-    assert agrees()
-    with torch.no_grad():
-        layer.weight.mul_(2)  # an in-place edit without a forward pass in between
-    assert agrees()
-    layer.load_state_dict({"weight": layer.weight * 2, "bias": layer.bias})
-    assert agrees()
-    assert layer.packed is not None
-    copied = copy.deepcopy(layer)  # the packed copy itself can be neither copied nor pickled
-    assert copied.packed is None and torch.equal(copied.weight, layer.weight)
-    assert pickle.loads(pickle.dumps(layer)).packed is None
-    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-        assert layer(x).dtype == torch.bfloat16  # autocast keeps its say
-    with torch.inference_mode():
-        without_bias = Linear(48, 8, bias=False).eval()  # weights made under inference_mode: no version counter
-        assert torch.allclose(without_bias(x), x @ without_bias.weight.T, atol=1e-5)
-        without_bias.weight.mul_(2)
-        assert torch.allclose(without_bias(x), x @ without_bias.weight.T, atol=1e-5)
 
 
 def test_leaf_modules_stand_alone():
@@ -234,21 +127,3 @@ def test_leaf_modules_stand_alone():
 def test_input_errors_are_clear(tiny_config, kwargs, message):
     with pytest.raises(BertforgeError, match=message):
         BertModel(tiny_config)(**kwargs)
-
-
-def test_every_activation_has_its_onednn_post_op():
-    assert set(ONEDNN_POST_OPS) == set(ACTIVATIONS)  # every activation a checkpoint may name
-
-
-@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
-@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
-def test_linear_applies_its_activation_on_every_path(activation):
-    """oneDNN's post-op (eval, no gradients) and the plain path (training) compute the same activation."""
-    torch.manual_seed(0)
-    layer, x = Linear(48, 96, activation=activation).eval(), torch.randn(3, 7, 48)
-    expected = ACTIVATIONS[activation](F.linear(x, layer.weight, layer.bias))
-    with torch.inference_mode():
-        fused = layer(x)
-    assert layer.packed is not None  # the oneDNN path ran
-    assert torch.allclose(fused, expected, atol=1e-5)
-    assert torch.allclose(layer.train()(x), expected, atol=1e-6)

@@ -2,7 +2,9 @@
 
 from functools import partial
 
+import torch
 import torch.nn.functional as F
+from torch import nn
 
 ACTIVATIONS = {
     "gelu": F.gelu,  # exact (erf) GELU, as in the original BERT
@@ -18,3 +20,17 @@ ONEDNN_POST_OPS = {
     "gelu_pytorch_tanh": ("gelu", "tanh"),
     "relu": ("relu", ""),
 }
+
+
+class Activation(nn.Module):
+    """The activation named `name` in ACTIVATIONS, as a module."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ACTIVATIONS[self.name](x)
+
+    def extra_repr(self) -> str:
+        return self.name

@@ -20,7 +20,7 @@ from bertforge.checkpoint.hf_format import CONFIG_FILE
 from bertforge.checkpoint.pretrained import Pretrained
 from bertforge.config import BertConfig
 from bertforge.errors import ConfigError
-from bertforge.model import BertModel, Dropout
+from bertforge.model import BertModel
 
 # Label value that contributes nothing to a classification loss (padding, sub-word continuations);
 # PyTorch's and Hugging Face's default.
@@ -50,7 +50,7 @@ class ClassificationHead(nn.Linear):
         if num_labels < 1:
             raise ConfigError(f"a classification head needs at least one label, got num_labels={num_labels}")
         super().__init__(hidden_size, num_labels)
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         self.is_regression = num_labels == 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -12,14 +12,8 @@ from bertforge.cli.main import main
 from bertforge.inference import extract_features
 
 
-def run_cli(capsys, *argv):
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def test_tokenize_table(capsys):
-    code, out, _ = run_cli(capsys, "tokenize", "Unaffable café!", "--pair", "Yes.")
+def test_tokenize_table(run_cli):
+    code, out, _ = run_cli("tokenize", "Unaffable café!", "--pair", "Yes.")
     assert code == 0
     lines = out.splitlines()
     assert lines[1].split()[:4] == ["0", "[CLS]", "101", "0"]
@@ -27,8 +21,8 @@ def test_tokenize_table(capsys):
     assert lines[-1].split()[1:4] == ["[SEP]", "102", "1"]
 
 
-def test_tokenize_json_matches_the_tokenizer(capsys, tokenizer):
-    code, out, _ = run_cli(capsys, "tokenize", "Paris is in France.", "--json")
+def test_tokenize_json_matches_the_tokenizer(run_cli, tokenizer):
+    code, out, _ = run_cli("tokenize", "Paris is in France.", "--json")
     rows = json.loads(out)
     assert code == 0
     assert [row["id"] for row in rows] == tokenizer("Paris is in France.")["input_ids"]
@@ -43,9 +37,9 @@ def lines_file(tmp_path, sst2_dev):
 
 
 @pytest.mark.parametrize("pool", ["cls", "mean", "max"])
-def test_embed_npy_matches_the_library(capsys, tmp_path, lines_file, minilm, tokenizer, sst2_dev, pool):
+def test_embed_npy_matches_the_library(run_cli, tmp_path, lines_file, minilm, tokenizer, sst2_dev, pool):
     output = tmp_path / "vectors.npy"
-    code, out, _ = run_cli(capsys, "embed", "--input", str(lines_file), "--output", str(output), "--pool", pool,
+    code, out, _ = run_cli("embed", "--input", str(lines_file), "--output", str(output), "--pool", pool,
                            "--batch-size", "3")
     assert code == 0 and "wrote 7 vectors of size 384" in out
     vectors = np.load(output)
@@ -54,16 +48,16 @@ def test_embed_npy_matches_the_library(capsys, tmp_path, lines_file, minilm, tok
     assert np.abs(vectors - expected.numpy()).max() < 1e-5
 
 
-def test_embed_jsonl(capsys, tmp_path, lines_file):
+def test_embed_jsonl(run_cli, tmp_path, lines_file):
     output = tmp_path / "vectors.jsonl"
-    assert run_cli(capsys, "embed", "-i", str(lines_file), "-o", str(output), "--normalize")[0] == 0
+    assert run_cli("embed", "-i", str(lines_file), "-o", str(output), "--normalize")[0] == 0
     records = [json.loads(line) for line in output.read_text().splitlines()]
     assert len(records) == 7 and len(records[0]["embedding"]) == 384
     assert abs(np.linalg.norm(records[0]["embedding"]) - 1) < 1e-5
 
 
-def test_similarity_table(capsys):
-    code, out, _ = run_cli(capsys, "similarity", "A man plays guitar.", "Someone plays music.", "Stocks fell.")
+def test_similarity_table(run_cli):
+    code, out, _ = run_cli("similarity", "A man plays guitar.", "Someone plays music.", "Stocks fell.")
     assert code == 0
     cells = [re.findall(r"-?\d\.\d\d\*?", row) for row in out.splitlines()[1:]]
     assert len(cells) == 3 and all(len(row) == 3 for row in cells)
@@ -100,23 +94,23 @@ def broken_model(tmp_path, tiny_config, problem):
     (["tokenize", "--model", "{tmp}/model", "hi"], r"vocab"),
     (["similarity", "only one"], r"at least two sentences"),
 ])
-def test_user_errors_are_one_line(capsys, tmp_path, tiny_config, argv, message):
+def test_user_errors_are_one_line(run_cli, tmp_path, tiny_config, argv, message):
     (tmp_path / "empty.txt").write_text("\n \n")
     (tmp_path / "ok.txt").write_text("fine\n")
     (tmp_path / "latin1.txt").write_bytes(b"fine\ncaf\xe9\n")
     broken_model(tmp_path, tiny_config, "config key")
-    code, out, err = run_cli(capsys, *[arg.format(tmp=tmp_path) for arg in argv])
+    code, out, err = run_cli(*[arg.format(tmp=tmp_path) for arg in argv])
     assert code == 1
     assert err.count("\n") == 1 and err.startswith("bertforge: error: "), err
     assert re.search(message, err), err
 
 
-def test_unreadable_checkpoint_is_one_line(capsys, tmp_path, tiny_config):
+def test_unreadable_checkpoint_is_one_line(run_cli, tmp_path, tiny_config):
     directory = broken_model(tmp_path, tiny_config, "checkpoint")
     (tmp_path / "ok.txt").write_text("fine\n")
     from bertforge.tokenizer import BertTokenizer
     BertTokenizer.from_pretrained("default").save_pretrained(directory)
-    code, _, err = run_cli(capsys, "embed", "--model", str(directory), "-i", str(tmp_path / "ok.txt"),
+    code, _, err = run_cli("embed", "--model", str(directory), "-i", str(tmp_path / "ok.txt"),
                            "-o", str(tmp_path / "v.npy"))
     assert code == 1 and "model.safetensors: unreadable safetensors file" in err and err.count("\n") == 1
 
@@ -128,20 +122,20 @@ def test_errors_from_a_subprocess_have_no_traceback(tmp_path):
     assert result.stderr.strip() == f"bertforge: error: {tmp_path / 'nope.txt'}: no such file"
 
 
-def test_embed_similar_ranks_lines_by_similarity(capsys, tmp_path):
+def test_embed_similar_ranks_lines_by_similarity(run_cli, tmp_path):
     lines = tmp_path / "lines.txt"
     lines.write_text("The stock market fell.\nA man plays the guitar.\nA kitten sleeps.\n", encoding="utf-8")
-    code, out, _ = run_cli(capsys, "embed", "-i", str(lines), "--similar", "someone making music", "--top-k", "2")
+    code, out, _ = run_cli("embed", "-i", str(lines), "--similar", "someone making music", "--top-k", "2")
     assert code == 0
     ranked = out.splitlines()
     assert len(ranked) == 2 and "line 2: A man plays the guitar." in ranked[0]
 
 
-def test_embed_word_level_jsonl(capsys, tmp_path):
+def test_embed_word_level_jsonl(run_cli, tmp_path):
     lines = tmp_path / "lines.txt"
     lines.write_text("Unaffable café owners!\n", encoding="utf-8")
     output = tmp_path / "words.jsonl"
-    assert run_cli(capsys, "embed", "-i", str(lines), "-o", str(output), "--level", "word")[0] == 0
+    assert run_cli("embed", "-i", str(lines), "-o", str(output), "--level", "word")[0] == 0
     record = json.loads(output.read_text(encoding="utf-8"))
     assert record["tokens"] == ["Unaffable", "café", "owners", "!"]
     assert record["offsets"][1] == [10, 14] and len(record["embeddings"]) == 4
@@ -151,7 +145,13 @@ def test_embed_word_level_jsonl(capsys, tmp_path):
     (["embed", "-i", "{tmp}/ok.txt"], r"give --output FILE.npy\|FILE.jsonl, or --similar QUERY"),
     (["embed", "-i", "{tmp}/ok.txt", "--level", "token", "-o", "{tmp}/t.npy"], r"t.npy: token-level vectors vary"),
 ])
-def test_embed_mode_errors(capsys, tmp_path, argv, message):
+def test_embed_mode_errors(run_cli, tmp_path, argv, message):
     (tmp_path / "ok.txt").write_text("fine\n")
-    code, _, err = run_cli(capsys, *[arg.format(tmp=tmp_path) for arg in argv])
+    code, _, err = run_cli(*[arg.format(tmp=tmp_path) for arg in argv])
     assert code == 1 and re.search(message, err) and err.count("\n") == 1
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and re.fullmatch(r"bertforge \d+\.\d+\.\d+\S*\n", capsys.readouterr().out)

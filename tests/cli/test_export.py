@@ -7,20 +7,7 @@ import pytest
 import torch
 
 from bertforge import BertForQuestionAnswering, BertModel, BertTokenizer
-from bertforge.cli import export
-from bertforge.cli import main as cli_main
-
-
-@pytest.fixture(autouse=True)
-def registered(monkeypatch):
-    """Register the subcommand here too, so these tests don't depend on main.py's table."""
-    monkeypatch.setitem(cli_main.SUBCOMMANDS, "export", (export, "export a model"))
-
-
-def run_cli(capsys, *argv):
-    code = cli_main.main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+from bertforge.cli.main import main
 
 
 @pytest.fixture
@@ -46,7 +33,9 @@ def onnx_outputs(path, batch):
 def test_export_onnx_encoder(capfd, tmp_path, tiny_dirs, tokenizer, real_sentences):
     pytest.importorskip("onnxruntime")
     output = tmp_path / "out" / "encoder.onnx"
-    code, out, err = run_cli(capfd, "export", "onnx", "--model", str(tiny_dirs["encoder"]), "--output", str(output))
+    # capfd, not run_cli's capsys: the exporter's native code would write to the file descriptors themselves
+    code = main(["export", "onnx", "--model", str(tiny_dirs["encoder"]), "--output", str(output)])
+    out, err = capfd.readouterr()
     assert code == 0, err
     assert err == ""  # the exporter traces without a data-dependent question or a failed first attempt to report
     assert "max difference from PyTorch" in out and f"to {output}" in out
@@ -58,10 +47,10 @@ def test_export_onnx_encoder(capfd, tmp_path, tiny_dirs, tokenizer, real_sentenc
     assert np.abs(actual["pooler_output"] - expected.pooler_output.detach().numpy()).max() <= 1e-4
 
 
-def test_export_onnx_question_answering(capsys, tmp_path, tiny_dirs, tokenizer, real_sentences):
+def test_export_onnx_question_answering(run_cli, tmp_path, tiny_dirs, tokenizer, real_sentences):
     pytest.importorskip("onnxruntime")
     output = tmp_path / "qa.onnx"
-    code, out, err = run_cli(capsys, "export", "onnx", "-m", str(tiny_dirs["qa"]), "-o", str(output),
+    code, out, err = run_cli("export", "onnx", "-m", str(tiny_dirs["qa"]), "-o", str(output),
                              "--task", "question-answering")
     assert code == 0, err
     assert "outputs start_logits, end_logits" in out
@@ -73,10 +62,10 @@ def test_export_onnx_question_answering(capsys, tmp_path, tiny_dirs, tokenizer, 
     assert np.abs(actual["start_logits"] - expected.start_logits.detach().numpy())[is_real].max() <= 1e-4
 
 
-def test_export_hf_loads_in_transformers_and_bertforge(capsys, tmp_path, minilm, tokenizer, real_sentences):
+def test_export_hf_loads_in_transformers_and_bertforge(run_cli, tmp_path, minilm, tokenizer, real_sentences):
     transformers = pytest.importorskip("transformers")
     output = tmp_path / "exported"
-    code, out, err = run_cli(capsys, "export", "hf", "--model", "default", "--output", str(output))
+    code, out, err = run_cli("export", "hf", "--model", "default", "--output", str(output))
     assert code == 0, err
     assert "config.json, model.safetensors, tokenizer_config.json, vocab.txt" in out
     batch = tokenizer(real_sentences, padding=True, truncation=True, max_length=128, return_tensors="pt")
@@ -99,17 +88,17 @@ def test_export_hf_loads_in_transformers_and_bertforge(capsys, tmp_path, minilm,
     ("hf", "a_file", "exists and is not a directory"),
     ("hf", "a_file/model", "can't create the output's folder"),
 ])
-def test_output_errors_are_one_line(capsys, tmp_path, tiny_dirs, format_, output, message):
+def test_output_errors_are_one_line(run_cli, tmp_path, tiny_dirs, format_, output, message):
     (tmp_path / "a_file").write_text("not a folder")
-    code, out, err = run_cli(capsys, "export", format_, "-m", str(tiny_dirs["encoder"]),
+    code, out, err = run_cli("export", format_, "-m", str(tiny_dirs["encoder"]),
                              "-o", str(tmp_path / output))
     assert code == 1 and out == ""
     assert err.count("\n") == 1 and err.startswith("bertforge: error: ") and message in err
 
 
 @pytest.mark.parametrize("format_", ["onnx", "hf"])
-def test_missing_model_dir_is_one_line(capsys, tmp_path, format_):
-    code, _, err = run_cli(capsys, "export", format_, "--model", str(tmp_path / "nowhere"),
+def test_missing_model_dir_is_one_line(run_cli, tmp_path, format_):
+    code, _, err = run_cli("export", format_, "--model", str(tmp_path / "nowhere"),
                            "--output", str(tmp_path / "out.onnx"))
     assert code == 1
     assert err.count("\n") == 1 and "no such model directory" in err

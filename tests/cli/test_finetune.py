@@ -4,10 +4,11 @@ import argparse
 import contextlib
 import io
 import json
+import subprocess
+import sys
 
 import pytest
 
-from bertforge import BertConfig, BertModel
 from bertforge.cli import evaluate as evaluate_cli
 from bertforge.cli import finetune as finetune_cli
 from bertforge.cli import predict as predict_cli
@@ -15,22 +16,6 @@ from bertforge.errors import BertforgeError
 
 REVIEWS = [("a joy from start to finish", "pos"), ("dull and lifeless", "neg"), ("warm , witty and wise", "pos"),
            ("an utter mess", "neg"), ("beautifully made", "pos"), ("tedious beyond words", "neg")] * 4
-
-
-def run_command(module, capsys, *argv):
-    parser = argparse.ArgumentParser()
-    module.add_arguments(parser)
-    code = module.run(parser.parse_args(list(argv)))
-    return code, capsys.readouterr().out
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory, tokenizer):
-    """A randomly initialised two-layer encoder with the real vocabulary: fast, and a real checkpoint directory."""
-    directory = tmp_path_factory.mktemp("tiny")
-    BertModel(BertConfig.tiny(vocab_size=tokenizer.vocab_size, max_position_embeddings=64)).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +58,9 @@ def test_finetune_writes_a_model_directory(finetuned):
     assert json.loads((output / "config.json").read_text())["id2label"] == {"0": "neg", "1": "pos"}
 
 
-def test_evaluate_prints_and_saves_metrics(finetuned, data, capsys, tmp_path):
+def test_evaluate_prints_and_saves_metrics(finetuned, data, run_command, tmp_path):
     _, _, model = finetuned
-    code, out = run_command(evaluate_cli, capsys, "--model", str(model), "--data", str(data[1]),
+    code, out = run_command(evaluate_cli, "--model", str(model), "--data", str(data[1]),
                             "--output", str(tmp_path / "eval.json"))
     saved = json.loads((tmp_path / "eval.json").read_text())
     assert code == 0 and f"accuracy: {saved['accuracy']:.4f}" in out
@@ -85,24 +70,24 @@ def test_evaluate_prints_and_saves_metrics(finetuned, data, capsys, tmp_path):
     assert (saved["precision"], saved["compile"]) == ("fp32", False)
 
 
-def test_evaluate_at_int8_records_the_precision(finetuned, data, capsys, tmp_path):
+def test_evaluate_at_int8_records_the_precision(finetuned, data, run_command, tmp_path):
     _, _, model = finetuned
-    code, out = run_command(evaluate_cli, capsys, "--model", str(model), "--data", str(data[1]),
+    code, out = run_command(evaluate_cli, "--model", str(model), "--data", str(data[1]),
                             "--output", str(tmp_path / "eval.json"), "--precision", "int8")
     saved = json.loads((tmp_path / "eval.json").read_text())
     assert code == 0 and saved["precision"] == "int8" and 0.0 <= saved["accuracy"] <= 1.0
 
 
-def test_predict_a_file_and_a_single_text(finetuned, data, capsys, tmp_path):
+def test_predict_a_file_and_a_single_text(finetuned, data, run_command, tmp_path):
     _, _, model = finetuned
     output = tmp_path / "predictions.jsonl"
-    code, out = run_command(predict_cli, capsys, "--model", str(model), "--input", str(data[0]),
+    code, out = run_command(predict_cli, "--model", str(model), "--input", str(data[0]),
                             "--output", str(output))
     records = [json.loads(line) for line in output.read_text().splitlines()]
     assert code == 0 and out.strip() == f"wrote {len(REVIEWS)} predictions to {output}"
     assert records[0]["text"] == REVIEWS[0][0] and records[0]["label"] in ("neg", "pos")
     assert sum(records[0]["probabilities"].values()) == pytest.approx(1.0)
-    code, out = run_command(predict_cli, capsys, "--model", str(model), "--text", "what a film")
+    code, out = run_command(predict_cli, "--model", str(model), "--text", "what a film")
     assert code == 0 and out.split()[0] in ("neg", "pos") and len(out.splitlines()) == 1
 
 
@@ -176,3 +161,36 @@ def test_flags_fill_the_run_config_fields():
     assert (config.n_best, config.max_answer_length, config.null_score_threshold) == (5, 10, 1.5)
     assert config.random_init is True
     assert (config.training.lr, config.long_text, config.settings.n_best) == (3e-5, "windows", 5)
+
+
+def test_finetune_draws_its_curves_with_every_point_visible(finetuned):
+    """curves.png: three panels side by side (training loss, learning rate, dev accuracy), each with its points
+    drawn. The 6-step run logs one training record and one evaluation, so every panel holds a single point: a line
+    through one point draws nothing, only a marker shows it."""
+    image_module = pytest.importorskip("matplotlib.image")
+    _, out, output = finetuned
+    assert f"curves: {output / 'curves.png'}" in out
+    image = image_module.imread(output / "curves.png")[..., :3]  # (height, width, rgb) in [0, 1]
+    height = image.shape[0]
+    # The axes frames: columns that are dark over much of the figure's height (text never is).
+    frame_columns = [int(x) for x in ((image < 0.2).all(-1).sum(0) > 0.4 * height).nonzero()[0]]
+    frames = [x for i, x in enumerate(frame_columns) if i == 0 or x > frame_columns[i - 1] + 1]
+    assert len(frames) == 6  # left and right edge of three panels
+    first_color = (0x1F / 255, 0x77 / 255, 0xB4 / 255)  # matplotlib's first line colour, "C0"
+    curve = (abs(image - first_color) < 0.08).all(-1)  # (height, width)
+    for left, right in zip(frames[::2], frames[1::2]):
+        assert curve[:, left:right].sum() >= 5, "a panel without its point"
+
+
+def test_finetune_prints_the_dev_metrics_of_every_evaluation(tiny_model_dir, data, tmp_path):
+    """Without -v: each evaluation's metrics are what a person follows during a run (the console script itself, so
+    that logging is configured as for a user)."""
+    train, dev = data
+    process = subprocess.run(
+        [sys.executable, "-m", "bertforge", "--threads", "1", "finetune", "--model", str(tiny_model_dir), "--train",
+         str(train), "--dev", str(dev), "--text-column", "review", "--label-column", "sentiment", "--batch-size", "8",
+         "--epochs", "2", "--output", str(tmp_path / "model"), "--no-progress"],
+        capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stderr
+    lines = [line for line in process.stderr.splitlines() if ", dev: accuracy=" in line]
+    assert [line.split(",")[0] for line in lines] == ["bertforge: INFO: step 3", "bertforge: INFO: step 6"]

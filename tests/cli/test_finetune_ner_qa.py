@@ -1,12 +1,10 @@
 """`bertforge finetune --task ner|qa`, `evaluate` and `predict` end to end on a tiny model and tiny files, and
 their one-line errors."""
 
-import argparse
 import json
 
 import pytest
 
-from bertforge import BertConfig, BertModel
 from bertforge.cli import evaluate as evaluate_cli
 from bertforge.cli import finetune as finetune_cli
 from bertforge.cli import predict as predict_cli
@@ -23,73 +21,58 @@ SQUAD = {"data": [{"title": "t", "paragraphs": [{"context": "Rollo led the Norma
     {"id": "2", "question": "Where did they settle?", "answers": [{"text": "France", "answer_start": 46}]}]}]}]}
 
 
-def run_command(module, capsys, *argv):
-    parser = argparse.ArgumentParser()
-    module.add_arguments(parser)
-    code = module.run(parser.parse_args([str(arg) for arg in argv]))
-    return code, capsys.readouterr().out
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory, tokenizer):
-    directory = tmp_path_factory.mktemp("tiny")
-    BertModel(BertConfig.tiny(vocab_size=tokenizer.vocab_size, max_position_embeddings=64)).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
-
-
-def test_ner_finetune_evaluate_predict(tiny_model_dir, tmp_path, capsys):
+def test_ner_finetune_evaluate_predict(tiny_model_dir, tmp_path, run_command):
     conll = tmp_path / "train.conll"
     conll.write_text(CONLL)
     output = tmp_path / "ner"
-    code, out = run_command(finetune_cli, capsys, "--task", "ner", "--model", tiny_model_dir, "--train", conll,
+    code, out = run_command(finetune_cli, "--task", "ner", "--model", tiny_model_dir, "--train", conll,
                             "--dev", conll, "--output", output, "--epochs", "1", "--max-length", "16",
                             "--batch-size", "2", "--no-progress")
     assert code == 0 and "best model" in out and "f1=" in out
     assert json.loads((output / "finetune_config.json").read_text())["task"] == "ner"
-    code, out = run_command(evaluate_cli, capsys, "--model", output, "--data", conll)
+    code, out = run_command(evaluate_cli, "--model", output, "--data", conll)
     results = json.loads((output / "eval_results.json").read_text())
     assert code == 0 and set(results) >= {"precision", "f1"} and results["decoding"] == "argmax"
-    code, out = run_command(evaluate_cli, capsys, "--model", output, "--data", conll, "--decoding", "viterbi")
+    code, out = run_command(evaluate_cli, "--model", output, "--data", conll, "--decoding", "viterbi")
     assert code == 0 and json.loads((output / "eval_results.json").read_text())["decoding"] == "viterbi"
-    code, out = run_command(predict_cli, capsys, "--model", output, "--text", "John Smith lives in Paris.",
+    code, out = run_command(predict_cli, "--model", output, "--text", "John Smith lives in Paris.",
                             "--decoding", "viterbi")
     assert code == 0 and out.strip()
-    code, out = run_command(predict_cli, capsys, "--model", output, "--text", "John Smith lives in Paris.")
+    code, out = run_command(predict_cli, "--model", output, "--text", "John Smith lives in Paris.")
     assert code == 0 and out.strip()
     texts = tmp_path / "texts.txt"
     texts.write_text("John Smith lives in Paris.\nMary visited Berlin\n")
     predictions = tmp_path / "out.jsonl"
-    code, _ = run_command(predict_cli, capsys, "--model", output, "--input", texts, "--output", predictions)
+    code, _ = run_command(predict_cli, "--model", output, "--input", texts, "--output", predictions)
     rows = [json.loads(line) for line in predictions.read_text().splitlines()]
     assert code == 0 and [row["text"] for row in rows] == ["John Smith lives in Paris .", "Mary visited Berlin"]
     assert [len(row["tags"]) for row in rows] == [6, 3] and all(isinstance(row["entities"], list) for row in rows)
 
 
-def test_qa_finetune_evaluate_predict(tiny_model_dir, tmp_path, capsys):
+def test_qa_finetune_evaluate_predict(tiny_model_dir, tmp_path, run_command):
     squad = tmp_path / "train.json"
     squad.write_text(json.dumps(SQUAD))
     output = tmp_path / "qa"
-    code, out = run_command(finetune_cli, capsys, "--task", "qa", "--model", tiny_model_dir, "--train", squad,
+    code, out = run_command(finetune_cli, "--task", "qa", "--model", tiny_model_dir, "--train", squad,
                             "--dev", squad, "--output", output, "--epochs", "1", "--max-length", "32",
                             "--doc-stride", "8", "--max-query-length", "8", "--batch-size", "2", "--no-progress")
     assert code == 0 and "exact_match=" in out
-    code, out = run_command(evaluate_cli, capsys, "--model", output, "--data", squad)
+    code, out = run_command(evaluate_cli, "--model", output, "--data", squad)
     assert code == 0 and set(json.loads((output / "eval_results.json").read_text())) >= {"exact_match", "f1"}
     context = SQUAD["data"][0]["paragraphs"][0]["context"]
-    code, out = run_command(predict_cli, capsys, "--model", output, "--question", "Who led them?", "--context",
+    code, out = run_command(predict_cli, "--model", output, "--question", "Who led them?", "--context",
                             context)
     assert code == 0 and "score" in out
     questions = tmp_path / "questions.jsonl"
     questions.write_text(json.dumps({"id": "a", "question": "Who led them?", "context": context}) + "\n")
     predictions = tmp_path / "out.jsonl"
-    code, _ = run_command(predict_cli, capsys, "--model", output, "--input", questions, "--output", predictions)
+    code, _ = run_command(predict_cli, "--model", output, "--input", questions, "--output", predictions)
     row = json.loads(predictions.read_text())
     assert code == 0 and row["id"] == "a" and context[row["start"]:row["end"]] == row["answer"]
     assert len(row["n_best"]) >= 1
 
 
-def test_errors_are_one_line(tiny_model_dir, tmp_path, capsys):
+def test_errors_are_one_line(run_command, tiny_model_dir, tmp_path, capsys):
     bad = tmp_path / "bad.conll"
     bad.write_text("John BPER\n")
     code = main(["finetune", "--task", "ner", "--model", str(tiny_model_dir), "--train", str(bad),
@@ -104,7 +87,7 @@ def test_errors_are_one_line(tiny_model_dir, tmp_path, capsys):
     error = capsys.readouterr().err
     assert code == 1 and error.count("\n") == 1 and "unanswerable" in error
     with pytest.raises(BertforgeError, match="--question and --context go together"):
-        run_command(predict_cli, capsys, "--model", tiny_model_dir, "--question", "who?")
+        run_command(predict_cli, "--model", tiny_model_dir, "--question", "who?")
     with pytest.raises(BertforgeError, match="max_length=32 with max_query_length=64"):
-        run_command(finetune_cli, capsys, "--task", "qa", "--model", tiny_model_dir, "--train", squad,
+        run_command(finetune_cli, "--task", "qa", "--model", tiny_model_dir, "--train", squad,
                     "--version-2", "--output", tmp_path / "out", "--max-length", "32")

@@ -12,38 +12,8 @@ import time
 import urllib.request
 
 import pytest
-import torch
 
-from bertforge import BertConfig, BertModel
-from bertforge.cli import attention, serve
-from bertforge.cli.main import SUBCOMMANDS as REGISTERED
 from bertforge.cli.main import main
-
-SUBCOMMANDS = {"serve": (serve, "the HTTP inference server"), "attention": (attention, "attention viewer page")}
-
-
-@pytest.fixture(autouse=True)
-def registered(monkeypatch):
-    """The subcommands as main.py registers them (a no-op once they are in its table)."""
-    for name, entry in SUBCOMMANDS.items():
-        monkeypatch.setitem(REGISTERED, name, REGISTERED.get(name, entry))
-
-
-def run_cli(capsys, *argv):
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory, tokenizer):
-    torch.manual_seed(0)
-    directory = tmp_path_factory.mktemp("tiny")
-    BertModel(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                         num_attention_heads=4, intermediate_size=37, max_position_embeddings=64)
-              ).save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
 
 
 def free_port() -> int:
@@ -52,20 +22,10 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-# What the console script will run once main.py registers `serve`; until then the test registers it itself.
-SERVE_SCRIPT = """
-import sys
-from bertforge.cli import serve
-from bertforge.cli.main import SUBCOMMANDS, main
-SUBCOMMANDS.setdefault("serve", (serve, "the HTTP inference server"))
-sys.exit(main(sys.argv[1:]))
-"""
-
-
 def test_serve_answers_http_and_stops_on_interrupt(tiny_model_dir):
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-c", SERVE_SCRIPT, "--threads", "1", "serve", "--model", str(tiny_model_dir),
+        [sys.executable, "-m", "bertforge", "--threads", "1", "serve", "--model", str(tiny_model_dir),
          "--port", str(port), "--max-texts", "3", "--long-text", "refuse", "--max-wait-ms", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
@@ -92,20 +52,20 @@ def test_serve_answers_http_and_stops_on_interrupt(tiny_model_dir):
     assert f"http://127.0.0.1:{port}" in err  # the one line saying where it serves
 
 
-def test_serve_argument_errors(capsys, tmp_path):
+def test_serve_argument_errors(run_cli, capsys, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         main(["serve", "--long-text", "ignore"])
     assert exit_info.value.code == 2 and "invalid choice: 'ignore'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["serve", "--port", "70000"])
     assert "port number" in capsys.readouterr().err
-    code, _, err = run_cli(capsys, "serve", "--model", str(tmp_path / "missing"), "--port", "0")
+    code, _, err = run_cli("serve", "--model", str(tmp_path / "missing"), "--port", "0")
     assert code == 1 and err.count("\n") == 1 and "no such model directory" in err
 
 
-def test_attention_writes_the_viewer_page(capsys, tmp_path, tiny_model_dir):
+def test_attention_writes_the_viewer_page(run_cli, tmp_path, tiny_model_dir):
     output = tmp_path / "views" / "view.html"
-    code, out, _ = run_cli(capsys, "attention", "--model", str(tiny_model_dir), "The cat sat.", "--pair",
+    code, out, _ = run_cli("attention", "--model", str(tiny_model_dir), "The cat sat.", "--pair",
                            "It slept.", "--output", str(output))
     assert code == 0 and "2 layers x 4 heads over 10 tokens" in out
     page = output.read_text(encoding="utf-8")
@@ -115,9 +75,9 @@ def test_attention_writes_the_viewer_page(capsys, tmp_path, tiny_model_dir):
     assert [p.name for p in output.parent.iterdir()] == ["view.html"]  # no temporary file left behind
 
 
-def test_attention_truncates_to_max_length(capsys, tmp_path, tiny_model_dir):
+def test_attention_truncates_to_max_length(run_cli, tmp_path, tiny_model_dir):
     output = tmp_path / "view.html"
-    code, out, _ = run_cli(capsys, "attention", "-m", str(tiny_model_dir), "word " * 50, "-o", str(output),
+    code, out, _ = run_cli("attention", "-m", str(tiny_model_dir), "word " * 50, "-o", str(output),
                            "--max-length", "12")
     assert code == 0 and "over 12 tokens" in out
 
@@ -127,8 +87,8 @@ def test_attention_truncates_to_max_length(capsys, tmp_path, tiny_model_dir):
     (["  ", "--output", "view.html"], "the text is empty"),
     (["hello", "--output", "view.html", "--model", "/nonexistent/model"], "no such model directory"),
 ])
-def test_attention_errors_are_one_line(capsys, tmp_path, monkeypatch, argv, message):
+def test_attention_errors_are_one_line(run_cli, tmp_path, monkeypatch, argv, message):
     monkeypatch.chdir(tmp_path)
-    code, _, err = run_cli(capsys, "attention", *argv)
+    code, _, err = run_cli("attention", *argv)
     assert code == 1 and err.count("\n") == 1 and message in err and err.startswith("bertforge: error:")
     assert not any(tmp_path.iterdir())

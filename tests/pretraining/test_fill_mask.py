@@ -1,35 +1,15 @@
 """`bertforge fill-mask`: the same top-k tokens and probabilities as transformers' fill-mask pipeline, and a
 one-line error for a checkpoint without a masked-LM head."""
 
-import argparse
 import json
-import sys
 
 import pytest
 import torch
 
-from bertforge import BertConfig, BertforgeError, BertTokenizer
-from bertforge.cli import fill_mask as fill_mask_command
-from bertforge.cli import main as cli_main
+from bertforge import BertConfig, BertTokenizer
 from bertforge.pretraining import BertForMaskedLM
 
 transformers = pytest.importorskip("transformers")
-
-
-def run_cli(capsys, *argv):
-    """Through `bertforge fill-mask` once main.py registers it; until then through the module, as main would."""
-    if "fill-mask" in cli_main.SUBCOMMANDS:
-        code = cli_main.main(["fill-mask", *argv])
-    else:
-        parser = argparse.ArgumentParser(prog="bertforge fill-mask")
-        fill_mask_command.add_arguments(parser)
-        try:
-            code = fill_mask_command.run(parser.parse_args(list(argv)))
-        except BertforgeError as error:
-            print(f"bertforge: error: {error}", file=sys.stderr)
-            code = 1
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +26,9 @@ def masked_lm_dir(tmp_path_factory, minilm_dir):
     return directory
 
 
-def test_fill_mask_matches_the_transformers_pipeline(capsys, masked_lm_dir):
+def test_fill_mask_matches_the_transformers_pipeline(run_cli, masked_lm_dir):
     text = "Paris is the [MASK] of France."
-    code, out, _ = run_cli(capsys, text, "--model", str(masked_lm_dir), "--top-k", "4", "--json")
+    code, out, _ = run_cli("fill-mask", text, "--model", str(masked_lm_dir), "--top-k", "4", "--json")
     assert code == 0
     (ours,) = json.loads(out)
     pipeline = transformers.pipeline("fill-mask", model=str(masked_lm_dir), top_k=4, device="cpu")
@@ -57,14 +37,14 @@ def test_fill_mask_matches_the_transformers_pipeline(capsys, masked_lm_dir):
     for mine, reference in zip(ours, theirs):
         assert abs(mine["score"] - reference["score"]) < 1e-5
 
-    code, out, _ = run_cli(capsys, "[MASK] is the capital of [MASK].", "--model", str(masked_lm_dir),
+    code, out, _ = run_cli("fill-mask", "[MASK] is the capital of [MASK].", "--model", str(masked_lm_dir),
                            "--top-k", "2")
     assert code == 0 and out.count("[MASK] ") == 2 and len(out.splitlines()) == 6
 
 
-def test_fill_mask_errors_are_one_line(capsys, masked_lm_dir, minilm_dir):
-    code, _, err = run_cli(capsys, "Paris is the [MASK] of France.", "--model", str(minilm_dir))
+def test_fill_mask_errors_are_one_line(run_cli, masked_lm_dir, minilm_dir):
+    code, _, err = run_cli("fill-mask", "Paris is the [MASK] of France.", "--model", str(minilm_dir))
     assert code == 1 and err.count("\n") == 1
     assert "no trained weights for BertForMaskedLM's head (cls.predictions)" in err
-    code, _, err = run_cli(capsys, "No mask here.", "--model", str(masked_lm_dir))
+    code, _, err = run_cli("fill-mask", "No mask here.", "--model", str(masked_lm_dir))
     assert code == 1 and err.count("\n") == 1 and "no [MASK] token" in err

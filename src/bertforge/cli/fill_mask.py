@@ -37,12 +37,13 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[st
 
 
 def run(args: argparse.Namespace) -> int:
+    from bertforge.inference.optimize import AS_TRAINED
     from bertforge.pretraining import BertForMaskedLM
     from bertforge.tokenizer import BertTokenizer
 
     # require_heads: a checkpoint without a masked-LM head (a sentence encoder such as the default
     # all-MiniLM-L6-v2) is an error, not a randomly initialised head that predicts noise.
-    model = BertForMaskedLM.from_pretrained(args.model, require_heads=True)
+    model = AS_TRAINED.apply(BertForMaskedLM.from_pretrained(args.model, require_heads=True))
     tokenizer = BertTokenizer.from_pretrained(args.model)
     predictions = fill_mask(model, tokenizer, args.text, args.top_k)
     if args.json:

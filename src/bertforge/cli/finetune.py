@@ -4,6 +4,7 @@ flags and `--config run.json` fill one FinetuneConfig (flags win over the file, 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
 
 from bertforge.config import read_json_object
@@ -111,6 +112,7 @@ def config_from_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.finetune import finetune
+    from bertforge.training.plot import plot_trainer_run
 
     result = finetune(config_from_args(args))
     for note in result.notes:
@@ -122,4 +124,8 @@ def run(args: argparse.Namespace) -> int:
     if result.stopped_early:
         print("stopped early: no improvement")
     print(f"saved to {result.output_dir}")
+    if importlib.util.find_spec("matplotlib") is None:
+        print('no curves drawn: that needs matplotlib (pip install "bertforge[plot]")')
+    else:
+        print(f"curves: {plot_trainer_run(result.output_dir, title=f'fine-tuning: {result.output_dir}')}")
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import sys
 
@@ -41,14 +42,22 @@ SUBCOMMANDS = {
     "attention": (attention, "write an HTML page showing the attention of every layer and head"),
     "explain": (explain, "why a model predicted what it did: attributions to the words of the text, as JSON or a page"),
     "export": (export, "write the model as ONNX (checked against PyTorch) or as a transformers checkpoint directory"),
-    "serve": (serve, "HTTP inference server: /embed, /predict, /tokenize, /attention, /health"),
+    "serve": (serve, "HTTP inference server: /embed, /predict, /tokenize, /attention, /explain, /health"),
     "quantize": (quantize, "a fine-tuned model in int8 or bf16, written only if its dev metric holds (--max-drop)"),
     "distill": (distill, "a fine-tuned model with fewer layers, trained on its soft labels (gated like quantize)"),
 }
 
 
+def installed_version() -> str:
+    try:
+        return importlib.metadata.version("bertforge")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bertforge", description="BERT, complete and readable.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log details (e.g. skipped tensors)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: one per core)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -63,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="bertforge: %(levelname)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("bertforge.progress").setLevel(logging.INFO)  # e.g. dev metrics after each evaluation
     set_threads(args.threads)
     tune_cpu_allocator()
     try:

@@ -27,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.atomic import write_text_atomic
+    from bertforge.inference.optimize import AS_TRAINED
     from bertforge.pretraining.corpus import CorpusReader
     from bertforge.pretraining.evaluation import evaluate_mlm
     from bertforge.pretraining.heads import BertForMaskedLM
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     reader = CorpusReader(args.data, split="eval", holdout=holdout)
     tokenizer = BertTokenizer.from_pretrained(args.model)
     check_tokenizer(tokenizer, reader, args.model)
-    model = BertForMaskedLM.from_pretrained(args.model, require_heads=True)
+    model = AS_TRAINED.apply(BertForMaskedLM.from_pretrained(args.model, require_heads=True))
     metrics = evaluate_mlm(model, reader, Masker(tokenizer.vocab, args.masking), tokenizer.vocab.pad_token_id,
                            batch_size=args.batch_size, seq_len=args.seq_len, max_batches=args.max_batches,
                            seed=args.seed)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from bertforge.explain.targets import Row
+from bertforge.explain.targets import Row, device_of
 
 TOP_TOKENS = 5
 
@@ -16,7 +16,7 @@ TOP_TOKENS = 5
 def masked_lm_views(model, tokenizer, row: Row, top_k: int = TOP_TOKENS) -> dict:
     """{"tokens", "layer_predictions": [{"position", "layers": [[[token, probability] x top_k] per layer]}],
     "layer_similarity": [per token, per layer l >= 1: cos(h_l, h_(l-1))]}; layer 0 is the embeddings' output."""
-    input_ids, token_type_ids = row.tensors()
+    input_ids, token_type_ids = row.tensors(device=device_of(model))
     states = model.bert(input_ids, token_type_ids=token_type_ids, output_hidden_states=True).hidden_states
     stacked = torch.stack([state[0] for state in states]).float()  # (layers + 1, seq, hidden)
     predictions = []
@@ -29,6 +29,6 @@ def masked_lm_views(model, tokenizer, row: Row, top_k: int = TOP_TOKENS) -> dict
             [[token, round(probability, 4)] for token, probability in
              zip(tokenizer.convert_ids_to_tokens(ids), probabilities)]
             for ids, probabilities in zip(top.indices.tolist(), top.values.tolist())]})
-    similarity = F.cosine_similarity(stacked[1:], stacked[:-1], dim=-1).T  # (seq, layers)
+    similarity = F.cosine_similarity(stacked[1:], stacked[:-1], dim=-1).T.cpu()  # (seq, layers)
     return {"tokens": tokenizer.convert_ids_to_tokens(row.input_ids), "layer_predictions": predictions,
             "layer_similarity": similarity.double().round(decimals=4).tolist()}

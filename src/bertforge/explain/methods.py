@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertforge.explain.targets import Target, encoder_of
+from bertforge.explain.targets import Target, device_of, encoder_of
 
 DEFAULT_STEPS = 50
 # Tokens per forward-backward pass: the interpolation steps of a long input are split into batches of this size.
@@ -22,7 +22,7 @@ TOKENS_PER_BATCH = 4096
 
 @dataclass
 class Attributions:
-    per_token: list[torch.Tensor]  # per row of the target, (seq,) float64
+    per_token: list[torch.Tensor]  # per row of the target, (seq,) float64, on the CPU
     score: float | None  # f(x)
     baseline_score: float | None = None
     completeness_gap: float | None = None
@@ -31,7 +31,8 @@ class Attributions:
 
 def word_embeddings(model, ids: list[int]) -> torch.Tensor:
     """(seq, hidden): the rows of the word-embedding table for `ids`, detached."""
-    return encoder_of(model).embeddings.tokens.weight[torch.tensor(ids)].detach()
+    table = encoder_of(model).embeddings.tokens.weight
+    return table[torch.tensor(ids, device=table.device)].detach()
 
 
 def gauss_legendre(steps: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,8 +54,8 @@ def integrated_gradients(model, target: Target, steps: int = DEFAULT_STEPS) -> A
     """
     inputs = [word_embeddings(model, row.input_ids) for row in target.rows]
     baselines = [word_embeddings(model, row.baseline_ids) for row in target.rows]
-    alphas, weights = gauss_legendre(steps)
-    totals = [torch.zeros(x.shape, dtype=torch.float64) for x in inputs]  # the weighted sum of gradients
+    alphas, weights = (values.to(inputs[0].device) for values in gauss_legendre(steps))
+    totals = [torch.zeros(x.shape, dtype=torch.float64, device=x.device) for x in inputs]  # weighted sum of gradients
     batch = max(1, TOKENS_PER_BATCH // sum(len(row.input_ids) for row in target.rows))
     with torch.enable_grad():
         for begin in range(0, steps, batch):
@@ -64,7 +65,7 @@ def integrated_gradients(model, target: Target, steps: int = DEFAULT_STEPS) -> A
             weight = weights[begin:begin + batch][:, None, None]
             for total, gradient in zip(totals, gradients):
                 total += (gradient.double() * weight).sum(0)
-    per_token = [((x - b).double() * total).sum(-1) for x, b, total in zip(inputs, baselines, totals)]
+    per_token = [((x - b).double() * total).sum(-1).cpu() for x, b, total in zip(inputs, baselines, totals)]
     score, baseline_score = score_at(target, inputs), score_at(target, baselines)
     gap = score - baseline_score - float(sum(values.sum() for values in per_token))
     return Attributions(per_token, score, baseline_score, gap, steps)
@@ -76,7 +77,7 @@ def gradient_x_input(model, target: Target, steps: int = DEFAULT_STEPS) -> Attri
     with torch.enable_grad():
         score = target.score([x[None] for x in inputs])
         gradients = torch.autograd.grad(score.sum(), inputs)
-    per_token = [(gradient * x.detach()).double().sum(-1) for gradient, x in zip(gradients, inputs)]
+    per_token = [(gradient * x.detach()).double().sum(-1).cpu() for gradient, x in zip(gradients, inputs)]
     return Attributions(per_token, float(score[0].detach()))
 
 
@@ -86,11 +87,11 @@ def attention_rollout(model, target: Target, steps: int = DEFAULT_STEPS) -> Attr
     with the residual connection counted as half (Abnar & Zuidema 2020). Positive, summing to 1 per row; unsigned."""
     per_token = []
     for row, readout in zip(target.rows, target.readout):
-        input_ids, token_type_ids = row.tensors()
+        input_ids, token_type_ids = row.tensors(device=device_of(model))
         attentions = encoder_of(model)(input_ids, token_type_ids=token_type_ids, output_attentions=True).attentions
         flow = torch.eye(len(row.input_ids), dtype=torch.float64)
         for layer in attentions:
-            mixed = 0.5 * layer[0].double().mean(0) + 0.5 * torch.eye(len(row.input_ids), dtype=torch.float64)
+            mixed = 0.5 * layer[0].double().cpu().mean(0) + 0.5 * torch.eye(len(row.input_ids), dtype=torch.float64)
             flow = (mixed / mixed.sum(-1, keepdim=True)) @ flow  # rows: positions after the layer; columns: inputs
         per_token.append(readout.double() @ flow)
     embeddings = [word_embeddings(model, row.input_ids) for row in target.rows]

@@ -44,9 +44,9 @@ class Row:
     word_ids: list[int | None]  # per token: word index within its text
     baseline_ids: list[int]  # the uninformative input: [PAD] for every token but [CLS], [SEP] and [MASK]
 
-    def tensors(self, copies: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-        return (torch.tensor([self.input_ids]).expand(copies, -1),
-                torch.tensor([self.token_type_ids]).expand(copies, -1))
+    def tensors(self, copies: int = 1, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.tensor([self.input_ids], device=device).expand(copies, -1),
+                torch.tensor([self.token_type_ids], device=device).expand(copies, -1))
 
 
 def encode_row(tokenizer, text: str, pair: str | None, first_text: int = 0,
@@ -71,6 +71,10 @@ def encoder_of(model: torch.nn.Module) -> BertModel:
     return getattr(model, "bert", model)
 
 
+def device_of(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
 @contextmanager
 def word_embeddings_replaced(model: torch.nn.Module, values: torch.Tensor):
     """Run `model` with `values` (batch, seq, hidden) as the output of its word-embedding lookup.
@@ -93,7 +97,7 @@ def word_embeddings_replaced(model: torch.nn.Module, values: torch.Tensor):
 
 def run_with(model: torch.nn.Module, row: Row, embeddings: torch.Tensor):
     """The model's output for `row`, with word embeddings `embeddings` (steps, seq, hidden), one row per step."""
-    input_ids, token_type_ids = row.tensors(embeddings.shape[0])
+    input_ids, token_type_ids = row.tensors(embeddings.shape[0], embeddings.device)
     with word_embeddings_replaced(model, embeddings):
         return model(input_ids, token_type_ids=token_type_ids)
 
@@ -131,13 +135,13 @@ def _one_position(seq: int, *positions: int) -> torch.Tensor:
 
 @torch.no_grad()
 def _plain_output(model, row: Row):
-    input_ids, token_type_ids = row.tensors()
+    input_ids, token_type_ids = row.tensors(device=device_of(model))
     return model(input_ids, token_type_ids=token_type_ids)
 
 
 def sequence_target(model, tokenizer, text, pair, target, max_length) -> Target:
     row = encode_row(tokenizer, text, pair, max_length=max_length)
-    logits = _plain_output(model, row).logits[0]
+    logits = _plain_output(model, row).logits[0].cpu()
     if model.classifier.is_regression:
         choices, index = ["score"], _pick(["score"], target, 0, "target")
     else:
@@ -185,7 +189,7 @@ def answer_target(model, tokenizer, text, pair, target, max_length) -> Target:
         raise InputError("question answering explains a question (text) and its context (pair): give the pair")
     row = encode_row(tokenizer, text, pair, max_length=max_length)
     output = _plain_output(model, row)
-    start_logits, end_logits = output.start_logits[0], output.end_logits[0]
+    start_logits, end_logits = output.start_logits[0].float().cpu(), output.end_logits[0].float().cpu()
     seq = len(row.input_ids)
     in_context = torch.tensor([source == 1 for source in row.texts])
     span_scores = start_logits[:, None] + end_logits[None, :]  # (seq, seq): start x end
@@ -212,7 +216,7 @@ def masked_token_target(model, tokenizer, text, pair, target, max_length) -> Tar
     if tokenizer.mask_token_id not in row.input_ids:
         raise InputError("a masked-LM model explains its guess at a [MASK]: put [MASK] in the text")
     position = row.input_ids.index(tokenizer.mask_token_id)
-    logits = _plain_output(model, row).logits[0, position]
+    logits = _plain_output(model, row).logits[0, position].cpu()
     choices = tokenizer.convert_ids_to_tokens(logits.topk(5).indices.tolist())
     if target is not None and str(target) not in choices \
             and tokenizer.convert_tokens_to_ids(str(target)) != tokenizer.unk_token_id:

@@ -52,8 +52,10 @@ def encode_for_attention(tokenizer, text: str, pair: str | None = None, max_leng
 def attention_weights(model, input_ids: list[int], token_type_ids: list[int]) -> torch.Tensor:
     """(layers, heads, seq, seq) attention probabilities for one row; `model` is a BertModel or has `.bert`."""
     encoder = getattr(model, "bert", model)
-    output = encoder(torch.tensor([input_ids]), token_type_ids=torch.tensor([token_type_ids]), output_attentions=True)
-    return torch.stack([layer[0] for layer in output.attentions]).float()
+    device = next(encoder.parameters()).device
+    output = encoder(torch.tensor([input_ids], device=device), token_type_ids=torch.tensor([token_type_ids],
+                     device=device), output_attentions=True)
+    return torch.stack([layer[0] for layer in output.attentions]).float().cpu()
 
 
 @torch.inference_mode()
@@ -63,10 +65,11 @@ def query_key_vectors(model, input_ids: list[int], token_type_ids: list[int]) ->
     encoder = getattr(model, "bert", model)
     captured: dict[str, list[torch.Tensor]] = {"query": [], "key": []}
     handles = [getattr(layer.attention, name).register_forward_hook(
-                   lambda module, inputs, output, name=name: captured[name].append(output.float()))
+                   lambda module, inputs, output, name=name: captured[name].append(output.float().cpu()))
                for layer in encoder.encoder.layers for name in captured]
+    device = next(encoder.parameters()).device
     try:
-        encoder(torch.tensor([input_ids]), token_type_ids=torch.tensor([token_type_ids]))
+        encoder(torch.tensor([input_ids], device=device), token_type_ids=torch.tensor([token_type_ids], device=device))
     finally:
         for handle in handles:
             handle.remove()

@@ -118,17 +118,13 @@ class _Graph(nn.Module):
 
 @contextmanager
 def exportable(model: nn.Module) -> Iterator[nn.Module]:
-    """The model in eval mode with token packing off (see model.Padding); both restored on exit."""
-    saved = [(module, module.pack_tokens) for module in model.modules() if isinstance(module, BertModel)]
+    """The model in eval mode, its mode restored on exit (an exported graph keeps every position: see
+    BertModel.forward)."""
     was_training = model.training
     model.eval()
-    for encoder, _ in saved:
-        encoder.pack_tokens = False
     try:
         yield model
     finally:
-        for encoder, pack_tokens in saved:
-            encoder.pack_tokens = pack_tokens
         model.train(was_training)
 
 

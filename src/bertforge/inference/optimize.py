@@ -14,9 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertforge.activations import ACTIVATIONS
+from bertforge import fast_cpu
 from bertforge.errors import ConfigError
-from bertforge.model import Linear
 
 # fp32: as trained. bf16: weights and activations in bfloat16 (GPUs, and CPUs with AVX-512 BF16 or AMX).
 # int8: every nn.Linear quantized dynamically (int8 weights, activations quantized per batch; CPU only).
@@ -45,18 +44,9 @@ class InferenceOptions:
             if device.type != "cpu":
                 raise ConfigError(f"int8 dynamic quantization runs on CPU only; this model is on {device.type}")
             from torch.ao.quantization import quantize_dynamic
-            activations = {}  # the activation each of bertforge's Linears applies, kept as a hook on its int8 twin
-            for name, module in model.named_modules():
-                if type(module) is Linear:  # torch swaps exact nn.Linear only; its oneDNN path is moot once int8
-                    if module.activation is not None:
-                        activations[name] = ACTIVATIONS[module.activation]
-                    module.__class__ = nn.Linear
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
                 quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
-            for name, activation in activations.items():
-                model.get_submodule(name).register_forward_hook(
-                    lambda module, inputs, output, activation=activation: activation(output))
         elif self.precision == "bf16":
             if not bf16_supported(device.type):
                 raise ConfigError(f"this {device.type} has no native bf16 (on CPU: AVX-512 BF16 or AMX); "
@@ -64,6 +54,8 @@ class InferenceOptions:
             model.to(torch.bfloat16)
             # Callers (numpy conversion, softmax over logits, cosine scores) expect float32 out.
             model.register_forward_hook(lambda module, inputs, output: to_float32(output))
+        else:
+            fast_cpu.accelerate(model)  # oneDNN on prepacked weights: the same outputs, sooner
         if self.compile:
             model.compile(dynamic=True)  # in place: the module keeps its class and attributes
         return model

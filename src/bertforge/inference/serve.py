@@ -1,4 +1,4 @@
-"""An HTTP server over the encoder (FastAPI): /embed, /predict, /tokenize, /attention, /health.
+"""An HTTP server over the encoder (FastAPI): /embed, /predict, /tokenize, /attention, /explain, /health.
 
 Concurrent requests share forward passes: each text becomes a Job on one bounded queue, and a single worker
 thread, the only code that touches the model, takes up to max_batch_size jobs (waiting at most max_wait_ms for
@@ -26,6 +26,8 @@ import torch.nn.functional as F
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE, SAFETENSORS_FILE, read_state_dict
 from bertforge.errors import BertforgeError, CheckpointError, ConfigError, InputError
+from bertforge.explain.methods import DEFAULT_STEPS, METHODS
+from bertforge.explain.page import explained
 from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertforge.inference.attention_view import (
     DEFAULT_MAX_TOKENS,
@@ -166,6 +168,13 @@ def score_spans(model: BertForQuestionAnswering, jobs: list[Job]) -> list[tuple[
 def attentions(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:
     """(layers, heads, seq, seq) weights per job; one forward per text, as each page shows one text."""
     return [attention_weights(model, job.encoding["input_ids"], job.encoding["token_type_ids"]) for job in jobs]
+
+
+def explanations(model: torch.nn.Module, jobs: list[Job]) -> list[dict[str, Any] | str]:
+    """/explain's answer per job (bertforge.explain's dict, or its page), out of the worker's inference mode: the
+    attributions need gradients."""
+    with torch.inference_mode(False):
+        return [explained(model, **job.options) for job in jobs]
 
 
 @dataclass(frozen=True)
@@ -369,6 +378,13 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         text: str
         text_pair: str | None = None
 
+    class ExplainRequest(Strict):
+        text: str = Field(min_length=1, description="the text (for a question-answering model, the question)")
+        text_pair: str | None = Field(None, description="the pair (the context; for an encoder, the text compared)")
+        target: str | None = Field(None, description="a label, an entity, answer/start/end (default: the prediction)")
+        method: Literal[tuple(METHODS)] = "integrated_gradients"
+        steps: int = Field(DEFAULT_STEPS, ge=1, le=1000, description="integrated gradients' interpolation steps")
+
 
 
     settings = settings or ServeSettings()
@@ -522,6 +538,25 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         page = await asyncio.to_thread(render_attention_map, attention_map(tokenizer, row, weights),
                                        f"Attention: {text[:80]}")
         return HTMLResponse(page)
+
+    async def explanation(request: ExplainRequest, as_page: bool) -> dict[str, Any] | str:
+        """One job for the worker, the only code that touches the model (the explanation hooks it)."""
+        row = encode([request.text], None if request.text_pair is None else [request.text_pair])[0]
+        options = {**request.model_dump(), "tokenizer": tokenizer, "max_length": max_length, "as_page": as_page}
+        (result,) = await run_jobs([Job(explanations, row, options)])
+        return result
+
+    @app.post("/explain")
+    async def explain_json(request: ExplainRequest) -> dict[str, Any]:
+        """Attributions of the model's prediction to the words of the text (bertforge.explain), as JSON."""
+        return await explanation(request, as_page=False)
+
+    @app.get("/explain", response_class=HTMLResponse)
+    async def explain_page(text: str = Query(min_length=1), pair: str | None = None, target: str | None = None,
+                           method: Literal[tuple(METHODS)] = "integrated_gradients") -> HTMLResponse:
+        """The explanation page: the words shaded by attribution, beside the attention views."""
+        request = ExplainRequest(text=text, text_pair=pair or None, target=target or None, method=method)
+        return HTMLResponse(await explanation(request, as_page=True))
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

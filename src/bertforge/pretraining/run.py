@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertforge import fast_cpu
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE, read_state_dict
@@ -339,6 +340,7 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device) -> Pretra
         tokenizer.save_pretrained(output)
     # DDP averages the gradients over processes; compile wraps DDP (not the reverse) so that DDP's communication
     # hooks stay outside the compiled graphs. `model` itself is what is saved and evaluated.
+    fast_cpu.accelerate(model)  # the model lives only for this run; its parameters (all that is saved) are shared
     synced = distributed.wrap_ddp(model, device)
     train_model = torch.compile(synced) if config.compile else synced
 

@@ -22,11 +22,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertforge import fast_cpu
 from bertforge.atomic import write_text_atomic
 from bertforge.errors import BertforgeError, ConfigError
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
 
 logger = logging.getLogger("bertforge")
+# What a person follows while a run goes on (each evaluation's metrics); the command line shows it without -v.
+progress = logging.getLogger("bertforge.progress")
 
 METRICS_FILE = "metrics.json"
 TRAIN_LOG_FILE = "train_log.jsonl"
@@ -195,6 +198,11 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.use_bf16 else nullcontext()
 
     def train(self) -> TrainResult:
+        """The whole run, with the CPU fast paths (fast_cpu) swapped into the model while it lasts."""
+        with fast_cpu.accelerated(self.model):
+            return self.run()
+
+    def run(self) -> TrainResult:
         config = self.config
         seed_everything(config.seed)
         model = self.model.to(self.device)
@@ -279,7 +287,7 @@ class Trainer:
                 self.save(self.model)
         else:
             self.evaluations_without_improvement += 1
-        logger.info("step %d: %s", step, ", ".join(f"{name}={value:.4f}" for name, value in metrics.items()))
+        progress.info("step %d, dev: %s", step, ", ".join(f"{name}={value:.4f}" for name, value in metrics.items()))
         self.log({"event": "eval", **record})
         if self.output_dir:
             summary = {"main_metric": self.main_metric, "best": self.best, "evaluations": self.history}

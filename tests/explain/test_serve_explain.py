@@ -1,0 +1,79 @@
+"""/explain on `bertforge serve` (a real server on loopback): the same attributions as `bertforge explain`."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the server needs FastAPI: pip install 'bertforge[serve]'")
+uvicorn = pytest.importorskip("uvicorn", reason="the server needs uvicorn: pip install 'bertforge[serve]'")
+
+from bertforge.inference.serve import ServeSettings, load_app  # noqa: E402
+
+REVIEW = "A  gripping,   beautifully acted film — but the ending? Dull."
+
+
+@pytest.fixture(scope="module")
+def server_url(sst2_classifier_dir):
+    app = load_app(sst2_classifier_dir, ServeSettings())  # as `bertforge serve` builds it
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    server.should_exit = True
+    thread.join(10)
+
+
+def fetch(url: str, body: dict | None = None) -> tuple[int, str, str]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=300) as response:
+            return response.status, response.headers.get("content-type", ""), response.read().decode("utf-8")
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers.get("content-type", ""), error.read().decode("utf-8")
+
+
+def test_explain_over_http_equals_the_command_line(server_url, sst2_classifier_dir, tmp_path):
+    status, kind, body = fetch(server_url + "/explain", {"text": REVIEW, "target": "positive"})
+    assert status == 200 and kind.startswith("application/json")
+    served = json.loads(body)
+    output = tmp_path / "why.json"
+    result = subprocess.run([sys.executable, "-m", "bertforge", "explain", "--model", str(sst2_classifier_dir),
+                             "--text", REVIEW, "--target", "positive", "--output", str(output)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    written = json.loads(output.read_text(encoding="utf-8"))
+    assert served["target"] == written["target"] == "positive" and served["texts"] == [REVIEW]
+    assert [(w["word"], w["start"], w["end"]) for w in served["words"]] == [
+        (w["word"], w["start"], w["end"]) for w in written["words"]]
+    for ours, theirs in zip(served["tokens"], written["tokens"]):
+        assert ours["token"] == theirs["token"] and ours["attribution"] == pytest.approx(theirs["attribution"],
+                                                                                        abs=1e-6)
+    assert served["completeness_gap"] == pytest.approx(written["completeness_gap"], abs=1e-6)
+
+
+def test_explain_page_and_errors_over_http(server_url):
+    query = urllib.parse.urlencode({"text": REVIEW, "method": "attention_rollout"})
+    status, kind, page = fetch(f"{server_url}/explain?{query}")
+    assert status == 200 and kind.startswith("text/html")
+    assert 'id="explanation"' in page and 'id="model-grid"' in page and "attention-data" in page
+    status, kind, body = fetch(server_url + "/explain", {"text": REVIEW, "target": "neutral"})
+    assert status == 400 and "choose from: negative, positive" in json.loads(body)["error"]
+    status, _, body = fetch(server_url + "/explain", {"text": REVIEW, "method": "lime"})
+    assert status == 422
