@@ -106,8 +106,8 @@ class QuantizedLinear(nn.Module):
 
     `input_scale` is SmoothQuant's 1/s per input channel (1 without smoothing) and 0 at the outlier channels, so
     the int8 product leaves them out and the float32 one adds them back; a layer with neither has none (the
-    multiply is a pass over the input, which costs on layers as narrow as MiniLM's). The int8 weight has one scale per output
-    channel; torch's dynamic kernel quantizes the activation per call with its own min and max.
+    multiply is a pass over the input, which costs on layers as narrow as MiniLM's). The int8 weight has one scale
+    per output channel; torch's dynamic kernel quantizes the activation per call with its own min and max.
     """
 
     packed = None  # torch's prepacked weight for the int8 kernel, made on first use from the buffers
@@ -231,6 +231,9 @@ def quantize_int8(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]] |
     if batches is None:
         # Random tokens miss most of the outlier channels that real text finds (on MiniLM, 0-6 of 8 per layer).
         raise ConfigError("int8 quantization needs calibration batches: a sample of the data the model will see")
+    from bertforge.fast_cpu import make_plain
+
+    make_plain(model)  # quantize the plain nn.Linear layers (the activation stays FeedForward's own)
     linears = encoder_linears(model)
     largest = calibrate(model, batches, linears)
     for name, linear in linears.items():
