@@ -29,10 +29,10 @@ from bertforge.compress import QuantizationConfig, quantize
 from bertforge.heads import ClassifierOutput
 from bertforge.inference import InferenceOptions
 from bertforge.inference.onnx import INPUT_NAMES, export_onnx, onnx_session
-from bertforge.runtime import tune_cpu_allocator
+from bertforge.runtime import bf16_supported, tune_cpu_allocator
 from bertforge.tasks.data import inference_batches
 from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, finetune
-from bertforge.training.trainer import TrainConfig, bf16_supported
+from bertforge.training.trainer import TrainConfig
 
 
 class OnnxRuntimeModel(nn.Module):

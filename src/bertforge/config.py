@@ -175,3 +175,63 @@ def _sized(layers: int, hidden: int, heads: int) -> dict[str, int]:
 
 
 PRESETS = ("tiny", "mini", "small", "medium", "base", "large")
+
+
+def check_number(name: str, value: Any, minimum: float | None = None, integer: bool = False,
+                 exclusive: bool = False, optional: bool = False) -> None:
+    """Raise ConfigError unless `value` is a number (an int if `integer`) at or above `minimum`."""
+    if value is None and optional:
+        return
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ConfigError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if minimum is not None and (value <= minimum if exclusive else value < minimum):
+        raise ConfigError(f"{name} must be {'above' if exclusive else 'at least'} {minimum}, got {value!r}")
+
+
+def config_from_dict(cls, data: Any, source: str):
+    """Build a config dataclass from a JSON object; unknown keys and bad values name the key and `source`."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a JSON object")
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [key for key in data if key not in names]
+    if unknown:
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r}; expected keys: {', '.join(names)}")
+    try:
+        return cls(**data)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
+
+
+class JsonConfig:
+    """Base of the run configs (training, fine-tuning, pre-training): a dataclass that round-trips to a JSON file.
+    Unknown keys and bad values are ConfigErrors naming the key and the file; a field whose default is a JsonConfig
+    (e.g. FinetuneConfig.training) nests as a JSON object."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return as_json(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config"):
+        nested = {f.name: f.default_factory for f in dataclasses.fields(cls)
+                  if isinstance(f.default_factory, type) and issubclass(f.default_factory, JsonConfig)}
+        if isinstance(data, dict):
+            data = {key: nested[key].from_dict(value, f"{source}, {key}")
+                    if key in nested and isinstance(value, dict) else value for key, value in data.items()}
+        return config_from_dict(cls, data, source)
+
+    def save(self, path: str | Path) -> None:
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path):
+        return cls.from_dict(read_json_object(path, "run config"), str(path))
+
+
+def as_json(value: Any) -> Any:
+    """Tuples as lists, all the way down: the value as JSON reads it back."""
+    if isinstance(value, (tuple, list)):
+        return [as_json(item) for item in value]
+    if isinstance(value, dict):
+        return {key: as_json(item) for key, item in value.items()}
+    return value

@@ -35,7 +35,7 @@ from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.hf_format import CONFIG_FILE
 from bertforge.compress.gate import GateReport, check_output, measure, write_if_accepted
 from bertforge.config import read_json_object
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, check_choice
 from bertforge.model import BertModel
 from bertforge.tasks.data import inference_batches
 from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetunedModel
@@ -61,8 +61,7 @@ class QuantizationConfig:
     modules: dict[str, int] = dataclasses.field(default_factory=dict)  # int8: quantized layer -> its outliers
 
     def __post_init__(self):
-        if self.precision not in METHODS:
-            raise ConfigError(f"unknown precision {self.precision!r}; choose from {', '.join(METHODS)}")
+        check_choice(self.precision, METHODS, "precision")
         if not isinstance(self.outlier_channels, int) or self.outlier_channels < 0:
             raise ConfigError(f"outlier_channels must be a whole number >= 0, got {self.outlier_channels!r}")
         if not isinstance(self.outlier_ratio, (int, float)) or self.outlier_ratio < 1:
@@ -248,7 +247,7 @@ def cast_bf16(model: nn.Module, batches: Any, config: QuantizationConfig) -> nn.
     """bf16 weights where the hardware computes in bf16 natively; elsewhere the (exactly representable) bf16 values
     in float32, which is what the checkpoint will hold either way."""
     from bertforge.inference.optimize import InferenceOptions
-    from bertforge.training.trainer import bf16_supported
+    from bertforge.runtime import bf16_supported
 
     device = next(model.parameters()).device
     if bf16_supported(device.type):
@@ -269,7 +268,7 @@ METHODS: dict[str, Callable[[nn.Module, Any, QuantizationConfig], nn.Module]] = 
 
 def auto_precision(device_type: str = "cpu") -> str:
     """The precision `auto` stands for: bf16 where the device computes it natively, else int8 on a CPU."""
-    from bertforge.training.trainer import bf16_supported
+    from bertforge.runtime import bf16_supported
 
     if bf16_supported(device_type):
         return "bf16"

@@ -38,7 +38,7 @@ from bertforge.checkpoint.train_state import (
     rng_states,
     save_train_state,
 )
-from bertforge.config import PRESETS, BertConfig, dropout_overrides, read_json_object
+from bertforge.config import PRESETS, BertConfig, JsonConfig, check_number, dropout_overrides
 from bertforge.errors import ConfigError
 from bertforge.pretraining.collate import PretrainingCollator, batches
 from bertforge.pretraining.corpus import CorpusReader, tokenizer_identity
@@ -47,10 +47,10 @@ from bertforge.pretraining.heads import ElectraForPreTraining
 from bertforge.pretraining.instances import SHORT_SEQ_PROB, InstanceStream
 from bertforge.pretraining.masking import MASK_PROBABILITY, Masker, strategy_function
 from bertforge.pretraining.objectives import get_objective
+from bertforge.runtime import bf16_supported, seed_everything, to_device
 from bertforge.tokenizer.tokenizer import BertTokenizer
 from bertforge.training import distributed
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
-from bertforge.training.trainer import bf16_supported, check_number, config_from_dict, seed_everything, to_device
 
 logger = logging.getLogger("bertforge")
 
@@ -67,7 +67,7 @@ PER_PROCESS = frozenset({"rank"})
 
 
 @dataclass
-class PretrainConfig:
+class PretrainConfig(JsonConfig):
     """A pre-training run. Defaults follow BERT (AdamW 1e-4, decay 0.01, eps 1e-6, linear warm-up and decay)."""
 
     data: str  # a folder written by prepare_corpus
@@ -141,22 +141,6 @@ class PretrainConfig:
     @property
     def total_warmup_steps(self) -> int:
         return self.warmup_steps if self.warmup_steps is not None else round(0.01 * self.steps)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["betas"] = list(self.betas)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> PretrainConfig:
-        return config_from_dict(cls, data, source)
-
-    def save(self, path: str | Path) -> None:
-        write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
-
-    @classmethod
-    def load(cls, path: str | Path) -> PretrainConfig:
-        return cls.from_dict(read_json_object(path, "run config"), source=str(path))
 
 
 @dataclass

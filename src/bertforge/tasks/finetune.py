@@ -20,22 +20,16 @@ from torch import nn
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE
-from bertforge.config import BertConfig, dropout_overrides, read_json_object
-from bertforge.errors import ConfigError
+from bertforge.config import BertConfig, JsonConfig, check_number, dropout_overrides, read_json_object
+from bertforge.errors import ConfigError, check_choice
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
+from bertforge.runtime import seed_everything
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, training_batches
 from bertforge.tasks.registry import TASKS, Task, get_task
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 from bertforge.tokenizer import BertTokenizer
-from bertforge.training.trainer import (
-    TrainConfig,
-    Trainer,
-    check_number,
-    config_from_dict,
-    model_loss,
-    seed_everything,
-)
+from bertforge.training.trainer import TrainConfig, Trainer, model_loss
 
 logger = logging.getLogger("bertforge")
 
@@ -44,7 +38,7 @@ EVAL_RESULTS_FILE = "eval_results.json"
 
 
 @dataclass
-class FinetuneConfig:
+class FinetuneConfig(JsonConfig):
     """Everything a fine-tuning run needs; `bertforge finetune` flags and `--config run.json` fill it."""
 
     train: str | None = None  # training data file (.csv, .tsv, .jsonl; CoNLL for ner, SQuAD .json for qa)
@@ -75,16 +69,12 @@ class FinetuneConfig:
     def __post_init__(self):
         if isinstance(self.training, dict):
             self.training = TrainConfig.from_dict(self.training, "training")
-        if self.task not in TASKS:
-            raise ConfigError(f"unknown task {self.task!r}; choose from {', '.join(TASKS)}")
+        check_choice(self.task, TASKS, "task")
         if self.max_length is None:
             self.max_length = TASKS[self.task].max_length
-        if self.long_text not in LONG_TEXT:
-            raise ConfigError(f"unknown long_text {self.long_text!r}; choose from {', '.join(LONG_TEXT)}")
-        if self.context not in CONTEXTS:
-            raise ConfigError(f"unknown context {self.context!r}; choose from {', '.join(CONTEXTS)}")
-        if self.decoding not in DECODINGS:
-            raise ConfigError(f"unknown decoding {self.decoding!r}; choose from {', '.join(DECODINGS)}")
+        check_choice(self.long_text, LONG_TEXT, "long_text")
+        check_choice(self.context, CONTEXTS, "context")
+        check_choice(self.decoding, DECODINGS, "decoding")
         check_number("null_score_threshold", self.null_score_threshold)
         dropout_overrides(self.dropout)  # validates it
         for name in ("max_length", "batch_size", "eval_batch_size", "max_query_length", "n_best",
@@ -103,23 +93,6 @@ class FinetuneConfig:
                               context=self.context, decoding=self.decoding, max_query_length=self.max_query_length,
                               version_2=self.version_2, n_best=self.n_best, max_answer_length=self.max_answer_length,
                               null_score_threshold=self.null_score_threshold)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "training": self.training.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> FinetuneConfig:
-        """Unknown keys (here or under "training") are errors naming the key and `source`."""
-        if isinstance(data, dict) and isinstance(data.get("training"), dict):
-            data = {**data, "training": TrainConfig.from_dict(data["training"], f"{source}, training")}
-        return config_from_dict(cls, data, source)
-
-    @classmethod
-    def load(cls, path: str | Path) -> FinetuneConfig:
-        return cls.from_dict(read_json_object(path, "run config"), str(path))
-
-    def save(self, path: str | Path) -> None:
-        write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
 
 @dataclass

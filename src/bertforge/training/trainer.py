@@ -6,11 +6,9 @@ kept through a `save` callback, early stopping, seeding, a progress bar, and met
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
-import random
 import time
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
@@ -18,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from bertforge import fast_cpu
 from bertforge.atomic import write_text_atomic
+from bertforge.config import JsonConfig, check_number
 from bertforge.errors import BertforgeError, ConfigError
+from bertforge.runtime import bf16_supported, seed_everything, to_device
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
 
 logger = logging.getLogger("bertforge")
@@ -36,7 +35,7 @@ TRAIN_LOG_FILE = "train_log.jsonl"
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(JsonConfig):
     """Optimisation and bookkeeping settings; defaults are BERT's fine-tuning recipe."""
 
     lr: float = 5e-5
@@ -79,40 +78,6 @@ class TrainConfig:
         if len(self.betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in self.betas):
             raise ConfigError(f"betas must be two numbers in [0, 1), got {list(self.betas)!r}")
 
-    def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["betas"] = list(self.betas)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> TrainConfig:
-        return config_from_dict(cls, data, source)
-
-
-def check_number(name: str, value: Any, minimum: float | None = None, integer: bool = False,
-                 exclusive: bool = False, optional: bool = False) -> None:
-    """Raise ConfigError unless `value` is a number (an int if `integer`) at or above `minimum`."""
-    if value is None and optional:
-        return
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        raise ConfigError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
-    if minimum is not None and (value <= minimum if exclusive else value < minimum):
-        raise ConfigError(f"{name} must be {'above' if exclusive else 'at least'} {minimum}, got {value!r}")
-
-
-def config_from_dict(cls, data: Any, source: str):
-    """Build a config dataclass from a JSON object; unknown keys and bad values name the key and `source`."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: expected a JSON object")
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = [key for key in data if key not in names]
-    if unknown:
-        raise ConfigError(f"{source}: unknown key {unknown[0]!r}; expected keys: {', '.join(names)}")
-    try:
-        return cls(**data)
-    except ConfigError as error:
-        raise ConfigError(f"{source}: {error}") from None
 
 
 @dataclass
@@ -121,32 +86,6 @@ class TrainResult:
     best: dict[str, Any] | None  # the evaluation record of the kept model; None without an evaluator
     history: list[dict[str, Any]] = field(default_factory=list)  # every evaluation record
     stopped_early: bool = False
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, numpy and torch (all devices): dropout masks and initialisation repeat exactly."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def bf16_supported(device_type: str) -> bool:
-    """Whether bf16 autocast runs natively: on CPU that needs oneDNN's bf16 kernels (AVX-512 BF16 or AMX)."""
-    if device_type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device_type == "cpu":
-        return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    return False
-
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, dict):
-        return {key: to_device(value, device) for key, value in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(value, device) for value in batch)
-    return batch
 
 
 def batch_size_of(batch: Any) -> int:
