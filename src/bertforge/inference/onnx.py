@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from bertforge.atomic import atomic_path
-from bertforge.errors import BertforgeError
+from bertforge.errors import BertforgeError, check_choice
 from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertforge.model import BertModel
 
@@ -99,8 +99,7 @@ def task_of(model: nn.Module) -> str:
 
 
 def check_task(name: str) -> OnnxTask:
-    if name not in ONNX_TASKS:
-        raise BertforgeError(f"unknown task {name!r}; choose from {', '.join(ONNX_TASKS)}")
+    check_choice(name, ONNX_TASKS, "task", error=BertforgeError)
     return ONNX_TASKS[name]
 
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from bertforge import fast_cpu, runtime
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, check_choice
 
 # fp32: as trained. bf16: weights and activations in bfloat16 (GPUs, and CPUs with AVX-512 BF16 or AMX).
 # int8: every nn.Linear quantized dynamically (int8 weights, activations quantized per batch; CPU only).
@@ -30,8 +30,7 @@ class InferenceOptions:
     compile: bool = False  # torch.compile the forward pass (dynamic shapes); the first batches are slow
 
     def __post_init__(self):
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"unknown precision {self.precision!r}; choose from {', '.join(PRECISIONS)}")
+        check_choice(self.precision, PRECISIONS, "precision")
 
     def apply(self, model: nn.Module) -> nn.Module:
         """`model` in eval mode at this precision (changed in place, and returned): same class, same outputs'

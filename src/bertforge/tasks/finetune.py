@@ -23,7 +23,7 @@ from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE
 from bertforge.checkpoint.train_state import TRAIN_STATE_FILE
 from bertforge.config import BertConfig, JsonConfig, check_number, dropout_overrides, read_json_object
-from bertforge.errors import ConfigError, InputError
+from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging
 from bertforge.runtime import resolve_device, seed_everything
@@ -80,16 +80,12 @@ class FinetuneConfig(JsonConfig):
     def __post_init__(self):
         if isinstance(self.training, dict):
             self.training = TrainConfig.from_dict(self.training, "training")
-        if self.task not in TASKS:
-            raise ConfigError(f"unknown task {self.task!r}; choose from {', '.join(TASKS)}")
+        check_choice(self.task, TASKS, "task")
         if self.max_length is None:
             self.max_length = TASKS[self.task].max_length
-        if self.long_text not in LONG_TEXT:
-            raise ConfigError(f"unknown long_text {self.long_text!r}; choose from {', '.join(LONG_TEXT)}")
-        if self.context not in CONTEXTS:
-            raise ConfigError(f"unknown context {self.context!r}; choose from {', '.join(CONTEXTS)}")
-        if self.decoding not in DECODINGS:
-            raise ConfigError(f"unknown decoding {self.decoding!r}; choose from {', '.join(DECODINGS)}")
+        check_choice(self.long_text, LONG_TEXT, "long_text")
+        check_choice(self.context, CONTEXTS, "context")
+        check_choice(self.decoding, DECODINGS, "decoding")
         check_number("null_score_threshold", self.null_score_threshold)
         dropout_overrides(self.dropout)  # validates it
         for name in ("max_length", "batch_size", "eval_batch_size", "max_query_length", "n_best",

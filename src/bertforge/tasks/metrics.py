@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from bertforge.errors import ConfigError
+from bertforge.errors import check_choice
 
 # --- classification -----------------------------------------------------------------------------------------
 
@@ -234,12 +234,10 @@ METRICS: dict[str, dict[str, Metric]] = {
 def compute_metrics(kind: str, predictions: Sequence, references: Sequence,
                     names: Sequence[str] | None = None) -> dict[str, float]:
     """Every metric of a task kind (or the named ones): compute_metrics("regression", p, y) -> {"pearson": ...}."""
-    if kind not in METRICS:
-        raise ConfigError(f"unknown task kind {kind!r}; choose from {', '.join(METRICS)}")
+    check_choice(kind, METRICS, "task kind")
     table = METRICS[kind]
-    unknown = [name for name in names or () if name not in table]
-    if unknown:
-        raise ConfigError(f"unknown {kind} metric {unknown[0]!r}; choose from {', '.join(table)}")
+    for name in names or ():
+        check_choice(name, table, f"{kind} metric")
     return {name: table[name](predictions, references) for name in names or table}
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import nn
 
-from bertforge.errors import ConfigError
+from bertforge.errors import check_choice
 from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertforge.tasks import classification, question_answering, token_classification
 from bertforge.tasks.data import Columns, EncodeSettings, Features, TextExample, read_text_examples
@@ -122,6 +122,5 @@ TASKS: dict[str, Task] = {
 
 
 def get_task(name: str) -> Task:
-    if name not in TASKS:
-        raise ConfigError(f"unknown task {name!r}; choose from {', '.join(TASKS)}")
+    check_choice(name, TASKS, "task")
     return TASKS[name]
