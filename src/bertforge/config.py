@@ -11,6 +11,7 @@ from typing import Any
 from bertforge.activations import ACTIVATIONS
 from bertforge.atomic import write_text_atomic
 from bertforge.errors import ConfigError
+from bertforge.validation import check_fits_in_memory, check_number, encoder_parameters
 
 # config.json keys written by other libraries that say nothing about the encoder's computation.
 IGNORED_KEYS = frozenset({
@@ -60,8 +61,13 @@ class BertConfig:
         if self.hidden_act not in ACTIVATIONS:
             raise ConfigError(f"hidden_act {self.hidden_act!r} is not supported; choose from {', '.join(ACTIVATIONS)}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            check_number(name, getattr(self, name))
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+        check_number("layer_norm_eps", self.layer_norm_eps, minimum=0.0, exclusive=True)
+        check_number("initializer_range", self.initializer_range, minimum=0.0)
+        check_number("pad_token_id", self.pad_token_id, minimum=0, integer=True)
+        check_fits_in_memory(encoder_parameters(self), "the model")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"pad_token_id ({self.pad_token_id}) must be a token id below vocab_size")
         self.id2label = {int(i): str(label) for i, label in self.id2label.items()}
@@ -148,6 +154,7 @@ def dropout_overrides(dropout: float | None) -> dict[str, float]:
     a probability outside [0, 1) is a ConfigError, so run configs call this to validate their `dropout`."""
     if dropout is None:
         return {}
+    check_number("dropout", dropout)
     if not 0.0 <= dropout < 1.0:
         raise ConfigError(f"dropout must be in [0, 1), got {dropout!r}")
     return {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
@@ -175,3 +182,51 @@ def _sized(layers: int, hidden: int, heads: int) -> dict[str, int]:
 
 
 PRESETS = ("tiny", "mini", "small", "medium", "base", "large")
+
+
+def config_from_dict(cls, data: Any, source: str):
+    """Build a config dataclass from a JSON object; unknown keys and bad values name the key and `source`."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a JSON object")
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [key for key in data if key not in names]
+    if unknown:
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r}; expected keys: {', '.join(names)}")
+    try:
+        return cls(**data)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
+
+
+class JsonConfig:
+    """Base of the run configs (training, fine-tuning, pre-training): a dataclass that round-trips to a JSON file.
+    Unknown keys and bad values are ConfigErrors naming the key and the file; a field whose default is a JsonConfig
+    (e.g. FinetuneConfig.training) nests as a JSON object."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return as_json(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config"):
+        nested = {f.name: f.default_factory for f in dataclasses.fields(cls)
+                  if isinstance(f.default_factory, type) and issubclass(f.default_factory, JsonConfig)}
+        if isinstance(data, dict):
+            data = {key: nested[key].from_dict(value, f"{source}, {key}")
+                    if key in nested and isinstance(value, dict) else value for key, value in data.items()}
+        return config_from_dict(cls, data, source)
+
+    def save(self, path: str | Path) -> None:
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path):
+        return cls.from_dict(read_json_object(path, "run config"), str(path))
+
+
+def as_json(value: Any) -> Any:
+    """Tuples as lists, all the way down: the value as JSON reads it back."""
+    if isinstance(value, (tuple, list)):
+        return [as_json(item) for item in value]
+    if isinstance(value, dict):
+        return {key: as_json(item) for key, item in value.items()}
+    return value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -28,3 +29,10 @@ class InputError(BertforgeError):
             where += (f", field {field!r}" if field is not None else "") + ": "
         super().__init__(where + message)
         self.path, self.line, self.field = path, line, field
+
+
+def check_choice(name: object, choices: Iterable[str], what: str, error: type[BertforgeError] = ConfigError) -> None:
+    """Raise `error` unless `name` is one of `choices`, naming them: "unknown pooling 'avg'; choose from cls, mean,
+    max". The one spelling of that message for every table of named variants."""
+    if name not in choices:
+        raise error(f"unknown {what} {name!r}; choose from {', '.join(choices)}")

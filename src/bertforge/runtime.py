@@ -1,4 +1,5 @@
-"""Process-wide CPU settings for fast inference, applied only when asked (the CLI and benchmarks ask).
+"""The process and its devices: seeding, native bf16, moving batches to a device, and CPU settings for fast
+inference (applied only when asked: the CLI and benchmarks ask).
 
 Large activations (a 32 x 128 batch of MiniLM's feed-forward is 25 MB) are allocated and freed in every layer.
 glibc returns such blocks to the kernel at once, so each new one is paged in again on first touch; on a virtual
@@ -10,8 +11,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import random
+from typing import Any
 
+import numpy as np
 import torch
+
+from bertforge.errors import ConfigError
 
 logger = logging.getLogger("bertforge")
 
@@ -40,3 +46,51 @@ def set_threads(num_threads: int | None) -> None:
     """Intra-op threads for torch; None keeps torch's default (one per physical core)."""
     if num_threads is not None:
         torch.set_num_threads(num_threads)
+
+
+def resolve_device(requested: str | None) -> torch.device:
+    """The device a run asked for, checked before any work: None is CUDA when available, else the CPU."""
+    if requested is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(requested)
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigError(f"device {requested!r} is not a device; use cpu, cuda or cuda:N") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"device {requested!r}: this machine has no CUDA GPU (use cpu)")
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"device {requested!r}: this machine has {count} CUDA GPU(s), numbered from 0")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ConfigError(f"device {requested!r}: MPS is not available on this machine (use cpu)")
+    elif device.type != "cpu":
+        raise ConfigError(f"device {requested!r} is not supported; use cpu, cuda or cuda:N")
+    return device
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, numpy and torch (all devices): dropout masks and initialisation repeat exactly."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def bf16_supported(device_type: str) -> bool:
+    """Whether bf16 autocast runs natively: on CPU that needs oneDNN's bf16 kernels (AVX-512 BF16 or AMX)."""
+    if device_type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device_type == "cpu":
+        return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return False
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {key: to_device(value, device) for key, value in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(value, device) for value in batch)
+    return batch

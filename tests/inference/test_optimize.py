@@ -6,12 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertforge import BertModel
+from bertforge import BertModel, runtime
 from bertforge.cli.main import main
 from bertforge.errors import ConfigError
 from bertforge.fast_cpu import PrepackedLinear as Linear
 from bertforge.inference import InferenceOptions, extract_features
-from bertforge.training import trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -42,7 +41,7 @@ def test_int8_quantizes_every_linear_layer_and_stays_close_on_real_text(minilm, 
 
 def test_bf16_casts_the_weights_and_gives_float32_outputs(minilm, minilm_dir, tokenizer, sentences, monkeypatch):
     # Where the CPU lacks native bf16 the kernels are emulated: slow, but the numbers are what bf16 gives.
-    monkeypatch.setattr(trainer, "bf16_supported", lambda device_type: True)
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device_type: True)
     model = InferenceOptions(precision="bf16").apply(BertModel.from_pretrained(minilm_dir))
     assert model.embeddings.tokens.weight.dtype == torch.bfloat16
     batch = tokenizer(sentences[:2], padding=True, return_tensors="pt")
@@ -52,7 +51,7 @@ def test_bf16_casts_the_weights_and_gives_float32_outputs(minilm, minilm_dir, to
 
 
 def test_bf16_without_hardware_support_is_an_error(minilm_dir, monkeypatch):
-    monkeypatch.setattr(trainer, "bf16_supported", lambda device_type: False)
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device_type: False)
     with pytest.raises(ConfigError, match="has no native bf16"):
         InferenceOptions(precision="bf16").apply(BertModel.from_pretrained(minilm_dir))
 

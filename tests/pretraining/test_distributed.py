@@ -23,9 +23,9 @@ from bertforge.pretraining.instances import InstanceStream
 from bertforge.pretraining.masking import Masker
 from bertforge.pretraining.objectives import get_objective
 from bertforge.pretraining.run import PretrainConfig, pretrain
+from bertforge.runtime import seed_everything
 from bertforge.training.distributed import ProcessInfo, rank_seed, read_environment, select_device
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
-from bertforge.training.trainer import seed_everything
 
 WORLD_SIZE, BATCH_SIZE, ACCUMULATION, STEPS, SEQ_LEN, LR, HOLDOUT = 2, 4, 2, 4, 32, 1e-3, 0.1
 # A narrow model (with BERT's dropout) keeps each process's steps to milliseconds.

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
+import math
 from pathlib import Path
 
 from bertforge.errors import InputError
+from bertforge.outputs import check_output_file
 
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:
@@ -18,6 +19,14 @@ def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """A float flag: nan and inf parse as floats but would train a model into NaN."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
     return value
 
 
@@ -78,12 +87,5 @@ def load_encoder(name_or_path: str, inference=None):
 
 
 def check_writable(path: str | Path) -> Path:
-    """Fail before any slow work when `path` can't be created: its folder is a file, or not writable."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise InputError(f"can't create the output's folder: {error.strerror or error}", path) from None
-    if not os.access(path.parent, os.W_OK):
-        raise InputError("the output's folder is not writable", path)
-    return path
+    """Fail before any slow work when the file `path` can't be written (see outputs.check_output_file)."""
+    return check_output_file(path)

@@ -12,6 +12,7 @@ from pathlib import Path
 from bertforge.cli.arguments import add_model_argument, check_writable, positive_int
 from bertforge.errors import CheckpointError, InputError
 from bertforge.inference.onnx import DEFAULT_TOLERANCE, ONNX_TASKS, export_onnx, model_class_of
+from bertforge.outputs import check_output_dir, finish_staging, start_staging
 
 
 def load_for_task(args: argparse.Namespace):
@@ -48,20 +49,21 @@ def run_onnx(args: argparse.Namespace) -> int:
 
 
 def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
-    """No options beyond --model, --output and --task: the files are the format."""
+    """Beyond --model, --output and --task, only whether to replace a model: the files are the format."""
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the model already in --output (otherwise that is an error)")
 
 
 def run_hf(args: argparse.Namespace) -> int:
-    output = Path(args.output)
-    if output.exists() and not output.is_dir():
-        raise InputError("exists and is not a directory; the output is a model directory", output)
-    check_writable(output)
+    output = check_output_dir(args.output, args.overwrite)
     model, tokenizer = load_for_task(args)
+    staging = start_staging(output)  # a failed export leaves the model in --output as it was
     try:
-        model.save_pretrained(output)
-        tokenizer.save_pretrained(output)
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
     except OSError as error:
         raise InputError(f"can't write the model: {error.strerror or error}", output) from None
+    finish_staging(output)
     print(f"wrote {', '.join(sorted(path.name for path in output.iterdir() if path.is_file()))} to {output}")
     return 0
 

@@ -7,7 +7,13 @@ import argparse
 import json
 
 from bertforge.atomic import write_text_atomic
-from bertforge.cli.arguments import add_format_argument, add_inference_arguments, inference_options, positive_int
+from bertforge.cli.arguments import (
+    add_format_argument,
+    add_inference_arguments,
+    check_writable,
+    inference_options,
+    positive_int,
+)
 from bertforge.cli.finetune import add_column_arguments, add_decoding_argument
 from bertforge.errors import InputError
 
@@ -41,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give either --input FILE (with --output FILE.jsonl), --text, or --question and --context")
     if args.input is not None and args.output is None:
         raise InputError("--input needs --output FILE.jsonl")
+    if args.output is not None:
+        check_writable(args.output)
     if text is not None:
         pairs = [text_pair] if text_pair is not None else None
         answer = predict(args.model, texts=[text], text_pairs=pairs, max_length=args.max_length,

@@ -22,10 +22,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.compress.gate import GateReport, check_output, measure, write_if_accepted
+from bertforge.config import check_number
 from bertforge.errors import ConfigError
 from bertforge.heads import IGNORE_INDEX
 from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetuneConfig, FinetunedModel, FinetuneResult, finetune
-from bertforge.training.trainer import check_number, model_loss
+from bertforge.training.trainer import model_loss
 
 # Tasks whose logits the soft-label loss reads: one vector per example, or one per token.
 DISTILLABLE_TASKS = ("classification", "regression", "ner")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bertforge.errors import InputError
+from bertforge.errors import InputError, check_choice
 from bertforge.explain.inner import masked_lm_views
 from bertforge.explain.methods import DEFAULT_STEPS, METHODS, Attributions
 from bertforge.explain.result import Explanation, TokenAttribution, WordAttribution
@@ -20,8 +20,7 @@ def explain(model, tokenizer, text: str, text_pair: str | None = None, target: s
     explanation also holds, in `inner`, what each layer would predict at the [MASK] (see inner.py).
     >>> explain(classifier, tokenizer, "a gripping, funny film").top_words(1)[0].word  # e.g. 'funny'
     """
-    if method not in METHODS:
-        raise InputError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    check_choice(method, METHODS, "method", error=InputError)
     if steps < 1:
         raise InputError(f"steps must be at least 1, got {steps}")
     was_training = model.training

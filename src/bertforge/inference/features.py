@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertforge.errors import BertforgeError
+from bertforge.errors import BertforgeError, check_choice
 
 # The feature-based recipes of the BERT paper's NER study (section 5.3), by name.
 LAYER_COMBINATIONS: dict[str, Callable[[Sequence[torch.Tensor]], torch.Tensor]] = {
@@ -53,11 +53,6 @@ POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "mean": lambda hidden, mask: (hidden * _masked(mask, hidden)).sum(1) / _masked(mask, hidden).sum(1).clamp(min=1),
     "max": lambda hidden, mask: hidden.masked_fill(mask[:, :, None] == 0, torch.finfo(hidden.dtype).min).max(1).values,
 }
-
-
-def check_choice(name: str, table: dict, what: str) -> None:
-    if name not in table:
-        raise BertforgeError(f"unknown {what} {name!r}; choose from {', '.join(table)}")
 
 
 def token_features(model, input_ids, attention_mask, token_type_ids=None, layers: str = "last",
@@ -158,8 +153,7 @@ def extract_token_features(model, tokenizer, texts: Sequence[str], layers: str =
 
     Special tokens are left out. "Unaffable!" at word level -> tokens ["unaffable", "!"], offsets [(0, 9), (9, 10)].
     """
-    if level not in TOKEN_LEVELS:
-        raise BertforgeError(f"unknown level {level!r}; choose from {', '.join(TOKEN_LEVELS)}")
+    check_choice(level, TOKEN_LEVELS, "level", error=BertforgeError)
     results: list[TokenVectors | None] = [None] * len(texts)
     for indices, hidden, _, encoded in _encoded_batches(model, tokenizer, texts, layers, batch_size, max_length,
                                                          progress, with_offsets=True):

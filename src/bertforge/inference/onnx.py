@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from bertforge.atomic import atomic_path
-from bertforge.errors import BertforgeError
+from bertforge.errors import BertforgeError, check_choice
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 MIN_OPSET = 18  # the oldest opset torch's default (dynamo) exporter targets
@@ -99,8 +99,7 @@ def task_of(model: nn.Module) -> str:
 
 
 def check_task(name: str) -> OnnxTask:
-    if name not in ONNX_TASKS:
-        raise BertforgeError(f"unknown task {name!r}; choose from {', '.join(ONNX_TASKS)}")
+    check_choice(name, ONNX_TASKS, "task", error=BertforgeError)
     return ONNX_TASKS[name]
 
 

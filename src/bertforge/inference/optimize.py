@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertforge import fast_cpu
-from bertforge.errors import ConfigError
+from bertforge import fast_cpu, runtime
+from bertforge.errors import ConfigError, check_choice
 
 # fp32: as trained. bf16: weights and activations in bfloat16 (GPUs, and CPUs with AVX-512 BF16 or AMX).
 # int8: every nn.Linear quantized dynamically (int8 weights, activations quantized per batch; CPU only).
@@ -49,14 +49,11 @@ class InferenceOptions:
     device: str = "cpu"  # cpu, cuda, cuda:N or mps; checked when applied
 
     def __post_init__(self):
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"unknown precision {self.precision!r}; choose from {', '.join(PRECISIONS)}")
+        check_choice(self.precision, PRECISIONS, "precision")
 
     def apply(self, model: nn.Module) -> nn.Module:
         """`model` in eval mode at this precision (changed in place, and returned): same class, same outputs'
         types (float32 tensors), so every caller works unchanged."""
-        from bertforge.training.trainer import bf16_supported
-
         model.eval()
         if self.device != "cpu":
             model.to(check_device(self.device))
@@ -69,7 +66,7 @@ class InferenceOptions:
                 warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
                 quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
         elif self.precision == "bf16":
-            if not bf16_supported(device.type):
+            if not runtime.bf16_supported(device.type):
                 raise ConfigError(f"this {device.type} has no native bf16 (on CPU: AVX-512 BF16 or AMX); "
                                   "use fp32 or int8")
             model.to(torch.bfloat16)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from bertforge.atomic import atomic_path, write_text_atomic
-from bertforge.errors import ConfigError, InputError
+from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.tokenizer.tokenizer import BertTokenizer
 
 logger = logging.getLogger("bertforge")
@@ -300,8 +300,7 @@ class CorpusReader:
                 "no manifest.json: not a prepared corpus, or its preparation did not finish"
             raise InputError(reason, self.directory)
         self.manifest = _read_manifest(manifest_path)
-        if split not in SPLITS:
-            raise ConfigError(f"unknown corpus split {split!r}; choose from {', '.join(SPLITS)}")
+        check_choice(split, SPLITS, "corpus split")
         if not 0 <= rank < world_size:
             raise ConfigError(f"rank must be in 0..{world_size - 1}, got {rank}")
         self.split, self.rank, self.world_size = split, rank, world_size

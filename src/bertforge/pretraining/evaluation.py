@@ -23,7 +23,7 @@ from bertforge.pretraining.heads import (
 )
 from bertforge.pretraining.instances import InstanceStream
 from bertforge.pretraining.masking import Masker
-from bertforge.training.trainer import to_device
+from bertforge.runtime import to_device
 
 
 def _masked_predictions(output: Any) -> torch.Tensor:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, check_choice
 from bertforge.heads import IGNORE_INDEX
 from bertforge.tokenizer.vocab import Vocab
 from bertforge.tokenizer.wordpiece import CONTINUATION
@@ -116,8 +116,7 @@ def mask_tokens(input_ids: torch.Tensor, maskable: torch.Tensor, word_starts: to
 
 
 def strategy_function(name: str):
-    if name not in MASKING_STRATEGIES:
-        raise ConfigError(f"unknown masking strategy {name!r}; choose from {', '.join(MASKING_STRATEGIES)}")
+    check_choice(name, MASKING_STRATEGIES, "masking strategy")
     return MASKING_STRATEGIES[name]
 
 

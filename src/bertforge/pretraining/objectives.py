@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from bertforge.config import BertConfig
-from bertforge.errors import ConfigError
+from bertforge.errors import check_choice
 from bertforge.pretraining.heads import BertForMaskedLM, BertForPreTraining, ElectraForPreTraining
 
 Batch = Mapping[str, torch.Tensor]
@@ -65,6 +65,5 @@ OBJECTIVES: dict[str, Objective] = {
 
 
 def get_objective(name: str) -> Objective:
-    if name not in OBJECTIVES:
-        raise ConfigError(f"unknown pre-training objective {name!r}; choose from {', '.join(OBJECTIVES)}")
+    check_choice(name, OBJECTIVES, "pre-training objective")
     return OBJECTIVES[name]

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from bertforge.errors import ConfigError, InputError
+from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import default_labels
 from bertforge.tasks.data import EncodeSettings, Features, TextExample
 from bertforge.tasks.metrics import compute_metrics
@@ -84,8 +84,7 @@ def encode(tokenizer, examples: Sequence[TextExample], settings: EncodeSettings,
            id2label: dict[int, str]) -> Features:
     """Examples -> one row per model input ({input_ids, token_type_ids[, labels]}), labels as ids, or as
     floats when there is one output (regression). Unlabelled examples give rows without labels."""
-    if settings.long_text not in LONG_TEXT:
-        raise ConfigError(f"unknown long_text {settings.long_text!r}; choose from {', '.join(LONG_TEXT)}")
+    check_choice(settings.long_text, LONG_TEXT, "long_text")
     texts = [example.text for example in examples]
     pairs = [example.text_pair for example in examples]
     if all(pair is None for pair in pairs):

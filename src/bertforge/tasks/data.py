@@ -35,18 +35,27 @@ class Table:
 
 
 def _read_delimited(path: Path, text: str, delimiter: str, quoting: int) -> Table:
+    # The csv module refuses fields over 128 KB by default; a long document is a field as long as the file at most.
+    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
     # newline="": rows end at \n or \r\n only, as the csv module expects (not at U+2028 inside a text).
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
-    header = next(reader, None)
-    if header is None:
-        raise InputError("the file is empty", path)
-    rows, line = [], reader.line_num + 1
-    for values in reader:
-        if values:  # blank lines carry no example
-            if len(values) != len(header):  # e.g. an unquoted comma inside a CSV text
-                raise InputError(f"the row has {len(values)} fields, the header has {len(header)}", path, line)
-            rows.append((line, dict(zip(header, values))))
+    # strict: an unclosed quote is an error, not a field that swallows every row after it.
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting, strict=True)
+    rows, line = [], 1
+    try:
+        header = next(reader, None)
+        if header is None:
+            raise InputError("the file is empty", path)
         line = reader.line_num + 1
+        for values in reader:
+            if values:  # blank lines carry no example
+                if len(values) != len(header):  # e.g. an unquoted comma inside a CSV text
+                    raise InputError(f"the row has {len(values)} fields, the header has {len(header)}", path, line)
+                rows.append((line, dict(zip(header, values))))
+            line = reader.line_num + 1
+    except csv.Error as error:
+        reason = ("a quote opened in this row is never closed" if "end of data" in str(error)
+                  else f"malformed quoting ({error})")
+        raise InputError(reason, path, line) from None
     return Table(path, header, rows)
 
 
@@ -156,6 +165,14 @@ def cell(table: Table, line: int, row: dict[str, Any], name: str) -> Any:
     return row[name]
 
 
+def text_cell(table: Table, line: int, row: dict[str, Any], name: str) -> str:
+    """A text: a JSON number or object where a text belongs is the user's mistake, not something to str()."""
+    value = cell(table, line, row, name)
+    if not isinstance(value, str):
+        raise InputError(f"expected a text, got {json.dumps(value)[:40]}", table.path, line, field=name)
+    return value
+
+
 # --- examples of text tasks -----------------------------------------------------------------------------------
 
 @dataclass
@@ -221,8 +238,8 @@ def read_text_examples(path: str | Path, columns: Columns, label_kind: str | Non
     known = set(label_names) if label_names is not None else None
     examples = []
     for line, row in table.rows:
-        text = str(cell(table, line, row, columns.text))
-        pair = str(cell(table, line, row, columns.text_pair)) if columns.text_pair else None
+        text = text_cell(table, line, row, columns.text)
+        pair = text_cell(table, line, row, columns.text_pair) if columns.text_pair else None
         label = None
         if label_kind is not None:
             raw = cell(table, line, row, columns.label)
@@ -284,7 +301,8 @@ class LengthGroupedBatches:
     """Training batches of similar length in random order: shuffle, cut into pools of 50 batches, sort each pool
     by length, then shuffle the batches. Padding stays small and every epoch sees a new order.
 
-    Epoch e uses the generator seed `seed + e`, so a run repeats exactly.
+    Epoch e uses the generator seed `seed + e`, so a run repeats exactly, and a resumed run picks up the order of
+    the epoch it stopped in (set_epoch).
     """
 
     def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, pool_batches: int = 50):
@@ -293,6 +311,9 @@ class LengthGroupedBatches:
 
     def __len__(self) -> int:
         return math.ceil(len(self.lengths) / self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def __iter__(self) -> Iterator[list[int]]:
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
@@ -314,6 +335,9 @@ class FeatureBatches:
 
     def __len__(self) -> int:
         return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         for indices in self.sampler:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,21 +21,25 @@ from torch import nn
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE
-from bertforge.config import BertConfig, dropout_overrides, read_json_object
-from bertforge.errors import ConfigError
+from bertforge.checkpoint.train_state import TRAIN_STATE_FILE
+from bertforge.config import BertConfig, JsonConfig, check_number, dropout_overrides, read_json_object
+from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
+from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging
+from bertforge.runtime import resolve_device, seed_everything
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, data_format, training_batches
 from bertforge.tasks.registry import RUN_CONFIG_FILE, TASKS, Task, get_task, inspect_checkpoint
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 from bertforge.tokenizer import BertTokenizer
 from bertforge.training.trainer import (
+    CHECKPOINT_DIR,
+    METRICS_FILE,
+    TRAIN_LOG_FILE,
     TrainConfig,
     Trainer,
-    check_number,
-    config_from_dict,
     model_loss,
-    seed_everything,
+    read_log,
 )
 
 logger = logging.getLogger("bertforge")
@@ -43,7 +48,7 @@ EVAL_RESULTS_FILE = "eval_results.json"
 
 
 @dataclass
-class FinetuneConfig:
+class FinetuneConfig(JsonConfig):
     """Everything a fine-tuning run needs; `bertforge finetune` flags and `--config run.json` fill it."""
 
     train: str | None = None  # training data file (.csv, .tsv, .jsonl; CoNLL for ner, SQuAD .json for qa)
@@ -74,16 +79,12 @@ class FinetuneConfig:
     def __post_init__(self):
         if isinstance(self.training, dict):
             self.training = TrainConfig.from_dict(self.training, "training")
-        if self.task not in TASKS:
-            raise ConfigError(f"unknown task {self.task!r}; choose from {', '.join(TASKS)}")
+        check_choice(self.task, TASKS, "task")
         if self.max_length is None:
             self.max_length = TASKS[self.task].max_length
-        if self.long_text not in LONG_TEXT:
-            raise ConfigError(f"unknown long_text {self.long_text!r}; choose from {', '.join(LONG_TEXT)}")
-        if self.context not in CONTEXTS:
-            raise ConfigError(f"unknown context {self.context!r}; choose from {', '.join(CONTEXTS)}")
-        if self.decoding not in DECODINGS:
-            raise ConfigError(f"unknown decoding {self.decoding!r}; choose from {', '.join(DECODINGS)}")
+        check_choice(self.long_text, LONG_TEXT, "long_text")
+        check_choice(self.context, CONTEXTS, "context")
+        check_choice(self.decoding, DECODINGS, "decoding")
         check_number("null_score_threshold", self.null_score_threshold)
         dropout_overrides(self.dropout)  # validates it
         for name in ("max_length", "batch_size", "eval_batch_size", "max_query_length", "n_best",
@@ -103,23 +104,6 @@ class FinetuneConfig:
                               version_2=self.version_2, n_best=self.n_best, max_answer_length=self.max_answer_length,
                               null_score_threshold=self.null_score_threshold)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "training": self.training.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> FinetuneConfig:
-        """Unknown keys (here or under "training") are errors naming the key and `source`."""
-        if isinstance(data, dict) and isinstance(data.get("training"), dict):
-            data = {**data, "training": TrainConfig.from_dict(data["training"], f"{source}, training")}
-        return config_from_dict(cls, data, source)
-
-    @classmethod
-    def load(cls, path: str | Path) -> FinetuneConfig:
-        return cls.from_dict(read_json_object(path, "run config"), str(path))
-
-    def save(self, path: str | Path) -> None:
-        write_text_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
-
 
 @dataclass
 class FinetuneResult:
@@ -133,18 +117,34 @@ class FinetuneResult:
 
 def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None,
              dev_examples: Sequence[Any] | None = None, model: nn.Module | None = None,
-             loss_fn: Callable[[nn.Module, Any], Any] = model_loss) -> FinetuneResult:
+             loss_fn: Callable[[nn.Module, Any], Any] = model_loss, overwrite: bool = False, resume: bool = False
+             ) -> FinetuneResult:
     """Fine-tune `config.model` on the training data and keep the best model (by the task's main metric).
 
     Examples may be given directly (in memory) instead of `config.train` / `config.dev`. Every data error is
     raised before the model is loaded. `model` (with its labels) trains instead of one loaded from `config.model`
     (whose tokenizer is used), and `loss_fn(model, batch)` replaces the model's own loss: distillation passes its
-    student and loss (bertforge.compress.distill).
+    student and loss (bertforge.compress.distill). The run writes into OUTPUT.incomplete/ and moves it to OUTPUT
+    when it ends; a folder holding a model is replaced only with `overwrite`; `resume` continues a killed run from
+    its last checkpoint exactly (the same losses as a run never stopped).
     """
     if config.output is None:
         raise ConfigError("an output directory is required (--output, or \"output\" in the run config)")
     if train_examples is None and config.train is None:
         raise ConfigError("training data is required (--train, or \"train\" in the run config)")
+    resolve_device(config.training.device)
+    output = Path(config.output)
+    staging = staging_dir(output)
+    if resume:
+        finished = finished_run(output, staging)
+        if finished is not None:
+            return finished
+        check_resumable(config, staging)
+    else:
+        check_output_dir(output, overwrite)
+        if (staging / CHECKPOINT_DIR).exists() and not overwrite:
+            raise InputError(f"holds a killed run into {output}; pass --resume to continue it, or --overwrite to "
+                             "start again", staging)
     task = get_task(config.task)
     if train_examples is None:
         train_examples = task.read_examples(config.train, config.columns, settings=config.settings)
@@ -164,11 +164,11 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
     if model is None:
         model = load_task_model(task, config.model, id2label, config.random_init, config.training.seed,
                                 config.dropout)
-    output = Path(config.output)
-    training = dataclasses.replace(config.training, output_dir=str(output))
-    output.mkdir(parents=True, exist_ok=True)
-    dataclasses.replace(config, training=training).save(output / RUN_CONFIG_FILE)
-    tokenizer.save_pretrained(output)
+    start_staging(output, keep=resume)
+    dataclasses.replace(config, training=dataclasses.replace(config.training, output_dir=str(output))).save(
+        staging / RUN_CONFIG_FILE)
+    tokenizer.save_pretrained(staging)
+    training = dataclasses.replace(config.training, output_dir=str(staging))
 
     def evaluate(model: nn.Module) -> dict[str, float]:
         answers = task.predict(model, dev_features, dev_examples, config.eval_batch_size)
@@ -176,10 +176,44 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
 
     batches = training_batches(train_features, config.batch_size, tokenizer.pad_token_id, training.seed)
     trainer = Trainer(model, training, batches, evaluate=evaluate if dev_features is not None else None,
-                      main_metric=task.main_metric, save=lambda model: model.save_pretrained(output),
+                      main_metric=task.main_metric, save=lambda model: model.save_pretrained(staging),
                       loss_fn=loss_fn)
-    result = trainer.train()
+    result = trainer.train(resume=resume)
+    shutil.rmtree(staging / CHECKPOINT_DIR, ignore_errors=True)  # the optimizer state is twice the model
+    finish_staging(output)
     return FinetuneResult(output, result.best, result.history, result.steps, result.stopped_early, notes)
+
+
+# Run settings that a resumed run may change: they don't affect what is computed.
+RESUMABLE_CHANGES = frozenset({"output", "train", "dev", "eval_batch_size", "training.progress",
+                               "training.output_dir", "training.device", "training.save_every",
+                               "training.log_every"})
+
+
+def check_resumable(config: FinetuneConfig, staging: Path) -> None:
+    """A run resumes only with the settings it started with: anything else would not be the run it continues."""
+    if not (staging / CHECKPOINT_DIR / TRAIN_STATE_FILE).is_file():
+        raise InputError("no killed run to resume here (no checkpoint); start the run without --resume", staging)
+    saved = FinetuneConfig.load(staging / RUN_CONFIG_FILE).to_dict()
+    current = config.to_dict()
+    for key in current:
+        values = [(key, current[key], saved.get(key))] if key != "training" else [
+            (f"training.{name}", value, saved["training"].get(name)) for name, value in current[key].items()]
+        for name, now, before in values:
+            if name not in RESUMABLE_CHANGES and now != before:
+                raise ConfigError(f"{staging / RUN_CONFIG_FILE}: the run was started with {name}={before!r}, this "
+                                  f"one has {name}={now!r}; resume with the same settings")
+
+
+def finished_run(output: Path, staging: Path) -> FinetuneResult | None:
+    """The result of a run that already ended (nothing to resume: it is not run or evaluated again)."""
+    if staging.exists() or not (output / RUN_CONFIG_FILE).is_file():
+        return None
+    summary = read_json_object(output / METRICS_FILE, "metrics") if (output / METRICS_FILE).is_file() else {}
+    history = summary.get("evaluations", [])
+    best = summary.get("best")
+    steps = max([record.get("step", 0) for record in read_log(output / TRAIN_LOG_FILE)] or [0])
+    return FinetuneResult(output, best, history, steps, False, [f"the run in {output} had already finished"])
 
 
 def load_task_model(task: Task, model: str, id2label: dict[int, str], random_init: bool, seed: int,
@@ -190,9 +224,9 @@ def load_task_model(task: Task, model: str, id2label: dict[int, str], random_ini
     overrides = dropout_overrides(dropout)
     if id2label:
         overrides |= {"id2label": id2label, "label2id": {label: i for i, label in id2label.items()}}
+    seed_everything(seed)  # the new head's initial weights are the seed's: a run repeats, a resumed run matches
     if not random_init:
         return task.model_class.from_pretrained(model, **overrides)
-    seed_everything(seed)
     config = BertConfig.load(resolve_model_dir(model) / CONFIG_FILE)
     return task.model_class(dataclasses.replace(config, **overrides))
 

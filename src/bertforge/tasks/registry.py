@@ -23,7 +23,7 @@ from torch import nn
 
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE, SAFETENSORS_FILE, read_state_dict
-from bertforge.errors import CheckpointError, ConfigError
+from bertforge.errors import CheckpointError, ConfigError, check_choice
 from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertforge.model import BertModel
 from bertforge.tasks import classification, question_answering, token_classification
@@ -188,8 +188,7 @@ def task_of_model(model: nn.Module) -> Task | None:
 
 
 def get_task(name: str) -> Task:
-    if name not in TASKS:
-        raise ConfigError(f"unknown task {name!r}; choose from {', '.join(TASKS)}")
+    check_choice(name, TASKS, "task")
     return TASKS[name]
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from bertforge.errors import ConfigError, InputError
+from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import IGNORE_INDEX
 from bertforge.inference.features import pad_ids
 from bertforge.tasks.data import PLAIN_TEXT_COLUMN, EncodeSettings, Features, data_format, read_table
@@ -220,8 +220,7 @@ def token_features(sentences: Sequence[TaggedSentence], tokenizer, label2id: Map
         raise ConfigError(f"max_length={max_length} leaves no room for a word between [CLS] and [SEP]")
     if stride < 0:
         raise ConfigError(f"stride must be at least 0 words, got {stride}")
-    if context not in CONTEXTS:
-        raise ConfigError(f"unknown context {context!r}; choose from {', '.join(CONTEXTS)}")
+    check_choice(context, CONTEXTS, "context")
     budget = max_length - 2
     pieces = [_word_pieces(sentence, tokenizer) for sentence in sentences]
     documents = _documents(sentences, pieces) if context == "document" else None
@@ -285,8 +284,7 @@ def predict_tags(sentences: Sequence[TaggedSentence], features: Sequence[TokenFe
     decoding: "argmax" tags each word with its most probable label; "viterbi" picks the most probable sequence
     of tags that is valid IOB2 (I-X only after B-X or I-X), from the same per-word probabilities.
     """
-    if decoding not in DECODINGS:
-        raise ConfigError(f"unknown decoding {decoding!r}; choose from {', '.join(DECODINGS)}")
+    check_choice(decoding, DECODINGS, "decoding")
     # Per sentence, per word: (context on the nearer side, feature index, position).
     best: list[dict[int, tuple[int, int, int]]] = [{} for _ in sentences]
     for feature_index, feature in enumerate(features):

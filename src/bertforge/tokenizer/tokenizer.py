@@ -18,6 +18,7 @@ from bertforge.errors import BertforgeError, CheckpointError, ConfigError, Input
 from bertforge.tokenizer.basic import BasicTokenizer
 from bertforge.tokenizer.vocab import SPECIAL_TOKENS, Vocab
 from bertforge.tokenizer.wordpiece import CONTINUATION, WordPiece, WordPieceCache
+from bertforge.validation import check_number
 
 DEFAULT_MAX_LENGTH = 512
 # tokenizer_config.json keys that bertforge honours; the other keys transformers writes are metadata.
@@ -132,6 +133,7 @@ class BertTokenizer:
         special_tokens = {role: _token_content(config[role]) for role in SPECIAL_TOKENS if config.get(role)}
         vocab = Vocab.from_file(directory / "vocab.txt", special_tokens)
         chosen = {key: config[key] for key in SETTINGS if key in config} | settings
+        _check_settings(chosen, directory / "tokenizer_config.json")
         if chosen.get("model_max_length", 0) > 10**12:
             # transformers writes a huge sentinel for "no limit"; BERT's position table makes 512 the real one.
             chosen["model_max_length"] = DEFAULT_MAX_LENGTH
@@ -415,3 +417,16 @@ def _read_tokenizer_config(path: Path) -> dict[str, Any]:
 def _token_content(value: str | dict[str, Any]) -> str:
     """A special token as transformers writes it: a string, or {"content": "[UNK]", ...}."""
     return value["content"] if isinstance(value, dict) else value
+
+
+def _check_settings(settings: dict[str, Any], source: Path) -> None:
+    """Flags must be true/false (the string "no" is truthy), model_max_length a positive integer."""
+    for key in ("do_lower_case", "tokenize_chinese_chars", "strip_accents"):
+        value = settings.get(key, False)
+        if not isinstance(value, bool) and not (key == "strip_accents" and value is None):
+            raise ConfigError(f"{source}: {key} must be true or false, got {value!r}")
+    if "model_max_length" in settings:
+        try:
+            check_number("model_max_length", settings["model_max_length"], minimum=1, integer=True)
+        except ConfigError as error:
+            raise ConfigError(f"{source}: {error}") from None

@@ -1,6 +1,7 @@
+from bertforge.runtime import bf16_supported, seed_everything
 from bertforge.training.distributed import ProcessInfo, is_main_process, read_environment
 from bertforge.training.optim import build_optimizer, linear_warmup_decay, parameter_groups
-from bertforge.training.trainer import TrainConfig, Trainer, TrainResult, bf16_supported, seed_everything
+from bertforge.training.trainer import TrainConfig, Trainer, TrainResult
 
 __all__ = [
     "ProcessInfo", "TrainConfig", "TrainResult", "Trainer", "bf16_supported", "build_optimizer", "is_main_process",
