@@ -1,7 +1,8 @@
 """Smaller models on real tasks, in one run: each fine-tuned model at fp32, bertforge int8 (outlier channels in
 float32; `bertforge quantize`), torch's per-tensor dynamic int8 (`--precision int8`), bf16 (where native), and ONNX
 Runtime's own dynamic int8 quantization of the same model, each with the task's metric on its dev file and the
-end-to-end predict time (tokenizing + predicting the whole dev file, median of --repeats after a warm-up).
+end-to-end predict time (tokenizing + predicting the whole dev file, median of --repeats after a warm-up, the
+variants taking turns pass by pass).
 
     python bench/bench_compress.py [--runs sst2,mrpc,stsb,conll2003] [--runs-dir runs] [--threads 2]
     python bench/bench_compress.py --model DIR --dev FILE [--model DIR --dev FILE ...]
@@ -89,14 +90,19 @@ def variants(model_dir: Path, examples, threads: int, folder: Path):
     return table
 
 
-def time_predictions(finetuned: FinetunedModel, examples, repeats: int, batch_size: int = 64):
-    finetuned.evaluate(examples[:batch_size], batch_size)  # warm-up: weight reordering, prepacking, ORT's arena
-    seconds, metrics = [], None
+def time_predictions(models: dict[str, FinetunedModel], examples, repeats: int, batch_size: int = 64):
+    """name -> (metrics, median seconds); the variants take turns pass by pass, so that a slow spell of a shared
+    machine falls on all of them rather than on one."""
+    for finetuned in models.values():
+        finetuned.evaluate(examples[:batch_size], batch_size)  # warm-up: weight reordering, prepacking, ORT's arena
+    seconds = {name: [] for name in models}
+    metrics = {}
     for _ in range(repeats):
-        start = time.perf_counter()
-        metrics = finetuned.evaluate(examples, batch_size)
-        seconds.append(time.perf_counter() - start)
-    return metrics, statistics.median(seconds)
+        for name, finetuned in models.items():
+            start = time.perf_counter()
+            metrics[name] = finetuned.evaluate(examples, batch_size)
+            seconds[name].append(time.perf_counter() - start)
+    return {name: (metrics[name], statistics.median(seconds[name])) for name in models}
 
 
 def quick_model(folder: Path, sentences: int) -> tuple[Path, Path]:
@@ -146,14 +152,13 @@ def main() -> None:
         reference = FinetunedModel.load(model_dir)
         examples = reference.read(dev, reference.columns(), labelled=True)[:args.dev_examples]
         metric = reference.task.main_metric
-        baseline = None
-        for variant, make in variants(model_dir, examples, args.threads, folder).items():
-            metrics, seconds = time_predictions(make(), examples, args.repeats)
-            baseline = baseline or (metrics[metric], seconds)
-            print(f"{name:<12}{variant:<23}{metric:<10}{metrics[metric]:>8.4f}"
-                  f"{100 * (metrics[metric] - baseline[0]):>+8.2f}{seconds:>11.2f}{baseline[1] / seconds:>9.2f}x",
-                  flush=True)
-
+        made = {variant: make() for variant, make in variants(model_dir, examples, args.threads, folder).items()}
+        results = time_predictions(made, examples, args.repeats)
+        baseline_metric, baseline_seconds = results["fp32"][0][metric], results["fp32"][1]
+        for variant, (metrics, seconds) in results.items():
+            change = 100 * (metrics[metric] - baseline_metric)
+            print(f"{name:<12}{variant:<23}{metric:<10}{metrics[metric]:>8.4f}{change:>+8.2f}{seconds:>11.2f}"
+                  f"{baseline_seconds / seconds:>9.2f}x", flush=True)
 
 if __name__ == "__main__":
     main()

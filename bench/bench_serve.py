@@ -1,11 +1,13 @@
 """Load test of `bertforge serve` on loopback: concurrent clients posting /embed, bounded in time and count.
 
-    python bench/bench_serve.py [--clients 32] [--seconds 20] [--model default] [--compare-unbatched]
+    python bench/bench_serve.py [--clients 64] [--seconds 20] [--model default] [--compare-unbatched]
 
 The server runs in its own process (as `bertforge serve`, on a free 127.0.0.1 port). Each client thread keeps one
-HTTP connection and posts 1-4 real sentences (SST-2 dev) per request until the time or request budget runs out.
-Reports requests/s, sentences/s, p50/p99 latency, failed requests (must be 0) and the server's batch sizes.
-With --compare-unbatched it repeats the run against a server with --max-batch-size 1 and prints the ratio.
+HTTP connection and posts real sentences (SST-2 dev) until the time or request budget runs out, with mixed request
+sizes: 1-4 sentences mostly, 16 or 64 now and then. Reports requests/s, sentences/s, p50/p99 latency, the requests
+shed with 503 (the bounded queue doing its job), failed requests (anything else; must be 0), how many large
+requests were served, and the server's batch sizes. With --compare-unbatched it repeats the run against a server
+with --max-batch-size 1 and prints the ratio. The machine (lscpu model name and AVX-512/AMX flags) is printed.
 """
 
 from __future__ import annotations
@@ -85,26 +87,47 @@ class ServerProcess:
                 self.process.wait()
 
 
+# Sentences per request and how often: mostly small, with large requests mixed in.
+REQUEST_SIZES = ((1, 40), (2, 20), (4, 25), (16, 10), (64, 5))
+LARGE = 16  # requests of at least this many sentences count as large
+
+
+def machine() -> str:
+    """lscpu's model name and the AVX-512 / AVX512-BF16 / AMX flags, as bench/README.md records them."""
+    try:
+        cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:
+        return "unknown CPU"
+    name = next((line.split(":", 1)[1].strip() for line in cpu.splitlines() if line.startswith("Model name")), "?")
+    flags = next((line.split(":", 1)[1].split() for line in cpu.splitlines() if line.startswith("Flags")), [])
+    wanted = [flag for flag in flags if flag in ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile")]
+    return f"{name}, {os.cpu_count()} logical CPUs, flags: {' '.join(wanted) or 'no AVX-512/AMX'}"
+
+
 def client(port: int, sentences: list[str], seed: int, end: float, max_requests: int, results: list) -> None:
-    """Post /embed until `end` or `max_requests`; append (latency seconds, sentences, ok) per request."""
+    """Post /embed until `end` or `max_requests`; append (latency seconds, sentences, status) per request, status
+    0 when the request failed without an HTTP answer."""
     rng = random.Random(seed)
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    sizes, weights = zip(*REQUEST_SIZES)
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     for _ in range(max_requests):
         if time.monotonic() >= end:
             break
-        texts = rng.sample(sentences, rng.randint(1, 4))
+        texts = rng.choices(sentences, k=rng.choices(sizes, weights)[0])
         body = json.dumps({"texts": texts})
         start = time.perf_counter()
         try:
             connection.request("POST", "/embed", body, {"Content-Type": "application/json"})
             response = connection.getresponse()
             payload = response.read()
-            ok = response.status == 200 and len(json.loads(payload)["embeddings"]) == len(texts)
+            status = response.status
+            if status == 200 and len(json.loads(payload)["embeddings"]) != len(texts):
+                status = -1
         except (OSError, http.client.HTTPException, ValueError, KeyError):
-            ok = False
+            status = 0
             connection.close()
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        results.append((time.perf_counter() - start, len(texts), ok))
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        results.append((time.perf_counter() - start, len(texts), status))
     connection.close()
 
 
@@ -116,7 +139,7 @@ def load_test(port: int, sentences: list[str], clients: int, seconds: float, max
                                          headers={"Content-Type": "application/json"})
         urllib.request.urlopen(request, timeout=60).read()
     before = get_json(port, "/health")
-    results: list[tuple[float, int, bool]] = []  # list.append is atomic: the threads share it
+    results: list[tuple[float, int, int]] = []  # list.append is atomic: the threads share it
     start = time.monotonic()
     end = start + seconds
     threads = [threading.Thread(target=client, args=(port, sentences, seed, end, max_requests // clients, results))
@@ -127,13 +150,16 @@ def load_test(port: int, sentences: list[str], clients: int, seconds: float, max
         thread.join(seconds + 60)
     elapsed = time.monotonic() - start
     after = get_json(port, "/health")
-    latencies = sorted(latency for latency, _, ok in results if ok)
+    latencies = sorted(latency for latency, _, status in results if status == 200)
     batches, texts = after["batches"] - before["batches"], after["texts"] - before["texts"]
+    large = [status for _, size, status in results if size >= LARGE]
     return {
         "requests": len(results),
-        "failed": sum(not ok for _, _, ok in results),
+        "shed": sum(status == 503 for _, _, status in results),
+        "failed": sum(status not in (200, 503) for _, _, status in results),
+        "large_served": f"{large.count(200)}/{len(large)}",
         "requests_per_s": len(latencies) / elapsed,
-        "sentences_per_s": sum(n for _, n, ok in results if ok) / elapsed,
+        "sentences_per_s": sum(n for _, n, status in results if status == 200) / elapsed,
         "p50_ms": 1000 * statistics.median(latencies) if latencies else float("nan"),
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else float("nan"),
         "mean_batch": texts / batches if batches else 0.0,
@@ -145,13 +171,13 @@ def load_test(port: int, sentences: list[str], clients: int, seconds: float, max
 def report(name: str, figures: dict) -> str:
     return (f"{name:<22}{figures['requests_per_s']:>10.1f}{figures['sentences_per_s']:>13.1f}"
             f"{figures['p50_ms']:>10.1f}{figures['p99_ms']:>10.1f}{figures['mean_batch']:>12.1f}"
-            f"{figures['requests']:>10d}{figures['failed']:>8d}")
+            f"{figures['requests']:>10d}{figures['shed']:>7d}{figures['large_served']:>13}{figures['failed']:>8d}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="default")
-    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--max-requests", type=int, default=200_000, help="upper bound on requests in all")
     parser.add_argument("--max-wait-ms", type=float, default=5.0)
@@ -165,10 +191,12 @@ def main() -> int:
     runs = {"micro-batched": ["--max-wait-ms", str(args.max_wait_ms)]}
     if args.compare_unbatched:
         runs["unbatched (batch 1)"] = ["--max-batch-size", "1"]
+    mix = ", ".join(f"{size} ({weight}%)" for size, weight in REQUEST_SIZES)
+    print(f"{machine()}")
     print(f"bertforge serve, model {args.model}, {args.server_threads} torch thread(s): {args.clients} clients x "
-          f"{args.seconds:.0f} s on 127.0.0.1, 1-4 SST-2 dev sentences per POST /embed")
+          f"{args.seconds:.0f} s on 127.0.0.1, SST-2 dev sentences per POST /embed: {mix}")
     print(f"{'server':<22}{'req/s':>10}{'sentences/s':>13}{'p50 ms':>10}{'p99 ms':>10}{'mean batch':>12}"
-          f"{'requests':>10}{'failed':>8}")
+          f"{'requests':>10}{'503':>7}{'large served':>13}{'failed':>8}")
     figures = {}
     for name, extra in runs.items():
         server = ServerProcess(args.model, args.server_threads, extra)

@@ -12,6 +12,7 @@ from typing import Any
 from bertforge.activations import ACTIVATIONS
 from bertforge.atomic import write_text_atomic
 from bertforge.errors import ConfigError
+from bertforge.validation import check_fits_in_memory, check_number, encoder_parameters
 
 logger = logging.getLogger("bertforge")
 
@@ -92,8 +93,13 @@ class BertConfig:
         if self.hidden_act not in ACTIVATIONS:
             raise ConfigError(f"hidden_act {self.hidden_act!r} is not supported; choose from {', '.join(ACTIVATIONS)}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            check_number(name, getattr(self, name))
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+        check_number("layer_norm_eps", self.layer_norm_eps, minimum=0.0, exclusive=True)
+        check_number("initializer_range", self.initializer_range, minimum=0.0)
+        check_number("pad_token_id", self.pad_token_id, minimum=0, integer=True)
+        check_fits_in_memory(encoder_parameters(self), "the model")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"pad_token_id ({self.pad_token_id}) must be a token id below vocab_size")
         self.id2label = {int(i): str(label) for i, label in self.id2label.items()}
@@ -188,6 +194,7 @@ def dropout_overrides(dropout: float | None) -> dict[str, float]:
     a probability outside [0, 1) is a ConfigError, so run configs call this to validate their `dropout`."""
     if dropout is None:
         return {}
+    check_number("dropout", dropout)
     if not 0.0 <= dropout < 1.0:
         raise ConfigError(f"dropout must be in [0, 1), got {dropout!r}")
     return {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
@@ -215,18 +222,6 @@ def _sized(layers: int, hidden: int, heads: int) -> dict[str, int]:
 
 
 PRESETS = ("tiny", "mini", "small", "medium", "base", "large")
-
-
-def check_number(name: str, value: Any, minimum: float | None = None, integer: bool = False,
-                 exclusive: bool = False, optional: bool = False) -> None:
-    """Raise ConfigError unless `value` is a number (an int if `integer`) at or above `minimum`."""
-    if value is None and optional:
-        return
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        raise ConfigError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
-    if minimum is not None and (value <= minimum if exclusive else value < minimum):
-        raise ConfigError(f"{name} must be {'above' if exclusive else 'at least'} {minimum}, got {value!r}")
 
 
 def config_from_dict(cls, data: Any, source: str):

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     config = FinetuneConfig(train=str(train_path), dev=str(dev_path), output=str(output), text_column="review",
                             label_column="sentiment", max_length=args.max_length, batch_size=args.batch_size,
                             training=TrainConfig(epochs=args.epochs, lr=args.lr, warmup_ratio=0.1, seed=args.seed))
-    result = finetune(config)
+    result = finetune(config, overwrite=args.output is None)  # the cache's demo model is the demo's to replace
     for note in result.notes:
         print(note)
     print(f"held-out accuracy: {result.best['accuracy']:.3f} on {len(held_out)} reviews "

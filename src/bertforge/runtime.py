@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertforge.errors import ConfigError
+
 logger = logging.getLogger("bertforge")
 
 # mallopt parameters from glibc's malloc.h
@@ -44,6 +46,28 @@ def set_threads(num_threads: int | None) -> None:
     """Intra-op threads for torch; None keeps torch's default (one per physical core)."""
     if num_threads is not None:
         torch.set_num_threads(num_threads)
+
+
+def resolve_device(requested: str | None) -> torch.device:
+    """The device a run asked for, checked before any work: None is CUDA when available, else the CPU."""
+    if requested is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(requested)
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigError(f"device {requested!r} is not a device; use cpu, cuda or cuda:N") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"device {requested!r}: this machine has no CUDA GPU (use cpu)")
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"device {requested!r}: this machine has {count} CUDA GPU(s), numbered from 0")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ConfigError(f"device {requested!r}: MPS is not available on this machine (use cpu)")
+    elif device.type != "cpu":
+        raise ConfigError(f"device {requested!r} is not supported; use cpu, cuda or cuda:N")
+    return device
 
 
 def seed_everything(seed: int) -> None:

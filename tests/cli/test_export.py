@@ -85,9 +85,9 @@ def test_export_hf_loads_in_transformers_and_bertforge(run_cli, tmp_path, minilm
 
 @pytest.mark.parametrize("format_, output, message", [
     ("onnx", "model.txt", "the output must be a .onnx file"),
-    ("onnx", "a_file/model.onnx", "can't create the output's folder"),
-    ("hf", "a_file", "exists and is not a directory"),
-    ("hf", "a_file/model", "can't create the output's folder"),
+    ("onnx", "a_file/model.onnx", "a_file is a file, not a folder"),
+    ("hf", "a_file", "exists and is not a folder"),
+    ("hf", "a_file/model", "a_file is a file, not a folder"),
 ])
 def test_output_errors_are_one_line(run_cli, tmp_path, tiny_dirs, format_, output, message):
     (tmp_path / "a_file").write_text("not a folder")

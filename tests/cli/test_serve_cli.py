@@ -12,6 +12,7 @@ import time
 import urllib.request
 
 import pytest
+import torch
 
 from bertforge.cli.main import main
 
@@ -39,7 +40,8 @@ def test_serve_answers_http_and_stops_on_interrupt(tiny_model_dir):
             except OSError:
                 time.sleep(0.1)
         assert health["limits"] == {"max_texts": 3, "max_length": 64, "long_text": "refuse", "max_queue": 256,
-                                    "max_batch_size": 32}
+                                    "max_batch_size": 32, "max_batch_tokens": 16384, "max_body_bytes": 1_000_000}
+        assert health["device"] == "cpu"
         request = urllib.request.Request(f"http://127.0.0.1:{port}/embed", data=b'{"texts": ["hello there"]}',
                                          headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=10) as response:
@@ -92,3 +94,18 @@ def test_attention_errors_are_one_line(run_cli, tmp_path, monkeypatch, argv, mes
     code, _, err = run_cli("attention", *argv)
     assert code == 1 and err.count("\n") == 1 and message in err and err.startswith("bertforge: error:")
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command", ["embed", "similarity", "predict", "evaluate", "serve"])
+@pytest.mark.parametrize("device, message", [("banana", "expected one of cpu, cuda, cuda:N, mps"),
+                                             ("cuda:7", "CUDA GPU"), ("mps", "MPS")])
+def test_device_is_checked_with_one_line(run_cli, tmp_path, command, device, message):
+    available = torch.cuda.device_count() > 7 if device.startswith("cuda") else torch.backends.mps.is_available()
+    if device != "banana" and available:
+        pytest.skip("this machine has that device")
+    (tmp_path / "texts.txt").write_text("a cat\na dog\n")
+    inputs = {"embed": ["--input", str(tmp_path / "texts.txt"), "--output", str(tmp_path / "v.npy")],
+              "similarity": ["a cat", "a dog"], "predict": ["--text", "a cat"],
+              "evaluate": ["--data", str(tmp_path / "texts.txt")], "serve": ["--port", "0"]}[command]
+    code, _, err = run_cli(command, "--model", "default", *inputs, "--device", device)
+    assert code == 1 and err.count("\n") == 1 and f"--device {device}" in err.replace("'", "") and message in err

@@ -35,7 +35,11 @@ def test_int8_stays_close_to_fp32_on_real_text(minilm, minilm_dir, tokenizer, se
     model = quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8"), calibration)
     layers = [module for module in model.modules() if isinstance(module, QuantizedLinear)]
     assert len(layers) == 6 * model.config.num_hidden_layers + 1  # q, k, v, output, up, down per layer; pooler
-    assert all(layer.weight.dtype == torch.int8 and len(layer.outlier_index) == 8 for layer in layers)
+    assert all(layer.weight.dtype == torch.int8 for layer in layers)
+    # MiniLM's outlier dimensions sit at the feed-forward inputs (10-18x the median channel), not at the input of
+    # the attention's output projection (2-5x), which therefore runs on the int8 kernel alone
+    assert all(len(layer.feed_forward.up.outlier_index) == 8 for layer in model.encoder.layers)
+    assert all(len(layer.attention.output.outlier_index) == 0 for layer in model.encoder.layers)
 
     held_out = dict(tokenizer(sentences[100:164], padding=True, return_tensors="pt"))  # not seen in calibration
     reference = token_states(minilm, held_out)

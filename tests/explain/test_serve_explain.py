@@ -17,7 +17,8 @@ import pytest
 pytest.importorskip("fastapi", reason="the server needs FastAPI: pip install 'bertforge[serve]'")
 uvicorn = pytest.importorskip("uvicorn", reason="the server needs uvicorn: pip install 'bertforge[serve]'")
 
-from bertforge.inference.serve import ServeSettings, load_app  # noqa: E402
+from bertforge.inference.serve import ServeSettings  # noqa: E402
+from bertforge.inference.serve.app import load_app  # noqa: E402
 
 REVIEW = "A  gripping,   beautifully acted film — but the ending? Dull."
 

@@ -25,16 +25,12 @@ from bertforge import (  # noqa: E402
 )
 from bertforge.errors import BertforgeError, ConfigError  # noqa: E402
 from bertforge.inference import extract_features  # noqa: E402
-from bertforge.inference.serve import (  # noqa: E402
-    Job,
-    ServeSettings,
-    create_app,
-    detect_model_class,
-    load_app,
-)
-from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetuneConfig  # noqa: E402
+from bertforge.inference.serve import Job, ServeSettings  # noqa: E402
+from bertforge.inference.serve.app import create_app, load_app, server_config  # noqa: E402
+from bertforge.tasks.finetune import FinetuneConfig  # noqa: E402
 from bertforge.tasks.finetune import predict as predict_offline  # noqa: E402
 from bertforge.tasks.question_answering import QAExample, span_features  # noqa: E402
+from bertforge.tasks.registry import RUN_CONFIG_FILE, inspect_checkpoint  # noqa: E402
 
 LABELS = {0: "negative", 1: "positive"}
 TEXTS = ["A gorgeous, witty, seductive movie.", "Boring.", "The story is too predictable and the acting flat, "
@@ -77,7 +73,7 @@ class Server:
         listener = socket.socket()
         listener.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="on"))
+        self.server = uvicorn.Server(server_config(self.app))  # as `bertforge serve` runs it
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [listener]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 20
@@ -89,12 +85,13 @@ class Server:
         self.server.should_exit = True
         self.thread.join(10)
 
-    def request(self, path: str, body: dict | bytes | None = None, method: str | None = None):
+    def request(self, path: str, body: dict | bytes | None = None, method: str | None = None,
+                headers: dict[str, str] | None = None):
         """(status, parsed JSON or text, headers); a dict body is sent as JSON."""
         data = json.dumps(body).encode() if isinstance(body, dict) else body
         request = urllib.request.Request(self.url + path, data=data, method=method or ("POST" if data is not None
                                                                                         else "GET"),
-                                         headers={"Content-Type": "application/json"})
+                                         headers={"Content-Type": "application/json", **(headers or {})})
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 status, raw, headers = response.status, response.read(), response.headers
@@ -188,14 +185,22 @@ def test_attention_page(encoder_server):
 
 def test_openapi_and_docs(encoder_server):
     status, schema, _ = encoder_server.request("/openapi.json")
-    assert status == 200 and {"/embed", "/predict", "/tokenize", "/attention", "/health"} <= set(schema["paths"])
+    paths = {"/embed", "/predict", "/tokenize", "/attention", "/health", "/v1/embeddings", "/v1/models", "/rerank",
+             "/metrics"}
+    assert status == 200 and paths <= set(schema["paths"])
+    # Typed answers: every JSON route names its response model, and its errors' {"error"} shape.
+    predict = schema["paths"]["/predict"]["post"]["responses"]
+    assert predict["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/PredictResponse"}
+    assert predict["413"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorResponse"}
     status, page, _ = encoder_server.request("/docs")
-    assert status == 200 and "swagger" in page.lower()
+    # Rendered on the server: no script or stylesheet to fetch, so it works offline.
+    assert status == 200 and "/v1/embeddings" in page and "EmbedRequest" in page
+    assert "<script" not in page and "http://" not in page and "https://" not in page
 
 
 def test_predict_labels_with_probabilities(classifier_server, tokenizer):
     status, body, _ = classifier_server.request("/predict", {"texts": TEXTS})
-    assert status == 200 and body["task"] == "sequence_classification"
+    assert status == 200 and body["task"] == "classification"
     model = classifier_server.model
     for text, prediction in zip(TEXTS, body["predictions"]):
         with torch.inference_mode():
@@ -203,8 +208,7 @@ def test_predict_labels_with_probabilities(classifier_server, tokenizer):
         assert set(prediction["probabilities"]) == {"negative", "positive"}
         assert sum(prediction["probabilities"].values()) == pytest.approx(1.0, abs=1e-6)
         assert prediction["probabilities"]["positive"] == pytest.approx(float(probs[1]), abs=1e-5)
-        assert prediction["label"] == LABELS[int(probs.argmax())]
-        assert prediction["score"] == max(prediction["probabilities"].values())
+        assert prediction["label"] == LABELS[int(probs.argmax())] and prediction["text"] == text
 
 
 def test_predict_pairs(classifier_server, tokenizer):
@@ -219,17 +223,21 @@ def test_predict_pairs(classifier_server, tokenizer):
 
 
 def test_predict_on_a_bare_encoder_is_the_wrong_task(encoder_server):
-    assert_error(encoder_server.request("/predict", {"texts": ["hello"]}), 409, "wrong task", "BertModel", "/embed")
+    assert_error(encoder_server.request("/predict", {"texts": ["hello"]}), 409, "wrong task", "no trained task head",
+                 "/embed")
 
 
-def test_model_class_comes_from_architectures_or_the_heads(tmp_path, tokenizer, encoder_dir, classifier_dir):
-    assert detect_model_class(encoder_dir) is BertModel
-    assert detect_model_class(classifier_dir) is BertForSequenceClassification
+def test_the_head_comes_from_the_weights_and_architectures(tmp_path, tokenizer, encoder_dir, classifier_dir):
+    assert inspect_checkpoint(encoder_dir).model_class is BertModel
+    assert inspect_checkpoint(encoder_dir).task is None
+    assert (inspect_checkpoint(classifier_dir).model_class, inspect_checkpoint(classifier_dir).task) == \
+        (BertForSequenceClassification, "classification")
     BertForTokenClassification(make_config(tokenizer, id2label={0: "O", 1: "B-PER"})).save_pretrained(tmp_path)
-    assert detect_model_class(tmp_path) is BertForTokenClassification
+    assert inspect_checkpoint(tmp_path).model_class is BertForTokenClassification
     config = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**config, "architectures": ["BertModel"]}))
-    assert detect_model_class(tmp_path) is BertModel
+    # Without the name, a classifier with no pooler reads every token: a tagger.
+    (tmp_path / "config.json").write_text(json.dumps({**config, "architectures": []}))
+    assert inspect_checkpoint(tmp_path).task == "ner"
 
 
 # ---------------------------------------------------------------- limits and errors
@@ -246,8 +254,9 @@ def test_request_errors_are_one_json_line_without_traceback(encoder_server):
     assert_error(encoder_server.request("/embed", {"text": ["a"]}), 422, "text")
     assert_error(encoder_server.request("/embed", b"[1, 2]"), 422, "invalid request")
     assert_error(encoder_server.request("/tokenize", {"text": None}), 422, "text")
-    status, _, _ = encoder_server.request("/embed", method="GET")
-    assert status == 405
+    # The framework's own errors have the same shape.
+    assert_error(encoder_server.request("/embed", method="GET"), 405, "Method Not Allowed")
+    assert_error(encoder_server.request("/nowhere"), 404, "Not Found")
 
 
 def test_long_texts_refused_when_configured(make_server, encoder_dir):
@@ -264,6 +273,10 @@ def test_unexpected_errors_are_500_with_a_generic_message(make_server, encoder_d
 
     class Broken(torch.nn.Module):
         config = server.model.config
+
+        def __init__(self):
+            super().__init__()
+            self.anchor = torch.nn.Parameter(torch.zeros(1))  # where the inputs go
 
         def forward(self, *args, **kwargs):
             raise RuntimeError("secret internal detail")
@@ -353,8 +366,8 @@ def test_settings_are_validated():
         ServeSettings(long_text="ignore")
     with pytest.raises(BertforgeError, match="max_queue"):
         ServeSettings(max_queue=0)
-    with pytest.raises(BertforgeError, match="could never be queued"):
-        ServeSettings(max_texts=64, max_queue=32)
+    with pytest.raises(BertforgeError, match="read_timeout"):
+        ServeSettings(read_timeout=float("nan"))
 
 
 TAGS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
@@ -379,10 +392,10 @@ def tagger_server(tmp_path_factory, tokenizer):
 def test_predict_entities_with_character_spans(tagger_server):
     text = "  Jean-Luc Picard visited Zürich!"
     status, body, _ = tagger_server.request("/predict", {"texts": [text, "Hi"]})
-    assert status == 200 and body["task"] == "token_classification"
+    assert status == 200 and body["task"] == "ner"
     first = body["predictions"][0]
-    # words: Jean, -, Luc, Picard, visited, Zürich, !  -> all I-PER -> one PER chunk over the whole text
-    assert first["tags"] == ["I-PER"] * 7
+    # words, as CoNLL-2003 splits them: Jean-Luc, Picard, visited, Zürich, !  -> all I-PER -> one PER chunk
+    assert first["tags"] == ["I-PER"] * 5 and first["text"] == text
     [entity] = first["entities"]
     assert (entity["type"], entity["start"], entity["end"]) == ("PER", 2, len(text))
     assert entity["text"] == text[2:] and 0.5 < entity["score"] <= 1.0
@@ -454,7 +467,7 @@ def test_qa_answers_are_spans_of_the_context(qa_server, tokenizer):
     before = qa_server.request("/health")[1]
     status, body, _ = qa_server.request("/predict", {"questions": QUESTIONS})
     after = qa_server.request("/health")[1]
-    assert status == 200 and body["task"] == "question_answering" and after["task"] == "question_answering"
+    assert status == 200 and body["task"] == "qa" and after["task"] == "qa"
     assert after["texts"] - before["texts"] == windows_of(tokenizer, QUESTIONS) > len(QUESTIONS)
     for item, prediction in zip(QUESTIONS, body["predictions"]):
         context = item["context"]
@@ -500,11 +513,11 @@ def test_concurrent_qa_requests_share_forward_passes(make_server, qa_dir, tokeni
 
 def test_qa_request_errors(qa_server, classifier_server, encoder_server):
     question = {"question": "Who?", "context": "Maria wrote it."}
-    assert_error(qa_server.request("/predict", {"texts": ["Who?"]}), 409, "wrong task", "BertForQuestionAnswering",
-                 '"questions"', 'not "texts"')
+    assert_error(qa_server.request("/predict", {"texts": ["Who?"]}), 409, "wrong task", "does qa", '"questions"')
     assert_error(classifier_server.request("/predict", {"questions": [question]}), 409, "wrong task",
-                 "BertForSequenceClassification", '"texts"', 'not "questions"')
-    assert_error(encoder_server.request("/predict", {"questions": [question]}), 409, "wrong task", "BertModel")
+                 "does classification", '"texts"')
+    assert_error(encoder_server.request("/predict", {"questions": [question]}), 409, "wrong task",
+                 "no trained task head")
     assert_error(qa_server.request("/predict", {}), 422, "nothing to predict", '"questions"')
     assert_error(qa_server.request("/predict", {"questions": [question], "texts": ["Who?"]}), 422, "not both")
     assert_error(qa_server.request("/predict", {"questions": [question], "text_pairs": ["x"]}), 422, "not both")
@@ -524,15 +537,15 @@ def test_qa_long_contexts_refused_when_configured(make_server, qa_dir):
     server = make_server(qa_dir, long_text="refuse")
     short = QUESTIONS[1]
     assert server.request("/predict", {"questions": [short]})[0] == 200
-    assert_error(server.request("/predict", {"questions": [short, QUESTIONS[0]]}), 413, "question 1",
-                 "longer than 48 tokens", "windows", "refuses")
+    assert_error(server.request("/predict", {"questions": [short, QUESTIONS[0]]}), 413, "1 of the inputs",
+                 "longer than the model's max_length 48", "refuses")
 
 
 def test_qa_windows_must_fit_the_queue(make_server, qa_dir, tokenizer):
     server = make_server(qa_dir, max_queue=4, max_texts=2)
     windows = windows_of(tokenizer, QUESTIONS[:1])
     assert windows > 4
-    assert_error(server.request("/predict", {"questions": QUESTIONS[:1]}), 413, f"{windows} windows",
+    assert_error(server.request("/predict", {"questions": QUESTIONS[:1]}), 413, f"{windows} model inputs",
                  "limit is 4")
     assert server.request("/predict", {"questions": QUESTIONS[1:2]})[0] == 200
 
@@ -540,5 +553,284 @@ def test_qa_windows_must_fit_the_queue(make_server, qa_dir, tokenizer):
 def test_qa_windows_that_leave_no_room_stop_the_server_starting(tokenizer):
     model = BertForQuestionAnswering(make_config(tokenizer)).eval()
     # The qa defaults (384 tokens, doc_stride 128, questions up to 64) cannot fit the model's 64 positions.
-    with pytest.raises(ConfigError, match="windows of 64 tokens"):
+    with pytest.raises(ConfigError, match="max_length=64"):
         create_app(model, tokenizer)
+
+
+# ---------------------------------------------------------------- one answer everywhere: server, Python API, CLI
+
+# Natural sentences: hyphens, initialisms, numbers with points, several spaces, punctuation glued to words.
+SENTENCES = [
+    "John Smith, of Acme Corp., visited Paris.",
+    "Jean-Luc Picard  met the U.S. delegation in São Paulo on 25.10.2024 -- twice!",
+    "Shares of Hewlett-Packard rose 25.76 % to $ 3.14 (the best day since 1987).",
+    "The well-known author (née Brontë) lived at 221B Baker St., London, until 1890; later, she moved.",
+    "AL-AIN , United Arab Emirates 1996-12-06",
+]
+REVIEWS = ["A gorgeous, witty, seductive movie.",
+           "The story is too predictable and the acting flat, though the score is lovely; " * 6]  # > 16 tokens
+# Each kind of fine-tuned model: its head, labels, and the run settings saved beside it (short max_length, so that
+# the texts above are longer than what the model was trained on).
+TASK_MODELS = {
+    "classification": (BertForSequenceClassification, LABELS, {"max_length": 16, "long_text": "windows"}),
+    "regression": (BertForSequenceClassification, {0: "LABEL_0"}, {"max_length": 16}),
+    "ner": (BertForTokenClassification, TAGS, {"max_length": 12}),
+    "ner-viterbi": (BertForTokenClassification, TAGS, {"max_length": 12, "decoding": "viterbi"}),
+}
+
+
+@pytest.fixture(scope="module")
+def task_model_dirs(tmp_path_factory, tokenizer, qa_dir):
+    """A model directory per task as `bertforge finetune` leaves one: weights, tokenizer, finetune_config.json."""
+    directories = {"qa": qa_dir}
+    for name, (model_class, labels, run) in TASK_MODELS.items():
+        torch.manual_seed(1)
+        directory = tmp_path_factory.mktemp(name)
+        model = model_class(make_config(tokenizer, id2label=labels))
+        torch.nn.init.normal_(model.classifier.weight, std=2.0)  # distinct, confident answers
+        model.save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
+        FinetuneConfig(task=name.split("-")[0], **run).save(directory / RUN_CONFIG_FILE)
+        directories[name] = directory
+    return directories
+
+
+def task_inputs(name: str, tmp_path) -> tuple[dict, dict, list[str]]:
+    """(the /predict body, predict()'s keyword arguments, `bertforge predict` arguments) for the same inputs."""
+    if name == "qa":
+        path = tmp_path / "questions.jsonl"
+        path.write_text("".join(json.dumps({"id": "0", **item}) + "\n" for item in QUESTIONS))
+        return ({"questions": QUESTIONS}, {"texts": [q["question"] for q in QUESTIONS],
+                                           "text_pairs": [q["context"] for q in QUESTIONS]}, ["--input", str(path)])
+    texts = SENTENCES if name.startswith("ner") else REVIEWS + SENTENCES[:2]
+    path = tmp_path / "texts.txt"
+    path.write_text("\n".join(texts) + "\n")
+    return {"texts": texts}, {"texts": texts}, ["--input", str(path)]
+
+
+def assert_same_answers(first: list[dict], second: list[dict]):
+    """Equal labels, tags, texts and spans; scores and probabilities equal to float32 rounding."""
+    def exact(value):
+        if isinstance(value, dict):
+            return {key: exact(item) for key, item in value.items() if not isinstance(item, float)}
+        return [exact(item) for item in value] if isinstance(value, list) else value
+
+    def numbers(value):
+        if isinstance(value, dict):
+            return [number for key in sorted(value) for number in numbers(value[key])]
+        if isinstance(value, list):
+            return [number for item in value for number in numbers(item)]
+        return [value] if isinstance(value, float) else []
+
+    assert exact(first) == exact(second)
+    assert numbers(first) == pytest.approx(numbers(second), abs=1e-4)
+
+
+@pytest.mark.parametrize("name", [*TASK_MODELS, "qa"])
+def test_server_python_api_and_cli_give_one_answer(name, task_model_dirs, tmp_path, capsys):
+    from bertforge.cli.main import main
+
+    directory = task_model_dirs[name]
+    body, arguments, cli_arguments = task_inputs(name, tmp_path)
+    offline = predict_offline(directory, **arguments)
+    output = tmp_path / "answers.jsonl"
+    assert main(["predict", "--model", str(directory), *cli_arguments, "--output", str(output)]) == 0
+    from_cli = [json.loads(line) for line in output.read_text().splitlines()]
+    server = Server(directory)
+    try:
+        status, served, _ = server.request("/predict", body)
+    finally:
+        server.stop()
+    assert status == 200, served
+    if name == "qa":  # a file's questions carry their ids; texts given directly are all "0"
+        from_cli = [{**answer, "id": "0"} for answer in from_cli]
+    assert_same_answers(served["predictions"], offline)
+    assert_same_answers(from_cli, offline)
+    for answer in served["predictions"]:  # every span indexes the text as given
+        for entity in answer.get("entities", []):
+            assert answer["text"][entity["start"]:entity["end"]] == entity["text"]
+
+
+def test_ner_decoding_and_windows_follow_the_training_run(task_model_dirs, tmp_path):
+    argmax = predict_offline(task_model_dirs["ner"], texts=SENTENCES)
+    viterbi = predict_offline(task_model_dirs["ner-viterbi"], texts=SENTENCES)
+    assert argmax != viterbi  # the same weights decode differently, as their runs say
+    for answer in viterbi:
+        tags = answer["tags"]
+        assert all(tag[2:] == previous[2:] and previous != "O" for previous, tag in zip(["O", *tags], tags)
+                   if tag.startswith("I-")), tags  # valid IOB2
+
+
+# ---------------------------------------------------------------- the APIs clients already speak
+
+
+def test_openai_client_gets_the_embeddings_of_bertforge_embed(encoder_server, encoder_dir, tmp_path):
+    openai = pytest.importorskip("openai")
+    import numpy
+
+    from bertforge.cli.main import main
+
+    lines = tmp_path / "texts.txt"
+    lines.write_text("\n".join(TEXTS) + "\n")
+    assert main(["embed", "--model", str(encoder_dir), "--input", str(lines), "--output", str(tmp_path / "v.npy"),
+                 "--normalize"]) == 0
+    expected = numpy.load(tmp_path / "v.npy")
+    client = openai.OpenAI(base_url=encoder_server.url + "/v1", api_key="unused", max_retries=0)
+    # The client asks for base64 by default and decodes it; floats are asked for explicitly.
+    for encoding_format in (openai.NOT_GIVEN, "float"):
+        response = client.embeddings.create(model="bertforge", input=TEXTS, encoding_format=encoding_format)
+        assert [item.index for item in response.data] == [0, 1, 2]
+        numpy.testing.assert_allclose(numpy.array([item.embedding for item in response.data]), expected, atol=1e-5)
+        assert response.usage.prompt_tokens == sum(len(encoder_server.tokenizer(text)["input_ids"]) for text in TEXTS)
+    one = client.embeddings.create(model="bertforge", input=TEXTS[0], dimensions=8, encoding_format="float")
+    shortened = torch.nn.functional.normalize(torch.tensor(expected[0][:8]), dim=-1)
+    assert torch.allclose(torch.tensor(one.data[0].embedding), shortened, atol=1e-5)
+    assert [model.id for model in client.models.list()] == [str(encoder_dir)]
+
+
+def test_tei_embed_and_rerank(encoder_server):
+    status, vectors, _ = encoder_server.request("/embed", {"inputs": TEXTS[0]})
+    expected = extract_features(encoder_server.model, encoder_server.tokenizer, TEXTS, max_length=64)
+    assert status == 200 and torch.allclose(torch.tensor(vectors), expected[:1], atol=1e-5)
+    status, vectors, _ = encoder_server.request("/embed", {"inputs": TEXTS, "normalize": True})
+    normalized = torch.nn.functional.normalize(expected, dim=-1)
+    assert status == 200 and torch.allclose(torch.tensor(vectors), normalized, atol=1e-5)
+    status, ranked, _ = encoder_server.request("/rerank", {"query": TEXTS[0], "texts": TEXTS, "return_text": True})
+    similarity = [float(normalized[0] @ vector) for vector in normalized]
+    assert status == 200 and ranked[0] == {"index": 0, "score": pytest.approx(1.0, abs=1e-5), "text": TEXTS[0]}
+    assert [item["index"] for item in ranked] == sorted(range(3), key=lambda i: -similarity[i])
+    assert [item["score"] for item in ranked] == pytest.approx(sorted(similarity, reverse=True), abs=1e-5)
+
+
+def test_rerank_with_a_pair_classifier(task_model_dirs):
+    directory = task_model_dirs["classification"]
+    expected = predict_offline(directory, texts=["the query"] * 2, text_pairs=TEXTS[:2])
+    server = Server(directory)
+    try:
+        status, ranked, _ = server.request("/rerank", {"query": "the query", "texts": TEXTS[:2]})
+    finally:
+        server.stop()
+    scores = [answer["probabilities"]["positive"] for answer in expected]
+    assert status == 200 and [item["index"] for item in ranked] == sorted(range(2), key=lambda i: -scores[i])
+    assert [item["score"] for item in ranked] == pytest.approx(sorted(scores, reverse=True), abs=1e-5)
+
+
+def test_api_key(make_server, encoder_dir):
+    server = make_server(encoder_dir, api_key="s3cret")
+    assert_error(server.request("/embed", {"texts": ["a"]}), 401, "API key")
+    assert_error(server.request("/embed", {"texts": ["a"]}, headers={"Authorization": "Bearer wrong"}), 401)
+    assert server.request("/embed", {"texts": ["a"]}, headers={"Authorization": "Bearer s3cret"})[0] == 200
+    assert server.request("/metrics", headers={"X-API-Key": "s3cret"})[0] == 200
+    assert server.request("/health")[0] == 200  # for load balancers
+
+
+# ---------------------------------------------------------------- schema conformance
+
+
+@pytest.fixture(scope="module")
+def api_schema(encoder_server):
+    schemathesis = pytest.importorskip("schemathesis")
+    return schemathesis.openapi.from_url(encoder_server.url + "/openapi.json")
+
+
+def test_schemathesis_finds_no_server_error_or_schema_break(api_schema, encoder_server):
+    """Bounded: a few generated requests per route, each checked for 5xx and against its response schema."""
+    schemathesis = pytest.importorskip("schemathesis")
+    from hypothesis import HealthCheck, given, settings
+
+    checks = [schemathesis.checks.not_a_server_error, schemathesis.checks.response_schema_conformance]
+    operations = [result.ok() for result in api_schema.get_all_operations()]
+    assert len(operations) >= 9
+    for operation in operations:
+        @given(case=operation.as_strategy())
+        @settings(max_examples=4, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        def check(case):
+            case.call_and_validate(base_url=encoder_server.url, checks=checks)
+
+        check()
+
+
+# ---------------------------------------------------------------- limits
+
+
+def test_oversized_body_is_refused_before_it_is_read_while_health_answers(make_server, encoder_dir):
+    server = make_server(encoder_dir, max_body_bytes=10_000)
+    port = int(server.url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        # Declares 16 MB and sends none of it: the answer can only come from the header.
+        connection.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: 16000000\r\n\r\n")
+        assert server.request("/health")[0] == 200  # meanwhile, other clients are served
+        head = connection.recv(65536).decode()
+    assert head.startswith("HTTP/1.1 413") and '"error"' in head and "limit is 10000" in head
+    assert_error(server.request("/embed", json.dumps({"texts": ["x" * 20_000]}).encode()), 413, "limit is 10000")
+
+
+def test_a_slow_client_is_cut_off(make_server, encoder_dir):
+    server = make_server(encoder_dir, read_timeout=1.0)
+    port = int(server.url.rsplit(":", 1)[1])
+    body = json.dumps({"texts": ["a"]}).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+        connection.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           + f"Content-Length: {len(body)}\r\n\r\n".encode())
+        closed = False
+        for byte in body:  # a byte every half second: the whole body would take several seconds
+            try:
+                connection.sendall(bytes([byte]))
+                time.sleep(0.5)
+                if connection.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK) == b"":
+                    closed = True
+                    break
+            except BlockingIOError:
+                continue
+            except OSError:
+                closed = True
+                break
+        assert closed, "the server waited for the whole slow body"
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as silent:  # headers never finished
+        silent.sendall(b"GET /health HTTP/1.1\r\n")
+        assert silent.recv(100) == b""  # closed by the server, not by the 30 s socket timeout
+    assert server.request("/health")[0] == 200
+
+
+def test_bounded_overload_answers_every_request_and_metrics_count_them(make_server, encoder_dir):
+    server = make_server(encoder_dir, max_queue=16, max_texts=16, max_batch_size=8, max_wait_ms=1)
+    bodies = [{"texts": TEXTS[:1]}, {"texts": TEXTS * 5}]  # one text, and fifteen
+    calls = [lambda body=bodies[i % 2]: server.request("/embed", body) for i in range(48)]
+    results = in_threads(calls)()
+    statuses = [status for status, _, _ in results]
+    assert set(statuses) <= {200, 503}, statuses
+    big = [status for (status, _, _), i in zip(results, range(48)) if i % 2]
+    assert 200 in big  # large requests are admitted on the same terms as small ones, not starved
+    metrics = server.request("/metrics")[1]
+    served = sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                 if line.startswith('bertforge_requests_total{route="/embed",status="200"}'))
+    assert served == statuses.count(200)
+    rows = next(float(line.split()[1]) for line in metrics.splitlines() if line.startswith("bertforge_rows_total"))
+    assert rows == sum(1 if i % 2 == 0 else 15 for i, status in enumerate(statuses) if status == 200)
+    assert "bertforge_batch_size_bucket" in metrics and "bertforge_request_seconds_bucket" in metrics
+    assert "bertforge_queue_depth 0.0" in metrics
+
+
+def test_token_budget_splits_batches(make_server, encoder_dir):
+    server = make_server(encoder_dir, max_batch_size=64, max_batch_tokens=64, max_wait_ms=50)
+    release = block_worker(server.batcher)
+    try:
+        join = in_threads([lambda: server.request("/embed", {"texts": ["word " * 20] * 8})])
+        wait_until_queued(server.batcher, 8)
+    finally:
+        release.set()
+    assert join()[0][0] == 200
+    assert server.batcher.largest_batch == 2  # 22-token rows: two fit in 64 padded tokens, three don't
+
+
+def test_shutdown_finishes_queued_work(make_server, encoder_dir):
+    server = make_server(encoder_dir)
+    release = block_worker(server.batcher)
+    join = in_threads([lambda: server.request("/embed", {"texts": TEXTS})])
+    wait_until_queued(server.batcher, len(TEXTS))
+    server.server.should_exit = True  # as on SIGINT: stop accepting, finish what was asked
+    release.set()
+    [(status, body, _)] = join()
+    assert status == 200 and len(body["embeddings"]) == len(TEXTS)
+    server.thread.join(30)

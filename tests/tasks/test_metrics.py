@@ -1,8 +1,12 @@
 """Metrics against independent truths: confusion counts worked out by hand, scipy/scikit-learn/seqeval when
 they happen to be installed, and the official SQuAD v1.1 normalisation rules."""
 
+import collections
+import json
 import math
 import random
+import re
+import string
 
 import pytest
 
@@ -83,6 +87,9 @@ def test_correlations_by_hand():
     assert spearman([1, 2, 3, 4], [1, 8, 27, 64]) == pytest.approx(1.0), "any increasing relation"
     assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
     assert math.isnan(pearson([1, 1, 1], [1, 2, 3])), "undefined for a constant input, as in scipy"
+    # 0.1 * 3 / 3 != 0.1 in floats: subtracting the mean leaves noise, which must not become a correlation
+    assert math.isnan(pearson([0.1, 0.1, 0.1], [0.3, 0.2, 0.7])) and math.isnan(pearson([1, 2, 3], [0.7] * 3))
+    assert math.isnan(spearman([5, 5, 5], [1, 2, 3]))
 
 
 def test_correlations_match_scipy():
@@ -167,7 +174,8 @@ def test_squad_scores():
 
 
 def test_metric_table():
-    assert set(METRICS) == {"classification", "regression", "token_classification", "question_answering"}
+    assert set(METRICS) == {"classification", "regression", "token_classification", "question_answering",
+                            "question_answering_v2"}
     scores = compute_metrics("classification", PREDICTIONS, LABELS)
     assert scores["accuracy"] == pytest.approx(0.7) and scores["f1"] == pytest.approx(2 / 3)
     assert compute_metrics("regression", [1, 2, 3], [1, 2, 4], names=["spearman"]) == {"spearman": 1.0}
@@ -175,3 +183,73 @@ def test_metric_table():
         compute_metrics("ner", [], [])
     with pytest.raises(ConfigError, match="'mcc'"):
         compute_metrics("classification", PREDICTIONS, LABELS, names=["mcc"])
+
+
+# --- SQuAD v2.0 against the official evaluation script's rules, reimplemented here from its description --------
+
+def official_v2_scores(gold: dict[str, list[str]], predictions: dict[str, str]) -> tuple[float, float]:
+    """(exact, f1) as the SQuAD v2.0 script computes them: gold answers that normalise to nothing are dropped, a
+    question left with none has the gold answer "", and an empty side scores 1 only against another empty side."""
+    def normal(text):
+        text = "".join(c for c in text.lower() if c not in set(string.punctuation))
+        return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+    def f1(reference, guess):
+        reference_tokens, guess_tokens = normal(reference).split(), normal(guess).split()
+        if not reference_tokens or not guess_tokens:
+            return float(reference_tokens == guess_tokens)
+        same = sum((collections.Counter(reference_tokens) & collections.Counter(guess_tokens)).values())
+        if same == 0:
+            return 0.0
+        precision, recall = same / len(guess_tokens), same / len(reference_tokens)
+        return 2 * precision * recall / (precision + recall)
+
+    exact_total = f1_total = 0.0
+    for qid, answers in gold.items():
+        references = [a for a in answers if normal(a)] or [""]
+        exact_total += max(float(normal(a) == normal(predictions[qid])) for a in references)
+        f1_total += max(f1(a, predictions[qid]) for a in references)
+    return exact_total / len(gold), f1_total / len(gold)
+
+
+def test_squad_v2_scores_equal_the_official_scripts_on_real_questions_with_abstentions(data_dir):
+    """Real SQuAD questions; half made unanswerable by pairing them with another article's paragraph (as SQuAD
+    v2.0's are: plausible, but not answered by the passage); answers as a reader gives them: another annotator's
+    answer, the answer with neighbouring words, a wrong span of the passage, or an abstention ("")."""
+    from bertforge.tasks.question_answering import QAExample, score
+
+    squad = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    paragraphs = [p for article in squad["data"][:6] for p in article["paragraphs"][:3]]
+    rng = random.Random(0)
+    examples, predictions = [], []
+    for i, paragraph in enumerate(paragraphs):
+        for question in paragraph["qas"][:4]:
+            context = paragraph["context"]
+            unanswerable = rng.random() < 0.5
+            if unanswerable:
+                context = paragraphs[(i + 7) % len(paragraphs)]["context"]
+                answers = []
+            else:
+                answers = [(a["text"], a["answer_start"]) for a in question["answers"]]
+            words = context.split()
+            start = rng.randrange(len(words) - 3)
+            wrong_span = " ".join(words[start:start + rng.randint(1, 3)])
+            choice = rng.choice(["abstain", "wrong"] if unanswerable else ["other", "wider", "wrong", "abstain"])
+            if choice == "other":
+                guess = answers[-1][0]
+            elif choice == "wider":
+                text, at = answers[0]
+                guess = context[max(0, at - 12):at + len(text) + 9].strip()
+            else:
+                guess = "" if choice == "abstain" else wrong_span
+            examples.append(QAExample(question["id"], question["question"], context, answers, unanswerable))
+            predictions.append(guess)
+    assert sum(e.is_impossible for e in examples) > 10 and predictions.count("") > 10
+
+    got = score([{"answer": guess} for guess in predictions], examples)
+    expected_exact, expected_f1 = official_v2_scores(
+        {e.id: [text for text, _ in e.answers] for e in examples}, dict(zip((e.id for e in examples), predictions)))
+    assert got["exact_match"] == pytest.approx(expected_exact, abs=1e-12)
+    assert got["f1"] == pytest.approx(expected_f1, abs=1e-12)
+    # The v1.1 rule (an empty answer scores 0) would score every correct abstention as wrong.
+    assert squad_f1(predictions, [[t for t, _ in e.answers] or [""] for e in examples]) < got["f1"]

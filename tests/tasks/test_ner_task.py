@@ -7,9 +7,9 @@ import torch
 from bertforge import BertConfig, BertForTokenClassification
 from bertforge.errors import InputError
 from bertforge.tasks.data import EncodeSettings
-from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, finetune
+from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, evaluate, finetune, predict
 from bertforge.tasks.registry import TASKS
-from bertforge.tasks.token_classification import read_conll, sentence_from_text
+from bertforge.tasks.token_classification import read_conll, sentence_from_text, tagged_entities, token_features
 from bertforge.training import TrainConfig
 
 NER = TASKS["ner"]
@@ -112,3 +112,71 @@ def test_a_model_trained_with_document_context_reads_files_with_it(tokenizer, tm
     alone = NER.encode(tokenizer, [sentence_from_text("Peter lives in Paris")], finetuned.settings.settings, id2label)
     assert len(alone.rows[0]["input_ids"]) == 6
     assert [len(a["tags"]) for a in finetuned.predict(examples)] == [len(s.words) for s in sentences]
+
+
+# Natural sentences as users type them: punctuation glued to words, hyphens, initialisms, numbers with points and
+# commas, several spaces, a tab.
+NATURAL = [
+    "John Smith, of Acme Corp., visited Paris.",
+    "Jean-Luc Picard  met the U.S. delegation in São Paulo on Tuesday.",
+    "Shares of Hewlett-Packard rose 25.76% to $3.14 in New York.",
+    "Angela Merkel and Emmanuel Macron spoke in Berlin;  the EU welcomed it.",
+    "The well-known author lived at 221B Baker St., London, until 1890.",
+    "Manchester United beat Real Madrid 3-1 at Old Trafford\tlast night!",
+    "Dr. Maria Garcia-Lopez (Stanford University) joined Google in 2019.",
+    "Tokyo's governor, Yuriko Koike, met Toyota executives on 12/03/2021.",
+]
+
+
+def test_words_remember_where_they_are_in_the_text():
+    for text in NATURAL:
+        sentence = sentence_from_text(text)
+        assert sentence.text == text and [text[start:end] for start, end in sentence.spans] == sentence.words
+    assert sentence_from_text("rose 25.76 %  at U.S. Jean-Luc's").words == \
+        ["rose", "25.76", "%", "at", "U.S.", "Jean-Luc's"]
+
+
+def test_entity_spans_are_the_words_places_in_the_text():
+    text = NATURAL[0]
+    sentence = sentence_from_text(text)
+    assert sentence.words == ["John", "Smith", ",", "of", "Acme", "Corp", ".", ",", "visited", "Paris", "."]
+    tags = ["B-PER", "I-PER", "O", "O", "B-ORG", "I-ORG", "O", "O", "O", "B-LOC", "O"]
+    found = tagged_entities(sentence, tags)
+    expected = [("PER", "John Smith"), ("ORG", "Acme Corp"), ("LOC", "Paris")]
+    assert [(e["type"], e["text"], e["start"], e["end"]) for e in found] == \
+        [(kind, name, text.index(name), text.index(name) + len(name)) for kind, name in expected]
+
+
+def test_tokens_are_assigned_to_words_by_their_offsets_in_the_text(tokenizer):
+    for text in NATURAL:
+        sentence = sentence_from_text(text)
+        [feature] = token_features([sentence], tokenizer, max_length=128)
+        # Each word's first piece is where tokenizing the word alone says it is.
+        for word, position in feature.word_positions.items():
+            alone = tokenizer(sentence.words[word])["input_ids"][1:-1]
+            assert feature.input_ids[position:position + len(alone)] == alone
+
+
+def test_entity_spans_index_the_text_as_given(finetuned_ner):
+    answers = predict(finetuned_ner.output_dir, texts=NATURAL)
+    found = 0
+    for text, answer in zip(NATURAL, answers):
+        sentence = sentence_from_text(text)
+        assert answer["text"] == text and len(answer["tags"]) == len(sentence.words)
+        starts, ends = {start for start, _ in sentence.spans}, {end for _, end in sentence.spans}
+        for entity in answer["entities"]:
+            assert text[entity["start"]:entity["end"]] == entity["text"]
+            assert entity["start"] in starts and entity["end"] in ends  # whole words
+            found += 1
+    assert found >= 2  # the model does tag entities in them
+
+
+def test_a_conll_txt_file_is_read_as_conll_unless_told(finetuned_ner, tmp_path):
+    path = tmp_path / "sentences.txt"
+    path.write_text("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\nGerman JJ B-NP B-MISC\n\n")
+    [as_conll] = predict(finetuned_ner.output_dir, path)
+    assert as_conll["text"] == "EU rejects German" and len(as_conll["tags"]) == 3
+    assert "f1" in evaluate(finetuned_ner.output_dir, path)  # evaluate reads the same file the same way
+    as_lines = predict(finetuned_ner.output_dir, path, format="txt")
+    assert [answer["text"] for answer in as_lines] == ["-DOCSTART- -X- -X- O", "EU NNP B-NP B-ORG",
+                                                       "rejects VBZ B-VP O", "German JJ B-NP B-MISC"]

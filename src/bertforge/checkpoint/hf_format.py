@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -62,9 +63,15 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
 def _read_pytorch(path: Path) -> dict[str, torch.Tensor]:
     try:
         # weights_only: a .bin is a pickle, and unpickling arbitrary objects would run arbitrary code.
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's notes on pickle protocols say nothing to the user
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, OSError, EOFError, zipfile.BadZipFile) as error:
-        raise CheckpointError(f"{path}: unreadable PyTorch checkpoint: {error}") from None
+        if "weights_only" in str(error):  # torch's several lines of advice are to load unsafely
+            raise CheckpointError(f"{path}: unreadable PyTorch checkpoint: it holds Python objects besides "
+                                  "tensors, which could run code when loaded (convert it to safetensors)") from None
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CheckpointError(f"{path}: unreadable PyTorch checkpoint: {reason}") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(f"{path}: expected a dictionary of tensors")
     return state

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
+import math
 from pathlib import Path
 
 from bertforge.errors import InputError
+from bertforge.outputs import check_output_file
 
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:
@@ -18,6 +19,14 @@ def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """A float flag: nan and inf parse as floats but would train a model into NaN."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
     return value
 
 
@@ -44,18 +53,28 @@ def text_line_of_byte(path: Path, offset: int) -> int:
 
 
 def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
-    """--precision and --compile, for every command that runs a model for its outputs."""
+    """--precision, --compile and --device, for every command that runs a model for its outputs."""
     from bertforge.inference.optimize import PRECISIONS
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="fp32 (default, as trained); bf16 (GPUs, CPUs with AVX-512 BF16 or AMX); int8: "
                              "dynamically quantized linear layers (CPU; check the cost with `bertforge evaluate`)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the model (needs a C++ compiler on CPU; the first batches are slow)")
+    parser.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda, cuda:N or mps")
+
+
+def add_format_argument(parser: argparse.ArgumentParser) -> None:
+    """--format, shared by evaluate and predict so that both read a file the same way."""
+    from bertforge.tasks.data import DATA_FORMATS
+    parser.add_argument("--format", choices=list(DATA_FORMATS), default=None,
+                        help="the data file's format (default: its extension's; a .txt file of `word ... tag` "
+                             "lines is CoNLL): " + "; ".join(f"{name}: {text}" for name, text in DATA_FORMATS.items()))
 
 
 def inference_options(args: argparse.Namespace):
-    from bertforge.inference.optimize import InferenceOptions
-    return InferenceOptions(precision=args.precision, compile=args.compile)
+    from bertforge.inference.optimize import InferenceOptions, check_device
+    check_device(args.device)  # before any model loads
+    return InferenceOptions(precision=args.precision, compile=args.compile, device=args.device)
 
 
 def load_encoder(name_or_path: str, inference=None):
@@ -68,12 +87,5 @@ def load_encoder(name_or_path: str, inference=None):
 
 
 def check_writable(path: str | Path) -> Path:
-    """Fail before any slow work when `path` can't be created: its folder is a file, or not writable."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise InputError(f"can't create the output's folder: {error.strerror or error}", path) from None
-    if not os.access(path.parent, os.W_OK):
-        raise InputError("the output's folder is not writable", path)
-    return path
+    """Fail before any slow work when the file `path` can't be written (see outputs.check_output_file)."""
+    return check_output_file(path)

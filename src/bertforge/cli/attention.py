@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from bertforge.atomic import write_text_atomic
-from bertforge.cli.arguments import add_model_argument, load_encoder, positive_int
+from bertforge.cli.arguments import add_model_argument, check_writable, load_encoder, positive_int
 from bertforge.errors import InputError
 from bertforge.inference.attention_view import DEFAULT_MAX_TOKENS, compute_attention, render_attention_map
 
@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     output = Path(args.output)
     if output.suffix.lower() not in (".html", ".htm"):
         raise InputError("the output must be an .html file", output)
+    check_writable(output)
     if not args.text.strip():
         raise InputError("the text is empty")
     model, tokenizer = load_encoder(args.model)  # a task checkpoint's encoder loads too; heads are skipped

@@ -14,6 +14,7 @@ from bertforge.atomic import atomic_path, write_text_atomic
 from bertforge.cli.arguments import (
     add_inference_arguments,
     add_model_argument,
+    check_writable,
     inference_options,
     load_encoder,
     positive_int,
@@ -60,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"unsupported output format; use one of {', '.join(OUTPUT_FORMATS)}", output)
     if output is not None and args.level != "sentence" and output.suffix != ".jsonl":
         raise InputError(f"{args.level}-level vectors vary in number per line: write them to a .jsonl file", output)
+    if output is not None:
+        check_writable(output)
     texts = read_lines(args.input)
     model, tokenizer = load_encoder(args.model, inference_options(args))
     settings = dict(layers=args.layers, batch_size=args.batch_size, max_length=args.max_length)

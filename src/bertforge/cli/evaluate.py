@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertforge.cli.arguments import add_inference_arguments, inference_options, positive_int
+from bertforge.checkpoint.default_model import DEFAULT_MODEL_NAMES
+from bertforge.cli.arguments import (
+    add_format_argument,
+    add_inference_arguments,
+    check_writable,
+    inference_options,
+    positive_int,
+)
 from bertforge.cli.finetune import add_column_arguments, add_decoding_argument
 from bertforge.tasks.finetune import EVAL_RESULTS_FILE
 from bertforge.tasks.registry import TASKS
@@ -15,24 +22,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", "-m", required=True, help="fine-tuned model directory")
     parser.add_argument("--data", "-d", required=True,
                         help="labelled data (.csv, .tsv, .jsonl; CoNLL for ner; SQuAD .json for qa)")
+    add_format_argument(parser)
     add_column_arguments(parser)
     parser.add_argument("--task", choices=list(TASKS), default=None, help="default: the model's own")
     parser.add_argument("--batch-size", type=positive_int, default=64)
     parser.add_argument("--max-length", type=positive_int, default=None, help="default: the training run's")
     parser.add_argument("--output", "-o", default=None,
-                        help=f"metrics JSON file (default: {EVAL_RESULTS_FILE} in the model directory)")
+                        help=f"metrics JSON file (default: {EVAL_RESULTS_FILE} in the model directory; none for "
+                             "'default')")
     add_decoding_argument(parser, "the training run's")
     add_inference_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.finetune import evaluate
+    from bertforge.tasks.registry import inspect_checkpoint
 
-    output = args.output or Path(args.model) / EVAL_RESULTS_FILE
+    inference = inference_options(args)  # checks --device first
+    inspect_checkpoint(args.model).task_for(args.task)  # a model without a trained head: refused before any work
+    output = args.output or default_output(args.model)
+    if output is not None:
+        check_writable(output)
     metrics = evaluate(args.model, args.data, args.text_column, args.text_pair_column, args.label_column,
                        task=args.task, batch_size=args.batch_size, max_length=args.max_length, output=output,
-                       inference=inference_options(args), decoding=args.decoding)
+                       inference=inference, decoding=args.decoding, format=args.format)
     for name, value in metrics.items():
         print(f"{name}: {value:.4f}")
-    print(f"saved to {output}")
+    if output is not None:
+        print(f"saved to {output}")
     return 0
+
+
+def default_output(model: str) -> Path | None:
+    """The model folder's eval_results.json; a named model (say 'default') is no folder of the user's to write in."""
+    if model in DEFAULT_MODEL_NAMES:
+        return None
+    return Path(model) / EVAL_RESULTS_FILE

@@ -10,16 +10,24 @@ import argparse
 from pathlib import Path
 
 from bertforge.cli.arguments import add_model_argument, check_writable, positive_int
-from bertforge.errors import InputError
-from bertforge.inference.onnx import DEFAULT_TOLERANCE, ONNX_TASKS, check_task, export_onnx
+from bertforge.errors import CheckpointError, InputError
+from bertforge.inference.onnx import DEFAULT_TOLERANCE, ONNX_TASKS, export_onnx, model_class_of
+from bertforge.outputs import check_output_dir, finish_staging, start_staging
 
 
 def load_for_task(args: argparse.Namespace):
-    """The model class that --task names, and the tokenizer, from --model."""
+    """The model of --model, with the head it holds (or the one --task names), and its tokenizer. A task head
+    the checkpoint never trained is refused; its encoder alone (feature-extraction) always exports."""
     from bertforge import BertTokenizer
+    from bertforge.tasks.registry import HEADS, inspect_checkpoint
 
-    model = check_task(args.task).model_class.from_pretrained(args.model)
-    return model, BertTokenizer.from_pretrained(args.model)
+    checkpoint = inspect_checkpoint(args.model)
+    model_class = checkpoint.model_class if args.task is None else model_class_of(args.task)
+    if model_class not in (checkpoint.model_class, HEADS["encoder"].model_class):
+        raise CheckpointError(f"{checkpoint.directory}: --task {args.task} needs a trained "
+                              f"{model_class.__name__} head; the model holds a {checkpoint.model_class.__name__}")
+    model = model_class.from_pretrained(checkpoint.directory)
+    return model, BertTokenizer.from_pretrained(checkpoint.directory)
 
 
 def add_onnx_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,20 +49,21 @@ def run_onnx(args: argparse.Namespace) -> int:
 
 
 def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
-    """No options beyond --model, --output and --task: the files are the format."""
+    """Beyond --model, --output and --task, only whether to replace a model: the files are the format."""
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the model already in --output (otherwise that is an error)")
 
 
 def run_hf(args: argparse.Namespace) -> int:
-    output = Path(args.output)
-    if output.exists() and not output.is_dir():
-        raise InputError("exists and is not a directory; the output is a model directory", output)
-    check_writable(output)
+    output = check_output_dir(args.output, args.overwrite)
     model, tokenizer = load_for_task(args)
+    staging = start_staging(output)  # a failed export leaves the model in --output as it was
     try:
-        model.save_pretrained(output)
-        tokenizer.save_pretrained(output)
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
     except OSError as error:
         raise InputError(f"can't write the model: {error.strerror or error}", output) from None
+    finish_staging(output)
     print(f"wrote {', '.join(sorted(path.name for path in output.iterdir() if path.is_file()))} to {output}")
     return 0
 
@@ -75,8 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_model_argument(subparser)
         subparser.add_argument("--output", "-o", required=True,
                                help="FILE.onnx" if name == "onnx" else "model directory to write")
-        subparser.add_argument("--task", choices=list(ONNX_TASKS), default="feature-extraction",
-                               help="which model to load: the encoder or a task model (default: %(default)s)")
+        subparser.add_argument("--task", choices=list(ONNX_TASKS), default=None,
+                               help="which model to export: the encoder alone (feature-extraction) or a task "
+                                    "model (default: the one the checkpoint holds, its fine-tuned head included)")
         add_format_arguments(subparser)
 
 

@@ -7,6 +7,7 @@ import argparse
 import importlib.util
 from pathlib import Path
 
+from bertforge.cli.arguments import finite_float
 from bertforge.config import read_json_object
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.registry import TASKS
@@ -24,22 +25,25 @@ FLAGS: dict[str, tuple[tuple[str, ...], type, str]] = {
     "--max-query-length": (("max_query_length",), int, "qa: question tokens kept (default 64)"),
     "--n-best": (("n_best",), int, "qa: answers kept per question (default 20)"),
     "--max-answer-length": (("max_answer_length",), int, "qa: longest answer in tokens (default 30)"),
-    "--null-score-threshold": (("null_score_threshold",), float,
+    "--null-score-threshold": (("null_score_threshold",), finite_float,
                                "qa with --version-2: margin by which no answer must beat the best span (default 0)"),
-    "--dropout": (("dropout",), float, "dropout on hidden states and attention weights (default: the model's)"),
+    "--dropout": (("dropout",), finite_float,
+                  "dropout on hidden states and attention weights (default: the model's)"),
     "--batch-size": (("batch_size",), int, "examples per batch (default 32)"),
     "--eval-batch-size": (("eval_batch_size",), int, "examples per evaluation batch (default 64)"),
     "--max-train-examples": (("max_train_examples",), int, "use only the first N training examples"),
     "--epochs": (("training", "epochs"), int, "passes over the training data (default 3)"),
     "--max-steps": (("training", "max_steps"), int, "stop after N optimizer steps (overrides --epochs)"),
-    "--lr": (("training", "lr"), float, "peak learning rate (default 5e-5)"),
-    "--weight-decay": (("training", "weight_decay"), float, "AdamW weight decay (default 0.01)"),
-    "--warmup-ratio": (("training", "warmup_ratio"), float, "fraction of steps warming up (default 0)"),
+    "--lr": (("training", "lr"), finite_float, "peak learning rate (default 5e-5)"),
+    "--weight-decay": (("training", "weight_decay"), finite_float, "AdamW weight decay (default 0.01)"),
+    "--warmup-ratio": (("training", "warmup_ratio"), finite_float, "fraction of steps warming up (default 0)"),
     "--grad-accum": (("training", "grad_accumulation"), int, "batches per optimizer step (default 1)"),
     "--eval-every": (("training", "eval_every"), int, "evaluate every N steps (default: every epoch)"),
     "--seed": (("training", "seed"), int, "random seed (default 42)"),
     "--early-stopping": (("training", "early_stopping_patience"), int,
                          "stop after N evaluations without improvement"),
+    "--save-every": (("training", "save_every"), int,
+                     "optimizer steps between resumable checkpoints (default: at every evaluation)"),
     "--device": (("training", "device"), str, "cpu, cuda, ... (default: cuda when available)"),
 }
 COLUMN_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -82,6 +86,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="bf16 autocast where the hardware supports it")
     parser.add_argument("--no-progress", dest="progress", action="store_const", const=False, default=None,
                         help="no progress bar")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the model already in --output (otherwise that is an error)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the killed run into --output from its last checkpoint, with the same settings")
 
 
 def config_from_args(args: argparse.Namespace):
@@ -114,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.finetune import finetune
     from bertforge.training.plot import plot_trainer_run
 
-    result = finetune(config_from_args(args))
+    result = finetune(config_from_args(args), overwrite=args.overwrite, resume=args.resume)
     for note in result.notes:
         print(note)
     if result.best is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import logging
+import os
+import signal
 import sys
 
 from bertforge import demo
@@ -25,6 +27,7 @@ from bertforge.cli import (
     tokenizer,
     vocab,
 )
+from bertforge.cli.arguments import positive_int
 from bertforge.errors import BertforgeError
 from bertforge.runtime import set_threads, tune_cpu_allocator
 
@@ -42,10 +45,17 @@ SUBCOMMANDS = {
     "attention": (attention, "write an HTML page showing the attention of every layer and head"),
     "explain": (explain, "why a model predicted what it did: attributions to the words of the text, as JSON or a page"),
     "export": (export, "write the model as ONNX (checked against PyTorch) or as a transformers checkpoint directory"),
-    "serve": (serve, "HTTP inference server: /embed, /predict, /tokenize, /attention, /explain, /health"),
+    "serve": (serve, "HTTP inference server: /predict, /embed, /v1/embeddings, /rerank, /explain, /metrics, /health"),
     "quantize": (quantize, "a fine-tuned model in int8 or bf16, written only if its dev metric holds (--max-drop)"),
     "distill": (distill, "a fine-tuned model with fewer layers, trained on its soft labels (gated like quantize)"),
 }
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line (exit status 2, argparse's) instead of the usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
 def installed_version() -> str:
@@ -56,10 +66,11 @@ def installed_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bertforge", description="BERT, complete and readable.")
+    parser = OneLineParser(prog="bertforge", description="BERT, complete and readable.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log details (e.g. skipped tensors)")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: one per core)")
+    parser.add_argument("--threads", type=positive_int, default=None,
+                        help="CPU threads for torch (default: one per core)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in SUBCOMMANDS.items():
         subparser = subparsers.add_parser(name, help=help_text, description=help_text)
@@ -69,17 +80,47 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand. Exit status: 0 done, 1 a user's error (one line on stderr), 2 a malformed command
+    line, 130 interrupted (Ctrl-C), 141 the reader of the output went away (`bertforge ... | head`)."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="bertforge: %(levelname)s: %(message)s", stream=sys.stderr)
     logging.getLogger("bertforge.progress").setLevel(logging.INFO)  # e.g. dev metrics after each evaluation
-    set_threads(args.threads)
-    tune_cpu_allocator()
     try:
-        return args.run(args)
+        set_threads(args.threads)
+        tune_cpu_allocator()
+        status = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here for output still buffered
+        return status
     except BertforgeError as error:
-        print(f"bertforge: error: {error}", file=sys.stderr)
-        return 1
+        return fail(str(error))
+    except BrokenPipeError:
+        # Whoever read the output has all they wanted; nothing to report. Point stdout at nothing so that the
+        # interpreter's own flush at exit doesn't fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except OSError as error:  # a file or folder the user named: missing, unreadable, full disk, ...
+        return fail(describe_os_error(error))
+    except MemoryError:
+        return fail("out of memory; try a smaller --batch-size or --max-length")
     except KeyboardInterrupt:
         print("bertforge: interrupted", file=sys.stderr)
         return 130
+
+
+def fail(message: str) -> int:
+    print(f"bertforge: error: {one_line(message)}", file=sys.stderr)
+    return 1
+
+
+def one_line(message: str) -> str:
+    """Messages from libraries may span lines; the promise is one."""
+    return "; ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
+def describe_os_error(error: OSError) -> str:
+    """'out/model.safetensors: No space left on device': the path first, as in every other message."""
+    reason = error.strerror or str(error)
+    if error.filename is None:
+        return reason
+    return f"{error.filename}: {reason}" + (f" (-> {error.filename2})" if error.filename2 else "")

@@ -7,7 +7,13 @@ import argparse
 import json
 
 from bertforge.atomic import write_text_atomic
-from bertforge.cli.arguments import add_inference_arguments, inference_options, positive_int
+from bertforge.cli.arguments import (
+    add_format_argument,
+    add_inference_arguments,
+    check_writable,
+    inference_options,
+    positive_int,
+)
 from bertforge.cli.finetune import add_column_arguments, add_decoding_argument
 from bertforge.errors import InputError
 
@@ -21,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text-pair", help="the second text of a pair, with --text")
     parser.add_argument("--question", help="qa: one question, with --context")
     parser.add_argument("--context", help="qa: the passage that holds the answer, with --question")
+    add_format_argument(parser)
     add_column_arguments(parser)
     parser.add_argument("--batch-size", type=positive_int, default=64)
     parser.add_argument("--max-length", type=positive_int, default=None, help="default: the training run's")
@@ -40,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give either --input FILE (with --output FILE.jsonl), --text, or --question and --context")
     if args.input is not None and args.output is None:
         raise InputError("--input needs --output FILE.jsonl")
+    if args.output is not None:
+        check_writable(args.output)
     if text is not None:
         pairs = [text_pair] if text_pair is not None else None
         answer = predict(args.model, texts=[text], text_pairs=pairs, max_length=args.max_length,
@@ -48,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     answers = predict(args.model, args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
                       batch_size=args.batch_size, max_length=args.max_length, inference=inference_options(args),
-                      decoding=args.decoding)
+                      decoding=args.decoding, format=args.format)
     write_text_atomic(args.output, "".join(json.dumps(answer, ensure_ascii=False) + "\n" for answer in answers))
     print(f"wrote {len(answers)} predictions to {args.output}")
     return 0

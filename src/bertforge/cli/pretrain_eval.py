@@ -6,14 +6,14 @@ import argparse
 import json
 from pathlib import Path
 
-from bertforge.cli.arguments import positive_int
+from bertforge.cli.arguments import check_writable, finite_float, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", "-m", required=True,
                         help="a checkpoint directory with a masked-LM head (the output of `pretrain train`)")
     parser.add_argument("--data", required=True, help="the corpus folder the model was trained on")
-    parser.add_argument("--holdout", type=float, default=None,
+    parser.add_argument("--holdout", type=finite_float, default=None,
                         help="the held-out split's size as in training (default: the model's pretrain_config.json, "
                              "else 0.01)")
     parser.add_argument("--batch-size", type=positive_int, default=32)
@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.pretraining.run import RUN_CONFIG_FILE, PretrainConfig, check_tokenizer
     from bertforge.tokenizer import BertTokenizer
 
+    output = check_writable(args.output or Path(args.model) / "eval_results.json")
     holdout = args.holdout
     if holdout is None:
         run_config = Path(args.model) / RUN_CONFIG_FILE
@@ -48,7 +49,6 @@ def run(args: argparse.Namespace) -> int:
     metrics = evaluate_mlm(model, reader, Masker(tokenizer.vocab, args.masking), tokenizer.vocab.pad_token_id,
                            batch_size=args.batch_size, seq_len=args.seq_len, max_batches=args.max_batches,
                            seed=args.seed)
-    output = Path(args.output) if args.output else Path(args.model) / "eval_results.json"
     write_text_atomic(output, json.dumps(metrics, indent=2) + "\n")
     print(f"held-out masked LM: loss {metrics['loss']:.4f}, perplexity {metrics['perplexity']:.2f}, "
           f"accuracy {metrics['accuracy']:.4f} ({metrics['masked_tokens']:,} masked tokens; always guessing the "

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bertforge.cli.arguments import check_writable
+
 DEFAULT_IMAGE = "curves.png"
 
 
@@ -20,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.run_dir)
     log_path = run_dir if run_dir.is_file() else run_dir / LOG_FILE
-    output = Path(args.output) if args.output else log_path.parent / DEFAULT_IMAGE
+    output = check_writable(args.output or log_path.parent / DEFAULT_IMAGE)
     plot_log(read_log(log_path), output, title=str(log_path.parent))
     print(f"wrote {output}")
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertforge.cli.arguments import positive_int
+from bertforge.cli.arguments import finite_float, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--init-from", default=None, metavar="DIR",
                         help="start from this model directory's weights and architecture instead of a random "
                              "initialisation (continued pre-training, e.g. a second phase at longer sequences)")
-    parser.add_argument("--dropout", type=float, default=None,
+    parser.add_argument("--dropout", type=finite_float, default=None,
                         help="dropout on hidden states and attention weights (default: the model's, 0.1 for the "
                              "presets); 0 trains faster and suits short runs")
     parser.add_argument("--data", required=True, help="a corpus folder written by `bertforge pretrain prepare`")
@@ -35,10 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sequences per forward pass in each process; the global batch of an optimizer step is "
                              "batch-size x processes (torchrun's world size) x grad-accum")
     parser.add_argument("--grad-accum", type=positive_int, default=1, help="forward passes per optimizer step")
-    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--lr", type=finite_float, default=1e-4)
     parser.add_argument("--warmup-steps", type=int, default=None, help="default: 1%% of --steps")
     parser.add_argument("--seq-len", type=positive_int, default=128)
-    parser.add_argument("--holdout", type=float, default=0.01,
+    parser.add_argument("--holdout", type=finite_float, default=0.01,
                         help="documents held out for evaluation: a fraction below 1, or a count")
     parser.add_argument("--save-every", type=positive_int, default=1000, help="steps between checkpoints")
     parser.add_argument("--log-every", type=positive_int, default=10, help="steps between log lines")
@@ -50,9 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the model (needs a C++ compiler on CPU; the first steps are slow)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--peak-gflops", type=float, default=552.0,
+    parser.add_argument("--peak-gflops", type=finite_float, default=552.0,
                         help="one device's peak GFLOP/s, for model FLOPs utilisation (default: 552)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --output from its checkpoint")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the model or run already in --output (otherwise that is an error)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         "compile": args.compile, "seed": args.seed, "peak_gflops": args.peak_gflops, "progress": not args.no_progress,
         "rank": launch.rank, "world_size": launch.world_size,
     })
-    result = pretrain(config, resume=args.resume)
+    result = pretrain(config, resume=args.resume, overwrite=args.overwrite)
     if launch.rank != 0:
         return 0  # rank 0 reports for the run
     print(f"trained {result.steps} steps; model written to {result.output}")

@@ -54,13 +54,18 @@ class QuantizationConfig:
 
     precision: str = "int8"  # a key of METHODS
     outlier_channels: int = 8  # int8: input channels per layer kept in float32 (the largest seen in calibration)
+    # int8: a layer has outliers when its largest input channel exceeds this many times the median channel's largest
+    # (MiniLM: 10-18x at the feed-forward and pooler inputs, 2-5x elsewhere); other layers skip the float32 path.
+    outlier_ratio: float = 6.0
     smoothing: float | None = None  # int8: SmoothQuant's alpha (0-1) migrating range to the weights; None: off
-    modules: list[str] = dataclasses.field(default_factory=list)  # int8: the quantized linear layers (our names)
+    modules: dict[str, int] = dataclasses.field(default_factory=dict)  # int8: quantized layer -> its outliers
 
     def __post_init__(self):
         check_choice(self.precision, METHODS, "precision")
         if not isinstance(self.outlier_channels, int) or self.outlier_channels < 0:
             raise ConfigError(f"outlier_channels must be a whole number >= 0, got {self.outlier_channels!r}")
+        if not isinstance(self.outlier_ratio, (int, float)) or self.outlier_ratio < 1:
+            raise ConfigError(f"outlier_ratio must be a number >= 1, got {self.outlier_ratio!r}")
         if self.smoothing is not None and not 0.0 <= self.smoothing <= 1.0:
             raise ConfigError(f"smoothing must be in [0, 1], got {self.smoothing!r}")
 
@@ -99,29 +104,34 @@ class QuantizedLinear(nn.Module):
     """y = int8(x * input_scale) @ int8(W)^T + bias + x[:, outliers] @ W[:, outliers]^T, then the activation.
 
     `input_scale` is SmoothQuant's 1/s per input channel (1 without smoothing) and 0 at the outlier channels, so
-    the int8 product leaves them out and the float32 one adds them back. The int8 weight has one scale per output
-    channel; torch's dynamic kernel quantizes the activation per call with its own min and max.
+    the int8 product leaves them out and the float32 one adds them back; a layer with neither has none (the
+    multiply is a pass over the input, which costs on layers as narrow as MiniLM's). The int8 weight has one scale
+    per output channel; torch's dynamic kernel quantizes the activation per call with its own min and max.
     """
 
     packed = None  # torch's prepacked weight for the int8 kernel, made on first use from the buffers
 
-    def __init__(self, in_features: int, out_features: int, num_outliers: int, activation: str | None = None):
+    def __init__(self, in_features: int, out_features: int, num_outliers: int, activation: str | None = None,
+                 scales_input: bool = True):
         super().__init__()
         self.in_features, self.out_features, self.activation = in_features, out_features, activation
         self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8))
         self.register_buffer("weight_scale", torch.ones(out_features))
         self.register_buffer("bias", torch.zeros(out_features))
-        self.register_buffer("input_scale", torch.ones(in_features))
+        # empty when the layer has neither outliers nor smoothing: the input goes to the int8 kernel as it is
+        self.register_buffer("input_scale", torch.ones(in_features if scales_input else 0))
         self.register_buffer("outlier_index", torch.zeros(num_outliers, dtype=torch.long))
         self.register_buffer("outlier_weight", torch.zeros(num_outliers, out_features))  # (outliers, out)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, input_max: torch.Tensor, outlier_channels: int,
-                    smoothing: float | None = None) -> QuantizedLinear:
+                    smoothing: float | None = None, outlier_ratio: float = 6.0) -> QuantizedLinear:
         """Quantize `linear` given the largest |input| of each input channel seen in calibration."""
         weight = linear.weight.detach().float()  # (out, in)
-        num_outliers = min(outlier_channels, linear.in_features)
-        module = cls(linear.in_features, linear.out_features, num_outliers, getattr(linear, "activation", None))
+        has_outliers = bool(input_max.max() > outlier_ratio * input_max.median())
+        num_outliers = min(outlier_channels, linear.in_features) if has_outliers else 0
+        module = cls(linear.in_features, linear.out_features, num_outliers, getattr(linear, "activation", None),
+                     scales_input=num_outliers > 0 or smoothing is not None)
         outliers = input_max.topk(num_outliers).indices.sort().values
         smooth = torch.ones(linear.in_features)
         if smoothing is not None:
@@ -137,7 +147,8 @@ class QuantizedLinear(nn.Module):
         with torch.no_grad():
             module.weight.copy_(torch.round(scaled / weight_scale[:, None]).clamp(-127, 127).to(torch.int8))
             module.weight_scale.copy_(weight_scale)
-            module.input_scale.copy_(input_scale)
+            if len(module.input_scale):
+                module.input_scale.copy_(input_scale)
             module.outlier_index.copy_(outliers)
             module.outlier_weight.copy_(weight[:, outliers].t())
             if linear.bias is not None:
@@ -156,7 +167,8 @@ class QuantizedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.float()
-        y = torch.ops.quantized.linear_dynamic(x * self.input_scale, self.packed_weight(), int8_reduce_range())
+        scaled = x * self.input_scale if len(self.input_scale) else x
+        y = torch.ops.quantized.linear_dynamic(scaled, self.packed_weight(), int8_reduce_range())
         if len(self.outlier_index):
             outliers = x.index_select(-1, self.outlier_index)  # (..., outliers)
             y.view(-1, self.out_features).addmm_(outliers.reshape(-1, len(self.outlier_index)), self.outlier_weight)
@@ -218,12 +230,16 @@ def quantize_int8(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]] |
     if batches is None:
         # Random tokens miss most of the outlier channels that real text finds (on MiniLM, 0-6 of 8 per layer).
         raise ConfigError("int8 quantization needs calibration batches: a sample of the data the model will see")
+    from bertforge.fast_cpu import make_plain
+
+    make_plain(model)  # quantize the plain nn.Linear layers (the activation stays FeedForward's own)
     linears = encoder_linears(model)
     largest = calibrate(model, batches, linears)
     for name, linear in linears.items():
-        replace_module(model, name, QuantizedLinear.from_linear(linear, largest[name], config.outlier_channels,
-                                                                config.smoothing))
-    config.modules = list(linears)
+        quantized = QuantizedLinear.from_linear(linear, largest[name], config.outlier_channels, config.smoothing,
+                                                config.outlier_ratio)
+        replace_module(model, name, quantized)
+        config.modules[name] = len(quantized.outlier_index)
     return model
 
 
@@ -266,7 +282,7 @@ def quantize(model: nn.Module, config: QuantizationConfig | None = None,
     """`model` (changed in place and returned) in eval mode at `config.precision`; `batches` of model inputs from
     the user's own data calibrate int8 (a few hundred sentences are plenty: calibration only finds each layer's
     largest input channels). The model remembers its config for `save_quantized`."""
-    config = dataclasses.replace(config or QuantizationConfig())
+    config = dataclasses.replace(config or QuantizationConfig(), modules={})
     model = METHODS[config.precision](model.eval(), batches, config)
     model.quantization = config
     return model
@@ -275,11 +291,11 @@ def quantize(model: nn.Module, config: QuantizationConfig | None = None,
 def prepare_quantized(model: nn.Module, config: QuantizationConfig) -> nn.Module:
     """An unloaded `model` shaped for a quantized checkpoint's tensors (its int8 layers empty), ready for loading."""
     if config.precision == "int8":
-        for name in config.modules:
+        for name, num_outliers in config.modules.items():
             linear = model.get_submodule(name)
             replace_module(model, name, QuantizedLinear(
-                linear.in_features, linear.out_features, min(config.outlier_channels, linear.in_features),
-                getattr(linear, "activation", None)))
+                linear.in_features, linear.out_features, num_outliers, getattr(linear, "activation", None),
+                scales_input=num_outliers > 0 or config.smoothing is not None))
     model.quantization = config
     return model
 

@@ -112,11 +112,12 @@ def _encoded_batches(model, tokenizer, texts: Sequence[str], layers: str, batch_
     if progress:
         from tqdm import tqdm
         batches = tqdm(batches, desc="embedding", unit="batch")
+    device = next(model.parameters()).device  # the batches go where the model is (--device); features come back
     for indices in batches:
-        ids = pad_ids([encoded["input_ids"][i] for i in indices], tokenizer.pad_token_id)
-        segments = pad_ids([encoded["token_type_ids"][i] for i in indices], 0)
-        mask = pad_ids([encoded["attention_mask"][i] for i in indices], 0)
-        yield indices, token_features(model, ids, mask, segments, layers), mask, encoded
+        ids = pad_ids([encoded["input_ids"][i] for i in indices], tokenizer.pad_token_id).to(device)
+        segments = pad_ids([encoded["token_type_ids"][i] for i in indices], 0).to(device)
+        mask = pad_ids([encoded["attention_mask"][i] for i in indices], 0).to(device)
+        yield indices, token_features(model, ids, mask, segments, layers).cpu(), mask.cpu(), encoded
 
 
 def sentence_embedding(model, pooling: str | None = None, max_length: int | None = None,

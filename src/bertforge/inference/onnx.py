@@ -20,8 +20,6 @@ from torch import nn
 
 from bertforge.atomic import atomic_path
 from bertforge.errors import BertforgeError, check_choice
-from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
-from bertforge.model import BertModel
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 MIN_OPSET = 18  # the oldest opset torch's default (dynamo) exporter targets
@@ -30,26 +28,31 @@ DEFAULT_TOLERANCE = 1e-4  # fp32: ONNX Runtime's kernels sum in a different orde
 
 @dataclass(frozen=True)
 class OnnxTask:
-    """Which model a task exports, how its output becomes named tensors, and which of them are per token."""
+    """How a model's output becomes named tensors, and which of them are per token; which model a task name
+    exports is the head registry's (tasks/registry.py HEADS)."""
 
-    model_class: type[nn.Module]
     outputs: Callable[[object], dict[str, torch.Tensor | None]]
     per_token: frozenset[str]
 
 
-# Hugging Face's task names (optimum's `--task`); the CLI's --task choices are these keys.
+# Hugging Face's task names (optimum's `--task`, HEADS' onnx_task); the CLI's --task choices are these keys.
 ONNX_TASKS: dict[str, OnnxTask] = {
     "feature-extraction": OnnxTask(
-        BertModel, lambda out: {"last_hidden_state": out.last_hidden_state, "pooler_output": out.pooler_output},
+        lambda out: {"last_hidden_state": out.last_hidden_state, "pooler_output": out.pooler_output},
         frozenset({"last_hidden_state"})),
-    "text-classification": OnnxTask(
-        BertForSequenceClassification, lambda out: {"logits": out.logits}, frozenset()),
-    "token-classification": OnnxTask(
-        BertForTokenClassification, lambda out: {"logits": out.logits}, frozenset({"logits"})),
+    "text-classification": OnnxTask(lambda out: {"logits": out.logits}, frozenset()),
+    "token-classification": OnnxTask(lambda out: {"logits": out.logits}, frozenset({"logits"})),
     "question-answering": OnnxTask(
-        BertForQuestionAnswering, lambda out: {"start_logits": out.start_logits, "end_logits": out.end_logits},
+        lambda out: {"start_logits": out.start_logits, "end_logits": out.end_logits},
         frozenset({"start_logits", "end_logits"})),
 }
+
+
+def model_class_of(task: str) -> type[nn.Module]:
+    """The model class an ONNX task name exports: "question-answering" -> BertForQuestionAnswering."""
+    from bertforge.tasks.registry import HEADS
+    check_task(task)
+    return next(head.model_class for head in HEADS.values() if head.onnx_task == task)
 
 # Real sentences of very different lengths (and, paired up, with both segments) for the numerical check.
 CHECK_TEXTS = (
@@ -90,12 +93,9 @@ def require(module: str):
 
 
 def task_of(model: nn.Module) -> str:
-    """The task name of a model instance: BertForQuestionAnswering -> 'question-answering'."""
-    for name, task in ONNX_TASKS.items():
-        if isinstance(model, task.model_class):
-            return name
-    raise BertforgeError(f"can't export a {type(model).__name__}; exportable models: "
-                         + ", ".join(task.model_class.__name__ for task in ONNX_TASKS.values()))
+    """The task name of a model instance, from the head registry: BertForQuestionAnswering -> 'question-answering'."""
+    from bertforge.tasks.registry import HEADS, head_of
+    return HEADS[head_of(model)].onnx_task
 
 
 def check_task(name: str) -> OnnxTask:
@@ -166,8 +166,8 @@ def export_onnx(model: nn.Module, tokenizer, path: str | Path, task: str | None 
     path = Path(path)
     task = task or task_of(model)
     spec = check_task(task)
-    if not isinstance(model, spec.model_class):
-        raise BertforgeError(f"task {task!r} exports a {spec.model_class.__name__}, got a {type(model).__name__}")
+    if type(model) is not model_class_of(task):
+        raise BertforgeError(f"task {task!r} exports a {model_class_of(task).__name__}, got a {type(model).__name__}")
     max_length = min(tokenizer.model_max_length, model.config.max_position_embeddings)
     device = next(model.parameters()).device
     sample = tokenizer(["Hello world.", "The export traces this pair of sentences."], padding=True,

@@ -20,6 +20,24 @@ from bertforge.errors import ConfigError, check_choice
 # fp32: as trained. bf16: weights and activations in bfloat16 (GPUs, and CPUs with AVX-512 BF16 or AMX).
 # int8: every nn.Linear quantized dynamically (int8 weights, activations quantized per batch; CPU only).
 PRECISIONS = ("fp32", "bf16", "int8")
+DEVICE_KINDS = ("cpu", "cuda", "mps")  # cuda may name its GPU: cuda:1
+
+
+def check_device(name: str) -> torch.device:
+    """The torch device `name` names (cpu, cuda, cuda:N, mps), or a one-line error when it is malformed or this
+    machine has no such device."""
+    kind, _, index = str(name).partition(":")
+    if kind not in DEVICE_KINDS or (index and (kind != "cuda" or not index.isdigit())):
+        raise ConfigError(f"--device {name!r}: expected one of cpu, cuda, cuda:N, mps")
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--device {name}: this machine has no CUDA GPU that torch can use")
+        if index and int(index) >= torch.cuda.device_count():
+            raise ConfigError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA GPU(s), "
+                              f"numbered from 0")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"--device {name}: MPS (Apple GPU) is not available on this machine")
+    return torch.device(name)
 
 
 @dataclass(frozen=True)
@@ -28,6 +46,7 @@ class InferenceOptions:
 
     precision: str = "fp32"
     compile: bool = False  # torch.compile the forward pass (dynamic shapes); the first batches are slow
+    device: str = "cpu"  # cpu, cuda, cuda:N or mps; checked when applied
 
     def __post_init__(self):
         check_choice(self.precision, PRECISIONS, "precision")
@@ -36,6 +55,8 @@ class InferenceOptions:
         """`model` in eval mode at this precision (changed in place, and returned): same class, same outputs'
         types (float32 tensors), so every caller works unchanged."""
         model.eval()
+        if self.device != "cpu":
+            model.to(check_device(self.device))
         device = next(model.parameters()).device
         if self.precision == "int8":
             if device.type != "cpu":

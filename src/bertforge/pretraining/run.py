@@ -26,7 +26,6 @@ import torch
 from torch import nn
 
 from bertforge import fast_cpu
-from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE, read_state_dict
 from bertforge.checkpoint.pretrained import load_hf_state_dict
@@ -40,6 +39,7 @@ from bertforge.checkpoint.train_state import (
 )
 from bertforge.config import PRESETS, BertConfig, JsonConfig, check_number, dropout_overrides
 from bertforge.errors import ConfigError
+from bertforge.outputs import check_output_dir
 from bertforge.pretraining.collate import PretrainingCollator, batches
 from bertforge.pretraining.corpus import CorpusReader, tokenizer_identity
 from bertforge.pretraining.evaluation import batch_counts, evaluate_mlm, summarise
@@ -51,6 +51,7 @@ from bertforge.runtime import bf16_supported, seed_everything, to_device
 from bertforge.tokenizer.tokenizer import BertTokenizer
 from bertforge.training import distributed
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
+from bertforge.training.trainer import keep_log_until, read_log
 
 logger = logging.getLogger("bertforge")
 
@@ -225,15 +226,6 @@ def _check_launch(config: PretrainConfig) -> distributed.ProcessInfo:
     return info
 
 
-def _keep_log_until(path: Path, step: int) -> None:
-    """On resume, drop log lines of steps after the checkpoint: they are about to be computed again."""
-    if not path.is_file():
-        return
-    kept = [line for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line).get("step", 0) <= step]
-    write_text_atomic(path, "".join(line + "\n" for line in kept))
-
-
 def save_final_model(model: nn.Module, tokenizer: BertTokenizer, config: PretrainConfig) -> None:
     """An ordinary checkpoint directory: what BertModel / BertFor*.from_pretrained and transformers read."""
     keep = model.discriminator if isinstance(model, ElectraForPreTraining) else model
@@ -241,9 +233,10 @@ def save_final_model(model: nn.Module, tokenizer: BertTokenizer, config: Pretrai
     tokenizer.save_pretrained(config.output)
 
 
-def pretrain(config: PretrainConfig, resume: bool = False) -> PretrainResult:
+def pretrain(config: PretrainConfig, resume: bool = False, overwrite: bool = False) -> PretrainResult:
     """Pre-train a model as `config` says, writing to config.output (see the module docstring); `resume`
-    continues from output/checkpoint exactly: the same batches, masks, dropout and losses as without a stop.
+    continues from output/checkpoint exactly: the same batches, masks, dropout and losses as without a stop (a
+    finished run is not run or evaluated again). A folder that holds a model is replaced only with `overwrite`.
 
     Under torchrun (config.rank and world_size from its environment) each process trains on its part of the
     corpus and DDP averages the gradients; rank 0 alone writes the log, checkpoints (holding every rank's data
@@ -253,23 +246,29 @@ def pretrain(config: PretrainConfig, resume: bool = False) -> PretrainResult:
     """
     info = _check_launch(config)
     device = distributed.select_device(config.device, info)
+    if not resume:
+        check_output_dir(config.output, overwrite or config.rank > 0)
     if config.fp16 and device.type != "cuda":
         raise ConfigError(f"fp16 training needs a CUDA device (this run is on {device.type}); "
                           "use bf16, or neither for float32")
     with distributed.process_group(info, device):
-        return _train(config, resume, device)
+        return _train(config, resume, device, overwrite)
 
 
-def _train(config: PretrainConfig, resume: bool, device: torch.device) -> PretrainResult:
+def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite: bool = False) -> PretrainResult:
     is_main = config.rank == 0
     output = Path(config.output)
     checkpoint_dir = output / CHECKPOINT_DIR
     if resume:
         saved = read_train_state(checkpoint_dir)
         _check_resumable(saved["extra"].get("config", {}), config, checkpoint_dir / TRAIN_STATE_FILE)
-    elif (checkpoint_dir / TRAIN_STATE_FILE).exists():
-        raise ConfigError(f"{output} already holds a training run; pass --resume to continue it, "
-                          "or choose another output folder")
+        if saved["step"] >= config.steps and (output / CONFIG_FILE).is_file():
+            logger.warning("the run in %s had already finished (%d steps); nothing to resume", output, saved["step"])
+            history = [record for record in read_log(output / LOG_FILE) if is_main]
+            return PretrainResult(steps=saved["step"], history=history, output=output)
+    elif (checkpoint_dir / TRAIN_STATE_FILE).exists() and not overwrite:
+        raise ConfigError(f"{output} already holds a training run; pass --resume to continue it, --overwrite to "
+                          "start again, or choose another output folder")
 
     reader = CorpusReader(config.data, split="train", holdout=config.holdout, rank=config.rank,
                           world_size=config.world_size)
@@ -314,7 +313,7 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device) -> Pretra
         sampler.set_state(position["sampler"])
         step = state.step
         if is_main:
-            _keep_log_until(output / LOG_FILE, step)
+            keep_log_until(output / LOG_FILE, step)
             logger.info("resuming from step %d", step)
     elif is_main:
         output.mkdir(parents=True, exist_ok=True)

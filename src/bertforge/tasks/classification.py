@@ -11,11 +11,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch import nn
 
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import default_labels
-from bertforge.tasks.data import EncodeSettings, Features, TextExample, inference_batches
+from bertforge.tasks.data import EncodeSettings, Features, TextExample
 from bertforge.tasks.metrics import compute_metrics
 
 logger = logging.getLogger("bertforge")
@@ -117,31 +116,28 @@ def encode(tokenizer, examples: Sequence[TextExample], settings: EncodeSettings,
 
 # --- predictions ----------------------------------------------------------------------------------------------
 
-@torch.inference_mode()
-def example_logits(model: nn.Module, features: Features, num_examples: int, batch_size: int) -> torch.Tensor:
+def outputs(output) -> tuple[torch.Tensor, ...]:
+    """(batch, 1, labels) logits: the [CLS] prediction, as a sequence of one position (rows are cut per token)."""
+    return (output.logits[:, None],)
+
+
+def example_logits(features: Features, outputs: Sequence[tuple[torch.Tensor, ...]], num_examples: int
+                   ) -> torch.Tensor:
     """(examples, labels) logits in float32; an example split into windows gets the mean of its windows'."""
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    num_labels = model.config.num_labels
-    logits = torch.zeros(len(features), num_labels)
-    for indices, batch in inference_batches(features, batch_size, model.config.pad_token_id):
-        output = model(**{key: value.to(device) for key, value in batch.items()})
-        logits[indices] = output.logits.float().cpu()
-    model.train(was_training)
+    logits = torch.stack([row[0][0] for row in outputs]).float()  # (rows, labels)
     index = torch.tensor(features.example_index, dtype=torch.long)
-    sums = torch.zeros(num_examples, num_labels).index_add_(0, index, logits)
+    sums = torch.zeros(num_examples, logits.shape[-1]).index_add_(0, index, logits)
     counts = torch.zeros(num_examples).index_add_(0, index, torch.ones(len(features)))
     return sums / counts.clamp(min=1)[:, None]
 
 
-def predict(model: nn.Module, features: Features, examples: Sequence[TextExample],
-            batch_size: int = 64) -> list[dict[str, Any]]:
+def decode(features: Features, examples: Sequence[TextExample], outputs: Sequence[tuple[torch.Tensor, ...]],
+           config) -> list[dict[str, Any]]:
     """One answer per example: {"label", "probabilities": {label: p}} or, for regression, {"score"}."""
-    logits = example_logits(model, features, len(examples), batch_size)
-    if model.config.num_labels == 1:
+    logits = example_logits(features, outputs, len(examples))
+    if config.num_labels == 1:
         return [{"score": score} for score in logits[:, 0].tolist()]
-    id2label = model.config.id2label
+    id2label = config.id2label
     answers = []
     for probs in logits.softmax(-1).tolist():
         best = max(range(len(probs)), key=probs.__getitem__)

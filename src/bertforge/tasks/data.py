@@ -9,6 +9,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,18 +35,27 @@ class Table:
 
 
 def _read_delimited(path: Path, text: str, delimiter: str, quoting: int) -> Table:
+    # The csv module refuses fields over 128 KB by default; a long document is a field as long as the file at most.
+    csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
     # newline="": rows end at \n or \r\n only, as the csv module expects (not at U+2028 inside a text).
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
-    header = next(reader, None)
-    if header is None:
-        raise InputError("the file is empty", path)
-    rows, line = [], reader.line_num + 1
-    for values in reader:
-        if values:  # blank lines carry no example
-            if len(values) != len(header):  # e.g. an unquoted comma inside a CSV text
-                raise InputError(f"the row has {len(values)} fields, the header has {len(header)}", path, line)
-            rows.append((line, dict(zip(header, values))))
+    # strict: an unclosed quote is an error, not a field that swallows every row after it.
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting, strict=True)
+    rows, line = [], 1
+    try:
+        header = next(reader, None)
+        if header is None:
+            raise InputError("the file is empty", path)
         line = reader.line_num + 1
+        for values in reader:
+            if values:  # blank lines carry no example
+                if len(values) != len(header):  # e.g. an unquoted comma inside a CSV text
+                    raise InputError(f"the row has {len(values)} fields, the header has {len(header)}", path, line)
+                rows.append((line, dict(zip(header, values))))
+            line = reader.line_num + 1
+    except csv.Error as error:
+        reason = ("a quote opened in this row is never closed" if "end of data" in str(error)
+                  else f"malformed quoting ({error})")
+        raise InputError(reason, path, line) from None
     return Table(path, header, rows)
 
 
@@ -81,11 +91,50 @@ READERS: dict[str, Callable[[Path, str], Table]] = {
 }
 
 
-def read_table(path: str | Path) -> Table:
-    """Read a .csv, .tsv, .jsonl or .txt file; a UTF-8 byte-order mark (as in GLUE's MRPC) is dropped."""
+# Data file formats (--format); without one, the file's extension says which (see data_format).
+DATA_FORMATS = {
+    "csv": "comma-separated, with a header", "tsv": "tab-separated, with a header, no quoting",
+    "jsonl": "one JSON object per line", "txt": "one text per line",
+    "conll": "a `word ... tag` line per token, a blank line between sentences (ner)", "squad": "SQuAD JSON (qa)",
+}
+EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".txt": "txt", ".json": "squad", ".conll": "conll"}
+_IOB_TAG = re.compile(r"O|[BI]-\S+")
+
+
+def data_format(path: str | Path, given: str | None = None) -> str:
+    """The format of a data file: `given` (--format), else its extension's; a .txt file whose lines are all
+    `word ... IOB-tag` (or -DOCSTART-) is CoNLL, as CoNLL-2003's own files are."""
     path = Path(path)
-    if path.suffix.lower() not in READERS:
-        raise InputError(f"unsupported file type {path.suffix!r}; use one of {', '.join(READERS)}", path)
+    if given is not None:
+        if given not in DATA_FORMATS:
+            raise InputError(f"unknown format {given!r}; choose from {', '.join(DATA_FORMATS)}", path)
+        return given
+    name = EXTENSIONS.get(path.suffix.lower())
+    if name is None:
+        raise InputError(f"unknown file type {path.suffix!r}; use one of {', '.join(EXTENSIONS)} or say which "
+                         f"with --format ({', '.join(DATA_FORMATS)})", path)
+    return "conll" if name == "txt" and looks_like_conll(path) else name
+
+
+def looks_like_conll(path: Path, lines: int = 100) -> bool:
+    """Whether the first non-blank lines of a text file are all CoNLL token lines."""
+    try:
+        with open(path, encoding="utf-8-sig", errors="replace") as handle:
+            head = [line.split() for line, _ in zip(handle, range(10 * lines)) if line.strip()][:lines]
+    except OSError:
+        return False  # the reader reports it
+    return bool(head) and all(columns[0] == "-DOCSTART-" or (len(columns) >= 2 and _IOB_TAG.fullmatch(columns[-1]))
+                              for columns in head)
+
+
+def read_table(path: str | Path, format: str | None = None) -> Table:
+    """Read a .csv, .tsv, .jsonl or .txt file (or the one of those `format` names); a UTF-8 byte-order mark (as
+    in GLUE's MRPC) is dropped."""
+    path = Path(path)
+    kind = "." + format if format is not None else path.suffix.lower()
+    if kind not in READERS:
+        what = f"file type {path.suffix!r}" if format is None else f"format {format!r}"
+        raise InputError(f"unsupported {what}; use one of {', '.join(READERS)}", path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -96,7 +145,7 @@ def read_table(path: str | Path) -> Table:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise InputError("not valid UTF-8 text", path, raw[:error.start].count(b"\n") + 1) from None
-    table = READERS[path.suffix.lower()](path, text)
+    table = READERS[kind](path, text)
     if not table.rows:
         raise InputError("the file has no examples", path)
     return table
@@ -114,6 +163,14 @@ def cell(table: Table, line: int, row: dict[str, Any], name: str) -> Any:
     if row.get(name) is None:
         raise InputError(f"missing value (the row has {', '.join(map(repr, row))})", table.path, line, field=name)
     return row[name]
+
+
+def text_cell(table: Table, line: int, row: dict[str, Any], name: str) -> str:
+    """A text: a JSON number or object where a text belongs is the user's mistake, not something to str()."""
+    value = cell(table, line, row, name)
+    if not isinstance(value, str):
+        raise InputError(f"expected a text, got {json.dumps(value)[:40]}", table.path, line, field=name)
+    return value
 
 
 # --- examples of text tasks -----------------------------------------------------------------------------------
@@ -170,19 +227,19 @@ LABEL_KINDS: dict[str, Callable[[Any], str | float]] = {"class": class_label, "s
 
 
 def read_text_examples(path: str | Path, columns: Columns, label_kind: str | None,
-                       label_names: Sequence[str] | None = None) -> list[TextExample]:
+                       label_names: Sequence[str] | None = None, format: str | None = None) -> list[TextExample]:
     """Text (and pair) examples, labelled when `label_kind` is "class" or "score", unlabelled when None.
 
     `label_names` (a fine-tuned model's labels) makes any other label an error, so a typo in an evaluation file
     stops before a single batch runs.
     """
-    table = read_table(path)
+    table = read_table(path, format)
     require_columns(table, [columns.text, columns.text_pair] + ([columns.label] if label_kind else []))
     known = set(label_names) if label_names is not None else None
     examples = []
     for line, row in table.rows:
-        text = str(cell(table, line, row, columns.text))
-        pair = str(cell(table, line, row, columns.text_pair)) if columns.text_pair else None
+        text = text_cell(table, line, row, columns.text)
+        pair = text_cell(table, line, row, columns.text_pair) if columns.text_pair else None
         label = None
         if label_kind is not None:
             raw = cell(table, line, row, columns.label)
@@ -244,7 +301,8 @@ class LengthGroupedBatches:
     """Training batches of similar length in random order: shuffle, cut into pools of 50 batches, sort each pool
     by length, then shuffle the batches. Padding stays small and every epoch sees a new order.
 
-    Epoch e uses the generator seed `seed + e`, so a run repeats exactly.
+    Epoch e uses the generator seed `seed + e`, so a run repeats exactly, and a resumed run picks up the order of
+    the epoch it stopped in (set_epoch).
     """
 
     def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, pool_batches: int = 50):
@@ -253,6 +311,9 @@ class LengthGroupedBatches:
 
     def __len__(self) -> int:
         return math.ceil(len(self.lengths) / self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def __iter__(self) -> Iterator[list[int]]:
         generator = torch.Generator().manual_seed(self.seed + self.epoch)
@@ -275,6 +336,9 @@ class FeatureBatches:
     def __len__(self) -> int:
         return len(self.sampler)
 
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         for indices in self.sampler:
             yield collate([self.features.rows[i] for i in indices], self.pad_token_id)
@@ -284,8 +348,10 @@ def training_batches(features: Features, batch_size: int, pad_token_id: int, see
     return FeatureBatches(features, LengthGroupedBatches(features.lengths(), batch_size, seed), pad_token_id)
 
 
-def inference_batches(features: Features, batch_size: int, pad_token_id: int,
-                      keys: Sequence[str] = ("input_ids", "token_type_ids", "attention_mask"),
+MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+def inference_batches(features: Features, batch_size: int, pad_token_id: int, keys: Sequence[str] = MODEL_INPUTS,
                       ) -> Iterator[tuple[list[int], dict[str, torch.Tensor]]]:
     """(row indices, batch of the model inputs `keys`) in length-sorted order, for evaluation and prediction."""
     for indices in length_sorted_batches(features.lengths(), batch_size):
@@ -294,18 +360,25 @@ def inference_batches(features: Features, batch_size: int, pad_token_id: int,
 
 
 @torch.inference_mode()
+def forward_rows(model: nn.Module, rows: Sequence[dict[str, Any]], read: Callable[[Any], tuple[torch.Tensor, ...]]
+                 ) -> list[tuple[torch.Tensor, ...]]:
+    """The model on `rows` as one padded batch; per row, the per-token outputs `read(model output)` picks, float32
+    on the CPU and cut to the row's length: read=lambda output: (output.logits,) gives each row's (seq, labels)
+    logits. Evaluation, prediction and the server's batcher all run rows through here."""
+    device = next(model.parameters()).device
+    batch = collate([{key: row[key] for key in MODEL_INPUTS if key in row} for row in rows], model.config.pad_token_id)
+    tensors = [tensor.float().cpu() for tensor in read(model(**{k: v.to(device) for k, v in batch.items()}))]
+    return [tuple(tensor[slot, :len(row["input_ids"])] for tensor in tensors) for slot, row in enumerate(rows)]
+
+
 def row_outputs(model: nn.Module, features: Features, batch_size: int,
                 read: Callable[[Any], tuple[torch.Tensor, ...]]) -> list[tuple[torch.Tensor, ...]]:
-    """Per row, the per-token outputs `read(model output)` picks, float32 on the CPU and cut to the row's length:
-    read=lambda output: (output.logits,) gives each row's (seq, labels) logits."""
+    """forward_rows over every row of `features`, in length-sorted batches of `batch_size`, in eval mode."""
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
     outputs: list[tuple[torch.Tensor, ...]] = [()] * len(features)
-    for indices, batch in inference_batches(features, batch_size, model.config.pad_token_id):
-        tensors = [tensor.float().cpu() for tensor in read(model(**{k: v.to(device) for k, v in batch.items()}))]
-        for slot, row in enumerate(indices):
-            length = len(features.rows[row]["input_ids"])
-            outputs[row] = tuple(tensor[slot, :length] for tensor in tensors)
+    for indices in length_sorted_batches(features.lengths(), batch_size):
+        for row, output in zip(indices, forward_rows(model, [features.rows[i] for i in indices], read)):
+            outputs[row] = output
     model.train(was_training)
     return outputs

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,20 +21,29 @@ from torch import nn
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE
+from bertforge.checkpoint.train_state import TRAIN_STATE_FILE
 from bertforge.config import FINETUNE_KEY, BertConfig, JsonConfig, check_number, dropout_overrides, read_json_object
-from bertforge.errors import ConfigError, check_choice
+from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
-from bertforge.runtime import seed_everything
+from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging
+from bertforge.runtime import resolve_device, seed_everything
 from bertforge.tasks.classification import LONG_TEXT
-from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, training_batches
-from bertforge.tasks.registry import TASKS, Task, get_task
+from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, data_format, training_batches
+from bertforge.tasks.registry import RUN_CONFIG_FILE, TASKS, Task, get_task, inspect_checkpoint
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 from bertforge.tokenizer import BertTokenizer
-from bertforge.training.trainer import TrainConfig, Trainer, model_loss
+from bertforge.training.trainer import (
+    CHECKPOINT_DIR,
+    METRICS_FILE,
+    TRAIN_LOG_FILE,
+    TrainConfig,
+    Trainer,
+    model_loss,
+    read_log,
+)
 
 logger = logging.getLogger("bertforge")
 
-RUN_CONFIG_FILE = "finetune_config.json"
 EVAL_RESULTS_FILE = "eval_results.json"
 
 
@@ -107,18 +117,34 @@ class FinetuneResult:
 
 def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None,
              dev_examples: Sequence[Any] | None = None, model: nn.Module | None = None,
-             loss_fn: Callable[[nn.Module, Any], Any] = model_loss) -> FinetuneResult:
+             loss_fn: Callable[[nn.Module, Any], Any] = model_loss, overwrite: bool = False, resume: bool = False
+             ) -> FinetuneResult:
     """Fine-tune `config.model` on the training data and keep the best model (by the task's main metric).
 
     Examples may be given directly (in memory) instead of `config.train` / `config.dev`. Every data error is
     raised before the model is loaded. `model` (with its labels) trains instead of one loaded from `config.model`
     (whose tokenizer is used), and `loss_fn(model, batch)` replaces the model's own loss: distillation passes its
-    student and loss (bertforge.compress.distill).
+    student and loss (bertforge.compress.distill). The run writes into OUTPUT.incomplete/ and moves it to OUTPUT
+    when it ends; a folder holding a model is replaced only with `overwrite`; `resume` continues a killed run from
+    its last checkpoint exactly (the same losses as a run never stopped).
     """
     if config.output is None:
         raise ConfigError("an output directory is required (--output, or \"output\" in the run config)")
     if train_examples is None and config.train is None:
         raise ConfigError("training data is required (--train, or \"train\" in the run config)")
+    resolve_device(config.training.device)
+    output = Path(config.output)
+    staging = staging_dir(output)
+    if resume:
+        finished = finished_run(output, staging)
+        if finished is not None:
+            return finished
+        check_resumable(config, staging)
+    else:
+        check_output_dir(output, overwrite)
+        if (staging / CHECKPOINT_DIR).exists() and not overwrite:
+            raise InputError(f"holds a killed run into {output}; pass --resume to continue it, or --overwrite to "
+                             "start again", staging)
     task = get_task(config.task)
     if train_examples is None:
         train_examples = task.read_examples(config.train, config.columns, settings=config.settings)
@@ -138,13 +164,13 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
     if model is None:
         model = load_task_model(task, config.model, id2label, config.random_init, config.training.seed,
                                 config.dropout)
-    output = Path(config.output)
-    training = dataclasses.replace(config.training, output_dir=str(output))
-    output.mkdir(parents=True, exist_ok=True)
-    dataclasses.replace(config, training=training).save(output / RUN_CONFIG_FILE)
+    start_staging(output, keep=resume)
+    dataclasses.replace(config, training=dataclasses.replace(config.training, output_dir=str(output))).save(
+        staging / RUN_CONFIG_FILE)
     # Where other tools look: transformers truncates at tokenizer_config.json's model_max_length.
-    tokenizer.save_pretrained(output, model_max_length=config.max_length)
+    tokenizer.save_pretrained(staging, model_max_length=config.max_length)
     model.config.extra |= {"finetuning_task": config.task, FINETUNE_KEY: finetune_record(config)}
+    training = dataclasses.replace(config.training, output_dir=str(staging))
 
     def evaluate(model: nn.Module) -> dict[str, float]:
         answers = task.predict(model, dev_features, dev_examples, config.eval_batch_size)
@@ -152,9 +178,11 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
 
     batches = training_batches(train_features, config.batch_size, tokenizer.pad_token_id, training.seed)
     trainer = Trainer(model, training, batches, evaluate=evaluate if dev_features is not None else None,
-                      main_metric=task.main_metric, save=lambda model: model.save_pretrained(output),
+                      main_metric=task.main_metric, save=lambda model: model.save_pretrained(staging),
                       loss_fn=loss_fn)
-    result = trainer.train()
+    result = trainer.train(resume=resume)
+    shutil.rmtree(staging / CHECKPOINT_DIR, ignore_errors=True)  # the optimizer state is twice the model
+    finish_staging(output)
     return FinetuneResult(output, result.best, result.history, result.steps, result.stopped_early, notes)
 
 
@@ -162,6 +190,38 @@ def finetune_record(config: FinetuneConfig) -> dict[str, Any]:
     """How inputs were read in training, as config.json records it for other tools (finetune_config.json has all)."""
     return {"max_length": config.max_length, "long_text": config.long_text, "decoding": config.decoding,
             "context": config.context, "doc_stride": config.doc_stride}
+
+
+# Run settings that a resumed run may change: they don't affect what is computed.
+RESUMABLE_CHANGES = frozenset({"output", "train", "dev", "eval_batch_size", "training.progress",
+                               "training.output_dir", "training.device", "training.save_every",
+                               "training.log_every"})
+
+
+def check_resumable(config: FinetuneConfig, staging: Path) -> None:
+    """A run resumes only with the settings it started with: anything else would not be the run it continues."""
+    if not (staging / CHECKPOINT_DIR / TRAIN_STATE_FILE).is_file():
+        raise InputError("no killed run to resume here (no checkpoint); start the run without --resume", staging)
+    saved = FinetuneConfig.load(staging / RUN_CONFIG_FILE).to_dict()
+    current = config.to_dict()
+    for key in current:
+        values = [(key, current[key], saved.get(key))] if key != "training" else [
+            (f"training.{name}", value, saved["training"].get(name)) for name, value in current[key].items()]
+        for name, now, before in values:
+            if name not in RESUMABLE_CHANGES and now != before:
+                raise ConfigError(f"{staging / RUN_CONFIG_FILE}: the run was started with {name}={before!r}, this "
+                                  f"one has {name}={now!r}; resume with the same settings")
+
+
+def finished_run(output: Path, staging: Path) -> FinetuneResult | None:
+    """The result of a run that already ended (nothing to resume: it is not run or evaluated again)."""
+    if staging.exists() or not (output / RUN_CONFIG_FILE).is_file():
+        return None
+    summary = read_json_object(output / METRICS_FILE, "metrics") if (output / METRICS_FILE).is_file() else {}
+    history = summary.get("evaluations", [])
+    best = summary.get("best")
+    steps = max([record.get("step", 0) for record in read_log(output / TRAIN_LOG_FILE)] or [0])
+    return FinetuneResult(output, best, history, steps, False, [f"the run in {output} had already finished"])
 
 
 def load_task_model(task: Task, model: str, id2label: dict[int, str], random_init: bool, seed: int,
@@ -172,9 +232,9 @@ def load_task_model(task: Task, model: str, id2label: dict[int, str], random_ini
     overrides = dropout_overrides(dropout)
     if id2label:
         overrides |= {"id2label": id2label, "label2id": {label: i for i, label in id2label.items()}}
+    seed_everything(seed)  # the new head's initial weights are the seed's: a run repeats, a resumed run matches
     if not random_init:
         return task.model_class.from_pretrained(model, **overrides)
-    seed_everything(seed)
     config = BertConfig.load(resolve_model_dir(model) / CONFIG_FILE)
     return task.model_class(dataclasses.replace(config, **overrides))
 
@@ -195,30 +255,28 @@ class FinetunedModel:
         architectures, as transformers writes them), or regression for a one-output classifier.
         The training run's settings (max_length, doc_stride, version_2, ...) stay; without them, the task's.
         `inference` prepares the model (precision, compile); by default it is left as trained."""
-        directory = resolve_model_dir(name_or_path)
-        settings = saved_run_config(directory)
-        if task is None:
-            task = settings.task if settings else task_of_checkpoint(directory)
-        settings = dataclasses.replace(settings, task=task) if settings else FinetuneConfig(task=task)
-        definition = get_task(task)
-        model = inference.apply(definition.model_class.from_pretrained(directory))
-        return cls(model, BertTokenizer.from_pretrained(directory), definition, settings)
+        checkpoint = inspect_checkpoint(name_or_path)
+        definition = checkpoint.task_for(task)
+        model = inference.apply(definition.model_class.from_pretrained(checkpoint.directory))
+        return cls(model, BertTokenizer.from_pretrained(checkpoint.directory), definition,
+                   checkpoint.settings(definition.name))
 
     @property
     def id2label(self) -> dict[int, str]:
         return self.model.config.id2label
 
     def columns(self, text: str | None = None, text_pair: str | None = None, label: str | None = None,
-                path: str | Path | None = None) -> Columns:
-        """The training run's columns, each replaced when given; a .txt file has only a text column."""
+                path: str | Path | None = None, format: str | None = None) -> Columns:
+        """The training run's columns, each replaced when given; a text file has only a text column."""
         saved = self.settings.columns
-        if path is not None and Path(path).suffix.lower() == ".txt":
+        if path is not None and data_format(path, format) == "txt":
             return Columns(PLAIN_TEXT_COLUMN, None, label or saved.label)
         return Columns(text or saved.text, text_pair or saved.text_pair, label or saved.label)
 
-    def read(self, path: str | Path, columns: Columns, labelled: bool) -> list:
+    def read(self, path: str | Path, columns: Columns, labelled: bool, format: str | None = None) -> list:
+        """The examples of a data file, in `format` (a key of DATA_FORMATS) or the one data_format finds."""
         return self.task.read_examples(path, columns, self.id2label, labelled=labelled,
-                                       settings=self.settings.settings)
+                                       settings=self.settings.settings, format=format)
 
     def predict(self, examples: Sequence[Any], batch_size: int = 64, max_length: int | None = None,
                 decoding: str | None = None) -> list[dict[str, Any]]:
@@ -235,30 +293,19 @@ class FinetunedModel:
 
 def saved_run_config(name_or_path: str | Path) -> FinetuneConfig | None:
     """The FinetuneConfig a fine-tuned model was trained with (its finetune_config.json), if it has one."""
-    saved = resolve_model_dir(name_or_path) / RUN_CONFIG_FILE
-    return FinetuneConfig.load(saved) if saved.is_file() else None
-
-
-def task_of_checkpoint(directory: Path) -> str:
-    """The task a checkpoint without a run config was made for, read from its head's class name."""
-    path = directory / CONFIG_FILE
-    data = read_json_object(path, "model config")
-    by_class = {definition.model_class.__name__: name for name, definition in TASKS.items()
-                if name != "regression"}
-    task = next((by_class[name] for name in data.get("architectures") or [] if name in by_class), "classification")
-    if task == "classification" and BertConfig.from_dict(data, source=str(path)).num_labels == 1:
-        return "regression"
-    return task
+    return inspect_checkpoint(name_or_path).run
 
 
 def evaluate(model: str | Path, data: str | Path, text_column: str | None = None,
              text_pair_column: str | None = None, label_column: str | None = None, task: str | None = None,
              batch_size: int = 64, max_length: int | None = None, output: str | Path | None = None,
-             inference: InferenceOptions = AS_TRAINED, decoding: str | None = None) -> dict[str, float]:
+             inference: InferenceOptions = AS_TRAINED, decoding: str | None = None,
+             format: str | None = None) -> dict[str, float]:
     """Metrics of a fine-tuned model on a labelled file, also written to `output` (JSON) when given; `inference`
     (e.g. InferenceOptions(precision="int8")) measures what a speed option costs on the task's metric."""
     finetuned = FinetunedModel.load(model, task, inference)
-    examples = finetuned.read(data, finetuned.columns(text_column, text_pair_column, label_column), labelled=True)
+    columns = finetuned.columns(text_column, text_pair_column, label_column, path=data, format=format)
+    examples = finetuned.read(data, columns, labelled=True, format=format)
     metrics = finetuned.evaluate(examples, batch_size, max_length, decoding)
     if output is not None:
         options = dataclasses.asdict(inference)
@@ -271,12 +318,14 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
 def predict(model: str | Path, path: str | Path | None = None, texts: Sequence[str] | None = None,
             text_pairs: Sequence[str] | None = None, text_column: str | None = None,
             text_pair_column: str | None = None, batch_size: int = 64, max_length: int | None = None,
-            inference: InferenceOptions = AS_TRAINED, decoding: str | None = None) -> list[dict[str, Any]]:
+            inference: InferenceOptions = AS_TRAINED, decoding: str | None = None,
+            format: str | None = None) -> list[dict[str, Any]]:
     """Answers for the examples of a file (or given `texts`, and `text_pairs`: for qa the questions and their
     contexts), each with its input: {"text", "label", ...}, {"text", "entities", "tags"}, {"question", "answer"...}."""
     finetuned = FinetunedModel.load(model, inference=inference)
     if path is not None:
-        examples = finetuned.read(path, finetuned.columns(text_column, text_pair_column, path=path), labelled=False)
+        columns = finetuned.columns(text_column, text_pair_column, path=path, format=format)
+        examples = finetuned.read(path, columns, labelled=False, format=format)
     else:
         pairs = text_pairs if text_pairs is not None else [None] * len(texts)
         examples = [finetuned.task.example(text, pair) for text, pair in zip(texts, pairs)]

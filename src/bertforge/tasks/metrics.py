@@ -1,8 +1,8 @@
-"""Evaluation metrics of the BERT fine-tuning tasks (GLUE, CoNLL-2003 NER, SQuAD v1.1), in plain Python/numpy.
+"""Evaluation metrics of the BERT fine-tuning tasks (GLUE, CoNLL-2003 NER, SQuAD v1.1 and v2.0), in plain Python/numpy.
 
 Every metric is `metric(predictions, references) -> float` in [0, 1] (correlations in [-1, 1]); METRICS groups
 them by task kind. Definitions follow the references users compare with: scikit-learn for classification,
-scipy for correlations, seqeval's default mode (conlleval rules) for entities, the official SQuAD v1.1 script.
+scipy for correlations, seqeval's default mode (conlleval rules) for entities, the official SQuAD scripts.
 """
 
 from __future__ import annotations
@@ -66,6 +66,8 @@ def matthews_correlation(predictions: Sequence, labels: Sequence) -> float:
 def pearson(predictions: Sequence[float], labels: Sequence[float]) -> float:
     """Pearson correlation (GLUE's STS-B metric); NaN when either side is constant, as in scipy."""
     x, y = (np.asarray(values, dtype=np.float64) for values in _paired(predictions, labels))
+    if np.ptp(x) == 0 or np.ptp(y) == 0:  # x - mean would leave rounding noise, not zeros, and a ~1e-16 "correlation"
+        return float("nan")
     x, y = x - x.mean(), y - y.mean()
     denominator = np.sqrt((x @ x) * (y @ y))
     return float(x @ y / denominator) if denominator else float("nan")
@@ -177,15 +179,20 @@ def answer_exact_match(prediction: str, answers: Sequence[str]) -> float:
     return float(any(normalize_answer(prediction) == normalize_answer(answer) for answer in answers))
 
 
-def answer_f1(prediction: str, answers: Sequence[str]) -> float:
+def answer_f1(prediction: str, answers: Sequence[str], version_2: bool = False) -> float:
     """Best F1 over the gold answers of the bags of normalised words.
 
     "Denver Broncos won" vs "the Denver Broncos": 2 shared words, precision 2/3, recall 1 -> F1 0.8.
+    With `version_2`, an empty side (no answer) scores 1 against another empty side and 0 otherwise, as the
+    official v2.0 script does (v1.1's scores 0 whenever a side is empty).
     """
     predicted = normalize_answer(prediction).split()
     best = 0.0
     for answer in answers:
         gold = normalize_answer(answer).split()
+        if version_2 and (not gold or not predicted):
+            best = max(best, float(gold == predicted))
+            continue
         shared = sum((Counter(predicted) & Counter(gold)).values())
         if shared:
             best = max(best, 2 * shared / (len(predicted) + len(gold)))
@@ -204,6 +211,12 @@ def squad_f1(predictions: Sequence[str], references: Sequence[Sequence[str]]) ->
     return float(np.mean([answer_f1(p, answers) for p, answers in zip(predictions, references)]))
 
 
+def squad_v2_f1(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> float:
+    """SQuAD v2.0 F1: an unanswerable question's reference is [""], and the empty prediction scores 1 on it."""
+    _paired_lengths(predictions, references)
+    return float(np.mean([answer_f1(p, answers, version_2=True) for p, answers in zip(predictions, references)]))
+
+
 # --- the table the CLI reads ----------------------------------------------------------------------------------
 
 Metric = Callable[[Sequence, Sequence], float]
@@ -214,6 +227,7 @@ METRICS: dict[str, dict[str, Metric]] = {
     "regression": {"pearson": pearson, "spearman": spearman},
     "token_classification": {"precision": entity_precision, "recall": entity_recall, "f1": entity_f1},
     "question_answering": {"exact_match": exact_match, "f1": squad_f1},
+    "question_answering_v2": {"exact_match": exact_match, "f1": squad_v2_f1},
 }
 
 

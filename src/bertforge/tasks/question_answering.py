@@ -16,8 +16,15 @@ import torch
 
 from bertforge.errors import ConfigError, InputError
 from bertforge.inference.features import pad_ids
-from bertforge.tasks.data import EncodeSettings, Features, cell, read_table, require_columns, row_outputs
-from bertforge.tasks.metrics import compute_metrics
+from bertforge.tasks.data import (
+    EncodeSettings,
+    Features,
+    data_format,
+    read_table,
+    require_columns,
+    text_cell,
+)
+from bertforge.tasks.metrics import compute_metrics, normalize_answer
 
 Span = tuple[int, int]  # (start, end) character offsets, end exclusive
 
@@ -98,6 +105,10 @@ def _example(question: dict, qid: str, context: str, version_2: bool, path: Path
     for i, answer in enumerate(_field(question, "answers", list, path, where)):
         text = _field(answer, "text", str, path, f"{where}, answer {i}")
         start = _field(answer, "answer_start", int, path, f"{where}, answer {i}")
+        if isinstance(start, bool) or not 0 <= start <= len(context) - len(text):
+            raise InputError(f"{where}, answer {i}: answer_start {start} is outside the context (0 to "
+                             f"{len(context) - len(text)} for an answer of {len(text)} characters)", path,
+                             field="answer_start")
         if context[start:start + len(text)] != text:
             raise InputError(f"{where}, answer {i}: answer_start {start} points at "
                              f"{context[start:start + len(text)]!r}, not {text!r}", path, field="answer_start")
@@ -255,8 +266,12 @@ def best_answers(ranked: Sequence[Sequence[Answer]]) -> list[str]:
 
 
 def gold_answers(examples: Sequence[QAExample]) -> list[list[str]]:
-    """Each example's gold answer texts, the references of exact_match and squad_f1 ([""] if unanswerable)."""
-    return [[text for text, _ in example.answers] or [""] for example in examples]
+    """Each example's gold answer texts, the references of exact_match and squad_f1; [""] if unanswerable. In SQuAD
+    v2.0 data (some questions unanswerable) answers that normalise to nothing (say "the") are dropped, as the
+    official v2.0 script does; v1.1 keeps every answer, as its script does."""
+    version_2 = any(example.is_impossible for example in examples)
+    return [[text for text, _ in example.answers if normalize_answer(text) or not version_2] or [""]
+            for example in examples]
 
 
 # --- the "qa" task (registry row): files -> examples -> Features -> answers -> metrics -------------------------
@@ -271,14 +286,18 @@ def example_from_text(question: str, context: str | None = None) -> QAExample:
 
 
 def read_examples(path: str | Path, columns=None, id2label=None, labelled: bool = True,
-                  settings=None) -> list[QAExample]:
+                  settings=None, format: str | None = None) -> list[QAExample]:
     """Questions of a SQuAD JSON file; to predict, also a .jsonl file of {"question", "context"[, "id"]}."""
     path = Path(path)
-    if not labelled and path.suffix.lower() == ".jsonl":
-        table = read_table(path)
+    kind = data_format(path, format)
+    if kind not in ("squad", "jsonl") or (labelled and kind == "jsonl"):
+        expected = "SQuAD JSON" if labelled else "SQuAD JSON, or JSONL of question and context"
+        raise InputError(f"question answering reads {expected}, not {kind}", path)
+    if kind == "jsonl":
+        table = read_table(path, "jsonl")
         require_columns(table, ["question", "context"])
-        return [QAExample(str(row.get("id", line)), str(cell(table, line, row, "question")),
-                          str(cell(table, line, row, "context")), []) for line, row in table.rows]
+        return [QAExample(str(row.get("id", line)), text_cell(table, line, row, "question"),
+                          text_cell(table, line, row, "context"), []) for line, row in table.rows]
     return read_squad(path, version_2=bool(settings and settings.version_2))
 
 
@@ -305,20 +324,19 @@ def encode(tokenizer, examples: Sequence[QAExample], settings: EncodeSettings, i
     return Features(rows, index, truncated=split, notes=notes, extras=windows, settings=settings)
 
 
-def predict(model, features: Features, examples: Sequence[QAExample], batch_size: int = 64) -> list[dict]:
-    """One answer per question: {"answer", "start", "end", "score", "n_best": [{text, start, end, score}]}."""
-    outputs = row_outputs(model, features, batch_size, lambda output: (output.start_logits, output.end_logits))
-    return decode(examples, features, [o[0] for o in outputs], [o[1] for o in outputs])
+def outputs(output) -> tuple[torch.Tensor, ...]:
+    """(batch, seq) start and end logits."""
+    return (output.start_logits, output.end_logits)
 
 
-def decode(examples: Sequence[QAExample], features: Features, start_logits: Sequence,
-           end_logits: Sequence) -> list[dict]:
-    """predict's answers from each row's start and end logits, wherever they were computed (the server batches
-    the windows of concurrent requests together)."""
+def decode(features: Features, examples: Sequence[QAExample], outputs: Sequence[tuple[torch.Tensor, ...]],
+           config=None) -> list[dict]:
+    """One answer per question from each window's start and end logits, over all windows of its context:
+    {"answer", "start", "end", "score", "n_best": [{text, start, end, score}]}."""
     settings = features.settings or EncodeSettings()
     null_threshold = settings.null_score_threshold if settings.version_2 else None
-    ranked = predict_answers(examples, features.extras, start_logits, end_logits, settings.n_best,
-                             settings.max_answer_length, null_threshold)
+    ranked = predict_answers(examples, features.extras, [row[0] for row in outputs], [row[1] for row in outputs],
+                             settings.n_best, settings.max_answer_length, null_threshold)
     results = []
     for answers in ranked:
         n_best = [{"text": a.text, "start": a.start, "end": a.end,
@@ -329,8 +347,10 @@ def decode(examples: Sequence[QAExample], features: Features, start_logits: Sequ
 
 
 def score(answers: Sequence[dict], examples: Sequence[QAExample], id2label=None) -> dict[str, float]:
-    """SQuAD exact match and F1 of the best answers against every gold answer."""
-    return compute_metrics("question_answering", [a["answer"] for a in answers], gold_answers(examples))
+    """SQuAD exact match and F1 of the best answers against every gold answer; SQuAD v2.0's rules when some
+    questions are unanswerable."""
+    kind = "question_answering_v2" if any(example.is_impossible for example in examples) else "question_answering"
+    return compute_metrics(kind, [a["answer"] for a in answers], gold_answers(examples))
 
 
 def inputs(example: QAExample) -> dict:

@@ -1,44 +1,78 @@
-"""The fine-tuning tasks by name: what a task is (its workflow's steps), and the TASKS table the CLI offers.
+"""The fine-tuning tasks by name, and the one answer to "what does this checkpoint hold".
 
+A task row says how data files become model inputs, which head learns it, and how the head's raw outputs become
+answers (decode); `Task.predict` runs a model and decodes, and the server runs the same rows through its batcher
+and calls the same `decode`, so every entry point gives one answer. `inspect_checkpoint` reads a model directory
+once for the CLI, the tasks, ONNX export and the server: its head, its task and the settings it was trained with.
 A new task is one more row: its functions live in its own module (classification.py, token_classification.py,
 question_answering.py); finetune.py runs every row the same way.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import nn
 
-from bertforge.errors import check_choice
+from bertforge.checkpoint.default_model import resolve_model_dir
+from bertforge.checkpoint.hf_format import CONFIG_FILE, SAFETENSORS_FILE, read_state_dict
+from bertforge.errors import CheckpointError, ConfigError, check_choice
 from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bertforge.model import BertModel
 from bertforge.tasks import classification, question_answering, token_classification
-from bertforge.tasks.data import Columns, EncodeSettings, Features, TextExample, read_text_examples
+from bertforge.tasks.data import Columns, EncodeSettings, Features, TextExample, read_text_examples, row_outputs
+
+if TYPE_CHECKING:
+    from bertforge.tasks.finetune import FinetuneConfig
+
+
+@dataclass(frozen=True)
+class Head:
+    """A kind of model a checkpoint can hold: its class and Hugging Face's name for what it does."""
+
+    model_class: type[nn.Module]
+    onnx_task: str  # optimum's --task name, the ONNX export's
+    weights: str | None  # prefix of the head's parameters in a checkpoint; None: a bare encoder
+
+
+# The kinds of model, by name; a checkpoint is one of them (see inspect_checkpoint).
+HEADS: dict[str, Head] = {
+    "encoder": Head(BertModel, "feature-extraction", None),
+    "sequence_classification": Head(BertForSequenceClassification, "text-classification", "classifier."),
+    "token_classification": Head(BertForTokenClassification, "token-classification", "classifier."),
+    "question_answering": Head(BertForQuestionAnswering, "question-answering", "qa_outputs."),
+}
 
 
 @dataclass(frozen=True)
 class Task:
     """The steps from data files to metrics that differ between tasks; the trainer and finetune() do the rest.
 
+    head: the key of HEADS that learns it.
     max_length: default tokens per input.
-    read_examples(path, columns, id2label=None, labelled=True, settings=None) -> examples; `id2label` is a
-        fine-tuned model's labels (any other label in the file is an error), `labelled=False` reads the inputs
-        only (prediction); `settings` are the EncodeSettings (SQuAD v2 reads unanswerable questions).
-    example(text, text_pair) -> one unlabelled example from texts given on the command line.
+    read_examples(path, columns, id2label=None, labelled=True, settings=None, format=None) -> examples;
+        `id2label` is a fine-tuned model's labels (any other label in the file is an error), `labelled=False`
+        reads the inputs only (prediction); `settings` are the EncodeSettings (SQuAD v2 reads unanswerable
+        questions); `format` a key of data.DATA_FORMATS, else data_format decides from the file.
+    example(text, text_pair) -> one unlabelled example from texts given on the command line or over HTTP.
     inputs(example) -> what a prediction echoes of its example ({"text": ...}).
     labels(training examples) -> id2label for a new model.
     encode(tokenizer, examples, settings, id2label) -> Features (rows of model inputs, and labels when known).
-    predict(model, features, examples, batch_size) -> one JSON-ready answer per example.
+    outputs(model output) -> the tensors decoding needs, (batch, seq, ...) per token or (batch, ...) per row.
+    decode(features, examples, outputs per row, model config) -> one JSON-ready answer per example.
     score(answers, examples, id2label) -> {metric: value}; `main_metric` (higher is better) picks the best model.
     """
 
     name: str
     description: str
-    model_class: type[nn.Module]
+    head: str
     main_metric: str
     max_length: int
     read_examples: Callable[..., list]
@@ -46,15 +80,25 @@ class Task:
     inputs: Callable[[Any], dict[str, Any]]
     labels: Callable[[Sequence[Any]], dict[int, str]]
     encode: Callable[[Any, Sequence[Any], EncodeSettings, dict[int, str]], Features]
-    predict: Callable[[nn.Module, Features, Sequence[Any], int], list[dict[str, Any]]]
+    outputs: Callable[[Any], tuple[torch.Tensor, ...]]
+    decode: Callable[[Features, Sequence[Any], Sequence[tuple[torch.Tensor, ...]], Any], list[dict[str, Any]]]
     score: Callable[[Sequence[dict[str, Any]], Sequence[Any], dict[int, str]], dict[str, float]]
+
+    @property
+    def model_class(self) -> type[nn.Module]:
+        return HEADS[self.head].model_class
+
+    def predict(self, model: nn.Module, features: Features, examples: Sequence[Any],
+                batch_size: int = 64) -> list[dict[str, Any]]:
+        """One answer per example: the model's outputs on every row of `features`, decoded."""
+        return self.decode(features, examples, row_outputs(model, features, batch_size, self.outputs), model.config)
 
 
 def _text_examples(label_kind: str, path: str | Path, columns: Columns, id2label: dict[int, str] | None = None,
-                   labelled: bool = True, settings: EncodeSettings | None = None) -> list:
+                   labelled: bool = True, settings: EncodeSettings | None = None, format: str | None = None) -> list:
     """Classification checks labels against the model's; a regression target is any number."""
     names = list(id2label.values()) if id2label is not None and label_kind == "class" else None
-    return read_text_examples(path, columns, label_kind if labelled else None, names)
+    return read_text_examples(path, columns, label_kind if labelled else None, names, format)
 
 
 def _text_inputs(example: TextExample) -> dict[str, Any]:
@@ -65,7 +109,7 @@ TASKS: dict[str, Task] = {
     "classification": Task(
         name="classification",
         description="one label per text or text pair (sentiment, paraphrase, entailment)",
-        model_class=BertForSequenceClassification,
+        head="sequence_classification",
         main_metric="accuracy",
         max_length=128,
         read_examples=partial(_text_examples, "class"),
@@ -73,13 +117,14 @@ TASKS: dict[str, Task] = {
         inputs=_text_inputs,
         labels=classification.class_labels,
         encode=classification.encode,
-        predict=classification.predict,
+        outputs=classification.outputs,
+        decode=classification.decode,
         score=classification.score,
     ),
     "regression": Task(
         name="regression",
         description="one score per text or text pair (semantic similarity, as STS-B)",
-        model_class=BertForSequenceClassification,
+        head="sequence_classification",
         main_metric="spearman",
         max_length=128,
         read_examples=partial(_text_examples, "score"),
@@ -87,13 +132,14 @@ TASKS: dict[str, Task] = {
         inputs=_text_inputs,
         labels=classification.regression_labels,
         encode=classification.encode,
-        predict=classification.predict,
+        outputs=classification.outputs,
+        decode=classification.decode,
         score=classification.score,
     ),
     "ner": Task(
         name="ner",
         description="a tag per word and the entities they make (CoNLL-2003 named entities)",
-        model_class=BertForTokenClassification,
+        head="token_classification",
         main_metric="f1",
         max_length=128,
         read_examples=token_classification.read_sentences,
@@ -101,13 +147,14 @@ TASKS: dict[str, Task] = {
         inputs=token_classification.inputs,
         labels=token_classification.collect_labels,
         encode=token_classification.encode,
-        predict=token_classification.predict,
+        outputs=token_classification.outputs,
+        decode=token_classification.decode,
         score=token_classification.score,
     ),
     "qa": Task(
         name="qa",
         description="the answer to a question as a span of its context (SQuAD v1.1, or v2 with version_2)",
-        model_class=BertForQuestionAnswering,
+        head="question_answering",
         main_metric="f1",
         max_length=384,
         read_examples=question_answering.read_examples,
@@ -115,12 +162,132 @@ TASKS: dict[str, Task] = {
         inputs=question_answering.inputs,
         labels=question_answering.no_labels,
         encode=question_answering.encode,
-        predict=question_answering.predict,
+        outputs=question_answering.outputs,
+        decode=question_answering.decode,
         score=question_answering.score,
     ),
 }
 
 
+def head_of(model: nn.Module) -> str:
+    """The HEADS key of an in-memory model: BertForQuestionAnswering -> "question_answering"."""
+    head = next((name for name, row in HEADS.items() if isinstance(model, row.model_class)), None)
+    if head is None:
+        raise ConfigError(f"a {type(model).__name__} is none of bertforge's models: "
+                          f"{', '.join(row.model_class.__name__ for row in HEADS.values())}")
+    return head
+
+
+def task_of_model(model: nn.Module) -> Task | None:
+    """The task an in-memory model does by its head (regression for a one-output classifier); None for an
+    encoder. A model directory says more: inspect_checkpoint."""
+    head = head_of(model)
+    if head == "sequence_classification":
+        return TASKS["regression" if model.config.num_labels == 1 else "classification"]
+    return next((row for row in TASKS.values() if row.head == head), None)
+
+
 def get_task(name: str) -> Task:
     check_choice(name, TASKS, "task")
     return TASKS[name]
+
+
+# --- what a checkpoint holds -------------------------------------------------------------------------------------
+
+RUN_CONFIG_FILE = "finetune_config.json"  # how a fine-tuned model was trained (tasks/finetune.py writes it)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a model directory holds: the head its weights have, the task it does, and the fine-tuning run's
+    settings (max_length, windows, decoding, doc stride, ...) when it has them."""
+
+    directory: Path
+    head: str  # a key of HEADS
+    task: str | None  # a key of TASKS; None for an encoder without a trained head
+    run: FinetuneConfig | None  # its finetune_config.json
+    positions: int = 512  # max_position_embeddings: no input may be longer
+
+    @property
+    def model_class(self) -> type[nn.Module]:
+        return HEADS[self.head].model_class
+
+    def task_for(self, task: str | None = None) -> Task:
+        """The task to run on this model (`task`, else its own), refused when its head was never trained."""
+        name = task or self.task
+        if name is None:
+            raise CheckpointError(f"{self.directory}: the model has no trained task head (an encoder: "
+                                  f"fine-tune it with `bertforge finetune`, or embed with it)")
+        definition = get_task(name)
+        if definition.head != self.head:
+            raise CheckpointError(f"{self.directory}: task {name!r} needs a trained {definition.head} head; the "
+                                  f"model holds a {self.head} {'model' if self.head == 'encoder' else 'head'}")
+        return definition
+
+    def settings(self, task: str | None = None) -> FinetuneConfig:
+        """The run's settings (with `task` when given), else the task's defaults (see task_defaults)."""
+        name = task or self.task
+        if self.run is not None:
+            return self.run if name in (None, self.run.task) else dataclasses.replace(self.run, task=name)
+        return task_defaults(name or "classification", self.positions)
+
+
+def task_defaults(task: str, positions: int) -> FinetuneConfig:
+    """The settings of a task model without a run config (a checkpoint from elsewhere, or made in memory): the
+    task's defaults, with inputs no longer than the model's `positions`."""
+    from bertforge.tasks.finetune import FinetuneConfig
+    return FinetuneConfig(task=task, max_length=min(get_task(task).max_length, positions))
+
+
+def _weight_names(directory: Path) -> set[str]:
+    if (directory / SAFETENSORS_FILE).is_file():
+        from safetensors import safe_open
+        try:
+            with safe_open(directory / SAFETENSORS_FILE, framework="pt") as handle:
+                return set(handle.keys())
+        except Exception as error:  # safetensors raises its own error types for a damaged header
+            raise CheckpointError(f"{directory / SAFETENSORS_FILE}: unreadable weights: {error}") from None
+    return set(read_state_dict(directory)[0])
+
+
+def inspect_checkpoint(name_or_path: str | Path) -> Checkpoint:
+    """What a model directory (or "default") holds, read from its files without loading the model.
+
+    The head is what the weights have: span outputs (qa_outputs.*) make a question-answering model; a classifier
+    is a token classifier when config.json's "architectures" says so (or, without the name, when there is no
+    pooler to read [CLS]) and a sequence classifier otherwise; no head weights, an encoder. The task is the
+    fine-tuning run's, else the head's (regression for a one-output sequence classifier).
+    """
+    directory = resolve_model_dir(name_or_path)
+    try:
+        config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{directory / CONFIG_FILE}: unreadable model config: {error}") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{directory / CONFIG_FILE}: expected a JSON object")
+    names = _weight_names(directory)
+    architectures = config.get("architectures") or []
+    if any(name.startswith(HEADS["question_answering"].weights) for name in names):
+        head = "question_answering"
+    elif any(name.startswith("classifier.") for name in names):
+        if BertForTokenClassification.__name__ in architectures:
+            head = "token_classification"
+        elif BertForSequenceClassification.__name__ in architectures:
+            head = "sequence_classification"
+        else:
+            head = "sequence_classification" if any("pooler." in name for name in names) else "token_classification"
+    else:
+        head = "encoder"
+    run = None
+    if (directory / RUN_CONFIG_FILE).is_file():
+        from bertforge.tasks.finetune import FinetuneConfig
+        run = FinetuneConfig.load(directory / RUN_CONFIG_FILE)
+    if run is not None:
+        task = run.task
+    elif head == "sequence_classification":
+        labels = config.get("id2label") or {}
+        task = "regression" if len(labels) == 1 or config.get("num_labels") == 1 else "classification"
+    else:
+        task = next((name for name, row in TASKS.items() if row.head == head), None)
+    positions = config.get("max_position_embeddings", 512)
+    return Checkpoint(directory, head, task, run, positions if isinstance(positions, int) else 512)

@@ -21,7 +21,7 @@ import torch
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import IGNORE_INDEX
 from bertforge.inference.features import pad_ids
-from bertforge.tasks.data import PLAIN_TEXT_COLUMN, EncodeSettings, Features, read_table, row_outputs
+from bertforge.tasks.data import PLAIN_TEXT_COLUMN, EncodeSettings, Features, data_format, read_table
 from bertforge.tasks.metrics import compute_metrics, entities
 
 OUTSIDE = "O"
@@ -37,11 +37,19 @@ class TaggedSentence:
     words: list[str]
     tags: list[str]  # one IOB2 tag per word; empty for sentences to predict
     document: int | None = None  # index of the document (-DOCSTART- block) in its file; None: a lone sentence
+    source: str | None = None  # the user's text the words were found in; None: the words are the text (CoNLL)
+    spans: list[tuple[int, int]] | None = None  # (start, end) of each word in `source`
 
     @property
     def text(self) -> str:
-        """The words joined by single spaces: the text that entity character spans point into."""
-        return " ".join(self.words)
+        """The text that entity character spans point into: the user's own, or the words joined by spaces."""
+        return self.source if self.source is not None else " ".join(self.words)
+
+    def word_spans(self) -> list[tuple[int, int]]:
+        """(start, end) of every word in `text`."""
+        if self.spans is not None:
+            return self.spans
+        return [(start, start + len(word)) for start, word in zip(_word_starts(self.words), self.words)]
 
 
 @dataclass
@@ -132,18 +140,21 @@ def _word_starts(words: Sequence[str]) -> list[int]:
     return starts
 
 
-def _word_pieces(words: Sequence[str], tokenizer) -> list[list[int]]:
-    """The sub-token ids of every word, from one tokenizer call on the space-joined words.
+def _word_pieces(sentence: TaggedSentence, tokenizer) -> list[list[int]]:
+    """The sub-token ids of every word, from one tokenizer call on the sentence's text.
 
     The tokenizer's own word ids count its basic words ("AL-AIN" is three of them), so tokens are mapped to
     our words by character offset instead. A word that tokenizes to nothing gets no pieces.
     """
-    starts = _word_starts(words)
-    encoded = tokenizer(" ".join(words), truncation=False, return_offsets_mapping=True)
-    pieces: list[list[int]] = [[] for _ in words]
+    spans = sentence.word_spans()
+    starts = [start for start, _ in spans]
+    encoded = tokenizer(sentence.text, truncation=False, return_offsets_mapping=True)
+    pieces: list[list[int]] = [[] for _ in spans]
     # [1:-1] drops [CLS] and [SEP].
     for token_id, (start, _) in zip(encoded["input_ids"][1:-1], encoded["offset_mapping"][1:-1]):
-        pieces[bisect_right(starts, start) - 1].append(token_id)
+        word = bisect_right(starts, start) - 1
+        if word >= 0 and start < spans[word][1]:  # a token between words (never, for CoNLL words) is skipped
+            pieces[word].append(token_id)
     return pieces
 
 
@@ -211,7 +222,7 @@ def token_features(sentences: Sequence[TaggedSentence], tokenizer, label2id: Map
         raise ConfigError(f"stride must be at least 0 words, got {stride}")
     check_choice(context, CONTEXTS, "context")
     budget = max_length - 2
-    pieces = [_word_pieces(sentence.words, tokenizer) for sentence in sentences]
+    pieces = [_word_pieces(sentence, tokenizer) for sentence in sentences]
     documents = _documents(sentences, pieces) if context == "document" else None
     features = []
     for index, sentence in enumerate(sentences):
@@ -329,19 +340,22 @@ def viterbi(log_probs: torch.Tensor, allowed: torch.Tensor) -> list[int]:
     return labels[::-1]
 
 
-def tagged_entities(words: Sequence[str], tags: Sequence[str], probabilities: Sequence[float] | None = None
-                    ) -> list[dict]:
-    """Entities with character spans in " ".join(words) and the mean word probability as score.
+def tagged_entities(sentence: TaggedSentence | Sequence[str], tags: Sequence[str],
+                    probabilities: Sequence[float] | None = None) -> list[dict]:
+    """Entities with character spans in the sentence's text (the user's own, or its words joined by spaces) and
+    the mean word probability as score.
 
     (["John", "Smith", "lives", "in", "Paris"], ["B-PER", "I-PER", "O", "O", "B-LOC"]) ->
     [{"type": "PER", "text": "John Smith", "start": 0, "end": 10, "score": ...},
      {"type": "LOC", "text": "Paris", "start": 20, "end": 25, "score": ...}].
     """
-    text, starts = " ".join(words), _word_starts(words)
-    probabilities = [1.0] * len(words) if probabilities is None else probabilities
+    if not isinstance(sentence, TaggedSentence):
+        sentence = TaggedSentence(list(sentence), [])
+    text, spans = sentence.text, sentence.word_spans()
+    probabilities = [1.0] * len(spans) if probabilities is None else probabilities
     found = []
     for type_, first, last in entities(tags):
-        start, end = starts[first], starts[last] + len(words[last])
+        start, end = spans[first][0], spans[last][1]
         score = sum(probabilities[first:last + 1]) / (last - first + 1)
         found.append({"type": type_, "text": text[start:end], "start": start, "end": end, "score": score})
     return found
@@ -350,23 +364,35 @@ def tagged_entities(words: Sequence[str], tags: Sequence[str], probabilities: Se
 # --- the "ner" task (registry row): files -> examples -> Features -> answers -> metrics ------------------------
 
 DEFAULT_STRIDE = 16  # words shared by consecutive windows of a sentence longer than max_length
-# Words, initialisms and single punctuation marks: "U.S. troops' start-up, fine." -> U.S. troops ' start-up , fine .
-_WORD = re.compile(r"(?:\w\.){2,}|\w+(?:[-'&]\w+)*|\S")
+# Words, initialisms, numbers with points or slashes, and single punctuation marks, as CoNLL-2003 writes them:
+# "U.S. troops' start-up rose 25.76 on 12/03, fine." -> U.S. troops ' start-up rose 25.76 on 12/03 , fine .
+_WORD = re.compile(r"(?:\w\.){2,}|\d+(?:[.,:/]\d+)+|\w+(?:[-'&]\w+)*|\S")
 
 
 def sentence_from_text(text: str, text_pair: str | None = None) -> TaggedSentence:
-    """A sentence to tag from raw text, split into words and punctuation as CoNLL-2003 tokenizes."""
+    """A sentence to tag from raw text, split into words and punctuation as CoNLL-2003 tokenizes, each word
+    remembering where it is in `text`, so that entity spans index the text as given (spaces, line breaks and all).
+
+    "Jean-Luc  met U.S. staff." -> words Jean-Luc met U.S. staff . at (0, 8) (10, 13) (14, 18) (19, 24) (24, 25).
+    """
     if text_pair is not None:
         raise InputError("named-entity recognition takes one text, not a pair")
-    return TaggedSentence(_WORD.findall(text), [])
+    matches = list(_WORD.finditer(text))
+    return TaggedSentence([match.group() for match in matches], [], source=text,
+                          spans=[match.span() for match in matches])
 
 
 def read_sentences(path: str | Path, columns=None, id2label: Mapping[int, str] | None = None,
-                   labelled: bool = True, settings=None) -> list[TaggedSentence]:
-    """Sentences of a CoNLL file; to predict, also a .txt file with one sentence per line."""
+                   labelled: bool = True, settings=None, format: str | None = None) -> list[TaggedSentence]:
+    """Sentences of a CoNLL file; to predict, also a text file with one sentence per line (data_format decides
+    which a .txt file is, unless `format` says)."""
     path = Path(path)
-    if not labelled and path.suffix.lower() == ".txt":
-        lines = read_table(path).rows
+    kind = data_format(path, format)
+    if kind not in ("conll", "txt") or (labelled and kind == "txt"):
+        expected = "CoNLL" if labelled else "CoNLL, or text with one sentence per line"
+        raise InputError(f"named-entity recognition reads {expected}, not {kind}", path)
+    if kind == "txt":
+        lines = read_table(path, "txt").rows
         return [sentence_from_text(row[PLAIN_TEXT_COLUMN]) for _, row in lines]
     sentences = read_conll(path)
     if not sentences:
@@ -398,12 +424,18 @@ def encode(tokenizer, sentences: Sequence[TaggedSentence], settings: EncodeSetti
     return Features(rows, index, truncated=split, notes=notes, extras=windows, settings=settings)
 
 
-def predict(model, features: Features, sentences: Sequence[TaggedSentence], batch_size: int = 64) -> list[dict]:
-    """One answer per sentence: {"entities": [{type, text, start, end, score}], "tags": one per word}."""
-    logits = [outputs[0] for outputs in row_outputs(model, features, batch_size, lambda output: (output.logits,))]
+def outputs(output) -> tuple[torch.Tensor, ...]:
+    """(batch, seq, labels) logits: a tag's scores at every token."""
+    return (output.logits,)
+
+
+def decode(features: Features, sentences: Sequence[TaggedSentence], outputs: Sequence[tuple[torch.Tensor, ...]],
+           config) -> list[dict]:
+    """One answer per sentence from each row's (seq, labels) logits, decoded as the features' settings say
+    (argmax or viterbi): {"entities": [{type, text, start, end, score}], "tags": one per word}."""
     decoding = features.settings.decoding if features.settings is not None else "argmax"
-    tagged = predict_tags(sentences, features.extras, logits, model.config.id2label, decoding)
-    return [{"entities": tagged_entities(sentence.words, tags, probabilities), "tags": tags}
+    tagged = predict_tags(sentences, features.extras, [row[0] for row in outputs], config.id2label, decoding)
+    return [{"entities": tagged_entities(sentence, tags, probabilities), "tags": tags}
             for sentence, (tags, probabilities) in zip(sentences, tagged)]
 
 

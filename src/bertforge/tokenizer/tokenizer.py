@@ -18,6 +18,7 @@ from bertforge.tokenizer.basic import BasicTokenizer
 from bertforge.tokenizer.files import DEFAULT_MAX_LENGTH, SETTINGS, read_tokenizer_files, write_tokenizer_files
 from bertforge.tokenizer.vocab import Vocab
 from bertforge.tokenizer.wordpiece import CONTINUATION, MAX_WORD_CHARS, WordPiece, WordPieceCache
+from bertforge.validation import check_number
 
 # The reference's WordPiece decoder glues these onto the previous token (applied token by token).
 DECODE_CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
@@ -138,8 +139,9 @@ class BertTokenizer:
         if unknown:
             raise ConfigError(f"unknown tokenizer setting {unknown[0]!r}; expected one of {list(SETTINGS)}")
         files = read_tokenizer_files(directory)
-        return cls(files.vocab, **(files.settings | settings), added_tokens=files.added_tokens,
-                   max_word_chars=files.max_word_chars)
+        chosen = files.settings | settings
+        _check_settings(chosen, directory / "tokenizer_config.json")
+        return cls(files.vocab, **chosen, added_tokens=files.added_tokens, max_word_chars=files.max_word_chars)
 
     def save_pretrained(self, directory: str | Path, model_max_length: int | None = None) -> None:
         """Write the tokenizer files transformers writes (readable by from_pretrained and by transformers).
@@ -427,3 +429,16 @@ def _to_tensors(columns: dict[str, list]) -> dict[str, Any]:
         # word_ids hold None for special tokens, which no integer tensor can: they stay lists.
         tensors[name] = rows if name == "word_ids" else torch.tensor(rows, dtype=torch.long)
     return tensors
+
+
+def _check_settings(settings: dict[str, Any], source: Path) -> None:
+    """Flags must be true/false (the string "no" is truthy), model_max_length a positive integer."""
+    for key in ("do_lower_case", "tokenize_chinese_chars", "strip_accents"):
+        value = settings.get(key, False)
+        if not isinstance(value, bool) and not (key == "strip_accents" and value is None):
+            raise ConfigError(f"{source}: {key} must be true or false, got {value!r}")
+    if "model_max_length" in settings:
+        try:
+            check_number("model_max_length", settings["model_max_length"], minimum=1, integer=True)
+        except ConfigError as error:
+            raise ConfigError(f"{source}: {error}") from None

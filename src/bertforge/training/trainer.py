@@ -21,10 +21,12 @@ from torch import nn
 
 from bertforge import fast_cpu
 from bertforge.atomic import write_text_atomic
-from bertforge.config import JsonConfig, check_number
-from bertforge.errors import BertforgeError, ConfigError
-from bertforge.runtime import bf16_supported, seed_everything, to_device
+from bertforge.checkpoint.train_state import load_train_state, save_train_state
+from bertforge.config import JsonConfig
+from bertforge.errors import BertforgeError, ConfigError, InputError
+from bertforge.runtime import bf16_supported, resolve_device, seed_everything, to_device
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
+from bertforge.validation import check_number
 
 logger = logging.getLogger("bertforge")
 # What a person follows while a run goes on (each evaluation's metrics); the command line shows it without -v.
@@ -32,6 +34,7 @@ progress = logging.getLogger("bertforge.progress")
 
 METRICS_FILE = "metrics.json"
 TRAIN_LOG_FILE = "train_log.jsonl"
+CHECKPOINT_DIR = "checkpoint"
 
 
 @dataclass
@@ -53,7 +56,9 @@ class TrainConfig(JsonConfig):
     bf16: bool = False  # bf16 autocast, where the hardware supports it
     early_stopping_patience: int | None = None  # evaluations without improvement before stopping
     log_every: int = 50  # optimizer steps between lines of the training log
-    output_dir: str | None = None  # where metrics.json and train_log.jsonl go; None: nowhere
+    # Optimizer steps between resumable checkpoints (output_dir/checkpoint); None: after every evaluation only.
+    save_every: int | None = None
+    output_dir: str | None = None  # where metrics.json, train_log.jsonl and checkpoint/ go; None: nowhere
     progress: bool = True
     device: str | None = None  # None: CUDA when available, else CPU
 
@@ -75,6 +80,7 @@ class TrainConfig(JsonConfig):
         check_number("early_stopping_patience", self.early_stopping_patience, minimum=1, integer=True,
                      optional=True)
         check_number("log_every", self.log_every, minimum=1, integer=True)
+        check_number("save_every", self.save_every, minimum=1, integer=True, optional=True)
         if len(self.betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in self.betas):
             raise ConfigError(f"betas must be two numbers in [0, 1), got {list(self.betas)!r}")
 
@@ -86,6 +92,32 @@ class TrainResult:
     best: dict[str, Any] | None  # the evaluation record of the kept model; None without an evaluator
     history: list[dict[str, Any]] = field(default_factory=list)  # every evaluation record
     stopped_early: bool = False
+
+
+def read_log(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines log; a torn last line (the run was killed while writing it) is dropped, a
+    broken line elsewhere is an error naming the file and line."""
+    if not path.is_file():
+        return []
+    lines = path.read_text(encoding="utf-8").split("\n")
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number == len(lines):  # no newline after it: the write was cut short
+                break
+            raise InputError("not valid JSON; the log was edited or damaged", path, number) from None
+    return records
+
+
+def keep_log_until(path: Path, step: int) -> None:
+    """On resume, drop the log lines of steps after the checkpoint (they are about to be computed again) and a
+    torn last line."""
+    kept = [record for record in read_log(path) if record.get("step", 0) <= step]
+    write_text_atomic(path, "".join(json.dumps(record) + "\n" for record in kept))
 
 
 def batch_size_of(batch: Any) -> int:
@@ -123,7 +155,7 @@ class Trainer:
         self.model, self.config, self.train_batches = model, config, train_batches
         self.evaluate, self.main_metric, self.greater_is_better = evaluate, main_metric, greater_is_better
         self.save, self.loss_fn = save, loss_fn
-        self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = resolve_device(config.device)
         self.use_bf16 = config.bf16 and bf16_supported(self.device.type)
         if config.bf16 and not self.use_bf16:
             logger.warning("bf16 was asked for but %s has no native bf16 support; training in float32",
@@ -136,12 +168,14 @@ class Trainer:
     def autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.use_bf16 else nullcontext()
 
-    def train(self) -> TrainResult:
-        """The whole run, with the CPU fast paths (fast_cpu) swapped into the model while it lasts."""
+    def train(self, resume: bool = False) -> TrainResult:
+        """The whole run, with the CPU fast paths (fast_cpu) swapped into the model while it lasts; `resume`
+        continues from output_dir/checkpoint exactly where a killed run left off (the same batches, dropout and
+        losses as without the stop)."""
         with fast_cpu.accelerated(self.model):
-            return self.run()
+            return self.run(resume)
 
-    def run(self) -> TrainResult:
+    def run(self, resume: bool = False) -> TrainResult:
         config = self.config
         seed_everything(config.seed)
         model = self.model.to(self.device)
@@ -154,24 +188,41 @@ class Trainer:
         warmup_steps = (config.warmup_steps if config.warmup_steps is not None
                         else round(config.warmup_ratio * total_steps))
         scheduler = linear_warmup_decay(optimizer, warmup_steps, total_steps)
-        if self.output_dir:
+        # The loop's own state; a checkpoint holds it, so that a resumed run carries on mid-epoch.
+        loop = {"epoch": 0, "next_batch": 0, "last_evaluated": -1, "window_loss": 0.0, "window_steps": 0}
+        step = 0
+        if resume:
+            step, loop = self.restore(optimizer, scheduler)
+        elif self.output_dir:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             (self.output_dir / TRAIN_LOG_FILE).write_text("")
 
+        def save_checkpoint() -> None:
+            if self.output_dir:
+                extra = {"loop": loop, "best": self.best, "history": self.history,
+                         "without_improvement": self.evaluations_without_improvement}
+                save_train_state(self.output_dir / CHECKPOINT_DIR, model, optimizer, scheduler, step,
+                                 extra=json.loads(json.dumps(extra)))
+
         from tqdm import tqdm
-        bar = tqdm(total=total_steps, desc="training", unit="step", disable=not config.progress)
-        step, epoch, stop, last_evaluated = 0, 0, False, -1
-        window_loss, window_steps, examples, started = 0.0, 0, 0, time.perf_counter()
+        bar = tqdm(total=total_steps, initial=step, desc="training", unit="step", disable=not config.progress)
+        stop = step >= total_steps or self.is_patience_exhausted()
+        examples, started = 0, time.perf_counter()
         while not stop:
             model.train()
+            skip, loop["next_batch"] = loop["next_batch"], 0
+            if hasattr(self.train_batches, "set_epoch"):  # a shuffled order of its own for each epoch
+                self.train_batches.set_epoch(loop["epoch"])
             for index, batch in enumerate(self.train_batches):
+                if index < skip:
+                    continue  # done before the run was resumed
                 # Batches of one optimizer step are averaged; the last step of an epoch may have fewer of them.
                 window_start = index - index % config.grad_accumulation
                 window = min(config.grad_accumulation, num_batches - window_start)
                 with self.autocast():
                     loss = self.loss_fn(model, to_device(batch, self.device))
                 (loss / window).backward()
-                window_loss += loss.item() / window
+                loop["window_loss"] += loss.item() / window
                 examples += batch_size_of(batch)
                 if index + 1 - window_start < window:
                     continue
@@ -181,32 +232,52 @@ class Trainer:
                 scheduler.step()
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
-                window_steps += 1
+                loop["window_steps"] += 1
                 speed = examples / (time.perf_counter() - started)
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss.item():.4f}", examples_per_s=f"{speed:.1f}")
                 if step % config.log_every == 0 or step == total_steps:
-                    self.log({"event": "train", "step": step, "epoch": epoch, "loss": window_loss / window_steps,
-                              "lr": scheduler.get_last_lr()[0], "examples_per_s": speed})
-                    window_loss, window_steps = 0.0, 0
-                if config.eval_every and step % config.eval_every == 0:
-                    stop, last_evaluated = self.evaluate_and_keep(step, epoch), step
+                    self.log({"event": "train", "step": step, "epoch": loop["epoch"],
+                              "loss": loop["window_loss"] / loop["window_steps"], "lr": scheduler.get_last_lr()[0],
+                              "examples_per_s": speed})
+                    loop["window_loss"], loop["window_steps"] = 0.0, 0
+                evaluated = bool(config.eval_every and step % config.eval_every == 0)
+                if evaluated:
+                    stop, loop["last_evaluated"] = self.evaluate_and_keep(step, loop["epoch"]), step
                 if step >= total_steps:
                     stop = True
+                loop["next_batch"] = index + 1
+                if evaluated or (config.save_every and step % config.save_every == 0):
+                    save_checkpoint()
                 if stop:
                     break
-            epoch += 1
+            loop["epoch"] += 1
+            loop["next_batch"] = 0
             if not stop and config.eval_every is None:
-                stop, last_evaluated = self.evaluate_and_keep(step, epoch), step
-            if config.max_steps is None and epoch >= config.epochs:
+                stop, loop["last_evaluated"] = self.evaluate_and_keep(step, loop["epoch"]), step
+                save_checkpoint()
+            if config.max_steps is None and loop["epoch"] >= config.epochs:
                 stop = True
         bar.close()
         stopped_early = self.is_patience_exhausted()
-        if last_evaluated != step and not stopped_early:
-            self.evaluate_and_keep(step, epoch)  # the final weights compete too
+        if loop["last_evaluated"] != step and not stopped_early:
+            self.evaluate_and_keep(step, loop["epoch"])  # the final weights compete too
         if self.evaluate is None and self.save is not None:
             self.save(model)
         return TrainResult(steps=step, best=self.best, history=self.history, stopped_early=stopped_early)
+
+    def restore(self, optimizer, scheduler) -> tuple[int, dict[str, Any]]:
+        """Load output_dir/checkpoint into the model, optimizer, scheduler, RNGs, data order and evaluation record;
+        the training log keeps its lines up to the checkpoint's step (those after it are about to be redone)."""
+        if not self.output_dir:
+            raise ConfigError("resuming needs the output_dir the run wrote its checkpoint to")
+        state = load_train_state(self.output_dir / CHECKPOINT_DIR, self.model, optimizer, scheduler)
+        extra = state.extra
+        self.best, self.history = extra["best"], extra["history"]
+        self.evaluations_without_improvement = extra["without_improvement"]
+        keep_log_until(self.output_dir / TRAIN_LOG_FILE, state.step)
+        logger.info("resuming from step %d", state.step)
+        return state.step, extra["loop"]
 
     def evaluate_and_keep(self, step: int, epoch: int) -> bool:
         """Score the model, save it if it is the best so far, record the metrics; True means stop early."""

@@ -1,0 +1,439 @@
+"""The HTTP application over one model (FastAPI): thin routes over the task rows of tasks/registry.py.
+
+/predict encodes with the task's own `encode`, with the settings the model was trained with (max_length, windows,
+decoding, doc stride), runs the rows through the micro-batcher and decodes with the task's own `decode`, so its
+answers are `bertforge predict`'s. Also /embed (and text-embeddings-inference's {"inputs"}), OpenAI's
+/v1/embeddings and /v1/models, /rerank, /tokenize, /attention, /explain (bertforge.explain), /health, /metrics and
+an offline /docs page.
+"""
+
+import asyncio
+import base64
+import logging
+import math
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from bertforge.errors import BertforgeError, ConfigError, InputError
+from bertforge.explain.page import explained
+from bertforge.inference.attention_view import (
+    attention_map,
+    attention_weights,
+    encode_for_attention,
+    render_attention_map,
+)
+from bertforge.inference.features import pool
+from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
+from bertforge.inference.serve.batcher import Job, MicroBatcher, QueueFull
+from bertforge.inference.serve.docs import render_docs
+from bertforge.inference.serve.limits import (
+    HEALTH_PATH,
+    HTTPError,
+    RequestGuard,
+    protocol_with_read_timeout,
+)
+from bertforge.inference.serve.metrics import ServerMetrics
+from bertforge.inference.serve.settings import ServeSettings
+from bertforge.tasks.data import forward_rows
+from bertforge.tasks.registry import Checkpoint, Task, inspect_checkpoint, task_defaults, task_of_model
+from bertforge.tokenizer import BertTokenizer
+
+logger = logging.getLogger("bertforge")
+
+# Answers other than 200 that every JSON route may give, all as {"error": ...}.
+ERROR_STATUSES = {400: "malformed request", 401: "missing or wrong API key", 409: "the model can't do this",
+                  413: "too large: body, texts or tokens over the server's limits", 422: "invalid request",
+                  503: "busy: the queue is full; retry"}
+
+
+def encoder_of(model: torch.nn.Module) -> torch.nn.Module:
+    """The bare encoder of a model: itself, or a task model's `.bert`."""
+    return getattr(model, "bert", model)
+
+
+# ---------------------------------------------------------------- what the batcher's worker runs per kind of job
+
+def pooled_vectors(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:
+    """One pooled last-layer vector per job (options: pooling, normalize)."""
+    hidden = forward_rows(encoder_of(model), [job.row for job in jobs], lambda output: (output.last_hidden_state,))
+    vectors = []
+    for job, (states,) in zip(jobs, hidden):  # states: (seq, hidden), this row's real tokens only
+        vector = pool(states[None], torch.ones(1, len(states), dtype=torch.long), job.options["pooling"])[0]
+        vectors.append(F.normalize(vector, dim=-1) if job.options["normalize"] else vector)
+    return vectors
+
+
+def attentions(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:
+    """(layers, heads, seq, seq) weights per job; one forward per text, as each page shows one text."""
+    return [attention_weights(model, job.row["input_ids"], job.row["token_type_ids"]) for job in jobs]
+
+
+def explanations(model: torch.nn.Module, jobs: list[Job]) -> list[dict[str, Any] | str]:
+    """/explain's answer per job (bertforge.explain's dict, or its page), out of the worker's inference mode: the
+    attributions need gradients."""
+    with torch.inference_mode(False):
+        return [explained(model, **job.options) for job in jobs]
+
+
+def task_rows(task: Task):
+    """The worker's function for rows of `task`: the outputs its `decode` reads, per row."""
+    def run(model: torch.nn.Module, jobs: list[Job]) -> list[tuple[torch.Tensor, ...]]:
+        return forward_rows(model, [job.row for job in jobs], task.outputs)
+    return run
+
+
+# ---------------------------------------------------------------- the application
+
+def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: ServeSettings | None = None,
+               model_name: str = "model", checkpoint: Checkpoint | None = None):
+    """The FastAPI application; its micro-batcher starts now and finishes its queue when the application stops.
+
+    `checkpoint` (inspect_checkpoint of the model's directory) says the task and the settings it was trained with;
+    without it, an in-memory task model does its head's task with the task's default settings.
+    """
+    # FastAPI is imported here, so that the CLI and the rest of the library run without it. No postponed
+    # annotations in this module: FastAPI must see the request classes as objects, not names.
+    from fastapi import FastAPI, Query, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import HTMLResponse, JSONResponse, Response
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+    from starlette.requests import ClientDisconnect
+
+    from bertforge.inference.serve import schemas
+
+    settings = settings or ServeSettings()
+    if checkpoint is not None:
+        task = checkpoint.task_for() if checkpoint.task is not None else None
+        run = checkpoint.settings() if task is not None else None
+    else:
+        task = task_of_model(model)
+        run = task_defaults(task.name, model.config.max_position_embeddings) if task is not None else None
+    if task is not None:
+        if run.max_length > model.config.max_position_embeddings:
+            raise ConfigError(f"{model_name}: trained with max_length {run.max_length}, more than the model's "
+                              f"{model.config.max_position_embeddings} positions")
+        try:  # encoding no examples checks the window sizes now, rather than failing every request
+            task.encode(tokenizer, [], run.settings, model.config.id2label)
+        except ConfigError as error:
+            raise ConfigError(f"{model_name}: can't encode with its settings: {error}") from None
+    max_length = min(settings.max_length, model.config.max_position_embeddings, tokenizer.model_max_length)
+    attention_max_length = min(settings.attention_max_length, max_length)
+    truncate = settings.long_text == "truncate"
+    device = next(model.parameters()).device
+    run_rows = task_rows(task) if task is not None else None
+
+    metrics = ServerMetrics(lambda: batcher.pending)
+    batcher = MicroBatcher(model, settings.max_batch_size, settings.max_batch_tokens, settings.max_wait_ms,
+                           settings.max_queue, on_batch=lambda jobs: metrics.count_batch([job.length for job in jobs]))
+
+    @asynccontextmanager
+    async def lifespan(app):
+        yield
+        await asyncio.to_thread(batcher.stop)  # finishes what is queued
+
+    app = FastAPI(title="bertforge", summary=f"BERT inference over {model_name}", lifespan=lifespan,
+                  docs_url=None, redoc_url=None)
+    app.state.model, app.state.tokenizer, app.state.batcher = model, tokenizer, batcher
+    app.state.settings, app.state.metrics, app.state.task = settings, metrics, task
+    errors = {status: {"model": schemas.ErrorResponse, "description": text} for status, text in ERROR_STATUSES.items()}
+
+    def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+    @app.exception_handler(HTTPError)
+    async def http_error(request: Request, problem: HTTPError):
+        headers = {"Retry-After": "1", **(problem.headers or {})} if problem.status == 503 else problem.headers
+        return error(problem.status, problem.message, headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def framework_error(request: Request, problem: StarletteHTTPException):  # 404, 405, ...
+        return error(problem.status_code, str(problem.detail), getattr(problem, "headers", None))
+
+    @app.exception_handler(BertforgeError)
+    async def user_error(request: Request, problem: BertforgeError):
+        return error(400, str(problem))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, problem: RequestValidationError):
+        problems = problem.errors()
+        if any(item["type"] == "json_invalid" for item in problems):
+            return error(400, "the request body is not valid JSON")
+        if any(item["type"] == "missing" and tuple(item["loc"]) == ("body",) for item in problems):
+            return error(400, "empty request body; send a JSON object")
+        messages = []
+        for item in problems:
+            where = ".".join(str(part) for part in item["loc"] if part != "body")
+            messages.append(f"{where}: {item['msg']}" if where else item["msg"])
+        return error(422, "invalid request: " + "; ".join(messages))
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, problem: ClientDisconnect):
+        return Response(status_code=400)  # nobody reads it; not an error of the server's
+
+    @app.exception_handler(Exception)
+    async def unexpected_error(request: Request, problem: Exception):
+        logger.error("%s %s failed", request.method, request.url.path, exc_info=problem)
+        return error(500, "internal server error")
+
+    # ------------------------------------------------------------ helpers the routes share
+
+    def check_count(count: int, what: str = "texts") -> None:
+        if count > settings.max_texts:
+            raise HTTPError(413, f"too many {what}: {count}; the limit is {settings.max_texts} per request")
+
+    def encode_texts(texts: list[str], pairs: list[str] | None = None, limit: int = max_length,
+                     with_offsets: bool = False) -> list[dict[str, list]]:
+        """One row per text (or pair) within `limit` tokens: truncated, or 413 when the server refuses."""
+        encoded = tokenizer(texts, text_pair=pairs, truncation=truncate, max_length=limit,
+                            return_offsets_mapping=with_offsets)
+        rows = [{name: values[i] for name, values in encoded.items()} for i in range(len(texts))]
+        for index, row in enumerate(rows):
+            if len(row["input_ids"]) > limit:
+                raise HTTPError(413, f"text {index} is {len(row['input_ids'])} tokens long; the limit is {limit} "
+                                     f"(this server refuses long texts rather than truncating)")
+        return rows
+
+    async def run_jobs(jobs: list[Job]) -> list[Any]:
+        if len(jobs) > settings.max_queue:  # it could never be queued: 503 would mean "retry" forever
+            raise HTTPError(413, f"the request makes {len(jobs)} model inputs; the limit is {settings.max_queue}")
+        try:
+            futures = batcher.submit(jobs)
+        except QueueFull as problem:
+            raise HTTPError(503, str(problem)) from None
+        return await asyncio.gather(*(asyncio.wrap_future(future) for future in futures))
+
+    async def embed(texts: list[str], pooling: str, normalize: bool) -> tuple[list[torch.Tensor], int]:
+        """Vectors of texts and how many tokens they had."""
+        check_count(len(texts))
+        rows = await asyncio.to_thread(encode_texts, texts)
+        vectors = await run_jobs([Job(pooled_vectors, row, {"pooling": pooling, "normalize": normalize})
+                                  for row in rows])
+        return vectors, sum(len(row["input_ids"]) for row in rows)
+
+    def require_task() -> Task:
+        if task is None:
+            raise HTTPError(409, f"wrong task: {model_name} has no trained task head (an encoder); use /embed, "
+                                 f"/v1/embeddings or /rerank, or serve a fine-tuned model")
+        return task
+
+    async def predict_examples(examples: list) -> list[dict[str, Any]]:
+        """The task's answers for examples, each with its input, exactly as `bertforge predict` gives them."""
+        features = await asyncio.to_thread(task.encode, tokenizer, examples, run.settings, model.config.id2label)
+        if features.truncated and not truncate:
+            raise HTTPError(413, f"{features.truncated} of the inputs are longer than the model's max_length "
+                                 f"{run.max_length}; this server refuses long texts rather than cutting them")
+        outputs = await run_jobs([Job(run_rows, row) for row in features.rows])
+        answers = await asyncio.to_thread(task.decode, features, examples, outputs, model.config)
+        return [{**task.inputs(example), **answer} for example, answer in zip(examples, answers)]
+
+    # ------------------------------------------------------------ routes
+
+    @app.post("/predict", response_model=schemas.PredictResponse, response_model_exclude_unset=True,
+              responses=errors)
+    async def predict(request: schemas.PredictRequest):
+        """The fine-tuned model's answers, as `bertforge predict` gives them: a label with probabilities, a score,
+        entities with character spans into each text, or per question the answer's span of its context."""
+        current = require_task()
+        takes_questions = current.name == "qa"
+        if request.questions is not None and (request.texts is not None or request.text_pairs is not None):
+            raise HTTPError(422, 'send either "texts" (and "text_pairs") or "questions", not both')
+        wanted = '"questions": [{"question", "context"}]' if takes_questions else '"texts" (and "text_pairs")'
+        given = request.questions if takes_questions else request.texts
+        if given is None:
+            other = request.texts if takes_questions else request.questions
+            status = 409 if other is not None else 422
+            raise HTTPError(status, f"{'wrong task' if other is not None else 'nothing to predict'}: "
+                                    f"{model_name} does {current.name}, which takes {wanted}")
+        check_count(len(given), "questions" if takes_questions else "texts")
+        if takes_questions:
+            for index, item in enumerate(given):
+                for name in ("question", "context"):
+                    if not getattr(item, name).strip():
+                        raise HTTPError(422, f"questions.{index}.{name} is empty")
+            examples = [current.example(item.question, item.context) for item in given]
+        else:
+            if request.text_pairs is not None and len(request.text_pairs) != len(given):
+                raise HTTPError(422, f"got {len(given)} texts but {len(request.text_pairs)} text_pairs")
+            pairs = request.text_pairs or [None] * len(given)
+            examples = [current.example(text, pair) for text, pair in zip(given, pairs)]
+        return {"task": current.name, "predictions": await predict_examples(examples)}
+
+    @app.post("/embed", response_model=schemas.EmbedResponse | list[list[float]], responses=errors)
+    async def embed_texts(request: schemas.EmbedRequest):
+        """One vector per text: the last layer pooled over its tokens (cls, mean or max). With
+        text-embeddings-inference's {"inputs": ...} the answer is a bare list of vectors."""
+        if (request.texts is None) == (request.inputs is None):
+            raise HTTPError(422, 'send "texts" (a list) or "inputs" (a text or a list), one of them')
+        texts = request.texts if request.texts is not None else (
+            [request.inputs] if isinstance(request.inputs, str) else request.inputs)
+        if not texts:
+            raise HTTPError(422, "nothing to embed: the list of texts is empty")
+        pooling = request.pooling or "mean"
+        vectors, _ = await embed(texts, pooling, request.normalize)
+        values = [vector.tolist() for vector in vectors]
+        if request.inputs is not None:
+            return values
+        return {"embeddings": values, "dimension": len(values[0]), "pooling": pooling,
+                "normalized": request.normalize}
+
+    @app.post("/v1/embeddings", response_model=schemas.OpenAIEmbeddingResponse, responses=errors)
+    async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest):
+        """OpenAI's embeddings API: mean-pooled, unit-length vectors (`bertforge embed --normalize`)."""
+        texts = [request.input] if isinstance(request.input, str) else request.input
+        if not texts:
+            raise HTTPError(422, "input: the list of texts is empty")
+        vectors, tokens = await embed(texts, "mean", True)
+        data = []
+        for index, vector in enumerate(vectors):
+            if request.dimensions is not None:
+                if request.dimensions > len(vector):
+                    raise HTTPError(422, f"dimensions: {request.dimensions} is more than the model's {len(vector)}")
+                vector = F.normalize(vector[:request.dimensions], dim=-1)
+            if request.encoding_format == "base64":
+                encoded = base64.b64encode(vector.to(torch.float32).numpy().astype("<f4").tobytes()).decode()
+            else:
+                encoded = vector.tolist()
+            data.append({"object": "embedding", "index": index, "embedding": encoded})
+        return {"object": "list", "data": data, "model": model_name,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+    @app.get("/v1/models", response_model=schemas.ModelList, responses=errors)
+    async def openai_models():
+        """The one model this server holds, as OpenAI's model list."""
+        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
+                                            "owned_by": "bertforge"}]}
+
+    @app.post("/rerank", response_model=list[schemas.RerankResult], response_model_exclude_unset=True,
+              responses=errors)
+    async def rerank(request: schemas.RerankRequest):
+        """The texts ranked by relevance to the query, best first: a pair classifier's probability of its last
+        label (or the sigmoid of a one-output model's score; raw_scores: the logit or score), or, for an encoder,
+        the cosine similarity of mean-pooled embeddings."""
+        check_count(len(request.texts))
+        if task is not None and task.head == "sequence_classification":
+            answers = await predict_examples([task.example(request.query, text) for text in request.texts])
+            if "score" in answers[0]:
+                scores = [a["score"] if request.raw_scores else 1 / (1 + math.exp(-a["score"])) for a in answers]
+            else:
+                last = model.config.id2label[model.config.num_labels - 1]
+                probabilities = [a["probabilities"][last] for a in answers]
+                scores = [math.log(p / max(1 - p, 1e-12)) if request.raw_scores else p for p in probabilities]
+        elif task is None:
+            vectors, _ = await embed([request.query, *request.texts], "mean", True)
+            scores = [float(vectors[0] @ vector) for vector in vectors[1:]]
+        else:
+            raise HTTPError(409, f"wrong task: {model_name} does {task.name}; /rerank needs a pair classifier or "
+                                 f"an encoder")
+        ranked = sorted(range(len(scores)), key=lambda i: -scores[i])
+        return [{"index": i, "score": scores[i], **({"text": request.texts[i]} if request.return_text else {})}
+                for i in ranked]
+
+    @app.post("/tokenize", response_model=schemas.TokenizeResponse, responses=errors)
+    async def tokenize(request: schemas.TokenizeRequest):
+        """Tokens, ids, segment ids and (start, end) character offsets ((0, 0) for special tokens)."""
+        pairs = None if request.text_pair is None else [request.text_pair]
+        row = (await asyncio.to_thread(encode_texts, [request.text], pairs, max_length, True))[0]
+        return {"tokens": tokenizer.convert_ids_to_tokens(row["input_ids"]), "ids": row["input_ids"],
+                "token_type_ids": row["token_type_ids"], "offsets": row["offset_mapping"]}
+
+    @app.get("/attention", response_class=HTMLResponse, responses=errors)
+    async def attention(text: str = Query(min_length=1), pair: str | None = None) -> HTMLResponse:
+        """The attention viewer page (every layer and head) for a text, or a pair of texts."""
+        try:
+            row = await asyncio.to_thread(encode_for_attention, tokenizer, text, pair or None, attention_max_length,
+                                          truncate)
+        except InputError as problem:  # over the viewer's limit, on a server that refuses long texts
+            raise HTTPError(413, str(problem)) from None
+        (weights,) = await run_jobs([Job(attentions, row)])
+        # Rendering writes layers * heads * seq^2 numbers: off the event loop.
+        page = await asyncio.to_thread(render_attention_map, attention_map(tokenizer, row, weights),
+                                       f"Attention: {text[:80]}")
+        return HTMLResponse(page)
+
+    async def explanation(request: schemas.ExplainRequest, as_page: bool) -> dict[str, Any] | str:
+        """One job for the worker, the only code that touches the model (the explanation hooks it)."""
+        pairs = None if request.text_pair is None else [request.text_pair]
+        row = (await asyncio.to_thread(encode_texts, [request.text], pairs))[0]
+        options = {**request.model_dump(), "tokenizer": tokenizer, "max_length": max_length, "as_page": as_page}
+        (result,) = await run_jobs([Job(explanations, row, options)])
+        return result
+
+    @app.post("/explain", responses=errors)
+    async def explain_json(request: schemas.ExplainRequest) -> dict[str, Any]:
+        """Attributions of the model's prediction to the words of the text (bertforge.explain), as JSON."""
+        return await explanation(request, as_page=False)
+
+    @app.get("/explain", response_class=HTMLResponse, responses=errors)
+    async def explain_page(text: str = Query(min_length=1), pair: str | None = None, target: str | None = None,
+                           method: schemas.ExplainMethod = "integrated_gradients") -> HTMLResponse:
+        """The explanation page: the words shaded by attribution, beside the attention views."""
+        request = schemas.ExplainRequest(text=text, text_pair=pair or None, target=target or None, method=method)
+        return HTMLResponse(await explanation(request, as_page=True))
+
+    @app.get(HEALTH_PATH, response_model=schemas.HealthResponse)
+    async def health():
+        """Liveness, what is loaded, and how requests have been batched (answered without the API key)."""
+        return {"status": "ok", "model": model_name, "architecture": type(model).__name__,
+                "task": task.name if task else None, "device": str(device), "queued": batcher.pending,
+                "batches": batcher.batches, "texts": batcher.rows, "largest_batch": batcher.largest_batch,
+                "limits": {"max_texts": settings.max_texts, "max_length": max_length, "long_text": settings.long_text,
+                           "max_queue": settings.max_queue, "max_batch_size": settings.max_batch_size,
+                           "max_batch_tokens": settings.max_batch_tokens, "max_body_bytes": settings.max_body_bytes}}
+
+    @app.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+    async def prometheus_metrics():
+        """Prometheus metrics: requests by route and status, latency, queue depth, batch sizes, tokens."""
+        body, content_type = metrics.render()
+        return Response(body, media_type=content_type)
+
+    @app.get("/docs", response_class=HTMLResponse, include_in_schema=False)
+    async def docs():
+        return HTMLResponse(render_docs(app.openapi()))
+
+    # What a route added later needs (e.g. an /explain route): run model jobs, the task row, its settings, errors.
+    app.state.run_jobs, app.state.run_settings, app.state.error_responses = run_jobs, run, errors
+    routes = {route.path for route in app.routes}
+    app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, api_key=settings.api_key,
+                       metrics=metrics, routes=routes)
+    return app
+
+
+def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
+             inference: InferenceOptions = AS_TRAINED):
+    """The application over a model directory or 'default': the model its checkpoint holds, with the task and
+    settings it was trained with."""
+    checkpoint = inspect_checkpoint(name_or_path)
+    if checkpoint.task is not None:
+        checkpoint.task_for()  # a run config whose head was never saved is refused here, naming the folder
+    model = inference.apply(checkpoint.model_class.from_pretrained(checkpoint.directory))
+    tokenizer = BertTokenizer.from_pretrained(checkpoint.directory)
+    return create_app(model, tokenizer, settings, model_name=str(name_or_path), checkpoint=checkpoint)
+
+
+def server_config(app, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None, **extra):
+    """uvicorn's configuration for the application: the read deadline and idle timeout of `settings`."""
+    import uvicorn
+    settings = settings or app.state.settings
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
+                          http=protocol_with_read_timeout(settings.read_timeout),
+                          timeout_keep_alive=max(1, math.ceil(settings.idle_timeout)), **extra)
+
+
+def serve(name_or_path: str | Path, host: str = "127.0.0.1", port: int = 8000,
+          settings: ServeSettings | None = None, inference: InferenceOptions = AS_TRAINED) -> None:
+    """Load the model and answer HTTP requests until interrupted; queued work is finished before it exits."""
+    try:
+        import fastapi  # noqa: F401  (create_app needs it)
+        import prometheus_client  # noqa: F401
+        import uvicorn
+    except ImportError as problem:
+        raise BertforgeError(f"the server needs FastAPI, uvicorn and prometheus-client ({problem}); "
+                             f"install them with: pip install 'bertforge[serve]'") from None
+    app = load_app(name_or_path, settings, inference)
+    logger.warning("serving %s (%s) on http://%s:%d (API docs at /docs)", name_or_path,
+                   type(app.state.model).__name__, host, port)
+    uvicorn.Server(server_config(app, host, port, settings)).run()

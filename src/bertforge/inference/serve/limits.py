@@ -1,0 +1,124 @@
+"""What keeps one client from holding the server: an API key, a body size limit checked before the body is read,
+and a deadline for reading each request (a client sending a byte a second, or holding a silent connection, is cut
+off). Also where every request's route, status and time are counted."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import time
+
+HEALTH_PATH = "/health"  # answered without the API key, so that load balancers can probe it
+
+
+class HTTPError(Exception):
+    """An error answered with its status and {"error": message}."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers
+
+
+async def send_error(send, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+    """Answer with {"error": message} straight from the ASGI layer (before the application runs)."""
+    body = json.dumps({"error": message}).encode()
+    raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw_headers += [(name.encode(), value.encode()) for name, value in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class RequestGuard:
+    """ASGI middleware: the API key, the body size, and metrics per request (route, status, seconds)."""
+
+    def __init__(self, app, max_body_bytes: int, api_key: str | None, metrics, routes: set[str]):
+        self.app, self.max_body_bytes, self.api_key, self.metrics = app, max_body_bytes, api_key, metrics
+        self.routes = routes  # metric labels: the application's own paths, "other" for the rest
+
+    def authorized(self, headers: dict[bytes, bytes]) -> bool:
+        given = headers.get(b"authorization", b"").decode("latin-1")
+        token = given[7:] if given[:7].lower() == "bearer " else headers.get(b"x-api-key", b"").decode("latin-1")
+        return hmac.compare_digest(token.strip().encode(), self.api_key.encode())
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started, status = time.monotonic(), [500]
+        route = scope["path"] if scope["path"] in self.routes else "other"
+
+        async def recording_send(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.guard(scope, receive, recording_send)
+        finally:
+            self.metrics.count_request(route, status[0], time.monotonic() - started)
+
+    async def guard(self, scope, receive, send):
+        headers = dict(scope["headers"])
+        if self.api_key is not None and scope["path"] != HEALTH_PATH and not self.authorized(headers):
+            return await send_error(send, 401, "missing or wrong API key: send the header "
+                                               "'Authorization: Bearer KEY'", {"www-authenticate": "Bearer"})
+        declared = headers.get(b"content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                return await send_error(send, 400, "the Content-Length header is not a number")
+            if int(declared) > self.max_body_bytes:
+                return await send_error(send, 413, self.too_large(int(declared)), {"connection": "close"})
+        received = 0
+
+        async def counted_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:  # a chunked body, which declared no length
+                    raise HTTPError(413, self.too_large(received), {"connection": "close"})
+            return message
+
+        await self.app(scope, counted_receive, send)
+
+    def too_large(self, size: int) -> str:
+        return f"the request body is {size} bytes or more; the limit is {self.max_body_bytes}"
+
+
+def protocol_with_read_timeout(seconds: float) -> type:
+    """uvicorn's HTTP/1.1 protocol with a deadline: a connection must deliver each whole request (headers and
+    body) within `seconds` of opening or of its previous answer, else it is closed. uvicorn itself times out only
+    idle keep-alive connections, so a client sending a byte a second would hold its connection forever."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class ReadDeadlineProtocol(H11Protocol):
+        _deadline = None
+
+        def connection_made(self, transport):
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self):
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc):
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self):
+            self._disarm()
+            self._deadline = self.loop.call_later(seconds, self._cut_off)
+
+        def _disarm(self):
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _cut_off(self):
+            self._deadline = None
+            # IDLE: the request's headers haven't all come; SEND_BODY: its body hasn't. DONE: the server is working.
+            if self.conn.their_state in (h11.IDLE, h11.SEND_BODY) and not self.transport.is_closing():
+                self.transport.close()
+
+    return ReadDeadlineProtocol

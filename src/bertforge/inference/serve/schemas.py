@@ -1,0 +1,201 @@
+"""The request and response bodies of every route, as pydantic models: FastAPI validates requests with them and
+publishes them in the OpenAPI document (/openapi.json, /docs)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bertforge.explain.methods import DEFAULT_STEPS, METHODS
+from bertforge.inference.features import POOLINGS
+
+Pooling = Literal[tuple(POOLINGS)]
+ExplainMethod = Literal[tuple(METHODS)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorResponse(BaseModel):
+    error: str = Field(description="what was wrong, in one line")
+
+
+# --- requests -----------------------------------------------------------------------------------------------------
+
+class EmbedRequest(Strict):
+    texts: list[str] | None = Field(None, min_length=1, description="the texts to embed (at most max_texts)")
+    inputs: str | list[str] | None = Field(None, description="text-embeddings-inference's field: a text or a "
+                                                             "list; the answer is then a bare list of vectors")
+    pooling: Pooling | None = Field(None, description="how token vectors become one (default: mean)")
+    normalize: bool = Field(False, description="scale each vector to unit length")
+    truncate: bool | None = Field(None, description="text-embeddings-inference's field; long texts are "
+                                                    "truncated unless the server refuses them")
+
+
+class OpenAIEmbeddingRequest(BaseModel):
+    input: str | list[str] = Field(description="a text or a list of texts")
+    model: str | None = Field(None, description="ignored: the server has one model (see /v1/models)")
+    dimensions: int | None = Field(None, ge=1, description="keep the first N dimensions (re-normalized)")
+    encoding_format: Literal["float", "base64"] = "float"
+    user: str | None = None
+
+
+class Question(Strict):
+    question: str
+    context: str = Field(description="the text the answer is a span of; a long one is split into windows")
+
+
+class PredictRequest(Strict):
+    texts: list[str] | None = Field(None, min_length=1, description="the texts (at most max_texts), for a "
+                                                                    "classifier, regression model or tagger")
+    text_pairs: list[str] | None = Field(None, description="a second text per text, for pair tasks")
+    questions: list[Question] | None = Field(None, min_length=1, description="for a question-answering model, "
+                                                                             "instead of texts")
+
+
+class RerankRequest(Strict):
+    query: str
+    texts: list[str] = Field(min_length=1, description="the texts to rank against the query (at most max_texts)")
+    raw_scores: bool = Field(False, description="a pair classifier's logit instead of its probability")
+    return_text: bool = False
+    truncate: bool | None = None
+
+
+class TokenizeRequest(Strict):
+    text: str
+    text_pair: str | None = None
+
+
+class ExplainRequest(Strict):
+    text: str = Field(min_length=1, description="the text (for a question-answering model, the question)")
+    text_pair: str | None = Field(None, description="the pair (the context; for an encoder, the text compared)")
+    target: str | None = Field(None, description="a label, an entity, answer/start/end (default: the prediction)")
+    method: ExplainMethod = "integrated_gradients"
+    steps: int = Field(DEFAULT_STEPS, ge=1, le=1000, description="integrated gradients' interpolation steps")
+
+
+# --- responses ----------------------------------------------------------------------------------------------------
+
+class EmbedResponse(BaseModel):
+    embeddings: list[list[float]]
+    dimension: int
+    pooling: str
+    normalized: bool
+
+
+class OpenAIEmbedding(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str = Field(description="floats, or base64 of little-endian float32")
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class OpenAIEmbeddingResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[OpenAIEmbedding]
+    model: str
+    usage: Usage
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class LabelAnswer(BaseModel):
+    text: str
+    text_pair: str | None = None
+    label: str
+    probabilities: dict[str, float]
+
+
+class ScoreAnswer(BaseModel):
+    text: str
+    text_pair: str | None = None
+    score: float
+
+
+class Entity(BaseModel):
+    type: str
+    text: str = Field(description="the request's text[start:end]")
+    start: int
+    end: int
+    score: float
+
+
+class EntitiesAnswer(BaseModel):
+    text: str
+    entities: list[Entity]
+    tags: list[str] = Field(description="one IOB2 tag per word")
+
+
+class Span(BaseModel):
+    text: str
+    start: int = Field(description="character offsets in the context ('' at 0, 0: no answer)")
+    end: int
+    score: float | None
+
+
+class QuestionAnswer(BaseModel):
+    id: str
+    question: str
+    context: str
+    answer: str
+    start: int
+    end: int
+    score: float | None
+    n_best: list[Span]
+
+
+class PredictResponse(BaseModel):
+    task: str
+    predictions: list[LabelAnswer | ScoreAnswer | EntitiesAnswer | QuestionAnswer]
+
+
+class RerankResult(BaseModel):
+    index: int
+    score: float
+    text: str | None = None
+
+
+class TokenizeResponse(BaseModel):
+    tokens: list[str]
+    ids: list[int]
+    token_type_ids: list[int]
+    offsets: list[list[int]] = Field(description="(start, end) character offsets of each token")
+
+
+class Limits(BaseModel):
+    max_texts: int
+    max_length: int
+    long_text: str
+    max_queue: int
+    max_batch_size: int
+    max_batch_tokens: int
+    max_body_bytes: int
+
+
+class HealthResponse(BaseModel):
+    status: str
+    model: str
+    architecture: str
+    task: str | None
+    device: str
+    queued: int
+    batches: int
+    texts: int
+    largest_batch: int
+    limits: Limits

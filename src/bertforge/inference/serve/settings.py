@@ -1,0 +1,48 @@
+"""The server's settings: batching, and the limits that keep one client from exhausting the server."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bertforge.errors import ConfigError
+from bertforge.inference.attention_view import DEFAULT_MAX_TOKENS
+
+LONG_TEXT_POLICIES = ("truncate", "refuse")
+API_KEY_VARIABLE = "BERTFORGE_API_KEY"  # where `bertforge serve` reads the API key when --api-key isn't given
+
+
+@dataclass
+class ServeSettings:
+    """Batching and limits; every size is checked here, so a bad flag fails before the model loads."""
+
+    max_batch_size: int = 32  # texts per forward pass
+    max_batch_tokens: int = 16384  # padded tokens (rows x longest row) per forward pass
+    max_wait_ms: float = 5.0  # how long the oldest waiting text may wait for company
+    max_queue: int = 256  # texts waiting; a request is admitted whole while fewer wait, else it gets 503
+    max_texts: int = 64  # texts (or questions) per request
+    max_length: int = 512  # tokens per text (or pair) for /embed, /tokenize, /rerank of an encoder
+    long_text: str = "truncate"  # or "refuse": 413 for a text over the limit (a QA context is otherwise windowed)
+    attention_max_length: int = DEFAULT_MAX_TOKENS  # the viewer page grows with the square of this
+    max_body_bytes: int = 1_000_000  # request body; larger gets 413 before it is read
+    read_timeout: float = 30.0  # seconds a client has to send a whole request (headers and body)
+    idle_timeout: float = 5.0  # seconds an idle keep-alive connection stays open
+    api_key: str | None = None  # when set, every route but /health needs it (Authorization: Bearer KEY)
+
+    def __post_init__(self):
+        for name in ("max_batch_size", "max_batch_tokens", "max_queue", "max_texts", "max_length",
+                     "attention_max_length", "max_body_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{name} must be a whole number of at least 1, got {value!r}")
+        if not (isinstance(self.max_wait_ms, (int, float)) and math.isfinite(self.max_wait_ms)
+                and self.max_wait_ms >= 0):
+            raise ConfigError(f"max_wait_ms must be a finite number, zero or more, got {self.max_wait_ms!r}")
+        for name in ("read_timeout", "idle_timeout"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name} must be a finite number of seconds above zero, got {value!r}")
+        if self.long_text not in LONG_TEXT_POLICIES:
+            raise ConfigError(f"long_text must be one of {', '.join(LONG_TEXT_POLICIES)}, got {self.long_text!r}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise ConfigError("the API key is empty; give a key or none")

@@ -1,0 +1,111 @@
+"""Where results go: output locations checked before any work starts, and model folders written so that nothing
+good is lost.
+
+A run (fine-tuning, pre-training, export) writes into a staging folder beside its output, `NAME.incomplete/`, and
+moves it into place only when it ends well. A run that is killed or fails leaves the previous model untouched and
+its own partial work clearly named (and, for training runs, resumable). A folder that holds a model is replaced
+only when the user says so (`overwrite`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from bertforge.errors import ConfigError, InputError
+
+INCOMPLETE_SUFFIX = ".incomplete"
+# Files whose presence makes a folder a model (or a training run): replacing it loses someone's work.
+MODEL_MARKERS = ("config.json", "model.safetensors", "pytorch_model.bin", "finetune_config.json",
+                 "pretrain_config.json", "checkpoint")
+
+
+def _check_parent(path: Path, what: str) -> None:
+    """The nearest existing folder above `path` must be a folder we may write in (it is created later)."""
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        if parent.is_symlink():  # a dangling link
+            raise InputError(f"can't create the {what}: {parent} is a broken link", path)
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InputError(f"can't create the {what}: {parent} is a file, not a folder", path)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"can't create the {what}: {parent} is not writable", path)
+
+
+def check_output_file(path: str | Path, what: str = "output file") -> Path:
+    """Fail before any slow work when the file `path` can't be written: it is a folder, its folder is a file or
+    read-only. The file itself is replaced atomically when the work is done."""
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"is a folder; the {what} must be a file", path)
+    if path.exists() and not os.access(path.parent, os.W_OK | os.X_OK):
+        raise InputError(f"can't replace the {what}: its folder is not writable", path)
+    _check_parent(path, what)
+    return path
+
+
+def holds_model(directory: Path) -> bool:
+    return directory.is_dir() and any((directory / name).exists() for name in MODEL_MARKERS)
+
+
+def check_output_dir(path: str | Path, overwrite: bool = False, what: str = "output folder") -> Path:
+    """Fail before any slow work when the model folder `path` can't be written, or holds a model (or a training
+    run) and `overwrite` is not set."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"exists and is not a folder; the {what} is a model folder", path)
+    if (path / "checkpoint").is_dir() and not overwrite:
+        raise ConfigError(f"{path}: already holds a training run; pass --resume to continue it, --overwrite to "
+                          "start again, or choose another output folder")
+    if holds_model(path) and not overwrite:
+        raise ConfigError(f"{path}: already holds a model; choose another {what}, or pass --overwrite to replace it")
+    if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+        raise InputError(f"the {what} is not writable", path)
+    _check_parent(path, what)
+    staging = staging_dir(path)
+    if staging.exists() and not staging.is_dir():
+        raise InputError("exists and is not a folder; it is where this run stages its output", staging)
+    return path
+
+
+def staging_dir(output: str | Path) -> Path:
+    """Where a run into `output` writes until it ends: beside it, so that the final move is a rename."""
+    output = Path(output)
+    return output.with_name(output.name + INCOMPLETE_SUFFIX)
+
+
+def start_staging(output: str | Path, keep: bool = False) -> Path:
+    """A fresh staging folder for a run into `output` (or, with `keep`, the one a killed run left, to resume)."""
+    staging = staging_dir(output)
+    if staging.exists() and not keep:
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True, exist_ok=True)
+    return staging
+
+
+def finish_staging(output: str | Path) -> Path:
+    """Move the staging folder into place. A model folder being replaced (the run was told to overwrite it) is
+    set aside, the new one renamed in, then the old one removed: a crash in between leaves one of the two whole
+    under a clear name. Into an existing folder that holds no model, the new files are moved one by one, so that
+    the user's other files stay."""
+    output = Path(output)
+    staging = staging_dir(output)
+    if output.is_dir() and not holds_model(output) and any(output.iterdir()):
+        for entry in staging.iterdir():
+            target = output / entry.name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            os.replace(entry, target)
+        staging.rmdir()
+        return output
+    previous = output.with_name(output.name + ".previous")
+    if previous.exists():
+        shutil.rmtree(previous)
+    if output.exists():
+        os.replace(output, previous)
+    os.replace(staging, output)
+    if previous.exists():
+        shutil.rmtree(previous)
+    return output

@@ -1,0 +1,60 @@
+"""Checks of the numbers a user gives (flags, run configs, config.json): type, finite, range, and whether a model
+of the asked size fits in memory. One place, so that every entry point says the same thing about the same mistake.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from bertforge.errors import ConfigError
+
+BYTES_PER_PARAMETER = 4  # float32 weights, as every model is built
+
+
+def check_number(name: str, value: Any, minimum: float | None = None, integer: bool = False,
+                 exclusive: bool = False, optional: bool = False, maximum: float | None = None) -> None:
+    """Raise ConfigError unless `value` is a finite number (an int if `integer`) at or above `minimum` (above it
+    with `exclusive`) and at most `maximum`; None passes when `optional`."""
+    if value is None and optional:
+        return
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ConfigError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    if minimum is not None and (value <= minimum if exclusive else value < minimum):
+        raise ConfigError(f"{name} must be {'above' if exclusive else 'at least'} {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name} must be at most {maximum}, got {value!r}")
+
+
+def encoder_parameters(config) -> int:
+    """Parameters of a BertModel of `config`'s sizes (embeddings, layers, pooler), counted without building it."""
+    hidden, inner = config.hidden_size, config.intermediate_size
+    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size + 2) * hidden
+    layer = 4 * (hidden + 1) * hidden + 2 * hidden * inner + inner + hidden + 4 * hidden
+    return embeddings + config.num_hidden_layers * layer + (hidden + 1) * hidden
+
+
+def physical_memory() -> int | None:
+    """Bytes of RAM on this machine; None where the system doesn't say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def gigabytes(size: float) -> str:
+    return f"{size / 1e9:.3g} GB"
+
+
+def check_fits_in_memory(parameters: int, what: str) -> None:
+    """Refuse a model whose float32 weights alone exceed this machine's memory, before anything is allocated:
+    building it would swap for minutes or be killed."""
+    available = physical_memory()
+    needed = parameters * BYTES_PER_PARAMETER
+    if available is not None and needed > available:
+        raise ConfigError(f"{what} has {parameters:,} parameters, which need {gigabytes(needed)} of memory; "
+                          f"this machine has {gigabytes(available)}")

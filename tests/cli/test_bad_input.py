@@ -1,0 +1,301 @@
+"""The promise made to users, one row per mistake: the real `bertforge` command (main(argv)) ends with exit status
+1 (2 for a malformed command line), one line on stderr naming the flag, key, file or line at fault, and every
+output written earlier (a fine-tuned model, an embedding file) byte for byte as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertforge import BertConfig, BertModel
+from bertforge.cli import main as cli_main
+
+REVIEWS = [("a joy from start to finish", "pos"), ("dull and lifeless", "neg"), ("warm , witty and wise", "pos"),
+           ("an utter mess", "neg")] * 3
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    try:
+        code = cli_main.main([str(arg) for arg in argv])
+    except SystemExit as stop:  # argparse's usage errors
+        code = stop.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """Every file under `folder` and its SHA-256: what "nothing earlier changed" is checked against."""
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, tokenizer):
+    """A tiny encoder, a model fine-tuned from it, an earlier embedding file and data files of every kind."""
+    root = tmp_path_factory.mktemp("bad_input")
+    encoder = root / "encoder"
+    torch.manual_seed(0)
+    BertModel(BertConfig.tiny(vocab_size=tokenizer.vocab_size, max_position_embeddings=64)).save_pretrained(encoder)
+    tokenizer.save_pretrained(encoder)
+    data = root / "data"
+    data.mkdir()
+    (data / "train.csv").write_text("review,sentiment\n" + "".join(f'"{t}",{label}\n' for t, label in REVIEWS))
+    (data / "lines.txt").write_text("first line\nsecond line\n")
+    earlier = root / "earlier"  # everything in here must survive every bad command unchanged
+    earlier.mkdir()
+    code = cli_main.main(["--threads", "1", "finetune", "--model", str(encoder), "--train", str(data / "train.csv"),
+                          "--text-column", "review", "--label-column", "sentiment", "--output",
+                          str(earlier / "model"), "--epochs", "1", "--batch-size", "4", "--max-length", "16",
+                          "--no-progress", "--device", "cpu"])
+    assert code == 0
+    (earlier / "vectors.npy").write_bytes(b"earlier output")
+    (earlier / "a_file").write_text("a regular file")
+    return root, encoder, data, earlier
+
+
+def assert_one_line_error(code, out, err, expected_code, *fragments):
+    assert code == expected_code, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bertforge"), err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def bad_model(root: Path, encoder: Path, name: str, config_changes=None, tokenizer_changes=None) -> Path:
+    """A copy of the tiny encoder with config.json or tokenizer_config.json keys changed."""
+    directory = root / name
+    if directory.exists():
+        shutil.rmtree(directory)
+    shutil.copytree(encoder, directory)
+    for file, changes in (("config.json", config_changes), ("tokenizer_config.json", tokenizer_changes)):
+        if changes:
+            data = json.loads((directory / file).read_text())
+            (directory / file).write_text(json.dumps(data | changes))
+    return directory
+
+
+# (id, argv after `bertforge` with {E} encoder, {M} fine-tuned model, {D} data folder, {O} earlier outputs,
+#  {T} this test's folder, exit status, fragments the one line must hold)
+FLAG_AND_OUTPUT_CASES = [
+    ("threads-0", ["--threads", "0", "tokenize", "hi"], 2, ["--threads", "at least 1"]),
+    ("finetune-lr-nan", ["finetune", "--train", "{D}/train.csv", "--output", "{T}/out", "--lr", "nan"], 2,
+     ["--lr", "finite"]),
+    ("finetune-lr-inf", ["finetune", "--train", "{D}/train.csv", "--output", "{T}/out", "--lr", "inf"], 2,
+     ["--lr", "finite"]),
+    ("finetune-weight-decay-nan", ["finetune", "--train", "{D}/train.csv", "--output", "{T}/out",
+                                   "--weight-decay", "nan"], 2, ["--weight-decay", "finite"]),
+    ("finetune-lr-negative", ["finetune", "--train", "{D}/train.csv", "--output", "{T}/out", "--lr", "-1"], 1,
+     ["lr must be above 0"]),
+    ("finetune-batch-size-0", ["finetune", "--train", "{D}/train.csv", "--output", "{T}/out", "--batch-size", "0"],
+     1, ["batch_size"]),
+    ("finetune-device-banana", ["finetune", "--train", "{D}/train.csv", "--output", "{T}/out", "--device",
+                                "banana"], 1, ["'banana'", "not a device"]),
+    ("finetune-device-cuda-9", ["finetune", "--train", "{D}/train.csv", "--output", "{T}/out", "--device",
+                                "cuda:9"], 1, ["'cuda:9'"]),
+    ("pretrain-lr-nan", ["pretrain", "train", "--data", "{T}/corpus", "--output", "{T}/out", "--lr", "nan"], 2,
+     ["--lr"]),
+    ("finetune-output-under-file", ["finetune", "--model", "{E}", "--train", "{D}/train.csv", "--output",
+                                    "{O}/a_file/model"], 1, ["a_file is a file, not a folder"]),
+    ("finetune-output-is-file", ["finetune", "--model", "{E}", "--train", "{D}/train.csv", "--output",
+                                 "{O}/a_file"], 1, ["exists and is not a folder"]),
+    ("finetune-output-holds-model", ["finetune", "--model", "{E}", "--train", "{D}/train.csv", "--output",
+                                     "{M}"], 1, ["already holds a model", "--overwrite"]),
+    ("finetune-resume-nothing", ["finetune", "--model", "{E}", "--train", "{D}/train.csv", "--output", "{T}/new",
+                                 "--resume"], 1, ["no killed run to resume"]),
+    ("pretrain-output-holds-model", ["pretrain", "train", "--data", "{T}/corpus", "--output", "{M}"], 1,
+     ["already holds a model"]),
+    ("embed-output-under-file", ["embed", "--model", "{E}", "--input", "{D}/lines.txt", "--output",
+                                 "{O}/a_file/v.npy"], 1, ["a_file is a file, not a folder"]),
+    ("embed-output-is-folder", ["embed", "--model", "{E}", "--input", "{D}/lines.txt", "--output", "{T}/dir.npy"],
+     1, ["is a folder"]),
+    ("predict-output-is-folder", ["predict", "--model", "{M}", "--input", "{D}/lines.txt", "--output",
+                                  "{T}/dir.npy"], 1, ["is a folder"]),
+    ("attention-output-under-file", ["attention", "hello", "--model", "{E}", "--output", "{O}/a_file/a.html"], 1,
+     ["a_file is a file, not a folder"]),
+    ("evaluate-output-is-folder", ["evaluate", "--model", "{M}", "--data", "{D}/train.csv", "--output",
+                                   "{T}/dir.npy"], 1, ["is a folder"]),
+    ("export-onnx-output-under-file", ["export", "onnx", "--model", "{E}", "--output", "{O}/a_file/m.onnx"], 1,
+     ["a_file is a file, not a folder"]),
+    ("export-hf-output-holds-model", ["export", "hf", "--model", "{E}", "--output", "{M}"], 1,
+     ["already holds a model"]),
+    ("vocab-output-under-file", ["vocab", "--corpus", "{D}/lines.txt", "--output", "{O}/a_file/vocab.txt"], 1,
+     ["a_file is a file, not a folder"]),
+]
+
+
+@pytest.mark.parametrize("argv, code, fragments", [case[1:] for case in FLAG_AND_OUTPUT_CASES],
+                         ids=[case[0] for case in FLAG_AND_OUTPUT_CASES])
+def test_flags_and_output_locations(world, tmp_path, capsys, argv, code, fragments):
+    root, encoder, data, earlier = world
+    if "cuda" in " ".join(argv) and torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    (tmp_path / "dir.npy").mkdir()
+    places = {"{E}": str(encoder), "{M}": str(earlier / "model"), "{D}": str(data), "{O}": str(earlier),
+              "{T}": str(tmp_path)}
+    for key, value in places.items():
+        argv = [arg.replace(key, value) for arg in argv]
+    before = digest(earlier)
+    assert_one_line_error(*run_cli(capsys, "--threads", "1", *argv), code, *fragments)
+    assert digest(earlier) == before
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into read-only folders")
+def test_read_only_output_folder(world, tmp_path, capsys):
+    root, encoder, data, earlier = world
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        result = run_cli(capsys, "embed", "--model", encoder, "--input", data / "lines.txt", "--output",
+                         locked / "v.npy")
+        assert_one_line_error(*result, 1, "not writable")
+    finally:
+        locked.chmod(0o700)
+
+
+# config.json and tokenizer_config.json keys: (id, file changes, fragments)
+MODEL_FILE_CASES = [
+    ("layer_norm_eps-string", {"layer_norm_eps": "1e-12"}, None, ["config.json", "layer_norm_eps", "a number"]),
+    ("layer_norm_eps-nan", {"layer_norm_eps": math.nan}, None, ["layer_norm_eps", "finite"]),
+    ("layer_norm_eps-negative", {"layer_norm_eps": -1}, None, ["layer_norm_eps", "above 0"]),
+    ("initializer_range-string", {"initializer_range": "0.02"}, None, ["initializer_range", "a number"]),
+    ("hidden_size-1e7", {"hidden_size": 10_000_000, "num_attention_heads": 1}, None,
+     ["parameters", "GB of memory", "this machine has"]),
+    ("vocab_size-1e9", {"vocab_size": 1_000_000_000}, None, ["parameters", "GB of memory"]),
+    ("num_hidden_layers-1e6", {"num_hidden_layers": 1_000_000}, None, ["parameters", "GB of memory"]),
+    ("hidden_size-float", {"hidden_size": 1e7}, None, ["hidden_size", "integer"]),
+    ("model_max_length-string", None, {"model_max_length": "512"}, ["tokenizer_config.json", "model_max_length"]),
+    ("do_lower_case-no", None, {"do_lower_case": "no"}, ["tokenizer_config.json", "do_lower_case",
+                                                          "true or false"]),
+]
+
+
+@pytest.mark.parametrize("config_changes, tokenizer_changes, fragments", [case[1:] for case in MODEL_FILE_CASES],
+                         ids=[case[0] for case in MODEL_FILE_CASES])
+def test_config_and_tokenizer_keys(world, tmp_path, capsys, config_changes, tokenizer_changes, fragments):
+    root, encoder, data, earlier = world
+    model = bad_model(tmp_path, encoder, "model", config_changes, tokenizer_changes)
+    before = digest(earlier)
+    result = run_cli(capsys, "embed", "--model", model, "--input", data / "lines.txt", "--output",
+                     earlier / "vectors.npy")
+    assert_one_line_error(*result, 1, *fragments)
+    assert digest(earlier) == before
+
+
+def test_checkpoint_files(world, tmp_path, capsys):
+    root, encoder, data, earlier = world
+    before = digest(earlier)
+    truncated = bad_model(tmp_path, encoder, "truncated")
+    weights = truncated / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    assert_one_line_error(*run_cli(capsys, "embed", "--model", truncated, "--input", data / "lines.txt",
+                                   "--output", earlier / "vectors.npy"), 1, "model.safetensors")
+    # a pickle that torch's weights_only loader refuses (it would run code): one line, not torch's advice
+    pickled = bad_model(tmp_path, encoder, "pickled")
+    (pickled / "model.safetensors").unlink()
+    with open(pickled / "pytorch_model.bin", "wb") as handle:
+        pickle.dump({"weight": Path("not a tensor")}, handle)
+    assert_one_line_error(*run_cli(capsys, "embed", "--model", pickled, "--input", data / "lines.txt",
+                                   "--output", earlier / "vectors.npy"), 1, "pytorch_model.bin")
+    missing = tmp_path / "nowhere"
+    assert_one_line_error(*run_cli(capsys, "tokenize", "hi", "--model", missing), 1, "no such model directory")
+    assert digest(earlier) == before
+
+
+SQUAD_CONTEXT = "Denver won the game."
+
+
+def squad_file(path: Path, answers) -> Path:
+    path.write_text(json.dumps({"data": [{"title": "t", "paragraphs": [{"context": SQUAD_CONTEXT, "qas": [
+        {"id": "q1", "question": "Who won?", "answers": answers}]}]}]}))
+    return path
+
+
+# Data files of each format, read by finetune before any model is loaded: (id, file name, content, fragments)
+DATA_CASES = [
+    ("csv-unclosed-quote", "bad.csv", 'review,sentiment\n"fine",pos\n"never closed,neg\nmore,pos\n',
+     ["bad.csv, line 3", "never closed"]),
+    ("csv-fields", "bad.csv", "review,sentiment\nfine,pos\na, b,neg\n", ["line 3", "3 fields"]),
+    ("csv-not-utf8", "bad.csv", b"review,sentiment\n\xff\xfe,pos\n", ["UTF-8", "line 2"]),
+    ("jsonl-number-text", "bad.jsonl", '{"review": "fine", "sentiment": "pos"}\n{"review": 42, "sentiment": "neg"}\n',
+     ["bad.jsonl, line 2", "'review'", "expected a text, got 42"]),
+    ("jsonl-object-text", "bad.jsonl", '{"review": {"a": 1}, "sentiment": "neg"}\n', ["line 1", "expected a text"]),
+    ("jsonl-broken", "bad.jsonl", '{"review": "fine", "sentiment": "pos"}\n{"review": \n', ["line 2", "JSON"]),
+    ("jsonl-missing-column", "bad.jsonl", '{"text": "fine", "sentiment": "pos"}\n', ["no column 'review'"]),
+    ("tsv-empty", "bad.tsv", "", ["the file is empty"]),
+    ("unknown-suffix", "bad.xlsx", "x", ["unsupported file type"]),
+]
+
+
+@pytest.mark.parametrize("name, content, fragments", [case[1:] for case in DATA_CASES],
+                         ids=[case[0] for case in DATA_CASES])
+def test_data_files(world, tmp_path, capsys, name, content, fragments):
+    root, encoder, data, earlier = world
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    before = digest(earlier)
+    result = run_cli(capsys, "finetune", "--model", encoder, "--train", path, "--text-column", "review",
+                     "--label-column", "sentiment", "--output", tmp_path / "out")
+    assert_one_line_error(*result, 1, *fragments)
+    assert digest(earlier) == before and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("answers, fragments", [
+    ([{"text": "Denver", "answer_start": -20}], ["answer_start -20 is outside the context"]),
+    ([{"text": "game", "answer_start": 18}], ["answer_start 18 is outside the context"]),
+    ([{"text": "", "answer_start": 99}], ["answer_start 99 is outside the context"]),
+    ([{"text": "Denver", "answer_start": 1}], ["points at 'enver '"]),
+    ([{"text": "Denver", "answer_start": "0"}], ["expected int, got str"]),
+], ids=["negative", "beyond", "empty-beyond", "elsewhere", "string"])
+def test_squad_offsets(world, tmp_path, capsys, answers, fragments):
+    root, encoder, data, earlier = world
+    path = squad_file(tmp_path / "squad.json", answers)
+    result = run_cli(capsys, "finetune", "--task", "qa", "--model", encoder, "--train", path, "--output",
+                     tmp_path / "out")
+    assert_one_line_error(*result, 1, "squad.json", *fragments)
+
+
+def test_a_long_csv_field_is_read_like_the_same_text_in_jsonl(world, tmp_path, capsys):
+    root, encoder, data, earlier = world
+    text = "a very long review " * 10_000  # 190 KB: over the csv module's default field limit of 128 KB
+    (tmp_path / "long.csv").write_text(f'sentence\n"{text}"\nshort\n')
+    (tmp_path / "long.jsonl").write_text(json.dumps({"sentence": text}) + "\n" + json.dumps({"sentence": "short"}))
+    answers = []
+    for name in ("long.csv", "long.jsonl"):
+        code, out, err = run_cli(capsys, "predict", "--model", earlier / "model", "--input", tmp_path / name,
+                                 "--text-column", "sentence", "--output", tmp_path / f"{name}.out.jsonl")
+        assert code == 0, err
+        answers.append([json.loads(line)["label"] for line in (tmp_path / f"{name}.out.jsonl").read_text().split(
+            "\n") if line])
+    assert answers[0] == answers[1] and len(answers[0]) == 2
+
+
+def test_evaluate_of_a_named_model_writes_nothing_in_the_working_directory(world, tmp_path, capsys, monkeypatch):
+    root, encoder, data, earlier = world
+    monkeypatch.chdir(tmp_path)
+    run_cli(capsys, "evaluate", "--model", "default", "--data", data / "train.csv", "--text-column", "review",
+            "--label-column", "sentiment")
+    assert not (tmp_path / "default").exists() and list(tmp_path.iterdir()) == []
+
+
+def test_a_closed_pipe_ends_quietly(world, tmp_path):
+    """`bertforge tokenize --json ... | head`: no BrokenPipeError traceback, the exit status of a closed pipe. The
+    reader here (`true`) is gone before bertforge writes, so the pipe is closed whatever the output's size."""
+    import subprocess
+    import sys
+
+    command = (f"{sys.executable} -m bertforge tokenize --json --model {world[1]} 'a text' | true; "
+               "exit ${PIPESTATUS[0]}")
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")})
+    assert result.stderr == "" and result.returncode == 141

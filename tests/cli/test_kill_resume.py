@@ -1,0 +1,145 @@
+"""Killing `bertforge finetune` (SIGKILL, at moments drawn at random) loses nothing: `--resume` gives the losses,
+evaluations and weights of a run never stopped, and a model already in the output folder stays loadable and byte
+for byte as it was until a run that replaces it has ended."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertforge import BertConfig, BertForSequenceClassification, BertModel
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+REVIEWS = [("a joy from start to finish", "pos"), ("dull and lifeless", "neg"), ("warm , witty and wise", "pos"),
+           ("an utter mess", "neg"), ("beautifully made", "pos"), ("tedious beyond words", "neg")] * 4
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, tokenizer):
+    root = tmp_path_factory.mktemp("kill")
+    torch.manual_seed(0)
+    BertModel(BertConfig.tiny(vocab_size=tokenizer.vocab_size, max_position_embeddings=64)).save_pretrained(
+        root / "encoder")
+    tokenizer.save_pretrained(root / "encoder")
+    (root / "train.csv").write_text("review,sentiment\n" + "".join(f'"{t}",{label}\n' for t, label in REVIEWS))
+    # Every step logged and checkpointed, an evaluation every 5 steps: a kill can land anywhere, a save included.
+    (root / "run.json").write_text(json.dumps({
+        "model": str(root / "encoder"), "train": str(root / "train.csv"), "dev": str(root / "train.csv"),
+        "text_column": "review", "label_column": "sentiment", "batch_size": 2, "max_length": 16,
+        "training": {"epochs": 2, "lr": 1e-3, "seed": 1, "log_every": 1, "save_every": 1, "eval_every": 5,
+                     "device": "cpu", "progress": False}}))
+    return root
+
+
+def finetune(root: Path, output: Path, *flags: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "bertforge", "--threads", "1", "finetune", "--config",
+                             str(root / "run.json"), "--output", str(output), *flags],
+                            env={**os.environ, "PYTHONPATH": str(SRC)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def kill_after_steps(process: subprocess.Popen, log: Path, steps: int, extra_seconds: float) -> bool:
+    """SIGKILL the run once its log holds `steps` lines (plus a moment); False if it ended first."""
+    while process.poll() is None:
+        if log.is_file() and log.read_text().count("\n") >= steps:
+            time.sleep(extra_seconds)
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def records(path: Path) -> list[dict]:
+    """The log without its wall-clock field."""
+    return [{k: v for k, v in json.loads(line).items() if k != "examples_per_s"}
+            for line in path.read_text().splitlines()]
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def whole(setup):
+    """The run never stopped, which every other run is compared with."""
+    output = setup / "whole"
+    process = finetune(setup, output)
+    assert process.wait() == 0, process.stderr.read()
+    return output
+
+
+def in_process(capsys, *argv) -> tuple[int, str, str]:
+    """Commands that end before any training: run in this process, which saves starting Python and torch."""
+    from bertforge.cli.main import main
+    code = main([str(arg) for arg in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_killed_at_random_moments_and_resumed_gives_the_uninterrupted_run(setup, whole, tmp_path, capsys):
+    rng = random.Random()
+    seed = rng.randrange(10**6)
+    rng.seed(seed)
+    split = tmp_path / "split"
+    staging = tmp_path / "split.incomplete"
+    kills = 0
+    process = finetune(setup, split)
+    for _ in range(2):
+        steps = rng.randint(1, 26)  # 24 train lines and 5 evaluations in all
+        if not kill_after_steps(process, staging / "train_log.jsonl", steps, rng.uniform(0, 0.3)):
+            break
+        kills += 1
+        assert not split.exists() and staging.is_dir(), "a killed run is marked incomplete and not in place"
+        process = finetune(setup, split, "--resume")
+    assert process.wait() == 0, process.stderr.read()
+    assert kills >= 1, f"seed {seed}: the run ended before the first kill"
+    assert records(split / "train_log.jsonl") == records(whole / "train_log.jsonl"), f"seed {seed}"
+    assert json.loads((split / "metrics.json").read_text()) == json.loads((whole / "metrics.json").read_text())
+    assert (split / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()
+    assert not staging.exists() and not (split / "checkpoint").exists()
+
+    # Resuming a finished run neither trains nor evaluates again.
+    before = digest(split)
+    code, out, _ = in_process(capsys, "finetune", "--config", setup / "run.json", "--output", split, "--resume")
+    assert code == 0 and "already finished" in out
+    assert digest(split) == before
+
+
+def test_a_run_killed_or_failed_into_a_model_folder_leaves_the_model_as_it_was(setup, whole, tmp_path, capsys):
+    model = tmp_path / "model"
+    shutil.copytree(whole, model)
+    before = digest(model)
+
+    process = finetune(setup, model, "--overwrite", "--seed", "2")  # another model than the one in the folder
+    assert kill_after_steps(process, tmp_path / "model.incomplete" / "train_log.jsonl", 7, 0.1)
+    assert digest(model) == before
+    BertForSequenceClassification.from_pretrained(model)  # still loads
+
+    # Without --overwrite nothing even starts; a run that fails (its dev file is missing) changes nothing either.
+    code, _, err = in_process(capsys, "finetune", "--config", setup / "run.json", "--output", model)
+    assert code == 1 and len(err.splitlines()) == 1 and "already holds a model" in err
+    config = json.loads((setup / "run.json").read_text())
+    (tmp_path / "failing.json").write_text(json.dumps({**config, "dev": str(tmp_path / "missing.csv")}))
+    code, _, err = in_process(capsys, "finetune", "--config", tmp_path / "failing.json", "--output", model,
+                              "--overwrite")
+    assert code == 1 and len(err.splitlines()) == 1 and "missing.csv" in err
+    assert digest(model) == before
+
+    # Resuming the killed overwrite finishes it: then, and only then, the folder holds the new model.
+    assert finetune(setup, model, "--resume", "--seed", "2").wait() == 0
+    assert not (tmp_path / "model.incomplete").exists() and "checkpoint" not in os.listdir(model)
+    assert json.loads((model / "finetune_config.json").read_text())["training"]["seed"] == 2
+    assert (model / "model.safetensors").read_bytes() != (whole / "model.safetensors").read_bytes()

@@ -1,0 +1,88 @@
+"""What a checkpoint holds (tasks/registry.py): one answer for the CLI, the tasks, ONNX export and the server; a
+model whose task head was never trained is refused by every command that would use the head."""
+
+import json
+
+import pytest
+import torch
+
+from bertforge import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, BertModel
+from bertforge.cli.main import main
+from bertforge.errors import CheckpointError
+from bertforge.tasks.finetune import FinetuneConfig
+from bertforge.tasks.registry import HEADS, RUN_CONFIG_FILE, TASKS, inspect_checkpoint, task_of_model
+
+
+def save(model, tokenizer, directory, run: FinetuneConfig | None = None):
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    if run is not None:
+        run.save(directory / RUN_CONFIG_FILE)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def tiny(tokenizer):
+    return BertConfig.tiny(vocab_size=tokenizer.vocab_size)
+
+
+def test_every_task_row_names_a_head_and_every_head_an_onnx_task():
+    assert {row.head for row in TASKS.values()} <= set(HEADS)
+    assert {head.onnx_task for head in HEADS.values()} == {"feature-extraction", "text-classification",
+                                                           "token-classification", "question-answering"}
+
+
+def test_the_default_model_is_an_encoder_without_a_task(minilm_dir):
+    checkpoint = inspect_checkpoint("default")
+    assert (checkpoint.head, checkpoint.task, checkpoint.run) == ("encoder", None, None)
+    with pytest.raises(CheckpointError, match="no trained task head"):
+        checkpoint.task_for()
+
+
+def test_the_run_config_gives_the_task_and_its_settings(tmp_path, tokenizer, tiny):
+    run = FinetuneConfig(task="regression", max_length=24)
+    one_output = BertForSequenceClassification(BertConfig.tiny(vocab_size=tokenizer.vocab_size,
+                                                                     id2label={0: "LABEL_0"}))
+    checkpoint = inspect_checkpoint(save(one_output, tokenizer, tmp_path, run))
+    assert (checkpoint.head, checkpoint.task) == ("sequence_classification", "regression")
+    assert checkpoint.settings().max_length == 24
+    assert task_of_model(one_output).name == "regression" and task_of_model(BertModel(tiny)) is None
+    with pytest.raises(CheckpointError, match="needs a trained question_answering head"):
+        checkpoint.task_for("qa")
+
+
+def test_a_run_config_without_the_head_it_trained_is_refused(tmp_path, tokenizer, tiny):
+    # A run that stopped before its first save: the run config is there, the weights are the encoder's.
+    checkpoint = inspect_checkpoint(save(BertModel(tiny), tokenizer, tmp_path, FinetuneConfig(task="ner")))
+    with pytest.raises(CheckpointError, match=f"{tmp_path}: task 'ner' needs a trained token_classification"):
+        checkpoint.task_for()
+
+
+@pytest.mark.parametrize("argv", [
+    ["predict", "--model", "default", "--text", "John lives in Paris."],
+    ["evaluate", "--model", "default", "--data", "train.csv"],
+    ["serve", "--model", "default", "--port", "0"],
+])
+def test_commands_refuse_a_model_without_a_trained_head(argv, capsys, tmp_path, monkeypatch, tokenizer, tiny):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.csv").write_text("sentence,label\ngood,pos\n")
+    if argv[0] == "serve":  # the server serves an encoder (embeddings); a run config naming a task it refuses
+        pytest.importorskip("fastapi")
+        model_dir = save(BertModel(tiny), tokenizer, tmp_path / "m", FinetuneConfig(task="classification"))
+        argv = ["serve", "--model", str(model_dir), "--port", "0"]
+    assert main(argv) == 1
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and ("no trained task head" in error or "needs a trained" in error), error
+    assert not (tmp_path / "default").exists()  # evaluate wrote no metrics anywhere
+
+
+def test_export_keeps_the_fine_tuned_head_and_refuses_an_untrained_one(tmp_path, tokenizer, tiny, capsys):
+    torch.manual_seed(0)
+    qa = save(BertForQuestionAnswering(tiny), tokenizer, tmp_path / "qa", FinetuneConfig(task="qa"))
+    assert main(["export", "hf", "--model", str(qa), "--output", str(tmp_path / "out")]) == 0
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["architectures"] == ["BertForQuestionAnswering"]
+    assert inspect_checkpoint(tmp_path / "out").head == "question_answering"
+    assert main(["export", "hf", "--model", "default", "--task", "text-classification",
+                 "--output", str(tmp_path / "none")]) == 1
+    assert "needs a trained BertForSequenceClassification head" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
