@@ -88,24 +88,3 @@ def test_unsupported_modules_are_one_line_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"modules.json: module 'sentence_transformers.models.Dense' is not"):
         read_sentence_embedding(tmp_path)
 
-
-def test_serve_embed_follows_the_layout(minilm, tokenizer, long_texts, reference):
-    """/embed without pooling or normalize gives sentence-transformers' vectors; given ones still win."""
-    pytest.importorskip("fastapi")
-    import asyncio
-
-    from bertforge.inference.serve import create_app
-
-    app = create_app(minilm, tokenizer)
-    endpoint = next(route.endpoint for route in app.routes if getattr(route, "path", None) == "/embed")
-    request_class = endpoint.__annotations__["request"]
-    try:
-        body = asyncio.run(endpoint(request_class(texts=long_texts)))
-        assert body["pooling"] == "mean" and body["normalized"] is True
-        theirs = reference.encode(long_texts, convert_to_numpy=True)
-        assert cosines(np.array(body["embeddings"], dtype=np.float32), theirs).min() > 0.99999
-        raw = asyncio.run(endpoint(request_class(texts=long_texts[:1], pooling="cls", normalize=False)))
-        assert raw["pooling"] == "cls" and raw["normalized"] is False
-        assert abs(np.linalg.norm(raw["embeddings"][0]) - 1) > 0.1
-    finally:
-        app.state.batcher.stop()
