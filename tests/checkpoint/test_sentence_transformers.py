@@ -88,3 +88,19 @@ def test_unsupported_modules_are_one_line_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"modules.json: module 'sentence_transformers.models.Dense' is not"):
         read_sentence_embedding(tmp_path)
 
+
+
+def test_serve_embed_follows_the_layout(long_texts, reference):
+    """/embed (bertforge's and text-embeddings-inference's form) and /v1/embeddings with no options give
+    sentence-transformers' vectors of the default model: its pooling, max_seq_length and normalisation."""
+    from fastapi.testclient import TestClient
+
+    from bertforge.inference.serve.app import load_app
+    theirs = reference.encode(long_texts, convert_to_numpy=True)
+    with TestClient(load_app("default")) as client:
+        own = client.post("/embed", json={"texts": long_texts}).json()
+        tei = client.post("/embed", json={"inputs": long_texts}).json()
+        openai = client.post("/v1/embeddings", json={"input": long_texts}).json()
+    assert own["pooling"] == "mean" and own["normalized"] is True
+    for vectors in (own["embeddings"], tei, [item["embedding"] for item in openai["data"]]):
+        assert cosines(np.asarray(vectors, dtype=np.float32), theirs).min() > 0.99999

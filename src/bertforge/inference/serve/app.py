@@ -18,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
 from bertforge.errors import BertforgeError, ConfigError, InputError
 from bertforge.explain.page import explained
 from bertforge.inference.attention_view import (
@@ -26,7 +27,7 @@ from bertforge.inference.attention_view import (
     encode_for_attention,
     render_attention_map,
 )
-from bertforge.inference.features import pool
+from bertforge.inference.features import embedding_texts, fit_rows, pool, sentence_embedding
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.inference.serve.batcher import Job, MicroBatcher, QueueFull
 from bertforge.inference.serve.docs import render_docs
@@ -206,13 +207,17 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
             raise HTTPError(503, str(problem)) from None
         return await asyncio.gather(*(asyncio.wrap_future(future) for future in futures))
 
-    async def embed(texts: list[str], pooling: str, normalize: bool) -> tuple[list[torch.Tensor], int]:
-        """Vectors of texts and how many tokens they had."""
+    async def embed(texts: list[str], pooling: str | None, normalize: bool | None
+                    ) -> tuple[list[torch.Tensor], int, SentenceEmbedding]:
+        """Vectors of texts, how many tokens they had, and the settings used: those asked for, else the
+        checkpoint's sentence-transformers layout (pooling, max_seq_length, normalisation), as `bertforge embed`."""
         check_count(len(texts))
-        rows = await asyncio.to_thread(encode_texts, texts)
-        vectors = await run_jobs([Job(pooled_vectors, row, {"pooling": pooling, "normalize": normalize})
+        used = sentence_embedding(encoder_of(model), pooling, None, normalize)
+        rows = await asyncio.to_thread(encode_texts, embedding_texts(texts, used))
+        rows = fit_rows(rows, used.max_length)
+        vectors = await run_jobs([Job(pooled_vectors, row, {"pooling": used.pooling, "normalize": used.normalize})
                                   for row in rows])
-        return vectors, sum(len(row["input_ids"]) for row in rows)
+        return vectors, sum(len(row["input_ids"]) for row in rows), used
 
     def require_task() -> Task:
         if task is None:
@@ -272,21 +277,20 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
             [request.inputs] if isinstance(request.inputs, str) else request.inputs)
         if not texts:
             raise HTTPError(422, "nothing to embed: the list of texts is empty")
-        pooling = request.pooling or "mean"
-        vectors, _ = await embed(texts, pooling, request.normalize)
+        vectors, _, used = await embed(texts, request.pooling, request.normalize)
         values = [vector.tolist() for vector in vectors]
         if request.inputs is not None:
             return values
-        return {"embeddings": values, "dimension": len(values[0]), "pooling": pooling,
-                "normalized": request.normalize}
+        return {"embeddings": values, "dimension": len(values[0]), "pooling": used.pooling,
+                "normalized": used.normalize}
 
     @app.post("/v1/embeddings", response_model=schemas.OpenAIEmbeddingResponse, responses=errors)
     async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest):
-        """OpenAI's embeddings API: mean-pooled, unit-length vectors (`bertforge embed --normalize`)."""
+        """OpenAI's embeddings API: unit-length vectors pooled as the checkpoint says (`bertforge embed --normalize`)."""
         texts = [request.input] if isinstance(request.input, str) else request.input
         if not texts:
             raise HTTPError(422, "input: the list of texts is empty")
-        vectors, tokens = await embed(texts, "mean", True)
+        vectors, tokens, _ = await embed(texts, None, True)
         data = []
         for index, vector in enumerate(vectors):
             if request.dimensions is not None:
@@ -312,7 +316,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     async def rerank(request: schemas.RerankRequest):
         """The texts ranked by relevance to the query, best first: a pair classifier's probability of its last
         label (or the sigmoid of a one-output model's score; raw_scores: the logit or score), or, for an encoder,
-        the cosine similarity of mean-pooled embeddings."""
+        the cosine similarity of the texts' embeddings."""
         check_count(len(request.texts))
         if task is not None and task.head == "sequence_classification":
             answers = await predict_examples([task.example(request.query, text) for text in request.texts])
@@ -323,7 +327,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                 probabilities = [a["probabilities"][last] for a in answers]
                 scores = [math.log(p / max(1 - p, 1e-12)) if request.raw_scores else p for p in probabilities]
         elif task is None:
-            vectors, _ = await embed([request.query, *request.texts], "mean", True)
+            vectors, _, _ = await embed([request.query, *request.texts], None, True)
             scores = [float(vectors[0] @ vector) for vector in vectors[1:]]
         else:
             raise HTTPError(409, f"wrong task: {model_name} does {task.name}; /rerank needs a pair classifier or "

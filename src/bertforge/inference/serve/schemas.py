@@ -28,8 +28,10 @@ class EmbedRequest(Strict):
     texts: list[str] | None = Field(None, min_length=1, description="the texts to embed (at most max_texts)")
     inputs: str | list[str] | None = Field(None, description="text-embeddings-inference's field: a text or a "
                                                              "list; the answer is then a bare list of vectors")
-    pooling: Pooling | None = Field(None, description="how token vectors become one (default: mean)")
-    normalize: bool = Field(False, description="scale each vector to unit length")
+    pooling: Pooling | None = Field(None, description="how token vectors become one (default: the checkpoint's "
+                                                      "sentence-transformers pooling, else mean)")
+    normalize: bool | None = Field(None, description="scale each vector to unit length (default: as the "
+                                                     "checkpoint's sentence-transformers modules say, else no)")
     truncate: bool | None = Field(None, description="text-embeddings-inference's field; long texts are "
                                                     "truncated unless the server refuses them")
 
