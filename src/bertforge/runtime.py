@@ -48,14 +48,23 @@ def set_threads(num_threads: int | None) -> None:
         torch.set_num_threads(num_threads)
 
 
-def resolve_device(requested: str | None) -> torch.device:
-    """The device a run asked for, checked before any work: None is CUDA when available, else the CPU."""
+def parse_device(requested: str | None) -> torch.device:
+    """A device name as torch reads it (None: CUDA when available, else the CPU); a name that is not one of the
+    kinds bertforge runs on is an error. Whether this machine has it is resolve_device's question."""
     if requested is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         device = torch.device(requested)
     except (RuntimeError, TypeError, ValueError):
         raise ConfigError(f"device {requested!r} is not a device; use cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"device {requested!r} is not supported; use cpu, cuda or cuda:N")
+    return device
+
+
+def resolve_device(requested: str | None) -> torch.device:
+    """The device a run asked for, checked before any work to exist on this machine."""
+    device = parse_device(requested)
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
@@ -65,8 +74,6 @@ def resolve_device(requested: str | None) -> torch.device:
     elif device.type == "mps":
         if not torch.backends.mps.is_available():
             raise ConfigError(f"device {requested!r}: MPS is not available on this machine (use cpu)")
-    elif device.type != "cpu":
-        raise ConfigError(f"device {requested!r} is not supported; use cpu, cuda or cuda:N")
     return device
 
 

@@ -55,8 +55,8 @@ def kill_after_steps(process: subprocess.Popen, log: Path, steps: int, extra_sec
         if log.is_file() and log.read_text().count("\n") >= steps:
             time.sleep(extra_seconds)
             process.send_signal(signal.SIGKILL)
-            process.wait()
-            return True
+            # The run may have ended during that moment: then the signal found it finished, not killed.
+            return process.wait() == -signal.SIGKILL
         time.sleep(0.02)
     return False
 

@@ -47,7 +47,7 @@ from bertforge.pretraining.heads import ElectraForPreTraining
 from bertforge.pretraining.instances import SHORT_SEQ_PROB, InstanceStream
 from bertforge.pretraining.masking import MASK_PROBABILITY, Masker, strategy_function
 from bertforge.pretraining.objectives import get_objective
-from bertforge.runtime import bf16_supported, seed_everything, to_device
+from bertforge.runtime import bf16_supported, resolve_device, seed_everything, to_device
 from bertforge.tokenizer.tokenizer import BertTokenizer
 from bertforge.training import distributed
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
@@ -245,6 +245,7 @@ def pretrain(config: PretrainConfig, resume: bool = False, overwrite: bool = Fal
     once rank 0 has finished writing.
     """
     info = _check_launch(config)
+    resolve_device(config.device)  # this machine has the device asked for, before any work
     device = distributed.select_device(config.device, info)
     if not resume:
         check_output_dir(config.output, overwrite or config.rank > 0)

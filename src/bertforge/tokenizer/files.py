@@ -92,7 +92,8 @@ def read_tokenizer_files(directory: Path) -> TokenizerFiles:
         added[token_id] = AddedToken(content, special=True, normalized=False)
     vocab.special_tokens |= roles
     settings |= {key: config[key] for key in SETTINGS if key in config}
-    if settings.get("model_max_length", 0) > 10**12:
+    limit = settings.get("model_max_length")
+    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit > 10**12:
         # transformers writes a huge sentinel for "no limit"; BERT's position table makes 512 the real one.
         settings["model_max_length"] = DEFAULT_MAX_LENGTH
     return TokenizerFiles(vocab, settings, added, max_word_chars)

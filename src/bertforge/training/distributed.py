@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from bertforge.errors import ConfigError
-from bertforge.runtime import resolve_device
+from bertforge.runtime import parse_device
 
 # device type -> the collective backend that runs on it
 BACKENDS = {"cuda": "nccl", "cpu": "gloo"}
@@ -72,8 +72,8 @@ def read_environment(environ: Mapping[str, str] | None = None) -> ProcessInfo:
 
 def select_device(requested: str | None, info: ProcessInfo) -> torch.device:
     """The device asked for (None: CUDA when available, else CPU); under torchrun, a bare "cuda" means this
-    process's own GPU, cuda:LOCAL_RANK."""
-    device = resolve_device(requested)
+    process's own GPU, cuda:LOCAL_RANK. Whether the machine has it is checked where the run starts."""
+    device = parse_device(requested)
     if info.is_distributed and device.type == "cuda" and device.index is None:
         device = torch.device("cuda", info.local_rank)
     return device
