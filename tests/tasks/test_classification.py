@@ -177,11 +177,11 @@ def test_stsb_regression_slice_learns(tmp_path, data_dir):
                             output=str(tmp_path / "model"), text_column=columns.text,
                             text_pair_column=columns.text_pair, label_column=columns.label,
                             max_train_examples=640, max_length=64, batch_size=8,
-                            training=TrainConfig(epochs=1, lr=2e-4, warmup_ratio=0.1, progress=False, device="cpu"))
+                            training=TrainConfig(epochs=2, lr=2e-4, warmup_ratio=0.1, progress=False, device="cpu"))
     result = finetune(config, dev_examples=dev)
-    # An untrained head scores ~0. The new head is now drawn from the run's seed (it was drawn from whatever the
-    # global generator held, so the score moved from run to run); seed 42 gives 0.35 on this 640-example slice.
-    assert result.best["spearman"] >= 0.3
+    # An untrained head scores ~0. The new head is drawn from the run's seed; one epoch of this 640-example slice
+    # gave 0.35 with seed 42, two epochs 0.50-0.59 over seeds 42, 1 and 7.
+    assert result.best["spearman"] >= 0.4
     saved = json.loads((tmp_path / "model" / "config.json").read_text())
     assert len(saved["id2label"]) == 1
 
