@@ -286,7 +286,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
 
     @app.post("/v1/embeddings", response_model=schemas.OpenAIEmbeddingResponse, responses=errors)
     async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest):
-        """OpenAI's embeddings API: unit-length vectors pooled as the checkpoint says (`bertforge embed --normalize`)."""
+        """OpenAI's embeddings API: unit-length vectors, pooled as the checkpoint says (`bertforge embed`)."""
         texts = [request.input] if isinstance(request.input, str) else request.input
         if not texts:
             raise HTTPError(422, "input: the list of texts is empty")
