@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 import os
 
-from bertforge.cli.arguments import add_inference_arguments, add_model_argument, inference_options, positive_int
+from bertforge.cli.arguments import (
+    add_inference_arguments,
+    add_model_argument,
+    finite_float,
+    inference_options,
+    positive_int,
+)
 from bertforge.inference.serve.settings import API_KEY_VARIABLE, LONG_TEXT_POLICIES, ServeSettings
 
 
@@ -18,9 +24,9 @@ def port_number(text: str) -> int:
 
 
 def non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0 or value == float("inf"):  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be a finite number, zero or more, got {text}")
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be zero or more, got {text}")
     return value
 
 
