@@ -19,13 +19,14 @@ class CheckpointError(BertforgeError):
 
 
 class InputError(BertforgeError):
-    """Bad user data: names the file, and the line and field when known."""
+    """Bad user data: names the file, and the line and field when known (`unit` "row" for tables that have rows,
+    not lines: Parquet, datasets folders, data given in memory)."""
 
     def __init__(self, message: str, path: str | Path | None = None, line: int | None = None,
-                 field: str | None = None):
+                 field: str | None = None, unit: str = "line"):
         where = ""
         if path is not None:
-            where = str(path) + (f", line {line}" if line is not None else "")
+            where = str(path) + (f", {unit} {line}" if line is not None else "")
             where += (f", field {field!r}" if field is not None else "") + ": "
         super().__init__(where + message)
         self.path, self.line, self.field = path, line, field

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bertforge.cli.arguments import finite_float
 from bertforge.config import read_json_object
+from bertforge.errors import ConfigError
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.registry import TASKS
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
@@ -32,6 +33,10 @@ FLAGS: dict[str, tuple[tuple[str, ...], type, str]] = {
     "--batch-size": (("batch_size",), int, "examples per batch (default 32)"),
     "--eval-batch-size": (("eval_batch_size",), int, "examples per evaluation batch (default 64)"),
     "--max-train-examples": (("max_train_examples",), int, "use only the first N training examples"),
+    "--metric-for-best-model": (("metric_for_best_model",), str,
+                                "dev metric that picks the kept model: one the task reports (classification: "
+                                "accuracy, f1, ...) or loss; lower is better for loss, higher for the others "
+                                "(default: the task's main metric)"),
     "--epochs": (("training", "epochs"), int, "passes over the training data (default 3)"),
     "--max-steps": (("training", "max_steps"), int, "stop after N optimizer steps (overrides --epochs)"),
     "--lr": (("training", "lr"), finite_float, "peak learning rate (default 5e-5)"),
@@ -90,6 +95,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replace the model already in --output (otherwise that is an error)")
     parser.add_argument("--resume", action="store_true",
                         help="continue the killed run into --output from its last checkpoint, with the same settings")
+    parser.add_argument("--seeds", default=None,
+                        help="comma-separated seeds, e.g. 1,2,3: the run once per seed into OUTPUT/seed-N, the mean "
+                             "and standard deviation of every dev metric (OUTPUT/seeds.json), the best seed's model "
+                             "kept in OUTPUT; with --resume, finished seeds are read back")
 
 
 def config_from_args(args: argparse.Namespace):
@@ -122,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.finetune import finetune
     from bertforge.training.plot import plot_trainer_run
 
+    if args.seeds is not None:
+        return run_seeds(args)
     result = finetune(config_from_args(args), overwrite=args.overwrite, resume=args.resume)
     for note in result.notes:
         print(note)
@@ -136,4 +147,18 @@ def run(args: argparse.Namespace) -> int:
         print('no curves drawn: that needs matplotlib (pip install "bertforge[plot]")')
     else:
         print(f"curves: {plot_trainer_run(result.output_dir, title=f'fine-tuning: {result.output_dir}')}")
+    return 0
+
+
+def run_seeds(args: argparse.Namespace) -> int:
+    from bertforge.tasks.seeds import SEEDS_FILE, finetune_seeds, format_summary, parse_seeds
+
+    if args.seed is not None:
+        raise ConfigError("give --seed or --seeds, not both")
+    seeds = parse_seeds(args.seeds)
+    config = config_from_args(args)
+    result = finetune_seeds(config, seeds, overwrite=args.overwrite, resume=args.resume)
+    for line in format_summary(result):
+        print(line)
+    print(f"per-seed and summary metrics: {result.output_dir / SEEDS_FILE}")
     return 0

@@ -1,4 +1,5 @@
-"""Task data: CSV/TSV/JSONL files -> examples (errors name file, line and column), features -> padded batches.
+"""Task data: CSV/TSV/JSONL/Parquet files, datasets folders or rows in memory -> examples (errors name the file,
+line or row, and column), features -> padded batches.
 
 GLUE's .tsv files are read as they are: tab-separated with no quoting (their texts contain stray quotes).
 """
@@ -9,8 +10,9 @@ import csv
 import io
 import json
 import math
+import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,17 +23,28 @@ from torch import nn
 from bertforge.errors import InputError
 from bertforge.heads import IGNORE_INDEX
 from bertforge.inference.features import length_sorted_batches, pad_ids
+from bertforge.tasks import arrow_files
 
 PLAIN_TEXT_COLUMN = "text"  # the one column of a .txt file (one text per line)
 
 
 @dataclass
 class Table:
-    """The rows of a data file as dicts, each with the line it starts on (1-based, the header is line 1)."""
+    """The rows of a data file as dicts, each with the line it starts on (1-based, the header is line 1), or with
+    its row number (1-based; unit "row") where there are no lines: Parquet, datasets folders, data in memory."""
 
-    path: Path
+    path: Path | str  # the file, or what the data in memory is ("DataFrame") for messages
     columns: list[str]
     rows: list[tuple[int, dict[str, Any]]]
+    unit: str = "line"
+
+    def error(self, message: str, line: int | None = None, field: str | None = None) -> InputError:
+        return InputError(message, self.path, line, field, unit=self.unit)
+
+    @property
+    def header_line(self) -> int | None:
+        """Where a missing column is reported: line 1 of a text file, nowhere in particular otherwise."""
+        return 1 if self.unit == "line" else None
 
 
 def _read_delimited(path: Path, text: str, delimiter: str, quoting: int) -> Table:
@@ -96,19 +109,26 @@ DATA_FORMATS = {
     "csv": "comma-separated, with a header", "tsv": "tab-separated, with a header, no quoting",
     "jsonl": "one JSON object per line", "txt": "one text per line",
     "conll": "a `word ... tag` line per token, a blank line between sentences (ner)", "squad": "SQuAD JSON (qa)",
+    "parquet": "Apache Parquet (needs pyarrow: bertforge[arrow])",
+    "hf_dataset": "a folder written by Hugging Face datasets' save_to_disk, one split (needs pyarrow)",
 }
-EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".txt": "txt", ".json": "squad", ".conll": "conll"}
+EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".txt": "txt", ".json": "squad", ".conll": "conll",
+              ".parquet": "parquet"}
 _IOB_TAG = re.compile(r"O|[BI]-\S+")
 
 
 def data_format(path: str | Path, given: str | None = None) -> str:
     """The format of a data file: `given` (--format), else its extension's; a .txt file whose lines are all
     `word ... IOB-tag` (or -DOCSTART-) is CoNLL, as CoNLL-2003's own files are."""
+    if not isinstance(path, (str, os.PathLike)):  # rows in memory reach only the readers of text tasks
+        raise InputError(f"this task reads its data from files; got a {type(path).__name__}")
     path = Path(path)
     if given is not None:
         if given not in DATA_FORMATS:
             raise InputError(f"unknown format {given!r}; choose from {', '.join(DATA_FORMATS)}", path)
         return given
+    if arrow_files.is_saved_dataset(path):
+        return "hf_dataset"
     name = EXTENSIONS.get(path.suffix.lower())
     if name is None:
         raise InputError(f"unknown file type {path.suffix!r}; use one of {', '.join(EXTENSIONS)} or say which "
@@ -127,14 +147,21 @@ def looks_like_conll(path: Path, lines: int = 100) -> bool:
                               for columns in head)
 
 
-def read_table(path: str | Path, format: str | None = None) -> Table:
-    """Read a .csv, .tsv, .jsonl or .txt file (or the one of those `format` names); a UTF-8 byte-order mark (as
-    in GLUE's MRPC) is dropped."""
+def read_table(path: str | Path | Any, format: str | None = None) -> Table:
+    """Read a .csv, .tsv, .jsonl, .txt or .parquet file or a datasets folder (or the one `format` names), or take
+    rows given in memory (see table_from_data); a UTF-8 byte-order mark (as in GLUE's MRPC) is dropped."""
+    if not isinstance(path, (str, os.PathLike)):
+        return _nonempty(table_from_data(path))
     path = Path(path)
+    binary = format or ("hf_dataset" if arrow_files.is_saved_dataset(path) else EXTENSIONS.get(path.suffix.lower()))
+    if binary in arrow_files.READERS:
+        columns, records = arrow_files.READERS[binary](path)
+        return _nonempty(Table(path, columns, list(enumerate(records, start=1)), unit="row"))
     kind = "." + format if format is not None else path.suffix.lower()
     if kind not in READERS:
         what = f"file type {path.suffix!r}" if format is None else f"format {format!r}"
-        raise InputError(f"unsupported {what}; use one of {', '.join(READERS)}", path)
+        choices = [*READERS, *(f".{name}" for name in arrow_files.READERS)]
+        raise InputError(f"unsupported {what}; use one of {', '.join(choices)}", path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -145,23 +172,64 @@ def read_table(path: str | Path, format: str | None = None) -> Table:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise InputError("not valid UTF-8 text", path, raw[:error.start].count(b"\n") + 1) from None
-    table = READERS[kind](path, text)
+    return _nonempty(READERS[kind](path, text))
+
+
+def _nonempty(table: Table) -> Table:
     if not table.rows:
-        raise InputError("the file has no examples", path)
+        raise table.error("the file has no examples" if isinstance(table.path, Path) else "no examples")
     return table
+
+
+def table_from_data(data: Any) -> Table:
+    """Rows given in memory: a dict of columns (name -> list of values), a DataFrame-like object (pandas, polars,
+    datasets.Dataset: `columns` or `column_names`, and `data[name]`), or a list of row dicts. Rows are numbered
+    from 1 in messages; a NaN (a DataFrame's missing value) counts as missing."""
+    what = type(data).__name__
+    names = getattr(data, "columns", None)
+    if names is None:
+        names = getattr(data, "column_names", None)
+    if isinstance(data, Mapping) or names is not None:
+        columns = {str(name): data[name] for name in (data if isinstance(data, Mapping) else names)}
+        for name, values in columns.items():
+            if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+                raise InputError(f"column {name!r} must be a list of values, got {type(values).__name__}", what)
+        lengths = {name: len(values) for name, values in columns.items()}
+        if len(set(lengths.values())) > 1:
+            raise InputError("columns of different lengths: " + ", ".join(f"{name!r} has {length}"
+                                                                          for name, length in lengths.items()), what)
+        records = [dict(zip(columns, values)) for values in zip(*columns.values())]
+    elif isinstance(data, Sequence) and not isinstance(data, (str, bytes)):
+        records = list(data)
+        for row, record in enumerate(records, start=1):
+            if not isinstance(record, Mapping):
+                raise InputError(f"expected a dict per row, got {type(record).__name__}", what, row, unit="row")
+    else:
+        raise InputError(f"expected a data file, a dict of columns, a DataFrame or a list of row dicts; got a {what}")
+    rows = [(row, {str(name): _plain(value) for name, value in record.items()})
+            for row, record in enumerate(records, start=1)]
+    return Table(what, list(dict.fromkeys(name for _, record in rows for name in record)), rows, unit="row")
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar (what a DataFrame column holds) as the Python value; NaN (pandas' missing value) as None."""
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        value = value.item()
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def require_columns(table: Table, names: Sequence[str | None]) -> None:
     """A missing column is an error that lists the columns the file has (JSONL rows are checked one by one)."""
     for name in names:
         if name is not None and name not in table.columns:
-            raise InputError(f"no column {name!r}; the file has {', '.join(map(repr, table.columns))}",
-                             table.path, 1, field=name)
+            where = "file" if isinstance(table.path, Path) else "data"
+            raise table.error(f"no column {name!r}; the {where} has {', '.join(map(repr, table.columns))}",
+                              table.header_line, field=name)
 
 
 def cell(table: Table, line: int, row: dict[str, Any], name: str) -> Any:
     if row.get(name) is None:
-        raise InputError(f"missing value (the row has {', '.join(map(repr, row))})", table.path, line, field=name)
+        raise table.error(f"missing value (the row has {', '.join(map(repr, row))})", line, field=name)
     return row[name]
 
 
@@ -169,7 +237,7 @@ def text_cell(table: Table, line: int, row: dict[str, Any], name: str) -> str:
     """A text: a JSON number or object where a text belongs is the user's mistake, not something to str()."""
     value = cell(table, line, row, name)
     if not isinstance(value, str):
-        raise InputError(f"expected a text, got {json.dumps(value)[:40]}", table.path, line, field=name)
+        raise table.error(f"expected a text, got {json.dumps(value, default=repr)[:40]}", line, field=name)
     return value
 
 
@@ -244,15 +312,15 @@ def read_text_examples(path: str | Path, columns: Columns, label_kind: str | Non
         if label_kind is not None:
             raw = cell(table, line, row, columns.label)
             if str(raw).strip() == "":
-                raise InputError("empty label", table.path, line, field=columns.label)
+                raise table.error("empty label", line, field=columns.label)
             try:
                 label = LABEL_KINDS[label_kind](raw)
             except ValueError:
-                raise InputError(f"regression target {raw!r} is not a number", table.path, line,
-                                 field=columns.label) from None
+                raise table.error(f"regression target {raw!r} is not a number", line,
+                                  field=columns.label) from None
             if known is not None and label not in known:
-                raise InputError(f"label {label!r} is not one of the model's labels ({', '.join(sorted(known))})",
-                                 table.path, line, field=columns.label)
+                raise table.error(f"label {label!r} is not one of the model's labels ({', '.join(sorted(known))})",
+                                  line, field=columns.label)
         examples.append(TextExample(text, pair, label, line))
     return examples
 

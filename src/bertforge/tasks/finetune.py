@@ -26,9 +26,18 @@ from bertforge.config import FINETUNE_KEY, BertConfig, JsonConfig, check_number,
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging
-from bertforge.runtime import resolve_device, seed_everything
+from bertforge.runtime import resolve_device, seed_everything, to_device
 from bertforge.tasks.classification import LONG_TEXT
-from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, data_format, training_batches
+from bertforge.tasks.data import (
+    PLAIN_TEXT_COLUMN,
+    Columns,
+    EncodeSettings,
+    Features,
+    data_format,
+    inference_batches,
+    training_batches,
+)
+from bertforge.tasks.metrics import greater_is_better
 from bertforge.tasks.registry import RUN_CONFIG_FILE, TASKS, Task, get_task, inspect_checkpoint
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 from bertforge.tokenizer import BertTokenizer
@@ -45,6 +54,7 @@ from bertforge.training.trainer import (
 logger = logging.getLogger("bertforge")
 
 EVAL_RESULTS_FILE = "eval_results.json"
+DEV_LOSS = "loss"  # the name of the dev-set loss among the metrics
 
 
 @dataclass
@@ -74,6 +84,9 @@ class FinetuneConfig(JsonConfig):
     batch_size: int = 32
     eval_batch_size: int = 64
     max_train_examples: int | None = None  # use only the first N training examples
+    # The dev metric that picks the kept model (one the task reports, or "loss"); None: the task's main metric.
+    # Lower is better for a loss, higher for every other metric.
+    metric_for_best_model: str | None = None
     training: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self):
@@ -92,6 +105,12 @@ class FinetuneConfig(JsonConfig):
             check_number(name, getattr(self, name), minimum=1, integer=True)
         check_number("doc_stride", self.doc_stride, minimum=0, integer=True, optional=True)
         check_number("max_train_examples", self.max_train_examples, minimum=1, integer=True, optional=True)
+        if self.metric_for_best_model is not None:
+            check_choice(self.metric_for_best_model, best_model_metrics(TASKS[self.task]), f"{self.task} metric")
+
+    @property
+    def best_model_metric(self) -> str:
+        return self.metric_for_best_model or TASKS[self.task].main_metric
 
     @property
     def columns(self) -> Columns:
@@ -103,6 +122,23 @@ class FinetuneConfig(JsonConfig):
                               context=self.context, decoding=self.decoding, max_query_length=self.max_query_length,
                               version_2=self.version_2, n_best=self.n_best, max_answer_length=self.max_answer_length,
                               null_score_threshold=self.null_score_threshold)
+
+
+def best_model_metrics(task: Task) -> list[str]:
+    """What may pick the kept model: a metric the task reports, or the model's own loss on the dev set."""
+    return list(dict.fromkeys([*task.metrics, task.main_metric, DEV_LOSS]))
+
+
+def dev_loss(model: nn.Module, features: Features, batch_size: int, pad_token_id: int) -> float:
+    """The model's own loss on labelled dev rows (dropout off), averaged over rows as training averages a batch."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total = 0.0
+    for indices, batch in inference_batches(features, batch_size, pad_token_id, keys=list(features.rows[0])):
+        total += model_loss(model, to_device(batch, device)).item() * len(indices)
+    model.train(was_training)
+    return total / len(features)
 
 
 @dataclass
@@ -119,7 +155,8 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
              dev_examples: Sequence[Any] | None = None, model: nn.Module | None = None,
              loss_fn: Callable[[nn.Module, Any], Any] = model_loss, overwrite: bool = False, resume: bool = False
              ) -> FinetuneResult:
-    """Fine-tune `config.model` on the training data and keep the best model (by the task's main metric).
+    """Fine-tune `config.model` on the training data and keep the best model on the dev data (by the task's main
+    metric, or `config.metric_for_best_model`).
 
     Examples may be given directly (in memory) instead of `config.train` / `config.dev`. Every data error is
     raised before the model is loaded. `model` (with its labels) trains instead of one loaded from `config.model`
@@ -138,6 +175,7 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
     if resume:
         finished = finished_run(output, staging)
         if finished is not None:
+            check_same_run(config, output / RUN_CONFIG_FILE)
             return finished
         check_resumable(config, staging)
     else:
@@ -174,11 +212,16 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
 
     def evaluate(model: nn.Module) -> dict[str, float]:
         answers = task.predict(model, dev_features, dev_examples, config.eval_batch_size)
-        return task.score(answers, dev_examples, id2label)
+        metrics = task.score(answers, dev_examples, id2label)
+        if config.best_model_metric == DEV_LOSS:  # one more pass over the dev set, only when it decides
+            metrics[DEV_LOSS] = dev_loss(model, dev_features, config.eval_batch_size, tokenizer.pad_token_id)
+        return metrics
 
     batches = training_batches(train_features, config.batch_size, tokenizer.pad_token_id, training.seed)
     trainer = Trainer(model, training, batches, evaluate=evaluate if dev_features is not None else None,
-                      main_metric=task.main_metric, save=lambda model: model.save_pretrained(staging),
+                      main_metric=config.best_model_metric,
+                      greater_is_better=greater_is_better(config.best_model_metric),
+                      save=lambda model: model.save_pretrained(staging),
                       loss_fn=loss_fn)
     result = trainer.train(resume=resume)
     shutil.rmtree(staging / CHECKPOINT_DIR, ignore_errors=True)  # the optimizer state is twice the model
@@ -202,14 +245,19 @@ def check_resumable(config: FinetuneConfig, staging: Path) -> None:
     """A run resumes only with the settings it started with: anything else would not be the run it continues."""
     if not (staging / CHECKPOINT_DIR / TRAIN_STATE_FILE).is_file():
         raise InputError("no killed run to resume here (no checkpoint); start the run without --resume", staging)
-    saved = FinetuneConfig.load(staging / RUN_CONFIG_FILE).to_dict()
+    check_same_run(config, staging / RUN_CONFIG_FILE)
+
+
+def check_same_run(config: FinetuneConfig, saved_config: Path) -> None:
+    """The settings of `config` are those a run saved (but for RESUMABLE_CHANGES), else a ConfigError naming one."""
+    saved = FinetuneConfig.load(saved_config).to_dict()
     current = config.to_dict()
     for key in current:
         values = [(key, current[key], saved.get(key))] if key != "training" else [
             (f"training.{name}", value, saved["training"].get(name)) for name, value in current[key].items()]
         for name, now, before in values:
             if name not in RESUMABLE_CHANGES and now != before:
-                raise ConfigError(f"{staging / RUN_CONFIG_FILE}: the run was started with {name}={before!r}, this "
+                raise ConfigError(f"{saved_config}: the run was started with {name}={before!r}, this "
                                   f"one has {name}={now!r}; resume with the same settings")
 
 

@@ -231,6 +231,15 @@ METRICS: dict[str, dict[str, Metric]] = {
 }
 
 
+# Metrics where a smaller value is the better model; every other metric is better higher.
+LOWER_IS_BETTER = frozenset({"loss"})
+
+
+def greater_is_better(metric: str) -> bool:
+    """Which way a metric improves, from its name: accuracy up, loss down."""
+    return metric not in LOWER_IS_BETTER
+
+
 def compute_metrics(kind: str, predictions: Sequence, references: Sequence,
                     names: Sequence[str] | None = None) -> dict[str, float]:
     """Every metric of a task kind (or the named ones): compute_metrics("regression", p, y) -> {"pearson": ...}."""

@@ -28,6 +28,7 @@ from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassificat
 from bertforge.model import BertModel
 from bertforge.tasks import classification, question_answering, token_classification
 from bertforge.tasks.data import Columns, EncodeSettings, Features, TextExample, read_text_examples, row_outputs
+from bertforge.tasks.metrics import METRICS
 
 if TYPE_CHECKING:
     from bertforge.tasks.finetune import FinetuneConfig
@@ -67,7 +68,8 @@ class Task:
     encode(tokenizer, examples, settings, id2label) -> Features (rows of model inputs, and labels when known).
     outputs(model output) -> the tensors decoding needs, (batch, seq, ...) per token or (batch, ...) per row.
     decode(features, examples, outputs per row, model config) -> one JSON-ready answer per example.
-    score(answers, examples, id2label) -> {metric: value}; `main_metric` (higher is better) picks the best model.
+    score(answers, examples, id2label) -> {metric: value}; `main_metric` (higher is better) picks the best model
+        unless the run names another of `metrics` (those score may give) or "loss".
     """
 
     name: str
@@ -83,6 +85,7 @@ class Task:
     outputs: Callable[[Any], tuple[torch.Tensor, ...]]
     decode: Callable[[Features, Sequence[Any], Sequence[tuple[torch.Tensor, ...]], Any], list[dict[str, Any]]]
     score: Callable[[Sequence[dict[str, Any]], Sequence[Any], dict[int, str]], dict[str, float]]
+    metrics: tuple[str, ...] = ()
 
     @property
     def model_class(self) -> type[nn.Module]:
@@ -120,6 +123,7 @@ TASKS: dict[str, Task] = {
         outputs=classification.outputs,
         decode=classification.decode,
         score=classification.score,
+        metrics=tuple(METRICS["classification"]),
     ),
     "regression": Task(
         name="regression",
@@ -135,6 +139,7 @@ TASKS: dict[str, Task] = {
         outputs=classification.outputs,
         decode=classification.decode,
         score=classification.score,
+        metrics=tuple(METRICS["regression"]),
     ),
     "ner": Task(
         name="ner",
@@ -150,6 +155,7 @@ TASKS: dict[str, Task] = {
         outputs=token_classification.outputs,
         decode=token_classification.decode,
         score=token_classification.score,
+        metrics=tuple(METRICS["token_classification"]),
     ),
     "qa": Task(
         name="qa",
@@ -165,6 +171,7 @@ TASKS: dict[str, Task] = {
         outputs=question_answering.outputs,
         decode=question_answering.decode,
         score=question_answering.score,
+        metrics=tuple(METRICS["question_answering"]),
     ),
 }
 

@@ -1,0 +1,98 @@
+"""Parquet files and Hugging Face `datasets` folders (save_to_disk: state.json + Arrow stream files) -> columns and
+rows, read with pyarrow (the optional extra bertforge[arrow]); the datasets library is not needed to read them.
+
+Errors name the file (or folder) as the CSV/JSONL readers do; data.read_table turns the rows into a Table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bertforge.errors import InputError
+
+STATE_FILE = "state.json"  # a Dataset folder: its Arrow files, in order
+DATASET_INFO_FILE = "dataset_info.json"
+DATASET_DICT_FILE = "dataset_dict.json"  # a DatasetDict folder: one Dataset folder per split
+
+Records = tuple[list[str], list[dict[str, Any]]]  # column names, one dict per row
+
+
+def is_saved_dataset(path: Path) -> bool:
+    """Whether `path` is a folder written by datasets' save_to_disk (one split, or a DatasetDict of splits)."""
+    return path.is_dir() and any((path / name).is_file() for name in (STATE_FILE, DATASET_DICT_FILE))
+
+
+def _pyarrow(path: Path):
+    try:
+        import pyarrow
+        import pyarrow.parquet  # noqa: F401  (a submodule: imported so that pyarrow.parquet is bound)
+    except ImportError:
+        raise InputError("reading Parquet and datasets folders needs pyarrow: pip install \"bertforge[arrow]\"",
+                         path) from None
+    return pyarrow
+
+
+def _records(table) -> Records:
+    return list(table.column_names), table.to_pylist()
+
+
+def read_parquet(path: Path) -> Records:
+    pyarrow = _pyarrow(path)
+    if path.is_dir():
+        raise InputError("is a folder, expected a Parquet file", path)
+    if not path.exists():
+        raise InputError("no such file", path)
+    try:
+        return _records(pyarrow.parquet.read_table(path))
+    except (pyarrow.ArrowException, OSError) as error:
+        raise InputError(f"not a readable Parquet file ({error})", path) from None
+
+
+def read_saved_dataset(path: Path) -> Records:
+    """The rows of a Dataset folder, its Arrow files read in the order state.json lists them. A DatasetDict folder
+    is refused with its splits named, one of which is the folder to give (e.g. data/train)."""
+    pyarrow = _pyarrow(path)
+    if (path / DATASET_DICT_FILE).is_file():
+        splits = _json(path / DATASET_DICT_FILE).get("splits") or []
+        example = f"; give one split's folder, e.g. {path / splits[0]}" if splits else ""
+        raise InputError(f"holds the splits {', '.join(map(str, splits))} (a DatasetDict){example}", path)
+    state = _json(path / STATE_FILE)
+    files = state.get("_data_files")
+    if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("filename"), str)
+                                              for f in files):
+        raise InputError("no list of Arrow files (\"_data_files\": [{\"filename\": ...}])", path / STATE_FILE)
+    tables = []
+    for entry in files:
+        file = path / entry["filename"]
+        try:
+            with pyarrow.memory_map(str(file)) as source:
+                tables.append(pyarrow.ipc.open_stream(source).read_all())
+        except FileNotFoundError:
+            raise InputError("no such file (listed in state.json)", file) from None
+        except (pyarrow.ArrowException, OSError) as error:
+            raise InputError(f"not a readable Arrow stream ({error})", file) from None
+    if not tables:
+        raise InputError("the dataset has no Arrow files", path / STATE_FILE)
+    try:
+        return _records(pyarrow.concat_tables(tables))
+    except pyarrow.ArrowException as error:
+        raise InputError(f"its Arrow files have different columns ({error})", path) from None
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("no such file", path) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InputError(f"unreadable JSON ({error})", path) from None
+    if not isinstance(data, dict):
+        raise InputError("expected a JSON object", path)
+    return data
+
+
+# Format name (data.DATA_FORMATS) -> reader of a path.
+READERS: dict[str, Callable[[Path], Records]] = {"parquet": read_parquet, "hf_dataset": read_saved_dataset}
