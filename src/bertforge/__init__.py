@@ -13,6 +13,9 @@ from bertforge.heads import (
 from bertforge.inference import extract_features
 from bertforge.model import BertModel, EncoderOutput
 from bertforge.pretraining import BertForMaskedLM, BertForPreTraining, ElectraForPreTraining
+from bertforge.tasks.data import TextExample
+from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel
+from bertforge.tasks.fit import fit
 from bertforge.tokenizer import BertTokenizer
 
 __all__ = [
@@ -20,4 +23,5 @@ __all__ = [
     "BertForSequenceClassification", "BertForTokenClassification", "BertModel", "BertTokenizer",
     "BertforgeError", "CheckpointError", "ClassifierOutput", "ConfigError", "ElectraForPreTraining",
     "EncoderOutput", "Explanation", "InputError", "SpanOutput", "explain", "extract_features",
+    "FinetuneConfig", "FinetunedModel", "TextExample", "fit",
 ]

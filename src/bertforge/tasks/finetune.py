@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -289,12 +290,17 @@ def load_task_model(task: Task, model: str, id2label: dict[int, str], random_ini
 
 @dataclass
 class FinetunedModel:
-    """A fine-tuned model directory, loaded: the model, its tokenizer and task, and how it was trained."""
+    """A fine-tuned model directory, loaded: the model, its tokenizer and task, and how it was trained.
+
+    >>> model = FinetunedModel.load("sst2-model")
+    >>> model.predict(["a gripping film"])  # [{"label": "1", "probabilities": {"0": 0.02, "1": 0.98}}]
+    """
 
     model: nn.Module
     tokenizer: BertTokenizer
     task: Task
     settings: FinetuneConfig
+    directory: Path | None = None  # where it was loaded from
 
     @classmethod
     def load(cls, name_or_path: str | Path, task: str | None = None, inference: InferenceOptions = AS_TRAINED
@@ -307,7 +313,7 @@ class FinetunedModel:
         definition = checkpoint.task_for(task)
         model = inference.apply(definition.model_class.from_pretrained(checkpoint.directory))
         return cls(model, BertTokenizer.from_pretrained(checkpoint.directory), definition,
-                   checkpoint.settings(definition.name))
+                   checkpoint.settings(definition.name), checkpoint.directory)
 
     @property
     def id2label(self) -> dict[int, str]:
@@ -326,17 +332,41 @@ class FinetunedModel:
         return self.task.read_examples(path, columns, self.id2label, labelled=labelled,
                                        settings=self.settings.settings, format=format)
 
-    def predict(self, examples: Sequence[Any], batch_size: int = 64, max_length: int | None = None,
+    def examples(self, data: Any, labelled: bool) -> list:
+        """Examples from texts (a list of strings, or of (text, text_pair) tuples: for qa (question, context)),
+        examples, or data as the training run read it: a file, a dict of columns, a DataFrame, rows as dicts."""
+        if isinstance(data, (str, os.PathLike)):
+            return self.read(data, self.columns(path=data), labelled)
+        if isinstance(data, Sequence) and not (data and isinstance(data[0], Mapping)):
+            return [self.task.example(item, None) if isinstance(item, str) else
+                    self.task.example(*item) if isinstance(item, tuple) else item for item in data]
+        return self.read(data, self.columns(), labelled)
+
+    def predict(self, examples: Any, batch_size: int = 64, max_length: int | None = None,
                 decoding: str | None = None) -> list[dict[str, Any]]:
-        """Answers for examples; `max_length` and `decoding` replace the training run's when given."""
+        """Answers for texts or examples (see `examples`), one per input, as `bertforge predict` gives them;
+        `max_length` and `decoding` replace the training run's when given."""
+        examples = self.examples(examples, labelled=False)
         settings = dataclasses.replace(self.settings.settings, max_length=max_length or self.settings.max_length,
                                        decoding=decoding or self.settings.decoding)
         features = self.task.encode(self.tokenizer, examples, settings, self.id2label)
         return self.task.predict(self.model, features, examples, batch_size)
 
-    def evaluate(self, examples: Sequence[Any], batch_size: int = 64, max_length: int | None = None,
+    def evaluate(self, examples: Any, batch_size: int = 64, max_length: int | None = None,
                  decoding: str | None = None) -> dict[str, float]:
+        """The task's metrics (those of `bertforge evaluate`) on labelled examples or data (see `examples`)."""
+        examples = self.examples(examples, labelled=True)
         return self.task.score(self.predict(examples, batch_size, max_length, decoding), examples, self.id2label)
+
+    def save(self, directory: str | Path, overwrite: bool = False) -> Path:
+        """Write the model folder (weights, config, tokenizer, finetune_config.json) that FinetunedModel.load,
+        the CLI and transformers read; a folder holding a model is replaced only with `overwrite`."""
+        output = check_output_dir(directory, overwrite)
+        staging = start_staging(output)
+        self.model.save_pretrained(staging)
+        self.tokenizer.save_pretrained(staging, model_max_length=self.settings.max_length)
+        self.settings.save(staging / RUN_CONFIG_FILE)
+        return finish_staging(output)
 
 
 def saved_run_config(name_or_path: str | Path) -> FinetuneConfig | None:

@@ -1,0 +1,85 @@
+"""Parquet files and `datasets` save_to_disk folders (written here by pandas/pyarrow and the installed `datasets`)
+hold the same rows as a CSV: the same examples, and fine-tuning on them gives the same model (same batches, same
+losses in train_log.jsonl); a DatasetDict folder's split is a folder to give, the folder itself an error."""
+
+import csv
+import json
+
+import pytest
+
+from bertforge.cli import finetune as finetune_cli
+from bertforge.errors import InputError
+from bertforge.tasks.data import Columns, read_text_examples
+
+pd = pytest.importorskip("pandas")
+datasets = pytest.importorskip("datasets")
+pytest.importorskip("pyarrow")
+
+
+@pytest.fixture(scope="module")
+def sst2_rows(data_dir):
+    """The first 40 SST-2 training phrases (text, label)."""
+    with open(data_dir / "sst2" / "train.tsv", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[1:41]
+    return [(text, int(label)) for text, label in rows]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, sst2_rows):
+    """The same rows as CSV, Parquet, a Dataset folder and a DatasetDict folder (train and test splits)."""
+    folder = tmp_path_factory.mktemp("formats")
+    frame = pd.DataFrame({"sentence": [text for text, _ in sst2_rows], "label": [label for _, label in sst2_rows]})
+    frame.to_csv(folder / "train.csv", index=False)
+    frame.to_parquet(folder / "train.parquet")
+    dataset = datasets.Dataset.from_pandas(frame)
+    dataset.save_to_disk(str(folder / "train_dataset"))
+    datasets.DatasetDict({"train": dataset, "test": dataset.select(range(5))}).save_to_disk(str(folder / "splits"))
+    return folder
+
+
+@pytest.mark.parametrize("name", ["train.parquet", "train_dataset", "splits/train"])
+def test_same_examples_as_the_csv(files, name):
+    columns = Columns("sentence", None, "label")
+    expected = read_text_examples(files / "train.csv", columns, "class")
+    examples = read_text_examples(files / name, columns, "class")
+    assert [(e.text, e.label) for e in examples] == [(e.text, e.label) for e in expected]
+    assert [e.line for e in examples] == list(range(1, 41))  # rows, where the CSV counts lines
+
+
+def train_losses(run_command, tiny_model_dir, train, output):
+    run_config = output.with_suffix(".json")
+    run_config.write_text(json.dumps({"training": {"log_every": 1}}))  # a loss per step
+    code, _ = run_command(finetune_cli, "--config", run_config, "--model", tiny_model_dir, "--train", train,
+                          "--output", output, "--max-steps", "4", "--batch-size", "8", "--max-length", "32",
+                          "--lr", "1e-3", "--no-progress", "--device", "cpu")
+    assert code == 0
+    log = [json.loads(line) for line in (output / "train_log.jsonl").read_text().splitlines()]
+    return [record["loss"] for record in log if record["event"] == "train"]
+
+
+def test_same_model_as_the_csv(files, tiny_model_dir, run_command, tmp_path, one_thread):
+    expected = train_losses(run_command, tiny_model_dir, files / "train.csv", tmp_path / "csv")
+    assert len(expected) == 4
+    for name in ("train.parquet", "train_dataset", "splits/train"):
+        assert train_losses(run_command, tiny_model_dir, files / name, tmp_path / name.replace("/", "_")) == expected
+    assert (tmp_path / "csv" / "model.safetensors").read_bytes() == (tmp_path / "train.parquet" /
+                                                                     "model.safetensors").read_bytes()
+
+
+def test_a_datasetdict_folder_names_its_splits(files):
+    with pytest.raises(InputError, match=r"splits: holds the splits train, test \(a DatasetDict\); give one split's "
+                                         r"folder, e.g. .*splits/train"):
+        read_text_examples(files / "splits", Columns(), "class")
+
+
+def test_errors_name_the_row_and_field(tmp_path):
+    # pyarrow refuses a column of mixed types: the number is in a column of numbers, read as the text
+    pd.DataFrame({"sentence": ["fine", "good"], "score": [1, 0]}).to_parquet(tmp_path / "numbers.parquet")
+    with pytest.raises(InputError, match=r"numbers.parquet, row 1, field 'score': expected a text, got 1"):
+        read_text_examples(tmp_path / "numbers.parquet", Columns("score"), None)
+    with pytest.raises(InputError, match=r"numbers.parquet, field 'text': no column 'text'; the file has "
+                                         r"'sentence', 'score'"):
+        read_text_examples(tmp_path / "numbers.parquet", Columns("text"), None)
+    (tmp_path / "broken.parquet").write_bytes(b"PAR1 this is not a parquet file PAR1")
+    with pytest.raises(InputError, match=r"broken.parquet: not a readable Parquet file"):
+        read_text_examples(tmp_path / "broken.parquet", Columns(), None)
