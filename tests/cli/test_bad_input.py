@@ -234,7 +234,40 @@ DATA_CASES = [
     ("jsonl-missing-column", "bad.jsonl", '{"text": "fine", "sentiment": "pos"}\n', ["no column 'review'"]),
     ("tsv-empty", "bad.tsv", "", ["the file is empty"]),
     ("unknown-suffix", "bad.xlsx", "x", ["unsupported file type"]),
+    # Parquet and datasets folders, written by pandas/pyarrow and datasets: rows are numbered from 1
+    ("parquet-missing-column", "bad.parquet", lambda path: parquet(path, {"text": ["fine"], "sentiment": ["pos"]}),
+     ["bad.parquet", "no column 'review'; the file has 'text', 'sentiment'"]),
+    ("parquet-number-text", "bad.parquet",
+     lambda path: parquet(path, {"review": [42, 7], "sentiment": ["pos", "neg"]}),
+     ["bad.parquet, row 1, field 'review'", "expected a text, got 42"]),
+    ("parquet-missing-label", "bad.parquet",
+     lambda path: parquet(path, {"review": ["fine", "bad"], "sentiment": ["pos", None]}),
+     ["bad.parquet, row 2, field 'sentiment'", "missing value"]),
+    ("parquet-corrupt", "bad.parquet", b"PAR1 not a parquet file at all PAR1",
+     ["bad.parquet", "not a readable Parquet"]),
+    ("dataset-corrupt-arrow", "bad_dataset", lambda path: saved_dataset(path, damage=True),
+     ["data-00000-of-00001.arrow", "not a readable Arrow stream"]),
+    ("dataset-number-text", "bad_dataset", lambda path: saved_dataset(path, {"review": [1.5], "sentiment": ["pos"]}),
+     ["bad_dataset, row 1, field 'review'", "expected a text, got 1.5"]),
+    ("datasetdict-folder", "bad_dataset", lambda path: saved_dataset(path, splits=True),
+     ["holds the splits train, test", "bad_dataset/train"]),
 ]
+
+
+def parquet(path: Path, columns: dict) -> None:
+    pd = pytest.importorskip("pandas")
+    pd.DataFrame(columns).to_parquet(path)
+
+
+def saved_dataset(path: Path, columns: dict | None = None, damage: bool = False, splits: bool = False) -> None:
+    datasets = pytest.importorskip("datasets")
+    dataset = datasets.Dataset.from_dict(columns or {"review": ["fine", "bad"], "sentiment": ["pos", "neg"]})
+    if splits:
+        dataset = datasets.DatasetDict({"train": dataset, "test": dataset})
+    dataset.save_to_disk(str(path))
+    if damage:
+        arrow = next(path.glob("*.arrow"))
+        arrow.write_bytes(arrow.read_bytes()[:40])
 
 
 @pytest.mark.parametrize("name, content, fragments", [case[1:] for case in DATA_CASES],
@@ -242,7 +275,11 @@ DATA_CASES = [
 def test_data_files(world, tmp_path, capsys, name, content, fragments):
     root, encoder, data, earlier = world
     path = tmp_path / name
-    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    if callable(content):
+        content(path)
+        capsys.readouterr()  # datasets' progress bar while saving
+    else:
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
     before = digest(earlier)
     result = run_cli(capsys, "finetune", "--model", encoder, "--train", path, "--text-column", "review",
                      "--label-column", "sentiment", "--output", tmp_path / "out")

@@ -3,7 +3,6 @@ the summary is the mean and sample sd of the seeds' own metrics.json, and the ke
 metric ranks best (the dev loss checked against transformers' loss of the saved model)."""
 
 import json
-import statistics
 
 import pytest
 import torch

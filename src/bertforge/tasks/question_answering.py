@@ -288,8 +288,8 @@ def example_from_text(question: str, context: str | None = None) -> QAExample:
 def read_examples(path: str | Path, columns=None, id2label=None, labelled: bool = True,
                   settings=None, format: str | None = None) -> list[QAExample]:
     """Questions of a SQuAD JSON file; to predict, also a .jsonl file of {"question", "context"[, "id"]}."""
+    kind = data_format(path, format)  # first: it names data given in memory instead of a file
     path = Path(path)
-    kind = data_format(path, format)
     if kind not in ("squad", "jsonl") or (labelled and kind == "jsonl"):
         expected = "SQuAD JSON" if labelled else "SQuAD JSON, or JSONL of question and context"
         raise InputError(f"question answering reads {expected}, not {kind}", path)

@@ -386,8 +386,8 @@ def read_sentences(path: str | Path, columns=None, id2label: Mapping[int, str] |
                    labelled: bool = True, settings=None, format: str | None = None) -> list[TaggedSentence]:
     """Sentences of a CoNLL file; to predict, also a text file with one sentence per line (data_format decides
     which a .txt file is, unless `format` says)."""
+    kind = data_format(path, format)  # first: it names data given in memory instead of a file
     path = Path(path)
-    kind = data_format(path, format)
     if kind not in ("conll", "txt") or (labelled and kind == "txt"):
         expected = "CoNLL" if labelled else "CoNLL, or text with one sentence per line"
         raise InputError(f"named-entity recognition reads {expected}, not {kind}", path)
