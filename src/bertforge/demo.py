@@ -85,16 +85,17 @@ def write_csv(path: Path, reviews: list[tuple[str, str]]) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-examples", type=int, default=8000, help="reviews to train on (default 8000)")
     parser.add_argument("--eval-examples", type=int, default=1000, help="held-out reviews to score (default 1000)")
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--epochs", type=int, default=1, help="passes over the training reviews")
     parser.add_argument("--lr", type=float, default=1e-4, help="a small model likes a larger rate than BERT-base")
-    parser.add_argument("--max-length", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-length", type=int, default=64, help="tokens per review")
+    parser.add_argument("--batch-size", type=int, default=32, help="reviews per batch")
     parser.add_argument("--output", default=None, help="model directory (default: the cache's demo-model)")
-    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--seed", type=int, default=42, help="random seed (data split and training)")
 
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.cli.predict import format_answer
+    from bertforge.tasks.classification import ClassificationSettings
     from bertforge.tasks.finetune import FinetuneConfig, finetune, predict
     from bertforge.training import TrainConfig
 
@@ -113,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
           f"--max-length {args.max_length} --output {output}")
 
     config = FinetuneConfig(train=str(train_path), dev=str(dev_path), output=str(output), text_column="review",
-                            label_column="sentiment", max_length=args.max_length, batch_size=args.batch_size,
+                            label_column="sentiment", settings=ClassificationSettings(max_length=args.max_length),
+                            batch_size=args.batch_size,
                             training=TrainConfig(epochs=args.epochs, lr=args.lr, warmup_ratio=0.1, seed=args.seed))
     result = finetune(config, overwrite=args.output is None)  # the cache's demo model is the demo's to replace
     for note in result.notes:

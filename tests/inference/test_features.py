@@ -5,7 +5,7 @@ import torch
 
 from bertforge import BertforgeError, BertModel
 from bertforge.inference import LAYER_COMBINATIONS, extract_features, pool, token_features
-from bertforge.inference.features import length_sorted_batches
+from bertforge.batching import length_sorted_batches
 
 
 def direct(states, recipe):

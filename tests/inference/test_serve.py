@@ -435,7 +435,7 @@ def qa_dir(tmp_path_factory, tokenizer):
     torch.nn.init.normal_(model.qa_outputs.weight, std=1.0)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    FinetuneConfig(task="qa", **QA_WINDOWS).save(directory / RUN_CONFIG_FILE)
+    FinetuneConfig.from_dict({"task": "qa", **QA_WINDOWS}).save(directory / RUN_CONFIG_FILE)
     return directory
 
 
@@ -590,7 +590,7 @@ def task_model_dirs(tmp_path_factory, tokenizer, qa_dir):
         torch.nn.init.normal_(model.classifier.weight, std=2.0)  # distinct, confident answers
         model.save_pretrained(directory)
         tokenizer.save_pretrained(directory)
-        FinetuneConfig(task=name.split("-")[0], **run).save(directory / RUN_CONFIG_FILE)
+        FinetuneConfig.from_dict({"task": name.split("-")[0], **run}).save(directory / RUN_CONFIG_FILE)
         directories[name] = directory
     return directories
 

@@ -49,9 +49,9 @@ def torchrun(corpus, output, *extra, script=None):
     """`pretrain train` in 2 processes on this machine, as a user would start it."""
     target = [str(script)] if script else ["-m", "bertforge"]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE),
-               *target, "pretrain", "train", "--config", str(corpus / "model.json"), "--data", str(corpus / "data"),
+               *target, "pretrain", "train", "--size", str(corpus / "model.json"), "--data", str(corpus / "data"),
                "--output", str(output), "--steps", str(STEPS), "--batch-size", str(BATCH_SIZE),
-               "--grad-accum", str(ACCUMULATION), "--seq-len", str(SEQ_LEN), "--lr", str(LR), "--warmup-steps", "0",
+               "--grad-accum", str(ACCUMULATION), "--max-length", str(SEQ_LEN), "--lr", str(LR), "--warmup-steps", "0",
                "--holdout", str(HOLDOUT), "--log-every", "1", "--save-every", "2", "--no-progress", *extra]
     return subprocess.run(command, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})

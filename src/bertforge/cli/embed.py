@@ -32,7 +32,7 @@ def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how token vectors become one (default: the model's sentence-transformers pooling, "
                              "else mean)")
     parser.add_argument("--layers", choices=list(LAYER_COMBINATIONS), default="last", help="which hidden states")
-    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="texts per batch")
     parser.add_argument("--max-length", type=positive_int, default=None,
                         help="truncate longer texts (tokens; default: the model's sentence-transformers "
                              "max_seq_length, else its tokenizer's model_max_length)")

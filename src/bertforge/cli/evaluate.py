@@ -23,14 +23,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", "-d", required=True,
                         help="labelled data (.csv, .tsv, .jsonl; CoNLL for ner; SQuAD .json for qa)")
     add_format_argument(parser)
-    add_column_arguments(parser)
+    add_column_arguments(parser, trained=True)
     parser.add_argument("--task", choices=list(TASKS), default=None, help="default: the model's own")
-    parser.add_argument("--batch-size", type=positive_int, default=64)
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="examples per batch")
     parser.add_argument("--max-length", type=positive_int, default=None, help="default: the training run's")
     parser.add_argument("--output", "-o", default=None,
                         help=f"metrics JSON file (default: {EVAL_RESULTS_FILE} in the model directory; none for "
                              "'default')")
-    add_decoding_argument(parser, "the training run's")
+    add_decoding_argument(parser)
     add_inference_arguments(parser)
 
 

@@ -28,10 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--question", help="qa: one question, with --context")
     parser.add_argument("--context", help="qa: the passage that holds the answer, with --question")
     add_format_argument(parser)
-    add_column_arguments(parser)
-    parser.add_argument("--batch-size", type=positive_int, default=64)
+    add_column_arguments(parser, trained=True)
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="examples per batch")
     parser.add_argument("--max-length", type=positive_int, default=None, help="default: the training run's")
-    add_decoding_argument(parser, "the training run's")
+    add_decoding_argument(parser)
     add_inference_arguments(parser)
 
 

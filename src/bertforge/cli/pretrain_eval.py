@@ -16,9 +16,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--holdout", type=finite_float, default=None,
                         help="the held-out split's size as in training (default: the model's pretrain_config.json, "
                              "else 0.01)")
-    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="sequences per batch (default: %(default)s)")
     parser.add_argument("--max-batches", type=positive_int, default=None, help="default: the whole held-out split")
-    parser.add_argument("--seq-len", type=positive_int, default=128)
+    parser.add_argument("--max-length", type=positive_int, default=128,
+                        help="tokens per sequence (default: %(default)s)")
+    parser.add_argument("--seq-len", dest="max_length", type=positive_int, default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
     parser.add_argument("--masking", default="token", help="masking strategy of the evaluation (default: token)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the evaluation's masks")
     parser.add_argument("--output", "-o", default=None, metavar="FILE",
@@ -47,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     check_tokenizer(tokenizer, reader, args.model)
     model = AS_TRAINED.apply(BertForMaskedLM.from_pretrained(args.model, require_heads=True))
     metrics = evaluate_mlm(model, reader, Masker(tokenizer.vocab, args.masking), tokenizer.vocab.pad_token_id,
-                           batch_size=args.batch_size, seq_len=args.seq_len, max_batches=args.max_batches,
+                           batch_size=args.batch_size, seq_len=args.max_length, max_batches=args.max_batches,
                            seed=args.seed)
     write_text_atomic(output, json.dumps(metrics, indent=2) + "\n")
     print(f"held-out masked LM: loss {metrics['loss']:.4f}, perplexity {metrics['perplexity']:.2f}, "

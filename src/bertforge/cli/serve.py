@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = ServeSettings()
     add_model_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
-    parser.add_argument("--port", type=port_number, default=8000)
+    parser.add_argument("--port", type=port_number, default=8000, help="TCP port to listen on")
     parser.add_argument("--max-batch-size", type=positive_int, default=defaults.max_batch_size,
                         help="texts per forward pass")
     parser.add_argument("--max-batch-tokens", type=positive_int, default=defaults.max_batch_tokens,

@@ -1,4 +1,5 @@
-"""Task data: CSV/TSV/JSONL files -> examples (errors name file, line and column), features -> padded batches.
+"""Task data: CSV/TSV/JSONL files -> examples (errors name file, line and column), features -> batches (made by
+bertforge.batching) and the model's outputs on them.
 
 GLUE's .tsv files are read as they are: tab-separated with no quoting (their texts contain stray quotes).
 """
@@ -18,9 +19,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertforge.config import JsonConfig, check_number
 from bertforge.errors import InputError
-from bertforge.heads import IGNORE_INDEX
-from bertforge.inference.features import length_sorted_batches, pad_ids
+from bertforge.batching import MODEL_INPUTS, LengthGroupedBatches, collate, length_sorted_batches
 
 PLAIN_TEXT_COLUMN = "text"  # the one column of a .txt file (one text per line)
 
@@ -185,20 +186,14 @@ class Columns:
 
 
 @dataclass
-class EncodeSettings:
-    """How examples become model inputs: the token budget and what to do with texts longer than it."""
+class EncodeSettings(JsonConfig):
+    """How examples become model inputs: the token budget every task has. Each task's settings extend it with its
+    own options (classification.ClassificationSettings, ...); a fine-tuning run holds its task's, validated here."""
 
-    max_length: int = 128
-    long_text: str = "truncate"  # a key of the task's long-text strategies (classification: truncate, windows)
-    stride: int | None = None  # overlap of consecutive windows (NER: words, QA: tokens); None: the task's default
-    context: str = "sentence"  # NER: what else fills a window (sentence: nothing; document: its neighbours)
-    max_query_length: int = 64  # QA: question tokens kept
-    version_2: bool = False  # QA: SQuAD v2, questions may have no answer
-    # Decoding, kept here so that a fine-tuned model's predictions decode as its training run's did
-    decoding: str = "argmax"  # NER: each word's most probable tag, or "viterbi": the best valid IOB2 sequence
-    n_best: int = 20  # answers kept per question
-    max_answer_length: int = 30  # tokens
-    null_score_threshold: float = 0.0  # SQuAD v2: how far the empty answer must beat the best span
+    max_length: int = 128  # tokens per input
+
+    def __post_init__(self):
+        check_number("max_length", self.max_length, minimum=1, integer=True)
 
 
 @dataclass
@@ -278,55 +273,6 @@ class Features:
         return [len(row["input_ids"]) for row in self.rows]
 
 
-# Padding value of each per-token key; keys not listed are one value per row and are stacked.
-PAD_VALUES = {"input_ids": None, "token_type_ids": 0, "attention_mask": 0, "labels": IGNORE_INDEX}
-
-
-def collate(rows: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad per-token lists to the batch's longest row and stack the rest: one dict of tensors."""
-    batch = {}
-    for key in rows[0]:
-        values = [row[key] for row in rows]
-        if isinstance(values[0], list):
-            pad = pad_token_id if key == "input_ids" else PAD_VALUES.get(key, 0)
-            batch[key] = pad_ids(values, pad)
-        else:
-            batch[key] = torch.tensor(values)
-    if "attention_mask" not in batch:
-        batch["attention_mask"] = pad_ids([[1] * len(row["input_ids"]) for row in rows], 0)
-    return batch
-
-
-class LengthGroupedBatches:
-    """Training batches of similar length in random order: shuffle, cut into pools of 50 batches, sort each pool
-    by length, then shuffle the batches. Padding stays small and every epoch sees a new order.
-
-    Epoch e uses the generator seed `seed + e`, so a run repeats exactly, and a resumed run picks up the order of
-    the epoch it stopped in (set_epoch).
-    """
-
-    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, pool_batches: int = 50):
-        self.lengths, self.batch_size, self.seed, self.pool_batches = list(lengths), batch_size, seed, pool_batches
-        self.epoch = 0
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.lengths) / self.batch_size)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[list[int]]:
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        self.epoch += 1
-        order = torch.randperm(len(self.lengths), generator=generator).tolist()
-        pool_size = self.batch_size * self.pool_batches
-        batches = []
-        for start in range(0, len(order), pool_size):
-            pool = sorted(order[start:start + pool_size], key=lambda i: self.lengths[i], reverse=True)
-            batches += [pool[i:i + self.batch_size] for i in range(0, len(pool), self.batch_size)]
-        yield from (batches[i] for i in torch.randperm(len(batches), generator=generator).tolist())
-
-
 class FeatureBatches:
     """Collated batches of `features` in the order of an index sampler; re-iterable (one pass per epoch)."""
 
@@ -346,9 +292,6 @@ class FeatureBatches:
 
 def training_batches(features: Features, batch_size: int, pad_token_id: int, seed: int) -> FeatureBatches:
     return FeatureBatches(features, LengthGroupedBatches(features.lengths(), batch_size, seed), pad_token_id)
-
-
-MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 
 def inference_batches(features: Features, batch_size: int, pad_token_id: int, keys: Sequence[str] = MODEL_INPUTS,
