@@ -573,6 +573,8 @@ REVIEWS = ["A gorgeous, witty, seductive movie.",
 # the texts above are longer than what the model was trained on).
 TASK_MODELS = {
     "classification": (BertForSequenceClassification, LABELS, {"max_length": 16, "long_text": "windows"}),
+    "classification-pairs": (BertForSequenceClassification, LABELS,
+                             {"max_length": 16, "long_text": "windows", "text_pair_column": "sentence2"}),
     "regression": (BertForSequenceClassification, {0: "LABEL_0"}, {"max_length": 16}),
     "ner": (BertForTokenClassification, TAGS, {"max_length": 12}),
     "ner-viterbi": (BertForTokenClassification, TAGS, {"max_length": 12, "decoding": "viterbi"}),
@@ -602,6 +604,13 @@ def task_inputs(name: str, tmp_path) -> tuple[dict, dict, list[str]]:
         path.write_text("".join(json.dumps({"id": "0", **item}) + "\n" for item in QUESTIONS))
         return ({"questions": QUESTIONS}, {"texts": [q["question"] for q in QUESTIONS],
                                            "text_pairs": [q["context"] for q in QUESTIONS]}, ["--input", str(path)])
+    if name == "classification-pairs":  # long texts on either side of a pair: windows of the longer one
+        texts, pairs = [REVIEWS[0], REVIEWS[1], SENTENCES[0]], [REVIEWS[1], REVIEWS[0], SENTENCES[1]]
+        path = tmp_path / "pairs.jsonl"
+        path.write_text("".join(json.dumps({"sentence": text, "sentence2": pair}) + "\n"
+                                for text, pair in zip(texts, pairs)))
+        return ({"texts": texts, "text_pairs": pairs}, {"texts": texts, "text_pairs": pairs},
+                ["--input", str(path)])
     texts = SENTENCES if name.startswith("ner") else REVIEWS + SENTENCES[:2]
     path = tmp_path / "texts.txt"
     path.write_text("\n".join(texts) + "\n")
