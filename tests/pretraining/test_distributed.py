@@ -152,7 +152,7 @@ def test_checkpoint_holds_every_rank_and_a_killed_run_resumes_exactly(two_proces
         "run.get_objective = lambda name: dataclasses.replace(objective, loss=dying_loss)\n"
         "sys.exit(main(sys.argv[1:]))\n")
     assert torchrun(corpus, tmp_path / "run", script=script).returncode != 0
-    assert sorted(logged(tmp_path / "run")) == [1, 2]
+    assert sorted(logged(tmp_path / "run.incomplete")) == [1, 2]  # the killed run, not yet in place
     result = torchrun(corpus, tmp_path / "run", "--resume")
     assert result.returncode == 0, result.stderr
 
