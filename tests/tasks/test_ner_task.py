@@ -8,7 +8,13 @@ from bertforge import BertConfig, BertForTokenClassification
 from bertforge.errors import InputError
 from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, evaluate, finetune, predict
 from bertforge.tasks.registry import TASKS
-from bertforge.tasks.token_classification import NerSettings, read_conll, sentence_from_text, tagged_entities, token_features
+from bertforge.tasks.token_classification import (
+    NerSettings,
+    read_conll,
+    sentence_from_text,
+    tagged_entities,
+    token_features,
+)
 from bertforge.training import TrainConfig
 
 NER = TASKS["ner"]

@@ -6,12 +6,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import shlex
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bertforge.cli.arguments import add_flag_table, finite_float
+from bertforge.cli.arguments import (
+    add_flag_table,
+    add_format_argument,
+    add_inference_arguments,
+    finite_float,
+    positive_int,
+)
 from bertforge.config import read_json_object
+from bertforge.errors import ConfigError
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.registry import TASKS
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
@@ -45,7 +53,8 @@ FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
     "--random-init": (("random_init",), bool, "the --model architecture with fresh weights (a from-scratch baseline)"),
     "--dropout": (("dropout",), finite_float,
                   "dropout on hidden states and attention weights (default: the model's)"),
-    "--batch-size": (("batch_size",), int, "examples per batch"),
+    "--batch-size": (("batch_size",), int,
+                     "examples per batch; under torchrun the global batch, split between the processes"),
     "--eval-batch-size": (("eval_batch_size",), int, "examples per evaluation batch"),
     "--max-train-examples": (("max_train_examples",), int, "use only the first N training examples (default: all)"),
     "--epochs": (("training", "epochs"), int, "passes over the training data"),
@@ -89,27 +98,24 @@ def default_of(place: tuple[str, ...]) -> Any:
     return "; ".join([str(usual)] + [f"{task}: {value}" for task, value in by_task.items() if value != usual])
 
 
-def add_column_arguments(parser: argparse.ArgumentParser, trained: bool = False) -> None:
-    """Column choices, shared by finetune, evaluate and predict (`trained`: which default to the training run's)."""
-    if trained:
-        for flag, (place, help_text) in COLUMN_FLAGS.items():
-            parser.add_argument(flag, default=None, help=f"{help_text} (default: the training run's)")
-    else:
-        add_flag_table(parser, {flag: (place, str, help_text) for flag, (place, help_text) in COLUMN_FLAGS.items()},
-                       default_of)
-
-
-def add_decoding_argument(parser: argparse.ArgumentParser) -> None:
-    """--decoding for evaluate and predict, which default to the training run's."""
+def add_trained_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """How evaluate and predict read data and run a fine-tuned model; each setting defaults to the training run's."""
+    add_format_argument(parser)
+    for flag, (_, help_text) in COLUMN_FLAGS.items():
+        parser.add_argument(flag, default=None, help=f"{help_text} (default: the training run's)")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="examples per batch")
+    parser.add_argument("--max-length", type=positive_int, default=None,
+                        help="tokens per input (default: the training run's)")
     parser.add_argument("--decoding", choices=list(DECODINGS), default=None,
                         help=f"{DECODING_HELP} (default: the training run's)")
+    add_inference_arguments(parser)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", default=None,
                         help="run config JSON (FinetuneConfig fields; flags override it) (default: none)")
-    add_flag_table(parser, FLAGS, default_of)
-    add_column_arguments(parser)
+    add_flag_table(parser, FLAGS | {flag: (place, str, help_text) for flag, (place, help_text) in COLUMN_FLAGS.items()},
+                   default_of)
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the model already in --output (otherwise that is an error)")
     parser.add_argument("--resume", action="store_true",
@@ -136,11 +142,45 @@ def config_from_args(args: argparse.Namespace):
     return FinetuneConfig.from_dict(data, source)
 
 
+def command_line(config) -> str:
+    """The `bertforge finetune` command that makes `config` (a FinetuneConfig): a flag for every setting that differs
+    from its default. A setting without a flag is an error (such a run needs --config)."""
+    from bertforge.tasks.finetune import FinetuneConfig
+
+    given, defaults = flat(config.to_dict()), flat(FinetuneConfig(task=config.task).to_dict())
+    rows = {flag: (place, kind) for flag, (place, kind, _) in FLAGS.items()}
+    rows |= {flag: (place, str) for flag, (place, _) in COLUMN_FLAGS.items()}
+    words = ["bertforge", "finetune"]
+    for flag, (place, kind) in rows.items():
+        value = given.pop(place, defaults.get(place))  # another task's setting is neither given nor a default
+        if value != defaults.get(place):
+            words += [flag] if kind is bool else [flag, str(value)]
+    unflagged = [".".join(place) for place, value in given.items() if value != defaults[place]]
+    if unflagged:
+        raise ConfigError(f"{', '.join(unflagged)} has no finetune flag; write the run config to a file for --config")
+    return shlex.join(words)
+
+
+def flat(data: dict[str, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """A run config's JSON as {place: value}: {"training": {"lr": 1e-4}} -> {("training", "lr"): 1e-4}."""
+    places = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            places |= flat(value, (*prefix, key))
+        else:
+            places[(*prefix, key)] = value
+    return places
+
+
 def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.finetune import finetune
+    from bertforge.training.distributed import read_environment
     from bertforge.training.plot import plot_trainer_run
 
-    result = finetune(config_from_args(args), overwrite=args.overwrite, resume=args.resume)
+    launch = read_environment()  # rank 0 of 1 unless started by torchrun
+    result = finetune(config_from_args(args), overwrite=args.overwrite, resume=args.resume, launch=launch)
+    if launch.rank != 0:
+        return 0  # rank 0 reports for the run
     for note in result.notes:
         print(note)
     if result.best is not None:

@@ -9,9 +9,9 @@ import os
 import signal
 import sys
 
-from bertforge import demo
 from bertforge.cli import (
     attention,
+    demo,
     distill,
     embed,
     evaluate,

@@ -18,13 +18,14 @@ from bertforge.errors import ConfigError, InputError
 from bertforge.tasks.data import (
     EncodeSettings,
     Features,
-    data_format,
     read_table,
     require_columns,
+    task_format,
     text_cell,
 )
 from bertforge.tasks.metrics import compute_metrics, normalize_answer
 from bertforge.validation import check_number
+from bertforge.windows import window_starts
 
 Span = tuple[int, int]  # (start, end) character offsets, end exclusive
 
@@ -128,19 +129,6 @@ def _tokens(tokenizer, text: str) -> tuple[list[int], list[Span]]:
     """Ids and character offsets of a text's tokens, without [CLS] and [SEP]."""
     encoded = tokenizer(text, truncation=False, return_offsets_mapping=True)
     return encoded["input_ids"][1:-1], [tuple(span) for span in encoded["offset_mapping"][1:-1]]
-
-
-def window_starts(length: int, budget: int, stride: int) -> list[int]:
-    """First token of each window of `budget` tokens over `length` tokens, consecutive windows sharing `stride`.
-
-    Windows advance by budget - stride and end with the first one that reaches the last token, as transformers'
-    `return_overflowing_tokens` does: (length 40, budget 9, stride 3) -> [0, 6, 12, 18, 24, 30, 36].
-    """
-    step = budget - stride
-    starts = [0]
-    while starts[-1] + budget < length:
-        starts.append(starts[-1] + step)
-    return starts
 
 
 def _answer_tokens(offsets: Sequence[Span], start_char: int, end_char: int) -> tuple[int, int] | None:
@@ -294,10 +282,8 @@ def read_examples(path: str | Path, columns=None, id2label=None, labelled: bool 
                   settings=None, format: str | None = None) -> list[QAExample]:
     """Questions of a SQuAD JSON file; to predict, also a .jsonl file of {"question", "context"[, "id"]}."""
     path = Path(path)
-    kind = data_format(path, format)
-    if kind not in ("squad", "jsonl") or (labelled and kind == "jsonl"):
-        expected = "SQuAD JSON" if labelled else "SQuAD JSON, or JSONL of question and context"
-        raise InputError(f"question answering reads {expected}, not {kind}", path)
+    kind = task_format(path, format, labelled, "question answering", ("squad", "SQuAD JSON"),
+                       ("jsonl", "JSONL of question and context"))
     if kind == "jsonl":
         table = read_table(path, "jsonl")
         require_columns(table, ["question", "context"])

@@ -20,7 +20,7 @@ import torch
 
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import IGNORE_INDEX
-from bertforge.tasks.data import PLAIN_TEXT_COLUMN, EncodeSettings, Features, data_format, read_table
+from bertforge.tasks.data import PLAIN_TEXT_COLUMN, EncodeSettings, Features, read_table, task_format
 from bertforge.tasks.metrics import compute_metrics, entities
 from bertforge.validation import check_number
 
@@ -393,10 +393,8 @@ def read_sentences(path: str | Path, columns=None, id2label: Mapping[int, str] |
     """Sentences of a CoNLL file; to predict, also a text file with one sentence per line (data_format decides
     which a .txt file is, unless `format` says)."""
     path = Path(path)
-    kind = data_format(path, format)
-    if kind not in ("conll", "txt") or (labelled and kind == "txt"):
-        expected = "CoNLL" if labelled else "CoNLL, or text with one sentence per line"
-        raise InputError(f"named-entity recognition reads {expected}, not {kind}", path)
+    kind = task_format(path, format, labelled, "named-entity recognition", ("conll", "CoNLL"),
+                       ("txt", "text with one sentence per line"))
     if kind == "txt":
         lines = read_table(path, "txt").rows
         return [sentence_from_text(row[PLAIN_TEXT_COLUMN]) for _, row in lines]
