@@ -29,7 +29,8 @@ FLAGS: dict[str, tuple[tuple[str, ...], type, str]] = {
                                "qa with --version-2: margin by which no answer must beat the best span (default 0)"),
     "--dropout": (("dropout",), finite_float,
                   "dropout on hidden states and attention weights (default: the model's)"),
-    "--batch-size": (("batch_size",), int, "examples per batch (default 32)"),
+    "--batch-size": (("batch_size",), int,
+                     "examples per batch (default 32); under torchrun the global batch, split between the processes"),
     "--eval-batch-size": (("eval_batch_size",), int, "examples per evaluation batch (default 64)"),
     "--max-train-examples": (("max_train_examples",), int, "use only the first N training examples"),
     "--epochs": (("training", "epochs"), int, "passes over the training data (default 3)"),
@@ -120,9 +121,13 @@ def config_from_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.finetune import finetune
+    from bertforge.training.distributed import read_environment
     from bertforge.training.plot import plot_trainer_run
 
-    result = finetune(config_from_args(args), overwrite=args.overwrite, resume=args.resume)
+    launch = read_environment()  # rank 0 of 1 unless started by torchrun
+    result = finetune(config_from_args(args), overwrite=args.overwrite, resume=args.resume, launch=launch)
+    if launch.rank != 0:
+        return 0  # rank 0 reports for the run
     for note in result.notes:
         print(note)
     if result.best is not None:

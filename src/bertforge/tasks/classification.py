@@ -16,6 +16,7 @@ from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import default_labels
 from bertforge.tasks.data import EncodeSettings, Features, TextExample
 from bertforge.tasks.metrics import compute_metrics
+from bertforge.windows import half_overlap_starts
 
 logger = logging.getLogger("bertforge")
 
@@ -63,17 +64,15 @@ def windows(tokenizer, example: TextExample, max_length: int) -> list[Piece]:
     size = budget - sum(len(ids) for i, ids in enumerate(texts) if i != windowed)
     if size < 2:
         raise ConfigError(f"max_length={max_length} is too small for windows")
-    pieces, start = [], 0
-    while True:
+    pieces = []
+    for start in half_overlap_starts(len(texts[windowed]), size):
         input_ids, segments = [tokenizer.cls_token_id], [0]
         for segment, ids in enumerate(texts):
             part = ids[start:start + size] if segment == windowed else ids
             input_ids += [*part, tokenizer.sep_token_id]
             segments += [segment] * (len(part) + 1)
         pieces.append((input_ids, segments))
-        if start + size >= len(texts[windowed]):
-            return pieces
-        start += size // 2
+    return pieces
 
 
 # What happens to an example longer than max_length: name -> (tokenizer, example, max_length) -> inputs.

@@ -21,6 +21,7 @@ from torch import nn
 from bertforge.errors import InputError
 from bertforge.heads import IGNORE_INDEX
 from bertforge.inference.features import length_sorted_batches, pad_ids
+from bertforge.training.distributed import Shard
 
 PLAIN_TEXT_COLUMN = "text"  # the one column of a .txt file (one text per line)
 
@@ -327,11 +328,24 @@ class LengthGroupedBatches:
         yield from (batches[i] for i in torch.randperm(len(batches), generator=generator).tolist())
 
 
-class FeatureBatches:
-    """Collated batches of `features` in the order of an index sampler; re-iterable (one pass per epoch)."""
+def loss_terms(rows: Sequence[dict[str, Any]]) -> int:
+    """How many terms the model's mean loss over `rows` averages: labelled tokens for per-token labels (ignored
+    positions are not terms), else rows."""
+    if rows and isinstance(rows[0].get("labels"), list):
+        return sum(label != IGNORE_INDEX for row in rows for label in row["labels"])
+    return len(rows)
 
-    def __init__(self, features: Features, sampler, pad_token_id: int):
+
+class FeatureBatches:
+    """Collated batches of `features` in the order of an index sampler; re-iterable (one pass per epoch).
+
+    Rank `rank` of `world_size` processes (torchrun) yields a Shard of every global batch: its rows rank,
+    rank + world_size, ... (every process draws the same global order from the same seed), so that the global
+    batch, and so each optimizer step, is the one a single process takes."""
+
+    def __init__(self, features: Features, sampler, pad_token_id: int, rank: int = 0, world_size: int = 1):
         self.features, self.sampler, self.pad_token_id = features, sampler, pad_token_id
+        self.rank, self.world_size = rank, world_size
 
     def __len__(self) -> int:
         return len(self.sampler)
@@ -339,13 +353,24 @@ class FeatureBatches:
     def set_epoch(self, epoch: int) -> None:
         self.sampler.set_epoch(epoch)
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor] | Shard]:
         for indices in self.sampler:
-            yield collate([self.features.rows[i] for i in indices], self.pad_token_id)
+            rows = [self.features.rows[i] for i in indices]
+            if self.world_size == 1:
+                yield collate(rows, self.pad_token_id)
+                continue
+            own = rows[self.rank::self.world_size]
+            terms = loss_terms(own)
+            if terms == 0:  # nothing to learn from (a small last batch): it steps with the others on a row that
+                own = next(([row] for row in rows if loss_terms([row])), rows[:1])  # counts for nothing
+            yield Shard(collate(own, self.pad_token_id), terms / max(loss_terms(rows), 1))
 
 
-def training_batches(features: Features, batch_size: int, pad_token_id: int, seed: int) -> FeatureBatches:
-    return FeatureBatches(features, LengthGroupedBatches(features.lengths(), batch_size, seed), pad_token_id)
+def training_batches(features: Features, batch_size: int, pad_token_id: int, seed: int, rank: int = 0,
+                     world_size: int = 1) -> FeatureBatches:
+    """Length-grouped batches of `batch_size` rows in a seeded order; under torchrun each process's shard of them."""
+    return FeatureBatches(features, LengthGroupedBatches(features.lengths(), batch_size, seed), pad_token_id,
+                          rank, world_size)
 
 
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")

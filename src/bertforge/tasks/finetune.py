@@ -32,6 +32,7 @@ from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, dat
 from bertforge.tasks.registry import RUN_CONFIG_FILE, TASKS, Task, get_task, inspect_checkpoint
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 from bertforge.tokenizer import BertTokenizer
+from bertforge.training import distributed
 from bertforge.training.trainer import (
     CHECKPOINT_DIR,
     METRICS_FILE,
@@ -117,8 +118,8 @@ class FinetuneResult:
 
 def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None,
              dev_examples: Sequence[Any] | None = None, model: nn.Module | None = None,
-             loss_fn: Callable[[nn.Module, Any], Any] = model_loss, overwrite: bool = False, resume: bool = False
-             ) -> FinetuneResult:
+             loss_fn: Callable[[nn.Module, Any], Any] = model_loss, overwrite: bool = False, resume: bool = False,
+             launch: distributed.ProcessInfo | None = None) -> FinetuneResult:
     """Fine-tune `config.model` on the training data and keep the best model (by the task's main metric).
 
     Examples may be given directly (in memory) instead of `config.train` / `config.dev`. Every data error is
@@ -127,7 +128,21 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
     student and loss (bertforge.compress.distill). The run writes into OUTPUT.incomplete/ and moves it to OUTPUT
     when it ends; a folder holding a model is replaced only with `overwrite`; `resume` continues a killed run from
     its last checkpoint exactly (the same losses as a run never stopped).
+
+    `launch` is this process's place in a torchrun launch (None: read from torchrun's environment; rank 0 of 1
+    without it). With several processes each trains on its shard of every global batch of `batch_size` rows with
+    DistributedDataParallel, and rank 0 alone evaluates, saves and writes: the run one process makes of the same
+    batches. The process group is joined here (unless the caller has one) and left on return.
     """
+    launch = distributed.read_environment() if launch is None else launch
+    device = distributed.select_device(config.training.device, launch)
+    with distributed.process_group(launch, device):
+        return _finetune(config, train_examples, dev_examples, model, loss_fn, overwrite, resume, launch, device)
+
+
+def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_examples: Sequence[Any] | None,
+              model: nn.Module | None, loss_fn: Callable[[nn.Module, Any], Any], overwrite: bool, resume: bool,
+              launch: distributed.ProcessInfo, device) -> FinetuneResult:
     if config.output is None:
         raise ConfigError("an output directory is required (--output, or \"output\" in the run config)")
     if train_examples is None and config.train is None:
@@ -164,25 +179,32 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
     if model is None:
         model = load_task_model(task, config.model, id2label, config.random_init, config.training.seed,
                                 config.dropout)
-    start_staging(output, keep=resume)
-    dataclasses.replace(config, training=dataclasses.replace(config.training, output_dir=str(output))).save(
-        staging / RUN_CONFIG_FILE)
-    # Where other tools look: transformers truncates at tokenizer_config.json's model_max_length.
-    tokenizer.save_pretrained(staging, model_max_length=config.max_length)
+    is_main = launch.rank == 0
+    distributed.barrier()  # every process has checked the output folder before the main one changes it
+    if is_main:
+        start_staging(output, keep=resume)
+        dataclasses.replace(config, training=dataclasses.replace(config.training, output_dir=str(output))).save(
+            staging / RUN_CONFIG_FILE)
+        # Where other tools look: transformers truncates at tokenizer_config.json's model_max_length.
+        tokenizer.save_pretrained(staging, model_max_length=config.max_length)
     model.config.extra |= {"finetuning_task": config.task, FINETUNE_KEY: finetune_record(config)}
     training = dataclasses.replace(config.training, output_dir=str(staging))
+    if launch.is_distributed:
+        training = dataclasses.replace(training, device=str(device))  # cuda: this process's own GPU
 
     def evaluate(model: nn.Module) -> dict[str, float]:
         answers = task.predict(model, dev_features, dev_examples, config.eval_batch_size)
         return task.score(answers, dev_examples, id2label)
 
-    batches = training_batches(train_features, config.batch_size, tokenizer.pad_token_id, training.seed)
+    batches = training_batches(train_features, config.batch_size, tokenizer.pad_token_id, training.seed,
+                               launch.rank, launch.world_size)
     trainer = Trainer(model, training, batches, evaluate=evaluate if dev_features is not None else None,
                       main_metric=task.main_metric, save=lambda model: model.save_pretrained(staging),
                       loss_fn=loss_fn)
     result = trainer.train(resume=resume)
-    shutil.rmtree(staging / CHECKPOINT_DIR, ignore_errors=True)  # the optimizer state is twice the model
-    finish_staging(output)
+    if is_main:
+        shutil.rmtree(staging / CHECKPOINT_DIR, ignore_errors=True)  # the optimizer state is twice the model
+        finish_staging(output)
     return FinetuneResult(output, result.best, result.history, result.steps, result.stopped_early, notes)
 
 

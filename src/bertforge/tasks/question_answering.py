@@ -25,6 +25,7 @@ from bertforge.tasks.data import (
     text_cell,
 )
 from bertforge.tasks.metrics import compute_metrics, normalize_answer
+from bertforge.windows import window_starts
 
 Span = tuple[int, int]  # (start, end) character offsets, end exclusive
 
@@ -128,19 +129,6 @@ def _tokens(tokenizer, text: str) -> tuple[list[int], list[Span]]:
     """Ids and character offsets of a text's tokens, without [CLS] and [SEP]."""
     encoded = tokenizer(text, truncation=False, return_offsets_mapping=True)
     return encoded["input_ids"][1:-1], [tuple(span) for span in encoded["offset_mapping"][1:-1]]
-
-
-def window_starts(length: int, budget: int, stride: int) -> list[int]:
-    """First token of each window of `budget` tokens over `length` tokens, consecutive windows sharing `stride`.
-
-    Windows advance by budget - stride and end with the first one that reaches the last token, as transformers'
-    `return_overflowing_tokens` does: (length 40, budget 9, stride 3) -> [0, 6, 12, 18, 24, 30, 36].
-    """
-    step = budget - stride
-    starts = [0]
-    while starts[-1] + budget < length:
-        starts.append(starts[-1] + step)
-    return starts
 
 
 def _answer_tokens(offsets: Sequence[Span], start_char: int, end_char: int) -> tuple[int, int] | None:
