@@ -323,8 +323,8 @@ def test_squad_v2_scores_of_a_real_models_answers_equal_the_official_scripts(dat
     qa = TASKS["qa"]
     articles = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
     squad_v2_file(articles[1:4], tmp_path / "train.json", shift=5)
-    dev = squad_v2_file([{**article, "paragraphs": article["paragraphs"][:6]} for article in (articles[0], articles[4])],
-                        tmp_path / "dev.json", shift=3)
+    dev_articles = [{**article, "paragraphs": article["paragraphs"][:6]} for article in (articles[0], articles[4])]
+    dev = squad_v2_file(dev_articles, tmp_path / "dev.json", shift=3)
     settings = EncodeSettings(max_length=192, stride=64, version_2=True)
     train = read_squad(tmp_path / "train.json", version_2=True)[:48]
     torch.manual_seed(0)
