@@ -223,6 +223,16 @@ def calibrate(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], name
     return largest
 
 
+def calibration_batches(tokenizer, texts: Iterable[str] | None = None, batch_size: int = 16,
+                        max_length: int = 128) -> list[dict[str, torch.Tensor]]:
+    """Model inputs for `calibrate`: `texts` (default: the bundled real sentences of compress/calibration.py)."""
+    from bertforge.compress.calibration import CALIBRATION_SENTENCES
+
+    texts = list(CALIBRATION_SENTENCES if texts is None else texts)
+    return [dict(tokenizer(texts[i:i + batch_size], max_length=max_length, padding=True, return_tensors="pt"))
+            for i in range(0, len(texts), batch_size)]
+
+
 def quantize_int8(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]] | None,
                   config: QuantizationConfig) -> nn.Module:
     if next(model.parameters()).device.type != "cpu":
@@ -246,12 +256,12 @@ def quantize_int8(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]] |
 def cast_bf16(model: nn.Module, batches: Any, config: QuantizationConfig) -> nn.Module:
     """bf16 weights where the hardware computes in bf16 natively; elsewhere the (exactly representable) bf16 values
     in float32, which is what the checkpoint will hold either way."""
-    from bertforge.inference.optimize import InferenceOptions
+    from bertforge.inference.optimize import run_in_bf16
     from bertforge.runtime import bf16_supported
 
     device = next(model.parameters()).device
     if bf16_supported(device.type):
-        return InferenceOptions(precision="bf16").apply(model)
+        return run_in_bf16(model.eval())
     logger.warning("this %s has no native bf16: the model runs in float32 on bf16-rounded weights", device.type)
     with torch.no_grad():
         for parameter in model.parameters():
@@ -354,7 +364,7 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
     if precision == "int8":
         sample = examples if calibration is None else reference.read(calibration, columns, labelled=True)
         features = candidate.task.encode(candidate.tokenizer, sample[:calibration_examples],
-                                         candidate.settings.settings, candidate.id2label)
+                                         candidate.settings, candidate.id2label)
         batches = [batch for _, batch in inference_batches(features, batch_size, candidate.tokenizer.pad_token_id)]
     quantize(candidate.model, config, batches)
     report = GateReport(reference.task.main_metric, measure("fp32", reference, examples, batch_size),
@@ -363,7 +373,7 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
     def write(folder: Path) -> None:
         save_quantized(candidate.model, folder)
         candidate.tokenizer.save_pretrained(folder)
-        candidate.settings.save(folder / RUN_CONFIG_FILE)
+        candidate.run.save(folder / RUN_CONFIG_FILE)
 
     write_if_accepted(report, output, write)
     return report
