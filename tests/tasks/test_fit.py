@@ -45,7 +45,7 @@ def test_readme_example_predicts_as_the_command_line(tmp_path, data_dir, one_thr
             assert cli_main.main([str(arg) for arg in command]) == 0
     assert (cli / "model.safetensors").read_bytes() == (model.directory / "model.safetensors").read_bytes()
     expected = [json.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
-    answers = model.predict(list(dev["sentence"]))
+    answers = model.predict(dev["sentence"])  # a pandas Series of texts
     assert [answer["label"] for answer in answers] == [answer["label"] for answer in expected]
     for answer, reference in zip(answers, expected):
         assert answer["probabilities"] == pytest.approx(reference["probabilities"], abs=1e-6)

@@ -400,10 +400,13 @@ class FinetunedModel:
         examples, or data as the training run read it: a file, a dict of columns, a DataFrame, rows as dicts."""
         if isinstance(data, (str, os.PathLike)):
             return self.read(data, self.columns(path=data), labelled)
-        if isinstance(data, Sequence) and not (data and isinstance(data[0], Mapping)):
-            return [self.task.example(item, None) if isinstance(item, str) else
-                    self.task.example(*item) if isinstance(item, tuple) else item for item in data]
-        return self.read(data, self.columns(), labelled)
+        if isinstance(data, Mapping) or hasattr(data, "columns") or hasattr(data, "column_names"):
+            return self.read(data, self.columns(), labelled)
+        items = list(data)  # a list, or any iterable of texts (a pandas Series)
+        if items and isinstance(items[0], Mapping):
+            return self.read(items, self.columns(), labelled)
+        return [self.task.example(item, None) if isinstance(item, str) else
+                self.task.example(*item) if isinstance(item, tuple) else item for item in items]
 
     def predict(self, examples: Any, batch_size: int = 64, max_length: int | None = None,
                 decoding: str | None = None) -> list[dict[str, Any]]:
