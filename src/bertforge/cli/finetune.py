@@ -27,6 +27,9 @@ FLAGS: dict[str, tuple[tuple[str, ...], type, str]] = {
     "--max-answer-length": (("max_answer_length",), int, "qa: longest answer in tokens (default 30)"),
     "--null-score-threshold": (("null_score_threshold",), finite_float,
                                "qa with --version-2: margin by which no answer must beat the best span (default 0)"),
+    "--threshold": (("threshold",), finite_float,
+                    "multi_label: predict a label when its probability is over this (default: chosen on --dev, "
+                    "else 0.5)"),
     "--dropout": (("dropout",), finite_float,
                   "dropout on hidden states and attention weights (default: the model's)"),
     "--batch-size": (("batch_size",), int, "examples per batch (default 32)"),
@@ -50,6 +53,8 @@ COLUMN_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "--text-column": (("text_column",), "column of the text (default 'sentence')"),
     "--text-pair-column": (("text_pair_column",), "column of the second text, for pair tasks"),
     "--label-column": (("label_column",), "column of the label or score (default 'label')"),
+    "--label-separator": (("label_separator",), "multi_label: what separates the labels in a text cell, e.g. '|' "
+                                                "(a JSON list such as [\"a\", \"b\"] needs none)"),
 }
 
 

@@ -28,7 +28,16 @@ from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging
 from bertforge.runtime import resolve_device, seed_everything
 from bertforge.tasks.classification import LONG_TEXT
-from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, data_format, training_batches
+from bertforge.tasks.data import (
+    PLAIN_TEXT_COLUMN,
+    Columns,
+    EncodeSettings,
+    Features,
+    data_format,
+    row_outputs,
+    training_batches,
+)
+from bertforge.tasks.multi_label import DEFAULT_THRESHOLD
 from bertforge.tasks.registry import RUN_CONFIG_FILE, TASKS, Task, get_task, inspect_checkpoint
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 from bertforge.tokenizer import BertTokenizer
@@ -61,6 +70,8 @@ class FinetuneConfig(JsonConfig):
     text_column: str = "sentence"
     text_pair_column: str | None = None
     label_column: str = "label"
+    label_separator: str | None = None  # multi_label: what separates labels in a text cell ("|"); JSON lists need none
+    threshold: float | None = None  # multi_label: the decision threshold; None: chosen on the dev set (else 0.5)
     max_length: int | None = None  # tokens per input; None: the task's default (qa 384, others 128)
     long_text: str = "truncate"
     context: str = "sentence"  # ner: "document" fills each window with the sentences around it (BERT's CoNLL set-up)
@@ -86,6 +97,11 @@ class FinetuneConfig(JsonConfig):
         check_choice(self.context, CONTEXTS, "context")
         check_choice(self.decoding, DECODINGS, "decoding")
         check_number("null_score_threshold", self.null_score_threshold)
+        check_number("threshold", self.threshold, minimum=0.0, optional=True)
+        if self.threshold is not None and self.threshold >= 1.0:
+            raise ConfigError(f"threshold must be in [0, 1), got {self.threshold!r}")
+        if self.label_separator is not None and not self.label_separator.strip():
+            raise ConfigError("label_separator must be a visible character or text, e.g. \"|\" or \";\"")
         dropout_overrides(self.dropout)  # validates it
         for name in ("max_length", "batch_size", "eval_batch_size", "max_query_length", "n_best",
                      "max_answer_length"):
@@ -95,14 +111,15 @@ class FinetuneConfig(JsonConfig):
 
     @property
     def columns(self) -> Columns:
-        return Columns(self.text_column, self.text_pair_column, self.label_column)
+        return Columns(self.text_column, self.text_pair_column, self.label_column, self.label_separator)
 
     @property
     def settings(self) -> EncodeSettings:
         return EncodeSettings(max_length=self.max_length, long_text=self.long_text, stride=self.doc_stride,
                               context=self.context, decoding=self.decoding, max_query_length=self.max_query_length,
                               version_2=self.version_2, n_best=self.n_best, max_answer_length=self.max_answer_length,
-                              null_score_threshold=self.null_score_threshold)
+                              null_score_threshold=self.null_score_threshold,
+                              threshold=DEFAULT_THRESHOLD if self.threshold is None else self.threshold)
 
 
 @dataclass
@@ -172,18 +189,42 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
     model.config.extra |= {"finetuning_task": config.task, FINETUNE_KEY: finetune_record(config)}
     training = dataclasses.replace(config.training, output_dir=str(staging))
 
+    calibrate = config.threshold is None  # the task chooses its threshold on the dev set unless the run fixed it
+
     def evaluate(model: nn.Module) -> dict[str, float]:
-        answers = task.predict(model, dev_features, dev_examples, config.eval_batch_size)
-        return task.score(answers, dev_examples, id2label)
+        metrics = score_features(task, model, dev_features, dev_examples, id2label, config.eval_batch_size, calibrate)
+        # config.json records the chosen settings too: the model saved after this evaluation (the best) carries them.
+        model.config.extra[FINETUNE_KEY] |= chosen_settings(metrics)
+        return metrics
 
     batches = training_batches(train_features, config.batch_size, tokenizer.pad_token_id, training.seed)
     trainer = Trainer(model, training, batches, evaluate=evaluate if dev_features is not None else None,
                       main_metric=task.main_metric, save=lambda model: model.save_pretrained(staging),
                       loss_fn=loss_fn)
     result = trainer.train(resume=resume)
+    if result.best is not None and chosen_settings(result.best):  # the kept model's threshold is the one to use
+        dataclasses.replace(FinetuneConfig.load(staging / RUN_CONFIG_FILE), **chosen_settings(result.best)).save(
+            staging / RUN_CONFIG_FILE)
     shutil.rmtree(staging / CHECKPOINT_DIR, ignore_errors=True)  # the optimizer state is twice the model
     finish_staging(output)
     return FinetuneResult(output, result.best, result.history, result.steps, result.stopped_early, notes)
+
+
+def score_features(task: Task, model: nn.Module, features: Features, examples: Sequence[Any],
+                   id2label: dict[int, str], batch_size: int = 64, calibrate: bool = False) -> dict[str, float]:
+    """The task's metrics of `model` on encoded examples. With `calibrate`, the settings the task chooses on them
+    (multi-label's decision threshold) are chosen first, used, and returned among the metrics ("threshold")."""
+    outputs = row_outputs(model, features, batch_size, task.outputs)
+    chosen = {}
+    if calibrate and task.calibrate is not None:
+        chosen = task.calibrate(features, examples, outputs, model.config)
+        features = dataclasses.replace(features, settings=dataclasses.replace(features.settings, **chosen))
+    return task.score(task.decode(features, examples, outputs, model.config), examples, id2label) | chosen
+
+
+def chosen_settings(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The EncodeSettings chosen on the dev set among an evaluation's metrics: {"threshold": 0.45} or {}."""
+    return {f.name: metrics[f.name] for f in dataclasses.fields(EncodeSettings) if f.name in metrics}
 
 
 def finetune_record(config: FinetuneConfig) -> dict[str, Any]:
@@ -232,6 +273,8 @@ def load_task_model(task: Task, model: str, id2label: dict[int, str], random_ini
     overrides = dropout_overrides(dropout)
     if id2label:
         overrides |= {"id2label": id2label, "label2id": {label: i for i, label in id2label.items()}}
+    if task.head == "sequence_classification":  # the task's loss, not one a reused checkpoint's config names
+        overrides["problem_type"] = task.problem_type
     seed_everything(seed)  # the new head's initial weights are the seed's: a run repeats, a resumed run matches
     if not random_init:
         return task.model_class.from_pretrained(model, **overrides)
@@ -266,12 +309,14 @@ class FinetunedModel:
         return self.model.config.id2label
 
     def columns(self, text: str | None = None, text_pair: str | None = None, label: str | None = None,
-                path: str | Path | None = None, format: str | None = None) -> Columns:
+                path: str | Path | None = None, format: str | None = None,
+                label_separator: str | None = None) -> Columns:
         """The training run's columns, each replaced when given; a text file has only a text column."""
         saved = self.settings.columns
+        separator = label_separator or saved.label_separator
         if path is not None and data_format(path, format) == "txt":
-            return Columns(PLAIN_TEXT_COLUMN, None, label or saved.label)
-        return Columns(text or saved.text, text_pair or saved.text_pair, label or saved.label)
+            return Columns(PLAIN_TEXT_COLUMN, None, label or saved.label, separator)
+        return Columns(text or saved.text, text_pair or saved.text_pair, label or saved.label, separator)
 
     def read(self, path: str | Path, columns: Columns, labelled: bool, format: str | None = None) -> list:
         """The examples of a data file, in `format` (a key of DATA_FORMATS) or the one data_format finds."""
@@ -300,11 +345,13 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
              text_pair_column: str | None = None, label_column: str | None = None, task: str | None = None,
              batch_size: int = 64, max_length: int | None = None, output: str | Path | None = None,
              inference: InferenceOptions = AS_TRAINED, decoding: str | None = None,
-             format: str | None = None) -> dict[str, float]:
+             format: str | None = None, label_separator: str | None = None) -> dict[str, float]:
     """Metrics of a fine-tuned model on a labelled file, also written to `output` (JSON) when given; `inference`
-    (e.g. InferenceOptions(precision="int8")) measures what a speed option costs on the task's metric."""
+    (e.g. InferenceOptions(precision="int8")) measures what a speed option costs on the task's metric.
+    `label_separator` (multi_label) replaces the training run's."""
     finetuned = FinetunedModel.load(model, task, inference)
-    columns = finetuned.columns(text_column, text_pair_column, label_column, path=data, format=format)
+    columns = finetuned.columns(text_column, text_pair_column, label_column, path=data, format=format,
+                                label_separator=label_separator)
     examples = finetuned.read(data, columns, labelled=True, format=format)
     metrics = finetuned.evaluate(examples, batch_size, max_length, decoding)
     if output is not None:
