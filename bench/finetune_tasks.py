@@ -224,7 +224,7 @@ def run_transformers(run: Run, folder: Path, threads: int, batching: str = "bert
     if run.test:
         model.load_state_dict(best_state)
         test_examples = task.read_examples(data["test"], config.columns, id2label, settings=config.settings)
-        settings = dataclasses.replace(config.settings, **chosen_settings(best))  # the threshold chosen on dev
+        settings = dataclasses.replace(config.settings, **chosen_settings(best, config.settings))  # chosen on dev
         test_metrics = evaluate(test_examples, task.encode(tokenizer, test_examples, settings, id2label), False)
         best = {**best, **{f"test_{k}": v for k, v in test_metrics.items()}}
     return {"seconds": time.perf_counter() - start, "metrics": best, "batches": batching}

@@ -29,6 +29,7 @@ from bertforge.inference.serve import Job, ServeSettings  # noqa: E402
 from bertforge.inference.serve.app import create_app, load_app, server_config  # noqa: E402
 from bertforge.tasks.finetune import FinetuneConfig  # noqa: E402
 from bertforge.tasks.finetune import predict as predict_offline  # noqa: E402
+from bertforge.tasks.multi_label import MultiLabelSettings  # noqa: E402
 from bertforge.tasks.question_answering import QAExample, span_features  # noqa: E402
 from bertforge.tasks.registry import RUN_CONFIG_FILE, inspect_checkpoint  # noqa: E402
 
@@ -102,18 +103,21 @@ class Server:
         return status, json.loads(text) if is_json else text, headers
 
 
-@pytest.fixture(scope="module")
-def encoder_server(encoder_dir):
-    server = Server(encoder_dir, max_texts=8)
+def running(directory, **settings):
+    """A Server for the fixture that yields it, stopped when the fixture ends."""
+    server = Server(directory, **settings)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def encoder_server(encoder_dir):
+    yield from running(encoder_dir, max_texts=8)
 
 
 @pytest.fixture(scope="module")
 def classifier_server(classifier_dir):
-    server = Server(classifier_dir)
-    yield server
-    server.stop()
+    yield from running(classifier_dir)
 
 
 @pytest.fixture
@@ -229,7 +233,8 @@ def test_predict_multi_label_gives_the_labels_over_the_saved_threshold(make_serv
     torch.nn.init.normal_(model.classifier.weight, std=1.0)
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    FinetuneConfig(task="multi_label", threshold=0.4, max_length=64).save(tmp_path / RUN_CONFIG_FILE)
+    FinetuneConfig(task="multi_label", settings=MultiLabelSettings(max_length=64, threshold=0.4)).save(
+        tmp_path / RUN_CONFIG_FILE)
     status, body, _ = make_server(tmp_path).request("/predict", {"texts": TEXTS})
     assert status == 200 and body["task"] == "multi_label"
     for text, prediction in zip(TEXTS, body["predictions"]):
@@ -403,9 +408,7 @@ def tagger_server(tmp_path_factory, tokenizer):
         model.classifier.bias.copy_(torch.tensor([0.0, 0.0, 5.0, 0.0, 0.0]))
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    server = Server(directory)
-    yield server
-    server.stop()
+    yield from running(directory)
 
 
 def test_predict_entities_with_character_spans(tagger_server):
@@ -454,15 +457,13 @@ def qa_dir(tmp_path_factory, tokenizer):
     torch.nn.init.normal_(model.qa_outputs.weight, std=1.0)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    FinetuneConfig(task="qa", **QA_WINDOWS).save(directory / RUN_CONFIG_FILE)
+    FinetuneConfig.from_dict({"task": "qa", **QA_WINDOWS}).save(directory / RUN_CONFIG_FILE)
     return directory
 
 
 @pytest.fixture(scope="module")
 def qa_server(qa_dir):
-    server = Server(qa_dir, max_texts=4)
-    yield server
-    server.stop()
+    yield from running(qa_dir, max_texts=4)
 
 
 @pytest.fixture(scope="module")
@@ -592,6 +593,8 @@ REVIEWS = ["A gorgeous, witty, seductive movie.",
 # the texts above are longer than what the model was trained on).
 TASK_MODELS = {
     "classification": (BertForSequenceClassification, LABELS, {"max_length": 16, "long_text": "windows"}),
+    "classification-pairs": (BertForSequenceClassification, LABELS,
+                             {"max_length": 16, "long_text": "windows", "text_pair_column": "sentence2"}),
     "regression": (BertForSequenceClassification, {0: "LABEL_0"}, {"max_length": 16}),
     "ner": (BertForTokenClassification, TAGS, {"max_length": 12}),
     "ner-viterbi": (BertForTokenClassification, TAGS, {"max_length": 12, "decoding": "viterbi"}),
@@ -609,7 +612,7 @@ def task_model_dirs(tmp_path_factory, tokenizer, qa_dir):
         torch.nn.init.normal_(model.classifier.weight, std=2.0)  # distinct, confident answers
         model.save_pretrained(directory)
         tokenizer.save_pretrained(directory)
-        FinetuneConfig(task=name.split("-")[0], **run).save(directory / RUN_CONFIG_FILE)
+        FinetuneConfig.from_dict({"task": name.split("-")[0], **run}).save(directory / RUN_CONFIG_FILE)
         directories[name] = directory
     return directories
 
@@ -621,6 +624,13 @@ def task_inputs(name: str, tmp_path) -> tuple[dict, dict, list[str]]:
         path.write_text("".join(json.dumps({"id": "0", **item}) + "\n" for item in QUESTIONS))
         return ({"questions": QUESTIONS}, {"texts": [q["question"] for q in QUESTIONS],
                                            "text_pairs": [q["context"] for q in QUESTIONS]}, ["--input", str(path)])
+    if name == "classification-pairs":  # long texts on either side of a pair: windows of the longer one
+        texts, pairs = [REVIEWS[0], REVIEWS[1], SENTENCES[0]], [REVIEWS[1], REVIEWS[0], SENTENCES[1]]
+        path = tmp_path / "pairs.jsonl"
+        path.write_text("".join(json.dumps({"sentence": text, "sentence2": pair}) + "\n"
+                                for text, pair in zip(texts, pairs)))
+        return ({"texts": texts, "text_pairs": pairs}, {"texts": texts, "text_pairs": pairs},
+                ["--input", str(path)])
     texts = SENTENCES if name.startswith("ner") else REVIEWS + SENTENCES[:2]
     path = tmp_path / "texts.txt"
     path.write_text("\n".join(texts) + "\n")

@@ -2,6 +2,7 @@
 uninterrupted one; the result loads as an ordinary checkpoint in bertforge and transformers; fp16 (CUDA) and
 torch.compile runs; one-line errors."""
 
+import hashlib
 import json
 import math
 import shutil
@@ -17,7 +18,7 @@ from bertforge.errors import CheckpointError, ConfigError, InputError
 from bertforge.heads import IGNORE_INDEX
 from bertforge.pretraining import run
 from bertforge.pretraining.collate import PretrainingCollator, batches
-from bertforge.pretraining.corpus import CorpusReader, prepare_corpus
+from bertforge.pretraining.corpus import CorpusReader
 from bertforge.pretraining.evaluation import evaluate_mlm
 from bertforge.pretraining.heads import BertForPreTraining
 from bertforge.pretraining.instances import InstanceStream
@@ -29,12 +30,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def corpus(inaugural_slice, tmp_path_factory, minilm_dir):
-    from bertforge import BertTokenizer
-    folder = tmp_path_factory.mktemp("corpus")
-    prepare_corpus([inaugural_slice(1000)], BertTokenizer.from_pretrained(minilm_dir), folder / "data",
-                   progress=False)
-    return folder / "data"
+def corpus(inaugural_corpus):
+    return inaugural_corpus(1000) / "data"
 
 
 def make_config(corpus, output, **overrides) -> PretrainConfig:
@@ -70,22 +67,24 @@ def test_loss_falls_and_result_loads_in_bertforge_and_transformers(corpus, tmp_p
     assert encoder.config.vocab_size == 30522 and (tmp_path / "out" / "vocab.txt").is_file()
 
 
-def run_killed(config: PretrainConfig, micro_batches: int, monkeypatch) -> None:
-    """Start `config`'s run and kill it (KeyboardInterrupt) when it asks for more than `micro_batches` losses."""
+def run_killed(config: PretrainConfig, micro_batches: int, monkeypatch, death: type[BaseException] = KeyboardInterrupt,
+               overwrite: bool = False) -> None:
+    """Start `config`'s run and kill it (KeyboardInterrupt, or make it fail with `death`) when it asks for more than
+    `micro_batches` losses."""
     real_objective = run.get_objective(config.objective)
     calls = {"n": 0}
 
     def dying_loss(model, batch, generator=None):
         calls["n"] += 1
         if calls["n"] > micro_batches:
-            raise KeyboardInterrupt
+            raise death("killed")
         return real_objective.loss(model, batch, generator)
 
     dying = Objective(real_objective.description, real_objective.build_model, real_objective.sentence_pairs,
                       dying_loss)
     monkeypatch.setattr(run, "get_objective", lambda name: dying)
-    with pytest.raises(KeyboardInterrupt):
-        pretrain(config)
+    with pytest.raises(death):
+        pretrain(config, overwrite=overwrite)
     monkeypatch.undo()
 
 
@@ -98,6 +97,7 @@ def test_killed_and_resumed_run_repeats_the_uninterrupted_losses(corpus, tmp_pat
         pretrain(make_config(corpus, tmp_path / "split", **settings))
     resumed = pretrain(make_config(corpus, tmp_path / "split", **settings), resume=True)
 
+    assert not (tmp_path / "split.incomplete").exists()
     expected, got = train_losses(uninterrupted.history), train_losses(resumed.history)
     assert sorted(got) == list(range(6, 13))
     for step in got:
@@ -108,6 +108,36 @@ def test_killed_and_resumed_run_repeats_the_uninterrupted_losses(corpus, tmp_pat
     second = BertModel.from_pretrained(tmp_path / "split").state_dict()
     for name in first:
         torch.testing.assert_close(second[name], first[name], atol=1e-6, rtol=0)
+
+
+def digest(folder):
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_a_run_killed_or_failed_into_a_model_folder_leaves_the_model_as_it_was(corpus, tmp_path, monkeypatch):
+    """The run stages into OUTPUT.incomplete/: until it ends, the model already in OUTPUT (here one of another
+    seed) is byte for byte what it was and loads; resuming the killed overwrite then puts the new model in place."""
+    settings = dict(steps=6, save_every=2)
+    model = tmp_path / "model"
+    pretrain(make_config(corpus, model, seed=1, **settings))
+    before = digest(model)
+
+    with pytest.raises(ConfigError, match="already holds a training run"):
+        pretrain(make_config(corpus, model, **settings))
+    run_killed(make_config(corpus, model, **settings), 3, monkeypatch, overwrite=True)
+    assert digest(model) == before and (tmp_path / "model.incomplete" / "checkpoint").is_dir()
+    run_killed(make_config(corpus, model, **settings), 5, monkeypatch, death=RuntimeError, overwrite=True)
+    assert digest(model) == before
+    BertForPreTraining.from_pretrained(model)
+
+    with pytest.raises(ConfigError, match="--resume"):
+        pretrain(make_config(corpus, model, **settings))
+    resumed = pretrain(make_config(corpus, model, **settings), resume=True)
+    assert sorted(train_losses(resumed.history)) == [5, 6]  # from the checkpoint of step 4
+    assert not (tmp_path / "model.incomplete").exists()
+    assert PretrainConfig.load(model / run.RUN_CONFIG_FILE).seed == 0
+    assert digest(model)["model.safetensors"] != before["model.safetensors"]
 
 
 def test_electra_keeps_its_discriminator_as_an_ordinary_encoder(corpus, tmp_path):
@@ -230,7 +260,8 @@ def test_fp16_run_keeps_its_loss_scale_across_a_resume(corpus, tmp_path, monkeyp
     assert all(math.isfinite(loss) for loss in train_losses(uninterrupted.history).values())
 
     run_killed(make_config(corpus, tmp_path / "split", **settings), 6, monkeypatch)  # during step 7
-    assert torch.load(tmp_path / "split" / "checkpoint" / TRAIN_STATE_FILE, weights_only=True)["step"] == 4
+    killed = tmp_path / "split.incomplete" / "checkpoint" / TRAIN_STATE_FILE
+    assert torch.load(killed, weights_only=True)["step"] == 4
     resumed = pretrain(make_config(corpus, tmp_path / "split", **settings), resume=True)
     split = torch.load(tmp_path / "split" / "checkpoint" / TRAIN_STATE_FILE, weights_only=True)
     assert split["scaler"] == whole["scaler"]  # the same skipped steps and growth as without the stop

@@ -9,8 +9,8 @@ import torch
 
 from bertforge import BertConfig, BertForSequenceClassification, BertModel
 from bertforge.errors import ConfigError, InputError
-from bertforge.tasks.classification import class_labels, encode, example_logits, score, windows
-from bertforge.tasks.data import Columns, EncodeSettings, TextExample, row_outputs
+from bertforge.tasks.classification import ClassificationSettings, class_labels, encode, example_logits, score, windows
+from bertforge.tasks.data import Columns, TextExample, row_outputs
 from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, evaluate, finetune, load_task_model
 from bertforge.tasks.registry import TASKS
 from bertforge.training import TrainConfig
@@ -26,16 +26,16 @@ def test_labels_are_sorted_numerically_when_they_are_integers():
 
 def test_truncation_is_counted_and_pairs_are_cut_longest_first(tokenizer):
     singles = [TextExample("short one", label="a"), TextExample("a much longer text " * 20, label="b")]
-    features = encode(tokenizer, singles, EncodeSettings(max_length=16), {0: "a", 1: "b"})
+    features = encode(tokenizer, singles, ClassificationSettings(max_length=16), {0: "a", 1: "b"})
     assert features.truncated == 1 and features.notes == ["1 of 2 examples were truncated to max_length=16"]
     assert features.lengths() == [4, 16] and [row["labels"] for row in features.rows] == [0, 1]
     pairs = [TextExample("tiny", "and a much longer second text " * 10, label="a"), TextExample("a", "b", "b")]
-    features = encode(tokenizer, pairs, EncodeSettings(max_length=16), {0: "a", 1: "b"})
+    features = encode(tokenizer, pairs, ClassificationSettings(max_length=16), {0: "a", 1: "b"})
     expected = tokenizer(pairs[0].text, pairs[0].text_pair, max_length=16, truncation="longest_first")
     assert features.truncated == 1 and features.rows[0]["input_ids"] == expected["input_ids"]
     assert features.rows[0]["token_type_ids"] == expected["token_type_ids"]
     with pytest.raises(InputError, match="some examples have a second text"):
-        encode(tokenizer, singles + pairs, EncodeSettings(max_length=16), {0: "a", 1: "b"})
+        encode(tokenizer, singles + pairs, ClassificationSettings(max_length=16), {0: "a", 1: "b"})
 
 
 def test_windows_cover_the_text_with_half_overlap(tokenizer):
@@ -76,7 +76,8 @@ def test_window_logits_are_averaged_per_example(tokenizer):
                                                           id2label={0: "a", 1: "b", 2: "c"}))
     long_text = "an example that is long enough for several windows " * 4
     examples = [TextExample(long_text), TextExample("short")]
-    features = encode(tokenizer, examples, EncodeSettings(max_length=16, long_text="windows"), model.config.id2label)
+    features = encode(tokenizer, examples, ClassificationSettings(max_length=16, long_text="windows"),
+                      model.config.id2label)
     assert features.example_index.count(0) > 2 and features.example_index[-1] == 1
     logits = example_logits(features, row_outputs(model, features, 2, TASKS["classification"].outputs), len(examples))
     model.eval()
@@ -101,15 +102,16 @@ def test_score_uses_binary_f1_for_two_labels_and_macro_f1_otherwise():
 
 def test_finetune_config_round_trips_through_json(tmp_path):
     config = FinetuneConfig(train="train.tsv", output="out", task="regression", text_pair_column="sentence2",
-                            long_text="windows", training=TrainConfig(lr=1e-4, betas=(0.9, 0.98), eval_every=50))
+                            settings=ClassificationSettings(long_text="windows"),
+                            training=TrainConfig(lr=1e-4, betas=(0.9, 0.98), eval_every=50))
     config.save(tmp_path / "run.json")
     assert FinetuneConfig.load(tmp_path / "run.json") == config
     with pytest.raises(ConfigError, match="unknown task 'nope'; choose from classification, regression"):
         FinetuneConfig(task="nope")
     with pytest.raises(ConfigError, match="unknown context 'paragraph'; choose from sentence, document"):
-        FinetuneConfig(task="ner", context="paragraph")
+        FinetuneConfig.from_dict({"task": "ner", "context": "paragraph"})
     with pytest.raises(ConfigError, match="unknown decoding 'crf'; choose from argmax, viterbi"):
-        FinetuneConfig(task="ner", decoding="crf")
+        FinetuneConfig.from_dict({"task": "ner", "decoding": "crf"})
     with pytest.raises(ConfigError, match=r"^run.json: unknown key 'epochs'"):
         FinetuneConfig.from_dict({"epochs": 3}, "run.json")  # belongs under "training"
 
@@ -135,7 +137,8 @@ def sst2_model(tmp_path_factory, data_dir):
     with open(data_dir / "sst2" / "dev.tsv", encoding="utf-8") as handle:
         dev_rows = [row for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)][1:201]
     dev = write_tsv(folder / "dev.tsv", ["sentence", "label"], dev_rows)
-    config = FinetuneConfig(train=str(train), dev=str(dev), output=str(folder / "model"), max_length=64,
+    config = FinetuneConfig(train=str(train), dev=str(dev), output=str(folder / "model"),
+                            settings=ClassificationSettings(max_length=64),
                             batch_size=8, training=TrainConfig(epochs=1, lr=1e-4, warmup_ratio=0.1, progress=False,
                                                                device="cpu"))
     return finetune(config), dev
@@ -176,7 +179,7 @@ def test_stsb_regression_slice_learns(tmp_path, data_dir):
     config = FinetuneConfig(task="regression", train=str(data_dir / "stsb" / "train.tsv"),
                             output=str(tmp_path / "model"), text_column=columns.text,
                             text_pair_column=columns.text_pair, label_column=columns.label,
-                            max_train_examples=640, max_length=64, batch_size=8,
+                            max_train_examples=640, settings=ClassificationSettings(max_length=64), batch_size=8,
                             training=TrainConfig(epochs=2, lr=2e-4, warmup_ratio=0.1, progress=False, device="cpu"))
     result = finetune(config, dev_examples=dev)
     # An untrained head scores ~0. The new head is drawn from the run's seed; one epoch of this 640-example slice
@@ -214,3 +217,86 @@ def test_dropout_replaces_the_checkpoints_in_both_the_pretrained_and_the_random_
         assert kept.config.hidden_dropout_prob == 0.0
     with pytest.raises(ConfigError, match="dropout must be in"):
         FinetuneConfig(dropout=1.0)
+
+
+# --- long pairs: windows against a direct computation ---------------------------------------------------------
+
+PAIR_COLUMNS = Columns("#1 String", "#2 String", "Quality")
+PAIR_MAX_LENGTH = 32  # shorter than most MRPC pairs (two ~20-token sentences), so nearly every pair is windowed
+
+
+def windows_by_hand(hf_tokenizer, first: str, second: str, max_length: int) -> list[tuple[list[int], list[int]]]:
+    """The documented pair rule, built from transformers' tokenizer: the longer text (the first on a tie) slides
+    in windows advancing by half a window; the other stays whole beside each window, or its first
+    (max_length - 3) // 2 tokens when longer than that."""
+    cls, sep = hf_tokenizer.cls_token_id, hf_tokenizer.sep_token_id
+    texts = [hf_tokenizer(text, add_special_tokens=False)["input_ids"] for text in (first, second)]
+    if sum(map(len, texts)) + 3 <= max_length:
+        return [([cls, *texts[0], sep, *texts[1], sep], [0] * (len(texts[0]) + 2) + [1] * (len(texts[1]) + 1))]
+    budget = max_length - 3
+    windowed = 0 if len(texts[0]) >= len(texts[1]) else 1
+    kept = texts[1 - windowed][:budget // 2]
+    size = budget - len(kept)
+    pieces, start = [], 0
+    while True:
+        window = texts[windowed][start:start + size]
+        first_ids, second_ids = (window, kept) if windowed == 0 else (kept, window)
+        pieces.append(([cls, *first_ids, sep, *second_ids, sep],
+                       [0] * (len(first_ids) + 2) + [1] * (len(second_ids) + 1)))
+        if start + size >= len(texts[windowed]):
+            return pieces
+        start += size // 2
+
+
+@pytest.fixture(scope="module")
+def mrpc_windows_model(tmp_path_factory, data_dir):
+    """MiniLM with a pair classifier trained for a few steps on MRPC pairs cut into windows of 32 tokens."""
+    folder = tmp_path_factory.mktemp("mrpc_windows")
+    config = FinetuneConfig(train=str(data_dir / "mrpc" / "train.tsv"), output=str(folder / "model"),
+                            text_column=PAIR_COLUMNS.text, text_pair_column=PAIR_COLUMNS.text_pair,
+                            label_column=PAIR_COLUMNS.label,
+                            settings=ClassificationSettings(max_length=PAIR_MAX_LENGTH, long_text="windows"),
+                            max_train_examples=24, batch_size=8,
+                            training=TrainConfig(max_steps=3, lr=1e-4, progress=False, device="cpu"))
+    return finetune(config)
+
+
+def test_pair_windows_train_predict_and_evaluate_as_a_direct_computation(mrpc_windows_model, data_dir):
+    """Real MRPC pairs: every window built by hand with transformers' tokenizer and run through transformers'
+    BertForSequenceClassification on the saved weights, logits averaged per pair by hand, give predict()'s
+    probabilities and evaluate()'s metrics; training saw exactly the hand-built windows' count of long pairs."""
+    transformers = pytest.importorskip("transformers")
+    from sklearn.metrics import accuracy_score, f1_score
+
+    from bertforge.tasks.finetune import predict
+    directory = mrpc_windows_model.output_dir
+    hf_tokenizer = transformers.BertTokenizerFast.from_pretrained(directory)
+    reference = transformers.BertForSequenceClassification.from_pretrained(directory).eval()
+
+    train = TASKS["classification"].read_examples(data_dir / "mrpc" / "train.tsv", PAIR_COLUMNS)[:24]
+    long_pairs = sum(len(windows_by_hand(hf_tokenizer, e.text, e.text_pair, PAIR_MAX_LENGTH)) > 1 for e in train)
+    assert long_pairs > 12
+    assert f"training data: {long_pairs} of 24 examples were split into windows of max_length=32" in \
+        mrpc_windows_model.notes
+
+    dev = TASKS["classification"].read_examples(data_dir / "mrpc" / "dev.tsv", PAIR_COLUMNS)[:40]
+    dev_file = directory.parent / "dev.jsonl"  # the texts hold quotes that GLUE's unquoted TSV can't write back
+    dev_file.write_text("".join(json.dumps(dict(zip(["#1 String", "#2 String", "Quality"],
+                                                    [e.text, e.text_pair, e.label]))) + "\n" for e in dev))
+    expected = []
+    with torch.no_grad():
+        for example in dev:
+            pieces = windows_by_hand(hf_tokenizer, example.text, example.text_pair, PAIR_MAX_LENGTH)
+            logits = [reference(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([segments])).logits[0]
+                      for ids, segments in pieces]
+            expected.append(torch.stack(logits).mean(0).softmax(-1))
+    expected = torch.stack(expected)
+    answers = predict(directory, dev_file)
+    assert [a["text_pair"] for a in answers] == [e.text_pair for e in dev]
+    ours = torch.tensor([[a["probabilities"]["0"], a["probabilities"]["1"]] for a in answers])
+    torch.testing.assert_close(ours, expected, rtol=1e-4, atol=1e-5)
+
+    predicted, gold = expected.argmax(-1).tolist(), [int(e.label) for e in dev]
+    metrics = evaluate(directory, dev_file)
+    assert metrics["accuracy"] == pytest.approx(accuracy_score(gold, predicted))
+    assert metrics["f1"] == pytest.approx(f1_score(gold, predicted))

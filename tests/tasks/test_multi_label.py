@@ -15,10 +15,10 @@ from bertforge.cli import evaluate as evaluate_cli
 from bertforge.cli import finetune as finetune_cli
 from bertforge.cli import predict as predict_cli
 from bertforge.errors import InputError
-from bertforge.tasks.data import Columns, EncodeSettings, Features, TextExample, read_text_examples
+from bertforge.tasks.data import Columns, Features, TextExample, read_text_examples
 from bertforge.tasks.finetune import FinetuneConfig, evaluate, finetune, predict
 from bertforge.tasks.metrics import multi_label_macro_f1, multi_label_micro_f1, subset_accuracy
-from bertforge.tasks.multi_label import THRESHOLDS, choose_threshold, label_names
+from bertforge.tasks.multi_label import THRESHOLDS, MultiLabelSettings, choose_threshold, label_names
 from bertforge.tasks.registry import get_task, inspect_checkpoint
 from bertforge.training.trainer import TrainConfig
 
@@ -115,10 +115,12 @@ def test_the_threshold_with_the_best_dev_micro_f1():
     probs = torch.tensor([[0.7, 0.2], [0.9, 0.35], [0.28, 0.1], [0.4, 0.6]])
     examples = [TextExample("1", label=("a",)), TextExample("2", label=("a", "b")), TextExample("3", label=()),
                 TextExample("4", label=("b",))]
-    features = Features([{}] * 4, [0, 1, 2, 3], settings=EncodeSettings())
+    features = Features([{}] * 4, [0, 1, 2, 3], settings=MultiLabelSettings())
     outputs = [(torch.logit(row.double()).float()[None],) for row in probs]
     assert choose_threshold(features, examples, outputs, Config()) == {"threshold": 0.3}
     assert 0.3 in THRESHOLDS
+    fixed = Features([{}] * 4, [0, 1, 2, 3], settings=MultiLabelSettings(threshold=0.5))
+    assert choose_threshold(fixed, examples, outputs, Config()) == {}
 
 
 # --- fine-tuning, predicting, evaluating, and transformers loading the result -----------------------------------
@@ -249,7 +251,7 @@ def test_minilm_learns_which_entity_types_a_sentence_mentions(tmp_path, data_dir
         (folder / f"{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     config = FinetuneConfig(task="multi_label", train=str(folder / "train.jsonl"), dev=str(folder / "dev.jsonl"),
                             output=str(tmp_path / "model"), text_column="text", label_column="types",
-                            max_length=48, batch_size=16,
+                            settings=MultiLabelSettings(max_length=48), batch_size=16,
                             training=TrainConfig(epochs=2, lr=1e-4, warmup_ratio=0.1, progress=False, device="cpu"))
     result = finetune(config)
     # Predicting every type scores micro-F1 ~0.5 on these sentences, predicting none 0.

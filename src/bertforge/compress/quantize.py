@@ -168,11 +168,33 @@ class QuantizedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.float()
         scaled = x * self.input_scale if len(self.input_scale) else x
-        y = torch.ops.quantized.linear_dynamic(scaled, self.packed_weight(), int8_reduce_range())
+        if torch.compiler.is_exporting():
+            y = self.quantize_dequantize(scaled)
+        else:
+            y = torch.ops.quantized.linear_dynamic(scaled, self.packed_weight(), int8_reduce_range())
         if len(self.outlier_index):
             outliers = x.index_select(-1, self.outlier_index)  # (..., outliers)
             y.view(-1, self.out_features).addmm_(outliers.reshape(-1, len(self.outlier_index)), self.outlier_weight)
         return y if self.activation is None else ACTIVATIONS[self.activation](y)
+
+    def quantize_dequantize(self, scaled: torch.Tensor) -> torch.Tensor:
+        """The int8 product as an exporter traces it, for ONNX (QDQ): the int8 weight and its per-channel scales
+        dequantized, the input quantized to uint8 per tensor and back with the parameters the dynamic kernel
+        chooses (its range stretched to include 0, zero point rounded), then a float matmul. Same numbers as the
+        kernel up to float32 rounding; ONNX Runtime may fuse the pattern into an integer matmul."""
+        from torch.ao.quantization.fx import _decomposed  # noqa: F401  (registers torch.ops.quantized_decomposed)
+
+        decomposed = torch.ops.quantized_decomposed
+        weight = decomposed.dequantize_per_channel(self.weight, self.weight_scale,
+                                                   torch.zeros(self.out_features, dtype=torch.long), 0, -127, 127,
+                                                   torch.int8)  # (out, in)
+        largest = 127 if int8_reduce_range() else 255
+        low, high = scaled.min().clamp(max=0), scaled.max().clamp(min=0)
+        scale = ((high - low) / largest).clamp(min=1e-12)
+        zero_point = torch.round(-low / scale).clamp(0, largest).to(torch.long)
+        quantized = decomposed.quantize_per_tensor.tensor(scaled, scale, zero_point, 0, largest, torch.uint8)
+        scaled = decomposed.dequantize_per_tensor.tensor(quantized, scale, zero_point, 0, largest, torch.uint8)
+        return scaled @ weight.t() + self.bias
 
     def _load_from_state_dict(self, *args, **kwargs):
         self.packed = None  # new weights: prepack again
@@ -223,6 +245,16 @@ def calibrate(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], name
     return largest
 
 
+def calibration_batches(tokenizer, texts: Iterable[str] | None = None, batch_size: int = 16,
+                        max_length: int = 128) -> list[dict[str, torch.Tensor]]:
+    """Model inputs for `calibrate`: `texts` (default: the bundled real sentences of compress/calibration.py)."""
+    from bertforge.compress.calibration import CALIBRATION_SENTENCES
+
+    texts = list(CALIBRATION_SENTENCES if texts is None else texts)
+    return [dict(tokenizer(texts[i:i + batch_size], max_length=max_length, padding=True, return_tensors="pt"))
+            for i in range(0, len(texts), batch_size)]
+
+
 def quantize_int8(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]] | None,
                   config: QuantizationConfig) -> nn.Module:
     if next(model.parameters()).device.type != "cpu":
@@ -246,12 +278,12 @@ def quantize_int8(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]] |
 def cast_bf16(model: nn.Module, batches: Any, config: QuantizationConfig) -> nn.Module:
     """bf16 weights where the hardware computes in bf16 natively; elsewhere the (exactly representable) bf16 values
     in float32, which is what the checkpoint will hold either way."""
-    from bertforge.inference.optimize import InferenceOptions
+    from bertforge.inference.optimize import run_in_bf16
     from bertforge.runtime import bf16_supported
 
     device = next(model.parameters()).device
     if bf16_supported(device.type):
-        return InferenceOptions(precision="bf16").apply(model)
+        return run_in_bf16(model.eval())
     logger.warning("this %s has no native bf16: the model runs in float32 on bf16-rounded weights", device.type)
     with torch.no_grad():
         for parameter in model.parameters():
@@ -354,7 +386,7 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
     if precision == "int8":
         sample = examples if calibration is None else reference.read(calibration, columns, labelled=True)
         features = candidate.task.encode(candidate.tokenizer, sample[:calibration_examples],
-                                         candidate.settings.settings, candidate.id2label)
+                                         candidate.settings, candidate.id2label)
         batches = [batch for _, batch in inference_batches(features, batch_size, candidate.tokenizer.pad_token_id)]
     quantize(candidate.model, config, batches)
     report = GateReport(reference.task.main_metric, measure("fp32", reference, examples, batch_size),
@@ -363,7 +395,7 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
     def write(folder: Path) -> None:
         save_quantized(candidate.model, folder)
         candidate.tokenizer.save_pretrained(folder)
-        candidate.settings.save(folder / RUN_CONFIG_FILE)
+        candidate.run.save(folder / RUN_CONFIG_FILE)
 
     write_if_accepted(report, output, write)
     return report

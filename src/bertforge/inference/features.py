@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertforge.batching import MODEL_INPUTS, collate, length_sorted_batches
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
 from bertforge.errors import BertforgeError, check_choice
 
@@ -79,18 +80,6 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str = "mea
     return POOLINGS[pooling](hidden, attention_mask)
 
 
-def pad_ids(sequences: Sequence[Sequence[int]], pad_value: int) -> torch.Tensor:
-    """Right-pad lists of ints to the longest: (batch, seq)."""
-    longest = max(len(ids) for ids in sequences)
-    return torch.tensor([list(ids) + [pad_value] * (longest - len(ids)) for ids in sequences], dtype=torch.long)
-
-
-def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices grouped into batches of similar length, so each batch pads only to its own longest."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
-    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
-
-
 @dataclass
 class TokenVectors:
     """Per-token (or per-word) vectors of one text, with where each came from in the text."""
@@ -114,10 +103,10 @@ def _encoded_batches(model, tokenizer, texts: Sequence[str], layers: str, batch_
         batches = tqdm(batches, desc="embedding", unit="batch")
     device = next(model.parameters()).device  # the batches go where the model is (--device); features come back
     for indices in batches:
-        ids = pad_ids([encoded["input_ids"][i] for i in indices], tokenizer.pad_token_id).to(device)
-        segments = pad_ids([encoded["token_type_ids"][i] for i in indices], 0).to(device)
-        mask = pad_ids([encoded["attention_mask"][i] for i in indices], 0).to(device)
-        yield indices, token_features(model, ids, mask, segments, layers).cpu(), mask.cpu(), encoded
+        batch = collate([{key: encoded[key][i] for key in MODEL_INPUTS} for i in indices], tokenizer.pad_token_id)
+        batch = {key: tensor.to(device) for key, tensor in batch.items()}
+        hidden = token_features(model, batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers)
+        yield indices, hidden.cpu(), batch["attention_mask"].cpu(), encoded
 
 
 def sentence_embedding(model, pooling: str | None = None, max_length: int | None = None,

@@ -3,7 +3,9 @@ scoring held-out documents with `evaluation.evaluate_mlm`.
 
 Step-based over an endless instance stream, so it has its own small loop rather than the epoch-based Trainer;
 it shares the Trainer's optimiser, schedule, seeding and bf16 helpers. Under torchrun every process trains on its
-own part of the corpus with DistributedDataParallel, and only rank 0 writes. Output folder:
+own part of the corpus with DistributedDataParallel, and only rank 0 writes. The run writes into
+OUTPUT.incomplete/ (where `resume` finds it) and moves it to OUTPUT when it ends, so a killed or failed run leaves a
+model already in OUTPUT as it was. Output folder:
 
     config.json, model.safetensors    the trained model, an ordinary checkpoint (ELECTRA: its discriminator)
     vocab.txt, tokenizer_config.json  the tokenizer the corpus was prepared with
@@ -39,9 +41,9 @@ from bertforge.checkpoint.train_state import (
 )
 from bertforge.config import PRESETS, BertConfig, JsonConfig, check_number, dropout_overrides
 from bertforge.errors import ConfigError
-from bertforge.outputs import check_output_dir
+from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging
 from bertforge.pretraining.collate import PretrainingCollator, batches
-from bertforge.pretraining.corpus import CorpusReader, tokenizer_identity
+from bertforge.pretraining.corpus import TOKENIZER_DIR, CorpusReader, tokenizer_identity
 from bertforge.pretraining.evaluation import batch_counts, evaluate_mlm, summarise
 from bertforge.pretraining.heads import ElectraForPreTraining
 from bertforge.pretraining.instances import SHORT_SEQ_PROB, InstanceStream
@@ -54,6 +56,7 @@ from bertforge.training.optim import build_optimizer, linear_warmup_decay
 from bertforge.training.trainer import keep_log_until, read_log
 
 logger = logging.getLogger("bertforge")
+progress = logging.getLogger("bertforge.progress")  # shown by the CLI without -v: held-out metrics as they come
 
 RUN_CONFIG_FILE = "pretrain_config.json"
 LOG_FILE = "log.jsonl"
@@ -79,7 +82,9 @@ class PretrainConfig(JsonConfig):
     # phase at longer sequences, or more pre-training of a released model on the user's own text.
     init_from: str | None = None
     dropout: float | None = None  # replaces the model's dropout (hidden and attention); None keeps it (BERT: 0.1)
-    tokenizer: str = "default"  # a model directory, 'default', or a vocab.txt: must be the corpus's tokenizer
+    # A model directory, 'default', or a vocab.txt: must be the corpus's tokenizer; None: the corpus's own (which
+    # `pretrain prepare` keeps in its folder).
+    tokenizer: str | None = None
     do_lower_case: bool = True  # for a bare vocab.txt; a model directory's tokenizer_config.json decides
     objective: str = "mlm+nsp"
     masking: str = "token"
@@ -160,6 +165,14 @@ def load_tokenizer(name_or_path: str, do_lower_case: bool = True) -> BertTokeniz
     return BertTokenizer.from_pretrained(name_or_path)
 
 
+def corpus_tokenizer(reader: CorpusReader) -> BertTokenizer:
+    """The tokenizer a corpus was prepared with, kept in its folder."""
+    if not (reader.directory / TOKENIZER_DIR).is_dir():
+        raise ConfigError(f"{reader.directory} was prepared without keeping its tokenizer (an older bertforge); "
+                          "pass the --vocab it was prepared with, or prepare it again")
+    return BertTokenizer.from_pretrained(reader.directory / TOKENIZER_DIR)
+
+
 def check_tokenizer(tokenizer: BertTokenizer, reader: CorpusReader, source: str) -> None:
     """The corpus stores ids: training with another vocabulary or other settings would learn nonsense."""
     prepared = reader.manifest["tokenizer"]
@@ -226,17 +239,18 @@ def _check_launch(config: PretrainConfig) -> distributed.ProcessInfo:
     return info
 
 
-def save_final_model(model: nn.Module, tokenizer: BertTokenizer, config: PretrainConfig) -> None:
+def save_final_model(model: nn.Module, tokenizer: BertTokenizer, directory: Path) -> None:
     """An ordinary checkpoint directory: what BertModel / BertFor*.from_pretrained and transformers read."""
     keep = model.discriminator if isinstance(model, ElectraForPreTraining) else model
-    keep.save_pretrained(config.output)
-    tokenizer.save_pretrained(config.output)
+    keep.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
 
 
 def pretrain(config: PretrainConfig, resume: bool = False, overwrite: bool = False) -> PretrainResult:
     """Pre-train a model as `config` says, writing to config.output (see the module docstring); `resume`
-    continues from output/checkpoint exactly: the same batches, masks, dropout and losses as without a stop (a
-    finished run is not run or evaluated again). A folder that holds a model is replaced only with `overwrite`.
+    continues a killed run from OUTPUT.incomplete/checkpoint exactly: the same batches, masks, dropout and losses as
+    without a stop (a finished run is not run or evaluated again). A folder that holds a model is replaced only with
+    `overwrite`, and only when the run ends.
 
     Under torchrun (config.rank and world_size from its environment) each process trains on its part of the
     corpus and DDP averages the gradients; rank 0 alone writes the log, checkpoints (holding every rank's data
@@ -256,25 +270,39 @@ def pretrain(config: PretrainConfig, resume: bool = False, overwrite: bool = Fal
         return _train(config, resume, device, overwrite)
 
 
+def _finished_run(config: PretrainConfig, work: Path, is_main: bool) -> PretrainResult | None:
+    """The result of a run that already ended (in place, or in its staging folder when it was killed while moving
+    there), which is not run or evaluated again; None when there is a killed run to resume."""
+    saved = read_train_state(work / CHECKPOINT_DIR)
+    _check_resumable(saved["extra"].get("config", {}), config, work / CHECKPOINT_DIR / TRAIN_STATE_FILE)
+    if saved["step"] < config.steps or not (work / CONFIG_FILE).is_file():
+        return None
+    logger.warning("the run in %s had already finished (%d steps); nothing to resume", config.output, saved["step"])
+    if is_main and work != Path(config.output):
+        finish_staging(config.output)
+    history = [record for record in read_log(Path(config.output) / LOG_FILE) if is_main]
+    return PretrainResult(steps=saved["step"], history=history, output=Path(config.output))
+
+
 def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite: bool = False) -> PretrainResult:
     is_main = config.rank == 0
     output = Path(config.output)
-    checkpoint_dir = output / CHECKPOINT_DIR
+    work = staging_dir(output)  # where the run writes until it ends
+    checkpoint_dir = work / CHECKPOINT_DIR
     if resume:
-        saved = read_train_state(checkpoint_dir)
-        _check_resumable(saved["extra"].get("config", {}), config, checkpoint_dir / TRAIN_STATE_FILE)
-        if saved["step"] >= config.steps and (output / CONFIG_FILE).is_file():
-            logger.warning("the run in %s had already finished (%d steps); nothing to resume", output, saved["step"])
-            history = [record for record in read_log(output / LOG_FILE) if is_main]
-            return PretrainResult(steps=saved["step"], history=history, output=output)
+        # A finished run is in OUTPUT; a killed one in its staging folder (read_train_state names what is missing).
+        finished = _finished_run(config, output if not work.exists() else work, is_main)
+        if finished is not None:
+            return finished
     elif (checkpoint_dir / TRAIN_STATE_FILE).exists() and not overwrite:
-        raise ConfigError(f"{output} already holds a training run; pass --resume to continue it, --overwrite to "
+        raise ConfigError(f"{work} holds a killed run into {output}; pass --resume to continue it, --overwrite to "
                           "start again, or choose another output folder")
 
     reader = CorpusReader(config.data, split="train", holdout=config.holdout, rank=config.rank,
                           world_size=config.world_size)
-    tokenizer = load_tokenizer(config.tokenizer, config.do_lower_case)
-    check_tokenizer(tokenizer, reader, config.tokenizer)
+    tokenizer = corpus_tokenizer(reader) if config.tokenizer is None else load_tokenizer(config.tokenizer,
+                                                                                          config.do_lower_case)
+    check_tokenizer(tokenizer, reader, config.tokenizer or str(reader.directory / TOKENIZER_DIR))
     objective = get_objective(config.objective)
     bert_config = model_config(config.model, tokenizer, config.seq_len, config.dropout, config.init_from)
     masker = Masker(tokenizer.vocab, config.masking, config.mask_probability)
@@ -314,14 +342,14 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
         sampler.set_state(position["sampler"])
         step = state.step
         if is_main:
-            keep_log_until(output / LOG_FILE, step)
+            keep_log_until(work / LOG_FILE, step)
             logger.info("resuming from step %d", step)
     elif is_main:
-        output.mkdir(parents=True, exist_ok=True)
-        (output / LOG_FILE).write_text("")
+        start_staging(output)
+        (work / LOG_FILE).write_text("")
     if is_main:
-        config.save(output / RUN_CONFIG_FILE)
-        tokenizer.save_pretrained(output)
+        config.save(work / RUN_CONFIG_FILE)
+        tokenizer.save_pretrained(work)
     # DDP averages the gradients over processes; compile wraps DDP (not the reverse) so that DDP's communication
     # hooks stay outside the compiled graphs. `model` itself is what is saved and evaluated.
     fast_cpu.accelerate(model)  # the model lives only for this run; its parameters (all that is saved) are shared
@@ -345,7 +373,7 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
         if not is_main:
             return
         history.append(record)
-        with open(output / LOG_FILE, "a", encoding="utf-8") as handle:
+        with open(work / LOG_FILE, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
 
     def evaluate() -> None:
@@ -356,6 +384,8 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
         with autocast():
             metrics = evaluate_mlm(model, eval_reader, masker, tokenizer.vocab.pad_token_id, config.batch_size,
                                    config.seq_len, config.eval_batches, config.seed, device)
+        progress.info("step %d, held-out masked LM: loss %.4f, perplexity %.2f, accuracy %.4f", step,
+                      metrics["loss"], metrics["perplexity"], metrics["accuracy"])
         log({"event": "eval", "step": step, **metrics})
 
     parameters = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
@@ -403,5 +433,24 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
         evaluate()
     save_checkpoint()
     if is_main:
-        save_final_model(model, tokenizer, config)
+        save_final_model(model, tokenizer, work)
+        finish_staging(output)
     return PretrainResult(steps=step, history=history, output=output)
+
+
+def evaluate_pretrained(model: str | Path, data: str | Path, holdout: int | float | None = None,
+                        batch_size: int = 32, max_batches: int | None = None, seq_len: int = 128,
+                        masking: str = "token", seed: int = 0) -> dict[str, float]:
+    """Held-out masked-LM metrics (evaluate_mlm) of a pre-trained model directory on the corpus it was trained on:
+    the held-out split is the training run's (`holdout`, else its pretrain_config.json's, else 0.01) and the
+    tokenizer must be the corpus's."""
+    from bertforge.inference.fill_mask import load_masked_lm
+
+    if holdout is None:
+        run_config = Path(model) / RUN_CONFIG_FILE
+        holdout = PretrainConfig.load(run_config).holdout if run_config.is_file() else 0.01
+    reader = CorpusReader(data, split="eval", holdout=holdout)
+    masked_lm, tokenizer = load_masked_lm(str(model))
+    check_tokenizer(tokenizer, reader, str(model))
+    return evaluate_mlm(masked_lm, reader, Masker(tokenizer.vocab, masking), tokenizer.vocab.pad_token_id,
+                        batch_size=batch_size, seq_len=seq_len, max_batches=max_batches, seed=seed)

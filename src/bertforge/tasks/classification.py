@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import default_labels
 from bertforge.tasks.data import EncodeSettings, Features, TextExample
 from bertforge.tasks.metrics import compute_metrics
+from bertforge.windows import half_overlap_starts
 
 logger = logging.getLogger("bertforge")
 
@@ -68,21 +70,30 @@ def windows(tokenizer, example: TextExample, max_length: int) -> list[Piece]:
     size = budget - sum(len(ids) for i, ids in enumerate(texts) if i != windowed)
     if size < 2:
         raise ConfigError(f"max_length={max_length} is too small for windows")
-    pieces, start = [], 0
-    while True:
+    pieces = []
+    for start in half_overlap_starts(len(texts[windowed]), size):
         input_ids, segments = [tokenizer.cls_token_id], [0]
         for segment, ids in enumerate(texts):
             part = ids[start:start + size] if segment == windowed else ids
             input_ids += [*part, tokenizer.sep_token_id]
             segments += [segment] * (len(part) + 1)
         pieces.append((input_ids, segments))
-        if start + size >= len(texts[windowed]):
-            return pieces
-        start += size // 2
+    return pieces
 
 
 # What happens to an example longer than max_length: name -> (tokenizer, example, max_length) -> inputs.
 LONG_TEXT: dict[str, Callable[[Any, TextExample, int], list[Piece]]] = {"truncate": truncate, "windows": windows}
+
+
+@dataclass
+class ClassificationSettings(EncodeSettings):
+    """Classification's and regression's inputs: the token budget and what a longer text becomes."""
+
+    long_text: str = "truncate"  # a key of LONG_TEXT
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_choice(self.long_text, LONG_TEXT, "long_text")
 
 
 def class_target(label: str | float, label2id: dict[str, int] | None) -> int | float:
@@ -90,12 +101,11 @@ def class_target(label: str | float, label2id: dict[str, int] | None) -> int | f
     return float(label) if label2id is None else label2id[label]
 
 
-def encode(tokenizer, examples: Sequence[TextExample], settings: EncodeSettings, id2label: dict[int, str],
+def encode(tokenizer, examples: Sequence[TextExample], settings: ClassificationSettings, id2label: dict[int, str],
            targets: Callable[[Any, dict[str, int] | None], Any] = class_target) -> Features:
     """Examples -> one row per model input ({input_ids, token_type_ids[, labels]}), each label made a target by
     `targets` (class ids, regression scores; multi_label.multi_hot for label sets). Unlabelled examples give rows
     without labels."""
-    check_choice(settings.long_text, LONG_TEXT, "long_text")
     texts = [example.text for example in examples]
     pairs = [example.text_pair for example in examples]
     if all(pair is None for pair in pairs):

@@ -23,11 +23,10 @@ from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE
 from bertforge.checkpoint.train_state import TRAIN_STATE_FILE
 from bertforge.config import FINETUNE_KEY, BertConfig, JsonConfig, check_number, dropout_overrides, read_json_object
-from bertforge.errors import ConfigError, InputError, check_choice
+from bertforge.errors import ConfigError, InputError
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging
 from bertforge.runtime import resolve_device, seed_everything
-from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.data import (
     PLAIN_TEXT_COLUMN,
     Columns,
@@ -37,10 +36,9 @@ from bertforge.tasks.data import (
     row_outputs,
     training_batches,
 )
-from bertforge.tasks.multi_label import DEFAULT_THRESHOLD
 from bertforge.tasks.registry import RUN_CONFIG_FILE, TASKS, Task, get_task, inspect_checkpoint
-from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 from bertforge.tokenizer import BertTokenizer
+from bertforge.training import distributed
 from bertforge.training.trainer import (
     CHECKPOINT_DIR,
     METRICS_FILE,
@@ -58,7 +56,12 @@ EVAL_RESULTS_FILE = "eval_results.json"
 
 @dataclass
 class FinetuneConfig(JsonConfig):
-    """Everything a fine-tuning run needs; `bertforge finetune` flags and `--config run.json` fill it."""
+    """Everything a fine-tuning run needs; `bertforge finetune` flags and `--config run.json` fill it.
+
+    `settings` are the task's own (TASKS[task].settings: max_length, and e.g. qa's doc_stride and n_best). In the
+    JSON file they are top-level keys, as every run has written them ({"task": "qa", "max_length": 384,
+    "doc_stride": 128, ...}); a "settings" object is read too.
+    """
 
     train: str | None = None  # training data file (.csv, .tsv, .jsonl; CoNLL for ner, SQuAD .json for qa)
     output: str | None = None  # output model directory
@@ -71,17 +74,7 @@ class FinetuneConfig(JsonConfig):
     text_pair_column: str | None = None
     label_column: str = "label"
     label_separator: str | None = None  # multi_label: what separates labels in a text cell ("|"); JSON lists need none
-    threshold: float | None = None  # multi_label: the decision threshold; None: chosen on the dev set (else 0.5)
-    max_length: int | None = None  # tokens per input; None: the task's default (qa 384, others 128)
-    long_text: str = "truncate"
-    context: str = "sentence"  # ner: "document" fills each window with the sentences around it (BERT's CoNLL set-up)
-    decoding: str = "argmax"  # ner: "viterbi" reads the most probable valid IOB2 tag sequence, not each word's best
-    doc_stride: int | None = None  # overlap of windows: qa tokens (default 128), ner words (default 16)
-    max_query_length: int = 64  # qa: question tokens kept
-    version_2: bool = False  # qa: SQuAD v2 (questions may have no answer)
-    n_best: int = 20  # qa: answers kept per question
-    max_answer_length: int = 30  # qa: tokens
-    null_score_threshold: float = 0.0  # qa, SQuAD v2: margin by which "no answer" must beat the best span
+    settings: EncodeSettings | None = None  # the task's settings; None: its defaults
     batch_size: int = 32
     eval_batch_size: int = 64
     max_train_examples: int | None = None  # use only the first N training examples
@@ -90,36 +83,75 @@ class FinetuneConfig(JsonConfig):
     def __post_init__(self):
         if isinstance(self.training, dict):
             self.training = TrainConfig.from_dict(self.training, "training")
-        check_choice(self.task, TASKS, "task")
-        if self.max_length is None:
-            self.max_length = TASKS[self.task].max_length
-        check_choice(self.long_text, LONG_TEXT, "long_text")
-        check_choice(self.context, CONTEXTS, "context")
-        check_choice(self.decoding, DECODINGS, "decoding")
-        check_number("null_score_threshold", self.null_score_threshold)
-        check_number("threshold", self.threshold, minimum=0.0, optional=True)
-        if self.threshold is not None and self.threshold >= 1.0:
-            raise ConfigError(f"threshold must be in [0, 1), got {self.threshold!r}")
+        kind = get_task(self.task).settings
+        if self.settings is None:
+            self.settings = kind()
+        elif isinstance(self.settings, dict):
+            self.settings = kind.from_dict(self.settings, "settings")
+        elif type(self.settings) is not kind:
+            raise ConfigError(f"settings: task {self.task!r} takes {kind.__name__}, got {type(self.settings).__name__}")
         if self.label_separator is not None and not self.label_separator.strip():
             raise ConfigError("label_separator must be a visible character or text, e.g. \"|\" or \";\"")
         dropout_overrides(self.dropout)  # validates it
-        for name in ("max_length", "batch_size", "eval_batch_size", "max_query_length", "n_best",
-                     "max_answer_length"):
+        for name in ("batch_size", "eval_batch_size"):
             check_number(name, getattr(self, name), minimum=1, integer=True)
-        check_number("doc_stride", self.doc_stride, minimum=0, integer=True, optional=True)
         check_number("max_train_examples", self.max_train_examples, minimum=1, integer=True, optional=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> FinetuneConfig:
+        """A run config; a task setting may also be a top-level key (as older runs wrote them, and as the command
+        line's flags arrive), which wins over the same key in "settings"."""
+        if isinstance(data, dict) and data.get("task", "classification") in TASKS:
+            data = dict(data)
+            flat = {key: data.pop(key) for key in list(data) if key in SETTING_DEFAULTS}
+            if flat or isinstance(data.get("settings"), dict):
+                task = data.get("task", "classification")
+                data["settings"] = TASKS[task].settings.from_dict(
+                    (data.get("settings") or {}) | task_settings(flat, task, source), f"{source}, settings")
+        return super().from_dict(data, source)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The task's settings as top-level keys, where the field stands."""
+        items = list(super().to_dict().items())
+        position = [name for name, _ in items].index("settings")
+        return dict(items[:position] + list(items[position][1].items()) + items[position + 1:])
+
+    @property
+    def max_length(self) -> int:
+        return self.settings.max_length
 
     @property
     def columns(self) -> Columns:
         return Columns(self.text_column, self.text_pair_column, self.label_column, self.label_separator)
 
-    @property
-    def settings(self) -> EncodeSettings:
-        return EncodeSettings(max_length=self.max_length, long_text=self.long_text, stride=self.doc_stride,
-                              context=self.context, decoding=self.decoding, max_query_length=self.max_query_length,
-                              version_2=self.version_2, n_best=self.n_best, max_answer_length=self.max_answer_length,
-                              null_score_threshold=self.null_score_threshold,
-                              threshold=DEFAULT_THRESHOLD if self.threshold is None else self.threshold)
+
+def setting_defaults() -> dict[str, dict[str, Any]]:
+    """Every task setting's name -> {task: its default} for the tasks whose settings have it."""
+    defaults: dict[str, dict[str, Any]] = {}
+    for name, task in TASKS.items():
+        for setting in dataclasses.fields(task.settings):
+            defaults.setdefault(setting.name, {})[name] = setting.default
+    return defaults
+
+
+SETTING_DEFAULTS = setting_defaults()
+
+
+def task_settings(flat: dict[str, Any], task: str, source: str) -> dict[str, Any]:
+    """The top-level keys of a run config that are settings of `task`: another task's setting at its
+    default (older runs wrote every task's) or None (older runs' "the task's default") is dropped; one set to
+    something else is an error naming the tasks it belongs to."""
+    own = {f.name for f in dataclasses.fields(TASKS[task].settings)}
+    kept = {}
+    for key, value in flat.items():
+        if value is None:
+            continue
+        if key in own:
+            kept[key] = value
+        elif value not in SETTING_DEFAULTS[key].values():
+            raise ConfigError(f"{source}: {key} is a setting of task {' and '.join(SETTING_DEFAULTS[key])}, "
+                              f"not of {task}")
+    return kept
 
 
 @dataclass
@@ -134,8 +166,8 @@ class FinetuneResult:
 
 def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None,
              dev_examples: Sequence[Any] | None = None, model: nn.Module | None = None,
-             loss_fn: Callable[[nn.Module, Any], Any] = model_loss, overwrite: bool = False, resume: bool = False
-             ) -> FinetuneResult:
+             loss_fn: Callable[[nn.Module, Any], Any] = model_loss, overwrite: bool = False, resume: bool = False,
+             launch: distributed.ProcessInfo | None = None) -> FinetuneResult:
     """Fine-tune `config.model` on the training data and keep the best model (by the task's main metric).
 
     Examples may be given directly (in memory) instead of `config.train` / `config.dev`. Every data error is
@@ -144,7 +176,21 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
     student and loss (bertforge.compress.distill). The run writes into OUTPUT.incomplete/ and moves it to OUTPUT
     when it ends; a folder holding a model is replaced only with `overwrite`; `resume` continues a killed run from
     its last checkpoint exactly (the same losses as a run never stopped).
+
+    `launch` is this process's place in a torchrun launch (None: read from torchrun's environment; rank 0 of 1
+    without it). With several processes each trains on its shard of every global batch of `batch_size` rows with
+    DistributedDataParallel, and rank 0 alone evaluates, saves and writes: the run one process makes of the same
+    batches. The process group is joined here (unless the caller has one) and left on return.
     """
+    launch = distributed.read_environment() if launch is None else launch
+    device = distributed.select_device(config.training.device, launch)
+    with distributed.process_group(launch, device):
+        return _finetune(config, train_examples, dev_examples, model, loss_fn, overwrite, resume, launch, device)
+
+
+def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_examples: Sequence[Any] | None,
+              model: nn.Module | None, loss_fn: Callable[[nn.Module, Any], Any], overwrite: bool, resume: bool,
+              launch: distributed.ProcessInfo, device) -> FinetuneResult:
     if config.output is None:
         raise ConfigError("an output directory is required (--output, or \"output\" in the run config)")
     if train_examples is None and config.train is None:
@@ -181,39 +227,48 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
     if model is None:
         model = load_task_model(task, config.model, id2label, config.random_init, config.training.seed,
                                 config.dropout)
-    start_staging(output, keep=resume)
-    dataclasses.replace(config, training=dataclasses.replace(config.training, output_dir=str(output))).save(
-        staging / RUN_CONFIG_FILE)
-    # Where other tools look: transformers truncates at tokenizer_config.json's model_max_length.
-    tokenizer.save_pretrained(staging, model_max_length=config.max_length)
+    is_main = launch.rank == 0
+    distributed.barrier()  # every process has checked the output folder before the main one changes it
+    if is_main:
+        start_staging(output, keep=resume)
+        dataclasses.replace(config, training=dataclasses.replace(config.training, output_dir=str(output))).save(
+            staging / RUN_CONFIG_FILE)
+        # Where other tools look: transformers truncates at tokenizer_config.json's model_max_length.
+        tokenizer.save_pretrained(staging, model_max_length=config.max_length)
     model.config.extra |= {"finetuning_task": config.task, FINETUNE_KEY: finetune_record(config)}
     training = dataclasses.replace(config.training, output_dir=str(staging))
-
-    calibrate = config.threshold is None  # the task chooses its threshold on the dev set unless the run fixed it
+    if launch.is_distributed:
+        training = dataclasses.replace(training, device=str(device))  # cuda: this process's own GPU
 
     def evaluate(model: nn.Module) -> dict[str, float]:
-        metrics = score_features(task, model, dev_features, dev_examples, id2label, config.eval_batch_size, calibrate)
+        metrics = score_features(task, model, dev_features, dev_examples, id2label, config.eval_batch_size,
+                                 calibrate=True)
         # config.json records the chosen settings too: the model saved after this evaluation (the best) carries them.
-        model.config.extra[FINETUNE_KEY] |= chosen_settings(metrics)
+        model.config.extra[FINETUNE_KEY] |= chosen_settings(metrics, config.settings)
         return metrics
 
-    batches = training_batches(train_features, config.batch_size, tokenizer.pad_token_id, training.seed)
+    batches = training_batches(train_features, config.batch_size, tokenizer.pad_token_id, training.seed,
+                               launch.rank, launch.world_size)
     trainer = Trainer(model, training, batches, evaluate=evaluate if dev_features is not None else None,
                       main_metric=task.main_metric, save=lambda model: model.save_pretrained(staging),
                       loss_fn=loss_fn)
     result = trainer.train(resume=resume)
-    if result.best is not None and chosen_settings(result.best):  # the kept model's threshold is the one to use
-        dataclasses.replace(FinetuneConfig.load(staging / RUN_CONFIG_FILE), **chosen_settings(result.best)).save(
-            staging / RUN_CONFIG_FILE)
-    shutil.rmtree(staging / CHECKPOINT_DIR, ignore_errors=True)  # the optimizer state is twice the model
-    finish_staging(output)
+    if is_main:
+        chosen = chosen_settings(result.best or {}, config.settings)
+        if chosen:  # the kept model's threshold is the one to predict with
+            saved = FinetuneConfig.load(staging / RUN_CONFIG_FILE)
+            dataclasses.replace(saved, settings=dataclasses.replace(saved.settings, **chosen)).save(
+                staging / RUN_CONFIG_FILE)
+        shutil.rmtree(staging / CHECKPOINT_DIR, ignore_errors=True)  # the optimizer state is twice the model
+        finish_staging(output)
     return FinetuneResult(output, result.best, result.history, result.steps, result.stopped_early, notes)
 
 
 def score_features(task: Task, model: nn.Module, features: Features, examples: Sequence[Any],
                    id2label: dict[int, str], batch_size: int = 64, calibrate: bool = False) -> dict[str, float]:
     """The task's metrics of `model` on encoded examples. With `calibrate`, the settings the task chooses on them
-    (multi-label's decision threshold) are chosen first, used, and returned among the metrics ("threshold")."""
+    (multi-label's decision threshold, unless the run fixed it) are chosen first, used, and returned among the
+    metrics ("threshold")."""
     outputs = row_outputs(model, features, batch_size, task.outputs)
     chosen = {}
     if calibrate and task.calibrate is not None:
@@ -222,15 +277,14 @@ def score_features(task: Task, model: nn.Module, features: Features, examples: S
     return task.score(task.decode(features, examples, outputs, model.config), examples, id2label) | chosen
 
 
-def chosen_settings(metrics: dict[str, Any]) -> dict[str, Any]:
-    """The EncodeSettings chosen on the dev set among an evaluation's metrics: {"threshold": 0.45} or {}."""
-    return {f.name: metrics[f.name] for f in dataclasses.fields(EncodeSettings) if f.name in metrics}
+def chosen_settings(metrics: dict[str, Any], settings: EncodeSettings) -> dict[str, Any]:
+    """The task settings chosen on the dev set among an evaluation's metrics: {"threshold": 0.45} or {}."""
+    return {f.name: metrics[f.name] for f in dataclasses.fields(settings) if f.name in metrics}
 
 
 def finetune_record(config: FinetuneConfig) -> dict[str, Any]:
     """How inputs were read in training, as config.json records it for other tools (finetune_config.json has all)."""
-    return {"max_length": config.max_length, "long_text": config.long_text, "decoding": config.decoding,
-            "context": config.context, "doc_stride": config.doc_stride}
+    return config.settings.to_dict()
 
 
 # Run settings that a resumed run may change: they don't affect what is computed.
@@ -289,7 +343,7 @@ class FinetunedModel:
     model: nn.Module
     tokenizer: BertTokenizer
     task: Task
-    settings: FinetuneConfig
+    run: FinetuneConfig  # the training run's config (or the task's defaults for a checkpoint without one)
 
     @classmethod
     def load(cls, name_or_path: str | Path, task: str | None = None, inference: InferenceOptions = AS_TRAINED
@@ -300,9 +354,14 @@ class FinetunedModel:
         `inference` prepares the model (precision, compile); by default it is left as trained."""
         checkpoint = inspect_checkpoint(name_or_path)
         definition = checkpoint.task_for(task)
-        model = inference.apply(definition.model_class.from_pretrained(checkpoint.directory))
-        return cls(model, BertTokenizer.from_pretrained(checkpoint.directory), definition,
-                   checkpoint.settings(definition.name))
+        tokenizer = BertTokenizer.from_pretrained(checkpoint.directory)
+        model = inference.apply(definition.model_class.from_pretrained(checkpoint.directory), tokenizer)
+        return cls(model, tokenizer, definition, checkpoint.settings(definition.name))
+
+    @property
+    def settings(self) -> EncodeSettings:
+        """The task settings inputs are read and answers decoded with: the training run's."""
+        return self.run.settings
 
     @property
     def id2label(self) -> dict[int, str]:
@@ -312,7 +371,7 @@ class FinetunedModel:
                 path: str | Path | None = None, format: str | None = None,
                 label_separator: str | None = None) -> Columns:
         """The training run's columns, each replaced when given; a text file has only a text column."""
-        saved = self.settings.columns
+        saved = self.run.columns
         separator = label_separator or saved.label_separator
         if path is not None and data_format(path, format) == "txt":
             return Columns(PLAIN_TEXT_COLUMN, None, label or saved.label, separator)
@@ -321,19 +380,25 @@ class FinetunedModel:
     def read(self, path: str | Path, columns: Columns, labelled: bool, format: str | None = None) -> list:
         """The examples of a data file, in `format` (a key of DATA_FORMATS) or the one data_format finds."""
         return self.task.read_examples(path, columns, self.id2label, labelled=labelled,
-                                       settings=self.settings.settings, format=format)
+                                       settings=self.settings, format=format)
 
     def predict(self, examples: Sequence[Any], batch_size: int = 64, max_length: int | None = None,
                 decoding: str | None = None) -> list[dict[str, Any]]:
-        """Answers for examples; `max_length` and `decoding` replace the training run's when given."""
-        settings = dataclasses.replace(self.settings.settings, max_length=max_length or self.settings.max_length,
-                                       decoding=decoding or self.settings.decoding)
+        """Answers for examples; `max_length` and `decoding` (ner) replace the training run's when given."""
+        settings = dataclasses.replace(self.settings, max_length=max_length or self.settings.max_length,
+                                       **decoding_setting(self.settings, decoding))
         features = self.task.encode(self.tokenizer, examples, settings, self.id2label)
         return self.task.predict(self.model, features, examples, batch_size)
 
     def evaluate(self, examples: Sequence[Any], batch_size: int = 64, max_length: int | None = None,
                  decoding: str | None = None) -> dict[str, float]:
         return self.task.score(self.predict(examples, batch_size, max_length, decoding), examples, self.id2label)
+
+
+def decoding_setting(settings: EncodeSettings, decoding: str | None) -> dict[str, str]:
+    """{"decoding": `decoding`, else the saved one} for a task that decodes one way or another (ner), else {}."""
+    saved = getattr(settings, "decoding", None)
+    return {"decoding": decoding or saved} if saved is not None else {}
 
 
 def saved_run_config(name_or_path: str | Path) -> FinetuneConfig | None:
@@ -357,7 +422,7 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
     if output is not None:
         options = dataclasses.asdict(inference)
         record = {"model": str(model), "data": str(data), "examples": len(examples), **options,
-                  "decoding": decoding or finetuned.settings.decoding, **metrics}
+                  **decoding_setting(finetuned.settings, decoding), **metrics}
         write_text_atomic(output, json.dumps(record, indent=2) + "\n")
     return metrics
 

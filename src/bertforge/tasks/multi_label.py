@@ -8,22 +8,37 @@ threshold, which fine-tuning chooses on the dev set (choose_threshold) and saves
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
-from bertforge.errors import InputError
+from bertforge.errors import ConfigError, InputError
 from bertforge.tasks import classification
 from bertforge.tasks.data import Features, TextExample
 from bertforge.tasks.metrics import compute_metrics, multi_label_micro_f1
+from bertforge.validation import check_number
 
 PROBLEM_TYPE = "multi_label_classification"  # config.json's problem_type, which transformers reads
 
 # The decision thresholds tried on the dev set: a coarse grid, so the choice does not chase the dev set's noise.
 THRESHOLDS = tuple(round(0.05 * step, 2) for step in range(1, 20))  # 0.05 .. 0.95
 DEFAULT_THRESHOLD = 0.5
+
+
+@dataclass
+class MultiLabelSettings(classification.ClassificationSettings):
+    """Classification's inputs, and the decision threshold: a label applies when its probability is over it."""
+
+    threshold: float | None = None  # None: chosen on the dev set at each evaluation (DEFAULT_THRESHOLD without one)
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_number("threshold", self.threshold, minimum=0.0, optional=True)
+        if self.threshold is not None and self.threshold >= 1.0:
+            raise ConfigError(f"threshold must be below 1, got {self.threshold!r}")
 
 
 def label_names(examples: Sequence[TextExample]) -> dict[int, str]:
@@ -69,7 +84,8 @@ def decode(features: Features, examples: Sequence[TextExample], outputs: Sequenc
            config) -> list[dict[str, Any]]:
     """One answer per example: {"labels": {label: p} for every label over the threshold, most probable first,
     "probabilities": {label: p} for all}."""
-    threshold = features.settings.threshold if features.settings is not None else DEFAULT_THRESHOLD
+    threshold = getattr(features.settings, "threshold", None)
+    threshold = DEFAULT_THRESHOLD if threshold is None else threshold
     probs = probabilities(features, outputs, len(examples))
     id2label = config.id2label
     answers = []
@@ -100,7 +116,9 @@ def score(predictions: Sequence[dict[str, Any]], examples: Sequence[TextExample]
 def choose_threshold(features: Features, examples: Sequence[TextExample],
                      outputs: Sequence[tuple[torch.Tensor, ...]], config) -> dict[str, float]:
     """{"threshold": t}: the THRESHOLDS value with the best micro-F1 on these (dev) examples; of equal ones, the
-    nearest to 0.5."""
+    nearest to 0.5. {} when the run fixed its threshold."""
+    if getattr(features.settings, "threshold", None) is not None:
+        return {}
     probs = probabilities(features, outputs, len(examples))
     true = indicator_rows([e.label for e in examples], config.id2label)
     scored = [(multi_label_micro_f1(is_predicted(probs, t).numpy(), true), -abs(t - DEFAULT_THRESHOLD), t)

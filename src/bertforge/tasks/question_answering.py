@@ -15,16 +15,17 @@ from pathlib import Path
 import torch
 
 from bertforge.errors import ConfigError, InputError
-from bertforge.inference.features import pad_ids
 from bertforge.tasks.data import (
     EncodeSettings,
     Features,
-    data_format,
     read_table,
     require_columns,
+    task_format,
     text_cell,
 )
 from bertforge.tasks.metrics import compute_metrics, normalize_answer
+from bertforge.validation import check_number
+from bertforge.windows import window_starts
 
 Span = tuple[int, int]  # (start, end) character offsets, end exclusive
 
@@ -130,19 +131,6 @@ def _tokens(tokenizer, text: str) -> tuple[list[int], list[Span]]:
     return encoded["input_ids"][1:-1], [tuple(span) for span in encoded["offset_mapping"][1:-1]]
 
 
-def window_starts(length: int, budget: int, stride: int) -> list[int]:
-    """First token of each window of `budget` tokens over `length` tokens, consecutive windows sharing `stride`.
-
-    Windows advance by budget - stride and end with the first one that reaches the last token, as transformers'
-    `return_overflowing_tokens` does: (length 40, budget 9, stride 3) -> [0, 6, 12, 18, 24, 30, 36].
-    """
-    step = budget - stride
-    starts = [0]
-    while starts[-1] + budget < length:
-        starts.append(starts[-1] + step)
-    return starts
-
-
 def _answer_tokens(offsets: Sequence[Span], start_char: int, end_char: int) -> tuple[int, int] | None:
     """First and last context token of a character span, or None if no token overlaps it."""
     inside = [i for i, (start, end) in enumerate(offsets) if start < end_char and end > start_char]
@@ -188,18 +176,6 @@ def span_features(examples: Sequence[QAExample], tokenizer, max_length: int = 38
                 feature.end_position = len(head) + answer[1] - first
             features.append(feature)
     return features
-
-
-def collate(features: Sequence[SpanFeatures], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """A padded batch with the arguments of BertForQuestionAnswering, answer positions included."""
-    input_ids = [f.input_ids for f in features]
-    return {
-        "input_ids": pad_ids(input_ids, pad_token_id),
-        "attention_mask": pad_ids([[1] * len(ids) for ids in input_ids], 0),
-        "token_type_ids": pad_ids([f.token_type_ids for f in features], 0),
-        "start_positions": torch.tensor([f.start_position for f in features], dtype=torch.long),
-        "end_positions": torch.tensor([f.end_position for f in features], dtype=torch.long),
-    }
 
 
 # --- decoding -----------------------------------------------------------------------------------------------
@@ -276,7 +252,24 @@ def gold_answers(examples: Sequence[QAExample]) -> list[list[str]]:
 
 # --- the "qa" task (registry row): files -> examples -> Features -> answers -> metrics -------------------------
 
-DEFAULT_STRIDE = 128  # tokens shared by consecutive windows of a long context
+@dataclass
+class QASettings(EncodeSettings):
+    """Question answering's windows over long contexts, and how answers are read from the span logits."""
+
+    max_length: int = 384
+    doc_stride: int = 128  # tokens shared by consecutive windows of a long context
+    max_query_length: int = 64  # question tokens kept
+    version_2: bool = False  # SQuAD v2: questions may have no answer
+    n_best: int = 20  # answers kept per question
+    max_answer_length: int = 30  # tokens
+    null_score_threshold: float = 0.0  # SQuAD v2: margin by which "no answer" must beat the best span
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_number("doc_stride", self.doc_stride, minimum=0, integer=True)
+        for name in ("max_query_length", "n_best", "max_answer_length"):
+            check_number(name, getattr(self, name), minimum=1, integer=True)
+        check_number("null_score_threshold", self.null_score_threshold)
 
 
 def example_from_text(question: str, context: str | None = None) -> QAExample:
@@ -289,10 +282,8 @@ def read_examples(path: str | Path, columns=None, id2label=None, labelled: bool 
                   settings=None, format: str | None = None) -> list[QAExample]:
     """Questions of a SQuAD JSON file; to predict, also a .jsonl file of {"question", "context"[, "id"]}."""
     path = Path(path)
-    kind = data_format(path, format)
-    if kind not in ("squad", "jsonl") or (labelled and kind == "jsonl"):
-        expected = "SQuAD JSON" if labelled else "SQuAD JSON, or JSONL of question and context"
-        raise InputError(f"question answering reads {expected}, not {kind}", path)
+    kind = task_format(path, format, labelled, "question answering", ("squad", "SQuAD JSON"),
+                       ("jsonl", "JSONL of question and context"))
     if kind == "jsonl":
         table = read_table(path, "jsonl")
         require_columns(table, ["question", "context"])
@@ -306,10 +297,9 @@ def no_labels(examples: Sequence[QAExample]) -> dict[int, str]:
     return {}
 
 
-def encode(tokenizer, examples: Sequence[QAExample], settings: EncodeSettings, id2label=None) -> Features:
+def encode(tokenizer, examples: Sequence[QAExample], settings: QASettings, id2label=None) -> Features:
     """One row per window ({input_ids, token_type_ids[, start_positions, end_positions]}), SpanFeatures as extras."""
-    stride = DEFAULT_STRIDE if settings.stride is None else settings.stride
-    windows = span_features(examples, tokenizer, settings.max_length, stride, settings.max_query_length)
+    windows = span_features(examples, tokenizer, settings.max_length, settings.doc_stride, settings.max_query_length)
     rows = []
     for window in windows:
         row = {"input_ids": window.input_ids, "token_type_ids": window.token_type_ids}
@@ -333,7 +323,7 @@ def decode(features: Features, examples: Sequence[QAExample], outputs: Sequence[
            config=None) -> list[dict]:
     """One answer per question from each window's start and end logits, over all windows of its context:
     {"answer", "start", "end", "score", "n_best": [{text, start, end, score}]}."""
-    settings = features.settings or EncodeSettings()
+    settings = features.settings or QASettings()
     null_threshold = settings.null_score_threshold if settings.version_2 else None
     ranked = predict_answers(examples, features.extras, [row[0] for row in outputs], [row[1] for row in outputs],
                              settings.n_best, settings.max_answer_length, null_threshold)
@@ -347,10 +337,20 @@ def decode(features: Features, examples: Sequence[QAExample], outputs: Sequence[
 
 
 def score(answers: Sequence[dict], examples: Sequence[QAExample], id2label=None) -> dict[str, float]:
-    """SQuAD exact match and F1 of the best answers against every gold answer; SQuAD v2.0's rules when some
-    questions are unanswerable."""
-    kind = "question_answering_v2" if any(example.is_impossible for example in examples) else "question_answering"
-    return compute_metrics(kind, [a["answer"] for a in answers], gold_answers(examples))
+    """SQuAD exact match and F1 of the best answers against every gold answer. When some questions are unanswerable,
+    SQuAD v2.0's rules and its official script's breakdown: the same scores over the questions that have an answer
+    (has_answer_exact_match, has_answer_f1) and over those that have none (no_answer_*: the share of abstentions),
+    each only when the data has such questions."""
+    predictions, references = [a["answer"] for a in answers], gold_answers(examples)
+    if not any(example.is_impossible for example in examples):
+        return compute_metrics("question_answering", predictions, references)
+    scores = compute_metrics("question_answering_v2", predictions, references)
+    for part, unanswerable in (("has_answer", False), ("no_answer", True)):
+        chosen = [i for i, example in enumerate(examples) if example.is_impossible == unanswerable]
+        if chosen:
+            scores |= {f"{part}_{name}": value for name, value in compute_metrics(
+                "question_answering_v2", [predictions[i] for i in chosen], [references[i] for i in chosen]).items()}
+    return scores
 
 
 def inputs(example: QAExample) -> dict:

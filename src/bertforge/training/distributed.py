@@ -147,6 +147,31 @@ def all_reduce_sums(values: dict[str, float], device: torch.device) -> dict[str,
     return dict(zip(names, totals.tolist()))
 
 
+def barrier() -> None:
+    """Wait until every process gets here; nothing without a process group."""
+    if is_initialized():
+        dist.barrier()
+
+
+def broadcast_from_main(obj: Any) -> Any:
+    """The main process's `obj` (picklable) on every process; `obj` itself without a process group."""
+    if not is_initialized():
+        return obj
+    carrier = [obj]
+    dist.broadcast_object_list(carrier, src=0)
+    return carrier[0]
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This process's rows of a global batch, with its share of the loss terms the batch's mean loss averages
+    (rows, or labelled tokens): the global batch's mean loss is the sum over processes of share x the shard's own
+    mean loss, whatever the shards' sizes. A process with no rows of a small last batch gets one row and share 0."""
+
+    batch: Any
+    share: float
+
+
 def gather_to_main(obj: Any) -> list[Any] | None:
     """Every process's `obj` (picklable), as a list by rank on the main process and None on the others;
     [obj] without a process group."""

@@ -17,14 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from bertforge import fast_cpu
 from bertforge.atomic import write_text_atomic
-from bertforge.checkpoint.train_state import load_train_state, save_train_state
+from bertforge.checkpoint.train_state import load_train_state, restore_rng_states, rng_states, save_train_state
 from bertforge.config import JsonConfig
 from bertforge.errors import BertforgeError, ConfigError, InputError
 from bertforge.runtime import bf16_supported, resolve_device, seed_everything, to_device
+from bertforge.training import distributed
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
 from bertforge.validation import check_number
 
@@ -144,6 +146,11 @@ class Trainer:
     `loss_fn(model, batch) -> loss` defaults to the model's own `.loss`. `evaluate(model) -> {metric: value}`
     scores the model (a task's loop over its dev set); `save(model)` is called whenever `main_metric` improves,
     or once at the end when there is no evaluator.
+
+    In a torchrun process group (training.distributed) the model trains in DistributedDataParallel on batches that
+    are distributed.Shard's of the global batches; the main process alone evaluates, saves and writes, and the
+    others follow its decisions (early stopping), so the run is the one a single process makes of the global
+    batches. Outside one, nothing changes.
     """
 
     def __init__(self, model: nn.Module, config: TrainConfig, train_batches: Iterable,
@@ -165,6 +172,11 @@ class Trainer:
         self.best: dict[str, Any] | None = None
         self.evaluations_without_improvement = 0
 
+    @property
+    def is_main(self) -> bool:
+        """Whether this process writes: the only one, or rank 0 of a process group."""
+        return distributed.is_main_process()
+
     def autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.use_bf16 else nullcontext()
 
@@ -177,7 +189,9 @@ class Trainer:
 
     def run(self, resume: bool = False) -> TrainResult:
         config = self.config
-        seed_everything(config.seed)
+        rank, world_size = (dist.get_rank(), dist.get_world_size()) if distributed.is_initialized() else (0, 1)
+        # Every process its own dropout masks; the main one draws what a single process draws.
+        seed_everything(distributed.rank_seed(config.seed, rank))
         model = self.model.to(self.device)
         optimizer = build_optimizer(model, config.lr, config.weight_decay, config.betas, config.eps)
         num_batches = len(self.train_batches)
@@ -192,20 +206,27 @@ class Trainer:
         loop = {"epoch": 0, "next_batch": 0, "last_evaluated": -1, "window_loss": 0.0, "window_steps": 0}
         step = 0
         if resume:
-            step, loop = self.restore(optimizer, scheduler)
-        elif self.output_dir:
+            step, loop = self.restore(optimizer, scheduler, rank)
+        elif self.output_dir and self.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             (self.output_dir / TRAIN_LOG_FILE).write_text("")
+        # DDP (in a process group) averages the gradients over the processes; `model` is what is saved and evaluated.
+        synced = distributed.wrap_ddp(model, self.device)
 
         def save_checkpoint() -> None:
-            if self.output_dir:
+            if not self.output_dir:
+                return
+            # Each process's random state, so that a resumed run draws the dropout masks it would have drawn.
+            ranks = distributed.gather_to_main(rng_states()) if world_size > 1 else None
+            if self.is_main:
                 extra = {"loop": loop, "best": self.best, "history": self.history,
                          "without_improvement": self.evaluations_without_improvement}
                 save_train_state(self.output_dir / CHECKPOINT_DIR, model, optimizer, scheduler, step,
-                                 extra=json.loads(json.dumps(extra)))
+                                 data={"ranks": ranks} if ranks else None, extra=json.loads(json.dumps(extra)))
 
         from tqdm import tqdm
-        bar = tqdm(total=total_steps, initial=step, desc="training", unit="step", disable=not config.progress)
+        bar = tqdm(total=total_steps, initial=step, desc="training", unit="step",
+                   disable=not (config.progress and self.is_main))
         stop = step >= total_steps or self.is_patience_exhausted()
         examples, started = 0, time.perf_counter()
         while not stop:
@@ -219,12 +240,19 @@ class Trainer:
                 # Batches of one optimizer step are averaged; the last step of an epoch may have fewer of them.
                 window_start = index - index % config.grad_accumulation
                 window = min(config.grad_accumulation, num_batches - window_start)
-                with self.autocast():
-                    loss = self.loss_fn(model, to_device(batch, self.device))
-                (loss / window).backward()
-                loop["window_loss"] += loss.item() / window
+                is_last = index + 1 - window_start >= window
+                share = 1.0
+                if isinstance(batch, distributed.Shard):
+                    batch, share = batch.batch, batch.share
+                # Micro-batches that don't step keep their gradients local; the last one all-reduces them.
+                with distributed.no_sync(synced, skip=not is_last):
+                    with self.autocast():
+                        loss = self.loss_fn(synced, to_device(batch, self.device))
+                    # DDP averages gradients over processes: x world_size makes the sum of the shares' losses.
+                    (loss * (share * world_size) / window).backward()
+                loop["window_loss"] += loss.item() * share / window
                 examples += batch_size_of(batch)
-                if index + 1 - window_start < window:
+                if not is_last:
                     continue
                 if config.max_grad_norm is not None:
                     nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
@@ -237,9 +265,11 @@ class Trainer:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss.item():.4f}", examples_per_s=f"{speed:.1f}")
                 if step % config.log_every == 0 or step == total_steps:
+                    # the global batches' loss: every process's shares of it, summed
+                    window_loss = distributed.all_reduce_sums({"loss": loop["window_loss"]}, self.device)["loss"]
                     self.log({"event": "train", "step": step, "epoch": loop["epoch"],
-                              "loss": loop["window_loss"] / loop["window_steps"], "lr": scheduler.get_last_lr()[0],
-                              "examples_per_s": speed})
+                              "loss": window_loss / loop["window_steps"], "lr": scheduler.get_last_lr()[0],
+                              "examples_per_s": speed * world_size})
                     loop["window_loss"], loop["window_steps"] = 0.0, 0
                 evaluated = bool(config.eval_every and step % config.eval_every == 0)
                 if evaluated:
@@ -262,27 +292,45 @@ class Trainer:
         stopped_early = self.is_patience_exhausted()
         if loop["last_evaluated"] != step and not stopped_early:
             self.evaluate_and_keep(step, loop["epoch"])  # the final weights compete too
-        if self.evaluate is None and self.save is not None:
+        if self.evaluate is None and self.save is not None and self.is_main:
             self.save(model)
         return TrainResult(steps=step, best=self.best, history=self.history, stopped_early=stopped_early)
 
-    def restore(self, optimizer, scheduler) -> tuple[int, dict[str, Any]]:
-        """Load output_dir/checkpoint into the model, optimizer, scheduler, RNGs, data order and evaluation record;
-        the training log keeps its lines up to the checkpoint's step (those after it are about to be redone)."""
+    def restore(self, optimizer, scheduler, rank: int = 0) -> tuple[int, dict[str, Any]]:
+        """Load output_dir/checkpoint into the model, optimizer, scheduler, RNGs (this process's own), data order
+        and evaluation record; the training log keeps its lines up to the checkpoint's step (those after it are
+        about to be redone)."""
         if not self.output_dir:
             raise ConfigError("resuming needs the output_dir the run wrote its checkpoint to")
         state = load_train_state(self.output_dir / CHECKPOINT_DIR, self.model, optimizer, scheduler)
+        ranks = state.data.get("ranks")
+        world_size = dist.get_world_size() if distributed.is_initialized() else 1
+        if len(ranks or [None]) != world_size:
+            raise ConfigError(f"{self.output_dir / CHECKPOINT_DIR}: the run was started in {len(ranks or [None])} "
+                              f"process(es), this one has {world_size}; resume it with as many (torchrun "
+                              "--nproc_per_node)")
+        if ranks is not None:
+            restore_rng_states(ranks[rank])
         extra = state.extra
         self.best, self.history = extra["best"], extra["history"]
         self.evaluations_without_improvement = extra["without_improvement"]
-        keep_log_until(self.output_dir / TRAIN_LOG_FILE, state.step)
-        logger.info("resuming from step %d", state.step)
+        if self.is_main:
+            keep_log_until(self.output_dir / TRAIN_LOG_FILE, state.step)
+            logger.info("resuming from step %d", state.step)
         return state.step, extra["loop"]
 
     def evaluate_and_keep(self, step: int, epoch: int) -> bool:
-        """Score the model, save it if it is the best so far, record the metrics; True means stop early."""
+        """Score the model, save it if it is the best so far, record the metrics; True means stop early.
+        In a process group the main process does this alone and tells the others whether to stop."""
         if self.evaluate is None:
             return False
+        stop = self.evaluate_and_record(step, epoch) if self.is_main else None
+        # every process keeps the main one's record, so that they all stop, checkpoint and return alike
+        self.best, self.history, self.evaluations_without_improvement, stop = distributed.broadcast_from_main(
+            (self.best, self.history, self.evaluations_without_improvement, stop))
+        return stop
+
+    def evaluate_and_record(self, step: int, epoch: int) -> bool:
         with torch.inference_mode(), self.autocast():
             metrics = self.evaluate(self.model)
         self.model.train()
@@ -310,6 +358,6 @@ class Trainer:
 
     def log(self, record: dict[str, Any]) -> None:
         """Append one JSON line to the training log (a log grows line by line; metrics.json is atomic)."""
-        if self.output_dir:
+        if self.output_dir and self.is_main:
             with open(self.output_dir / TRAIN_LOG_FILE, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record) + "\n")
