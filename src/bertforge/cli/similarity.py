@@ -22,7 +22,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give at least two sentences to compare (as arguments or with --input)")
     model, tokenizer = load_encoder(args.model, inference_options(args))
     vectors = extract_features(model, tokenizer, texts, layers=args.layers, pooling=args.pool,
-                               batch_size=args.batch_size, max_length=args.max_length, normalize=True)
+                               batch_size=args.batch_size, max_length=args.max_length, normalize=True,
+                               long_text=args.long_text)
     similarity = (vectors @ vectors.T).tolist()
     print(format_table(texts, similarity))
     return 0
