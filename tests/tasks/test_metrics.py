@@ -1,5 +1,5 @@
 """Metrics against independent truths: confusion counts worked out by hand, scipy/scikit-learn/seqeval when
-they happen to be installed, and the official SQuAD v1.1 normalisation rules."""
+they happen to be installed, and the official SQuAD v1.1 and v2.0 evaluation scripts' rules."""
 
 import collections
 import json
@@ -9,6 +9,7 @@ import re
 import string
 
 import pytest
+import torch
 
 from bertforge import ConfigError
 from bertforge.tasks.metrics import (
@@ -187,9 +188,12 @@ def test_metric_table():
 
 # --- SQuAD v2.0 against the official evaluation script's rules, reimplemented here from its description --------
 
-def official_v2_scores(gold: dict[str, list[str]], predictions: dict[str, str]) -> tuple[float, float]:
-    """(exact, f1) as the SQuAD v2.0 script computes them: gold answers that normalise to nothing are dropped, a
-    question left with none has the gold answer "", and an empty side scores 1 only against another empty side."""
+def official_v2_evaluation(dataset: list[dict], predictions: dict[str, str]) -> dict[str, float]:
+    """What evaluate-v2.0.py prints for a SQuAD v2.0 file's "data" and {question id: answer text} (no no-answer
+    probabilities, so its threshold changes nothing): exact and F1 in percent over all questions, then over those
+    with answers (HasAns_) and those without (NoAns_), each part only if there are such questions. Gold answers that
+    normalise to nothing are dropped; a question left with none has the gold answer ""; an empty answer scores 1
+    only against an empty gold answer."""
     def normal(text):
         text = "".join(c for c in text.lower() if c not in set(string.punctuation))
         return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
@@ -204,12 +208,45 @@ def official_v2_scores(gold: dict[str, list[str]], predictions: dict[str, str]) 
         precision, recall = same / len(guess_tokens), same / len(reference_tokens)
         return 2 * precision * recall / (precision + recall)
 
-    exact_total = f1_total = 0.0
-    for qid, answers in gold.items():
-        references = [a for a in answers if normal(a)] or [""]
-        exact_total += max(float(normal(a) == normal(predictions[qid])) for a in references)
-        f1_total += max(f1(a, predictions[qid]) for a in references)
-    return exact_total / len(gold), f1_total / len(gold)
+    exact, f1s, has_answer = {}, {}, {}
+    for article in dataset:
+        for paragraph in article["paragraphs"]:
+            for question in paragraph["qas"]:
+                qid = question["id"]
+                has_answer[qid] = bool(question["answers"])
+                references = [a["text"] for a in question["answers"] if normal(a["text"])] or [""]
+                exact[qid] = max(float(normal(a) == normal(predictions[qid])) for a in references)
+                f1s[qid] = max(f1(a, predictions[qid]) for a in references)
+
+    def totals(qids, prefix=""):
+        return {f"{prefix}exact": 100 * sum(exact[q] for q in qids) / len(qids),
+                f"{prefix}f1": 100 * sum(f1s[q] for q in qids) / len(qids), f"{prefix}total": len(qids)}
+
+    result = totals(list(exact))
+    for prefix, wanted in (("HasAns_", True), ("NoAns_", False)):
+        qids = [q for q in exact if has_answer[q] == wanted]
+        if qids:
+            result |= totals(qids, prefix)
+    return result
+
+
+def as_official(scores: dict[str, float], examples) -> dict[str, float]:
+    """bertforge's QA scores (fractions, has_answer_*/no_answer_*) in the official script's names and percent."""
+    answerable = sum(not e.is_impossible for e in examples)
+    result = {"exact": 100 * scores["exact_match"], "f1": 100 * scores["f1"], "total": len(examples)}
+    for prefix, part, count in (("HasAns_", "has_answer_", answerable),
+                                ("NoAns_", "no_answer_", len(examples) - answerable)):
+        if count:
+            result |= {f"{prefix}exact": 100 * scores[f"{part}exact_match"], f"{prefix}f1": 100 * scores[f"{part}f1"],
+                       f"{prefix}total": count}
+    return result
+
+
+def as_squad_data(examples) -> list[dict]:
+    """Examples as a SQuAD v2.0 file's "data": one paragraph per question."""
+    return [{"title": "t", "paragraphs": [{"context": e.context, "qas": [
+        {"id": e.id, "question": e.question, "is_impossible": e.is_impossible,
+         "answers": [{"text": text, "answer_start": start} for text, start in e.answers]}]} for e in examples]}]
 
 
 def test_squad_v2_scores_equal_the_official_scripts_on_real_questions_with_abstentions(data_dir):
@@ -247,9 +284,70 @@ def test_squad_v2_scores_equal_the_official_scripts_on_real_questions_with_abste
     assert sum(e.is_impossible for e in examples) > 10 and predictions.count("") > 10
 
     got = score([{"answer": guess} for guess in predictions], examples)
-    expected_exact, expected_f1 = official_v2_scores(
-        {e.id: [text for text, _ in e.answers] for e in examples}, dict(zip((e.id for e in examples), predictions)))
-    assert got["exact_match"] == pytest.approx(expected_exact, abs=1e-12)
-    assert got["f1"] == pytest.approx(expected_f1, abs=1e-12)
+    expected = official_v2_evaluation(as_squad_data(examples), dict(zip((e.id for e in examples), predictions)))
+    assert as_official(got, examples) == pytest.approx(expected, abs=1e-10)
     # The v1.1 rule (an empty answer scores 0) would score every correct abstention as wrong.
     assert squad_f1(predictions, [[t for t, _ in e.answers] or [""] for e in examples]) < got["f1"]
+
+
+def squad_v2_file(articles: list[dict], path, shift: int):
+    """A SQuAD v2.0-style file from v1.1 articles: every other question of each paragraph stays with its paragraph
+    (answerable, with its annotators' answers); the rest are asked of a paragraph of ANOTHER article, `shift`
+    paragraphs on, which does not answer them (is_impossible, as in v2.0; v2.0's are written by crowdworkers to
+    look answerable, these are only off-topic)."""
+    paragraphs = [(article["title"], paragraph) for article in articles for paragraph in article["paragraphs"]]
+    data = []
+    for i, (title, paragraph) in enumerate(paragraphs):
+        other = next(p for t, p in paragraphs[i + shift:] + paragraphs if t != title)
+        for j, question in enumerate(paragraph["qas"][:2]):
+            unanswerable = (i + j) % 2 == 1
+            qa = {"id": question["id"], "question": question["question"], "is_impossible": unanswerable,
+                  "answers": [] if unanswerable else question["answers"]}
+            data.append({"title": title, "paragraphs": [
+                {"context": other["context"] if unanswerable else paragraph["context"], "qas": [qa]}]})
+    path.write_text(json.dumps({"version": "v2.0", "data": data}), encoding="utf-8")
+    return data
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_squad_v2_scores_of_a_real_models_answers_equal_the_official_scripts(data_dir, tmp_path, tokenizer):
+    """A v2.0 model's own answers, abstentions included, scored by bertforge and by the official script's rules.
+    The model: MiniLM with its span layer trained (the encoder frozen, to stay fast) on 48 questions of three
+    articles, half of them made unanswerable; its answers to 24 questions of two other articles are bertforge's
+    whole prediction path (windows, null score against the best span, default threshold)."""
+    from bertforge import BertForQuestionAnswering
+    from bertforge.tasks.data import EncodeSettings, collate
+    from bertforge.tasks.question_answering import read_squad
+    from bertforge.tasks.registry import TASKS
+
+    qa = TASKS["qa"]
+    articles = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
+    squad_v2_file(articles[1:4], tmp_path / "train.json", shift=5)
+    dev_articles = [{**article, "paragraphs": article["paragraphs"][:6]} for article in (articles[0], articles[4])]
+    dev = squad_v2_file(dev_articles, tmp_path / "dev.json", shift=3)
+    settings = EncodeSettings(max_length=192, stride=64, version_2=True)
+    train = read_squad(tmp_path / "train.json", version_2=True)[:48]
+    torch.manual_seed(0)
+    model = BertForQuestionAnswering.from_pretrained("default").eval()
+    batch = collate(qa.encode(tokenizer, train, settings, {}).rows, tokenizer.pad_token_id)
+    with torch.no_grad():
+        hidden = model.bert(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).last_hidden_state
+    optimizer = torch.optim.Adam(model.qa_outputs.parameters(), lr=1e-2)
+    for _ in range(30):
+        loss = model.qa_outputs.loss(model.qa_outputs(hidden), (batch["start_positions"], batch["end_positions"]))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    examples = qa.read_examples(tmp_path / "dev.json", None, settings=settings)
+    answers = qa.predict(model, qa.encode(tokenizer, examples, settings, {}), examples, 32)
+    predictions = {e.id: answer["answer"] for e, answer in zip(examples, answers)}
+    abstained = [e.is_impossible for e, answer in zip(examples, answers) if answer["answer"] == ""]
+    answered = [e.is_impossible for e, answer in zip(examples, answers) if answer["answer"] != ""]
+    # Every case of the rules: right and wrong abstentions, spans for answerable and for unanswerable questions.
+    assert True in abstained and False in abstained and True in answered and False in answered, predictions
+
+    expected = official_v2_evaluation(dev, predictions)
+    got = qa.score(answers, examples)
+    assert as_official(got, examples) == pytest.approx(expected, abs=1e-10)
+    assert expected["total"] == 24 and expected["NoAns_total"] == 12

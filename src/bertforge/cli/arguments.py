@@ -56,8 +56,9 @@ def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     """--precision, --compile and --device, for every command that runs a model for its outputs."""
     from bertforge.inference.optimize import PRECISIONS
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                        help="fp32 (default, as trained); bf16 (GPUs, CPUs with AVX-512 BF16 or AMX); int8: "
-                             "dynamically quantized linear layers (CPU; check the cost with `bertforge evaluate`)")
+                        help="fp32 (default, as trained); bf16 (GPUs, CPUs with AVX-512 BF16 or AMX); auto: bf16 "
+                             "where the device runs it natively, else fp32; int8: int8 linear layers with per-channel "
+                             "scales and float32 outlier channels (CPU; check the cost with `bertforge evaluate`)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile the model (needs a C++ compiler on CPU; the first batches are slow)")
     parser.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda, cuda:N or mps")
@@ -82,8 +83,8 @@ def load_encoder(name_or_path: str, inference=None):
     InferenceOptions; imported lazily, like torch, so that `bertforge --help` stays fast)."""
     from bertforge import BertModel, BertTokenizer
     from bertforge.inference.optimize import AS_TRAINED
-    model = (inference or AS_TRAINED).apply(BertModel.from_pretrained(name_or_path))
-    return model, BertTokenizer.from_pretrained(name_or_path)
+    tokenizer = BertTokenizer.from_pretrained(name_or_path)
+    return (inference or AS_TRAINED).apply(BertModel.from_pretrained(name_or_path), tokenizer), tokenizer
 
 
 def check_writable(path: str | Path) -> Path:

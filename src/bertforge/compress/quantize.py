@@ -223,6 +223,16 @@ def calibrate(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], name
     return largest
 
 
+def calibration_batches(tokenizer, texts: Iterable[str] | None = None, batch_size: int = 16,
+                        max_length: int = 128) -> list[dict[str, torch.Tensor]]:
+    """Model inputs for `calibrate`: `texts` (default: the bundled real sentences of compress/calibration.py)."""
+    from bertforge.compress.calibration import CALIBRATION_SENTENCES
+
+    texts = list(CALIBRATION_SENTENCES if texts is None else texts)
+    return [dict(tokenizer(texts[i:i + batch_size], max_length=max_length, padding=True, return_tensors="pt"))
+            for i in range(0, len(texts), batch_size)]
+
+
 def quantize_int8(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]] | None,
                   config: QuantizationConfig) -> nn.Module:
     if next(model.parameters()).device.type != "cpu":
@@ -246,12 +256,12 @@ def quantize_int8(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]] |
 def cast_bf16(model: nn.Module, batches: Any, config: QuantizationConfig) -> nn.Module:
     """bf16 weights where the hardware computes in bf16 natively; elsewhere the (exactly representable) bf16 values
     in float32, which is what the checkpoint will hold either way."""
-    from bertforge.inference.optimize import InferenceOptions
+    from bertforge.inference.optimize import run_in_bf16
     from bertforge.runtime import bf16_supported
 
     device = next(model.parameters()).device
     if bf16_supported(device.type):
-        return InferenceOptions(precision="bf16").apply(model)
+        return run_in_bf16(model.eval())
     logger.warning("this %s has no native bf16: the model runs in float32 on bf16-rounded weights", device.type)
     with torch.no_grad():
         for parameter in model.parameters():

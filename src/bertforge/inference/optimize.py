@@ -1,4 +1,4 @@
-"""Inference-time speed options for any bertforge model: bf16 weights, dynamic int8 linear layers, torch.compile.
+"""Inference-time speed options for any bertforge model: bf16 weights, int8 linear layers, torch.compile.
 
 Each trades some exactness (or start-up time) for speed. `bench/bench_inference.py` measures the speed-up and
 the largest numeric difference; `bertforge evaluate --precision int8` measures the cost on a task's own metric.
@@ -7,7 +7,7 @@ the largest numeric difference; `bertforge evaluate --precision int8` measures t
 from __future__ import annotations
 
 import dataclasses
-import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +18,11 @@ from bertforge import fast_cpu, runtime
 from bertforge.errors import ConfigError, check_choice
 
 # fp32: as trained. bf16: weights and activations in bfloat16 (GPUs, and CPUs with AVX-512 BF16 or AMX).
-# int8: every nn.Linear quantized dynamically (int8 weights, activations quantized per batch; CPU only).
-PRECISIONS = ("fp32", "bf16", "int8")
+# auto: bf16 where the device computes it natively, else fp32.
+# int8: the encoder's linear layers as bertforge.compress quantizes them (one int8 path): int8 weights with a scale
+# per output channel, activations quantized per batch, each layer's few outlier input channels kept in float32 as
+# calibration on real text finds them (CPU only).
+PRECISIONS = ("fp32", "auto", "bf16", "int8")
 DEVICE_KINDS = ("cpu", "cuda", "mps")  # cuda may name its GPU: cuda:1
 
 
@@ -51,32 +54,55 @@ class InferenceOptions:
     def __post_init__(self):
         check_choice(self.precision, PRECISIONS, "precision")
 
-    def apply(self, model: nn.Module) -> nn.Module:
+    def apply(self, model: nn.Module, tokenizer=None, calibration: Iterable[dict[str, torch.Tensor]] | None = None
+              ) -> nn.Module:
         """`model` in eval mode at this precision (changed in place, and returned): same class, same outputs'
-        types (float32 tensors), so every caller works unchanged."""
+        types (float32 tensors), so every caller works unchanged. int8 calibrates on `calibration` (batches of
+        model inputs from the user's data) when given, else on bundled real sentences encoded by `tokenizer`."""
         model.eval()
         if self.device != "cpu":
             model.to(check_device(self.device))
         device = next(model.parameters()).device
-        if self.precision == "int8":
+        precision = resolve_precision(self.precision, device.type)
+        if getattr(model, "quantization", None) is not None:  # a checkpoint that `bertforge quantize` wrote
+            if self.precision not in ("fp32", "auto"):
+                raise ConfigError(f"this model is already quantized ({model.quantization.precision}); load it at "
+                                  "the default precision")
+            precision = "fp32"  # as it was saved
+        if precision == "int8":
             if device.type != "cpu":
-                raise ConfigError(f"int8 dynamic quantization runs on CPU only; this model is on {device.type}")
-            from torch.ao.quantization import quantize_dynamic
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
-                quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8, inplace=True)
-        elif self.precision == "bf16":
+                raise ConfigError(f"int8 quantization runs on CPU only; this model is on {device.type}")
+            from bertforge.compress.quantize import QuantizationConfig, calibration_batches, quantize
+            if calibration is None:
+                if tokenizer is None:
+                    raise ConfigError("int8 calibrates on text: give the model's tokenizer or calibration batches")
+                calibration = calibration_batches(tokenizer)
+            quantize(model, QuantizationConfig("int8"), calibration)
+        elif precision == "bf16":
             if not runtime.bf16_supported(device.type):
                 raise ConfigError(f"this {device.type} has no native bf16 (on CPU: AVX-512 BF16 or AMX); "
                                   "use fp32 or int8")
-            model.to(torch.bfloat16)
-            # Callers (numpy conversion, softmax over logits, cosine scores) expect float32 out.
-            model.register_forward_hook(lambda module, inputs, output: to_float32(output))
+            run_in_bf16(model)
         else:
             fast_cpu.accelerate(model)  # oneDNN on prepacked weights: the same outputs, sooner
         if self.compile:
             model.compile(dynamic=True)  # in place: the module keeps its class and attributes
         return model
+
+
+def run_in_bf16(model: nn.Module) -> nn.Module:
+    """`model`'s weights and computation in bf16, its outputs in float32: callers (numpy conversion, softmax over
+    logits, cosine scores) expect float32."""
+    model.to(torch.bfloat16)
+    model.register_forward_hook(lambda module, inputs, output: to_float32(output))
+    return model
+
+
+def resolve_precision(precision: str, device_type: str) -> str:
+    """The precision that runs: `auto` is bf16 where `device_type` computes it natively, else fp32."""
+    if precision == "auto":
+        return "bf16" if runtime.bf16_supported(device_type) else "fp32"
+    return precision
 
 
 # The default everywhere a model is loaded for inference: exactly as trained.

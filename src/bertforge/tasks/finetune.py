@@ -279,9 +279,9 @@ class FinetunedModel:
         `inference` prepares the model (precision, compile); by default it is left as trained."""
         checkpoint = inspect_checkpoint(name_or_path)
         definition = checkpoint.task_for(task)
-        model = inference.apply(definition.model_class.from_pretrained(checkpoint.directory))
-        return cls(model, BertTokenizer.from_pretrained(checkpoint.directory), definition,
-                   checkpoint.settings(definition.name))
+        tokenizer = BertTokenizer.from_pretrained(checkpoint.directory)
+        model = inference.apply(definition.model_class.from_pretrained(checkpoint.directory), tokenizer)
+        return cls(model, tokenizer, definition, checkpoint.settings(definition.name))
 
     @property
     def id2label(self) -> dict[int, str]:

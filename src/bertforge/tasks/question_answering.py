@@ -335,10 +335,20 @@ def decode(features: Features, examples: Sequence[QAExample], outputs: Sequence[
 
 
 def score(answers: Sequence[dict], examples: Sequence[QAExample], id2label=None) -> dict[str, float]:
-    """SQuAD exact match and F1 of the best answers against every gold answer; SQuAD v2.0's rules when some
-    questions are unanswerable."""
-    kind = "question_answering_v2" if any(example.is_impossible for example in examples) else "question_answering"
-    return compute_metrics(kind, [a["answer"] for a in answers], gold_answers(examples))
+    """SQuAD exact match and F1 of the best answers against every gold answer. When some questions are unanswerable,
+    SQuAD v2.0's rules and its official script's breakdown: the same scores over the questions that have an answer
+    (has_answer_exact_match, has_answer_f1) and over those that have none (no_answer_*: the share of abstentions),
+    each only when the data has such questions."""
+    predictions, references = [a["answer"] for a in answers], gold_answers(examples)
+    if not any(example.is_impossible for example in examples):
+        return compute_metrics("question_answering", predictions, references)
+    scores = compute_metrics("question_answering_v2", predictions, references)
+    for part, unanswerable in (("has_answer", False), ("no_answer", True)):
+        chosen = [i for i, example in enumerate(examples) if example.is_impossible == unanswerable]
+        if chosen:
+            scores |= {f"{part}_{name}": value for name, value in compute_metrics(
+                "question_answering_v2", [predictions[i] for i in chosen], [references[i] for i in chosen]).items()}
+    return scores
 
 
 def inputs(example: QAExample) -> dict:

@@ -413,8 +413,8 @@ def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
     checkpoint = inspect_checkpoint(name_or_path)
     if checkpoint.task is not None:
         checkpoint.task_for()  # a run config whose head was never saved is refused here, naming the folder
-    model = inference.apply(checkpoint.model_class.from_pretrained(checkpoint.directory))
     tokenizer = BertTokenizer.from_pretrained(checkpoint.directory)
+    model = inference.apply(checkpoint.model_class.from_pretrained(checkpoint.directory), tokenizer)
     return create_app(model, tokenizer, settings, model_name=str(name_or_path), checkpoint=checkpoint)
 
 
