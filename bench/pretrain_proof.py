@@ -46,7 +46,7 @@ def pretrain_phase(corpus: Path, vocab: Path, output: Path, start: list[str], ob
     return ["pretrain", "train", *start, "--data", str(corpus), "--vocab", str(vocab), "--output", str(output),
             "--objective", objective, "--masking", "token", "--dropout", "0", "--steps", str(steps),
             "--batch-size", str(batch_size), "--lr", str(lr), "--warmup-steps", str(steps // 20),
-            "--seq-len", str(seq_len), "--holdout", "0.01", "--eval-every", str(max(1, steps // 4)),
+            "--max-length", str(seq_len), "--holdout", "0.01", "--eval-every", str(max(1, steps // 4)),
             "--save-every", str(max(1, steps // 8)), "--log-every", "50", "--no-progress"]
 
 
@@ -61,9 +61,9 @@ def pipeline(args: argparse.Namespace, folder: Path) -> list[tuple[str, list[str
     per_process = max(1, 128 // args.processes), max(1, 64 // args.processes)
     return [
         ("vocabulary", ["vocab", "--corpus", *CORPUS, "--vocab-size", str(args.vocab_size), "--output", str(vocab)]),
-        ("prepare", ["pretrain", "prepare", "--corpus", *CORPUS, "--model-or-vocab", str(vocab),
-                     "--output", str(corpus), "--max-seq-length", "128"]),
-        ("pre-train, 32 tokens", pretrain_phase(corpus, vocab, short_model, ["--config", args.config], "mlm",
+        ("prepare", ["pretrain", "prepare", "--corpus", *CORPUS, "--vocab", str(vocab),
+                     "--output", str(corpus), "--max-length", "128"]),
+        ("pre-train, 32 tokens", pretrain_phase(corpus, vocab, short_model, ["--size", args.config], "mlm",
                                                 args.short_steps, per_process[0], 32, args.lr)),
         ("pre-train, 128 tokens", pretrain_phase(corpus, vocab, model, ["--init-from", str(short_model)],
                                                  "mlm+nsp", args.steps, per_process[1], 128, args.lr / 2)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 from pathlib import Path
 
@@ -174,3 +175,26 @@ def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
               ).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+@pytest.fixture(scope="session")
+def within():
+    """within(count, n, p, what): asserts count ~ Binomial(n, p), |count - np| below 5 standard deviations."""
+    def check(count, n, p, what):
+        assert abs(count - n * p) < 5 * math.sqrt(n * p * (1 - p)), f"{what}: {count / n:.4f} vs {p}"
+    return check
+
+
+@pytest.fixture(scope="session")
+def inaugural_corpus(inaugural_slice, tmp_path_factory, minilm_dir):
+    """inaugural_corpus(lines) -> a folder whose data/ holds inaugural_slice(lines) prepared for pre-training
+    with MiniLM's tokenizer."""
+    from bertforge import BertTokenizer
+    from bertforge.pretraining import prepare_corpus
+
+    def prepare(lines: int) -> Path:
+        folder = tmp_path_factory.mktemp("corpus")
+        prepare_corpus([inaugural_slice(lines)], BertTokenizer.from_pretrained(minilm_dir), folder / "data",
+                       progress=False)
+        return folder
+    return prepare

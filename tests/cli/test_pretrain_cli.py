@@ -21,8 +21,8 @@ def corpus(inaugural_slice, tmp_path_factory):
 
 
 def train_args(corpus, output, *extra):
-    return ["pretrain", "train", "--config", "tiny", "--data", str(corpus), "--output", str(output), "--steps", "4",
-            "--batch-size", "4", "--seq-len", "32", "--log-every", "2", "--save-every", "2", "--holdout", "0.1",
+    return ["pretrain", "train", "--size", "tiny", "--data", str(corpus), "--output", str(output), "--steps", "4",
+            "--batch-size", "4", "--max-length", "32", "--log-every", "2", "--save-every", "2", "--holdout", "0.1",
             "--no-progress", *extra]
 
 
@@ -35,7 +35,7 @@ def test_train_then_eval(corpus, tmp_path, capsys):
                  "--masking", "whole_word", "--resume"]) == 0  # already finished: resumes at the end
 
     assert main(["pretrain", "eval", "--model", str(tmp_path / "model"), "--data", str(corpus),
-                 "--batch-size", "4", "--max-batches", "2", "--seq-len", "32"]) == 0
+                 "--batch-size", "4", "--max-batches", "2", "--max-length", "32"]) == 0
     out = capsys.readouterr().out
     assert "loss" in out and "perplexity" in out and "accuracy" in out
     metrics = json.loads((tmp_path / "model" / "eval_results.json").read_text())
@@ -44,9 +44,9 @@ def test_train_then_eval(corpus, tmp_path, capsys):
 
 @pytest.mark.parametrize("change, message", [
     (["--data", "MISSING"], "no such folder"),
-    (["--config", "huge"], "unknown model size 'huge'"),
+    (["--size", "huge"], "unknown model size 'huge'"),
     (["--vocab", "VOCAB"], "not the one"),
-    (["--init-from", "MISSING"], "--config and --init-from both set the architecture"),
+    (["--init-from", "MISSING"], "--size and --init-from both set the architecture"),
 ])
 def test_errors_are_one_line(corpus, tmp_path, capsys, change, message):
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n")
@@ -118,3 +118,12 @@ def test_train_help_explains_the_global_batch(capsys):
     assert "the global batch of an optimizer step is batch-size x processes (torchrun's world size) x grad-accum" \
         in help_text
     assert "--fp16" in help_text and "--compile" in help_text
+
+
+def test_held_out_metrics_are_reported_after_each_evaluation(corpus, tmp_path, caplog):
+    """As finetune's dev metrics: through the bertforge.progress logger, which the CLI shows without -v."""
+    assert main(train_args(corpus, tmp_path / "model", "--objective", "mlm", "--eval-every", "2")) == 0
+    lines = [record.getMessage() for record in caplog.records
+             if record.name == "bertforge.progress" and record.levelname == "INFO"]
+    assert [line.split(",")[0] for line in lines] == ["step 2", "step 4"]
+    assert all("held-out masked LM" in line and "perplexity" in line and "accuracy" in line for line in lines)

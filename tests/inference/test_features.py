@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from bertforge import BertforgeError, BertModel
+from bertforge.batching import length_sorted_batches
 from bertforge.inference import LAYER_COMBINATIONS, extract_features, pool, token_features
-from bertforge.inference.features import length_sorted_batches
 
 
 def direct(states, recipe):

@@ -102,18 +102,21 @@ class Server:
         return status, json.loads(text) if is_json else text, headers
 
 
-@pytest.fixture(scope="module")
-def encoder_server(encoder_dir):
-    server = Server(encoder_dir, max_texts=8)
+def running(directory, **settings):
+    """A Server for the fixture that yields it, stopped when the fixture ends."""
+    server = Server(directory, **settings)
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def encoder_server(encoder_dir):
+    yield from running(encoder_dir, max_texts=8)
 
 
 @pytest.fixture(scope="module")
 def classifier_server(classifier_dir):
-    server = Server(classifier_dir)
-    yield server
-    server.stop()
+    yield from running(classifier_dir)
 
 
 @pytest.fixture
@@ -384,9 +387,7 @@ def tagger_server(tmp_path_factory, tokenizer):
         model.classifier.bias.copy_(torch.tensor([0.0, 0.0, 5.0, 0.0, 0.0]))
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    server = Server(directory)
-    yield server
-    server.stop()
+    yield from running(directory)
 
 
 def test_predict_entities_with_character_spans(tagger_server):
@@ -435,15 +436,13 @@ def qa_dir(tmp_path_factory, tokenizer):
     torch.nn.init.normal_(model.qa_outputs.weight, std=1.0)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    FinetuneConfig(task="qa", **QA_WINDOWS).save(directory / RUN_CONFIG_FILE)
+    FinetuneConfig.from_dict({"task": "qa", **QA_WINDOWS}).save(directory / RUN_CONFIG_FILE)
     return directory
 
 
 @pytest.fixture(scope="module")
 def qa_server(qa_dir):
-    server = Server(qa_dir, max_texts=4)
-    yield server
-    server.stop()
+    yield from running(qa_dir, max_texts=4)
 
 
 @pytest.fixture(scope="module")
@@ -592,7 +591,7 @@ def task_model_dirs(tmp_path_factory, tokenizer, qa_dir):
         torch.nn.init.normal_(model.classifier.weight, std=2.0)  # distinct, confident answers
         model.save_pretrained(directory)
         tokenizer.save_pretrained(directory)
-        FinetuneConfig(task=name.split("-")[0], **run).save(directory / RUN_CONFIG_FILE)
+        FinetuneConfig.from_dict({"task": name.split("-")[0], **run}).save(directory / RUN_CONFIG_FILE)
         directories[name] = directory
     return directories
 

@@ -191,7 +191,7 @@ def test_cli_with_a_model_and_with_a_bare_vocab(corpus_files, tokenizer, minilm_
     assert "5 documents, 11 sentences" in out and "training sequences of 128 tokens" in out
     assert read_back(tmp_path / "model") == expected_ids(tokenizer)
 
-    assert run_subcommand("--corpus", str(corpus_files[1]), "--model-or-vocab", str(minilm_dir / "vocab.txt"),
+    assert run_subcommand("--corpus", str(corpus_files[1]), "--vocab", str(minilm_dir / "vocab.txt"),
                           "--cased", "--output", str(tmp_path / "cased"), "--no-progress") == 0
     manifest = json.loads((tmp_path / "cased" / MANIFEST).read_text())
     assert manifest["tokenizer"]["do_lower_case"] is False

@@ -16,7 +16,7 @@ from bertforge.checkpoint.train_state import TRAIN_STATE_FILE
 from bertforge.errors import ConfigError
 from bertforge.pretraining import run
 from bertforge.pretraining.collate import PretrainingCollator, batches
-from bertforge.pretraining.corpus import CorpusReader, prepare_corpus
+from bertforge.pretraining.corpus import CorpusReader
 from bertforge.pretraining.evaluation import evaluate_mlm
 from bertforge.pretraining.heads import BertForPreTraining
 from bertforge.pretraining.instances import InstanceStream
@@ -37,10 +37,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def corpus(inaugural_slice, tmp_path_factory, minilm_dir):
-    folder = tmp_path_factory.mktemp("ddp_corpus")
-    prepare_corpus([inaugural_slice(600)], BertTokenizer.from_pretrained(minilm_dir), folder / "data",
-                   progress=False)
+def corpus(inaugural_corpus):
+    folder = inaugural_corpus(600)
     (folder / "model.json").write_text(json.dumps(MODEL))
     return folder
 
@@ -49,9 +47,9 @@ def torchrun(corpus, output, *extra, script=None):
     """`pretrain train` in 2 processes on this machine, as a user would start it."""
     target = [str(script)] if script else ["-m", "bertforge"]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(WORLD_SIZE),
-               *target, "pretrain", "train", "--config", str(corpus / "model.json"), "--data", str(corpus / "data"),
+               *target, "pretrain", "train", "--size", str(corpus / "model.json"), "--data", str(corpus / "data"),
                "--output", str(output), "--steps", str(STEPS), "--batch-size", str(BATCH_SIZE),
-               "--grad-accum", str(ACCUMULATION), "--seq-len", str(SEQ_LEN), "--lr", str(LR), "--warmup-steps", "0",
+               "--grad-accum", str(ACCUMULATION), "--max-length", str(SEQ_LEN), "--lr", str(LR), "--warmup-steps", "0",
                "--holdout", str(HOLDOUT), "--log-every", "1", "--save-every", "2", "--no-progress", *extra]
     return subprocess.run(command, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -23,10 +23,6 @@ SIGMAS = 5
 MAX_SEQ_LENGTH = 32
 
 
-def within(count, n, p, what):
-    assert abs(count - n * p) < SIGMAS * math.sqrt(n * p * (1 - p)), f"{what}: {count / n:.4f} vs {p}"
-
-
 @pytest.fixture(scope="module")
 def unique_corpus(tmp_path_factory):
     """80 documents of 1-10 sentences of 1-8 words (some of 20-45 words, longer than a sequence), every word
@@ -91,7 +87,7 @@ def test_objective_names_are_the_pairings():
     assert {o.sentence_pairs for o in OBJECTIVES.values()} - {None} == set(SENTENCE_PAIRS)
 
 
-def test_next_sentence_pairs(unique_corpus):
+def test_next_sentence_pairs(unique_corpus, within):
     folder, origin, tokenizer = unique_corpus
     instances = take(stream(folder, "next_sentence", epochs=20), 10**6)
     max_tokens = MAX_SEQ_LENGTH - 3
@@ -112,7 +108,7 @@ def test_next_sentence_pairs(unique_corpus):
     assert len(instances) > 2000
 
 
-def test_sentence_order_pairs(unique_corpus):
+def test_sentence_order_pairs(unique_corpus, within):
     folder, origin, tokenizer = unique_corpus
     instances = take(stream(folder, "sentence_order", epochs=20), 10**6)
     swapped = 0
@@ -143,7 +139,7 @@ def test_single_segments_cover_each_epoch_exactly_once(unique_corpus):
     assert sorted(text) == sorted(origin)
 
 
-def test_short_targets():
+def test_short_targets(within):
     rng = np.random.default_rng(0)
     max_tokens, draws = 29, 20_000
     lengths = np.array([target_length(max_tokens, 0.1, rng) for _ in range(draws)])
@@ -168,7 +164,7 @@ def test_short_sequences_on_real_text(data_dir, tokenizer, tmp_path):
         assert rate * len(instances) - spread <= short <= rate * len(instances) + spread + ends
 
 
-def test_truncation_rule_matches_the_token_by_token_version():
+def test_truncation_rule_matches_the_token_by_token_version(within):
     def reference(n_first, n_second, max_tokens):
         # BERT's loop: while too long, shorten the longer one (B when equal)
         while n_first + n_second > max_tokens:

@@ -22,11 +22,6 @@ DRAWS = 12
 SIGMAS = 5
 
 
-def within(count, n, p, what):
-    """count ~ Binomial(n, p): |count - np| below 5 standard deviations."""
-    assert abs(count - n * p) < SIGMAS * math.sqrt(n * p * (1 - p)), f"{what}: {count / n:.4f} vs {p}"
-
-
 @pytest.fixture(scope="module")
 def encoded(data_dir, tokenizer):
     """~500 real sentences of two kinds of text as padded pairs [CLS] A [SEP] B [SEP], with word ids."""
@@ -52,7 +47,7 @@ def word_groups(encoding, word_ids):
 
 
 @pytest.mark.parametrize("strategy", MASKING_STRATEGIES)
-def test_rates_and_the_80_10_10_split(strategy, encoded, tokenizer):
+def test_rates_and_the_80_10_10_split(strategy, encoded, tokenizer, within):
     encoding, word_ids = encoded
     input_ids = encoding["input_ids"]
     masker = Masker(tokenizer.vocab, strategy=strategy)
@@ -120,7 +115,7 @@ def test_ngram_spans_stay_in_one_segment_and_cover_at_most_three_words(encoded, 
     assert set(lengths) <= {1, 2, 3} and lengths[3] > 0
 
 
-def test_ngram_lengths_follow_one_over_n():
+def test_ngram_lengths_follow_one_over_n(within):
     """Over a long run of one-token words with no special tokens, every span but the last of a row has the
     length drawn, p(n) = (1/n) / (1 + 1/2 + 1/3)."""
     batch, seq = 64, 512
@@ -137,7 +132,7 @@ def test_ngram_lengths_follow_one_over_n():
     assert set(lengths) == {1, 2, 3}
 
 
-def test_every_strategy_chooses_each_token_with_the_probability():
+def test_every_strategy_chooses_each_token_with_the_probability(within):
     """Units are chosen with p, so each token is too: a token far from row ends, over many rows."""
     batch, seq = 4000, 16
     word_starts = torch.rand(batch, seq, generator=torch.Generator().manual_seed(4)) < 0.6

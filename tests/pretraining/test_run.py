@@ -18,7 +18,7 @@ from bertforge.errors import CheckpointError, ConfigError, InputError
 from bertforge.heads import IGNORE_INDEX
 from bertforge.pretraining import run
 from bertforge.pretraining.collate import PretrainingCollator, batches
-from bertforge.pretraining.corpus import CorpusReader, prepare_corpus
+from bertforge.pretraining.corpus import CorpusReader
 from bertforge.pretraining.evaluation import evaluate_mlm
 from bertforge.pretraining.heads import BertForPreTraining
 from bertforge.pretraining.instances import InstanceStream
@@ -30,12 +30,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def corpus(inaugural_slice, tmp_path_factory, minilm_dir):
-    from bertforge import BertTokenizer
-    folder = tmp_path_factory.mktemp("corpus")
-    prepare_corpus([inaugural_slice(1000)], BertTokenizer.from_pretrained(minilm_dir), folder / "data",
-                   progress=False)
-    return folder / "data"
+def corpus(inaugural_corpus):
+    return inaugural_corpus(1000) / "data"
 
 
 def make_config(corpus, output, **overrides) -> PretrainConfig:

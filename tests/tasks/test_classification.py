@@ -9,8 +9,8 @@ import torch
 
 from bertforge import BertConfig, BertForSequenceClassification, BertModel
 from bertforge.errors import ConfigError, InputError
-from bertforge.tasks.classification import class_labels, encode, example_logits, score, windows
-from bertforge.tasks.data import Columns, EncodeSettings, TextExample, row_outputs
+from bertforge.tasks.classification import ClassificationSettings, class_labels, encode, example_logits, score, windows
+from bertforge.tasks.data import Columns, TextExample, row_outputs
 from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, evaluate, finetune, load_task_model
 from bertforge.tasks.registry import TASKS
 from bertforge.training import TrainConfig
@@ -26,16 +26,16 @@ def test_labels_are_sorted_numerically_when_they_are_integers():
 
 def test_truncation_is_counted_and_pairs_are_cut_longest_first(tokenizer):
     singles = [TextExample("short one", label="a"), TextExample("a much longer text " * 20, label="b")]
-    features = encode(tokenizer, singles, EncodeSettings(max_length=16), {0: "a", 1: "b"})
+    features = encode(tokenizer, singles, ClassificationSettings(max_length=16), {0: "a", 1: "b"})
     assert features.truncated == 1 and features.notes == ["1 of 2 examples were truncated to max_length=16"]
     assert features.lengths() == [4, 16] and [row["labels"] for row in features.rows] == [0, 1]
     pairs = [TextExample("tiny", "and a much longer second text " * 10, label="a"), TextExample("a", "b", "b")]
-    features = encode(tokenizer, pairs, EncodeSettings(max_length=16), {0: "a", 1: "b"})
+    features = encode(tokenizer, pairs, ClassificationSettings(max_length=16), {0: "a", 1: "b"})
     expected = tokenizer(pairs[0].text, pairs[0].text_pair, max_length=16, truncation="longest_first")
     assert features.truncated == 1 and features.rows[0]["input_ids"] == expected["input_ids"]
     assert features.rows[0]["token_type_ids"] == expected["token_type_ids"]
     with pytest.raises(InputError, match="some examples have a second text"):
-        encode(tokenizer, singles + pairs, EncodeSettings(max_length=16), {0: "a", 1: "b"})
+        encode(tokenizer, singles + pairs, ClassificationSettings(max_length=16), {0: "a", 1: "b"})
 
 
 def test_windows_cover_the_text_with_half_overlap(tokenizer):
@@ -76,7 +76,8 @@ def test_window_logits_are_averaged_per_example(tokenizer):
                                                           id2label={0: "a", 1: "b", 2: "c"}))
     long_text = "an example that is long enough for several windows " * 4
     examples = [TextExample(long_text), TextExample("short")]
-    features = encode(tokenizer, examples, EncodeSettings(max_length=16, long_text="windows"), model.config.id2label)
+    features = encode(tokenizer, examples, ClassificationSettings(max_length=16, long_text="windows"),
+                      model.config.id2label)
     assert features.example_index.count(0) > 2 and features.example_index[-1] == 1
     logits = example_logits(features, row_outputs(model, features, 2, TASKS["classification"].outputs), len(examples))
     model.eval()
@@ -101,15 +102,16 @@ def test_score_uses_binary_f1_for_two_labels_and_macro_f1_otherwise():
 
 def test_finetune_config_round_trips_through_json(tmp_path):
     config = FinetuneConfig(train="train.tsv", output="out", task="regression", text_pair_column="sentence2",
-                            long_text="windows", training=TrainConfig(lr=1e-4, betas=(0.9, 0.98), eval_every=50))
+                            settings=ClassificationSettings(long_text="windows"),
+                            training=TrainConfig(lr=1e-4, betas=(0.9, 0.98), eval_every=50))
     config.save(tmp_path / "run.json")
     assert FinetuneConfig.load(tmp_path / "run.json") == config
     with pytest.raises(ConfigError, match="unknown task 'nope'; choose from classification, regression"):
         FinetuneConfig(task="nope")
     with pytest.raises(ConfigError, match="unknown context 'paragraph'; choose from sentence, document"):
-        FinetuneConfig(task="ner", context="paragraph")
+        FinetuneConfig.from_dict({"task": "ner", "context": "paragraph"})
     with pytest.raises(ConfigError, match="unknown decoding 'crf'; choose from argmax, viterbi"):
-        FinetuneConfig(task="ner", decoding="crf")
+        FinetuneConfig.from_dict({"task": "ner", "decoding": "crf"})
     with pytest.raises(ConfigError, match=r"^run.json: unknown key 'epochs'"):
         FinetuneConfig.from_dict({"epochs": 3}, "run.json")  # belongs under "training"
 
@@ -135,7 +137,8 @@ def sst2_model(tmp_path_factory, data_dir):
     with open(data_dir / "sst2" / "dev.tsv", encoding="utf-8") as handle:
         dev_rows = [row for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)][1:201]
     dev = write_tsv(folder / "dev.tsv", ["sentence", "label"], dev_rows)
-    config = FinetuneConfig(train=str(train), dev=str(dev), output=str(folder / "model"), max_length=64,
+    config = FinetuneConfig(train=str(train), dev=str(dev), output=str(folder / "model"),
+                            settings=ClassificationSettings(max_length=64),
                             batch_size=8, training=TrainConfig(epochs=1, lr=1e-4, warmup_ratio=0.1, progress=False,
                                                                device="cpu"))
     return finetune(config), dev
@@ -176,7 +179,7 @@ def test_stsb_regression_slice_learns(tmp_path, data_dir):
     config = FinetuneConfig(task="regression", train=str(data_dir / "stsb" / "train.tsv"),
                             output=str(tmp_path / "model"), text_column=columns.text,
                             text_pair_column=columns.text_pair, label_column=columns.label,
-                            max_train_examples=640, max_length=64, batch_size=8,
+                            max_train_examples=640, settings=ClassificationSettings(max_length=64), batch_size=8,
                             training=TrainConfig(epochs=2, lr=2e-4, warmup_ratio=0.1, progress=False, device="cpu"))
     result = finetune(config, dev_examples=dev)
     # An untrained head scores ~0. The new head is drawn from the run's seed; one epoch of this 640-example slice
@@ -251,7 +254,8 @@ def mrpc_windows_model(tmp_path_factory, data_dir):
     folder = tmp_path_factory.mktemp("mrpc_windows")
     config = FinetuneConfig(train=str(data_dir / "mrpc" / "train.tsv"), output=str(folder / "model"),
                             text_column=PAIR_COLUMNS.text, text_pair_column=PAIR_COLUMNS.text_pair,
-                            label_column=PAIR_COLUMNS.label, max_length=PAIR_MAX_LENGTH, long_text="windows",
+                            label_column=PAIR_COLUMNS.label,
+                            settings=ClassificationSettings(max_length=PAIR_MAX_LENGTH, long_text="windows"),
                             max_train_examples=24, batch_size=8,
                             training=TrainConfig(max_steps=3, lr=1e-4, progress=False, device="cpu"))
     return finetune(config)

@@ -5,15 +5,9 @@ import json
 import pytest
 import torch
 
+from bertforge.batching import LengthGroupedBatches, collate
 from bertforge.errors import InputError
-from bertforge.tasks.data import (
-    Columns,
-    Features,
-    LengthGroupedBatches,
-    collate,
-    read_table,
-    read_text_examples,
-)
+from bertforge.tasks.data import Columns, Features, read_table, read_text_examples
 
 
 def test_glue_tsv_files_read_as_they_are(data_dir):

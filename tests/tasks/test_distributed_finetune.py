@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from bertforge.tasks.classification import ClassificationSettings
 from bertforge.tasks.finetune import FinetuneConfig, finetune
 from bertforge.training import TrainConfig
 
@@ -62,7 +63,8 @@ def train_losses(output):
 def one_process(tiny_model_dir, sst2_files, tmp_path_factory):
     output = tmp_path_factory.mktemp("single") / "model"
     config = FinetuneConfig(model=str(tiny_model_dir), train=str(sst2_files["train"]), dev=str(sst2_files["dev"]),
-                            output=str(output), batch_size=BATCH, max_length=32, dropout=0.0,
+                            output=str(output), batch_size=BATCH, settings=ClassificationSettings(max_length=32),
+                            dropout=0.0,
                             training=TrainConfig(grad_accumulation=ACCUMULATION, epochs=EPOCHS, lr=LR, eval_every=3,
                                                  save_every=2, log_every=1, device="cpu", progress=False))
     return finetune(config)

@@ -6,10 +6,15 @@ import torch
 
 from bertforge import BertConfig, BertForTokenClassification
 from bertforge.errors import InputError
-from bertforge.tasks.data import EncodeSettings
 from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, evaluate, finetune, predict
 from bertforge.tasks.registry import TASKS
-from bertforge.tasks.token_classification import read_conll, sentence_from_text, tagged_entities, token_features
+from bertforge.tasks.token_classification import (
+    NerSettings,
+    read_conll,
+    sentence_from_text,
+    tagged_entities,
+    token_features,
+)
 from bertforge.training import TrainConfig
 
 NER = TASKS["ner"]
@@ -58,7 +63,7 @@ def test_encode_labels_first_pieces_and_predictions_give_entities_with_spans(tok
     sentences[0].tags = ["B-PER", "O", "O", "B-LOC"]
     sentences[1].tags = ["O"] * 30
     id2label = {0: "O", 1: "B-LOC", 2: "B-PER"}
-    features = NER.encode(tokenizer, sentences, EncodeSettings(max_length=12, stride=2), id2label)
+    features = NER.encode(tokenizer, sentences, NerSettings(max_length=12, doc_stride=2), id2label)
     assert features.rows[0]["labels"] == [-100, 2, -100, 0, 0, 1, -100]  # [CLS] johan ##son lives in washington
     assert features.example_index.count(1) > 2 and features.truncated == 1 and len(features.extras) == len(features)
     model = BertForTokenClassification(BertConfig.tiny(vocab_size=tokenizer.vocab_size, id2label=id2label))
@@ -102,14 +107,14 @@ def test_a_model_trained_with_document_context_reads_files_with_it(tokenizer, tm
     model = BertForTokenClassification(BertConfig.tiny(vocab_size=tokenizer.vocab_size, id2label=id2label))
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    FinetuneConfig(task="ner", context="document").save(tmp_path / "finetune_config.json")
+    FinetuneConfig(task="ner", settings=NerSettings(context="document")).save(tmp_path / "finetune_config.json")
     finetuned = FinetunedModel.load(tmp_path)
     sentences = read_conll(data_dir / "conll2003" / "eng.testb")[:20]
     path = write_conll(sentences, tmp_path / "test.conll")
     examples = finetuned.read(path, finetuned.columns(path=path), labelled=False)
-    features = NER.encode(tokenizer, examples, finetuned.settings.settings, id2label)
+    features = NER.encode(tokenizer, examples, finetuned.settings, id2label)
     assert all(len(row["input_ids"]) == 128 for row in features.rows)  # 20 sentences hold far more than 128 tokens
-    alone = NER.encode(tokenizer, [sentence_from_text("Peter lives in Paris")], finetuned.settings.settings, id2label)
+    alone = NER.encode(tokenizer, [sentence_from_text("Peter lives in Paris")], finetuned.settings, id2label)
     assert len(alone.rows[0]["input_ids"]) == 6
     assert [len(a["tags"]) for a in finetuned.predict(examples)] == [len(s.words) for s in sentences]
 

@@ -8,14 +8,14 @@ import torch
 
 from bertforge import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertforge.errors import ConfigError, InputError
-from bertforge.tasks.data import EncodeSettings
 from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, finetune
+from bertforge.tasks.question_answering import QASettings
 from bertforge.tasks.registry import TASKS
 from bertforge.tokenizer import BertTokenizer
 from bertforge.training import TrainConfig
 
 QA = TASKS["qa"]
-SETTINGS = dict(max_length=192, doc_stride=64)
+SETTINGS = QASettings(max_length=192, doc_stride=64)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def squad_slices(data_dir, tmp_path_factory):
 def finetuned_qa(squad_slices, tmp_path_factory):
     train, dev = squad_slices
     config = FinetuneConfig(task="qa", train=str(train), dev=str(dev), output=str(tmp_path_factory.mktemp("qa")),
-                            batch_size=16, **SETTINGS,
+                            batch_size=16, settings=SETTINGS,
                             training=TrainConfig(epochs=3, lr=3e-4, warmup_ratio=0.1, eval_every=8, seed=0,
                                                 progress=False))
     return finetune(config)
@@ -44,7 +44,7 @@ def finetuned_qa(squad_slices, tmp_path_factory):
 
 def test_defaults_follow_the_bert_paper():
     config = FinetuneConfig(task="qa")
-    assert (config.max_length, config.settings.max_query_length, config.version_2) == (384, 64, False)
+    assert (config.max_length, config.settings.max_query_length, config.settings.version_2) == (384, 64, False)
     assert FinetuneConfig(task="ner").max_length == 128
 
 
@@ -56,7 +56,7 @@ def test_reading_squad_and_jsonl_questions(tmp_path):
     path.write_text(json.dumps(squad))
     with pytest.raises(InputError, match="unanswerable"):
         QA.read_examples(path, None)
-    assert [e.is_impossible for e in QA.read_examples(path, None, settings=EncodeSettings(version_2=True))] == [
+    assert [e.is_impossible for e in QA.read_examples(path, None, settings=QASettings(version_2=True))] == [
         False, True]
     questions = tmp_path / "q.jsonl"
     questions.write_text(json.dumps({"question": "Who?", "context": "Rollo."}) + "\n")
@@ -66,7 +66,7 @@ def test_reading_squad_and_jsonl_questions(tmp_path):
 def test_answers_are_spans_of_the_context_with_scores(tokenizer, squad_slices):
     examples = QA.read_examples(squad_slices[1], None)[:6]
     model = BertForQuestionAnswering.from_pretrained("default")
-    features = QA.encode(tokenizer, examples, EncodeSettings(max_length=128, stride=32), {})
+    features = QA.encode(tokenizer, examples, QASettings(max_length=128, doc_stride=32), {})
     assert len(features) > len(examples) and len(features.extras) == len(features)
     assert all("start_positions" in row for row in features.rows)
     answers = QA.predict(model, features, examples, 8)
@@ -80,13 +80,13 @@ def test_decoding_settings_limit_the_answers(tokenizer, squad_slices):
     """n_best and max_answer_length (--n-best, --max-answer-length) reach the decoder through the settings."""
     examples = QA.read_examples(squad_slices[1], None)[:4]
     model = BertForQuestionAnswering.from_pretrained("default")
-    settings = FinetuneConfig(task="qa", max_length=128, doc_stride=32, n_best=3, max_answer_length=2).settings
+    settings = QASettings(max_length=128, doc_stride=32, n_best=3, max_answer_length=2)
     answers = QA.predict(model, QA.encode(tokenizer, examples, settings, {}), examples, 8)
     for answer in answers:
         assert 1 <= len(answer["n_best"]) <= 3
         assert all(len(tokenizer.tokenize(candidate["text"])) <= 2 for candidate in answer["n_best"])
     with pytest.raises(ConfigError, match="n_best"):
-        FinetuneConfig(task="qa", n_best=0)
+        FinetuneConfig.from_dict({"task": "qa", "n_best": 0})
 
 
 def test_short_finetune_beats_the_untrained_model(finetuned_qa, squad_slices):
@@ -96,7 +96,7 @@ def test_short_finetune_beats_the_untrained_model(finetuned_qa, squad_slices):
     dev = QA.read_examples(squad_slices[1], None)
     untrained = BertForQuestionAnswering.from_pretrained("default")
     tokenizer = BertTokenizer.from_pretrained("default")
-    settings = FinetuneConfig(task="qa", **SETTINGS).settings
+    settings = SETTINGS
     baseline = QA.score(QA.predict(untrained, QA.encode(tokenizer, dev, settings, {}), dev, 64), dev, {})
     assert finetuned_qa.best["exact_match"] >= baseline["exact_match"] + 0.05, (baseline, finetuned_qa.history)
     assert finetuned_qa.best["f1"] > baseline["f1"], (baseline, finetuned_qa.history)

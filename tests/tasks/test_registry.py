@@ -9,6 +9,7 @@ import torch
 from bertforge import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, BertModel
 from bertforge.cli.main import main
 from bertforge.errors import CheckpointError
+from bertforge.tasks.classification import ClassificationSettings
 from bertforge.tasks.finetune import FinetuneConfig
 from bertforge.tasks.registry import HEADS, RUN_CONFIG_FILE, TASKS, inspect_checkpoint, task_of_model
 
@@ -40,7 +41,7 @@ def test_the_default_model_is_an_encoder_without_a_task(minilm_dir):
 
 
 def test_the_run_config_gives_the_task_and_its_settings(tmp_path, tokenizer, tiny):
-    run = FinetuneConfig(task="regression", max_length=24)
+    run = FinetuneConfig(task="regression", settings=ClassificationSettings(max_length=24))
     one_output = BertForSequenceClassification(BertConfig.tiny(vocab_size=tokenizer.vocab_size,
                                                                      id2label={0: "LABEL_0"}))
     checkpoint = inspect_checkpoint(save(one_output, tokenizer, tmp_path, run))

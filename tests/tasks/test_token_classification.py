@@ -6,12 +6,14 @@ import pytest
 import torch
 
 from bertforge import ConfigError, InputError
+from bertforge.batching import collate
 from bertforge.heads import IGNORE_INDEX
 from bertforge.tasks.metrics import entities
 from bertforge.tasks.token_classification import (
+    NerSettings,
     TaggedSentence,
-    collate,
     collect_labels,
+    encode,
     iob2_transitions,
     predict_tags,
     read_conll,
@@ -148,8 +150,9 @@ def test_entities_with_character_spans():
 
 
 def test_collate_pads_labels_with_the_ignore_index(tokenizer):
+    """The task's rows through the one collate (token_classification.collate, unused by the library, is gone)."""
     sentences = [TaggedSentence(["Paris"], ["B-LOC"]), TaggedSentence(["John", "Smith"], ["B-PER", "I-PER"])]
-    batch = collate(token_features(sentences, tokenizer, LABEL2ID), tokenizer.pad_token_id)
+    batch = collate(encode(tokenizer, sentences, NerSettings(), LABELS).rows, tokenizer.pad_token_id)
     assert batch["labels"].tolist() == [[IGNORE_INDEX, 1, IGNORE_INDEX, IGNORE_INDEX],
                                         [IGNORE_INDEX, 2, 3, IGNORE_INDEX]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 0], [1, 1, 1, 1]]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import Any
 
 from bertforge.errors import InputError
 from bertforge.outputs import check_output_file
@@ -90,3 +92,34 @@ def load_encoder(name_or_path: str, inference=None):
 def check_writable(path: str | Path) -> Path:
     """Fail before any slow work when the file `path` can't be written (see outputs.check_output_file)."""
     return check_output_file(path)
+
+
+def add_flag_table(parser: argparse.ArgumentParser, flags: dict[str, tuple[Any, Any, str]],
+                   default_of: Callable[[Any], Any], aliases: dict[str, str] | None = None,
+                   short: dict[str, str] | None = None, required: Collection[str] = ()) -> None:
+    """One option per row of a command's flag table, flag -> (place in its config, kind, help).
+
+    The kind is a type, a table whose keys are the choices, or bool for a switch (which sets the opposite of its
+    default). Every argparse default is None, so that only the flags given are set and the config dataclass fills
+    in the rest: its default, `default_of(place)`, is what the help shows (unless the help says what it means
+    itself). `aliases` maps old spellings to a flag: they still work and are not shown.
+    """
+    aliases, short = aliases or {}, short or {}
+    for flag, (place, kind, help_text) in flags.items():
+        dest = place if isinstance(place, str) else place[-1]
+        default = default_of(place)
+        options: dict[str, Any] = {"dest": dest, "default": None}
+        if kind is bool:
+            options |= {"action": "store_const", "const": not default if isinstance(default, bool) else True}
+        elif callable(kind):
+            options |= {"type": kind, "metavar": flag[2:].upper().replace("-", "_")}
+        else:
+            options["choices"] = list(kind)
+        if flag in required:
+            options["required"] = True
+        elif kind is not bool and "default:" not in help_text and "(default" not in help_text:
+            help_text = f"{help_text} (default: {'none' if default is None else default})"
+        parser.add_argument(flag, *([short[flag]] if flag in short else []), help=help_text, **options)
+        for alias in (old for old, new in aliases.items() if new == flag):
+            parser.add_argument(alias, **(options | {"default": argparse.SUPPRESS, "required": False}),
+                                help=argparse.SUPPRESS)

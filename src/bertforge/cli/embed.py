@@ -23,6 +23,7 @@ from bertforge.cli.arguments import (
 from bertforge.errors import InputError
 from bertforge.inference import LAYER_COMBINATIONS, POOLINGS, TOKEN_LEVELS, extract_features, extract_token_features
 from bertforge.inference.features import LONG_TEXT
+from bertforge.inference.similarity import most_similar
 
 OUTPUT_FORMATS = (".npy", ".jsonl")
 
@@ -33,7 +34,7 @@ def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how token vectors become one (default: the model's sentence-transformers pooling, "
                              "else mean)")
     parser.add_argument("--layers", choices=list(LAYER_COMBINATIONS), default="last", help="which hidden states")
-    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="texts per batch")
     parser.add_argument("--max-length", type=positive_int, default=None,
                         help="truncate longer texts (tokens; default: the model's sentence-transformers "
                              "max_seq_length, else its tokenizer's model_max_length)")
@@ -84,16 +85,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {sum(len(item.tokens) for item in features)} {args.level} vectors for {len(texts)} lines "
               f"to {output}")
         return 0
-    vectors = extract_features(model, tokenizer, texts, pooling=args.pool, normalize=True if args.similar is not None
-                               else args.normalize, progress=progress, long_text=args.long_text, **settings)
     if args.similar is not None:
-        query = extract_features(model, tokenizer, [args.similar], pooling=args.pool, normalize=True,
-                                 long_text=args.long_text, **settings)
-        scores = (vectors @ query[0]).tolist()
-        ranked = sorted(range(len(texts)), key=lambda i: scores[i], reverse=True)[:args.top_k]
-        for rank, i in enumerate(ranked, 1):
-            print(f"{rank:>3}. {scores[i]:.3f}  line {i + 1}: {texts[i]}")
+        ranked = most_similar(model, tokenizer, args.similar, texts, args.top_k, pooling=args.pool,
+                              progress=progress, long_text=args.long_text, **settings)
+        for rank, (i, score) in enumerate(ranked, 1):
+            print(f"{rank:>3}. {score:.3f}  line {i + 1}: {texts[i]}")
         return 0
+    vectors = extract_features(model, tokenizer, texts, pooling=args.pool, normalize=args.normalize,
+                               progress=progress, long_text=args.long_text, **settings)
     matrix = vectors.float().numpy()
     if output.suffix == ".npy":
         with atomic_path(output) as temporary, open(temporary, "wb") as handle:

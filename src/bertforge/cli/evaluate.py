@@ -6,14 +6,8 @@ import argparse
 from pathlib import Path
 
 from bertforge.checkpoint.default_model import DEFAULT_MODEL_NAMES
-from bertforge.cli.arguments import (
-    add_format_argument,
-    add_inference_arguments,
-    check_writable,
-    inference_options,
-    positive_int,
-)
-from bertforge.cli.finetune import add_column_arguments, add_decoding_argument
+from bertforge.cli.arguments import check_writable, inference_options
+from bertforge.cli.finetune import add_trained_model_arguments
 from bertforge.tasks.finetune import EVAL_RESULTS_FILE
 from bertforge.tasks.registry import TASKS
 
@@ -22,16 +16,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", "-m", required=True, help="fine-tuned model directory")
     parser.add_argument("--data", "-d", required=True,
                         help="labelled data (.csv, .tsv, .jsonl; CoNLL for ner; SQuAD .json for qa)")
-    add_format_argument(parser)
-    add_column_arguments(parser)
     parser.add_argument("--task", choices=list(TASKS), default=None, help="default: the model's own")
-    parser.add_argument("--batch-size", type=positive_int, default=64)
-    parser.add_argument("--max-length", type=positive_int, default=None, help="default: the training run's")
     parser.add_argument("--output", "-o", default=None,
                         help=f"metrics JSON file (default: {EVAL_RESULTS_FILE} in the model directory; none for "
                              "'default')")
-    add_decoding_argument(parser, "the training run's")
-    add_inference_arguments(parser)
+    add_trained_model_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

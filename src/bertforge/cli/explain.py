@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pair", help="the second text (for qa: the context; for an encoder: the text compared)")
     parser.add_argument("--target", help="what to explain: a label, an entity, answer/start/end, a token at [MASK] "
                                          "(default: the prediction)")
-    parser.add_argument("--method", choices=list(METHODS), default="integrated_gradients")
+    parser.add_argument("--method", choices=list(METHODS), default="integrated_gradients",
+                        help="attribution method")
     parser.add_argument("--steps", type=positive_int, default=DEFAULT_STEPS,
                         help=f"integrated gradients' interpolation steps (default {DEFAULT_STEPS})")
     parser.add_argument("--max-length", type=positive_int, default=DEFAULT_MAX_LENGTH,

@@ -4,89 +4,118 @@ flags and `--config run.json` fill one FinetuneConfig (flags win over the file, 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
+import shlex
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
-from bertforge.cli.arguments import finite_float
+from bertforge.cli.arguments import (
+    add_flag_table,
+    add_format_argument,
+    add_inference_arguments,
+    finite_float,
+    positive_int,
+)
 from bertforge.config import read_json_object
+from bertforge.errors import ConfigError
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.registry import TASKS
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 
-# flag -> (place in FinetuneConfig's JSON, type, help); every default is None, so an absent flag leaves the
-# run config's value (or the dataclass default) in place.
-FLAGS: dict[str, tuple[tuple[str, ...], type, str]] = {
+DECODING_HELP = ("ner: each word's most probable tag (argmax) or the most probable valid IOB2 sequence (viterbi)")
+
+# flag -> (place in FinetuneConfig's JSON, kind, help). The kind is a type, a table whose keys are the choices, or
+# bool for a switch. Every default is None, so an absent flag leaves the run config's value (or the dataclass
+# default) in place; the help shows the dataclass default (see default_text). A task setting is a top-level key
+# (FinetuneConfig.from_dict moves it into the task's settings).
+FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
+    "--task": (("task",), TASKS, "what to learn: " + "; ".join(f"{name}: {row.description}"
+                                                               for name, row in TASKS.items())),
     "--train": (("train",), str, "training data (.csv, .tsv, .jsonl; CoNLL for ner; SQuAD .json for qa)"),
-    "--dev": (("dev",), str, "evaluation data; the best model on it is kept"),
+    "--dev": (("dev",), str, "evaluation data; the best model on it is kept (default: none, the last model is kept)"),
     "--output": (("output",), str, "output model directory"),
     "--model": (("model",), str, "pre-trained model directory, or 'default' (all-MiniLM-L6-v2)"),
-    "--max-length": (("max_length",), int, "tokens per input (default 128; qa 384)"),
-    "--doc-stride": (("doc_stride",), int, "overlap of windows over long inputs: qa tokens (128), ner words (16)"),
-    "--max-query-length": (("max_query_length",), int, "qa: question tokens kept (default 64)"),
-    "--n-best": (("n_best",), int, "qa: answers kept per question (default 20)"),
-    "--max-answer-length": (("max_answer_length",), int, "qa: longest answer in tokens (default 30)"),
+    "--max-length": (("max_length",), int, "tokens per input"),
+    "--long-text": (("long_text",), LONG_TEXT, "texts over --max-length: truncate, or average overlapping windows"),
+    "--context": (("context",), CONTEXTS, "ner: what fills the rest of each window: nothing (sentence) or the "
+                                          "sentences around it in its document (-DOCSTART- blocks), as BERT's "
+                                          "CoNLL-2003 result"),
+    "--decoding": (("decoding",), DECODINGS, DECODING_HELP),
+    "--doc-stride": (("doc_stride",), int, "overlap of windows over long inputs: qa tokens, ner words"),
+    "--max-query-length": (("max_query_length",), int, "qa: question tokens kept"),
+    "--version-2": (("version_2",), bool, "qa: SQuAD v2 data, where questions may have no answer"),
+    "--n-best": (("n_best",), int, "qa: answers kept per question"),
+    "--max-answer-length": (("max_answer_length",), int, "qa: longest answer in tokens"),
     "--null-score-threshold": (("null_score_threshold",), finite_float,
-                               "qa with --version-2: margin by which no answer must beat the best span (default 0)"),
+                               "qa with --version-2: margin by which no answer must beat the best span"),
+    "--random-init": (("random_init",), bool, "the --model architecture with fresh weights (a from-scratch baseline)"),
     "--dropout": (("dropout",), finite_float,
                   "dropout on hidden states and attention weights (default: the model's)"),
     "--batch-size": (("batch_size",), int,
-                     "examples per batch (default 32); under torchrun the global batch, split between the processes"),
-    "--eval-batch-size": (("eval_batch_size",), int, "examples per evaluation batch (default 64)"),
-    "--max-train-examples": (("max_train_examples",), int, "use only the first N training examples"),
-    "--epochs": (("training", "epochs"), int, "passes over the training data (default 3)"),
-    "--max-steps": (("training", "max_steps"), int, "stop after N optimizer steps (overrides --epochs)"),
-    "--lr": (("training", "lr"), finite_float, "peak learning rate (default 5e-5)"),
-    "--weight-decay": (("training", "weight_decay"), finite_float, "AdamW weight decay (default 0.01)"),
-    "--warmup-ratio": (("training", "warmup_ratio"), finite_float, "fraction of steps warming up (default 0)"),
-    "--grad-accum": (("training", "grad_accumulation"), int, "batches per optimizer step (default 1)"),
+                     "examples per batch; under torchrun the global batch, split between the processes"),
+    "--eval-batch-size": (("eval_batch_size",), int, "examples per evaluation batch"),
+    "--max-train-examples": (("max_train_examples",), int, "use only the first N training examples (default: all)"),
+    "--epochs": (("training", "epochs"), int, "passes over the training data"),
+    "--max-steps": (("training", "max_steps"), int, "stop after N optimizer steps (default: none; overrides --epochs)"),
+    "--lr": (("training", "lr"), finite_float, "peak learning rate"),
+    "--weight-decay": (("training", "weight_decay"), finite_float, "AdamW weight decay"),
+    "--warmup-ratio": (("training", "warmup_ratio"), finite_float, "fraction of steps warming up"),
+    "--grad-accum": (("training", "grad_accumulation"), int, "batches per optimizer step"),
     "--eval-every": (("training", "eval_every"), int, "evaluate every N steps (default: every epoch)"),
-    "--seed": (("training", "seed"), int, "random seed (default 42)"),
+    "--seed": (("training", "seed"), int, "random seed"),
     "--early-stopping": (("training", "early_stopping_patience"), int,
-                         "stop after N evaluations without improvement"),
+                         "stop after N evaluations without improvement (default: none, never stop early)"),
     "--save-every": (("training", "save_every"), int,
                      "optimizer steps between resumable checkpoints (default: at every evaluation)"),
     "--device": (("training", "device"), str, "cpu, cuda, ... (default: cuda when available)"),
+    "--bf16": (("training", "bf16"), bool, "bf16 autocast where the hardware supports it"),
+    "--no-progress": (("training", "progress"), bool, "no progress bar"),
 }
 COLUMN_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
-    "--text-column": (("text_column",), "column of the text (default 'sentence')"),
+    "--text-column": (("text_column",), "column of the text"),
     "--text-pair-column": (("text_pair_column",), "column of the second text, for pair tasks"),
-    "--label-column": (("label_column",), "column of the label or score (default 'label')"),
+    "--label-column": (("label_column",), "column of the label or score"),
 }
 
 
-def add_column_arguments(parser: argparse.ArgumentParser) -> None:
-    """Column choices, shared by finetune, evaluate and predict (which default to the training run's)."""
+def default_of(place: tuple[str, ...]) -> Any:
+    """The dataclass default of a FinetuneConfig key: 32; a task setting's, per task where they differ:
+    "128; qa: 384"."""
+    from bertforge.tasks.finetune import SETTING_DEFAULTS, FinetuneConfig
+    from bertforge.training.trainer import TrainConfig
+
+    kind, name = (TrainConfig, place[1]) if place[0] == "training" else (FinetuneConfig, place[0])
+    fields = {field.name: field for field in dataclasses.fields(kind)}
+    if name in fields:
+        return fields[name].default
+    by_task = SETTING_DEFAULTS[name]
+    values = list(dict.fromkeys(by_task.values()))
+    if len(values) == 1:
+        return values[0]
+    usual = Counter(by_task.values()).most_common(1)[0][0]
+    return "; ".join([str(usual)] + [f"{task}: {value}" for task, value in by_task.items() if value != usual])
+
+
+def add_trained_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """How evaluate and predict read data and run a fine-tuned model; each setting defaults to the training run's."""
+    add_format_argument(parser)
     for flag, (_, help_text) in COLUMN_FLAGS.items():
-        parser.add_argument(flag, default=None, help=help_text)
-
-
-def add_decoding_argument(parser: argparse.ArgumentParser, default: str) -> None:
-    """--decoding, shared by finetune, evaluate and predict (which default to the training run's)."""
+        parser.add_argument(flag, default=None, help=f"{help_text} (default: the training run's)")
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="examples per batch")
+    parser.add_argument("--max-length", type=positive_int, default=None,
+                        help="tokens per input (default: the training run's)")
     parser.add_argument("--decoding", choices=list(DECODINGS), default=None,
-                        help=f"ner: each word's most probable tag (argmax) or the most probable valid IOB2 sequence "
-                             f"(viterbi); default: {default}")
+                        help=f"{DECODING_HELP} (default: the training run's)")
+    add_inference_arguments(parser)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="run config JSON (FinetuneConfig fields; flags override it)")
-    parser.add_argument("--task", choices=list(TASKS), default=None, help="default: classification")
-    for flag, (_, kind, help_text) in FLAGS.items():
-        parser.add_argument(flag, type=kind, default=None, help=help_text)
-    add_column_arguments(parser)
-    parser.add_argument("--long-text", choices=list(LONG_TEXT), default=None,
-                        help="texts over --max-length: truncate (default) or average overlapping windows")
-    parser.add_argument("--context", choices=list(CONTEXTS), default=None,
-                        help="ner: what fills the rest of each window: nothing (sentence, the default) or the "
-                             "sentences around it in its document (-DOCSTART- blocks), as BERT's CoNLL-2003 result")
-    add_decoding_argument(parser, "argmax")
-    parser.add_argument("--version-2", action="store_const", const=True, default=None,
-                        help="qa: SQuAD v2 data, where questions may have no answer")
-    parser.add_argument("--random-init", action="store_const", const=True, default=None,
-                        help="the --model architecture with fresh weights (a from-scratch baseline)")
-    parser.add_argument("--bf16", action="store_const", const=True, default=None,
-                        help="bf16 autocast where the hardware supports it")
-    parser.add_argument("--no-progress", dest="progress", action="store_const", const=False, default=None,
-                        help="no progress bar")
+    parser.add_argument("--config", metavar="FILE", default=None,
+                        help="run config JSON (FinetuneConfig fields; flags override it) (default: none)")
+    add_flag_table(parser, FLAGS | {flag: (place, str, help_text) for flag, (place, help_text) in COLUMN_FLAGS.items()},
+                   default_of)
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the model already in --output (otherwise that is an error)")
     parser.add_argument("--resume", action="store_true",
@@ -102,21 +131,45 @@ def config_from_args(args: argparse.Namespace):
         path = Path(args.config)
         data = read_json_object(path, "run config")
         source = str(path)
-    places = {flag: place for flag, (place, _, _) in FLAGS.items()}
-    places |= {flag: place for flag, (place, _) in COLUMN_FLAGS.items()}
-    places |= {"--task": ("task",), "--long-text": ("long_text",), "--context": ("context",),
-               "--decoding": ("decoding",),
-               "--version-2": ("version_2",), "--random-init": ("random_init",),
-               "--bf16": ("training", "bf16"), "--no-progress": ("training", "progress")}
-    for flag, place in places.items():
-        dest = "progress" if flag == "--no-progress" else flag.lstrip("-").replace("-", "_")
-        value = getattr(args, dest)
+    places = [place for place, _, _ in FLAGS.values()] + [place for place, _ in COLUMN_FLAGS.values()]
+    for place in places:
+        value = getattr(args, place[-1])
         if value is not None:
             section = data
             for key in place[:-1]:
                 section = section.setdefault(key, {})
             section[place[-1]] = value
     return FinetuneConfig.from_dict(data, source)
+
+
+def command_line(config) -> str:
+    """The `bertforge finetune` command that makes `config` (a FinetuneConfig): a flag for every setting that differs
+    from its default. A setting without a flag is an error (such a run needs --config)."""
+    from bertforge.tasks.finetune import FinetuneConfig
+
+    given, defaults = flat(config.to_dict()), flat(FinetuneConfig(task=config.task).to_dict())
+    rows = {flag: (place, kind) for flag, (place, kind, _) in FLAGS.items()}
+    rows |= {flag: (place, str) for flag, (place, _) in COLUMN_FLAGS.items()}
+    words = ["bertforge", "finetune"]
+    for flag, (place, kind) in rows.items():
+        value = given.pop(place, defaults.get(place))  # another task's setting is neither given nor a default
+        if value != defaults.get(place):
+            words += [flag] if kind is bool else [flag, str(value)]
+    unflagged = [".".join(place) for place, value in given.items() if value != defaults[place]]
+    if unflagged:
+        raise ConfigError(f"{', '.join(unflagged)} has no finetune flag; write the run config to a file for --config")
+    return shlex.join(words)
+
+
+def flat(data: dict[str, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """A run config's JSON as {place: value}: {"training": {"lr": 1e-4}} -> {("training", "lr"): 1e-4}."""
+    places = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            places |= flat(value, (*prefix, key))
+        else:
+            places[(*prefix, key)] = value
+    return places
 
 
 def run(args: argparse.Namespace) -> int:

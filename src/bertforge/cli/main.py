@@ -9,9 +9,9 @@ import os
 import signal
 import sys
 
-from bertforge import demo
 from bertforge.cli import (
     attention,
+    demo,
     distill,
     embed,
     evaluate,
@@ -58,6 +58,22 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Every option that takes a value shows its default, unless its help already says what it is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_text = action.help or ""
+        takes_value = action.option_strings and action.nargs != 0 and not action.required
+        if not takes_value or says_default(help_text) or action.default is argparse.SUPPRESS:
+            return help_text
+        return f"{help_text} (default: {'none' if action.default is None else '%(default)s'})".lstrip()
+
+
+def says_default(help_text: str) -> bool:
+    """Whether a help line states its default ("default: 128", "cpu (default)"), not merely the word 'default'."""
+    return "default:" in help_text or "(default" in help_text
+
+
 def installed_version() -> str:
     try:
         return importlib.metadata.version("bertforge")
@@ -66,14 +82,16 @@ def installed_version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="bertforge", description="BERT, complete and readable.")
+    parser = OneLineParser(prog="bertforge", description="BERT, complete and readable.",
+                           formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log details (e.g. skipped tensors)")
     parser.add_argument("--threads", type=positive_int, default=None,
                         help="CPU threads for torch (default: one per core)")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module, help_text) in SUBCOMMANDS.items():
-        subparser = subparsers.add_parser(name, help=help_text, description=help_text)
+        subparser = subparsers.add_parser(name, help=help_text, description=help_text,
+                                          formatter_class=DefaultsHelpFormatter)
         module.add_arguments(subparser)
         subparser.set_defaults(run=module.run)
     return parser

@@ -7,14 +7,8 @@ import argparse
 import json
 
 from bertforge.atomic import write_text_atomic
-from bertforge.cli.arguments import (
-    add_format_argument,
-    add_inference_arguments,
-    check_writable,
-    inference_options,
-    positive_int,
-)
-from bertforge.cli.finetune import add_column_arguments, add_decoding_argument
+from bertforge.cli.arguments import check_writable, inference_options
+from bertforge.cli.finetune import add_trained_model_arguments
 from bertforge.errors import InputError
 
 
@@ -27,12 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text-pair", help="the second text of a pair, with --text")
     parser.add_argument("--question", help="qa: one question, with --context")
     parser.add_argument("--context", help="qa: the passage that holds the answer, with --question")
-    add_format_argument(parser)
-    add_column_arguments(parser)
-    parser.add_argument("--batch-size", type=positive_int, default=64)
-    parser.add_argument("--max-length", type=positive_int, default=None, help="default: the training run's")
-    add_decoding_argument(parser, "the training run's")
-    add_inference_arguments(parser)
+    add_trained_model_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ STEPS = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     steps = parser.add_subparsers(dest="step", required=True, metavar="STEP")
     for name, (module, help_text) in STEPS.items():
-        step = steps.add_parser(name, help=help_text, description=help_text)
+        step = steps.add_parser(name, help=help_text, description=help_text, formatter_class=parser.formatter_class)
         module.add_arguments(step)
         step.set_defaults(run=module.run)
 

@@ -11,14 +11,18 @@ from bertforge.cli.arguments import check_writable, positive_int
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", nargs="+", required=True, metavar="FILE",
                         help="UTF-8 text files: one sentence or paragraph per line, a blank line between documents")
-    parser.add_argument("--model-or-vocab", default="default", metavar="M",
-                        help="a model directory or 'default' (its tokenizer is used), or a vocab.txt file")
+    parser.add_argument("--vocab", default="default", metavar="M",
+                        help="the tokenizer: a model directory or 'default' (its tokenizer is used), or a vocab.txt "
+                             "file; kept with the corpus for `pretrain train` (default: default)")
+    parser.add_argument("--model-or-vocab", dest="vocab", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     parser.add_argument("--cased", action="store_true",
                         help="with a vocab.txt: keep case and accents (a model directory's tokenizer settings decide)")
     parser.add_argument("--output", "-o", required=True, metavar="DIR", help="folder for the shards and manifest")
-    parser.add_argument("--max-seq-length", type=positive_int, default=128,
+    parser.add_argument("--max-length", type=positive_int, default=128,
                         help="the training sequence length, for the estimate of sequences per epoch (the shards "
-                             "themselves serve any length)")
+                             "themselves serve any length) (default: %(default)s)")
+    parser.add_argument("--max-seq-length", dest="max_length", type=positive_int, default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
     parser.add_argument("--shard-tokens", type=positive_int, default=None,
                         help="tokens per shard file (default: 64M)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -30,16 +34,16 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.tokenizer import BertTokenizer
 
     check_writable(Path(args.output) / "manifest.json")
-    if Path(args.model_or_vocab).is_file():
-        tokenizer = BertTokenizer(args.model_or_vocab, do_lower_case=not args.cased)
+    if Path(args.vocab).is_file():
+        tokenizer = BertTokenizer(args.vocab, do_lower_case=not args.cased)
     elif args.cased:
         raise ConfigError("--cased applies to a bare vocab.txt; a model's tokenizer_config.json decides its casing")
     else:
-        tokenizer = BertTokenizer.from_pretrained(args.model_or_vocab)
+        tokenizer = BertTokenizer.from_pretrained(args.vocab)
     summary = prepare_corpus(args.corpus, tokenizer, args.output,
                              shard_tokens=args.shard_tokens or DEFAULT_SHARD_TOKENS, progress=not args.no_progress)
-    # A pair sequence holds max_seq_length - 3 tokens of text; short_seq_prob and truncation make it a bit more.
-    sequences = summary.tokens // max(1, args.max_seq_length - 3)
+    # A pair sequence holds max_length - 3 tokens of text; short_seq_prob and truncation make it a bit more.
+    sequences = summary.tokens // max(1, args.max_length - 3)
     print(f"wrote {summary} to {args.output}")
-    print(f"about {sequences:,} training sequences of {args.max_seq_length} tokens per epoch")
+    print(f"about {sequences:,} training sequences of {args.max_length} tokens per epoch")
     return 0

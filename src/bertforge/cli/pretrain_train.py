@@ -1,61 +1,69 @@
 """`bertforge pretrain train`: pre-train a model on a prepared corpus, with checkpoints and exact resumption;
-under torchrun, one process per device with DDP."""
+under torchrun, one process per device with DDP. Its flags are one table over PretrainConfig's fields, whose
+defaults they show."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from typing import Any
 
-from bertforge.cli.arguments import finite_float, positive_int
+from bertforge.cli.arguments import add_flag_table, finite_float, positive_int
+
+# flag -> (PretrainConfig field, kind, help); kind as in cli/finetune.py's FLAGS (a type, a table of choices, or
+# bool for a switch). Old spellings of a flag are hidden aliases (ALIASES).
+FLAGS: dict[str, tuple[str, Any, str]] = {
+    "--data": ("data", str, "a corpus folder written by `bertforge pretrain prepare`"),
+    "--output": ("output", str, "folder for the model, log.jsonl and checkpoint/"),
+    "--size": ("model", str, "model size ({presets}), or a config.json; vocab_size comes from the tokenizer"),
+    "--init-from": ("init_from", str, "start from this model directory's weights and architecture instead of a "
+                                      "random initialisation (continued pre-training, e.g. a second phase at longer "
+                                      "sequences) (default: none)"),
+    "--dropout": ("dropout", finite_float, "dropout on hidden states and attention weights (default: the model's, "
+                                           "0.1 for the presets); 0 trains faster and suits short runs"),
+    "--vocab": ("tokenizer", str, "the tokenizer: a model directory, 'default', or a vocab.txt, checked against the "
+                                  "corpus (default: the one the corpus was prepared with)"),
+    "--cased": ("do_lower_case", bool, "with a vocab.txt: keep case and accents"),
+    "--objective": ("objective", "objectives", "what the model learns"),
+    "--masking": ("masking", "masking", "which tokens are masked together"),
+    "--steps": ("steps", positive_int, "optimizer steps"),
+    "--batch-size": ("batch_size", positive_int, "sequences per forward pass in each process; the global batch of "
+                                                 "an optimizer step is batch-size x processes (torchrun's world "
+                                                 "size) x grad-accum"),
+    "--grad-accum": ("grad_accumulation", positive_int, "forward passes per optimizer step"),
+    "--lr": ("lr", finite_float, "peak learning rate"),
+    "--warmup-steps": ("warmup_steps", int, "linear warm-up steps (default: 1%% of --steps)"),
+    "--max-length": ("seq_len", positive_int, "tokens per training sequence"),
+    "--holdout": ("holdout", finite_float, "documents held out for evaluation: a fraction below 1, or a count"),
+    "--save-every": ("save_every", positive_int, "steps between checkpoints"),
+    "--log-every": ("log_every", positive_int, "steps between log lines"),
+    "--eval-every": ("eval_every", positive_int, "steps between held-out evaluations (default: at the end only)"),
+    "--bf16": ("bf16", bool, "bf16 autocast where the hardware supports it"),
+    "--fp16": ("fp16", bool, "fp16 autocast with dynamic loss scaling, for CUDA GPUs without bf16 (an error on CPU)"),
+    "--compile": ("compile", bool, "torch.compile the model (needs a C++ compiler on CPU; the first steps are slow)"),
+    "--seed": ("seed", int, "random seed"),
+    "--peak-gflops": ("peak_gflops", finite_float, "one device's peak GFLOP/s, for model FLOPs utilisation"),
+    "--no-progress": ("progress", bool, "no progress bar"),
+}
+ALIASES = {"--config": "--size", "--seq-len": "--max-length", "--model-or-vocab": "--vocab"}
+SHORT = {"--output": "-o"}
+REQUIRED = {"--data", "--output"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bertforge.config import PRESETS
     from bertforge.pretraining.masking import MASKING_STRATEGIES
     from bertforge.pretraining.objectives import OBJECTIVES
+    from bertforge.pretraining.run import PretrainConfig
 
-    parser.add_argument("--config", default=None, metavar="SIZE|FILE",
-                        help=f"model size ({', '.join(PRESETS)}) or a config.json; vocab_size comes from the "
-                             "tokenizer (default: tiny)")
-    parser.add_argument("--init-from", default=None, metavar="DIR",
-                        help="start from this model directory's weights and architecture instead of a random "
-                             "initialisation (continued pre-training, e.g. a second phase at longer sequences)")
-    parser.add_argument("--dropout", type=finite_float, default=None,
-                        help="dropout on hidden states and attention weights (default: the model's, 0.1 for the "
-                             "presets); 0 trains faster and suits short runs")
-    parser.add_argument("--data", required=True, help="a corpus folder written by `bertforge pretrain prepare`")
-    parser.add_argument("--output", "-o", required=True, help="folder for the model, log.jsonl and checkpoint/")
-    parser.add_argument("--vocab", "--model-or-vocab", default="default", metavar="M",
-                        help="the tokenizer the corpus was prepared with: a model directory, 'default', or a "
-                             "vocab.txt (checked against the corpus manifest)")
-    parser.add_argument("--cased", action="store_true", help="with a vocab.txt: keep case and accents")
-    parser.add_argument("--objective", choices=list(OBJECTIVES), default="mlm+nsp")
-    parser.add_argument("--masking", choices=list(MASKING_STRATEGIES), default="token")
-    parser.add_argument("--steps", type=positive_int, default=1000, help="optimizer steps")
-    parser.add_argument("--batch-size", type=positive_int, default=32,
-                        help="sequences per forward pass in each process; the global batch of an optimizer step is "
-                             "batch-size x processes (torchrun's world size) x grad-accum")
-    parser.add_argument("--grad-accum", type=positive_int, default=1, help="forward passes per optimizer step")
-    parser.add_argument("--lr", type=finite_float, default=1e-4)
-    parser.add_argument("--warmup-steps", type=int, default=None, help="default: 1%% of --steps")
-    parser.add_argument("--seq-len", type=positive_int, default=128)
-    parser.add_argument("--holdout", type=finite_float, default=0.01,
-                        help="documents held out for evaluation: a fraction below 1, or a count")
-    parser.add_argument("--save-every", type=positive_int, default=1000, help="steps between checkpoints")
-    parser.add_argument("--log-every", type=positive_int, default=10, help="steps between log lines")
-    parser.add_argument("--eval-every", type=positive_int, default=None,
-                        help="steps between held-out evaluations (default: at the end only)")
-    parser.add_argument("--bf16", action="store_true", help="bf16 autocast where the hardware supports it")
-    parser.add_argument("--fp16", action="store_true",
-                        help="fp16 autocast with dynamic loss scaling, for CUDA GPUs without bf16 (an error on CPU)")
-    parser.add_argument("--compile", action="store_true",
-                        help="torch.compile the model (needs a C++ compiler on CPU; the first steps are slow)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--peak-gflops", type=finite_float, default=552.0,
-                        help="one device's peak GFLOP/s, for model FLOPs utilisation (default: 552)")
+    tables = {"objectives": OBJECTIVES, "masking": MASKING_STRATEGIES}  # imported only when the parser is built
+    defaults = {field.name: field.default for field in dataclasses.fields(PretrainConfig)}
+    rows = {flag: (field, tables.get(kind, kind), help_text.format(presets=", ".join(PRESETS)))
+            for flag, (field, kind, help_text) in FLAGS.items()}
+    add_flag_table(parser, rows, defaults.get, aliases=ALIASES, short=SHORT, required=REQUIRED)
     parser.add_argument("--resume", action="store_true", help="continue the run in --output from its checkpoint")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the model or run already in --output (otherwise that is an error)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,19 +72,12 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.training.distributed import read_environment
 
     launch = read_environment()  # rank 0 of 1 unless started by torchrun
-    if args.init_from is not None and args.config is not None:
-        raise ConfigError("--config and --init-from both set the architecture; give one of them")
-    config = PretrainConfig(**{
-        "model": args.config or "tiny", "init_from": args.init_from, "dropout": args.dropout, "data": args.data,
-        "output": args.output, "tokenizer": args.vocab,
-        "do_lower_case": not args.cased, "objective": args.objective, "masking": args.masking, "steps": args.steps,
-        "batch_size": args.batch_size, "grad_accumulation": args.grad_accum, "lr": args.lr,
-        "warmup_steps": args.warmup_steps, "seq_len": args.seq_len,
-        "holdout": int(args.holdout) if args.holdout >= 1 else args.holdout, "save_every": args.save_every,
-        "log_every": args.log_every, "eval_every": args.eval_every, "bf16": args.bf16, "fp16": args.fp16,
-        "compile": args.compile, "seed": args.seed, "peak_gflops": args.peak_gflops, "progress": not args.no_progress,
-        "rank": launch.rank, "world_size": launch.world_size,
-    })
+    given = {field: getattr(args, field) for field, _, _ in FLAGS.values() if getattr(args, field) is not None}
+    if "init_from" in given and "model" in given:
+        raise ConfigError("--size and --init-from both set the architecture; give one of them")
+    if given.get("holdout", 0) >= 1:
+        given["holdout"] = int(given["holdout"])
+    config = PretrainConfig(**given, rank=launch.rank, world_size=launch.world_size)
     result = pretrain(config, resume=args.resume, overwrite=args.overwrite)
     if launch.rank != 0:
         return 0  # rank 0 reports for the run
@@ -87,4 +88,3 @@ def run(args: argparse.Namespace) -> int:
         print(f"held-out masked LM: loss {last['loss']:.4f}, perplexity {last['perplexity']:.2f}, "
               f"accuracy {last['accuracy']:.4f}")
     return 0
-

@@ -26,12 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_max_drop_argument(parser)
     parser.add_argument("--calibration", default=None,
                         help="int8: data whose first examples find each layer's outlier channels (default: --dev)")
-    parser.add_argument("--calibration-examples", type=positive_int, default=256)
+    parser.add_argument("--calibration-examples", type=positive_int, default=256,
+                        help="int8: how many examples of the calibration data are run")
     parser.add_argument("--outlier-channels", type=int, default=8,
                         help="int8: input channels per layer kept in float32 (default 8)")
     parser.add_argument("--smoothing", type=float, default=None,
                         help="int8: SmoothQuant's alpha in [0, 1] (default: off)")
-    parser.add_argument("--batch-size", type=positive_int, default=64)
+    parser.add_argument("--batch-size", type=positive_int, default=64, help="examples per batch")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import argparse
 from bertforge.cli.arguments import inference_options, load_encoder, read_lines
 from bertforge.cli.embed import add_feature_arguments
 from bertforge.errors import InputError
-from bertforge.inference import extract_features
+from bertforge.inference.similarity import similarity_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,11 +21,9 @@ def run(args: argparse.Namespace) -> int:
     if len(texts) < 2:
         raise InputError("give at least two sentences to compare (as arguments or with --input)")
     model, tokenizer = load_encoder(args.model, inference_options(args))
-    vectors = extract_features(model, tokenizer, texts, layers=args.layers, pooling=args.pool,
-                               batch_size=args.batch_size, max_length=args.max_length, normalize=True,
-                               long_text=args.long_text)
-    similarity = (vectors @ vectors.T).tolist()
-    print(format_table(texts, similarity))
+    table = similarity_table(model, tokenizer, texts, layers=args.layers, pooling=args.pool,
+                             batch_size=args.batch_size, max_length=args.max_length, long_text=args.long_text)
+    print(format_table(texts, table.tolist()))
     return 0
 
 

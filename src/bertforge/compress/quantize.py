@@ -364,7 +364,7 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
     if precision == "int8":
         sample = examples if calibration is None else reference.read(calibration, columns, labelled=True)
         features = candidate.task.encode(candidate.tokenizer, sample[:calibration_examples],
-                                         candidate.settings.settings, candidate.id2label)
+                                         candidate.settings, candidate.id2label)
         batches = [batch for _, batch in inference_batches(features, batch_size, candidate.tokenizer.pad_token_id)]
     quantize(candidate.model, config, batches)
     report = GateReport(reference.task.main_metric, measure("fp32", reference, examples, batch_size),
@@ -373,7 +373,7 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
     def write(folder: Path) -> None:
         save_quantized(candidate.model, folder)
         candidate.tokenizer.save_pretrained(folder)
-        candidate.settings.save(folder / RUN_CONFIG_FILE)
+        candidate.run.save(folder / RUN_CONFIG_FILE)
 
     write_if_accepted(report, output, write)
     return report

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertforge.batching import MODEL_INPUTS, collate, length_sorted_batches
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
 from bertforge.errors import BertforgeError, check_choice
 from bertforge.windows import half_overlap_starts
@@ -80,18 +81,6 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str = "mea
     return POOLINGS[pooling](hidden, attention_mask)
 
 
-def pad_ids(sequences: Sequence[Sequence[int]], pad_value: int) -> torch.Tensor:
-    """Right-pad lists of ints to the longest: (batch, seq)."""
-    longest = max(len(ids) for ids in sequences)
-    return torch.tensor([list(ids) + [pad_value] * (longest - len(ids)) for ids in sequences], dtype=torch.long)
-
-
-def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices grouped into batches of similar length, so each batch pads only to its own longest."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
-    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
-
-
 @dataclass
 class TokenVectors:
     """Per-token (or per-word) vectors of one text, with where each came from in the text."""
@@ -101,22 +90,24 @@ class TokenVectors:
     vectors: torch.Tensor  # (tokens, hidden)
 
 
-def _row_batches(model, rows: Sequence[Sequence[int]], pad_token_id: int, layers: str, batch_size: int,
+def _row_batches(model, rows: Sequence[dict[str, list[int]]], pad_token_id: int, layers: str, batch_size: int,
                  progress: bool):
-    """Yield (row indices, token features (batch, seq, hidden), attention mask) per length-sorted batch of
-    single-text rows of token ids ([CLS] ... [SEP], segment 0)."""
+    """Yield (row indices, token features (batch, seq, hidden), attention mask) per length-sorted batch of rows of
+    model inputs (input_ids, and token_type_ids unless all 0)."""
     check_choice(layers, LAYER_COMBINATIONS, "layer recipe")
     if batch_size < 1:
         raise BertforgeError(f"batch size must be at least 1, got {batch_size}")
-    batches = length_sorted_batches([len(ids) for ids in rows], batch_size)
+    batches = length_sorted_batches([len(row["input_ids"]) for row in rows], batch_size)
     if progress:
         from tqdm import tqdm
         batches = tqdm(batches, desc="embedding", unit="batch")
     device = next(model.parameters()).device  # the batches go where the model is (--device); features come back
     for indices in batches:
-        ids = pad_ids([rows[i] for i in indices], pad_token_id).to(device)
-        mask = pad_ids([[1] * len(rows[i]) for i in indices], 0).to(device)
-        yield indices, token_features(model, ids, mask, torch.zeros_like(ids), layers).cpu(), mask.cpu()
+        batch = collate([rows[i] for i in indices], pad_token_id)
+        batch = {key: tensor.to(device) for key, tensor in batch.items()}
+        hidden = token_features(model, batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                                layers)
+        yield indices, hidden.cpu(), batch["attention_mask"].cpu()
 
 
 def _encoded_batches(model, tokenizer, texts: Sequence[str], layers: str, batch_size: int, max_length: int | None,
@@ -125,8 +116,8 @@ def _encoded_batches(model, tokenizer, texts: Sequence[str], layers: str, batch_
     each text truncated to max_length tokens."""
     encoded = tokenizer(list(texts), truncation=True, max_length=max_length or tokenizer.model_max_length,
                         return_offsets_mapping=True, return_word_ids=True)
-    for indices, hidden, mask in _row_batches(model, encoded["input_ids"], tokenizer.pad_token_id, layers,
-                                              batch_size, progress):
+    rows = [{key: encoded[key][i] for key in MODEL_INPUTS} for i in range(len(texts))]
+    for indices, hidden, mask in _row_batches(model, rows, tokenizer.pad_token_id, layers, batch_size, progress):
         yield indices, hidden, mask, encoded
 
 
@@ -196,13 +187,13 @@ def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last
     encoded = tokenizer(embedding_texts(texts, settings), truncation=False)["input_ids"]
     for index, ids in enumerate(encoded):
         for part in LONG_TEXT[long_text](ids[1:-1], budget):
-            rows.append([tokenizer.cls_token_id, *part, tokenizer.sep_token_id])
+            rows.append({"input_ids": [tokenizer.cls_token_id, *part, tokenizer.sep_token_id]})
             text_index.append(index)
     pooled: list[torch.Tensor | None] = [None] * len(rows)
     for indices, hidden, mask in _row_batches(model, rows, tokenizer.pad_token_id, layers, batch_size, progress):
         for i, vector in zip(indices, pool(hidden, mask, pooling)):
             pooled[i] = vector
-    vectors = combine_windows(pooled, [len(row) for row in rows], text_index, len(texts))
+    vectors = combine_windows(pooled, [len(row["input_ids"]) for row in rows], text_index, len(texts))
     return F.normalize(vectors, dim=-1) if normalize else vectors
 
 

@@ -7,6 +7,7 @@ the end of a file ends a document too. Output folder:
     shard-00000.sentences.npy  (sentences + 1,) int64: sentence k is tokens[sentences[k]:sentences[k + 1]]
     shard-00000.documents.npy  (documents + 1,) int64: document d is sentences documents[d] to documents[d + 1]
     ...
+    tokenizer/                 the tokenizer that made the ids (vocab.txt, tokenizer_config.json): training reads it
     manifest.json              counts, dtype, sources, tokenizer identity; written last, so a folder without it
                                holds an unfinished preparation
 
@@ -34,6 +35,7 @@ from bertforge.tokenizer.tokenizer import BertTokenizer
 logger = logging.getLogger("bertforge")
 
 MANIFEST = "manifest.json"
+TOKENIZER_DIR = "tokenizer"  # the corpus's own tokenizer, so that training needs no --vocab
 FORMAT = "bertforge-pretraining-corpus"
 VERSION = 1
 DEFAULT_SHARD_TOKENS = 1 << 26  # 64M tokens: 128 MiB of uint16 per shard
@@ -204,6 +206,7 @@ def prepare_corpus(paths: Sequence[str | Path], tokenizer: BertTokenizer, output
         raise InputError("the corpus is empty: no line produced any token "
                          "(expected one sentence per line, blank lines between documents)",
                          paths[0] if len(paths) == 1 else None)
+    tokenizer.save_pretrained(output_dir / TOKENIZER_DIR)
     manifest = {"format": FORMAT, "version": VERSION, "vocab_size": tokenizer.vocab_size, "dtype": dtype.name,
                 "documents": summary.documents, "sentences": summary.sentences, "tokens": summary.tokens,
                 "shards": writer.shards, "sources": sources, "tokenizer": identity}

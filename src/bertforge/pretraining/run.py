@@ -43,7 +43,7 @@ from bertforge.config import PRESETS, BertConfig, JsonConfig, check_number, drop
 from bertforge.errors import ConfigError
 from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging
 from bertforge.pretraining.collate import PretrainingCollator, batches
-from bertforge.pretraining.corpus import CorpusReader, tokenizer_identity
+from bertforge.pretraining.corpus import TOKENIZER_DIR, CorpusReader, tokenizer_identity
 from bertforge.pretraining.evaluation import batch_counts, evaluate_mlm, summarise
 from bertforge.pretraining.heads import ElectraForPreTraining
 from bertforge.pretraining.instances import SHORT_SEQ_PROB, InstanceStream
@@ -56,6 +56,7 @@ from bertforge.training.optim import build_optimizer, linear_warmup_decay
 from bertforge.training.trainer import keep_log_until, read_log
 
 logger = logging.getLogger("bertforge")
+progress = logging.getLogger("bertforge.progress")  # shown by the CLI without -v: held-out metrics as they come
 
 RUN_CONFIG_FILE = "pretrain_config.json"
 LOG_FILE = "log.jsonl"
@@ -81,7 +82,9 @@ class PretrainConfig(JsonConfig):
     # phase at longer sequences, or more pre-training of a released model on the user's own text.
     init_from: str | None = None
     dropout: float | None = None  # replaces the model's dropout (hidden and attention); None keeps it (BERT: 0.1)
-    tokenizer: str = "default"  # a model directory, 'default', or a vocab.txt: must be the corpus's tokenizer
+    # A model directory, 'default', or a vocab.txt: must be the corpus's tokenizer; None: the corpus's own (which
+    # `pretrain prepare` keeps in its folder).
+    tokenizer: str | None = None
     do_lower_case: bool = True  # for a bare vocab.txt; a model directory's tokenizer_config.json decides
     objective: str = "mlm+nsp"
     masking: str = "token"
@@ -160,6 +163,14 @@ def load_tokenizer(name_or_path: str, do_lower_case: bool = True) -> BertTokeniz
     if Path(name_or_path).is_file():
         return BertTokenizer(name_or_path, do_lower_case=do_lower_case)
     return BertTokenizer.from_pretrained(name_or_path)
+
+
+def corpus_tokenizer(reader: CorpusReader) -> BertTokenizer:
+    """The tokenizer a corpus was prepared with, kept in its folder."""
+    if not (reader.directory / TOKENIZER_DIR).is_dir():
+        raise ConfigError(f"{reader.directory} was prepared without keeping its tokenizer (an older bertforge); "
+                          "pass the --vocab it was prepared with, or prepare it again")
+    return BertTokenizer.from_pretrained(reader.directory / TOKENIZER_DIR)
 
 
 def check_tokenizer(tokenizer: BertTokenizer, reader: CorpusReader, source: str) -> None:
@@ -289,8 +300,9 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
 
     reader = CorpusReader(config.data, split="train", holdout=config.holdout, rank=config.rank,
                           world_size=config.world_size)
-    tokenizer = load_tokenizer(config.tokenizer, config.do_lower_case)
-    check_tokenizer(tokenizer, reader, config.tokenizer)
+    tokenizer = corpus_tokenizer(reader) if config.tokenizer is None else load_tokenizer(config.tokenizer,
+                                                                                          config.do_lower_case)
+    check_tokenizer(tokenizer, reader, config.tokenizer or str(reader.directory / TOKENIZER_DIR))
     objective = get_objective(config.objective)
     bert_config = model_config(config.model, tokenizer, config.seq_len, config.dropout, config.init_from)
     masker = Masker(tokenizer.vocab, config.masking, config.mask_probability)
@@ -372,6 +384,8 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
         with autocast():
             metrics = evaluate_mlm(model, eval_reader, masker, tokenizer.vocab.pad_token_id, config.batch_size,
                                    config.seq_len, config.eval_batches, config.seed, device)
+        progress.info("step %d, held-out masked LM: loss %.4f, perplexity %.2f, accuracy %.4f", step,
+                      metrics["loss"], metrics["perplexity"], metrics["accuracy"])
         log({"event": "eval", "step": step, **metrics})
 
     parameters = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
@@ -422,3 +436,21 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
         save_final_model(model, tokenizer, work)
         finish_staging(output)
     return PretrainResult(steps=step, history=history, output=output)
+
+
+def evaluate_pretrained(model: str | Path, data: str | Path, holdout: int | float | None = None,
+                        batch_size: int = 32, max_batches: int | None = None, seq_len: int = 128,
+                        masking: str = "token", seed: int = 0) -> dict[str, float]:
+    """Held-out masked-LM metrics (evaluate_mlm) of a pre-trained model directory on the corpus it was trained on:
+    the held-out split is the training run's (`holdout`, else its pretrain_config.json's, else 0.01) and the
+    tokenizer must be the corpus's."""
+    from bertforge.inference.fill_mask import load_masked_lm
+
+    if holdout is None:
+        run_config = Path(model) / RUN_CONFIG_FILE
+        holdout = PretrainConfig.load(run_config).holdout if run_config.is_file() else 0.01
+    reader = CorpusReader(data, split="eval", holdout=holdout)
+    masked_lm, tokenizer = load_masked_lm(str(model))
+    check_tokenizer(tokenizer, reader, str(model))
+    return evaluate_mlm(masked_lm, reader, Masker(tokenizer.vocab, masking), tokenizer.vocab.pad_token_id,
+                        batch_size=batch_size, seq_len=seq_len, max_batches=max_batches, seed=seed)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -79,11 +80,21 @@ def windows(tokenizer, example: TextExample, max_length: int) -> list[Piece]:
 LONG_TEXT: dict[str, Callable[[Any, TextExample, int], list[Piece]]] = {"truncate": truncate, "windows": windows}
 
 
-def encode(tokenizer, examples: Sequence[TextExample], settings: EncodeSettings,
+@dataclass
+class ClassificationSettings(EncodeSettings):
+    """Classification's and regression's inputs: the token budget and what a longer text becomes."""
+
+    long_text: str = "truncate"  # a key of LONG_TEXT
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_choice(self.long_text, LONG_TEXT, "long_text")
+
+
+def encode(tokenizer, examples: Sequence[TextExample], settings: ClassificationSettings,
            id2label: dict[int, str]) -> Features:
     """Examples -> one row per model input ({input_ids, token_type_ids[, labels]}), labels as ids, or as
     floats when there is one output (regression). Unlabelled examples give rows without labels."""
-    check_choice(settings.long_text, LONG_TEXT, "long_text")
     texts = [example.text for example in examples]
     pairs = [example.text_pair for example in examples]
     if all(pair is None for pair in pairs):

@@ -1,4 +1,5 @@
-"""Task data: CSV/TSV/JSONL files -> examples (errors name file, line and column), features -> padded batches.
+"""Task data: CSV/TSV/JSONL files -> examples (errors name file, line and column), features -> batches (made by
+bertforge.batching) and the model's outputs on them.
 
 GLUE's .tsv files are read as they are: tab-separated with no quoting (their texts contain stray quotes).
 """
@@ -18,9 +19,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertforge.batching import MODEL_INPUTS, LengthGroupedBatches, collate, length_sorted_batches
+from bertforge.config import JsonConfig, check_number
 from bertforge.errors import InputError
 from bertforge.heads import IGNORE_INDEX
-from bertforge.inference.features import length_sorted_batches, pad_ids
 from bertforge.training.distributed import Shard
 
 PLAIN_TEXT_COLUMN = "text"  # the one column of a .txt file (one text per line)
@@ -117,6 +119,17 @@ def data_format(path: str | Path, given: str | None = None) -> str:
     return "conll" if name == "txt" and looks_like_conll(path) else name
 
 
+def task_format(path: str | Path, given: str | None, labelled: bool, task: str, trained: tuple[str, str],
+                predicted: tuple[str, str]) -> str:
+    """The format of a task's data file (as data_format finds it), refused unless it is the task's: `trained`
+    (format, its description), or to predict also `predicted` ("CoNLL", or "text with one sentence per line")."""
+    kind = data_format(path, given)
+    if kind not in (trained[0], predicted[0]) or (labelled and kind == predicted[0]):
+        expected = trained[1] if labelled else f"{trained[1]}, or {predicted[1]}"
+        raise InputError(f"{task} reads {expected}, not {kind}", Path(path))
+    return kind
+
+
 def looks_like_conll(path: Path, lines: int = 100) -> bool:
     """Whether the first non-blank lines of a text file are all CoNLL token lines."""
     try:
@@ -186,20 +199,14 @@ class Columns:
 
 
 @dataclass
-class EncodeSettings:
-    """How examples become model inputs: the token budget and what to do with texts longer than it."""
+class EncodeSettings(JsonConfig):
+    """How examples become model inputs: the token budget every task has. Each task's settings extend it with its
+    own options (classification.ClassificationSettings, ...); a fine-tuning run holds its task's, validated here."""
 
-    max_length: int = 128
-    long_text: str = "truncate"  # a key of the task's long-text strategies (classification: truncate, windows)
-    stride: int | None = None  # overlap of consecutive windows (NER: words, QA: tokens); None: the task's default
-    context: str = "sentence"  # NER: what else fills a window (sentence: nothing; document: its neighbours)
-    max_query_length: int = 64  # QA: question tokens kept
-    version_2: bool = False  # QA: SQuAD v2, questions may have no answer
-    # Decoding, kept here so that a fine-tuned model's predictions decode as its training run's did
-    decoding: str = "argmax"  # NER: each word's most probable tag, or "viterbi": the best valid IOB2 sequence
-    n_best: int = 20  # answers kept per question
-    max_answer_length: int = 30  # tokens
-    null_score_threshold: float = 0.0  # SQuAD v2: how far the empty answer must beat the best span
+    max_length: int = 128  # tokens per input
+
+    def __post_init__(self):
+        check_number("max_length", self.max_length, minimum=1, integer=True)
 
 
 @dataclass
@@ -279,55 +286,6 @@ class Features:
         return [len(row["input_ids"]) for row in self.rows]
 
 
-# Padding value of each per-token key; keys not listed are one value per row and are stacked.
-PAD_VALUES = {"input_ids": None, "token_type_ids": 0, "attention_mask": 0, "labels": IGNORE_INDEX}
-
-
-def collate(rows: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad per-token lists to the batch's longest row and stack the rest: one dict of tensors."""
-    batch = {}
-    for key in rows[0]:
-        values = [row[key] for row in rows]
-        if isinstance(values[0], list):
-            pad = pad_token_id if key == "input_ids" else PAD_VALUES.get(key, 0)
-            batch[key] = pad_ids(values, pad)
-        else:
-            batch[key] = torch.tensor(values)
-    if "attention_mask" not in batch:
-        batch["attention_mask"] = pad_ids([[1] * len(row["input_ids"]) for row in rows], 0)
-    return batch
-
-
-class LengthGroupedBatches:
-    """Training batches of similar length in random order: shuffle, cut into pools of 50 batches, sort each pool
-    by length, then shuffle the batches. Padding stays small and every epoch sees a new order.
-
-    Epoch e uses the generator seed `seed + e`, so a run repeats exactly, and a resumed run picks up the order of
-    the epoch it stopped in (set_epoch).
-    """
-
-    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int = 0, pool_batches: int = 50):
-        self.lengths, self.batch_size, self.seed, self.pool_batches = list(lengths), batch_size, seed, pool_batches
-        self.epoch = 0
-
-    def __len__(self) -> int:
-        return math.ceil(len(self.lengths) / self.batch_size)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[list[int]]:
-        generator = torch.Generator().manual_seed(self.seed + self.epoch)
-        self.epoch += 1
-        order = torch.randperm(len(self.lengths), generator=generator).tolist()
-        pool_size = self.batch_size * self.pool_batches
-        batches = []
-        for start in range(0, len(order), pool_size):
-            pool = sorted(order[start:start + pool_size], key=lambda i: self.lengths[i], reverse=True)
-            batches += [pool[i:i + self.batch_size] for i in range(0, len(pool), self.batch_size)]
-        yield from (batches[i] for i in torch.randperm(len(batches), generator=generator).tolist())
-
-
 def loss_terms(rows: Sequence[dict[str, Any]]) -> int:
     """How many terms the model's mean loss over `rows` averages: labelled tokens for per-token labels (ignored
     positions are not terms), else rows."""
@@ -371,9 +329,6 @@ def training_batches(features: Features, batch_size: int, pad_token_id: int, see
     """Length-grouped batches of `batch_size` rows in a seeded order; under torchrun each process's shard of them."""
     return FeatureBatches(features, LengthGroupedBatches(features.lengths(), batch_size, seed), pad_token_id,
                           rank, world_size)
-
-
-MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 
 def inference_batches(features: Features, batch_size: int, pad_token_id: int, keys: Sequence[str] = MODEL_INPUTS,

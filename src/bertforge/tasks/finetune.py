@@ -23,14 +23,12 @@ from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE
 from bertforge.checkpoint.train_state import TRAIN_STATE_FILE
 from bertforge.config import FINETUNE_KEY, BertConfig, JsonConfig, check_number, dropout_overrides, read_json_object
-from bertforge.errors import ConfigError, InputError, check_choice
+from bertforge.errors import ConfigError, InputError
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging
 from bertforge.runtime import resolve_device, seed_everything
-from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, data_format, training_batches
 from bertforge.tasks.registry import RUN_CONFIG_FILE, TASKS, Task, get_task, inspect_checkpoint
-from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 from bertforge.tokenizer import BertTokenizer
 from bertforge.training import distributed
 from bertforge.training.trainer import (
@@ -50,7 +48,12 @@ EVAL_RESULTS_FILE = "eval_results.json"
 
 @dataclass
 class FinetuneConfig(JsonConfig):
-    """Everything a fine-tuning run needs; `bertforge finetune` flags and `--config run.json` fill it."""
+    """Everything a fine-tuning run needs; `bertforge finetune` flags and `--config run.json` fill it.
+
+    `settings` are the task's own (TASKS[task].settings: max_length, and e.g. qa's doc_stride and n_best). In the
+    JSON file they are top-level keys, as every run has written them ({"task": "qa", "max_length": 384,
+    "doc_stride": 128, ...}); a "settings" object is read too.
+    """
 
     train: str | None = None  # training data file (.csv, .tsv, .jsonl; CoNLL for ner, SQuAD .json for qa)
     output: str | None = None  # output model directory
@@ -62,16 +65,7 @@ class FinetuneConfig(JsonConfig):
     text_column: str = "sentence"
     text_pair_column: str | None = None
     label_column: str = "label"
-    max_length: int | None = None  # tokens per input; None: the task's default (qa 384, others 128)
-    long_text: str = "truncate"
-    context: str = "sentence"  # ner: "document" fills each window with the sentences around it (BERT's CoNLL set-up)
-    decoding: str = "argmax"  # ner: "viterbi" reads the most probable valid IOB2 tag sequence, not each word's best
-    doc_stride: int | None = None  # overlap of windows: qa tokens (default 128), ner words (default 16)
-    max_query_length: int = 64  # qa: question tokens kept
-    version_2: bool = False  # qa: SQuAD v2 (questions may have no answer)
-    n_best: int = 20  # qa: answers kept per question
-    max_answer_length: int = 30  # qa: tokens
-    null_score_threshold: float = 0.0  # qa, SQuAD v2: margin by which "no answer" must beat the best span
+    settings: EncodeSettings | None = None  # the task's settings; None: its defaults
     batch_size: int = 32
     eval_batch_size: int = 64
     max_train_examples: int | None = None  # use only the first N training examples
@@ -80,30 +74,73 @@ class FinetuneConfig(JsonConfig):
     def __post_init__(self):
         if isinstance(self.training, dict):
             self.training = TrainConfig.from_dict(self.training, "training")
-        check_choice(self.task, TASKS, "task")
-        if self.max_length is None:
-            self.max_length = TASKS[self.task].max_length
-        check_choice(self.long_text, LONG_TEXT, "long_text")
-        check_choice(self.context, CONTEXTS, "context")
-        check_choice(self.decoding, DECODINGS, "decoding")
-        check_number("null_score_threshold", self.null_score_threshold)
+        kind = get_task(self.task).settings
+        if self.settings is None:
+            self.settings = kind()
+        elif isinstance(self.settings, dict):
+            self.settings = kind.from_dict(self.settings, "settings")
+        elif type(self.settings) is not kind:
+            raise ConfigError(f"settings: task {self.task!r} takes {kind.__name__}, got {type(self.settings).__name__}")
         dropout_overrides(self.dropout)  # validates it
-        for name in ("max_length", "batch_size", "eval_batch_size", "max_query_length", "n_best",
-                     "max_answer_length"):
+        for name in ("batch_size", "eval_batch_size"):
             check_number(name, getattr(self, name), minimum=1, integer=True)
-        check_number("doc_stride", self.doc_stride, minimum=0, integer=True, optional=True)
         check_number("max_train_examples", self.max_train_examples, minimum=1, integer=True, optional=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> FinetuneConfig:
+        """A run config; a task setting may also be a top-level key (as older runs wrote them, and as the command
+        line's flags arrive), which wins over the same key in "settings"."""
+        if isinstance(data, dict) and data.get("task", "classification") in TASKS:
+            data = dict(data)
+            flat = {key: data.pop(key) for key in list(data) if key in SETTING_DEFAULTS}
+            if flat or isinstance(data.get("settings"), dict):
+                task = data.get("task", "classification")
+                data["settings"] = TASKS[task].settings.from_dict(
+                    (data.get("settings") or {}) | task_settings(flat, task, source), f"{source}, settings")
+        return super().from_dict(data, source)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The task's settings as top-level keys, where the field stands."""
+        items = list(super().to_dict().items())
+        position = [name for name, _ in items].index("settings")
+        return dict(items[:position] + list(items[position][1].items()) + items[position + 1:])
+
+    @property
+    def max_length(self) -> int:
+        return self.settings.max_length
 
     @property
     def columns(self) -> Columns:
         return Columns(self.text_column, self.text_pair_column, self.label_column)
 
-    @property
-    def settings(self) -> EncodeSettings:
-        return EncodeSettings(max_length=self.max_length, long_text=self.long_text, stride=self.doc_stride,
-                              context=self.context, decoding=self.decoding, max_query_length=self.max_query_length,
-                              version_2=self.version_2, n_best=self.n_best, max_answer_length=self.max_answer_length,
-                              null_score_threshold=self.null_score_threshold)
+
+def setting_defaults() -> dict[str, dict[str, Any]]:
+    """Every task setting's name -> {task: its default} for the tasks whose settings have it."""
+    defaults: dict[str, dict[str, Any]] = {}
+    for name, task in TASKS.items():
+        for setting in dataclasses.fields(task.settings):
+            defaults.setdefault(setting.name, {})[name] = setting.default
+    return defaults
+
+
+SETTING_DEFAULTS = setting_defaults()
+
+
+def task_settings(flat: dict[str, Any], task: str, source: str) -> dict[str, Any]:
+    """The top-level keys of a run config that are settings of `task`: another task's setting at its
+    default (older runs wrote every task's) or None (older runs' "the task's default") is dropped; one set to
+    something else is an error naming the tasks it belongs to."""
+    own = {f.name for f in dataclasses.fields(TASKS[task].settings)}
+    kept = {}
+    for key, value in flat.items():
+        if value is None:
+            continue
+        if key in own:
+            kept[key] = value
+        elif value not in SETTING_DEFAULTS[key].values():
+            raise ConfigError(f"{source}: {key} is a setting of task {' and '.join(SETTING_DEFAULTS[key])}, "
+                              f"not of {task}")
+    return kept
 
 
 @dataclass
@@ -210,8 +247,7 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
 
 def finetune_record(config: FinetuneConfig) -> dict[str, Any]:
     """How inputs were read in training, as config.json records it for other tools (finetune_config.json has all)."""
-    return {"max_length": config.max_length, "long_text": config.long_text, "decoding": config.decoding,
-            "context": config.context, "doc_stride": config.doc_stride}
+    return config.settings.to_dict()
 
 
 # Run settings that a resumed run may change: they don't affect what is computed.
@@ -268,7 +304,7 @@ class FinetunedModel:
     model: nn.Module
     tokenizer: BertTokenizer
     task: Task
-    settings: FinetuneConfig
+    run: FinetuneConfig  # the training run's config (or the task's defaults for a checkpoint without one)
 
     @classmethod
     def load(cls, name_or_path: str | Path, task: str | None = None, inference: InferenceOptions = AS_TRAINED
@@ -284,13 +320,18 @@ class FinetunedModel:
         return cls(model, tokenizer, definition, checkpoint.settings(definition.name))
 
     @property
+    def settings(self) -> EncodeSettings:
+        """The task settings inputs are read and answers decoded with: the training run's."""
+        return self.run.settings
+
+    @property
     def id2label(self) -> dict[int, str]:
         return self.model.config.id2label
 
     def columns(self, text: str | None = None, text_pair: str | None = None, label: str | None = None,
                 path: str | Path | None = None, format: str | None = None) -> Columns:
         """The training run's columns, each replaced when given; a text file has only a text column."""
-        saved = self.settings.columns
+        saved = self.run.columns
         if path is not None and data_format(path, format) == "txt":
             return Columns(PLAIN_TEXT_COLUMN, None, label or saved.label)
         return Columns(text or saved.text, text_pair or saved.text_pair, label or saved.label)
@@ -298,19 +339,25 @@ class FinetunedModel:
     def read(self, path: str | Path, columns: Columns, labelled: bool, format: str | None = None) -> list:
         """The examples of a data file, in `format` (a key of DATA_FORMATS) or the one data_format finds."""
         return self.task.read_examples(path, columns, self.id2label, labelled=labelled,
-                                       settings=self.settings.settings, format=format)
+                                       settings=self.settings, format=format)
 
     def predict(self, examples: Sequence[Any], batch_size: int = 64, max_length: int | None = None,
                 decoding: str | None = None) -> list[dict[str, Any]]:
-        """Answers for examples; `max_length` and `decoding` replace the training run's when given."""
-        settings = dataclasses.replace(self.settings.settings, max_length=max_length or self.settings.max_length,
-                                       decoding=decoding or self.settings.decoding)
+        """Answers for examples; `max_length` and `decoding` (ner) replace the training run's when given."""
+        settings = dataclasses.replace(self.settings, max_length=max_length or self.settings.max_length,
+                                       **decoding_setting(self.settings, decoding))
         features = self.task.encode(self.tokenizer, examples, settings, self.id2label)
         return self.task.predict(self.model, features, examples, batch_size)
 
     def evaluate(self, examples: Sequence[Any], batch_size: int = 64, max_length: int | None = None,
                  decoding: str | None = None) -> dict[str, float]:
         return self.task.score(self.predict(examples, batch_size, max_length, decoding), examples, self.id2label)
+
+
+def decoding_setting(settings: EncodeSettings, decoding: str | None) -> dict[str, str]:
+    """{"decoding": `decoding`, else the saved one} for a task that decodes one way or another (ner), else {}."""
+    saved = getattr(settings, "decoding", None)
+    return {"decoding": decoding or saved} if saved is not None else {}
 
 
 def saved_run_config(name_or_path: str | Path) -> FinetuneConfig | None:
@@ -332,7 +379,7 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
     if output is not None:
         options = dataclasses.asdict(inference)
         record = {"model": str(model), "data": str(data), "examples": len(examples), **options,
-                  "decoding": decoding or finetuned.settings.decoding, **metrics}
+                  **decoding_setting(finetuned.settings, decoding), **metrics}
         write_text_atomic(output, json.dumps(record, indent=2) + "\n")
     return metrics
 

@@ -15,16 +15,16 @@ from pathlib import Path
 import torch
 
 from bertforge.errors import ConfigError, InputError
-from bertforge.inference.features import pad_ids
 from bertforge.tasks.data import (
     EncodeSettings,
     Features,
-    data_format,
     read_table,
     require_columns,
+    task_format,
     text_cell,
 )
 from bertforge.tasks.metrics import compute_metrics, normalize_answer
+from bertforge.validation import check_number
 from bertforge.windows import window_starts
 
 Span = tuple[int, int]  # (start, end) character offsets, end exclusive
@@ -178,18 +178,6 @@ def span_features(examples: Sequence[QAExample], tokenizer, max_length: int = 38
     return features
 
 
-def collate(features: Sequence[SpanFeatures], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """A padded batch with the arguments of BertForQuestionAnswering, answer positions included."""
-    input_ids = [f.input_ids for f in features]
-    return {
-        "input_ids": pad_ids(input_ids, pad_token_id),
-        "attention_mask": pad_ids([[1] * len(ids) for ids in input_ids], 0),
-        "token_type_ids": pad_ids([f.token_type_ids for f in features], 0),
-        "start_positions": torch.tensor([f.start_position for f in features], dtype=torch.long),
-        "end_positions": torch.tensor([f.end_position for f in features], dtype=torch.long),
-    }
-
-
 # --- decoding -----------------------------------------------------------------------------------------------
 
 def _top(scores: Sequence[float], positions: Sequence[int], n: int) -> list[int]:
@@ -264,7 +252,24 @@ def gold_answers(examples: Sequence[QAExample]) -> list[list[str]]:
 
 # --- the "qa" task (registry row): files -> examples -> Features -> answers -> metrics -------------------------
 
-DEFAULT_STRIDE = 128  # tokens shared by consecutive windows of a long context
+@dataclass
+class QASettings(EncodeSettings):
+    """Question answering's windows over long contexts, and how answers are read from the span logits."""
+
+    max_length: int = 384
+    doc_stride: int = 128  # tokens shared by consecutive windows of a long context
+    max_query_length: int = 64  # question tokens kept
+    version_2: bool = False  # SQuAD v2: questions may have no answer
+    n_best: int = 20  # answers kept per question
+    max_answer_length: int = 30  # tokens
+    null_score_threshold: float = 0.0  # SQuAD v2: margin by which "no answer" must beat the best span
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_number("doc_stride", self.doc_stride, minimum=0, integer=True)
+        for name in ("max_query_length", "n_best", "max_answer_length"):
+            check_number(name, getattr(self, name), minimum=1, integer=True)
+        check_number("null_score_threshold", self.null_score_threshold)
 
 
 def example_from_text(question: str, context: str | None = None) -> QAExample:
@@ -277,10 +282,8 @@ def read_examples(path: str | Path, columns=None, id2label=None, labelled: bool 
                   settings=None, format: str | None = None) -> list[QAExample]:
     """Questions of a SQuAD JSON file; to predict, also a .jsonl file of {"question", "context"[, "id"]}."""
     path = Path(path)
-    kind = data_format(path, format)
-    if kind not in ("squad", "jsonl") or (labelled and kind == "jsonl"):
-        expected = "SQuAD JSON" if labelled else "SQuAD JSON, or JSONL of question and context"
-        raise InputError(f"question answering reads {expected}, not {kind}", path)
+    kind = task_format(path, format, labelled, "question answering", ("squad", "SQuAD JSON"),
+                       ("jsonl", "JSONL of question and context"))
     if kind == "jsonl":
         table = read_table(path, "jsonl")
         require_columns(table, ["question", "context"])
@@ -294,10 +297,9 @@ def no_labels(examples: Sequence[QAExample]) -> dict[int, str]:
     return {}
 
 
-def encode(tokenizer, examples: Sequence[QAExample], settings: EncodeSettings, id2label=None) -> Features:
+def encode(tokenizer, examples: Sequence[QAExample], settings: QASettings, id2label=None) -> Features:
     """One row per window ({input_ids, token_type_ids[, start_positions, end_positions]}), SpanFeatures as extras."""
-    stride = DEFAULT_STRIDE if settings.stride is None else settings.stride
-    windows = span_features(examples, tokenizer, settings.max_length, stride, settings.max_query_length)
+    windows = span_features(examples, tokenizer, settings.max_length, settings.doc_stride, settings.max_query_length)
     rows = []
     for window in windows:
         row = {"input_ids": window.input_ids, "token_type_ids": window.token_type_ids}
@@ -321,7 +323,7 @@ def decode(features: Features, examples: Sequence[QAExample], outputs: Sequence[
            config=None) -> list[dict]:
     """One answer per question from each window's start and end logits, over all windows of its context:
     {"answer", "start", "end", "score", "n_best": [{text, start, end, score}]}."""
-    settings = features.settings or EncodeSettings()
+    settings = features.settings or QASettings()
     null_threshold = settings.null_score_threshold if settings.version_2 else None
     ranked = predict_answers(examples, features.extras, [row[0] for row in outputs], [row[1] for row in outputs],
                              settings.n_best, settings.max_answer_length, null_threshold)

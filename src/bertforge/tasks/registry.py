@@ -56,10 +56,11 @@ class Task:
     """The steps from data files to metrics that differ between tasks; the trainer and finetune() do the rest.
 
     head: the key of HEADS that learns it.
-    max_length: default tokens per input.
+    settings: the dataclass of its input and decoding options (max_length and the task's own), held by a
+        fine-tuning run's FinetuneConfig.settings; its defaults are the task's.
     read_examples(path, columns, id2label=None, labelled=True, settings=None, format=None) -> examples;
         `id2label` is a fine-tuned model's labels (any other label in the file is an error), `labelled=False`
-        reads the inputs only (prediction); `settings` are the EncodeSettings (SQuAD v2 reads unanswerable
+        reads the inputs only (prediction); `settings` are the task's settings (SQuAD v2 reads unanswerable
         questions); `format` a key of data.DATA_FORMATS, else data_format decides from the file.
     example(text, text_pair) -> one unlabelled example from texts given on the command line or over HTTP.
     inputs(example) -> what a prediction echoes of its example ({"text": ...}).
@@ -74,7 +75,7 @@ class Task:
     description: str
     head: str
     main_metric: str
-    max_length: int
+    settings: type[EncodeSettings]
     read_examples: Callable[..., list]
     example: Callable[[str, str | None], Any]
     inputs: Callable[[Any], dict[str, Any]]
@@ -111,7 +112,7 @@ TASKS: dict[str, Task] = {
         description="one label per text or text pair (sentiment, paraphrase, entailment)",
         head="sequence_classification",
         main_metric="accuracy",
-        max_length=128,
+        settings=classification.ClassificationSettings,
         read_examples=partial(_text_examples, "class"),
         example=TextExample,
         inputs=_text_inputs,
@@ -126,7 +127,7 @@ TASKS: dict[str, Task] = {
         description="one score per text or text pair (semantic similarity, as STS-B)",
         head="sequence_classification",
         main_metric="spearman",
-        max_length=128,
+        settings=classification.ClassificationSettings,
         read_examples=partial(_text_examples, "score"),
         example=TextExample,
         inputs=_text_inputs,
@@ -141,7 +142,7 @@ TASKS: dict[str, Task] = {
         description="a tag per word and the entities they make (CoNLL-2003 named entities)",
         head="token_classification",
         main_metric="f1",
-        max_length=128,
+        settings=token_classification.NerSettings,
         read_examples=token_classification.read_sentences,
         example=token_classification.sentence_from_text,
         inputs=token_classification.inputs,
@@ -156,7 +157,7 @@ TASKS: dict[str, Task] = {
         description="the answer to a question as a span of its context (SQuAD v1.1, or v2 with version_2)",
         head="question_answering",
         main_metric="f1",
-        max_length=384,
+        settings=question_answering.QASettings,
         read_examples=question_answering.read_examples,
         example=question_answering.example_from_text,
         inputs=question_answering.inputs,
@@ -236,7 +237,9 @@ def task_defaults(task: str, positions: int) -> FinetuneConfig:
     """The settings of a task model without a run config (a checkpoint from elsewhere, or made in memory): the
     task's defaults, with inputs no longer than the model's `positions`."""
     from bertforge.tasks.finetune import FinetuneConfig
-    return FinetuneConfig(task=task, max_length=min(get_task(task).max_length, positions))
+    settings = get_task(task).settings()
+    return FinetuneConfig(task=task, settings=dataclasses.replace(settings, max_length=min(settings.max_length,
+                                                                                           positions)))
 
 
 def _weight_names(directory: Path) -> set[str]:

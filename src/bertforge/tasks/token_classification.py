@@ -20,9 +20,9 @@ import torch
 
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import IGNORE_INDEX
-from bertforge.inference.features import pad_ids
-from bertforge.tasks.data import PLAIN_TEXT_COLUMN, EncodeSettings, Features, data_format, read_table
+from bertforge.tasks.data import PLAIN_TEXT_COLUMN, EncodeSettings, Features, read_table, task_format
 from bertforge.tasks.metrics import compute_metrics, entities
+from bertforge.validation import check_number
 
 OUTSIDE = "O"
 DOCUMENT_START = "-DOCSTART-"
@@ -30,6 +30,23 @@ DOCUMENT_START = "-DOCSTART-"
 CONTEXTS = ("sentence", "document")
 # How word tags are read off the label probabilities (see predict_tags).
 DECODINGS = ("argmax", "viterbi")
+DEFAULT_STRIDE = 16  # words shared by consecutive windows of a sentence longer than max_length
+
+
+@dataclass
+class NerSettings(EncodeSettings):
+    """NER's inputs and decoding; decoding is kept with them so that a fine-tuned model's predictions decode as its
+    training run's did."""
+
+    doc_stride: int = DEFAULT_STRIDE  # words shared by consecutive windows of a long sentence
+    context: str = "sentence"  # a key of CONTEXTS: "document" fills each window with the sentences around it
+    decoding: str = "argmax"  # a key of DECODINGS: "viterbi" reads the most probable valid IOB2 tag sequence
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_number("doc_stride", self.doc_stride, minimum=0, integer=True)
+        check_choice(self.context, CONTEXTS, "context")
+        check_choice(self.decoding, DECODINGS, "decoding")
 
 
 @dataclass
@@ -262,16 +279,6 @@ def _label_ids(sentence: TaggedSentence, label2id: Mapping[str, int] | None, ind
     return [label2id[tag] for tag in sentence.tags]
 
 
-def collate(features: Sequence[TokenFeatures], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """A padded batch with the arguments of BertForTokenClassification: input_ids, attention_mask, labels."""
-    input_ids = [f.input_ids for f in features]
-    return {
-        "input_ids": pad_ids(input_ids, pad_token_id),
-        "attention_mask": pad_ids([[1] * len(ids) for ids in input_ids], 0),
-        "labels": pad_ids([f.labels for f in features], IGNORE_INDEX),
-    }
-
-
 # --- decoding -----------------------------------------------------------------------------------------------
 
 def predict_tags(sentences: Sequence[TaggedSentence], features: Sequence[TokenFeatures],
@@ -363,7 +370,6 @@ def tagged_entities(sentence: TaggedSentence | Sequence[str], tags: Sequence[str
 
 # --- the "ner" task (registry row): files -> examples -> Features -> answers -> metrics ------------------------
 
-DEFAULT_STRIDE = 16  # words shared by consecutive windows of a sentence longer than max_length
 # Words, initialisms, numbers with points or slashes, and single punctuation marks, as CoNLL-2003 writes them:
 # "U.S. troops' start-up rose 25.76 on 12/03, fine." -> U.S. troops ' start-up rose 25.76 on 12/03 , fine .
 _WORD = re.compile(r"(?:\w\.){2,}|\d+(?:[.,:/]\d+)+|\w+(?:[-'&]\w+)*|\S")
@@ -387,10 +393,8 @@ def read_sentences(path: str | Path, columns=None, id2label: Mapping[int, str] |
     """Sentences of a CoNLL file; to predict, also a text file with one sentence per line (data_format decides
     which a .txt file is, unless `format` says)."""
     path = Path(path)
-    kind = data_format(path, format)
-    if kind not in ("conll", "txt") or (labelled and kind == "txt"):
-        expected = "CoNLL" if labelled else "CoNLL, or text with one sentence per line"
-        raise InputError(f"named-entity recognition reads {expected}, not {kind}", path)
+    kind = task_format(path, format, labelled, "named-entity recognition", ("conll", "CoNLL"),
+                       ("txt", "text with one sentence per line"))
     if kind == "txt":
         lines = read_table(path, "txt").rows
         return [sentence_from_text(row[PLAIN_TEXT_COLUMN]) for _, row in lines]
@@ -409,13 +413,13 @@ def read_sentences(path: str | Path, columns=None, id2label: Mapping[int, str] |
     return sentences
 
 
-def encode(tokenizer, sentences: Sequence[TaggedSentence], settings: EncodeSettings,
+def encode(tokenizer, sentences: Sequence[TaggedSentence], settings: NerSettings,
            id2label: Mapping[int, str]) -> Features:
     """One row per window ({input_ids[, labels]}); the TokenFeatures ride along as extras for decoding."""
     labelled = all(sentence.tags for sentence in sentences)
     label2id = {label: i for i, label in id2label.items()} if labelled else None
-    stride = DEFAULT_STRIDE if settings.stride is None else settings.stride
-    windows = token_features(sentences, tokenizer, label2id, settings.max_length, stride, settings.context)
+    windows = token_features(sentences, tokenizer, label2id, settings.max_length, settings.doc_stride,
+                             settings.context)
     rows = [{"input_ids": w.input_ids, **({"labels": w.labels} if labelled else {})} for w in windows]
     index = [w.sentence for w in windows]
     split = sum(count > 1 for count in Counter(index).values())

@@ -12,6 +12,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+from bertforge.batching import pad_lists, padding_for
 from bertforge.errors import BertforgeError, ConfigError, InputError
 from bertforge.tokenizer.added import AddedToken, AddedTokens
 from bertforge.tokenizer.basic import BasicTokenizer
@@ -312,7 +313,8 @@ class BertTokenizer:
             {"input_ids": [], "token_type_ids": [], "attention_mask": []}
         if padding != "do_not_pad":
             target = max_length if padding == "max_length" else max(map(len, columns["input_ids"]), default=0)
-            _pad(columns, target, self.pad_token_id)
+            for name, rows in columns.items():
+                pad_lists(rows, target, padding_for(name, self.pad_token_id))
 
         word_ids = columns.pop("word_ids", None)
         offsets = columns.pop("offset_mapping", None)
@@ -405,16 +407,6 @@ def _padding_strategy(padding: bool | str | None) -> str:
     if padding not in PADDING_STRATEGIES:
         raise ConfigError(f"unknown padding {padding!r}; expected True, False or one of {list(PADDING_STRATEGIES)}")
     return padding
-
-
-def _pad(columns: dict[str, list[list]], target: int, pad_token_id: int) -> None:
-    """Pad every row on the right to `target` (rows already longer are left alone)."""
-    fill = {"input_ids": pad_token_id, "token_type_ids": 0, "attention_mask": 0, "offset_mapping": (0, 0),
-            "word_ids": None}
-    for name, rows in columns.items():
-        for row in rows:
-            if len(row) < target:
-                row += [fill[name]] * (target - len(row))
 
 
 def _to_tensors(columns: dict[str, list]) -> dict[str, Any]:

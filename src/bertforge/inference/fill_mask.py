@@ -1,0 +1,38 @@
+"""Fill-mask: the likeliest tokens for each [MASK] of a text, from a masked-LM checkpoint (transformers'
+fill-mask pipeline)."""
+
+from __future__ import annotations
+
+import torch
+
+from bertforge.errors import InputError
+
+
+def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
+    """For each [MASK] of `text`, in order, the `top_k` likeliest tokens and their probabilities.
+
+    Each mask is predicted on its own (the others stay masked), as transformers' fill-mask pipeline does:
+    fill_mask(model, tokenizer, "Paris is the [MASK] of France.") -> [[("capital", 0.99), ...]].
+    """
+    encoding = tokenizer(text, return_tensors="pt")
+    input_ids = encoding["input_ids"]
+    is_mask = input_ids[0] == tokenizer.mask_token_id
+    if not is_mask.any():
+        raise InputError(f"the text has no {tokenizer.vocab.special_tokens['mask_token']} token to fill in")
+    with torch.inference_mode():
+        logits = model(input_ids, encoding["attention_mask"], encoding["token_type_ids"]).logits
+    probs = logits[0, is_mask].float().softmax(-1)  # (masks, vocab)
+    top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+    return [[(tokenizer.convert_ids_to_tokens(i), p) for i, p in zip(ids.tolist(), values.tolist())]
+            for ids, values in zip(top.indices, top.values)]
+
+
+def load_masked_lm(name_or_path: str, inference=None):
+    """A masked-LM checkpoint and its tokenizer, ready to fill masks. A checkpoint without a masked-LM head (a
+    sentence encoder such as the default all-MiniLM-L6-v2) is an error, not a random head that predicts noise."""
+    from bertforge.inference.optimize import AS_TRAINED
+    from bertforge.pretraining.heads import BertForMaskedLM
+    from bertforge.tokenizer import BertTokenizer
+
+    model = (inference or AS_TRAINED).apply(BertForMaskedLM.from_pretrained(name_or_path, require_heads=True))
+    return model, BertTokenizer.from_pretrained(name_or_path)
