@@ -1,8 +1,8 @@
-"""Smaller models on real tasks, in one run: each fine-tuned model at fp32, bertforge int8 (outlier channels in
-float32; `bertforge quantize`), torch's per-tensor dynamic int8 (`--precision int8`), bf16 (where native), and ONNX
-Runtime's own dynamic int8 quantization of the same model, each with the task's metric on its dev file and the
-end-to-end predict time (tokenizing + predicting the whole dev file, median of --repeats after a warm-up, the
-variants taking turns pass by pass).
+"""Smaller models on real tasks, in one run: each fine-tuned model at fp32, bertforge int8 (outlier channels in float32;
+`bertforge quantize`), torch's per-tensor dynamic int8 (what `--precision int8` was before it became bertforge's),
+bf16 (where native), and ONNX Runtime's own dynamic int8 quantization of the same model, each with the task's metric
+on its dev file and the end-to-end predict time (tokenizing + predicting the whole dev file, median of --repeats
+after a warm-up, the variants taking turns pass by pass).
 
     python bench/bench_compress.py [--runs sst2,mrpc,stsb,conll2003] [--runs-dir runs] [--threads 2]
     python bench/bench_compress.py --model DIR --dev FILE [--model DIR --dev FILE ...]
@@ -27,7 +27,6 @@ from torch import nn
 
 from bertforge.compress import QuantizationConfig, quantize
 from bertforge.heads import ClassifierOutput
-from bertforge.inference import InferenceOptions
 from bertforge.inference.onnx import INPUT_NAMES, export_onnx, onnx_session
 from bertforge.runtime import bf16_supported, tune_cpu_allocator
 from bertforge.tasks.data import inference_batches
@@ -69,6 +68,15 @@ def calibration_batches(finetuned: FinetunedModel, examples, count: int = 256, b
     return [batch for _, batch in inference_batches(features, batch_size, finetuned.tokenizer.pad_token_id)]
 
 
+def torch_per_tensor_int8(finetuned: FinetunedModel) -> FinetunedModel:
+    """torch's dynamic int8 of every linear layer (one scale per tensor), what `--precision int8` was before it
+    became bertforge's per-channel quantizer: the baseline the per-channel one is measured against."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
+        torch.ao.quantization.quantize_dynamic(finetuned.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    return finetuned
+
+
 def variants(model_dir: Path, examples, threads: int, folder: Path):
     """name -> a function making that variant of the model (loaded fresh each time)."""
     def ours(precision):
@@ -82,7 +90,7 @@ def variants(model_dir: Path, examples, threads: int, folder: Path):
     table = {
         "fp32": lambda: FinetunedModel.load(model_dir),
         "int8": ours("int8"),
-        "int8 torch per-tensor": lambda: FinetunedModel.load(model_dir, inference=InferenceOptions(precision="int8")),
+        "int8 torch per-tensor": lambda: torch_per_tensor_int8(FinetunedModel.load(model_dir)),
     }
     if bf16_supported("cpu"):
         table["bf16"] = ours("bf16")
