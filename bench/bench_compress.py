@@ -71,7 +71,7 @@ def onnx_qdq(finetuned: FinetunedModel, folder: Path, threads: int) -> Finetuned
 
 
 def calibration_batches(finetuned: FinetunedModel, examples, count: int = 256, batch_size: int = 64):
-    features = finetuned.task.encode(finetuned.tokenizer, examples[:count], finetuned.settings.settings,
+    features = finetuned.task.encode(finetuned.tokenizer, examples[:count], finetuned.settings,
                                      finetuned.id2label)
     return [batch for _, batch in inference_batches(features, batch_size, finetuned.tokenizer.pad_token_id)]
 
