@@ -59,7 +59,7 @@ def onnx_int8(finetuned: FinetunedModel, folder: Path, threads: int) -> Finetune
     export_onnx(finetuned.model, finetuned.tokenizer, fp32_path)
     quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8)
     model = OnnxRuntimeModel(int8_path, finetuned.model.config, threads)
-    return FinetunedModel(model, finetuned.tokenizer, finetuned.task, finetuned.settings)
+    return FinetunedModel(model, finetuned.tokenizer, finetuned.task, finetuned.run)
 
 
 def onnx_qdq(finetuned: FinetunedModel, folder: Path, threads: int) -> FinetunedModel:
@@ -67,7 +67,7 @@ def onnx_qdq(finetuned: FinetunedModel, folder: Path, threads: int) -> Finetuned
     path = folder / "model.qdq.onnx"
     export_onnx(finetuned.model, finetuned.tokenizer, path)
     model = OnnxRuntimeModel(path, finetuned.model.config, threads)
-    return FinetunedModel(model, finetuned.tokenizer, finetuned.task, finetuned.settings)
+    return FinetunedModel(model, finetuned.tokenizer, finetuned.task, finetuned.run)
 
 
 def calibration_batches(finetuned: FinetunedModel, examples, count: int = 256, batch_size: int = 64):
