@@ -59,11 +59,19 @@ def onnx_int8(finetuned: FinetunedModel, folder: Path, threads: int) -> Finetune
     export_onnx(finetuned.model, finetuned.tokenizer, fp32_path)
     quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8)
     model = OnnxRuntimeModel(int8_path, finetuned.model.config, threads)
-    return FinetunedModel(model, finetuned.tokenizer, finetuned.task, finetuned.settings)
+    return FinetunedModel(model, finetuned.tokenizer, finetuned.task, finetuned.run)
+
+
+def onnx_qdq(finetuned: FinetunedModel, folder: Path, threads: int) -> FinetunedModel:
+    """bertforge's int8 model (the int8 row's) exported as QDQ by `export_onnx` and run by ONNX Runtime."""
+    path = folder / "model.qdq.onnx"
+    export_onnx(finetuned.model, finetuned.tokenizer, path)
+    model = OnnxRuntimeModel(path, finetuned.model.config, threads)
+    return FinetunedModel(model, finetuned.tokenizer, finetuned.task, finetuned.run)
 
 
 def calibration_batches(finetuned: FinetunedModel, examples, count: int = 256, batch_size: int = 64):
-    features = finetuned.task.encode(finetuned.tokenizer, examples[:count], finetuned.settings.settings,
+    features = finetuned.task.encode(finetuned.tokenizer, examples[:count], finetuned.settings,
                                      finetuned.id2label)
     return [batch for _, batch in inference_batches(features, batch_size, finetuned.tokenizer.pad_token_id)]
 
@@ -95,6 +103,7 @@ def variants(model_dir: Path, examples, threads: int, folder: Path):
     if bf16_supported("cpu"):
         table["bf16"] = ours("bf16")
     table["ORT int8"] = lambda: onnx_int8(FinetunedModel.load(model_dir), folder, threads)
+    table["ORT our int8 QDQ"] = lambda: onnx_qdq(ours("int8")(), folder, threads)
     return table
 
 
