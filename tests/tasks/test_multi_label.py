@@ -258,3 +258,19 @@ def test_minilm_learns_which_entity_types_a_sentence_mentions(tmp_path, data_dir
     # (320 sentences for 2 epochs at lr 1e-4 stayed at 0.49: too few steps for the new head).
     assert result.best["micro_f1"] >= 0.75, result.best
     assert evaluate(result.output_dir, folder / "dev.jsonl")["micro_f1"] == pytest.approx(result.best["micro_f1"])
+
+
+def test_the_command_line_says_a_bad_label_in_one_line(finetuned, tmp_path, run_cli):
+    _, output, _ = finetuned
+    dev = tmp_path / "dev.csv"
+    dev.write_text("text,topics\nwheat up,grain\nrates held,grain|rates\n")
+    code, _, error = run_cli("evaluate", "--model", output, "--data", dev)
+    assert code == 1
+    assert error.strip() == (f"bertforge: error: {dev}, line 3, field 'topics': label 'rates' is not one of the "
+                             "model's labels (grain, trade)")
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"text": "wheat up", "topics": "[\\"grain\\""}\n')
+    code, _, error = run_cli("finetune", "--task", "multi_label", "--train", train, "--output", tmp_path / "m",
+                             "--text-column", "text", "--label-column", "topics")
+    assert code == 1 and error.count("\n") == 1
+    assert f"{train}, line 1, field 'topics': not a JSON list of labels" in error
