@@ -117,11 +117,11 @@ def measure_extras(name: str, model: BertModel, plain: BertModel, batches, repea
     of the model as loaded), against fp32 bertforge: speed-up and max |difference|. torch.compile compiles during
     the warm-up batch."""
     expected = torch_runner(model)(batches[0])
-    variants = {"bf16": InferenceOptions(precision="bf16"), "int8 dynamic": InferenceOptions(precision="int8"),
+    variants = {"bf16": InferenceOptions(precision="bf16"), "int8": InferenceOptions(precision="int8"),
                 "torch.compile": InferenceOptions(compile=True)}
     for variant, options in variants.items():
         try:
-            run = torch_runner(options.apply(copy.deepcopy(plain)))
+            run = torch_runner(options.apply(copy.deepcopy(plain), calibration=batches))  # int8: calibrate
         except ConfigError as error:  # bf16 on a CPU without native support
             print(f"{name:<8}{variant:<16}  ({error})", flush=True)
             continue
