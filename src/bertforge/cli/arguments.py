@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
-from collections.abc import Callable, Collection
+import sys
+import tempfile
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
+from bertforge.atomic import write_text_atomic
 from bertforge.errors import InputError
 from bertforge.outputs import check_output_file
 
@@ -32,8 +36,16 @@ def finite_float(text: str) -> float:
     return value
 
 
+STANDARD_STREAM = "-"  # a file argument that means standard input (to read) or standard output (to write)
+
+
 def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file, one text per line; an empty file is an error."""
+    """The lines of a UTF-8 text file (or of standard input, "-"), one text per line; an empty input is an error."""
+    if str(path) == STANDARD_STREAM:
+        lines = sys.stdin.read().splitlines()
+        if not any(line.strip() for line in lines):
+            raise InputError("the input is empty: expected one text per line", "<stdin>")
+        return lines
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -48,6 +60,32 @@ def read_lines(path: str | Path) -> list[str]:
     if not any(line.strip() for line in lines):
         raise InputError("the input is empty: expected one text per line", path)
     return lines
+
+
+def write_output(path: str | Path, text: str) -> None:
+    """`text` into the file `path` (atomically), or onto standard output for "-"."""
+    if str(path) == STANDARD_STREAM:
+        sys.stdout.write(text)
+    else:
+        write_text_atomic(path, text)
+
+
+def report(path: str | Path, message: str) -> None:
+    """What a command wrote: on standard output, unless the output itself went there (then on standard error)."""
+    print(message, file=sys.stderr if str(path) == STANDARD_STREAM else sys.stdout)
+
+
+@contextlib.contextmanager
+def input_file(path: str | Path, format: str | None) -> Iterator[Path]:
+    """The data file `path`; for "-", standard input saved to a temporary file named for its format (--format,
+    default one text per line), so that every reader takes it."""
+    if str(path) != STANDARD_STREAM:
+        yield Path(path)
+        return
+    with tempfile.TemporaryDirectory() as directory:
+        saved = Path(directory) / f"stdin.{format or 'txt'}"
+        saved.write_bytes(sys.stdin.buffer.read())
+        yield saved
 
 
 def text_line_of_byte(path: Path, offset: int) -> int:
@@ -90,8 +128,9 @@ def load_encoder(name_or_path: str, inference=None):
 
 
 def check_writable(path: str | Path) -> Path:
-    """Fail before any slow work when the file `path` can't be written (see outputs.check_output_file)."""
-    return check_output_file(path)
+    """Fail before any slow work when the file `path` can't be written (see outputs.check_output_file); standard
+    output ("-") always can."""
+    return Path(path) if str(path) == STANDARD_STREAM else check_output_file(path)
 
 
 def add_flag_table(parser: argparse.ArgumentParser, flags: dict[str, tuple[Any, Any, str]],
