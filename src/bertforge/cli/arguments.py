@@ -21,19 +21,25 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
                         help="model directory (config.json, model.safetensors, vocab.txt) or 'default'")
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def number_type(name: str, convert: Callable[[str], Any], allowed: Callable[[Any], bool], rule: str
+                ) -> Callable[[str], Any]:
+    """An argparse type: `convert` the text, then refuse it with "must be RULE, got TEXT" unless allowed(value);
+    `name` is what argparse calls it ("invalid positive_int value: 'x'")."""
+    def parse(text: str) -> Any:
+        value = convert(text)
+        if not allowed(value):
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {text}")
+        return value
+    parse.__name__ = name
+    return parse
 
 
-def finite_float(text: str) -> float:
-    """A float flag: nan and inf parse as floats but would train a model into NaN."""
-    value = float(text)
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
+positive_int = number_type("positive_int", int, lambda value: value >= 1, "at least 1")
+# nan and inf parse as floats but would train a model into NaN
+finite_float = number_type("finite_float", float, math.isfinite, "a finite number")
+non_negative_float = number_type("non_negative_float", finite_float, lambda value: value >= 0, "zero or more")
+positive_float = number_type("positive_float", finite_float, lambda value: value > 0, "more than zero")
+port_number = number_type("port_number", int, lambda value: 0 <= value <= 65535, "a port number from 0 to 65535")
 
 
 STANDARD_STREAM = "-"  # a file argument that means standard input (to read) or standard output (to write)
