@@ -129,8 +129,9 @@ def load_encoder(name_or_path: str, inference=None):
     InferenceOptions; imported lazily, like torch, so that `bertforge --help` stays fast)."""
     from bertforge import BertModel, BertTokenizer
     from bertforge.inference.optimize import AS_TRAINED
+    model = BertModel.from_pretrained(name_or_path)  # first: a bad config.json is the error to report
     tokenizer = BertTokenizer.from_pretrained(name_or_path)
-    return (inference or AS_TRAINED).apply(BertModel.from_pretrained(name_or_path), tokenizer), tokenizer
+    return (inference or AS_TRAINED).apply(model, tokenizer), tokenizer
 
 
 def check_writable(path: str | Path) -> Path:
