@@ -1,8 +1,8 @@
-"""Smaller models on real tasks, in one run: each fine-tuned model at fp32, bertforge int8 (outlier channels in
-float32; `bertforge quantize`), torch's per-tensor dynamic int8 (`--precision int8`), bf16 (where native), and ONNX
-Runtime's own dynamic int8 quantization of the same model, each with the task's metric on its dev file and the
-end-to-end predict time (tokenizing + predicting the whole dev file, median of --repeats after a warm-up, the
-variants taking turns pass by pass).
+"""Smaller models on real tasks, in one run: each fine-tuned model at fp32, bertforge int8 (outlier channels in float32;
+`bertforge quantize`), torch's per-tensor dynamic int8 (what `--precision int8` was before it became bertforge's),
+bf16 (where native), and ONNX Runtime's own dynamic int8 quantization of the same model, each with the task's metric
+on its dev file and the end-to-end predict time (tokenizing + predicting the whole dev file, median of --repeats
+after a warm-up, the variants taking turns pass by pass).
 
     python bench/bench_compress.py [--runs sst2,mrpc,stsb,conll2003] [--runs-dir runs] [--threads 2]
     python bench/bench_compress.py --model DIR --dev FILE [--model DIR --dev FILE ...]
@@ -27,7 +27,6 @@ from torch import nn
 
 from bertforge.compress import QuantizationConfig, quantize
 from bertforge.heads import ClassifierOutput
-from bertforge.inference import InferenceOptions
 from bertforge.inference.onnx import INPUT_NAMES, export_onnx, onnx_session
 from bertforge.runtime import bf16_supported, tune_cpu_allocator
 from bertforge.tasks.data import inference_batches
@@ -60,13 +59,30 @@ def onnx_int8(finetuned: FinetunedModel, folder: Path, threads: int) -> Finetune
     export_onnx(finetuned.model, finetuned.tokenizer, fp32_path)
     quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8)
     model = OnnxRuntimeModel(int8_path, finetuned.model.config, threads)
-    return FinetunedModel(model, finetuned.tokenizer, finetuned.task, finetuned.settings)
+    return FinetunedModel(model, finetuned.tokenizer, finetuned.task, finetuned.run)
+
+
+def onnx_qdq(finetuned: FinetunedModel, folder: Path, threads: int) -> FinetunedModel:
+    """bertforge's int8 model (the int8 row's) exported as QDQ by `export_onnx` and run by ONNX Runtime."""
+    path = folder / "model.qdq.onnx"
+    export_onnx(finetuned.model, finetuned.tokenizer, path)
+    model = OnnxRuntimeModel(path, finetuned.model.config, threads)
+    return FinetunedModel(model, finetuned.tokenizer, finetuned.task, finetuned.run)
 
 
 def calibration_batches(finetuned: FinetunedModel, examples, count: int = 256, batch_size: int = 64):
-    features = finetuned.task.encode(finetuned.tokenizer, examples[:count], finetuned.settings.settings,
+    features = finetuned.task.encode(finetuned.tokenizer, examples[:count], finetuned.settings,
                                      finetuned.id2label)
     return [batch for _, batch in inference_batches(features, batch_size, finetuned.tokenizer.pad_token_id)]
+
+
+def torch_per_tensor_int8(finetuned: FinetunedModel) -> FinetunedModel:
+    """torch's dynamic int8 of every linear layer (one scale per tensor), what `--precision int8` was before it
+    became bertforge's per-channel quantizer: the baseline the per-channel one is measured against."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
+        torch.ao.quantization.quantize_dynamic(finetuned.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    return finetuned
 
 
 def variants(model_dir: Path, examples, threads: int, folder: Path):
@@ -82,11 +98,12 @@ def variants(model_dir: Path, examples, threads: int, folder: Path):
     table = {
         "fp32": lambda: FinetunedModel.load(model_dir),
         "int8": ours("int8"),
-        "int8 torch per-tensor": lambda: FinetunedModel.load(model_dir, inference=InferenceOptions(precision="int8")),
+        "int8 torch per-tensor": lambda: torch_per_tensor_int8(FinetunedModel.load(model_dir)),
     }
     if bf16_supported("cpu"):
         table["bf16"] = ours("bf16")
     table["ORT int8"] = lambda: onnx_int8(FinetunedModel.load(model_dir), folder, threads)
+    table["ORT our int8 QDQ"] = lambda: onnx_qdq(ours("int8")(), folder, threads)
     return table
 
 

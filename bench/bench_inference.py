@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -118,8 +119,9 @@ def measure_extras(name: str, model: BertModel, plain: BertModel, batches, repea
     model as loaded), against fp32 bertforge: speed-up and max |difference|. torch.compile compiles during the
     warm-up batch."""
     expected = torch_runner(model)(batches[0])
-    variants = {"as loaded": lambda loaded: loaded.eval(), "bf16": InferenceOptions(precision="bf16").apply,
-                "int8 dynamic": InferenceOptions(precision="int8").apply,
+    variants = {"as loaded": lambda loaded: loaded.eval(),
+                "bf16": InferenceOptions(precision="bf16").apply,
+                "int8": partial(InferenceOptions(precision="int8").apply, calibration=batches),  # int8: calibrate
                 "torch.compile": InferenceOptions(compile=True).apply}
     for variant, prepare in variants.items():
         try:

@@ -22,5 +22,5 @@ def window_starts(length: int, budget: int, stride: int) -> list[int]:
 
 def half_overlap_starts(length: int, budget: int) -> list[int]:
     """Windows advancing by half a window, so that every token is seen with context on both sides in some window:
-    (length 10, budget 4) -> [0, 2, 4, 6]."""
-    return window_starts(length, budget, budget - budget // 2)
+    (length 10, budget 4) -> [0, 2, 4, 6]; a window of one token advances by one."""
+    return window_starts(length, budget, budget - max(budget // 2, 1))

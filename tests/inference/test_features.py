@@ -116,3 +116,70 @@ def test_scalar_mix_starts_uniform_and_learns_layer_weights(minilm, tokenizer, r
         assert torch.allclose(token_features(*args, scalar_mix=mix), 2 * states[-1], atol=1e-4)
     with pytest.raises(BertforgeError, match="a scalar mix applies to layers='weighted_sum_all'"):
         token_features(*args[:4], "last", scalar_mix=mix)
+
+
+# --- long documents: windows ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def wikitext_article(data_dir) -> str:
+    """The first article of WikiText-2's validation split (the European lobster, 1,992 word pieces), its headings
+    dropped and its paragraphs joined: a real document far longer than MiniLM's 256-token inputs."""
+    lines = (data_dir / "wikitext2" / "wiki.valid.tokens").read_text(encoding="utf-8").splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(" = ") and not line.startswith(" = = ")]
+    body = lines[starts[0] + 1:starts[1]]
+    return " ".join(line.strip() for line in body if line.strip() and not line.strip().startswith("="))
+
+
+def test_windowed_document_vector_is_the_token_weighted_mean_of_its_windows(wikitext_article, minilm_dir,
+                                                                          hf_minilm):
+    """The default model's layout (mean pooling, 256 tokens, normalised) on a long real document: windows built by
+    hand with transformers' tokenizer (254 word pieces between [CLS] and [SEP], advancing by 127), run through
+    transformers' BertModel; with mean pooling the token-weighted mean of the windows' means is the mean of every
+    token vector of every window (a token in two windows counts twice), normalised at the end."""
+    transformers = pytest.importorskip("transformers")
+    from bertforge import BertTokenizer
+    hf_tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    ids = hf_tokenizer(wikitext_article, add_special_tokens=False)["input_ids"]
+    assert len(ids) > 1900
+    token_vectors = []
+    with torch.inference_mode():
+        for start in range(0, len(ids), 127):
+            window = [hf_tokenizer.cls_token_id, *ids[start:start + 254], hf_tokenizer.sep_token_id]
+            token_vectors.append(hf_minilm(input_ids=torch.tensor([window])).last_hidden_state[0])
+            if start + 254 >= len(ids):
+                break
+    expected = torch.nn.functional.normalize(torch.cat(token_vectors).mean(0), dim=-1)
+
+    model, tokenizer = BertModel.from_pretrained(minilm_dir), BertTokenizer.from_pretrained(minilm_dir)
+    short = "A lobster is a crustacean."
+    vectors = extract_features(model, tokenizer, [wikitext_article, short], long_text="windows", batch_size=4)
+    assert len(token_vectors) == 15
+    torch.testing.assert_close(vectors[0], expected, atol=2e-5, rtol=0)
+    truncated = extract_features(model, tokenizer, [wikitext_article, short])
+    torch.testing.assert_close(vectors[1], truncated[1], atol=1e-6, rtol=0)  # a short text is one window
+    assert float(vectors[0] @ truncated[0]) < 0.99  # the whole article, not its first 256 tokens
+
+
+def test_window_weights_count_each_windows_tokens():
+    """Three windows of 4, 4 and 3 tokens, the second text one window: weighted means by hand."""
+    from bertforge.inference.features import combine_windows
+    pooled = [torch.tensor([1.0, 0.0]), torch.tensor([0.0, 2.0]), torch.tensor([3.0, 3.0]), torch.tensor([5.0, 7.0])]
+    combined = combine_windows(pooled, [4, 4, 3, 9], [0, 0, 0, 1], 2)
+    torch.testing.assert_close(combined, torch.tensor([[(4 + 9) / 11, (8 + 9) / 11], [5.0, 7.0]]))
+
+
+def test_embed_command_writes_windowed_vectors(wikitext_article, tmp_path, run_cli, minilm_dir):
+    import numpy as np
+
+    from bertforge import BertTokenizer
+    source = tmp_path / "docs.txt"
+    source.write_text(wikitext_article[:4000] + "\nA lobster is a crustacean.\n", encoding="utf-8")
+    code, out, _ = run_cli("embed", "--input", source, "--output", tmp_path / "docs.npy", "--long-text", "windows")
+    assert code == 0 and "wrote 2 vectors of size 384" in out
+    model, tokenizer = BertModel.from_pretrained(minilm_dir), BertTokenizer.from_pretrained(minilm_dir)
+    expected = extract_features(model, tokenizer, [wikitext_article[:4000], "A lobster is a crustacean."],
+                                long_text="windows")
+    assert np.allclose(np.load(tmp_path / "docs.npy"), expected.numpy(), atol=1e-5)
+    code, _, err = run_cli("embed", "--input", source, "--output", tmp_path / "t.jsonl", "--level", "token",
+                           "--long-text", "windows")
+    assert code != 0 and "--long-text windows makes one vector per line" in err

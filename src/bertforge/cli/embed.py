@@ -25,6 +25,7 @@ from bertforge.cli.arguments import (
 )
 from bertforge.errors import InputError
 from bertforge.inference import LAYER_COMBINATIONS, POOLINGS, TOKEN_LEVELS, extract_features, extract_token_features
+from bertforge.inference.features import LONG_TEXT
 from bertforge.inference.similarity import most_similar
 
 OUTPUT_FORMATS = (".npy", ".jsonl")
@@ -40,6 +41,10 @@ def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=positive_int, default=None,
                         help="truncate longer texts (tokens; default: the model's sentence-transformers "
                              "max_seq_length, else its tokenizer's model_max_length)")
+    parser.add_argument("--long-text", choices=list(LONG_TEXT), default="truncate",
+                        help="texts over --max-length: truncate (default), or windows: overlapping windows of "
+                             "--max-length tokens advancing by half a window, one vector per text from their pooled "
+                             "vectors averaged with weights their token counts (then normalised)")
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                         help="scale each vector to unit length (default: as the model's sentence-transformers "
                              "layout says, else not)")
@@ -73,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
     settings = dict(layers=args.layers, batch_size=args.batch_size, max_length=args.max_length)
     progress = len(texts) > 10 * args.batch_size
     if args.level != "sentence":
+        if args.long_text != "truncate":
+            raise InputError(f"--long-text {args.long_text} makes one vector per line; {args.level}-level vectors "
+                             "are of the first --max-length tokens")
         features = extract_token_features(model, tokenizer, texts, level=args.level, progress=progress, **settings)
         write_output(output, "".join(json.dumps({
             "text": text, "tokens": item.tokens, "offsets": item.offsets,
@@ -83,12 +91,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.similar is not None:
         ranked = most_similar(model, tokenizer, args.similar, texts, args.top_k, pooling=args.pool,
-                              progress=progress, **settings)
+                              progress=progress, long_text=args.long_text, **settings)
         for rank, (i, score) in enumerate(ranked, 1):
             print(f"{rank:>3}. {score:.3f}  line {i + 1}: {texts[i]}")
         return 0
     vectors = extract_features(model, tokenizer, texts, pooling=args.pool, normalize=args.normalize,
-                               progress=progress, **settings)
+                               progress=progress, long_text=args.long_text, **settings)
     matrix = vectors.float().numpy()
     if output.suffix == ".npy":
         with atomic_path(output) as temporary, open(temporary, "wb") as handle:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bertforge.cli.arguments import add_model_argument, check_writable, positive_int
 from bertforge.errors import CheckpointError, InputError
-from bertforge.inference.onnx import DEFAULT_TOLERANCE, ONNX_TASKS, export_onnx, model_class_of
+from bertforge.inference.onnx import ONNX_TASKS, export_onnx, model_class_of
 from bertforge.outputs import check_output_dir, finish_staging, start_staging
 
 
@@ -43,7 +43,7 @@ def run_onnx(args: argparse.Namespace) -> int:
     report = export_onnx(model, tokenizer, output, task=args.task, opset=args.opset)
     shapes = ", ".join(f"{batch}x{seq}" for batch, seq in report.checked_shapes)
     print(f"max difference from PyTorch: {report.max_difference:.2e} at real tokens "
-          f"(batches {shapes}; tolerance {DEFAULT_TOLERANCE:.0e})")
+          f"(batches {shapes}; tolerance {report.tolerance:.0e})")
     print(f"wrote {report.task} graph (opset {report.opset}, outputs {', '.join(report.output_names)}) to {output}")
     return 0
 

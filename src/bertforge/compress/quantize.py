@@ -168,11 +168,33 @@ class QuantizedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.float()
         scaled = x * self.input_scale if len(self.input_scale) else x
-        y = torch.ops.quantized.linear_dynamic(scaled, self.packed_weight(), int8_reduce_range())
+        if torch.compiler.is_exporting():
+            y = self.quantize_dequantize(scaled)
+        else:
+            y = torch.ops.quantized.linear_dynamic(scaled, self.packed_weight(), int8_reduce_range())
         if len(self.outlier_index):
             outliers = x.index_select(-1, self.outlier_index)  # (..., outliers)
             y.view(-1, self.out_features).addmm_(outliers.reshape(-1, len(self.outlier_index)), self.outlier_weight)
         return y if self.activation is None else ACTIVATIONS[self.activation](y)
+
+    def quantize_dequantize(self, scaled: torch.Tensor) -> torch.Tensor:
+        """The int8 product as an exporter traces it, for ONNX (QDQ): the int8 weight and its per-channel scales
+        dequantized, the input quantized to uint8 per tensor and back with the parameters the dynamic kernel
+        chooses (its range stretched to include 0, zero point rounded), then a float matmul. Same numbers as the
+        kernel up to float32 rounding; ONNX Runtime may fuse the pattern into an integer matmul."""
+        from torch.ao.quantization.fx import _decomposed  # noqa: F401  (registers torch.ops.quantized_decomposed)
+
+        decomposed = torch.ops.quantized_decomposed
+        weight = decomposed.dequantize_per_channel(self.weight, self.weight_scale,
+                                                   torch.zeros(self.out_features, dtype=torch.long), 0, -127, 127,
+                                                   torch.int8)  # (out, in)
+        largest = 127 if int8_reduce_range() else 255
+        low, high = scaled.min().clamp(max=0), scaled.max().clamp(min=0)
+        scale = ((high - low) / largest).clamp(min=1e-12)
+        zero_point = torch.round(-low / scale).clamp(0, largest).to(torch.long)
+        quantized = decomposed.quantize_per_tensor.tensor(scaled, scale, zero_point, 0, largest, torch.uint8)
+        scaled = decomposed.dequantize_per_tensor.tensor(quantized, scale, zero_point, 0, largest, torch.uint8)
+        return scaled @ weight.t() + self.bias
 
     def _load_from_state_dict(self, *args, **kwargs):
         self.packed = None  # new weights: prepack again

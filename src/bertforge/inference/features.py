@@ -15,6 +15,7 @@ from torch import nn
 from bertforge.batching import MODEL_INPUTS, collate, length_sorted_batches
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
 from bertforge.errors import BertforgeError, check_choice
+from bertforge.windows import half_overlap_starts
 
 # The feature-based recipes of the BERT paper's NER study (section 5.3), by name.
 LAYER_COMBINATIONS: dict[str, Callable[[Sequence[torch.Tensor]], torch.Tensor]] = {
@@ -89,24 +90,35 @@ class TokenVectors:
     vectors: torch.Tensor  # (tokens, hidden)
 
 
-def _encoded_batches(model, tokenizer, texts: Sequence[str], layers: str, batch_size: int, max_length: int | None,
-                     progress: bool, with_offsets: bool = False):
-    """Yield (text indices, token features (batch, seq, hidden), attention mask, encoding) per length-sorted batch."""
+def _row_batches(model, rows: Sequence[dict[str, list[int]]], pad_token_id: int, layers: str, batch_size: int,
+                 progress: bool):
+    """Yield (row indices, token features (batch, seq, hidden), attention mask) per length-sorted batch of rows of
+    model inputs (input_ids, and token_type_ids unless all 0)."""
     check_choice(layers, LAYER_COMBINATIONS, "layer recipe")
     if batch_size < 1:
         raise BertforgeError(f"batch size must be at least 1, got {batch_size}")
-    encoded = tokenizer(list(texts), truncation=True, max_length=max_length or tokenizer.model_max_length,
-                        return_offsets_mapping=with_offsets, return_word_ids=with_offsets)
-    batches = length_sorted_batches([len(ids) for ids in encoded["input_ids"]], batch_size)
+    batches = length_sorted_batches([len(row["input_ids"]) for row in rows], batch_size)
     if progress:
         from tqdm import tqdm
         batches = tqdm(batches, desc="embedding", unit="batch")
     device = next(model.parameters()).device  # the batches go where the model is (--device); features come back
     for indices in batches:
-        batch = collate([{key: encoded[key][i] for key in MODEL_INPUTS} for i in indices], tokenizer.pad_token_id)
+        batch = collate([rows[i] for i in indices], pad_token_id)
         batch = {key: tensor.to(device) for key, tensor in batch.items()}
-        hidden = token_features(model, batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], layers)
-        yield indices, hidden.cpu(), batch["attention_mask"].cpu(), encoded
+        hidden = token_features(model, batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                                layers)
+        yield indices, hidden.cpu(), batch["attention_mask"].cpu()
+
+
+def _encoded_batches(model, tokenizer, texts: Sequence[str], layers: str, batch_size: int, max_length: int | None,
+                     progress: bool):
+    """Yield (text indices, token features (batch, seq, hidden), attention mask, encoding) per length-sorted batch,
+    each text truncated to max_length tokens."""
+    encoded = tokenizer(list(texts), truncation=True, max_length=max_length or tokenizer.model_max_length,
+                        return_offsets_mapping=True, return_word_ids=True)
+    rows = [{key: encoded[key][i] for key in MODEL_INPUTS} for i in range(len(texts))]
+    for indices, hidden, mask in _row_batches(model, rows, tokenizer.pad_token_id, layers, batch_size, progress):
+        yield indices, hidden, mask, encoded
 
 
 def sentence_embedding(model, pooling: str | None = None, max_length: int | None = None,
@@ -133,33 +145,73 @@ def fit_rows(rows: list[dict[str, list]], max_length: int | None) -> list[dict[s
             {name: values[:max_length - 1] + values[-1:] for name, values in row.items()} for row in rows]
 
 
+# What becomes of a text longer than max_length: name -> (its token ids without [CLS] and [SEP], tokens a window
+# holds between them) -> the parts the model reads, each as [CLS] part [SEP].
+LONG_TEXT: dict[str, Callable[[list[int], int], list[list[int]]]] = {
+    # The tokenizer's own truncation: the first tokens.
+    "truncate": lambda ids, budget: [ids[:budget]],
+    # Overlapping windows advancing by half a window, over the whole text.
+    "windows": lambda ids, budget: [ids[start:start + budget] for start in half_overlap_starts(len(ids), budget)],
+}
+
+
 @torch.inference_mode()
 def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last", pooling: str | None = None,
                      batch_size: int = 32, max_length: int | None = None, normalize: bool | None = None,
-                     progress: bool = False) -> torch.Tensor:
+                     progress: bool = False, long_text: str = "truncate") -> torch.Tensor:
     """One vector per text: (len(texts), hidden), in the order of `texts`.
 
     pooling, max_length and normalize default to the checkpoint's sentence-transformers settings (modules.json)
     when it has them, so that the default model gives sentence-transformers' vectors; else mean, the tokenizer's
     model_max_length and no normalisation.
 
+    A text longer than max_length is truncated, or with long_text="windows" read as overlapping windows of
+    max_length tokens (advancing by half a window): its vector is the mean of the windows' pooled vectors, each
+    weighted by its tokens ([CLS] and [SEP] included, as pooling counts them; a token in two windows counts in
+    both), normalised afterwards when normalize is set. With mean pooling that is the mean of every token vector
+    of every window.
+
     >>> extract_features(model, tokenizer, ["A cat.", "A dog."], pooling="mean", normalize=True).shape
     torch.Size([2, 384])
     """
     settings = sentence_embedding(model, pooling, max_length, normalize)
     pooling, max_length, normalize = settings.pooling, settings.max_length, settings.normalize
-    texts = embedding_texts(texts, settings)
     check_choice(pooling, POOLINGS, "pooling")
-    vectors: list[torch.Tensor | None] = [None] * len(texts)
-    for indices, hidden, mask, _ in _encoded_batches(model, tokenizer, texts, layers, batch_size, max_length,
-                                                      progress):
-        pooled = pool(hidden, mask, pooling)
-        if normalize:
-            pooled = F.normalize(pooled, dim=-1)
-        for i, vector in zip(indices, pooled):
-            vectors[i] = vector
-    if not vectors:
+    check_choice(long_text, LONG_TEXT, "long_text")
+    budget = (max_length or tokenizer.model_max_length) - 2  # [CLS] and [SEP] around each part
+    if budget < 1:
+        raise BertforgeError(f"max_length={max_length} leaves no room for text between [CLS] and [SEP]")
+    if not texts:
         return torch.empty(0, model.config.hidden_size)
+    rows, text_index = [], []
+    encoded = tokenizer(embedding_texts(texts, settings), truncation=False)["input_ids"]
+    for index, ids in enumerate(encoded):
+        for part in LONG_TEXT[long_text](ids[1:-1], budget):
+            rows.append({"input_ids": [tokenizer.cls_token_id, *part, tokenizer.sep_token_id]})
+            text_index.append(index)
+    pooled: list[torch.Tensor | None] = [None] * len(rows)
+    for indices, hidden, mask in _row_batches(model, rows, tokenizer.pad_token_id, layers, batch_size, progress):
+        for i, vector in zip(indices, pool(hidden, mask, pooling)):
+            pooled[i] = vector
+    vectors = combine_windows(pooled, [len(row["input_ids"]) for row in rows], text_index, len(texts))
+    return F.normalize(vectors, dim=-1) if normalize else vectors
+
+
+def combine_windows(pooled: Sequence[torch.Tensor], weights: Sequence[int], text_index: Sequence[int],
+                    num_texts: int) -> torch.Tensor:
+    """(texts, hidden): per text, the weighted mean of its windows' vectors; a text of one window keeps its
+    vector as it is (no rounding from multiplying and dividing by its weight)."""
+    groups: list[list[int]] = [[] for _ in range(num_texts)]
+    for row, index in enumerate(text_index):
+        groups[index].append(row)
+    vectors = []
+    for group in groups:
+        if len(group) == 1:
+            vectors.append(pooled[group[0]])
+            continue
+        weight = torch.tensor([float(weights[row]) for row in group])  # (windows,)
+        stacked = torch.stack([pooled[row].float() for row in group])  # (windows, hidden)
+        vectors.append(((weight[:, None] * stacked).sum(0) / weight.sum()).to(pooled[group[0]].dtype))
     return torch.stack(vectors)
 
 
@@ -177,7 +229,7 @@ def extract_token_features(model, tokenizer, texts: Sequence[str], layers: str =
     check_choice(level, TOKEN_LEVELS, "level", error=BertforgeError)
     results: list[TokenVectors | None] = [None] * len(texts)
     for indices, hidden, _, encoded in _encoded_batches(model, tokenizer, texts, layers, batch_size, max_length,
-                                                         progress, with_offsets=True):
+                                                         progress):
         for row, i in enumerate(indices):
             text, offsets, words = texts[i], encoded["offset_mapping"][i], encoded["word_ids"][i]
             real = [position for position, word in enumerate(words) if word is not None]
