@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def format_answer(answer: dict) -> str:
-    """'positive (0.97)  negative 0.03' for a label, 'score 3.214' for regression, one 'PER  John Smith  0:10
+    """'positive (0.97)  negative 0.03' for a label, 'sports (0.91)  politics (0.62)' for labels over the
+    threshold (multi_label), 'score 3.214' for regression, one 'PER  John Smith  0:10
     (0.98)' line per entity (ner; '(no entities)' when none), 'Denver Broncos (score 12.3)' for qa."""
     if "entities" in answer:
         lines = [f"{e['type']}  {e['text']}  {e['start']}:{e['end']}  ({e['score']:.3f})" for e in answer["entities"]]
@@ -65,5 +66,7 @@ def format_answer(answer: dict) -> str:
         return f"{answer['answer'] or '(no answer)'}  (score {score})"
     if "score" in answer:
         return f"score {answer['score']:.3f}"
+    if "labels" in answer:  # multi_label: every label over the threshold
+        return "  ".join(f"{label} ({p:.3f})" for label, p in answer["labels"].items()) or "(no labels)"
     others = "  ".join(f"{label} {p:.3f}" for label, p in answer["probabilities"].items() if label != answer["label"])
     return f"{answer['label']} ({answer['probabilities'][answer['label']]:.3f})  {others}".rstrip()
