@@ -113,7 +113,8 @@ def largest_difference(expected, actual, batch) -> float:
     return float((actual.last_hidden_state.float() - expected.last_hidden_state)[is_real].abs().max())
 
 
-def measure_extras(name: str, model: BertModel, plain: BertModel, batches, repeats: int) -> None:
+def measure_extras(name: str, model: BertModel, plain: BertModel, batches, repeats: int, only: str | None = None
+                   ) -> None:
     """The model as `from_pretrained` returns it (eval mode, without bertforge.fast_cpu's transform), and the
     inference options as `--precision bf16`, `--precision int8` and `--compile` apply them (each to a copy of the
     model as loaded), against fp32 bertforge: speed-up and max |difference|. torch.compile compiles during the
@@ -124,6 +125,8 @@ def measure_extras(name: str, model: BertModel, plain: BertModel, batches, repea
                 "int8": partial(InferenceOptions(precision="int8").apply, calibration=batches),  # int8: calibrate
                 "torch.compile": InferenceOptions(compile=True).apply}
     for variant, prepare in variants.items():
+        if only is not None and variant not in only.split(","):
+            continue
         try:
             run = torch_runner(prepare(copy.deepcopy(plain)))
         except ConfigError as error:  # bf16 on a CPU without native support
@@ -147,6 +150,7 @@ def main() -> None:
     parser.add_argument("--squad-length", type=int, default=256, choices=(256, 384))
     parser.add_argument("--peak-gflops", type=float, default=552.0, help="fp32 peak of the CPU (PERFORMANCE.md)")
     parser.add_argument("--no-extras", action="store_true", help="skip the bf16, int8 and torch.compile measurements")
+    parser.add_argument("--extras", default=None, help="only these extras, e.g. 'as loaded,int8' (default: all)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tokenizer = BertTokenizer.from_pretrained("default")
@@ -182,7 +186,7 @@ def main() -> None:
             print(f"\n{'model':<8}{'variant':<16}{'speed-up':>10}{'max |diff|':>14}{'of max |h|':>12}   "
                   "(vs bertforge fp32, full 32x128, last_hidden_state at real tokens)")
             for name, (ours, plain, _, _) in loaded.items():
-                measure_extras(name, ours, plain, inputs["full 32x128"], args.repeats)
+                measure_extras(name, ours, plain, inputs["full 32x128"], args.repeats, args.extras)
 
 
 if __name__ == "__main__":
