@@ -151,6 +151,7 @@ def main() -> None:
     parser.add_argument("--peak-gflops", type=float, default=552.0, help="fp32 peak of the CPU (PERFORMANCE.md)")
     parser.add_argument("--no-extras", action="store_true", help="skip the bf16, int8 and torch.compile measurements")
     parser.add_argument("--extras", default=None, help="only these extras, e.g. 'as loaded,int8' (default: all)")
+    parser.add_argument("--extras-only", action="store_true", help="skip the table against transformers and ORT")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tokenizer = BertTokenizer.from_pretrained("default")
@@ -165,7 +166,7 @@ def main() -> None:
         print(f"{'':<39}{'sequences/s':^24}{'real tokens/s':^24}{'bf speed-up':^14}{'MFU':^18}")
         print(f"{'allocator':<10}{'model':<8}{'workload':<16}{'real':>5}" + f"{'bf':>8}{'tf':>8}{'ORT':>8}" * 2
               + f"{'vs tf':>7}{'vs ORT':>7}" + f"{'bf':>6}{'tf':>6}{'ORT':>6}")
-        for allocator in ("default", "tuned"):
+        for allocator in ("default", "tuned") if not args.extras_only else ():
             if allocator == "tuned":
                 tune_cpu_allocator()
             for name, (ours, _, reference, session) in loaded.items():
