@@ -140,3 +140,27 @@ def test_a_killed_run_resumes_exactly_and_overwrite_replaces_it(two_processes, t
     assert replaced.returncode == 0, replaced.stderr
     assert not (output / "marker").exists() and not staging.exists()
     assert train_losses(output) == pytest.approx(train_losses(two_processes), rel=1e-6)
+
+
+def test_each_process_takes_its_rows_of_every_batch_weighted_by_its_loss_terms():
+    """Hand-counted shares: per-token labels count their labelled tokens, one label per row counts rows, and a
+    process left without rows of a small batch steps on one row with share 0."""
+    from bertforge.tasks.data import FeatureBatches, Features
+    from bertforge.training.distributed import Shard
+
+    tagged = Features([{"input_ids": [1, 2, 3], "labels": [-100, 1, 2]}, {"input_ids": [1, 2], "labels": [-100, 0]},
+                       {"input_ids": [1, 2, 3, 4], "labels": [-100, 1, 1, -100]}], [0, 1, 2])
+    batches = [[0, 1, 2], [1]]
+    shards = [list(FeatureBatches(tagged, batches, 0, rank, 2)) for rank in (0, 1)]
+    assert all(isinstance(shard, Shard) for part in shards for shard in part)
+    assert shards[0][0].batch["input_ids"].tolist() == [[1, 2, 3, 0], [1, 2, 3, 4]]  # rows 0 and 2
+    assert (shards[0][0].share, shards[1][0].share) == (4 / 5, 1 / 5)
+    assert shards[1][0].batch["labels"].tolist() == [[-100, 0]]
+    assert (shards[0][1].share, shards[1][1].share) == (1.0, 0.0)
+    assert shards[1][1].batch["input_ids"].tolist() == [[1, 2]]  # the batch's one row, counting for nothing
+
+    classified = Features([{"input_ids": [1] * n, "labels": n % 2} for n in range(2, 7)], [0, 1, 2, 3, 4])
+    shares = [[shard.share for shard in FeatureBatches(classified, [[0, 1, 2, 3, 4]], 0, rank, 2)] for rank in (0, 1)]
+    assert shares == [[3 / 5], [2 / 5]]
+    assert [list(batch) for batch in FeatureBatches(classified, [[0, 1]], 0)] == [["input_ids", "labels",
+                                                                                  "attention_mask"]]
