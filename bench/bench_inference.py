@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -113,15 +114,18 @@ def largest_difference(expected, actual, batch) -> float:
 
 
 def measure_extras(name: str, model: BertModel, plain: BertModel, batches, repeats: int) -> None:
-    """The inference options as `--precision bf16`, `--precision int8` and `--compile` apply them (each to a copy
-    of the model as loaded), against fp32 bertforge: speed-up and max |difference|. torch.compile compiles during
-    the warm-up batch."""
+    """The model as `from_pretrained` returns it (eval mode, without bertforge.fast_cpu's transform), and the
+    inference options as `--precision bf16`, `--precision int8` and `--compile` apply them (each to a copy of the
+    model as loaded), against fp32 bertforge: speed-up and max |difference|. torch.compile compiles during the
+    warm-up batch."""
     expected = torch_runner(model)(batches[0])
-    variants = {"bf16": InferenceOptions(precision="bf16"), "int8": InferenceOptions(precision="int8"),
-                "torch.compile": InferenceOptions(compile=True)}
-    for variant, options in variants.items():
+    variants = {"as loaded": lambda loaded: loaded.eval(),
+                "bf16": InferenceOptions(precision="bf16").apply,
+                "int8": partial(InferenceOptions(precision="int8").apply, calibration=batches),  # int8: calibrate
+                "torch.compile": InferenceOptions(compile=True).apply}
+    for variant, prepare in variants.items():
         try:
-            run = torch_runner(options.apply(copy.deepcopy(plain), calibration=batches))  # int8: calibrate
+            run = torch_runner(prepare(copy.deepcopy(plain)))
         except ConfigError as error:  # bf16 on a CPU without native support
             print(f"{name:<8}{variant:<16}  ({error})", flush=True)
             continue

@@ -24,6 +24,8 @@ KINDS = {
                        {"num_labels": 3}),
     "regression": (BertForSequenceClassification, "BertForSequenceClassification", "classifier",
                    {"num_labels": 1, "problem_type": "regression"}),
+    "multi_label": (BertForSequenceClassification, "BertForSequenceClassification", "classifier",
+                    {"num_labels": 4, "problem_type": "multi_label_classification"}),
     "token_classification": (BertForTokenClassification, "BertForTokenClassification", "classifier",
                              {"num_labels": 5}),
     "question_answering": (BertForQuestionAnswering, "BertForQuestionAnswering", "qa_outputs", {}),
@@ -41,6 +43,8 @@ def labels_for(kind, attention_mask, num_labels, seed=1):
         return {"labels": torch.randint(0, num_labels, (batch,), generator=generator)}
     if kind == "regression":
         return {"labels": torch.rand(batch, generator=generator) * 5}
+    if kind == "multi_label":  # 0/1 per label, float as transformers' BCEWithLogitsLoss takes them
+        return {"labels": torch.randint(0, 2, (batch, num_labels), generator=generator).float()}
     if kind == "token_classification":
         labels = torch.randint(0, num_labels, (batch, seq), generator=generator)
         return {"labels": labels.masked_fill(attention_mask == 0, -100)}

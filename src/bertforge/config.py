@@ -51,6 +51,10 @@ LABEL_COUNT_KEYS = ("num_labels", "_num_labels")
 FIXED_VALUES = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False,
                 "pruned_heads": {}}
 
+# What a sequence classifier's outputs mean (transformers' `problem_type`); None: regression for one output, else
+# one label per example (single_label_classification). bertforge.heads.LOSSES holds each one's loss.
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+
 # Keys bertforge writes itself: the fixed ones, the class of the model being saved (`save`'s architecture), and
 # quantization_config, which only bertforge.compress.quantize's save may write (checkpoint loading reads it).
 WRITTEN_KEYS = ("model_type", "position_embedding_type", "architectures", "quantization_config")
@@ -76,6 +80,7 @@ class BertConfig:
     # Task heads: label names (id2label keys are strings in JSON, ints here).
     id2label: dict[int, str] = field(default_factory=dict)
     label2id: dict[str, int] = field(default_factory=dict)
+    problem_type: str | None = None  # a PROBLEM_TYPES name; None: inferred from the number of labels
     # False: the masked-LM head has its own decoder matrix instead of reading the word embeddings.
     tie_word_embeddings: bool = True
     # Other config.json keys (transformers' metadata, generation settings, ...), kept to be written back.
@@ -102,6 +107,9 @@ class BertConfig:
         check_fits_in_memory(encoder_parameters(self), "the model")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"pad_token_id ({self.pad_token_id}) must be a token id below vocab_size")
+        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
+            raise ConfigError(f"problem_type {self.problem_type!r} is not supported; choose from "
+                              f"{', '.join(PROBLEM_TYPES)}")
         self.id2label = {int(i): str(label) for i, label in self.id2label.items()}
         if self.id2label and not self.label2id:
             self.label2id = {label: i for i, label in self.id2label.items()}
@@ -146,6 +154,8 @@ class BertConfig:
         data["id2label"] = {str(i): label for i, label in self.id2label.items()}
         if not self.id2label:
             del data["id2label"], data["label2id"]
+        if self.problem_type is None:  # as transformers leaves it out until a loss decides it
+            del data["problem_type"]
         data = data.pop("extra") | data
         data["position_embedding_type"] = FIXED_VALUES["position_embedding_type"]
         data["model_type"] = "bert"

@@ -18,7 +18,7 @@ from torch import nn
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE
 from bertforge.checkpoint.pretrained import Pretrained
-from bertforge.config import BertConfig
+from bertforge.config import PROBLEM_TYPES, BertConfig
 from bertforge.errors import ConfigError
 from bertforge.model import BertModel
 
@@ -40,31 +40,55 @@ class SpanOutput:
     loss: torch.Tensor | None = None
 
 
+def regression_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean squared error of the one output against float targets."""
+    return F.mse_loss(logits.float().reshape(-1), labels.float().reshape(-1))
+
+
+def single_label_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over the labels; entries equal to -100 are ignored (padding, later sub-words)."""
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                           ignore_index=IGNORE_INDEX)
+
+
+def multi_label_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Binary cross-entropy of each label's sigmoid against 0/1 targets, averaged over examples and labels."""
+    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+# A classifier's loss by its problem_type (config.json's, as transformers names them). All are computed in
+# float32: a bf16 log-softmax loses the small differences that training follows.
+LOSSES = dict(zip(PROBLEM_TYPES, (regression_loss, single_label_loss, multi_label_loss), strict=True))
+
+
+def problem_type_of(num_labels: int, problem_type: str | None) -> str:
+    """The LOSSES key of a classifier: the given one, else regression for one output, else single-label."""
+    return problem_type or ("regression" if num_labels == 1 else "single_label_classification")
+
+
 class ClassificationHead(nn.Linear):
     """Dropout and a linear layer on one vector per example: (..., hidden) -> (..., labels).
 
-    `num_labels == 1` is regression (one score, mean squared error), as in GLUE's STS-B.
+    `problem_type` (a LOSSES key; None: regression for one label, single-label otherwise) says which loss trains
+    it: regression (one score, as GLUE's STS-B), one label per example, or any number of them (multi-label).
     """
 
-    def __init__(self, hidden_size: int, num_labels: int, dropout: float):
+    def __init__(self, hidden_size: int, num_labels: int, dropout: float, problem_type: str | None = None):
         if num_labels < 1:
             raise ConfigError(f"a classification head needs at least one label, got num_labels={num_labels}")
         super().__init__(hidden_size, num_labels)
         self.dropout = nn.Dropout(dropout)
-        self.is_regression = num_labels == 1
+        self.problem_type = problem_type_of(num_labels, problem_type)
+        if self.problem_type not in LOSSES:
+            raise ConfigError(f"problem_type {self.problem_type!r} is not supported; choose from {', '.join(LOSSES)}")
+        self.is_regression = self.problem_type == "regression"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return super().forward(self.dropout(x))
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Cross-entropy over the labels (entries equal to -100 ignored), or MSE for regression.
-
-        Computed in float32: a bf16 log-softmax loses the small differences that training follows.
-        """
-        if self.is_regression:
-            return F.mse_loss(logits.float().reshape(-1), labels.float().reshape(-1))
-        return F.cross_entropy(logits.float().reshape(-1, self.out_features), labels.reshape(-1),
-                               ignore_index=IGNORE_INDEX)
+        """The problem type's loss: class ids (-100 ignored), float scores, or (batch, labels) 0/1 targets."""
+        return LOSSES[self.problem_type](logits, labels)
 
 
 class TokenClassificationHead(ClassificationHead):
@@ -159,17 +183,20 @@ class LabelledModel(Pretrained, nn.Module):
 
 
 class BertForSequenceClassification(LabelledModel):
-    """One label (or one score, for regression) per sequence, from the pooled [CLS] vector."""
+    """One label (or one score, for regression; or a set of labels, multi-label) per sequence, from the pooled
+    [CLS] vector."""
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
-        self.classifier = ClassificationHead(config.hidden_size, self.num_labels, config.hidden_dropout_prob)
+        self.classifier = ClassificationHead(config.hidden_size, self.num_labels, config.hidden_dropout_prob,
+                                             config.problem_type)
         self.classifier.apply(self.bert.init_weights)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None) -> ClassifierOutput:
-        """`labels`: (batch,) class ids, or float targets when num_labels == 1."""
+        """`labels`: (batch,) class ids, float targets when num_labels == 1, or (batch, labels) 0/1 targets when
+        config.problem_type is multi_label_classification."""
         encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids)
         logits = self.classifier(encoded.pooler_output)  # (batch, labels)
         loss = None if labels is None else self.classifier.loss(logits, labels)

@@ -29,6 +29,7 @@ from bertforge.inference.serve import Job, ServeSettings  # noqa: E402
 from bertforge.inference.serve.app import create_app, load_app, server_config  # noqa: E402
 from bertforge.tasks.finetune import FinetuneConfig  # noqa: E402
 from bertforge.tasks.finetune import predict as predict_offline  # noqa: E402
+from bertforge.tasks.multi_label import MultiLabelSettings  # noqa: E402
 from bertforge.tasks.question_answering import QAExample, span_features  # noqa: E402
 from bertforge.tasks.registry import RUN_CONFIG_FILE, inspect_checkpoint  # noqa: E402
 
@@ -223,6 +224,26 @@ def test_predict_pairs(classifier_server, tokenizer):
     assert body["predictions"][0]["probabilities"]["positive"] == pytest.approx(float(probs[0, 1]), abs=1e-5)
     assert_error(classifier_server.request("/predict", {"texts": ["a", "b"], "text_pairs": ["c"]}), 422,
                  "2 texts", "1 text_pairs")
+
+
+def test_predict_multi_label_gives_the_labels_over_the_saved_threshold(make_server, tmp_path, tokenizer):
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(make_config(tokenizer, id2label={0: "grain", 1: "trade", 2: "oil"},
+                                                      problem_type="multi_label_classification")).eval()
+    torch.nn.init.normal_(model.classifier.weight, std=1.0)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    FinetuneConfig(task="multi_label", settings=MultiLabelSettings(max_length=64, threshold=0.4)).save(
+        tmp_path / RUN_CONFIG_FILE)
+    status, body, _ = make_server(tmp_path).request("/predict", {"texts": TEXTS})
+    assert status == 200 and body["task"] == "multi_label"
+    for text, prediction in zip(TEXTS, body["predictions"]):
+        with torch.inference_mode():
+            probs = model(**tokenizer(text, return_tensors="pt")).logits.sigmoid()[0].tolist()
+        expected = {name: p for name, p in zip(["grain", "trade", "oil"], probs) if p > 0.4}
+        assert prediction["labels"].keys() == expected.keys() and prediction["text"] == text
+        assert prediction["probabilities"]["oil"] == pytest.approx(probs[2], abs=1e-5)
+    assert body["predictions"] == [{**answer} for answer in predict_offline(tmp_path, texts=TEXTS)]
 
 
 def test_predict_on_a_bare_encoder_is_the_wrong_task(encoder_server):

@@ -52,6 +52,17 @@ def test_the_run_config_gives_the_task_and_its_settings(tmp_path, tokenizer, tin
         checkpoint.task_for("qa")
 
 
+def test_a_multi_label_checkpoint_is_known_by_its_problem_type(tmp_path, tokenizer):
+    # From transformers (no run config): config.json's problem_type says multi-label, as transformers reads it.
+    config = BertConfig.tiny(vocab_size=tokenizer.vocab_size, id2label={0: "a", 1: "b", 2: "c"},
+                             problem_type="multi_label_classification")
+    model = BertForSequenceClassification(config)
+    checkpoint = inspect_checkpoint(save(model, tokenizer, tmp_path))
+    assert (checkpoint.head, checkpoint.task) == ("sequence_classification", "multi_label")
+    assert task_of_model(model).name == "multi_label"
+    assert checkpoint.settings().settings.threshold is None  # chosen on a dev set, else 0.5
+
+
 def test_a_run_config_without_the_head_it_trained_is_refused(tmp_path, tokenizer, tiny):
     # A run that stopped before its first save: the run config is there, the weights are the encoder's.
     checkpoint = inspect_checkpoint(save(BertModel(tiny), tokenizer, tmp_path, FinetuneConfig(task="ner")))

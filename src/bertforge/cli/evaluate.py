@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
         check_writable(output)
     metrics = evaluate(args.model, args.data, args.text_column, args.text_pair_column, args.label_column,
                        task=args.task, batch_size=args.batch_size, max_length=args.max_length, output=output,
-                       inference=inference, decoding=args.decoding, format=args.format)
+                       inference=inference, decoding=args.decoding, format=args.format,
+                       label_separator=args.label_separator)
     for name, value in metrics.items():
         print(f"{name}: {value:.4f}")
     if output is not None:

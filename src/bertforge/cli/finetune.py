@@ -50,6 +50,9 @@ FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
     "--max-answer-length": (("max_answer_length",), int, "qa: longest answer in tokens"),
     "--null-score-threshold": (("null_score_threshold",), finite_float,
                                "qa with --version-2: margin by which no answer must beat the best span"),
+    "--threshold": (("threshold",), finite_float,
+                    "multi_label: predict a label when its probability is over this (default: chosen on --dev, "
+                    "else 0.5)"),
     "--random-init": (("random_init",), bool, "the --model architecture with fresh weights (a from-scratch baseline)"),
     "--dropout": (("dropout",), finite_float,
                   "dropout on hidden states and attention weights (default: the model's)"),
@@ -77,6 +80,8 @@ COLUMN_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "--text-column": (("text_column",), "column of the text"),
     "--text-pair-column": (("text_pair_column",), "column of the second text, for pair tasks"),
     "--label-column": (("label_column",), "column of the label or score"),
+    "--label-separator": (("label_separator",), "multi_label: what separates the labels in a text cell, e.g. '|' "
+                                                "(a JSON list such as [\"a\", \"b\"] needs none)"),
 }
 
 
@@ -115,7 +120,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", default=None,
                         help="run config JSON (FinetuneConfig fields; flags override it) (default: none)")
     add_flag_table(parser, FLAGS | {flag: (place, str, help_text) for flag, (place, help_text) in COLUMN_FLAGS.items()},
-                   default_of)
+                   default_of, short={"--model": "-m", "--output": "-o"})
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the model already in --output (otherwise that is an error)")
     parser.add_argument("--resume", action="store_true",

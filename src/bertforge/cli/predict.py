@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bertforge.atomic import write_text_atomic
-from bertforge.cli.arguments import check_writable, inference_options
+from bertforge.cli.arguments import check_writable, inference_options, input_file, report, write_output
 from bertforge.cli.finetune import add_trained_model_arguments
 from bertforge.errors import InputError
 
@@ -15,8 +14,10 @@ from bertforge.errors import InputError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", "-m", required=True, help="fine-tuned model directory")
     parser.add_argument("--input", "-i", help="data file (.csv, .tsv, .jsonl, or .txt with one text per line; "
-                                              "ner: CoNLL or .txt; qa: SQuAD .json or .jsonl of question, context)")
-    parser.add_argument("--output", "-o", help="FILE.jsonl: one JSON object per input (required with --input)")
+                                              "ner: CoNLL or .txt; qa: SQuAD .json or .jsonl of question, context); "
+                                              "- for standard input (one text per line unless --format says)")
+    parser.add_argument("--output", "-o", help="FILE.jsonl: one JSON object per input (required with --input); - "
+                                               "for standard output")
     parser.add_argument("--text", help="or one text, predicted and printed")
     parser.add_argument("--text-pair", help="the second text of a pair, with --text")
     parser.add_argument("--question", help="qa: one question, with --context")
@@ -44,16 +45,18 @@ def run(args: argparse.Namespace) -> int:
                          inference=inference_options(args), decoding=args.decoding)[0]
         print(format_answer(answer))
         return 0
-    answers = predict(args.model, args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
-                      batch_size=args.batch_size, max_length=args.max_length, inference=inference_options(args),
-                      decoding=args.decoding, format=args.format)
-    write_text_atomic(args.output, "".join(json.dumps(answer, ensure_ascii=False) + "\n" for answer in answers))
-    print(f"wrote {len(answers)} predictions to {args.output}")
+    with input_file(args.input, args.format) as path:
+        answers = predict(args.model, path, text_column=args.text_column, text_pair_column=args.text_pair_column,
+                          batch_size=args.batch_size, max_length=args.max_length, inference=inference_options(args),
+                          decoding=args.decoding, format=args.format)
+    write_output(args.output, "".join(json.dumps(answer, ensure_ascii=False) + "\n" for answer in answers))
+    report(args.output, f"wrote {len(answers)} predictions to {args.output}")
     return 0
 
 
 def format_answer(answer: dict) -> str:
-    """'positive (0.97)  negative 0.03' for a label, 'score 3.214' for regression, one 'PER  John Smith  0:10
+    """'positive (0.97)  negative 0.03' for a label, 'sports (0.91)  politics (0.62)' for labels over the
+    threshold (multi_label), 'score 3.214' for regression, one 'PER  John Smith  0:10
     (0.98)' line per entity (ner; '(no entities)' when none), 'Denver Broncos (score 12.3)' for qa."""
     if "entities" in answer:
         lines = [f"{e['type']}  {e['text']}  {e['start']}:{e['end']}  ({e['score']:.3f})" for e in answer["entities"]]
@@ -63,5 +66,7 @@ def format_answer(answer: dict) -> str:
         return f"{answer['answer'] or '(no answer)'}  (score {score})"
     if "score" in answer:
         return f"score {answer['score']:.3f}"
+    if "labels" in answer:  # multi_label: every label over the threshold
+        return "  ".join(f"{label} ({p:.3f})" for label, p in answer["labels"].items()) or "(no labels)"
     others = "  ".join(f"{label} {p:.3f}" for label, p in answer["probabilities"].items() if label != answer["label"])
     return f"{answer['label']} ({answer['probabilities'][answer['label']]:.3f})  {others}".rstrip()

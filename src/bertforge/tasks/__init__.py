@@ -14,10 +14,13 @@ from bertforge.tasks.metrics import (
     exact_match,
     macro_f1,
     matthews_correlation,
+    multi_label_macro_f1,
+    multi_label_micro_f1,
     normalize_answer,
     pearson,
     spearman,
     squad_f1,
+    subset_accuracy,
 )
 from bertforge.tasks.registry import TASKS, Task, get_task
 
@@ -26,5 +29,6 @@ __all__ = [
     "predict",
     "METRICS", "accuracy", "answer_exact_match", "answer_f1", "average_ranks", "binary_f1", "compute_metrics",
     "entities", "entity_f1", "entity_precision", "entity_recall", "exact_match", "macro_f1",
-    "matthews_correlation", "normalize_answer", "pearson", "spearman", "squad_f1",
+    "matthews_correlation", "multi_label_macro_f1", "multi_label_micro_f1", "normalize_answer", "pearson", "spearman",
+    "squad_f1", "subset_accuracy",
 ]

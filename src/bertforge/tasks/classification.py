@@ -32,6 +32,11 @@ def class_labels(examples: Sequence[TextExample]) -> dict[int, str]:
     names = {example.label for example in examples}
     if len(names) < 2:
         raise InputError(f"classification needs at least two labels in the training data, found {sorted(names)}")
+    return sorted_labels(names)
+
+
+def sorted_labels(names: set[str]) -> dict[int, str]:
+    """id2label of label names, sorted numerically when they are all integers, else as text."""
     is_integer = all(name.lstrip("-").isdigit() for name in names)
     return dict(enumerate(sorted(names, key=int if is_integer else str)))
 
@@ -91,10 +96,16 @@ class ClassificationSettings(EncodeSettings):
         check_choice(self.long_text, LONG_TEXT, "long_text")
 
 
-def encode(tokenizer, examples: Sequence[TextExample], settings: ClassificationSettings,
-           id2label: dict[int, str]) -> Features:
-    """Examples -> one row per model input ({input_ids, token_type_ids[, labels]}), labels as ids, or as
-    floats when there is one output (regression). Unlabelled examples give rows without labels."""
+def class_target(label: str | float, label2id: dict[str, int] | None) -> int | float:
+    """A row's training target: the label's id, or the score itself for regression (no label2id)."""
+    return float(label) if label2id is None else label2id[label]
+
+
+def encode(tokenizer, examples: Sequence[TextExample], settings: ClassificationSettings, id2label: dict[int, str],
+           targets: Callable[[Any, dict[str, int] | None], Any] = class_target) -> Features:
+    """Examples -> one row per model input ({input_ids, token_type_ids[, labels]}), each label made a target by
+    `targets` (class ids, regression scores; multi_label.multi_hot for label sets). Unlabelled examples give rows
+    without labels."""
     texts = [example.text for example in examples]
     pairs = [example.text_pair for example in examples]
     if all(pair is None for pair in pairs):
@@ -113,7 +124,7 @@ def encode(tokenizer, examples: Sequence[TextExample], settings: ClassificationS
         for piece_ids, piece_segments in pieces:
             row = {"input_ids": piece_ids, "token_type_ids": piece_segments}
             if example.label is not None:
-                row["labels"] = float(example.label) if label2id is None else label2id[example.label]
+                row["labels"] = targets(example.label, label2id)
             rows.append(row)
             example_index.append(index)
     notes = []
@@ -121,7 +132,7 @@ def encode(tokenizer, examples: Sequence[TextExample], settings: ClassificationS
         action = "truncated to" if settings.long_text == "truncate" else "split into windows of"
         notes.append(f"{too_long} of {len(examples)} examples were {action} max_length={settings.max_length}")
         logger.warning(notes[-1])
-    return Features(rows, example_index, truncated=too_long, notes=notes)
+    return Features(rows, example_index, truncated=too_long, notes=notes, settings=settings)
 
 
 # --- predictions ----------------------------------------------------------------------------------------------

@@ -191,11 +191,13 @@ def text_cell(table: Table, line: int, row: dict[str, Any], name: str) -> str:
 
 @dataclass
 class Columns:
-    """Which columns of a data file hold the text, the optional second text, and the label."""
+    """Which columns of a data file hold the text, the optional second text, and the label; and, for multi-label
+    data, what separates the labels in a text cell ("sports|politics"); a JSON list is read without one."""
 
     text: str = "sentence"
     text_pair: str | None = None
     label: str = "label"
+    label_separator: str | None = None
 
 
 @dataclass
@@ -213,30 +215,71 @@ class EncodeSettings(JsonConfig):
 class TextExample:
     text: str
     text_pair: str | None = None
-    label: str | float | None = None  # a class name, a regression target, or None when unlabelled
+    # A class name, a regression target, the labels of a multi-label example (none: an empty tuple), or None when
+    # unlabelled.
+    label: str | float | tuple[str, ...] | None = None
     line: int = 0  # where the example came from, for messages
 
 
-def class_label(value: Any) -> str:
+def class_label(value: Any, separator: str | None = None) -> str:
     """A class label as the string id2label holds: 1 (a JSON number) and "1" (a CSV cell) are the same label."""
-    return str(value).strip()
+    label = str(value).strip()
+    if not label:
+        raise ValueError("empty label")
+    return label
 
 
-def score_label(value: Any) -> float:
+def score_label(value: Any, separator: str | None = None) -> float:
     """A regression target: a finite number, from a JSON number or a text cell."""
-    score = float(value)  # ValueError for text that isn't a number
+    if str(value).strip() == "":
+        raise ValueError("empty label")
+    try:
+        score = float(value)
+    except ValueError:
+        raise ValueError(f"regression target {value!r} is not a number") from None
     if not math.isfinite(score) or isinstance(value, bool):
-        raise ValueError(value)
+        raise ValueError(f"regression target {value!r} is not a number")
     return score
 
 
-# Label kind -> parser of one raw label value.
-LABEL_KINDS: dict[str, Callable[[Any], str | float]] = {"class": class_label, "score": score_label}
+def label_set(value: Any, separator: str | None = None) -> tuple[str, ...]:
+    """The labels of a multi-label example, each once, in the order given: a JSON list (a JSONL value, or a cell
+    holding one), or a text cell split at `separator`; without a separator a text cell is one label.
+
+    ["sports", "politics"] and '["sports", "politics"]' and "sports|politics" (separator "|") -> ("sports",
+    "politics"); [] -> () (no label applies).
+    """
+    if isinstance(value, str) and value.strip().startswith("["):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"not a JSON list of labels: {error.msg} (column {error.colno})") from None
+    if isinstance(value, str):
+        if not value.strip():
+            raise ValueError("empty label; write [] for an example with no labels")
+        value = value.split(separator) if separator else [value]
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list of labels, got {json.dumps(value)[:40]}")
+    labels = []
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, str | int):
+            raise ValueError(f"expected each label to be a text, got {json.dumps(item)[:40]}")
+        label = str(item).strip()
+        if not label:
+            raise ValueError("an empty label in the list")
+        labels.append(label)
+    return tuple(dict.fromkeys(labels))
+
+
+# Label kind -> parser of one raw label value (and the separator of several labels in a text cell).
+LABEL_KINDS: dict[str, Callable[[Any, str | None], str | float | tuple[str, ...]]] = {
+    "class": class_label, "score": score_label, "classes": label_set}
 
 
 def read_text_examples(path: str | Path, columns: Columns, label_kind: str | None,
                        label_names: Sequence[str] | None = None, format: str | None = None) -> list[TextExample]:
-    """Text (and pair) examples, labelled when `label_kind` is "class" or "score", unlabelled when None.
+    """Text (and pair) examples, labelled when `label_kind` is a LABEL_KINDS key ("class", "score", "classes"),
+    unlabelled when None.
 
     `label_names` (a fine-tuned model's labels) makes any other label an error, so a typo in an evaluation file
     stops before a single batch runs.
@@ -251,15 +294,14 @@ def read_text_examples(path: str | Path, columns: Columns, label_kind: str | Non
         label = None
         if label_kind is not None:
             raw = cell(table, line, row, columns.label)
-            if str(raw).strip() == "":
-                raise InputError("empty label", table.path, line, field=columns.label)
             try:
-                label = LABEL_KINDS[label_kind](raw)
-            except ValueError:
-                raise InputError(f"regression target {raw!r} is not a number", table.path, line,
-                                 field=columns.label) from None
-            if known is not None and label not in known:
-                raise InputError(f"label {label!r} is not one of the model's labels ({', '.join(sorted(known))})",
+                label = LABEL_KINDS[label_kind](raw, columns.label_separator)
+            except ValueError as error:
+                raise InputError(str(error), table.path, line, field=columns.label) from None
+            unknown = [name for name in (label if isinstance(label, tuple) else [label])
+                       if known is not None and name not in known]
+            if unknown:
+                raise InputError(f"label {unknown[0]!r} is not one of the model's labels ({', '.join(sorted(known))})",
                                  table.path, line, field=columns.label)
         examples.append(TextExample(text, pair, label, line))
     return examples

@@ -27,7 +27,15 @@ from bertforge.errors import ConfigError, InputError
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging
 from bertforge.runtime import resolve_device, seed_everything
-from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, data_format, training_batches
+from bertforge.tasks.data import (
+    PLAIN_TEXT_COLUMN,
+    Columns,
+    EncodeSettings,
+    Features,
+    data_format,
+    row_outputs,
+    training_batches,
+)
 from bertforge.tasks.registry import RUN_CONFIG_FILE, TASKS, Task, get_task, inspect_checkpoint
 from bertforge.tokenizer import BertTokenizer
 from bertforge.training import distributed
@@ -65,6 +73,7 @@ class FinetuneConfig(JsonConfig):
     text_column: str = "sentence"
     text_pair_column: str | None = None
     label_column: str = "label"
+    label_separator: str | None = None  # multi_label: what separates labels in a text cell ("|"); JSON lists need none
     settings: EncodeSettings | None = None  # the task's settings; None: its defaults
     batch_size: int = 32
     eval_batch_size: int = 64
@@ -81,6 +90,8 @@ class FinetuneConfig(JsonConfig):
             self.settings = kind.from_dict(self.settings, "settings")
         elif type(self.settings) is not kind:
             raise ConfigError(f"settings: task {self.task!r} takes {kind.__name__}, got {type(self.settings).__name__}")
+        if self.label_separator is not None and not self.label_separator.strip():
+            raise ConfigError("label_separator must be a visible character or text, e.g. \"|\" or \";\"")
         dropout_overrides(self.dropout)  # validates it
         for name in ("batch_size", "eval_batch_size"):
             check_number(name, getattr(self, name), minimum=1, integer=True)
@@ -111,7 +122,7 @@ class FinetuneConfig(JsonConfig):
 
     @property
     def columns(self) -> Columns:
-        return Columns(self.text_column, self.text_pair_column, self.label_column)
+        return Columns(self.text_column, self.text_pair_column, self.label_column, self.label_separator)
 
 
 def setting_defaults() -> dict[str, dict[str, Any]]:
@@ -230,8 +241,11 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
         training = dataclasses.replace(training, device=str(device))  # cuda: this process's own GPU
 
     def evaluate(model: nn.Module) -> dict[str, float]:
-        answers = task.predict(model, dev_features, dev_examples, config.eval_batch_size)
-        return task.score(answers, dev_examples, id2label)
+        metrics = score_features(task, model, dev_features, dev_examples, id2label, config.eval_batch_size,
+                                 calibrate=True)
+        # config.json records the chosen settings too: the model saved after this evaluation (the best) carries them.
+        model.config.extra[FINETUNE_KEY] |= chosen_settings(metrics, config.settings)
+        return metrics
 
     batches = training_batches(train_features, config.batch_size, tokenizer.pad_token_id, training.seed,
                                launch.rank, launch.world_size)
@@ -240,9 +254,32 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
                       loss_fn=loss_fn)
     result = trainer.train(resume=resume)
     if is_main:
+        chosen = chosen_settings(result.best or {}, config.settings)
+        if chosen:  # the kept model's threshold is the one to predict with
+            saved = FinetuneConfig.load(staging / RUN_CONFIG_FILE)
+            dataclasses.replace(saved, settings=dataclasses.replace(saved.settings, **chosen)).save(
+                staging / RUN_CONFIG_FILE)
         shutil.rmtree(staging / CHECKPOINT_DIR, ignore_errors=True)  # the optimizer state is twice the model
         finish_staging(output)
     return FinetuneResult(output, result.best, result.history, result.steps, result.stopped_early, notes)
+
+
+def score_features(task: Task, model: nn.Module, features: Features, examples: Sequence[Any],
+                   id2label: dict[int, str], batch_size: int = 64, calibrate: bool = False) -> dict[str, float]:
+    """The task's metrics of `model` on encoded examples. With `calibrate`, the settings the task chooses on them
+    (multi-label's decision threshold, unless the run fixed it) are chosen first, used, and returned among the
+    metrics ("threshold")."""
+    outputs = row_outputs(model, features, batch_size, task.outputs)
+    chosen = {}
+    if calibrate and task.calibrate is not None:
+        chosen = task.calibrate(features, examples, outputs, model.config)
+        features = dataclasses.replace(features, settings=dataclasses.replace(features.settings, **chosen))
+    return task.score(task.decode(features, examples, outputs, model.config), examples, id2label) | chosen
+
+
+def chosen_settings(metrics: dict[str, Any], settings: EncodeSettings) -> dict[str, Any]:
+    """The task settings chosen on the dev set among an evaluation's metrics: {"threshold": 0.45} or {}."""
+    return {f.name: metrics[f.name] for f in dataclasses.fields(settings) if f.name in metrics}
 
 
 def finetune_record(config: FinetuneConfig) -> dict[str, Any]:
@@ -290,6 +327,8 @@ def load_task_model(task: Task, model: str, id2label: dict[int, str], random_ini
     overrides = dropout_overrides(dropout)
     if id2label:
         overrides |= {"id2label": id2label, "label2id": {label: i for i, label in id2label.items()}}
+    if task.head == "sequence_classification":  # the task's loss, not one a reused checkpoint's config names
+        overrides["problem_type"] = task.problem_type
     seed_everything(seed)  # the new head's initial weights are the seed's: a run repeats, a resumed run matches
     if not random_init:
         return task.model_class.from_pretrained(model, **overrides)
@@ -329,12 +368,14 @@ class FinetunedModel:
         return self.model.config.id2label
 
     def columns(self, text: str | None = None, text_pair: str | None = None, label: str | None = None,
-                path: str | Path | None = None, format: str | None = None) -> Columns:
+                path: str | Path | None = None, format: str | None = None,
+                label_separator: str | None = None) -> Columns:
         """The training run's columns, each replaced when given; a text file has only a text column."""
         saved = self.run.columns
+        separator = label_separator or saved.label_separator
         if path is not None and data_format(path, format) == "txt":
-            return Columns(PLAIN_TEXT_COLUMN, None, label or saved.label)
-        return Columns(text or saved.text, text_pair or saved.text_pair, label or saved.label)
+            return Columns(PLAIN_TEXT_COLUMN, None, label or saved.label, separator)
+        return Columns(text or saved.text, text_pair or saved.text_pair, label or saved.label, separator)
 
     def read(self, path: str | Path, columns: Columns, labelled: bool, format: str | None = None) -> list:
         """The examples of a data file, in `format` (a key of DATA_FORMATS) or the one data_format finds."""
@@ -369,11 +410,13 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
              text_pair_column: str | None = None, label_column: str | None = None, task: str | None = None,
              batch_size: int = 64, max_length: int | None = None, output: str | Path | None = None,
              inference: InferenceOptions = AS_TRAINED, decoding: str | None = None,
-             format: str | None = None) -> dict[str, float]:
+             format: str | None = None, label_separator: str | None = None) -> dict[str, float]:
     """Metrics of a fine-tuned model on a labelled file, also written to `output` (JSON) when given; `inference`
-    (e.g. InferenceOptions(precision="int8")) measures what a speed option costs on the task's metric."""
+    (e.g. InferenceOptions(precision="int8")) measures what a speed option costs on the task's metric.
+    `label_separator` (multi_label) replaces the training run's."""
     finetuned = FinetunedModel.load(model, task, inference)
-    columns = finetuned.columns(text_column, text_pair_column, label_column, path=data, format=format)
+    columns = finetuned.columns(text_column, text_pair_column, label_column, path=data, format=format,
+                                label_separator=label_separator)
     examples = finetuned.read(data, columns, labelled=True, format=format)
     metrics = finetuned.evaluate(examples, batch_size, max_length, decoding)
     if output is not None:

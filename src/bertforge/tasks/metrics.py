@@ -1,4 +1,5 @@
-"""Evaluation metrics of the BERT fine-tuning tasks (GLUE, CoNLL-2003 NER, SQuAD v1.1 and v2.0), in plain Python/numpy.
+"""Evaluation metrics of the BERT fine-tuning tasks (GLUE, multi-label, CoNLL-2003 NER, SQuAD v1.1 and v2.0), in
+plain Python/numpy.
 
 Every metric is `metric(predictions, references) -> float` in [0, 1] (correlations in [-1, 1]); METRICS groups
 them by task kind. Definitions follow the references users compare with: scikit-learn for classification,
@@ -217,6 +218,40 @@ def squad_v2_f1(predictions: Sequence[str], references: Sequence[Sequence[str]])
     return float(np.mean([answer_f1(p, answers, version_2=True) for p, answers in zip(predictions, references)]))
 
 
+# --- multi-label classification ------------------------------------------------------------------------------
+
+def _indicators(predictions: Sequence[Sequence[int]], labels: Sequence[Sequence[int]]
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(examples, labels) 0/1 rows -> two boolean matrices of one shape."""
+    predictions, labels = (np.asarray(rows, dtype=bool) for rows in _paired(predictions, labels))
+    if predictions.shape != labels.shape or predictions.ndim != 2:
+        raise ValueError(f"predictions {predictions.shape} and labels {labels.shape} must be (examples, labels) "
+                         "indicator matrices of one shape")
+    return predictions, labels
+
+
+def multi_label_micro_f1(predictions: Sequence[Sequence[int]], labels: Sequence[Sequence[int]]) -> float:
+    """F1 over every (example, label) decision at once: 2tp / (2tp + fp + fn), counted over the whole matrix.
+
+    [[1, 0], [1, 1]] against [[1, 1], [0, 1]]: tp 2, fp 1, fn 1 -> 4/6.
+    """
+    predictions, labels = _indicators(predictions, labels)
+    return _f1(predictions.ravel(), labels.ravel(), True)
+
+
+def multi_label_macro_f1(predictions: Sequence[Sequence[int]], labels: Sequence[Sequence[int]]) -> float:
+    """Unweighted mean of each label's F1 (a column of the matrix); a label neither true nor predicted anywhere
+    scores 0, as in scikit-learn."""
+    predictions, labels = _indicators(predictions, labels)
+    return float(np.mean([_f1(predictions[:, j], labels[:, j], True) for j in range(labels.shape[1])]))
+
+
+def subset_accuracy(predictions: Sequence[Sequence[int]], labels: Sequence[Sequence[int]]) -> float:
+    """Fraction of examples whose predicted label set is exactly the true one (exact match)."""
+    predictions, labels = _indicators(predictions, labels)
+    return float(np.mean(np.all(predictions == labels, axis=1)))
+
+
 # --- the table the CLI reads ----------------------------------------------------------------------------------
 
 Metric = Callable[[Sequence, Sequence], float]
@@ -225,6 +260,8 @@ METRICS: dict[str, dict[str, Metric]] = {
     "classification": {"accuracy": accuracy, "f1": binary_f1, "macro_f1": macro_f1,
                        "matthews_correlation": matthews_correlation},
     "regression": {"pearson": pearson, "spearman": spearman},
+    "multi_label": {"micro_f1": multi_label_micro_f1, "macro_f1": multi_label_macro_f1,
+                    "subset_accuracy": subset_accuracy},
     "token_classification": {"precision": entity_precision, "recall": entity_recall, "f1": entity_f1},
     "question_answering": {"exact_match": exact_match, "f1": squad_f1},
     "question_answering_v2": {"exact_match": exact_match, "f1": squad_v2_f1},

@@ -26,7 +26,7 @@ from bertforge.checkpoint.hf_format import CONFIG_FILE, SAFETENSORS_FILE, read_s
 from bertforge.errors import CheckpointError, ConfigError, check_choice
 from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertforge.model import BertModel
-from bertforge.tasks import classification, question_answering, token_classification
+from bertforge.tasks import classification, multi_label, question_answering, token_classification
 from bertforge.tasks.data import Columns, EncodeSettings, Features, TextExample, read_text_examples, row_outputs
 
 if TYPE_CHECKING:
@@ -69,6 +69,9 @@ class Task:
     outputs(model output) -> the tensors decoding needs, (batch, seq, ...) per token or (batch, ...) per row.
     decode(features, examples, outputs per row, model config) -> one JSON-ready answer per example.
     score(answers, examples, id2label) -> {metric: value}; `main_metric` (higher is better) picks the best model.
+    problem_type: config.json's problem_type of its models (a key of heads.LOSSES), when the head needs one.
+    calibrate(features, examples, outputs per row, model config) -> EncodeSettings fields chosen on the dev set
+        at each evaluation (multi-label's decision threshold), saved with the model they were chosen for.
     """
 
     name: str
@@ -84,6 +87,9 @@ class Task:
     outputs: Callable[[Any], tuple[torch.Tensor, ...]]
     decode: Callable[[Features, Sequence[Any], Sequence[tuple[torch.Tensor, ...]], Any], list[dict[str, Any]]]
     score: Callable[[Sequence[dict[str, Any]], Sequence[Any], dict[int, str]], dict[str, float]]
+    problem_type: str | None = None
+    calibrate: Callable[[Features, Sequence[Any], Sequence[tuple[torch.Tensor, ...]], Any],
+                        dict[str, Any]] | None = None
 
     @property
     def model_class(self) -> type[nn.Module]:
@@ -98,7 +104,7 @@ class Task:
 def _text_examples(label_kind: str, path: str | Path, columns: Columns, id2label: dict[int, str] | None = None,
                    labelled: bool = True, settings: EncodeSettings | None = None, format: str | None = None) -> list:
     """Classification checks labels against the model's; a regression target is any number."""
-    names = list(id2label.values()) if id2label is not None and label_kind == "class" else None
+    names = list(id2label.values()) if id2label is not None and label_kind != "score" else None
     return read_text_examples(path, columns, label_kind if labelled else None, names, format)
 
 
@@ -136,6 +142,23 @@ TASKS: dict[str, Task] = {
         outputs=classification.outputs,
         decode=classification.decode,
         score=classification.score,
+    ),
+    "multi_label": Task(
+        name="multi_label",
+        description="any number of labels per text or text pair (topics, tags): a sigmoid per label",
+        head="sequence_classification",
+        main_metric="micro_f1",
+        settings=multi_label.MultiLabelSettings,
+        read_examples=partial(_text_examples, "classes"),
+        example=TextExample,
+        inputs=_text_inputs,
+        labels=multi_label.label_names,
+        encode=multi_label.encode,
+        outputs=classification.outputs,
+        decode=multi_label.decode,
+        score=multi_label.score,
+        problem_type=multi_label.PROBLEM_TYPE,
+        calibrate=multi_label.choose_threshold,
     ),
     "ner": Task(
         name="ner",
@@ -180,12 +203,19 @@ def head_of(model: nn.Module) -> str:
 
 
 def task_of_model(model: nn.Module) -> Task | None:
-    """The task an in-memory model does by its head (regression for a one-output classifier); None for an
-    encoder. A model directory says more: inspect_checkpoint."""
+    """The task an in-memory model does by its head (see sequence_task); None for an encoder. A model directory
+    says more: inspect_checkpoint."""
     head = head_of(model)
     if head == "sequence_classification":
-        return TASKS["regression" if model.config.num_labels == 1 else "classification"]
+        return TASKS[sequence_task(model.config.num_labels, model.config.problem_type)]
     return next((row for row in TASKS.values() if row.head == head), None)
+
+
+def sequence_task(num_labels: int | None, problem_type: str | None) -> str:
+    """The task of a sequence classifier: the one its problem_type names (multi_label), else regression for one
+    output, else classification."""
+    named = next((row.name for row in TASKS.values() if problem_type and row.problem_type == problem_type), None)
+    return named or ("regression" if num_labels == 1 else "classification")
 
 
 def get_task(name: str) -> Task:
@@ -289,7 +319,7 @@ def inspect_checkpoint(name_or_path: str | Path) -> Checkpoint:
         task = run.task
     elif head == "sequence_classification":
         labels = config.get("id2label") or {}
-        task = "regression" if len(labels) == 1 or config.get("num_labels") == 1 else "classification"
+        task = sequence_task(len(labels) or config.get("num_labels"), config.get("problem_type"))
     else:
         task = next((name for name, row in TASKS.items() if row.head == head), None)
     positions = config.get("max_position_embeddings", 512)

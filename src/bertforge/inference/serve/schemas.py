@@ -124,6 +124,13 @@ class LabelAnswer(BaseModel):
     probabilities: dict[str, float]
 
 
+class LabelsAnswer(BaseModel):
+    text: str
+    text_pair: str | None = None
+    labels: dict[str, float] = Field(description="every label over the model's threshold, most probable first")
+    probabilities: dict[str, float]
+
+
 class ScoreAnswer(BaseModel):
     text: str
     text_pair: str | None = None
@@ -164,7 +171,7 @@ class QuestionAnswer(BaseModel):
 
 class PredictResponse(BaseModel):
     task: str
-    predictions: list[LabelAnswer | ScoreAnswer | EntitiesAnswer | QuestionAnswer]
+    predictions: list[LabelAnswer | LabelsAnswer | ScoreAnswer | EntitiesAnswer | QuestionAnswer]
 
 
 class RerankResult(BaseModel):
