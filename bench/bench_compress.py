@@ -79,6 +79,9 @@ def calibration_batches(finetuned: FinetunedModel, examples, count: int = 256, b
 def torch_per_tensor_int8(finetuned: FinetunedModel) -> FinetunedModel:
     """torch's dynamic int8 of every linear layer (one scale per tensor), what `--precision int8` was before it
     became bertforge's per-channel quantizer: the baseline the per-channel one is measured against."""
+    from bertforge.fast_cpu import make_plain
+
+    make_plain(finetuned.model)  # quantize_dynamic matches nn.Linear exactly, not the loader's prepacked subclass
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao.quantization announces its move to torchao
         torch.ao.quantization.quantize_dynamic(finetuned.model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)

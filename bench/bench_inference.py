@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -112,16 +113,22 @@ def largest_difference(expected, actual, batch) -> float:
     return float((actual.last_hidden_state.float() - expected.last_hidden_state)[is_real].abs().max())
 
 
-def measure_extras(name: str, model: BertModel, plain: BertModel, batches, repeats: int) -> None:
-    """The inference options as `--precision bf16`, `--precision int8` and `--compile` apply them (each to a copy
-    of the model as loaded), against fp32 bertforge: speed-up and max |difference|. torch.compile compiles during
-    the warm-up batch."""
+def measure_extras(name: str, model: BertModel, plain: BertModel, batches, repeats: int, only: str | None = None
+                   ) -> None:
+    """The model as `from_pretrained` returns it (eval mode, without bertforge.fast_cpu's transform), and the
+    inference options as `--precision bf16`, `--precision int8` and `--compile` apply them (each to a copy of the
+    model as loaded), against fp32 bertforge: speed-up and max |difference|. torch.compile compiles during the
+    warm-up batch."""
     expected = torch_runner(model)(batches[0])
-    variants = {"bf16": InferenceOptions(precision="bf16"), "int8": InferenceOptions(precision="int8"),
-                "torch.compile": InferenceOptions(compile=True)}
-    for variant, options in variants.items():
+    variants = {"as loaded": lambda loaded: loaded.eval(),
+                "bf16": InferenceOptions(precision="bf16").apply,
+                "int8": partial(InferenceOptions(precision="int8").apply, calibration=batches),  # int8: calibrate
+                "torch.compile": InferenceOptions(compile=True).apply}
+    for variant, prepare in variants.items():
+        if only is not None and variant not in only.split(","):
+            continue
         try:
-            run = torch_runner(options.apply(copy.deepcopy(plain), calibration=batches))  # int8: calibrate
+            run = torch_runner(prepare(copy.deepcopy(plain)))
         except ConfigError as error:  # bf16 on a CPU without native support
             print(f"{name:<8}{variant:<16}  ({error})", flush=True)
             continue
@@ -143,6 +150,8 @@ def main() -> None:
     parser.add_argument("--squad-length", type=int, default=256, choices=(256, 384))
     parser.add_argument("--peak-gflops", type=float, default=552.0, help="fp32 peak of the CPU (PERFORMANCE.md)")
     parser.add_argument("--no-extras", action="store_true", help="skip the bf16, int8 and torch.compile measurements")
+    parser.add_argument("--extras", default=None, help="only these extras, e.g. 'as loaded,int8' (default: all)")
+    parser.add_argument("--extras-only", action="store_true", help="skip the table against transformers and ORT")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tokenizer = BertTokenizer.from_pretrained("default")
@@ -157,7 +166,7 @@ def main() -> None:
         print(f"{'':<39}{'sequences/s':^24}{'real tokens/s':^24}{'bf speed-up':^14}{'MFU':^18}")
         print(f"{'allocator':<10}{'model':<8}{'workload':<16}{'real':>5}" + f"{'bf':>8}{'tf':>8}{'ORT':>8}" * 2
               + f"{'vs tf':>7}{'vs ORT':>7}" + f"{'bf':>6}{'tf':>6}{'ORT':>6}")
-        for allocator in ("default", "tuned"):
+        for allocator in ("default", "tuned") if not args.extras_only else ():
             if allocator == "tuned":
                 tune_cpu_allocator()
             for name, (ours, _, reference, session) in loaded.items():
@@ -178,7 +187,7 @@ def main() -> None:
             print(f"\n{'model':<8}{'variant':<16}{'speed-up':>10}{'max |diff|':>14}{'of max |h|':>12}   "
                   "(vs bertforge fp32, full 32x128, last_hidden_state at real tokens)")
             for name, (ours, plain, _, _) in loaded.items():
-                measure_extras(name, ours, plain, inputs["full 32x128"], args.repeats)
+                measure_extras(name, ours, plain, inputs["full 32x128"], args.repeats, args.extras)
 
 
 if __name__ == "__main__":

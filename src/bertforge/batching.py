@@ -36,22 +36,23 @@ def pad_lists(rows: Sequence[list], target: int, value: Any) -> None:
             row += [value] * (target - len(row))
 
 
-def pad_ids(sequences: Sequence[Sequence[int]], pad_value: int) -> torch.Tensor:
-    """Right-pad lists of ints to the longest: (batch, seq)."""
-    longest = max(len(ids) for ids in sequences)
+def pad_ids(sequences: Sequence[Sequence[int]], pad_value: int, length: int = 0) -> torch.Tensor:
+    """Right-pad lists of ints to the longest (or to `length`, when that is longer): (batch, seq)."""
+    longest = max(length, *(len(ids) for ids in sequences))
     return torch.tensor([list(ids) + [pad_value] * (longest - len(ids)) for ids in sequences], dtype=torch.long)
 
 
-def collate(rows: Sequence[dict[str, Any]], pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Rows of model inputs -> one batch: per-token lists right-padded to the longest row (PAD_VALUES), one-value
-    keys (a class label, an answer's start) stacked; an attention mask is added when the rows have none."""
+def collate(rows: Sequence[dict[str, Any]], pad_token_id: int, length: int = 0) -> dict[str, torch.Tensor]:
+    """Rows of model inputs -> one batch: per-token lists right-padded to the longest row (or to `length`, a fixed
+    shape) with PAD_VALUES, one-value keys (a class label, an answer's start) stacked; an attention mask is added
+    when the rows have none."""
     batch = {}
     for key in rows[0]:
         values = [row[key] for row in rows]
-        batch[key] = pad_ids(values, padding_for(key, pad_token_id)) if isinstance(values[0], list) else \
+        batch[key] = pad_ids(values, padding_for(key, pad_token_id), length) if isinstance(values[0], list) else \
             torch.tensor(values)
     if "attention_mask" not in batch:
-        batch["attention_mask"] = pad_ids([[1] * len(row["input_ids"]) for row in rows], 0)
+        batch["attention_mask"] = pad_ids([[1] * len(row["input_ids"]) for row in rows], 0, length)
     return batch
 
 

@@ -220,3 +220,29 @@ def test_the_demo_prints_the_command_that_makes_its_model(tmp_path):
     finetune_parser = argparse.ArgumentParser()
     finetune_cli.add_arguments(finetune_parser)
     assert finetune_cli.config_from_args(finetune_parser.parse_args(words[2:])) == config
+
+
+def test_predict_reads_standard_input_and_writes_standard_output(finetuned, run_cli, monkeypatch, tmp_path):
+    """`-` for --input and --output: one text per line in, the same JSON lines out as with files."""
+    import io as text_io
+    _, _, model = finetuned
+    texts = "a joy from start to finish\ndull and lifeless\n"
+    (tmp_path / "in.txt").write_text(texts)
+    code, _, _ = run_cli("predict", "--model", model, "--input", tmp_path / "in.txt", "--output", tmp_path / "o.jsonl")
+    assert code == 0
+    monkeypatch.setattr("sys.stdin", text_io.TextIOWrapper(text_io.BytesIO(texts.encode())))
+    code, out, err = run_cli("predict", "--model", model, "--input", "-", "--output", "-")
+    assert code == 0 and out == (tmp_path / "o.jsonl").read_text() and "wrote 2 predictions" in err
+
+
+def test_tokenize_and_embed_read_standard_input(tiny_model_dir, run_cli, monkeypatch, tmp_path):
+    import io as text_io
+    code, expected, _ = run_cli("tokenize", "--model", tiny_model_dir, "--json", "Hello, world!")
+    monkeypatch.setattr("sys.stdin", text_io.TextIOWrapper(text_io.BytesIO(b"Hello, world!\n")))
+    code, out, _ = run_cli("tokenize", "--model", tiny_model_dir, "--json", "-")
+    assert code == 0 and out == expected
+    (tmp_path / "lines.txt").write_text("first line\nsecond one\n")
+    assert run_cli("embed", "--model", tiny_model_dir, "-i", tmp_path / "lines.txt", "-o", tmp_path / "v.jsonl")[0] == 0
+    monkeypatch.setattr("sys.stdin", text_io.TextIOWrapper(text_io.BytesIO(b"first line\nsecond one\n")))
+    code, out, err = run_cli("embed", "--model", tiny_model_dir, "-i", "-", "-o", "-")
+    assert code == 0 and out == (tmp_path / "v.jsonl").read_text() and "wrote 2 vectors" in err

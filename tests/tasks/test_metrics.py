@@ -316,8 +316,8 @@ def test_squad_v2_scores_of_a_real_models_answers_equal_the_official_scripts(dat
     articles, half of them made unanswerable; its answers to 24 questions of two other articles are bertforge's
     whole prediction path (windows, null score against the best span, default threshold)."""
     from bertforge import BertForQuestionAnswering
-    from bertforge.tasks.data import EncodeSettings, collate
-    from bertforge.tasks.question_answering import read_squad
+    from bertforge.tasks.data import collate
+    from bertforge.tasks.question_answering import QASettings, read_squad
     from bertforge.tasks.registry import TASKS
 
     qa = TASKS["qa"]
@@ -325,7 +325,7 @@ def test_squad_v2_scores_of_a_real_models_answers_equal_the_official_scripts(dat
     squad_v2_file(articles[1:4], tmp_path / "train.json", shift=5)
     dev_articles = [{**article, "paragraphs": article["paragraphs"][:6]} for article in (articles[0], articles[4])]
     dev = squad_v2_file(dev_articles, tmp_path / "dev.json", shift=3)
-    settings = EncodeSettings(max_length=192, stride=64, version_2=True)
+    settings = QASettings(max_length=192, doc_stride=64, version_2=True)
     train = read_squad(tmp_path / "train.json", version_2=True)[:48]
     torch.manual_seed(0)
     model = BertForQuestionAnswering.from_pretrained("default").eval()

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
-from collections.abc import Callable, Collection
+import sys
+import tempfile
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
+from bertforge.atomic import write_text_atomic
 from bertforge.errors import InputError
 from bertforge.outputs import check_output_file
 
@@ -17,23 +21,37 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
                         help="model directory (config.json, model.safetensors, vocab.txt) or 'default'")
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def number_type(name: str, convert: Callable[[str], Any], allowed: Callable[[Any], bool], rule: str
+                ) -> Callable[[str], Any]:
+    """An argparse type: `convert` the text, then refuse it with "must be RULE, got TEXT" unless allowed(value);
+    `name` is what argparse calls it ("invalid positive_int value: 'x'")."""
+    def parse(text: str) -> Any:
+        value = convert(text)
+        if not allowed(value):
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {text}")
+        return value
+    parse.__name__ = name
+    return parse
 
 
-def finite_float(text: str) -> float:
-    """A float flag: nan and inf parse as floats but would train a model into NaN."""
-    value = float(text)
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
+positive_int = number_type("positive_int", int, lambda value: value >= 1, "at least 1")
+# nan and inf parse as floats but would train a model into NaN
+finite_float = number_type("finite_float", float, math.isfinite, "a finite number")
+non_negative_float = number_type("non_negative_float", finite_float, lambda value: value >= 0, "zero or more")
+positive_float = number_type("positive_float", finite_float, lambda value: value > 0, "more than zero")
+port_number = number_type("port_number", int, lambda value: 0 <= value <= 65535, "a port number from 0 to 65535")
+
+
+STANDARD_STREAM = "-"  # a file argument that means standard input (to read) or standard output (to write)
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file, one text per line; an empty file is an error."""
+    """The lines of a UTF-8 text file (or of standard input, "-"), one text per line; an empty input is an error."""
+    if str(path) == STANDARD_STREAM:
+        lines = sys.stdin.read().splitlines()
+        if not any(line.strip() for line in lines):
+            raise InputError("the input is empty: expected one text per line", "<stdin>")
+        return lines
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -48,6 +66,32 @@ def read_lines(path: str | Path) -> list[str]:
     if not any(line.strip() for line in lines):
         raise InputError("the input is empty: expected one text per line", path)
     return lines
+
+
+def write_output(path: str | Path, text: str) -> None:
+    """`text` into the file `path` (atomically), or onto standard output for "-"."""
+    if str(path) == STANDARD_STREAM:
+        sys.stdout.write(text)
+    else:
+        write_text_atomic(path, text)
+
+
+def report(path: str | Path, message: str) -> None:
+    """What a command wrote: on standard output, unless the output itself went there (then on standard error)."""
+    print(message, file=sys.stderr if str(path) == STANDARD_STREAM else sys.stdout)
+
+
+@contextlib.contextmanager
+def input_file(path: str | Path, format: str | None) -> Iterator[Path]:
+    """The data file `path`; for "-", standard input saved to a temporary file named for its format (--format,
+    default one text per line), so that every reader takes it."""
+    if str(path) != STANDARD_STREAM:
+        yield Path(path)
+        return
+    with tempfile.TemporaryDirectory() as directory:
+        saved = Path(directory) / f"stdin.{format or 'txt'}"
+        saved.write_bytes(sys.stdin.buffer.read())
+        yield saved
 
 
 def text_line_of_byte(path: Path, offset: int) -> int:
@@ -85,13 +129,15 @@ def load_encoder(name_or_path: str, inference=None):
     InferenceOptions; imported lazily, like torch, so that `bertforge --help` stays fast)."""
     from bertforge import BertModel, BertTokenizer
     from bertforge.inference.optimize import AS_TRAINED
+    model = BertModel.from_pretrained(name_or_path)  # first: a bad config.json is the error to report
     tokenizer = BertTokenizer.from_pretrained(name_or_path)
-    return (inference or AS_TRAINED).apply(BertModel.from_pretrained(name_or_path), tokenizer), tokenizer
+    return (inference or AS_TRAINED).apply(model, tokenizer), tokenizer
 
 
 def check_writable(path: str | Path) -> Path:
-    """Fail before any slow work when the file `path` can't be written (see outputs.check_output_file)."""
-    return check_output_file(path)
+    """Fail before any slow work when the file `path` can't be written (see outputs.check_output_file); standard
+    output ("-") always can."""
+    return Path(path) if str(path) == STANDARD_STREAM else check_output_file(path)
 
 
 def add_flag_table(parser: argparse.ArgumentParser, flags: dict[str, tuple[Any, Any, str]],

@@ -90,7 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="peak learning rate: a small model likes a larger one than BERT-base")
     parser.add_argument("--max-length", type=positive_int, default=64, help="tokens per review")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="reviews per batch")
-    parser.add_argument("--output", default=None, help="model directory (default: the cache's demo-model)")
+    parser.add_argument("--output", "-o", default=None, help="model directory (default: the cache's demo-model)")
     parser.add_argument("--seed", type=int, default=42, help="random seed (data split and training)")
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import torch.nn.functional as F
 
-from bertforge.atomic import atomic_path, write_text_atomic
+from bertforge.atomic import atomic_path
 from bertforge.cli.arguments import (
+    STANDARD_STREAM,
     add_inference_arguments,
     add_model_argument,
     check_writable,
@@ -19,6 +20,8 @@ from bertforge.cli.arguments import (
     load_encoder,
     positive_int,
     read_lines,
+    report,
+    write_output,
 )
 from bertforge.errors import InputError
 from bertforge.inference import LAYER_COMBINATIONS, POOLINGS, TOKEN_LEVELS, extract_features, extract_token_features
@@ -49,8 +52,9 @@ def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--input", "-i", required=True, help="text file, one text per line")
-    parser.add_argument("--output", "-o", help="FILE.npy (float32 matrix) or FILE.jsonl")
+    parser.add_argument("--input", "-i", required=True, help="text file, one text per line; - for standard input")
+    parser.add_argument("--output", "-o", help="FILE.npy (float32 matrix) or FILE.jsonl; - for JSON lines on "
+                                               "standard output")
     parser.add_argument("--level", choices=("sentence", *TOKEN_LEVELS), default="sentence",
                         help="one vector per line (sentence), per word piece (token) or per word; "
                              "token and word levels write JSON lines with tokens and character offsets")
@@ -63,9 +67,9 @@ def run(args: argparse.Namespace) -> int:
     if args.similar is None and args.output is None:
         raise InputError("give --output FILE.npy|FILE.jsonl, or --similar QUERY to rank the lines")
     output = Path(args.output) if args.output else None
-    if output is not None and output.suffix not in OUTPUT_FORMATS:
+    if output is not None and str(output) != STANDARD_STREAM and output.suffix not in OUTPUT_FORMATS:
         raise InputError(f"unsupported output format; use one of {', '.join(OUTPUT_FORMATS)}", output)
-    if output is not None and args.level != "sentence" and output.suffix != ".jsonl":
+    if output is not None and args.level != "sentence" and output.suffix not in (".jsonl", ""):
         raise InputError(f"{args.level}-level vectors vary in number per line: write them to a .jsonl file", output)
     if output is not None:
         check_writable(output)
@@ -78,12 +82,12 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--long-text {args.long_text} makes one vector per line; {args.level}-level vectors "
                              "are of the first --max-length tokens")
         features = extract_token_features(model, tokenizer, texts, level=args.level, progress=progress, **settings)
-        write_text_atomic(output, "".join(json.dumps({
+        write_output(output, "".join(json.dumps({
             "text": text, "tokens": item.tokens, "offsets": item.offsets,
             "embeddings": (F.normalize(item.vectors, dim=-1) if args.normalize else item.vectors).tolist(),
         }, ensure_ascii=False) + "\n" for text, item in zip(texts, features)))
-        print(f"wrote {sum(len(item.tokens) for item in features)} {args.level} vectors for {len(texts)} lines "
-              f"to {output}")
+        report(output, f"wrote {sum(len(item.tokens) for item in features)} {args.level} vectors for {len(texts)} "
+                       f"lines to {output}")
         return 0
     if args.similar is not None:
         ranked = most_similar(model, tokenizer, args.similar, texts, args.top_k, pooling=args.pool,
@@ -98,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         with atomic_path(output) as temporary, open(temporary, "wb") as handle:
             np.save(handle, matrix)
     else:
-        write_text_atomic(output, "".join(json.dumps({"text": text, "embedding": vector.tolist()}) + "\n"
-                                          for text, vector in zip(texts, matrix)))
-    print(f"wrote {matrix.shape[0]} vectors of size {matrix.shape[1]} to {output}")
+        write_output(output, "".join(json.dumps({"text": text, "embedding": vector.tolist()}) + "\n"
+                                     for text, vector in zip(texts, matrix)))
+    report(output, f"wrote {matrix.shape[0]} vectors of size {matrix.shape[1]} to {output}")
     return 0

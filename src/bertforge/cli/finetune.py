@@ -124,7 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", default=None,
                         help="run config JSON (FinetuneConfig fields; flags override it) (default: none)")
     add_flag_table(parser, FLAGS | {flag: (place, str, help_text) for flag, (place, help_text) in COLUMN_FLAGS.items()},
-                   default_of)
+                   default_of, short={"--model": "-m", "--output": "-o"})
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the model already in --output (otherwise that is an error)")
     parser.add_argument("--resume", action="store_true",

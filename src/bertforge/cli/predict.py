@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bertforge.atomic import write_text_atomic
-from bertforge.cli.arguments import check_writable, inference_options
+from bertforge.cli.arguments import check_writable, inference_options, input_file, report, write_output
 from bertforge.cli.finetune import add_trained_model_arguments
 from bertforge.errors import InputError
 
@@ -15,8 +14,10 @@ from bertforge.errors import InputError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", "-m", required=True, help="fine-tuned model directory")
     parser.add_argument("--input", "-i", help="data file (.csv, .tsv, .jsonl, or .txt with one text per line; "
-                                              "ner: CoNLL or .txt; qa: SQuAD .json or .jsonl of question, context)")
-    parser.add_argument("--output", "-o", help="FILE.jsonl: one JSON object per input (required with --input)")
+                                              "ner: CoNLL or .txt; qa: SQuAD .json or .jsonl of question, context); "
+                                              "- for standard input (one text per line unless --format says)")
+    parser.add_argument("--output", "-o", help="FILE.jsonl: one JSON object per input (required with --input); - "
+                                               "for standard output")
     parser.add_argument("--text", help="or one text, predicted and printed")
     parser.add_argument("--text-pair", help="the second text of a pair, with --text")
     parser.add_argument("--question", help="qa: one question, with --context")
@@ -44,11 +45,12 @@ def run(args: argparse.Namespace) -> int:
                          inference=inference_options(args), decoding=args.decoding)[0]
         print(format_answer(answer))
         return 0
-    answers = predict(args.model, args.input, text_column=args.text_column, text_pair_column=args.text_pair_column,
-                      batch_size=args.batch_size, max_length=args.max_length, inference=inference_options(args),
-                      decoding=args.decoding, format=args.format)
-    write_text_atomic(args.output, "".join(json.dumps(answer, ensure_ascii=False) + "\n" for answer in answers))
-    print(f"wrote {len(answers)} predictions to {args.output}")
+    with input_file(args.input, args.format) as path:
+        answers = predict(args.model, path, text_column=args.text_column, text_pair_column=args.text_pair_column,
+                          batch_size=args.batch_size, max_length=args.max_length, inference=inference_options(args),
+                          decoding=args.decoding, format=args.format)
+    write_output(args.output, "".join(json.dumps(answer, ensure_ascii=False) + "\n" for answer in answers))
+    report(args.output, f"wrote {len(answers)} predictions to {args.output}")
     return 0
 
 

@@ -11,33 +11,13 @@ from bertforge.cli.arguments import (
     add_flag_table,
     add_inference_arguments,
     add_model_argument,
-    finite_float,
     inference_options,
+    non_negative_float,
+    port_number,
+    positive_float,
     positive_int,
 )
 from bertforge.inference.serve.settings import API_KEY_VARIABLE, LONG_TEXT_POLICIES, ServeSettings
-
-
-def port_number(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, got {value}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    value = finite_float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be zero or more, got {text}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = non_negative_float(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"must be more than zero, got {text}")
-    return value
-
 
 # flag -> (ServeSettings field, type, help), as cli/arguments.add_flag_table reads it; defaults are the dataclass's.
 FLAGS = {

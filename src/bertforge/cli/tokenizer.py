@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
-from bertforge.cli.arguments import add_model_argument, positive_int
+from bertforge.cli.arguments import STANDARD_STREAM, add_model_argument, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("text", help="the text to tokenize")
+    parser.add_argument("text", help="the text to tokenize; - reads it from standard input")
     parser.add_argument("--pair", help="a second text (segment B)")
     add_model_argument(parser)
     parser.add_argument("--max-length", type=positive_int, default=None, help="truncate to this many tokens")
@@ -20,6 +21,8 @@ def run(args: argparse.Namespace) -> int:
     from bertforge import BertTokenizer
 
     tokenizer = BertTokenizer.from_pretrained(args.model)
+    if args.text == STANDARD_STREAM:
+        args.text = sys.stdin.read().rstrip("\n")
     encoding = tokenizer(args.text, text_pair=args.pair, max_length=args.max_length, truncation=True,
                          return_offsets_mapping=True, return_word_ids=True)
     rows = [

@@ -12,6 +12,7 @@ from itertools import islice
 import numpy as np
 import torch
 
+from bertforge.batching import collate
 from bertforge.errors import ConfigError
 from bertforge.pretraining.instances import Instance, InstanceStream
 from bertforge.pretraining.masking import Masker
@@ -40,16 +41,12 @@ class PretrainingCollator:
         if seq < max(lengths):
             raise ConfigError(f"an instance has {max(lengths)} tokens, more than pad_to={self.pad_to}")
         seq = -(-seq // self.pad_to_multiple_of) * self.pad_to_multiple_of
-        input_ids = np.full((len(instances), seq), self.pad_token_id, dtype=np.int64)
-        token_type_ids = np.zeros((len(instances), seq), dtype=np.int64)
-        for row, instance in enumerate(instances):
-            input_ids[row, :lengths[row]] = instance.input_ids
-            token_type_ids[row, :lengths[row]] = instance.token_type_ids
-        attention_mask = torch.arange(seq)[None, :] < torch.tensor(lengths)[:, None]  # (batch, seq)
+        batch = collate([{"input_ids": np.asarray(instance.input_ids).tolist(),
+                          "token_type_ids": np.asarray(instance.token_type_ids).tolist()} for instance in instances],
+                        self.pad_token_id, length=seq)
         # [PAD] is a special token, which the masker never chooses: padding stays unmasked with label -100.
-        masked = self.masker(torch.from_numpy(input_ids), self.generator)
-        batch = {"input_ids": masked.input_ids, "attention_mask": attention_mask.long(),
-                 "token_type_ids": torch.from_numpy(token_type_ids), "labels": masked.labels}
+        masked = self.masker(batch["input_ids"], self.generator)
+        batch |= {"input_ids": masked.input_ids, "labels": masked.labels}
         labels = [instance.next_sentence_label for instance in instances]
         if any(label is not None for label in labels):
             if None in labels:

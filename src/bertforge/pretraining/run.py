@@ -180,7 +180,8 @@ def check_tokenizer(tokenizer: BertTokenizer, reader: CorpusReader, source: str)
     different = [key for key in prepared if prepared[key] != current.get(key)]
     if different:
         raise ConfigError(f"the tokenizer {source!r} is not the one {reader.directory} was prepared with "
-                          f"({different[0]} differs); pass the same --vocab as to `pretrain prepare`")
+                          f"({different[0]} differs): its ids would mean other tokens (pretrain train uses the "
+                          "corpus's own tokenizer unless --vocab names one)")
 
 
 def model_config(name_or_path: str, tokenizer: BertTokenizer, seq_len: int, dropout: float | None = None,
