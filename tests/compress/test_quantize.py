@@ -11,6 +11,7 @@ from safetensors import safe_open
 
 from bertforge import BertForSequenceClassification, BertModel
 from bertforge.compress import QuantizationConfig, QuantizedLinear, quantize, save_quantized
+from bertforge.compress.quantize import int8_reduce_range, static_kernel_available
 from bertforge.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -52,9 +53,9 @@ def test_int8_stays_close_to_fp32_on_real_text(minilm, minilm_dir, tokenizer, se
     similarity = F.cosine_similarity(ours, reference, dim=-1)
     baseline = F.cosine_similarity(per_tensor, reference, dim=-1)
     largest_error = (ours - reference).abs().max() / reference.abs().max()
-    # Measured: token cosine >= 0.99 (mean 0.998), largest error 3-4% of the largest activation; torch's
-    # per-tensor dynamic int8 gives a mean of 0.96 and 19%.
-    assert similarity.min() > 0.98 and similarity.mean() > 0.996
+    # Measured: token cosine >= 0.988 (mean 0.9965 with the 7-bit kernel weights of a CPU without VNNI), largest
+    # error 3-4% of the largest activation; torch's per-tensor dynamic int8 gives a mean of 0.96 and 19%.
+    assert similarity.min() > 0.98 and similarity.mean() > 0.995
     assert largest_error < 0.06
     assert similarity.mean() > baseline.mean()
 
@@ -93,6 +94,36 @@ def test_quantized_checkpoint_saves_reloads_and_predicts_the_same(minilm_dir, to
         assert torch.equal(reloaded(**batch).logits, model(**batch).logits)
 
 
+def test_a_checkpoint_from_before_static_int8_loads_and_runs_dynamically(minilm_dir, tokenizer, sentences,
+                                                                         tmp_path):
+    """Earlier quantized checkpoints name no `activations`, hold no input range and an input scale on each layer
+    with outliers (1, with 0 at the outliers): they load, run on the dynamic kernel and stay close to the model
+    they were made from."""
+    from safetensors.torch import load_file, save_file
+
+    model = quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8"),
+                     batches(tokenizer, sentences[:16]))
+    save_quantized(model, tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    for name in [name for name in tensors if name.endswith(".input_range")]:
+        del tensors[name]
+        prefix = name.removesuffix("input_range")
+        if len(tensors[prefix + "outlier_index"]):
+            scale = torch.ones(tensors[prefix + "weight"].shape[1])
+            scale[tensors[prefix + "outlier_index"]] = 0
+            tensors[prefix + "input_scale"] = scale
+    save_file(tensors, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["quantization_config"]["activations"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+
+    old = BertModel.from_pretrained(tmp_path)
+    assert old.encoder.layers[0].feed_forward.up.input_range is None
+    batch = dict(tokenizer(sentences[16:32], padding=True, return_tensors="pt"))
+    similarity = F.cosine_similarity(token_states(old, batch), token_states(model, batch), dim=-1)
+    assert similarity.mean() > 0.99
+
+
 def test_bf16_checkpoint_stores_bf16_and_reloads_the_same_values(minilm_dir, tmp_path, monkeypatch):
     from bertforge.training import trainer
     monkeypatch.setattr(trainer, "bf16_supported", lambda device_type: False)  # the float32 fallback, everywhere
@@ -108,3 +139,26 @@ def test_bf16_checkpoint_stores_bf16_and_reloads_the_same_values(minilm_dir, tmp
 def test_int8_without_calibration_data_is_an_error(minilm_dir):
     with pytest.raises(ConfigError, match="calibration"):
         quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8"))
+
+
+@pytest.mark.skipif(not static_kernel_available(), reason="this build of torch has no oneDNN int8 linear kernel")
+def test_static_kernel_computes_the_int8_product_it_stands_for():
+    """oneDNN's product against the same integers multiplied in float64: the calibrated step and zero point, the
+    weight's codes (halved to 7 bits on CPUs without VNNI, whose int16 sums would saturate on 8), the outlier
+    channels left to the float32 product."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 48)
+    x = torch.randn(2, 10, 64) * 3 + 1
+    x[..., 5] *= 40  # an outlier channel
+    layer = QuantizedLinear.from_linear(linear, x.reshape(-1, 64).amin(0), x.reshape(-1, 64).amax(0), 1)
+    assert layer.runs_static() and layer.outlier_index.tolist() == [5]
+    step, zero_point = (float(number) for number in layer.input_quantization(x))
+    codes = (torch.round(x / step) + zero_point).clamp(0, 255)
+    codes[..., 5] = zero_point
+    weight, scale = layer.weight.double(), layer.weight_scale.double()
+    if int8_reduce_range():
+        weight, scale = torch.round(weight / 2), scale * 2
+    expected = ((codes.double() - zero_point) * step) @ (weight * scale[:, None]).t() + linear.bias.double()
+    expected += x[..., 5:6].double() * linear.weight[:, 5].double()
+    with torch.inference_mode():
+        assert torch.allclose(layer(x).double(), expected, atol=1e-4, rtol=1e-5)

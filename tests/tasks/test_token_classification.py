@@ -8,6 +8,7 @@ import torch
 from bertforge import ConfigError, InputError
 from bertforge.batching import collate
 from bertforge.heads import IGNORE_INDEX
+from bertforge.tasks.data import data_format
 from bertforge.tasks.metrics import entities
 from bertforge.tasks.token_classification import (
     NerSettings,
@@ -170,6 +171,16 @@ def test_read_conll_testb_matches_the_published_counts(data_dir):
     assert {s.document for s in sentences} == {0}
     assert collect_labels(sentences) == dict(enumerate(
         ["O", "B-LOC", "B-MISC", "B-ORG", "B-PER", "I-LOC", "I-MISC", "I-ORG", "I-PER"]))
+
+
+def test_conll_files_are_known_by_their_lines_whatever_their_extension(data_dir, tmp_path):
+    """CoNLL-2003 ships eng.train, eng.testa, eng.testb: no extension a reader knows, so the lines decide."""
+    for name in ("eng.train", "eng.testa", "eng.testb"):
+        assert data_format(data_dir / "conll2003" / name) == "conll"
+    other = tmp_path / "notes.testb"
+    other.write_text("just a sentence of prose\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"notes.testb.*unknown file type '.testb'"):
+        data_format(other)
 
 
 def test_read_conll_iob1_with_document_starts(tmp_path):

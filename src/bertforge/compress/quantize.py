@@ -4,8 +4,11 @@ BERT's hidden states carry a few dimensions that are an order of magnitude large
 dimension 99 reaches ~30 at the feed-forward input where the median dimension peaks at ~2), and int8 activations
 with one scale per tensor spend their range on them. Here each linear layer keeps the input channels that
 calibration finds largest (8 by default) in float32, a thin matmul beside the int8 one (LLM.int8's decomposition),
-and quantizes the rest: weights to int8 with one scale per output channel, activations per batch by torch's
-dynamic quantized kernel (fbgemm, which uses VNNI on AVX-512 CPUs: 2-3x a float32 matmul on BERT's shapes).
+and quantizes the rest: weights to int8 with one scale per output channel, activations with one scale and zero
+point per layer, calibrated on a sample of the user's data (static quantization: no pass over each input to find
+its range). The int8 product runs on oneDNN's kernel (VNNI on AVX-512 CPUs, AMX where present: 3-4x a float32
+matmul on BERT's shapes; on AVX2 without VNNI the kernel gets 7-bit weights, which cannot saturate its int16
+sums); builds of torch without oneDNN use its dynamic kernel (fbgemm), which finds the range per call.
 SmoothQuant's per-channel migration of range from activations to weights is an option (`smoothing`); on MiniLM it
 helped less than keeping the outliers apart, and hurt the down-projection, whose input follows a GELU.
 
@@ -19,6 +22,7 @@ Shapes: tokens (rows of a packed batch), in (input channels), out (output channe
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import warnings
@@ -46,6 +50,8 @@ logger = logging.getLogger("bertforge")
 # the directory with "unknown quantization type" rather than loading int8 numbers as float weights).
 QUANTIZATION_KEY = "quantization_config"
 QUANT_METHOD_PREFIX = "bertforge_"
+# int8 activations: a range per layer from calibration, or per batch (what checkpoints before static int8 hold)
+ACTIVATION_RANGES = ("static", "dynamic")
 
 
 @dataclass
@@ -58,10 +64,14 @@ class QuantizationConfig:
     # (MiniLM: 10-18x at the feed-forward and pooler inputs, 2-5x elsewhere); other layers skip the float32 path.
     outlier_ratio: float = 6.0
     smoothing: float | None = None  # int8: SmoothQuant's alpha (0-1) migrating range to the weights; None: off
+    # int8: the input's range per layer from calibration ("static", oneDNN's kernel) or per batch ("dynamic",
+    # fbgemm's kernel, which spends a pass over each input finding it)
+    activations: str = "static"
     modules: dict[str, int] = dataclasses.field(default_factory=dict)  # int8: quantized layer -> its outliers
 
     def __post_init__(self):
         check_choice(self.precision, METHODS, "precision")
+        check_choice(self.activations, ACTIVATION_RANGES, "activations")
         if not isinstance(self.outlier_channels, int) or self.outlier_channels < 0:
             raise ConfigError(f"outlier_channels must be a whole number >= 0, got {self.outlier_channels!r}")
         if not isinstance(self.outlier_ratio, (int, float)) or self.outlier_ratio < 1:
@@ -81,6 +91,7 @@ class QuantizationConfig:
         unknown = set(data) - known - {"quant_method"}
         if unknown:
             raise ConfigError(f"{source}: unknown {QUANTIZATION_KEY} key {sorted(unknown)[0]!r}")
+        data = {"activations": "dynamic", **data}  # checkpoints from before static int8 don't say
         try:
             return cls(**{key: value for key, value in data.items() if key in known})
         except ConfigError as error:
@@ -95,43 +106,65 @@ def read_quantization(directory: Path) -> QuantizationConfig | None:
 
 
 def int8_reduce_range() -> bool:
-    """Whether activations must use 7 bits: without VNNI, fbgemm sums pairs of u8 x s8 products in int16, which
-    saturates at 8 bits; with it (AVX-512 VNNI, AVX-VNNI) products accumulate in int32 and all 8 bits are safe."""
+    """Whether an int8 product must leave one operand a bit short: without VNNI the CPU sums pairs of u8 x s8
+    products in int16 (vpmaddubsw), which saturates at 255 * 127 * 2; with it (AVX-512 VNNI, AVX-VNNI, AMX)
+    products accumulate in int32 and all 8 bits are safe."""
     return not torch.cpu._is_vnni_supported()
 
 
-class QuantizedLinear(nn.Module):
-    """y = int8(x * input_scale) @ int8(W)^T + bias + x[:, outliers] @ W[:, outliers]^T, then the activation.
+@functools.cache
+def static_kernel_available() -> bool:
+    """Whether oneDNN's int8 linear kernel runs in this build of torch (x86 builds have it): tried once on a
+    product small enough to check by hand."""
+    if not hasattr(torch.ops.onednn, "qlinear_pointwise"):
+        return False
+    try:
+        packed = torch.ops.onednn.qlinear_prepack(torch.tensor([[1, -2], [3, 4]], dtype=torch.int8), None)
+        y = torch.ops.onednn.qlinear_pointwise(torch.tensor([[12, 14]], dtype=torch.uint8), 0.5, 10, packed,
+                                               torch.ones(2), torch.zeros(2, dtype=torch.long), None, 1.0, 0,
+                                               torch.float32, "none", [], "")
+    except RuntimeError:
+        return False
+    return y.tolist() == [[-3.0, 11.0]]  # codes (12, 14) are x = (1, 2): W x = (1 - 4, 3 + 8)
 
-    `input_scale` is SmoothQuant's 1/s per input channel (1 without smoothing) and 0 at the outlier channels, so
-    the int8 product leaves them out and the float32 one adds them back; a layer with neither has none (the
-    multiply is a pass over the input, which costs on layers as narrow as MiniLM's). The int8 weight has one scale
-    per output channel; torch's dynamic kernel quantizes the activation per call with its own min and max.
+
+class QuantizedLinear(nn.Module):
+    """y = W8 (x8 - zero_point) * scales + bias + x[:, outliers] @ W[:, outliers]^T, then the activation.
+
+    x8 = round(x * input_scale / input_step) + zero_point in uint8, with the step and zero point calibrated for the
+    layer (`input_range`); the outlier channels leave the int8 product (their codes are the zero point) and the
+    float32 one adds them back. `input_scale` is SmoothQuant's 1/s per input channel (0 at the outliers), empty
+    without smoothing. The int8 weight has one scale per output channel.
     """
 
-    packed = None  # torch's prepacked weight for the int8 kernel, made on first use from the buffers
+    packed = None  # the kernel's prepacked weight, made on first use from the buffers
 
     def __init__(self, in_features: int, out_features: int, num_outliers: int, activation: str | None = None,
-                 scales_input: bool = True):
+                 smoothed: bool = False, static: bool = True):
         super().__init__()
         self.in_features, self.out_features, self.activation = in_features, out_features, activation
         self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8))
         self.register_buffer("weight_scale", torch.ones(out_features))
         self.register_buffer("bias", torch.zeros(out_features))
-        # empty when the layer has neither outliers nor smoothing: the input goes to the int8 kernel as it is
+        # dynamic layers zero their outliers with it (the kernel quantizes what it is given)
+        scales_input = smoothed or (not static and num_outliers > 0)
         self.register_buffer("input_scale", torch.ones(in_features if scales_input else 0))
+        # static layers: (low, high) of the int8 part's input
+        self.register_buffer("input_range", torch.tensor([-1.0, 1.0]) if static else None)
         self.register_buffer("outlier_index", torch.zeros(num_outliers, dtype=torch.long))
         self.register_buffer("outlier_weight", torch.zeros(num_outliers, out_features))  # (outliers, out)
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, input_max: torch.Tensor, outlier_channels: int,
-                    smoothing: float | None = None, outlier_ratio: float = 6.0) -> QuantizedLinear:
-        """Quantize `linear` given the largest |input| of each input channel seen in calibration."""
+    def from_linear(cls, linear: nn.Linear, input_low: torch.Tensor, input_high: torch.Tensor, outlier_channels: int,
+                    smoothing: float | None = None, outlier_ratio: float = 6.0, static: bool = True
+                    ) -> QuantizedLinear:
+        """Quantize `linear` given the smallest and largest input of each input channel seen in calibration."""
         weight = linear.weight.detach().float()  # (out, in)
+        input_max = torch.maximum(input_low.abs(), input_high.abs())
         has_outliers = bool(input_max.max() > outlier_ratio * input_max.median())
         num_outliers = min(outlier_channels, linear.in_features) if has_outliers else 0
         module = cls(linear.in_features, linear.out_features, num_outliers, getattr(linear, "activation", None),
-                     scales_input=num_outliers > 0 or smoothing is not None)
+                     smoothed=smoothing is not None, static=static)
         outliers = input_max.topk(num_outliers).indices.sort().values
         smooth = torch.ones(linear.in_features)
         if smoothing is not None:
@@ -144,25 +177,53 @@ class QuantizedLinear(nn.Module):
         weight_scale = scaled.abs().amax(1).clamp(min=1e-12) / 127
         input_scale = 1 / smooth
         input_scale[outliers] = 0
+        # The int8 input's range: the other channels' (divided by s, which is positive), and 0, where outliers sit.
+        int8_part = torch.ones(linear.in_features, dtype=torch.bool)
+        int8_part[outliers] = False
+        zero = torch.zeros(1)
+        low = float(torch.cat([(input_low * input_scale)[int8_part], zero]).min())
+        high = float(torch.cat([(input_high * input_scale)[int8_part], zero]).max())
         with torch.no_grad():
             module.weight.copy_(torch.round(scaled / weight_scale[:, None]).clamp(-127, 127).to(torch.int8))
             module.weight_scale.copy_(weight_scale)
             if len(module.input_scale):
                 module.input_scale.copy_(input_scale)
+            if static:
+                module.input_range.copy_(torch.tensor([low, high]))
             module.outlier_index.copy_(outliers)
             module.outlier_weight.copy_(weight[:, outliers].t())
             if linear.bias is not None:
                 module.bias.copy_(linear.bias.detach().float())
         return module
 
+    def input_quantization(self, scaled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The uint8 step and zero point that map the calibrated input range onto 0-255 (0 exactly on a code), as
+        tensors (an exporter traces them from the buffer); the range of `scaled` for a checkpoint without one."""
+        if self.input_range is None:
+            low, high = scaled.min().clamp(max=0), scaled.max().clamp(min=0)
+        else:
+            low, high = self.input_range
+        step = ((high - low) / 255).clamp(min=1e-12)
+        return step, torch.round(-low / step).clamp(0, 255).to(torch.long)
+
+    def runs_static(self) -> bool:
+        """Whether this layer runs on the static kernel: calibrated, and in a build of torch that has it."""
+        return self.input_range is not None and static_kernel_available()
+
     def packed_weight(self):
         if self.packed is None:
-            zero_points = torch.zeros(self.out_features, dtype=torch.long)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # torch announces its quantized tensors' move to torchao
-                weight = torch._make_per_channel_quantized_tensor(self.weight, self.weight_scale.double(),
-                                                                  zero_points, 0)
-            self.packed = torch.ops.quantized.linear_prepack(weight, self.bias)
+            if self.runs_static():
+                weight, scale = self.weight, self.weight_scale
+                if int8_reduce_range():  # 7-bit weights keep 255 * 64 * 2 within int16 (see int8_reduce_range)
+                    weight, scale = torch.round(weight / 2).to(torch.int8), scale * 2
+                self.packed = (torch.ops.onednn.qlinear_prepack(weight, None), scale)
+            else:
+                zero_points = torch.zeros(self.out_features, dtype=torch.long)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # torch announces its quantized tensors' move to torchao
+                    weight = torch._make_per_channel_quantized_tensor(self.weight, self.weight_scale.double(),
+                                                                      zero_points, 0)
+                self.packed = torch.ops.quantized.linear_prepack(weight, self.bias)
         return self.packed
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -170,30 +231,55 @@ class QuantizedLinear(nn.Module):
         scaled = x * self.input_scale if len(self.input_scale) else x
         if torch.compiler.is_exporting():
             y = self.quantize_dequantize(scaled)
+        elif self.runs_static():
+            y = self.static_product(scaled)
         else:
-            y = torch.ops.quantized.linear_dynamic(scaled, self.packed_weight(), int8_reduce_range())
+            y = self.dynamic_product(scaled)
         if len(self.outlier_index):
             outliers = x.index_select(-1, self.outlier_index)  # (..., outliers)
             y.view(-1, self.out_features).addmm_(outliers.reshape(-1, len(self.outlier_index)), self.outlier_weight)
         return y if self.activation is None else ACTIVATIONS[self.activation](y)
 
+    def static_product(self, scaled: torch.Tensor) -> torch.Tensor:
+        """The int8 product on oneDNN's kernel, the input quantized with the calibrated step and zero point."""
+        step, zero_point = (number.item() for number in self.input_quantization(scaled))
+        rows = scaled.reshape(-1, self.in_features).contiguous()  # the pooler's [CLS] rows are a strided view
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch announces its quantized tensors' move to torchao (pinned here)
+            quantized = torch.quantize_per_tensor(rows, step, zero_point, torch.quint8)  # one pass, rounding included
+        # The kernel takes plain uint8 codes: a view of the quantized tensor's storage (int_repr() would copy).
+        codes = torch.empty(0, dtype=torch.uint8).set_(quantized.untyped_storage(), quantized.storage_offset(),
+                                                       quantized.shape, quantized.stride())
+        if len(self.outlier_index):
+            codes.index_fill_(-1, self.outlier_index, zero_point)  # outliers: 0 here, added back in float32
+        weight, weight_scale = self.packed_weight()
+        y = torch.ops.onednn.qlinear_pointwise(codes, step, zero_point, weight, weight_scale,
+                                               torch.zeros(self.out_features, dtype=torch.long), self.bias, 1.0, 0,
+                                               torch.float32, "none", [], "")
+        return y.view(*scaled.shape[:-1], self.out_features)
+
+    def dynamic_product(self, scaled: torch.Tensor) -> torch.Tensor:
+        """The int8 product on torch's dynamic kernel (fbgemm), which quantizes the input with its own range."""
+        if len(self.outlier_index) and not len(self.input_scale):
+            scaled = scaled.index_fill(-1, self.outlier_index, 0.0)  # with smoothing, input_scale zeroed them
+        return torch.ops.quantized.linear_dynamic(scaled, self.packed_weight(), int8_reduce_range())
+
     def quantize_dequantize(self, scaled: torch.Tensor) -> torch.Tensor:
         """The int8 product as an exporter traces it, for ONNX (QDQ): the int8 weight and its per-channel scales
-        dequantized, the input quantized to uint8 per tensor and back with the parameters the dynamic kernel
-        chooses (its range stretched to include 0, zero point rounded), then a float matmul. Same numbers as the
-        kernel up to float32 rounding; ONNX Runtime may fuse the pattern into an integer matmul."""
+        dequantized, the input quantized to uint8 with the calibrated step and zero point and back, then a float
+        matmul. The static kernel's numbers up to float32 rounding; ONNX Runtime fuses the pattern into an integer
+        matmul."""
         from torch.ao.quantization.fx import _decomposed  # noqa: F401  (registers torch.ops.quantized_decomposed)
 
         decomposed = torch.ops.quantized_decomposed
+        if len(self.outlier_index) and not len(self.input_scale):
+            scaled = scaled.index_fill(-1, self.outlier_index, 0.0)
         weight = decomposed.dequantize_per_channel(self.weight, self.weight_scale,
                                                    torch.zeros(self.out_features, dtype=torch.long), 0, -127, 127,
                                                    torch.int8)  # (out, in)
-        largest = 127 if int8_reduce_range() else 255
-        low, high = scaled.min().clamp(max=0), scaled.max().clamp(min=0)
-        scale = ((high - low) / largest).clamp(min=1e-12)
-        zero_point = torch.round(-low / scale).clamp(0, largest).to(torch.long)
-        quantized = decomposed.quantize_per_tensor.tensor(scaled, scale, zero_point, 0, largest, torch.uint8)
-        scaled = decomposed.dequantize_per_tensor.tensor(quantized, scale, zero_point, 0, largest, torch.uint8)
+        step, zero_point = self.input_quantization(scaled)
+        quantized = decomposed.quantize_per_tensor.tensor(scaled, step, zero_point, 0, 255, torch.uint8)
+        scaled = decomposed.dequantize_per_tensor.tensor(quantized, step, zero_point, 0, 255, torch.uint8)
         return scaled @ weight.t() + self.bias
 
     def _load_from_state_dict(self, *args, **kwargs):
@@ -219,14 +305,18 @@ def encoder_linears(model: nn.Module) -> dict[str, nn.Linear]:
 
 @torch.inference_mode()
 def calibrate(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], names: Iterable[str]
-              ) -> dict[str, torch.Tensor]:
-    """The largest |input| of each input channel of the named linear layers over `batches` (model inputs)."""
-    largest: dict[str, torch.Tensor] = {}
+              ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The smallest and largest input of each input channel of the named linear layers over `batches` (model
+    inputs): name -> (low, high), each (in,)."""
+    ranges: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def record(name):
         def hook(module, inputs):
-            x = inputs[0].detach().float().abs().reshape(-1, inputs[0].shape[-1]).amax(0)
-            largest[name] = x if name not in largest else torch.maximum(largest[name], x)
+            rows = inputs[0].detach().float().reshape(-1, inputs[0].shape[-1])
+            low, high = rows.amin(0), rows.amax(0)
+            if name in ranges:
+                low, high = torch.minimum(ranges[name][0], low), torch.maximum(ranges[name][1], high)
+            ranges[name] = (low, high)
         return hook
 
     handles = [model.get_submodule(name).register_forward_pre_hook(record(name)) for name in names]
@@ -239,10 +329,10 @@ def calibrate(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], name
         for handle in handles:
             handle.remove()
         model.train(was_training)
-    missing = [name for name in names if name not in largest]
+    missing = [name for name in names if name not in ranges]
     if missing:
         raise ConfigError(f"calibration never reached {missing[0]}: no calibration batches?")
-    return largest
+    return ranges
 
 
 def calibration_batches(tokenizer, texts: Iterable[str] | None = None, batch_size: int = 16,
@@ -266,10 +356,10 @@ def quantize_int8(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]] |
 
     make_plain(model)  # quantize the plain nn.Linear layers (the activation stays FeedForward's own)
     linears = encoder_linears(model)
-    largest = calibrate(model, batches, linears)
+    ranges = calibrate(model, batches, linears)
     for name, linear in linears.items():
-        quantized = QuantizedLinear.from_linear(linear, largest[name], config.outlier_channels, config.smoothing,
-                                                config.outlier_ratio)
+        quantized = QuantizedLinear.from_linear(linear, *ranges[name], config.outlier_channels, config.smoothing,
+                                                config.outlier_ratio, static=config.activations == "static")
         replace_module(model, name, quantized)
         config.modules[name] = len(quantized.outlier_index)
     return model
@@ -327,7 +417,7 @@ def prepare_quantized(model: nn.Module, config: QuantizationConfig) -> nn.Module
             linear = model.get_submodule(name)
             replace_module(model, name, QuantizedLinear(
                 linear.in_features, linear.out_features, num_outliers, getattr(linear, "activation", None),
-                scales_input=num_outliers > 0 or config.smoothing is not None))
+                smoothed=config.smoothing is not None, static=config.activations == "static"))
     model.quantization = config
     return model
 

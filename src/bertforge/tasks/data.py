@@ -120,8 +120,9 @@ _IOB_TAG = re.compile(r"O|[BI]-\S+")
 
 
 def data_format(path: str | Path, given: str | None = None) -> str:
-    """The format of a data file: `given` (--format), else its extension's; a .txt file whose lines are all
-    `word ... IOB-tag` (or -DOCSTART-) is CoNLL, as CoNLL-2003's own files are."""
+    """The format of a data file: `given` (--format), else its extension's; a .txt file, or one of an extension
+    no reader knows, whose lines are all `word ... IOB-tag` (or -DOCSTART-) is CoNLL, as CoNLL-2003's own files
+    (eng.train, eng.testa) are."""
     if not isinstance(path, (str, os.PathLike)):  # rows in memory reach only the readers of text tasks
         raise InputError(f"this task reads its data from files; got a {type(path).__name__}")
     path = Path(path)
@@ -132,6 +133,8 @@ def data_format(path: str | Path, given: str | None = None) -> str:
     if arrow_files.is_saved_dataset(path):
         return "hf_dataset"
     name = EXTENSIONS.get(path.suffix.lower())
+    if name is None and looks_like_conll(path):
+        return "conll"  # CoNLL-2003's own files: eng.train, eng.testa, eng.testb
     if name is None:
         raise InputError(f"unknown file type {path.suffix!r}; use one of {', '.join(EXTENSIONS)} or say which "
                          f"with --format ({', '.join(DATA_FORMATS)})", path)
