@@ -178,6 +178,23 @@ def tiny_model_dir(tmp_path_factory, tokenizer) -> Path:
 
 
 @pytest.fixture(scope="session")
+def write_reviews():
+    """A function writing (text, label) reviews as a review,sentiment CSV training file and a dev file (CSV or
+    JSONL) in `folder`: the data of the fine-tuning command tests."""
+    def write(folder: Path, train: list[tuple[str, str]], dev: list[tuple[str, str]], dev_format: str = "csv"):
+        def lines(reviews):
+            if dev_format == "jsonl" and reviews is dev:
+                return "".join(json.dumps({"review": text, "sentiment": label}) + "\n" for text, label in reviews)
+            return "review,sentiment\n" + "".join(f'"{text}",{label}\n' for text, label in reviews)
+
+        paths = folder / "train.csv", folder / f"dev.{dev_format}"
+        for path, reviews in zip(paths, (train, dev)):
+            path.write_text(lines(reviews))
+        return paths
+    return write
+
+
+@pytest.fixture(scope="session")
 def within():
     """within(count, n, p, what): asserts count ~ Binomial(n, p), |count - np| below 5 standard deviations."""
     def check(count, n, p, what):

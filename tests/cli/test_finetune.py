@@ -19,13 +19,8 @@ REVIEWS = [("a joy from start to finish", "pos"), ("dull and lifeless", "neg"), 
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("data")
-    train = folder / "train.csv"
-    train.write_text("review,sentiment\n" + "".join(f'"{text}",{label}\n' for text, label in REVIEWS))
-    dev = folder / "dev.jsonl"
-    dev.write_text("".join(json.dumps({"review": text, "sentiment": label}) + "\n" for text, label in REVIEWS[:6]))
-    return train, dev
+def data(tmp_path_factory, write_reviews):
+    return write_reviews(tmp_path_factory.mktemp("data"), REVIEWS, REVIEWS[:6], "jsonl")
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,8 @@ REVIEWS = [("a joy from start to finish", "pos"), ("dull and lifeless", "neg"), 
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("data")
-    train = folder / "train.csv"
-    train.write_text("review,sentiment\n" + "".join(f'"{text}",{label}\n' for text, label in REVIEWS))
-    dev = folder / "dev.csv"
-    dev.write_text("review,sentiment\n" + "".join(f'"{text}",{label}\n' for text, label in REVIEWS[:8]))
-    return train, dev
+def data(tmp_path_factory, write_reviews):
+    return write_reviews(tmp_path_factory.mktemp("data"), REVIEWS, REVIEWS[:8], "csv")
 
 
 def arguments(tiny_model_dir, data, output, *extra):
