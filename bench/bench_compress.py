@@ -1,5 +1,5 @@
 """Smaller models on real tasks, in one run: each fine-tuned model at fp32, bertforge int8 (outlier channels in float32;
-`bertforge quantize`), torch's per-tensor dynamic int8 (what `--precision int8` was before it became bertforge's),
+`bertforge quantize`: static activations; also with dynamic ones), torch's per-tensor dynamic int8 (what `--precision int8` was before it became bertforge's),
 bf16 (where native), and ONNX Runtime's own dynamic int8 quantization of the same model, each with the task's metric
 on its dev file and the end-to-end predict time (tokenizing + predicting the whole dev file, median of --repeats
 after a warm-up, the variants taking turns pass by pass).
@@ -90,17 +90,18 @@ def torch_per_tensor_int8(finetuned: FinetunedModel) -> FinetunedModel:
 
 def variants(model_dir: Path, examples, threads: int, folder: Path):
     """name -> a function making that variant of the model (loaded fresh each time)."""
-    def ours(precision):
+    def ours(precision, **settings):
         def make():
             finetuned = FinetunedModel.load(model_dir)
             batches = calibration_batches(finetuned, examples) if precision == "int8" else None
-            quantize(finetuned.model, QuantizationConfig(precision), batches)
+            quantize(finetuned.model, QuantizationConfig(precision, **settings), batches)
             return finetuned
         return make
 
     table = {
         "fp32": lambda: FinetunedModel.load(model_dir),
         "int8": ours("int8"),
+        "int8 dynamic": ours("int8", activations="dynamic"),
         "int8 torch per-tensor": lambda: torch_per_tensor_int8(FinetunedModel.load(model_dir)),
     }
     if bf16_supported("cpu"):

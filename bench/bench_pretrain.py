@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from bertforge import BertConfig, BertTokenizer
+from bertforge import BertConfig, BertTokenizer, fast_cpu
 from bertforge.pretraining.heads import BertForPreTraining
 from bertforge.pretraining.masking import Masker
 from bertforge.runtime import tune_cpu_allocator
@@ -89,7 +89,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         ours.save_pretrained(folder)
         theirs = transformers.BertForPreTraining.from_pretrained(folder, attn_implementation="sdpa")
-    models = {"bertforge": ours.to(device).train(), "transformers": theirs.to(device).train()}
+    # what `bertforge pretrain train` runs: the CPU fast paths swapped in (after saving, which wants plain modules)
+    models = {"bertforge": fast_cpu.accelerate(ours.to(device)).train(), "transformers": theirs.to(device).train()}
     # bertforge's AdamW groups (no decay on biases and LayerNorm) and fused kernel, for both
     optimizers = {name: build_optimizer(model, lr=1e-4, weight_decay=0.01, eps=1e-6) for name, model in models.items()}
     batch = {key: value.to(device) for key, value in real_batch(tokenizer, args.batch_size, args.seq_len).items()}
