@@ -1,8 +1,9 @@
-"""Smaller models on real tasks, in one run: each fine-tuned model at fp32, bertforge int8 (outlier channels in float32;
-`bertforge quantize`: static activations; also with dynamic ones), torch's per-tensor dynamic int8 (what `--precision int8` was before it became bertforge's),
-bf16 (where native), and ONNX Runtime's own dynamic int8 quantization of the same model, each with the task's metric
-on its dev file and the end-to-end predict time (tokenizing + predicting the whole dev file, median of --repeats
-after a warm-up, the variants taking turns pass by pass).
+"""Smaller models on real tasks, in one run: each fine-tuned model at fp32, bertforge int8 (outlier channels in
+float32; `bertforge quantize`: static activations, and a row with dynamic ones), torch's per-tensor dynamic int8
+(what `--precision int8` was before it became bertforge's), bf16 (where native), and ONNX Runtime's own dynamic
+int8 quantization of the same model, each with the task's metric on its dev file and the end-to-end predict time
+(tokenizing + predicting the whole dev file, median of --repeats after a warm-up, the variants taking turns pass
+by pass).
 
     python bench/bench_compress.py [--runs sst2,mrpc,stsb,conll2003] [--runs-dir runs] [--threads 2]
     python bench/bench_compress.py --model DIR --dev FILE [--model DIR --dev FILE ...]

@@ -16,7 +16,7 @@ def add_max_drop_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from bertforge.compress.quantize import METHODS
+    from bertforge.compress.quantize import ACTIVATION_RANGES, METHODS
     parser.add_argument("--model", "-m", required=True, help="fine-tuned model directory")
     parser.add_argument("--dev", "-d", required=True, help="labelled dev data in the training run's format")
     parser.add_argument("--output", "-o", required=True, help="directory for the smaller model (must be new)")
@@ -32,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="int8: input channels per layer kept in float32 (default 8)")
     parser.add_argument("--smoothing", type=float, default=None,
                         help="int8: SmoothQuant's alpha in [0, 1] (default: off)")
+    parser.add_argument("--activations", choices=ACTIVATION_RANGES, default="static",
+                        help="int8: each layer's input range from calibration (static: no pass over each input to "
+                             "find it) or from each batch (dynamic)")
     parser.add_argument("--batch-size", type=positive_int, default=64, help="examples per batch")
 
 
@@ -39,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.compress.quantize import quantize_finetuned
 
     report = quantize_finetuned(args.model, args.dev, args.output, args.precision, args.max_drop, args.calibration,
-                                args.calibration_examples, args.outlier_channels, args.smoothing, args.batch_size)
+                                args.calibration_examples, args.outlier_channels, args.smoothing, args.batch_size,
+                                args.activations)
     print(report.table())
     print(report.verdict() + (f"; wrote {args.output}" if report.accepted else ""))
     return 0 if report.accepted else 1

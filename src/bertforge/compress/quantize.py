@@ -402,8 +402,8 @@ def auto_precision(device_type: str = "cpu") -> str:
 def quantize(model: nn.Module, config: QuantizationConfig | None = None,
              batches: Iterable[dict[str, torch.Tensor]] | None = None) -> nn.Module:
     """`model` (changed in place and returned) in eval mode at `config.precision`; `batches` of model inputs from
-    the user's own data calibrate int8 (a few hundred sentences are plenty: calibration only finds each layer's
-    largest input channels). The model remembers its config for `save_quantized`."""
+    the user's own data calibrate int8 (a few hundred sentences are plenty: calibration finds each layer's largest
+    input channels and the range of its int8 input). The model remembers its config for `save_quantized`."""
     config = dataclasses.replace(config or QuantizationConfig(), modules={})
     model = METHODS[config.precision](model.eval(), batches, config)
     model.quantization = config
@@ -457,17 +457,19 @@ def replace_module(model: nn.Module, name: str, module: nn.Module) -> None:
 def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, precision: str = "int8",
                        max_drop: float = 0.5, calibration: str | Path | None = None,
                        calibration_examples: int = 256, outlier_channels: int = 8, smoothing: float | None = None,
-                       batch_size: int = 64) -> GateReport:
+                       batch_size: int = 64, activations: str = "static") -> GateReport:
     """Quantize a fine-tuned model directory, measure it beside the original on the labelled `dev` file, and write
     it to `output` only if the task's metric drops by at most `max_drop` points (see `GateReport.accepted`).
 
-    int8 calibrates on the first `calibration_examples` of `calibration` (default: the dev file; calibration only
-    picks each layer's largest input channels). `precision="auto"` is bf16 where native, else int8.
+    int8 calibrates on the first `calibration_examples` of `calibration` (default: the dev file): each layer's
+    largest input channels and, with static `activations`, the range of its int8 input. `precision="auto"` is bf16
+    where native, else int8.
     """
     output = check_output(output)
     if precision == "auto":
         precision = auto_precision("cpu")
-    config = QuantizationConfig(precision, outlier_channels=outlier_channels, smoothing=smoothing)
+    config = QuantizationConfig(precision, outlier_channels=outlier_channels, smoothing=smoothing,
+                                activations=activations)
     reference = FinetunedModel.load(model)
     columns = reference.columns()
     examples = reference.read(dev, columns, labelled=True)
