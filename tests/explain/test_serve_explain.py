@@ -66,7 +66,10 @@ def test_explain_over_http_equals_the_command_line(server_url, sst2_classifier_d
     for ours, theirs in zip(served["tokens"], written["tokens"]):
         assert ours["token"] == theirs["token"] and ours["attribution"] == pytest.approx(theirs["attribution"],
                                                                                         abs=1e-6)
-    assert served["completeness_gap"] == pytest.approx(written["completeness_gap"], abs=1e-6)
+    # The gap is float32 rounding (a few 1e-6 on this sum), whose last digits follow the summation order of the
+    # process's kernels and threads: both small, and alike to that rounding.
+    assert served["completeness_gap"] == pytest.approx(written["completeness_gap"], abs=1e-5)
+    assert max(abs(served["completeness_gap"]), abs(written["completeness_gap"])) < 1e-4
 
 
 def test_explain_page_and_errors_over_http(server_url):
