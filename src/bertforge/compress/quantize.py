@@ -216,7 +216,8 @@ class QuantizedLinear(nn.Module):
                 weight, scale = self.weight, self.weight_scale
                 if int8_reduce_range():  # 7-bit weights keep 255 * 64 * 2 within int16 (see int8_reduce_range)
                     weight, scale = torch.round(weight / 2).to(torch.int8), scale * 2
-                self.packed = (torch.ops.onednn.qlinear_prepack(weight, None), scale)
+                zero_points = torch.zeros(self.out_features, dtype=torch.long)  # symmetric weights
+                self.packed = (torch.ops.onednn.qlinear_prepack(weight, None), scale, zero_points)
             else:
                 zero_points = torch.zeros(self.out_features, dtype=torch.long)
                 with warnings.catch_warnings():
@@ -252,17 +253,22 @@ class QuantizedLinear(nn.Module):
                                                        quantized.shape, quantized.stride())
         if len(self.outlier_index):
             codes.index_fill_(-1, self.outlier_index, zero_point)  # outliers: 0 here, added back in float32
-        weight, weight_scale = self.packed_weight()
-        y = torch.ops.onednn.qlinear_pointwise(codes, step, zero_point, weight, weight_scale,
-                                               torch.zeros(self.out_features, dtype=torch.long), self.bias, 1.0, 0,
-                                               torch.float32, "none", [], "")
+        weight, weight_scale, weight_zero_points = self.packed_weight()
+        y = torch.ops.onednn.qlinear_pointwise(codes, step, zero_point, weight, weight_scale, weight_zero_points,
+                                               self.bias, 1.0, 0, torch.float32, "none", [], "")
         return y.view(*scaled.shape[:-1], self.out_features)
+
+    def without_outliers(self, scaled: torch.Tensor) -> torch.Tensor:
+        """The int8 part's float input: the outlier channels at 0, where `input_scale` has not zeroed them already
+        (a static layer without smoothing holds none; its kernel path zeroes their codes instead)."""
+        if len(self.outlier_index) and not len(self.input_scale):
+            return scaled.index_fill(-1, self.outlier_index, 0.0)
+        return scaled
 
     def dynamic_product(self, scaled: torch.Tensor) -> torch.Tensor:
         """The int8 product on torch's dynamic kernel (fbgemm), which quantizes the input with its own range."""
-        if len(self.outlier_index) and not len(self.input_scale):
-            scaled = scaled.index_fill(-1, self.outlier_index, 0.0)  # with smoothing, input_scale zeroed them
-        return torch.ops.quantized.linear_dynamic(scaled, self.packed_weight(), int8_reduce_range())
+        return torch.ops.quantized.linear_dynamic(self.without_outliers(scaled), self.packed_weight(),
+                                                  int8_reduce_range())
 
     def quantize_dequantize(self, scaled: torch.Tensor) -> torch.Tensor:
         """The int8 product as an exporter traces it, for ONNX (QDQ): the int8 weight and its per-channel scales
@@ -272,8 +278,7 @@ class QuantizedLinear(nn.Module):
         from torch.ao.quantization.fx import _decomposed  # noqa: F401  (registers torch.ops.quantized_decomposed)
 
         decomposed = torch.ops.quantized_decomposed
-        if len(self.outlier_index) and not len(self.input_scale):
-            scaled = scaled.index_fill(-1, self.outlier_index, 0.0)
+        scaled = self.without_outliers(scaled)
         weight = decomposed.dequantize_per_channel(self.weight, self.weight_scale,
                                                    torch.zeros(self.out_features, dtype=torch.long), 0, -127, 127,
                                                    torch.int8)  # (out, in)
