@@ -182,15 +182,14 @@ def write_reviews():
     """A function writing (text, label) reviews as a review,sentiment CSV training file and a dev file (CSV or
     JSONL) in `folder`: the data of the fine-tuning command tests."""
     def write(folder: Path, train: list[tuple[str, str]], dev: list[tuple[str, str]], dev_format: str = "csv"):
-        def lines(reviews):
-            if dev_format == "jsonl" and reviews is dev:
-                return "".join(json.dumps({"review": text, "sentiment": label}) + "\n" for text, label in reviews)
+        def csv_text(reviews):
             return "review,sentiment\n" + "".join(f'"{text}",{label}\n' for text, label in reviews)
 
-        paths = folder / "train.csv", folder / f"dev.{dev_format}"
-        for path, reviews in zip(paths, (train, dev)):
-            path.write_text(lines(reviews))
-        return paths
+        train_path, dev_path = folder / "train.csv", folder / f"dev.{dev_format}"
+        train_path.write_text(csv_text(train))
+        dev_path.write_text(csv_text(dev) if dev_format == "csv" else "".join(
+            json.dumps({"review": text, "sentiment": label}) + "\n" for text, label in dev))
+        return train_path, dev_path
     return write
 
 

@@ -55,7 +55,7 @@ def test_int8_stays_close_to_fp32_on_real_text(minilm, minilm_dir, tokenizer, se
     largest_error = (ours - reference).abs().max() / reference.abs().max()
     # Measured: token cosine >= 0.988 (mean 0.9965 with the 7-bit kernel weights of a CPU without VNNI), largest
     # error 3-4% of the largest activation; torch's per-tensor dynamic int8 gives a mean of 0.96 and 19%.
-    assert similarity.min() > 0.98 and similarity.mean() > 0.995
+    assert similarity.min() > 0.98 and similarity.mean() > 0.996
     assert largest_error < 0.06
     assert similarity.mean() > baseline.mean()
 
