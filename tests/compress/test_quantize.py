@@ -38,9 +38,14 @@ def test_int8_stays_close_to_fp32_on_real_text(minilm, minilm_dir, tokenizer, se
     assert len(layers) == 6 * model.config.num_hidden_layers + 1  # q, k, v, output, up, down per layer; pooler
     assert all(layer.weight.dtype == torch.int8 for layer in layers)
     # MiniLM's outlier dimensions sit at the feed-forward inputs (10-18x the median channel), not at the input of
-    # the attention's output projection (2-5x), which therefore runs on the int8 kernel alone
-    assert all(len(layer.feed_forward.up.outlier_index) == 8 for layer in model.encoder.layers)
-    assert all(len(layer.attention.output.outlier_index) == 0 for layer in model.encoder.layers)
+    # the attention's output projection (2-5x), which therefore runs on the int8 kernel alone. The up-projection,
+    # followed by GELU, folds its outliers into its weights (input_scale < 1 there) and applies GELU itself.
+    for layer in model.encoder.layers:
+        up = layer.feed_forward.up
+        assert len(up.outlier_index) == 0 and up.activation == "gelu"
+        assert (up.input_scale < 1).sum() == 8 and (up.input_scale == 1).sum() == 384 - 8
+        assert len(layer.attention.output.outlier_index) == 0
+    assert model.quantization.folded == [f"encoder.layers.{i}.feed_forward.up" for i in range(6)]
 
     held_out = dict(tokenizer(sentences[100:164], padding=True, return_tensors="pt"))  # not seen in calibration
     reference = token_states(minilm, held_out)
@@ -58,6 +63,12 @@ def test_int8_stays_close_to_fp32_on_real_text(minilm, minilm_dir, tokenizer, se
     assert similarity.min() > 0.98 and similarity.mean() > 0.996
     assert largest_error < 0.06
     assert similarity.mean() > baseline.mean()
+
+    # the outliers of every layer in float32 (no folding) are as close
+    unfolded = quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8", outlier_folding="none"),
+                        calibration)
+    assert all(len(layer.feed_forward.up.outlier_index) == 8 for layer in unfolded.encoder.layers)
+    assert F.cosine_similarity(token_states(unfolded, held_out), reference, dim=-1).mean() > 0.996
 
 
 def test_smoothing_is_an_option_that_still_quantizes_faithfully(minilm, minilm_dir, tokenizer, sentences):
@@ -86,8 +97,9 @@ def test_quantized_checkpoint_saves_reloads_and_predicts_the_same(minilm_dir, to
 
     reloaded = BertForSequenceClassification.from_pretrained(tmp_path / "int8")
     assert isinstance(reloaded.bert.encoder.layers[0].feed_forward.up, QuantizedLinear)
-    feed_forward = reloaded.bert.encoder.layers[0].feed_forward  # GELU once: FeedForward's, not the layer's
-    assert feed_forward.activation.name == "gelu" and feed_forward.up.activation is None
+    feed_forward = reloaded.bert.encoder.layers[0].feed_forward  # GELU once: the int8 layer's, not FeedForward's
+    assert isinstance(feed_forward.activation, torch.nn.Identity) and feed_forward.up.activation == "gelu"
+    assert torch.equal(feed_forward.up.input_scale, model.bert.encoder.layers[0].feed_forward.up.input_scale)
     assert reloaded.config.id2label == labels
     batch = dict(tokenizer(sentences[16:32], padding=True, return_tensors="pt"))
     with torch.inference_mode():
@@ -162,3 +174,55 @@ def test_static_kernel_computes_the_int8_product_it_stands_for():
     expected += x[..., 5:6].double() * linear.weight[:, 5].double()
     with torch.inference_mode():
         assert torch.allclose(layer(x).double(), expected, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.skipif(not static_kernel_available(), reason="this build of torch has no oneDNN int8 linear kernel")
+def test_folded_outliers_and_a_fused_activation_compute_what_they_stand_for():
+    """A layer followed by GELU folds its outlier channel into the int8 product (the input divided by how far the
+    channel reaches beyond the others, its weight column multiplied by as much) and applies GELU in the kernel:
+    against the same integers in float64, then GELU."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 48)
+    x = torch.randn(2, 10, 64) * 3 + 1
+    x[..., 5] *= 40  # an outlier channel
+    low, high = x.reshape(-1, 64).amin(0), x.reshape(-1, 64).amax(0)
+    layer = QuantizedLinear.from_linear(linear, low, high, 1, fold_outliers=True, activation="gelu")
+    assert len(layer.outlier_index) == 0 and layer.fuses_activation()
+    reach = torch.maximum(low.abs(), high.abs())
+    expected_scale = torch.ones(64)
+    expected_scale[5] = reach[torch.arange(64) != 5].max() / reach[5]
+    assert torch.allclose(layer.input_scale, expected_scale)
+    scaled = x * layer.input_scale
+    step, zero_point = (float(number) for number in layer.input_quantization(scaled))
+    codes = (torch.round(scaled / step) + zero_point).clamp(0, 255)
+    weight, scale = layer.weight.double(), layer.weight_scale.double()
+    if int8_reduce_range():
+        weight, scale = torch.round(weight / 2), scale * 2
+    expected = F.gelu(((codes.double() - zero_point) * step) @ (weight * scale[:, None]).t() + linear.bias.double())
+    with torch.inference_mode():
+        assert torch.allclose(layer(x).double(), expected, atol=1e-4, rtol=1e-5)
+    # and the product stands for the float layer: the folded channel keeps its contribution
+    assert F.cosine_similarity(layer(x), F.gelu(linear(x)).detach(), dim=-1).min() > 0.99
+
+
+@pytest.mark.skipif(not static_kernel_available(), reason="this build of torch has no oneDNN int8 linear kernel")
+def test_an_up_projection_writes_its_down_projections_codes(minilm_dir, tokenizer, sentences):
+    """Where a feed-forward's down-projection has no outliers, the up-projection writes its output as the down-
+    projection's uint8 input codes: the same numbers as writing float32 and quantizing it after, up to a code's
+    rounding of a value on a boundary."""
+    model = quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8"),
+                     batches(tokenizer, sentences[:32]))
+    chained = [layer.feed_forward for layer in model.encoder.layers
+               if layer.feed_forward.up.next_input_range is not None]
+    assert chained and all(feed_forward.down.takes_codes() for feed_forward in chained)
+    assert all(len(layer.feed_forward.down.outlier_index) for layer in model.encoder.layers
+               if layer.feed_forward.up.next_input_range is None)  # those that don't chain keep outliers
+    x = torch.randn(40, 384)
+    with torch.inference_mode():
+        feed_forward = chained[0]
+        codes = feed_forward.up(x)
+        assert codes.dtype == torch.uint8
+        through_codes = feed_forward.down(codes)
+        feed_forward.up.writes_codes(None)  # float32 out
+        through_float = feed_forward.down(feed_forward.up(x))
+    assert torch.allclose(through_codes, through_float, atol=1e-3 * through_float.abs().max())

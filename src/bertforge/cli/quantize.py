@@ -16,7 +16,7 @@ def add_max_drop_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from bertforge.compress.quantize import ACTIVATION_RANGES, METHODS
+    from bertforge.compress.quantize import ACTIVATION_RANGES, METHODS, OUTLIER_FOLDING
     parser.add_argument("--model", "-m", required=True, help="fine-tuned model directory")
     parser.add_argument("--dev", "-d", required=True, help="labelled dev data in the training run's format")
     parser.add_argument("--output", "-o", required=True, help="directory for the smaller model (must be new)")
@@ -29,7 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibration-examples", type=positive_int, default=256,
                         help="int8: how many examples of the calibration data are run")
     parser.add_argument("--outlier-channels", type=int, default=8,
-                        help="int8: input channels per layer kept in float32 (default 8)")
+                        help="int8: input channels per layer kept apart (default 8)")
+    parser.add_argument("--outlier-folding", choices=OUTLIER_FOLDING, default="activation",
+                        help="int8: which layers fold their outlier channels into their int8 weights rather than "
+                             "multiply them in float32: those followed by an activation (which then runs inside the "
+                             "int8 kernel), all, or none (default activation)")
     parser.add_argument("--smoothing", type=float, default=None,
                         help="int8: SmoothQuant's alpha in [0, 1] (default: off)")
     parser.add_argument("--activations", choices=ACTIVATION_RANGES, default="static",
@@ -43,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     report = quantize_finetuned(args.model, args.dev, args.output, args.precision, args.max_drop, args.calibration,
                                 args.calibration_examples, args.outlier_channels, args.smoothing, args.batch_size,
-                                args.activations)
+                                args.activations, args.outlier_folding)
     print(report.table())
     print(report.verdict() + (f"; wrote {args.output}" if report.accepted else ""))
     return 0 if report.accepted else 1

@@ -1,15 +1,22 @@
-"""Smaller weights that keep a model's accuracy: int8 linear layers with outlier channels in float32, and bf16.
+"""Smaller weights that keep a model's accuracy: int8 linear layers that keep outlier channels apart, and bf16.
 
 BERT's hidden states carry a few dimensions that are an order of magnitude larger than the rest (in MiniLM
 dimension 99 reaches ~30 at the feed-forward input where the median dimension peaks at ~2), and int8 activations
-with one scale per tensor spend their range on them. Here each linear layer keeps the input channels that
-calibration finds largest (8 by default) in float32, a thin matmul beside the int8 one (LLM.int8's decomposition),
-and quantizes the rest: weights to int8 with one scale per output channel, activations with one scale and zero
-point per layer, calibrated on a sample of the user's data (static quantization: no pass over each input to find
-its range). The int8 product runs on oneDNN's kernel (VNNI on AVX-512 CPUs, AMX where present: 3-4x a float32
-matmul on BERT's shapes; on AVX2 without VNNI the kernel gets 7-bit weights, which cannot saturate its int16
-sums); builds of torch without oneDNN use its dynamic kernel (fbgemm), which finds the range per call.
-SmoothQuant's per-channel migration of range from activations to weights is an option (`smoothing`); on MiniLM it
+with one scale per tensor spend their range on them. Here each linear layer finds the input channels that
+calibration shows largest (8 by default, in the layers where they stand out) and keeps them apart: either in
+float32, a thin matmul beside the int8 one (LLM.int8's decomposition), or folded into the int8 product, divided by
+how far they reach beyond the other channels with their weight columns multiplied by as much (SmoothQuant's
+migration, for those channels only). The rest is int8: weights with one scale per output channel, activations with
+one step and zero point per layer, calibrated on a sample of the user's data (static quantization: no pass over
+each input to find its range).
+
+The int8 product runs on oneDNN's kernel (VNNI on AVX-512 CPUs, AMX where present: 3-4x a float32 matmul on BERT's
+shapes; on AVX2 without VNNI the kernel gets 7-bit weights, which cannot saturate its int16 sums); builds of torch
+without oneDNN use its dynamic kernel (fbgemm), which finds the range per call. The kernel also applies the
+feed-forward's GELU as it writes its output, which is why the up-projection folds its outliers by default (oneDNN
+has no GELU after the addition of a float32 product), and the up-projection writes its output as the
+down-projection's uint8 codes where the down-projection keeps no outliers: the widest activation of the layer is
+never written in float32. SmoothQuant's migration for every channel is an option (`smoothing`); on MiniLM it
 helped less than keeping the outliers apart, and hurt the down-projection, whose input follows a GELU.
 
 A quantized model saves as an ordinary checkpoint directory whose config.json notes the quantization
@@ -34,13 +41,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertforge.activations import ACTIVATIONS
+from bertforge.activations import ACTIVATIONS, ONEDNN_POST_OPS, Activation
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.hf_format import CONFIG_FILE
 from bertforge.compress.gate import GateReport, check_output, measure, write_if_accepted
 from bertforge.config import read_json_object
 from bertforge.errors import ConfigError, check_choice
-from bertforge.model import BertModel
+from bertforge.model import BertModel, FeedForward
 from bertforge.tasks.data import inference_batches
 from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetunedModel
 
@@ -52,6 +59,10 @@ QUANTIZATION_KEY = "quantization_config"
 QUANT_METHOD_PREFIX = "bertforge_"
 # int8 activations: a range per layer from calibration, or per batch (what checkpoints before static int8 hold)
 ACTIVATION_RANGES = ("static", "dynamic")
+# int8: which layers with outlier channels fold them into their weights (see QuantizedLinear.from_linear) rather
+# than multiply them in float32 beside the int8 product: none; those followed by an activation (GELU), which can
+# then run inside the int8 kernel as it writes its output; all.
+OUTLIER_FOLDING = ("none", "activation", "all")
 
 
 @dataclass
@@ -59,7 +70,7 @@ class QuantizationConfig:
     """How a model was made smaller; saved in its config.json under `quantization_config`."""
 
     precision: str = "int8"  # a key of METHODS
-    outlier_channels: int = 8  # int8: input channels per layer kept in float32 (the largest seen in calibration)
+    outlier_channels: int = 8  # int8: input channels per layer kept apart (the largest seen in calibration)
     # int8: a layer has outliers when its largest input channel exceeds this many times the median channel's largest
     # (MiniLM: 10-18x at the feed-forward and pooler inputs, 2-5x elsewhere); other layers skip the float32 path.
     outlier_ratio: float = 6.0
@@ -67,11 +78,14 @@ class QuantizationConfig:
     # int8: the input's range per layer from calibration ("static", oneDNN's kernel) or per batch ("dynamic",
     # fbgemm's kernel, which spends a pass over each input finding it)
     activations: str = "static"
+    outlier_folding: str = "activation"  # int8: a key of OUTLIER_FOLDING
     modules: dict[str, int] = dataclasses.field(default_factory=dict)  # int8: quantized layer -> its outliers
+    folded: list[str] = dataclasses.field(default_factory=list)  # int8: the layers that folded their outliers
 
     def __post_init__(self):
         check_choice(self.precision, METHODS, "precision")
         check_choice(self.activations, ACTIVATION_RANGES, "activations")
+        check_choice(self.outlier_folding, OUTLIER_FOLDING, "outlier_folding")
         if not isinstance(self.outlier_channels, int) or self.outlier_channels < 0:
             raise ConfigError(f"outlier_channels must be a whole number >= 0, got {self.outlier_channels!r}")
         if not isinstance(self.outlier_ratio, (int, float)) or self.outlier_ratio < 1:
@@ -91,7 +105,8 @@ class QuantizationConfig:
         unknown = set(data) - known - {"quant_method"}
         if unknown:
             raise ConfigError(f"{source}: unknown {QUANTIZATION_KEY} key {sorted(unknown)[0]!r}")
-        data = {"activations": "dynamic", **data}  # checkpoints from before static int8 don't say
+        # checkpoints from before static int8 (and before folding) don't say
+        data = {"activations": "dynamic", "outlier_folding": "none", **data}
         try:
             return cls(**{key: value for key, value in data.items() if key in known})
         except ConfigError as error:
@@ -103,6 +118,21 @@ def read_quantization(directory: Path) -> QuantizationConfig | None:
     path = directory / CONFIG_FILE
     data = read_json_object(path, "config").get(QUANTIZATION_KEY)
     return None if data is None else QuantizationConfig.from_dict(data, str(path))
+
+
+def find_outliers(input_low: torch.Tensor, input_high: torch.Tensor, count: int, ratio: float) -> torch.Tensor:
+    """The `count` input channels of largest magnitude (ascending indices), if the largest exceeds `ratio` times
+    the median channel's largest; else none."""
+    input_max = torch.maximum(input_low.abs(), input_high.abs())
+    has_outliers = bool(input_max.max() > ratio * input_max.median())
+    return input_max.topk(min(count, len(input_max)) if has_outliers else 0).indices.sort().values
+
+
+def quantization_of(input_range: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The uint8 step and zero point that map (low, high), which holds 0, onto 0-255 with 0 exactly on a code."""
+    low, high = input_range
+    step = ((high - low) / 255).clamp(min=1e-12)
+    return step, torch.round(-low / step).clamp(0, 255).to(torch.long)
 
 
 def int8_reduce_range() -> bool:
@@ -156,33 +186,43 @@ class QuantizedLinear(nn.Module):
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, input_low: torch.Tensor, input_high: torch.Tensor, outlier_channels: int,
-                    smoothing: float | None = None, outlier_ratio: float = 6.0, static: bool = True
-                    ) -> QuantizedLinear:
-        """Quantize `linear` given the smallest and largest input of each input channel seen in calibration."""
+                    smoothing: float | None = None, outlier_ratio: float = 6.0, static: bool = True,
+                    fold_outliers: bool = False, activation: str | None = None) -> QuantizedLinear:
+        """Quantize `linear` (followed by `activation`, a name in ACTIVATIONS) given the smallest and largest input
+        of each input channel seen in calibration.
+
+        With `fold_outliers`, a layer's outlier channels stay in the int8 product, divided by how far they reach
+        beyond the other channels (their weight columns multiplied by as much: SmoothQuant's migration, for those
+        channels only), so that no float32 product has to be added before the activation. The cost falls on the
+        few output channels with a large weight on an outlier channel, whose int8 weights get a coarser step.
+        """
         weight = linear.weight.detach().float()  # (out, in)
         input_max = torch.maximum(input_low.abs(), input_high.abs())
-        has_outliers = bool(input_max.max() > outlier_ratio * input_max.median())
-        num_outliers = min(outlier_channels, linear.in_features) if has_outliers else 0
-        module = cls(linear.in_features, linear.out_features, num_outliers, getattr(linear, "activation", None),
-                     smoothed=smoothing is not None, static=static)
-        outliers = input_max.topk(num_outliers).indices.sort().values
+        outliers = find_outliers(input_low, input_high, outlier_channels, outlier_ratio)
+        kept = torch.ones(linear.in_features, dtype=torch.bool)  # the channels of the int8 product
+        kept[outliers] = False
         smooth = torch.ones(linear.in_features)
         if smoothing is not None:
-            kept = input_max.clone()
-            kept[outliers] = kept.median()  # outliers leave the int8 product: they must not shape its scales
-            smooth = (kept.clamp(min=1e-5) ** smoothing / weight.abs().amax(0).clamp(min=1e-5) ** (1 - smoothing))
+            spread = input_max.clone()
+            spread[outliers] = spread.median()  # outliers leave the int8 product: they must not shape its scales
+            smooth = (spread.clamp(min=1e-5) ** smoothing / weight.abs().amax(0).clamp(min=1e-5) ** (1 - smoothing))
             smooth = smooth.clamp(min=1e-5)
+        folded = fold_outliers and len(outliers) > 0
+        if folded:
+            reach = input_max / smooth
+            smooth[outliers] *= (reach[outliers] / reach[kept].max()).clamp(min=1)
+            outliers, kept = outliers[:0], torch.ones_like(kept)
+        module = cls(linear.in_features, linear.out_features, len(outliers), activation,
+                     smoothed=smoothing is not None or folded, static=static)
         scaled = weight * smooth  # (out, in): x/s @ (W*s)^T = x @ W^T
         scaled[:, outliers] = 0
         weight_scale = scaled.abs().amax(1).clamp(min=1e-12) / 127
         input_scale = 1 / smooth
         input_scale[outliers] = 0
-        # The int8 input's range: the other channels' (divided by s, which is positive), and 0, where outliers sit.
-        int8_part = torch.ones(linear.in_features, dtype=torch.bool)
-        int8_part[outliers] = False
+        # The int8 input's range: the kept channels' (divided by s, which is positive), and 0, where outliers sit.
         zero = torch.zeros(1)
-        low = float(torch.cat([(input_low * input_scale)[int8_part], zero]).min())
-        high = float(torch.cat([(input_high * input_scale)[int8_part], zero]).max())
+        low = float(torch.cat([(input_low * input_scale)[kept], zero]).min())
+        high = float(torch.cat([(input_high * input_scale)[kept], zero]).max())
         with torch.no_grad():
             module.weight.copy_(torch.round(scaled / weight_scale[:, None]).clamp(-127, 127).to(torch.int8))
             module.weight_scale.copy_(weight_scale)
@@ -196,15 +236,12 @@ class QuantizedLinear(nn.Module):
                 module.bias.copy_(linear.bias.detach().float())
         return module
 
-    def input_quantization(self, scaled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def input_quantization(self, scaled: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """The uint8 step and zero point that map the calibrated input range onto 0-255 (0 exactly on a code), as
         tensors (an exporter traces them from the buffer); the range of `scaled` for a checkpoint without one."""
         if self.input_range is None:
-            low, high = scaled.min().clamp(max=0), scaled.max().clamp(min=0)
-        else:
-            low, high = self.input_range
-        step = ((high - low) / 255).clamp(min=1e-12)
-        return step, torch.round(-low / step).clamp(0, 255).to(torch.long)
+            return quantization_of(torch.stack([scaled.min().clamp(max=0), scaled.max().clamp(min=0)]))
+        return quantization_of(self.input_range)
 
     def runs_static(self) -> bool:
         """Whether this layer runs on the static kernel: calibrated, and in a build of torch that has it."""
@@ -217,7 +254,12 @@ class QuantizedLinear(nn.Module):
                 if int8_reduce_range():  # 7-bit weights keep 255 * 64 * 2 within int16 (see int8_reduce_range)
                     weight, scale = torch.round(weight / 2).to(torch.int8), scale * 2
                 zero_points = torch.zeros(self.out_features, dtype=torch.long)  # symmetric weights
-                self.packed = (torch.ops.onednn.qlinear_prepack(weight, None), scale, zero_points)
+                step, zero_point = (number.item() for number in self.input_quantization(None))
+                output = (1.0, 0, torch.float32)  # the output's step, zero point and dtype: float32
+                if self.next_input_range is not None:
+                    output = (*(number.item() for number in quantization_of(self.next_input_range)), torch.uint8)
+                self.packed = (torch.ops.onednn.qlinear_prepack(weight, None), scale, zero_points, step, zero_point,
+                               *output)
             else:
                 zero_points = torch.zeros(self.out_features, dtype=torch.long)
                 with warnings.catch_warnings():
@@ -228,11 +270,15 @@ class QuantizedLinear(nn.Module):
         return self.packed
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.uint8:  # codes the layer before wrote at this layer's input step (see `writes_codes`)
+            return self.static_product(x)
         x = x.float()
         scaled = x * self.input_scale if len(self.input_scale) else x
         if torch.compiler.is_exporting():
             y = self.quantize_dequantize(scaled)
         elif self.runs_static():
+            if self.fuses_activation():
+                return self.static_product(scaled, *ONEDNN_POST_OPS[self.activation])
             y = self.static_product(scaled)
         else:
             y = self.dynamic_product(scaled)
@@ -241,21 +287,47 @@ class QuantizedLinear(nn.Module):
             y.view(-1, self.out_features).addmm_(outliers.reshape(-1, len(self.outlier_index)), self.outlier_weight)
         return y if self.activation is None else ACTIVATIONS[self.activation](y)
 
-    def static_product(self, scaled: torch.Tensor) -> torch.Tensor:
-        """The int8 product on oneDNN's kernel, the input quantized with the calibrated step and zero point."""
-        step, zero_point = (number.item() for number in self.input_quantization(scaled))
-        rows = scaled.reshape(-1, self.in_features).contiguous()  # the pooler's [CLS] rows are a strided view
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch announces its quantized tensors' move to torchao (pinned here)
-            quantized = torch.quantize_per_tensor(rows, step, zero_point, torch.quint8)  # one pass, rounding included
-        # The kernel takes plain uint8 codes: a view of the quantized tensor's storage (int_repr() would copy).
-        codes = torch.empty(0, dtype=torch.uint8).set_(quantized.untyped_storage(), quantized.storage_offset(),
-                                                       quantized.shape, quantized.stride())
-        if len(self.outlier_index):
-            codes.index_fill_(-1, self.outlier_index, zero_point)  # outliers: 0 here, added back in float32
-        weight, weight_scale, weight_zero_points = self.packed_weight()
+    def fuses_activation(self) -> bool:
+        """Whether the static kernel applies the activation as it writes its output: it can, unless a float32
+        outlier product must be added first (oneDNN's int8 kernel has no activation after an addition)."""
+        return self.activation in ONEDNN_POST_OPS and not len(self.outlier_index)
+
+    def takes_codes(self) -> bool:
+        """Whether this layer can take its input as uint8 codes written by the layer before: a static layer whose
+        int8 product sees the input as it is (no outlier channels to take out, no smoothing scale to apply)."""
+        return self.runs_static() and not len(self.outlier_index) and not len(self.input_scale)
+
+    def writes_codes(self, next_layer: QuantizedLinear | None) -> None:
+        """Have this layer write its output as `next_layer`'s uint8 input codes (its calibrated step and zero
+        point) rather than in float32, where both allow it; None: float32. For a layer whose output is only that
+        layer's input (a feed-forward's up-projection, for its down-projection): it saves a float32 pass and a
+        quantizing pass over the widest activation of the model."""
+        chains = (next_layer is not None and self.runs_static() and (self.activation is None or self.fuses_activation())
+                  and next_layer.takes_codes())
+        self.next_input_range = next_layer.input_range if chains else None
+        self.packed = None
+
+    next_input_range: torch.Tensor | None = None  # set by writes_codes: the next layer's input range
+
+    def static_product(self, scaled: torch.Tensor, post_op: str = "none", algorithm: str = "") -> torch.Tensor:
+        """The int8 product on oneDNN's kernel, the input quantized with the calibrated step and zero point (or
+        given as codes, uint8), and the output passed through `post_op` (a oneDNN eltwise: ONEDNN_POST_OPS) as it
+        is written: in float32, or as the next layer's input codes (see `writes_codes`)."""
+        weight, weight_scale, weight_zero_points, step, zero_point, *output = self.packed_weight()
+        if scaled.dtype == torch.uint8:
+            codes = scaled.reshape(-1, self.in_features)
+        else:
+            rows = scaled.reshape(-1, self.in_features).contiguous()  # the pooler's [CLS] rows are a strided view
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch announces its quantized tensors' move to torchao (pinned)
+                quantized = torch.quantize_per_tensor(rows, step, zero_point, torch.quint8)  # one pass, rounding too
+            # The kernel takes plain uint8 codes: a view of the quantized tensor's storage (int_repr() would copy).
+            codes = torch.empty(0, dtype=torch.uint8).set_(quantized.untyped_storage(), quantized.storage_offset(),
+                                                           quantized.shape, quantized.stride())
+            if len(self.outlier_index):
+                codes.index_fill_(-1, self.outlier_index, zero_point)  # outliers: 0 here, added back in float32
         y = torch.ops.onednn.qlinear_pointwise(codes, step, zero_point, weight, weight_scale, weight_zero_points,
-                                               self.bias, 1.0, 0, torch.float32, "none", [], "")
+                                               self.bias, *output, post_op, [], algorithm)
         return y.view(*scaled.shape[:-1], self.out_features)
 
     def without_outliers(self, scaled: torch.Tensor) -> torch.Tensor:
@@ -359,15 +431,41 @@ def quantize_int8(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]] |
         raise ConfigError("int8 quantization needs calibration batches: a sample of the data the model will see")
     from bertforge.fast_cpu import make_plain
 
-    make_plain(model)  # quantize the plain nn.Linear layers (the activation stays FeedForward's own)
+    make_plain(model)  # quantize the plain nn.Linear layers
     linears = encoder_linears(model)
     ranges = calibrate(model, batches, linears)
+    activations = take_activations(model, linears)
     for name, linear in linears.items():
+        fold = config.outlier_folding == "all" or (config.outlier_folding == "activation" and name in activations)
         quantized = QuantizedLinear.from_linear(linear, *ranges[name], config.outlier_channels, config.smoothing,
-                                                config.outlier_ratio, static=config.activations == "static")
+                                                config.outlier_ratio, static=config.activations == "static",
+                                                fold_outliers=fold, activation=activations.get(name))
         replace_module(model, name, quantized)
         config.modules[name] = len(quantized.outlier_index)
+        if fold and len(find_outliers(*ranges[name], config.outlier_channels, config.outlier_ratio)):
+            config.folded.append(name)
+    return chain_feed_forwards(model)
+
+
+def chain_feed_forwards(model: nn.Module) -> nn.Module:
+    """Each int8 feed-forward's up-projection writes its down-projection's input codes where both allow it."""
+    for module in model.modules():
+        if (isinstance(module, FeedForward) and isinstance(module.up, QuantizedLinear)
+                and isinstance(module.down, QuantizedLinear)):
+            module.up.writes_codes(module.down)
     return model
+
+
+def take_activations(model: nn.Module, names: Iterable[str]) -> dict[str, str]:
+    """Each feed-forward activation whose up-projection is among the layers `names`, taken out of its FeedForward
+    to be applied by the quantized layer (inside the int8 kernel where it can): layer name -> activation name."""
+    names, taken = set(names), {}
+    for name, module in model.named_modules():
+        if (isinstance(module, FeedForward) and isinstance(module.activation, Activation)
+                and f"{name}.up" in names):
+            taken[f"{name}.up"] = module.activation.name
+            module.activation = nn.Identity()
+    return taken
 
 
 def cast_bf16(model: nn.Module, batches: Any, config: QuantizationConfig) -> nn.Module:
@@ -418,11 +516,13 @@ def quantize(model: nn.Module, config: QuantizationConfig | None = None,
 def prepare_quantized(model: nn.Module, config: QuantizationConfig) -> nn.Module:
     """An unloaded `model` shaped for a quantized checkpoint's tensors (its int8 layers empty), ready for loading."""
     if config.precision == "int8":
+        activations = take_activations(model, config.modules)
         for name, num_outliers in config.modules.items():
             linear = model.get_submodule(name)
             replace_module(model, name, QuantizedLinear(
-                linear.in_features, linear.out_features, num_outliers, getattr(linear, "activation", None),
-                smoothed=config.smoothing is not None, static=config.activations == "static"))
+                linear.in_features, linear.out_features, num_outliers, activations.get(name),
+                smoothed=config.smoothing is not None or name in config.folded, static=config.activations == "static"))
+        chain_feed_forwards(model)
     model.quantization = config
     return model
 
@@ -462,7 +562,8 @@ def replace_module(model: nn.Module, name: str, module: nn.Module) -> None:
 def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, precision: str = "int8",
                        max_drop: float = 0.5, calibration: str | Path | None = None,
                        calibration_examples: int = 256, outlier_channels: int = 8, smoothing: float | None = None,
-                       batch_size: int = 64, activations: str = "static") -> GateReport:
+                       batch_size: int = 64, activations: str = "static", outlier_folding: str = "activation"
+                       ) -> GateReport:
     """Quantize a fine-tuned model directory, measure it beside the original on the labelled `dev` file, and write
     it to `output` only if the task's metric drops by at most `max_drop` points (see `GateReport.accepted`).
 
@@ -474,7 +575,7 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
     if precision == "auto":
         precision = auto_precision("cpu")
     config = QuantizationConfig(precision, outlier_channels=outlier_channels, smoothing=smoothing,
-                                activations=activations)
+                                activations=activations, outlier_folding=outlier_folding)
     reference = FinetunedModel.load(model)
     columns = reference.columns()
     examples = reference.read(dev, columns, labelled=True)
