@@ -1,5 +1,6 @@
-"""Smaller models on real tasks, in one run: each fine-tuned model at fp32, bertforge int8 (outlier channels in
-float32; `bertforge quantize`: static activations, and a row with dynamic ones), torch's per-tensor dynamic int8
+"""Smaller models on real tasks, in one run: each fine-tuned model at fp32, bertforge int8 (`bertforge quantize`:
+static activations, outlier channels folded into the weights of the layers before GELU and in float32 elsewhere;
+a row with every layer's outliers in float32, and one with dynamic activations), torch's per-tensor dynamic int8
 (what `--precision int8` was before it became bertforge's), bf16 (where native), and ONNX Runtime's own dynamic
 int8 quantization of the same model, each with the task's metric on its dev file and the end-to-end predict time
 (tokenizing + predicting the whole dev file, median of --repeats after a warm-up, the variants taking turns pass
@@ -102,6 +103,7 @@ def variants(model_dir: Path, examples, threads: int, folder: Path):
     table = {
         "fp32": lambda: FinetunedModel.load(model_dir),
         "int8": ours("int8"),
+        "int8 outliers float32": ours("int8", outlier_folding="none"),
         "int8 dynamic": ours("int8", activations="dynamic"),
         "int8 torch per-tensor": lambda: torch_per_tensor_int8(FinetunedModel.load(model_dir)),
     }

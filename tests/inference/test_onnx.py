@@ -132,6 +132,14 @@ def test_an_int8_model_exports_as_qdq_that_onnx_runtime_runs_like_bertforge(tmp_
         assert weight.dims[0] in (384, 1536)  # one scale per output channel follows from axis 0
     assert not any(tensor.data_type == onnx.TensorProto.FLOAT and list(tensor.dims) in ([384, 1536], [1536, 384])
                    for tensor in graph.initializer)  # no float copy of a feed-forward weight
+    # ONNX Runtime's optimizer turns each int8 layer into its integer kernel (not a float Gemm on dequantized weights)
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "int8.optimized.onnx")
+    onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    optimized = [node.op_type for node in onnx.load(options.optimized_model_filepath).graph.node]
+    assert optimized.count("MatMulIntegerToFloat") == len(layers)
 
     session = onnx_session(path, threads=1)
     held_out = texts[200:216]

@@ -346,7 +346,7 @@ class QuantizedLinear(nn.Module):
         """The int8 product as an exporter traces it, for ONNX (QDQ): the int8 weight and its per-channel scales
         dequantized, the input quantized to uint8 with the calibrated step and zero point and back, then a float
         matmul. The static kernel's numbers up to float32 rounding; ONNX Runtime fuses the pattern into an integer
-        matmul."""
+        matmul (MatMulIntegerToFloat)."""
         from torch.ao.quantization.fx import _decomposed  # noqa: F401  (registers torch.ops.quantized_decomposed)
 
         decomposed = torch.ops.quantized_decomposed
@@ -357,7 +357,9 @@ class QuantizedLinear(nn.Module):
         step, zero_point = self.input_quantization(scaled)
         quantized = decomposed.quantize_per_tensor.tensor(scaled, step, zero_point, 0, 255, torch.uint8)
         scaled = decomposed.dequantize_per_tensor.tensor(quantized, step, zero_point, 0, 255, torch.uint8)
-        return scaled @ weight.t() + self.bias
+        # A leading dimension keeps the product a MatMul in ONNX Runtime's eyes: a 2-D MatMul followed by the bias's
+        # Add becomes a float Gemm before its int8 fusions run, and stays float.
+        return (scaled.unsqueeze(0) @ weight.t()).squeeze(0) + self.bias
 
     def _load_from_state_dict(self, *args, **kwargs):
         self.packed = None  # new weights: prepack again
