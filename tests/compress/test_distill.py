@@ -77,3 +77,22 @@ def test_distill_refuses_a_student_that_drops_too_much(sst2_teacher, sst2_files,
 def test_unknown_soft_weight_is_a_config_error():
     with pytest.raises(ConfigError, match="soft_weight"):
         DistillConfig(soft_weight=1.5)
+
+
+def test_the_library_call_takes_the_teachers_task_and_settings(data_dir, tmp_path):
+    """distill(FinetuneConfig(train=..., model=teacher)) without a task: the teacher's (here ner) and its run's
+    settings, not the config's default classification ones."""
+    from bertforge.compress.distill import distill
+    from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, finetune
+    from bertforge.training.trainer import TrainConfig
+
+    lines = (data_dir / "conll2003" / "eng.train").read_text(encoding="utf-8").split("\n\n")[1:21]
+    train = tmp_path / "train.conll"
+    train.write_text("\n\n".join(lines) + "\n", encoding="utf-8")
+    steps = TrainConfig(max_steps=2, progress=False)
+    finetune(FinetuneConfig(train=str(train), output=str(tmp_path / "teacher"), task="ner", training=steps))
+    result = distill(FinetuneConfig(train=str(train), output=str(tmp_path / "student"), model=str(tmp_path / "teacher"),
+                                    training=steps), DistillConfig(student_layers=2))
+    assert result.written
+    student = FinetunedModel.load(tmp_path / "student")
+    assert student.task.name == "ner" and student.model.config.num_hidden_layers == 2

@@ -158,7 +158,9 @@ def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, m
     teacher = FinetunedModel.load(config.model)
     if teacher.task.name not in DISTILLABLE_TASKS:
         raise ConfigError(f"distillation covers {', '.join(DISTILLABLE_TASKS)}; the teacher does {teacher.task.name}")
-    config = dataclasses.replace(config, task=teacher.task.name)
+    # the teacher's task; a config written for another one (a library caller's default) takes the teacher's settings
+    settings = config.settings if type(config.settings) is teacher.task.settings else teacher.settings
+    config = dataclasses.replace(config, task=teacher.task.name, settings=settings)
     student = student_from_teacher(teacher.model, distillation.student_layers)
     loss_fn = DistillationLoss(teacher.model, student, distillation) if distillation.use_teacher else model_loss
     output.parent.mkdir(parents=True, exist_ok=True)
