@@ -168,6 +168,7 @@ class QuantizedLinear(nn.Module):
     """
 
     packed = None  # the kernel's prepacked weight, made on first use from the buffers
+    next_input_range: torch.Tensor | None = None  # set by writes_codes: the next layer's input range
 
     def __init__(self, in_features: int, out_features: int, num_outliers: int, activation: str | None = None,
                  smoothed: bool = False, static: bool = True):
@@ -306,8 +307,6 @@ class QuantizedLinear(nn.Module):
                   and next_layer.takes_codes())
         self.next_input_range = next_layer.input_range if chains else None
         self.packed = None
-
-    next_input_range: torch.Tensor | None = None  # set by writes_codes: the next layer's input range
 
     def static_product(self, scaled: torch.Tensor, post_op: str = "none", algorithm: str = "") -> torch.Tensor:
         """The int8 product on oneDNN's kernel, the input quantized with the calibrated step and zero point (or
