@@ -169,6 +169,7 @@ class QuantizedLinear(nn.Module):
 
     packed = None  # the kernel's prepacked weight, made on first use from the buffers
     next_input_range: torch.Tensor | None = None  # set by writes_codes: the next layer's input range
+    folded = False  # set by from_linear: outlier channels were folded into the int8 weights
 
     def __init__(self, in_features: int, out_features: int, num_outliers: int, activation: str | None = None,
                  smoothed: bool = False, static: bool = True):
@@ -215,6 +216,7 @@ class QuantizedLinear(nn.Module):
             outliers, kept = outliers[:0], torch.ones_like(kept)
         module = cls(linear.in_features, linear.out_features, len(outliers), activation,
                      smoothed=smoothing is not None or folded, static=static)
+        module.folded = folded
         scaled = weight * smooth  # (out, in): x/s @ (W*s)^T = x @ W^T
         scaled[:, outliers] = 0
         weight_scale = scaled.abs().amax(1).clamp(min=1e-12) / 127
@@ -443,7 +445,7 @@ def quantize_int8(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]] |
                                                 fold_outliers=fold, activation=activations.get(name))
         replace_module(model, name, quantized)
         config.modules[name] = len(quantized.outlier_index)
-        if fold and len(find_outliers(*ranges[name], config.outlier_channels, config.outlier_ratio)):
+        if quantized.folded:
             config.folded.append(name)
     return chain_feed_forwards(model)
 
