@@ -3,8 +3,8 @@ static activations, outlier channels folded into the weights of the layers befor
 a row with every layer's outliers in float32, and one with dynamic activations), torch's per-tensor dynamic int8
 (what `--precision int8` was before it became bertforge's), bf16 (where native), and ONNX Runtime's own dynamic
 int8 quantization of the same model, each with the task's metric on its dev file and the end-to-end predict time
-(tokenizing + predicting the whole dev file, median of --repeats after a warm-up, the variants taking turns pass
-by pass).
+(tokenizing, predicting and decoding the whole dev file, as `bertforge predict` does; scoring is not timed; median
+of --repeats after a warm-up, the variants taking turns pass by pass).
 
     python bench/bench_compress.py [--runs sst2,mrpc,stsb,conll2003] [--runs-dir runs] [--threads 2]
     python bench/bench_compress.py --model DIR --dev FILE [--model DIR --dev FILE ...]
@@ -124,8 +124,9 @@ def time_predictions(models: dict[str, FinetunedModel], examples, repeats: int, 
     for _ in range(repeats):
         for name, finetuned in models.items():
             start = time.perf_counter()
-            metrics[name] = finetuned.evaluate(examples, batch_size)
+            predictions = finetuned.predict(examples, batch_size)
             seconds[name].append(time.perf_counter() - start)
+            metrics[name] = finetuned.task.score(predictions, examples, finetuned.id2label)  # not timed
     return {name: (metrics[name], statistics.median(seconds[name])) for name in models}
 
 

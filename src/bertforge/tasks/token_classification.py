@@ -8,7 +8,6 @@ sentence in its document, which are read but neither labelled nor predicted.
 
 from __future__ import annotations
 
-import math
 import re
 from bisect import bisect_right
 from collections import Counter
@@ -16,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from bertforge.errors import ConfigError, InputError, check_choice
@@ -302,18 +302,26 @@ def predict_tags(sentences: Sequence[TaggedSentence], features: Sequence[TokenFe
                 best[feature.sentence][word] = (context, feature_index, position)
 
     outside = next(i for i, label in id2label.items() if label == OUTSIDE) if OUTSIDE in id2label.values() else None
-    allowed = iob2_transitions(id2label) if decoding == "viterbi" else None
+    allowed = iob2_transitions(id2label).numpy() if decoding == "viterbi" else None
+    # Every feature's per-token log-probabilities, one row per token of all features (numpy: the per-sentence
+    # work below is many small operations, where torch's per-call cost would dominate).
+    starts = [0]
+    for feature_logits in logits:
+        starts.append(starts[-1] + len(feature_logits))
+    rows = (torch.cat([feature_logits.float() for feature_logits in logits]).log_softmax(-1).numpy() if logits
+            else np.zeros((0, len(id2label)), dtype=np.float32))
     predictions = []
     for sentence, chosen in zip(sentences, best):
-        log_probs = torch.full((len(sentence.words), len(id2label)), -math.inf)
-        for word, (_, feature_index, position) in chosen.items():
-            log_probs[word] = logits[feature_index][position].float().log_softmax(-1)
-        unseen = [word for word in range(len(sentence.words)) if word not in chosen]
-        if unseen and outside is not None:
-            log_probs[unseen, outside] = 0.0
+        log_probs = np.full((len(sentence.words), len(id2label)), -np.inf, dtype=np.float32)
+        words = list(chosen)
+        log_probs[words] = rows[[starts[feature_index] + position for _, feature_index, position in chosen.values()]]
+        if outside is not None and len(chosen) < len(sentence.words):
+            seen = np.zeros(len(sentence.words), dtype=bool)
+            seen[words] = True
+            log_probs[~seen, outside] = 0.0
         labels = viterbi(log_probs, allowed) if allowed is not None else log_probs.argmax(-1).tolist()
         tags = [id2label[label] for label in labels]
-        probabilities = log_probs[torch.arange(len(labels)), torch.tensor(labels, dtype=torch.long)].exp().tolist()
+        probabilities = np.exp(log_probs[np.arange(len(labels)), labels]).tolist()
         predictions.append((tags, probabilities))
     return predictions
 
@@ -329,17 +337,19 @@ def iob2_transitions(id2label: Mapping[int, str]) -> torch.Tensor:
     return allowed
 
 
-def viterbi(log_probs: torch.Tensor, allowed: torch.Tensor) -> list[int]:
-    """The label sequence of highest total log-probability among those `allowed` permits; (words, labels) in."""
+def viterbi(log_probs, allowed) -> list[int]:
+    """The label sequence of highest total log-probability among those `allowed` permits; (words, labels) in,
+    as numpy arrays or CPU tensors."""
+    log_probs, allowed = np.asarray(log_probs, dtype=np.float64), np.asarray(allowed, dtype=bool)
     if len(log_probs) == 0:
         return []
-    forbidden = torch.where(allowed, 0.0, -math.inf)
+    forbidden = np.where(allowed, 0.0, -np.inf)
     score = log_probs[0] + forbidden[-1]
     backpointers = []
     for word_scores in log_probs[1:]:
         candidates = score[:, None] + forbidden[:-1]  # (previous, next)
-        score, previous = candidates.max(0)
-        score = score + word_scores
+        previous = candidates.argmax(0)
+        score = candidates[previous, np.arange(len(previous))] + word_scores
         backpointers.append(previous)
     labels = [int(score.argmax())]
     for previous in reversed(backpointers):
