@@ -20,8 +20,8 @@ from bertforge.errors import ConfigError, check_choice
 # fp32: as trained. bf16: weights and activations in bfloat16 (GPUs, and CPUs with AVX-512 BF16 or AMX).
 # auto: bf16 where the device computes it natively, else fp32.
 # int8: the encoder's linear layers as bertforge.compress quantizes them (one int8 path): int8 weights with a scale
-# per output channel, activations quantized per batch, each layer's few outlier input channels kept in float32 as
-# calibration on real text finds them (CPU only).
+# per output channel, each layer's input range and few outlier input channels found by calibration on real text
+# (the caller's batches, else bundled sentences) (CPU only).
 PRECISIONS = ("fp32", "auto", "bf16", "int8")
 DEVICE_KINDS = ("cpu", "cuda", "mps")  # cuda may name its GPU: cuda:1
 
