@@ -1,12 +1,15 @@
 """Inference options on the real MiniLM: int8, bf16 and auto keep the model's class and float32 outputs and stay close
 to fp32 on real text; compile is applied in place; impossible choices are one-line errors."""
 
+import copy
+import shutil
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from bertforge import BertModel, runtime
+from bertforge import BertConfig, BertModel, runtime
 from bertforge.cli.main import main
 from bertforge.compress import QuantizedLinear
 from bertforge.errors import ConfigError
@@ -79,6 +82,24 @@ def test_compile_is_applied_in_place(minilm_dir, monkeypatch):
     model = BertModel.from_pretrained(minilm_dir)
     assert InferenceOptions(compile=True).apply(model) is model
     assert calls == [(model, {"dynamic": True})]
+
+
+@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
+                    reason="torch.compile's CPU backend needs a C++ compiler")
+def test_compiled_int8_model_runs_and_computes_what_the_eager_one_does(tiny_config, tokenizer, sentences):
+    """--precision int8 --compile: the int8 layers run eagerly inside the compiled model (inductor cannot lower their
+    kernel; it was an InductorError at the first batch), the float32 parts compile, the outputs stay the eager ones."""
+    torch.manual_seed(0)
+    config = BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size})
+    fp32 = BertModel(config).eval()
+    batch = tokenizer(sentences[:4], padding=True, return_tensors="pt")
+    calibration = [dict(batch)]
+    eager = InferenceOptions(precision="int8").apply(copy.deepcopy(fp32), calibration=calibration)
+    compiled = InferenceOptions(precision="int8", compile=True).apply(copy.deepcopy(fp32), calibration=calibration)
+    assert any(isinstance(module, QuantizedLinear) for module in compiled.modules())
+    with torch.no_grad():
+        expected, got = eager(**batch).last_hidden_state, compiled(**batch).last_hidden_state
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_unknown_precision_is_an_error():

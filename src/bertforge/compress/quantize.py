@@ -32,6 +32,7 @@ import dataclasses
 import functools
 import json
 import logging
+import types
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -456,6 +457,16 @@ def chain_feed_forwards(model: nn.Module) -> nn.Module:
         if (isinstance(module, FeedForward) and isinstance(module.up, QuantizedLinear)
                 and isinstance(module.down, QuantizedLinear)):
             module.up.writes_codes(module.down)
+    return model
+
+
+def run_int8_eagerly(model: nn.Module) -> nn.Module:
+    """Each int8 layer of `model` runs eagerly inside torch.compile, the float32 parts around it compiled: inductor
+    cannot lower oneDNN's int8 kernel on a weight prepacked outside the graph (an error at the first batch)."""
+    eager_forward = torch.compiler.disable(QuantizedLinear.forward)
+    for module in model.modules():
+        if isinstance(module, QuantizedLinear):
+            module.forward = types.MethodType(eager_forward, module)  # bound as a method: deepcopy rebinds it
     return model
 
 
