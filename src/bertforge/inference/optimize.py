@@ -21,7 +21,7 @@ from bertforge.errors import ConfigError, check_choice
 # auto: bf16 where the device computes it natively, else fp32.
 # int8: the encoder's linear layers as bertforge.compress quantizes them (one int8 path): int8 weights with a scale
 # per output channel, each layer's input range and few outlier input channels found by calibration on real text
-# (the caller's batches, else bundled sentences) (CPU only).
+# (the caller's batches, else bundled sentences); CPU only.
 PRECISIONS = ("fp32", "auto", "bf16", "int8")
 DEVICE_KINDS = ("cpu", "cuda", "mps")  # cuda may name its GPU: cuda:1
 
