@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from finetune_tasks import DATA, RUNS, data_files  # bench/ is the script's fold
 from torch import nn
 
 from bertforge.compress import QuantizationConfig, quantize
+from bertforge.compress.gate import measure
 from bertforge.heads import ClassifierOutput
 from bertforge.inference.onnx import INPUT_NAMES, export_onnx, onnx_session
 from bertforge.runtime import bf16_supported, tune_cpu_allocator
@@ -115,19 +115,14 @@ def variants(model_dir: Path, examples, threads: int, folder: Path):
 
 
 def time_predictions(models: dict[str, FinetunedModel], examples, repeats: int, batch_size: int = 64):
-    """name -> (metrics, median seconds); the variants take turns pass by pass, so that a slow spell of a shared
-    machine falls on all of them rather than on one."""
-    for finetuned in models.values():
-        finetuned.evaluate(examples[:batch_size], batch_size)  # warm-up: weight reordering, prepacking, ORT's arena
-    seconds = {name: [] for name in models}
-    metrics = {}
+    """name -> (metrics, median seconds) of the gate's own measurement (a warm-up, then predicting timed and scoring
+    not); the variants take turns pass by pass, so that a slow spell of a shared machine falls on all of them rather
+    than on one."""
+    passes = {name: [] for name in models}
     for _ in range(repeats):
         for name, finetuned in models.items():
-            start = time.perf_counter()
-            predictions = finetuned.predict(examples, batch_size)
-            seconds[name].append(time.perf_counter() - start)
-            metrics[name] = finetuned.task.score(predictions, examples, finetuned.id2label)  # not timed
-    return {name: (metrics[name], statistics.median(seconds[name])) for name in models}
+            passes[name].append(measure(name, finetuned, examples, batch_size))
+    return {name: (runs[-1].metrics, statistics.median(run.seconds for run in runs)) for name, runs in passes.items()}
 
 
 def quick_model(folder: Path, sentences: int) -> tuple[Path, Path]:

@@ -23,7 +23,7 @@ COMPRESSION_FILE = "compression.json"
 
 @dataclass
 class Measurement:
-    """One model on the dev set: its metrics and the seconds to tokenize and predict all of it."""
+    """One model on the dev set: its metrics and the seconds to tokenize, predict and decode all of it."""
 
     name: str
     metrics: dict[str, float]

@@ -13,6 +13,7 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 
 import numpy as np
@@ -305,9 +306,7 @@ def predict_tags(sentences: Sequence[TaggedSentence], features: Sequence[TokenFe
     allowed = iob2_transitions(id2label).numpy() if decoding == "viterbi" else None
     # Every feature's per-token log-probabilities, one row per token of all features (numpy: the per-sentence
     # work below is many small operations, where torch's per-call cost would dominate).
-    starts = [0]
-    for feature_logits in logits:
-        starts.append(starts[-1] + len(feature_logits))
+    starts = [0, *accumulate(len(feature_logits) for feature_logits in logits)]  # each feature's first row
     rows = (torch.cat([feature_logits.float() for feature_logits in logits]).log_softmax(-1).numpy() if logits
             else np.zeros((0, len(id2label)), dtype=np.float32))
     predictions = []
