@@ -102,7 +102,10 @@ def test_killed_at_random_moments_and_resumed_gives_the_uninterrupted_run(setup,
         if not kill_after_steps(process, staging / "train_log.jsonl", steps, rng.uniform(0, 0.3)):
             break
         kills += 1
-        assert not split.exists() and staging.is_dir(), "a killed run is marked incomplete and not in place"
+        if split.exists():  # killed once in place: removing its checkpoint, or exiting; --resume tidies up
+            assert not staging.exists()
+        else:
+            assert staging.is_dir(), "a killed run is marked incomplete and not in place"
         process = finetune(setup, split, "--resume")
     assert process.wait() == 0, process.stderr.read()
     assert kills >= 1, f"seed {seed}: the run ended before the first kill"
@@ -143,3 +146,50 @@ def test_a_run_killed_or_failed_into_a_model_folder_leaves_the_model_as_it_was(s
     assert not (tmp_path / "model.incomplete").exists() and "checkpoint" not in os.listdir(model)
     assert json.loads((model / "finetune_config.json").read_text())["training"]["seed"] == 2
     assert (model / "model.safetensors").read_bytes() != (whole / "model.safetensors").read_bytes()
+
+
+@pytest.mark.usefixtures("one_thread")  # the kernels of `whole`'s run, so the same rounding
+def test_a_run_killed_as_it_removes_its_checkpoint_is_in_place_and_resume_tidies_it(setup, whole, tmp_path, capsys,
+                                                                                       monkeypatch):
+    """The run is moved into place before its checkpoint (the optimizer state) is removed: killed in between, the
+    model is whole and loads, and --resume only removes what was left."""
+    output = tmp_path / "model"
+    real_rmtree = shutil.rmtree
+
+    def killed_at_the_checkpoint(path, *args, **kwargs):
+        if Path(path).name == "checkpoint":
+            raise KeyboardInterrupt
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", killed_at_the_checkpoint)
+    code, _, err = in_process(capsys, "finetune", "--config", setup / "run.json", "--output", output)
+    monkeypatch.undo()
+    assert code == 130 and "interrupted" in err
+    assert (output / "checkpoint").is_dir() and not (tmp_path / "model.incomplete").exists()
+    BertForSequenceClassification.from_pretrained(output)
+
+    code, out, _ = in_process(capsys, "finetune", "--config", setup / "run.json", "--output", output, "--resume")
+    assert code == 0 and "already finished" in out
+    assert not (output / "checkpoint").exists()
+    assert records(output / "train_log.jsonl") == records(whole / "train_log.jsonl")
+    assert (output / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_run_killed_before_its_first_checkpoint_starts_again_on_resume(setup, whole, tmp_path, capsys, caplog,
+                                                                         monkeypatch):
+    from bertforge.training import trainer
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    output = tmp_path / "model"
+    monkeypatch.setattr(trainer, "save_train_state", killed)
+    code, _, _ = in_process(capsys, "finetune", "--config", setup / "run.json", "--output", output)
+    monkeypatch.undo()
+    assert code == 130 and (tmp_path / "model.incomplete" / "train_log.jsonl").read_text().count("\n") == 1
+
+    code, _, _ = in_process(capsys, "finetune", "--config", setup / "run.json", "--output", output, "--resume")
+    assert code == 0 and "killed before its first checkpoint; it starts again" in caplog.text
+    assert records(output / "train_log.jsonl") == records(whole / "train_log.jsonl")
+    assert (output / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()

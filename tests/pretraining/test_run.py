@@ -110,6 +110,21 @@ def test_killed_and_resumed_run_repeats_the_uninterrupted_losses(corpus, tmp_pat
         torch.testing.assert_close(second[name], first[name], atol=1e-6, rtol=0)
 
 
+def test_a_run_killed_while_saving_its_model_resumes_without_evaluating_again(corpus, tmp_path, monkeypatch):
+    """The end of a run checkpoints after its final evaluation: resumed from there, the run writes its model and
+    logs that evaluation once."""
+    settings = dict(steps=4, save_every=None)
+    monkeypatch.setattr(run, "save_final_model", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt("killed")))
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(make_config(corpus, tmp_path / "out", **settings))
+    monkeypatch.undo()
+    resumed = pretrain(make_config(corpus, tmp_path / "out", **settings), resume=True)
+    logged = [json.loads(line) for line in (tmp_path / "out" / "log.jsonl").read_text().splitlines()]
+    assert [(record["event"], record["step"]) for record in logged] == [("train", 1), ("train", 2), ("train", 3),
+                                                                         ("train", 4), ("eval", 4)]
+    assert resumed.history == [] and (tmp_path / "out" / "model.safetensors").is_file()
+
+
 def digest(folder):
     return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
             for path in sorted(folder.rglob("*")) if path.is_file()}

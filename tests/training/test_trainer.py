@@ -162,3 +162,50 @@ def test_config_round_trips_and_names_unknown_keys():
     assert TrainConfig.from_dict(json.loads(json.dumps(settings.to_dict()))) == settings
     with pytest.raises(ConfigError, match=r"^run.json: unknown key 'learning_rate'"):
         TrainConfig.from_dict({"learning_rate": 1e-4}, "run.json")
+
+
+class Killed(Exception):
+    pass
+
+
+def logged(folder):
+    """The training log without its wall-clock field."""
+    return [{k: v for k, v in json.loads(line).items() if k != "examples_per_s"}
+            for line in (folder / TRAIN_LOG_FILE).read_text().splitlines()]
+
+
+@pytest.mark.parametrize("killed", ["at the final evaluation", "after the run, before its checkpoint was removed"])
+def test_resuming_after_the_last_steps_checkpoint_gives_the_uninterrupted_log(tmp_path, killed):
+    """The last step's checkpoint is written before the final evaluation: a run resumed from it evaluates once
+    more, in the epoch the uninterrupted run was in, and its log has each line once."""
+    x, y = toy_data(48)
+    dev_x, dev_y = toy_data(32, seed=1)
+    settings = dict(epochs=2, eval_every=5, save_every=1, log_every=1)  # 12 steps: evaluations at 5, 10 and 12
+
+    def accuracy(model):
+        return {"accuracy": (model(dev_x, dev_y).logits.argmax(-1) == dev_y).float().mean().item()}
+
+    def run(folder, evaluate, resume=False):
+        torch.manual_seed(0)
+        return Trainer(ToyClassifier(dropout=0.1), config(output_dir=str(folder), **settings), batches_of(x, y, 8),
+                       evaluate=evaluate, main_metric="accuracy").train(resume=resume)
+
+    whole = run(tmp_path / "whole", accuracy)
+    calls = []
+
+    def dies_at_the_third(model):
+        calls.append(model)
+        if len(calls) == 3 and killed.startswith("at"):
+            raise Killed
+        return accuracy(model)
+
+    split = tmp_path / "split"
+    if killed.startswith("at"):
+        with pytest.raises(Killed):
+            run(split, dies_at_the_third)
+    else:
+        run(split, dies_at_the_third)
+    resumed = run(split, accuracy, resume=True)
+    assert logged(split) == logged(tmp_path / "whole")
+    assert [r["epoch"] for r in logged(split) if r["event"] == "eval"] == [0, 1, 2]
+    assert resumed.history == whole.history and resumed.steps == 12

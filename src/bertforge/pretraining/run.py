@@ -348,6 +348,7 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
     elif is_main:
         start_staging(output)
         (work / LOG_FILE).write_text("")
+    resumed_from = step
     if is_main:
         config.save(work / RUN_CONFIG_FILE)
         tokenizer.save_pretrained(work)
@@ -430,7 +431,8 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
         if config.save_every and step % config.save_every == 0 and step < config.steps:
             save_checkpoint()
     bar.close()
-    if not (config.eval_every and step % config.eval_every == 0):
+    # A run resumed at its last step was checkpointed after its final evaluation (killed while it saved the model).
+    if not (config.eval_every and step % config.eval_every == 0) and resumed_from < config.steps:
         evaluate()
     save_checkpoint()
     if is_main:

@@ -233,8 +233,9 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
         finished = finished_run(output, staging)
         if finished is not None:
             check_same_run(config, output / RUN_CONFIG_FILE)
+            shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)  # if killed before it was removed
             return finished
-        check_resumable(config, staging)
+        resume = check_resumable(config, staging)
     else:
         check_output_dir(output, overwrite)
         if (staging / CHECKPOINT_DIR).exists() and not overwrite:
@@ -295,8 +296,9 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
             saved = FinetuneConfig.load(staging / RUN_CONFIG_FILE)
             dataclasses.replace(saved, settings=dataclasses.replace(saved.settings, **chosen)).save(
                 staging / RUN_CONFIG_FILE)
-        shutil.rmtree(staging / CHECKPOINT_DIR, ignore_errors=True)  # the optimizer state is twice the model
         finish_staging(output)
+        # The optimizer state is twice the model. Removed once the run is in place: a kill before that resumes.
+        shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
     return FinetuneResult(output, result.best, result.history, result.steps, result.stopped_early, notes)
 
 
@@ -329,11 +331,18 @@ RESUMABLE_CHANGES = frozenset({"output", "train", "dev", "eval_batch_size", "tra
                                "training.log_every"})
 
 
-def check_resumable(config: FinetuneConfig, staging: Path) -> None:
-    """A run resumes only with the settings it started with: anything else would not be the run it continues."""
+def check_resumable(config: FinetuneConfig, staging: Path) -> bool:
+    """Whether the killed run in `staging` has a checkpoint to continue from (False: it was killed before its first,
+    and starts again). A run resumes only with the settings it started with: anything else would not be the run it
+    continues."""
+    if not staging.is_dir():
+        raise InputError("no killed run to resume here; start the run without --resume", staging)
+    if (staging / RUN_CONFIG_FILE).is_file():
+        check_same_run(config, staging / RUN_CONFIG_FILE)
     if not (staging / CHECKPOINT_DIR / TRAIN_STATE_FILE).is_file():
-        raise InputError("no killed run to resume here (no checkpoint); start the run without --resume", staging)
-    check_same_run(config, staging / RUN_CONFIG_FILE)
+        logger.warning("%s: the run was killed before its first checkpoint; it starts again", staging)
+        return False
+    return True
 
 
 def check_same_run(config: FinetuneConfig, saved_config: Path) -> None:

@@ -115,10 +115,18 @@ def read_log(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def keep_log_until(path: Path, step: int) -> None:
-    """On resume, drop the log lines of steps after the checkpoint (they are about to be computed again) and a
-    torn last line."""
-    kept = [record for record in read_log(path) if record.get("step", 0) <= step]
+def keep_log_until(path: Path, step: int, evaluations: int | None = None) -> None:
+    """On resume, keep the log lines the checkpoint accounts for: those of the steps up to its own, and of those
+    evaluations only its first `evaluations` when given (a final evaluation after the last checkpoint has its
+    step). The lines after are about to be computed again; a torn last line is dropped."""
+    kept = []
+    for record in read_log(path):
+        if record.get("event") == "eval" and evaluations is not None:
+            if evaluations == 0:
+                continue
+            evaluations -= 1
+        if record.get("step", 0) <= step:
+            kept.append(record)
     write_text_atomic(path, "".join(json.dumps(record) + "\n" for record in kept))
 
 
@@ -228,6 +236,9 @@ class Trainer:
         bar = tqdm(total=total_steps, initial=step, desc="training", unit="step",
                    disable=not (config.progress and self.is_main))
         stop = step >= total_steps or self.is_patience_exhausted()
+        if stop and loop["next_batch"]:
+            # Checkpointed at the last step, on the way out of its epoch: leave the epoch as that run went on to.
+            loop["epoch"], loop["next_batch"] = loop["epoch"] + 1, 0
         examples, started = 0, time.perf_counter()
         while not stop:
             model.train()
@@ -315,7 +326,7 @@ class Trainer:
         self.best, self.history = extra["best"], extra["history"]
         self.evaluations_without_improvement = extra["without_improvement"]
         if self.is_main:
-            keep_log_until(self.output_dir / TRAIN_LOG_FILE, state.step)
+            keep_log_until(self.output_dir / TRAIN_LOG_FILE, state.step, len(self.history))
             logger.info("resuming from step %d", state.step)
         return state.step, extra["loop"]
 
