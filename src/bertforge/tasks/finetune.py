@@ -337,11 +337,12 @@ def check_resumable(config: FinetuneConfig, staging: Path) -> bool:
     continues."""
     if not staging.is_dir():
         raise InputError("no killed run to resume here; start the run without --resume", staging)
-    if (staging / RUN_CONFIG_FILE).is_file():
-        check_same_run(config, staging / RUN_CONFIG_FILE)
     if not (staging / CHECKPOINT_DIR / TRAIN_STATE_FILE).is_file():
+        if (staging / RUN_CONFIG_FILE).is_file():  # killed before it even saved its settings: nothing to compare
+            check_same_run(config, staging / RUN_CONFIG_FILE)
         logger.warning("%s: the run was killed before its first checkpoint; it starts again", staging)
         return False
+    check_same_run(config, staging / RUN_CONFIG_FILE)
     return True
 
 
