@@ -4,7 +4,9 @@ a row with every layer's outliers in float32, and one with dynamic activations),
 (what `--precision int8` was before it became bertforge's), bf16 (where native), and ONNX Runtime's own dynamic
 int8 quantization of the same model, each with the task's metric on its dev file and the end-to-end predict time
 (tokenizing, predicting and decoding the whole dev file, as `bertforge predict` does; scoring is not timed; median
-of --repeats after a warm-up, the variants taking turns pass by pass).
+of --repeats after a warm-up, the variants taking turns pass by pass). A last line per model compares int8 with
+ONNX Runtime's int8 pass by pass: the two are close, and the machine's own drift from minute to minute is larger than
+the gap between their medians.
 
     python bench/bench_compress.py [--runs sst2,mrpc,stsb,conll2003] [--runs-dir runs] [--threads 2]
     python bench/bench_compress.py --model DIR --dev FILE [--model DIR --dev FILE ...]
@@ -115,14 +117,22 @@ def variants(model_dir: Path, examples, threads: int, folder: Path):
 
 
 def time_predictions(models: dict[str, FinetunedModel], examples, repeats: int, batch_size: int = 64):
-    """name -> (metrics, median seconds) of the gate's own measurement (a warm-up, then predicting timed and scoring
-    not); the variants take turns pass by pass, so that a slow spell of a shared machine falls on all of them rather
-    than on one."""
-    passes = {name: [] for name in models}
-    for _ in range(repeats):
-        for name, finetuned in models.items():
-            passes[name].append(measure(name, finetuned, examples, batch_size))
-    return {name: (runs[-1].metrics, statistics.median(run.seconds for run in runs)) for name, runs in passes.items()}
+    """name -> the gate's own measurement (a warm-up, then predicting timed and scoring not) of each pass. The
+    variants take turns pass by pass, so that a slow spell of a shared machine falls on all of them rather than on
+    one, and each pass starts one variant further along, so that none always follows the same one."""
+    names = list(models)
+    passes = {name: [] for name in names}
+    for repeat in range(repeats):
+        shift = repeat % len(names)
+        for name in names[shift:] + names[:shift]:
+            passes[name].append(measure(name, models[name], examples, batch_size))
+    return passes
+
+
+def paired_ratios(passes: dict[str, list], variant: str, other: str) -> list[float]:
+    """`other`'s time over `variant`'s in each pass: a pass measures both within seconds of each other, so the
+    ratios are free of the machine's slower and faster spells that medians taken apart still carry."""
+    return [theirs.seconds / ours.seconds for ours, theirs in zip(passes[variant], passes[other])]
 
 
 def quick_model(folder: Path, sentences: int) -> tuple[Path, Path]:
@@ -173,12 +183,17 @@ def main() -> None:
         examples = reference.read(dev, reference.columns(), labelled=True)[:args.dev_examples]
         metric = reference.task.main_metric
         made = {variant: make() for variant, make in variants(model_dir, examples, args.threads, folder).items()}
-        results = time_predictions(made, examples, args.repeats)
-        baseline_metric, baseline_seconds = results["fp32"][0][metric], results["fp32"][1]
-        for variant, (metrics, seconds) in results.items():
-            change = 100 * (metrics[metric] - baseline_metric)
-            print(f"{name:<12}{variant:<23}{metric:<10}{metrics[metric]:>8.4f}{change:>+8.2f}{seconds:>11.2f}"
-                  f"{baseline_seconds / seconds:>9.2f}x", flush=True)
+        passes = time_predictions(made, examples, args.repeats)
+        baseline = passes["fp32"][-1].metrics[metric]
+        baseline_seconds = statistics.median(run.seconds for run in passes["fp32"])
+        for variant, runs in passes.items():
+            value, seconds = runs[-1].metrics[metric], statistics.median(run.seconds for run in runs)
+            print(f"{name:<12}{variant:<23}{metric:<10}{value:>8.4f}{100 * (value - baseline):>+8.2f}"
+                  f"{seconds:>11.2f}{baseline_seconds / seconds:>9.2f}x", flush=True)
+        ratios = paired_ratios(passes, "int8", "ORT int8")
+        print(f"{name:<12}int8 against ORT int8, pass by pass: ORT's time / int8's median "
+              f"{statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f}), int8 faster in "
+              f"{sum(ratio > 1 for ratio in ratios)} of {len(ratios)} passes", flush=True)
 
 if __name__ == "__main__":
     main()

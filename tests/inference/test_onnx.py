@@ -66,6 +66,13 @@ def test_export_leaves_the_model_as_it_was(minilm_onnx, minilm):
     assert not minilm.training
 
 
+def test_sessions_run_on_the_threads_asked_for_and_do_not_spin_when_idle(minilm_onnx):
+    # ONNX Runtime's idle workers spin by default and take cores from torch in the same process (onnx_session)
+    options = onnx_session(minilm_onnx[0], threads=2).get_session_options()
+    assert options.intra_op_num_threads == 2
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
 @pytest.mark.parametrize("model_class, names, per_token", [
     (BertForSequenceClassification, ["logits"], set()),
     (BertForQuestionAnswering, ["start_logits", "end_logits"], {"start_logits", "end_logits"}),
