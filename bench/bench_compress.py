@@ -5,8 +5,8 @@ a row with every layer's outliers in float32, and one with dynamic activations),
 int8 quantization of the same model, each with the task's metric on its dev file and the end-to-end predict time
 (tokenizing, predicting and decoding the whole dev file, as `bertforge predict` does; scoring is not timed; median
 of --repeats after a warm-up, the variants taking turns pass by pass). A last line per model compares int8 with
-ONNX Runtime's int8 pass by pass: the two are close, and the machine's own drift from minute to minute is larger than
-the gap between their medians.
+ONNX Runtime's int8 pass by pass: the two are close, and the machine's own drift from minute to minute can be
+larger than the gap between their medians.
 
     python bench/bench_compress.py [--runs sst2,mrpc,stsb,conll2003] [--runs-dir runs] [--threads 2]
     python bench/bench_compress.py --model DIR --dev FILE [--model DIR --dev FILE ...]
