@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
@@ -54,14 +55,15 @@ class OnnxRuntimeModel(nn.Module):
         return ClassifierOutput(logits=torch.from_numpy(logits))
 
 
-def onnx_int8(finetuned: FinetunedModel, folder: Path, threads: int) -> FinetunedModel:
+def onnx_int8(finetuned: FinetunedModel, folder: Path, threads: int, per_channel: bool = False) -> FinetunedModel:
     """bertforge's ONNX export of the model, quantized by ONNX Runtime's quantize_dynamic (its defaults: int8
-    weights per tensor, activations quantized per call)."""
+    weights per tensor, activations quantized per call; `per_channel`: a scale per output channel)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    fp32_path, int8_path = folder / "model.onnx", folder / "model.int8.onnx"
+    fp32_path = folder / "model.onnx"
+    int8_path = folder / ("model.int8.per-channel.onnx" if per_channel else "model.int8.onnx")
     export_onnx(finetuned.model, finetuned.tokenizer, fp32_path)
-    quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8)
+    quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8, per_channel=per_channel)
     model = OnnxRuntimeModel(int8_path, finetuned.model.config, threads)
     return FinetunedModel(model, finetuned.tokenizer, finetuned.task, finetuned.run)
 
@@ -112,6 +114,7 @@ def variants(model_dir: Path, examples, threads: int, folder: Path):
     if bf16_supported("cpu"):
         table["bf16"] = ours("bf16")
     table["ORT int8"] = lambda: onnx_int8(FinetunedModel.load(model_dir), folder, threads)
+    table["ORT int8 per-channel"] = lambda: onnx_int8(FinetunedModel.load(model_dir), folder, threads, True)
     table["ORT our int8 QDQ"] = lambda: onnx_qdq(ours("int8")(), folder, threads)
     return table
 
@@ -127,6 +130,27 @@ def time_predictions(models: dict[str, FinetunedModel], examples, repeats: int, 
         for name in names[shift:] + names[:shift]:
             passes[name].append(measure(name, models[name], examples, batch_size))
     return passes
+
+
+def model_seconds(models: dict[str, FinetunedModel], examples, passes: int, batch_size: int = 64) -> dict[str, float]:
+    """name -> seconds in the model alone over the dev set's batches (no tokenizing or decoding), the models taking
+    turns batch by batch (each batch starting one model further along): the drift that reaches a pass-level
+    comparison (a few seconds a pass) mostly cancels within a batch's tenths of a second."""
+    first = next(iter(models.values()))
+    features = first.task.encode(first.tokenizer, examples, first.settings, first.id2label)
+    batches = [batch for _, batch in inference_batches(features, batch_size, first.tokenizer.pad_token_id)]
+    names, seconds = list(models), dict.fromkeys(models, 0.0)
+    with torch.inference_mode():
+        for batch in batches[:1]:  # warm-up
+            for name in names:
+                models[name].model(**batch)
+        for turn in range(passes * len(batches)):
+            shift = turn % len(names)
+            for name in names[shift:] + names[:shift]:
+                start = time.perf_counter()
+                models[name].model(**batches[turn % len(batches)])
+                seconds[name] += time.perf_counter() - start
+    return {name: total / passes for name, total in seconds.items()}
 
 
 def paired_ratios(passes: dict[str, list], variant: str, other: str) -> list[float]:
@@ -190,10 +214,15 @@ def main() -> None:
             value, seconds = runs[-1].metrics[metric], statistics.median(run.seconds for run in runs)
             print(f"{name:<12}{variant:<23}{metric:<10}{value:>8.4f}{100 * (value - baseline):>+8.2f}"
                   f"{seconds:>11.2f}{baseline_seconds / seconds:>9.2f}x", flush=True)
-        ratios = paired_ratios(passes, "int8", "ORT int8")
-        print(f"{name:<12}int8 against ORT int8, pass by pass: ORT's time / int8's median "
-              f"{statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f}), int8 faster in "
-              f"{sum(ratio > 1 for ratio in ratios)} of {len(ratios)} passes", flush=True)
+        others = ("ORT int8", "ORT int8 per-channel")
+        for other in others:
+            ratios = paired_ratios(passes, "int8", other)
+            print(f"{name:<12}int8 against {other}, pass by pass: ORT's time / int8's median "
+                  f"{statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f}), int8 faster in "
+                  f"{sum(ratio > 1 for ratio in ratios)} of {len(ratios)} passes", flush=True)
+        alone = model_seconds({variant: made[variant] for variant in ("int8", *others)}, examples, args.repeats)
+        print(f"{name:<12}the models alone, batch by batch: int8 {alone['int8']:.3f} s; ORT's time / int8's: "
+              + ", ".join(f"{other} {alone[other] / alone['int8']:.3f}" for other in others), flush=True)
 
 if __name__ == "__main__":
     main()

@@ -69,8 +69,13 @@ class SelfAttention(nn.Module):
         """(tokens, hidden) -> (tokens, hidden), and the attention probabilities if `need_weights` (which needs a
         batch packed with `keep_positions`: one block, the batch's own positions)."""
         attend = partial(self.attend, need_weights=need_weights)
-        context, probs = batch.attend_in_blocks(attend, self.query(x), self.key(x), self.value(x))
+        context, probs = batch.attend_in_blocks(attend, *self.project(x))
         return self.output(context), probs
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(tokens, hidden) -> the queries, keys and values, (tokens, hidden) each. (An int8 model computes the
+        three as one product: compress/quantize.py's FusedProjections takes this method's place.)"""
+        return self.query(x), self.key(x), self.value(x)
 
     def attend(self, q, k, v, bias: torch.Tensor | None, need_weights: bool):
         """softmax(q k^T / sqrt(head_dim) + bias) v per head, on one padded block: (batch, seq, hidden) each ->

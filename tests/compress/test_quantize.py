@@ -11,7 +11,7 @@ from safetensors import safe_open
 
 from bertforge import BertForSequenceClassification, BertModel
 from bertforge.compress import QuantizationConfig, QuantizedLinear, quantize, save_quantized
-from bertforge.compress.quantize import int8_reduce_range, static_kernel_available
+from bertforge.compress.quantize import FusedProjections, concatenate, int8_reduce_range, static_kernel_available
 from bertforge.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -226,3 +226,54 @@ def test_an_up_projection_writes_its_down_projections_codes(minilm_dir, tokenize
         feed_forward.up.writes_codes(None)  # float32 out
         through_float = feed_forward.down(feed_forward.up(x))
     assert torch.allclose(through_codes, through_float, atol=1e-3 * through_float.abs().max())
+
+
+@pytest.mark.skipif(not static_kernel_available(), reason="this build of torch has no oneDNN int8 linear kernel")
+def test_query_key_and_value_run_as_one_product_with_the_numbers_of_three(minilm_dir, tokenizer, sentences):
+    model = quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8"),
+                     batches(tokenizer, sentences[:32]))
+    batch = dict(tokenizer(sentences[32:48], padding=True, return_tensors="pt"))
+    attentions = [layer.attention for layer in model.encoder.layers]
+    assert all(isinstance(attention.project, FusedProjections) for attention in attentions)
+    with torch.inference_mode():
+        fused = token_states(model, batch)
+        assert all(attention.project.fused is not None for attention in attentions)  # each layer took one product
+        x = torch.randn(30, 384)
+        for attention in attentions:  # side by side, the three layers' own numbers
+            for joint, alone in zip(attention.project(x), (attention.query(x), attention.key(x), attention.value(x))):
+                assert torch.allclose(joint, alone, atol=1e-5, rtol=1e-5)
+        one_by_one = {}
+        for attention in attentions:  # a hook on a layer makes the attention layer run its layers one by one
+            one_by_one[attention] = []
+            attention.value.register_forward_hook(lambda module, inputs, output, seen=one_by_one[attention]:
+                                                  seen.append(output.shape))
+        assert torch.allclose(token_states(model, batch), fused, atol=1e-4)
+    assert all(len(seen) == 1 for seen in one_by_one.values())
+
+
+@pytest.mark.skipif(not static_kernel_available(), reason="this build of torch has no oneDNN int8 linear kernel")
+def test_one_product_is_made_again_when_its_layers_load_new_tensors(minilm_dir, tokenizer, sentences):
+    model = quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8"),
+                     batches(tokenizer, sentences[:32]))
+    attention = model.encoder.layers[1].attention
+    x = torch.randn(12, 384)
+    with torch.inference_mode():
+        before = attention.project(x)
+        state = {name: tensor.clone() for name, tensor in attention.key.state_dict().items()}
+        state["bias"] += 1.0
+        attention.key.load_state_dict(state)
+        query, key, value = attention.project(x)
+    assert torch.equal(query, before[0]) and torch.equal(value, before[2])
+    assert torch.allclose(key, before[1] + 1.0, atol=1e-5)
+
+
+def test_layers_that_quantize_their_input_differently_are_not_joined():
+    layers = [QuantizedLinear.from_linear(torch.nn.Linear(16, 8), -torch.ones(16) * scale, torch.ones(16) * scale, 0)
+              for scale in (1.0, 1.0, 2.0)]
+    assert concatenate(layers[:2]) is not None or not static_kernel_available()
+    assert concatenate(layers) is None  # the third calibrated a wider input range
+    projections = FusedProjections(tuple(layers))
+    x = torch.randn(5, 16)
+    with torch.inference_mode():
+        for joint, layer in zip(projections(x), layers):
+            assert torch.equal(joint, layer(x))
