@@ -13,6 +13,7 @@ from bertforge import BertForSequenceClassification, BertModel
 from bertforge.compress import QuantizationConfig, QuantizedLinear, quantize, save_quantized
 from bertforge.compress.quantize import FusedProjections, concatenate, int8_reduce_range, static_kernel_available
 from bertforge.errors import ConfigError
+from bertforge.model import SelfAttention
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -272,8 +273,14 @@ def test_layers_that_quantize_their_input_differently_are_not_joined():
               for scale in (1.0, 1.0, 2.0)]
     assert concatenate(layers[:2]) is not None or not static_kernel_available()
     assert concatenate(layers) is None  # the third calibrated a wider input range
-    projections = FusedProjections(tuple(layers))
+    attention = SelfAttention(16, 2, 0.0)
+    attention.query, attention.key, attention.value = layers
+    projections = FusedProjections(attention)
     x = torch.randn(5, 16)
     with torch.inference_mode():
         for joint, layer in zip(projections(x), layers):
             assert torch.equal(joint, layer(x))
+        attention.value = layers[1]  # a layer replaced: the product follows the attention layer's own
+        assert projections.fused is None and torch.equal(projections(x)[2], layers[1](x))
+        if static_kernel_available():
+            assert projections.fused is not None  # now the three quantize alike

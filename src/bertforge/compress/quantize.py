@@ -16,8 +16,9 @@ without oneDNN use its dynamic kernel (fbgemm), which finds the range per call. 
 feed-forward's GELU as it writes its output, which is why the up-projection folds its outliers by default (oneDNN
 has no GELU after the addition of a float32 product), and the up-projection writes its output as the
 down-projection's uint8 codes where the down-projection keeps no outliers: the widest activation of the layer is
-never written in float32. SmoothQuant's migration for every channel is an option (`smoothing`); on MiniLM it
-helped less than keeping the outliers apart, and hurt the down-projection, whose input follows a GELU.
+never written in float32; an attention layer's query, key and value, which see the same input, run as one int8
+product. SmoothQuant's migration for every channel is an option (`smoothing`); on MiniLM it helped less than
+keeping the outliers apart, and hurt the down-projection, whose input follows a GELU.
 
 A quantized model saves as an ordinary checkpoint directory whose config.json notes the quantization
 (`quantization_config`) and whose safetensors hold the int8 weights and their scales; `from_pretrained` of that
@@ -383,26 +384,29 @@ class FusedProjections:
     The three layers see the same input, so calibration gives them the same input range and outlier channels: one
     quantizing pass, one kernel call and one outlier product do the work of three each (MiniLM: ~2.5% of an int8
     model's time on batches of short sentences, a fifth of it on one sentence, where the calls' fixed costs
-    dominate). The product is made from the three layers on first use, and again after any of them loads new
-    tensors; the layers stay the model's and the checkpoint's. Layers that quantize their input differently, layers
-    with hooks (the attention view reads queries and keys by hooks), graph capture and export run one by one.
+    dominate). The product is made from the attention layer's three layers on first use, and again after any of
+    them loads new tensors or is replaced; the layers stay the model's and the checkpoint's. Layers that quantize
+    their input differently, layers with hooks (the attention view reads queries and keys by hooks), graph capture
+    and export run one by one.
     """
 
-    def __init__(self, layers: tuple[QuantizedLinear, ...]):
-        self.layers = layers
+    def __init__(self, attention: SelfAttention):
+        self.attention = attention
         self.fused: QuantizedLinear | None = None
-        self.made_from: tuple[int, ...] | None = None  # each layer's `loads` when `fused` was made
+        self.made_from: tuple | None = None  # the layers, and how many times each had loaded, when `fused` was made
 
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        layers = (self.attention.query, self.attention.key, self.attention.value)  # as they are now
         if (torch.compiler.is_compiling() or torch.compiler.is_exporting()
-                or any(has_forward_hooks(layer) for layer in self.layers)):
-            return tuple(layer(x) for layer in self.layers)
-        loads = tuple(layer.loads for layer in self.layers)
-        if loads != self.made_from:
-            self.fused, self.made_from = concatenate(self.layers), loads
+                or not all(isinstance(layer, QuantizedLinear) for layer in layers)
+                or any(has_forward_hooks(layer) for layer in layers)):
+            return tuple(layer(x) for layer in layers)
+        made_from = tuple((layer, layer.loads) for layer in layers)
+        if made_from != self.made_from:
+            self.fused, self.made_from = concatenate(layers), made_from
         if self.fused is None:
-            return tuple(layer(x) for layer in self.layers)
-        return self.fused(x).split([layer.out_features for layer in self.layers], dim=-1)
+            return tuple(layer(x) for layer in layers)
+        return self.fused(x).split([layer.out_features for layer in layers], dim=-1)
 
 
 def concatenate(layers: Iterable[QuantizedLinear]) -> QuantizedLinear | None:
@@ -513,10 +517,8 @@ def join_int8_layers(model: nn.Module) -> nn.Module:
         if (isinstance(module, FeedForward) and isinstance(module.up, QuantizedLinear)
                 and isinstance(module.down, QuantizedLinear)):
             module.up.writes_codes(module.down)
-        if isinstance(module, SelfAttention):
-            projections = (module.query, module.key, module.value)
-            if all(isinstance(layer, QuantizedLinear) for layer in projections):
-                module.project = FusedProjections(projections)
+        if isinstance(module, SelfAttention) and isinstance(module.query, QuantizedLinear):
+            module.project = FusedProjections(module)
     return model
 
 
