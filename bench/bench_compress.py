@@ -2,11 +2,12 @@
 static activations, outlier channels folded into the weights of the layers before GELU and in float32 elsewhere;
 a row with every layer's outliers in float32, and one with dynamic activations), torch's per-tensor dynamic int8
 (what `--precision int8` was before it became bertforge's), bf16 (where native), and ONNX Runtime's own dynamic
-int8 quantization of the same model, each with the task's metric on its dev file and the end-to-end predict time
-(tokenizing, predicting and decoding the whole dev file, as `bertforge predict` does; scoring is not timed; median
-of --repeats after a warm-up, the variants taking turns pass by pass). A last line per model compares int8 with
-ONNX Runtime's int8 pass by pass: the two are close, and the machine's own drift from minute to minute can be
-larger than the gap between their medians.
+int8 quantization of the same model (per tensor, its default, and per channel), each with the task's metric on its
+dev file and the end-to-end predict time (tokenizing, predicting and decoding the whole dev file, as `bertforge
+predict` does; scoring is not timed; median of --repeats after a warm-up, the variants taking turns pass by pass).
+The last lines per model compare int8 with ONNX Runtime's int8 pass by pass, and the models alone batch by batch:
+the two are close, and the machine's own drift from minute to minute can be larger than the gap between their
+medians; within a batch it mostly cancels.
 
     python bench/bench_compress.py [--runs sst2,mrpc,stsb,conll2003] [--runs-dir runs] [--threads 2]
     python bench/bench_compress.py --model DIR --dev FILE [--model DIR --dev FILE ...]
