@@ -386,8 +386,8 @@ class FusedProjections:
     model's time on batches of short sentences, a fifth of it on one sentence, where the calls' fixed costs
     dominate). The product is made from the attention layer's three layers on first use, and again after any of
     them loads new tensors or is replaced; the layers stay the model's and the checkpoint's. Layers that quantize
-    their input differently, layers with hooks (the attention view reads queries and keys by hooks), graph capture
-    and export run one by one.
+    their input differently, layers with hooks (the attention view reads queries and keys by hooks) and graph export
+    run one by one.
     """
 
     def __init__(self, attention: SelfAttention):
@@ -397,16 +397,21 @@ class FusedProjections:
 
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         layers = (self.attention.query, self.attention.key, self.attention.value)  # as they are now
-        if (torch.compiler.is_compiling() or torch.compiler.is_exporting()
-                or not all(isinstance(layer, QuantizedLinear) for layer in layers)
-                or any(has_forward_hooks(layer) for layer in layers)):
+        fused = self.product(layers)
+        if fused is None:
             return tuple(layer(x) for layer in layers)
+        return fused(x).split([layer.out_features for layer in layers], dim=-1)
+
+    def product(self, layers: tuple[nn.Module, ...]) -> QuantizedLinear | None:
+        """The joint layer for `layers`, made again if they changed; None where they must run one by one. (Under
+        torch.compile there is no FusedProjections: `run_int8_eagerly` removes it.)"""
+        if (torch.compiler.is_exporting() or not all(isinstance(layer, QuantizedLinear) for layer in layers)
+                or any(has_forward_hooks(layer) for layer in layers)):
+            return None
         made_from = tuple((layer, layer.loads) for layer in layers)
         if made_from != self.made_from:
             self.fused, self.made_from = concatenate(layers), made_from
-        if self.fused is None:
-            return tuple(layer(x) for layer in layers)
-        return self.fused(x).split([layer.out_features for layer in layers], dim=-1)
+        return self.fused
 
 
 def concatenate(layers: Iterable[QuantizedLinear]) -> QuantizedLinear | None:
