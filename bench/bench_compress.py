@@ -127,10 +127,15 @@ def time_predictions(models: dict[str, FinetunedModel], examples, repeats: int, 
     names = list(models)
     passes = {name: [] for name in names}
     for repeat in range(repeats):
-        shift = repeat % len(names)
-        for name in names[shift:] + names[:shift]:
+        for name in taking_turns(names, repeat):
             passes[name].append(measure(name, models[name], examples, batch_size))
     return passes
+
+
+def taking_turns(names: list[str], turn: int) -> list[str]:
+    """`names` in the order of the `turn`-th round: each round starts one further along."""
+    shift = turn % len(names)
+    return names[shift:] + names[:shift]
 
 
 def model_seconds(models: dict[str, FinetunedModel], examples, passes: int, batch_size: int = 64) -> dict[str, float]:
@@ -146,8 +151,7 @@ def model_seconds(models: dict[str, FinetunedModel], examples, passes: int, batc
             for name in names:
                 models[name].model(**batch)
         for turn in range(passes * len(batches)):
-            shift = turn % len(names)
-            for name in names[shift:] + names[:shift]:
+            for name in taking_turns(names, turn):
                 start = time.perf_counter()
                 models[name].model(**batches[turn % len(batches)])
                 seconds[name] += time.perf_counter() - start
