@@ -43,3 +43,15 @@ def test_quantize_will_not_write_into_a_directory_with_files(sst2_teacher, sst2_
     assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev"]),
                  "--output", str(sst2_teacher)]) == 1
     assert "not empty" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a CUDA GPU")
+@pytest.mark.parametrize(("device", "message"), [("cuda", "no CUDA GPU"), ("tpu", "expected one of cpu, cuda")])
+def test_quantize_checks_its_device_before_loading_anything(sst2_teacher, sst2_files, tmp_path, capsys, device,
+                                                            message):
+    output = tmp_path / "bf16"
+    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev"]), "--output", str(output),
+                 "--precision", "bf16", "--device", device]) == 1
+    error = capsys.readouterr().err.strip()
+    assert message in error and "\n" not in error and "Traceback" not in error
+    assert not output.exists()

@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", required=True, help="directory for the smaller model (must be new)")
     parser.add_argument("--precision", choices=[*METHODS, "auto"], default="int8",
                         help="int8 (CPU: int8 weights, outlier input channels in float32), bf16, or auto "
-                             "(bf16 where the hardware runs it natively, else int8); default int8")
+                             "(bf16 where --device runs it natively, else int8); default int8")
     add_max_drop_argument(parser)
     parser.add_argument("--calibration", default=None,
                         help="int8: data whose first examples find each layer's outlier channels (default: --dev)")
@@ -40,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="int8: each layer's input range from calibration (static: no pass over each input to "
                              "find it) or from each batch (dynamic)")
     parser.add_argument("--batch-size", type=positive_int, default=64, help="examples per batch")
+    parser.add_argument("--device", default="cpu",
+                        help="where both models run and are timed: cpu (default), cuda, cuda:N, mps; int8 is CPU only")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     report = quantize_finetuned(args.model, args.dev, args.output, args.precision, args.max_drop, args.calibration,
                                 args.calibration_examples, args.outlier_channels, args.smoothing, args.batch_size,
-                                args.activations, args.outlier_folding)
+                                args.activations, args.outlier_folding, args.device)
     print(report.table())
     print(report.verdict() + (f"; wrote {args.output}" if report.accepted else ""))
     return 0 if report.accepted else 1

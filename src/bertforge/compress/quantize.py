@@ -645,24 +645,30 @@ def replace_module(model: nn.Module, name: str, module: nn.Module) -> None:
 def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, precision: str = "int8",
                        max_drop: float = 0.5, calibration: str | Path | None = None,
                        calibration_examples: int = 256, outlier_channels: int = 8, smoothing: float | None = None,
-                       batch_size: int = 64, activations: str = "static", outlier_folding: str = "activation"
-                       ) -> GateReport:
+                       batch_size: int = 64, activations: str = "static", outlier_folding: str = "activation",
+                       device: str = "cpu") -> GateReport:
     """Quantize a fine-tuned model directory, measure it beside the original on the labelled `dev` file, and write
     it to `output` only if the task's metric drops by at most `max_drop` points (see `GateReport.accepted`).
 
     int8 calibrates on the first `calibration_examples` of `calibration` (default: the dev file): each layer's
     largest input channels and, with static `activations`, the range of its int8 input. `precision="auto"` is bf16
-    where native, else int8.
+    where `device` runs it natively, else int8. Both models run on `device` (int8: CPU only).
     """
+    from bertforge.inference.optimize import InferenceOptions, check_device
+
     output = check_output(output)
+    device_type = check_device(device).type  # before any loading: a one-line error
     if precision == "auto":
-        precision = auto_precision("cpu")
+        precision = auto_precision(device_type)
+    if precision == "int8" and device_type != "cpu":
+        raise ConfigError(f"--device {device}: int8 runs on CPU only (use --device cpu, or --precision bf16)")
     config = QuantizationConfig(precision, outlier_channels=outlier_channels, smoothing=smoothing,
                                 activations=activations, outlier_folding=outlier_folding)
-    reference = FinetunedModel.load(model)
+    placement = InferenceOptions(device=device)
+    reference = FinetunedModel.load(model, inference=placement)
     columns = reference.columns()
     examples = reference.read(dev, columns, labelled=True)
-    candidate = FinetunedModel.load(model)
+    candidate = FinetunedModel.load(model, inference=placement)
     batches = None
     if precision == "int8":
         sample = examples if calibration is None else reference.read(calibration, columns, labelled=True)
