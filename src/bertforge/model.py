@@ -8,12 +8,14 @@ the padding before the embeddings and puts it back after the last layer; attenti
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bertforge.activations import Activation
 from bertforge.checkpoint.pretrained import Pretrained
@@ -33,6 +35,9 @@ class EncoderOutput:
 # On a CPU, SDPA's kernel has a large cost per (sequence, head) that dominates short sequences; up to this length
 # the explicit matmul-softmax-matmul path is faster (up to 2x at 8-16 tokens), beyond it SDPA is (2-3x at 256+).
 EXPLICIT_ATTENTION_MAX_SEQ = 64
+# On a GPU, SDPA's first choice for bf16 (cuDNN's kernel, recent torch and GPUs) builds a plan for every new shape:
+# ~8 ms a layer on an H200, paid again at each batch length, and batches come in many. The others need no plan.
+GPU_ATTENTION_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 class Embeddings(nn.Module):
@@ -93,7 +98,8 @@ class SelfAttention(nn.Module):
             probs = scores.softmax(dim=-1)
             context = self.dropout(probs) @ v
         else:
-            context, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p), None
+            with sdpa_kernel(GPU_ATTENTION_KERNELS) if q.is_cuda else nullcontext():
+                context, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p), None
         return self.merge_heads(context), probs if need_weights else None
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:

@@ -25,6 +25,8 @@ from bertforge.compress.gate import GateReport, check_output, measure, write_if_
 from bertforge.config import check_number
 from bertforge.errors import ConfigError
 from bertforge.heads import IGNORE_INDEX
+from bertforge.inference.optimize import InferenceOptions
+from bertforge.runtime import parse_device
 from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetuneConfig, FinetunedModel, FinetuneResult, finetune
 from bertforge.training.trainer import model_loss
 
@@ -170,7 +172,10 @@ def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, m
         report = None
         if config.dev is not None:
             examples = teacher.read(config.dev, config.columns, labelled=True)
-            trained = FinetunedModel.load(training_dir)
+            # Both where the student was trained (the teacher went there to teach it; the control's stayed put).
+            placement = InferenceOptions(device=str(parse_device(config.training.device)))
+            placement.apply(teacher.model)
+            trained = FinetunedModel.load(training_dir, inference=placement)
             report = GateReport(teacher.task.main_metric, measure("teacher", teacher, examples, config.eval_batch_size),
                                 measure("student", trained, examples, config.eval_batch_size), max_drop)
 
