@@ -1,0 +1,91 @@
+#!/bin/bash
+# bertforge's CUDA paths end to end on one GPU, with the CPU beside it where answers must agree:
+#   bash bench/gpu_check.sh [DATA_DIR (default ../shared/data)] [DEVICE (default cuda)]
+# Fine-tunes MiniLM on 4,000 SST-2 sentences in bf16 and on 1,500 STS-B pairs; evaluates and predicts on the GPU
+# (fp32 and auto = bf16) beside the CPU; `quantize --device` (bf16 on the GPU, int8 refused); distills a 3-layer
+# student there; embeds, checks parity with transformers and sentence-transformers on the GPU; pre-trains a tiny
+# model in bf16 and fp16; serves /v1/embeddings from the GPU. Each step prints its exit status and wall-clock.
+# Needs bertforge[dev] installed (the default model, transformers, sentence-transformers) and a CUDA GPU.
+set -u
+DATA=$(cd "${1:-../shared/data}" && pwd); D=${2:-cuda}
+PY=${PY:-python3}
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+T=$W/data; mkdir -p $T/sst2 $T/stsb
+head -4001 $DATA/sst2/train.tsv > $T/sst2/train.tsv; cp $DATA/sst2/dev.tsv $T/sst2/
+head -1501 $DATA/stsb/train.tsv > $T/stsb/train.tsv; cp $DATA/stsb/dev.tsv $T/stsb/
+export PYTHONUNBUFFERED=1
+bf() { $PY -m bertforge "$@"; }
+step() { local name=$1; shift; echo; echo "=== $name: $*"; local t0=$EPOCHREALTIME; "$@"; local rc=$?
+         echo "=== $name rc=$rc $(awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME - $t0}") s"; }
+
+$PY -c "import torch, bertforge.runtime as r; print('torch', torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU', 'bf16 native', r.bf16_supported('$D'.partition(':')[0]))"
+step finetune-sst2-bf16 bf finetune --task classification --model default --train $T/sst2/train.tsv --dev $T/sst2/dev.tsv \
+  --epochs 1 --batch-size 32 --lr 1e-4 --bf16 --device $D --output $W/sst2 --no-progress
+step finetune-stsb bf finetune --task regression --model default --train $T/stsb/train.tsv --dev $T/stsb/dev.tsv \
+  --text-column sentence1 --text-pair-column sentence2 --label-column score --epochs 2 --batch-size 32 --lr 1e-4 \
+  --device $D --output $W/stsb --no-progress
+step evaluate-gpu-fp32 bf evaluate --model $W/sst2 --data $T/sst2/dev.tsv --device $D
+step evaluate-gpu-auto bf evaluate --model $W/sst2 --data $T/sst2/dev.tsv --device $D --precision auto
+step evaluate-cpu-fp32 bf evaluate --model $W/sst2 --data $T/sst2/dev.tsv --device cpu
+step predict-gpu-auto bf predict --model $W/sst2 --input $T/sst2/dev.tsv --output $W/gpu.jsonl --device $D --precision auto
+step predict-cpu bf predict --model $W/sst2 --input $T/sst2/dev.tsv --output $W/cpu.jsonl --device cpu
+step compare-predictions $PY -c "
+import json
+a, b = ([json.loads(line) for line in open(f'$W/{name}.jsonl')] for name in ('gpu', 'cpu'))
+print('labels agree', sum(x['label'] == y['label'] for x, y in zip(a, b)), 'of', len(a))"
+step quantize-auto-gpu bf quantize --model $W/sst2 --dev $T/sst2/dev.tsv --precision auto --device $D --max-drop 1.0 --output $W/sst2-auto
+step reload-quantized-cpu bf evaluate --model $W/sst2-auto --data $T/sst2/dev.tsv --device cpu
+step quantize-int8-gpu-refused bf quantize --model $W/sst2 --dev $T/sst2/dev.tsv --precision int8 --device $D --output $W/sst2-int8
+step quantize-stsb-bf16-gpu bf quantize --model $W/stsb --dev $T/stsb/dev.tsv --precision bf16 --device $D --max-drop 1.0 --output $W/stsb-bf16
+step distill-sst2-l3 bf distill --teacher $W/sst2 --train $T/sst2/train.tsv --dev $T/sst2/dev.tsv --student-layers 3 \
+  --device $D --max-drop 5 --output $W/sst2-l3 --no-progress
+step embed-gpu bf embed --model default --input examples/sentences.txt --output $W/gpu.npy --device $D
+step embed-cpu bf embed --model default --input examples/sentences.txt --output $W/cpu.npy --device cpu
+step parity $PY - <<EOF
+import numpy as np, torch, transformers
+from sentence_transformers import SentenceTransformer
+from bertforge import BertModel
+from bertforge.checkpoint.default_model import default_model_dir
+from bertforge.tokenizer import BertTokenizer
+gpu, cpu = np.load("$W/gpu.npy"), np.load("$W/cpu.npy")
+print("embed $D vs cpu: max abs", float(np.abs(gpu - cpu).max()))
+d, device = default_model_dir(), torch.device("$D")
+texts = [line.strip() for line in open("examples/sentences.txt") if line.strip()]
+batch = {k: v.to(device) for k, v in BertTokenizer.from_pretrained(d)(texts, padding=True, return_tensors="pt").items()}
+with torch.no_grad():
+    ours = BertModel.from_pretrained(d).to(device).eval()(**batch).last_hidden_state
+    theirs = transformers.AutoModel.from_pretrained(str(d)).to(device).eval()(**batch).last_hidden_state
+real = batch["attention_mask"].bool()
+print("encoder vs transformers on $D, real tokens: max abs", float((ours - theirs)[real].abs().max()))
+reference = SentenceTransformer(str(d), device="$D").encode(texts, normalize_embeddings=True)
+print("embed vs sentence-transformers on $D: max abs", float(np.abs(reference - gpu).max()))
+EOF
+step pretrain-prepare bf pretrain prepare --corpus examples/corpus.txt --vocab default --output $W/corpus --max-length 64 --no-progress
+for precision in bf16 fp16; do
+  step pretrain-$precision bf pretrain train --size tiny --data $W/corpus --output $W/tiny-$precision --steps 30 \
+    --batch-size 8 --max-length 64 --$precision --holdout 1 --no-progress
+done
+step serve-gpu $PY - <<EOF
+import json, subprocess, sys, time, urllib.request
+import numpy as np
+server = subprocess.Popen([sys.executable, "-m", "bertforge", "serve", "--model", "default", "--port", "8765",
+                           "--device", "$D", "--precision", "auto"], stdout=open("$W/serve.log", "w"),
+                          stderr=subprocess.STDOUT)
+def call(path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request("http://127.0.0.1:8765" + path, data=data, headers={"content-type": "application/json"})
+    return json.load(urllib.request.urlopen(request, timeout=30))
+try:
+    for _ in range(120):
+        try:
+            print("health", call("/health")); break
+        except OSError:
+            time.sleep(0.5)
+    texts = [line.strip() for line in open("examples/sentences.txt") if line.strip()]
+    served = call("/v1/embeddings", {"input": texts, "model": "default"})
+    vectors = np.array([item["embedding"] for item in sorted(served["data"], key=lambda item: item["index"])])
+    print("served", vectors.shape, "min cosine to the CPU's fp32 vectors", float((vectors * np.load("$W/cpu.npy")).sum(1).min()))
+finally:
+    server.terminate(); server.wait()
+    print(open("$W/serve.log").read()[-2000:])
+EOF
