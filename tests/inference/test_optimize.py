@@ -116,3 +116,34 @@ def test_embed_command_takes_the_precision(capsys, tmp_path, sentences, minilm, 
     expected = extract_features(minilm, tokenizer, sentences, pooling="mean")
     assert F.cosine_similarity(vectors, expected, dim=-1).min() > 0.99  # the per-channel int8 path
     assert not torch.allclose(vectors, expected, atol=1e-5)  # quantized, not the fp32 model
+
+
+def test_an_int8_checkpoint_is_refused_on_a_gpu_before_it_moves_there(monkeypatch):
+    """int8 layers run on oneDNN's CPU kernels: asked for a GPU, a quantized checkpoint gets a one-line error
+    before anything is moved (not a kernel failure at the first batch). The GPU itself is pretended: the check
+    comes first."""
+    from bertforge.compress.quantize import QuantizationConfig
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    model = BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=32, max_position_embeddings=32))
+    model.quantization = QuantizationConfig("int8")
+    with pytest.raises(ConfigError, match="int8, which runs on CPU only"):
+        InferenceOptions(device="cuda").apply(model)
+    assert next(model.parameters()).device.type == "cpu"
+
+
+def test_a_bf16_checkpoint_held_in_float32_runs_in_bf16_where_the_device_has_it(monkeypatch):
+    """A bf16 checkpoint loaded where bf16 is not native holds its (bf16-valued) weights in float32; prepared for a
+    device that computes bf16 natively (here: this CPU, pretended to have it), it runs in bf16 there."""
+    from bertforge.compress.quantize import QuantizationConfig
+
+    monkeypatch.setattr(runtime, "bf16_supported", lambda device_type: True)
+    model = BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=32, max_position_embeddings=32))
+    model.quantization = QuantizationConfig("bf16")
+    InferenceOptions().apply(model)
+    assert next(model.parameters()).dtype == torch.bfloat16
+    output = model(torch.tensor([[1, 5, 7, 2]]))
+    assert output.last_hidden_state.dtype == torch.float32

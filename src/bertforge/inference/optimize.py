@@ -60,15 +60,22 @@ class InferenceOptions:
         types (float32 tensors), so every caller works unchanged. int8 calibrates on `calibration` (batches of
         model inputs from the user's data) when given, else on bundled real sentences encoded by `tokenizer`."""
         model.eval()
+        quantization = getattr(model, "quantization", None)  # a checkpoint that `bertforge quantize` wrote
         if self.device != "cpu":
-            model.to(check_device(self.device))
+            device = check_device(self.device)
+            if quantization is not None and quantization.precision == "int8":  # before its int8 kernels fail there
+                raise ConfigError(f"--device {self.device}: this model is int8, which runs on CPU only (use cpu)")
+            model.to(device)
         device = next(model.parameters()).device
         precision = resolve_precision(self.precision, device.type)
-        if getattr(model, "quantization", None) is not None:  # a checkpoint that `bertforge quantize` wrote
+        if quantization is not None:
             if self.precision not in ("fp32", "auto"):
-                raise ConfigError(f"this model is already quantized ({model.quantization.precision}); load it at "
+                raise ConfigError(f"this model is already quantized ({quantization.precision}); load it at "
                                   "the default precision")
             precision = "fp32"  # as it was saved
+            if (quantization.precision == "bf16" and runtime.bf16_supported(device.type)
+                    and next(model.parameters()).dtype == torch.float32):
+                run_in_bf16(model)  # loaded where bf16 is not native (held as float32), moved to where it is
         if precision == "int8":
             if device.type != "cpu":
                 raise ConfigError(f"int8 quantization runs on CPU only; this model is on {device.type}")
