@@ -55,3 +55,30 @@ def test_quantize_checks_its_device_before_loading_anything(sst2_teacher, sst2_f
     error = capsys.readouterr().err.strip()
     assert message in error and "\n" not in error and "Traceback" not in error
     assert not output.exists()
+
+
+def test_quantize_measures_extractive_qa_by_its_own_metric(data_dir, tmp_path, capsys):
+    """The gate is the task's own: on SQuAD (a MiniLM reader trained a few steps on real questions) it reports
+    exact match and F1 of the decoded answer spans, and the written model scores what the report says."""
+    from bertforge.tasks.finetune import FinetuneConfig, finetune
+    from bertforge.training.trainer import TrainConfig
+
+    articles = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    train, dev = tmp_path / "train.json", tmp_path / "dev.json"
+    train.write_text(json.dumps({"version": articles["version"], "data": articles["data"][:1]}))
+    dev_article = dict(articles["data"][45], paragraphs=articles["data"][45]["paragraphs"][:4])
+    dev.write_text(json.dumps({"version": articles["version"], "data": [dev_article]}))
+    reader = tmp_path / "reader"
+    finetune(FinetuneConfig(task="qa", train=str(train), output=str(reader), max_train_examples=96, batch_size=16,
+                            training=TrainConfig(epochs=1, lr=1e-4, progress=False, seed=0)))
+    output = tmp_path / "int8"
+    assert main(["quantize", "--model", str(reader), "--dev", str(dev), "--output", str(output),
+                 "--max-drop", "100"]) == 0
+    printed = capsys.readouterr().out
+    assert "exact_match" in printed and "f1" in printed
+    report = json.loads((output / COMPRESSION_FILE).read_text())
+    assert report["metric"] == "f1"
+    reloaded = FinetunedModel.load(output)
+    assert isinstance(reloaded.model.bert.encoder.layers[0].feed_forward.up, QuantizedLinear)
+    examples = reloaded.read(dev, reloaded.columns(), labelled=True)
+    assert reloaded.evaluate(examples)["f1"] == report["candidate"]["metrics"]["f1"]
