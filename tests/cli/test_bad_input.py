@@ -129,6 +129,18 @@ FLAG_AND_OUTPUT_CASES = [
      ["already holds a model"]),
     ("vocab-output-under-file", ["vocab", "--corpus", "{D}/lines.txt", "--output", "{O}/a_file/vocab.txt"], 1,
      ["a_file is a file, not a folder"]),
+    ("quantize-max-drop-nan", ["quantize", "--model", "{M}", "--dev", "{D}/train.csv", "--output", "{T}/out",
+                               "--max-drop", "nan"], 2, ["--max-drop", "finite"]),
+    ("quantize-outlier-channels-all", ["quantize", "--model", "{M}", "--dev", "{D}/train.csv", "--output",
+                                       "{T}/out", "--outlier-channels", "5000"], 1, ["outlier_channels", "fewer than"]),
+    ("quantize-device-banana", ["quantize", "--model", "{M}", "--dev", "{D}/train.csv", "--output", "{T}/out",
+                                "--device", "banana"], 1, ["'banana'"]),
+    ("quantize-output-is-file", ["quantize", "--model", "{M}", "--dev", "{D}/train.csv", "--output", "{O}/a_file"],
+     1, ["a_file", "already exists"]),
+    ("distill-max-drop-inf", ["distill", "--teacher", "{M}", "--train", "{D}/train.csv", "--output", "{T}/out",
+                              "--max-drop", "inf"], 2, ["--max-drop", "finite"]),
+    ("distill-student-as-deep", ["distill", "--teacher", "{M}", "--train", "{D}/train.csv", "--output", "{T}/out",
+                                 "--student-layers", "9"], 1, ["not smaller than its teacher"]),
 ]
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import argparse
 
-from bertforge.cli.arguments import positive_int
+from bertforge.cli.arguments import finite_float, positive_int
 
 
 def add_max_drop_argument(parser: argparse.ArgumentParser) -> None:
     """--max-drop, the gate shared by quantize and distill."""
-    parser.add_argument("--max-drop", type=float, default=0.5,
+    parser.add_argument("--max-drop", type=finite_float, default=0.5,
                         help="most points (100 x the task's main metric) the smaller model may lose on --dev; "
                              "more, and nothing is written (default 0.5)")
 

@@ -157,6 +157,7 @@ def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, m
     if config.output is None:
         raise ConfigError("an output directory is required (--output)")
     output = check_output(config.output)
+    check_number("max_drop", max_drop)  # finite (negative: the smaller model must gain that much)
     teacher = FinetunedModel.load(config.model)
     if teacher.task.name not in DISTILLABLE_TASKS:
         raise ConfigError(f"distillation covers {', '.join(DISTILLABLE_TASKS)}; the teacher does {teacher.task.name}")

@@ -47,7 +47,7 @@ from bertforge.activations import ACTIVATIONS, ONEDNN_POST_OPS, Activation
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.hf_format import CONFIG_FILE
 from bertforge.compress.gate import GateReport, check_output, measure, write_if_accepted
-from bertforge.config import read_json_object
+from bertforge.config import check_number, read_json_object
 from bertforge.errors import ConfigError, check_choice
 from bertforge.model import BertModel, FeedForward, SelfAttention
 from bertforge.tasks.data import inference_batches
@@ -501,6 +501,10 @@ def quantize_int8(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]] |
 
     make_plain(model)  # quantize the plain nn.Linear layers
     linears = encoder_linears(model)
+    narrowest = min(linear.in_features for linear in linears.values())
+    if config.outlier_channels >= narrowest:  # the int8 product needs some channels left to multiply
+        raise ConfigError(f"outlier_channels must be fewer than a layer's {narrowest} input channels, "
+                          f"got {config.outlier_channels}")
     ranges = calibrate(model, batches, linears)
     activations = take_activations(model, linears)
     for name, linear in linears.items():
@@ -657,6 +661,7 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
     from bertforge.inference.optimize import InferenceOptions, check_device
 
     output = check_output(output)
+    check_number("max_drop", max_drop)  # finite (negative: the smaller model must gain that much)
     device_type = check_device(device).type  # before any loading: a one-line error
     if precision == "auto":
         precision = auto_precision(device_type)
