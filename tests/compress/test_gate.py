@@ -38,6 +38,14 @@ def test_quantize_writes_a_model_that_reloads_as_reported_and_refuses_a_larger_d
     assert not refused.exists()
     assert not list(tmp_path.glob(".refused*"))  # no temporary folder left behind either
 
+    # The written model is an end point: quantizing or distilling it again is a one-line error, nothing written.
+    for argv in (["quantize", "--model", str(output), "--dev", str(sst2_files["dev"])],
+                 ["distill", "--teacher", str(output), "--train", str(sst2_files["student"])]):
+        assert main([*argv, "--output", str(tmp_path / "again")]) == 1
+        error = capsys.readouterr().err.strip()
+        assert "already quantized (int8)" in error and "\n" not in error
+        assert not (tmp_path / "again").exists()
+
 
 def test_quantize_will_not_write_into_a_directory_with_files(sst2_teacher, sst2_files, capsys):
     assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev"]),

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.compress.gate import GateReport, check_output, measure, write_if_accepted
+from bertforge.compress.quantize import check_not_quantized
 from bertforge.config import check_number
 from bertforge.errors import ConfigError
 from bertforge.heads import IGNORE_INDEX
@@ -159,6 +160,7 @@ def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, m
     output = check_output(config.output)
     check_number("max_drop", max_drop)  # finite (negative: the smaller model must gain that much)
     teacher = FinetunedModel.load(config.model)
+    check_not_quantized(teacher.model, "distill", config.model)  # a student is cut from float weights
     if teacher.task.name not in DISTILLABLE_TASKS:
         raise ConfigError(f"distillation covers {', '.join(DISTILLABLE_TASKS)}; the teacher does {teacher.task.name}")
     # the teacher's task; a config written for another one (a library caller's default) takes the teacher's settings

@@ -594,10 +594,20 @@ def quantize(model: nn.Module, config: QuantizationConfig | None = None,
     """`model` (changed in place and returned) in eval mode at `config.precision`; `batches` of model inputs from
     the user's own data calibrate int8 (a few hundred sentences are plenty: calibration finds each layer's largest
     input channels and the range of its int8 input). The model remembers its config for `save_quantized`."""
+    check_not_quantized(model, "quantize")
     config = dataclasses.replace(config or QuantizationConfig(), modules={})
     model = METHODS[config.precision](model.eval(), batches, config)
     model.quantization = config
     return model
+
+
+def check_not_quantized(model: nn.Module, action: str, source: str | Path = "this model") -> None:
+    """A model `bertforge quantize` wrote is an end point: quantizing or distilling it again would compound the
+    rounding (and its int8 layers are no float weights to start from)."""
+    config = getattr(model, "quantization", None)
+    if config is not None:
+        raise ConfigError(f"{source}: already quantized ({config.precision}); {action} the fp32 model it was "
+                          "made from")
 
 
 def prepare_quantized(model: nn.Module, config: QuantizationConfig) -> nn.Module:
@@ -671,6 +681,7 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
                                 activations=activations, outlier_folding=outlier_folding)
     placement = InferenceOptions(device=device)
     reference = FinetunedModel.load(model, inference=placement)
+    check_not_quantized(reference.model, "quantize", model)
     columns = reference.columns()
     examples = reference.read(dev, columns, labelled=True)
     candidate = FinetunedModel.load(model, inference=placement)
