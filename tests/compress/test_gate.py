@@ -38,9 +38,11 @@ def test_quantize_writes_a_model_that_reloads_as_reported_and_refuses_a_larger_d
     assert not refused.exists()
     assert not list(tmp_path.glob(".refused*"))  # no temporary folder left behind either
 
-    # The written model is an end point: quantizing or distilling it again is a one-line error, nothing written.
+    # The written model is an end point: quantizing, distilling or fine-tuning it again is a one-line error,
+    # nothing written.
     for argv in (["quantize", "--model", str(output), "--dev", str(sst2_files["dev"])],
-                 ["distill", "--teacher", str(output), "--train", str(sst2_files["student"])]):
+                 ["distill", "--teacher", str(output), "--train", str(sst2_files["student"])],
+                 ["finetune", "--model", str(output), "--train", str(sst2_files["student"]), "--no-progress"]):
         assert main([*argv, "--output", str(tmp_path / "again")]) == 1
         error = capsys.readouterr().err.strip()
         assert "already quantized (int8)" in error and "\n" not in error

@@ -106,6 +106,13 @@ def test_quantized_checkpoint_saves_reloads_and_predicts_the_same(minilm_dir, to
     with torch.inference_mode():
         assert torch.equal(reloaded(**batch).logits, model(**batch).logits)
 
+    # The classifier's checkpoint loads into the bare encoder too (embed, attention), int8 layers and all, as an
+    # fp32 classifier's does: the recorded module names match with or without the `bert.` prefix.
+    encoder = BertModel.from_pretrained(tmp_path / "int8")
+    assert isinstance(encoder.encoder.layers[0].attention.query, QuantizedLinear)
+    with torch.inference_mode():
+        assert torch.equal(encoder(**batch).last_hidden_state, model.bert(**batch).last_hidden_state)
+
 
 def test_a_checkpoint_from_before_static_int8_loads_and_runs_dynamically(minilm_dir, tokenizer, sentences,
                                                                          tmp_path):

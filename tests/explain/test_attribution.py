@@ -157,3 +157,20 @@ def test_bad_requests_are_one_line_errors(sst2_classifier, tokenizer):
         explain(sst2_classifier, tokenizer, REVIEW, method="lime")
     with pytest.raises(InputError, match="empty"):
         explain(sst2_classifier, tokenizer, "   ")
+
+
+def test_an_int8_model_is_explained_by_rollout_and_refused_by_gradients(sst2_classifier_dir, tokenizer, sst2_dev):
+    """No gradient flows through an int8 layer's kernel: the gradient methods would give every word 0, so they
+    are refused; attention rollout reads the attention probabilities, which int8 computes as fp32 does (nearly)."""
+    from bertforge import BertForSequenceClassification
+    from bertforge.compress import QuantizationConfig, quantize
+
+    model = BertForSequenceClassification.from_pretrained(sst2_classifier_dir)
+    fp32_rollout = attributions_of(explain(model, tokenizer, REVIEW, method="attention_rollout"))
+    calibration = [dict(tokenizer([text for text, _ in sst2_dev[:32]], padding=True, return_tensors="pt"))]
+    quantize(model, QuantizationConfig("int8"), calibration)
+    for method in ("integrated_gradients", "gradient_x_input"):
+        with pytest.raises(InputError, match="int8 layers"):
+            explain(model, tokenizer, REVIEW, method=method)
+    int8_rollout = attributions_of(explain(model, tokenizer, REVIEW, method="attention_rollout"))
+    assert torch.nn.functional.cosine_similarity(int8_rollout, fp32_rollout, dim=0) > 0.99

@@ -89,6 +89,25 @@ def test_task_models_match_pytorch(tmp_path, tiny_config, tokenizer, real_senten
         assert max_difference_at_real_tokens(session, model, batch, names, per_token) <= 1e-4
 
 
+def test_a_bf16_model_exports_in_float32_and_stays_bf16(tmp_path, tiny_config, tokenizer, real_sentences):
+    """`bertforge quantize --precision bf16` writes bf16 weights; ONNX Runtime's CPU kernels are float32 (it has no
+    bf16 Expand), so the graph holds them in float32, where bf16 values are exact, and the model stays bf16."""
+    from bertforge.compress import QuantizationConfig, quantize
+    from bertforge.compress.quantize import save_quantized
+
+    torch.manual_seed(0)
+    config = dataclasses.replace(tiny_config, vocab_size=tokenizer.vocab_size, initializer_range=0.5)
+    save_quantized(quantize(BertForSequenceClassification(config), QuantizationConfig("bf16")), tmp_path / "bf16")
+    model = BertForSequenceClassification.from_pretrained(tmp_path / "bf16").to(torch.bfloat16)  # as on native bf16
+    export_onnx(model, tokenizer, tmp_path / "bf16.onnx")
+    assert next(model.parameters()).dtype == torch.bfloat16
+    graph = onnx.load(str(tmp_path / "bf16.onnx"))
+    assert {tensor.data_type for tensor in graph.graph.initializer} <= {onnx.TensorProto.FLOAT, onnx.TensorProto.INT64}
+    session, reference = onnx_session(tmp_path / "bf16.onnx"), model.float().eval()
+    for batch in real_batches(tokenizer, real_sentences):
+        assert max_difference_at_real_tokens(session, reference, batch, ["logits"], set()) <= 1e-4
+
+
 def test_a_graph_off_by_more_than_the_tolerance_is_not_written(tmp_path, tiny_config, tokenizer):
     model = BertModel(dataclasses.replace(tiny_config, vocab_size=tokenizer.vocab_size))
     with pytest.raises(BertforgeError, match="nothing was written"):

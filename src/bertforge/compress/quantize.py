@@ -46,6 +46,7 @@ from torch import nn
 from bertforge.activations import ACTIVATIONS, ONEDNN_POST_OPS, Activation
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.hf_format import CONFIG_FILE
+from bertforge.checkpoint.key_map import ENCODER_PREFIX
 from bertforge.compress.gate import GateReport, check_output, measure, write_if_accepted
 from bertforge.config import check_number, read_json_object
 from bertforge.errors import ConfigError, check_choice
@@ -613,15 +614,24 @@ def check_not_quantized(model: nn.Module, action: str, source: str | Path = "thi
 def prepare_quantized(model: nn.Module, config: QuantizationConfig) -> nn.Module:
     """An unloaded `model` shaped for a quantized checkpoint's tensors (its int8 layers empty), ready for loading."""
     if config.precision == "int8":
-        activations = take_activations(model, config.modules)
-        for name, num_outliers in config.modules.items():
+        names = names_in(model, config.modules)
+        activations = take_activations(model, names.values())
+        for saved, name in names.items():
             linear = model.get_submodule(name)
             replace_module(model, name, QuantizedLinear(
-                linear.in_features, linear.out_features, num_outliers, activations.get(name),
-                smoothed=config.smoothing is not None or name in config.folded, static=config.activations == "static"))
+                linear.in_features, linear.out_features, config.modules[saved], activations.get(name),
+                smoothed=config.smoothing is not None or saved in config.folded, static=config.activations == "static"))
         join_int8_layers(model)
     model.quantization = config
     return model
+
+
+def names_in(model: nn.Module, saved: Iterable[str]) -> dict[str, str]:
+    """Module names as the quantized model's class recorded them -> the same modules in `model`, matched with or
+    without the encoder's `bert.` prefix as their tensors are (a classifier's checkpoint loads into the bare
+    encoder). A module `model` has no place for (a masked-LM model's pooler) is left out, as its tensors are."""
+    own = {name.removeprefix(ENCODER_PREFIX): name for name, _ in model.named_modules()}
+    return {name: own[name.removeprefix(ENCODER_PREFIX)] for name in saved if name.removeprefix(ENCODER_PREFIX) in own}
 
 
 def finish_loading(model: nn.Module) -> nn.Module:

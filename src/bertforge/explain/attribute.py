@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bertforge.errors import InputError, check_choice
 from bertforge.explain.inner import masked_lm_views
-from bertforge.explain.methods import DEFAULT_STEPS, METHODS, Attributions
+from bertforge.explain.methods import DEFAULT_STEPS, METHODS, USES_GRADIENTS, Attributions
 from bertforge.explain.result import Explanation, TokenAttribution, WordAttribution
 from bertforge.explain.targets import DEFAULT_MAX_LENGTH, Row, build_target
 from bertforge.pretraining.heads import BertForMaskedLM
@@ -23,6 +23,10 @@ def explain(model, tokenizer, text: str, text_pair: str | None = None, target: s
     check_choice(method, METHODS, "method", error=InputError)
     if steps < 1:
         raise InputError(f"steps must be at least 1, got {steps}")
+    quantization = getattr(model, "quantization", None)
+    if method in USES_GRADIENTS and quantization is not None and quantization.precision == "int8":
+        raise InputError(f"{method} follows gradients, which int8 layers don't pass on (every attribution would "
+                         "be 0): explain the fp32 model it was made from, or use attention_rollout")
     was_training = model.training
     model.eval()  # dropout off: f must be a function of the input
     try:

@@ -103,3 +103,5 @@ METHODS: dict[str, Callable[..., Attributions]] = {
     "gradient_x_input": gradient_x_input,
     "attention_rollout": attention_rollout,
 }
+# Those that follow gradients through the model: none flow through int8 layers (their kernel has no backward).
+USES_GRADIENTS = ("integrated_gradients", "gradient_x_input")

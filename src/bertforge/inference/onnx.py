@@ -138,6 +138,22 @@ def exportable(model: nn.Module) -> Iterator[nn.Module]:
 
 
 @contextmanager
+def float32_weights(model: nn.Module) -> Iterator[nn.Module]:
+    """A bf16 model (`bertforge quantize --precision bf16`) in float32 while it is exported and checked, its dtype
+    restored on exit: its weights are bf16 values, exact in float32, and ONNX Runtime's CPU kernels are float32
+    (it has no bf16 Expand, for one)."""
+    dtype = next(model.parameters()).dtype
+    if dtype == torch.float32:
+        yield model
+        return
+    model.float()
+    try:
+        yield model
+    finally:
+        model.to(dtype)
+
+
+@contextmanager
 def _quiet_exporter() -> Iterator[None]:
     """Silence the exporter's notes about its own internals (missing torchvision ops, deprecations)."""
     exporter_logger = logging.getLogger("torch.onnx")
@@ -189,31 +205,33 @@ def export_onnx(model: nn.Module, tokenizer, path: str | Path, task: str | None 
     batch = torch.export.Dim("batch", min=1, max=4096)
     seq = torch.export.Dim("seq", min=1, max=model.config.max_position_embeddings)
 
-    with torch.no_grad():
-        output_names = tuple(name for name, tensor in spec.outputs(model(*sample)).items() if tensor is not None)
-    with exportable(model), torch.no_grad():
-        graph = _Graph(model, spec.outputs)
-        with _quiet_exporter():
-            program = torch.onnx.export(graph, sample, input_names=list(INPUT_NAMES), output_names=list(output_names),
-                                        dynamic_shapes={name: {0: batch, 1: seq} for name in INPUT_NAMES},
-                                        opset_version=opset, dynamo=True, verbose=False,
-                                        custom_translation_table=qdq_translations())
-    opset = next(entry.version for entry in program.model_proto.opset_import if entry.domain in ("", "ai.onnx"))
-    if tolerance is None:
-        quantization = getattr(model, "quantization", None)
-        tolerance = INT8_TOLERANCE if quantization is not None and quantization.precision == "int8" else \
-            DEFAULT_TOLERANCE
-    report = ExportReport(path=path, task=task, opset=opset, output_names=output_names, tolerance=tolerance)
-    try:
-        with atomic_path(path) as temporary:
-            program.save(temporary, external_data=False)
-            compare_with_pytorch(model, temporary, check_batches(tokenizer, max_length, check_texts), spec, report)
-            if report.max_difference > tolerance:
-                worst = max(report.differences, key=report.differences.get)
-                raise BertforgeError(f"the ONNX graph differs from PyTorch by {report.max_difference:.2e} in "
-                                     f"{worst!r} (tolerance {tolerance:.0e}); nothing was written to {path}")
-    except OSError as error:
-        raise BertforgeError(f"{path}: can't write the ONNX file: {error.strerror or error}") from None
+    with float32_weights(model):
+        with torch.no_grad():
+            output_names = tuple(name for name, tensor in spec.outputs(model(*sample)).items() if tensor is not None)
+        with exportable(model), torch.no_grad():
+            graph = _Graph(model, spec.outputs)
+            with _quiet_exporter():
+                program = torch.onnx.export(graph, sample, input_names=list(INPUT_NAMES),
+                                            output_names=list(output_names),
+                                            dynamic_shapes={name: {0: batch, 1: seq} for name in INPUT_NAMES},
+                                            opset_version=opset, dynamo=True, verbose=False,
+                                            custom_translation_table=qdq_translations())
+        opset = next(entry.version for entry in program.model_proto.opset_import if entry.domain in ("", "ai.onnx"))
+        if tolerance is None:
+            quantization = getattr(model, "quantization", None)
+            tolerance = INT8_TOLERANCE if quantization is not None and quantization.precision == "int8" else \
+                DEFAULT_TOLERANCE
+        report = ExportReport(path=path, task=task, opset=opset, output_names=output_names, tolerance=tolerance)
+        try:
+            with atomic_path(path) as temporary:
+                program.save(temporary, external_data=False)
+                compare_with_pytorch(model, temporary, check_batches(tokenizer, max_length, check_texts), spec, report)
+                if report.max_difference > tolerance:
+                    worst = max(report.differences, key=report.differences.get)
+                    raise BertforgeError(f"the ONNX graph differs from PyTorch by {report.max_difference:.2e} in "
+                                         f"{worst!r} (tolerance {tolerance:.0e}); nothing was written to {path}")
+        except OSError as error:
+            raise BertforgeError(f"{path}: can't write the ONNX file: {error.strerror or error}") from None
     return report
 
 

@@ -382,7 +382,11 @@ def load_task_model(task: Task, model: str, id2label: dict[int, str], random_ini
         overrides["problem_type"] = task.problem_type
     seed_everything(seed)  # the new head's initial weights are the seed's: a run repeats, a resumed run matches
     if not random_init:
-        return task.model_class.from_pretrained(model, **overrides)
+        from bertforge.compress.quantize import check_not_quantized  # compress builds on the tasks
+
+        loaded = task.model_class.from_pretrained(model, **overrides)
+        check_not_quantized(loaded, "fine-tune", model)  # its int8 layers have no gradient: it would barely learn
+        return loaded
     config = BertConfig.load(resolve_model_dir(model) / CONFIG_FILE)
     return task.model_class(dataclasses.replace(config, **overrides))
 
