@@ -113,6 +113,11 @@ def test_quantized_checkpoint_saves_reloads_and_predicts_the_same(minilm_dir, to
     with torch.inference_mode():
         assert torch.equal(encoder(**batch).last_hidden_state, model.bert(**batch).last_hidden_state)
 
+    # ... but is no model to pre-train from (its int8 layers have no gradient), checked before any work.
+    from bertforge.pretraining.run import model_config
+    with pytest.raises(ConfigError, match="already quantized \\(int8\\); pre-train from the fp32 model"):
+        model_config("mini", tokenizer, 128, init_from=str(tmp_path / "int8"))
+
 
 def test_a_checkpoint_from_before_static_int8_loads_and_runs_dynamically(minilm_dir, tokenizer, sentences,
                                                                          tmp_path):

@@ -602,10 +602,10 @@ def quantize(model: nn.Module, config: QuantizationConfig | None = None,
     return model
 
 
-def check_not_quantized(model: nn.Module, action: str, source: str | Path = "this model") -> None:
-    """A model `bertforge quantize` wrote is an end point: quantizing or distilling it again would compound the
-    rounding (and its int8 layers are no float weights to start from)."""
-    config = getattr(model, "quantization", None)
+def check_not_quantized(model: nn.Module | Path, action: str, source: str | Path = "this model") -> None:
+    """A model `bertforge quantize` wrote (loaded, or its directory) is an end point: quantizing, distilling or
+    training it again would compound the rounding, and its int8 layers are no float weights to start from."""
+    config = read_quantization(model) if isinstance(model, Path) else getattr(model, "quantization", None)
     if config is not None:
         raise ConfigError(f"{source}: already quantized ({config.precision}); {action} the fp32 model it was "
                           "made from")

@@ -191,8 +191,11 @@ def model_config(name_or_path: str, tokenizer: BertTokenizer, seq_len: int, drop
     overrides = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.vocab.pad_token_id,
                  **dropout_overrides(dropout)}
     if init_from is not None:
+        from bertforge.compress.quantize import check_not_quantized  # compress builds on the models
+
         path = resolve_model_dir(init_from) / CONFIG_FILE
         config = BertConfig.load(path)  # a ConfigError naming the file if there is none
+        check_not_quantized(path.parent, "pre-train from", init_from)
         if config.vocab_size != tokenizer.vocab_size:
             raise ConfigError(f"{path}: vocab_size {config.vocab_size} differs from the corpus tokenizer's "
                               f"{tokenizer.vocab_size}; prepare the corpus with that model's vocabulary")
