@@ -51,6 +51,18 @@ def test_soft_label_loss_is_hintons(tiny_config):
     assert torch.allclose(per_token, expected)
 
 
+def test_multi_label_soft_loss_is_each_labels_two_way_kl(tiny_config):
+    config = tiny_config.__class__(**{**tiny_config.__dict__, "problem_type": "multi_label_classification",
+                                      "id2label": {0: "a", 1: "b", 2: "c"}})
+    teacher = BertForSequenceClassification(config).eval()
+    loss = DistillationLoss(teacher, student_from_teacher(teacher, 1), DistillConfig(1, temperature=2.0))
+    logits, teacher_logits = torch.tensor([[1.0, -1.0, 0.0]]), torch.tensor([[0.5, 2.0, -3.0]])
+    p, q = torch.sigmoid(teacher_logits / 2), torch.sigmoid(logits / 2)
+    expected = (p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()).mean() * 4  # mean KL per label x T²
+    assert torch.allclose(loss.soft_loss(logits, teacher_logits, None), expected)
+    assert loss.soft_loss(teacher_logits, teacher_logits, None).abs() < 1e-6
+
+
 def test_hidden_state_loss_is_zero_for_a_student_equal_to_its_teacher(tiny_config):
     teacher = BertForTokenClassification(tiny_config).eval()
     student = student_from_teacher(teacher, tiny_config.num_hidden_layers).eval()
@@ -113,3 +125,29 @@ def test_the_library_call_takes_the_teachers_task_and_settings(data_dir, tmp_pat
     assert result.written
     student = FinetunedModel.load(tmp_path / "student")
     assert student.task.name == "ner" and student.model.config.num_hidden_layers == 2
+
+
+def test_a_multi_label_teacher_distills_through_the_command(data_dir, tmp_path, capsys):
+    """Multi-label (the entity types each real CoNLL-2003 sentence mentions): the command trains a student and
+    gates it by the task's own metric, micro F1; the student stays a multi-label model."""
+    from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, finetune
+    from bertforge.training.trainer import TrainConfig
+
+    rows = []
+    for block in (data_dir / "conll2003" / "eng.train").read_text(encoding="utf-8").split("\n\n")[1:161]:
+        lines = [line.split() for line in block.splitlines() if line.strip()]
+        types = sorted({line[-1][2:] for line in lines if line[-1] != "O"})
+        rows.append(json.dumps({"text": " ".join(line[0] for line in lines), "types": types}))
+    train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
+    train.write_text("\n".join(rows[:120]) + "\n")
+    dev.write_text("\n".join(rows[120:]) + "\n")
+    finetune(FinetuneConfig(task="multi_label", train=str(train), output=str(tmp_path / "teacher"),
+                            text_column="text", label_column="types",
+                            training=TrainConfig(max_steps=8, lr=2e-4, progress=False, seed=0)))
+    assert main(["distill", "--teacher", str(tmp_path / "teacher"), "--train", str(train), "--dev", str(dev),
+                 "--output", str(tmp_path / "student"), "--student-layers", "2", "--max-steps", "4",
+                 "--max-drop", "100", "--no-progress"]) == 0
+    assert "micro_f1" in capsys.readouterr().out
+    assert json.loads((tmp_path / "student" / COMPRESSION_FILE).read_text())["metric"] == "micro_f1"
+    student = FinetunedModel.load(tmp_path / "student")
+    assert student.task.name == "multi_label" and student.model.config.num_hidden_layers == 2

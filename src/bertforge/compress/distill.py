@@ -29,10 +29,11 @@ from bertforge.heads import IGNORE_INDEX
 from bertforge.inference.optimize import InferenceOptions
 from bertforge.runtime import parse_device
 from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetuneConfig, FinetunedModel, FinetuneResult, finetune
+from bertforge.tasks.multi_label import PROBLEM_TYPE as MULTI_LABEL_PROBLEM
 from bertforge.training.trainer import model_loss
 
 # Tasks whose logits the soft-label loss reads: one vector per example, or one per token.
-DISTILLABLE_TASKS = ("classification", "regression", "ner")
+DISTILLABLE_TASKS = ("classification", "multi_label", "regression", "ner")
 DISTILL_CONFIG_FILE = "distill_config.json"
 
 
@@ -107,11 +108,13 @@ class LayerOutputs:
 
 class DistillationLoss:
     """loss_fn(student, batch) for the Trainer: (1 - soft_weight) x the student's own loss on the true labels
-    + soft_weight x T² x KL(teacher || student) at temperature T (MSE to the teacher's score for regression)
+    + soft_weight x T² x KL(teacher || student) at temperature T (for multi-label, the mean over labels of each
+    label's two-way KL; MSE to the teacher's score for regression)
     + hidden_weight x the mean MSE between each student layer's output and its teacher layer's."""
 
     def __init__(self, teacher: nn.Module, student: nn.Module, config: DistillConfig):
         self.teacher, self.config = teacher.eval(), config
+        self.multi_label = getattr(student.config, "problem_type", None) == MULTI_LABEL_PROBLEM
         self.layers = teacher_layers(teacher.config.num_hidden_layers, student.config.num_hidden_layers)
         self.recorders = (LayerOutputs(teacher), LayerOutputs(student)) if config.hidden_weight > 0 else None
 
@@ -139,6 +142,11 @@ class DistillationLoss:
         if logits.shape[-1] == 1:  # regression: the teacher's score is the soft label
             return F.mse_loss(logits, teacher_logits)
         temperature = self.config.temperature
+        if self.multi_label:  # independent labels: each a yes/no distribution, sigmoid(logit / T)
+            target = torch.sigmoid(teacher_logits / temperature)
+            cross_entropy = F.binary_cross_entropy_with_logits(logits / temperature, target)
+            entropy = F.binary_cross_entropy_with_logits(teacher_logits / temperature, target)
+            return (cross_entropy - entropy) * temperature ** 2
         return F.kl_div(F.log_softmax(logits / temperature, dim=-1), F.log_softmax(teacher_logits / temperature, -1),
                         reduction="batchmean", log_target=True) * temperature ** 2
 
