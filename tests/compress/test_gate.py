@@ -92,3 +92,15 @@ def test_quantize_measures_extractive_qa_by_its_own_metric(data_dir, tmp_path, c
     assert isinstance(reloaded.model.bert.encoder.layers[0].feed_forward.up, QuantizedLinear)
     examples = reloaded.read(dev, reloaded.columns(), labelled=True)
     assert reloaded.evaluate(examples)["f1"] == report["candidate"]["metrics"]["f1"]
+
+
+def test_quantize_calibrates_on_unlabelled_text(sst2_teacher, sst2_files, tmp_path, capsys):
+    """Calibration needs inputs only: a plain text file of real sentences, one a line (no columns, no labels)."""
+    sentences = [line.split("\t")[0] for line in sst2_files["student"].read_text(encoding="utf-8").splitlines()[1:]]
+    text = tmp_path / "sentences.txt"
+    text.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    output = tmp_path / "int8"
+    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev"]), "--output", str(output),
+                 "--calibration", str(text), "--max-drop", "100"]) == 0
+    report = json.loads((output / COMPRESSION_FILE).read_text())
+    assert abs(report["drop"]) <= 2  # calibrated on 64 real sentences, the int8 model still tracks fp32

@@ -25,7 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(bf16 where --device runs it natively, else int8); default int8")
     add_max_drop_argument(parser)
     parser.add_argument("--calibration", default=None,
-                        help="int8: data whose first examples find each layer's outlier channels (default: --dev)")
+                        help="int8: text the model will see, whose first examples find each layer's outlier "
+                             "channels and input ranges; no labels needed (a .txt file is one text a line; "
+                             "default: --dev)")
     parser.add_argument("--calibration-examples", type=positive_int, default=256,
                         help="int8: how many examples of the calibration data are run")
     parser.add_argument("--outlier-channels", type=int, default=8,

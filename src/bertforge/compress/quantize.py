@@ -697,7 +697,9 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
     candidate = FinetunedModel.load(model, inference=placement)
     batches = None
     if precision == "int8":
-        sample = examples if calibration is None else reference.read(calibration, columns, labelled=True)
+        # calibration needs inputs only: unlabelled files (a plain .txt, one text a line) do
+        sample = examples if calibration is None else reference.read(calibration, reference.columns(path=calibration),
+                                                                     labelled=False)
         features = candidate.task.encode(candidate.tokenizer, sample[:calibration_examples],
                                          candidate.settings, candidate.id2label)
         batches = [batch for _, batch in inference_batches(features, batch_size, candidate.tokenizer.pad_token_id)]
