@@ -61,12 +61,11 @@ class InferenceOptions:
         model inputs from the user's data) when given, else on bundled real sentences encoded by `tokenizer`."""
         model.eval()
         quantization = getattr(model, "quantization", None)  # a checkpoint that `bertforge quantize` wrote
-        if self.device != "cpu":
-            device = check_device(self.device)
-            if quantization is not None and quantization.precision == "int8":  # before its int8 kernels fail there
-                raise ConfigError(f"--device {self.device}: this model is int8, which runs on CPU only (use cpu)")
-            model.to(device)
-        device = next(model.parameters()).device
+        device = check_device(self.device) if self.device != "cpu" else next(model.parameters()).device
+        int8 = self.precision == "int8" or (quantization is not None and quantization.precision == "int8")
+        if int8 and device.type != "cpu":  # before anything moves: its kernels are oneDNN's, for CPUs
+            raise ConfigError(f"int8, which runs on CPU only, can't run on {device} (use --device cpu)")
+        model.to(device)
         precision = resolve_precision(self.precision, device.type)
         if quantization is not None:
             if self.precision not in ("fp32", "auto"):
@@ -77,8 +76,6 @@ class InferenceOptions:
                     and next(model.parameters()).dtype == torch.float32):
                 run_in_bf16(model)  # loaded where bf16 is not native (held as float32), moved to where it is
         if precision == "int8":
-            if device.type != "cpu":
-                raise ConfigError(f"int8 quantization runs on CPU only; this model is on {device.type}")
             from bertforge.compress.quantize import QuantizationConfig, calibration_batches, quantize
             if calibration is None:
                 if tokenizer is None:
