@@ -24,6 +24,7 @@ import statistics
 import tempfile
 import time
 import warnings
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -32,7 +33,7 @@ from torch import nn
 
 from bertforge.compress import QuantizationConfig, quantize
 from bertforge.compress.gate import measure
-from bertforge.heads import ClassifierOutput
+from bertforge.heads import ClassifierOutput, every_position
 from bertforge.inference.onnx import INPUT_NAMES, export_onnx, onnx_session
 from bertforge.runtime import bf16_supported, tune_cpu_allocator
 from bertforge.tasks.data import inference_batches
@@ -56,14 +57,17 @@ class OnnxRuntimeModel(nn.Module):
         return ClassifierOutput(logits=torch.from_numpy(logits))
 
 
-def onnx_int8(finetuned: FinetunedModel, folder: Path, threads: int, per_channel: bool = False) -> FinetunedModel:
+def onnx_int8(finetuned: FinetunedModel, folder: Path, threads: int, per_channel: bool = False,
+              every_token: bool = False) -> FinetunedModel:
     """bertforge's ONNX export of the model, quantized by ONNX Runtime's quantize_dynamic (its defaults: int8
-    weights per tensor, activations quantized per call; `per_channel`: a scale per output channel)."""
+    weights per tensor, activations quantized per call; `per_channel`: a scale per output channel). `every_token`:
+    a sequence classifier exported with its last layer computing every token, as other exporters write it."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     fp32_path = folder / "model.onnx"
-    int8_path = folder / ("model.int8.per-channel.onnx" if per_channel else "model.int8.onnx")
-    export_onnx(finetuned.model, finetuned.tokenizer, fp32_path)
+    int8_path = folder / f"model.int8{'.per-channel' * per_channel}{'.every-token' * every_token}.onnx"
+    with every_position(finetuned.model) if every_token else nullcontext():
+        export_onnx(finetuned.model, finetuned.tokenizer, fp32_path)
     quantize_dynamic(str(fp32_path), str(int8_path), weight_type=QuantType.QInt8, per_channel=per_channel)
     model = OnnxRuntimeModel(int8_path, finetuned.model.config, threads)
     return FinetunedModel(model, finetuned.tokenizer, finetuned.task, finetuned.run)
@@ -116,6 +120,9 @@ def variants(model_dir: Path, examples, threads: int, folder: Path):
         table["bf16"] = ours("bf16")
     table["ORT int8"] = lambda: onnx_int8(FinetunedModel.load(model_dir), folder, threads)
     table["ORT int8 per-channel"] = lambda: onnx_int8(FinetunedModel.load(model_dir), folder, threads, True)
+    if hasattr(FinetunedModel.load(model_dir).model, "first_token_only"):
+        table["ORT int8 every token"] = lambda: onnx_int8(FinetunedModel.load(model_dir), folder, threads,
+                                                          every_token=True)
     table["ORT our int8 QDQ"] = lambda: onnx_qdq(ours("int8")(), folder, threads)
     return table
 
@@ -219,7 +226,8 @@ def main() -> None:
             value, seconds = runs[-1].metrics[metric], statistics.median(run.seconds for run in runs)
             print(f"{name:<12}{variant:<23}{metric:<10}{value:>8.4f}{100 * (value - baseline):>+8.2f}"
                   f"{seconds:>11.2f}{baseline_seconds / seconds:>9.2f}x", flush=True)
-        others = ("ORT int8", "ORT int8 per-channel")
+        others = tuple(other for other in ("ORT int8", "ORT int8 per-channel", "ORT int8 every token")
+                       if other in made)
         for other in others:
             ratios = paired_ratios(passes, "int8", other)
             print(f"{name:<12}int8 against {other}, pass by pass: ORT's time / int8's median "

@@ -54,3 +54,33 @@ def test_padding_does_not_change_real_token_outputs(minilm, tokenizer, real_sent
             length = alone.last_hidden_state.shape[1]
             assert (padded.last_hidden_state[row, :length] - alone.last_hidden_state[0]).abs().max() < TOLERANCE
             assert (padded.pooler_output[row] - alone.pooler_output[0]).abs().max() < TOLERANCE
+
+
+@pytest.mark.parametrize("explicit_up_to", [0, 64])  # SDPA for every length; by length (the default)
+def test_first_token_only_matches_the_reference(minilm, hf_minilm, tokenizer, real_sentences, monkeypatch,
+                                                explicit_up_to):
+    """The last layer run for [CLS] alone (what a sequence classifier reads) gives the reference's [CLS] vector and
+    pooled output, over a batch of short and long texts that attends in several blocks."""
+    monkeypatch.setattr(model_module, "EXPLICIT_ATTENTION_MAX_SEQ", explicit_up_to)
+    texts = real_sentences + [real_sentences[0]]  # two equal lengths: a block without padding
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
+    with torch.inference_mode():
+        ours = minilm(**batch, first_token_only=True)
+        reference = hf_minilm(**batch)
+    assert ours.last_hidden_state.shape == (len(texts), 1, minilm.config.hidden_size)
+    assert (ours.last_hidden_state[:, 0] - reference.last_hidden_state[:, 0]).abs().max() < TOLERANCE
+    assert (ours.pooler_output - reference.pooler_output).abs().max() < TOLERANCE
+
+
+def test_first_token_only_falls_back_where_it_cannot_apply(minilm, tokenizer, real_sentences):
+    """A row that starts with padding (left padding) has zeros at its first position, as the full path gives, and
+    asking for every layer's output computes every position."""
+    batch = tokenizer(real_sentences[:3], padding=True, return_tensors="pt")
+    left = {key: value.flip(1) for key, value in batch.items()}  # padding first; attention is blind to order
+    left["position_ids"] = (left["attention_mask"].cumsum(1) - 1).clamp(min=0)
+    with torch.inference_mode():
+        full = minilm(**left)
+        first = minilm(**left, first_token_only=True)
+        with_states = minilm(**batch, first_token_only=True, output_hidden_states=True)
+    assert torch.equal(first.last_hidden_state, full.last_hidden_state)
+    assert with_states.last_hidden_state.shape == batch["input_ids"].shape + (minilm.config.hidden_size,)

@@ -8,6 +8,8 @@ Each head is a Linear subclass, so a head attribute named `classifier` holds exa
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,16 +193,33 @@ class BertForSequenceClassification(LabelledModel):
         self.classifier = ClassificationHead(config.hidden_size, self.num_labels, config.hidden_dropout_prob,
                                              config.problem_type)
         self.classifier.apply(self.bert.init_weights)
+        self.first_token_only = True  # the pooler reads [CLS] alone: the last layer computes nothing else
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None) -> ClassifierOutput:
         """`labels`: (batch,) class ids, float targets when num_labels == 1, or (batch, labels) 0/1 targets when
         config.problem_type is multi_label_classification."""
-        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids)
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids,
+                            first_token_only=self.first_token_only)
         logits = self.classifier(encoded.pooler_output)  # (batch, labels)
         loss = None if labels is None else self.classifier.loss(logits, labels)
         return ClassifierOutput(logits=logits, loss=loss)
+
+
+@contextmanager
+def every_position(*models: nn.Module) -> Iterator[None]:
+    """Within: the models compute every position of their last layer, for code that reads each layer's output
+    through hooks (calibration, hidden-state distillation); the result they return is the same."""
+    heads = [module for model in models for module in model.modules() if hasattr(module, "first_token_only")]
+    before = [head.first_token_only for head in heads]
+    try:
+        for head in heads:
+            head.first_token_only = False
+        yield
+    finally:
+        for head, value in zip(heads, before):
+            head.first_token_only = value
 
 
 class BertForTokenClassification(LabelledModel):

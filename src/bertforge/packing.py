@@ -6,6 +6,7 @@ Shapes: batch, seq (positions per sequence), tokens = the real (non-padding) pos
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -87,7 +88,9 @@ class PackedBatch:
     batch: int
     seq: int
     blocks: list[AttentionBlock]
+    first_tokens_at: torch.Tensor  # (sequences,) where each sequence's first token sits among the packed tokens
     indices: torch.Tensor | None = None  # positions in the flattened (batch * seq) of the packed tokens; None: all
+    order: torch.Tensor | None = None  # (sequences,) the batch row of each sequence in block order; None: in order
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """(batch, seq, ...) -> (tokens, ...)."""
@@ -100,15 +103,34 @@ class PackedBatch:
             x = x.new_zeros(self.batch * self.seq, *x.shape[1:]).index_copy(0, self.indices, x)
         return x.view(self.batch, self.seq, *x.shape[1:])
 
+    def first_tokens(self, x: torch.Tensor) -> torch.Tensor:
+        """(tokens, ...) -> (sequences, ...): each sequence's first token, sequences in block order."""
+        return x.index_select(0, self.first_tokens_at)
+
+    def unpack_first_tokens(self, x: torch.Tensor) -> torch.Tensor:
+        """(sequences, ...) in block order -> (batch, 1, ...); zeros for a row without a real token."""
+        if self.order is not None:
+            x = x.new_zeros(self.batch, *x.shape[1:]).index_copy_(0, self.order, x)
+        return x.view(self.batch, 1, *x.shape[1:])
+
     def from_blocks(self, rows: list[torch.Tensor]) -> torch.Tensor:
         """Each block's (batch * seq, ...) attention output -> (tokens, ...)."""
         tokens = [block.scatter(block_rows) for block, block_rows in zip(self.blocks, rows)]
         return tokens[0] if len(tokens) == 1 else torch.cat(tokens)
 
-    def attend_in_blocks(self, attend: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    def attend_in_blocks(self, attend: Callable, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         first_token_queries: bool = False):
         """(tokens, hidden) each -> (tokens, hidden): `attend(q, k, v, bias) -> (context, probs)` on each block's
         (batch, seq, hidden) rectangle. The probabilities returned are the last block's (the only one when the
-        batch was packed with `keep_positions`)."""
+        batch was packed with `keep_positions`). With `first_token_queries`, q is (sequences, hidden), each
+        sequence's first token only (`first_tokens`), and so is the output."""
+        if first_token_queries:
+            contexts, first = [], 0
+            for block in self.blocks:
+                queries = q[first:first + block.batch].view(block.batch, 1, -1)
+                contexts.append(attend(queries, block.gather(k), block.gather(v), block.bias)[0].squeeze(1))
+                first += block.batch
+            return (contexts[0] if len(contexts) == 1 else torch.cat(contexts)), None
         contexts, probs = [], None
         for block in self.blocks:
             context, probs = attend(block.gather(q), block.gather(k), block.gather(v), block.bias)
@@ -134,13 +156,14 @@ def pack_batch(attention_mask: torch.Tensor, dtype: torch.dtype, pack: bool = Tr
     all_real = pack and bool(is_real.all())  # asked only when packing: an exporter can't trace the answer
     if not pack or all_real or not bool(lengths.any()):
         bias = None if all_real else key_bias(is_real, dtype)
-        return PackedBatch(batch, seq, [AttentionBlock(0, batch * seq, batch, seq, bias)])
+        first_tokens_at = torch.arange(batch, device=attention_mask.device) * seq
+        return PackedBatch(batch, seq, [AttentionBlock(0, batch * seq, batch, seq, bias)], first_tokens_at)
     if keep_positions:
         flat = is_real.reshape(-1)
         indices = flat.nonzero().squeeze(1)
         fill = (flat.cumsum(0) - 1).clamp(min=0)  # a padding slot reads the token before it
         block = AttentionBlock(0, len(indices), batch, seq, key_bias(is_real, dtype), fill, indices)
-        return PackedBatch(batch, seq, [block], indices)
+        return PackedBatch(batch, seq, [block], fill.view(batch, seq)[:, 0], indices)
     return pack_in_blocks(is_real, lengths.tolist(), dtype)
 
 
@@ -151,10 +174,11 @@ def pack_in_blocks(is_real: torch.Tensor, lengths: list[int], dtype: torch.dtype
     groups = group_by_length(lengths)
     order = torch.tensor([i for group in groups for i in group], device=device)
     rows, columns = is_real[order].nonzero(as_tuple=True)  # each sequence's tokens, sequences in block order
-    blocks, start = [], 0
+    blocks, start, first_tokens_at = [], 0, []
     for group in groups:
         group_lengths = [lengths[i] for i in group]
         count, longest, stop = len(group), group_lengths[0], start + sum(group_lengths)  # longest first
+        first_tokens_at.extend(itertools.accumulate(group_lengths[:-1], initial=start))
         if group_lengths[-1] == longest:
             blocks.append(AttentionBlock(start, stop, count, longest))
         else:
@@ -166,4 +190,5 @@ def pack_in_blocks(is_real: torch.Tensor, lengths: list[int], dtype: torch.dtype
             blocks.append(AttentionBlock(start, stop, count, longest, key_bias(slot_is_real, dtype),
                                          fill.reshape(-1), slot_is_real.reshape(-1).nonzero().squeeze(1)))
         start = stop
-    return PackedBatch(batch, seq, blocks, order[rows] * seq + columns)
+    return PackedBatch(batch, seq, blocks, torch.tensor(first_tokens_at, device=device), order[rows] * seq + columns,
+                       order)

@@ -55,6 +55,21 @@ def test_sentence_transformers_parity(minilm, tokenizer, minilm_dir, sst2_dev, s
     assert (ours - expected).abs().max() < 1e-5
 
 
+def test_cls_pooling_is_the_references_cls_vector(minilm, hf_minilm, tokenizer, sst2_dev, squad_contexts):
+    """[CLS] pooling runs the last layer for [CLS] alone: the vectors are still transformers' [CLS] outputs."""
+    texts = [text for text, _ in sst2_dev[:20]] + squad_contexts[:4]
+    ours = extract_features(minilm, tokenizer, texts, pooling="cls", normalize=False, batch_size=8, max_length=256)
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
+    with torch.inference_mode():
+        expected = hf_minilm(**batch).last_hidden_state[:, 0]
+    assert (ours - expected).abs().max() < 1e-5
+    second_to_last = extract_features(minilm, tokenizer, texts[:3], layers="second_to_last", pooling="cls",
+                                      normalize=False)
+    with torch.inference_mode():
+        states = hf_minilm(**tokenizer(texts[:3], padding=True, return_tensors="pt"), output_hidden_states=True)
+    assert (second_to_last - states.hidden_states[-2][:, 0]).abs().max() < 1e-5
+
+
 def test_results_keep_input_order_despite_length_sorting(minilm, tokenizer, real_sentences):
     batched = extract_features(minilm, tokenizer, real_sentences, batch_size=3)
     one_by_one = torch.cat([extract_features(minilm, tokenizer, [text]) for text in real_sentences])

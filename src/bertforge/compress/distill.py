@@ -25,7 +25,7 @@ from bertforge.compress.gate import GateReport, check_output, measure, write_if_
 from bertforge.compress.quantize import check_not_quantized
 from bertforge.config import check_number
 from bertforge.errors import ConfigError
-from bertforge.heads import IGNORE_INDEX
+from bertforge.heads import IGNORE_INDEX, every_position
 from bertforge.inference.optimize import InferenceOptions
 from bertforge.runtime import parse_device
 from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetuneConfig, FinetunedModel, FinetuneResult, finetune
@@ -123,6 +123,8 @@ class DistillationLoss:
         self.teacher.to(batch["input_ids"].device)
         with ExitStack() as stack:
             states = [stack.enter_context(recorder.recording()) for recorder in self.recorders or ()]
+            if states:
+                stack.enter_context(every_position(self.teacher, student))
             with torch.no_grad():
                 teacher_logits = self.teacher(**inputs).logits.float()
             output = student(**batch)

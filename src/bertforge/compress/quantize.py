@@ -50,6 +50,7 @@ from bertforge.checkpoint.key_map import ENCODER_PREFIX
 from bertforge.compress.gate import GateReport, check_output, measure, write_if_accepted
 from bertforge.config import check_number, read_json_object
 from bertforge.errors import ConfigError, check_choice
+from bertforge.heads import every_position
 from bertforge.model import BertModel, FeedForward, SelfAttention
 from bertforge.tasks.data import inference_batches
 from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetunedModel
@@ -469,8 +470,9 @@ def calibrate(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], name
     was_training = model.training
     model.eval()
     try:
-        for batch in batches:
-            model(**batch)
+        with every_position(model):  # every token's range, so the model stays right wherever its layers are used
+            for batch in batches:
+                model(**batch)
     finally:
         for handle in handles:
             handle.remove()

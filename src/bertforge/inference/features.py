@@ -59,14 +59,17 @@ POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 
 
 def token_features(model, input_ids, attention_mask, token_type_ids=None, layers: str = "last",
-                   scalar_mix: ScalarMix | None = None) -> torch.Tensor:
+                   scalar_mix: ScalarMix | None = None, first_token_only: bool = False) -> torch.Tensor:
     """Per-token vectors (batch, seq, hidden or 4*hidden) from the chosen layer recipe.
 
-    `scalar_mix`: trained weights for "weighted_sum_all" (uniform when not given).
+    `scalar_mix`: trained weights for "weighted_sum_all" (uniform when not given). `first_token_only`: only the
+    first position ([CLS]) is read, (batch, 1, hidden) when the model can give it alone (layers "last").
     """
     check_choice(layers, LAYER_COMBINATIONS, "layer recipe")
     if scalar_mix is not None and layers != "weighted_sum_all":
         raise BertforgeError(f"a scalar mix applies to layers='weighted_sum_all', not {layers!r}")
+    if layers == "last" and first_token_only:
+        return model(input_ids, attention_mask, token_type_ids, first_token_only=True).last_hidden_state
     output = model(input_ids, attention_mask, token_type_ids, output_hidden_states=layers != "last")
     if layers == "last":
         return output.last_hidden_state
@@ -91,9 +94,9 @@ class TokenVectors:
 
 
 def _row_batches(model, rows: Sequence[dict[str, list[int]]], pad_token_id: int, layers: str, batch_size: int,
-                 progress: bool):
+                 progress: bool, first_token_only: bool = False):
     """Yield (row indices, token features (batch, seq, hidden), attention mask) per length-sorted batch of rows of
-    model inputs (input_ids, and token_type_ids unless all 0)."""
+    model inputs (input_ids, and token_type_ids unless all 0); (batch, 1, hidden) where `first_token_only` allows."""
     check_choice(layers, LAYER_COMBINATIONS, "layer recipe")
     if batch_size < 1:
         raise BertforgeError(f"batch size must be at least 1, got {batch_size}")
@@ -106,7 +109,7 @@ def _row_batches(model, rows: Sequence[dict[str, list[int]]], pad_token_id: int,
         batch = collate([rows[i] for i in indices], pad_token_id)
         batch = {key: tensor.to(device) for key, tensor in batch.items()}
         hidden = token_features(model, batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
-                                layers)
+                                layers, first_token_only=first_token_only)
         yield indices, hidden.cpu(), batch["attention_mask"].cpu()
 
 
@@ -190,7 +193,9 @@ def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last
             rows.append({"input_ids": [tokenizer.cls_token_id, *part, tokenizer.sep_token_id]})
             text_index.append(index)
     pooled: list[torch.Tensor | None] = [None] * len(rows)
-    for indices, hidden, mask in _row_batches(model, rows, tokenizer.pad_token_id, layers, batch_size, progress):
+    batches = _row_batches(model, rows, tokenizer.pad_token_id, layers, batch_size, progress,
+                           first_token_only=pooling == "cls")  # [CLS] pooling reads nothing else
+    for indices, hidden, mask in batches:
         for i, vector in zip(indices, pool(hidden, mask, pooling)):
             pooled[i] = vector
     vectors = combine_windows(pooled, [len(row["input_ids"]) for row in rows], text_index, len(texts))
