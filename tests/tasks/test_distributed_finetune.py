@@ -164,3 +164,38 @@ def test_each_process_takes_its_rows_of_every_batch_weighted_by_its_loss_terms()
     assert shares == [[3 / 5], [2 / 5]]
     assert [list(batch) for batch in FeatureBatches(classified, [[0, 1]], 0)] == [["input_ids", "labels",
                                                                                   "attention_mask"]]
+
+
+def test_distill_under_torchrun_trains_as_one_process_and_rank_0_alone_writes(one_process, sst2_files, tmp_path,
+                                                                                 capsys):
+    """`bertforge distill` in 2 processes: the student (each process teaching its rows of every batch) is the one a
+    single process distils from the same global batches; rank 0 measures and writes it, once (the other rank used
+    to look for the student in a folder only rank 0 writes, and fail). The hidden-state loss is a mean over each
+    process's tokens, weighted by its share of the batch's rows, so with it the run is close to, not the same as,
+    one process's: it is checked to run and write once."""
+    from bertforge.cli.main import main
+
+    common = ["distill", "--teacher", str(one_process.output_dir), "--train", str(sst2_files["train"]), "--dev",
+              str(sst2_files["dev"]), "--student-layers", "1", "--batch-size", str(BATCH), "--epochs", "1",
+              "--lr", str(LR), "--dropout", "0", "--max-drop", "100", "--device", "cpu", "--no-progress"]
+
+    def two_processes(output, *extra):
+        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                               "2", "-m", "bertforge", *common, *extra, "--output", str(output)],
+                              capture_output=True, text=True, timeout=180, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    for output, extra in ((tmp_path / "two" / "student", ()),
+                          (tmp_path / "hidden" / "student", ("--hidden-weight", "1.0"))):
+        result = two_processes(output, *extra)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.count("accepted; wrote") == 1  # rank 0 alone measured and wrote
+        assert sorted(path.name for path in output.parent.iterdir()) == ["student"]  # no training folder left
+        assert (output / "model.safetensors").is_file()
+
+    one = tmp_path / "one" / "student"
+    assert main([*common, "--output", str(one)]) == 0
+    capsys.readouterr()
+    weights, expected = (load_file(folder / "model.safetensors") for folder in (tmp_path / "two" / "student", one))
+    assert weights.keys() == expected.keys() and len(weights) > 0
+    for name in expected:
+        torch.testing.assert_close(weights[name], expected[name], atol=1e-6, rtol=1e-5, msg=name)

@@ -30,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from bertforge.compress.distill import DistillConfig, distill
     from bertforge.tasks.finetune import RUN_CONFIG_FILE, saved_run_config
+    from bertforge.training.distributed import read_environment
 
     if args.config is None and saved_run_config(args.teacher) is not None:
         args.config = str(Path(args.teacher) / RUN_CONFIG_FILE)  # the teacher's run fills what the flags leave
@@ -37,7 +38,10 @@ def run(args: argparse.Namespace) -> int:
     config = finetune_cli.config_from_args(args)
     distillation = DistillConfig(args.student_layers, args.temperature, args.soft_weight, args.hidden_weight,
                                  use_teacher=not args.without_teacher)
-    result = distill(config, distillation, args.max_drop)
+    launch = read_environment()  # rank 0 of 1 unless started by torchrun
+    result = distill(config, distillation, args.max_drop, launch)
+    if launch.rank != 0:
+        return 0  # rank 0 measures, writes and reports for the run
     for note in result.training.notes:
         print(note)
     if result.report is not None:

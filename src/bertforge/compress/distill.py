@@ -30,6 +30,7 @@ from bertforge.inference.optimize import InferenceOptions
 from bertforge.runtime import parse_device
 from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetuneConfig, FinetunedModel, FinetuneResult, finetune
 from bertforge.tasks.multi_label import PROBLEM_TYPE as MULTI_LABEL_PROBLEM
+from bertforge.training import distributed
 from bertforge.training.trainer import model_loss
 
 # Tasks whose logits the soft-label loss reads: one vector per example, or one per token.
@@ -160,11 +161,18 @@ class DistillResult:
     written: bool
 
 
-def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, max_drop: float = 0.5) -> DistillResult:
+def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, max_drop: float = 0.5,
+            launch: distributed.ProcessInfo | None = None) -> DistillResult:
     """Train a student of `distillation.student_layers` layers from the fine-tuned teacher `config.model` on
     `config.train`. With `config.dev` the student is measured beside its teacher and written to `config.output`
-    only if the task's metric drops by at most `max_drop` points; without one it is written as trained."""
+    only if the task's metric drops by at most `max_drop` points; without one it is written as trained.
+
+    Under torchrun (`launch`, or torchrun's environment when None) the processes train the student together, as
+    `finetune` does, and rank 0 alone measures and writes it; the others return with nothing written. Each process's
+    hidden-state loss is a mean over its own tokens, weighted as the task's loss is (by rows, or labelled tokens), so
+    with `hidden_weight` the run is close to a single process's rather than the same."""
     distillation = distillation or DistillConfig()
+    launch = distributed.read_environment() if launch is None else launch
     if config.output is None:
         raise ConfigError("an output directory is required (--output)")
     output = check_output(config.output)
@@ -181,7 +189,10 @@ def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, m
     output.parent.mkdir(parents=True, exist_ok=True)
     training_dir = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.training."))
     try:
-        result = finetune(dataclasses.replace(config, output=str(training_dir)), model=student, loss_fn=loss_fn)
+        result = finetune(dataclasses.replace(config, output=str(training_dir)), model=student, loss_fn=loss_fn,
+                          launch=launch)
+        if launch.rank != 0:  # rank 0 saved the student into its own training folder, and measures it there
+            return DistillResult(result, None, written=False)
         report = None
         if config.dev is not None:
             examples = teacher.read(config.dev, config.columns, labelled=True)
