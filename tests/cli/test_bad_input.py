@@ -175,6 +175,23 @@ def test_read_only_output_folder(world, tmp_path, capsys):
         locked.chmod(0o700)
 
 
+@pytest.mark.parametrize("command", ["predict", "embed", "quantize"])
+def test_a_one_process_command_under_torchrun(world, tmp_path, capsys, monkeypatch, command):
+    """Under torchrun every process would do the whole job and write the same output: refused, nothing written."""
+    root, encoder, data, earlier = world
+    for name, value in (("RANK", "1"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "1"), ("MASTER_ADDR", "localhost"),
+                        ("MASTER_PORT", "29500")):
+        monkeypatch.setenv(name, value)
+    argv = {"predict": ["--model", earlier / "model", "--input", data / "lines.txt", "--output",
+                        tmp_path / "out.jsonl"],
+            "embed": ["--model", encoder, "--input", data / "lines.txt", "--output", tmp_path / "out.npy"],
+            "quantize": ["--model", earlier / "model", "--dev", data / "train.csv", "--output", tmp_path / "out"]}
+    before = digest(earlier)
+    assert_one_line_error(*run_cli(capsys, command, *argv[command]), 1, f"`bertforge {command}` runs in one process",
+                          "without torchrun")
+    assert digest(earlier) == before and sorted(tmp_path.iterdir()) == []
+
+
 # config.json and tokenizer_config.json keys: (id, file changes, fragments)
 MODEL_FILE_CASES = [
     ("layer_norm_eps-string", {"layer_norm_eps": "1e-12"}, None, ["config.json", "layer_norm_eps", "a number"]),

@@ -28,8 +28,9 @@ from bertforge.cli import (
     vocab,
 )
 from bertforge.cli.arguments import positive_int
-from bertforge.errors import BertforgeError
+from bertforge.errors import BertforgeError, ConfigError
 from bertforge.runtime import set_threads, tune_cpu_allocator
+from bertforge.training.distributed import read_environment
 
 SUBCOMMANDS = {
     "demo": (demo, "fine-tune the default model on movie reviews and classify a few sentences"),
@@ -49,6 +50,8 @@ SUBCOMMANDS = {
     "quantize": (quantize, "a fine-tuned model in int8 or bf16, written only if its dev metric holds (--max-drop)"),
     "distill": (distill, "a fine-tuned model with fewer layers, trained on its soft labels (gated like quantize)"),
 }
+# Commands whose processes share the work under torchrun; every other one would do it (and write it) once a process.
+MULTI_PROCESS_COMMANDS = ("finetune", "distill", "pretrain")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -105,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                         format="bertforge: %(levelname)s: %(message)s", stream=sys.stderr)
     logging.getLogger("bertforge.progress").setLevel(logging.INFO)  # e.g. dev metrics after each evaluation
     try:
+        if args.command not in MULTI_PROCESS_COMMANDS and read_environment().is_distributed:
+            raise ConfigError(f"`bertforge {args.command}` runs in one process: start it without torchrun (finetune, "
+                              "distill and pretrain train share their work between processes)")
         set_threads(args.threads)
         tune_cpu_allocator()
         status = args.run(args)
