@@ -199,3 +199,26 @@ def test_distill_under_torchrun_trains_as_one_process_and_rank_0_alone_writes(on
     assert weights.keys() == expected.keys() and len(weights) > 0
     for name in expected:
         torch.testing.assert_close(weights[name], expected[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_seeds_under_torchrun_train_each_seed_as_one_process_and_rank_0_alone_reports(
+        tiny_model_dir, sst2_files, tmp_path):
+    """`finetune --seeds 1,2` in 2 processes: one process group for both seeds (it used to meet again for the second
+    seed, and hang), each seed's model the one a single process trains with that seed, one report and seeds.json."""
+    output = tmp_path / "seeds"
+    result = torchrun(tiny_model_dir, sst2_files, output, "--seeds", "1,2")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("best seed by accuracy") == 1
+    record = json.loads((output / "seeds.json").read_text())
+    assert record["seeds"] == [1, 2] and sorted(record["runs"]) == ["1", "2"]
+
+    single = tmp_path / "single"
+    config = FinetuneConfig(model=str(tiny_model_dir), train=str(sst2_files["train"]), dev=str(sst2_files["dev"]),
+                            output=str(single), batch_size=BATCH, settings=ClassificationSettings(max_length=32),
+                            dropout=0.0,
+                            training=TrainConfig(grad_accumulation=ACCUMULATION, epochs=EPOCHS, lr=LR, eval_every=3,
+                                                 save_every=2, seed=2, device="cpu", progress=False))
+    finetune(config)
+    expected = load_file(single / "model.safetensors")
+    for name, value in load_file(output / "seed-2" / "model.safetensors").items():
+        torch.testing.assert_close(value, expected[name], atol=1e-6, rtol=1e-5, msg=name)

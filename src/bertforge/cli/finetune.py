@@ -214,11 +214,16 @@ def run(args: argparse.Namespace) -> int:
 
 def run_seeds(args: argparse.Namespace) -> int:
     from bertforge.tasks.seeds import SEEDS_FILE, finetune_seeds, format_summary, parse_seeds
+    from bertforge.training.distributed import read_environment
 
     if args.seed is not None:
         raise ConfigError("give --seed or --seeds, not both")
     seeds = parse_seeds(args.seeds)
-    result = finetune_seeds(config_from_args(args), seeds, overwrite=args.overwrite, resume=args.resume)
+    launch = read_environment()  # rank 0 of 1 unless started by torchrun
+    result = finetune_seeds(config_from_args(args), seeds, overwrite=args.overwrite, resume=args.resume,
+                            launch=launch)
+    if launch.rank != 0:
+        return 0  # rank 0 reports for the run
     for line in format_summary(result):
         print(line)
     print(f"per-seed and summary metrics: {result.output_dir / SEEDS_FILE}")

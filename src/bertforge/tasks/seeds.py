@@ -23,6 +23,7 @@ from bertforge.outputs import check_output_dir, staging_dir
 from bertforge.tasks.finetune import FinetuneConfig, FinetuneResult, finetune
 from bertforge.tasks.metrics import greater_is_better
 from bertforge.tasks.registry import RUN_CONFIG_FILE
+from bertforge.training import distributed
 from bertforge.training.trainer import CHECKPOINT_DIR, is_better
 
 SEEDS_FILE = "seeds.json"
@@ -39,7 +40,7 @@ class SeedsResult:
     runs: dict[int, FinetuneResult]
     summary: dict[str, dict[str, float]]  # metric -> {"mean", "sd", "min", "max"} over the seeds' kept models
     metric: str  # the one that chose the best seed (and each seed's kept model)
-    best_seed: int
+    best_seed: int | None  # None in a torchrun process other than rank 0, which alone compares and writes
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -65,11 +66,12 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def finetune_seeds(config: FinetuneConfig, seeds: Sequence[int], train_examples: Sequence[Any] | None = None,
-                   dev_examples: Sequence[Any] | None = None, overwrite: bool = False, resume: bool = False
-                   ) -> SeedsResult:
+                   dev_examples: Sequence[Any] | None = None, overwrite: bool = False, resume: bool = False,
+                   launch: distributed.ProcessInfo | None = None) -> SeedsResult:
     """The run of `config` once per seed, into OUTPUT/seed-N; the best seed's model (by the run's best-model
     metric) is copied into OUTPUT. With `resume`, a seed that finished is read back (its settings must be these),
-    a killed one continues and one never started starts."""
+    a killed one continues and one never started starts. Under torchrun (`launch`, or torchrun's environment when
+    None) the processes train each seed together in one process group, and rank 0 alone compares and writes."""
     if config.output is None:
         raise ConfigError("an output directory is required (--output, or \"output\" in the run config)")
     if config.dev is None and dev_examples is None:
@@ -78,14 +80,20 @@ def finetune_seeds(config: FinetuneConfig, seeds: Sequence[int], train_examples:
     if len(seeds) < 2 or len(set(seeds)) != len(seeds):
         raise ConfigError(f"seeds must be two or more different seeds, got {seeds}")
     output = check_output_dir(config.output, overwrite or resume)
+    launch = distributed.read_environment() if launch is None else launch
     runs = {}
-    for seed in seeds:
-        directory = seed_dir(output, seed)
-        started = (directory / RUN_CONFIG_FILE).is_file() or (staging_dir(directory) / CHECKPOINT_DIR).is_dir()
-        run_config = dataclasses.replace(config, output=str(directory),
-                                         training=dataclasses.replace(config.training, seed=seed))
-        runs[seed] = finetune(run_config, train_examples, dev_examples, overwrite=overwrite,
-                              resume=resume and started)
+    # One process group for all the seeds: the runs inside it join this one rather than meeting again.
+    with distributed.process_group(launch, distributed.select_device(config.training.device, launch)):
+        for seed in seeds:
+            directory = seed_dir(output, seed)
+            started = (directory / RUN_CONFIG_FILE).is_file() or (staging_dir(directory) / CHECKPOINT_DIR).is_dir()
+            run_config = dataclasses.replace(config, output=str(directory),
+                                             training=dataclasses.replace(config.training, seed=seed))
+            runs[seed] = finetune(run_config, train_examples, dev_examples, overwrite=overwrite,
+                                  resume=resume and started, launch=launch)
+            distributed.barrier()  # the seed is in place (rank 0 moved it) before any process looks at the next
+    if launch.rank != 0:
+        return SeedsResult(output, runs, {}, config.best_model_metric, None)
     metric = config.best_model_metric
     higher = greater_is_better(metric)
     best_seed, best_value = seeds[0], None
