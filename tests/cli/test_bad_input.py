@@ -175,7 +175,7 @@ def test_read_only_output_folder(world, tmp_path, capsys):
         locked.chmod(0o700)
 
 
-@pytest.mark.parametrize("command", ["predict", "embed", "quantize"])
+@pytest.mark.parametrize("command", ["predict", "embed", "quantize", "pretrain prepare"])
 def test_a_one_process_command_under_torchrun(world, tmp_path, capsys, monkeypatch, command):
     """Under torchrun every process would do the whole job and write the same output: refused, nothing written."""
     root, encoder, data, earlier = world
@@ -185,10 +185,12 @@ def test_a_one_process_command_under_torchrun(world, tmp_path, capsys, monkeypat
     argv = {"predict": ["--model", earlier / "model", "--input", data / "lines.txt", "--output",
                         tmp_path / "out.jsonl"],
             "embed": ["--model", encoder, "--input", data / "lines.txt", "--output", tmp_path / "out.npy"],
-            "quantize": ["--model", earlier / "model", "--dev", data / "train.csv", "--output", tmp_path / "out"]}
+            "quantize": ["--model", earlier / "model", "--dev", data / "train.csv", "--output", tmp_path / "out"],
+            "pretrain prepare": ["--corpus", data / "lines.txt", "--vocab", encoder, "--output",
+                                 tmp_path / "out"]}
     before = digest(earlier)
-    assert_one_line_error(*run_cli(capsys, command, *argv[command]), 1, f"`bertforge {command}` runs in one process",
-                          "without torchrun")
+    assert_one_line_error(*run_cli(capsys, *command.split(), *argv[command]), 1,
+                          f"`bertforge {command}` runs in one process", "without torchrun")
     assert digest(earlier) == before and sorted(tmp_path.iterdir()) == []
 
 

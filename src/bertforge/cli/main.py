@@ -51,7 +51,7 @@ SUBCOMMANDS = {
     "distill": (distill, "a fine-tuned model with fewer layers, trained on its soft labels (gated like quantize)"),
 }
 # Commands whose processes share the work under torchrun; every other one would do it (and write it) once a process.
-MULTI_PROCESS_COMMANDS = ("finetune", "distill", "pretrain")
+MULTI_PROCESS_COMMANDS = ("finetune", "distill", "pretrain train")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -108,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                         format="bertforge: %(levelname)s: %(message)s", stream=sys.stderr)
     logging.getLogger("bertforge.progress").setLevel(logging.INFO)  # e.g. dev metrics after each evaluation
     try:
-        if args.command not in MULTI_PROCESS_COMMANDS and read_environment().is_distributed:
-            raise ConfigError(f"`bertforge {args.command}` runs in one process: start it without torchrun (finetune, "
+        command = f"{args.command} {args.step}" if args.command == "pretrain" else args.command
+        if command not in MULTI_PROCESS_COMMANDS and read_environment().is_distributed:
+            raise ConfigError(f"`bertforge {command}` runs in one process: start it without torchrun (finetune, "
                               "distill and pretrain train share their work between processes)")
         set_threads(args.threads)
         tune_cpu_allocator()
