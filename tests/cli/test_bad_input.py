@@ -194,6 +194,16 @@ def test_a_one_process_command_under_torchrun(world, tmp_path, capsys, monkeypat
     assert digest(earlier) == before and sorted(tmp_path.iterdir()) == []
 
 
+def test_stray_launch_variables_leave_a_one_process_command_alone(world, tmp_path, capsys, monkeypatch):
+    """WORLD_SIZE without torchrun's other variables is no launch: embed runs as it would without it."""
+    root, encoder, data, earlier = world
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code, out, err = run_cli(capsys, "embed", "--model", encoder, "--input", data / "lines.txt", "--output",
+                             tmp_path / "v.npy")
+    assert code == 0, err
+    assert (tmp_path / "v.npy").is_file()
+
+
 # config.json and tokenizer_config.json keys: (id, file changes, fragments)
 MODEL_FILE_CASES = [
     ("layer_norm_eps-string", {"layer_norm_eps": "1e-12"}, None, ["config.json", "layer_norm_eps", "a number"]),

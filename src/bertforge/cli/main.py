@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("bertforge.progress").setLevel(logging.INFO)  # e.g. dev metrics after each evaluation
     try:
         command = f"{args.command} {args.step}" if args.command == "pretrain" else args.command
-        if command not in MULTI_PROCESS_COMMANDS and read_environment().is_distributed:
+        if command not in MULTI_PROCESS_COMMANDS and started_beside_other_processes():
             raise ConfigError(f"`bertforge {command}` runs in one process: start it without torchrun (finetune, "
                               "distill and pretrain train share their work between processes)")
         set_threads(args.threads)
@@ -131,6 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("bertforge: interrupted", file=sys.stderr)
         return 130
+
+
+def started_beside_other_processes() -> bool:
+    """Whether torchrun started this process as one of several. Variables that describe no valid launch (a stray
+    WORLD_SIZE) are left to the commands that launch processes to report: this one does not read them."""
+    try:
+        return read_environment().is_distributed
+    except ConfigError:
+        return False
 
 
 def fail(message: str) -> int:
