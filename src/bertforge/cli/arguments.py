@@ -39,6 +39,8 @@ positive_int = number_type("positive_int", int, lambda value: value >= 1, "at le
 finite_float = number_type("finite_float", float, math.isfinite, "a finite number")
 non_negative_float = number_type("non_negative_float", finite_float, lambda value: value >= 0, "zero or more")
 positive_float = number_type("positive_float", finite_float, lambda value: value > 0, "more than zero")
+fraction = number_type("fraction", finite_float, lambda value: 0 <= value <= 1, "from 0 to 1")
+non_negative_int = number_type("non_negative_int", int, lambda value: value >= 0, "zero or more")
 port_number = number_type("port_number", int, lambda value: 0 <= value <= 65535, "a port number from 0 to 65535")
 
 

@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 
 from bertforge.cli import finetune as finetune_cli
-from bertforge.cli.arguments import positive_int
+from bertforge.cli.arguments import fraction, non_negative_float, positive_float, positive_int
 from bertforge.cli.quantize import add_max_drop_argument
 
 
@@ -16,10 +16,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--teacher", required=True, help="fine-tuned model directory to learn from")
     parser.add_argument("--student-layers", type=positive_int, default=3,
                         help="layers of the student, taken from every k-th teacher layer (default 3)")
-    parser.add_argument("--temperature", type=float, default=2.0, help="softens the teacher's labels (default 2)")
-    parser.add_argument("--soft-weight", type=float, default=0.5,
+    parser.add_argument("--temperature", type=positive_float, default=2.0,
+                        help="softens the teacher's labels (default 2)")
+    parser.add_argument("--soft-weight", type=fraction, default=0.5,
                         help="weight of the teacher's soft labels; the true labels get the rest (default 0.5)")
-    parser.add_argument("--hidden-weight", type=float, default=0.0,
+    parser.add_argument("--hidden-weight", type=non_negative_float, default=0.0,
                         help="weight of the hidden-state loss to the teacher's layers (TinyBERT; default 0: off)")
     parser.add_argument("--without-teacher", action="store_true",
                         help="the control: the same student trained on the true labels only")

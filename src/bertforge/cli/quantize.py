@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertforge.cli.arguments import finite_float, positive_int
+from bertforge.cli.arguments import finite_float, fraction, non_negative_int, positive_int
 
 
 def add_max_drop_argument(parser: argparse.ArgumentParser) -> None:
@@ -30,13 +30,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "default: --dev)")
     parser.add_argument("--calibration-examples", type=positive_int, default=256,
                         help="int8: how many examples of the calibration data are run")
-    parser.add_argument("--outlier-channels", type=int, default=8,
+    parser.add_argument("--outlier-channels", type=non_negative_int, default=8,
                         help="int8: input channels per layer kept apart (default 8)")
     parser.add_argument("--outlier-folding", choices=OUTLIER_FOLDING, default="activation",
                         help="int8: which layers fold their outlier channels into their int8 weights rather than "
                              "multiply them in float32: those followed by an activation (which then runs inside the "
                              "int8 kernel), all, or none (default activation)")
-    parser.add_argument("--smoothing", type=float, default=None,
+    parser.add_argument("--smoothing", type=fraction, default=None,
                         help="int8: SmoothQuant's alpha in [0, 1] (default: off)")
     parser.add_argument("--activations", choices=ACTIVATION_RANGES, default="static",
                         help="int8: each layer's input range from calibration (static: no pass over each input to "
