@@ -96,10 +96,12 @@ class SelfAttention(nn.Module):
         on_cpu = q.device.type == "cpu" and not torch.compiler.is_exporting()
         if need_weights or (on_cpu and (dropout_p > 0.0 or q.shape[2] <= EXPLICIT_ATTENTION_MAX_SEQ)):
             # The explicit path: for the weights themselves, for short sequences on a CPU, and for dropout on a CPU,
-            # where SDPA computes the same thing with a costlier random mask.
-            scores = torch.matmul(q, k.transpose(-1, -2)).mul_(1 / math.sqrt(self.head_dim))  # (batch, heads, seq, seq)
-            if bias is not None:
-                scores = scores.add_(bias)
+            # where SDPA computes the same thing with a costlier random mask. Each head's rows laid out side by side
+            # let the products read them in place (matmul would copy them, the keys transposed: a slower copy).
+            q, k, v = (t.contiguous() for t in (q, k, v))
+            scores = q @ k.transpose(-1, -2)  # (batch, heads, seq, seq)
+            scale = 1 / math.sqrt(self.head_dim)
+            scores = scores.mul_(scale) if bias is None else torch.add(bias, scores, alpha=scale)  # one pass
             probs = scores.softmax(dim=-1)
             context = self.dropout(probs) @ v
         else:
