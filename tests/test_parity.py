@@ -64,9 +64,14 @@ def test_first_token_only_matches_the_reference(minilm, hf_minilm, tokenizer, re
     monkeypatch.setattr(model_module, "EXPLICIT_ATTENTION_MAX_SEQ", explicit_up_to)
     texts = real_sentences + [real_sentences[0]]  # two equal lengths: a block without padding
     batch = tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
+    asked = []  # the last layer's query rows: one per text
+    hook = minilm.encoder.layers[-1].attention.query.register_forward_hook(
+        lambda module, inputs, output: asked.append(inputs[0].shape[0]))
     with torch.inference_mode():
         ours = minilm(**batch, first_token_only=True)
         reference = hf_minilm(**batch)
+    hook.remove()
+    assert asked == [len(texts)]
     assert ours.last_hidden_state.shape == (len(texts), 1, minilm.config.hidden_size)
     assert (ours.last_hidden_state[:, 0] - reference.last_hidden_state[:, 0]).abs().max() < TOLERANCE
     assert (ours.pooler_output - reference.pooler_output).abs().max() < TOLERANCE

@@ -76,16 +76,16 @@ class SelfAttention(nn.Module):
         batch packed with `keep_positions`: one block, the batch's own positions). `first_token_only`: only each
         sequence's first token asks (its keys and values are still every token's) -> (sequences, hidden)."""
         attend = partial(self.attend, need_weights=need_weights)
-        q, k, v = self.project(x)
-        if first_token_only:
-            q = batch.first_tokens(q)
+        q, k, v = self.project(x, batch.first_tokens(x) if first_token_only else None)
         context, probs = batch.attend_in_blocks(attend, q, k, v, first_token_queries=first_token_only)
         return self.output(context), probs
 
-    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(tokens, hidden) -> the queries, keys and values, (tokens, hidden) each. (An int8 model computes the
-        three as one product: compress/quantize.py's FusedProjections takes this method's place.)"""
-        return self.query(x), self.key(x), self.value(x)
+    def project(self, x: torch.Tensor, query_input: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(tokens, hidden) -> the queries, keys and values, (tokens, hidden) each; the queries of `query_input`'s
+        rows alone where given (the last layer's first tokens, when no other query is read). (An int8 model computes
+        them in fewer products: compress/quantize.py's FusedProjections takes this method's place.)"""
+        return self.query(x if query_input is None else query_input), self.key(x), self.value(x)
 
     def attend(self, q, k, v, bias: torch.Tensor | None, need_weights: bool):
         """softmax(q k^T / sqrt(head_dim) + bias) v per head, on one padded block: (batch, seq, hidden) each ->

@@ -265,6 +265,27 @@ def test_query_key_and_value_run_as_one_product_with_the_numbers_of_three(minilm
 
 
 @pytest.mark.skipif(not static_kernel_available(), reason="this build of torch has no oneDNN int8 linear kernel")
+def test_first_token_only_takes_the_last_layers_queries_of_first_tokens_alone(minilm_dir, tokenizer, sentences):
+    """The last layer of a [CLS]-only pass joins key and value in one product and asks the query layer for the
+    first tokens alone, with the [CLS] vectors of the full pass of the same int8 model."""
+    model = quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8"),
+                     batches(tokenizer, sentences[:32]))
+    batch = dict(tokenizer(sentences[32:48], padding=True, return_tensors="pt"))
+    last = model.encoder.layers[-1].attention
+    asked = []
+    with torch.inference_mode():
+        full = model(**batch)
+        handle = last.query.register_forward_hook(lambda module, inputs, output: asked.append(inputs[0].shape[0]))
+        hooked = model(**batch, first_token_only=True)  # the query layer alone: a hook does not split the others
+        handle.remove()
+        first = model(**batch, first_token_only=True)
+    assert asked == [16]  # one query row per sentence
+    assert last.project.products[("key", "value")][1] is not None
+    assert torch.equal(hooked.last_hidden_state, first.last_hidden_state)
+    assert torch.allclose(first.last_hidden_state[:, 0], full.last_hidden_state[:, 0], atol=1e-4)
+
+
+@pytest.mark.skipif(not static_kernel_available(), reason="this build of torch has no oneDNN int8 linear kernel")
 def test_one_product_is_made_again_when_its_layers_load_new_tensors(minilm_dir, tokenizer, sentences):
     model = quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8"),
                      batches(tokenizer, sentences[:32]))

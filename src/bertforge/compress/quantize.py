@@ -381,39 +381,46 @@ class QuantizedLinear(nn.Module):
 
 
 class FusedProjections:
-    """An attention layer's query, key and value as one int8 product, in the place of SelfAttention.project.
+    """An attention layer's query, key and value as one int8 product, in the place of SelfAttention.project; key and
+    value as one where the queries come from other rows (the last layer's first tokens).
 
     The three layers see the same input, so calibration gives them the same input range and outlier channels: one
     quantizing pass, one kernel call and one outlier product do the work of three each (MiniLM: ~2.5% of an int8
     model's time on batches of short sentences, a fifth of it on one sentence, where the calls' fixed costs
-    dominate). The product is made from the attention layer's three layers on first use, and again after any of
-    them loads new tensors or is replaced; the layers stay the model's and the checkpoint's. Layers that quantize
-    their input differently, layers with hooks (the attention view reads queries and keys by hooks) and graph export
-    run one by one.
+    dominate). A product is made from the attention layer's layers on first use, and again after any of them loads
+    new tensors or is replaced; the layers stay the model's and the checkpoint's. Layers that quantize their input
+    differently, layers with hooks (the attention view reads queries and keys by hooks) and graph export run one by
+    one.
     """
 
     def __init__(self, attention: SelfAttention):
         self.attention = attention
-        self.fused: QuantizedLinear | None = None
-        self.made_from: tuple | None = None  # the layers, and how many times each had loaded, when `fused` was made
+        # layer names -> (the layers and how many times each had loaded when the product was made, the product)
+        self.products: dict[tuple[str, ...], tuple[tuple, QuantizedLinear | None]] = {}
 
-    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        layers = (self.attention.query, self.attention.key, self.attention.value)  # as they are now
-        fused = self.product(layers)
-        if fused is None:
-            return tuple(layer(x) for layer in layers)
-        return fused(x).split([layer.out_features for layer in layers], dim=-1)
+    @property
+    def fused(self) -> QuantizedLinear | None:
+        """The query-key-value product, once made (None: not made, or the layers can't be joined)."""
+        return self.products.get(("query", "key", "value"), ((), None))[1]
 
-    def product(self, layers: tuple[nn.Module, ...]) -> QuantizedLinear | None:
+    def __call__(self, x: torch.Tensor, query_input: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        names = ("query", "key", "value") if query_input is None else ("key", "value")
+        layers = tuple(getattr(self.attention, name) for name in names)  # as they are now
+        fused = self.product(names, layers)
+        outputs = (tuple(layer(x) for layer in layers) if fused is None
+                   else fused(x).split([layer.out_features for layer in layers], dim=-1))
+        return outputs if query_input is None else (self.attention.query(query_input), *outputs)
+
+    def product(self, names: tuple[str, ...], layers: tuple[nn.Module, ...]) -> QuantizedLinear | None:
         """The joint layer for `layers`, made again if they changed; None where they must run one by one. (Under
         torch.compile there is no FusedProjections: `run_int8_eagerly` removes it.)"""
         if (torch.compiler.is_exporting() or not all(isinstance(layer, QuantizedLinear) for layer in layers)
                 or any(has_forward_hooks(layer) for layer in layers)):
             return None
         made_from = tuple((layer, layer.loads) for layer in layers)
-        if made_from != self.made_from:
-            self.fused, self.made_from = concatenate(layers), made_from
-        return self.fused
+        if self.products.get(names, ((), None))[0] != made_from:
+            self.products[names] = (made_from, concatenate(layers))
+        return self.products[names][1]
 
 
 def concatenate(layers: Iterable[QuantizedLinear]) -> QuantizedLinear | None:
