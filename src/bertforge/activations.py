@@ -1,5 +1,7 @@
-"""The feed-forward activations BERT checkpoints name in `hidden_act`."""
+"""The encoder's activations: the feed-forward's, which BERT checkpoints name in `hidden_act`, and attention's
+softmax."""
 
+import functools
 from functools import partial
 
 import torch
@@ -34,3 +36,24 @@ class Activation(nn.Module):
 
     def extra_repr(self) -> str:
         return self.name
+
+
+def softmax(scores: torch.Tensor) -> torch.Tensor:
+    """softmax over the last dimension (attention's rows of keys).
+
+    On a CPU, torch's kernel vectorizes along each row and takes a row shorter than one vector (16 float32 lanes
+    with AVX-512, 8 with AVX2) one element at a time: 2-5x slower there than exp and sum over the whole tensor,
+    which is what short sentences' attention needs (SQuAD's questions, 14 tokens on average: MiniLM 2% faster in
+    float32, 3-6% in int8).
+    """
+    if (scores.device.type != "cpu" or scores.dtype != torch.float32 or torch.compiler.is_compiling()
+            or scores.shape[-1] >= float32_lanes()):
+        return scores.softmax(dim=-1)
+    exp = (scores - scores.amax(dim=-1, keepdim=True)).exp()
+    return exp / exp.sum(dim=-1, keepdim=True)
+
+
+@functools.cache
+def float32_lanes() -> int:
+    """float32 numbers in one of the vectors torch's CPU kernels run on here; 0 where not known."""
+    return {"AVX512": 16, "AVX2": 8}.get(torch.backends.cpu.get_cpu_capability(), 0)

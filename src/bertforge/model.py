@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from bertforge.activations import Activation
+from bertforge.activations import Activation, softmax
 from bertforge.checkpoint.pretrained import Pretrained
 from bertforge.config import BertConfig
 from bertforge.errors import BertforgeError
@@ -102,7 +102,7 @@ class SelfAttention(nn.Module):
             scores = q @ k.transpose(-1, -2)  # (batch, heads, seq, seq)
             scale = 1 / math.sqrt(self.head_dim)
             scores = scores.mul_(scale) if bias is None else torch.add(bias, scores, alpha=scale)  # one pass
-            probs = scores.softmax(dim=-1)
+            probs = softmax(scores)
             context = self.dropout(probs) @ v
         else:
             with sdpa_kernel(GPU_ATTENTION_KERNELS) if q.is_cuda else nullcontext():

@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dev", "-d", required=True, help="labelled dev data in the training run's format")
     parser.add_argument("--output", "-o", required=True, help="directory for the smaller model (must be new)")
     parser.add_argument("--precision", choices=[*METHODS, "auto"], default="int8",
-                        help="int8 (CPU: int8 weights, outlier input channels in float32), bf16, or auto "
+                        help="int8 (CPU: int8 weights, outlier input channels kept apart), bf16, or auto "
                              "(bf16 where --device runs it natively, else int8); default int8")
     add_max_drop_argument(parser)
     parser.add_argument("--calibration", default=None,
