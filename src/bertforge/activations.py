@@ -1,8 +1,7 @@
 """The encoder's activations: the feed-forward's, which BERT checkpoints name in `hidden_act`, and attention's
 softmax."""
 
-import functools
-from functools import partial
+from functools import cache, partial
 
 import torch
 import torch.nn.functional as F
@@ -53,7 +52,7 @@ def softmax(scores: torch.Tensor) -> torch.Tensor:
     return exp / exp.sum(dim=-1, keepdim=True)
 
 
-@functools.cache
+@cache
 def float32_lanes() -> int:
     """float32 numbers in one of the vectors torch's CPU kernels run on here; 0 where not known."""
     return {"AVX512": 16, "AVX2": 8}.get(torch.backends.cpu.get_cpu_capability(), 0)
