@@ -81,3 +81,6 @@ def test_explain_page_and_errors_over_http(server_url):
     assert status == 400 and "choose from: negative, positive" in json.loads(body)["error"]
     status, _, body = fetch(server_url + "/explain", {"text": REVIEW, "method": "lime"})
     assert status == 422
+    # Bounded work: the worker every route shares takes one explanation at a time.
+    status, _, body = fetch(server_url + "/explain", {"text": REVIEW * 40, "steps": 1000})
+    assert status == 413 and "steps x tokens is 1000 x" in json.loads(body)["error"]

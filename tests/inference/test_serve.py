@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import threading
 import time
@@ -136,8 +137,10 @@ def make_server():
 def assert_error(response, status: int, *fragments: str):
     code, body, _ = response
     assert code == status, body
-    assert set(body) == {"error"} and all(fragment in body["error"] for fragment in fragments), body
-    assert not any(marker in body["error"] for marker in TRACEBACK_MARKERS), body
+    assert set(body) == {"error"}, body
+    message = body["error"]["message"] if isinstance(body["error"], dict) else body["error"]  # OpenAI's, or ours
+    assert all(fragment in message for fragment in fragments), body
+    assert not any(marker in message for marker in TRACEBACK_MARKERS), body
 
 
 # ---------------------------------------------------------------- endpoints
@@ -196,6 +199,11 @@ def test_openapi_and_docs(encoder_server):
     predict = schema["paths"]["/predict"]["post"]["responses"]
     assert predict["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/PredictResponse"}
     assert predict["413"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorResponse"}
+    # The pages' errors are JSON too; OpenAI's routes publish OpenAI's error shape.
+    page = schema["paths"]["/attention"]["get"]["responses"]
+    assert set(page["200"]["content"]) == {"text/html"} and set(page["413"]["content"]) == {"application/json"}
+    openai_errors = schema["paths"]["/v1/embeddings"]["post"]["responses"]["400"]["content"]["application/json"]
+    assert openai_errors["schema"] == {"$ref": "#/components/schemas/OpenAIErrorResponse"}
     status, page, _ = encoder_server.request("/docs")
     # Rendered on the server: no script or stylesheet to fetch, so it works offline.
     assert status == 200 and "/v1/embeddings" in page and "EmbedRequest" in page
@@ -283,6 +291,16 @@ def test_request_errors_are_one_json_line_without_traceback(encoder_server):
     assert_error(encoder_server.request("/nowhere"), 404, "Not Found")
 
 
+def test_health_answers_a_head_probe(encoder_server):
+    assert encoder_server.request("/health", method="HEAD")[0] == 200
+
+
+def test_rerank_takes_as_many_texts_as_embed(encoder_server):
+    status, ranked, _ = encoder_server.request("/rerank", {"query": "q", "texts": ["x"] * 8})  # max_texts: 8
+    assert status == 200 and len(ranked) == 8  # the query is not one of the texts
+    assert_error(encoder_server.request("/rerank", {"query": "q", "texts": ["x"] * 9}), 413, "too many texts: 9")
+
+
 def test_long_texts_refused_when_configured(make_server, encoder_dir):
     server = make_server(encoder_dir, max_length=16, long_text="refuse")
     assert server.request("/embed", {"texts": ["short text"]})[0] == 200
@@ -290,6 +308,38 @@ def test_long_texts_refused_when_configured(make_server, encoder_dir):
                  "limit is 16")
     assert_error(server.request("/tokenize", {"text": "word " * 20}), 413, "limit is 16")
     assert_error(server.request("/attention?text=" + "word%20" * 20), 413, "limit is 16")
+
+
+def with_sentence_transformers_length(encoder_dir, directory, max_seq_length: int):
+    """A copy of the encoder with a sentence-transformers layout that reads max_seq_length tokens."""
+    shutil.copytree(encoder_dir, directory)
+    (directory / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (directory / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length}))
+    (directory / "1_Pooling").mkdir()
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    return directory
+
+
+def test_embeddings_refuse_or_cut_at_the_checkpoints_own_length(make_server, encoder_dir, tmp_path):
+    """The model's sentence-transformers max_seq_length (16) is below the server's limit (64): a refusing server
+    refuses there rather than cutting silently; a request's `truncate` overrides the server's policy."""
+    directory = with_sentence_transformers_length(encoder_dir, tmp_path / "st", 16)
+    long_text = "word " * 20  # 22 tokens
+    refusing = make_server(directory, long_text="refuse")
+    assert_error(refusing.request("/embed", {"inputs": long_text}), 413, "22 tokens", "limit is 16")
+    assert_error(refusing.request("/v1/embeddings", {"input": long_text}), 413, "limit is 16")
+    assert_error(refusing.request("/rerank", {"query": "q", "texts": [long_text]}), 413, "limit is 16")
+    status, cut, _ = refusing.request("/embed", {"inputs": long_text, "truncate": True})
+    expected = extract_features(refusing.model, refusing.tokenizer, [long_text], max_length=16)
+    assert status == 200 and torch.allclose(torch.tensor(cut), expected, atol=1e-5)
+    truncating = make_server(directory)
+    status, body, _ = truncating.request("/v1/embeddings", {"input": long_text})
+    assert status == 200 and body["usage"]["prompt_tokens"] == 16
+    assert_error(truncating.request("/embed", {"inputs": long_text, "truncate": False}), 413,
+                 "limit is 16", "asked not to truncate")
+    assert_error(truncating.request("/embed", {"inputs": long_text, "truncate": 0}), 422, "truncate")
 
 
 def test_unexpected_errors_are_500_with_a_generic_message(make_server, encoder_dir, caplog):
@@ -715,6 +765,20 @@ def test_openai_client_gets_the_embeddings_of_bertforge_embed(encoder_server, en
     shortened = torch.nn.functional.normalize(torch.tensor(expected[0][:8]), dim=-1)
     assert torch.allclose(torch.tensor(one.data[0].embedding), shortened, atol=1e-5)
     assert [model.id for model in client.models.list()] == [str(encoder_dir)]
+    # Token ids (of the model's vocabulary, taken as they are): one list, or a list of lists.
+    ids = [encoder_server.tokenizer(text)["input_ids"] for text in TEXTS]
+    for given in (ids[0], ids):
+        response = client.embeddings.create(model="bertforge", input=given, encoding_format="float")
+        vectors = numpy.array([item.embedding for item in response.data])
+        numpy.testing.assert_allclose(vectors, expected[:len(vectors)], atol=1e-5)
+    # Errors in OpenAI's shape and statuses, which the client turns into its exceptions with the message.
+    with pytest.raises(openai.BadRequestError, match="List should have at least 1 item"):
+        client.embeddings.create(model="bertforge", input=[])
+    with pytest.raises(openai.BadRequestError, match="token id 99999 is not in the model's vocabulary"):
+        client.embeddings.create(model="bertforge", input=[[101, 99999, 102]])
+    with pytest.raises(openai.APIStatusError, match="too many inputs: 9") as raised:
+        client.embeddings.create(model="bertforge", input=["x"] * 9)
+    assert raised.value.status_code == 413 and raised.value.type == "invalid_request_error"
 
 
 def test_tei_embed_and_rerank(encoder_server):
@@ -793,6 +857,29 @@ def test_oversized_body_is_refused_before_it_is_read_while_health_answers(make_s
         head = connection.recv(65536).decode()
     assert head.startswith("HTTP/1.1 413") and '"error"' in head and "limit is 10000" in head
     assert_error(server.request("/embed", json.dumps({"texts": ["x" * 20_000]}).encode()), 413, "limit is 10000")
+
+
+def test_a_chunked_body_is_read_up_to_the_limit(make_server, encoder_dir):
+    server = make_server(encoder_dir, max_body_bytes=10_000)
+    port = int(server.url.rsplit(":", 1)[1])
+
+    def send_chunked(body: bytes) -> str:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as connection:
+            connection.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                               b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+            for start in range(0, len(body), 4096):
+                chunk = body[start:start + 4096]
+                connection.sendall(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+            connection.sendall(b"0\r\n\r\n")
+            answer = b""
+            while part := connection.recv(65536):
+                answer += part
+        return answer.decode()
+
+    small = send_chunked(json.dumps({"texts": TEXTS}).encode())
+    assert small.startswith("HTTP/1.1 200") and '"embeddings"' in small
+    large = send_chunked(json.dumps({"texts": ["x" * 20_000]}).encode())
+    assert large.startswith("HTTP/1.1 413") and "limit is 10000" in large
 
 
 def test_a_slow_client_is_cut_off(make_server, encoder_dir):

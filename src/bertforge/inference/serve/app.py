@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
 from bertforge.errors import BertforgeError, ConfigError, InputError
+from bertforge.explain.methods import DEFAULT_STEPS
 from bertforge.explain.page import explained
 from bertforge.inference.attention_view import (
     attention_map,
@@ -27,7 +28,7 @@ from bertforge.inference.attention_view import (
     encode_for_attention,
     render_attention_map,
 )
-from bertforge.inference.features import embedding_texts, fit_rows, pool, sentence_embedding
+from bertforge.inference.features import embedding_texts, pool, sentence_embedding
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.inference.serve.batcher import Job, MicroBatcher, QueueFull
 from bertforge.inference.serve.docs import render_docs
@@ -35,6 +36,7 @@ from bertforge.inference.serve.limits import (
     HEALTH_PATH,
     HTTPError,
     RequestGuard,
+    error_answer,
     protocol_with_read_timeout,
 )
 from bertforge.inference.serve.metrics import ServerMetrics
@@ -141,35 +143,41 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     app.state.model, app.state.tokenizer, app.state.batcher = model, tokenizer, batcher
     app.state.settings, app.state.metrics, app.state.task = settings, metrics, task
     errors = {status: {"model": schemas.ErrorResponse, "description": text} for status, text in ERROR_STATUSES.items()}
+    openai_errors = {400 if status == 422 else status: {"model": schemas.OpenAIErrorResponse, "description": text}
+                     for status, text in ERROR_STATUSES.items() if status != 409}
+    # An HTML page's errors are JSON all the same (a route's `model` would be published as its media type).
+    page_errors = {status: {"description": text, "content": {"application/json": {"schema": {
+        "$ref": "#/components/schemas/ErrorResponse"}}}} for status, text in ERROR_STATUSES.items()}
 
-    def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-        return JSONResponse({"error": message}, status_code=status, headers=headers)
+    def error(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+        status, body = error_answer(request.url.path, status, message)
+        return JSONResponse(body, status_code=status, headers=headers)
 
     @app.exception_handler(HTTPError)
     async def http_error(request: Request, problem: HTTPError):
         headers = {"Retry-After": "1", **(problem.headers or {})} if problem.status == 503 else problem.headers
-        return error(problem.status, problem.message, headers)
+        return error(request, problem.status, problem.message, headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def framework_error(request: Request, problem: StarletteHTTPException):  # 404, 405, ...
-        return error(problem.status_code, str(problem.detail), getattr(problem, "headers", None))
+        return error(request, problem.status_code, str(problem.detail), getattr(problem, "headers", None))
 
     @app.exception_handler(BertforgeError)
     async def user_error(request: Request, problem: BertforgeError):
-        return error(400, str(problem))
+        return error(request, 400, str(problem))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, problem: RequestValidationError):
         problems = problem.errors()
         if any(item["type"] == "json_invalid" for item in problems):
-            return error(400, "the request body is not valid JSON")
+            return error(request, 400, "the request body is not valid JSON")
         if any(item["type"] == "missing" and tuple(item["loc"]) == ("body",) for item in problems):
-            return error(400, "empty request body; send a JSON object")
+            return error(request, 400, "empty request body; send a JSON object")
         messages = []
         for item in problems:
             where = ".".join(str(part) for part in item["loc"] if part != "body")
             messages.append(f"{where}: {item['msg']}" if where else item["msg"])
-        return error(422, "invalid request: " + "; ".join(messages))
+        return error(request, 422, "invalid request: " + "; ".join(messages))
 
     @app.exception_handler(ClientDisconnect)
     async def client_gone(request: Request, problem: ClientDisconnect):
@@ -178,7 +186,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     @app.exception_handler(Exception)
     async def unexpected_error(request: Request, problem: Exception):
         logger.error("%s %s failed", request.method, request.url.path, exc_info=problem)
-        return error(500, "internal server error")
+        return error(request, 500, "internal server error")
 
     # ------------------------------------------------------------ helpers the routes share
 
@@ -186,16 +194,36 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         if count > settings.max_texts:
             raise HTTPError(413, f"too many {what}: {count}; the limit is {settings.max_texts} per request")
 
+    def refused(what: str, length: int, limit: int) -> HTTPError:
+        why = "the request asked not to truncate" if truncate else "this server refuses long texts rather than " \
+                                                                   "truncating"
+        return HTTPError(413, f"{what} is {length} tokens long; the limit is {limit} ({why})")
+
     def encode_texts(texts: list[str], pairs: list[str] | None = None, limit: int = max_length,
-                     with_offsets: bool = False) -> list[dict[str, list]]:
-        """One row per text (or pair) within `limit` tokens: truncated, or 413 when the server refuses."""
-        encoded = tokenizer(texts, text_pair=pairs, truncation=truncate, max_length=limit,
+                     with_offsets: bool = False, cut: bool | None = None) -> list[dict[str, list]]:
+        """One row per text (or pair) within `limit` tokens: truncated (`cut`, by default the server's policy), or
+        413."""
+        cut = truncate if cut is None else cut
+        encoded = tokenizer(texts, text_pair=pairs, truncation=cut, max_length=limit,
                             return_offsets_mapping=with_offsets)
         rows = [{name: values[i] for name, values in encoded.items()} for i in range(len(texts))]
         for index, row in enumerate(rows):
             if len(row["input_ids"]) > limit:
-                raise HTTPError(413, f"text {index} is {len(row['input_ids'])} tokens long; the limit is {limit} "
-                                     f"(this server refuses long texts rather than truncating)")
+                raise refused(f"text {index}", len(row["input_ids"]), limit)
+        return rows
+
+    def id_rows(id_lists: list[list[int]], limit: int, cut: bool) -> list[dict[str, list]]:
+        """Rows of token ids sent as they are (OpenAI's and text-embeddings-inference's token input)."""
+        rows = []
+        for index, ids in enumerate(id_lists):
+            unknown = next((i for i in ids if not 0 <= i < model.config.vocab_size), None)
+            if unknown is not None:
+                raise HTTPError(422, f"input {index}: token id {unknown} is not in the model's vocabulary "
+                                     f"(0 to {model.config.vocab_size - 1})")
+            if len(ids) > limit and not cut:
+                raise refused(f"input {index}", len(ids), limit)
+            ids = ids[:limit]
+            rows.append({"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids)})
         return rows
 
     async def run_jobs(jobs: list[Job]) -> list[Any]:
@@ -207,14 +235,18 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
             raise HTTPError(503, str(problem)) from None
         return await asyncio.gather(*(asyncio.wrap_future(future) for future in futures))
 
-    async def embed(texts: list[str], pooling: str | None, normalize: bool | None
-                    ) -> tuple[list[torch.Tensor], int, SentenceEmbedding]:
-        """Vectors of texts, how many tokens they had, and the settings used: those asked for, else the
-        checkpoint's sentence-transformers layout (pooling, max_seq_length, normalisation), as `bertforge embed`."""
-        check_count(len(texts))
+    async def embed(texts: list[str] | list[list[int]], pooling: str | None, normalize: bool | None,
+                    cut: bool | None = None) -> tuple[list[torch.Tensor], int, SentenceEmbedding]:
+        """Vectors of texts (or of lists of token ids), how many tokens they had, and the settings used: those
+        asked for, else the checkpoint's sentence-transformers layout (pooling, max_seq_length, normalisation), as
+        `bertforge embed`. Long texts are cut, or refused, at the smaller of the server's and the layout's
+        max_length."""
         used = sentence_embedding(encoder_of(model), pooling, None, normalize)
-        rows = await asyncio.to_thread(encode_texts, embedding_texts(texts, used))
-        rows = fit_rows(rows, used.max_length)
+        limit = max_length if used.max_length is None else min(max_length, used.max_length)
+        if texts and isinstance(texts[0], list):
+            rows = id_rows(texts, limit, truncate if cut is None else cut)
+        else:
+            rows = await asyncio.to_thread(encode_texts, embedding_texts(texts, used), None, limit, False, cut)
         vectors = await run_jobs([Job(pooled_vectors, row, {"pooling": used.pooling, "normalize": used.normalize})
                                   for row in rows])
         return vectors, sum(len(row["input_ids"]) for row in rows), used
@@ -225,10 +257,10 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                                  f"/v1/embeddings or /rerank, or serve a fine-tuned model")
         return task
 
-    async def predict_examples(examples: list) -> list[dict[str, Any]]:
+    async def predict_examples(examples: list, cut: bool | None = None) -> list[dict[str, Any]]:
         """The task's answers for examples, each with its input, exactly as `bertforge predict` gives them."""
         features = await asyncio.to_thread(task.encode, tokenizer, examples, run.settings, model.config.id2label)
-        if features.truncated and not truncate:
+        if features.truncated and not (truncate if cut is None else cut):
             raise HTTPError(413, f"{features.truncated} of the inputs are longer than the model's max_length "
                                  f"{run.max_length}; this server refuses long texts rather than cutting them")
         outputs = await run_jobs([Job(run_rows, row) for row in features.rows])
@@ -277,19 +309,20 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
             [request.inputs] if isinstance(request.inputs, str) else request.inputs)
         if not texts:
             raise HTTPError(422, "nothing to embed: the list of texts is empty")
-        vectors, _, used = await embed(texts, request.pooling, request.normalize)
+        check_count(len(texts))
+        vectors, _, used = await embed(texts, request.pooling, request.normalize, request.truncate)
         values = [vector.tolist() for vector in vectors]
         if request.inputs is not None:
             return values
         return {"embeddings": values, "dimension": len(values[0]), "pooling": used.pooling,
                 "normalized": used.normalize}
 
-    @app.post("/v1/embeddings", response_model=schemas.OpenAIEmbeddingResponse, responses=errors)
+    @app.post("/v1/embeddings", response_model=schemas.OpenAIEmbeddingResponse, responses=openai_errors)
     async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest):
         """OpenAI's embeddings API: unit-length vectors, pooled as the checkpoint says (`bertforge embed`)."""
-        texts = [request.input] if isinstance(request.input, str) else request.input
-        if not texts:
-            raise HTTPError(422, "input: the list of texts is empty")
+        given = request.input
+        texts = [given] if isinstance(given, str) or isinstance(given[0], int) else given
+        check_count(len(texts), "inputs")
         vectors, tokens, _ = await embed(texts, None, True)
         data = []
         for index, vector in enumerate(vectors):
@@ -305,7 +338,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         return {"object": "list", "data": data, "model": model_name,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
-    @app.get("/v1/models", response_model=schemas.ModelList, responses=errors)
+    @app.get("/v1/models", response_model=schemas.ModelList, responses=openai_errors)
     async def openai_models():
         """The one model this server holds, as OpenAI's model list."""
         return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
@@ -319,7 +352,8 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         the cosine similarity of the texts' embeddings."""
         check_count(len(request.texts))
         if task is not None and task.head == "sequence_classification":
-            answers = await predict_examples([task.example(request.query, text) for text in request.texts])
+            answers = await predict_examples([task.example(request.query, text) for text in request.texts],
+                                             request.truncate)
             if "score" in answers[0]:
                 scores = [a["score"] if request.raw_scores else 1 / (1 + math.exp(-a["score"])) for a in answers]
             else:
@@ -327,7 +361,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                 probabilities = [a["probabilities"][last] for a in answers]
                 scores = [math.log(p / max(1 - p, 1e-12)) if request.raw_scores else p for p in probabilities]
         elif task is None:
-            vectors, _, _ = await embed([request.query, *request.texts], None, True)
+            vectors, _, _ = await embed([request.query, *request.texts], None, True, request.truncate)
             scores = [float(vectors[0] @ vector) for vector in vectors[1:]]
         else:
             raise HTTPError(409, f"wrong task: {model_name} does {task.name}; /rerank needs a pair classifier or "
@@ -344,7 +378,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         return {"tokens": tokenizer.convert_ids_to_tokens(row["input_ids"]), "ids": row["input_ids"],
                 "token_type_ids": row["token_type_ids"], "offsets": row["offset_mapping"]}
 
-    @app.get("/attention", response_class=HTMLResponse, responses=errors)
+    @app.get("/attention", response_class=HTMLResponse, responses=page_errors)
     async def attention(text: str = Query(min_length=1), pair: str | None = None) -> HTMLResponse:
         """The attention viewer page (every layer and head) for a text, or a pair of texts."""
         try:
@@ -362,6 +396,13 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         """One job for the worker, the only code that touches the model (the explanation hooks it)."""
         pairs = None if request.text_pair is None else [request.text_pair]
         row = (await asyncio.to_thread(encode_texts, [request.text], pairs))[0]
+        # Integrated gradients runs the model `steps` times over the text; the worker, which every route shares,
+        # takes one explanation at a time: a request costs at most a default one on the longest text.
+        work, budget = request.steps * len(row["input_ids"]), DEFAULT_STEPS * max_length
+        if request.method == "integrated_gradients" and work > budget:
+            raise HTTPError(413, f"steps x tokens is {request.steps} x {len(row['input_ids'])} = {work}; the limit "
+                                 f"is {budget} ({DEFAULT_STEPS} steps x max_length {max_length}): ask for fewer "
+                                 f"steps or send a shorter text")
         options = {**request.model_dump(), "tokenizer": tokenizer, "max_length": max_length, "as_page": as_page}
         (result,) = await run_jobs([Job(explanations, row, options)])
         return result
@@ -371,12 +412,16 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         """Attributions of the model's prediction to the words of the text (bertforge.explain), as JSON."""
         return await explanation(request, as_page=False)
 
-    @app.get("/explain", response_class=HTMLResponse, responses=errors)
+    @app.get("/explain", response_class=HTMLResponse, responses=page_errors)
     async def explain_page(text: str = Query(min_length=1), pair: str | None = None, target: str | None = None,
                            method: schemas.ExplainMethod = "integrated_gradients") -> HTMLResponse:
         """The explanation page: the words shaded by attribution, beside the attention views."""
         request = schemas.ExplainRequest(text=text, text_pair=pair or None, target=target or None, method=method)
         return HTMLResponse(await explanation(request, as_page=True))
+
+    @app.head(HEALTH_PATH, include_in_schema=False)
+    async def health_probe():  # load balancers that probe with HEAD
+        return Response(status_code=200)
 
     @app.get(HEALTH_PATH, response_model=schemas.HealthResponse)
     async def health():

@@ -9,6 +9,8 @@ import json
 import time
 
 HEALTH_PATH = "/health"  # answered without the API key, so that load balancers can probe it
+OPENAI_PREFIX = "/v1/"  # OpenAI's routes answer errors as OpenAI does, so that its clients read them
+OPENAI_ERROR_TYPES = {401: "authentication_error", 500: "server_error", 503: "server_error"}
 
 
 class HTTPError(Exception):
@@ -19,9 +21,20 @@ class HTTPError(Exception):
         self.status, self.message, self.headers = status, message, headers
 
 
-async def send_error(send, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-    """Answer with {"error": message} straight from the ASGI layer (before the application runs)."""
-    body = json.dumps({"error": message}).encode()
+def error_answer(path: str, status: int, message: str) -> tuple[int, dict]:
+    """(status, body) of an error: {"error": message}; on OpenAI's routes, OpenAI's shape and its 400 for an
+    invalid request (where bertforge's own routes say 422)."""
+    if not path.startswith(OPENAI_PREFIX):
+        return status, {"error": message}
+    status = 400 if status == 422 else status
+    kind = OPENAI_ERROR_TYPES.get(status, "invalid_request_error")
+    return status, {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+async def send_error(send, path: str, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+    """Answer with an error straight from the ASGI layer (before the application runs)."""
+    status, answer = error_answer(path, status, message)
+    body = json.dumps(answer).encode()
     raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw_headers += [(name.encode(), value.encode()) for name, value in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})
@@ -57,28 +70,35 @@ class RequestGuard:
             self.metrics.count_request(route, status[0], time.monotonic() - started)
 
     async def guard(self, scope, receive, send):
-        headers = dict(scope["headers"])
-        if self.api_key is not None and scope["path"] != HEALTH_PATH and not self.authorized(headers):
-            return await send_error(send, 401, "missing or wrong API key: send the header "
-                                               "'Authorization: Bearer KEY'", {"www-authenticate": "Bearer"})
+        headers, path = dict(scope["headers"]), scope["path"]
+        if self.api_key is not None and path != HEALTH_PATH and not self.authorized(headers):
+            return await send_error(send, path, 401, "missing or wrong API key: send the header "
+                                                     "'Authorization: Bearer KEY'", {"www-authenticate": "Bearer"})
         declared = headers.get(b"content-length")
         if declared is not None:
             if not declared.isdigit():
-                return await send_error(send, 400, "the Content-Length header is not a number")
+                return await send_error(send, path, 400, "the Content-Length header is not a number")
             if int(declared) > self.max_body_bytes:
-                return await send_error(send, 413, self.too_large(int(declared)), {"connection": "close"})
-        received = 0
-
-        async def counted_receive():
-            nonlocal received
+                return await send_error(send, path, 413, self.too_large(int(declared)), {"connection": "close"})
+            return await self.app(scope, receive, send)
+        # A chunked body declares no length: it is read here, up to the limit, and handed on whole (an error
+        # raised while the application reads it would reach the client as the framework's 400).
+        chunks, received, more = [], 0, True
+        while more:
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_body_bytes:  # a chunked body, which declared no length
-                    raise HTTPError(413, self.too_large(received), {"connection": "close"})
-            return message
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunks.append(message.get("body", b""))
+            received += len(chunks[-1])
+            if received > self.max_body_bytes:
+                return await send_error(send, path, 413, self.too_large(received), {"connection": "close"})
+            more = message.get("more_body", False)
+        whole = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
 
-        await self.app(scope, counted_receive, send)
+        async def replay():
+            return whole.pop() if whole else await receive()
+
+        await self.app(scope, replay, send)
 
     def too_large(self, size: int) -> str:
         return f"the request body is {size} bytes or more; the limit is {self.max_body_bytes}"

@@ -3,7 +3,7 @@ publishes them in the OpenAPI document (/openapi.json, /docs)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,24 +22,44 @@ class ErrorResponse(BaseModel):
     error: str = Field(description="what was wrong, in one line")
 
 
+class OpenAIErrorDetail(BaseModel):
+    message: str = Field(description="what was wrong, in one line")
+    type: str = Field(description="invalid_request_error, authentication_error or server_error")
+    param: str | None = None
+    code: str | None = None
+
+
+class OpenAIErrorResponse(BaseModel):
+    """OpenAI's error shape, which its clients read (the routes under /v1/)."""
+    error: OpenAIErrorDetail
+
+
 # --- requests -----------------------------------------------------------------------------------------------------
+
+Texts = Annotated[list[str], Field(min_length=1)]
+TokenIds = Annotated[list[int], Field(min_length=1)]
+TRUNCATE = ("text-embeddings-inference's field: cut texts longer than the limit (true) or answer 413 (false); "
+            "default: the server's --long-text")
+
 
 class EmbedRequest(Strict):
     texts: list[str] | None = Field(None, min_length=1, description="the texts to embed (at most max_texts)")
-    inputs: str | list[str] | None = Field(None, description="text-embeddings-inference's field: a text or a "
-                                                             "list; the answer is then a bare list of vectors")
+    inputs: str | Texts | None = Field(None, description="text-embeddings-inference's field: a text or a list; "
+                                                        "the answer is then a bare list of vectors")
     pooling: Pooling | None = Field(None, description="how token vectors become one (default: the checkpoint's "
                                                       "sentence-transformers pooling, else mean)")
-    normalize: bool | None = Field(None, description="scale each vector to unit length (default: as the "
-                                                     "checkpoint's sentence-transformers modules say, else no)")
-    truncate: bool | None = Field(None, description="text-embeddings-inference's field; long texts are "
-                                                    "truncated unless the server refuses them")
+    normalize: bool | None = Field(None, strict=True, description="scale each vector to unit length (default: "
+                                   "as the checkpoint's sentence-transformers modules say, else no)")
+    truncate: bool | None = Field(None, strict=True, description=TRUNCATE)
 
 
 class OpenAIEmbeddingRequest(BaseModel):
-    input: str | list[str] = Field(description="a text or a list of texts")
+    input: str | Texts | TokenIds | Annotated[list[TokenIds], Field(min_length=1)] = Field(
+        description="a text, a list of texts, or token ids of the model's vocabulary (one list, or a list of "
+                    "lists), taken as they are: no [CLS] or [SEP] is added")
     model: str | None = Field(None, description="ignored: the server has one model (see /v1/models)")
-    dimensions: int | None = Field(None, ge=1, description="keep the first N dimensions (re-normalized)")
+    dimensions: int | None = Field(None, ge=1, strict=True, description="keep the first N dimensions "
+                                                                         "(re-normalized)")
     encoding_format: Literal["float", "base64"] = "float"
     user: str | None = None
 
@@ -60,9 +80,9 @@ class PredictRequest(Strict):
 class RerankRequest(Strict):
     query: str
     texts: list[str] = Field(min_length=1, description="the texts to rank against the query (at most max_texts)")
-    raw_scores: bool = Field(False, description="a pair classifier's logit instead of its probability")
-    return_text: bool = False
-    truncate: bool | None = None
+    raw_scores: bool = Field(False, strict=True, description="a pair classifier's logit instead of its probability")
+    return_text: bool = Field(False, strict=True)
+    truncate: bool | None = Field(None, strict=True, description=TRUNCATE)
 
 
 class TokenizeRequest(Strict):
@@ -75,7 +95,9 @@ class ExplainRequest(Strict):
     text_pair: str | None = Field(None, description="the pair (the context; for an encoder, the text compared)")
     target: str | None = Field(None, description="a label, an entity, answer/start/end (default: the prediction)")
     method: ExplainMethod = "integrated_gradients"
-    steps: int = Field(DEFAULT_STEPS, ge=1, le=1000, description="integrated gradients' interpolation steps")
+    steps: int = Field(DEFAULT_STEPS, ge=1, le=1000, strict=True,
+                       description="integrated gradients' interpolation steps; steps x tokens is limited to the "
+                                   "default steps x the server's max_length")
 
 
 # --- responses ----------------------------------------------------------------------------------------------------
