@@ -47,9 +47,10 @@ FINETUNE_KEY = "bertforge_finetune"
 # The number of labels is implied by id2label; older transformers wrote it as well.
 LABEL_COUNT_KEYS = ("num_labels", "_num_labels")
 
-# Keys whose other values would change what the model computes: key -> the one value bertforge implements.
-FIXED_VALUES = {"position_embedding_type": "absolute", "is_decoder": False, "add_cross_attention": False,
-                "pruned_heads": {}}
+# Keys whose other values would change what the model computes: key -> the one value bertforge implements
+# (RoBERTa and its kin save the same tensor names as BERT but offset their positions).
+FIXED_VALUES = {"model_type": "bert", "position_embedding_type": "absolute", "is_decoder": False,
+                "add_cross_attention": False, "pruned_heads": {}}
 
 # What a sequence classifier's outputs mean (transformers' `problem_type`); None: regression for one output, else
 # one label per example (single_label_classification). bertforge.heads.LOSSES holds each one's loss.
@@ -107,6 +108,8 @@ class BertConfig:
         check_fits_in_memory(encoder_parameters(self), "the model")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"pad_token_id ({self.pad_token_id}) must be a token id below vocab_size")
+        if not isinstance(self.tie_word_embeddings, bool):
+            raise ConfigError(f"tie_word_embeddings must be true or false, got {self.tie_word_embeddings!r}")
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
             raise ConfigError(f"problem_type {self.problem_type!r} is not supported; choose from "
                               f"{', '.join(PROBLEM_TYPES)}")

@@ -272,3 +272,16 @@ class BertModel(Pretrained, nn.Module):
         if input_ids.shape[1] > self.config.max_position_embeddings:
             raise BertforgeError(f"sequence length {input_ids.shape[1]} exceeds max_position_embeddings "
                                  f"({self.config.max_position_embeddings}); truncate the input")
+        # Ids past an embedding table (a tokenizer with tokens the model was never resized for, a pair for a model
+        # of one segment) would fail deep in the lookup; checked where it costs nothing (CPU, eager).
+        if input_ids.device.type != "cpu" or torch.compiler.is_compiling() or not input_ids.numel():
+            return
+        tables = (("token id", input_ids, "vocab_size", "is the tokenizer larger than the model?"),
+                  ("segment id", token_type_ids, "type_vocab_size", "the model reads single texts, not pairs"))
+        for name, ids, field, hint in tables:
+            if ids is None:
+                continue
+            size, low, high = getattr(self.config, field), int(ids.min()), int(ids.max())
+            if low < 0 or high >= size:
+                raise BertforgeError(f"{name} {high if high >= size else low} is outside the model's {field} of "
+                                     f"{size} (config.json): {hint}")

@@ -202,6 +202,9 @@ def build(tmp_path, vocab_files, head, form, cased=False):
     model = getattr(transformers, hf_class)(config).eval()
     if head == "masked_lm_untied":
         assert not torch.equal(model.cls.predictions.decoder.weight, model.bert.embeddings.word_embeddings.weight)
+        with torch.no_grad():  # as after training: transformers 5 gives an untied decoder a bias of its own
+            model.cls.predictions.decoder.bias.normal_()
+        assert not torch.equal(model.cls.predictions.decoder.bias, model.cls.predictions.bias)
     directory = tmp_path / "reference"
     FORMATS[form](model, directory)
     tokenizer.save_pretrained(directory)
@@ -229,6 +232,45 @@ def test_model_saved_by_transformers(tmp_path, vocab_files, texts, head, form, o
     compare(ours, back, encoded, outputs, ENCODER_TOLERANCE if head == "encoder" else HEAD_TOLERANCE)
     back_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "ours")
     assert torch.equal(back_tokenizer(texts, padding=True, return_tensors="pt")["input_ids"], expected["input_ids"])
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta", "distilbert", "gpt2"])
+def test_other_architectures_are_refused_by_name(tmp_path, vocab_files, model_type):
+    """RoBERTa and its kin save BERT's tensor names but offset their positions: refused, not loaded wrongly."""
+    _, _, directory = build(tmp_path, vocab_files, "encoder", "safetensors")
+    config = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps(config | {"model_type": model_type}))
+    with pytest.raises(bertforge.ConfigError, match=rf"config.json: model_type='{model_type}' is not supported"):
+        bertforge.BertModel.from_pretrained(directory)
+
+
+def test_a_half_precision_checkpoint_is_saved_as_what_it_now_is(tmp_path, vocab_files, texts):
+    """Loaded from bf16 (computed in float32), saved in float32: config.json must say float32, or transformers
+    loads the copy in bf16."""
+    theirs, _, directory = build(tmp_path, vocab_files, "encoder", "safetensors")
+    theirs.to(torch.bfloat16).save_pretrained(directory)
+    assert json.loads((directory / "config.json").read_text())["dtype"] == "bfloat16"
+    bertforge.BertModel.from_pretrained(directory).save_pretrained(tmp_path / "ours")
+    assert json.loads((tmp_path / "ours" / "config.json").read_text())["dtype"] == "float32"
+    back = transformers.BertModel.from_pretrained(tmp_path / "ours")
+    assert back.dtype == torch.float32
+
+
+def test_ids_past_the_embedding_tables_are_one_line_errors(tmp_path, vocab_files):
+    _, tokenizer, directory = build(tmp_path, vocab_files, "sequence_classification", "safetensors")
+    tokenizer.add_tokens(["zzyzx"])  # the model is not resized for it
+    tokenizer.save_pretrained(directory)
+    model = bertforge.BertForSequenceClassification.from_pretrained(directory)
+    ids = BertTokenizer.from_pretrained(directory)("zzyzx", return_tensors="pt")["input_ids"]
+    with pytest.raises(bertforge.BertforgeError, match=rf"token id {model.config.vocab_size} is outside the "
+                                                       rf"model's vocab_size of {model.config.vocab_size}"):
+        model(ids)
+    single = bertforge.BertForSequenceClassification(model.config.__class__(**{
+        **{f: getattr(model.config, f) for f in ("vocab_size", "hidden_size", "num_hidden_layers",
+                                                 "num_attention_heads", "intermediate_size")},
+        "type_vocab_size": 1}))
+    with pytest.raises(bertforge.BertforgeError, match="segment id 1 is outside the model's type_vocab_size of 1"):
+        single(torch.tensor([[2, 5, 3, 6, 3]]), token_type_ids=torch.tensor([[0, 0, 0, 1, 1]]))
 
 
 def test_saved_files_are_readable_by_others(tmp_path, vocab_files):

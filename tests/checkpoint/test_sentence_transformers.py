@@ -1,6 +1,7 @@
 """The sentence-transformers layout: embed, similarity and extract_features follow modules.json by default, and
 give sentence-transformers' own vectors (the reference: SentenceTransformer.encode on the same directory)."""
 
+import importlib
 import json
 
 import numpy as np
@@ -12,6 +13,10 @@ from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, read_s
 from bertforge.cli.main import main
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
+try:  # Transformer, Pooling, Normalize: sentence-transformers 6 moved them from sentence_transformers.models
+    st_modules = importlib.import_module("sentence_transformers.sentence_transformer.modules")
+except ImportError:
+    st_modules = importlib.import_module("sentence_transformers.models")
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +65,7 @@ def test_flags_override_the_layout(minilm, tokenizer, long_texts, hf_minilm):
 def test_a_saved_sentence_transformers_model_follows_its_own_layout(tmp_path, minilm_dir, long_texts, mode,
                                                                     normalize):
     """A model directory written by sentence-transformers itself, with another pooling and length."""
-    models = sentence_transformers.models
+    models = st_modules
     transformer = models.Transformer(str(minilm_dir), max_seq_length=128)
     modules = [transformer, models.Pooling(transformer.get_embedding_dimension(), pooling_mode=mode)]
     if normalize:
@@ -73,6 +78,55 @@ def test_a_saved_sentence_transformers_model_follows_its_own_layout(tmp_path, mi
     # sentence-transformers 6 keeps max_seq_length as the tokenizer's model_max_length
     assert read_sentence_embedding(tmp_path) == SentenceEmbedding(pooling=mode, normalize=normalize)
     assert BertTokenizer.from_pretrained(tmp_path).model_max_length == 128
+
+
+def test_export_keeps_the_layout(tmp_path, minilm_dir, long_texts, reference):
+    """`export hf` (save_pretrained) of an encoder writes the layout it was loaded with: sentence-transformers and
+    `embed` pool the copy as the original (mean, 256 tokens, unit length)."""
+    assert main(["export", "hf", "--model", str(minilm_dir), "--output", str(tmp_path / "copy")]) == 0
+    copy = sentence_transformers.SentenceTransformer(str(tmp_path / "copy"), device="cpu")
+    expected = reference.encode(long_texts, convert_to_numpy=True)
+    assert cosines(copy.encode(long_texts, convert_to_numpy=True), expected).min() > 0.99999
+    assert read_sentence_embedding(tmp_path / "copy") == read_sentence_embedding(minilm_dir)
+    ours = extract_features(BertModel.from_pretrained(tmp_path / "copy"), BertTokenizer.from_pretrained(minilm_dir),
+                            long_texts)
+    assert cosines(ours.numpy(), expected).min() > 0.99999
+
+
+@pytest.mark.parametrize("mode, normalize", [("cls", False), ("max", True)])
+def test_a_saved_copy_pools_as_the_sentence_transformers_original(tmp_path, minilm_dir, long_texts, mode,
+                                                                   normalize):
+    models = st_modules
+    transformer = models.Transformer(str(minilm_dir), max_seq_length=128)
+    modules = [transformer, models.Pooling(transformer.get_embedding_dimension(), pooling_mode=mode)]
+    if normalize:
+        modules.append(models.Normalize())
+    original = sentence_transformers.SentenceTransformer(modules=modules, device="cpu")
+    original.save(str(tmp_path / "original"))
+    BertModel.from_pretrained(tmp_path / "original").save_pretrained(tmp_path / "copy")
+    BertTokenizer.from_pretrained(tmp_path / "original").save_pretrained(tmp_path / "copy")
+    copy = sentence_transformers.SentenceTransformer(str(tmp_path / "copy"), device="cpu")
+    expected = original.encode(long_texts, convert_to_numpy=True)
+    assert cosines(copy.encode(long_texts, convert_to_numpy=True), expected).min() > 0.99999
+
+
+def test_the_layout_before_sentence_transformers_1_with_the_model_in_a_subfolder(tmp_path, minilm_dir, long_texts,
+                                                                                 reference):
+    """modules.json at the top, the model in 0_Transformer/: loads from the top folder, pooled as it says."""
+    import shutil
+
+    shutil.copytree(minilm_dir, tmp_path / "0_Transformer", ignore=shutil.ignore_patterns("modules.json", "1_*"))
+    shutil.copytree(minilm_dir / "1_Pooling", tmp_path / "1_Pooling")
+    modules = json.loads((minilm_dir / "modules.json").read_text())
+    modules[0]["path"] = "0_Transformer"
+    (tmp_path / "modules.json").write_text(json.dumps(modules))
+    assert not (tmp_path / "config.json").exists()
+    (tmp_path / "texts.txt").write_text("\n".join(long_texts) + "\n", encoding="utf-8")
+    assert main(["embed", "--model", str(tmp_path), "--input", str(tmp_path / "texts.txt"),
+                 "--output", str(tmp_path / "v.npy")]) == 0
+    expected = reference.encode(long_texts, convert_to_numpy=True)
+    assert cosines(np.load(tmp_path / "v.npy"), expected).min() > 0.99999
+    np.testing.assert_allclose(np.linalg.norm(np.load(tmp_path / "v.npy"), axis=1), 1.0, atol=1e-5)
 
 
 def test_unsupported_modules_are_one_line_errors(tmp_path):

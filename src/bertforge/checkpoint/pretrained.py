@@ -12,7 +12,7 @@ import torch
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE, read_state_dict, write_state_dict
 from bertforge.checkpoint.key_map import ENCODER_PREFIX, IGNORED_HF_KEYS, TIED_HF_KEYS, from_hf, to_hf
-from bertforge.checkpoint.sentence_transformers import read_sentence_embedding
+from bertforge.checkpoint.sentence_transformers import read_sentence_embedding, write_sentence_embedding
 from bertforge.config import BertConfig
 from bertforge.errors import CheckpointError, ConfigError
 
@@ -89,7 +89,10 @@ def _resolve_tied_copies(state: dict[str, torch.Tensor], source: Path, model_nam
         if copy not in state or copy in model_names:
             continue
         tensor = state.pop(copy)
-        if original not in state:
+        # An untied decoder of the model's own: transformers 5 adds its own bias (the decoder's), so that is the
+        # output bias; transformers 4 made the two one tensor.
+        untied = copy.rsplit(".", 1)[0] + ".weight" in model_names
+        if original not in state or untied:
             state[original] = tensor
         elif not torch.equal(tensor, state[original]):
             head = copy.rsplit(".", 2)[0]
@@ -142,9 +145,28 @@ class Pretrained:
         return finish_loading(model.eval()) if quantization is not None else model.eval()
 
     def save_pretrained(self, directory: str | Path) -> Path:
-        """Write config.json and model.safetensors with the ecosystem's names."""
+        """Write config.json and model.safetensors with the ecosystem's names (and an encoder's
+        sentence-transformers layout, when it was loaded with one)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        self.config.save(directory / CONFIG_FILE, architecture=type(self).__name__)
-        write_state_dict({to_hf(name): tensor for name, tensor in self.state_dict().items()}, directory)
+        state = {to_hf(name): tensor for name, tensor in self.state_dict().items()}
+        for copy, original in TIED_HF_KEYS.items():
+            if copy.rsplit(".", 1)[0] + ".weight" in state and copy not in state and original in state:
+                state[copy] = state[original].clone()  # an untied decoder's bias, where transformers 5 reads it
+        saved_dtype(self.config, state).save(directory / CONFIG_FILE, architecture=type(self).__name__)
+        write_state_dict(state, directory)
+        # An encoder loaded with a sentence-transformers layout pools as it says; a task model's head replaced that.
+        if getattr(self, "sentence_embedding", None) is not None and not hasattr(self, "bert"):
+            write_sentence_embedding(directory, self.sentence_embedding, self.config.hidden_size)
         return directory
+
+
+def saved_dtype(config: BertConfig, state: dict[str, torch.Tensor]) -> BertConfig:
+    """The config with its dtype keys (transformers' torch_dtype or dtype, when present) naming the precision of
+    the tensors written: a checkpoint loaded from bf16 is saved in float32, and transformers loads in that dtype."""
+    keys = [key for key in ("torch_dtype", "dtype") if key in config.extra]
+    floating = next((tensor.dtype for tensor in state.values() if tensor.is_floating_point()), None)
+    if not keys or floating is None:
+        return config
+    name = str(floating).removeprefix("torch.")
+    return dataclasses.replace(config, extra={**config.extra, **dict.fromkeys(keys, name)})

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertforge.atomic import write_text_atomic
 from bertforge.errors import ConfigError
 
 MODULES_FILE = "modules.json"
@@ -69,7 +70,12 @@ def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
     directory = Path(directory)
     modules_path = directory / MODULES_FILE
     if not modules_path.is_file():
-        return None
+        # The layout of sentence-transformers before 1.0 keeps the model in a subfolder (0_Transformer/), which
+        # is what loads: its settings are in the folder above.
+        parent = directory.resolve().parent
+        if transformer_folder(parent) != directory.resolve():
+            return None
+        directory, modules_path = parent, parent / MODULES_FILE
     modules = _read(modules_path)
     if not isinstance(modules, list):
         raise ConfigError(f"{modules_path}: expected a JSON list of modules")
@@ -91,3 +97,39 @@ def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
             raise ConfigError(f"{modules_path}: module {module.get('type') if isinstance(module, dict) else module!r}"
                               f" is not supported (bertforge runs Transformer, Pooling and Normalize)")
     return SentenceEmbedding(**settings)
+
+
+def transformer_folder(directory: str | Path) -> Path | None:
+    """The subfolder modules.json names for the Transformer module (0_Transformer/ before sentence-transformers
+    1.0), where config.json and the weights are; None for the usual layout (the folder itself) or none at all."""
+    directory = Path(directory).resolve()
+    if not (directory / MODULES_FILE).is_file() or (directory / "config.json").is_file():
+        return None
+    try:
+        modules = json.loads((directory / MODULES_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None  # read_sentence_embedding names the problem
+    for module in modules if isinstance(modules, list) else []:
+        if (isinstance(module, dict) and str(module.get("type", "")).endswith("Transformer")
+                and module.get("path") and (directory / str(module["path"]) / "config.json").is_file()):
+            return (directory / str(module["path"])).resolve()
+    return None
+
+
+def write_sentence_embedding(directory: str | Path, settings: SentenceEmbedding, hidden_size: int) -> None:
+    """Write the layout `read_sentence_embedding` reads, in the form every sentence-transformers version loads
+    (one pooling_mode_* flag per mode), so that a saved encoder pools as the one it was loaded from."""
+    directory = Path(directory)
+    modules = [("", "Transformer"), ("1_Pooling", "Pooling")] + [("2_Normalize", "Normalize")] * settings.normalize
+    listing = [{"idx": index, "name": str(index), "path": path, "type": f"sentence_transformers.models.{kind}"}
+               for index, (path, kind) in enumerate(modules)]
+    transformer = {"do_lower_case": settings.lowercase} | (
+        {} if settings.max_length is None else {"max_seq_length": settings.max_length})
+    pooling = {"word_embedding_dimension": hidden_size} | {
+        flag: mode == settings.pooling for flag, mode in POOLING_MODE_FLAGS.items()}
+    write_text_atomic(directory / MODULES_FILE, json.dumps(listing, indent=2) + "\n")
+    write_text_atomic(directory / TRANSFORMER_CONFIG_FILE, json.dumps(transformer, indent=2) + "\n")
+    (directory / "1_Pooling").mkdir(exist_ok=True)
+    write_text_atomic(directory / "1_Pooling" / POOLING_CONFIG_FILE, json.dumps(pooling, indent=2) + "\n")
+    if settings.normalize:
+        (directory / "2_Normalize").mkdir(exist_ok=True)

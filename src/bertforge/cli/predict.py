@@ -16,8 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", "-i", help="data file (.csv, .tsv, .jsonl, or .txt with one text per line; "
                                               "ner: CoNLL or .txt; qa: SQuAD .json or .jsonl of question, context); "
                                               "- for standard input (one text per line unless --format says)")
-    parser.add_argument("--output", "-o", help="FILE.jsonl: one JSON object per input (required with --input); - "
-                                               "for standard output")
+    parser.add_argument("--output", "-o", help="FILE.jsonl: one JSON object per input (required with --input; with "
+                                               "--text, instead of the printed answer); - for standard output")
     parser.add_argument("--text", help="or one text, predicted and printed")
     parser.add_argument("--text-pair", help="the second text of a pair, with --text")
     parser.add_argument("--question", help="qa: one question, with --context")
@@ -41,14 +41,16 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.output)
     if text is not None:
         pairs = [text_pair] if text_pair is not None else None
-        answer = predict(args.model, texts=[text], text_pairs=pairs, max_length=args.max_length,
-                         inference=inference_options(args), decoding=args.decoding)[0]
-        print(format_answer(answer))
-        return 0
-    with input_file(args.input, args.format) as path:
-        answers = predict(args.model, path, text_column=args.text_column, text_pair_column=args.text_pair_column,
-                          batch_size=args.batch_size, max_length=args.max_length, inference=inference_options(args),
-                          decoding=args.decoding, format=args.format)
+        answers = predict(args.model, texts=[text], text_pairs=pairs, max_length=args.max_length,
+                          inference=inference_options(args), decoding=args.decoding)
+        if args.output is None:
+            print(format_answer(answers[0]))
+            return 0
+    else:
+        with input_file(args.input, args.format) as path:
+            answers = predict(args.model, path, text_column=args.text_column, text_pair_column=args.text_pair_column,
+                              batch_size=args.batch_size, max_length=args.max_length,
+                              inference=inference_options(args), decoding=args.decoding, format=args.format)
     write_output(args.output, "".join(json.dumps(answer, ensure_ascii=False) + "\n" for answer in answers))
     report(args.output, f"wrote {len(answers)} predictions to {args.output}")
     return 0

@@ -271,13 +271,20 @@ class Checkpoint:
         return task_defaults(name or "classification", self.positions)
 
 
+WINDOW_SHARES = ("max_query_length", "doc_stride")  # settings measured in tokens of a window
+
+
 def task_defaults(task: str, positions: int) -> FinetuneConfig:
     """The settings of a task model without a run config (a checkpoint from elsewhere, or made in memory): the
     task's defaults, with inputs no longer than the model's `positions`."""
     from bertforge.tasks.finetune import FinetuneConfig
     settings = get_task(task).settings()
-    return FinetuneConfig(task=task, settings=dataclasses.replace(settings, max_length=min(settings.max_length,
-                                                                                           positions)))
+    max_length = min(settings.max_length, positions)
+    # Windows over long contexts shrink with the model: the question's share and the overlap keep their fraction
+    # of the window (64 and 128 of 384 by default), so a model of 64 positions still reads contexts.
+    scaled = {name: max(1, getattr(settings, name) * max_length // settings.max_length)
+              for name in WINDOW_SHARES if hasattr(settings, name)}
+    return FinetuneConfig(task=task, settings=dataclasses.replace(settings, max_length=max_length, **scaled))
 
 
 def _weight_names(directory: Path) -> set[str]:

@@ -369,6 +369,10 @@ def tagged_entities(sentence: TaggedSentence | Sequence[str], tags: Sequence[str
         sentence = TaggedSentence(list(sentence), [])
     text, spans = sentence.text, sentence.word_spans()
     probabilities = [1.0] * len(spans) if probabilities is None else probabilities
+    # A checkpoint's labels without a chunk prefix (PER, LABEL_3) each mark an entity of that type, neighbours of
+    # one type joining, as transformers' pipeline reads them.
+    tags = [tag if tag == OUTSIDE or (len(tag) > 2 and tag[0] in "BIES" and tag[1] == "-") else f"I-{tag}"
+            for tag in tags]
     found = []
     for type_, first, last in entities(tags):
         start, end = spans[first][0], spans[last][1]
