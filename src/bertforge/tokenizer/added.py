@@ -8,7 +8,8 @@ text, so "COVID19" finds the added "covid19". Either kind is found inside words 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import unicodedata
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -42,18 +43,42 @@ class AddedToken:
         return asdict(self)
 
 
-def _pattern(alternatives: list[tuple[str, AddedToken]]) -> re.Pattern | None:
-    """One regex over every token, longest first so that the longest match at a position wins; each
-    alternative has exactly one group, so match.lastindex says which token matched."""
+# Rust regex's Unicode \w, which the reference tests single_word tokens against: Alphabetic, marks, decimal digits,
+# connector punctuation and the two joiners. Python's \w differs both ways: it takes '²' and '½' (No) as word
+# characters, and not marks ('zorb\u0301', 'zorbा'), '‿' or U+200D. Alphabetic is approximated by the letter
+# categories, Nl and the symbols below; the rest of Other_Alphabetic are marks, counted already. Characters newer
+# than Python's Unicode tables (unassigned there) count as no word characters.
+WORD_CATEGORIES = frozenset({"Lu", "Ll", "Lt", "Lm", "Lo", "Nl", "Mn", "Mc", "Me", "Nd", "Pc"})
+JOIN_CONTROLS = "\u200c\u200d"
+# The Other_Alphabetic characters that are symbols (So): circled and squared Latin letters, 'Ⓐ' and '🄰'.
+ALPHABETIC_SYMBOLS = ((0x24B6, 0x24E9), (0x1F130, 0x1F149), (0x1F150, 0x1F169), (0x1F170, 0x1F189))
+# Rust's char::is_whitespace (the Unicode White_Space property), what lstrip and rstrip take. Python's \s also
+# takes the separators \x1c-\x1f, which the reference leaves alone.
+WHITESPACE = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+                       "\u200a\u2028\u2029\u202f\u205f\u3000")
+
+
+def is_word_char(char: str) -> bool:
+    """Whether a single_word token next to `char` is inside a word: 'a', 'é', '7', '\u0301', '_' yes; ' ', '-',
+    '²' no."""
+    if unicodedata.category(char) in WORD_CATEGORIES or char in JOIN_CONTROLS:
+        return True
+    code = ord(char)
+    return any(low <= code <= high for low, high in ALPHABETIC_SYMBOLS)
+
+
+def _pattern(alternatives: list[tuple[str, int]]) -> re.Pattern | None:
+    """One regex over every token's text, longest first so that the longest match at the leftmost position wins
+    (the reference's leftmost-longest search); each alternative has one group, so match.lastindex says which."""
     if not alternatives:
         return None
-    parts = []
-    for text, token in sorted(alternatives, key=lambda item: len(item[0]), reverse=True):
-        part = "(" + re.escape(text) + ")"
-        if token.single_word:
-            part = r"(?<!\w)" + part + r"(?!\w)"
-        parts.append((r"\s*" if token.lstrip else "") + part + (r"\s*" if token.rstrip else ""))
-    return re.compile("|".join(parts))
+    return re.compile("|".join("(" + re.escape(text) + ")" for text, _ in alternatives))
+
+
+def _longest_first(alternatives: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """(text, id) pairs without empty texts, in the pattern's order: group number - 1 indexes them."""
+    return sorted([(text, token_id) for text, token_id in alternatives if text], key=lambda item: len(item[0]),
+                  reverse=True)
 
 
 class AddedTokens:
@@ -63,18 +88,12 @@ class AddedTokens:
     def __init__(self, tokens: dict[int, AddedToken], normalize: Callable[[str], tuple[str, list[int]]]):
         self.tokens = tokens
         self.normalize = normalize
-        raw = [(token.content, token) for token in tokens.values() if not token.normalized]
-        normalized = [(normalize(token.content)[0], token) for token in tokens.values() if token.normalized]
-        self._raw = _pattern(raw)
-        self._normalized = _pattern([(text, token) for text, token in normalized if text])
-        self._raw_ids = self._ids_by_group(raw)
-        self._normalized_ids = self._ids_by_group([(text, token) for text, token in normalized if text])
-
-    def _ids_by_group(self, alternatives: list[tuple[str, AddedToken]]) -> list[int]:
-        """Group number - 1 -> token id, in the pattern's (longest first) order."""
-        ids = {token: token_id for token_id, token in self.tokens.items()}
-        ordered = sorted(alternatives, key=lambda item: len(item[0]), reverse=True)
-        return [ids[token] for _, token in ordered]
+        raw = _longest_first([(token.content, token_id) for token_id, token in tokens.items()
+                              if not token.normalized])
+        normalized = _longest_first([(normalize(token.content)[0], token_id) for token_id, token in tokens.items()
+                                     if token.normalized])
+        self._raw, self._raw_ids = _pattern(raw), [token_id for _, token_id in raw]
+        self._normalized, self._normalized_ids = _pattern(normalized), [token_id for _, token_id in normalized]
 
     def may_match(self, text: str) -> bool:
         """False when the text surely holds no added token (the common case, checked cheaply)."""
@@ -86,12 +105,35 @@ class AddedTokens:
         segments: list[Segment] = []
         position = 0
         if self._raw is not None:
-            for match in self._raw.finditer(text):
-                segments += self._split_normalized(text, position, match.start())
-                segments.append((match.start(), match.end(), self._raw_ids[match.lastindex - 1]))
-                position = match.end()
+            for start, end, token_id in self._find(self._raw, self._raw_ids, text):
+                segments += self._split_normalized(text, position, start)
+                segments.append((start, end, token_id))
+                position = end
         segments += self._split_normalized(text, position, len(text))
         return segments
+
+    def _find(self, pattern: re.Pattern, ids: list[int], text: str) -> Iterator[tuple[int, int, int]]:
+        """(start, end, id) of the tokens in `text`, as the reference finds them: a single_word match that a word
+        character touches is dropped (the search goes on after it), lstrip and rstrip widen the span over
+        whitespace, though not back into the previous token's."""
+        position = 0
+        for match in pattern.finditer(text):
+            start, end = match.span()
+            token_id = ids[match.lastindex - 1]
+            token = self.tokens[token_id]
+            if start < position:  # inside whitespace the previous token's rstrip took
+                continue
+            if token.single_word and ((start > 0 and is_word_char(text[start - 1])) or
+                                      (end < len(text) and is_word_char(text[end]))):
+                continue
+            if token.lstrip:
+                while start > position and text[start - 1] in WHITESPACE:
+                    start -= 1
+            if token.rstrip:
+                while end < len(text) and text[end] in WHITESPACE:
+                    end += 1
+            yield start, end, token_id
+            position = end
 
     def _split_normalized(self, text: str, start: int, end: int) -> list[Segment]:
         if start >= end:
@@ -101,16 +143,14 @@ class AddedTokens:
         normalized, origins = self.normalize(text[start:end])
         segments: list[Segment] = []
         position = start
-        for match in self._normalized.finditer(normalized):
-            if match.end() == match.start():
-                continue
+        for found_start, found_end, token_id in self._find(self._normalized, self._normalized_ids, normalized):
             # The match covers the original characters its first and last normalised characters came from.
-            begin, finish = start + origins[match.start()], start + origins[match.end() - 1] + 1
+            begin, finish = start + origins[found_start], start + origins[found_end - 1] + 1
             if begin < position:
                 continue
             if begin > position:
                 segments.append((position, begin, None))
-            segments.append((begin, finish, self._normalized_ids[match.lastindex - 1]))
+            segments.append((begin, finish, token_id))
             position = finish
         if position < end:
             segments.append((position, end, None))

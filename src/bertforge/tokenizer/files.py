@@ -58,11 +58,13 @@ def read_tokenizer_files(directory: Path) -> TokenizerFiles:
     added: dict[int, AddedToken] = {}
     roles: dict[str, str] = {}
     max_word_chars = MAX_WORD_CHARS
+    lowercase_first = False
     if (directory / TOKENIZER_FILE).is_file():
         path = directory / TOKENIZER_FILE
         data = _read_json(path)
         tokens, roles["unk_token"], max_word_chars = _wordpiece_model(data.get("model"), path)
-        settings |= _normalizer_settings(data.get("normalizer"), path)
+        normalizer_settings, lowercase_first = _normalizer_settings(data.get("normalizer"), path)
+        settings |= normalizer_settings
         pre_tokenizer = (data.get("pre_tokenizer") or {}).get("type")
         if pre_tokenizer != "BertPreTokenizer":
             raise ConfigError(f"{path}: pre_tokenizer {pre_tokenizer!r} is not supported (BERT's is BertPreTokenizer)")
@@ -92,6 +94,8 @@ def read_tokenizer_files(directory: Path) -> TokenizerFiles:
         added[token_id] = AddedToken(content, special=True, normalized=False)
     vocab.special_tokens |= roles
     settings |= {key: config[key] for key in SETTINGS if key in config}
+    if lowercase_first:
+        settings |= _lowercased(settings)
     limit = settings.get("model_max_length")
     if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit > 10**12:
         # transformers writes a huge sentinel for "no limit"; BERT's position table makes 512 the real one.
@@ -183,13 +187,34 @@ def _wordpiece_model(model: Any, path: Path) -> tuple[list[str], str, int]:
         int(model.get("max_input_chars_per_word") or MAX_WORD_CHARS)
 
 
-def _normalizer_settings(normalizer: Any, path: Path) -> dict[str, Any]:
+def _normalizer_settings(normalizer: Any, path: Path) -> tuple[dict[str, Any], bool]:
+    """The settings of tokenizer.json's BertNormalizer, and whether a Lowercase step runs before it:
+    sentence-transformers 6 saves a model it lower-cases (do_lower_case) with Sequence [Lowercase, BertNormalizer]."""
+    steps = normalizer.get("normalizers") if isinstance(normalizer, dict) and normalizer.get("type") == "Sequence" \
+        else None
+    lowercase_first = isinstance(steps, list) and len(steps) == 2 and isinstance(steps[0], dict) and \
+        steps[0].get("type") == "Lowercase" and isinstance(steps[1], dict) and steps[1].get("type") == "BertNormalizer"
+    if lowercase_first:
+        normalizer = steps[1]
     if not isinstance(normalizer, dict) or normalizer.get("type") != "BertNormalizer":
         kind = normalizer.get("type") if isinstance(normalizer, dict) else normalizer
         raise ConfigError(f"{path}: normalizer {kind!r} is not supported (BERT's is BertNormalizer)")
     if normalizer.get("clean_text", True) is False:
         raise ConfigError(f"{path}: normalizer clean_text=false is not supported (bertforge always cleans text)")
-    return {setting: normalizer[field] for field, setting in NORMALIZER_SETTINGS.items() if field in normalizer}
+    settings = {setting: normalizer[field] for field, setting in NORMALIZER_SETTINGS.items() if field in normalizer}
+    return settings, lowercase_first
+
+
+def _lowercased(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a BertNormalizer with a Lowercase step before it: lower-cased whatever its own flag, but
+    accents stripped only as that flag says when strip_accents is None (Lowercase + BertNormalizer(lowercase=False)
+    keeps 'é'). tokenizer_config.json's do_lower_case describes the BertNormalizer alone, as sentence-transformers
+    leaves it."""
+    own_lowercase = settings.get("do_lower_case", True)
+    strip_accents = settings.get("strip_accents")
+    if not isinstance(own_lowercase, bool):
+        return {}  # left for _check_settings to report
+    return {"do_lower_case": True, "strip_accents": own_lowercase if strip_accents is None else strip_accents}
 
 
 def _check_config(config: dict[str, Any], path: Path) -> None:

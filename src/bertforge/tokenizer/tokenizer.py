@@ -111,15 +111,18 @@ class BertTokenizer:
         self.model_max_length = model_max_length
         self.max_word_chars = max_word_chars
         self.added_tokens = dict(added_tokens or {})
+        self.basic = BasicTokenizer(lowercase=do_lower_case, strip_accents=strip_accents,
+                                    split_cjk=tokenize_chinese_chars)
         for token_id, token in sorted(self.added_tokens.items()):
-            self.vocab.add(token.content, token_id)
+            # As in the reference, a normalized token reads back as it is matched ('Zürich' -> 'zurich'), but
+            # convert_tokens_to_ids still knows it by what was added.
+            shown = self.basic.normalize(token.content)[0] if token.normalized else token.content
+            self.vocab.add(token.content, token_id, shown)
         listed = {token.content for token in self.added_tokens.values()}
         for role, content in self.vocab.special_tokens.items():
             if content not in listed and self.vocab.has_special(role):
                 self.added_tokens[self.vocab.token_to_id[content]] = AddedToken(content, special=True,
                                                                                 normalized=False)
-        self.basic = BasicTokenizer(lowercase=do_lower_case, strip_accents=strip_accents,
-                                    split_cjk=tokenize_chinese_chars)
         self.wordpiece = WordPiece(self.vocab, max_word_chars)
         self._pieces = WordPieceCache(self.wordpiece)
         self._added = AddedTokens(self.added_tokens, self.basic.normalize)

@@ -68,12 +68,17 @@ class Vocab:
             raise InputError("vocabulary file is empty", path=path)
         return cls(tokens, special_tokens, path=path)
 
-    def add(self, token: str, token_id: int) -> None:
-        """Give an added token its id: the next free one, or an id the vocabulary already has (which it renames)."""
+    def add(self, token: str, token_id: int, shown: str | None = None) -> None:
+        """Give an added token its id: the next free one, or an id the vocabulary already has (which it renames).
+
+        `shown` is what id_to_token gives for it, when not the token itself: the normalised form of a token
+        matched after normalisation, as in the reference ('Zürich' -> 'zurich').
+        """
+        shown = token if shown is None else shown
         if token_id == len(self.id_to_token):
-            self.id_to_token.append(token)
+            self.id_to_token.append(shown)
         elif 0 <= token_id < len(self.id_to_token):
-            self.id_to_token[token_id] = token
+            self.id_to_token[token_id] = shown
         else:
             raise InputError(f"added token {token!r} has id {token_id}, but the vocabulary's next id is "
                              f"{len(self.id_to_token)} (ids must follow on without gaps)", path=self.path)
