@@ -201,3 +201,17 @@ def test_config_names_the_architecture_for_auto_classes(tmp_path, tiny_config):
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["BertModel"]
     auto = transformers.AutoModel.from_pretrained(tmp_path)
     assert type(auto).__name__ == "BertModel"
+
+
+def test_weights_this_process_cannot_open_say_why(saved_tiny, monkeypatch):
+    """safetensors reports a permission problem as "No such file or directory"; the system's reason is given.
+    (Simulated: the tests may run as root, whom chmod does not stop.)"""
+    from bertforge.tasks.registry import inspect_checkpoint
+
+    def denied(path, mode="r", *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+    monkeypatch.setattr(hf_format, "open", denied, raising=False)
+    with pytest.raises(CheckpointError, match="model.safetensors: can't read the weights: Permission denied"):
+        BertModel.from_pretrained(saved_tiny)
+    with pytest.raises(CheckpointError, match="model.safetensors: can't read the weights: Permission denied"):
+        inspect_checkpoint(saved_tiny)

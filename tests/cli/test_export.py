@@ -67,8 +67,10 @@ def test_export_hf_loads_in_transformers_and_bertforge(run_cli, tmp_path, minilm
     output = tmp_path / "exported"
     code, out, err = run_cli("export", "hf", "--model", "default", "--output", str(output))
     assert code == 0, err
-    assert ("config.json, model.safetensors, special_tokens_map.json, tokenizer.json, tokenizer_config.json, "
-            "vocab.txt") in out
+    # The default model's sentence-transformers layout (modules.json, sentence_bert_config.json, 1_Pooling/) too.
+    assert ("config.json, model.safetensors, modules.json, sentence_bert_config.json, special_tokens_map.json, "
+            "tokenizer.json, tokenizer_config.json, vocab.txt") in out
+    assert (output / "1_Pooling" / "config.json").is_file()
     batch = tokenizer(real_sentences, padding=True, truncation=True, max_length=128, return_tensors="pt")
     is_real = batch["attention_mask"].bool()
     with torch.no_grad():
@@ -103,3 +105,23 @@ def test_missing_model_dir_is_one_line(run_cli, tmp_path, format_):
                            "--output", str(tmp_path / "out.onnx"))
     assert code == 1
     assert err.count("\n") == 1 and "no such model directory" in err
+
+
+def test_an_opset_onnx_runtime_cannot_run_is_one_line_and_writes_nothing(run_cli, tmp_path, tiny_dirs,
+                                                                        monkeypatch):
+    onnx = pytest.importorskip("onnx")
+    onnxruntime = pytest.importorskip("onnxruntime")
+    import bertforge.inference.onnx as exporter
+
+    output = tmp_path / "model.onnx"
+    output.write_bytes(b"an earlier export")
+    newest = onnx.defs.onnx_opset_version()
+    code, _, err = run_cli("export", "onnx", "-m", tiny_dirs["encoder"], "-o", output, "--opset", newest + 1)
+    assert code == 1 and err.count("\n") == 1 and f"opset {newest + 1} is newer than the installed onnx" in err
+
+    def fails(*args):  # as ONNX Runtime 1.32 fails on the Attention node of opset 23
+        raise onnxruntime.capi.onnxruntime_pybind11_state.Fail("[ONNXRuntimeError] : 1 : FAIL : Attention node")
+    monkeypatch.setattr(exporter, "compare_with_pytorch", fails)
+    code, _, err = run_cli("export", "onnx", "-m", tiny_dirs["encoder"], "-o", output)
+    assert code == 1 and err.count("\n") == 1 and "can't run the opset" in err and "Attention node" in err
+    assert output.read_bytes() == b"an earlier export"

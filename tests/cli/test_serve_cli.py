@@ -63,6 +63,12 @@ def test_serve_argument_errors(run_cli, capsys, tmp_path):
     assert "port number" in capsys.readouterr().err
     code, _, err = run_cli("serve", "--model", str(tmp_path / "missing"), "--port", "0")
     assert code == 1 and err.count("\n") == 1 and "no such model directory" in err
+    with socket.socket() as taken:  # a port in use: one line, before the model loads or "serving" is said
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _, err = run_cli("serve", "--model", str(tmp_path / "missing"), "--port", str(port))
+    assert code == 1 and err.count("\n") == 1 and f"--port {port}: can't listen there" in err
 
 
 def test_attention_writes_the_viewer_page(run_cli, tmp_path, tiny_model_dir):

@@ -53,7 +53,18 @@ def _shards(index: Path) -> list[Path]:
     return shards
 
 
+def check_readable(path: Path) -> None:
+    """A weights file this process can't open is a CheckpointError with the system's reason (safetensors reports
+    a permission problem as a missing file)."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as error:
+        raise CheckpointError(f"{path}: can't read the weights: {error.strerror or error}") from None
+
+
 def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    check_readable(path)
     try:
         return load_file(path)
     except (SafetensorError, OSError, ValueError) as error:

@@ -192,6 +192,9 @@ def export_onnx(model: nn.Module, tokenizer, path: str | Path, task: str | None 
         require(module)
     if opset is not None and opset < MIN_OPSET:
         raise BertforgeError(f"opset {opset} is too old; the exporter writes opset {MIN_OPSET} or newer")
+    newest = require("onnx").defs.onnx_opset_version()
+    if opset is not None and opset > newest:
+        raise BertforgeError(f"opset {opset} is newer than the installed onnx knows (up to {newest})")
     path = Path(path)
     task = task or task_of(model)
     spec = check_task(task)
@@ -225,7 +228,17 @@ def export_onnx(model: nn.Module, tokenizer, path: str | Path, task: str | None 
         try:
             with atomic_path(path) as temporary:
                 program.save(temporary, external_data=False)
-                compare_with_pytorch(model, temporary, check_batches(tokenizer, max_length, check_texts), spec, report)
+                try:
+                    compare_with_pytorch(model, temporary, check_batches(tokenizer, max_length, check_texts), spec,
+                                         report)
+                except Exception as error:
+                    if not type(error).__module__.startswith("onnxruntime"):
+                        raise
+                    # Some opsets the exporter writes, ONNX Runtime can't load or run (its Attention at 23-24, 26).
+                    problem = str(error).splitlines()[0][:200]
+                    raise BertforgeError(f"ONNX Runtime {require('onnxruntime').__version__} can't run the opset "
+                                         f"{opset} graph ({problem}); nothing was written to {path}: try another "
+                                         f"--opset, or leave it to the exporter") from None
                 if report.max_difference > tolerance:
                     worst = max(report.differences, key=report.differences.get)
                     raise BertforgeError(f"the ONNX graph differs from PyTorch by {report.max_difference:.2e} in "

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from bertforge.checkpoint.default_model import resolve_model_dir
-from bertforge.checkpoint.hf_format import CONFIG_FILE, SAFETENSORS_FILE, read_state_dict
+from bertforge.checkpoint.hf_format import CONFIG_FILE, SAFETENSORS_FILE, check_readable, read_state_dict
 from bertforge.errors import CheckpointError, ConfigError, check_choice
 from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertforge.model import BertModel
@@ -290,6 +290,7 @@ def task_defaults(task: str, positions: int) -> FinetuneConfig:
 def _weight_names(directory: Path) -> set[str]:
     if (directory / SAFETENSORS_FILE).is_file():
         from safetensors import safe_open
+        check_readable(directory / SAFETENSORS_FILE)
         try:
             with safe_open(directory / SAFETENSORS_FILE, framework="pt") as handle:
                 return set(handle.keys())

@@ -11,6 +11,7 @@ import asyncio
 import base64
 import logging
 import math
+import socket
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -482,7 +483,21 @@ def serve(name_or_path: str | Path, host: str = "127.0.0.1", port: int = 8000,
     except ImportError as problem:
         raise BertforgeError(f"the server needs FastAPI, uvicorn and prometheus-client ({problem}); "
                              f"install them with: pip install 'bertforge[serve]'") from None
+    listener = listening_socket(host, port)  # a port in use is the user's error, found before the model loads
     app = load_app(name_or_path, settings, inference)
     logger.warning("serving %s (%s) on http://%s:%d (API docs at /docs)", name_or_path,
                    type(app.state.model).__name__, host, port)
-    uvicorn.Server(server_config(app, host, port, settings)).run()
+    uvicorn.Server(server_config(app, host, port, settings)).run(sockets=[listener])
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port, as uvicorn would bind it; a port in use (or a host not of this machine) is a
+    one-line error naming --host and --port."""
+    try:
+        family, kind, protocol, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        listener = socket.socket(family, kind, protocol)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+    except OSError as error:
+        raise BertforgeError(f"--host {host} --port {port}: can't listen there: {error.strerror or error}") from None
+    return listener
