@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -238,17 +241,107 @@ PRESETS = ("tiny", "mini", "small", "medium", "base", "large")
 
 
 def config_from_dict(cls, data: Any, source: str):
-    """Build a config dataclass from a JSON object; unknown keys and bad values name the key and `source`."""
+    """Build a config dataclass from a JSON object; unknown keys, values of the wrong JSON type and bad values name
+    the key and `source`."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a JSON object")
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = [key for key in data if key not in names]
     if unknown:
         raise ConfigError(f"{source}: unknown key {unknown[0]!r}; expected keys: {', '.join(names)}")
+    check_field_types(cls, data, source)
     try:
         return cls(**data)
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
+
+
+def check_field_types(cls, data: dict[str, Any], source: str) -> None:
+    """Refuse a value whose JSON type isn't its field's annotation ("FILE: training: expected an object, got a
+    list"), so that no value of the wrong type reaches code that assumes the right one; keys that aren't fields
+    are left to the caller. Ranges and choices are checked where each dataclass is defined."""
+    hints = field_types(cls)
+    for key, value in data.items():
+        if key in hints and not matches_type(value, hints[key]):
+            raise ConfigError(f"{source}: {key}: expected {type_description(hints[key])}, got "
+                              f"{value_description(value)}")
+
+
+@functools.cache
+def field_types(cls) -> dict[str, Any]:
+    """A dataclass's fields and their annotations, resolved (the modules use `from __future__ import annotations`)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _union_members(annotation: Any) -> tuple[Any, ...] | None:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return typing.get_args(annotation)
+    return None
+
+
+def matches_type(value: Any, annotation: Any) -> bool:
+    """Whether `value` (as JSON reads it, or as Python code passes it) is of the annotated type: JSON has no
+    tuples, so a list stands for one; an int is a float too, a bool is neither; a nested dataclass is an object."""
+    members = _union_members(annotation)
+    if members is not None:
+        return any(matches_type(value, member) for member in members)
+    if annotation is Any:
+        return True
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation in (str, Path):
+        return isinstance(value, str)
+    if dataclasses.is_dataclass(annotation):
+        return isinstance(value, (dict, annotation))
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            return False
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return len(value) == len(args) and all(map(matches_type, value, args))
+        return not args or all(matches_type(item, args[0]) for item in value)
+    if origin is dict:
+        return isinstance(value, dict)
+    return True  # an annotation this check doesn't know: the dataclass checks it
+
+
+def type_description(annotation: Any) -> str:
+    """An annotation in JSON's words: "an object", "true or false", "a string or null", "a list of 2 numbers"."""
+    members = _union_members(annotation)
+    if members is not None:
+        return " or ".join(type_description(member) for member in members)
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is tuple and args and args[-1] is not Ellipsis and len(set(args)) == 1:
+        return f"a list of {len(args)} {type_description(args[0]).split(' ', 1)[1]}s"
+    descriptions = {type(None): "null", bool: "true or false", int: "an integer", float: "a number",
+                    str: "a string", Path: "a string", list: "a list", tuple: "a list", dict: "an object"}
+    if dataclasses.is_dataclass(annotation):
+        return "an object"
+    return descriptions.get(origin or annotation, getattr(annotation, "__name__", str(annotation)))
+
+
+def value_description(value: Any) -> str:
+    """What a JSON value is, with a short one's text or a list's length: 'a string ("yes")', "a list of 1"."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({json.dumps(value)})"
+    kinds = {int: "an integer", float: "a number", str: "a string", list: "a list", tuple: "a list",
+             dict: "an object"}
+    kind = next((name for type_, name in kinds.items() if isinstance(value, type_)), f"a {type(value).__name__}")
+    if isinstance(value, (int, float, str)):
+        text = json.dumps(value, ensure_ascii=False)
+        return f"{kind} ({text if len(text) <= 40 else text[:37] + '...'})"
+    if isinstance(value, (list, tuple)):
+        return f"{kind} of {len(value)}"
+    return kind
 
 
 class JsonConfig:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.atomic import write_text_atomic
-from bertforge.errors import InputError
+from bertforge.errors import ConfigError, InputError
 from bertforge.outputs import check_output_file
 
 
@@ -44,26 +44,44 @@ non_negative_int = number_type("non_negative_int", int, lambda value: value >= 0
 port_number = number_type("port_number", int, lambda value: 0 <= value <= 65535, "a port number from 0 to 65535")
 
 
+def check_max_length(max_length: int, positions: int, given: str) -> None:
+    """Refuse a token budget longer than the model has positions for, before any work: `given` names where the
+    value came from (the flag, or a config file's key)."""
+    if max_length > positions:
+        raise ConfigError(f"{given} {max_length} is more than the model's max_position_embeddings ({positions})")
+
+
 STANDARD_STREAM = "-"  # a file argument that means standard input (to read) or standard output (to write)
+STANDARD_INPUT_NAME = "<stdin>"  # what messages call standard input
+
+
+def decode_text(raw: bytes, where: str | Path) -> str:
+    """UTF-8 bytes as text, without a byte-order mark; invalid bytes are an error naming `where` and their line."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise InputError("not valid UTF-8 text", where, line=raw[:error.start].count(b"\n") + 1) from None
+
+
+def read_standard_input() -> str:
+    """Standard input as text, checked as a file is (whatever encoding and error handler Python gave sys.stdin)."""
+    return decode_text(sys.stdin.buffer.read(), STANDARD_INPUT_NAME)
 
 
 def read_lines(path: str | Path) -> list[str]:
     """The lines of a UTF-8 text file (or of standard input, "-"), one text per line; an empty input is an error."""
     if str(path) == STANDARD_STREAM:
-        lines = sys.stdin.read().splitlines()
+        lines = read_standard_input().splitlines()
         if not any(line.strip() for line in lines):
-            raise InputError("the input is empty: expected one text per line", "<stdin>")
+            raise InputError("the input is empty: expected one text per line", STANDARD_INPUT_NAME)
         return lines
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = decode_text(path.read_bytes(), path)
     except FileNotFoundError:
         raise InputError("no such file", path) from None
     except IsADirectoryError:
         raise InputError("is a directory, expected a text file", path) from None
-    except UnicodeDecodeError as error:
-        line = text_line_of_byte(path, error.start)
-        raise InputError("not valid UTF-8 text", path, line=line) from None
     lines = text.splitlines()
     if not any(line.strip() for line in lines):
         raise InputError("the input is empty: expected one text per line", path)
@@ -83,21 +101,30 @@ def report(path: str | Path, message: str) -> None:
     print(message, file=sys.stderr if str(path) == STANDARD_STREAM else sys.stdout)
 
 
+# Formats whose files are not text: standard input in them is passed on as bytes.
+BINARY_FORMATS = ("parquet", "hf_dataset")
+
+
 @contextlib.contextmanager
 def input_file(path: str | Path, format: str | None) -> Iterator[Path]:
     """The data file `path`; for "-", standard input saved to a temporary file named for its format (--format,
-    default one text per line), so that every reader takes it."""
+    default one text per line), so that every reader takes it. Errors about that file name standard input."""
     if str(path) != STANDARD_STREAM:
         yield Path(path)
         return
     with tempfile.TemporaryDirectory() as directory:
         saved = Path(directory) / f"stdin.{format or 'txt'}"
-        saved.write_bytes(sys.stdin.buffer.read())
-        yield saved
-
-
-def text_line_of_byte(path: Path, offset: int) -> int:
-    return path.read_bytes()[:offset].count(b"\n") + 1
+        raw = sys.stdin.buffer.read()
+        if format not in BINARY_FORMATS:
+            decode_text(raw, STANDARD_INPUT_NAME)  # here, where the line of a bad byte can be named for stdin
+        saved.write_bytes(raw)
+        try:
+            yield saved
+        except InputError as error:
+            # The temporary file means nothing to the user; what they gave is standard input.
+            named = InputError(str(error).replace(str(saved), STANDARD_INPUT_NAME))
+            named.path, named.line, named.field = STANDARD_INPUT_NAME, error.line, error.field
+            raise named from None
 
 
 def add_inference_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from bertforge.cli import finetune as finetune_cli
 from bertforge.cli.arguments import fraction, non_negative_float, positive_float, positive_int
 from bertforge.cli.quantize import add_max_drop_argument
+from bertforge.errors import ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,10 +31,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.compress.distill import DistillConfig, distill
-    from bertforge.tasks.finetune import RUN_CONFIG_FILE, saved_run_config
+    from bertforge.tasks.finetune import RUN_CONFIG_FILE
+    from bertforge.tasks.registry import inspect_checkpoint
     from bertforge.training.distributed import read_environment
 
-    if args.config is None and saved_run_config(args.teacher) is not None:
+    teacher = inspect_checkpoint(args.teacher)
+    if args.task is not None and teacher.task is not None and args.task != teacher.task:
+        # the student is cut from the teacher with its head: it can only learn what the teacher does
+        raise ConfigError(f"--task {args.task}: the teacher {args.teacher} was fine-tuned for {teacher.task}, and "
+                          "its student learns the same task (leave --task out)")
+    if args.config is None and teacher.run is not None:
         args.config = str(Path(args.teacher) / RUN_CONFIG_FILE)  # the teacher's run fills what the flags leave
     args.model = args.teacher
     config = finetune_cli.config_from_args(args)

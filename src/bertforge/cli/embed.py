@@ -66,6 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.similar is None and args.output is None:
         raise InputError("give --output FILE.npy|FILE.jsonl, or --similar QUERY to rank the lines")
+    if args.similar is not None and args.output is not None:  # the ranking is printed in place of the vectors
+        raise InputError("give --output FILE to write vectors, or --similar QUERY to print the lines ranked by "
+                         "similarity, not both")
+    if args.similar is not None and args.level != "sentence":
+        raise InputError(f"--similar ranks whole lines, one vector each; --level {args.level} makes a vector per "
+                         f"{args.level}")
     output = Path(args.output) if args.output else None
     if output is not None and str(output) != STANDARD_STREAM and output.suffix not in OUTPUT_FORMATS:
         raise InputError(f"unsupported output format; use one of {', '.join(OUTPUT_FORMATS)}", output)

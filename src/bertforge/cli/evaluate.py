@@ -28,7 +28,8 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.registry import inspect_checkpoint
 
     inference = inference_options(args)  # checks --device first
-    inspect_checkpoint(args.model).task_for(args.task)  # a model without a trained head: refused before any work
+    # a model without a trained head, or a --task it wasn't trained for: refused before any work
+    inspect_checkpoint(args.model).task_for(args.task)
     output = args.output or default_output(args.model)
     if output is not None:
         check_writable(output)

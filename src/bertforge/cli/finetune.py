@@ -15,11 +15,12 @@ from bertforge.cli.arguments import (
     add_flag_table,
     add_format_argument,
     add_inference_arguments,
+    check_max_length,
     finite_float,
     positive_int,
 )
-from bertforge.config import read_json_object
-from bertforge.errors import ConfigError
+from bertforge.config import BertConfig, check_field_types, read_json_object
+from bertforge.errors import BertforgeError, ConfigError
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.registry import TASKS
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
@@ -144,6 +145,8 @@ def config_from_args(args: argparse.Namespace):
         path = Path(args.config)
         data = read_json_object(path, "run config")
         source = str(path)
+        # Before the flags are written in: a "training" that isn't an object has no place for --epochs.
+        check_field_types(FinetuneConfig, data, source)
     places = [place for place, _, _ in FLAGS.values()] + [place for place, _ in COLUMN_FLAGS.values()]
     for place in places:
         value = getattr(args, place[-1])
@@ -188,12 +191,14 @@ def flat(data: dict[str, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, 
 def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.finetune import finetune
     from bertforge.training.distributed import read_environment
-    from bertforge.training.plot import plot_trainer_run
+    from bertforge.training.plot import CURVES_FILE
 
     if args.seeds is not None:
         return run_seeds(args)
     launch = read_environment()  # rank 0 of 1 unless started by torchrun
-    result = finetune(config_from_args(args), overwrite=args.overwrite, resume=args.resume, launch=launch)
+    config = config_from_args(args)
+    check_model_positions(config, args)
+    result = finetune(config, overwrite=args.overwrite, resume=args.resume, launch=launch)
     if launch.rank != 0:
         return 0  # rank 0 reports for the run
     for note in result.notes:
@@ -205,11 +210,34 @@ def run(args: argparse.Namespace) -> int:
     if result.stopped_early:
         print("stopped early: no improvement")
     print(f"saved to {result.output_dir}")
+    # The Trainer drew them into the staging folder before it was moved into place.
+    curves = result.output_dir / CURVES_FILE
     if importlib.util.find_spec("matplotlib") is None:
         print('no curves drawn: that needs matplotlib (pip install "bertforge[plot]")')
-    else:
-        print(f"curves: {plot_trainer_run(result.output_dir, title=f'fine-tuning: {result.output_dir}')}")
+    elif curves.is_file():
+        print(f"curves: {curves}")
     return 0
+
+
+def check_model_positions(config, args: argparse.Namespace) -> None:
+    """Refuse a max_length longer than the model has positions for before any data is read: the run would train
+    (on truncated data) and save a model_max_length that every longer input then fails at. A model that can't be
+    read is left to finetune, which reports it after the output folder, as it always has."""
+    from bertforge.checkpoint.default_model import resolve_model_dir
+    from bertforge.checkpoint.hf_format import CONFIG_FILE
+    from bertforge.tasks.finetune import SETTING_DEFAULTS
+
+    if args.max_length is not None:
+        given = "--max-length"
+    elif config.max_length != SETTING_DEFAULTS["max_length"][config.task]:
+        given = f"{args.config}: max_length"
+    else:
+        return  # the task's default, not a choice: a small model with fewer positions still reads short texts
+    try:
+        positions = BertConfig.load(resolve_model_dir(config.model) / CONFIG_FILE).max_position_embeddings
+    except BertforgeError:
+        return
+    check_max_length(config.max_length, positions, given)
 
 
 def run_seeds(args: argparse.Namespace) -> int:
@@ -220,7 +248,9 @@ def run_seeds(args: argparse.Namespace) -> int:
         raise ConfigError("give --seed or --seeds, not both")
     seeds = parse_seeds(args.seeds)
     launch = read_environment()  # rank 0 of 1 unless started by torchrun
-    result = finetune_seeds(config_from_args(args), seeds, overwrite=args.overwrite, resume=args.resume,
+    config = config_from_args(args)
+    check_model_positions(config, args)
+    result = finetune_seeds(config, seeds, overwrite=args.overwrite, resume=args.resume,
                             launch=launch)
     if launch.rank != 0:
         return 0  # rank 0 reports for the run

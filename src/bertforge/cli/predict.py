@@ -8,7 +8,7 @@ import json
 
 from bertforge.cli.arguments import check_writable, inference_options, input_file, report, write_output
 from bertforge.cli.finetune import add_trained_model_arguments
-from bertforge.errors import InputError
+from bertforge.errors import ConfigError, InputError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.finetune import predict
+    from bertforge.tasks.registry import inspect_checkpoint
 
     if (args.question is None) != (args.context is None):
         raise InputError("--question and --context go together")
@@ -39,6 +40,12 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--input needs --output FILE.jsonl")
     if args.output is not None:
         check_writable(args.output)
+    if args.question is not None:
+        # any other model would read the question and passage as a text pair and answer with a label or a score
+        task = inspect_checkpoint(args.model).task_for()
+        if task.name != "qa":
+            raise ConfigError(f"wrong task: {args.model} does {task.name}, which takes --text (and --text-pair); "
+                              "--question and --context are for a question-answering (qa) model")
     if text is not None:
         pairs = [text_pair] if text_pair is not None else None
         answers = predict(args.model, texts=[text], text_pairs=pairs, max_length=args.max_length,

@@ -12,7 +12,7 @@ def add_max_drop_argument(parser: argparse.ArgumentParser) -> None:
     """--max-drop, the gate shared by quantize and distill."""
     parser.add_argument("--max-drop", type=finite_float, default=0.5,
                         help="most points (100 x the task's main metric) the smaller model may lose on --dev; "
-                             "more, and nothing is written (default 0.5)")
+                             "more, and nothing is written; a negative value is a gain it must make (default 0.5)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

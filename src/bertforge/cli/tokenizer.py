@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from bertforge.cli.arguments import STANDARD_STREAM, add_model_argument, positive_int
+from bertforge.cli.arguments import STANDARD_STREAM, add_model_argument, positive_int, read_standard_input
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
 
     tokenizer = BertTokenizer.from_pretrained(args.model)
     if args.text == STANDARD_STREAM:
-        args.text = sys.stdin.read().rstrip("\n")
+        args.text = read_standard_input().rstrip("\n")
     encoding = tokenizer(args.text, text_pair=args.pair, max_length=args.max_length, truncation=True,
                          return_offsets_mapping=True, return_word_ids=True)
     rows = [

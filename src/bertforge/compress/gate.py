@@ -59,9 +59,15 @@ class GateReport:
         return "\n".join(lines)
 
     def verdict(self) -> str:
+        # a negative max_drop asks the smaller model to gain that much: said as a gain, not as "a drop of -1"
+        asked = (f"a drop of at most {self.max_drop} allowed" if self.max_drop >= 0 else
+                 f"a gain of at least {-self.max_drop} asked for")
+        change = 0.0 - self.drop  # not -self.drop: no change reads +0.00, not -0.00
         if self.accepted:
-            return (f"{self.metric} changed by {-self.drop:+.2f} points (a drop of at most {self.max_drop} allowed): "
-                    f"accepted")
+            return f"{self.metric} changed by {change:+.2f} points ({asked}): accepted"
+        if self.max_drop < 0:
+            return (f"{self.metric} changed by {change:+.2f} points, short of the gain of at least "
+                    f"{-self.max_drop} asked for (--max-drop {self.max_drop}): nothing written")
         return (f"{self.metric} dropped by {self.drop:.2f} points, more than the {self.max_drop} allowed "
                 f"(--max-drop): nothing written")
 

@@ -97,8 +97,16 @@ class ClassificationSettings(EncodeSettings):
 
 
 def class_target(label: str | float, label2id: dict[str, int] | None) -> int | float:
-    """A row's training target: the label's id, or the score itself for regression (no label2id)."""
-    return float(label) if label2id is None else label2id[label]
+    """A row's training target: the label's id, or the score itself for regression (no label2id). A file's labels
+    were checked as it was read, naming the line; examples made in memory are checked here."""
+    if label2id is None:
+        try:
+            return float(label)
+        except (TypeError, ValueError):
+            raise InputError(f"a regression target must be a number, got {label!r}") from None
+    if label not in label2id:
+        raise InputError(f"label {label!r} is not one of the model's labels ({', '.join(label2id)})")
+    return label2id[label]
 
 
 def encode(tokenizer, examples: Sequence[TextExample], settings: ClassificationSettings, id2label: dict[int, str],

@@ -132,6 +132,8 @@ def data_format(path: str | Path, given: str | None = None) -> str:
         return given
     if arrow_files.is_saved_dataset(path):
         return "hf_dataset"
+    if path.is_dir():  # whatever its name says (dir.csv), a folder is not a data file
+        raise InputError("is a directory, expected a data file", path)
     name = EXTENSIONS.get(path.suffix.lower())
     if name is None and looks_like_conll(path):
         return "conll"  # CoNLL-2003's own files: eng.train, eng.testa, eng.testb
@@ -153,14 +155,16 @@ def task_format(path: str | Path, given: str | None, labelled: bool, task: str, 
 
 
 def looks_like_conll(path: Path, lines: int = 100) -> bool:
-    """Whether the first non-blank lines of a text file are all CoNLL token lines."""
+    """Whether most of the first non-blank lines of a text file are CoNLL token lines: most, not all, so that a
+    CoNLL file with a broken line is read as CoNLL and the reader names that line."""
     try:
         with open(path, encoding="utf-8-sig", errors="replace") as handle:
             head = [line.split() for line, _ in zip(handle, range(10 * lines)) if line.strip()][:lines]
     except OSError:
         return False  # the reader reports it
-    return bool(head) and all(columns[0] == "-DOCSTART-" or (len(columns) >= 2 and _IOB_TAG.fullmatch(columns[-1]))
-                              for columns in head)
+    token_lines = sum(columns[0] == "-DOCSTART-" or (len(columns) >= 2 and bool(_IOB_TAG.fullmatch(columns[-1])))
+                      for columns in head)
+    return token_lines * 2 > len(head)
 
 
 def read_table(path: str | Path | Any, format: str | None = None) -> Table:
@@ -174,6 +178,8 @@ def read_table(path: str | Path | Any, format: str | None = None) -> Table:
         columns, records = arrow_files.READERS[binary](path)
         return _nonempty(Table(path, columns, list(enumerate(records, start=1)), unit="row"))
     kind = "." + format if format is not None else path.suffix.lower()
+    if path.is_dir():  # a folder named like no data file would otherwise be an unsupported file type ''
+        raise InputError("is a directory, expected a data file", path)
     if kind not in READERS:
         what = f"file type {path.suffix!r}" if format is None else f"format {format!r}"
         choices = [*READERS, *(f".{name}" for name in arrow_files.READERS)]

@@ -8,6 +8,7 @@ metrics.json (every evaluation and the best one) and train_log.jsonl.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import logging
 import os
@@ -23,8 +24,16 @@ from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE
 from bertforge.checkpoint.train_state import TRAIN_STATE_FILE
-from bertforge.config import FINETUNE_KEY, BertConfig, JsonConfig, check_number, dropout_overrides, read_json_object
-from bertforge.errors import ConfigError, InputError, check_choice
+from bertforge.config import (
+    FINETUNE_KEY,
+    BertConfig,
+    JsonConfig,
+    check_field_types,
+    check_number,
+    dropout_overrides,
+    read_json_object,
+)
+from bertforge.errors import BertforgeError, ConfigError, InputError, check_choice
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging
 from bertforge.runtime import resolve_device, seed_everything, to_device
@@ -114,6 +123,8 @@ class FinetuneConfig(JsonConfig):
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> FinetuneConfig:
         """A run config; a task setting may also be a top-level key (as older runs wrote them, and as the command
         line's flags arrive), which wins over the same key in "settings"."""
+        if isinstance(data, dict):  # the types first: a "task" or "settings" of the wrong kind is read below
+            check_field_types(cls, data, source)
         if isinstance(data, dict) and data.get("task", "classification") in TASKS:
             data = dict(data)
             flat = {key: data.pop(key) for key in list(data) if key in SETTING_DEFAULTS}
@@ -226,6 +237,10 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
         raise ConfigError("an output directory is required (--output, or \"output\" in the run config)")
     if train_examples is None and config.train is None:
         raise ConfigError("training data is required (--train, or \"train\" in the run config)")
+    if config.metric_for_best_model is not None and dev_examples is None and config.dev is None:
+        # without dev data there is nothing to pick by: the last model is kept, whatever the metric
+        raise ConfigError(f"--metric-for-best-model {config.metric_for_best_model} picks the kept model on the dev "
+                          "set: give --dev too (without one the last model is kept)")
     resolve_device(config.training.device)
     output = Path(config.output)
     staging = staging_dir(output)
@@ -242,10 +257,13 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
             raise InputError(f"holds a killed run into {output}; pass --resume to continue it, or --overwrite to "
                              "start again", staging)
     task = get_task(config.task)
+    # A given model (a distilled student) keeps its labels: the training file must use them, checked as it is read
+    # (file, line, field) rather than failing on an unknown label when the rows are encoded.
+    known = model.config.id2label if model is not None else None
     if train_examples is None:
-        train_examples = task.read_examples(config.train, config.columns, settings=config.settings)
+        train_examples = task.read_examples(config.train, config.columns, known, settings=config.settings)
     train_examples = list(train_examples)[:config.max_train_examples]
-    id2label = model.config.id2label if model is not None else task.labels(train_examples)
+    id2label = known if known is not None else task.labels(train_examples)
     if dev_examples is None and config.dev is not None:
         dev_examples = task.read_examples(config.dev, config.columns, id2label, settings=config.settings)
 
@@ -296,7 +314,8 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
             saved = FinetuneConfig.load(staging / RUN_CONFIG_FILE)
             dataclasses.replace(saved, settings=dataclasses.replace(saved.settings, **chosen)).save(
                 staging / RUN_CONFIG_FILE)
-        finish_staging(output)
+        draw_curves(staging, f"fine-tuning: {output}")
+        finish_staging(output)  # the run's last step: an interrupted run leaves the earlier model as it was
         # The optimizer state is twice the model. Removed once the run is in place: a kill before that resumes.
         shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
     return FinetuneResult(output, result.best, result.history, result.steps, result.stopped_early, notes)
@@ -318,6 +337,17 @@ def score_features(task: Task, model: nn.Module, features: Features, examples: S
 def chosen_settings(metrics: dict[str, Any], settings: EncodeSettings) -> dict[str, Any]:
     """The task settings chosen on the dev set among an evaluation's metrics: {"threshold": 0.45} or {}."""
     return {f.name: metrics[f.name] for f in dataclasses.fields(settings) if f.name in metrics}
+
+
+def draw_curves(directory: Path, title: str) -> None:
+    """curves.png from the run's log, where matplotlib is installed (the CLI says when it isn't)."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return
+    from bertforge.training.plot import plot_trainer_run
+    try:
+        plot_trainer_run(directory, title=title)
+    except BertforgeError as error:  # a picture is not worth the trained model
+        logger.warning("no curves drawn: %s", error)
 
 
 def finetune_record(config: FinetuneConfig) -> dict[str, Any]:
@@ -460,6 +490,10 @@ class FinetunedModel:
         """Answers for texts or examples (see `examples`), one per input, as `bertforge predict` gives them;
         `max_length` and `decoding` (ner) replace the training run's when given."""
         examples = self.examples(examples, labelled=False)
+        positions = self.model.config.max_position_embeddings
+        if max_length is not None and max_length > positions:
+            raise ConfigError(f"max_length {max_length} is more than the model's max_position_embeddings "
+                              f"({positions})")
         settings = dataclasses.replace(self.settings, max_length=max_length or self.settings.max_length,
                                        **decoding_setting(self.settings, decoding))
         features = self.task.encode(self.tokenizer, examples, settings, self.id2label)

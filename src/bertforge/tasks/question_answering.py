@@ -68,7 +68,7 @@ def read_squad(path: str | Path, version_2: bool = False) -> list[QAExample]:
     """
     path = Path(path)
     try:
-        squad = json.loads(path.read_text(encoding="utf-8"))
+        squad = json.loads(path.read_text(encoding="utf-8-sig"))  # as the other readers, a byte-order mark is dropped
     except FileNotFoundError:
         raise InputError("no such file", path) from None
     except json.JSONDecodeError as error:
@@ -289,7 +289,10 @@ def read_examples(path: str | Path, columns=None, id2label=None, labelled: bool 
         require_columns(table, ["question", "context"])
         return [QAExample(str(row.get("id", line)), text_cell(table, line, row, "question"),
                           text_cell(table, line, row, "context"), []) for line, row in table.rows]
-    return read_squad(path, version_2=bool(settings and settings.version_2))
+    examples = read_squad(path, version_2=bool(settings and settings.version_2))
+    if not examples:
+        raise InputError("no questions", path)
+    return examples
 
 
 def no_labels(examples: Sequence[QAExample]) -> dict[int, str]:

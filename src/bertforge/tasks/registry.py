@@ -23,6 +23,7 @@ from torch import nn
 
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE, SAFETENSORS_FILE, check_readable, read_state_dict
+from bertforge.config import BertConfig
 from bertforge.errors import CheckpointError, ConfigError, check_choice
 from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertforge.model import BertModel
@@ -252,7 +253,10 @@ class Checkpoint:
         return HEADS[self.head].model_class
 
     def task_for(self, task: str | None = None) -> Task:
-        """The task to run on this model (`task`, else its own), refused when its head was never trained."""
+        """The task to run on this model (`task`, else its own), refused when its head was never trained, or was
+        trained for another task sharing the head: its outputs mean something else there (a class's logit is no
+        score, a softmax no set of independent labels). The one exception is a multi-label classifier from
+        elsewhere whose config.json doesn't say so (no run config, no problem_type): it looks like a classifier."""
         name = task or self.task
         if name is None:
             raise CheckpointError(f"{self.directory}: the model has no trained task head (an encoder: "
@@ -261,7 +265,13 @@ class Checkpoint:
         if definition.head != self.head:
             raise CheckpointError(f"{self.directory}: task {name!r} needs a trained {definition.head} head; the "
                                   f"model holds a {self.head} {'model' if self.head == 'encoder' else 'head'}")
-        return definition
+        if name == self.task or self.task is None:
+            return definition
+        if self.run is None and (self.task, name) == ("classification", "multi_label"):
+            if BertConfig.load(self.directory / CONFIG_FILE).problem_type is None:
+                return definition
+        raise ConfigError(f"{self.directory}: the model was fine-tuned for {self.task}, not {name}; --task {name} "
+                          f"does not apply to it (leave --task out to run it as {self.task})")
 
     def settings(self, task: str | None = None) -> FinetuneConfig:
         """The run's settings (with `task` when given), else the task's defaults (see task_defaults)."""

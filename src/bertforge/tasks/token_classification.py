@@ -12,7 +12,7 @@ import re
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
 
@@ -57,6 +57,8 @@ class TaggedSentence:
     document: int | None = None  # index of the document (-DOCSTART- block) in its file; None: a lone sentence
     source: str | None = None  # the user's text the words were found in; None: the words are the text (CoNLL)
     spans: list[tuple[int, int]] | None = None  # (start, end) of each word in `source`
+    # The file line of each word (CoNLL), for messages; not part of what the sentence is.
+    lines: list[int] | None = field(default=None, compare=False, repr=False)
 
     @property
     def text(self) -> str:
@@ -110,7 +112,7 @@ def read_conll(path: str | Path) -> list[TaggedSentence]:
     """
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()  # a byte-order mark is no part of the first word
     except FileNotFoundError:
         raise InputError("no such file", path) from None
     except (OSError, UnicodeDecodeError) as error:
@@ -119,13 +121,14 @@ def read_conll(path: str | Path) -> list[TaggedSentence]:
     sentences: list[TaggedSentence] = []
     words: list[str] = []
     tags: list[str] = []
+    numbers: list[int] = []
     document = 0
     for number, line in enumerate(lines, start=1):
         columns = line.split()
         if not columns or columns[0] == DOCUMENT_START:
             if words:
-                sentences.append(TaggedSentence(words, to_iob2(tags), document))
-            words, tags = [], []
+                sentences.append(TaggedSentence(words, to_iob2(tags), document, lines=numbers))
+            words, tags, numbers = [], [], []
             if columns and sentences and sentences[-1].document == document:
                 document += 1
             continue
@@ -136,8 +139,9 @@ def read_conll(path: str | Path) -> list[TaggedSentence]:
             raise InputError(f"tag {columns[-1]!r} is not IOB (expected O, B-TYPE or I-TYPE)", path, number)
         words.append(columns[0])
         tags.append(columns[-1])
+        numbers.append(number)
     if words:
-        sentences.append(TaggedSentence(words, to_iob2(tags), document))
+        sentences.append(TaggedSentence(words, to_iob2(tags), document, lines=numbers))
     return sentences
 
 
@@ -272,12 +276,20 @@ def _label_ids(sentence: TaggedSentence, label2id: Mapping[str, int] | None, ind
     if label2id is None:
         return [IGNORE_INDEX] * len(sentence.words)
     if len(sentence.tags) != len(sentence.words):
-        raise InputError(f"sentence {index} has {len(sentence.words)} words but {len(sentence.tags)} tags")
-    unknown = [tag for tag in sentence.tags if tag not in label2id]
+        raise InputError(f"sentence {index + 1} has {len(sentence.words)} words but {len(sentence.tags)} tags")
+    unknown = [word for word, tag in enumerate(sentence.tags) if tag not in label2id]
     if unknown:
-        raise InputError(f"sentence {index}: tag {unknown[0]!r} is not among the model's labels "
-                         f"({', '.join(label2id)})")
+        raise InputError(f"{_where(sentence, index, unknown[0])}: tag {sentence.tags[unknown[0]]!r} is not among "
+                         f"the model's labels ({', '.join(label2id)})")
     return [label2id[tag] for tag in sentence.tags]
+
+
+def _where(sentence: TaggedSentence, index: int, word: int) -> str:
+    """Where a word is, for messages: its file line when the sentence was read from one, else the sentence's
+    place (counted from 1) in the list given."""
+    if sentence.lines is not None:
+        return f"line {sentence.lines[word]}"
+    return f"sentence {index + 1}"
 
 
 # --- decoding -----------------------------------------------------------------------------------------------
@@ -418,11 +430,11 @@ def read_sentences(path: str | Path, columns=None, id2label: Mapping[int, str] |
         return [TaggedSentence(sentence.words, [], sentence.document) for sentence in sentences]
     if id2label is not None:
         known = set(id2label.values())
-        for index, sentence in enumerate(sentences):
-            unknown = [tag for tag in sentence.tags if tag not in known]
+        for sentence in sentences:
+            unknown = [word for word, tag in enumerate(sentence.tags) if tag not in known]
             if unknown:
-                raise InputError(f"sentence {index}: tag {unknown[0]!r} is not one of the model's labels "
-                                 f"({', '.join(known)})", path)
+                raise InputError(f"tag {sentence.tags[unknown[0]]!r} is not one of the model's labels "
+                                 f"({', '.join(known)})", path, line=sentence.lines[unknown[0]])
     return sentences
 
 

@@ -1,0 +1,146 @@
+"""A model asked for what it wasn't trained to do, and flags that don't go together: the real `bertforge` command
+(main(argv)) ends with exit status 1 and one line naming the flag, model or file at fault, and writes nothing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertforge import BertConfig, BertModel
+from bertforge.cli import main as cli_main
+from bertforge.errors import ConfigError, InputError
+from bertforge.heads import BertForSequenceClassification
+from bertforge.tasks.classification import ClassificationSettings, encode
+from bertforge.tasks.data import TextExample
+from bertforge.tasks.registry import inspect_checkpoint
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+REVIEWS = [("a joy from start to finish", "pos"), ("dull and lifeless", "neg"), ("warm , witty and wise", "pos"),
+           ("an utter mess", "neg")] * 2
+SCORES = [("a joy from start to finish", 4.5), ("dull and lifeless", 1.0), ("warm , witty and wise", 4.0),
+          ("an utter mess", 0.5)] * 2
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    try:
+        code = cli_main.main(["--threads", "1", *[str(arg) for arg in argv]])
+    except SystemExit as stop:  # argparse's usage errors
+        code = stop.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_one_line_error(code, out, err, *fragments):
+    assert code == 1, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bertforge"), err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, tokenizer):
+    """A tiny encoder, a classifier (pos, neg) and a regressor fine-tuned from it, and their data files."""
+    root = tmp_path_factory.mktemp("bad_input_tasks")
+    encoder = root / "encoder"
+    torch.manual_seed(0)
+    BertModel(BertConfig.tiny(vocab_size=tokenizer.vocab_size, max_position_embeddings=64)).save_pretrained(encoder)
+    tokenizer.save_pretrained(encoder)
+    (root / "reviews.csv").write_text("sentence,label\n" + "".join(f'"{t}",{label}\n' for t, label in REVIEWS))
+    (root / "scores.csv").write_text("sentence,label\n" + "".join(f'"{t}",{score}\n' for t, score in SCORES))
+    (root / "lines.txt").write_text("a cat on a mat\na dog in the fog\n")
+    for task, data in (("classification", "reviews.csv"), ("regression", "scores.csv")):
+        code = cli_main.main(["--threads", "1", "finetune", "--task", task, "--model", str(encoder), "--train",
+                              str(root / data), "--output", str(root / task), "--epochs", "1", "--batch-size", "4",
+                              "--max-length", "16", "--no-progress", "--device", "cpu"])
+        assert code == 0
+    return root
+
+
+@pytest.mark.parametrize("model, task, data", [("classification", "regression", "reviews.csv"),
+                                               ("classification", "multi_label", "reviews.csv"),
+                                               ("regression", "classification", "scores.csv")])
+def test_evaluate_refuses_a_task_the_model_was_not_trained_for(world, tmp_path, capsys, model, task, data):
+    assert_one_line_error(*run_cli(capsys, "evaluate", "--model", world / model, "--data", world / data, "--task",
+                                   task, "--output", tmp_path / "m.json"),
+                          f"the model was fine-tuned for {model}, not {task}", f"--task {task}")
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_evaluate_takes_the_models_own_task_named(world, tmp_path, capsys):
+    code, out, err = run_cli(capsys, "evaluate", "--model", world / "regression", "--data", world / "scores.csv",
+                             "--task", "regression", "--output", tmp_path / "m.json")
+    assert code == 0, err
+    assert "spearman" in out
+
+
+def test_a_classifier_from_elsewhere_may_be_read_as_multi_label(tmp_path, tokenizer):
+    """Without a run config or problem_type a multi-label head looks like a classifier's: --task multi_label may say
+    what it is; regression, whose one output it doesn't have, is still refused."""
+    torch.manual_seed(0)
+    labels = {0: "grain", 1: "trade", 2: "oil"}
+    BertForSequenceClassification(BertConfig.tiny(vocab_size=tokenizer.vocab_size, id2label=labels)
+                                  ).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    checkpoint = inspect_checkpoint(tmp_path)
+    assert checkpoint.task_for("multi_label").name == "multi_label"
+    with pytest.raises(ConfigError, match="fine-tuned for classification, not regression"):
+        checkpoint.task_for("regression")
+
+
+def test_distill_checks_the_training_labels_against_the_teachers(world, tmp_path, capsys):
+    (tmp_path / "train.csv").write_text("sentence,label\ngood,positive\nbad,negative\n")
+    assert_one_line_error(*run_cli(capsys, "distill", "--teacher", world / "classification", "--train",
+                                   tmp_path / "train.csv", "--dev", world / "reviews.csv", "--student-layers", "1",
+                                   "--output", tmp_path / "student"),
+                          f"{tmp_path / 'train.csv'}, line 2, field 'label': label 'positive' is not one of the "
+                          "model's labels (neg, pos)")
+    assert not (tmp_path / "student").exists()
+
+
+def test_examples_in_memory_with_an_unknown_label_are_one_line(tokenizer):
+    with pytest.raises(InputError, match=r"label 'maybe' is not one of the model's labels \(neg, pos\)"):
+        encode(tokenizer, [TextExample("fine", None, "maybe")], ClassificationSettings(), {0: "neg", 1: "pos"})
+    with pytest.raises(InputError, match="a regression target must be a number, got 'pos'"):
+        encode(tokenizer, [TextExample("fine", None, "pos")], ClassificationSettings(), {0: "LABEL_0"})
+
+
+def test_distill_refuses_a_task_other_than_the_teachers(world, tmp_path, capsys):
+    assert_one_line_error(*run_cli(capsys, "distill", "--teacher", world / "classification", "--train",
+                                   world / "scores.csv", "--task", "regression", "--student-layers", "1",
+                                   "--output", tmp_path / "student"),
+                          "--task regression", "fine-tuned for classification")
+    assert not (tmp_path / "student").exists()
+
+
+def test_predict_refuses_a_question_for_a_classifier(world, capsys):
+    assert_one_line_error(*run_cli(capsys, "predict", "--model", world / "classification", "--question",
+                                   "Who?", "--context", "Nobody."),
+                          "wrong task", "does classification", "--question and --context are for")
+
+
+def test_a_negative_max_drop_asks_for_a_gain(world, tmp_path, capsys):
+    """--max-drop -100: the smaller model would have to gain 100 points, which it can't; said as a gain."""
+    code, out, err = run_cli(capsys, "quantize", "--model", world / "classification", "--dev",
+                             world / "reviews.csv", "--max-drop", "-100", "--output", tmp_path / "int8")
+    assert code == 1, err
+    assert "short of the gain of at least 100.0 asked for (--max-drop -100.0): nothing written" in out
+    assert not (tmp_path / "int8").exists()
+
+
+def test_metric_for_best_model_needs_a_dev_set(world, tmp_path, capsys):
+    assert_one_line_error(*run_cli(capsys, "finetune", "--model", world / "encoder", "--train",
+                                   world / "reviews.csv", "--metric-for-best-model", "loss", "--output",
+                                   tmp_path / "model", "--no-progress", "--device", "cpu"),
+                          "--metric-for-best-model loss", "--dev")
+    assert not (tmp_path / "model").exists()
+
+
+@pytest.mark.parametrize("flags, fragment", [(["--output", "{T}/e.npy"], "not both"),
+                                             (["--level", "word"], "--level word")])
+def test_embed_similar_prints_a_ranking_only(world, tmp_path, capsys, flags, fragment):
+    flags = [flag.replace("{T}", str(tmp_path)) for flag in flags]
+    assert_one_line_error(*run_cli(capsys, "embed", "--model", world / "encoder", "--input", world / "lines.txt",
+                                   "--similar", "a cat", *flags), "--similar", fragment)
+    assert not (tmp_path / "e.npy").exists()
