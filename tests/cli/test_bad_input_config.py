@@ -197,3 +197,10 @@ def test_embed_drops_the_byte_order_mark_of_a_text_file(world, tmp_path, capsys)
     assert code == 0, err
     texts = [json.loads(line)["text"] for line in Path(tmp_path / "v.jsonl").read_text().splitlines()]
     assert texts == ["A cat sits.", "A dog runs."]
+
+
+def test_predicting_no_texts_gives_no_answers(world):
+    from bertforge import FinetunedModel
+
+    root, _, _ = world
+    assert FinetunedModel.load(root / "classifier").predict([]) == []

@@ -88,3 +88,17 @@ def test_cli_writes_json_and_html_and_reports_bad_input(sst2_classifier_dir, sst
     assert "unknown label 'neutral'; choose from: negative, positive" in result.stderr
     result = bertforge("explain", "--text", "x", "--output", str(tmp_path / "why.txt"))
     assert result.returncode == 1 and "must be a .html or .json file" in result.stderr
+
+
+def test_cli_explains_what_predict_reads_of_a_long_text(sst2_classifier_dir, tmp_path):
+    """A checkpoint from elsewhere reads 128 tokens in `predict` (the task's default max_length): `explain`
+    attributes the prediction made from those tokens, not from 512 of them."""
+    from bertforge.tasks.finetune import predict
+
+    long_review = " ".join([REVIEW] * 40)
+    result = bertforge("explain", "--model", str(sst2_classifier_dir), "--text", long_review, "--method",
+                       "attention_rollout", "--output", str(tmp_path / "why.json"))
+    assert result.returncode == 0, result.stderr
+    written = json.loads((tmp_path / "why.json").read_text(encoding="utf-8"))
+    assert len(written["tokens"]) == 128
+    assert written["target"] == predict(sst2_classifier_dir, texts=[long_review])[0]["label"]

@@ -89,6 +89,15 @@ def test_unknown_recipe_and_pooling(tiny_config, tokenizer):
         extract_features(model, tokenizer, ["x"], pooling="median")
 
 
+@pytest.mark.parametrize("recipe, width", [("last", 384), ("concat_last_four", 4 * 384)])
+def test_no_texts_give_no_vectors_of_the_recipes_width_and_one_string_is_one_text(minilm, tokenizer, recipe,
+                                                                                 width):
+    assert extract_features(minilm, tokenizer, [], layers=recipe).shape == (0, width)
+    one = extract_features(minilm, tokenizer, "A man is playing a guitar.", layers=recipe)
+    assert one.shape == (1, width)
+    assert torch.equal(one, extract_features(minilm, tokenizer, ["A man is playing a guitar."], layers=recipe))
+
+
 def test_token_level_vectors_are_the_hidden_states_of_real_pieces(minilm, tokenizer):
     from bertforge.inference import extract_token_features
     text = "Unaffable café owners!"

@@ -48,3 +48,10 @@ def test_fill_mask_errors_are_one_line(run_cli, masked_lm_dir, minilm_dir):
     assert "no trained weights for BertForMaskedLM's head (cls.predictions)" in err
     code, _, err = run_cli("fill-mask", "No mask here.", "--model", str(masked_lm_dir))
     assert code == 1 and err.count("\n") == 1 and "no [MASK] token" in err
+
+
+def test_a_text_longer_than_the_model_reads_is_refused_not_cut(run_cli, masked_lm_dir):
+    """Cut, it would lose a late [MASK] (then "no [MASK]" would be said of a text that has one) or the words that
+    decide an early one; transformers' pipeline refuses it too."""
+    code, _, err = run_cli("fill-mask", "word " * 600 + "[MASK]", "--model", str(masked_lm_dir))
+    assert code == 1 and err.count("\n") == 1 and "the text is 603 tokens long; the model reads at most 512" in err

@@ -15,7 +15,6 @@ OUTPUT_FORMATS = (".html", ".json")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bertforge.explain.methods import DEFAULT_STEPS, METHODS
-    from bertforge.explain.targets import DEFAULT_MAX_LENGTH
     parser.add_argument("--model", "-m", default="default",
                         help="model directory (a fine-tuned classifier, tagger, QA or masked-LM model, or an "
                              "encoder, whose explained output is the similarity of --text and --pair) or 'default'")
@@ -27,8 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="attribution method")
     parser.add_argument("--steps", type=positive_int, default=DEFAULT_STEPS,
                         help=f"integrated gradients' interpolation steps (default {DEFAULT_STEPS})")
-    parser.add_argument("--max-length", type=positive_int, default=DEFAULT_MAX_LENGTH,
-                        help=f"truncate to this many tokens (default {DEFAULT_MAX_LENGTH})")
+    parser.add_argument("--max-length", type=positive_int,
+                        help="truncate to this many tokens (default: as `predict` reads: the max_length the model "
+                             "was fine-tuned with)")
     parser.add_argument("--output", "-o", help="view.html (the page) or explanation.json; default: print the words")
 
 
@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.explain import explain
     from bertforge.explain.page import explanation_page
     from bertforge.explain.targets import load_explainable
+    from bertforge.tasks.registry import inspect_checkpoint
 
     output = Path(args.output) if args.output else None
     if output is not None:
@@ -43,8 +44,11 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"the output must be a {' or '.join(OUTPUT_FORMATS)} file", output)
         check_writable(output)
     model, tokenizer = load_explainable(args.model)
-    explanation = explain(model, tokenizer, args.text, args.pair, args.target, args.method, args.steps,
-                          args.max_length)
+    # What `predict` reads of the text: the fine-tuned task's max_length (else the tokenizer's and the model's).
+    checkpoint = inspect_checkpoint(args.model)
+    trained = checkpoint.settings().max_length if checkpoint.task is not None else None
+    max_length = args.max_length or trained or min(tokenizer.model_max_length, model.config.max_position_embeddings)
+    explanation = explain(model, tokenizer, args.text, args.pair, args.target, args.method, args.steps, max_length)
     if output is None:
         print(f"{explanation.target} ({explanation.method})")
         for word in explanation.words:
@@ -53,6 +57,6 @@ def run(args: argparse.Namespace) -> int:
         write_text_atomic(output, explanation.to_json() + "\n")
         print(f"wrote the attributions of {len(explanation.words)} words to {output}")
     else:
-        write_text_atomic(output, explanation_page(model, tokenizer, explanation, args.max_length))
+        write_text_atomic(output, explanation_page(model, tokenizer, explanation, max_length))
         print(f"wrote the explanation of {explanation.target!r} to {output}")
     return 0

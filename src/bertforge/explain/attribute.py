@@ -6,17 +6,18 @@ from bertforge.errors import InputError, check_choice
 from bertforge.explain.inner import masked_lm_views
 from bertforge.explain.methods import DEFAULT_STEPS, METHODS, USES_GRADIENTS, Attributions
 from bertforge.explain.result import Explanation, TokenAttribution, WordAttribution
-from bertforge.explain.targets import DEFAULT_MAX_LENGTH, Row, build_target
+from bertforge.explain.targets import Row, build_target
 from bertforge.pretraining.heads import BertForMaskedLM
 
 
 def explain(model, tokenizer, text: str, text_pair: str | None = None, target: str | int | None = None,
             method: str = "integrated_gradients", steps: int = DEFAULT_STEPS,
-            max_length: int = DEFAULT_MAX_LENGTH) -> Explanation:
+            max_length: int | None = None) -> Explanation:
     """Why did `model` say what it said about `text` (and `text_pair`)? Attributions per token and per word.
 
     `target` names what to explain (a label, an entity, "start", a token at [MASK]; default: the prediction);
-    `method` is a name in METHODS; `steps` are integrated gradients' interpolation points. A masked-LM model's
+    `method` is a name in METHODS; `steps` are integrated gradients' interpolation points; `max_length` defaults
+    to what the model was fine-tuned with (its tokenizer's model_max_length), as `predict` reads. A masked-LM model's
     explanation also holds, in `inner`, what each layer would predict at the [MASK] (see inner.py).
     >>> explain(classifier, tokenizer, "a gripping, funny film").top_words(1)[0].word  # e.g. 'funny'
     """
@@ -27,6 +28,7 @@ def explain(model, tokenizer, text: str, text_pair: str | None = None, target: s
     if method in USES_GRADIENTS and quantization is not None and quantization.precision == "int8":
         raise InputError(f"{method} follows gradients, which int8 layers don't pass on (every attribution would "
                          "be 0): explain the fp32 model it was made from, or use attention_rollout")
+    max_length = max_length or min(tokenizer.model_max_length, model.config.max_position_embeddings)
     was_training = model.training
     model.eval()  # dropout off: f must be a function of the input
     try:

@@ -162,7 +162,7 @@ LONG_TEXT: dict[str, Callable[[list[int], int], list[list[int]]]] = {
 def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last", pooling: str | None = None,
                      batch_size: int = 32, max_length: int | None = None, normalize: bool | None = None,
                      progress: bool = False, long_text: str = "truncate") -> torch.Tensor:
-    """One vector per text: (len(texts), hidden), in the order of `texts`.
+    """One vector per text: (len(texts), hidden), in the order of `texts` (a single string is one text).
 
     pooling, max_length and normalize default to the checkpoint's sentence-transformers settings (modules.json)
     when it has them, so that the default model gives sentence-transformers' vectors; else mean, the tokenizer's
@@ -184,8 +184,12 @@ def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last
     budget = (max_length or tokenizer.model_max_length) - 2  # [CLS] and [SEP] around each part
     if budget < 1:
         raise BertforgeError(f"max_length={max_length} leaves no room for text between [CLS] and [SEP]")
-    if not texts:
-        return torch.empty(0, model.config.hidden_size)
+    check_choice(layers, LAYER_COMBINATIONS, "layer recipe")
+    if isinstance(texts, str):  # one text, as sentence-transformers' encode takes it, not its characters
+        texts = [texts]
+    if not texts:  # as wide as the recipe makes a vector (concat_last_four: 4 x hidden)
+        config = model.config
+        return LAYER_COMBINATIONS[layers]([torch.empty(0, config.hidden_size)] * (config.num_hidden_layers + 1))
     rows, text_index = [], []
     encoded = tokenizer(embedding_texts(texts, settings), truncation=False)["input_ids"]
     for index, ids in enumerate(encoded):

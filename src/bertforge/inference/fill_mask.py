@@ -14,8 +14,11 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[st
     Each mask is predicted on its own (the others stay masked), as transformers' fill-mask pipeline does:
     fill_mask(model, tokenizer, "Paris is the [MASK] of France.") -> [[("capital", 0.99), ...]].
     """
-    encoding = tokenizer(text, return_tensors="pt")
+    encoding = tokenizer(text, truncation=False, return_tensors="pt")
     input_ids = encoding["input_ids"]
+    limit = min(tokenizer.model_max_length, model.config.max_position_embeddings)
+    if input_ids.shape[1] > limit:  # cut, it could lose its [MASK] or the words that decide it
+        raise InputError(f"the text is {input_ids.shape[1]} tokens long; the model reads at most {limit}")
     is_mask = input_ids[0] == tokenizer.mask_token_id
     if not is_mask.any():
         raise InputError(f"the text has no {tokenizer.vocab.special_tokens['mask_token']} token to fill in")

@@ -490,6 +490,8 @@ class FinetunedModel:
         """Answers for texts or examples (see `examples`), one per input, as `bertforge predict` gives them;
         `max_length` and `decoding` (ner) replace the training run's when given."""
         examples = self.examples(examples, labelled=False)
+        if not examples:
+            return []
         positions = self.model.config.max_position_embeddings
         if max_length is not None and max_length > positions:
             raise ConfigError(f"max_length {max_length} is more than the model's max_position_embeddings "

@@ -404,7 +404,9 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
             raise HTTPError(413, f"steps x tokens is {request.steps} x {len(row['input_ids'])} = {work}; the limit "
                                  f"is {budget} ({DEFAULT_STEPS} steps x max_length {max_length}): ask for fewer "
                                  f"steps or send a shorter text")
-        options = {**request.model_dump(), "tokenizer": tokenizer, "max_length": max_length, "as_page": as_page}
+        # As /predict reads the text: the fine-tuned task's max_length, else the server's.
+        reads = min(run.max_length, max_length) if run is not None else max_length
+        options = {**request.model_dump(), "tokenizer": tokenizer, "max_length": reads, "as_page": as_page}
         (result,) = await run_jobs([Job(explanations, row, options)])
         return result
 
