@@ -30,6 +30,13 @@ def check_number(name: str, value: Any, minimum: float | None = None, integer: b
         raise ConfigError(f"{name} must be at most {maximum}, got {value!r}")
 
 
+def check_within_positions(max_length: int | None, positions: int, name: str = "max_length") -> None:
+    """Refuse a token budget longer than the model has positions for, naming where it came from (`name`: a flag,
+    a config file's key), before any work: else the first long input fails deep in the model."""
+    if max_length is not None and max_length > positions:
+        raise ConfigError(f"{name} {max_length} is more than the model's max_position_embeddings ({positions})")
+
+
 def encoder_parameters(config) -> int:
     """Parameters of a BertModel of `config`'s sizes (embeddings, layers, pooler), counted without building it."""
     hidden, inner = config.hidden_size, config.intermediate_size

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.atomic import write_text_atomic
-from bertforge.errors import ConfigError, InputError
+from bertforge.errors import InputError
 from bertforge.outputs import check_output_file
 
 
@@ -42,13 +42,6 @@ positive_float = number_type("positive_float", finite_float, lambda value: value
 fraction = number_type("fraction", finite_float, lambda value: 0 <= value <= 1, "from 0 to 1")
 non_negative_int = number_type("non_negative_int", int, lambda value: value >= 0, "zero or more")
 port_number = number_type("port_number", int, lambda value: 0 <= value <= 65535, "a port number from 0 to 65535")
-
-
-def check_max_length(max_length: int, positions: int, given: str) -> None:
-    """Refuse a token budget longer than the model has positions for, before any work: `given` names where the
-    value came from (the flag, or a config file's key)."""
-    if max_length > positions:
-        raise ConfigError(f"{given} {max_length} is more than the model's max_position_embeddings ({positions})")
 
 
 STANDARD_STREAM = "-"  # a file argument that means standard input (to read) or standard output (to write)

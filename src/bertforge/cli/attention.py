@@ -16,9 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pair", help="a second text (segment B)")
     parser.add_argument("--output", "-o", required=True, help="the HTML file to write")
     add_model_argument(parser)
-    parser.add_argument("--max-length", type=positive_int, default=DEFAULT_MAX_TOKENS,
-                        help=f"truncate to this many tokens (default {DEFAULT_MAX_TOKENS}; the page grows with "
-                             f"its square)")
+    parser.add_argument("--max-length", type=positive_int,
+                        help=f"truncate to this many tokens (default {DEFAULT_MAX_TOKENS}, or the model's positions "
+                             f"when fewer; the page grows with its square)")
 
 
 def run(args: argparse.Namespace) -> int:

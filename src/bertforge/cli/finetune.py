@@ -15,7 +15,6 @@ from bertforge.cli.arguments import (
     add_flag_table,
     add_format_argument,
     add_inference_arguments,
-    check_max_length,
     finite_float,
     positive_int,
 )
@@ -24,6 +23,7 @@ from bertforge.errors import BertforgeError, ConfigError
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.registry import TASKS
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
+from bertforge.validation import check_within_positions
 
 DECODING_HELP = ("ner: each word's most probable tag (argmax) or the most probable valid IOB2 sequence (viterbi)")
 
@@ -237,7 +237,7 @@ def check_model_positions(config, args: argparse.Namespace) -> None:
         positions = BertConfig.load(resolve_model_dir(config.model) / CONFIG_FILE).max_position_embeddings
     except BertforgeError:
         return
-    check_max_length(config.max_length, positions, given)
+    check_within_positions(config.max_length, positions, given)
 
 
 def run_seeds(args: argparse.Namespace) -> int:

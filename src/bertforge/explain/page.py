@@ -10,7 +10,6 @@ import html
 from bertforge.explain.attribute import explain
 from bertforge.explain.methods import DEFAULT_STEPS
 from bertforge.explain.result import Explanation
-from bertforge.explain.targets import DEFAULT_MAX_LENGTH
 from bertforge.inference.attention_view import compute_attention, render_attention_map
 from bertforge.model import BertModel
 
@@ -95,9 +94,10 @@ def inner_section(inner: dict) -> str:
     return "\n".join(parts)
 
 
-def explanation_page(model, tokenizer, explanation: Explanation, max_length: int = DEFAULT_MAX_LENGTH) -> str:
+def explanation_page(model, tokenizer, explanation: Explanation, max_length: int | None = None) -> str:
     """One self-contained HTML page: the attributions, then the attention views of the explained input (for two
-    texts compared by an encoder, of the first)."""
+    texts compared by an encoder, of the first), read as `explain` read it (see its `max_length`)."""
+    max_length = max_length or min(tokenizer.model_max_length, model.config.max_position_embeddings)
     pair = None if type(model) is BertModel or len(explanation.texts) == 1 else explanation.texts[1]
     attention = compute_attention(model, tokenizer, explanation.texts[0], pair, max_length=max_length)
     title = f"Why {explanation.target}? {explanation.texts[0][:60]}"
@@ -107,7 +107,7 @@ def explanation_page(model, tokenizer, explanation: Explanation, max_length: int
 
 def explained(model, tokenizer, text: str, text_pair: str | None = None, target: str | None = None,
               method: str = "integrated_gradients", steps: int | None = None,
-              max_length: int = DEFAULT_MAX_LENGTH, as_page: bool = False) -> dict | str:
+              max_length: int | None = None, as_page: bool = False) -> dict | str:
     """What `/explain` answers: the explanation as a JSON-ready dict, or (`as_page`) its page."""
     explanation = explain(model, tokenizer, text, text_pair, target, method, steps or DEFAULT_STEPS, max_length)
     return explanation_page(model, tokenizer, explanation, max_length) if as_page else explanation.to_dict()

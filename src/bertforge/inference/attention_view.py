@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from bertforge.errors import InputError
+from bertforge.validation import check_within_positions
 
 # Enough for a long sentence pair; the page holds layers * heads * seq^2 weights, which grows fast beyond it.
 DEFAULT_MAX_TOKENS = 128
@@ -88,9 +89,13 @@ def attention_map(tokenizer, encoding: dict[str, list], attentions: torch.Tensor
     return AttentionMap(tokens[:split], tokens[split:], attentions, queries, keys)
 
 
-def compute_attention(model, tokenizer, text: str, pair: str | None = None, max_length: int = DEFAULT_MAX_TOKENS,
+def compute_attention(model, tokenizer, text: str, pair: str | None = None, max_length: int | None = None,
                       truncate: bool = True) -> AttentionMap:
-    """Tokens, attention weights, queries and keys of every layer for one text (or pair), for render_attention_map."""
+    """Tokens, attention weights, queries and keys of every layer for one text (or pair), for render_attention_map;
+    `max_length` defaults to DEFAULT_MAX_TOKENS, or the model's positions when fewer."""
+    positions = model.config.max_position_embeddings
+    check_within_positions(max_length, positions)
+    max_length = max_length or min(DEFAULT_MAX_TOKENS, positions)
     encoding = encode_for_attention(tokenizer, text, pair, max_length, truncate)
     ids, segments = encoding["input_ids"], encoding["token_type_ids"]
     return attention_map(tokenizer, encoding, attention_weights(model, ids, segments),

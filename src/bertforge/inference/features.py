@@ -15,6 +15,7 @@ from torch import nn
 from bertforge.batching import MODEL_INPUTS, collate, length_sorted_batches
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
 from bertforge.errors import BertforgeError, check_choice
+from bertforge.validation import check_within_positions
 from bertforge.windows import half_overlap_starts
 
 # The feature-based recipes of the BERT paper's NER study (section 5.3), by name.
@@ -185,6 +186,7 @@ def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last
     if budget < 1:
         raise BertforgeError(f"max_length={max_length} leaves no room for text between [CLS] and [SEP]")
     check_choice(layers, LAYER_COMBINATIONS, "layer recipe")
+    check_within_positions(max_length, model.config.max_position_embeddings)
     if isinstance(texts, str):  # one text, as sentence-transformers' encode takes it, not its characters
         texts = [texts]
     if not texts:  # as wide as the recipe makes a vector (concat_last_four: 4 x hidden)

@@ -60,6 +60,7 @@ from bertforge.training.trainer import (
     model_loss,
     read_log,
 )
+from bertforge.validation import check_within_positions
 
 logger = logging.getLogger("bertforge")
 
@@ -492,10 +493,7 @@ class FinetunedModel:
         examples = self.examples(examples, labelled=False)
         if not examples:
             return []
-        positions = self.model.config.max_position_embeddings
-        if max_length is not None and max_length > positions:
-            raise ConfigError(f"max_length {max_length} is more than the model's max_position_embeddings "
-                              f"({positions})")
+        check_within_positions(max_length, self.model.config.max_position_embeddings)
         settings = dataclasses.replace(self.settings, max_length=max_length or self.settings.max_length,
                                        **decoding_setting(self.settings, decoding))
         features = self.task.encode(self.tokenizer, examples, settings, self.id2label)
