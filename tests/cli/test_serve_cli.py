@@ -93,6 +93,7 @@ def test_attention_truncates_to_max_length(run_cli, tmp_path, tiny_model_dir):
 @pytest.mark.parametrize("argv, message", [
     (["hello", "--output", "view.txt"], "must be an .html file"),
     (["  ", "--output", "view.html"], "the text is empty"),
+    (["hello", "--pair", " ", "--output", "view.html"], "the pair is empty"),
     (["hello", "--output", "view.html", "--model", "/nonexistent/model"], "no such model directory"),
 ])
 def test_attention_errors_are_one_line(run_cli, tmp_path, monkeypatch, argv, message):

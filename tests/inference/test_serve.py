@@ -286,6 +286,7 @@ def test_request_errors_are_one_json_line_without_traceback(encoder_server):
     assert_error(encoder_server.request("/embed", {"text": ["a"]}), 422, "text")
     assert_error(encoder_server.request("/embed", b"[1, 2]"), 422, "invalid request")
     assert_error(encoder_server.request("/tokenize", {"text": None}), 422, "text")
+    assert_error(encoder_server.request("/attention?text=%20%20"), 422, "text is empty")
     # The framework's own errors have the same shape.
     assert_error(encoder_server.request("/embed", method="GET"), 405, "Method Not Allowed")
     assert_error(encoder_server.request("/nowhere"), 404, "Not Found")

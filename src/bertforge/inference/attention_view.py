@@ -41,6 +41,8 @@ class AttentionMap:
 def encode_for_attention(tokenizer, text: str, pair: str | None = None, max_length: int = DEFAULT_MAX_TOKENS,
                          truncate: bool = True) -> dict[str, list]:
     """The tokenizer's row for a text (or pair), cut to `max_length` tokens (an InputError if not `truncate`)."""
+    if not text.strip() or (pair is not None and not pair.strip()):
+        raise InputError(f"the {'text' if not text.strip() else 'pair'} is empty: nothing to show attention over")
     encoding = tokenizer(text, text_pair=pair, truncation=False)
     if len(encoding["input_ids"]) > max_length:
         if not truncate:

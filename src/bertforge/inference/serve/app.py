@@ -382,8 +382,11 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     @app.get("/attention", response_class=HTMLResponse, responses=page_errors)
     async def attention(text: str = Query(min_length=1), pair: str | None = None) -> HTMLResponse:
         """The attention viewer page (every layer and head) for a text, or a pair of texts."""
+        if not text.strip():
+            raise HTTPError(422, "text is empty: nothing to show attention over")
+        pair = pair if pair and pair.strip() else None  # an empty pair is no pair, as the query string can't omit
         try:
-            row = await asyncio.to_thread(encode_for_attention, tokenizer, text, pair or None, attention_max_length,
+            row = await asyncio.to_thread(encode_for_attention, tokenizer, text, pair, attention_max_length,
                                           truncate)
         except InputError as problem:  # over the viewer's limit, on a server that refuses long texts
             raise HTTPError(413, str(problem)) from None
