@@ -240,3 +240,20 @@ def test_errors(unique_corpus, tmp_path, tokenizer):
     with pytest.raises(ConfigError, match="at least 2 documents"):
         InstanceStream(CorpusReader(tmp_path / "out"), sentence_pairs="next_sentence")
     assert take(InstanceStream(CorpusReader(tmp_path / "out"), sentence_pairs="sentence_order", epochs=1), 10)
+
+
+def test_a_saved_position_is_refused_on_a_corpus_of_other_text_with_the_same_counts(data_dir, tokenizer, tmp_path):
+    """--resume may name the corpus by another path; text edited word for word ('the' -> 'a': as many
+    documents, sentences and tokens) is other data, and its saved position would mean other instances."""
+    with open(data_dir / "pretrain_en" / "state_union.txt", encoding="utf-8") as handle:
+        text = "".join(line for _, line in zip(range(300), handle))
+    (tmp_path / "a.txt").write_text(text, encoding="utf-8")
+    (tmp_path / "b.txt").write_text(text.replace(" the ", " a "), encoding="utf-8")
+    for name in ("a", "b"):
+        prepare_corpus([tmp_path / f"{name}.txt"], tokenizer, tmp_path / name, progress=False)
+    first, second = CorpusReader(tmp_path / "a"), CorpusReader(tmp_path / "b")
+    assert len(first) == len(second) and first.manifest["tokens"] == second.manifest["tokens"]
+    saved = InstanceStream(first, 64, None, seed=0).state_dict()
+    InstanceStream(CorpusReader(tmp_path / "a"), 64, None, seed=0).load_state_dict(saved)  # the same corpus resumes
+    with pytest.raises(ConfigError, match="other data settings \\(corpus_sha256="):
+        InstanceStream(second, 64, None, seed=0).load_state_dict(saved)

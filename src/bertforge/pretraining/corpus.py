@@ -113,6 +113,7 @@ class ShardWriter:
     def __init__(self, directory: Path, dtype: np.dtype, shard_tokens: int):
         self.directory, self.dtype, self.shard_tokens = directory, dtype, shard_tokens
         self.shards: list[dict[str, int]] = []
+        self.content = hashlib.sha256()  # of every array written: two corpora can share their counts
         self._start_shard()
 
     def _start_shard(self) -> None:
@@ -148,6 +149,7 @@ class ShardWriter:
         for name, values in arrays.items():
             with atomic_path(shard_path(self.directory, index, name)) as temporary, open(temporary, "wb") as file:
                 np.save(file, values)  # a handle, not a name: np.save would add ".npy" to the temporary name
+            self.content.update(values.tobytes())
         self.shards.append({"documents": len(self.document_ends), "sentences": len(self.sentence_ends),
                             "tokens": len(self.tokens)})
         self._start_shard()
@@ -209,7 +211,8 @@ def prepare_corpus(paths: Sequence[str | Path], tokenizer: BertTokenizer, output
     tokenizer.save_pretrained(output_dir / TOKENIZER_DIR)
     manifest = {"format": FORMAT, "version": VERSION, "vocab_size": tokenizer.vocab_size, "dtype": dtype.name,
                 "documents": summary.documents, "sentences": summary.sentences, "tokens": summary.tokens,
-                "shards": writer.shards, "sources": sources, "tokenizer": identity}
+                "shards": writer.shards, "content_sha256": writer.content.hexdigest(), "sources": sources,
+                "tokenizer": identity}
     write_text_atomic(output_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     logger.info("prepared %s into %s", summary, output_dir)
     return summary

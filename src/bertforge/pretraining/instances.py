@@ -214,7 +214,8 @@ class InstanceStream(IterableDataset):
         self.corpus, self.seed, self.epochs, self.shuffle_tokens = corpus, seed, epochs, shuffle_tokens
         # Everything that must match for a saved position to mean the same instances.
         self.settings = {"seed": seed, "rank": corpus.rank, "world_size": corpus.world_size,
-                         "documents": len(corpus), "max_seq_length": max_seq_length,
+                         "documents": len(corpus), "corpus_sha256": corpus.manifest.get("content_sha256"),
+                         "max_seq_length": max_seq_length,
                          "sentence_pairs": sentence_pairs, "short_seq_prob": short_seq_prob,
                          "shuffle_tokens": shuffle_tokens}
         self._document_tokens = corpus.document_tokens()
