@@ -31,7 +31,7 @@ from bertforge.inference.serve.app import create_app, load_app, server_config  #
 from bertforge.tasks.finetune import FinetuneConfig  # noqa: E402
 from bertforge.tasks.finetune import predict as predict_offline  # noqa: E402
 from bertforge.tasks.multi_label import MultiLabelSettings  # noqa: E402
-from bertforge.tasks.question_answering import QAExample, span_features  # noqa: E402
+from bertforge.tasks.question_answering import QAExample, QASettings, span_features  # noqa: E402
 from bertforge.tasks.registry import RUN_CONFIG_FILE, inspect_checkpoint  # noqa: E402
 
 LABELS = {0: "negative", 1: "positive"}
@@ -621,11 +621,17 @@ def test_qa_windows_must_fit_the_queue(make_server, qa_dir, tokenizer):
     assert server.request("/predict", {"questions": QUESTIONS[1:2]})[0] == 200
 
 
-def test_qa_windows_that_leave_no_room_stop_the_server_starting(tokenizer):
+def test_qa_windows_that_leave_no_room_stop_the_server_starting(tokenizer, tmp_path):
     model = BertForQuestionAnswering(make_config(tokenizer)).eval()
-    # The qa defaults (384 tokens, doc_stride 128, questions up to 64) cannot fit the model's 64 positions.
+    # Without a run config the qa defaults (384 tokens, doc_stride 128, questions up to 64) shrink to the model's
+    # 64 positions, keeping their shares; a run config's own settings are taken as they are.
+    create_app(model, tokenizer)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    FinetuneConfig(task="qa", settings=QASettings(max_length=64, max_query_length=64, doc_stride=128)).save(
+        tmp_path / RUN_CONFIG_FILE)
     with pytest.raises(ConfigError, match="max_length=64"):
-        create_app(model, tokenizer)
+        load_app(tmp_path)
 
 
 # ---------------------------------------------------------------- one answer everywhere: server, Python API, CLI
