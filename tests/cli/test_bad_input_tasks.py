@@ -144,3 +144,12 @@ def test_embed_similar_prints_a_ranking_only(world, tmp_path, capsys, flags, fra
     assert_one_line_error(*run_cli(capsys, "embed", "--model", world / "encoder", "--input", world / "lines.txt",
                                    "--similar", "a cat", *flags), "--similar", fragment)
     assert not (tmp_path / "e.npy").exists()
+
+
+def test_a_quantize_or_distill_output_that_is_a_file_is_named_a_file(tmp_path):
+    from bertforge.compress.gate import check_output
+    from bertforge.errors import InputError
+
+    (tmp_path / "a_file").write_text("notes")
+    with pytest.raises(InputError, match="exists and is a file; the output is a model folder"):
+        check_output(tmp_path / "a_file")

@@ -31,6 +31,9 @@ def test_vocab_errors_are_one_line(run_cli, tmp_path, corpus):
     code, _, err = run_cli("vocab", "--corpus", str(tmp_path / "nope.txt"), "--vocab-size", "500",
                            "--output", str(tmp_path / "vocab.txt"), "--no-progress")
     assert code == 1 and err.count("\n") == 1 and "nope.txt: no such corpus file" in err
+    code, _, err = run_cli("vocab", "--corpus", str(tmp_path / "nope.txt"), "--vocab-size", "500",
+                           "--output", str(tmp_path / "vocab.txt"))  # no progress bar drawn before the error
+    assert code == 1 and err.count("\n") == 1 and "nope.txt: no such corpus file" in err
     code, _, err = run_cli("vocab", "--corpus", str(corpus), "--vocab-size", "20", "--output",
                            str(tmp_path / "vocab.txt"), "--no-progress")
     assert code == 1 and err.count("\n") == 1 and "vocab_size 20 is too small" in err

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
 from bertforge.cli.arguments import check_writable, positive_int
+from bertforge.errors import InputError
 
 logger = logging.getLogger("bertforge")
 
@@ -27,6 +29,9 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.tokenizer.learn_vocab import learn_vocab, read_corpus
 
     output = check_writable(args.output)
+    for path in map(Path, args.corpus):  # before the progress bar is drawn
+        if not path.is_file():
+            raise InputError("no such corpus file" if not path.exists() else "is not a file", path)
     with tqdm(total=args.vocab_size, desc="learning vocabulary", unit="token", disable=args.no_progress) as bar:
         vocab = learn_vocab(args.corpus, args.vocab_size, lowercase=not args.cased, min_pair_count=args.min_pair_count,
                             progress=lambda size: bar.update(size - bar.n))

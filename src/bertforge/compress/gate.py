@@ -89,7 +89,9 @@ def measure(name: str, finetuned: FinetunedModel, examples: Sequence[Any], batch
 def check_output(output: str | Path) -> Path:
     """The output directory, refused before any work if it already holds something (nothing is overwritten)."""
     output = Path(output)
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+    if output.exists() and not output.is_dir():
+        raise InputError("exists and is a file; the output is a model folder", output)
+    if output.is_dir() and any(output.iterdir()):
         raise InputError("the output directory already exists and is not empty", output)
     return output
 
