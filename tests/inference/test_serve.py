@@ -287,6 +287,10 @@ def test_request_errors_are_one_json_line_without_traceback(encoder_server):
     assert_error(encoder_server.request("/embed", b"[1, 2]"), 422, "invalid request")
     assert_error(encoder_server.request("/tokenize", {"text": None}), 422, "text")
     assert_error(encoder_server.request("/attention?text=%20%20"), 422, "text is empty")
+    # Half of a UTF-16 pair, which JSON's escapes can spell and Python's JSON reader lets through: no text.
+    assert_error(encoder_server.request("/embed", b'{"texts": ["ok", "a\\ud800b"]}'), 422, "texts.1",
+                 "unpaired surrogate (U+D800)")
+    assert encoder_server.request("/embed", {"texts": ["caf\u00e9 \U0001F600"]})[0] == 200  # a pair is fine
     # The framework's own errors have the same shape.
     assert_error(encoder_server.request("/embed", method="GET"), 405, "Method Not Allowed")
     assert_error(encoder_server.request("/nowhere"), 404, "Not Found")

@@ -5,13 +5,25 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from bertforge.explain.methods import DEFAULT_STEPS, METHODS
 from bertforge.inference.features import POOLINGS
 
 Pooling = Literal[tuple(POOLINGS)]
 ExplainMethod = Literal[tuple(METHODS)]
+
+
+def unicode_text(value: str) -> str:
+    """JSON's escapes can spell half of a UTF-16 pair ("\\ud800"), which is no Unicode text: refused, rather than
+    tokenized as nothing."""
+    lone = next((char for char in value if "\ud800" <= char <= "\udfff"), None)
+    if lone is not None:
+        raise ValueError(f"holds an unpaired surrogate (U+{ord(lone):04X}), which is not Unicode text")
+    return value
+
+
+Text = Annotated[str, AfterValidator(unicode_text)]
 
 
 class Strict(BaseModel):
@@ -36,15 +48,15 @@ class OpenAIErrorResponse(BaseModel):
 
 # --- requests -----------------------------------------------------------------------------------------------------
 
-Texts = Annotated[list[str], Field(min_length=1)]
+Texts = Annotated[list[Text], Field(min_length=1)]
 TokenIds = Annotated[list[int], Field(min_length=1)]
 TRUNCATE = ("text-embeddings-inference's field: cut texts longer than the limit (true) or answer 413 (false); "
             "default: the server's --long-text")
 
 
 class EmbedRequest(Strict):
-    texts: list[str] | None = Field(None, min_length=1, description="the texts to embed (at most max_texts)")
-    inputs: str | Texts | None = Field(None, description="text-embeddings-inference's field: a text or a list; "
+    texts: list[Text] | None = Field(None, min_length=1, description="the texts to embed (at most max_texts)")
+    inputs: Text | Texts | None = Field(None, description="text-embeddings-inference's field: a text or a list; "
                                                         "the answer is then a bare list of vectors")
     pooling: Pooling | None = Field(None, description="how token vectors become one (default: the checkpoint's "
                                                       "sentence-transformers pooling, else mean)")
@@ -54,7 +66,7 @@ class EmbedRequest(Strict):
 
 
 class OpenAIEmbeddingRequest(BaseModel):
-    input: str | Texts | TokenIds | Annotated[list[TokenIds], Field(min_length=1)] = Field(
+    input: Text | Texts | TokenIds | Annotated[list[TokenIds], Field(min_length=1)] = Field(
         description="a text, a list of texts, or token ids of the model's vocabulary (one list, or a list of "
                     "lists), taken as they are: no [CLS] or [SEP] is added")
     model: str | None = Field(None, description="ignored: the server has one model (see /v1/models)")
@@ -65,34 +77,34 @@ class OpenAIEmbeddingRequest(BaseModel):
 
 
 class Question(Strict):
-    question: str
-    context: str = Field(description="the text the answer is a span of; a long one is split into windows")
+    question: Text
+    context: Text = Field(description="the text the answer is a span of; a long one is split into windows")
 
 
 class PredictRequest(Strict):
-    texts: list[str] | None = Field(None, min_length=1, description="the texts (at most max_texts), for a "
+    texts: list[Text] | None = Field(None, min_length=1, description="the texts (at most max_texts), for a "
                                                                     "classifier, regression model or tagger")
-    text_pairs: list[str] | None = Field(None, description="a second text per text, for pair tasks")
+    text_pairs: list[Text] | None = Field(None, description="a second text per text, for pair tasks")
     questions: list[Question] | None = Field(None, min_length=1, description="for a question-answering model, "
                                                                              "instead of texts")
 
 
 class RerankRequest(Strict):
-    query: str
-    texts: list[str] = Field(min_length=1, description="the texts to rank against the query (at most max_texts)")
+    query: Text
+    texts: list[Text] = Field(min_length=1, description="the texts to rank against the query (at most max_texts)")
     raw_scores: bool = Field(False, strict=True, description="a pair classifier's logit instead of its probability")
     return_text: bool = Field(False, strict=True)
     truncate: bool | None = Field(None, strict=True, description=TRUNCATE)
 
 
 class TokenizeRequest(Strict):
-    text: str
-    text_pair: str | None = None
+    text: Text
+    text_pair: Text | None = None
 
 
 class ExplainRequest(Strict):
-    text: str = Field(min_length=1, description="the text (for a question-answering model, the question)")
-    text_pair: str | None = Field(None, description="the pair (the context; for an encoder, the text compared)")
+    text: Text = Field(min_length=1, description="the text (for a question-answering model, the question)")
+    text_pair: Text | None = Field(None, description="the pair (the context; for an encoder, the text compared)")
     target: str | None = Field(None, description="a label, an entity, answer/start/end (default: the prediction)")
     method: ExplainMethod = "integrated_gradients"
     steps: int = Field(DEFAULT_STEPS, ge=1, le=1000, strict=True,
