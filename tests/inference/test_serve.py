@@ -601,6 +601,8 @@ def test_qa_request_errors(qa_server, classifier_server, encoder_server):
                  "required")
     assert_error(qa_server.request("/predict", {"questions": ["Who?"]}), 422, "questions.0")
     assert_error(qa_server.request("/predict", {"questions": [{**question, "id": 7}]}), 422, "questions.0.id")
+    status, answered, _ = qa_server.request("/predict", {"questions": [{**question, "id": "q-7"}, question]})
+    assert status == 200 and [answer["id"] for answer in answered["predictions"]] == ["q-7", "2"]
     assert_error(qa_server.request("/predict", {"questions": [{**question, "question": " "}]}), 422,
                  "questions.0.question is empty")
     assert_error(qa_server.request("/predict", {"questions": [question, {**question, "context": ""}]}), 422,
@@ -682,7 +684,8 @@ def task_inputs(name: str, tmp_path) -> tuple[dict, dict, list[str]]:
     """(the /predict body, predict()'s keyword arguments, `bertforge predict` arguments) for the same inputs."""
     if name == "qa":
         path = tmp_path / "questions.jsonl"
-        path.write_text("".join(json.dumps({"id": "0", **item}) + "\n" for item in QUESTIONS))
+        path.write_text("".join(json.dumps({"id": str(number), **item}) + "\n"
+                                for number, item in enumerate(QUESTIONS, 1)))
         return ({"questions": QUESTIONS}, {"texts": [q["question"] for q in QUESTIONS],
                                            "text_pairs": [q["context"] for q in QUESTIONS]}, ["--input", str(path)])
     if name == "classification-pairs":  # long texts on either side of a pair: windows of the longer one
@@ -732,8 +735,8 @@ def test_server_python_api_and_cli_give_one_answer(name, task_model_dirs, tmp_pa
     finally:
         server.stop()
     assert status == 200, served
-    if name == "qa":  # a file's questions carry their ids; texts given directly are all "0"
-        from_cli = [{**answer, "id": "0"} for answer in from_cli]
+    if name == "qa":  # questions given directly are numbered by their place, as a file's here
+        assert [answer["id"] for answer in served["predictions"]] == [str(n) for n in range(1, len(QUESTIONS) + 1)]
     assert_same_answers(served["predictions"], offline)
     assert_same_answers(from_cli, offline)
     for answer in served["predictions"]:  # every span indexes the text as given
@@ -807,13 +810,16 @@ def test_tei_embed_and_rerank(encoder_server):
 
 
 def test_rerank_with_a_pair_classifier(task_model_dirs):
-    directory = task_model_dirs["classification"]
+    directory = task_model_dirs["classification-pairs"]
     expected = predict_offline(directory, texts=["the query"] * 2, text_pairs=TEXTS[:2])
-    server = Server(directory)
+    server, single = Server(directory), Server(task_model_dirs["classification"])
     try:
         status, ranked, _ = server.request("/rerank", {"query": "the query", "texts": TEXTS[:2]})
+        # A classifier fine-tuned on single texts has no relevance of a text to a query to give.
+        assert_error(single.request("/rerank", {"query": "the query", "texts": TEXTS[:2]}), 409, "single texts")
     finally:
         server.stop()
+        single.stop()
     scores = [answer["probabilities"]["positive"] for answer in expected]
     assert status == 200 and [item["index"] for item in ranked] == sorted(range(2), key=lambda i: -scores[i])
     assert [item["score"] for item in ranked] == pytest.approx(sorted(scores, reverse=True), abs=1e-5)

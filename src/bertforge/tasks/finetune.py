@@ -48,6 +48,7 @@ from bertforge.tasks.data import (
     training_batches,
 )
 from bertforge.tasks.metrics import greater_is_better
+from bertforge.tasks.question_answering import QAExample
 from bertforge.tasks.registry import RUN_CONFIG_FILE, TASKS, Task, get_task, inspect_checkpoint
 from bertforge.tokenizer import BertTokenizer
 from bertforge.training import distributed
@@ -483,8 +484,12 @@ class FinetunedModel:
         items = list(data)  # a list, or any iterable of texts (a pandas Series)
         if items and isinstance(items[0], Mapping):
             return self.read(items, self.columns(), labelled)
-        return [self.task.example(item, None) if isinstance(item, str) else
+        made = [self.task.example(item, None) if isinstance(item, str) else
                 self.task.example(*item) if isinstance(item, tuple) else item for item in items]
+        # Questions made here are numbered by their place (1, 2, ...), as those of a file and the server's are.
+        return [dataclasses.replace(example, id=str(number))
+                if isinstance(example, QAExample) and not isinstance(item, QAExample) else example
+                for number, (item, example) in enumerate(zip(items, made), 1)]
 
     def predict(self, examples: Any, batch_size: int = 64, max_length: int | None = None,
                 decoding: str | None = None) -> list[dict[str, Any]]:
@@ -561,6 +566,6 @@ def predict(model: str | Path, path: str | Path | None = None, texts: Sequence[s
         examples = finetuned.read(path, columns, labelled=False, format=format)
     else:
         pairs = text_pairs if text_pairs is not None else [None] * len(texts)
-        examples = [finetuned.task.example(text, pair) for text, pair in zip(texts, pairs)]
+        examples = finetuned.examples(list(zip(texts, pairs)), labelled=False)
     answers = finetuned.predict(examples, batch_size, max_length, decoding)
     return [{**finetuned.task.inputs(example), **answer} for example, answer in zip(examples, answers)]

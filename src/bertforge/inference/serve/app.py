@@ -9,6 +9,7 @@ an offline /docs page.
 
 import asyncio
 import base64
+import dataclasses
 import logging
 import math
 import socket
@@ -292,7 +293,10 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                 for name in ("question", "context"):
                     if not getattr(item, name).strip():
                         raise HTTPError(422, f"questions.{index}.{name} is empty")
-            examples = [current.example(item.question, item.context) for item in given]
+            # Each question's id: the client's, else its place in the request (1, 2, ...), as `predict` numbers
+            # the questions of a file.
+            examples = [dataclasses.replace(current.example(item.question, item.context), id=item.id or str(number))
+                        for number, item in enumerate(given, 1)]
         else:
             if request.text_pairs is not None and len(request.text_pairs) != len(given):
                 raise HTTPError(422, f"got {len(given)} texts but {len(request.text_pairs)} text_pairs")
@@ -352,6 +356,14 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         label (or the sigmoid of a one-output model's score; raw_scores: the logit or score), or, for an encoder,
         the cosine similarity of the texts' embeddings."""
         check_count(len(request.texts))
+        # A fine-tuned model that read single texts (its run config names no second column), or a multi-label one,
+        # has no relevance of a text to a query to give; a checkpoint from elsewhere may be a cross-encoder.
+        single_texts = checkpoint is not None and checkpoint.run is not None and \
+            checkpoint.run.columns.text_pair is None
+        if task is not None and (task.name == "multi_label" or single_texts):
+            raise HTTPError(409, f"wrong task: {model_name} was fine-tuned on "
+                                 f"{'single texts' if single_texts else 'labels to tag a text with'}; /rerank "
+                                 f"needs a pair classifier (trained on text pairs) or an encoder")
         if task is not None and task.head == "sequence_classification":
             answers = await predict_examples([task.example(request.query, text) for text in request.texts],
                                              request.truncate)

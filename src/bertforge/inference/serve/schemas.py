@@ -49,7 +49,7 @@ class OpenAIErrorResponse(BaseModel):
 # --- requests -----------------------------------------------------------------------------------------------------
 
 Texts = Annotated[list[Text], Field(min_length=1)]
-TokenIds = Annotated[list[int], Field(min_length=1)]
+TokenIds = Annotated[list[Annotated[int, Field(strict=True)]], Field(min_length=1)]  # true is no token id
 TRUNCATE = ("text-embeddings-inference's field: cut texts longer than the limit (true) or answer 413 (false); "
             "default: the server's --long-text")
 
@@ -77,6 +77,7 @@ class OpenAIEmbeddingRequest(BaseModel):
 
 
 class Question(Strict):
+    id: str | None = Field(None, description="returned with its answer (default: the question's place, from 1)")
     question: Text
     context: Text = Field(description="the text the answer is a span of; a long one is split into windows")
 
