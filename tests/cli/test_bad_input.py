@@ -136,7 +136,7 @@ FLAG_AND_OUTPUT_CASES = [
     ("quantize-device-banana", ["quantize", "--model", "{M}", "--dev", "{D}/train.csv", "--output", "{T}/out",
                                 "--device", "banana"], 1, ["'banana'"]),
     ("quantize-output-is-file", ["quantize", "--model", "{M}", "--dev", "{D}/train.csv", "--output", "{O}/a_file"],
-     1, ["a_file", "already exists"]),
+     1, ["a_file", "exists and is a file"]),
     ("distill-max-drop-inf", ["distill", "--teacher", "{M}", "--train", "{D}/train.csv", "--output", "{T}/out",
                               "--max-drop", "inf"], 2, ["--max-drop", "finite"]),
     ("quantize-outlier-channels-negative", ["quantize", "--model", "{M}", "--dev", "{D}/train.csv", "--output",
