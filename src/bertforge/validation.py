@@ -37,6 +37,11 @@ def check_within_positions(max_length: int | None, positions: int, name: str = "
         raise ConfigError(f"{name} {max_length} is more than the model's max_position_embeddings ({positions})")
 
 
+def readable_length(model, tokenizer) -> int:
+    """The most tokens `model` reads of a text: its tokenizer's model_max_length, within its positions."""
+    return min(tokenizer.model_max_length, model.config.max_position_embeddings)
+
+
 def encoder_parameters(config) -> int:
     """Parameters of a BertModel of `config`'s sizes (embeddings, layers, pooler), counted without building it."""
     hidden, inner = config.hidden_size, config.intermediate_size

@@ -44,10 +44,10 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"the output must be a {' or '.join(OUTPUT_FORMATS)} file", output)
         check_writable(output)
     model, tokenizer = load_explainable(args.model)
-    # What `predict` reads of the text: the fine-tuned task's max_length (else the tokenizer's and the model's).
+    # What `predict` reads of the text: the fine-tuned task's max_length (else explain's own default).
     checkpoint = inspect_checkpoint(args.model)
     trained = checkpoint.settings().max_length if checkpoint.task is not None else None
-    max_length = args.max_length or trained or min(tokenizer.model_max_length, model.config.max_position_embeddings)
+    max_length = args.max_length or trained
     explanation = explain(model, tokenizer, args.text, args.pair, args.target, args.method, args.steps, max_length)
     if output is None:
         print(f"{explanation.target} ({explanation.method})")

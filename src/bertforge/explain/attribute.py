@@ -8,7 +8,7 @@ from bertforge.explain.methods import DEFAULT_STEPS, METHODS, USES_GRADIENTS, At
 from bertforge.explain.result import Explanation, TokenAttribution, WordAttribution
 from bertforge.explain.targets import Row, build_target
 from bertforge.pretraining.heads import BertForMaskedLM
-from bertforge.validation import check_within_positions
+from bertforge.validation import check_within_positions, readable_length
 
 
 def explain(model, tokenizer, text: str, text_pair: str | None = None, target: str | int | None = None,
@@ -30,7 +30,7 @@ def explain(model, tokenizer, text: str, text_pair: str | None = None, target: s
         raise InputError(f"{method} follows gradients, which int8 layers don't pass on (every attribution would "
                          "be 0): explain the fp32 model it was made from, or use attention_rollout")
     check_within_positions(max_length, model.config.max_position_embeddings)
-    max_length = max_length or min(tokenizer.model_max_length, model.config.max_position_embeddings)
+    max_length = max_length or readable_length(model, tokenizer)
     was_training = model.training
     model.eval()  # dropout off: f must be a function of the input
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from bertforge.errors import InputError
+from bertforge.validation import readable_length
 
 
 def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
@@ -16,7 +17,7 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[st
     """
     encoding = tokenizer(text, truncation=False, return_tensors="pt")
     input_ids = encoding["input_ids"]
-    limit = min(tokenizer.model_max_length, model.config.max_position_embeddings)
+    limit = readable_length(model, tokenizer)
     if input_ids.shape[1] > limit:  # cut, it could lose its [MASK] or the words that decide it
         raise InputError(f"the text is {input_ids.shape[1]} tokens long; the model reads at most {limit}")
     is_mask = input_ids[0] == tokenizer.mask_token_id

@@ -20,6 +20,7 @@ from torch import nn
 
 from bertforge.atomic import atomic_path
 from bertforge.errors import BertforgeError, check_choice
+from bertforge.validation import readable_length
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 MIN_OPSET = 18  # the oldest opset torch's default (dynamo) exporter targets
@@ -200,7 +201,7 @@ def export_onnx(model: nn.Module, tokenizer, path: str | Path, task: str | None 
     spec = check_task(task)
     if type(model) is not model_class_of(task):
         raise BertforgeError(f"task {task!r} exports a {model_class_of(task).__name__}, got a {type(model).__name__}")
-    max_length = min(tokenizer.model_max_length, model.config.max_position_embeddings)
+    max_length = readable_length(model, tokenizer)
     device = next(model.parameters()).device
     sample = tokenizer(["Hello world.", "The export traces this pair of sentences."], padding=True,
                        return_tensors="pt")
