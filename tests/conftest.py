@@ -140,11 +140,15 @@ def browser(tmp_path_factory):
 
 @pytest.fixture
 def run_cli(capsys):
-    """run_cli(*argv) -> (exit code, stdout, stderr) of `bertforge *argv`, through the entry point itself."""
+    """run_cli(*argv) -> (exit code, stdout, stderr) of `bertforge *argv`, through the entry point itself (argparse's
+    usage errors, which exit, give their code too)."""
     from bertforge.cli.main import main
 
     def run(*argv):
-        code = main([str(arg) for arg in argv])
+        try:
+            code = main([str(arg) for arg in argv])
+        except SystemExit as stop:
+            code = stop.code
         captured = capsys.readouterr()
         return code, captured.out, captured.err
     return run

@@ -11,9 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
-from bertforge import BertConfig, BertModel, ConfigError
+from bertforge import ConfigError
 from bertforge.cli import main as cli_main
 from bertforge.outputs import staging_dir
 
@@ -22,15 +21,6 @@ SQUAD = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{
     "context": "Paris is the capital of France.",
     "qas": [{"id": "q1", "question": "What is the capital of France?",
              "answers": [{"text": "Paris", "answer_start": 0}]}]}]}]}
-
-
-def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    try:
-        code = cli_main.main(["--threads", "1", *(str(arg) for arg in argv)])
-    except SystemExit as stop:  # argparse's usage errors
-        code = stop.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def assert_one_line_error(code, err, *fragments):
@@ -46,13 +36,9 @@ def standard_input(monkeypatch, data: bytes) -> None:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, tokenizer):
+def world(tmp_path_factory, tiny_model_dir):
     """A tiny encoder (64 positions), a classifier fine-tuned from it and a training file."""
-    root = tmp_path_factory.mktemp("bad_input_config")
-    encoder = root / "encoder"
-    torch.manual_seed(0)
-    BertModel(BertConfig.tiny(vocab_size=tokenizer.vocab_size, max_position_embeddings=64)).save_pretrained(encoder)
-    tokenizer.save_pretrained(encoder)
+    root, encoder = tmp_path_factory.mktemp("bad_input_config"), tiny_model_dir
     train = root / "train.csv"
     train.write_text("sentence,label\n" + "".join(f'"{text}",{label}\n' for text, label in REVIEWS))
     code = cli_main.main(["--threads", "1", "finetune", "--model", str(encoder), "--train", str(train), "--output",
@@ -74,28 +60,28 @@ def world(tmp_path_factory, tokenizer):
     ({"max_length": True}, ["max_length: expected an integer, got a boolean (true)"]),
 ], ids=["training-list", "training-string", "training-null", "output-number", "model-null", "random_init-string",
         "nested-number", "nested-bool", "setting-bool"])
-def test_run_config_keys_of_the_wrong_type(world, tmp_path, capsys, changes, fragments):
+def test_run_config_keys_of_the_wrong_type(world, tmp_path, run_cli, changes, fragments):
     """Every key is checked against its dataclass field's type before anything is read: the training file doesn't
     exist, and the error is still the key's (with --epochs written over the file's "training")."""
     config = tmp_path / "run.json"
     config.write_text(json.dumps({"train": str(tmp_path / "missing.csv"), "output": str(tmp_path / "out")} | changes))
-    code, _, err = run_cli(capsys, "finetune", "--config", config, "--epochs", "1", "--no-progress")
+    code, _, err = run_cli("finetune", "--config", config, "--epochs", "1", "--no-progress")
     assert_one_line_error(code, err, str(config), *fragments)
     assert not (tmp_path / "out").exists()
 
 
-def test_max_length_beyond_the_models_positions(world, tmp_path, capsys):
+def test_max_length_beyond_the_models_positions(world, tmp_path, run_cli):
     """Refused before any data is read or folder made, naming the flag, the value and the model's positions."""
     _, encoder, train = world
-    code, _, err = run_cli(capsys, "finetune", "--model", encoder, "--train", train, "--output", tmp_path / "out",
+    code, _, err = run_cli("finetune", "--model", encoder, "--train", train, "--output", tmp_path / "out",
                            "--max-length", 100, "--no-progress")
     assert_one_line_error(code, err, "--max-length 100", "max_position_embeddings (64)")
     assert not (tmp_path / "out").exists() and not staging_dir(tmp_path / "out").exists()
 
 
-def test_predict_max_length_beyond_the_models_positions(world, tmp_path, capsys):
+def test_predict_max_length_beyond_the_models_positions(world, tmp_path, run_cli):
     root, _, _ = world
-    code, _, err = run_cli(capsys, "predict", "--model", root / "classifier", "--text", "fine", "--max-length", 100)
+    code, _, err = run_cli("predict", "--model", root / "classifier", "--text", "fine", "--max-length", 100)
     assert_one_line_error(code, err, "max_length 100 is more than the model's max_position_embeddings (64)")
 
 
@@ -108,7 +94,7 @@ def test_run_configs_from_python_check_types_first(data, fragment):
         FinetuneConfig.from_dict(data, "run.json")
 
 
-def test_curves_are_drawn_before_the_move(world, tmp_path, capsys, monkeypatch):
+def test_curves_are_drawn_before_the_move(world, tmp_path, run_cli, monkeypatch):
     """The staging folder holds curves.png (and every other file) when it is moved into place: the move is the
     run's last step, so a Ctrl-C after it interrupts nothing."""
     # the module, not the function of that name that bertforge.tasks exports
@@ -123,56 +109,56 @@ def test_curves_are_drawn_before_the_move(world, tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(finetune_module, "finish_staging", recording_move)
     output = tmp_path / "out"
-    code, out, err = run_cli(capsys, "finetune", "--model", encoder, "--train", train, "--output", output,
+    code, out, err = run_cli("finetune", "--model", encoder, "--train", train, "--output", output,
                              "--max-length", 16, "--batch-size", 4, "--epochs", 1, "--no-progress")
     assert code == 0, err
     assert "curves.png" in staged and "model.safetensors" in staged
     assert f"curves: {output / 'curves.png'}" in out and (output / "curves.png").is_file()
 
 
-def test_invalid_utf8_on_standard_input_names_stdin_and_its_line(world, tmp_path, capsys, monkeypatch):
+def test_invalid_utf8_on_standard_input_names_stdin_and_its_line(world, tmp_path, run_cli, monkeypatch):
     """predict, embed and tokenize read standard input as they read a file: a bad byte is an error naming
     <stdin> and the line it is on."""
     root, encoder, _ = world
     standard_input(monkeypatch, b"fine\nba\xffd\n")
-    code, _, err = run_cli(capsys, "predict", "--model", root / "classifier", "--input", "-", "--output", "-")
+    code, _, err = run_cli("predict", "--model", root / "classifier", "--input", "-", "--output", "-")
     assert_one_line_error(code, err, "<stdin>, line 2: not valid UTF-8 text")
     assert "tmp" not in err
     standard_input(monkeypatch, b"ba\xffd\n")
-    code, _, err = run_cli(capsys, "embed", "--model", encoder, "--input", "-", "--output", "-")
+    code, _, err = run_cli("embed", "--model", encoder, "--input", "-", "--output", "-")
     assert_one_line_error(code, err, "<stdin>, line 1: not valid UTF-8 text")
     standard_input(monkeypatch, b"ba\xffd\n")
-    code, _, err = run_cli(capsys, "tokenize", "--model", encoder, "-")
+    code, _, err = run_cli("tokenize", "--model", encoder, "-")
     assert_one_line_error(code, err, "<stdin>, line 1: not valid UTF-8 text")
 
 
-def test_conll_with_a_broken_line_and_unknown_dev_tag_name_the_line(world, tmp_path, capsys):
+def test_conll_with_a_broken_line_and_unknown_dev_tag_name_the_line(world, tmp_path, run_cli):
     """A .txt file of mostly CoNLL lines is CoNLL, so its broken line is the error; a dev tag the training data
     never had is named at its line in the file."""
     _, encoder, _ = world
     broken = tmp_path / "n.txt"
     broken.write_text("EU B-ORG\nrejects\n\nPeter B-PER\n")
-    code, _, err = run_cli(capsys, "finetune", "--task", "ner", "--model", encoder, "--train", broken,
+    code, _, err = run_cli("finetune", "--task", "ner", "--model", encoder, "--train", broken,
                            "--output", tmp_path / "out")
     assert_one_line_error(code, err, f"{broken}, line 2: expected a word and its tag")
     train, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
     train.write_text("Peter B-PER\nlives O\n\nAnna B-PER\n")
     dev.write_text("Peter B-PER\n\nWest B-MISC\nIndian I-MISC\n")
-    code, _, err = run_cli(capsys, "finetune", "--task", "ner", "--model", encoder, "--train", train, "--dev", dev,
+    code, _, err = run_cli("finetune", "--task", "ner", "--model", encoder, "--train", train, "--dev", dev,
                            "--output", tmp_path / "out")
     assert_one_line_error(code, err, f"{dev}, line 3: tag 'B-MISC' is not one of the model's labels")
 
 
-def test_squad_with_a_byte_order_mark_is_read_and_an_empty_one_is_named(world, tmp_path, capsys):
+def test_squad_with_a_byte_order_mark_is_read_and_an_empty_one_is_named(world, tmp_path, run_cli):
     _, encoder, _ = world
     empty = tmp_path / "empty.json"
     empty.write_text(json.dumps({"version": "1.1", "data": []}))
-    code, _, err = run_cli(capsys, "finetune", "--task", "qa", "--model", encoder, "--train", empty,
+    code, _, err = run_cli("finetune", "--task", "qa", "--model", encoder, "--train", empty,
                            "--output", tmp_path / "out")
     assert_one_line_error(code, err, f"{empty}: no questions")
     marked = tmp_path / "bom.json"
     marked.write_bytes(b"\xef\xbb\xbf" + json.dumps(SQUAD).encode())
-    code, _, err = run_cli(capsys, "finetune", "--task", "qa", "--model", encoder, "--train", marked, "--output",
+    code, _, err = run_cli("finetune", "--task", "qa", "--model", encoder, "--train", marked, "--output",
                            tmp_path / "qa", "--max-length", 48, "--max-query-length", 16, "--doc-stride", 8,
                            "--max-steps", 1, "--no-progress")
     assert code == 0, err
@@ -181,19 +167,19 @@ def test_squad_with_a_byte_order_mark_is_read_and_an_empty_one_is_named(world, t
 
 @pytest.mark.parametrize("task", ["classification", "ner", "qa"])
 @pytest.mark.parametrize("name", ["somedir", "dir.csv"])
-def test_a_folder_given_as_data_is_named_a_directory(world, tmp_path, capsys, task, name):
+def test_a_folder_given_as_data_is_named_a_directory(world, tmp_path, run_cli, task, name):
     _, encoder, _ = world
     (tmp_path / name).mkdir()
-    code, _, err = run_cli(capsys, "finetune", "--task", task, "--model", encoder, "--train", tmp_path / name,
+    code, _, err = run_cli("finetune", "--task", task, "--model", encoder, "--train", tmp_path / name,
                            "--output", tmp_path / "out")
     assert_one_line_error(code, err, f"{tmp_path / name}: is a directory")
 
 
-def test_embed_drops_the_byte_order_mark_of_a_text_file(world, tmp_path, capsys):
+def test_embed_drops_the_byte_order_mark_of_a_text_file(world, tmp_path, run_cli):
     _, encoder, _ = world
     lines = tmp_path / "lines.txt"
     lines.write_bytes(b"\xef\xbb\xbfA cat sits.\nA dog runs.\n")
-    code, _, err = run_cli(capsys, "embed", "--model", encoder, "--input", lines, "--output", tmp_path / "v.jsonl")
+    code, _, err = run_cli("embed", "--model", encoder, "--input", lines, "--output", tmp_path / "v.jsonl")
     assert code == 0, err
     texts = [json.loads(line)["text"] for line in Path(tmp_path / "v.jsonl").read_text().splitlines()]
     assert texts == ["A cat sits.", "A dog runs."]

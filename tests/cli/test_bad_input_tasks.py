@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertforge import BertConfig, BertModel
+from bertforge import BertConfig
 from bertforge.cli import main as cli_main
 from bertforge.errors import ConfigError, InputError
 from bertforge.heads import BertForSequenceClassification
@@ -22,15 +22,6 @@ SCORES = [("a joy from start to finish", 4.5), ("dull and lifeless", 1.0), ("war
           ("an utter mess", 0.5)] * 2
 
 
-def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    try:
-        code = cli_main.main(["--threads", "1", *[str(arg) for arg in argv]])
-    except SystemExit as stop:  # argparse's usage errors
-        code = stop.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def assert_one_line_error(code, out, err, *fragments):
     assert code == 1, err
     lines = err.splitlines()
@@ -40,13 +31,9 @@ def assert_one_line_error(code, out, err, *fragments):
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, tokenizer):
-    """A tiny encoder, a classifier (pos, neg) and a regressor fine-tuned from it, and their data files."""
-    root = tmp_path_factory.mktemp("bad_input_tasks")
-    encoder = root / "encoder"
-    torch.manual_seed(0)
-    BertModel(BertConfig.tiny(vocab_size=tokenizer.vocab_size, max_position_embeddings=64)).save_pretrained(encoder)
-    tokenizer.save_pretrained(encoder)
+def world(tmp_path_factory, tiny_model_dir):
+    """A classifier (pos, neg) and a regressor fine-tuned from the tiny encoder, and their data files."""
+    root, encoder = tmp_path_factory.mktemp("bad_input_tasks"), tiny_model_dir
     (root / "reviews.csv").write_text("sentence,label\n" + "".join(f'"{t}",{label}\n' for t, label in REVIEWS))
     (root / "scores.csv").write_text("sentence,label\n" + "".join(f'"{t}",{score}\n' for t, score in SCORES))
     (root / "lines.txt").write_text("a cat on a mat\na dog in the fog\n")
@@ -61,15 +48,15 @@ def world(tmp_path_factory, tokenizer):
 @pytest.mark.parametrize("model, task, data", [("classification", "regression", "reviews.csv"),
                                                ("classification", "multi_label", "reviews.csv"),
                                                ("regression", "classification", "scores.csv")])
-def test_evaluate_refuses_a_task_the_model_was_not_trained_for(world, tmp_path, capsys, model, task, data):
-    assert_one_line_error(*run_cli(capsys, "evaluate", "--model", world / model, "--data", world / data, "--task",
+def test_evaluate_refuses_a_task_the_model_was_not_trained_for(world, tmp_path, run_cli, model, task, data):
+    assert_one_line_error(*run_cli("evaluate", "--model", world / model, "--data", world / data, "--task",
                                    task, "--output", tmp_path / "m.json"),
                           f"the model was fine-tuned for {model}, not {task}", f"--task {task}")
     assert not (tmp_path / "m.json").exists()
 
 
-def test_evaluate_takes_the_models_own_task_named(world, tmp_path, capsys):
-    code, out, err = run_cli(capsys, "evaluate", "--model", world / "regression", "--data", world / "scores.csv",
+def test_evaluate_takes_the_models_own_task_named(world, tmp_path, run_cli):
+    code, out, err = run_cli("evaluate", "--model", world / "regression", "--data", world / "scores.csv",
                              "--task", "regression", "--output", tmp_path / "m.json")
     assert code == 0, err
     assert "spearman" in out
@@ -89,9 +76,9 @@ def test_a_classifier_from_elsewhere_may_be_read_as_multi_label(tmp_path, tokeni
         checkpoint.task_for("regression")
 
 
-def test_distill_checks_the_training_labels_against_the_teachers(world, tmp_path, capsys):
+def test_distill_checks_the_training_labels_against_the_teachers(world, tmp_path, run_cli):
     (tmp_path / "train.csv").write_text("sentence,label\ngood,positive\nbad,negative\n")
-    assert_one_line_error(*run_cli(capsys, "distill", "--teacher", world / "classification", "--train",
+    assert_one_line_error(*run_cli("distill", "--teacher", world / "classification", "--train",
                                    tmp_path / "train.csv", "--dev", world / "reviews.csv", "--student-layers", "1",
                                    "--output", tmp_path / "student"),
                           f"{tmp_path / 'train.csv'}, line 2, field 'label': label 'positive' is not one of the "
@@ -106,31 +93,31 @@ def test_examples_in_memory_with_an_unknown_label_are_one_line(tokenizer):
         encode(tokenizer, [TextExample("fine", None, "pos")], ClassificationSettings(), {0: "LABEL_0"})
 
 
-def test_distill_refuses_a_task_other_than_the_teachers(world, tmp_path, capsys):
-    assert_one_line_error(*run_cli(capsys, "distill", "--teacher", world / "classification", "--train",
+def test_distill_refuses_a_task_other_than_the_teachers(world, tmp_path, run_cli):
+    assert_one_line_error(*run_cli("distill", "--teacher", world / "classification", "--train",
                                    world / "scores.csv", "--task", "regression", "--student-layers", "1",
                                    "--output", tmp_path / "student"),
                           "--task regression", "fine-tuned for classification")
     assert not (tmp_path / "student").exists()
 
 
-def test_predict_refuses_a_question_for_a_classifier(world, capsys):
-    assert_one_line_error(*run_cli(capsys, "predict", "--model", world / "classification", "--question",
+def test_predict_refuses_a_question_for_a_classifier(world, run_cli):
+    assert_one_line_error(*run_cli("predict", "--model", world / "classification", "--question",
                                    "Who?", "--context", "Nobody."),
                           "wrong task", "does classification", "--question and --context are for")
 
 
-def test_a_negative_max_drop_asks_for_a_gain(world, tmp_path, capsys):
+def test_a_negative_max_drop_asks_for_a_gain(world, tmp_path, run_cli):
     """--max-drop -100: the smaller model would have to gain 100 points, which it can't; said as a gain."""
-    code, out, err = run_cli(capsys, "quantize", "--model", world / "classification", "--dev",
+    code, out, err = run_cli("quantize", "--model", world / "classification", "--dev",
                              world / "reviews.csv", "--max-drop", "-100", "--output", tmp_path / "int8")
     assert code == 1, err
     assert "short of the gain of at least 100.0 asked for (--max-drop -100.0): nothing written" in out
     assert not (tmp_path / "int8").exists()
 
 
-def test_metric_for_best_model_needs_a_dev_set(world, tmp_path, capsys):
-    assert_one_line_error(*run_cli(capsys, "finetune", "--model", world / "encoder", "--train",
+def test_metric_for_best_model_needs_a_dev_set(tiny_model_dir, world, tmp_path, run_cli):
+    assert_one_line_error(*run_cli("finetune", "--model", tiny_model_dir, "--train",
                                    world / "reviews.csv", "--metric-for-best-model", "loss", "--output",
                                    tmp_path / "model", "--no-progress", "--device", "cpu"),
                           "--metric-for-best-model loss", "--dev")
@@ -139,9 +126,9 @@ def test_metric_for_best_model_needs_a_dev_set(world, tmp_path, capsys):
 
 @pytest.mark.parametrize("flags, fragment", [(["--output", "{T}/e.npy"], "not both"),
                                              (["--level", "word"], "--level word")])
-def test_embed_similar_prints_a_ranking_only(world, tmp_path, capsys, flags, fragment):
+def test_embed_similar_prints_a_ranking_only(tiny_model_dir, world, tmp_path, run_cli, flags, fragment):
     flags = [flag.replace("{T}", str(tmp_path)) for flag in flags]
-    assert_one_line_error(*run_cli(capsys, "embed", "--model", world / "encoder", "--input", world / "lines.txt",
+    assert_one_line_error(*run_cli("embed", "--model", tiny_model_dir, "--input", world / "lines.txt",
                                    "--similar", "a cat", *flags), "--similar", fragment)
     assert not (tmp_path / "e.npy").exists()
 
