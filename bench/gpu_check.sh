@@ -4,15 +4,31 @@
 # Fine-tunes MiniLM on 4,000 SST-2 sentences in bf16 and on 1,500 STS-B pairs; evaluates and predicts on the GPU
 # (fp32 and auto = bf16) beside the CPU; `quantize --device` (bf16 on the GPU, int8 refused); distills a 3-layer
 # student there; embeds, checks parity with transformers and sentence-transformers on the GPU; pre-trains a tiny
-# model in bf16 and fp16; serves /v1/embeddings from the GPU. Each step prints its exit status and wall-clock.
+# model in bf16 and fp16; serves /v1/embeddings from the GPU. Then the tasks with windows and spans: NER on 3,000
+# CoNLL-2003 sentences and extractive QA on 8 SQuAD articles, fine-tuned and predicted on the GPU beside the CPU; a
+# served classifier's /predict and /explain on the GPU; `embed --compile` there. Each step prints its exit status
+# and wall-clock.
 # Needs bertforge[dev] installed (the default model, transformers, sentence-transformers) and a CUDA GPU.
 set -u
 DATA=$(cd "${1:-../shared/data}" && pwd); D=${2:-cuda}
 PY=${PY:-python3}
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
-T=$W/data; mkdir -p $T/sst2 $T/stsb
+T=$W/data; mkdir -p $T/sst2 $T/stsb $T/conll $T/squad
 head -4001 $DATA/sst2/train.tsv > $T/sst2/train.tsv; cp $DATA/sst2/dev.tsv $T/sst2/
 head -1501 $DATA/stsb/train.tsv > $T/stsb/train.tsv; cp $DATA/stsb/dev.tsv $T/stsb/
+$PY - "$DATA" "$T" <<'EOF'
+import json, sys
+from pathlib import Path
+data, out = Path(sys.argv[1]), Path(sys.argv[2])
+def sentences(name, count):  # the first `count` blank-line-separated sentences of a CoNLL file
+    blocks = data.joinpath("conll2003", name).read_text(encoding="utf-8").split("\n\n")
+    return "\n\n".join(blocks[:count]).strip() + "\n"
+out.joinpath("conll", "train.txt").write_text(sentences("eng.train", 3000), encoding="utf-8")
+out.joinpath("conll", "dev.txt").write_text(sentences("eng.testa", 800), encoding="utf-8")
+squad = json.loads(data.joinpath("squad", "dev-v1.1.json").read_text(encoding="utf-8"))
+for name, articles in (("train", squad["data"][:8]), ("dev", squad["data"][8:10])):
+    out.joinpath("squad", f"{name}.json").write_text(json.dumps({"version": "1.1", "data": articles}), encoding="utf-8")
+EOF
 export PYTHONUNBUFFERED=1
 bf() { $PY -m bertforge "$@"; }
 step() { local name=$1; shift; echo; echo "=== $name: $*"; local t0=$EPOCHREALTIME; "$@"; local rc=$?
@@ -88,4 +104,53 @@ try:
 finally:
     server.terminate(); server.wait()
     print(open("$W/serve.log").read()[-2000:])
+EOF
+
+step finetune-conll bf finetune --task ner --model default --train $T/conll/train.txt --dev $T/conll/dev.txt \
+  --epochs 1 --batch-size 32 --lr 1e-4 --device $D --output $W/conll --no-progress
+step finetune-squad bf finetune --task qa --model default --train $T/squad/train.json --dev $T/squad/dev.json \
+  --epochs 1 --batch-size 32 --lr 1e-4 --device $D --output $W/squad --no-progress
+for task in conll squad; do
+  input=$T/$task/dev.txt; [ $task = squad ] && input=$T/$task/dev.json
+  for where in $D cpu; do
+    step predict-$task-${where%%:*} bf predict --model $W/$task --input $input --output $W/$task-${where%%:*}.jsonl --device $where
+  done
+  step compare-$task $PY - $W/$task-${D%%:*}.jsonl $W/$task-cpu.jsonl <<'EOF'
+import json, sys
+a, b = ([json.loads(line) for line in open(path)] for path in sys.argv[1:])
+if "entities" in a[0]:
+    same = sum([(e["text"], e["type"]) for e in x["entities"]] == [(e["text"], e["type"]) for e in y["entities"]]
+               for x, y in zip(a, b))
+    print("entities agree in", same, "of", len(a), "sentences; tags", sum(x["tags"] == y["tags"] for x, y in zip(a, b)))
+else:
+    print("answers agree", sum(x["answer"] == y["answer"] for x, y in zip(a, b)), "of", len(a))
+EOF
+done
+step embed-compile-gpu bf embed --model default --input examples/sentences.txt --output $W/compiled.npy --device $D --compile
+step compare-compiled $PY -c "
+import numpy as np
+print('embed --compile on $D vs cpu: max abs', float(np.abs(np.load('$W/compiled.npy') - np.load('$W/cpu.npy')).max()))"
+step serve-task-gpu $PY - <<EOF
+import json, subprocess, sys, time, urllib.request
+server = subprocess.Popen([sys.executable, "-m", "bertforge", "serve", "--model", "$W/sst2", "--port", "8766",
+                           "--device", "$D"], stdout=open("$W/serve-task.log", "w"), stderr=subprocess.STDOUT)
+def call(path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request("http://127.0.0.1:8766" + path, data=data, headers={"content-type": "application/json"})
+    return json.load(urllib.request.urlopen(request, timeout=60))
+try:
+    for _ in range(120):
+        try:
+            print("health", call("/health")); break
+        except OSError:
+            time.sleep(0.5)
+    cpu = [json.loads(line)["label"] for line in open("$W/cpu.jsonl")][:64]
+    texts = [line.split("\t")[0] for line in open("$T/sst2/dev.tsv").read().splitlines()[1:65]]
+    served = [item["label"] for item in call("/predict", {"texts": texts})["predictions"]]
+    print("served labels agree with the CPU's", sum(x == y for x, y in zip(served, cpu)), "of", len(cpu))
+    explained = call("/explain", {"text": texts[0]})
+    print("explain on $D:", json.dumps(explained)[:400])
+finally:
+    server.terminate(); server.wait()
+    print(open("$W/serve-task.log").read()[-1500:])
 EOF
