@@ -78,7 +78,7 @@ def test_explain_page_and_errors_over_http(server_url):
     assert status == 200 and kind.startswith("text/html")
     assert 'id="explanation"' in page and 'id="model-grid"' in page and "attention-data" in page
     status, kind, body = fetch(server_url + "/explain", {"text": REVIEW, "target": "neutral"})
-    assert status == 400 and "choose from: negative, positive" in json.loads(body)["error"]
+    assert status == 422 and "choose from: negative, positive" in json.loads(body)["error"]
     status, _, body = fetch(server_url + "/explain", {"text": REVIEW, "method": "lime"})
     assert status == 422
     # Bounded work: the worker every route shares takes one explanation at a time.

@@ -477,6 +477,8 @@ def test_predict_entities_with_character_spans(tagger_server):
     assert (entity["type"], entity["start"], entity["end"]) == ("PER", 2, len(text))
     assert entity["text"] == text[2:] and 0.5 < entity["score"] <= 1.0
     assert body["predictions"][1]["entities"][0]["text"] == "Hi"
+    # What the task's own code refuses is answered like what the request checks refuse: 422, one line.
+    assert_error(tagger_server.request("/predict", {"texts": ["Hi"], "text_pairs": ["there"]}), 422, "pair")
 
 
 # ---------------------------------------------------------------- question answering

@@ -166,7 +166,9 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
 
     @app.exception_handler(BertforgeError)
     async def user_error(request: Request, problem: BertforgeError):
-        return error(request, 400, str(problem))
+        # What the task's own code finds wrong with a well-formed request (a target the model doesn't have, a pair
+        # for a tagger) is the same kind of fault as what the request checks find: 422 for both.
+        return error(request, 422 if isinstance(problem, InputError) else 400, str(problem))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, problem: RequestValidationError):
