@@ -111,6 +111,16 @@ def test_fp16_on_cpu_is_one_line(corpus, tmp_path, capsys):
     assert "exclude each other" in capsys.readouterr().err
 
 
+def test_cased_is_for_a_bare_vocab_only(corpus, tmp_path, capsys, minilm_dir):
+    # A tokenizer folder (the corpus's, a model's) records its casing; --cased there would be silently ignored.
+    for extra, named in (([], "the corpus's tokenizer"), (["--vocab", str(minilm_dir)], str(minilm_dir))):
+        assert main(train_args(corpus, tmp_path / "out", "--cased", *extra)) == 1
+        err = capsys.readouterr().err.strip()
+        assert err == f"bertforge: error: --cased applies to a vocab.txt given with --vocab; {named} keeps its own " \
+                      "casing"
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
 def test_train_help_explains_the_global_batch(capsys):
     with pytest.raises(SystemExit):
         main(["pretrain", "train", "--help"])

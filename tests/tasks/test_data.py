@@ -86,6 +86,18 @@ def test_non_numeric_regression_target(tmp_path):
         f"{path}, line 3, field 'score': regression target 'high' is not a number"
 
 
+def test_a_json_list_or_object_is_not_one_label(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"sentence": "a", "label": 1}\n{"sentence": "b", "label": [1, 2]}\n'
+                    '{"sentence": "c", "label": {"x": 1}}\n')
+    assert error_of(path) == (f"{path}, line 2, field 'label': expected one label, got [1, 2] (several labels per "
+                              "example: --task multi_label)")
+    assert error_of(path, kind="score") == f"{path}, line 2, field 'label': regression target [1, 2] is not a number"
+    path.write_text('{"sentence": "c", "label": {"x": 1}}\n')
+    assert error_of(path) == f"""{path}, line 1, field 'label': expected one label, got {{"x": 1}}"""
+    assert error_of(path, kind="score").endswith("""regression target {"x": 1} is not a number""")
+
+
 def test_short_row_and_missing_json_key(tmp_path):
     tsv = tmp_path / "train.tsv"
     tsv.write_text("sentence\tlabel\nonly a text\n")

@@ -18,7 +18,7 @@ from bertforge.errors import InputError
 from bertforge.tasks.data import Columns, Features, TextExample, read_text_examples
 from bertforge.tasks.finetune import FinetuneConfig, evaluate, finetune, predict
 from bertforge.tasks.metrics import multi_label_macro_f1, multi_label_micro_f1, subset_accuracy
-from bertforge.tasks.multi_label import THRESHOLDS, MultiLabelSettings, choose_threshold, label_names
+from bertforge.tasks.multi_label import THRESHOLDS, MultiLabelSettings, choose_threshold, label_names, multi_hot
 from bertforge.tasks.registry import get_task, inspect_checkpoint
 from bertforge.training.trainer import TrainConfig
 
@@ -274,3 +274,9 @@ def test_the_command_line_says_a_bad_label_in_one_line(finetuned, tmp_path, run_
                              "--text-column", "text", "--label-column", "topics")
     assert code == 1 and error.count("\n") == 1
     assert f"{train}, line 1, field 'topics': not a JSON list of labels" in error
+
+
+def test_targets_of_examples_made_in_memory_are_checked_against_the_labels():
+    assert multi_hot(("sports", "arts"), {"arts": 0, "politics": 1, "sports": 2}) == (1.0, 0.0, 1.0)
+    with pytest.raises(InputError, match="label 'science' is not one of the model's labels"):
+        multi_hot(("arts", "science"), {"arts": 0, "politics": 1})

@@ -304,6 +304,10 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
 
     reader = CorpusReader(config.data, split="train", holdout=config.holdout, rank=config.rank,
                           world_size=config.world_size)
+    if not config.do_lower_case and (config.tokenizer is None or not Path(config.tokenizer).is_file()):
+        # A tokenizer folder (the corpus's, a model's) records its own casing; only a bare vocab.txt needs telling.
+        source = config.tokenizer or "the corpus's tokenizer"
+        raise ConfigError(f"--cased applies to a vocab.txt given with --vocab; {source} keeps its own casing")
     tokenizer = corpus_tokenizer(reader) if config.tokenizer is None else load_tokenizer(config.tokenizer,
                                                                                           config.do_lower_case)
     check_tokenizer(tokenizer, reader, config.tokenizer or str(reader.directory / TOKENIZER_DIR))

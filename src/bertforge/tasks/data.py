@@ -298,7 +298,11 @@ class TextExample:
 
 
 def class_label(value: Any, separator: str | None = None) -> str:
-    """A class label as the string id2label holds: 1 (a JSON number) and "1" (a CSV cell) are the same label."""
+    """A class label as the string id2label holds: 1 (a JSON number) and "1" (a CSV cell) are the same label (true
+    is "True", as pandas writes it in a CSV file)."""
+    if isinstance(value, (list, dict)):
+        several = " (several labels per example: --task multi_label)" if isinstance(value, list) else ""
+        raise ValueError(f"expected one label, got {json.dumps(value)[:40]}{several}")
     label = str(value).strip()
     if not label:
         raise ValueError("empty label")
@@ -307,6 +311,8 @@ def class_label(value: Any, separator: str | None = None) -> str:
 
 def score_label(value: Any, separator: str | None = None) -> float:
     """A regression target: a finite number, from a JSON number or a text cell."""
+    if isinstance(value, (list, dict)):
+        raise ValueError(f"regression target {json.dumps(value)[:40]} is not a number")
     if str(value).strip() == "":
         raise ValueError("empty label")
     try:

@@ -59,9 +59,12 @@ def label_tuple(labels: Any) -> tuple[str, ...]:
 
 def multi_hot(labels: tuple[str, ...], label2id: dict[str, int]) -> tuple[float, ...]:
     """A row's targets, one 0/1 per label: ("b",) with {a: 0, b: 1} -> (0.0, 1.0). A tuple, not a list: collate
-    stacks it as one value per row instead of padding it like per-token ids."""
+    stacks it as one value per row instead of padding it like per-token ids. A file's labels were checked as it was
+    read, naming the line; examples made in memory are checked here."""
     targets = [0.0] * len(label2id)
     for name in label_tuple(labels):
+        if name not in label2id:
+            raise InputError(f"label {name!r} is not one of the model's labels ({', '.join(label2id)})")
         targets[label2id[name]] = 1.0
     return tuple(targets)
 
