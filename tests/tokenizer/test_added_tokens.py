@@ -103,6 +103,26 @@ def test_flags_match_where_the_reference_does(minilm_dir, flags, normalized):
         assert encoded["offset_mapping"] == [tuple(span) for span in expected["offset_mapping"]], text
 
 
+CHINESE_TEXTS = ["文 zorb", "文zorb", "zorb文", "zorb 文", "文  zorb  字", "x文 zorb 文x", "zorb\u3000文"]
+
+
+@pytest.mark.parametrize("flags", [{"lstrip": True}, {"rstrip": True}, {"lstrip": True, "rstrip": True}],
+                         ids=lambda flags: "+".join(flags))
+def test_stripping_next_to_a_chinese_character_keeps_the_character(minilm_dir, flags):
+    # The normaliser puts spaces around Chinese characters; the whitespace a normalized token strips must not take
+    # the character it came from (which was dropped).
+    transformers = pytest.importorskip("transformers")
+    reference = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    reference.add_tokens([transformers.AddedToken("zorb", normalized=True, **flags)])
+    ours = BertTokenizer(minilm_dir / "vocab.txt", added_tokens={NEW_ID: AddedToken("zorb", normalized=True, **flags)})
+    for text in CHINESE_TEXTS:
+        encoded = ours(text, return_offsets_mapping=True)
+        assert encoded["input_ids"] == reference(text)["input_ids"], text
+        # Each character's own span; the reference's span for the token reaches back over the character too.
+        spans = dict(zip(encoded["offset_mapping"], ours.convert_ids_to_tokens(encoded["input_ids"])))
+        assert all(spans.get((i, i + 1)) in ("文", "[UNK]") for i, char in enumerate(text) if char in "文字"), text
+
+
 def test_word_characters():
     word = ["a", "É", "ǅ", "中", "7", "٣", "Ⅻ", "_", "‿", "\u0301", "ा", "\u20dd", "\u200c", "\u200d", "Ⓐ", "🅰"]
     other = [" ", "-", ".", "²", "½", "௰", "\u200b", "\x1c", "€", "😀", "\u00a0"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from bertforge.errors import InputError
+
 HARD_CASES = [
     "", " ", "   \t\n  ", "\u200b", "\x00\x01",
     "Hello, world!", "Unaffable café owners!", "Café İstanbul naïve Ångström ÉCOLE", "e\u0301x re\u0301sume\u0301",
@@ -119,6 +121,22 @@ def test_tensors_match(ours, reference):
         assert got[key].tolist() == expected[key].tolist()
     single = ours("One text.", return_tensors="pt")["input_ids"]
     assert single.tolist() == reference("One text.", return_tensors="pt")["input_ids"].tolist()
+
+
+def test_decoding_helpers_match(ours, reference, corpora):
+    texts = corpora["squad_questions"][:50]
+    batch = ours(texts, padding=True, return_tensors="pt")["input_ids"]
+    assert ours.batch_decode(batch) == reference.batch_decode(batch, skip_special_tokens=True)
+    assert ours.batch_decode(batch.tolist(), skip_special_tokens=False) == reference.batch_decode(batch.tolist())
+    first = batch[0]
+    for one in (int(first[1]), first[1]):  # one id: a token, not its letters
+        assert ours.decode(one) == reference.decode(one)
+    tokens = ours.convert_ids_to_tokens(first)
+    assert ours.convert_tokens_to_string(tokens) == reference.convert_tokens_to_string(tokens)
+    assert ours.encode(texts[0], texts[1]) == reference.encode(texts[0], texts[1])
+    assert ours.get_vocab() == reference.get_vocab()
+    with pytest.raises(InputError, match="batch_decode"):
+        ours.decode(batch.tolist())
 
 
 @pytest.mark.parametrize("cased", [False, True])

@@ -144,8 +144,16 @@ class AddedTokens:
         segments: list[Segment] = []
         position = start
         for found_start, found_end, token_id in self._find(self._normalized, self._normalized_ids, normalized):
-            # The match covers the original characters its first and last normalised characters came from.
-            begin, finish = start + origins[found_start], start + origins[found_end - 1] + 1
+            # The match covers the original characters its first and last normalised characters came from; but
+            # whitespace that lstrip or rstrip took may be what the normaliser put around a Chinese character
+            # ("文" -> " 文 ", all three from the one character), which stays outside the match.
+            first, last = origins[found_start], origins[found_end - 1]
+            if normalized[found_start] in WHITESPACE and found_start > 0 and origins[found_start - 1] == first:
+                first += 1
+            if (normalized[found_end - 1] in WHITESPACE and found_end < len(normalized)
+                    and origins[found_end] == last):
+                last -= 1
+            begin, finish = start + first, start + last + 1
             if begin < position:
                 continue
             if begin > position:

@@ -6,6 +6,7 @@ transformers does (tokenizer/files.py).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Sequence
 from itertools import chain
 from operator import itemgetter
@@ -210,6 +211,8 @@ class BertTokenizer:
         return [self._token(i) for i in ids]
 
     def _token(self, token_id: int) -> str:
+        if not isinstance(token_id, numbers.Integral):
+            raise InputError(f"expected token ids (integers), got {token_id!r:.40}")
         if not 0 <= token_id < len(self.vocab):
             raise InputError(f"token id {token_id} is outside the vocabulary (0..{len(self.vocab) - 1})")
         return self.vocab.id_to_token[token_id]
@@ -220,13 +223,27 @@ class BertTokenizer:
         """'Unaffable café owners!' -> ['una', '##ffa', '##ble', 'cafe', 'owners', '!'] (no [CLS]/[SEP])."""
         return [self.vocab.id_to_token[i] for i in self._encode_ids(text)]
 
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        """Ids -> text, "##" pieces glued to their word: [101, 7592, 999, 102] -> 'hello!'.
+    def decode(self, ids: int | Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Ids -> text, "##" pieces glued to their word: [101, 7592, 999, 102] -> 'hello!'. Takes one id, a list
+        or a 1-d tensor (a batch: `batch_decode`).
 
         Matches transformers' decode for BERT (its WordPiece decoder with clean-up): words are joined by
         spaces and '.', '?', '!', ',' attach to the word before; lower-casing and accents are not undone.
         """
-        tokens = self.convert_ids_to_tokens(ids)
+        ids = ids.tolist() if hasattr(ids, "tolist") else ids
+        if isinstance(ids, int):
+            ids = [ids]
+        if any(not isinstance(token_id, numbers.Integral) for token_id in ids):
+            raise InputError("decode takes one sequence of token ids; for several, use batch_decode")
+        return self.convert_tokens_to_string(self.convert_ids_to_tokens(ids), skip_special_tokens)
+
+    def batch_decode(self, sequences: Sequence[Sequence[int]], skip_special_tokens: bool = True) -> list[str]:
+        """One text per row of ids (lists, or a 2-d tensor)."""
+        sequences = sequences.tolist() if hasattr(sequences, "tolist") else sequences
+        return [self.decode(ids, skip_special_tokens) for ids in sequences]
+
+    def convert_tokens_to_string(self, tokens: Sequence[str], skip_special_tokens: bool = False) -> str:
+        """['hello', '##s', '!'] -> 'hellos!' (decode's joining, on tokens)."""
         if skip_special_tokens:
             special = {self.vocab.id_to_token[token_id] for token_id in self.all_special_ids}
             tokens = [token for token in tokens if token not in special]
@@ -238,6 +255,16 @@ class BertTokenizer:
                 token = token.replace(dirty, clean)
             pieces.append(token)
         return "".join(pieces)
+
+    def encode(self, text: str, text_pair: str | None = None, **options: Any) -> list[int]:
+        """The input ids of one text (or pair), [CLS] and [SEP] included: `self(text, text_pair)["input_ids"]`."""
+        if not isinstance(text, str):
+            raise InputError("encode takes one text; for a batch, call the tokenizer")
+        return self(text, text_pair, **options)["input_ids"]
+
+    def get_vocab(self) -> dict[str, int]:
+        """Token -> id, added tokens included."""
+        return dict(self.vocab.token_to_id)
 
     def _encode_ids(self, text: str) -> list[int]:
         """The ids of a text, without [CLS]/[SEP]; stays in C for known words when it holds no added token."""
