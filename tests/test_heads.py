@@ -208,3 +208,45 @@ def test_token_loss_ignores_unlabelled_tokens():
     kept = labels != -100
     expected = -logits[kept].log_softmax(-1).gather(1, labels[kept][:, None]).mean()
     torch.testing.assert_close(head.loss(logits, labels), expected)
+
+
+def test_span_loss_leaves_padding_out():
+    # An example's loss is the same alone as beside a longer one that pads it: padding is no candidate position.
+    generator = torch.Generator().manual_seed(0)
+    start_logits, end_logits = torch.randn(2, 2, 6, generator=generator).unbind(0)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+    positions = (torch.tensor([2, 1]), torch.tensor([4, 3]))
+    head = SpanHead(4)
+    batch = head.loss((start_logits, end_logits), positions, mask)
+    alone = [head.loss((start_logits[i:i + 1, :length], end_logits[i:i + 1, :length]),
+                       (positions[0][i:i + 1], positions[1][i:i + 1])) for i, length in enumerate((6, 4))]
+    torch.testing.assert_close(batch, (alone[0] + alone[1]) / 2)
+    assert not torch.allclose(batch, head.loss((start_logits, end_logits), positions))
+
+
+def test_float_targets_of_several_labels_are_multi_label_as_in_transformers(tiny_config, random_batch, tmp_path):
+    reference = tiny_reference("classification", tiny_config)  # 3 labels, no problem_type
+    reference.save_pretrained(tmp_path)
+    ours = BertForSequenceClassification.from_pretrained(tmp_path)
+    input_ids, attention_mask, token_type_ids = random_batch(tiny_config, batch_size=4, seq_len=12)
+    targets = labels_for("multi_label", attention_mask, 3)
+    mine, theirs = run_both(ours, reference, input_ids, attention_mask, token_type_ids, targets)
+    torch.testing.assert_close(mine.loss, theirs.loss, atol=1e-5, rtol=0)
+
+
+def test_a_transformers_config_object_is_read_as_its_config_json(tiny_config):
+    config = transformers.BertConfig(**tiny_config.to_dict(), num_labels=3, classifier_dropout=0.3)
+    classifier, tagger = BertForSequenceClassification(config), BertForTokenClassification(config)
+    assert isinstance(classifier.config, BertConfig) and classifier.config.num_labels == 3
+    assert classifier.classifier.dropout.p == tagger.classifier.dropout.p == 0.3  # not hidden_dropout_prob
+    assert classifier.config.to_dict()["classifier_dropout"] == 0.3
+    for unsupported in ({"position_embedding_type": "relative_key"}, {"is_decoder": True}, {"hidden_act": "silu"}):
+        with pytest.raises(ConfigError, match=next(iter(unsupported))):
+            BertForQuestionAnswering(transformers.BertConfig(**{**tiny_config.to_dict(), **unsupported}))
+
+
+def test_label2id_alone_names_the_labels(tiny_config, tmp_path):
+    tiny_reference("classification", tiny_config).save_pretrained(tmp_path)
+    model = BertForSequenceClassification.from_pretrained(tmp_path, label2id={"neg": 0, "neutral": 1, "pos": 2})
+    assert model.config.id2label == {0: "neg", 1: "neutral", 2: "pos"}
+    assert BertConfig(label2id={"b": 1, "a": 0}).id2label == {1: "b", 0: "a"}

@@ -85,6 +85,7 @@ class BertConfig:
     id2label: dict[int, str] = field(default_factory=dict)
     label2id: dict[str, int] = field(default_factory=dict)
     problem_type: str | None = None  # a PROBLEM_TYPES name; None: inferred from the number of labels
+    classifier_dropout: float | None = None  # dropout before a classifier head; None: hidden_dropout_prob
     # False: the masked-LM head has its own decoder matrix instead of reading the word embeddings.
     tie_word_embeddings: bool = True
     # Other config.json keys (transformers' metadata, generation settings, ...), kept to be written back.
@@ -116,6 +117,12 @@ class BertConfig:
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
             raise ConfigError(f"problem_type {self.problem_type!r} is not supported; choose from "
                               f"{', '.join(PROBLEM_TYPES)}")
+        if self.classifier_dropout is not None:
+            check_number("classifier_dropout", self.classifier_dropout)
+            if not 0.0 <= self.classifier_dropout < 1.0:
+                raise ConfigError(f"classifier_dropout must be in [0, 1), got {self.classifier_dropout!r}")
+        if self.label2id and not self.id2label:  # label names given one way round only, as transformers allows
+            self.id2label = {int(i): label for label, i in self.label2id.items()}
         self.id2label = {int(i): str(label) for i, label in self.id2label.items()}
         if self.id2label and not self.label2id:
             self.label2id = {label: i for i, label in self.id2label.items()}
@@ -162,6 +169,8 @@ class BertConfig:
             del data["id2label"], data["label2id"]
         if self.problem_type is None:  # as transformers leaves it out until a loss decides it
             del data["problem_type"]
+        if self.classifier_dropout is None:
+            del data["classifier_dropout"]
         data = data.pop("extra") | data
         data["position_embedding_type"] = FIXED_VALUES["position_embedding_type"]
         data["model_type"] = "bert"
@@ -230,6 +239,17 @@ def read_json_object(path: str | Path, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a {what} must be a JSON object")
     return data
+
+
+def bert_config(config: Any) -> BertConfig:
+    """`config` itself, or another library's BERT config (transformers' BertConfig: anything with `to_dict`) read
+    as its config.json would be, so that what bertforge can't honour (relative positions, a decoder, an activation
+    it lacks) is refused by name instead of built as something else."""
+    if isinstance(config, BertConfig):
+        return config
+    if callable(getattr(config, "to_dict", None)):
+        return BertConfig.from_dict(config.to_dict(), source=type(config).__name__)
+    raise ConfigError(f"expected a BertConfig, got {type(config).__name__}")
 
 
 def _sized(layers: int, hidden: int, heads: int) -> dict[str, int]:

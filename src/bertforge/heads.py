@@ -20,7 +20,7 @@ from torch import nn
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE
 from bertforge.checkpoint.pretrained import Pretrained
-from bertforge.config import PROBLEM_TYPES, BertConfig
+from bertforge.config import PROBLEM_TYPES, BertConfig, bert_config
 from bertforge.errors import ConfigError
 from bertforge.model import BertModel
 
@@ -81,6 +81,7 @@ class ClassificationHead(nn.Linear):
         super().__init__(hidden_size, num_labels)
         self.dropout = nn.Dropout(dropout)
         self.problem_type = problem_type_of(num_labels, problem_type)
+        self.problem_type_given = problem_type is not None
         if self.problem_type not in LOSSES:
             raise ConfigError(f"problem_type {self.problem_type!r} is not supported; choose from {', '.join(LOSSES)}")
         self.is_regression = self.problem_type == "regression"
@@ -89,8 +90,14 @@ class ClassificationHead(nn.Linear):
         return super().forward(self.dropout(x))
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """The problem type's loss: class ids (-100 ignored), float scores, or (batch, labels) 0/1 targets."""
-        return LOSSES[self.problem_type](logits, labels)
+        """The problem type's loss: class ids (-100 ignored), float scores, or (batch, labels) 0/1 targets. With
+        no problem_type configured, float targets shaped like the logits of several labels are multi-label, as
+        transformers reads them."""
+        problem_type = self.problem_type
+        if (not self.problem_type_given and self.out_features > 1 and labels.is_floating_point()
+                and labels.shape == logits.shape):
+            problem_type = "multi_label_classification"
+        return LOSSES[problem_type](logits, labels)
 
 
 class TokenClassificationHead(ClassificationHead):
@@ -115,19 +122,30 @@ class SpanHead(nn.Linear):
         start_logits, end_logits = super().forward(x).unbind(-1)  # (batch, seq) each
         return start_logits, end_logits
 
-    def loss(self, logits: tuple[torch.Tensor, torch.Tensor],
-             labels: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def loss(self, logits: tuple[torch.Tensor, torch.Tensor], labels: tuple[torch.Tensor, torch.Tensor],
+             attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Mean of the start and end cross-entropies; `labels` are (start_positions, end_positions).
 
         As in Hugging Face: positions are clamped to [0, seq], and position seq (an answer truncated out of
-        this window) is ignored; a negative position becomes 0, the [CLS] token of "no answer".
+        this window) is ignored; a negative position becomes 0, the [CLS] token of "no answer". Unlike it, padding
+        is no candidate: an example's loss doesn't depend on how much padding its batch has (transformers puts the
+        scores of padding tokens in the softmax; bertforge computes no hidden state there to score).
         """
         losses = []
         for position_logits, positions in zip(logits, labels):
             seq_len = position_logits.shape[1]
             positions = positions.reshape(-1).clamp(0, seq_len)
-            losses.append(F.cross_entropy(position_logits.float(), positions, ignore_index=seq_len))
+            position_logits = position_logits.float()
+            if attention_mask is not None:
+                position_logits = position_logits.masked_fill(attention_mask == 0, torch.finfo(torch.float32).min)
+            losses.append(F.cross_entropy(position_logits, positions, ignore_index=seq_len))
         return (losses[0] + losses[1]) / 2
+
+
+def classifier_dropout(config: BertConfig) -> float:
+    """The dropout before a classifier: config.classifier_dropout where set, else the hidden states' (as in
+    transformers)."""
+    return config.hidden_dropout_prob if config.classifier_dropout is None else config.classifier_dropout
 
 
 def default_labels(num_labels: int) -> dict[int, str]:
@@ -151,6 +169,7 @@ class LabelledModel(Pretrained, nn.Module):
 
     def __init__(self, config: BertConfig, add_pooler: bool = True):
         super().__init__()
+        config = bert_config(config)
         if not config.id2label:
             labels = default_labels(DEFAULT_NUM_LABELS)
             config = dataclasses.replace(config, id2label=labels,
@@ -169,6 +188,8 @@ class LabelledModel(Pretrained, nn.Module):
         Example: BertForSequenceClassification.from_pretrained("default", id2label={0: "neg", 1: "pos"}).
         """
         id2label = config_overrides.get("id2label")
+        if id2label is None and config_overrides.get("label2id") is not None:  # names given the other way round
+            id2label = {i: label for label, i in config_overrides["label2id"].items()}
         if num_labels is not None and id2label is not None and len(id2label) != num_labels:
             raise ConfigError(f"num_labels={num_labels} disagrees with the {len(id2label)} labels of id2label")
         if num_labels is not None and id2label is None:
@@ -190,7 +211,8 @@ class BertForSequenceClassification(LabelledModel):
 
     def __init__(self, config: BertConfig):
         super().__init__(config)
-        self.classifier = ClassificationHead(config.hidden_size, self.num_labels, config.hidden_dropout_prob,
+        config = self.config
+        self.classifier = ClassificationHead(config.hidden_size, self.num_labels, classifier_dropout(config),
                                              config.problem_type)
         self.classifier.apply(self.bert.init_weights)
         self.first_token_only = True  # the pooler reads [CLS] alone: the last layer computes nothing else
@@ -229,7 +251,8 @@ class BertForTokenClassification(LabelledModel):
 
     def __init__(self, config: BertConfig):
         super().__init__(config, add_pooler=False)
-        self.classifier = TokenClassificationHead(config.hidden_size, self.num_labels, config.hidden_dropout_prob)
+        self.classifier = TokenClassificationHead(self.config.hidden_size, self.num_labels,
+                                                  classifier_dropout(self.config))
         self.classifier.apply(self.bert.init_weights)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -249,6 +272,7 @@ class BertForQuestionAnswering(Pretrained, nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
+        config = bert_config(config)
         if config.num_labels not in (0, 2):
             # Label names from a classifier checkpoint mean nothing here, and transformers would size its span
             # layer by them; the two outputs are start and end.
@@ -270,5 +294,5 @@ class BertForQuestionAnswering(Pretrained, nn.Module):
         start_logits, end_logits = self.qa_outputs(encoded.last_hidden_state)
         loss = None
         if start_positions is not None:
-            loss = self.qa_outputs.loss((start_logits, end_logits), (start_positions, end_positions))
+            loss = self.qa_outputs.loss((start_logits, end_logits), (start_positions, end_positions), attention_mask)
         return SpanOutput(start_logits=start_logits, end_logits=end_logits, loss=loss)

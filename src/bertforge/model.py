@@ -19,7 +19,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from bertforge.activations import Activation, softmax
 from bertforge.checkpoint.pretrained import Pretrained
-from bertforge.config import BertConfig
+from bertforge.config import BertConfig, bert_config
 from bertforge.errors import BertforgeError
 from bertforge.packing import PackedBatch, pack_batch
 
@@ -199,7 +199,7 @@ class BertModel(Pretrained, nn.Module):
 
     def __init__(self, config: BertConfig, add_pooler: bool = True):
         super().__init__()
-        self.config = config
+        self.config = config = bert_config(config)
         self.embeddings = Embeddings(config.vocab_size, config.hidden_size, config.max_position_embeddings,
                                      config.type_vocab_size, config.pad_token_id, config.hidden_dropout_prob,
                                      config.layer_norm_eps)

@@ -17,7 +17,7 @@ from torch import nn
 
 from bertforge.activations import ACTIVATIONS
 from bertforge.checkpoint.pretrained import Pretrained
-from bertforge.config import BertConfig
+from bertforge.config import BertConfig, bert_config
 from bertforge.errors import ConfigError
 from bertforge.heads import IGNORE_INDEX
 from bertforge.model import BertModel, Embeddings
@@ -137,7 +137,7 @@ class BertForPreTraining(Pretrained, nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.config = config
+        self.config = config = bert_config(config)
         self.bert = BertModel(config)
         self.masked_lm = MaskedLMHead(config.hidden_size, config.vocab_size, config.hidden_act, config.layer_norm_eps,
                                       tied=config.tie_word_embeddings)
@@ -173,7 +173,7 @@ class BertForMaskedLM(Pretrained, nn.Module):
 
     def __init__(self, config: BertConfig):
         super().__init__()
-        self.config = config
+        self.config = config = bert_config(config)
         self.bert = BertModel(config, add_pooler=False)
         self.masked_lm = MaskedLMHead(config.hidden_size, config.vocab_size, config.hidden_act, config.layer_norm_eps,
                                       tied=config.tie_word_embeddings)
@@ -228,7 +228,8 @@ class ElectraForPreTraining(nn.Module):
     def __init__(self, config: BertConfig, generator_config: BertConfig | None = None,
                  discriminator_weight: float = DISCRIMINATOR_WEIGHT):
         super().__init__()
-        generator_config = generator_config or electra_generator_config(config)
+        config = bert_config(config)
+        generator_config = bert_config(generator_config or electra_generator_config(config))
         for name in ("vocab_size", "max_position_embeddings", "type_vocab_size", "pad_token_id"):
             if getattr(generator_config, name) != getattr(config, name):
                 raise ConfigError(f"the ELECTRA generator shares the embeddings, so its {name} must equal the "
