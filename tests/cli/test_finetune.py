@@ -62,7 +62,7 @@ def test_evaluate_prints_and_saves_metrics(finetuned, data, run_command, tmp_pat
     assert saved["examples"] == 6 and set(saved) >= {"accuracy", "f1", "matthews_correlation"}
     best = json.loads((model / "metrics.json").read_text())["best"]
     assert saved["accuracy"] == pytest.approx(best["accuracy"])
-    assert (saved["precision"], saved["compile"]) == ("fp32", False)
+    assert (saved["inference"]["precision"], saved["inference"]["compile"]) == ("fp32", False)
 
 
 def test_evaluate_at_int8_records_the_precision(finetuned, data, run_command, tmp_path):
@@ -70,7 +70,7 @@ def test_evaluate_at_int8_records_the_precision(finetuned, data, run_command, tm
     code, out = run_command(evaluate_cli, "--model", str(model), "--data", str(data[1]),
                             "--output", str(tmp_path / "eval.json"), "--precision", "int8")
     saved = json.loads((tmp_path / "eval.json").read_text())
-    assert code == 0 and saved["precision"] == "int8" and 0.0 <= saved["accuracy"] <= 1.0
+    assert code == 0 and saved["inference"]["precision"] == "int8" and 0.0 <= saved["accuracy"] <= 1.0
 
 
 def test_predict_a_file_and_a_single_text(finetuned, data, run_command, tmp_path):

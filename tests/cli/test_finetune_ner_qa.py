@@ -33,6 +33,8 @@ def test_ner_finetune_evaluate_predict(tiny_model_dir, tmp_path, run_command):
     code, out = run_command(evaluate_cli, "--model", output, "--data", conll)
     results = json.loads((output / "eval_results.json").read_text())
     assert code == 0 and set(results) >= {"precision", "f1"} and results["decoding"] == "argmax"
+    # The entity precision beside the inference option of the same name, neither in the other's place.
+    assert isinstance(results["precision"], float) and results["inference"]["precision"] == "fp32"
     code, out = run_command(evaluate_cli, "--model", output, "--data", conll, "--decoding", "viterbi")
     assert code == 0 and json.loads((output / "eval_results.json").read_text())["decoding"] == "viterbi"
     code, out = run_command(predict_cli, "--model", output, "--text", "John Smith lives in Paris.",

@@ -121,6 +121,24 @@ def test_cased_is_for_a_bare_vocab_only(corpus, tmp_path, capsys, minilm_dir):
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_again(corpus, tmp_path, capsys, caplog):
+    from bertforge.outputs import staging_dir
+
+    staging = staging_dir(tmp_path / "model")  # what a kill leaves before the first checkpoint: the folder, a log
+    staging.mkdir()
+    (staging / "log.jsonl").write_text("")
+    assert main(train_args(corpus, tmp_path / "model", "--objective", "mlm", "--save-every", "100", "--resume")) == 0
+    assert "killed before its first checkpoint; it starts again" in caplog.text
+    assert "trained 4 steps" in capsys.readouterr().out and not staging.exists()
+    # Where it saved its settings, a changed one is refused as for any resume, and nothing is written.
+    staging.mkdir()
+    (staging / "pretrain_config.json").write_text((tmp_path / "model" / "pretrain_config.json").read_text())
+    assert main(train_args(corpus, tmp_path / "model", "--objective", "mlm", "--save-every", "100", "--resume",
+                           "--lr", "0.5")) == 1
+    assert "the checkpoint was made with lr=" in capsys.readouterr().err
+    assert sorted(path.name for path in staging.iterdir()) == ["pretrain_config.json"]
+
+
 def test_train_help_explains_the_global_batch(capsys):
     with pytest.raises(SystemExit):
         main(["pretrain", "train", "--help"])

@@ -91,6 +91,7 @@ def test_correlations_by_hand():
     # 0.1 * 3 / 3 != 0.1 in floats: subtracting the mean leaves noise, which must not become a correlation
     assert math.isnan(pearson([0.1, 0.1, 0.1], [0.3, 0.2, 0.7])) and math.isnan(pearson([1, 2, 3], [0.7] * 3))
     assert math.isnan(spearman([5, 5, 5], [1, 2, 3]))
+    assert math.isnan(spearman([0.1, float("nan"), 0.5, 0.7], [1, 2, 3, 4])), "NaN is no rank (scipy: nan)"
 
 
 def test_correlations_match_scipy():

@@ -293,6 +293,15 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
     output = Path(config.output)
     work = staging_dir(output)  # where the run writes until it ends
     checkpoint_dir = work / CHECKPOINT_DIR
+    if resume and work.is_dir() and not (checkpoint_dir / TRAIN_STATE_FILE).is_file():
+        # Killed before its first checkpoint: nothing to continue, so the run starts again (with the settings it
+        # started with, where it saved them), as a first start would: into a folder that may be replaced.
+        if (work / RUN_CONFIG_FILE).is_file():
+            _check_resumable(json.loads((work / RUN_CONFIG_FILE).read_text()), config, work / RUN_CONFIG_FILE)
+        check_output_dir(config.output, overwrite or config.rank > 0)
+        if is_main:
+            logger.warning("%s: the run was killed before its first checkpoint; it starts again", work)
+        resume = False
     if resume:
         # A finished run is in OUTPUT; a killed one in its staging folder (read_train_state names what is missing).
         finished = _finished_run(config, output if not work.exists() else work, is_main)

@@ -546,9 +546,10 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
     examples = finetuned.read(data, columns, labelled=True, format=format)
     metrics = finetuned.evaluate(examples, batch_size, max_length, decoding)
     if output is not None:
-        options = dataclasses.asdict(inference)
-        record = {"model": str(model), "data": str(data), "examples": len(examples), **options,
-                  **decoding_setting(finetuned.settings, decoding), **metrics}
+        # The inference options under their own key: a metric may share a name with one (NER's "precision").
+        record = {"model": str(model), "data": str(data), "examples": len(examples),
+                  "inference": dataclasses.asdict(inference), **decoding_setting(finetuned.settings, decoding),
+                  **metrics}
         write_text_atomic(output, json.dumps(record, indent=2) + "\n")
     return metrics
 

@@ -90,8 +90,11 @@ def average_ranks(values: Sequence[float]) -> np.ndarray:
 
 
 def spearman(predictions: Sequence[float], labels: Sequence[float]) -> float:
-    """Spearman rank correlation: the Pearson correlation of the average ranks."""
+    """Spearman rank correlation: the Pearson correlation of the average ranks; NaN where a value is NaN (a rank
+    would place it), as scipy and `pearson` give."""
     predictions, labels = _paired(predictions, labels)
+    if np.isnan(predictions.astype(float)).any() or np.isnan(labels.astype(float)).any():
+        return float("nan")
     return pearson(average_ranks(predictions), average_ranks(labels))
 
 
