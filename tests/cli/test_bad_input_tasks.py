@@ -124,6 +124,16 @@ def test_metric_for_best_model_needs_a_dev_set(tiny_model_dir, world, tmp_path, 
     assert not (tmp_path / "model").exists()
 
 
+def test_metric_for_best_model_is_checked_against_the_labels_before_training(tiny_model_dir, world, tmp_path,
+                                                                              run_cli):
+    # Two labels give f1, not macro_f1 (which more labels give): known from the training file, before any step.
+    assert_one_line_error(*run_cli("finetune", "--model", tiny_model_dir, "--train", world / "reviews.csv",
+                                   "--dev", world / "reviews.csv", "--metric-for-best-model", "macro_f1",
+                                   "--output", tmp_path / "model", "--no-progress", "--device", "cpu"),
+                          "--metric-for-best-model macro_f1", "2 labels", "accuracy, f1, matthews_correlation")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("flags, fragment", [(["--output", "{T}/e.npy"], "not both"),
                                              (["--level", "word"], "--level word")])
 def test_embed_similar_prints_a_ranking_only(tiny_model_dir, world, tmp_path, run_cli, flags, fragment):

@@ -183,8 +183,14 @@ def score(predictions: Sequence[dict[str, Any]], examples: Sequence[TextExample]
     label2id = {label: i for i, label in id2label.items()}
     predicted = [label2id[p["label"]] for p in predictions]
     true = [label2id[e.label] for e in examples]
-    names = ["accuracy", "f1" if len(id2label) == 2 else "macro_f1", "matthews_correlation"]
-    return compute_metrics("classification", predicted, true, names)
+    return compute_metrics("classification", predicted, true, metric_names(id2label))
+
+
+def metric_names(id2label: dict[int, str]) -> list[str]:
+    """What `score` gives a model with these labels: F1 of the second label with two, macro F1 with more."""
+    if len(id2label) == 1:
+        return ["pearson", "spearman"]
+    return ["accuracy", "f1" if len(id2label) == 2 else "macro_f1", "matthews_correlation"]
 
 
 def label2id_for(id2label: dict[int, str]) -> dict[str, int] | None:

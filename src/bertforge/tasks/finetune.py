@@ -185,6 +185,16 @@ def best_model_metrics(task: Task) -> list[str]:
     return list(dict.fromkeys([*task.metrics, task.main_metric, DEV_LOSS]))
 
 
+def check_best_model_metric(task: Task, metric: str | None, id2label: dict[int, str]) -> None:
+    """Before training: the metric that picks the kept model is one the evaluations of this model will give."""
+    if metric is None or metric == DEV_LOSS or task.metric_names is None:
+        return
+    given = task.metric_names(id2label)
+    if metric not in given:
+        raise ConfigError(f"--metric-for-best-model {metric}: a {task.name} model with {len(id2label)} labels is "
+                          f"scored by {', '.join(given)} (or {DEV_LOSS})")
+
+
 def dev_loss(model: nn.Module, features: Features, batch_size: int, pad_token_id: int) -> float:
     """The model's own loss on labelled dev rows (dropout off), averaged over rows as training averages a batch."""
     was_training = model.training
@@ -266,6 +276,7 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
         train_examples = task.read_examples(config.train, config.columns, known, settings=config.settings)
     train_examples = list(train_examples)[:config.max_train_examples]
     id2label = known if known is not None else task.labels(train_examples)
+    check_best_model_metric(task, config.metric_for_best_model, id2label)
     if dev_examples is None and config.dev is not None:
         dev_examples = task.read_examples(config.dev, config.columns, id2label, settings=config.settings)
 

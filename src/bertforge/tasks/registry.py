@@ -94,6 +94,9 @@ class Task:
     calibrate: Callable[[Features, Sequence[Any], Sequence[tuple[torch.Tensor, ...]], Any],
                         dict[str, Any]] | None = None
     metrics: tuple[str, ...] = ()
+    # metric_names(id2label) -> the metrics score gives a model with these labels, where not all of `metrics`
+    # (classification: f1 with two labels, macro_f1 with more); None: all of them.
+    metric_names: Callable[[dict[int, str]], list[str]] | None = None
 
     @property
     def model_class(self) -> type[nn.Module]:
@@ -132,6 +135,7 @@ TASKS: dict[str, Task] = {
         decode=classification.decode,
         score=classification.score,
         metrics=tuple(METRICS["classification"]),
+        metric_names=classification.metric_names,
     ),
     "regression": Task(
         name="regression",
