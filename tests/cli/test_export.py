@@ -85,6 +85,30 @@ def test_export_hf_loads_in_transformers_and_bertforge(run_cli, tmp_path, minilm
     assert BertTokenizer.from_pretrained(output)(real_sentences[0]) == tokenizer(real_sentences[0])
 
 
+@pytest.mark.parametrize("class_name", ["BertForMaskedLM", "BertForPreTraining"])
+def test_export_hf_keeps_the_pretraining_heads(run_cli, tmp_path, tiny_config, tokenizer, class_name,
+                                               real_sentences):
+    # A pre-trained model (what `pretrain train` writes) exported for transformers fills masks as it did.
+    transformers = pytest.importorskip("transformers")
+    from bertforge import pretraining
+
+    torch.manual_seed(0)
+    config = dataclasses.replace(tiny_config, vocab_size=tokenizer.vocab_size, initializer_range=0.5)
+    model = getattr(pretraining, class_name)(config).eval()
+    model.save_pretrained(tmp_path / "pretrained")
+    tokenizer.save_pretrained(tmp_path / "pretrained")
+    code, _, err = run_cli("export", "hf", "--model", str(tmp_path / "pretrained"), "--output",
+                           str(tmp_path / "exported"))
+    assert code == 0, err
+    batch = tokenizer(real_sentences[:4], padding=True, return_tensors="pt")
+    reference = getattr(transformers, class_name).from_pretrained(tmp_path / "exported").eval()
+    with torch.no_grad():
+        name = "prediction_logits" if class_name == "BertForPreTraining" else "logits"
+        expected, exported = getattr(model(**batch), name), getattr(reference(**batch), name)
+    is_real = batch["attention_mask"].bool()
+    torch.testing.assert_close(exported[is_real], expected[is_real], atol=1e-4, rtol=0)
+
+
 @pytest.mark.parametrize("format_, output, message", [
     ("onnx", "model.txt", "the output must be a .onnx file"),
     ("onnx", "a_file/model.onnx", "a_file is a file, not a folder"),

@@ -9,19 +9,30 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bertforge.checkpoint.hf_format import CONFIG_FILE
 from bertforge.cli.arguments import add_model_argument, check_writable, positive_int
+from bertforge.config import read_json_object
 from bertforge.errors import CheckpointError, InputError
 from bertforge.inference.onnx import ONNX_TASKS, export_onnx, model_class_of
 from bertforge.outputs import check_output_dir, finish_staging, start_staging
 
 
-def load_for_task(args: argparse.Namespace):
+def load_for_task(args: argparse.Namespace, pretraining_heads: bool = False):
     """The model of --model, with the head it holds (or the one --task names), and its tokenizer. A task head
-    the checkpoint never trained is refused; its encoder alone (feature-extraction) always exports."""
+    the checkpoint never trained is refused; its encoder alone (feature-extraction) always exports. With
+    `pretraining_heads`, a pre-trained model (config.json's architectures: BertForMaskedLM, BertForPreTraining)
+    keeps its masked-LM (and next-sentence) heads unless --task names another."""
     from bertforge import BertTokenizer
+    from bertforge.pretraining import BertForMaskedLM, BertForPreTraining
     from bertforge.tasks.registry import HEADS, inspect_checkpoint
 
     checkpoint = inspect_checkpoint(args.model)
+    if pretraining_heads and args.task is None and checkpoint.head == "encoder":
+        architectures = read_json_object(checkpoint.directory / CONFIG_FILE, "config").get("architectures") or []
+        for model_class in (BertForPreTraining, BertForMaskedLM):
+            if model_class.__name__ in architectures:
+                model = model_class.from_pretrained(checkpoint.directory, require_heads=True)
+                return model, BertTokenizer.from_pretrained(checkpoint.directory)
     model_class = checkpoint.model_class if args.task is None else model_class_of(args.task)
     if model_class not in (checkpoint.model_class, HEADS["encoder"].model_class):
         raise CheckpointError(f"{checkpoint.directory}: --task {args.task} needs a trained "
@@ -56,7 +67,7 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_hf(args: argparse.Namespace) -> int:
     output = check_output_dir(args.output, args.overwrite)
-    model, tokenizer = load_for_task(args)
+    model, tokenizer = load_for_task(args, pretraining_heads=True)
     staging = start_staging(output)  # a failed export leaves the model in --output as it was
     try:
         model.save_pretrained(staging)
