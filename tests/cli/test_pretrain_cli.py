@@ -40,6 +40,13 @@ def test_train_then_eval(corpus, tmp_path, capsys):
     assert "loss" in out and "perplexity" in out and "accuracy" in out
     metrics = json.loads((tmp_path / "model" / "eval_results.json").read_text())
     assert set(metrics) >= {"loss", "perplexity", "accuracy"} and metrics["batches"] == 2
+    # "-": the metrics onto standard output, what was done onto standard error
+    assert main(["pretrain", "eval", "--model", str(tmp_path / "model"), "--data", str(corpus),
+                 "--batch-size", "4", "--max-batches", "2", "--max-length", "32", "--output", "-"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == metrics and "wrote -" in captured.err
+    assert main(["pretrain", "plot", str(tmp_path / "model"), "--output", "-"]) == 1
+    assert "--output -: the plot is a PNG image; give a file name" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("change, message", [

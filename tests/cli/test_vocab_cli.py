@@ -27,6 +27,15 @@ def test_vocab_end_to_end(run_cli, tmp_path, corpus):
         ["the", "constitution", "of", "the", "united", "states"]
 
 
+def test_vocab_onto_standard_output(run_cli, tmp_path, corpus, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("vocab", "--corpus", str(corpus), "--vocab-size", "1200", "--output", "-",
+                             "--no-progress")
+    (tmp_path / "from_stdout.txt").write_text(out)
+    assert code == 0 and "wrote 1200 tokens to -" in err and "pieces per word" in err
+    assert len(BertTokenizer(tmp_path / "from_stdout.txt").vocab) == 1200 and not (tmp_path / "-").exists()
+
+
 def test_vocab_errors_are_one_line(run_cli, tmp_path, corpus):
     code, _, err = run_cli("vocab", "--corpus", str(tmp_path / "nope.txt"), "--vocab-size", "500",
                            "--output", str(tmp_path / "vocab.txt"), "--no-progress")

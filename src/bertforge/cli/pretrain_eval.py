@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from bertforge.cli.arguments import check_writable, finite_float, positive_int
+from bertforge.cli.arguments import check_writable, finite_float, positive_int, report, write_output
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +32,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertforge.atomic import write_text_atomic
     from bertforge.pretraining.run import evaluate_pretrained
 
     output = check_writable(args.output or Path(args.model) / "eval_results.json")
@@ -40,9 +39,9 @@ def run(args: argparse.Namespace) -> int:
     metrics = evaluate_pretrained(args.model, args.data, holdout, batch_size=args.batch_size,
                                   max_batches=args.max_batches, seq_len=args.max_length, masking=args.masking,
                                   seed=args.seed)
-    write_text_atomic(output, json.dumps(metrics, indent=2) + "\n")
-    print(f"held-out masked LM: loss {metrics['loss']:.4f}, perplexity {metrics['perplexity']:.2f}, "
-          f"accuracy {metrics['accuracy']:.4f} ({metrics['masked_tokens']:,} masked tokens; always guessing the "
-          f"most frequent one: {metrics['frequency_baseline_accuracy']:.4f})")
-    print(f"wrote {output}")
+    write_output(output, json.dumps(metrics, indent=2) + "\n")
+    report(output, f"held-out masked LM: loss {metrics['loss']:.4f}, perplexity {metrics['perplexity']:.2f}, "
+                   f"accuracy {metrics['accuracy']:.4f} ({metrics['masked_tokens']:,} masked tokens; always "
+                   f"guessing the most frequent one: {metrics['frequency_baseline_accuracy']:.4f})")
+    report(output, f"wrote {output}")
     return 0

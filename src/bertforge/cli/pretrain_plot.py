@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertforge.cli.arguments import check_writable
+from bertforge.cli.arguments import STANDARD_STREAM, check_writable
+from bertforge.errors import InputError
 
 DEFAULT_IMAGE = "curves.png"
 
@@ -22,6 +23,8 @@ def run(args: argparse.Namespace) -> int:
 
     run_dir = Path(args.run_dir)
     log_path = run_dir if run_dir.is_file() else run_dir / LOG_FILE
+    if args.output == STANDARD_STREAM:  # a PNG is no text to print: name a file
+        raise InputError("the plot is a PNG image; give a file name (e.g. curves.png)", "--output -")
     output = check_writable(args.output or log_path.parent / DEFAULT_IMAGE)
     plot_log(read_log(log_path), output, title=str(log_path.parent))
     print(f"wrote {output}")

@@ -6,7 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from bertforge.cli.arguments import check_writable, positive_int
+from bertforge.cli.arguments import check_writable, positive_int, report, write_output
 from bertforge.errors import InputError
 
 logger = logging.getLogger("bertforge")
@@ -35,13 +35,13 @@ def run(args: argparse.Namespace) -> int:
     with tqdm(total=args.vocab_size, desc="learning vocabulary", unit="token", disable=args.no_progress) as bar:
         vocab = learn_vocab(args.corpus, args.vocab_size, lowercase=not args.cased, min_pair_count=args.min_pair_count,
                             progress=lambda size: bar.update(size - bar.n))
-    vocab.save(output)
+    write_output(output, vocab.to_text())
     note = "" if len(vocab) >= args.vocab_size else \
         f" (no pair occurs {args.min_pair_count} or more times any more)"
-    print(f"wrote {len(vocab)} tokens to {output}{note}")
-    print(summarise(BertTokenizer(vocab, do_lower_case=not args.cased), read_corpus(args.corpus)))
+    report(output, f"wrote {len(vocab)} tokens to {output}{note}")
+    report(output, summarise(BertTokenizer(vocab, do_lower_case=not args.cased), read_corpus(args.corpus)))
     if args.cased:
-        print("load it with BertTokenizer(path, do_lower_case=False)")
+        report(output, "load it with BertTokenizer(path, do_lower_case=False)")
     return 0
 
 

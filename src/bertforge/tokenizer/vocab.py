@@ -87,7 +87,11 @@ class Vocab:
     def save(self, path: str | Path) -> None:
         """Write vocab.txt (the WordPiece tokens; added tokens are saved apart) so that from_file gives back
         the same ids."""
-        write_text_atomic(path, "".join(token + "\n" for token in self.id_to_token[:self.num_pieces]))
+        write_text_atomic(path, self.to_text())
+
+    def to_text(self) -> str:
+        """vocab.txt's contents: one WordPiece token a line, in id order."""
+        return "".join(token + "\n" for token in self.id_to_token[:self.num_pieces])
 
     def __len__(self) -> int:
         return len(self.id_to_token)
