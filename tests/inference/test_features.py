@@ -110,6 +110,19 @@ def test_token_level_vectors_are_the_hidden_states_of_real_pieces(minilm, tokeni
     assert torch.allclose(result.vectors, hidden[1:-1], atol=1e-5)  # [CLS] and [SEP] are left out
 
 
+def test_token_vectors_read_what_sentence_transformers_reads(minilm, tokenizer, minilm_dir, squad_contexts):
+    # A long text is cut at the checkpoint's max_seq_length (256 for MiniLM), as its token embeddings are there.
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    from bertforge.inference import extract_token_features
+    reference = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu")
+    text = " ".join(squad_contexts[:3])
+    [result] = extract_token_features(minilm, tokenizer, [text], level="token")
+    expected = reference.encode([text], output_value="token_embeddings")[0]  # [CLS] ... [SEP]
+    assert len(tokenizer(text, truncation=False)["input_ids"]) > reference.max_seq_length
+    assert len(result.tokens) == reference.max_seq_length - 2
+    assert (result.vectors - expected[1:-1]).abs().max() < 1e-5
+
+
 def test_word_level_vectors_average_the_pieces_of_each_word(minilm, tokenizer):
     from bertforge.inference import extract_token_features
     text = "Unaffable café owners!"

@@ -236,8 +236,11 @@ def extract_token_features(model, tokenizer, texts: Sequence[str], layers: str =
     """Vectors for every word piece (level="token") or every word, its pieces averaged (level="word").
 
     Special tokens are left out. "Unaffable!" at word level -> tokens ["unaffable", "!"], offsets [(0, 9), (9, 10)].
+    Texts are cut at max_length tokens: by default the checkpoint's sentence-transformers max_seq_length (what
+    its token embeddings read there), else the tokenizer's model_max_length.
     """
     check_choice(level, TOKEN_LEVELS, "level", error=BertforgeError)
+    max_length = max_length or sentence_embedding(model).max_length
     results: list[TokenVectors | None] = [None] * len(texts)
     for indices, hidden, _, encoded in _encoded_batches(model, tokenizer, texts, layers, batch_size, max_length,
                                                          progress):
