@@ -250,3 +250,21 @@ def test_label2id_alone_names_the_labels(tiny_config, tmp_path):
     model = BertForSequenceClassification.from_pretrained(tmp_path, label2id={"neg": 0, "neutral": 1, "pos": 2})
     assert model.config.id2label == {0: "neg", 1: "neutral", 2: "pos"}
     assert BertConfig(label2id={"b": 1, "a": 0}).id2label == {1: "b", 0: "a"}
+
+
+def test_outputs_read_as_transformers_model_outputs(tiny_config, random_batch, tmp_path):
+    # Code written for transformers indexes outputs: the loss first when there is one, then the set fields.
+    reference = tiny_reference("classification", tiny_config)
+    reference.save_pretrained(tmp_path)
+    ours = BertForSequenceClassification.from_pretrained(tmp_path)
+    input_ids, attention_mask, token_type_ids = random_batch(tiny_config, batch_size=4, seq_len=12)
+    targets = labels_for("classification", attention_mask, 3)
+    mine, theirs = run_both(ours, reference, input_ids, attention_mask, token_type_ids, targets)
+    assert mine.keys() == list(theirs.keys()) == ["loss", "logits"]
+    loss, logits = mine[:2]
+    torch.testing.assert_close(loss, theirs[0], atol=1e-5, rtol=0)
+    assert mine["logits"] is mine.logits is logits and len(mine.to_tuple()) == 2
+    mine, theirs = run_both(ours, reference, input_ids, attention_mask, token_type_ids)
+    assert mine.keys() == list(theirs.keys()) == ["logits"] and mine[0] is mine.logits
+    with pytest.raises(KeyError):
+        mine["loss"]  # not set, as in transformers

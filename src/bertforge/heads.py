@@ -23,6 +23,7 @@ from bertforge.checkpoint.pretrained import Pretrained
 from bertforge.config import PROBLEM_TYPES, BertConfig, bert_config
 from bertforge.errors import ConfigError
 from bertforge.model import BertModel
+from bertforge.model_output import ModelOutput
 
 # Label value that contributes nothing to a classification loss (padding, sub-word continuations);
 # PyTorch's and Hugging Face's default.
@@ -30,13 +31,13 @@ IGNORE_INDEX = -100
 
 
 @dataclass
-class ClassifierOutput:
+class ClassifierOutput(ModelOutput):
     logits: torch.Tensor  # (batch, labels) per sequence or (batch, seq, labels) per token
     loss: torch.Tensor | None = None
 
 
 @dataclass
-class SpanOutput:
+class SpanOutput(ModelOutput):
     start_logits: torch.Tensor  # (batch, seq)
     end_logits: torch.Tensor  # (batch, seq)
     loss: torch.Tensor | None = None

@@ -21,11 +21,12 @@ from bertforge.activations import Activation, softmax
 from bertforge.checkpoint.pretrained import Pretrained
 from bertforge.config import BertConfig, bert_config
 from bertforge.errors import BertforgeError
+from bertforge.model_output import ModelOutput
 from bertforge.packing import PackedBatch, pack_batch
 
 
 @dataclass
-class EncoderOutput:
+class EncoderOutput(ModelOutput):
     last_hidden_state: torch.Tensor  # (batch, seq, hidden); zeros at padding positions; (batch, 1, hidden) for
     # first_token_only
     pooler_output: torch.Tensor | None  # (batch, hidden); None for a model built without the pooler

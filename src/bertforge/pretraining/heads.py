@@ -21,13 +21,14 @@ from bertforge.config import BertConfig, bert_config
 from bertforge.errors import ConfigError
 from bertforge.heads import IGNORE_INDEX
 from bertforge.model import BertModel, Embeddings
+from bertforge.model_output import ModelOutput
 
 # ELECTRA's weight of the discriminator loss against the generator's MLM loss (Clark et al., 2020, λ = 50).
 DISCRIMINATOR_WEIGHT = 50.0
 
 
 @dataclass
-class MaskedLMOutput:
+class MaskedLMOutput(ModelOutput):
     # (batch, seq, vocab) without labels; with labels only the masked positions are scored: (masked, vocab),
     # in the order of labels != -100 (the vocabulary projection is most of the head's cost).
     logits: torch.Tensor
@@ -35,7 +36,7 @@ class MaskedLMOutput:
 
 
 @dataclass
-class PreTrainingOutput:
+class PreTrainingOutput(ModelOutput):
     prediction_logits: torch.Tensor  # as MaskedLMOutput.logits
     seq_relationship_logits: torch.Tensor  # (batch, 2)
     loss: torch.Tensor | None = None  # masked_lm_loss + sentence_pair_loss
@@ -44,7 +45,7 @@ class PreTrainingOutput:
 
 
 @dataclass
-class ElectraOutput:
+class ElectraOutput(ModelOutput):
     loss: torch.Tensor  # generator_loss + discriminator_weight * discriminator_loss
     generator_loss: torch.Tensor
     discriminator_loss: torch.Tensor

@@ -1,0 +1,32 @@
+"""What a model's forward returns: a dataclass of tensors that also reads as transformers' ModelOutput does, so
+that code written for it (`outputs[0]`, `outputs["logits"]`, `outputs.to_tuple()`) runs unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+class ModelOutput:
+    """Mixed into the output dataclasses. As a tuple, the fields that are set, the loss first (as transformers
+    orders them: `loss, logits = model(..., labels=labels)[:2]`); as a mapping, those fields by name."""
+
+    def to_tuple(self) -> tuple[Any, ...]:
+        return tuple(self[name] for name in self.keys())
+
+    def keys(self) -> list[str]:
+        names = [field.name for field in dataclasses.fields(self) if getattr(self, field.name) is not None]
+        return sorted(names, key=lambda name: name != "loss")  # stable: the loss first, the rest in order
+
+    def __getitem__(self, key: int | slice | str) -> Any:
+        if isinstance(key, str):
+            if key not in self.keys():
+                raise KeyError(key)
+            return getattr(self, key)
+        return self.to_tuple()[key]
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
