@@ -268,3 +268,17 @@ def test_outputs_read_as_transformers_model_outputs(tiny_config, random_batch, t
     assert mine.keys() == list(theirs.keys()) == ["logits"] and mine[0] is mine.logits
     with pytest.raises(KeyError):
         mine["loss"]  # not set, as in transformers
+
+
+def test_a_head_for_other_labels_is_refused_unless_mismatched_sizes_are_ignored(tiny_config, tmp_path, caplog):
+    reference = tiny_reference("classification", tiny_config)  # 3 labels
+    reference.save_pretrained(tmp_path)
+    with pytest.raises(CheckpointError, match="'classifier.(weight|bias)' has shape"):
+        BertForSequenceClassification.from_pretrained(tmp_path, num_labels=5)
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        model = BertForSequenceClassification.from_pretrained(tmp_path, num_labels=5, ignore_mismatched_sizes=True)
+    assert model.num_labels == 5 and "newly initialised" in bertforge_log(caplog) and "classifier.weight" in caplog.text
+    torch.testing.assert_close(model.bert.embeddings.tokens.weight, reference.bert.embeddings.word_embeddings.weight)
+    with pytest.raises(CheckpointError, match="has shape"):  # the encoder must still fit
+        BertForSequenceClassification.from_pretrained(tmp_path, ignore_mismatched_sizes=True, hidden_size=64,
+                                                      num_attention_heads=2, intermediate_size=64)

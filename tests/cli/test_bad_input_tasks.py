@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -150,3 +152,16 @@ def test_a_quantize_or_distill_output_that_is_a_file_is_named_a_file(tmp_path):
     (tmp_path / "a_file").write_text("notes")
     with pytest.raises(InputError, match="exists and is a file; the output is a model folder"):
         check_output(tmp_path / "a_file")
+
+
+def test_a_classifier_fine_tuned_again_for_other_labels_gets_a_new_head(world, tmp_path, run_cli, caplog):
+    # The pos/neg classifier's encoder, a new three-label head (transformers: ignore_mismatched_sizes).
+    rows = [(text, ("pos", "neg", "mixed")[i % 3]) for i, (text, _) in enumerate(REVIEWS)]
+    (tmp_path / "three.csv").write_text("sentence,label\n" + "".join(f'"{t}",{label}\n' for t, label in rows))
+    code, out, err = run_cli("finetune", "--model", world / "classification", "--train", tmp_path / "three.csv",
+                             "--output", tmp_path / "three", "--epochs", "1", "--batch-size", "4",
+                             "--max-length", "16", "--no-progress", "--device", "cpu")
+    assert code == 0, err
+    assert "newly initialised" in caplog.text and "classifier.weight" in caplog.text
+    assert json.loads((tmp_path / "three" / "config.json").read_text())["id2label"] == {
+        "0": "mixed", "1": "neg", "2": "pos"}

@@ -44,12 +44,14 @@ def _without_encoder_prefix(name: str) -> str:
 
 
 def load_hf_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor], source: Path,
-                       initialisable: tuple[str, ...] = ()) -> LoadReport:
+                       initialisable: tuple[str, ...] = (), ignore_mismatched_heads: bool = False) -> LoadReport:
     """Copy Hugging Face-named tensors into `model`, strictly.
 
     Encoder names match with or without the `bert.` prefix, so a task checkpoint loads into the bare encoder
     (its heads are skipped) and an encoder checkpoint into a task model (parameters under `initialisable`,
-    its new heads, keep their fresh initialisation). Anything else missing, left over or misshapen is an error.
+    its new heads, keep their fresh initialisation). With `ignore_mismatched_heads`, a head of another size (a
+    classifier of 2 labels loaded for 3) is a new head too. Anything else missing, left over or misshapen is an
+    error.
     """
     current = model.state_dict()
     by_key = {_without_encoder_prefix(name): name for name in current}
@@ -66,6 +68,8 @@ def load_hf_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor], s
             report.skipped.append(hf_name)
             continue
         name = by_key[key]
+        if tensor.shape != current[name].shape and ignore_mismatched_heads and key.startswith(initialisable):
+            continue  # left to its fresh initialisation, and reported so
         if tensor.shape != current[name].shape:
             raise CheckpointError(f"{source}: tensor {hf_name!r} has shape {tuple(tensor.shape)}, "
                                   f"the model expects {tuple(current[name].shape)}")
@@ -111,11 +115,14 @@ class Pretrained:
     initialisable: tuple[str, ...] = ("pooler.",)
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | Path, require_heads: bool = False, **config_overrides):
+    def from_pretrained(cls, name_or_path: str | Path, require_heads: bool = False,
+                        ignore_mismatched_sizes: bool = False, **config_overrides):
         """Load from a checkpoint directory or "default"; keyword arguments override config.json fields.
 
         `require_heads=True` refuses a checkpoint without trained weights for this model's heads (instead of
         initialising them), for uses that need them trained, such as filling in [MASK] tokens.
+        `ignore_mismatched_sizes=True` (transformers' name) gives a head of another size in the checkpoint (a
+        classifier for other labels) a fresh initialisation instead of refusing it; the encoder must still fit.
         """
         directory = resolve_model_dir(name_or_path)
         config = BertConfig.load(directory / CONFIG_FILE)
@@ -132,7 +139,7 @@ class Pretrained:
         if quantization is not None:  # int8 layers take the place of the float ones before the tensors load
             model = prepare_quantized(model, quantization)
         state, source = read_state_dict(directory)
-        report = load_hf_state_dict(model, state, source, cls.initialisable)
+        report = load_hf_state_dict(model, state, source, cls.initialisable, ignore_mismatched_sizes)
         if require_heads and report.initialised:
             modules = {name.rsplit(".", 1)[0] for name in report.initialised}
             heads = sorted(m for m in modules if not any(m.startswith(other + ".") for other in modules))

@@ -420,6 +420,7 @@ def load_task_model(task: Task, model: str, id2label: dict[int, str], random_ini
     A span model (qa) has no labels to name; `dropout` replaces the checkpoint's."""
     overrides = dropout_overrides(dropout)
     if id2label:
+        # A fine-tuned model of another number of labels starts a new head on its encoder (said as a warning).
         overrides |= {"id2label": id2label, "label2id": {label: i for i, label in id2label.items()}}
     if task.head == "sequence_classification":  # the task's loss, not one a reused checkpoint's config names
         overrides["problem_type"] = task.problem_type
@@ -427,7 +428,7 @@ def load_task_model(task: Task, model: str, id2label: dict[int, str], random_ini
     if not random_init:
         from bertforge.compress.quantize import check_not_quantized  # compress builds on the tasks
 
-        loaded = task.model_class.from_pretrained(model, **overrides)
+        loaded = task.model_class.from_pretrained(model, ignore_mismatched_sizes=True, **overrides)
         check_not_quantized(loaded, "fine-tune", model)  # its int8 layers have no gradient: it would barely learn
         return loaded
     config = BertConfig.load(resolve_model_dir(model) / CONFIG_FILE)
