@@ -146,3 +146,27 @@ def test_decode_matches(ours, reference, ours_cased, reference_cased, corpora, c
     for ids in tokenizer(texts, truncation=False)["input_ids"]:
         assert tokenizer.decode(ids) == ref.decode(ids, skip_special_tokens=True)
         assert tokenizer.decode(ids, skip_special_tokens=False) == ref.decode(ids, skip_special_tokens=False)
+
+
+def test_words_given_split_match(ours, reference, data_dir):
+    # CoNLL sentences as words (is_split_into_words): ids, word ids (one per given word) and offsets within words.
+    sentences, words = [], []
+    for line in (data_dir / "conll2003" / "eng.testa").read_text(encoding="utf-8").splitlines()[:6000]:
+        if line.split() and line.split()[0] != "-DOCSTART-":
+            words.append(line.split()[0])
+        elif words:
+            sentences, words = sentences + [words], []
+    sentences.append(["New", "York", "", "U.S.-based", "café", "İstanbul"])  # an empty word, and splits inside words
+    for start in range(0, len(sentences), 32):
+        batch = sentences[start:start + 32]
+        encoded = ours(batch, is_split_into_words=True, return_offsets_mapping=True, truncation=False)
+        expected = reference(batch, is_split_into_words=True, return_offsets_mapping=True)
+        assert encoded["input_ids"] == expected["input_ids"]
+        for row in range(len(batch)):
+            assert encoded.word_ids(row) == expected.word_ids(row), batch[row]
+            assert encoded["offset_mapping"][row] == [tuple(span) for span in expected["offset_mapping"][row]]
+    pair = ours(["Hello", "world"], ["New", "York"], is_split_into_words=True)
+    assert pair["input_ids"] == reference(["Hello", "world"], ["New", "York"], is_split_into_words=True)["input_ids"]
+    assert pair.word_ids() == [None, 0, 1, None, 0, 1, None]
+    with pytest.raises(InputError, match="a list of words"):
+        ours("not split", is_split_into_words=True)

@@ -6,6 +6,8 @@ transformers does (tokenizer/files.py).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import numbers
 from collections.abc import Callable, Sequence
 from itertools import chain
@@ -88,6 +90,25 @@ class BatchEncoding(dict):
                 raise BertforgeError("this encoding has no word ids")
             self._word_ids = self._compute_word_ids()
         return self._word_ids[batch_index]
+
+
+class SplitWords(str):
+    """A text given as words already split (`is_split_into_words`): the words joined by spaces, which the basic
+    tokenizer splits at anyway, and where each word starts."""
+
+    starts: list[int]
+
+    @classmethod
+    def of(cls, words: Sequence[str]) -> SplitWords:
+        if isinstance(words, str) or not all(isinstance(word, str) for word in words):
+            raise InputError("with is_split_into_words, a text is a list of words (strings)")
+        text = cls(" ".join(words))
+        text.starts = list(itertools.accumulate((len(word) + 1 for word in words[:-1]), initial=0))
+        return text
+
+    def word_at(self, position: int) -> int:
+        """The index of the word that holds character `position` of the joined text."""
+        return bisect.bisect_right(self.starts, position) - 1
 
 
 class BertTokenizer:
@@ -312,6 +333,10 @@ class BertTokenizer:
             else:
                 # A piece covers the original characters its first and last normalised characters came from.
                 offsets += [(origins[begin], origins[end - 1] + 1) for begin, end in spans]
+        if isinstance(text, SplitWords):  # the given words, and positions within each
+            word_ids = [text.word_at(start) for start, _ in offsets]
+            offsets = [(start - text.starts[word], end - text.starts[word])
+                       for (start, end), word in zip(offsets, word_ids)]
         return ids, offsets, word_ids
 
     # ---------------------------------------------------------------- encoding
@@ -319,17 +344,27 @@ class BertTokenizer:
     def __call__(self, text: str | Sequence[str], text_pair: str | Sequence[str] | None = None,
                  max_length: int | None = None, truncation: bool | str = True, padding: bool | str = False,
                  return_offsets_mapping: bool = False, return_word_ids: bool = False,
-                 return_tensors: str | None = None) -> BatchEncoding:
+                 return_tensors: str | None = None, is_split_into_words: bool = False) -> BatchEncoding:
         """Encode one text (flat lists) or a batch (lists of lists); pairs become [CLS] A [SEP] B [SEP].
 
         max_length defaults to model_max_length; truncation is True/'longest_first', 'only_first',
         'only_second' or False; padding is False, True/'longest' or 'max_length'; return_tensors='pt'
         gives torch.long tensors. Offsets are (start, end) character positions in the original text,
-        (0, 0) for [CLS], [SEP] and padding.
+        (0, 0) for [CLS], [SEP] and padding. With `is_split_into_words`, a text is a list of words (a CoNLL
+        sentence): word ids number those words, and offsets are positions within each word, as in transformers.
         """
-        is_batch = not isinstance(text, str)
-        texts = [text] if not is_batch else list(text)
-        pairs = _pairs_like(texts, text_pair, is_batch)
+        if is_split_into_words:
+            is_batch = bool(text) and not isinstance(text[0], str)
+            texts = [SplitWords.of(words) for words in (text if is_batch else [text])]
+            pairs = None
+            if text_pair is not None:
+                pairs = [SplitWords.of(words) for words in (text_pair if is_batch else [text_pair])]
+                if len(pairs) != len(texts):
+                    raise InputError(f"got {len(texts)} texts but {len(pairs)} text pairs")
+        else:
+            is_batch = not isinstance(text, str)
+            texts = [text] if not is_batch else list(text)
+            pairs = _pairs_like(texts, text_pair, is_batch)
         max_length = self.model_max_length if max_length is None else max_length
         strategy = _truncation_strategy(truncation)
         padding = _padding_strategy(padding)
@@ -358,7 +393,8 @@ class BertTokenizer:
             columns = {name: values[0] for name, values in columns.items()}
 
         def compute_word_ids() -> list[list[int | None]]:
-            return self(text, text_pair, max_length, truncation, padding, return_word_ids=True)._word_ids
+            return self(text, text_pair, max_length, truncation, padding, return_word_ids=True,
+                        is_split_into_words=is_split_into_words)._word_ids
 
         return BatchEncoding(columns, word_ids, None if word_ids is not None else compute_word_ids)
 
