@@ -92,11 +92,11 @@ class ClassificationHead(nn.Linear):
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The problem type's loss: class ids (-100 ignored), float scores, or (batch, labels) 0/1 targets. With
-        no problem_type configured, float targets shaped like the logits of several labels are multi-label, as
-        transformers reads them."""
+        no problem_type configured, per-sequence float targets shaped like the logits (several labels) are
+        multi-label, as transformers reads them."""
         problem_type = self.problem_type
-        if (not self.problem_type_given and self.out_features > 1 and labels.is_floating_point()
-                and labels.shape == logits.shape):
+        if (not self.problem_type_given and self.out_features > 1 and logits.dim() == 2
+                and labels.is_floating_point() and labels.shape == logits.shape):
             problem_type = "multi_label_classification"
         return LOSSES[problem_type](logits, labels)
 
