@@ -33,6 +33,14 @@ export PYTHONUNBUFFERED=1
 bf() { $PY -m bertforge "$@"; }
 step() { local name=$1; shift; echo; echo "=== $name: $*"; local t0=$EPOCHREALTIME; "$@"; local rc=$?
          echo "=== $name rc=$rc $(awk "BEGIN{printf \"%.1f\", $EPOCHREALTIME - $t0}") s"; }
+# The served steps' start: bench_serve's server process (a free port, /health awaited, stopped with SIGINT).
+SERVED='import json, sys, urllib.request
+sys.path.insert(0, "bench")
+from bench_serve import ServerProcess, get_json
+def post_json(port, path, body):
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                     headers={"content-type": "application/json"})
+    return json.load(urllib.request.urlopen(request, timeout=60))'
 
 $PY -c "import torch, bertforge.runtime as r; print('torch', torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU', 'bf16 native', r.bf16_supported('$D'.partition(':')[0]))"
 step finetune-sst2-bf16 bf finetune --task classification --model default --train $T/sst2/train.tsv --dev $T/sst2/dev.tsv \
@@ -82,28 +90,17 @@ for precision in bf16 fp16; do
     --batch-size 8 --max-length 64 --$precision --holdout 1 --no-progress
 done
 step serve-gpu $PY - <<EOF
-import json, subprocess, sys, time, urllib.request
+$SERVED
 import numpy as np
-server = subprocess.Popen([sys.executable, "-m", "bertforge", "serve", "--model", "default", "--port", "8765",
-                           "--device", "$D", "--precision", "auto"], stdout=open("$W/serve.log", "w"),
-                          stderr=subprocess.STDOUT)
-def call(path, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request("http://127.0.0.1:8765" + path, data=data, headers={"content-type": "application/json"})
-    return json.load(urllib.request.urlopen(request, timeout=30))
+server = ServerProcess("default", 4, ["--device", "$D", "--precision", "auto"])
 try:
-    for _ in range(120):
-        try:
-            print("health", call("/health")); break
-        except OSError:
-            time.sleep(0.5)
+    print("health", get_json(server.port, "/health"))
     texts = [line.strip() for line in open("examples/sentences.txt") if line.strip()]
-    served = call("/v1/embeddings", {"input": texts, "model": "default"})
+    served = post_json(server.port, "/v1/embeddings", {"input": texts, "model": "default"})
     vectors = np.array([item["embedding"] for item in sorted(served["data"], key=lambda item: item["index"])])
     print("served", vectors.shape, "min cosine to the CPU's fp32 vectors", float((vectors * np.load("$W/cpu.npy")).sum(1).min()))
 finally:
-    server.terminate(); server.wait()
-    print(open("$W/serve.log").read()[-2000:])
+    server.stop()
 EOF
 
 step finetune-conll bf finetune --task ner --model default --train $T/conll/train.txt --dev $T/conll/dev.txt \
@@ -131,26 +128,16 @@ step compare-compiled $PY -c "
 import numpy as np
 print('embed --compile on $D vs cpu: max abs', float(np.abs(np.load('$W/compiled.npy') - np.load('$W/cpu.npy')).max()))"
 step serve-task-gpu $PY - <<EOF
-import json, subprocess, sys, time, urllib.request
-server = subprocess.Popen([sys.executable, "-m", "bertforge", "serve", "--model", "$W/sst2", "--port", "8766",
-                           "--device", "$D"], stdout=open("$W/serve-task.log", "w"), stderr=subprocess.STDOUT)
-def call(path, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request("http://127.0.0.1:8766" + path, data=data, headers={"content-type": "application/json"})
-    return json.load(urllib.request.urlopen(request, timeout=60))
+$SERVED
+server = ServerProcess("$W/sst2", 4, ["--device", "$D"])
 try:
-    for _ in range(120):
-        try:
-            print("health", call("/health")); break
-        except OSError:
-            time.sleep(0.5)
+    print("health", get_json(server.port, "/health"))
     cpu = [json.loads(line)["label"] for line in open("$W/cpu.jsonl")][:64]
     texts = [line.split("\t")[0] for line in open("$T/sst2/dev.tsv").read().splitlines()[1:65]]
-    served = [item["label"] for item in call("/predict", {"texts": texts})["predictions"]]
+    served = [item["label"] for item in post_json(server.port, "/predict", {"texts": texts})["predictions"]]
     print("served labels agree with the CPU's", sum(x == y for x, y in zip(served, cpu)), "of", len(cpu))
-    explained = call("/explain", {"text": texts[0]})
+    explained = post_json(server.port, "/explain", {"text": texts[0]})
     print("explain on $D:", json.dumps(explained)[:400])
 finally:
-    server.terminate(); server.wait()
-    print(open("$W/serve-task.log").read()[-1500:])
+    server.stop()
 EOF
