@@ -9,9 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertforge.checkpoint.hf_format import CONFIG_FILE
 from bertforge.cli.arguments import add_model_argument, check_writable, positive_int
-from bertforge.config import read_json_object
 from bertforge.errors import CheckpointError, InputError
 from bertforge.inference.onnx import ONNX_TASKS, export_onnx, model_class_of
 from bertforge.outputs import check_output_dir, finish_staging, start_staging
@@ -28,9 +26,8 @@ def load_for_task(args: argparse.Namespace, pretraining_heads: bool = False):
 
     checkpoint = inspect_checkpoint(args.model)
     if pretraining_heads and args.task is None and checkpoint.head == "encoder":
-        architectures = read_json_object(checkpoint.directory / CONFIG_FILE, "config").get("architectures") or []
         for model_class in (BertForPreTraining, BertForMaskedLM):
-            if model_class.__name__ in architectures:
+            if model_class.__name__ in checkpoint.architectures:
                 model = model_class.from_pretrained(checkpoint.directory, require_heads=True)
                 return model, BertTokenizer.from_pretrained(checkpoint.directory)
     model_class = checkpoint.model_class if args.task is None else model_class_of(args.task)

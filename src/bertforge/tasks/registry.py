@@ -251,6 +251,7 @@ class Checkpoint:
     task: str | None  # a key of TASKS; None for an encoder without a trained head
     run: FinetuneConfig | None  # its finetune_config.json
     positions: int = 512  # max_position_embeddings: no input may be longer
+    architectures: tuple[str, ...] = ()  # config.json's: the classes it was saved from (BertForMaskedLM, ...)
 
     @property
     def model_class(self) -> type[nn.Module]:
@@ -353,4 +354,5 @@ def inspect_checkpoint(name_or_path: str | Path) -> Checkpoint:
     else:
         task = next((name for name, row in TASKS.items() if row.head == head), None)
     positions = config.get("max_position_embeddings", 512)
-    return Checkpoint(directory, head, task, run, positions if isinstance(positions, int) else 512)
+    return Checkpoint(directory, head, task, run, positions if isinstance(positions, int) else 512,
+                      tuple(name for name in architectures if isinstance(name, str)))
