@@ -12,7 +12,7 @@ class ModelOutput:
     orders them: `loss, logits = model(..., labels=labels)[:2]`); as a mapping, those fields by name."""
 
     def to_tuple(self) -> tuple[Any, ...]:
-        return tuple(self[name] for name in self.keys())
+        return tuple(getattr(self, name) for name in self.keys())
 
     def keys(self) -> list[str]:
         names = [field.name for field in dataclasses.fields(self) if getattr(self, field.name) is not None]
