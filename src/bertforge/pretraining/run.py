@@ -265,6 +265,15 @@ def pretrain(config: PretrainConfig, resume: bool = False, overwrite: bool = Fal
     info = _check_launch(config)
     resolve_device(config.device)  # this machine has the device asked for, before any work
     device = distributed.select_device(config.device, info)
+    work = staging_dir(config.output)
+    if resume and work.is_dir() and not (work / CHECKPOINT_DIR / TRAIN_STATE_FILE).is_file():
+        # Killed before its first checkpoint: nothing to continue, so the run starts again (with the settings it
+        # started with, where it saved them), as a first start would: into a folder that may be replaced.
+        if (work / RUN_CONFIG_FILE).is_file():
+            _check_resumable(json.loads((work / RUN_CONFIG_FILE).read_text()), config, work / RUN_CONFIG_FILE)
+        if config.rank == 0:
+            logger.warning("%s: the run was killed before its first checkpoint; it starts again", work)
+        resume = False
     if not resume:
         check_output_dir(config.output, overwrite or config.rank > 0)
     if config.fp16 and device.type != "cuda":
@@ -293,15 +302,6 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
     output = Path(config.output)
     work = staging_dir(output)  # where the run writes until it ends
     checkpoint_dir = work / CHECKPOINT_DIR
-    if resume and work.is_dir() and not (checkpoint_dir / TRAIN_STATE_FILE).is_file():
-        # Killed before its first checkpoint: nothing to continue, so the run starts again (with the settings it
-        # started with, where it saved them), as a first start would: into a folder that may be replaced.
-        if (work / RUN_CONFIG_FILE).is_file():
-            _check_resumable(json.loads((work / RUN_CONFIG_FILE).read_text()), config, work / RUN_CONFIG_FILE)
-        check_output_dir(config.output, overwrite or config.rank > 0)
-        if is_main:
-            logger.warning("%s: the run was killed before its first checkpoint; it starts again", work)
-        resume = False
     if resume:
         # A finished run is in OUTPUT; a killed one in its staging folder (read_train_state names what is missing).
         finished = _finished_run(config, output if not work.exists() else work, is_main)
