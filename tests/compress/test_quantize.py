@@ -59,8 +59,9 @@ def test_int8_stays_close_to_fp32_on_real_text(minilm, minilm_dir, tokenizer, se
     similarity = F.cosine_similarity(ours, reference, dim=-1)
     baseline = F.cosine_similarity(per_tensor, reference, dim=-1)
     largest_error = (ours - reference).abs().max() / reference.abs().max()
-    # Measured: token cosine >= 0.988 (mean 0.9965 with the 7-bit kernel weights of a CPU without VNNI), largest
-    # error 3-4% of the largest activation; torch's per-tensor dynamic int8 gives a mean of 0.96 and 19%.
+    # Measured: token cosine >= 0.988 (an AVX2 EPYC without VNNI, whose kernel takes 7-bit weights: min 0.9877,
+    # mean 0.9964), largest error 3-6% of the largest activation; torch's per-tensor dynamic int8 gives a mean of
+    # 0.96 and 19%.
     assert similarity.min() > 0.98 and similarity.mean() > 0.996
     assert largest_error < 0.06
     assert similarity.mean() > baseline.mean()
@@ -214,8 +215,11 @@ def test_folded_outliers_and_a_fused_activation_compute_what_they_stand_for():
     expected = F.gelu(((codes.double() - zero_point) * step) @ (weight * scale[:, None]).t() + linear.bias.double())
     with torch.inference_mode():
         assert torch.allclose(layer(x).double(), expected, atol=1e-4, rtol=1e-5)
-    # and the product stands for the float layer: the folded channel keeps its contribution
-    assert F.cosine_similarity(layer(x), F.gelu(linear(x)).detach(), dim=-1).min() > 0.99
+    # and the product stands for the float layer: the folded channel keeps its contribution. Its weight column is
+    # 40x the others', so rows leaning on it get a coarse step: more so with the 7-bit weights of a CPU without
+    # VNNI (measured on an AVX2 EPYC: min 0.973, mean 0.995).
+    similarity = F.cosine_similarity(layer(x), F.gelu(linear(x)).detach(), dim=-1)
+    assert similarity.min() > (0.95 if int8_reduce_range() else 0.99) and similarity.mean() > 0.99
 
 
 @pytest.mark.skipif(not static_kernel_available(), reason="this build of torch has no oneDNN int8 linear kernel")
