@@ -19,7 +19,7 @@ from bertforge.heads import IGNORE_INDEX
 # Padding value of each per-token key; "input_ids" takes the tokenizer's [PAD] id. Labels pad with the value the
 # loss skips; offsets and word ids are the tokenizer's per-token details, (0, 0) and None as for special tokens.
 PAD_VALUES: dict[str, Any] = {"token_type_ids": 0, "attention_mask": 0, "labels": IGNORE_INDEX,
-                              "offset_mapping": (0, 0), "word_ids": None}
+                              "offset_mapping": (0, 0), "word_ids": None, "special_tokens_mask": 1}
 
 
 MODEL_INPUTS = ("input_ids", "token_type_ids", "attention_mask")  # what an encoder takes of a row
@@ -29,11 +29,15 @@ def padding_for(key: str, pad_token_id: int) -> Any:
     return pad_token_id if key == "input_ids" else PAD_VALUES.get(key, 0)
 
 
-def pad_lists(rows: Sequence[list], target: int, value: Any) -> None:
-    """Pad each list on the right to `target` items, in place (lists already as long are left alone)."""
+def pad_lists(rows: Sequence[list], target: int, value: Any, left: bool = False) -> None:
+    """Pad each list on the right (or the left) to `target` items, in place (lists already as long are left
+    alone)."""
     for row in rows:
         if len(row) < target:
-            row += [value] * (target - len(row))
+            if left:
+                row[:0] = [value] * (target - len(row))
+            else:
+                row += [value] * (target - len(row))
 
 
 def pad_ids(sequences: Sequence[Sequence[int]], pad_value: int, length: int = 0) -> torch.Tensor:

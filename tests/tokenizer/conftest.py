@@ -60,6 +60,12 @@ def reference(minilm_dir):
     return make_reference(minilm_dir, lowercase=True)
 
 
+@pytest.fixture
+def fresh_reference(minilm_dir):
+    """A reference of a test's own, which it may change (padding side, added tokens)."""
+    return make_reference(minilm_dir, lowercase=True)
+
+
 @pytest.fixture(scope="session")
 def reference_cased(minilm_dir):
     return make_reference(minilm_dir, lowercase=False)

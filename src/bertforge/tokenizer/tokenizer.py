@@ -9,16 +9,30 @@ from __future__ import annotations
 import bisect
 import itertools
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import chain
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from bertforge.batching import pad_lists, padding_for
-from bertforge.errors import BertforgeError, ConfigError, InputError
+from bertforge.errors import ConfigError, InputError
 from bertforge.tokenizer.added import AddedToken, AddedTokens
 from bertforge.tokenizer.basic import BasicTokenizer
+from bertforge.tokenizer.encoding import (
+    BatchEncoding,
+    Tokens,
+    Truncation,
+    check_side,
+    flat_index,
+    pad_columns,
+    padding_strategy,
+    rows_of,
+    special_tokens_mask,
+    to_tensors,
+    truncated_pairs,
+    truncation_strategy,
+    with_special_tokens,
+)
 from bertforge.tokenizer.files import DEFAULT_MAX_LENGTH, SETTINGS, read_tokenizer_files, write_tokenizer_files
 from bertforge.tokenizer.vocab import Vocab
 from bertforge.tokenizer.wordpiece import CONTINUATION, MAX_WORD_CHARS, WordPiece, WordPieceCache
@@ -27,69 +41,6 @@ from bertforge.validation import check_number
 # The reference's WordPiece decoder glues these onto the previous token (applied token by token).
 DECODE_CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
                   (" 'm", "'m"), (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
-
-
-def _longest_first(first: int, second: int | None, budget: int) -> tuple[int, int | None]:
-    """Shorten the longer sequence; if both exceed half the budget, halve it (an odd token goes to the
-    longer one, or to the second when they tie, as in tokenizers). (10, 3, 8) -> (5, 3); (10, 10, 7) -> (3, 4)."""
-    if second is None:
-        return budget, None
-    shorter = min(first, second)
-    if 2 * shorter <= budget:
-        return min(first, budget - shorter), min(second, budget - shorter)
-    half, odd = divmod(budget, 2)
-    return (half + odd, half) if first > second else (half, half + odd)
-
-
-def _only_first(first: int, second: int | None, budget: int) -> tuple[int, int | None]:
-    """Shorten only the first sequence, which must keep at least one token. (10, 3, 8) -> (5, 3)."""
-    excess = first + (second or 0) - budget
-    if first <= excess:
-        raise InputError(f"truncation='only_first' can't fit: the first text has {first} tokens and "
-                         f"{excess} must go; use 'longest_first' or a larger max_length")
-    return first - excess, second
-
-
-def _only_second(first: int, second: int | None, budget: int) -> tuple[int, int | None]:
-    """Shorten only the second sequence, which must keep at least one token. (3, 10, 8) -> (3, 5)."""
-    if second is None:
-        raise InputError("truncation='only_second' needs a text_pair")
-    excess = first + second - budget
-    if second <= excess:
-        raise InputError(f"truncation='only_second' can't fit: the second text has {second} tokens and "
-                         f"{excess} must go; use 'longest_first' or a larger max_length")
-    return first, second - excess
-
-
-# name -> (first length, second length or None, token budget) -> lengths to keep; called only when over budget.
-TRUNCATION_STRATEGIES: dict[str, Callable[[int, int | None, int], tuple[int, int | None]]] = {
-    "longest_first": _longest_first,
-    "only_first": _only_first,
-    "only_second": _only_second,
-}
-PADDING_STRATEGIES = ("do_not_pad", "longest", "max_length")
-
-
-class BatchEncoding(dict):
-    """The tokenizer's output: a dict of input_ids, token_type_ids, attention_mask (and offset_mapping,
-    word_ids when asked), flat lists for one text, lists of lists for a batch, or tensors.
-
-    `word_ids(i)` gives the word index of each token of sequence i (None for special and padding tokens),
-    computing them on first use when the call didn't ask for them.
-    """
-
-    def __init__(self, data: dict[str, Any], word_ids: list[list[int | None]] | None = None,
-                 compute_word_ids: Callable[[], list[list[int | None]]] | None = None):
-        super().__init__(data)
-        self._word_ids = word_ids
-        self._compute_word_ids = compute_word_ids
-
-    def word_ids(self, batch_index: int = 0) -> list[int | None]:
-        if self._word_ids is None:
-            if self._compute_word_ids is None:
-                raise BertforgeError("this encoding has no word ids")
-            self._word_ids = self._compute_word_ids()
-        return self._word_ids[batch_index]
 
 
 class SplitWords(str):
@@ -123,7 +74,8 @@ class BertTokenizer:
 
     def __init__(self, vocab: Vocab | str | Path, do_lower_case: bool = True, strip_accents: bool | None = None,
                  tokenize_chinese_chars: bool = True, model_max_length: int = DEFAULT_MAX_LENGTH,
-                 added_tokens: dict[int, AddedToken] | None = None, max_word_chars: int = MAX_WORD_CHARS):
+                 added_tokens: dict[int, AddedToken] | None = None, max_word_chars: int = MAX_WORD_CHARS,
+                 padding_side: str = "right", truncation_side: str = "right"):
         """`added_tokens`: id -> AddedToken, matched whole before basic tokenization (the special tokens of the
         vocabulary are added tokens too, as in transformers); ids past the vocabulary extend it."""
         self.vocab = vocab if isinstance(vocab, Vocab) else Vocab.from_file(vocab)
@@ -132,6 +84,8 @@ class BertTokenizer:
         self.tokenize_chinese_chars = tokenize_chinese_chars
         self.model_max_length = model_max_length
         self.max_word_chars = max_word_chars
+        self.padding_side = check_side("padding_side", padding_side)
+        self.truncation_side = check_side("truncation_side", truncation_side)
         self.added_tokens = dict(added_tokens or {})
         self.basic = BasicTokenizer(lowercase=do_lower_case, strip_accents=strip_accents,
                                     split_cjk=tokenize_chinese_chars)
@@ -148,6 +102,50 @@ class BertTokenizer:
         self.wordpiece = WordPiece(self.vocab, max_word_chars)
         self._pieces = WordPieceCache(self.wordpiece)
         self._added = AddedTokens(self.added_tokens, self.basic.normalize)
+
+    def add_tokens(self, tokens: str | AddedToken | Sequence[str | AddedToken], special_tokens: bool = False) -> int:
+        """Add whole tokens matched before WordPiece ('covid19', or special ones like '[E1]'), each with the next
+        free id; returns how many new ids were given (a model then needs `resize_token_embeddings(len(tokenizer))`).
+
+        Plain strings become transformers' defaults: matched after normalisation (case-insensitively on an
+        uncased vocabulary), or, with `special_tokens`, as written and dropped by decode's skip_special_tokens.
+        A token the vocabulary has already keeps its id and is from now on matched whole.
+        """
+        tokens = [tokens] if isinstance(tokens, (str, AddedToken)) else list(tokens)
+        known = {token.content for token in self.added_tokens.values()}
+        grown = 0
+        for token in tokens:
+            if not isinstance(token, AddedToken):
+                if not isinstance(token, str):
+                    raise InputError(f"tokens to add must be strings, got {type(token).__name__}")
+                token = AddedToken(token, special=special_tokens, normalized=not special_tokens)
+            if not token.content or token.content in known:
+                continue
+            token_id = self.vocab.token_to_id.get(token.content)
+            if token_id is None:
+                token_id, grown = len(self.vocab), grown + 1
+            shown = self.basic.normalize(token.content)[0] if token.normalized else token.content
+            self.vocab.add(token.content, token_id, shown)
+            self.added_tokens[token_id] = token
+            known.add(token.content)
+        self._added = AddedTokens(self.added_tokens, self.basic.normalize)
+        return grown
+
+    def add_special_tokens(self, special_tokens: dict[str, Any]) -> int:
+        """{'additional_special_tokens': ['[E1]', '[/E1]']} adds special tokens; a role ('cls_token': '<cls>')
+        becomes that token, added if new. Returns how many new ids were given."""
+        grown = 0
+        for role, value in special_tokens.items():
+            if role in ("additional_special_tokens", "extra_special_tokens"):
+                grown += self.add_tokens(list(value), special_tokens=True)
+            elif role in self.vocab.special_tokens:
+                content = value.content if isinstance(value, AddedToken) else value
+                grown += self.add_tokens([value], special_tokens=True)
+                self.vocab.special_tokens[role] = content
+            else:
+                raise ConfigError(f"unknown special token role {role!r}; expected 'additional_special_tokens' or "
+                                  f"one of {sorted(self.vocab.special_tokens)}")
+        return grown
 
     # ---------------------------------------------------------------- loading and saving
 
@@ -183,9 +181,11 @@ class BertTokenizer:
 
     @property
     def vocab_size(self) -> int:
-        return len(self.vocab)
+        """The WordPiece vocabulary's size, without tokens added after it (those count in `len(tokenizer)`)."""
+        return self.vocab.num_pieces
 
     def __len__(self) -> int:
+        """Every id the tokenizer can give: the size of embedding table a model needs."""
         return len(self.vocab)
 
     @property
@@ -344,13 +344,20 @@ class BertTokenizer:
     def __call__(self, text: str | Sequence[str], text_pair: str | Sequence[str] | None = None,
                  max_length: int | None = None, truncation: bool | str = True, padding: bool | str = False,
                  return_offsets_mapping: bool = False, return_word_ids: bool = False,
-                 return_tensors: str | None = None, is_split_into_words: bool = False) -> BatchEncoding:
+                 return_tensors: str | None = None, is_split_into_words: bool = False,
+                 return_overflowing_tokens: bool = False, stride: int = 0, pad_to_multiple_of: int | None = None,
+                 padding_side: str | None = None, return_token_type_ids: bool = True,
+                 return_attention_mask: bool = True, return_special_tokens_mask: bool = False,
+                 return_length: bool = False) -> BatchEncoding:
         """Encode one text (flat lists) or a batch (lists of lists); pairs become [CLS] A [SEP] B [SEP].
 
         max_length defaults to model_max_length; truncation is True/'longest_first', 'only_first',
-        'only_second' or False; padding is False, True/'longest' or 'max_length'; return_tensors='pt'
-        gives torch.long tensors. Offsets are (start, end) character positions in the original text,
-        (0, 0) for [CLS], [SEP] and padding. With `is_split_into_words`, a text is a list of words (a CoNLL
+        'only_second' or False, from the tokenizer's `truncation_side`; padding is False, True/'longest' or
+        'max_length', on `padding_side`; return_tensors='pt' gives torch.long tensors. Offsets are (start, end)
+        character positions in the original text, (0, 0) for [CLS], [SEP] and padding. With
+        `return_overflowing_tokens`, what truncation cuts off becomes further rows, each repeating `stride`
+        tokens of the row before, and `overflow_to_sample_mapping` says which text each row came from (the
+        result is a batch even for one text). With `is_split_into_words`, a text is a list of words (a CoNLL
         sentence): word ids number those words, and offsets are positions within each word, as in transformers.
         """
         if is_split_into_words:
@@ -365,81 +372,98 @@ class BertTokenizer:
             is_batch = not isinstance(text, str)
             texts = [text] if not is_batch else list(text)
             pairs = _pairs_like(texts, text_pair, is_batch)
-        max_length = self.model_max_length if max_length is None else max_length
-        strategy = _truncation_strategy(truncation)
-        padding = _padding_strategy(padding)
+        check_number("stride", stride, minimum=0, integer=True)
+        fit = Truncation(self.model_max_length if max_length is None else max_length,
+                         truncation_strategy(truncation), self.truncation_side, return_overflowing_tokens, stride)
+        padding = padding_strategy(padding)
+        side = self.padding_side if padding_side is None else check_side("padding_side", padding_side)
         if return_tensors not in (None, "pt"):
             raise ConfigError(f"return_tensors must be None or 'pt', got {return_tensors!r}")
 
-        with_details = return_offsets_mapping or return_word_ids
-        rows = [self._encode_row(first, second, max_length, strategy, with_details)
-                for first, second in zip(texts, pairs or [None] * len(texts))]
-        columns = {name: [row[name] for row in rows] for name in rows[0]} if rows else \
-            {"input_ids": [], "token_type_ids": [], "attention_mask": []}
-        if padding != "do_not_pad":
-            target = max_length if padding == "max_length" else max(map(len, columns["input_ids"]), default=0)
-            for name, rows in columns.items():
-                pad_lists(rows, target, padding_for(name, self.pad_token_id))
+        details = return_offsets_mapping or return_word_ids
+        groups = [self._encode_rows(first, second, fit, details)
+                  for first, second in zip(texts, pairs or [None] * len(texts))]
+        rows = list(chain.from_iterable(groups))
+        names = ("input_ids", "token_type_ids", "attention_mask") + (("offset_mapping", "word_ids") if details else ())
+        columns = {name: [row[name] for row in rows] for name in names}
+        if return_special_tokens_mask:
+            columns["special_tokens_mask"] = [special_tokens_mask(row["token_type_ids"]) for row in rows]
+        pad_columns(columns, self.pad_token_id, padding, fit.max_length, pad_to_multiple_of, side)
 
         word_ids = columns.pop("word_ids", None)
         offsets = columns.pop("offset_mapping", None)
+        if not return_token_type_ids:
+            del columns["token_type_ids"]
+        if not return_attention_mask:
+            del columns["attention_mask"]
         if return_offsets_mapping:
             columns["offset_mapping"] = offsets
         if return_word_ids:
             columns["word_ids"] = word_ids
+        if return_length:  # as transformers counts it, padding included
+            columns["length"] = [len(ids) for ids in columns["input_ids"]]
+        if return_overflowing_tokens:
+            columns["overflow_to_sample_mapping"] = flat_index([len(group) for group in groups])
+            is_batch = True
         if return_tensors == "pt":
-            columns = _to_tensors(columns)
+            columns = to_tensors(columns)
         elif not is_batch:
             columns = {name: values[0] for name, values in columns.items()}
 
         def compute_word_ids() -> list[list[int | None]]:
             return self(text, text_pair, max_length, truncation, padding, return_word_ids=True,
-                        is_split_into_words=is_split_into_words)._word_ids
+                        is_split_into_words=is_split_into_words, return_overflowing_tokens=return_overflowing_tokens,
+                        stride=stride, pad_to_multiple_of=pad_to_multiple_of, padding_side=side)._word_ids
 
         return BatchEncoding(columns, word_ids, None if word_ids is not None else compute_word_ids)
 
-    def _encode_row(self, text: str, pair: str | None, max_length: int, strategy: str | None,
-                    with_details: bool) -> dict[str, list]:
-        """One [CLS] A [SEP] (B [SEP]) row, truncated to max_length."""
+    def _encode_rows(self, text: str, pair: str | None, fit: Truncation, details: bool) -> list[dict[str, list]]:
+        """The [CLS] A [SEP] (B [SEP]) rows of one text or pair: one, truncated to fit, or one per window."""
         for value in (text, pair):
             if value is not None and not isinstance(value, str):
                 raise InputError(f"texts must be strings, got {type(value).__name__}")
-        if with_details:
-            first = self._encode_details(text)
-            second = self._encode_details(pair) if pair is not None else None
+        encode = (lambda value: Tokens(*self._encode_details(value))) if details else \
+            (lambda value: Tokens(self._encode_ids(value)))
+        first = encode(text)
+        second = encode(pair) if pair is not None else None
+        return [with_special_tokens(a, b, self.cls_token_id, self.sep_token_id, details)
+                for a, b in truncated_pairs(first, second, fit)]
+
+    def get_special_tokens_mask(self, ids: Sequence[int]) -> list[int]:
+        """1 where an id is a special token ([CLS], [SEP], [PAD], added special tokens), else 0."""
+        special = set(self.all_special_ids)
+        return [int(token_id in special) for token_id in ids]
+
+    def pad(self, encoded_inputs: Any, padding: bool | str = True, max_length: int | None = None,
+            pad_to_multiple_of: int | None = None, return_tensors: str | None = None,
+            padding_side: str | None = None) -> BatchEncoding:
+        """Pad encodings made without padding into one batch, as a data collator does: a list of encodings
+        (dicts of flat lists, e.g. dataset rows) or one dict of lists of rows. Per-token columns are padded;
+        other values (labels of a sequence) are kept as they are."""
+        if isinstance(encoded_inputs, dict):
+            columns = {name: rows_of(values) for name, values in encoded_inputs.items()}
+            ids = columns.get("input_ids") or [[]]
+            if not isinstance(ids[0], (list, tuple)):  # one encoding, flat lists
+                columns = {name: [values] for name, values in columns.items()}
         else:
-            first = (self._encode_ids(text), None, None)
-            second = (self._encode_ids(pair), None, None) if pair is not None else None
-
-        if strategy is not None:
-            n_special = 2 if second is None else 3
-            budget = max_length - n_special
-            if budget < 0:
-                raise InputError(f"max_length={max_length} leaves no room for the {n_special} special tokens")
-            n_first, n_second = len(first[0]), (len(second[0]) if second is not None else None)
-            if n_first + (n_second or 0) > budget:
-                keep_first, keep_second = TRUNCATION_STRATEGIES[strategy](n_first, n_second, budget)
-                first = tuple(part[:keep_first] if part is not None else None for part in first)
-                if second is not None:
-                    second = tuple(part[:keep_second] if part is not None else None for part in second)
-            elif strategy == "only_second" and second is None:
-                raise InputError("truncation='only_second' needs a text_pair")
-
-        cls, sep = [self.cls_token_id], [self.sep_token_id]
-        ids = cls + first[0] + sep
-        n_first = len(ids)
-        if second is not None:
-            ids += second[0] + sep
-        row: dict[str, list] = {
-            "input_ids": ids,
-            "token_type_ids": [0] * n_first + [1] * (len(ids) - n_first),
-            "attention_mask": [1] * len(ids),
-        }
-        if with_details:
-            none = [(0, 0)]
-            row["offset_mapping"] = none + first[1] + none + (second[1] + none if second is not None else [])
-            row["word_ids"] = [None] + first[2] + [None] + (second[2] + [None] if second is not None else [])
-        return row
+            encodings = list(encoded_inputs)
+            if not encodings or not all(isinstance(encoding, dict) for encoding in encodings):
+                raise InputError("pad takes a list of encodings (dicts of input_ids, ...) or one dict of lists")
+            columns = {name: [rows_of(encoding[name]) if hasattr(encoding[name], "tolist") else encoding[name]
+                              for encoding in encodings] for name in encodings[0]}
+        if "input_ids" not in columns:
+            raise InputError(f"pad needs input_ids among the encodings' keys, got {sorted(columns)}")
+        lengths = [len(ids) for ids in columns["input_ids"]]
+        per_token = {name: [list(row) for row in rows] for name, rows in columns.items()
+                     if all(isinstance(row, (list, tuple)) and len(row) == n for row, n in zip(rows, lengths))}
+        if "attention_mask" not in per_token:
+            per_token["attention_mask"] = [[1] * n for n in lengths]
+        side = self.padding_side if padding_side is None else check_side("padding_side", padding_side)
+        pad_columns(per_token, self.pad_token_id, padding_strategy(padding), max_length, pad_to_multiple_of, side)
+        columns |= per_token
+        if return_tensors not in (None, "pt"):
+            raise ConfigError(f"return_tensors must be None or 'pt', got {return_tensors!r}")
+        return BatchEncoding(to_tensors(columns) if return_tensors == "pt" else columns)
 
 
 def _pairs_like(texts: list[str], text_pair: str | Sequence[str] | None, is_batch: bool) -> list[str] | None:
@@ -453,48 +477,15 @@ def _pairs_like(texts: list[str], text_pair: str | Sequence[str] | None, is_batc
     return pairs
 
 
-def _truncation_strategy(truncation: bool | str | None) -> str | None:
-    """True -> 'longest_first', False/None -> no truncation; names are checked against the table."""
-    if truncation is True:
-        return "longest_first"
-    if truncation is False or truncation is None or truncation == "do_not_truncate":
-        return None
-    if truncation not in TRUNCATION_STRATEGIES:
-        raise ConfigError(f"unknown truncation {truncation!r}; expected True, False or one of "
-                          f"{list(TRUNCATION_STRATEGIES)}")
-    return truncation
-
-
-def _padding_strategy(padding: bool | str | None) -> str:
-    if padding is True:
-        return "longest"
-    if padding is False or padding is None:
-        return "do_not_pad"
-    if padding not in PADDING_STRATEGIES:
-        raise ConfigError(f"unknown padding {padding!r}; expected True, False or one of {list(PADDING_STRATEGIES)}")
-    return padding
-
-
-def _to_tensors(columns: dict[str, list]) -> dict[str, Any]:
-    import torch
-
-    lengths = {len(row) for row in columns["input_ids"]}
-    if len(lengths) > 1:
-        raise BertforgeError(f"return_tensors='pt' needs rows of one length, got lengths from {min(lengths)} "
-                             f"to {max(lengths)}; pass padding=True")
-    tensors: dict[str, Any] = {}
-    for name, rows in columns.items():
-        # word_ids hold None for special tokens, which no integer tensor can: they stay lists.
-        tensors[name] = rows if name == "word_ids" else torch.tensor(rows, dtype=torch.long)
-    return tensors
-
-
 def _check_settings(settings: dict[str, Any], source: Path) -> None:
     """Flags must be true/false (the string "no" is truthy), model_max_length a positive integer."""
     for key in ("do_lower_case", "tokenize_chinese_chars", "strip_accents"):
         value = settings.get(key, False)
         if not isinstance(value, bool) and not (key == "strip_accents" and value is None):
             raise ConfigError(f"{source}: {key} must be true or false, got {value!r}")
+    for key in ("padding_side", "truncation_side"):
+        if key in settings and settings[key] not in ("right", "left"):
+            raise ConfigError(f"{source}: {key} must be 'right' or 'left', got {settings[key]!r}")
     if "model_max_length" in settings:
         try:
             check_number("model_max_length", settings["model_max_length"], minimum=1, integer=True)

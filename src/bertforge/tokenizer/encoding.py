@@ -1,0 +1,259 @@
+"""From tokens to model rows: truncation (or overflowing windows), [CLS] A [SEP] (B [SEP]), padding, tensors.
+
+The tokenizer turns each text into `Tokens` (ids, and where asked their offsets and word ids); this module makes
+the rows transformers' BertTokenizerFast makes of them, with its options: truncation strategies and side,
+`return_overflowing_tokens` with `stride`, padding strategies, side and `pad_to_multiple_of`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bertforge.batching import pad_lists, padding_for
+from bertforge.errors import BertforgeError, ConfigError, InputError
+from bertforge.windows import window_starts
+
+
+def _longest_first(first: int, second: int | None, budget: int) -> tuple[int, int | None]:
+    """Shorten the longer sequence; if both exceed half the budget, halve it (an odd token goes to the
+    longer one, or to the second when they tie, as in tokenizers). (10, 3, 8) -> (5, 3); (10, 10, 7) -> (3, 4)."""
+    if second is None:
+        return budget, None
+    shorter = min(first, second)
+    if 2 * shorter <= budget:
+        return min(first, budget - shorter), min(second, budget - shorter)
+    half, odd = divmod(budget, 2)
+    return (half + odd, half) if first > second else (half, half + odd)
+
+
+def _only_first(first: int, second: int | None, budget: int) -> tuple[int, int | None]:
+    """Shorten only the first sequence, which must keep at least one token. (10, 3, 8) -> (5, 3)."""
+    excess = first + (second or 0) - budget
+    if first <= excess:
+        raise InputError(f"truncation='only_first' can't fit: the first text has {first} tokens and "
+                         f"{excess} must go; use 'longest_first' or a larger max_length")
+    return first - excess, second
+
+
+def _only_second(first: int, second: int | None, budget: int) -> tuple[int, int | None]:
+    """Shorten only the second sequence, which must keep at least one token. (3, 10, 8) -> (3, 5)."""
+    if second is None:
+        raise InputError("truncation='only_second' needs a text_pair")
+    excess = first + second - budget
+    if second <= excess:
+        raise InputError(f"truncation='only_second' can't fit: the second text has {second} tokens and "
+                         f"{excess} must go; use 'longest_first' or a larger max_length")
+    return first, second - excess
+
+
+# name -> (first length, second length or None, token budget) -> lengths to keep; called only when over budget.
+TRUNCATION_STRATEGIES: dict[str, Callable[[int, int | None, int], tuple[int, int | None]]] = {
+    "longest_first": _longest_first,
+    "only_first": _only_first,
+    "only_second": _only_second,
+}
+PADDING_STRATEGIES = ("do_not_pad", "longest", "max_length")
+SIDES = ("right", "left")
+
+
+@dataclass
+class Tokens:
+    """One text's tokens, without special tokens: ids, and (when asked) character offsets and word indices."""
+
+    ids: list[int]
+    offsets: list[tuple[int, int]] | None = None
+    word_ids: list[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def part(self, start: int, end: int) -> Tokens:
+        def cut(values):
+            return None if values is None else values[start:end]
+        return Tokens(self.ids[start:end], cut(self.offsets), cut(self.word_ids))
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """How rows are made to fit `max_length`: a strategy name (None: never cut), the side tokens go from, and with
+    `overflow`, the tokens cut off become further rows that repeat `stride` tokens of the one before."""
+
+    max_length: int
+    strategy: str | None = "longest_first"
+    side: str = "right"
+    overflow: bool = False
+    stride: int = 0
+
+
+def truncation_strategy(truncation: bool | str | None) -> str | None:
+    """True -> 'longest_first', False/None -> no truncation; names are checked against the table."""
+    if truncation is True:
+        return "longest_first"
+    if truncation is False or truncation is None or truncation == "do_not_truncate":
+        return None
+    if truncation not in TRUNCATION_STRATEGIES:
+        raise ConfigError(f"unknown truncation {truncation!r}; expected True, False or one of "
+                          f"{list(TRUNCATION_STRATEGIES)}")
+    return truncation
+
+
+def padding_strategy(padding: bool | str | None) -> str:
+    if padding is True:
+        return "longest"
+    if padding is False or padding is None:
+        return "do_not_pad"
+    if padding not in PADDING_STRATEGIES:
+        raise ConfigError(f"unknown padding {padding!r}; expected True, False or one of {list(PADDING_STRATEGIES)}")
+    return padding
+
+
+def check_side(name: str, side: str) -> str:
+    if side not in SIDES:
+        raise ConfigError(f"{name} must be 'right' or 'left', got {side!r}")
+    return side
+
+
+def _windows(tokens: Tokens | None, keep: int | None, truncation: Truncation) -> list[Tokens | None]:
+    """The parts of one sequence that rows hold: itself when it fits in `keep`, else its first (or, cutting from
+    the left, last) `keep` tokens, and with overflow the windows after it, `stride` tokens shared between
+    neighbours (transformers' order: from the kept end outwards)."""
+    if tokens is None or keep is None or len(tokens) <= keep:
+        return [tokens]
+    if truncation.overflow and truncation.stride >= keep:
+        raise InputError(f"stride={truncation.stride} must be smaller than the {keep} tokens a window keeps of "
+                         f"a sequence (max_length={truncation.max_length})")
+    starts = window_starts(len(tokens), keep, truncation.stride) if truncation.overflow else [0]
+    if truncation.side == "right":
+        return [tokens.part(start, min(start + keep, len(tokens))) for start in starts]
+    return [tokens.part(max(len(tokens) - start - keep, 0), len(tokens) - start) for start in starts]
+
+
+def truncated_pairs(first: Tokens, second: Tokens | None, truncation: Truncation
+                    ) -> list[tuple[Tokens, Tokens | None]]:
+    """(first, second) of each row: one, or with overflow one per window, in tokenizers' order when both
+    sequences overflow: (A0, B0), then each later window of A with every window of B, then A0 with B's later
+    windows."""
+    n_special = 2 if second is None else 3
+    if truncation.strategy is None:
+        return [(first, second)]
+    budget = truncation.max_length - n_special
+    if budget < 0:
+        raise InputError(f"max_length={truncation.max_length} leaves no room for the {n_special} special tokens")
+    n_first, n_second = len(first), (len(second) if second is not None else None)
+    if n_first + (n_second or 0) <= budget:
+        if truncation.strategy == "only_second" and second is None:
+            raise InputError("truncation='only_second' needs a text_pair")
+        return [(first, second)]
+    keep_first, keep_second = TRUNCATION_STRATEGIES[truncation.strategy](n_first, n_second, budget)
+    firsts, seconds = _windows(first, keep_first, truncation), _windows(second, keep_second, truncation)
+    rows = [(firsts[0], seconds[0])]
+    rows += [(a, b) for a in firsts[1:] for b in seconds]
+    rows += [(firsts[0], b) for b in seconds[1:]]
+    return rows
+
+
+def with_special_tokens(first: Tokens, second: Tokens | None, cls_id: int, sep_id: int, details: bool
+                        ) -> dict[str, list]:
+    """[CLS] A [SEP] (B [SEP]) with segment ids and the attention mask; offsets (0, 0) and word id None for the
+    special tokens when `details`."""
+    ids = [cls_id] + first.ids + [sep_id]
+    n_first = len(ids)
+    if second is not None:
+        ids += second.ids + [sep_id]
+    row: dict[str, list] = {
+        "input_ids": ids,
+        "token_type_ids": [0] * n_first + [1] * (len(ids) - n_first),
+        "attention_mask": [1] * len(ids),
+    }
+    if details:
+        none = [(0, 0)]
+        row["offset_mapping"] = none + first.offsets + none + (second.offsets + none if second is not None else [])
+        row["word_ids"] = [None] + first.word_ids + [None] + (second.word_ids + [None] if second is not None else [])
+    return row
+
+
+def special_tokens_mask(token_type_ids: list[int]) -> list[int]:
+    """1 at the template's [CLS] and [SEP]s, 0 at the texts' tokens (added special tokens in a text count as
+    text, as in transformers); padding adds 1s."""
+    mask = [0] * len(token_type_ids)
+    n_first = token_type_ids.count(0)
+    mask[0] = mask[n_first - 1] = mask[-1] = 1
+    return mask
+
+
+def pad_columns(columns: dict[str, list[list]], pad_token_id: int, padding: str, max_length: int | None,
+                pad_to_multiple_of: int | None = None, side: str = "right") -> None:
+    """Pad every per-token column in place to the longest row ('longest') or to max_length ('max_length'),
+    rounded up to a multiple of `pad_to_multiple_of`; rows already as long are left alone."""
+    if padding == "do_not_pad" or not columns:
+        return
+    lengths = map(len, next(iter(columns.values())))
+    if padding == "max_length":
+        if max_length is None:
+            raise ConfigError("padding='max_length' needs a max_length")
+        target = max_length
+    else:
+        target = max(lengths, default=0)
+    if pad_to_multiple_of:
+        target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
+    for name, rows in columns.items():
+        pad_lists(rows, target, padding_for(name, pad_token_id), left=side == "left")
+
+
+def to_tensors(columns: dict[str, list]) -> dict[str, Any]:
+    """return_tensors='pt': every column a torch.long tensor (word ids, which hold None, stay lists)."""
+    import torch
+
+    lengths = {len(row) for row in columns.get("input_ids", [])}
+    if len(lengths) > 1:
+        raise BertforgeError(f"return_tensors='pt' needs rows of one length, got lengths from {min(lengths)} "
+                             f"to {max(lengths)}; pass padding=True")
+    return {name: rows if name == "word_ids" else torch.tensor(rows, dtype=torch.long)
+            for name, rows in columns.items()}
+
+
+class BatchEncoding(dict):
+    """The tokenizer's output: a dict of input_ids, token_type_ids, attention_mask (and offset_mapping,
+    overflow_to_sample_mapping, ... when asked), flat lists for one text, lists of lists for a batch, or tensors.
+
+    `word_ids(i)` gives the word index of each token of row i (None for special and padding tokens), computing
+    them on first use when the call didn't ask for them.
+    """
+
+    def __init__(self, data: dict[str, Any], word_ids: list[list[int | None]] | None = None,
+                 compute_word_ids: Callable[[], list[list[int | None]]] | None = None):
+        super().__init__(data)
+        self._word_ids = word_ids
+        self._compute_word_ids = compute_word_ids
+
+    def word_ids(self, batch_index: int = 0) -> list[int | None]:
+        if self._word_ids is None:
+            if self._compute_word_ids is None:
+                raise BertforgeError("this encoding has no word ids")
+            self._word_ids = self._compute_word_ids()
+        return self._word_ids[batch_index]
+
+    def __getattr__(self, name: str) -> Any:
+        """encoding.input_ids, as transformers allows."""
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def to(self, device: Any) -> BatchEncoding:
+        """Tensors moved to `device` (model(**encoding.to("cuda")))."""
+        moved = {name: value.to(device) if hasattr(value, "to") else value for name, value in self.items()}
+        return BatchEncoding(moved, self._word_ids, self._compute_word_ids)
+
+
+def rows_of(values: Any) -> list:
+    """A column given as a list or a tensor -> a list (of lists)."""
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
+def flat_index(groups: list[int]) -> list[int]:
+    """overflow_to_sample_mapping: [2, 1] rows from texts 0 and 1 -> [0, 0, 1]."""
+    return list(itertools.chain.from_iterable([index] * count for index, count in enumerate(groups)))

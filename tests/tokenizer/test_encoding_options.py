@@ -1,0 +1,180 @@
+"""transformers' encoding options against BertTokenizerFast on real text: overflowing windows with a stride (SQuAD's
+long contexts, sentence pairs where both sides overflow), truncation and padding on the left, pad_to_multiple_of,
+the special-tokens mask and length, `pad` as a data collator uses it, and tokens added by the user."""
+
+from __future__ import annotations
+
+import pytest
+
+from bertforge.errors import BertforgeError
+from bertforge.tokenizer import BertTokenizer
+
+COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "offset_mapping", "special_tokens_mask",
+           "overflow_to_sample_mapping", "length")
+
+
+# A few texts that are hard to cut and pad: empty, all whitespace, one long word, CJK, accents, an emoji sequence.
+AWKWARD = ["", "   \t ", "supercalifragilisticexpialidocious" * 3, "中文字符和English混合", "Café İstanbul naïve",
+           "emoji 😀👍🏽 👨‍👩‍👧 ❤️"]
+
+
+@pytest.fixture
+def fresh(minilm_dir, fresh_reference):
+    """A bertforge tokenizer and a reference of their own, for tests that change settings or add tokens."""
+    return BertTokenizer.from_pretrained(minilm_dir), fresh_reference
+
+
+def as_plain(encoding) -> dict:
+    """A transformers encoding as lists, offsets as tuples (bertforge's form)."""
+    plain = {}
+    for key, value in encoding.items():
+        value = value.tolist() if hasattr(value, "tolist") else value
+        if key == "offset_mapping":
+            value = [[tuple(pair) for pair in row] for row in value]
+        plain[key] = value
+    return plain
+
+
+def assert_same_rows(got, expected):
+    assert set(got) - {"word_ids"} == set(expected), (sorted(got), sorted(expected))
+    for key in expected:
+        assert as_plain(got)[key] == as_plain(expected)[key], key
+    rows = len(expected["input_ids"])
+    assert [got.word_ids(i) for i in range(rows)] == [expected.word_ids(i) for i in range(rows)]
+
+
+@pytest.mark.parametrize("truncation_side", ["right", "left"])
+@pytest.mark.parametrize("max_length,stride", [(384, 128), (128, 32), (64, 0)])
+def test_squad_contexts_slide_as_in_transformers(fresh, squad_pairs, max_length, stride, truncation_side):
+    """The question-answering recipe: question and context, the context in windows sharing `stride` tokens."""
+    ours, reference = fresh
+    ours.truncation_side = reference.truncation_side = truncation_side
+    questions, contexts = map(list, zip(*squad_pairs[::40]))
+    options = dict(truncation="only_second", max_length=max_length, stride=stride, return_overflowing_tokens=True,
+                   return_offsets_mapping=True, padding="max_length")
+    expected = reference(questions, contexts, **options)
+    got = ours(questions, contexts, **options)
+    assert len(expected["input_ids"]) > len(questions)  # contexts did overflow
+    assert_same_rows(got, expected)
+
+
+@pytest.mark.parametrize("strategy", ["longest_first", "only_first", "only_second"])
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_pairs_overflowing_on_both_sides(fresh, glue_pairs, strategy, padding_side):
+    """With longest_first both texts may overflow: every window of one meets every window of the other, in the
+    Rust library's order. Pairs a one-sided strategy can't fit are refused by both (the reference panics)."""
+    ours, reference = fresh
+    ours.padding_side = reference.padding_side = padding_side
+    compared = 0
+    for first, second in glue_pairs[:400:4]:
+        options = dict(truncation=strategy, max_length=24 if strategy == "longest_first" else 56, stride=3,
+                       return_overflowing_tokens=True, return_offsets_mapping=True, return_special_tokens_mask=True,
+                       return_length=True, padding=True)
+        try:
+            expected = reference(first, second, **options)
+        except BaseException:  # noqa: B036 - tokenizers panics (PanicException derives from BaseException)
+            with pytest.raises(BertforgeError):
+                ours(first, second, **options)
+            continue
+        assert_same_rows(ours(first, second, **options), expected)
+        compared += 1
+    assert compared >= 50
+
+
+def test_single_texts_overflow_with_padding_to_a_multiple(fresh, corpora):
+    ours, reference = fresh
+    texts = corpora["squad_contexts"][:30] + AWKWARD
+    options = dict(max_length=48, truncation=True, stride=10, return_overflowing_tokens=True,
+                   return_offsets_mapping=True, padding=True, pad_to_multiple_of=16, return_special_tokens_mask=True,
+                   return_tensors="pt")
+    expected = reference(texts, **options)
+    got = ours(texts, **options)
+    assert got["input_ids"].shape[1] % 16 == 0
+    assert_same_rows(got, expected)
+    # One text with overflow gives a batch, as in transformers.
+    one = ours(texts[0], max_length=50, stride=10, return_overflowing_tokens=True)
+    assert one["input_ids"] == reference(texts[0], max_length=50, stride=10, truncation=True,
+                                         return_overflowing_tokens=True)["input_ids"]
+
+
+def test_stride_must_leave_room(ours):
+    with pytest.raises(BertforgeError, match="stride=20 must be smaller than the 8 tokens"):
+        ours("one two three four five six seven eight nine ten eleven", max_length=10, stride=20,
+             return_overflowing_tokens=True)
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+@pytest.mark.parametrize("truncation_side", ["right", "left"])
+def test_sides_and_output_flags(fresh, corpora, padding_side, truncation_side):
+    ours, reference = fresh
+    texts = corpora["sst2"][:50]
+    ours.padding_side = reference.padding_side = padding_side
+    ours.truncation_side = reference.truncation_side = truncation_side
+    options = dict(max_length=12, truncation=True, padding="max_length", return_offsets_mapping=True,
+                   return_special_tokens_mask=True, return_length=True)
+    assert_same_rows(ours(texts, **options), reference(texts, **options))
+    options = dict(return_token_type_ids=False, return_attention_mask=False)
+    assert ours(texts, **options) == reference(texts, **options).data
+
+
+def test_padding_and_truncation_sides_are_saved_and_read(fresh, tmp_path):
+    ours, _ = fresh
+    ours.padding_side, ours.truncation_side = "left", "left"
+    ours.save_pretrained(tmp_path)
+    reloaded = BertTokenizer.from_pretrained(tmp_path)
+    assert (reloaded.padding_side, reloaded.truncation_side) == ("left", "left")
+    transformers = pytest.importorskip("transformers")
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    assert (theirs.padding_side, theirs.truncation_side) == ("left", "left")
+    assert reloaded(["a b c", "d"], padding=True)["input_ids"] == theirs(["a b c", "d"], padding=True)["input_ids"]
+    (tmp_path / "tokenizer_config.json").write_text('{"padding_side": "middle"}')
+    with pytest.raises(BertforgeError, match="tokenizer_config.json: padding_side must be 'right' or 'left'"):
+        BertTokenizer.from_pretrained(tmp_path)
+
+
+def test_pad_collates_like_transformers(fresh, corpora):
+    """tokenizer.pad as a data collator calls it: encodings made without padding, labels kept as they are."""
+    ours, reference = fresh
+    texts = corpora["sst2"][:16]
+    rows = [dict(ours(text), label=index % 2) for index, text in enumerate(texts)]
+    reference_rows = [dict(reference(text), label=index % 2) for index, text in enumerate(texts)]
+    for options in (dict(), dict(return_tensors="pt", pad_to_multiple_of=8), dict(padding="max_length", max_length=80),
+                    dict(padding_side="left")):
+        got, expected = ours.pad(rows, **options), reference.pad(reference_rows, **options)
+        assert as_plain(got) == as_plain(expected), options
+    columns = ours(texts)  # one dict of unpadded rows
+    assert as_plain(ours.pad(columns)) == as_plain(reference.pad(reference(texts)))
+    with pytest.raises(BertforgeError, match="input_ids"):
+        ours.pad([{"label": 1}])
+
+
+def test_added_tokens_encode_decode_and_save_as_in_transformers(fresh, corpora, tmp_path):
+    ours, reference = fresh
+    words = ["covid19", "MiniLM", "hello"]  # 'hello' is in the vocabulary already
+    assert ours.add_tokens(words) == 2 and reference.add_tokens(words) >= 2
+    assert ours.add_special_tokens({"additional_special_tokens": ["[E1]", "[/E1]"]}) == 2
+    reference.add_special_tokens({"additional_special_tokens": ["[E1]", "[/E1]"]})
+    assert (len(ours), ours.vocab_size) == (len(reference), reference.vocab_size) == (30526, 30522)
+    texts = [f"[E1] {text[:60]} [/E1] covid19s, COVID19 and minilm; hellothere" for text in corpora["sst2"][:40]]
+    texts += ["[e1] is not [E1]", "MiniLM-L6 [/E1][E1]"]
+    options = dict(return_offsets_mapping=True, padding=True)
+    assert_same_rows(ours(texts, **options), reference(texts, **options))
+    ids = ours(texts)["input_ids"]
+    for skip in (True, False):
+        assert ours.batch_decode(ids, skip_special_tokens=skip) == reference.batch_decode(ids,
+                                                                                           skip_special_tokens=skip)
+    assert ours.all_special_ids == reference.all_special_ids
+    ours.save_pretrained(tmp_path)
+    transformers = pytest.importorskip("transformers")
+    theirs = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    reloaded = BertTokenizer.from_pretrained(tmp_path)
+    assert theirs(texts)["input_ids"] == reloaded(texts)["input_ids"] == ids
+    assert ours.add_tokens(["covid19", ""]) == 0  # nothing new
+
+
+def test_a_special_role_can_be_replaced(fresh):
+    ours, _ = fresh
+    assert ours.add_special_tokens({"sep_token": "<sep>"}) == 1
+    assert ours("a b")["input_ids"][-1] == ours.sep_token_id == 30522
+    with pytest.raises(BertforgeError, match="unknown special token role 'eos_token'"):
+        ours.add_special_tokens({"eos_token": "</s>"})
