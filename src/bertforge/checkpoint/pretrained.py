@@ -151,6 +151,46 @@ class Pretrained:
         model.sentence_embedding = read_sentence_embedding(directory)
         return finish_loading(model.eval()) if quantization is not None else model.eval()
 
+    def get_input_embeddings(self) -> torch.nn.Embedding:
+        """The word-embedding table (vocabulary, hidden)."""
+        encoder = getattr(self, "bert", self)
+        return encoder.embeddings.tokens
+
+    def resize_token_embeddings(self, new_num_tokens: int | None = None,
+                                pad_to_multiple_of: int | None = None) -> torch.nn.Embedding:
+        """Give the word embeddings (and a masked-LM head's decoder and bias) `new_num_tokens` rows, after
+        `tokenizer.add_tokens`: model.resize_token_embeddings(len(tokenizer)).
+
+        New rows start at the mean of the old ones (transformers' default since 4.46: a new token starts as an
+        average word, not as noise the model never saw); fewer rows drop the last ones.
+        """
+        table = self.get_input_embeddings()
+        rows = table.num_embeddings if new_num_tokens is None else new_num_tokens
+        if pad_to_multiple_of:
+            rows = -(-rows // pad_to_multiple_of) * pad_to_multiple_of
+        if not isinstance(rows, int) or rows < 1:
+            raise ConfigError(f"new_num_tokens must be a positive integer, got {new_num_tokens!r}")
+        if rows == table.num_embeddings:
+            return table
+        padding_idx = table.padding_idx if table.padding_idx is not None and table.padding_idx < rows else None
+        resized = torch.nn.Embedding(rows, table.embedding_dim, padding_idx=padding_idx,
+                                     device=table.weight.device, dtype=table.weight.dtype)
+        with torch.no_grad():
+            resized.weight.copy_(_resized(table.weight, rows))
+        getattr(self, "bert", self).embeddings.tokens = resized
+        from bertforge.pretraining.heads import MaskedLMHead  # the heads build on this module
+
+        for head in self.modules():  # a masked-LM head scores every word: its bias (and own decoder) follow
+            if isinstance(head, MaskedLMHead):
+                head.bias = torch.nn.Parameter(_resized(head.bias.detach(), rows))
+                if head.decoder is not None:
+                    head.decoder.weight = torch.nn.Parameter(_resized(head.decoder.weight.detach(), rows))
+                    head.decoder.out_features = rows
+        for owner in (self, getattr(self, "bert", None)):
+            if owner is not None:
+                owner.config.vocab_size = rows
+        return resized
+
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write config.json and model.safetensors with the ecosystem's names (and an encoder's
         sentence-transformers layout, when it was loaded with one)."""
@@ -166,6 +206,14 @@ class Pretrained:
         if getattr(self, "sentence_embedding", None) is not None and not hasattr(self, "bert"):
             write_sentence_embedding(directory, self.sentence_embedding, self.config.hidden_size)
         return directory
+
+
+def _resized(table: torch.Tensor, rows: int) -> torch.Tensor:
+    """The first `rows` rows of a (vocabulary, ...) tensor, or all of them and then rows of their mean."""
+    if rows <= table.shape[0]:
+        return table[:rows].clone()
+    extra = table.float().mean(dim=0, keepdim=True).to(table.dtype).expand(rows - table.shape[0], *table.shape[1:])
+    return torch.cat([table, extra])
 
 
 def saved_dtype(config: BertConfig, state: dict[str, torch.Tensor]) -> BertConfig:

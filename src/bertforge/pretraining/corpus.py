@@ -69,7 +69,7 @@ def tokenizer_identity(tokenizer: BertTokenizer) -> dict[str, Any]:
     """What decides the ids: the settings plus a hash of the vocabulary (two vocab.txt files can share a size)."""
     vocab_hash = hashlib.sha256("\n".join(tokenizer.vocab.id_to_token).encode("utf-8")).hexdigest()
     return {
-        "vocab_size": tokenizer.vocab_size,
+        "vocab_size": len(tokenizer),
         "vocab_sha256": vocab_hash,
         "do_lower_case": tokenizer.do_lower_case,
         "strip_accents": tokenizer.strip_accents,
@@ -178,7 +178,7 @@ def prepare_corpus(paths: Sequence[str | Path], tokenizer: BertTokenizer, output
     identity = tokenizer_identity(tokenizer)
     _claim_output_dir(output_dir, sources, identity)
 
-    dtype = token_dtype(tokenizer.vocab_size)
+    dtype = token_dtype(len(tokenizer))
     writer = ShardWriter(output_dir, dtype, shard_tokens)
     # The tokenizer's id-only path (no special tokens, offsets or dicts): ~2x faster than __call__ on a batch.
     encode: Callable[[str], list[int]] = tokenizer._encode_ids
@@ -209,7 +209,7 @@ def prepare_corpus(paths: Sequence[str | Path], tokenizer: BertTokenizer, output
                          "(expected one sentence per line, blank lines between documents)",
                          paths[0] if len(paths) == 1 else None)
     tokenizer.save_pretrained(output_dir / TOKENIZER_DIR)
-    manifest = {"format": FORMAT, "version": VERSION, "vocab_size": tokenizer.vocab_size, "dtype": dtype.name,
+    manifest = {"format": FORMAT, "version": VERSION, "vocab_size": len(tokenizer), "dtype": dtype.name,
                 "documents": summary.documents, "sentences": summary.sentences, "tokens": summary.tokens,
                 "shards": writer.shards, "content_sha256": writer.content.hexdigest(), "sources": sources,
                 "tokenizer": identity}

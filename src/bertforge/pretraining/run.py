@@ -41,7 +41,7 @@ from bertforge.checkpoint.train_state import (
 )
 from bertforge.config import PRESETS, BertConfig, JsonConfig, check_number, dropout_overrides
 from bertforge.errors import ConfigError
-from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging
+from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging, to_json
 from bertforge.pretraining.collate import PretrainingCollator, batches
 from bertforge.pretraining.corpus import TOKENIZER_DIR, CorpusReader, tokenizer_identity
 from bertforge.pretraining.evaluation import batch_counts, evaluate_mlm, summarise
@@ -188,7 +188,7 @@ def model_config(name_or_path: str, tokenizer: BertTokenizer, seq_len: int, drop
                  init_from: str | None = None) -> BertConfig:
     """A preset name or config.json, with the tokenizer's vocabulary size and padding id (and `dropout`); with
     `init_from`, that model directory's config.json, whose vocabulary must be the tokenizer's."""
-    overrides = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.vocab.pad_token_id,
+    overrides = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.vocab.pad_token_id,
                  **dropout_overrides(dropout)}
     if init_from is not None:
         from bertforge.compress.quantize import check_not_quantized  # compress builds on the models
@@ -196,9 +196,9 @@ def model_config(name_or_path: str, tokenizer: BertTokenizer, seq_len: int, drop
         path = resolve_model_dir(init_from) / CONFIG_FILE
         config = BertConfig.load(path)  # a ConfigError naming the file if there is none
         check_not_quantized(path.parent, "pre-train from", init_from)
-        if config.vocab_size != tokenizer.vocab_size:
+        if config.vocab_size != len(tokenizer):
             raise ConfigError(f"{path}: vocab_size {config.vocab_size} differs from the corpus tokenizer's "
-                              f"{tokenizer.vocab_size}; prepare the corpus with that model's vocabulary")
+                              f"{len(tokenizer)}; prepare the corpus with that model's vocabulary")
         config = dataclasses.replace(config, **overrides)
     elif name_or_path in PRESETS:
         config = BertConfig.preset(name_or_path, **overrides)
@@ -392,7 +392,7 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
             return
         history.append(record)
         with open(work / LOG_FILE, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+            handle.write(to_json(record) + "\n")
 
     def evaluate() -> None:
         # Rank 0 scores the whole held-out split alone, so that the numbers are a single process's; the others
