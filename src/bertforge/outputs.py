@@ -9,9 +9,12 @@ only when the user says so (`overwrite`).
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from bertforge.errors import ConfigError, InputError
 
@@ -109,3 +112,20 @@ def finish_staging(output: str | Path) -> Path:
     if previous.exists():
         shutil.rmtree(previous)
     return output
+
+
+def finite(value: Any) -> Any:
+    """The value with every NaN or infinite float as None: JSON has no NaN, and strict readers (jq, browsers,
+    other languages) refuse the bare NaN Python's json writes."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(item) for item in value]
+    return value
+
+
+def to_json(value: Any, **options: Any) -> str:
+    """json.dumps for the files and lines bertforge writes: standard JSON, a NaN metric or loss as null."""
+    return json.dumps(finite(value), allow_nan=False, **options)

@@ -64,6 +64,22 @@ def test_evaluate_takes_the_models_own_task_named(world, tmp_path, run_cli):
     assert "spearman" in out
 
 
+def test_an_undefined_metric_is_written_as_standard_json(world, tmp_path, run_cli):
+    """Targets all equal leave the correlations undefined (NaN, as scipy says): eval_results.json holds null
+    there, which every JSON reader takes, not Python's bare NaN."""
+    (tmp_path / "flat.csv").write_text("sentence,label\n" + "".join(f'"{t}",2.0\n' for t, _ in SCORES))
+    code, out, err = run_cli("evaluate", "--model", world / "regression", "--data", tmp_path / "flat.csv",
+                             "--output", tmp_path / "m.json")
+    assert code == 0, err
+
+    def refuse(constant):
+        raise AssertionError(f"{constant} in eval_results.json")
+
+    results = json.loads((tmp_path / "m.json").read_text(), parse_constant=refuse)
+    assert results["pearson"] is None and results["spearman"] is None
+    assert results["examples"] == len(SCORES)
+
+
 def test_a_classifier_from_elsewhere_may_be_read_as_multi_label(tmp_path, tokenizer):
     """Without a run config or problem_type a multi-label head looks like a classifier's: --task multi_label may say
     what it is; regression, whose one output it doesn't have, is still refused."""

@@ -4,11 +4,11 @@ scores), entities (ner), or answer spans (qa)."""
 from __future__ import annotations
 
 import argparse
-import json
 
 from bertforge.cli.arguments import check_writable, inference_options, input_file, report, write_output
 from bertforge.cli.finetune import add_trained_model_arguments
 from bertforge.errors import ConfigError, InputError
+from bertforge.outputs import to_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             answers = predict(args.model, path, text_column=args.text_column, text_pair_column=args.text_pair_column,
                               batch_size=args.batch_size, max_length=args.max_length,
                               inference=inference_options(args), decoding=args.decoding, format=args.format)
-    write_output(args.output, "".join(json.dumps(answer, ensure_ascii=False) + "\n" for answer in answers))
+    write_output(args.output, "".join(to_json(answer, ensure_ascii=False) + "\n" for answer in answers))
     report(args.output, f"wrote {len(answers)} predictions to {args.output}")
     return 0
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from bertforge.cli.arguments import check_writable, finite_float, positive_int, report, write_output
+from bertforge.outputs import to_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     metrics = evaluate_pretrained(args.model, args.data, holdout, batch_size=args.batch_size,
                                   max_batches=args.max_batches, seq_len=args.max_length, masking=args.masking,
                                   seed=args.seed)
-    write_output(output, json.dumps(metrics, indent=2) + "\n")
+    write_output(output, to_json(metrics, indent=2) + "\n")
     report(output, f"held-out masked LM: loss {metrics['loss']:.4f}, perplexity {metrics['perplexity']:.2f}, "
                    f"accuracy {metrics['accuracy']:.4f} ({metrics['masked_tokens']:,} masked tokens; always "
                    f"guessing the most frequent one: {metrics['frequency_baseline_accuracy']:.4f})")

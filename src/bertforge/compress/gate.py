@@ -5,7 +5,6 @@ metric drops by no more than the points allowed.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.errors import InputError
+from bertforge.outputs import to_json
 from bertforge.tasks.finetune import FinetunedModel
 
 COMPRESSION_FILE = "compression.json"
@@ -115,7 +115,7 @@ def write_if_accepted(report: GateReport | None, output: Path, write: Callable[[
     try:
         write(temporary)
         if report is not None:
-            (temporary / COMPRESSION_FILE).write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+            (temporary / COMPRESSION_FILE).write_text(to_json(report.to_dict(), indent=2) + "\n", encoding="utf-8")
         os.chmod(temporary, 0o755)  # mkdtemp makes it private; the result is an ordinary directory
         os.replace(temporary, output)
     finally:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import logging
 import os
 import shutil
@@ -35,7 +34,7 @@ from bertforge.config import (
 )
 from bertforge.errors import BertforgeError, ConfigError, InputError, check_choice
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
-from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging
+from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging, to_json
 from bertforge.runtime import resolve_device, seed_everything, to_device
 from bertforge.tasks.data import (
     PLAIN_TEXT_COLUMN,
@@ -562,7 +561,7 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
         record = {"model": str(model), "data": str(data), "examples": len(examples),
                   "inference": dataclasses.asdict(inference), **decoding_setting(finetuned.settings, decoding),
                   **metrics}
-        write_text_atomic(output, json.dumps(record, indent=2) + "\n")
+        write_text_atomic(output, to_json(record, indent=2) + "\n")
     return metrics
 
 

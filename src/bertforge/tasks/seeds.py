@@ -8,7 +8,6 @@ change helps only when it beats the spread. OUTPUT/seeds.json records each seed'
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import shutil
 import statistics
@@ -19,7 +18,7 @@ from typing import Any
 
 from bertforge.atomic import atomic_path, write_text_atomic
 from bertforge.errors import ConfigError
-from bertforge.outputs import check_output_dir, staging_dir
+from bertforge.outputs import check_output_dir, staging_dir, to_json
 from bertforge.tasks.finetune import FinetuneConfig, FinetuneResult, finetune
 from bertforge.tasks.metrics import greater_is_better
 from bertforge.tasks.registry import RUN_CONFIG_FILE
@@ -105,7 +104,7 @@ def finetune_seeds(config: FinetuneConfig, seeds: Sequence[int], train_examples:
     keep_model(seed_dir(output, best_seed), output)
     record = {"metric": metric, "greater_is_better": higher, "seeds": seeds, "best_seed": best_seed,
               "runs": {str(seed): runs[seed].best for seed in seeds}, "summary": summary}
-    write_text_atomic(output / SEEDS_FILE, json.dumps(record, indent=2, allow_nan=True) + "\n")
+    write_text_atomic(output / SEEDS_FILE, to_json(record, indent=2) + "\n")
     return SeedsResult(output, runs, summary, metric, best_seed)
 
 

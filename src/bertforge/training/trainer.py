@@ -25,6 +25,7 @@ from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.train_state import load_train_state, restore_rng_states, rng_states, save_train_state
 from bertforge.config import JsonConfig
 from bertforge.errors import BertforgeError, ConfigError, InputError
+from bertforge.outputs import to_json
 from bertforge.runtime import bf16_supported, resolve_device, seed_everything, to_device
 from bertforge.training import distributed
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
@@ -127,7 +128,7 @@ def keep_log_until(path: Path, step: int, evaluations: int | None = None) -> Non
             evaluations -= 1
         if record.get("step", 0) <= step:
             kept.append(record)
-    write_text_atomic(path, "".join(json.dumps(record) + "\n" for record in kept))
+    write_text_atomic(path, "".join(to_json(record) + "\n" for record in kept))
 
 
 def batch_size_of(batch: Any) -> int:
@@ -360,7 +361,7 @@ class Trainer:
         self.log({"event": "eval", **record})
         if self.output_dir:
             summary = {"main_metric": self.main_metric, "best": self.best, "evaluations": self.history}
-            write_text_atomic(self.output_dir / METRICS_FILE, json.dumps(summary, indent=2) + "\n")
+            write_text_atomic(self.output_dir / METRICS_FILE, to_json(summary, indent=2) + "\n")
         return self.is_patience_exhausted()
 
     def is_patience_exhausted(self) -> bool:
@@ -371,4 +372,4 @@ class Trainer:
         """Append one JSON line to the training log (a log grows line by line; metrics.json is atomic)."""
         if self.output_dir and self.is_main:
             with open(self.output_dir / TRAIN_LOG_FILE, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record) + "\n")
+                handle.write(to_json(record) + "\n")
