@@ -46,7 +46,7 @@ def test_train_then_eval(corpus, tmp_path, capsys):
     captured = capsys.readouterr()
     assert json.loads(captured.out) == metrics and "wrote -" in captured.err
     assert main(["pretrain", "plot", str(tmp_path / "model"), "--output", "-"]) == 1
-    assert "--output -: the plot is a PNG image; give a file name" in capsys.readouterr().err
+    assert "--output -: the plot is an image; give a file name" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("change, message", [
@@ -88,6 +88,12 @@ def test_plot_draws_a_real_run_log(corpus, tmp_path, capsys):
     assert png_size(tmp_path / "model" / "curves.png") == (1100, 700)  # figsize 11 x 7 inches at 100 dpi
     assert main(["pretrain", "plot", str(tmp_path / "model"), "--output", str(tmp_path / "plots" / "run.png")]) == 0
     assert png_size(tmp_path / "plots" / "run.png") == (1100, 700)
+    # The suffix names the format; one matplotlib can't write is refused before anything is drawn.
+    assert main(["pretrain", "plot", str(tmp_path / "model"), "--output", str(tmp_path / "run.svg")]) == 0
+    assert (tmp_path / "run.svg").read_text().lstrip().startswith("<?xml")
+    assert main(["pretrain", "plot", str(tmp_path / "model"), "--output", str(tmp_path / "run.docx")]) == 1
+    assert "run.docx: can't draw a .docx image; name a file ending in one of" in capsys.readouterr().err
+    assert not (tmp_path / "run.docx").exists()
 
 
 def test_plot_of_a_missing_or_empty_log_is_one_line(tmp_path, capsys):

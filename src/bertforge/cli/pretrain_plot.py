@@ -14,7 +14,8 @@ DEFAULT_IMAGE = "curves.png"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the --output folder of `pretrain train` (or its log.jsonl)")
     parser.add_argument("--output", "-o", default=None, metavar="FILE.png",
-                        help=f"where to write the PNG (default: RUN_DIR/{DEFAULT_IMAGE})")
+                        help=f"where to write the image, its format from the suffix: .png, .svg, .pdf, .jpg, ... "
+                             f"(default: RUN_DIR/{DEFAULT_IMAGE})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     log_path = run_dir if run_dir.is_file() else run_dir / LOG_FILE
     if args.output == STANDARD_STREAM:  # a PNG is no text to print: name a file
-        raise InputError("the plot is a PNG image; give a file name (e.g. curves.png)", "--output -")
+        raise InputError("the plot is an image; give a file name (e.g. curves.png)", "--output -")
     output = check_writable(args.output or log_path.parent / DEFAULT_IMAGE)
     plot_log(read_log(log_path), output, title=str(log_path.parent))
     print(f"wrote {output}")

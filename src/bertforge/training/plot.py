@@ -72,6 +72,11 @@ def plot_log(records: list[dict[str, Any]], panels: dict[str, list[Curve]], outp
     except ImportError:
         raise BertforgeError('plotting needs matplotlib: pip install "bertforge[plot]"') from None
     rows = math.ceil(len(panels) / columns)
+    image_format = output.suffix[1:].lower() or "png"  # x.svg draws SVG; a name without a suffix gets PNG
+    supported = Figure().canvas.get_supported_filetypes()
+    if image_format not in supported:
+        raise InputError(f"can't draw a .{image_format} image; name a file ending in one of "
+                         f"{', '.join('.' + name for name in sorted(supported))}", output)
     figure = Figure(figsize=(panel_size[0] * columns, panel_size[1] * rows), layout="constrained")
     figure.suptitle(title)
     for axes, (panel, curves) in zip(figure.subplots(rows, columns, squeeze=False).flat, panels.items()):
@@ -94,4 +99,4 @@ def plot_log(records: list[dict[str, Any]], panels: dict[str, list[Curve]], outp
         else:
             axes.text(0.5, 0.5, "not in this log", ha="center", va="center", transform=axes.transAxes)
     with atomic_path(output) as temporary:
-        figure.savefig(temporary, format="png", dpi=100)
+        figure.savefig(temporary, format=image_format, dpi=100)
