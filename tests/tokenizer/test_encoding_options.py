@@ -178,3 +178,16 @@ def test_a_special_role_can_be_replaced(fresh):
     assert ours("a b")["input_ids"][-1] == ours.sep_token_id == 30522
     with pytest.raises(BertforgeError, match="unknown special token role 'eos_token'"):
         ours.add_special_tokens({"eos_token": "</s>"})
+
+
+def test_bertforge_pads_its_own_batches_on_the_right(fresh, corpora):
+    """A checkpoint's tokenizer_config may say padding_side "left"; the batches bertforge pads itself (calibration,
+    the ONNX export's checks) still start with [CLS], where BERT reads it."""
+    from bertforge.compress.quantize import calibration_batches
+    from bertforge.inference.onnx import check_batches
+
+    ours, _ = fresh
+    ours.padding_side = "left"
+    assert ours(["a b c", "d"], padding=True)["input_ids"][1][0] == ours.pad_token_id
+    for batch in calibration_batches(ours, corpora["sst2"][:20]) + check_batches(ours, 64):
+        assert (batch["input_ids"][:, 0] == ours.cls_token_id).all()

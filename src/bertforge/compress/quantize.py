@@ -505,7 +505,8 @@ def calibration_batches(tokenizer, texts: Iterable[str] | None = None, batch_siz
     from bertforge.compress.calibration import CALIBRATION_SENTENCES
 
     texts = list(CALIBRATION_SENTENCES if texts is None else texts)
-    return [dict(tokenizer(texts[i:i + batch_size], max_length=max_length, padding=True, return_tensors="pt"))
+    return [dict(tokenizer(texts[i:i + batch_size], max_length=max_length, padding=True, padding_side="right",
+                           return_tensors="pt"))
             for i in range(0, len(texts), batch_size)]
 
 

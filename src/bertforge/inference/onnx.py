@@ -171,7 +171,8 @@ def _quiet_exporter() -> Iterator[None]:
 def check_batches(tokenizer, max_length: int, texts: Sequence[str] = CHECK_TEXTS) -> list[dict[str, torch.Tensor]]:
     """Padded real batches of three shapes: all texts, the first one alone (batch 1), and text pairs."""
     half = len(texts) // 2
-    encode = dict(truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+    # On the right whatever the tokenizer's padding_side: BERT reads [CLS] at position 0.
+    encode = dict(truncation=True, max_length=max_length, padding=True, padding_side="right", return_tensors="pt")
     return [dict(tokenizer(list(texts), **encode)), dict(tokenizer(texts[:1], **encode)),
             dict(tokenizer(list(texts[:half]), list(texts[half:2 * half]), **encode))]
 
@@ -204,7 +205,7 @@ def export_onnx(model: nn.Module, tokenizer, path: str | Path, task: str | None 
     max_length = readable_length(model, tokenizer)
     device = next(model.parameters()).device
     sample = tokenizer(["Hello world.", "The export traces this pair of sentences."], padding=True,
-                       return_tensors="pt")
+                       padding_side="right", return_tensors="pt")
     sample = tuple(sample[name].to(device) for name in INPUT_NAMES)
     batch = torch.export.Dim("batch", min=1, max=4096)
     seq = torch.export.Dim("seq", min=1, max=model.config.max_position_embeddings)
