@@ -46,7 +46,7 @@ def test_three_windows_and_an_answer_across_a_boundary(tokenizer):
     # "five six" (tokens 4-5) crosses the end of window 0 and is wholly inside window 1 only.
     example = QAExample("x", "q?", CONTEXT, [("five six", CONTEXT.index("five"))])
     features = span_features([example], tokenizer, max_length=10, stride=2, max_query_length=2)
-    assert [tokenizer.decode(f.input_ids) for f in features] == [
+    assert [tokenizer.decode(f.input_ids, skip_special_tokens=True) for f in features] == [
         "q? one two three four five", "q? four five six seven eight", "q? seven eight nine ten eleven"]
     assert [f.token_type_ids for f in features] == [[0] * 4 + [1] * 6] * 3
     assert [(f.start_position, f.end_position) for f in features] == [(0, 0), (5, 6), (0, 0)]
@@ -66,7 +66,7 @@ def test_three_windows_and_an_answer_across_a_boundary(tokenizer):
 def test_long_questions_are_cut_to_max_query_length(tokenizer):
     example = QAExample("x", "one two three four five six", CONTEXT, [])
     [feature] = span_features([example], tokenizer, max_length=20, stride=1, max_query_length=3)
-    assert tokenizer.decode(feature.input_ids) == "one two three " + CONTEXT
+    assert tokenizer.decode(feature.input_ids, skip_special_tokens=True) == "one two three " + CONTEXT
 
 
 def test_n_best_from_hand_made_logits():

@@ -54,7 +54,7 @@ def test_normalized_tokens_read_back_normalised(saved_with_normalized_tokens):
         for skip in (True, False):
             assert ours.decode(encoded["input_ids"], skip_special_tokens=skip) == \
                 reference.decode(expected["input_ids"], skip_special_tokens=skip), text
-    assert ours.decode(ours("In Zürich, COVID")["input_ids"]) == "in zurich, covid"
+    assert ours.decode(ours("In Zürich, COVID")["input_ids"], skip_special_tokens=True) == "in zurich, covid"
 
 
 def test_normalized_tokens_saved_as_added(saved_with_normalized_tokens, tmp_path):

@@ -101,9 +101,9 @@ def test_truncation_errors(tiny):
 
 def test_decode(tiny):
     ids = tiny("Unaffable, wanted [MASK] café!")["input_ids"]
-    assert tiny.decode(ids) == "unaffable, wanted cafe!"
-    assert tiny.decode(ids, skip_special_tokens=False) == "[CLS] unaffable, wanted [MASK] cafe! [SEP]"
-    assert tiny.decode(torch.tensor(ids)) == "unaffable, wanted cafe!"
+    assert tiny.decode(ids, skip_special_tokens=True) == "unaffable, wanted cafe!"
+    assert tiny.decode(ids) == "[CLS] unaffable, wanted [MASK] cafe! [SEP]"  # transformers' default keeps them
+    assert tiny.decode(torch.tensor(ids), skip_special_tokens=True) == "unaffable, wanted cafe!"
 
 
 def test_vocabulary_api(tiny, tiny_tokens):

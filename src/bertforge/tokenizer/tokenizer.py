@@ -244,8 +244,9 @@ class BertTokenizer:
         """'Unaffable café owners!' -> ['una', '##ffa', '##ble', 'cafe', 'owners', '!'] (no [CLS]/[SEP])."""
         return [self.vocab.id_to_token[i] for i in self._encode_ids(text)]
 
-    def decode(self, ids: int | Sequence[int], skip_special_tokens: bool = True) -> str:
-        """Ids -> text, "##" pieces glued to their word: [101, 7592, 999, 102] -> 'hello!'. Takes one id, a list
+    def decode(self, ids: int | Sequence[int], skip_special_tokens: bool = False) -> str:
+        """Ids -> text, "##" pieces glued to their word: [101, 7592, 999, 102] -> '[CLS] hello! [SEP]', or 'hello!'
+        with `skip_special_tokens`. Takes one id, a list
         or a 1-d tensor (a batch: `batch_decode`).
 
         Matches transformers' decode for BERT (its WordPiece decoder with clean-up): words are joined by
@@ -258,7 +259,7 @@ class BertTokenizer:
             raise InputError("decode takes one sequence of token ids; for several, use batch_decode")
         return self.convert_tokens_to_string(self.convert_ids_to_tokens(ids), skip_special_tokens)
 
-    def batch_decode(self, sequences: Sequence[Sequence[int]], skip_special_tokens: bool = True) -> list[str]:
+    def batch_decode(self, sequences: Sequence[Sequence[int]], skip_special_tokens: bool = False) -> list[str]:
         """One text per row of ids (lists, or a 2-d tensor)."""
         sequences = sequences.tolist() if hasattr(sequences, "tolist") else sequences
         return [self.decode(ids, skip_special_tokens) for ids in sequences]
