@@ -191,3 +191,25 @@ def test_bertforge_pads_its_own_batches_on_the_right(fresh, corpora):
     assert ours(["a b c", "d"], padding=True)["input_ids"][1][0] == ours.pad_token_id
     for batch in calibration_batches(ours, corpora["sst2"][:20]) + check_batches(ours, 64):
         assert (batch["input_ids"][:, 0] == ours.cls_token_id).all()
+
+
+@pytest.mark.parametrize("clean_up", [True, False])
+def test_clean_up_tokenization_spaces_is_read_as_transformers_reads_it(minilm_dir, corpora, tmp_path, clean_up):
+    """Older BERT checkpoints say clean_up_tokenization_spaces: true, and transformers then glues "it ' s" into
+    "it's" in decode; bertforge reads the setting, saves it, and decodes real text as transformers does."""
+    import json
+    import shutil
+
+    transformers = pytest.importorskip("transformers")
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(minilm_dir / name, tmp_path / name)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config | {"clean_up_tokenization_spaces": clean_up}))
+    ours, theirs = BertTokenizer.from_pretrained(tmp_path), transformers.AutoTokenizer.from_pretrained(tmp_path)
+    texts = corpora["wikitext2"][:200] + ["It's what they're doing, isn't it? I'm sure we've seen it ' s done ."]
+    ids = ours(texts)["input_ids"]
+    assert ours.batch_decode(ids) == theirs.batch_decode(ids)
+    assert ours.batch_decode(ids, skip_special_tokens=True) == theirs.batch_decode(ids, skip_special_tokens=True)
+    assert ("it's" in ours.decode(ids[-1])) == clean_up
+    ours.save_pretrained(tmp_path / "saved")
+    assert BertTokenizer.from_pretrained(tmp_path / "saved").clean_up_tokenization_spaces == clean_up

@@ -41,6 +41,9 @@ from bertforge.validation import check_number
 # The reference's WordPiece decoder glues these onto the previous token (applied token by token).
 DECODE_CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
                   (" 'm", "'m"), (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
+# transformers' clean_up_tokenization, on the whole decoded text where tokenizer_config.json asks for it
+# (clean_up_tokenization_spaces: true, as older BERT checkpoints say): "it ' s" -> "it's".
+TEXT_CLEANUP = tuple(pair for pair in DECODE_CLEANUP if pair[0] != " do not")
 
 
 class SplitWords(str):
@@ -75,7 +78,8 @@ class BertTokenizer:
     def __init__(self, vocab: Vocab | str | Path, do_lower_case: bool = True, strip_accents: bool | None = None,
                  tokenize_chinese_chars: bool = True, model_max_length: int = DEFAULT_MAX_LENGTH,
                  added_tokens: dict[int, AddedToken] | None = None, max_word_chars: int = MAX_WORD_CHARS,
-                 padding_side: str = "right", truncation_side: str = "right"):
+                 padding_side: str = "right", truncation_side: str = "right",
+                 clean_up_tokenization_spaces: bool = False):
         """`added_tokens`: id -> AddedToken, matched whole before basic tokenization (the special tokens of the
         vocabulary are added tokens too, as in transformers); ids past the vocabulary extend it."""
         self.vocab = vocab if isinstance(vocab, Vocab) else Vocab.from_file(vocab)
@@ -86,6 +90,7 @@ class BertTokenizer:
         self.max_word_chars = max_word_chars
         self.padding_side = check_side("padding_side", padding_side)
         self.truncation_side = check_side("truncation_side", truncation_side)
+        self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
         self.added_tokens = dict(added_tokens or {})
         self.basic = BasicTokenizer(lowercase=do_lower_case, strip_accents=strip_accents,
                                     split_cjk=tokenize_chinese_chars)
@@ -244,25 +249,31 @@ class BertTokenizer:
         """'Unaffable café owners!' -> ['una', '##ffa', '##ble', 'cafe', 'owners', '!'] (no [CLS]/[SEP])."""
         return [self.vocab.id_to_token[i] for i in self._encode_ids(text)]
 
-    def decode(self, ids: int | Sequence[int], skip_special_tokens: bool = False) -> str:
+    def decode(self, ids: int | Sequence[int], skip_special_tokens: bool = False,
+               clean_up_tokenization_spaces: bool | None = None) -> str:
         """Ids -> text, "##" pieces glued to their word: [101, 7592, 999, 102] -> '[CLS] hello! [SEP]', or 'hello!'
-        with `skip_special_tokens`. Takes one id, a list
-        or a 1-d tensor (a batch: `batch_decode`).
+        with `skip_special_tokens`. Takes one id, a list or a 1-d tensor (a batch: `batch_decode`).
 
         Matches transformers' decode for BERT (its WordPiece decoder with clean-up): words are joined by
         spaces and '.', '?', '!', ',' attach to the word before; lower-casing and accents are not undone.
+        `clean_up_tokenization_spaces` (default: the tokenizer's setting) also glues "it ' s" into "it's".
         """
         ids = ids.tolist() if hasattr(ids, "tolist") else ids
         if isinstance(ids, int):
             ids = [ids]
         if any(not isinstance(token_id, numbers.Integral) for token_id in ids):
             raise InputError("decode takes one sequence of token ids; for several, use batch_decode")
-        return self.convert_tokens_to_string(self.convert_ids_to_tokens(ids), skip_special_tokens)
+        text = self.convert_tokens_to_string(self.convert_ids_to_tokens(ids), skip_special_tokens)
+        if self.clean_up_tokenization_spaces if clean_up_tokenization_spaces is None else clean_up_tokenization_spaces:
+            for dirty, clean in TEXT_CLEANUP:
+                text = text.replace(dirty, clean)
+        return text
 
-    def batch_decode(self, sequences: Sequence[Sequence[int]], skip_special_tokens: bool = False) -> list[str]:
+    def batch_decode(self, sequences: Sequence[Sequence[int]], skip_special_tokens: bool = False,
+                     clean_up_tokenization_spaces: bool | None = None) -> list[str]:
         """One text per row of ids (lists, or a 2-d tensor)."""
         sequences = sequences.tolist() if hasattr(sequences, "tolist") else sequences
-        return [self.decode(ids, skip_special_tokens) for ids in sequences]
+        return [self.decode(ids, skip_special_tokens, clean_up_tokenization_spaces) for ids in sequences]
 
     def convert_tokens_to_string(self, tokens: Sequence[str], skip_special_tokens: bool = False) -> str:
         """['hello', '##s', '!'] -> 'hellos!' (decode's joining, on tokens)."""
@@ -480,7 +491,7 @@ def _pairs_like(texts: list[str], text_pair: str | Sequence[str] | None, is_batc
 
 def _check_settings(settings: dict[str, Any], source: Path) -> None:
     """Flags must be true/false (the string "no" is truthy), model_max_length a positive integer."""
-    for key in ("do_lower_case", "tokenize_chinese_chars", "strip_accents"):
+    for key in ("do_lower_case", "tokenize_chinese_chars", "strip_accents", "clean_up_tokenization_spaces"):
         value = settings.get(key, False)
         if not isinstance(value, bool) and not (key == "strip_accents" and value is None):
             raise ConfigError(f"{source}: {key} must be true or false, got {value!r}")
