@@ -1,0 +1,32 @@
+"""Ctrl-C at any moment of the `bertforge` command ends with one line and exit status 130, including while torch
+is still loading (the command's entry point imports the package inside the guard)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+COMMAND = Path(sys.executable).with_name("bertforge")
+
+
+@pytest.mark.skipif(not COMMAND.is_file(), reason="the bertforge command is not installed beside this Python")
+@pytest.mark.parametrize("delay", [0.05, 0.3, 4.0])
+def test_ctrl_c_ends_with_one_line(tmp_path, data_dir, delay):
+    """0.05 and 0.3 s land while the package (and torch) are being imported; 4 s lands in the work itself."""
+    lines = (data_dir / "sst2" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:20001]
+    (tmp_path / "texts.txt").write_text("\n".join(line.split("\t")[0] for line in lines) + "\n", encoding="utf-8")
+    process = subprocess.Popen([str(COMMAND), "--threads", "1", "embed", "--model", "default", "-i",
+                                str(tmp_path / "texts.txt"), "-o", str(tmp_path / "vectors.npy")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(delay)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err.decode()
+    assert err.decode().splitlines() == ["bertforge: interrupted"]
+    assert not (tmp_path / "vectors.npy").exists()
