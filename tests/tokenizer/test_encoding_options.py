@@ -164,6 +164,10 @@ def test_added_tokens_encode_decode_and_save_as_in_transformers(fresh, corpora, 
         assert ours.batch_decode(ids, skip_special_tokens=skip) == reference.batch_decode(ids,
                                                                                            skip_special_tokens=skip)
     assert ours.all_special_ids == reference.all_special_ids
+    assert ours.all_special_tokens == reference.all_special_tokens
+    for role in ("cls_token", "sep_token", "pad_token", "mask_token", "unk_token"):
+        assert getattr(ours, role) == getattr(reference, role)
+    assert ours.additional_special_tokens == ["[E1]", "[/E1]"]
     ours.save_pretrained(tmp_path)
     transformers = pytest.importorskip("transformers")
     theirs = transformers.AutoTokenizer.from_pretrained(tmp_path)

@@ -213,6 +213,37 @@ class BertTokenizer:
     def unk_token_id(self) -> int:
         return self.vocab.unk_token_id
 
+    def _special_token(self, role: str) -> str | None:
+        return self.vocab.special_tokens[role] if self.vocab.has_special(role) else None
+
+    # The special tokens as strings (None where the vocabulary lacks one): f"Paris is the {tokenizer.mask_token}".
+    cls_token = property(lambda self: self._special_token("cls_token"))
+    sep_token = property(lambda self: self._special_token("sep_token"))
+    pad_token = property(lambda self: self._special_token("pad_token"))
+    mask_token = property(lambda self: self._special_token("mask_token"))
+    unk_token = property(lambda self: self._special_token("unk_token"))
+    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
+
+    @property
+    def special_tokens_map(self) -> dict[str, Any]:
+        """Role -> token, and the added special tokens under 'additional_special_tokens', as transformers lists
+        them."""
+        roles = {role: token for role, token in self.vocab.special_tokens.items() if self.vocab.has_special(role)}
+        extra = self.additional_special_tokens
+        return roles | ({"additional_special_tokens": extra} if extra else {})
+
+    @property
+    def additional_special_tokens(self) -> list[str]:
+        """Special tokens added beyond the five roles ('[E1]')."""
+        roles = set(self.vocab.special_tokens.values())
+        return [token.content for _, token in sorted(self.added_tokens.items())
+                if token.special and token.content not in roles]
+
+    @property
+    def all_special_tokens(self) -> list[str]:
+        """The tokens of all_special_ids, in its order."""
+        return [self.vocab.id_to_token[token_id] for token_id in self.all_special_ids]
+
     @property
     def all_special_ids(self) -> list[int]:
         """In transformers' order: [UNK], [SEP], [PAD], [CLS], [MASK] (those the vocabulary has), then the
