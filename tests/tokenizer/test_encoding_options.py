@@ -217,3 +217,13 @@ def test_clean_up_tokenization_spaces_is_read_as_transformers_reads_it(minilm_di
     assert ("it's" in ours.decode(ids[-1])) == clean_up
     ours.save_pretrained(tmp_path / "saved")
     assert BertTokenizer.from_pretrained(tmp_path / "saved").clean_up_tokenization_spaces == clean_up
+
+
+def test_numpy_arrays(fresh, corpora):
+    ours, reference = fresh
+    texts = corpora["sst2"][:8]
+    got, expected = ours(texts, padding=True, return_tensors="np"), reference(texts, padding=True, return_tensors="np")
+    for key in expected:
+        assert got[key].dtype == expected[key].dtype and (got[key] == expected[key]).all()
+    with pytest.raises(BertforgeError, match="return_tensors must be None, 'pt' .torch. or 'np'"):
+        ours(texts, return_tensors="tf")

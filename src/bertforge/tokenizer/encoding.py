@@ -203,16 +203,32 @@ def pad_columns(columns: dict[str, list[list]], pad_token_id: int, padding: str,
         pad_lists(rows, target, padding_for(name, pad_token_id), left=side == "left")
 
 
-def to_tensors(columns: dict[str, list]) -> dict[str, Any]:
-    """return_tensors='pt': every column a torch.long tensor (word ids, which hold None, stay lists)."""
-    import torch
+TENSOR_KINDS = (None, "pt", "np")
 
+
+def check_tensor_kind(return_tensors: str | None) -> None:
+    if return_tensors not in TENSOR_KINDS:
+        raise ConfigError(f"return_tensors must be None, 'pt' (torch) or 'np' (numpy), got {return_tensors!r}")
+
+
+def to_tensors(columns: dict[str, list], kind: str | None = "pt") -> dict[str, Any]:
+    """return_tensors='pt' or 'np': every column a torch.long tensor or an int64 array (word ids, which hold None,
+    stay lists); None: the lists as they are."""
+    if kind is None:
+        return columns
     lengths = {len(row) for row in columns.get("input_ids", [])}
     if len(lengths) > 1:
-        raise BertforgeError(f"return_tensors='pt' needs rows of one length, got lengths from {min(lengths)} "
+        raise BertforgeError(f"return_tensors={kind!r} needs rows of one length, got lengths from {min(lengths)} "
                              f"to {max(lengths)}; pass padding=True")
-    return {name: rows if name == "word_ids" else torch.tensor(rows, dtype=torch.long)
-            for name, rows in columns.items()}
+    if kind == "np":
+        import numpy
+
+        make = lambda rows: numpy.array(rows, dtype=numpy.int64)
+    else:
+        import torch
+
+        make = lambda rows: torch.tensor(rows, dtype=torch.long)
+    return {name: rows if name == "word_ids" else make(rows) for name, rows in columns.items()}
 
 
 class BatchEncoding(dict):

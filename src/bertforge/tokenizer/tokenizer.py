@@ -23,6 +23,7 @@ from bertforge.tokenizer.encoding import (
     Tokens,
     Truncation,
     check_side,
+    check_tensor_kind,
     flat_index,
     pad_columns,
     padding_strategy,
@@ -396,8 +397,8 @@ class BertTokenizer:
 
         max_length defaults to model_max_length; truncation is True/'longest_first', 'only_first',
         'only_second' or False, from the tokenizer's `truncation_side`; padding is False, True/'longest' or
-        'max_length', on `padding_side`; return_tensors='pt' gives torch.long tensors. Offsets are (start, end)
-        character positions in the original text, (0, 0) for [CLS], [SEP] and padding. With
+        'max_length', on `padding_side`; return_tensors='pt' gives torch.long tensors ('np': numpy). Offsets are
+        (start, end) character positions in the original text, (0, 0) for [CLS], [SEP] and padding. With
         `return_overflowing_tokens`, what truncation cuts off becomes further rows, each repeating `stride`
         tokens of the row before, and `overflow_to_sample_mapping` says which text each row came from (the
         result is a batch even for one text). With `is_split_into_words`, a text is a list of words (a CoNLL
@@ -420,8 +421,7 @@ class BertTokenizer:
                          truncation_strategy(truncation), self.truncation_side, return_overflowing_tokens, stride)
         padding = padding_strategy(padding)
         side = self.padding_side if padding_side is None else check_side("padding_side", padding_side)
-        if return_tensors not in (None, "pt"):
-            raise ConfigError(f"return_tensors must be None or 'pt', got {return_tensors!r}")
+        check_tensor_kind(return_tensors)
 
         details = return_offsets_mapping or return_word_ids
         groups = [self._encode_rows(first, second, fit, details)
@@ -448,8 +448,8 @@ class BertTokenizer:
         if return_overflowing_tokens:
             columns["overflow_to_sample_mapping"] = flat_index([len(group) for group in groups])
             is_batch = True
-        if return_tensors == "pt":
-            columns = to_tensors(columns)
+        if return_tensors is not None:
+            columns = to_tensors(columns, return_tensors)
         elif not is_batch:
             columns = {name: values[0] for name, values in columns.items()}
 
@@ -504,9 +504,8 @@ class BertTokenizer:
         side = self.padding_side if padding_side is None else check_side("padding_side", padding_side)
         pad_columns(per_token, self.pad_token_id, padding_strategy(padding), max_length, pad_to_multiple_of, side)
         columns |= per_token
-        if return_tensors not in (None, "pt"):
-            raise ConfigError(f"return_tensors must be None or 'pt', got {return_tensors!r}")
-        return BatchEncoding(to_tensors(columns) if return_tensors == "pt" else columns)
+        check_tensor_kind(return_tensors)
+        return BatchEncoding(to_tensors(columns, return_tensors))
 
 
 def _pairs_like(texts: list[str], text_pair: str | Sequence[str] | None, is_batch: bool) -> list[str] | None:
