@@ -116,8 +116,12 @@ class Pretrained:
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, require_heads: bool = False,
-                        ignore_mismatched_sizes: bool = False, **config_overrides):
+                        ignore_mismatched_sizes: bool = False, dtype: torch.dtype | str | None = None,
+                        torch_dtype: torch.dtype | str | None = None, **config_overrides):
         """Load from a checkpoint directory or "default"; keyword arguments override config.json fields.
+
+        `dtype` (or transformers' older name `torch_dtype`): the parameters' dtype, e.g. torch.bfloat16; "auto"
+        keeps the checkpoint's own (config.json's dtype or torch_dtype); default float32.
 
         `require_heads=True` refuses a checkpoint without trained weights for this model's heads (instead of
         initialising them), for uses that need them trained, such as filling in [MASK] tokens.
@@ -126,6 +130,7 @@ class Pretrained:
         """
         directory = resolve_model_dir(name_or_path)
         config = BertConfig.load(directory / CONFIG_FILE)
+        dtype = dtype if dtype is not None else torch_dtype
         if config_overrides:
             try:
                 config = dataclasses.replace(config, **config_overrides)
@@ -139,6 +144,7 @@ class Pretrained:
         if quantization is not None:  # int8 layers take the place of the float ones before the tensors load
             model = prepare_quantized(model, quantization)
         state, source = read_state_dict(directory)
+        dtype = parameter_dtype(dtype, config, state)
         report = load_hf_state_dict(model, state, source, cls.initialisable, ignore_mismatched_sizes)
         if require_heads and report.initialised:
             modules = {name.rsplit(".", 1)[0] for name in report.initialised}
@@ -149,7 +155,9 @@ class Pretrained:
         # How the checkpoint's publisher pools it into sentence vectors (sentence-transformers' modules.json),
         # which extract_features follows by default; None when the directory doesn't say.
         model.sentence_embedding = read_sentence_embedding(directory)
-        return finish_loading(model.eval()) if quantization is not None else model.eval()
+        if quantization is not None:
+            return finish_loading(model.eval())
+        return (model.to(dtype) if dtype is not None else model).eval()
 
     def get_input_embeddings(self) -> torch.nn.Embedding:
         """The word-embedding table (vocabulary, hidden)."""
@@ -206,6 +214,21 @@ class Pretrained:
         if getattr(self, "sentence_embedding", None) is not None and not hasattr(self, "bert"):
             write_sentence_embedding(directory, self.sentence_embedding, self.config.hidden_size)
         return directory
+
+
+def parameter_dtype(dtype: torch.dtype | str | None, config: BertConfig, state: dict[str, torch.Tensor]
+                    ) -> torch.dtype | None:
+    """from_pretrained's dtype: a torch dtype, its name ("bfloat16"), or "auto" for the checkpoint's own (what
+    config.json says, else what its tensors are)."""
+    if dtype == "auto":
+        stored = next((tensor.dtype for tensor in state.values() if tensor.is_floating_point()), torch.float32)
+        dtype = config.extra.get("dtype") or config.extra.get("torch_dtype") or stored
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    chosen = getattr(torch, str(dtype), None)
+    if not isinstance(chosen, torch.dtype) or not chosen.is_floating_point:
+        raise ConfigError(f"dtype must be a floating-point torch dtype or 'auto', got {dtype!r}")
+    return chosen
 
 
 def _resized(table: torch.Tensor, rows: int) -> torch.Tensor:
