@@ -61,6 +61,19 @@ def test_round_trip(corpus_files, tokenizer, tmp_path):
     assert summary.tokens == sum(len(sentence) for document in expected for sentence in document)
 
 
+def test_special_tokens_written_in_raw_text_are_text(tokenizer, tmp_path):
+    """A "[SEP]" or "[MASK]" in the raw corpus is read as text (BERT's own preparation does the same): a special id
+    there would pass for the structure that masking and sentence pairs build."""
+    line = "The [SEP] token and a [MASK] here, [CLS] too."
+    (tmp_path / "raw.txt").write_text(line + "\n", encoding="utf-8")
+    prepare_corpus([tmp_path / "raw.txt"], tokenizer, tmp_path / "out", progress=False)
+    [[ids]] = read_back(tmp_path / "out")
+    assert ids == tokenizer(line, split_special_tokens=True)["input_ids"][1:-1]
+    special = {tokenizer.sep_token_id, tokenizer.mask_token_id, tokenizer.cls_token_id}
+    assert not special & set(ids) and special <= set(tokenizer(line)["input_ids"])
+    assert tokenizer.convert_ids_to_tokens(ids[1:4]) == ["[", "sep", "]"]
+
+
 def test_many_small_shards_read_the_same(corpus_files, tokenizer, tmp_path):
     one = prepare_corpus(corpus_files, tokenizer, tmp_path / "one", progress=False)
     many = prepare_corpus(corpus_files, tokenizer, tmp_path / "many", shard_tokens=7, progress=False)

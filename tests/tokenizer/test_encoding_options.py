@@ -227,3 +227,16 @@ def test_numpy_arrays(fresh, corpora):
         assert got[key].dtype == expected[key].dtype and (got[key] == expected[key]).all()
     with pytest.raises(BertforgeError, match="return_tensors must be None, 'pt' .torch. or 'np'"):
         ours(texts, return_tensors="tf")
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_split_special_tokens_as_in_transformers(fresh, corpora, split):
+    """split_special_tokens=True reads special tokens written in a text as text; added plain tokens still match."""
+    ours, reference = fresh
+    for tokenizer in fresh:
+        tokenizer.add_tokens(["covid19"])
+        tokenizer.add_special_tokens({"additional_special_tokens": ["[E1]"]})
+    texts = [f"{text[:50]} [SEP] [MASK]x [E1] covid19 [CLS][PAD] [UNK]" for text in corpora["sst2"][:30]]
+    options = dict(split_special_tokens=split, return_offsets_mapping=True)
+    assert_same_rows(ours(texts, **options), reference(texts, **options))
+    assert (ours.sep_token_id in ours(texts[0], **options)["input_ids"][1:-1]) != split

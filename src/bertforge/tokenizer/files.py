@@ -31,7 +31,7 @@ ADDED_TOKENS_FILE = "added_tokens.json"
 DEFAULT_MAX_LENGTH = 512
 # tokenizer_config.json keys that bertforge honours; the other keys transformers writes are metadata.
 SETTINGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "model_max_length", "padding_side",
-            "truncation_side", "clean_up_tokenization_spaces")
+            "truncation_side", "clean_up_tokenization_spaces", "split_special_tokens")
 # tokenizer.json's BertNormalizer fields -> the tokenizer_config.json settings they mean.
 NORMALIZER_SETTINGS = {"lowercase": "do_lower_case", "strip_accents": "strip_accents",
                        "handle_chinese_chars": "tokenize_chinese_chars"}

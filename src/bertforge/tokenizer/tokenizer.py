@@ -80,7 +80,7 @@ class BertTokenizer:
                  tokenize_chinese_chars: bool = True, model_max_length: int = DEFAULT_MAX_LENGTH,
                  added_tokens: dict[int, AddedToken] | None = None, max_word_chars: int = MAX_WORD_CHARS,
                  padding_side: str = "right", truncation_side: str = "right",
-                 clean_up_tokenization_spaces: bool = False):
+                 clean_up_tokenization_spaces: bool = False, split_special_tokens: bool = False):
         """`added_tokens`: id -> AddedToken, matched whole before basic tokenization (the special tokens of the
         vocabulary are added tokens too, as in transformers); ids past the vocabulary extend it."""
         self.vocab = vocab if isinstance(vocab, Vocab) else Vocab.from_file(vocab)
@@ -92,6 +92,8 @@ class BertTokenizer:
         self.padding_side = check_side("padding_side", padding_side)
         self.truncation_side = check_side("truncation_side", truncation_side)
         self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
+        # True: "[SEP]" written in a text is read as text ('[', 'sep', ']'), not as the special token.
+        self.split_special_tokens = split_special_tokens
         self.added_tokens = dict(added_tokens or {})
         self.basic = BasicTokenizer(lowercase=do_lower_case, strip_accents=strip_accents,
                                     split_cjk=tokenize_chinese_chars)
@@ -107,7 +109,17 @@ class BertTokenizer:
                                                                                 normalized=False)
         self.wordpiece = WordPiece(self.vocab, max_word_chars)
         self._pieces = WordPieceCache(self.wordpiece)
+        self._match_added_tokens()
+
+    def _match_added_tokens(self) -> None:
+        """The finders of added tokens in a text: all of them, and the non-special ones (split_special_tokens)."""
         self._added = AddedTokens(self.added_tokens, self.basic.normalize)
+        self._added_plain = AddedTokens({token_id: token for token_id, token in self.added_tokens.items()
+                                         if not token.special}, self.basic.normalize)
+
+    def _finder(self, split_special_tokens: bool | None) -> AddedTokens:
+        split = self.split_special_tokens if split_special_tokens is None else split_special_tokens
+        return self._added_plain if split else self._added
 
     def add_tokens(self, tokens: str | AddedToken | Sequence[str | AddedToken], special_tokens: bool = False) -> int:
         """Add whole tokens matched before WordPiece ('covid19', or special ones like '[E1]'), each with the next
@@ -134,7 +146,7 @@ class BertTokenizer:
             self.vocab.add(token.content, token_id, shown)
             self.added_tokens[token_id] = token
             known.add(token.content)
-        self._added = AddedTokens(self.added_tokens, self.basic.normalize)
+        self._match_added_tokens()
         return grown
 
     def add_special_tokens(self, special_tokens: dict[str, Any]) -> int:
@@ -277,9 +289,9 @@ class BertTokenizer:
 
     # ---------------------------------------------------------------- text <-> tokens
 
-    def tokenize(self, text: str) -> list[str]:
+    def tokenize(self, text: str, split_special_tokens: bool | None = None) -> list[str]:
         """'Unaffable café owners!' -> ['una', '##ffa', '##ble', 'cafe', 'owners', '!'] (no [CLS]/[SEP])."""
-        return [self.vocab.id_to_token[i] for i in self._encode_ids(text)]
+        return [self.vocab.id_to_token[i] for i in self._encode_ids(text, split_special_tokens)]
 
     def decode(self, ids: int | Sequence[int], skip_special_tokens: bool = False,
                clean_up_tokenization_spaces: bool | None = None) -> str:
@@ -331,25 +343,28 @@ class BertTokenizer:
         """Token -> id, added tokens included."""
         return dict(self.vocab.token_to_id)
 
-    def _encode_ids(self, text: str) -> list[int]:
+    def _encode_ids(self, text: str, split_special_tokens: bool | None = None) -> list[int]:
         """The ids of a text, without [CLS]/[SEP]; stays in C for known words when it holds no added token."""
-        if not self._added.may_match(text):
+        added = self._finder(split_special_tokens)
+        if not added.may_match(text):
             pieces = map(self._pieces.__getitem__, self.basic.split(text))
             return list(chain.from_iterable(map(itemgetter(0), pieces)))
         ids: list[int] = []
-        for start, end, token_id in self._added.split(text):
+        for start, end, token_id in added.split(text):
             if token_id is not None:
                 ids.append(token_id)
             else:
                 ids += chain.from_iterable(self._pieces[word][0] for word in self.basic.split(text[start:end]))
         return ids
 
-    def _words(self, text: str) -> list[tuple[str, int, tuple[int, ...] | None, int | None]]:
+    def _words(self, text: str, split_special_tokens: bool | None = None
+               ) -> list[tuple[str, int, tuple[int, ...] | None, int | None]]:
         """The text's words (BasicTokenizer.split_with_offsets) and added tokens (their id last, else None)."""
-        if not self._added.may_match(text):
+        added = self._finder(split_special_tokens)
+        if not added.may_match(text):
             return [(word, start, origins, None) for word, start, origins in self.basic.split_with_offsets(text)]
         words = []
-        for start, end, token_id in self._added.split(text):
+        for start, end, token_id in added.split(text):
             if token_id is not None:
                 words.append((text[start:end], start, None, token_id))
                 continue
@@ -358,12 +373,13 @@ class BertTokenizer:
                 words.append((word, start + offset, shifted, None))
         return words
 
-    def _encode_details(self, text: str) -> tuple[list[int], list[tuple[int, int]], list[int]]:
+    def _encode_details(self, text: str, split_special_tokens: bool | None = None
+                        ) -> tuple[list[int], list[tuple[int, int]], list[int]]:
         """Ids, character offsets into `text` and word index of every token (no special tokens)."""
         ids: list[int] = []
         offsets: list[tuple[int, int]] = []
         word_ids: list[int] = []
-        for index, (word, start, origins, added_id) in enumerate(self._words(text)):
+        for index, (word, start, origins, added_id) in enumerate(self._words(text, split_special_tokens)):
             if added_id is not None:
                 ids.append(added_id)
                 word_ids.append(index)
@@ -392,7 +408,7 @@ class BertTokenizer:
                  return_overflowing_tokens: bool = False, stride: int = 0, pad_to_multiple_of: int | None = None,
                  padding_side: str | None = None, return_token_type_ids: bool = True,
                  return_attention_mask: bool = True, return_special_tokens_mask: bool = False,
-                 return_length: bool = False) -> BatchEncoding:
+                 return_length: bool = False, split_special_tokens: bool | None = None) -> BatchEncoding:
         """Encode one text (flat lists) or a batch (lists of lists); pairs become [CLS] A [SEP] B [SEP].
 
         max_length defaults to model_max_length; truncation is True/'longest_first', 'only_first',
@@ -403,6 +419,7 @@ class BertTokenizer:
         tokens of the row before, and `overflow_to_sample_mapping` says which text each row came from (the
         result is a batch even for one text). With `is_split_into_words`, a text is a list of words (a CoNLL
         sentence): word ids number those words, and offsets are positions within each word, as in transformers.
+        `split_special_tokens` (default: the tokenizer's) reads "[SEP]" written in a text as text.
         """
         if is_split_into_words:
             is_batch = bool(text) and not isinstance(text[0], str)
@@ -424,7 +441,7 @@ class BertTokenizer:
         check_tensor_kind(return_tensors)
 
         details = return_offsets_mapping or return_word_ids
-        groups = [self._encode_rows(first, second, fit, details)
+        groups = [self._encode_rows(first, second, fit, details, split_special_tokens)
                   for first, second in zip(texts, pairs or [None] * len(texts))]
         rows = list(chain.from_iterable(groups))
         names = ("input_ids", "token_type_ids", "attention_mask") + (("offset_mapping", "word_ids") if details else ())
@@ -460,13 +477,14 @@ class BertTokenizer:
 
         return BatchEncoding(columns, word_ids, None if word_ids is not None else compute_word_ids)
 
-    def _encode_rows(self, text: str, pair: str | None, fit: Truncation, details: bool) -> list[dict[str, list]]:
+    def _encode_rows(self, text: str, pair: str | None, fit: Truncation, details: bool,
+                     split: bool | None = None) -> list[dict[str, list]]:
         """The [CLS] A [SEP] (B [SEP]) rows of one text or pair: one, truncated to fit, or one per window."""
         for value in (text, pair):
             if value is not None and not isinstance(value, str):
                 raise InputError(f"texts must be strings, got {type(value).__name__}")
-        encode = (lambda value: Tokens(*self._encode_details(value))) if details else \
-            (lambda value: Tokens(self._encode_ids(value)))
+        encode = (lambda value: Tokens(*self._encode_details(value, split))) if details else \
+            (lambda value: Tokens(self._encode_ids(value, split)))
         first = encode(text)
         second = encode(pair) if pair is not None else None
         return [with_special_tokens(a, b, self.cls_token_id, self.sep_token_id, details)
@@ -521,7 +539,8 @@ def _pairs_like(texts: list[str], text_pair: str | Sequence[str] | None, is_batc
 
 def _check_settings(settings: dict[str, Any], source: Path) -> None:
     """Flags must be true/false (the string "no" is truthy), model_max_length a positive integer."""
-    for key in ("do_lower_case", "tokenize_chinese_chars", "strip_accents", "clean_up_tokenization_spaces"):
+    for key in ("do_lower_case", "tokenize_chinese_chars", "strip_accents", "clean_up_tokenization_spaces",
+                "split_special_tokens"):
         value = settings.get(key, False)
         if not isinstance(value, bool) and not (key == "strip_accents" and value is None):
             raise ConfigError(f"{source}: {key} must be true or false, got {value!r}")
