@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.checkpoint import checkpoint
 
 from bertforge.activations import Activation, softmax
 from bertforge.checkpoint.pretrained import Pretrained
@@ -165,15 +166,22 @@ class Encoder(nn.Module):
                          config.hidden_act, config.hidden_dropout_prob, config.attention_probs_dropout_prob,
                          config.layer_norm_eps)
             for _ in range(config.num_hidden_layers))
+        # Memory for compute in training: each layer's activations recomputed in the backward pass instead of kept
+        # (set by gradient_checkpointing_enable).
+        self.gradient_checkpointing = False
 
     def forward(self, x: torch.Tensor, batch: PackedBatch, output_hidden_states: bool, output_attentions: bool,
                 first_token_only: bool = False):
         """`first_token_only`: the last layer computes each sequence's first token alone (see BertModel)."""
         hidden_states = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for i, layer in enumerate(self.layers):
-            x, probs = layer(x, batch, need_weights=output_attentions,
-                             first_token_only=first_token_only and i == len(self.layers) - 1)
+            last = first_token_only and i == len(self.layers) - 1
+            if recompute:
+                x, probs = checkpoint(layer, x, batch, output_attentions, last, use_reentrant=False)
+            else:
+                x, probs = layer(x, batch, need_weights=output_attentions, first_token_only=last)
             if output_hidden_states:
                 hidden_states.append(x)
             if output_attentions:

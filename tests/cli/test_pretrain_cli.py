@@ -168,3 +168,15 @@ def test_held_out_metrics_are_reported_after_each_evaluation(corpus, tmp_path, c
              if record.name == "bertforge.progress" and record.levelname == "INFO"]
     assert [line.split(",")[0] for line in lines] == ["step 2", "step 4"]
     assert all("held-out masked LM" in line and "perplexity" in line and "accuracy" in line for line in lines)
+
+
+def test_gradient_checkpointing_trains_the_same_steps(corpus, tmp_path):
+    """Recomputing the layers in the backward pass changes memory, not the run: the same logged losses."""
+    def losses(folder):
+        records = [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines()]
+        return [record["loss"] for record in records if "loss" in record and record.get("event") == "train"]
+
+    assert main(train_args(corpus, tmp_path / "kept", "--objective", "mlm")) == 0
+    assert main(train_args(corpus, tmp_path / "recomputed", "--objective", "mlm", "--gradient-checkpointing")) == 0
+    kept, recomputed = losses(tmp_path / "kept"), losses(tmp_path / "recomputed")
+    assert len(kept) == 2 and recomputed == pytest.approx(kept, rel=1e-5)

@@ -79,6 +79,9 @@ FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
                      "optimizer steps between resumable checkpoints (default: at every evaluation)"),
     "--device": (("training", "device"), str, "cpu, cuda, ... (default: cuda when available)"),
     "--bf16": (("training", "bf16"), bool, "bf16 autocast where the hardware supports it"),
+    "--gradient-checkpointing": (("training", "gradient_checkpointing"), bool,
+                                 "recompute each layer's activations in the backward pass: less memory for long "
+                                 "inputs and large models, about a third more compute"),
     "--no-progress": (("training", "progress"), bool, "no progress bar"),
 }
 COLUMN_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {

@@ -41,6 +41,9 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
     "--bf16": ("bf16", bool, "bf16 autocast where the hardware supports it"),
     "--fp16": ("fp16", bool, "fp16 autocast with dynamic loss scaling, for CUDA GPUs without bf16 (an error on CPU)"),
     "--compile": ("compile", bool, "torch.compile the model (needs a C++ compiler on CPU; the first steps are slow)"),
+    "--gradient-checkpointing": ("gradient_checkpointing", bool,
+                                 "recompute each layer's activations in the backward pass: less memory for long "
+                                 "sequences and large models, about a third more compute"),
     "--seed": ("seed", int, "random seed"),
     "--peak-gflops": ("peak_gflops", finite_float, "one device's peak GFLOP/s, for model FLOPs utilisation"),
     "--no-progress": ("progress", bool, "no progress bar"),

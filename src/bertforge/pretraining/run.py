@@ -30,7 +30,7 @@ from torch import nn
 from bertforge import fast_cpu
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE, read_state_dict
-from bertforge.checkpoint.pretrained import load_hf_state_dict
+from bertforge.checkpoint.pretrained import load_hf_state_dict, set_gradient_checkpointing
 from bertforge.checkpoint.train_state import (
     TRAIN_STATE_FILE,
     load_train_state,
@@ -108,6 +108,8 @@ class PretrainConfig(JsonConfig):
     bf16: bool = False  # bf16 autocast where the hardware has it, else float32 with a warning
     fp16: bool = False  # fp16 autocast with a dynamic loss scale (GradScaler), for GPUs without bf16; CUDA only
     compile: bool = False  # torch.compile the model for training (evaluation runs it eagerly)
+    # Recompute each encoder layer's activations in the backward pass: less memory, about a third more compute.
+    gradient_checkpointing: bool = False
     seed: int = 0
     peak_gflops: float = DEFAULT_PEAK_GFLOPS
     device: str | None = None  # None: CUDA when available, else CPU
@@ -334,6 +336,7 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
     if config.init_from is not None and not resume:
         initialise_from(model, config.init_from, is_main)
     model = model.to(device)
+    set_gradient_checkpointing(model, config.gradient_checkpointing)
     if config.rank > 0:
         # Dropout masks of its own for each process; rank 0 keeps the generator as initialisation left it, so a
         # single process draws exactly what it always did.
