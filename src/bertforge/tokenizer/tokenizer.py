@@ -448,7 +448,8 @@ class BertTokenizer:
         columns = {name: [row[name] for row in rows] for name in names}
         if return_special_tokens_mask:
             columns["special_tokens_mask"] = [special_tokens_mask(row["token_type_ids"]) for row in rows]
-        pad_columns(columns, self.pad_token_id, padding, fit.max_length, pad_to_multiple_of, side)
+        if padding != "do_not_pad":  # a vocabulary without [PAD] encodes fine until padding is asked for
+            pad_columns(columns, self.pad_token_id, padding, fit.max_length, pad_to_multiple_of, side)
 
         word_ids = columns.pop("word_ids", None)
         offsets = columns.pop("offset_mapping", None)
