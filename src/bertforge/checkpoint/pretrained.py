@@ -159,10 +159,12 @@ class Pretrained:
             return finish_loading(model.eval())
         return (model.to(dtype) if dtype is not None else model).eval()
 
-    def gradient_checkpointing_enable(self, enable: bool = True) -> None:
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None) -> None:
         """Recompute each encoder layer's activations in the backward pass instead of keeping them (training
-        only): far less memory for long sequences and large models, for about a third more compute."""
-        set_gradient_checkpointing(self, enable)
+        only): far less memory for long sequences and large models, for about a third more compute.
+        `gradient_checkpointing_kwargs` is accepted for transformers' callers; bertforge always recomputes
+        non-reentrantly (use_reentrant=False), which needs no input to require gradients."""
+        set_gradient_checkpointing(self, True)
 
     def gradient_checkpointing_disable(self) -> None:
         set_gradient_checkpointing(self, False)
@@ -186,10 +188,10 @@ class Pretrained:
         """
         table = self.get_input_embeddings()
         rows = table.num_embeddings if new_num_tokens is None else new_num_tokens
-        if pad_to_multiple_of:
-            rows = -(-rows // pad_to_multiple_of) * pad_to_multiple_of
         if not isinstance(rows, int) or rows < 1:
             raise ConfigError(f"new_num_tokens must be a positive integer, got {new_num_tokens!r}")
+        if pad_to_multiple_of:
+            rows = -(-rows // pad_to_multiple_of) * pad_to_multiple_of
         if rows == table.num_embeddings:
             return table
         padding_idx = table.padding_idx if table.padding_idx is not None and table.padding_idx < rows else None
