@@ -122,7 +122,7 @@ def _windows(tokens: Tokens | None, keep: int | None, truncation: Truncation) ->
     neighbours (transformers' order: from the kept end outwards)."""
     if tokens is None or keep is None or len(tokens) <= keep:
         return [tokens]
-    if truncation.overflow and truncation.stride >= keep:
+    if truncation.stride >= keep:  # (without overflow too: the reference refuses it, by a panic)
         raise InputError(f"stride={truncation.stride} must be smaller than the {keep} tokens a window keeps of "
                          f"a sequence (max_length={truncation.max_length})")
     starts = window_starts(len(tokens), keep, truncation.stride) if truncation.overflow else [0]
@@ -142,10 +142,11 @@ def truncated_pairs(first: Tokens, second: Tokens | None, truncation: Truncation
     budget = truncation.max_length - n_special
     if budget < 0:
         raise InputError(f"max_length={truncation.max_length} leaves no room for the {n_special} special tokens")
+    if truncation.stride and truncation.stride >= budget:
+        raise InputError(f"stride={truncation.stride} must be smaller than the {budget} tokens max_length="
+                         f"{truncation.max_length} leaves for text")
     n_first, n_second = len(first), (len(second) if second is not None else None)
-    if n_first + (n_second or 0) <= budget:
-        if truncation.strategy == "only_second" and second is None:
-            raise InputError("truncation='only_second' needs a text_pair")
+    if n_first + (n_second or 0) <= budget:  # fits: nothing to cut, whatever the strategy says
         return [(first, second)]
     keep_first, keep_second = TRUNCATION_STRATEGIES[truncation.strategy](n_first, n_second, budget)
     firsts, seconds = _windows(first, keep_first, truncation), _windows(second, keep_second, truncation)

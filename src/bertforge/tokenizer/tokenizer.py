@@ -123,7 +123,8 @@ class BertTokenizer:
 
     def add_tokens(self, tokens: str | AddedToken | Sequence[str | AddedToken], special_tokens: bool = False) -> int:
         """Add whole tokens matched before WordPiece ('covid19', or special ones like '[E1]'), each with the next
-        free id; returns how many new ids were given (a model then needs `resize_token_embeddings(len(tokenizer))`).
+        free id; returns how many tokens it added, as transformers 5 counts them (one the vocabulary has already
+        counts too; `len(tokenizer)` says how many rows a model needs: `resize_token_embeddings(len(tokenizer))`).
 
         Plain strings become transformers' defaults: matched after normalisation (case-insensitively on an
         uncased vocabulary), or, with `special_tokens`, as written and dropped by decode's skip_special_tokens.
@@ -131,7 +132,7 @@ class BertTokenizer:
         """
         tokens = [tokens] if isinstance(tokens, (str, AddedToken)) else list(tokens)
         known = {token.content for token in self.added_tokens.values()}
-        grown = 0
+        added = 0
         for token in tokens:
             if not isinstance(token, AddedToken):
                 if not isinstance(token, str):
@@ -141,29 +142,30 @@ class BertTokenizer:
                 continue
             token_id = self.vocab.token_to_id.get(token.content)
             if token_id is None:
-                token_id, grown = len(self.vocab), grown + 1
+                token_id = len(self.vocab)
+            added += 1
             shown = self.basic.normalize(token.content)[0] if token.normalized else token.content
             self.vocab.add(token.content, token_id, shown)
             self.added_tokens[token_id] = token
             known.add(token.content)
         self._match_added_tokens()
-        return grown
+        return added
 
     def add_special_tokens(self, special_tokens: dict[str, Any]) -> int:
         """{'additional_special_tokens': ['[E1]', '[/E1]']} adds special tokens; a role ('cls_token': '<cls>')
-        becomes that token, added if new. Returns how many new ids were given."""
-        grown = 0
+        becomes that token, added if new. Returns how many tokens were added (as add_tokens counts)."""
+        added = 0
         for role, value in special_tokens.items():
             if role in ("additional_special_tokens", "extra_special_tokens"):
-                grown += self.add_tokens(list(value), special_tokens=True)
+                added += self.add_tokens(list(value), special_tokens=True)
             elif role in self.vocab.special_tokens:
                 content = value.content if isinstance(value, AddedToken) else value
-                grown += self.add_tokens([value], special_tokens=True)
+                added += self.add_tokens([value], special_tokens=True)
                 self.vocab.special_tokens[role] = content
             else:
                 raise ConfigError(f"unknown special token role {role!r}; expected 'additional_special_tokens' or "
                                   f"one of {sorted(self.vocab.special_tokens)}")
-        return grown
+        return added
 
     # ---------------------------------------------------------------- loading and saving
 
@@ -468,8 +470,8 @@ class BertTokenizer:
             is_batch = True
         if return_tensors is not None:
             columns = to_tensors(columns, return_tensors)
-        elif not is_batch:
-            columns = {name: values[0] for name, values in columns.items()}
+        elif not is_batch:  # one text: flat lists (but `length` stays a list, as transformers gives it)
+            columns = {name: values if name == "length" else values[0] for name, values in columns.items()}
 
         def compute_word_ids() -> list[list[int | None]]:
             return self(text, text_pair, max_length, truncation, padding, return_word_ids=True,
@@ -502,10 +504,12 @@ class BertTokenizer:
         """Pad encodings made without padding into one batch, as a data collator does: a list of encodings
         (dicts of flat lists, e.g. dataset rows) or one dict of lists of rows. Per-token columns are padded;
         other values (labels of a sequence) are kept as they are."""
+        single = False
         if isinstance(encoded_inputs, dict):
             columns = {name: rows_of(values) for name, values in encoded_inputs.items()}
             ids = columns.get("input_ids") or [[]]
-            if not isinstance(ids[0], (list, tuple)):  # one encoding, flat lists
+            single = not isinstance(ids[0], (list, tuple))
+            if single:  # one encoding, flat lists: padded and given back flat
                 columns = {name: [values] for name, values in columns.items()}
         else:
             encodings = list(encoded_inputs)
@@ -521,9 +525,14 @@ class BertTokenizer:
         if "attention_mask" not in per_token:
             per_token["attention_mask"] = [[1] * n for n in lengths]
         side = self.padding_side if padding_side is None else check_side("padding_side", padding_side)
-        pad_columns(per_token, self.pad_token_id, padding_strategy(padding), max_length, pad_to_multiple_of, side)
+        padding = padding_strategy(padding)
+        if padding == "max_length" and max_length is None:
+            max_length = self.model_max_length
+        pad_columns(per_token, self.pad_token_id, padding, max_length, pad_to_multiple_of, side)
         columns |= per_token
         check_tensor_kind(return_tensors)
+        if single and return_tensors is None:
+            columns = {name: values[0] for name, values in columns.items()}
         return BatchEncoding(to_tensors(columns, return_tensors))
 
 
