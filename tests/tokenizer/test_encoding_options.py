@@ -240,6 +240,9 @@ def test_split_special_tokens_as_in_transformers(fresh, corpora, split):
     options = dict(split_special_tokens=split, return_offsets_mapping=True)
     assert_same_rows(ours(texts, **options), reference(texts, **options))
     assert (ours.sep_token_id in ours(texts[0], **options)["input_ids"][1:-1]) != split
+    lazily = ours(texts, split_special_tokens=split)  # word ids computed on first use, with the same reading
+    assert [lazily.word_ids(i) for i in range(len(texts))] == [reference(texts, split_special_tokens=split).word_ids(i)
+                                                               for i in range(len(texts))]
 
 
 def test_edges_as_transformers_has_them(fresh):

@@ -191,13 +191,12 @@ def pad_columns(columns: dict[str, list[list]], pad_token_id: int, padding: str,
     rounded up to a multiple of `pad_to_multiple_of`; rows already as long are left alone."""
     if padding == "do_not_pad" or not columns:
         return
-    lengths = map(len, next(iter(columns.values())))
     if padding == "max_length":
         if max_length is None:
             raise ConfigError("padding='max_length' needs a max_length")
         target = max_length
     else:
-        target = max(lengths, default=0)
+        target = max(map(len, next(iter(columns.values()))), default=0)
     if pad_to_multiple_of:
         target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
     for name, rows in columns.items():

@@ -476,7 +476,8 @@ class BertTokenizer:
         def compute_word_ids() -> list[list[int | None]]:
             return self(text, text_pair, max_length, truncation, padding, return_word_ids=True,
                         is_split_into_words=is_split_into_words, return_overflowing_tokens=return_overflowing_tokens,
-                        stride=stride, pad_to_multiple_of=pad_to_multiple_of, padding_side=side)._word_ids
+                        stride=stride, pad_to_multiple_of=pad_to_multiple_of, padding_side=side,
+                        split_special_tokens=split_special_tokens)._word_ids
 
         return BatchEncoding(columns, word_ids, None if word_ids is not None else compute_word_ids)
 
@@ -493,17 +494,13 @@ class BertTokenizer:
         return [with_special_tokens(a, b, self.cls_token_id, self.sep_token_id, details)
                 for a, b in truncated_pairs(first, second, fit)]
 
-    def get_special_tokens_mask(self, ids: Sequence[int]) -> list[int]:
-        """1 where an id is a special token ([CLS], [SEP], [PAD], added special tokens), else 0."""
-        special = set(self.all_special_ids)
-        return [int(token_id in special) for token_id in ids]
-
     def pad(self, encoded_inputs: Any, padding: bool | str = True, max_length: int | None = None,
             pad_to_multiple_of: int | None = None, return_tensors: str | None = None,
             padding_side: str | None = None) -> BatchEncoding:
         """Pad encodings made without padding into one batch, as a data collator does: a list of encodings
         (dicts of flat lists, e.g. dataset rows) or one dict of lists of rows. Per-token columns are padded;
         other values (labels of a sequence) are kept as they are."""
+        check_tensor_kind(return_tensors)
         single = False
         if isinstance(encoded_inputs, dict):
             columns = {name: rows_of(values) for name, values in encoded_inputs.items()}
@@ -530,7 +527,6 @@ class BertTokenizer:
             max_length = self.model_max_length
         pad_columns(per_token, self.pad_token_id, padding, max_length, pad_to_multiple_of, side)
         columns |= per_token
-        check_tensor_kind(return_tensors)
         if single and return_tensors is None:
             columns = {name: values[0] for name, values in columns.items()}
         return BatchEncoding(to_tensors(columns, return_tensors))
