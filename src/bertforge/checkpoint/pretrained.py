@@ -171,7 +171,7 @@ class Pretrained:
 
     @property
     def is_gradient_checkpointing(self) -> bool:
-        return any(getattr(module, "gradient_checkpointing", False) for module in self.modules())
+        return any(encoder.gradient_checkpointing for encoder in encoders_of(self))
 
     def get_input_embeddings(self) -> torch.nn.Embedding:
         """The word-embedding table (vocabulary, hidden)."""
@@ -230,9 +230,14 @@ class Pretrained:
         return directory
 
 
+def encoders_of(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The BERT encoders in `model` (the modules that can recompute their layers: model.Encoder)."""
+    return [module for module in model.modules() if hasattr(module, "gradient_checkpointing")]
+
+
 def set_gradient_checkpointing(model: torch.nn.Module, enable: bool) -> None:
     """Turn recomputation on or off in every encoder of `model` (any module, a Pretrained one or not)."""
-    encoders = [module for module in model.modules() if hasattr(module, "gradient_checkpointing")]
+    encoders = encoders_of(model)
     if enable and not encoders:
         raise ConfigError(f"gradient checkpointing: {type(model).__name__} holds no BERT encoder")
     for encoder in encoders:

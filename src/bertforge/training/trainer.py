@@ -22,7 +22,7 @@ from torch import nn
 
 from bertforge import fast_cpu
 from bertforge.atomic import write_text_atomic
-from bertforge.checkpoint.pretrained import set_gradient_checkpointing
+from bertforge.checkpoint.pretrained import encoders_of, set_gradient_checkpointing
 from bertforge.checkpoint.train_state import load_train_state, restore_rng_states, rng_states, save_train_state
 from bertforge.config import JsonConfig
 from bertforge.errors import BertforgeError, ConfigError, InputError
@@ -140,7 +140,7 @@ def recomputing(model: nn.Module, enable: bool) -> Iterator[None]:
     if not enable:
         yield
         return
-    encoders = [module for module in model.modules() if hasattr(module, "gradient_checkpointing")]
+    encoders = encoders_of(model)
     before = [encoder.gradient_checkpointing for encoder in encoders]
     set_gradient_checkpointing(model, True)
     try:
