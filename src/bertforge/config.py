@@ -27,7 +27,7 @@ TRANSFORMERS_KEYS = frozenset({
     "architectures", "model_type", "transformers_version", "_name_or_path", "_commit_hash", "name", "language",
     "torch_dtype", "dtype", "use_bfloat16", "torchscript", "xla_device", "tf_legacy_loss", "pruned_heads",
     "gradient_checkpointing", "_attn_implementation", "attn_implementation", "_attn_implementation_autoset",
-    "output_hidden_states", "output_attentions", "return_dict", "output_past", "use_cache",
+    "return_dict", "output_past", "use_cache",
     "chunk_size_feed_forward", "is_encoder_decoder", "is_decoder", "add_cross_attention",
     "cross_attention_hidden_size", "tie_encoder_decoder", "classifier_dropout",
     # tasks and tokens
@@ -88,6 +88,10 @@ class BertConfig:
     classifier_dropout: float | None = None  # dropout before a classifier head; None: hidden_dropout_prob
     # False: the masked-LM head has its own decoder matrix instead of reading the word embeddings.
     tie_word_embeddings: bool = True
+    # What forward returns besides the last layer when its call doesn't say (transformers' names and defaults):
+    # every layer's hidden states, every layer's attention weights.
+    output_hidden_states: bool = False
+    output_attentions: bool = False
     # Other config.json keys (transformers' metadata, generation settings, ...), kept to be written back.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -112,8 +116,9 @@ class BertConfig:
         check_fits_in_memory(encoder_parameters(self), "the model")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ConfigError(f"pad_token_id ({self.pad_token_id}) must be a token id below vocab_size")
-        if not isinstance(self.tie_word_embeddings, bool):
-            raise ConfigError(f"tie_word_embeddings must be true or false, got {self.tie_word_embeddings!r}")
+        for name in ("tie_word_embeddings", "output_hidden_states", "output_attentions"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
             raise ConfigError(f"problem_type {self.problem_type!r} is not supported; choose from "
                               f"{', '.join(PROBLEM_TYPES)}")

@@ -23,7 +23,7 @@ from bertforge.checkpoint.pretrained import Pretrained
 from bertforge.config import PROBLEM_TYPES, BertConfig, bert_config
 from bertforge.errors import ConfigError
 from bertforge.model import BertModel
-from bertforge.model_output import ModelOutput
+from bertforge.model_output import ModelOutput, returned
 
 # Label value that contributes nothing to a classification loss (padding, sub-word continuations);
 # PyTorch's and Hugging Face's default.
@@ -34,6 +34,8 @@ IGNORE_INDEX = -100
 class ClassifierOutput(ModelOutput):
     logits: torch.Tensor  # (batch, labels) per sequence or (batch, seq, labels) per token
     loss: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # as EncoderOutput's, when asked for
+    attentions: tuple[torch.Tensor, ...] | None = None
 
 
 @dataclass
@@ -41,6 +43,8 @@ class SpanOutput(ModelOutput):
     start_logits: torch.Tensor  # (batch, seq)
     end_logits: torch.Tensor  # (batch, seq)
     loss: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # as EncoderOutput's, when asked for
+    attentions: tuple[torch.Tensor, ...] | None = None
 
 
 def regression_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -218,16 +222,19 @@ class BertForSequenceClassification(LabelledModel):
         self.classifier.apply(self.bert.init_weights)
         self.first_token_only = True  # the pooler reads [CLS] alone: the last layer computes nothing else
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> ClassifierOutput:
+                labels: torch.Tensor | None = None, **encoder_options) -> ClassifierOutput:
         """`labels`: (batch,) class ids, float targets when num_labels == 1, or (batch, labels) 0/1 targets when
-        config.problem_type is multi_label_classification."""
+        config.problem_type is multi_label_classification. `encoder_options`: BertModel.forward's inputs_embeds,
+        output_hidden_states, output_attentions and return_dict."""
+        return_dict = encoder_options.pop("return_dict", None)
         encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids,
-                            first_token_only=self.first_token_only)
+                            first_token_only=self.first_token_only, **encoder_options)
         logits = self.classifier(encoded.pooler_output)  # (batch, labels)
         loss = None if labels is None else self.classifier.loss(logits, labels)
-        return ClassifierOutput(logits=logits, loss=loss)
+        return returned(ClassifierOutput(logits=logits, loss=loss, hidden_states=encoded.hidden_states,
+                                         attentions=encoded.attentions), return_dict)
 
 
 @contextmanager
@@ -256,14 +263,17 @@ class BertForTokenClassification(LabelledModel):
                                                   classifier_dropout(self.config))
         self.classifier.apply(self.bert.init_weights)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> ClassifierOutput:
-        """`labels`: (batch, seq) class ids, -100 where a token has no label."""
-        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids)
+                labels: torch.Tensor | None = None, **encoder_options) -> ClassifierOutput:
+        """`labels`: (batch, seq) class ids, -100 where a token has no label. `encoder_options`: as
+        BertForSequenceClassification's."""
+        return_dict = encoder_options.pop("return_dict", None)
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, **encoder_options)
         logits = self.classifier(encoded.last_hidden_state)  # (batch, seq, labels)
         loss = None if labels is None else self.classifier.loss(logits, labels)
-        return ClassifierOutput(logits=logits, loss=loss)
+        return returned(ClassifierOutput(logits=logits, loss=loss, hidden_states=encoded.hidden_states,
+                                         attentions=encoded.attentions), return_dict)
 
 
 class BertForQuestionAnswering(Pretrained, nn.Module):
@@ -284,16 +294,19 @@ class BertForQuestionAnswering(Pretrained, nn.Module):
         self.qa_outputs = SpanHead(config.hidden_size)
         self.qa_outputs.apply(self.bert.init_weights)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                start_positions: torch.Tensor | None = None,
-                end_positions: torch.Tensor | None = None) -> SpanOutput:
-        """`start_positions`, `end_positions`: (batch,) token indices of the answer; both or neither."""
+                start_positions: torch.Tensor | None = None, end_positions: torch.Tensor | None = None,
+                **encoder_options) -> SpanOutput:
+        """`start_positions`, `end_positions`: (batch,) token indices of the answer; both or neither.
+        `encoder_options`: as BertForSequenceClassification's."""
         if (start_positions is None) != (end_positions is None):
             raise ValueError("give both start_positions and end_positions, or neither")
-        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids)
+        return_dict = encoder_options.pop("return_dict", None)
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, **encoder_options)
         start_logits, end_logits = self.qa_outputs(encoded.last_hidden_state)
         loss = None
         if start_positions is not None:
             loss = self.qa_outputs.loss((start_logits, end_logits), (start_positions, end_positions), attention_mask)
-        return SpanOutput(start_logits=start_logits, end_logits=end_logits, loss=loss)
+        return returned(SpanOutput(start_logits=start_logits, end_logits=end_logits, loss=loss,
+                                   hidden_states=encoded.hidden_states, attentions=encoded.attentions), return_dict)

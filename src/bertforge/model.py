@@ -22,7 +22,7 @@ from bertforge.activations import Activation, softmax
 from bertforge.checkpoint.pretrained import Pretrained
 from bertforge.config import BertConfig, bert_config
 from bertforge.errors import BertforgeError
-from bertforge.model_output import ModelOutput
+from bertforge.model_output import ModelOutput, returned
 from bertforge.packing import PackedBatch, pack_batch
 
 
@@ -55,9 +55,11 @@ class Embeddings(nn.Module):
         self.norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, input_ids, token_type_ids, position_ids):
-        """(tokens,) ids each -> (tokens, hidden): BertModel looks up the real tokens only, packed."""
-        x = self.tokens(input_ids) + self.segments(token_type_ids) + self.positions(position_ids)
+    def forward(self, input_ids, token_type_ids, position_ids, inputs_embeds=None):
+        """(tokens,) ids each -> (tokens, hidden): BertModel looks up the real tokens only, packed.
+        `inputs_embeds` (tokens, hidden): the token vectors given instead of looked up from input_ids."""
+        words = self.tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        x = words + self.segments(token_type_ids) + self.positions(position_ids)
         return self.dropout(self.norm(x))
 
 
@@ -229,26 +231,35 @@ class BertModel(Pretrained, nn.Module):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                output_hidden_states: bool = False, output_attentions: bool = False,
-                first_token_only: bool = False) -> EncoderOutput:
-        """`first_token_only`: last_hidden_state is (batch, 1, hidden), each sequence's first position ([CLS]) alone,
+                output_hidden_states: bool | None = None, output_attentions: bool | None = None,
+                first_token_only: bool = False, inputs_embeds: torch.Tensor | None = None,
+                return_dict: bool | None = None) -> EncoderOutput:
+        """`output_hidden_states`, `output_attentions`: return every layer's output, every layer's attention
+        weights (None: as config says). `inputs_embeds` (batch, seq, hidden): token vectors in the place of
+        input_ids' lookup (attribution, adversarial training). `return_dict=False`: a tuple, as transformers.
+
+        `first_token_only`: last_hidden_state is (batch, 1, hidden), each sequence's first position ([CLS]) alone,
         all that the pooler and [CLS] pooling read. The last layer then computes only that position (its keys and
         values are still every token's, so the result is the same): most of one layer's work, 10-15% of MiniLM's
         forward. Ignored when every layer's output is asked for, and when a row starts with padding (its first
         position is then zeros, as the full path gives)."""
-        self.check_inputs(input_ids, attention_mask, token_type_ids, position_ids)
-        batch_size, seq_len = input_ids.shape
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        if output_attentions is None:
+            output_attentions = self.config.output_attentions
+        self.check_inputs(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        batch_size, seq_len = (input_ids if inputs_embeds is None else inputs_embeds).shape[:2]
+        device = (input_ids if inputs_embeds is None else inputs_embeds).device
         if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
+            token_type_ids = torch.zeros(batch_size, seq_len, dtype=torch.long, device=device)
         if position_ids is None:
-            position_ids = torch.arange(seq_len, device=input_ids.device).expand(batch_size, seq_len)
+            position_ids = torch.arange(seq_len, device=device).expand(batch_size, seq_len)
         if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
+            attention_mask = torch.ones(batch_size, seq_len, dtype=torch.long, device=device)
 
-        device = input_ids.device.type
-        scores_dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
+        scores_dtype = (torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type)
                         else next(self.embeddings.parameters()).dtype)
         # Packing asks the data where its padding is, which a traced graph can't branch on: an exported graph computes
         # every position (the same outputs at real tokens; padding positions then hold values, not zeros).
@@ -258,32 +269,40 @@ class BertModel(Pretrained, nn.Module):
         first_token_only = (first_token_only and not (output_hidden_states or output_attentions)
                             and (exporting or bool(attention_mask[:, 0].all())))
         # From the embedding lookup on, everything runs on the real tokens only: (tokens, hidden).
-        x = self.embeddings(*(batch.pack(ids) for ids in (input_ids, token_type_ids, position_ids)))
+        x = self.embeddings(*(None if ids is None else batch.pack(ids)
+                              for ids in (input_ids, token_type_ids, position_ids, inputs_embeds)))
         x, hidden_states, attentions = self.encoder(x, batch, output_hidden_states, output_attentions,
                                                     first_token_only)
         last_hidden_state = batch.unpack_first_tokens(x) if first_token_only else batch.unpack(x)
-        return EncoderOutput(
+        return returned(EncoderOutput(
             last_hidden_state=last_hidden_state,
             pooler_output=self.pooler(last_hidden_state) if self.pooler is not None else None,
             hidden_states=tuple(batch.unpack(h) for h in hidden_states) if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None,
-        )
+        ), return_dict)
 
-    def check_inputs(self, input_ids, attention_mask, token_type_ids, position_ids) -> None:
+    def check_inputs(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds=None) -> None:
         """Shape errors a user can make, caught here rather than deep inside an embedding lookup."""
-        if input_ids.dim() != 2:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise BertforgeError("give input_ids or inputs_embeds, one of the two")
+        if input_ids is not None and input_ids.dim() != 2:
             raise BertforgeError(f"input_ids must be (batch, seq), got shape {tuple(input_ids.shape)}")
-        for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids),
-                             ("position_ids", position_ids)):
-            if tensor is not None and tensor.shape != input_ids.shape:
-                raise BertforgeError(f"{name} has shape {tuple(tensor.shape)}, "
-                                     f"input_ids has {tuple(input_ids.shape)}")
-        if input_ids.shape[1] > self.config.max_position_embeddings:
-            raise BertforgeError(f"sequence length {input_ids.shape[1]} exceeds max_position_embeddings "
+        hidden = self.config.hidden_size
+        if inputs_embeds is not None and (inputs_embeds.dim() != 3 or inputs_embeds.shape[2] != hidden):
+            raise BertforgeError(f"inputs_embeds must be (batch, seq, {hidden}), got shape "
+                                 f"{tuple(inputs_embeds.shape)}")
+        name, given = ("input_ids", input_ids) if inputs_embeds is None else ("inputs_embeds", inputs_embeds)
+        shape = tuple(given.shape[:2])
+        for other, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids),
+                              ("position_ids", position_ids)):
+            if tensor is not None and tuple(tensor.shape) != shape:
+                raise BertforgeError(f"{other} has shape {tuple(tensor.shape)}, {name} has {shape}")
+        if shape[1] > self.config.max_position_embeddings:
+            raise BertforgeError(f"sequence length {shape[1]} exceeds max_position_embeddings "
                                  f"({self.config.max_position_embeddings}); truncate the input")
         # Ids past an embedding table (a tokenizer with tokens the model was never resized for, a pair for a model
         # of one segment) would fail deep in the lookup; checked where it costs nothing (CPU, eager).
-        if input_ids.device.type != "cpu" or torch.compiler.is_compiling() or not input_ids.numel():
+        if given.device.type != "cpu" or torch.compiler.is_compiling() or not given.numel():
             return
         tables = (("token id", input_ids, "vocab_size", "is the tokenizer larger than the model?"),
                   ("segment id", token_type_ids, "type_vocab_size", "the model reads single texts, not pairs"))

@@ -30,3 +30,9 @@ class ModelOutput:
 
     def __len__(self) -> int:
         return len(self.keys())
+
+
+def returned(output: ModelOutput, return_dict: bool | None) -> ModelOutput | tuple[Any, ...]:
+    """A forward's result as its caller asked: the output (None or True), or its tuple (False, as transformers'
+    `return_dict=False` gives, for code that unpacks or traces tuples)."""
+    return output.to_tuple() if return_dict is False else output

@@ -265,3 +265,13 @@ def test_edges_as_transformers_has_them(fresh):
     padded = ours.pad([one], padding="max_length")
     assert padded == reference.pad([reference(text, truncation=True)], padding="max_length").data
     assert len(padded["input_ids"][0]) == 512
+
+
+def test_an_empty_pair_of_one_text_is_no_pair(fresh):
+    """transformers reads `text_pair=""` (or no words) beside one text as no pair, and keeps it in a batch."""
+    ours, reference = fresh
+    for args, options in ((("hello there", ""), {}), ((["hello", "there"], []), dict(is_split_into_words=True)),
+                          ((["hello", "there"], ["", "x"]), {})):
+        expected = reference(*args, truncation=True, **options)
+        assert ours(*args, **options) == expected.data, args
+    assert ours.encode("hello", "") == reference.encode("hello", "")

@@ -21,7 +21,7 @@ from bertforge.config import BertConfig, bert_config
 from bertforge.errors import ConfigError
 from bertforge.heads import IGNORE_INDEX
 from bertforge.model import BertModel, Embeddings
-from bertforge.model_output import ModelOutput
+from bertforge.model_output import ModelOutput, returned
 
 # ELECTRA's weight of the discriminator loss against the generator's MLM loss (Clark et al., 2020, λ = 50).
 DISCRIMINATOR_WEIGHT = 50.0
@@ -33,6 +33,8 @@ class MaskedLMOutput(ModelOutput):
     # in the order of labels != -100 (the vocabulary projection is most of the head's cost).
     logits: torch.Tensor
     loss: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # as EncoderOutput's, when asked for
+    attentions: tuple[torch.Tensor, ...] | None = None
 
 
 @dataclass
@@ -42,6 +44,8 @@ class PreTrainingOutput(ModelOutput):
     loss: torch.Tensor | None = None  # masked_lm_loss + sentence_pair_loss
     masked_lm_loss: torch.Tensor | None = None
     sentence_pair_loss: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # as EncoderOutput's, when asked for
+    attentions: tuple[torch.Tensor, ...] | None = None
 
 
 @dataclass
@@ -146,25 +150,29 @@ class BertForPreTraining(Pretrained, nn.Module):
         self.masked_lm.apply(self.bert.init_weights)
         self.next_sentence.apply(self.bert.init_weights)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None,
-                next_sentence_label: torch.Tensor | None = None) -> PreTrainingOutput:
-        """`labels`: (batch, seq) original ids at masked positions, -100 elsewhere; `next_sentence_label`: (batch,)."""
+                labels: torch.Tensor | None = None, next_sentence_label: torch.Tensor | None = None,
+                **encoder_options) -> PreTrainingOutput:
+        """`labels`: (batch, seq) original ids at masked positions, -100 elsewhere; `next_sentence_label`: (batch,).
+        `encoder_options`: BertModel.forward's inputs_embeds, output_hidden_states, output_attentions, return_dict."""
         _check_both_or_neither(labels=labels, next_sentence_label=next_sentence_label)
-        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids)
+        return_dict = encoder_options.pop("return_dict", None)
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, **encoder_options)
         pair_logits = self.next_sentence(encoded.pooler_output)  # (batch, 2)
         word_embeddings = self.bert.embeddings.tokens.weight
+        states = {"hidden_states": encoded.hidden_states, "attentions": encoded.attentions}
         if labels is None:
-            return PreTrainingOutput(prediction_logits=self.masked_lm(encoded.last_hidden_state, word_embeddings),
-                                     seq_relationship_logits=pair_logits)
+            return returned(PreTrainingOutput(
+                prediction_logits=self.masked_lm(encoded.last_hidden_state, word_embeddings),
+                seq_relationship_logits=pair_logits, **states), return_dict)
         is_masked = labels != IGNORE_INDEX
         logits = self.masked_lm(encoded.last_hidden_state[is_masked], word_embeddings)  # (masked, vocab)
         masked_lm_loss = self.masked_lm.loss(logits, labels[is_masked])
         pair_loss = self.next_sentence.loss(pair_logits, next_sentence_label)
-        return PreTrainingOutput(prediction_logits=logits, seq_relationship_logits=pair_logits,
-                                 loss=masked_lm_loss + pair_loss, masked_lm_loss=masked_lm_loss,
-                                 sentence_pair_loss=pair_loss)
+        return returned(PreTrainingOutput(prediction_logits=logits, seq_relationship_logits=pair_logits,
+                                          loss=masked_lm_loss + pair_loss, masked_lm_loss=masked_lm_loss,
+                                          sentence_pair_loss=pair_loss, **states), return_dict)
 
 
 class BertForMaskedLM(Pretrained, nn.Module):
@@ -180,17 +188,21 @@ class BertForMaskedLM(Pretrained, nn.Module):
                                       tied=config.tie_word_embeddings)
         self.masked_lm.apply(self.bert.init_weights)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None) -> MaskedLMOutput:
-        """`labels`: (batch, seq) original ids at masked positions, -100 elsewhere."""
-        hidden = self.bert(input_ids, attention_mask, token_type_ids, position_ids).last_hidden_state
-        word_embeddings = self.bert.embeddings.tokens.weight
+                labels: torch.Tensor | None = None, **encoder_options) -> MaskedLMOutput:
+        """`labels`: (batch, seq) original ids at masked positions, -100 elsewhere. `encoder_options`: as
+        BertForPreTraining's."""
+        return_dict = encoder_options.pop("return_dict", None)
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, **encoder_options)
+        hidden, word_embeddings = encoded.last_hidden_state, self.bert.embeddings.tokens.weight
+        states = {"hidden_states": encoded.hidden_states, "attentions": encoded.attentions}
         if labels is None:
-            return MaskedLMOutput(logits=self.masked_lm(hidden, word_embeddings))
+            return returned(MaskedLMOutput(logits=self.masked_lm(hidden, word_embeddings), **states), return_dict)
         is_masked = labels != IGNORE_INDEX
         logits = self.masked_lm(hidden[is_masked], word_embeddings)  # (masked, vocab)
-        return MaskedLMOutput(logits=logits, loss=self.masked_lm.loss(logits, labels[is_masked]))
+        return returned(MaskedLMOutput(logits=logits, loss=self.masked_lm.loss(logits, labels[is_masked]), **states),
+                        return_dict)
 
 
 class ProjectedEmbeddings(nn.Module):
@@ -201,8 +213,8 @@ class ProjectedEmbeddings(nn.Module):
         self.shared = embeddings
         self.projection = nn.Linear(embedding_size, hidden_size)
 
-    def forward(self, input_ids, token_type_ids, position_ids):
-        return self.projection(self.shared(input_ids, token_type_ids, position_ids))
+    def forward(self, input_ids, token_type_ids, position_ids, inputs_embeds=None):
+        return self.projection(self.shared(input_ids, token_type_ids, position_ids, inputs_embeds))
 
 
 def electra_generator_config(config: BertConfig, divisor: int = 4) -> BertConfig:

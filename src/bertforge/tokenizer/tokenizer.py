@@ -423,8 +423,10 @@ class BertTokenizer:
         sentence): word ids number those words, and offsets are positions within each word, as in transformers.
         `split_special_tokens` (default: the tokenizer's) reads "[SEP]" written in a text as text.
         """
+        is_batch = _is_batch_input(text, is_split_into_words)
+        if not is_batch and not text_pair:
+            text_pair = None  # one text with an empty pair is one text, as transformers reads it
         if is_split_into_words:
-            is_batch = bool(text) and not isinstance(text[0], str)
             texts = [SplitWords.of(words) for words in (text if is_batch else [text])]
             pairs = None
             if text_pair is not None:
@@ -432,7 +434,6 @@ class BertTokenizer:
                 if len(pairs) != len(texts):
                     raise InputError(f"got {len(texts)} texts but {len(pairs)} text pairs")
         else:
-            is_batch = not isinstance(text, str)
             texts = [text] if not is_batch else list(text)
             pairs = _pairs_like(texts, text_pair, is_batch)
         check_number("stride", stride, minimum=0, integer=True)
@@ -530,6 +531,13 @@ class BertTokenizer:
         if single and return_tensors is None:
             columns = {name: values[0] for name, values in columns.items()}
         return BatchEncoding(to_tensors(columns, return_tensors))
+
+
+def _is_batch_input(text: str | Sequence, is_split_into_words: bool) -> bool:
+    """Whether a call's `text` is a batch: a list of texts, or of word lists when the words are given."""
+    if is_split_into_words:
+        return bool(text) and not isinstance(text[0], str)
+    return not isinstance(text, str)
 
 
 def _pairs_like(texts: list[str], text_pair: str | Sequence[str] | None, is_batch: bool) -> list[str] | None:

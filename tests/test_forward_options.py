@@ -1,0 +1,125 @@
+"""The forward options transformers users pass, on the real MiniLM checkpoint against transformers: every layer's
+hidden states and attention weights from each task model, flags set once at loading, token vectors in the place of
+ids, and tuples for code that unpacks them."""
+
+import pytest
+import torch
+import transformers
+
+from bertforge import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bertforge.errors import BertforgeError
+from bertforge.pretraining.heads import BertForMaskedLM
+
+TOLERANCE = 1e-5
+
+# bertforge class -> transformers class of the same name
+TASK_MODELS = {
+    BertForSequenceClassification: transformers.BertForSequenceClassification,
+    BertForTokenClassification: transformers.BertForTokenClassification,
+    BertForQuestionAnswering: transformers.BertForQuestionAnswering,
+    BertForMaskedLM: transformers.BertForMaskedLM,
+}
+
+
+@pytest.fixture(scope="module")
+def batch(tokenizer, real_sentences):
+    return tokenizer(real_sentences[:6], padding=True, truncation=True, max_length=96, return_tensors="pt")
+
+
+@pytest.mark.parametrize("ours_class", list(TASK_MODELS), ids=lambda cls: cls.__name__)
+def test_task_models_return_every_layer_as_transformers_does(ours_class, minilm_dir, batch, tmp_path):
+    torch.manual_seed(0)
+    # set at loading, as `AutoModel.from_pretrained(name, output_hidden_states=True)`
+    ours = ours_class.from_pretrained(minilm_dir, output_hidden_states=True, output_attentions=True)
+    ours.save_pretrained(tmp_path)  # the head each initialised, for the reference to load
+    reference = TASK_MODELS[ours_class].from_pretrained(tmp_path, output_hidden_states=True, output_attentions=True,
+                                                        attn_implementation="eager").eval()
+    with torch.inference_mode():
+        mine, theirs = ours(**batch), reference(**batch)
+    assert list(mine.keys()) == [key for key in theirs.keys() if key != "cross_attentions"]
+    real = batch["attention_mask"].bool()
+    assert len(mine.hidden_states) == len(theirs.hidden_states) == 7
+    for layer, (a, b) in enumerate(zip(mine.hidden_states, theirs.hidden_states)):
+        assert (a - b)[real].abs().max() < TOLERANCE, f"hidden state {layer}"
+    assert len(mine.attentions) == 6
+    for layer, (a, b) in enumerate(zip(mine.attentions, theirs.attentions)):
+        queries = real[:, None, :].expand(a.shape[:3])  # bertforge computes no padding query
+        assert (a - b)[queries].abs().max() < TOLERANCE, f"attention weights of layer {layer}"
+    # the head's output too (logits, start scores): at the real positions of per-token ones
+    first, reference_first = mine.to_tuple()[0], theirs.to_tuple()[0]
+    rows = real if first.dim() > 1 and first.shape[1] == real.shape[1] else slice(None)
+    assert (first - reference_first)[rows].abs().max() < 1e-4
+
+    with torch.inference_mode():  # the call's own flags win over the config's
+        plain = ours(**batch, output_hidden_states=False, output_attentions=False)
+    assert plain.hidden_states is None and plain.attentions is None
+    assert ours.config.output_hidden_states and ours.config.output_attentions
+
+
+def test_a_sequence_classifier_asked_for_hidden_states_still_matches(minilm_dir, batch):
+    """Asking for every layer turns off the last layer's [CLS]-only shortcut; the logits must not move."""
+    torch.manual_seed(0)
+    model = BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=3)
+    with torch.inference_mode():
+        fast = model(**batch)
+        full = model(**batch, output_hidden_states=True)
+    assert full.hidden_states[-1].shape == (*batch["input_ids"].shape, 384)
+    assert (fast.logits - full.logits).abs().max() < TOLERANCE
+
+
+def test_inputs_embeds_give_what_the_ids_give(minilm, hf_minilm, batch):
+    vectors = minilm.get_input_embeddings()(batch["input_ids"])
+    mask = batch["attention_mask"]
+    with torch.inference_mode():
+        from_vectors = minilm(inputs_embeds=vectors, attention_mask=mask, token_type_ids=batch["token_type_ids"])
+        from_ids = minilm(**batch)
+        reference = hf_minilm(inputs_embeds=vectors, attention_mask=mask)
+    real = mask.bool()
+    assert (from_vectors.last_hidden_state - from_ids.last_hidden_state)[real].abs().max() < TOLERANCE
+    assert (from_vectors.last_hidden_state - reference.last_hidden_state)[real].abs().max() < TOLERANCE
+    assert (from_vectors.pooler_output - reference.pooler_output).abs().max() < TOLERANCE
+
+
+def test_inputs_embeds_carry_gradients_to_the_vectors(minilm_dir, batch):
+    """What attribution and adversarial training use them for: d(logit)/d(token vector)."""
+    torch.manual_seed(0)
+    model = BertForSequenceClassification.from_pretrained(minilm_dir)
+    vectors = model.get_input_embeddings()(batch["input_ids"]).detach().requires_grad_()
+    logits = model(inputs_embeds=vectors, attention_mask=batch["attention_mask"]).logits
+    logits[:, 1].sum().backward()
+    real = batch["attention_mask"].bool()
+    assert vectors.grad[real].abs().sum(-1).min() > 0  # every real token moves the logit
+    assert vectors.grad[~real].abs().max() == 0  # padding is never read
+
+
+def test_return_dict_false_gives_tuples_in_transformers_order(minilm_dir, batch):
+    torch.manual_seed(0)
+    model = BertForSequenceClassification.from_pretrained(minilm_dir)
+    labels = torch.tensor([0, 1, 1, 0, 1, 0])
+    with torch.inference_mode():
+        as_output = model(**batch, labels=labels)
+        loss, logits = model(**batch, labels=labels, return_dict=False)
+        last, pooled = model.bert(**batch, return_dict=False)
+    assert torch.equal(loss, as_output.loss) and torch.equal(logits, as_output.logits)
+    assert last.shape == (*batch["input_ids"].shape, 384) and pooled.shape == (6, 384)
+
+
+def test_wrong_inputs_are_named(minilm, batch):
+    ids = batch["input_ids"]
+    with pytest.raises(BertforgeError, match="input_ids or inputs_embeds"):
+        minilm(ids, inputs_embeds=torch.zeros(*ids.shape, 384))
+    with pytest.raises(BertforgeError, match="input_ids or inputs_embeds"):
+        minilm()
+    with pytest.raises(BertforgeError, match=r"inputs_embeds must be \(batch, seq, 384\)"):
+        minilm(inputs_embeds=torch.zeros(2, 5, 100))
+    with pytest.raises(BertforgeError, match="attention_mask has shape"):
+        minilm(inputs_embeds=torch.zeros(2, 5, 384), attention_mask=torch.ones(2, 4))
+
+
+def test_output_flags_round_trip_through_config_json(tmp_path):
+    config = BertConfig.tiny(output_hidden_states=True)
+    config.save(tmp_path / "config.json")
+    loaded = BertConfig.load(tmp_path / "config.json")
+    assert loaded.output_hidden_states and not loaded.output_attentions
+    reference = transformers.BertConfig.from_pretrained(tmp_path)
+    assert reference.output_hidden_states is True
