@@ -12,6 +12,7 @@ medians; within a batch it mostly cancels.
     python bench/bench_compress.py [--runs sst2,mrpc,stsb,conll2003] [--runs-dir runs] [--threads 2]
     python bench/bench_compress.py --model DIR --dev FILE [--model DIR --dev FILE ...]
     python bench/bench_compress.py --quick   # fine-tunes a small SST-2 model itself (a few minutes)
+    python bench/bench_compress.py ... --batch-sizes 1,8,16,32,128,256   # also int8 against ORT at other sizes
 
 The models of --runs are the ones `bench/finetune_tasks.py` leaves in RUNS_DIR/RUN/bertforge. int8 calibrates on
 the first 256 examples of the dev file, as `bertforge quantize` does by default.
@@ -190,6 +191,9 @@ def main() -> None:
     parser.add_argument("--dev-examples", type=int, default=None, help="score only the first N dev examples")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch-sizes", default="",
+                        help="also time the int8 models alone at these batch sizes, e.g. 1,8,16,32,128,256 (batches "
+                             "of one take the first 200 examples)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tune_cpu_allocator()
@@ -236,6 +240,13 @@ def main() -> None:
         alone = model_seconds({variant: made[variant] for variant in ("int8", *others)}, examples, args.repeats)
         print(f"{name:<12}the models alone, batch by batch: int8 {alone['int8']:.3f} s; ORT's time / int8's: "
               + ", ".join(f"{other} {alone[other] / alone['int8']:.3f}" for other in others), flush=True)
+        for size in (int(size) for size in args.batch_sizes.split(",") if size):
+            some = examples[:200] if size == 1 else examples
+            alone = model_seconds({variant: made[variant] for variant in ("int8", *others)}, some, args.repeats,
+                                  size)
+            print(f"{name:<12}batch {size:>3}, {len(some)} examples, the models alone: int8 {alone['int8']:.3f} s; "
+                  "ORT's time / int8's: " + ", ".join(f"{other} {alone[other] / alone['int8']:.3f}"
+                                                      for other in others), flush=True)
 
 if __name__ == "__main__":
     main()
