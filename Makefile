@@ -13,9 +13,9 @@ demo: install
 	$(BIN)/bertforge demo
 
 # Two workers (pytest-xdist), one torch thread each: the suite is half Python (tokenizer parity, command starts,
-# imports) and half arithmetic, and the two cores stay busy with both. Modules keep their fixtures on one worker.
+# imports) and half arithmetic, and the two cores stay busy with both. A module's tests run on one worker, in order.
 test: dev browser
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 lint: dev
 	$(BIN)/ruff check src tests bench

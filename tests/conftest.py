@@ -19,24 +19,10 @@ REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO.parent / "shared" / "data"
 
 
-# Folders whose modules share a session fixture that takes minutes (a fine-tuned teacher, a classifier to explain):
-# run on one worker under `pytest -n 2`, so that it is built once.
-SHARED_FIXTURE_FOLDERS = ("compress", "explain")
-
-
 def pytest_configure(config):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # Two workers on a 2-core machine: one intra-op thread each, not two that fight over both cores.
         torch.set_num_threads(1)
-
-
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`--dist loadgroup`), a module's tests stay together (its fixtures are built once), and
-    so do the modules of SHARED_FIXTURE_FOLDERS."""
-    for item in items:
-        path = Path(item.path).relative_to(REPO / "tests")
-        group = path.parts[0] if path.parts[0] in SHARED_FIXTURE_FOLDERS else str(path)
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="module")

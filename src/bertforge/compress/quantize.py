@@ -162,6 +162,36 @@ def static_kernel_available() -> bool:
     return y.tolist() == [[-3.0, 11.0]]  # codes (12, 14) are x = (1, 2): W x = (1 - 4, 3 + 8)
 
 
+# Without VNNI, oneDNN's int8 kernel costs 130-180 us a call before any arithmetic on MiniLM's shapes (a 2-core AMD
+# EPYC with AVX2), 2-4x what fbgemm's static-input kernel takes for up to ~30 rows and 1.15x at 120; from ~480 rows
+# oneDNN is 3-9% faster. Products of fewer rows (one sentence, a few; the last layer's [CLS] rows; the pooler) run
+# on fbgemm there: the same codes and weights, but the two kernels' float32 rounding differs in the last bit, which
+# moves an occasional code of a later layer by one. So on such a CPU a sentence alone and the same sentence in a
+# large batch differ slightly (MiniLM: token cosine >= 0.997, mean 0.9997; int8 against fp32 differs ~2x more);
+# oneDNN alone gives a sentence the same numbers in any batch. A sentence at a time is ~1.5x faster for it.
+SMALL_PRODUCT_ROWS = 256
+
+
+@functools.cache
+def small_product_kernel_available() -> bool:
+    """Whether fbgemm's static-input int8 linear (float in, calibrated step and zero point, float out) runs in this
+    build of torch: tried once on a product small enough to check by hand."""
+    if not hasattr(torch.ops.quantized, "linear_with_input_q_dq_qweight_dq_output_fp32"):
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch announces its quantized tensors' move to torchao
+            weight = torch._make_per_channel_quantized_tensor(torch.tensor([[1, -2], [3, 4]], dtype=torch.int8),
+                                                              torch.ones(2, dtype=torch.double),
+                                                              torch.zeros(2, dtype=torch.long), 0)
+            packed = torch.ops.quantized.linear_prepack(weight, None)
+        y = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(torch.tensor([[1.0, 2.0]]), 0.5, 10,
+                                                                              packed)
+    except RuntimeError:
+        return False
+    return y.tolist() == [[-3.0, 11.0]]
+
+
 class QuantizedLinear(nn.Module):
     """y = W8 (x8 - zero_point) * scales + bias + x[:, outliers] @ W[:, outliers]^T, then the activation.
 
@@ -172,6 +202,7 @@ class QuantizedLinear(nn.Module):
     """
 
     packed = None  # the kernel's prepacked weight, made on first use from the buffers
+    small_packed = None  # fbgemm's, for products of few rows on a CPU without VNNI (SMALL_PRODUCT_ROWS)
     next_input_range: torch.Tensor | None = None  # set by writes_codes: the next layer's input range
     folded = False  # set by from_linear: outlier channels were folded into the int8 weights
     loads = 0  # how many times a state dict was loaded into the layer
@@ -279,12 +310,17 @@ class QuantizedLinear(nn.Module):
                 self.packed = (torch.ops.onednn.qlinear_prepack(weight, None), scale, zero_points, step, zero_point,
                                *output)
             else:
-                zero_points = torch.zeros(self.out_features, dtype=torch.long)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # torch announces its quantized tensors' move to torchao
-                    weight = torch._make_per_channel_quantized_tensor(weight, scale.double(), zero_points, 0)
-                self.packed = torch.ops.quantized.linear_prepack(weight, self.bias)
+                self.packed = self.fbgemm_packed_weight()
         return self.packed
+
+    def fbgemm_packed_weight(self):
+        """The int8 weight, its per-channel scales and the bias prepacked for torch's fbgemm kernels."""
+        weight, scale = self.kernel_weight()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch announces its quantized tensors' move to torchao
+            weight = torch._make_per_channel_quantized_tensor(weight, scale.double(),
+                                                              torch.zeros(self.out_features, dtype=torch.long), 0)
+            return torch.ops.quantized.linear_prepack(weight, self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.uint8:  # codes the layer before wrote at this layer's input step (see `writes_codes`)
@@ -322,13 +358,15 @@ class QuantizedLinear(nn.Module):
         chains = (next_layer is not None and self.runs_static() and (self.activation is None or self.fuses_activation())
                   and next_layer.takes_codes())
         self.next_input_range = next_layer.input_range if chains else None
-        self.packed = None
+        self.packed = self.small_packed = None
 
     def static_product(self, scaled: torch.Tensor, post_op: str = "none", algorithm: str = "") -> torch.Tensor:
         """The int8 product on oneDNN's kernel, the input quantized with the calibrated step and zero point (or
         given as codes, uint8), and the output passed through `post_op` (a oneDNN eltwise: ONEDNN_POST_OPS) as it
         is written: in float32, or as the next layer's input codes (see `writes_codes`)."""
         weight, weight_scale, weight_zero_points, step, zero_point, *output = self.packed_weight()
+        if scaled.dtype != torch.uint8 and self.runs_small(scaled.numel() // self.in_features):
+            return self.small_product(scaled, step, zero_point, post_op != "none")
         if scaled.dtype == torch.uint8:
             codes = scaled.reshape(-1, self.in_features)
         else:
@@ -344,6 +382,24 @@ class QuantizedLinear(nn.Module):
         y = torch.ops.onednn.qlinear_pointwise(codes, step, zero_point, weight, weight_scale, weight_zero_points,
                                                self.bias, *output, post_op, [], algorithm)
         return y.view(*scaled.shape[:-1], self.out_features)
+
+    def runs_small(self, rows: int) -> bool:
+        """Whether a product of `rows` rows runs on fbgemm's static-input kernel (see SMALL_PRODUCT_ROWS)."""
+        return (rows < SMALL_PRODUCT_ROWS and int8_reduce_range() and not torch.compiler.is_compiling()
+                and small_product_kernel_available())
+
+    def small_product(self, scaled: torch.Tensor, step: float, zero_point: int, activate: bool) -> torch.Tensor:
+        """The static int8 product on fbgemm: the input quantized with the calibrated step and zero point (the
+        outlier channels at 0, as their codes are in static_product), the output in float32, then the activation
+        when the caller asked the kernel for it. A layer asked to write the next layer's codes writes float32
+        instead; the next layer quantizes it with the same step, to the same codes."""
+        if self.small_packed is None:
+            self.small_packed = self.fbgemm_packed_weight()
+        rows = self.without_outliers(scaled).reshape(-1, self.in_features).contiguous()
+        y = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(rows, step, zero_point,
+                                                                              self.small_packed)
+        y = y.view(*scaled.shape[:-1], self.out_features)
+        return ACTIVATIONS[self.activation](y) if activate else y
 
     def without_outliers(self, scaled: torch.Tensor) -> torch.Tensor:
         """The int8 part's float input: the outlier channels at 0, where `input_scale` has not zeroed them already
@@ -377,12 +433,13 @@ class QuantizedLinear(nn.Module):
         return (scaled.unsqueeze(0) @ weight.t()).squeeze(0) + self.bias
 
     def _load_from_state_dict(self, *args, **kwargs):
-        self.packed = None  # new weights: prepack again
+        self.packed = self.small_packed = None  # new weights: prepack again
         self.loads += 1  # and tell a FusedProjections made from them
         super()._load_from_state_dict(*args, **kwargs)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "packed": None}  # the prepacked weight can't be copied; it is made on use
+        # the prepacked weights can't be copied; they are made on use
+        return {**self.__dict__, "packed": None, "small_packed": None}
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, int8, "
