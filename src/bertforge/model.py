@@ -250,8 +250,8 @@ class BertModel(Pretrained, nn.Module):
         if output_attentions is None:
             output_attentions = self.config.output_attentions
         self.check_inputs(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        batch_size, seq_len = (input_ids if inputs_embeds is None else inputs_embeds).shape[:2]
-        device = (input_ids if inputs_embeds is None else inputs_embeds).device
+        given = input_ids if inputs_embeds is None else inputs_embeds
+        batch_size, seq_len, device = *given.shape[:2], given.device
         if token_type_ids is None:
             token_type_ids = torch.zeros(batch_size, seq_len, dtype=torch.long, device=device)
         if position_ids is None:
