@@ -21,6 +21,7 @@ the first 256 examples of the dev file, as `bertforge quantize` does by default.
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import tempfile
 import time
@@ -56,6 +57,26 @@ class OnnxRuntimeModel(nn.Module):
                   for name in INPUT_NAMES}
         (logits,) = self.session.run(["logits"], inputs)
         return ClassifierOutput(logits=torch.from_numpy(logits))
+
+
+# the module (bertforge.compress's `quantize` is its function of that name)
+quantize_module = importlib.import_module("bertforge.compress.quantize")
+
+
+class OneDnnOnly(nn.Module):
+    """An int8 model with every static product on oneDNN's kernel, none of few rows on fbgemm's (which a CPU without
+    VNNI otherwise takes below quantize.SMALL_PRODUCT_ROWS rows): what that switch gains, in the same run."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, **batch):
+        rows, quantize_module.SMALL_PRODUCT_ROWS = quantize_module.SMALL_PRODUCT_ROWS, 0
+        try:
+            return self.model(**batch)
+        finally:
+            quantize_module.SMALL_PRODUCT_ROWS = rows
 
 
 def onnx_int8(finetuned: FinetunedModel, folder: Path, threads: int, per_channel: bool = False,
@@ -240,13 +261,15 @@ def main() -> None:
         alone = model_seconds({variant: made[variant] for variant in ("int8", *others)}, examples, args.repeats)
         print(f"{name:<12}the models alone, batch by batch: int8 {alone['int8']:.3f} s; ORT's time / int8's: "
               + ", ".join(f"{other} {alone[other] / alone['int8']:.3f}" for other in others), flush=True)
+        int8 = made["int8"]
+        onednn_only = FinetunedModel(OneDnnOnly(int8.model), int8.tokenizer, int8.task, int8.run)
         for size in (int(size) for size in args.batch_sizes.split(",") if size):
             some = examples[:200] if size == 1 else examples
-            alone = model_seconds({variant: made[variant] for variant in ("int8", *others)}, some, args.repeats,
-                                  size)
+            timed = {variant: made[variant] for variant in ("int8", *others)} | {"int8 oneDNN only": onednn_only}
+            alone = model_seconds(timed, some, args.repeats, size)
             print(f"{name:<12}batch {size:>3}, {len(some)} examples, the models alone: int8 {alone['int8']:.3f} s; "
-                  "ORT's time / int8's: " + ", ".join(f"{other} {alone[other] / alone['int8']:.3f}"
-                                                      for other in others), flush=True)
+                  f"int8 oneDNN only / int8 {alone['int8 oneDNN only'] / alone['int8']:.3f}; ORT's time / int8's: "
+                  + ", ".join(f"{other} {alone[other] / alone['int8']:.3f}" for other in others), flush=True)
 
 if __name__ == "__main__":
     main()
