@@ -2,13 +2,21 @@
 hidden states and attention weights from each task model, flags set once at loading, token vectors in the place of
 ids, and tuples for code that unpacks them."""
 
+import inspect
+
 import pytest
 import torch
 import transformers
 
-from bertforge import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bertforge import (
+    BertConfig,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+)
 from bertforge.errors import BertforgeError
-from bertforge.pretraining.heads import BertForMaskedLM
+from bertforge.pretraining.heads import BertForMaskedLM, BertForPreTraining
 
 TOLERANCE = 1e-5
 
@@ -78,6 +86,26 @@ def test_inputs_embeds_give_what_the_ids_give(minilm, hf_minilm, batch):
     assert (from_vectors.last_hidden_state - from_ids.last_hidden_state)[real].abs().max() < TOLERANCE
     assert (from_vectors.last_hidden_state - reference.last_hidden_state)[real].abs().max() < TOLERANCE
     assert (from_vectors.pooler_output - reference.pooler_output).abs().max() < TOLERANCE
+
+
+@pytest.mark.parametrize("ours_class", [BertModel, *TASK_MODELS, BertForPreTraining], ids=lambda cls: cls.__name__)
+def test_inputs_come_in_transformers_order(ours_class):
+    """Code that passes the inputs by position gets them where transformers' order puts them: ids, mask, segments,
+    positions, vectors, then the targets (among the arguments both classes take)."""
+    ours = list(inspect.signature(ours_class.forward).parameters)
+    theirs = list(inspect.signature(getattr(transformers, ours_class.__name__).forward).parameters)
+    assert ours[:6] == theirs[:6] == ["self", "input_ids", "attention_mask", "token_type_ids", "position_ids",
+                                      "inputs_embeds"]
+    assert [name for name in ours if name in theirs] == [name for name in theirs if name in ours]
+
+
+def test_inputs_embeds_by_position(minilm, batch):
+    vectors = minilm.get_input_embeddings()(batch["input_ids"])
+    with torch.inference_mode():
+        by_position = minilm(None, batch["attention_mask"], batch["token_type_ids"], None, vectors)
+        from_ids = minilm(**batch)
+    real = batch["attention_mask"].bool()
+    assert (by_position.last_hidden_state - from_ids.last_hidden_state)[real].abs().max() < TOLERANCE
 
 
 def test_inputs_embeds_carry_gradients_to_the_vectors(minilm_dir, batch):

@@ -224,12 +224,13 @@ class BertForSequenceClassification(LabelledModel):
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                inputs_embeds: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, **encoder_options) -> ClassifierOutput:
         """`labels`: (batch,) class ids, float targets when num_labels == 1, or (batch, labels) 0/1 targets when
-        config.problem_type is multi_label_classification. `encoder_options`: BertModel.forward's inputs_embeds,
-        output_hidden_states, output_attentions and return_dict."""
+        config.problem_type is multi_label_classification. `inputs_embeds`: token vectors in the place of input_ids.
+        `encoder_options`: BertModel.forward's output_hidden_states, output_attentions and return_dict."""
         return_dict = encoder_options.pop("return_dict", None)
-        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids,
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                             first_token_only=self.first_token_only, **encoder_options)
         logits = self.classifier(encoded.pooler_output)  # (batch, labels)
         loss = None if labels is None else self.classifier.loss(logits, labels)
@@ -265,11 +266,12 @@ class BertForTokenClassification(LabelledModel):
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                inputs_embeds: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, **encoder_options) -> ClassifierOutput:
         """`labels`: (batch, seq) class ids, -100 where a token has no label. `encoder_options`: as
         BertForSequenceClassification's."""
         return_dict = encoder_options.pop("return_dict", None)
-        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, **encoder_options)
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **encoder_options)
         logits = self.classifier(encoded.last_hidden_state)  # (batch, seq, labels)
         loss = None if labels is None else self.classifier.loss(logits, labels)
         return returned(ClassifierOutput(logits=logits, loss=loss, hidden_states=encoded.hidden_states,
@@ -296,6 +298,7 @@ class BertForQuestionAnswering(Pretrained, nn.Module):
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                inputs_embeds: torch.Tensor | None = None,
                 start_positions: torch.Tensor | None = None, end_positions: torch.Tensor | None = None,
                 **encoder_options) -> SpanOutput:
         """`start_positions`, `end_positions`: (batch,) token indices of the answer; both or neither.
@@ -303,7 +306,7 @@ class BertForQuestionAnswering(Pretrained, nn.Module):
         if (start_positions is None) != (end_positions is None):
             raise ValueError("give both start_positions and end_positions, or neither")
         return_dict = encoder_options.pop("return_dict", None)
-        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, **encoder_options)
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **encoder_options)
         start_logits, end_logits = self.qa_outputs(encoded.last_hidden_state)
         loss = None
         if start_positions is not None:

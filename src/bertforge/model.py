@@ -233,8 +233,8 @@ class BertModel(Pretrained, nn.Module):
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                output_hidden_states: bool | None = None, output_attentions: bool | None = None,
-                first_token_only: bool = False, inputs_embeds: torch.Tensor | None = None,
+                inputs_embeds: torch.Tensor | None = None, output_hidden_states: bool | None = None,
+                output_attentions: bool | None = None, first_token_only: bool = False,
                 return_dict: bool | None = None) -> EncoderOutput:
         """`output_hidden_states`, `output_attentions`: return every layer's output, every layer's attention
         weights (None: as config says). `inputs_embeds` (batch, seq, hidden): token vectors in the place of

@@ -59,10 +59,14 @@ def assert_same_outputs(ours, reference, input_ids, attention_mask, token_type_i
         targets = targets_for(ours_class, input_ids, attention_mask)
         mine = ours(input_ids, attention_mask, token_type_ids, **targets)
         theirs = reference(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, **targets)
+        masked_only = ours(input_ids, attention_mask, token_type_ids, **targets, masked_logits_only=True)
     torch.testing.assert_close(mine.loss, theirs.loss, atol=1e-5, rtol=0)
-    # With labels only the masked positions are scored: the same rows as the full logits at those positions.
+    # With labels every position's logits, as transformers gives them (padding aside)...
+    torch.testing.assert_close(mlm_logits(mine)[real], mlm_logits(theirs)[real], atol=1e-5, rtol=0)
+    # ...or, as pre-training asks, only the masked positions': the same rows, and the same loss.
     is_masked = targets["labels"] != -100
-    torch.testing.assert_close(mlm_logits(mine), mlm_logits(theirs)[is_masked], atol=1e-5, rtol=0)
+    torch.testing.assert_close(mlm_logits(masked_only), mlm_logits(theirs)[is_masked], atol=1e-5, rtol=0)
+    torch.testing.assert_close(masked_only.loss, theirs.loss, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("ours_class", CLASSES, ids=lambda c: c.__name__)

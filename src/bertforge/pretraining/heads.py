@@ -29,8 +29,8 @@ DISCRIMINATOR_WEIGHT = 50.0
 
 @dataclass
 class MaskedLMOutput(ModelOutput):
-    # (batch, seq, vocab) without labels; with labels only the masked positions are scored: (masked, vocab),
-    # in the order of labels != -100 (the vocabulary projection is most of the head's cost).
+    # (batch, seq, vocab), as transformers gives; with labels and masked_logits_only, (masked, vocab) in the order
+    # of labels != -100: pre-training scores only those (the vocabulary projection is most of the head's cost).
     logits: torch.Tensor
     loss: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None  # as EncoderOutput's, when asked for
@@ -81,6 +81,19 @@ class MaskedLMHead(nn.Module):
         """(..., hidden) and the (vocab, embedding) matrix -> (..., vocab) logits."""
         decoder = word_embeddings if self.decoder is None else self.decoder.weight
         return F.linear(self.norm(self.activation(self.dense(x))), decoder, self.bias)
+
+    def scored(self, hidden: torch.Tensor, word_embeddings: torch.Tensor, labels: torch.Tensor | None,
+               masked_logits_only: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(logits, loss) of the (batch, seq, hidden) last layer against `labels` (None: no loss): logits for every
+        position, or with `masked_logits_only` (and labels) for the labelled ones alone, (masked, vocab)."""
+        if labels is None:
+            return self(hidden, word_embeddings), None
+        if masked_logits_only:
+            is_masked = labels != IGNORE_INDEX
+            logits = self(hidden[is_masked], word_embeddings)
+            return logits, self.loss(logits, labels[is_masked])
+        logits = self(hidden, word_embeddings)
+        return logits, self.loss(logits, labels)
 
     @staticmethod
     def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -152,23 +165,22 @@ class BertForPreTraining(Pretrained, nn.Module):
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                inputs_embeds: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, next_sentence_label: torch.Tensor | None = None,
-                **encoder_options) -> PreTrainingOutput:
+                masked_logits_only: bool = False, **encoder_options) -> PreTrainingOutput:
         """`labels`: (batch, seq) original ids at masked positions, -100 elsewhere; `next_sentence_label`: (batch,).
-        `encoder_options`: BertModel.forward's inputs_embeds, output_hidden_states, output_attentions, return_dict."""
+        `masked_logits_only`: see MaskedLMOutput.logits. `encoder_options`: BertModel.forward's
+        output_hidden_states, output_attentions, return_dict."""
         _check_both_or_neither(labels=labels, next_sentence_label=next_sentence_label)
         return_dict = encoder_options.pop("return_dict", None)
-        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, **encoder_options)
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **encoder_options)
         pair_logits = self.next_sentence(encoded.pooler_output)  # (batch, 2)
-        word_embeddings = self.bert.embeddings.tokens.weight
+        logits, masked_lm_loss = self.masked_lm.scored(encoded.last_hidden_state, self.bert.embeddings.tokens.weight,
+                                                       labels, masked_logits_only)
         states = {"hidden_states": encoded.hidden_states, "attentions": encoded.attentions}
         if labels is None:
-            return returned(PreTrainingOutput(
-                prediction_logits=self.masked_lm(encoded.last_hidden_state, word_embeddings),
-                seq_relationship_logits=pair_logits, **states), return_dict)
-        is_masked = labels != IGNORE_INDEX
-        logits = self.masked_lm(encoded.last_hidden_state[is_masked], word_embeddings)  # (masked, vocab)
-        masked_lm_loss = self.masked_lm.loss(logits, labels[is_masked])
+            return returned(PreTrainingOutput(prediction_logits=logits, seq_relationship_logits=pair_logits,
+                                              **states), return_dict)
         pair_loss = self.next_sentence.loss(pair_logits, next_sentence_label)
         return returned(PreTrainingOutput(prediction_logits=logits, seq_relationship_logits=pair_logits,
                                           loss=masked_lm_loss + pair_loss, masked_lm_loss=masked_lm_loss,
@@ -190,19 +202,17 @@ class BertForMaskedLM(Pretrained, nn.Module):
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, **encoder_options) -> MaskedLMOutput:
-        """`labels`: (batch, seq) original ids at masked positions, -100 elsewhere. `encoder_options`: as
-        BertForPreTraining's."""
+                inputs_embeds: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, masked_logits_only: bool = False,
+                **encoder_options) -> MaskedLMOutput:
+        """`labels`: (batch, seq) original ids at masked positions, -100 elsewhere. `masked_logits_only`: see
+        MaskedLMOutput.logits. `encoder_options`: as BertForPreTraining's."""
         return_dict = encoder_options.pop("return_dict", None)
-        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, **encoder_options)
-        hidden, word_embeddings = encoded.last_hidden_state, self.bert.embeddings.tokens.weight
-        states = {"hidden_states": encoded.hidden_states, "attentions": encoded.attentions}
-        if labels is None:
-            return returned(MaskedLMOutput(logits=self.masked_lm(hidden, word_embeddings), **states), return_dict)
-        is_masked = labels != IGNORE_INDEX
-        logits = self.masked_lm(hidden[is_masked], word_embeddings)  # (masked, vocab)
-        return returned(MaskedLMOutput(logits=logits, loss=self.masked_lm.loss(logits, labels[is_masked]), **states),
-                        return_dict)
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **encoder_options)
+        logits, loss = self.masked_lm.scored(encoded.last_hidden_state, self.bert.embeddings.tokens.weight, labels,
+                                             masked_logits_only)
+        return returned(MaskedLMOutput(logits=logits, loss=loss, hidden_states=encoded.hidden_states,
+                                       attentions=encoded.attentions), return_dict)
 
 
 class ProjectedEmbeddings(nn.Module):

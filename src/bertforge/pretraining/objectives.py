@@ -25,14 +25,14 @@ Batch = Mapping[str, torch.Tensor]
 def masked_lm_loss(model: BertForMaskedLM, batch: Batch, generator: torch.Generator | None = None):
     """Mean cross-entropy of the original token at each masked position."""
     return model(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"),
-                 labels=batch["labels"])
+                 labels=batch["labels"], masked_logits_only=True)
 
 
 def masked_lm_and_sentence_pair_loss(model: BertForPreTraining, batch: Batch,
                                      generator: torch.Generator | None = None):
     """Masked-LM loss + the mean cross-entropy of the pair label on [CLS] (BERT's sum of the two means)."""
     return model(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"),
-                 labels=batch["labels"], next_sentence_label=batch["next_sentence_label"])
+                 labels=batch["labels"], next_sentence_label=batch["next_sentence_label"], masked_logits_only=True)
 
 
 def electra_loss(model: ElectraForPreTraining, batch: Batch, generator: torch.Generator | None = None):
