@@ -275,3 +275,18 @@ def test_an_empty_pair_of_one_text_is_no_pair(fresh):
         expected = reference(*args, truncation=True, **options)
         assert ours(*args, **options) == expected.data, args
     assert ours.encode("hello", "") == reference.encode("hello", "")
+
+
+@pytest.mark.parametrize("truncation", [False, "longest_first", "only_second"])
+def test_without_special_tokens_as_in_transformers(fresh, glue_pairs, corpora, truncation):
+    """add_special_tokens=False: the texts' tokens alone (pairs keep segment 1), max_length counting only them."""
+    ours, reference = fresh
+    firsts, seconds = map(list, zip(*glue_pairs[:40]))
+    max_length = 64 if truncation == "only_second" else 24  # only_second: room for every first text
+    options = dict(add_special_tokens=False, truncation=truncation, max_length=max_length, return_offsets_mapping=True,
+                   return_special_tokens_mask=True, return_length=True)
+    assert_same_rows(ours(firsts, seconds, **options), reference(firsts, seconds, **options))
+    if truncation != "only_second":
+        texts = corpora["sst2"][:40] + AWKWARD
+        assert_same_rows(ours(texts, **options), reference(texts, **options))
+        assert ours.encode(texts[0], add_special_tokens=False) == reference.encode(texts[0], add_special_tokens=False)

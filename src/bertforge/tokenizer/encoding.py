@@ -131,12 +131,12 @@ def _windows(tokens: Tokens | None, keep: int | None, truncation: Truncation) ->
     return [tokens.part(max(len(tokens) - start - keep, 0), len(tokens) - start) for start in starts]
 
 
-def truncated_pairs(first: Tokens, second: Tokens | None, truncation: Truncation
+def truncated_pairs(first: Tokens, second: Tokens | None, truncation: Truncation, add_special_tokens: bool = True
                     ) -> list[tuple[Tokens, Tokens | None]]:
     """(first, second) of each row: one, or with overflow one per window, in tokenizers' order when both
     sequences overflow: (A0, B0), then each later window of A with every window of B, then A0 with B's later
-    windows."""
-    n_special = 2 if second is None else 3
+    windows. max_length counts the [CLS] and [SEP]s the rows get, if they get them."""
+    n_special = (2 if second is None else 3) if add_special_tokens else 0
     if truncation.strategy is None:
         return [(first, second)]
     budget = truncation.max_length - n_special
@@ -156,32 +156,34 @@ def truncated_pairs(first: Tokens, second: Tokens | None, truncation: Truncation
     return rows
 
 
-def with_special_tokens(first: Tokens, second: Tokens | None, cls_id: int, sep_id: int, details: bool
-                        ) -> dict[str, list]:
+def with_special_tokens(first: Tokens, second: Tokens | None, cls_id: int, sep_id: int, details: bool,
+                        add: bool = True) -> dict[str, list]:
     """[CLS] A [SEP] (B [SEP]) with segment ids and the attention mask; offsets (0, 0) and word id None for the
-    special tokens when `details`."""
-    ids = [cls_id] + first.ids + [sep_id]
+    special tokens when `details`. `add=False`: A (B) alone, B's tokens still in segment 1."""
+    cls, sep, no_offset, no_word = ([cls_id], [sep_id], [(0, 0)], [None]) if add else ([], [], [], [])
+    ids = cls + first.ids + sep
     n_first = len(ids)
     if second is not None:
-        ids += second.ids + [sep_id]
+        ids += second.ids + sep
     row: dict[str, list] = {
         "input_ids": ids,
         "token_type_ids": [0] * n_first + [1] * (len(ids) - n_first),
         "attention_mask": [1] * len(ids),
     }
     if details:
-        none = [(0, 0)]
-        row["offset_mapping"] = none + first.offsets + none + (second.offsets + none if second is not None else [])
-        row["word_ids"] = [None] + first.word_ids + [None] + (second.word_ids + [None] if second is not None else [])
+        row["offset_mapping"] = (no_offset + first.offsets + no_offset
+                                 + (second.offsets + no_offset if second is not None else []))
+        row["word_ids"] = no_word + first.word_ids + no_word + (second.word_ids + no_word if second is not None else [])
     return row
 
 
-def special_tokens_mask(token_type_ids: list[int]) -> list[int]:
-    """1 at the template's [CLS] and [SEP]s, 0 at the texts' tokens (added special tokens in a text count as
-    text, as in transformers); padding adds 1s."""
+def special_tokens_mask(token_type_ids: list[int], added: bool = True) -> list[int]:
+    """1 at the template's [CLS] and [SEP]s (when `added`), 0 at the texts' tokens (added special tokens in a
+    text count as text, as in transformers); padding adds 1s."""
     mask = [0] * len(token_type_ids)
-    n_first = token_type_ids.count(0)
-    mask[0] = mask[n_first - 1] = mask[-1] = 1
+    if added:
+        n_first = token_type_ids.count(0)
+        mask[0] = mask[n_first - 1] = mask[-1] = 1
     return mask
 
 

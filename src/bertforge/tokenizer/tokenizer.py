@@ -410,7 +410,8 @@ class BertTokenizer:
                  return_overflowing_tokens: bool = False, stride: int = 0, pad_to_multiple_of: int | None = None,
                  padding_side: str | None = None, return_token_type_ids: bool = True,
                  return_attention_mask: bool = True, return_special_tokens_mask: bool = False,
-                 return_length: bool = False, split_special_tokens: bool | None = None) -> BatchEncoding:
+                 return_length: bool = False, split_special_tokens: bool | None = None,
+                 add_special_tokens: bool = True) -> BatchEncoding:
         """Encode one text (flat lists) or a batch (lists of lists); pairs become [CLS] A [SEP] B [SEP].
 
         max_length defaults to model_max_length; truncation is True/'longest_first', 'only_first',
@@ -422,6 +423,7 @@ class BertTokenizer:
         result is a batch even for one text). With `is_split_into_words`, a text is a list of words (a CoNLL
         sentence): word ids number those words, and offsets are positions within each word, as in transformers.
         `split_special_tokens` (default: the tokenizer's) reads "[SEP]" written in a text as text.
+        `add_special_tokens=False`: no [CLS] and [SEP] (the second text's tokens are still segment 1).
         """
         is_batch = _is_batch_input(text, is_split_into_words)
         if not is_batch and not text_pair:
@@ -444,13 +446,14 @@ class BertTokenizer:
         check_tensor_kind(return_tensors)
 
         details = return_offsets_mapping or return_word_ids
-        groups = [self._encode_rows(first, second, fit, details, split_special_tokens)
+        groups = [self._encode_rows(first, second, fit, details, split_special_tokens, add_special_tokens)
                   for first, second in zip(texts, pairs or [None] * len(texts))]
         rows = list(chain.from_iterable(groups))
         names = ("input_ids", "token_type_ids", "attention_mask") + (("offset_mapping", "word_ids") if details else ())
         columns = {name: [row[name] for row in rows] for name in names}
         if return_special_tokens_mask:
-            columns["special_tokens_mask"] = [special_tokens_mask(row["token_type_ids"]) for row in rows]
+            columns["special_tokens_mask"] = [special_tokens_mask(row["token_type_ids"], add_special_tokens)
+                                              for row in rows]
         if padding != "do_not_pad":  # a vocabulary without [PAD] encodes fine until padding is asked for
             pad_columns(columns, self.pad_token_id, padding, fit.max_length, pad_to_multiple_of, side)
 
@@ -478,12 +481,12 @@ class BertTokenizer:
             return self(text, text_pair, max_length, truncation, padding, return_word_ids=True,
                         is_split_into_words=is_split_into_words, return_overflowing_tokens=return_overflowing_tokens,
                         stride=stride, pad_to_multiple_of=pad_to_multiple_of, padding_side=side,
-                        split_special_tokens=split_special_tokens)._word_ids
+                        split_special_tokens=split_special_tokens, add_special_tokens=add_special_tokens)._word_ids
 
         return BatchEncoding(columns, word_ids, None if word_ids is not None else compute_word_ids)
 
     def _encode_rows(self, text: str, pair: str | None, fit: Truncation, details: bool,
-                     split: bool | None = None) -> list[dict[str, list]]:
+                     split: bool | None = None, add_special_tokens: bool = True) -> list[dict[str, list]]:
         """The [CLS] A [SEP] (B [SEP]) rows of one text or pair: one, truncated to fit, or one per window."""
         for value in (text, pair):
             if value is not None and not isinstance(value, str):
@@ -492,8 +495,8 @@ class BertTokenizer:
             (lambda value: Tokens(self._encode_ids(value, split)))
         first = encode(text)
         second = encode(pair) if pair is not None else None
-        return [with_special_tokens(a, b, self.cls_token_id, self.sep_token_id, details)
-                for a, b in truncated_pairs(first, second, fit)]
+        return [with_special_tokens(a, b, self.cls_token_id, self.sep_token_id, details, add_special_tokens)
+                for a, b in truncated_pairs(first, second, fit, add_special_tokens)]
 
     def pad(self, encoded_inputs: Any, padding: bool | str = True, max_length: int | None = None,
             pad_to_multiple_of: int | None = None, return_tensors: str | None = None,

@@ -54,15 +54,53 @@ TRUNCATE = ("text-embeddings-inference's field: cut texts longer than the limit 
             "default: the server's --long-text")
 
 
+TokenIdLists = Annotated[list[TokenIds], Field(min_length=1)]
+# text-embeddings-inference's fields, under its names (its clients send them: huggingface_hub's InferenceClient,
+# LangChain's and LlamaIndex's TEI embeddings)
+TruncationDirection = Literal["right", "left", "Right", "Left"]
+TRUNCATION_DIRECTION = "text-embeddings-inference's field: the end of a long text that truncate cuts"
+PROMPT_NAME = ("text-embeddings-inference's field: a sentence-transformers prompt; bertforge reads no prompts from a "
+               "checkpoint, so only null")
+TEI_INPUTS = "text-embeddings-inference's field: a text, a list of texts, or token ids (one list, or a list of lists)"
+
+
 class EmbedRequest(Strict):
     texts: list[Text] | None = Field(None, min_length=1, description="the texts to embed (at most max_texts)")
-    inputs: Text | Texts | None = Field(None, description="text-embeddings-inference's field: a text or a list; "
-                                                        "the answer is then a bare list of vectors")
+    inputs: Text | Texts | TokenIds | TokenIdLists | None = Field(
+        None, description=TEI_INPUTS + "; the answer is then a bare list of vectors")
     pooling: Pooling | None = Field(None, description="how token vectors become one (default: the checkpoint's "
                                                       "sentence-transformers pooling, else mean)")
     normalize: bool | None = Field(None, strict=True, description="scale each vector to unit length (default: "
                                    "as the checkpoint's sentence-transformers modules say, else no)")
     truncate: bool | None = Field(None, strict=True, description=TRUNCATE)
+    truncation_direction: TruncationDirection = Field("right", description=TRUNCATION_DIRECTION)
+    dimensions: int | None = Field(None, ge=1, strict=True, description="text-embeddings-inference's field: keep "
+                                   "the first N dimensions (re-normalized when the vectors are)")
+    prompt_name: None = Field(None, description=PROMPT_NAME)
+
+
+class EmbedAllRequest(Strict):
+    inputs: Text | Texts | TokenIds | TokenIdLists = Field(description=TEI_INPUTS)
+    truncate: bool | None = Field(None, strict=True, description=TRUNCATE)
+    truncation_direction: TruncationDirection = Field("right", description=TRUNCATION_DIRECTION)
+    prompt_name: None = Field(None, description=PROMPT_NAME)
+
+
+class SimilarityInput(Strict):
+    source_sentence: Text
+    sentences: Texts = Field(description="the texts compared with source_sentence")
+
+
+class SimilarityParameters(Strict):
+    truncate: bool | None = Field(None, strict=True, description=TRUNCATE)
+    truncation_direction: TruncationDirection = Field("right", description=TRUNCATION_DIRECTION)
+    prompt_name: None = Field(None, description=PROMPT_NAME)
+
+
+class SimilarityRequest(Strict):
+    """text-embeddings-inference's (and the Hugging Face sentence-similarity task's) request."""
+    inputs: SimilarityInput
+    parameters: SimilarityParameters | None = None
 
 
 class OpenAIEmbeddingRequest(BaseModel):
@@ -82,12 +120,30 @@ class Question(Strict):
     context: Text = Field(description="the text the answer is a span of; a long one is split into windows")
 
 
+TextOrPair = Annotated[list[Text], Field(min_length=1, max_length=2)]
+
+
+class TextClassificationParameters(Strict):
+    """The Hugging Face text-classification task's parameters (huggingface_hub's InferenceClient sends them)."""
+    function_to_apply: Literal["softmax", "sigmoid", "none"] | None = Field(
+        None, description="what turns the logits into scores (default: the model's, softmax or sigmoid)")
+    top_k: int | None = Field(None, ge=1, strict=True, description="keep the k highest scores")
+
+
 class PredictRequest(Strict):
     texts: list[Text] | None = Field(None, min_length=1, description="the texts (at most max_texts), for a "
                                                                     "classifier, regression model or tagger")
     text_pairs: list[Text] | None = Field(None, description="a second text per text, for pair tasks")
     questions: list[Question] | None = Field(None, min_length=1, description="for a question-answering model, "
                                                                              "instead of texts")
+    inputs: Text | TextOrPair | Annotated[list[TextOrPair], Field(min_length=1)] | None = Field(
+        None, description="text-embeddings-inference's field, for a sequence classifier: a text, a pair [text, "
+                          "text], or a batch of [text] and [text, text]; the answer is then its list of {score, "
+                          "label} per input, highest first (a bare list for a single input)")
+    raw_scores: bool = Field(False, strict=True, description="with inputs: the logits rather than probabilities")
+    truncate: bool | None = Field(None, strict=True, description=TRUNCATE)
+    truncation_direction: TruncationDirection = Field("right", description=TRUNCATION_DIRECTION)
+    parameters: TextClassificationParameters | None = None
 
 
 class RerankRequest(Strict):
@@ -96,11 +152,21 @@ class RerankRequest(Strict):
     raw_scores: bool = Field(False, strict=True, description="a pair classifier's logit instead of its probability")
     return_text: bool = Field(False, strict=True)
     truncate: bool | None = Field(None, strict=True, description=TRUNCATE)
+    truncation_direction: TruncationDirection = Field("right", description=TRUNCATION_DIRECTION)
 
 
 class TokenizeRequest(Strict):
-    text: Text
+    text: Text | None = Field(None, description="the text (or send inputs)")
     text_pair: Text | None = None
+    inputs: Text | Texts | None = Field(None, description="text-embeddings-inference's field: a text or a list; the "
+                                                        "answer is then its list of tokens per text")
+    add_special_tokens: bool = Field(True, strict=True, description="with inputs: [CLS] and [SEP] too")
+    prompt_name: None = Field(None, description=PROMPT_NAME)
+
+
+class DecodeRequest(Strict):
+    ids: TokenIds | TokenIdLists = Field(description="token ids: one list, or a list of lists")
+    skip_special_tokens: bool = Field(True, strict=True)
 
 
 class ExplainRequest(Strict):
@@ -215,6 +281,19 @@ class RerankResult(BaseModel):
     text: str | None = None
 
 
+class Prediction(BaseModel):
+    score: float
+    label: str
+
+
+class SimpleToken(BaseModel):
+    id: int
+    text: str
+    special: bool
+    start: int | None = Field(description="character offsets of the token in its text (null for special tokens)")
+    stop: int | None
+
+
 class TokenizeResponse(BaseModel):
     tokens: list[str]
     ids: list[int]
@@ -243,3 +322,34 @@ class HealthResponse(BaseModel):
     texts: int
     largest_batch: int
     limits: Limits
+
+
+class EmbeddingModelType(BaseModel):
+    pooling: str
+
+
+class ClassifierModelType(BaseModel):
+    id2label: dict[str, str]
+    label2id: dict[str, int]
+
+
+class ModelType(BaseModel):
+    embedding: EmbeddingModelType | None = None
+    classifier: ClassifierModelType | None = None
+    task: str | None = Field(None, description="bertforge's task, for a fine-tuned model")
+
+
+class InfoResponse(BaseModel):
+    """text-embeddings-inference's /info, for its clients and dashboards."""
+    model_id: str
+    model_sha: str | None = None
+    model_dtype: str
+    model_type: ModelType
+    max_concurrent_requests: int
+    max_input_length: int
+    max_batch_tokens: int
+    max_batch_requests: int | None
+    max_client_batch_size: int
+    auto_truncate: bool
+    tokenization_workers: int
+    version: str
