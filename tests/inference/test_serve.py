@@ -193,11 +193,12 @@ def test_attention_page(encoder_server):
 def test_openapi_and_docs(encoder_server):
     status, schema, _ = encoder_server.request("/openapi.json")
     paths = {"/embed", "/predict", "/tokenize", "/attention", "/health", "/v1/embeddings", "/v1/models", "/rerank",
-             "/metrics"}
+             "/metrics", "/", "/similarity", "/embed_all", "/decode", "/info"}
     assert status == 200 and paths <= set(schema["paths"])
     # Typed answers: every JSON route names its response model, and its errors' {"error"} shape.
     predict = schema["paths"]["/predict"]["post"]["responses"]
-    assert predict["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/PredictResponse"}
+    answers = predict["200"]["content"]["application/json"]["schema"]["anyOf"]  # bertforge's, or TEI's lists
+    assert {"$ref": "#/components/schemas/PredictResponse"} in answers
     assert predict["413"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorResponse"}
     # The pages' errors are JSON too; OpenAI's routes publish OpenAI's error shape.
     page = schema["paths"]["/attention"]["get"]["responses"]
@@ -336,7 +337,7 @@ def test_embeddings_refuse_or_cut_at_the_checkpoints_own_length(make_server, enc
     assert_error(refusing.request("/embed", {"inputs": long_text}), 413, "22 tokens", "limit is 16")
     assert_error(refusing.request("/v1/embeddings", {"input": long_text}), 413, "limit is 16")
     assert_error(refusing.request("/rerank", {"query": "q", "texts": [long_text]}), 413, "limit is 16")
-    status, cut, _ = refusing.request("/embed", {"inputs": long_text, "truncate": True})
+    status, cut, _ = refusing.request("/embed", {"inputs": long_text, "truncate": True, "normalize": False})
     expected = extract_features(refusing.model, refusing.tokenizer, [long_text], max_length=16)
     assert status == 200 and torch.allclose(torch.tensor(cut), expected, atol=1e-5)
     truncating = make_server(directory)
@@ -798,10 +799,10 @@ def test_openai_client_gets_the_embeddings_of_bertforge_embed(encoder_server, en
 
 
 def test_tei_embed_and_rerank(encoder_server):
-    status, vectors, _ = encoder_server.request("/embed", {"inputs": TEXTS[0]})
+    status, vectors, _ = encoder_server.request("/embed", {"inputs": TEXTS[0], "normalize": False})
     expected = extract_features(encoder_server.model, encoder_server.tokenizer, TEXTS, max_length=64)
     assert status == 200 and torch.allclose(torch.tensor(vectors), expected[:1], atol=1e-5)
-    status, vectors, _ = encoder_server.request("/embed", {"inputs": TEXTS, "normalize": True})
+    status, vectors, _ = encoder_server.request("/embed", {"inputs": TEXTS})  # TEI's default: unit length
     normalized = torch.nn.functional.normalize(expected, dim=-1)
     assert status == 200 and torch.allclose(torch.tensor(vectors), normalized, atol=1e-5)
     status, ranked, _ = encoder_server.request("/rerank", {"query": TEXTS[0], "texts": TEXTS, "return_text": True})
@@ -809,6 +810,100 @@ def test_tei_embed_and_rerank(encoder_server):
     assert status == 200 and ranked[0] == {"index": 0, "score": pytest.approx(1.0, abs=1e-5), "text": TEXTS[0]}
     assert [item["index"] for item in ranked] == sorted(range(3), key=lambda i: -similarity[i])
     assert [item["score"] for item in ranked] == pytest.approx(sorted(similarity, reverse=True), abs=1e-5)
+
+
+def last_layer(model, ids: list[int]) -> torch.Tensor:
+    """(seq, hidden): the model's last layer over one row of token ids, computed here rather than by the server."""
+    with torch.inference_mode():
+        return model(torch.tensor([ids])).last_hidden_state[0]
+
+
+def test_tei_clients_embed_and_compare(encoder_server):
+    """huggingface_hub's InferenceClient given the server's URL, as TEI's documentation uses it (POST /)."""
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    client = huggingface_hub.InferenceClient(model=encoder_server.url)
+    expected = torch.nn.functional.normalize(
+        extract_features(encoder_server.model, encoder_server.tokenizer, TEXTS, max_length=64), dim=-1)
+    vectors = client.feature_extraction(TEXTS[0])
+    assert vectors.shape == (1, 32) and torch.allclose(torch.from_numpy(vectors), expected[:1], atol=1e-5)
+    similarities = client.sentence_similarity(TEXTS[0], TEXTS[1:])
+    assert similarities == pytest.approx([float(expected[0] @ vector) for vector in expected[1:]], abs=1e-5)
+    assert encoder_server.request("/similarity", {"inputs": {"source_sentence": TEXTS[0], "sentences": TEXTS[1:]},
+                                                  "parameters": {"truncate": True}})[1] == similarities
+
+    status, shortened, _ = encoder_server.request("/embed", {"inputs": TEXTS, "dimensions": 8})
+    assert status == 200 and torch.allclose(torch.tensor(shortened),
+                                            torch.nn.functional.normalize(expected[:, :8], dim=-1), atol=1e-5)
+    assert_error(encoder_server.request("/embed", {"inputs": TEXTS, "dimensions": 33}), 422, "dimensions")
+
+    # A long text cut at the left keeps its end: the last 63 word pieces and [SEP], after [CLS].
+    long_text = " ".join(f"word{i}" for i in range(100))
+    ids = encoder_server.tokenizer(long_text, truncation=False)["input_ids"]
+    kept = ids[:1] + ids[-63:]
+    status, (cut_left,), _ = encoder_server.request("/embed", {"inputs": long_text, "truncate": True,
+                                                               "truncation_direction": "Left", "normalize": False})
+    assert status == 200 and torch.allclose(torch.tensor(cut_left), last_layer(encoder_server.model, kept).mean(0),
+                                            atol=1e-5)
+
+
+def test_tei_tokenize_decode_embed_all_and_info(encoder_server, tokenizer):
+    texts = ["Héllo, wörld!", TEXTS[1]]
+    status, tokens, _ = encoder_server.request("/tokenize", {"inputs": texts, "add_special_tokens": False})
+    encoded = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    assert status == 200 and [[token["id"] for token in row] for row in tokens] == encoded["input_ids"]
+    for text, row, offsets in zip(texts, tokens, encoded["offset_mapping"]):
+        assert [(token["start"], token["stop"]) for token in row] == [tuple(pair) for pair in offsets]
+        assert [token["text"] for token in row] == [text[start:stop] for start, stop in offsets]
+        assert not any(token["special"] for token in row)
+    status, (with_specials,), _ = encoder_server.request("/tokenize", {"inputs": texts[0]})
+    assert [token["text"] for token in with_specials][::len(with_specials) - 1] == ["[CLS]", "[SEP]"]
+    assert with_specials[0] == {"id": tokenizer.cls_token_id, "text": "[CLS]", "special": True, "start": None,
+                                "stop": None}
+
+    ids = tokenizer(TEXTS[:2])["input_ids"]
+    assert encoder_server.request("/decode", {"ids": ids[0]})[1] == [tokenizer.decode(ids[0], skip_special_tokens=True)]
+    assert encoder_server.request("/decode", {"ids": ids, "skip_special_tokens": False})[1] == \
+        tokenizer.batch_decode(ids)
+    assert_error(encoder_server.request("/decode", {"ids": [101, 10 ** 6]}), 422, "token id 1000000")
+
+    status, states, _ = encoder_server.request("/embed_all", {"inputs": TEXTS[:2]})
+    assert status == 200 and [len(rows) for rows in states] == [len(row) for row in ids]
+    for row, served in zip(ids, states):
+        assert torch.allclose(torch.tensor(served), last_layer(encoder_server.model, row), atol=1e-5)
+
+    status, info, _ = encoder_server.request("/info")
+    assert status == 200 and info["model_type"] == {"embedding": {"pooling": "mean"}}
+    assert (info["max_input_length"], info["max_client_batch_size"], info["model_dtype"]) == (64, 8, "float32")
+
+
+def test_tei_predict_with_a_classifier(classifier_server, tagger_server):
+    expected = classifier_server.request("/predict", {"texts": TEXTS})[1]["predictions"]
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    top = huggingface_hub.InferenceClient(model=classifier_server.url).text_classification(TEXTS[0])
+    top = top[0] if isinstance(top, list) else top  # TEI answers one input with a bare list; the client takes [0]
+    assert top.label == expected[0]["label"]
+    assert top.score == pytest.approx(expected[0]["probabilities"][expected[0]["label"]], abs=1e-5)
+
+    status, answers, _ = classifier_server.request("/predict", {"inputs": [[text] for text in TEXTS]})
+    assert status == 200 and len(answers) == 3
+    for answer, offline in zip(answers, expected):
+        assert answer == sorted(answer, key=lambda item: -item["score"])
+        assert {item["label"]: item["score"] for item in answer} == pytest.approx(offline["probabilities"], abs=1e-5)
+    raw = classifier_server.request("/predict", {"inputs": TEXTS[0], "raw_scores": True})[1]
+    logits = torch.tensor([item["score"] for item in raw])
+    probabilities = sorted(expected[0]["probabilities"].values(), reverse=True)
+    assert torch.allclose(logits.softmax(-1), torch.tensor(probabilities), atol=1e-5)
+    assert classifier_server.request("/", {"inputs": TEXTS[0], "parameters": {"top_k": 1}})[1] == answers[0][:1]
+    pair = classifier_server.request("/predict", {"inputs": [TEXTS[0], TEXTS[1]]})[1]
+    offline_pair = classifier_server.request("/predict", {"texts": TEXTS[:1], "text_pairs": TEXTS[1:2]})[1]
+    assert {item["label"]: item["score"] for item in pair} == \
+        pytest.approx(offline_pair["predictions"][0]["probabilities"], abs=1e-5)
+
+    assert_error(classifier_server.request("/predict", {"inputs": ["a", "b", "c"]}), 422, "inputs")
+    assert_error(classifier_server.request("/predict", {"inputs": "a", "texts": ["b"]}), 422, "not both")
+    assert_error(tagger_server.request("/predict", {"inputs": "a"}), 409, "sequence classifier")
+    assert classifier_server.request("/info")[1]["model_type"]["classifier"]["id2label"] == \
+        {"0": "negative", "1": "positive"}
 
 
 def test_rerank_with_a_pair_classifier(task_model_dirs):

@@ -2,13 +2,15 @@
 
 /predict encodes with the task's own `encode`, with the settings the model was trained with (max_length, windows,
 decoding, doc stride), runs the rows through the micro-batcher and decodes with the task's own `decode`, so its
-answers are `bertforge predict`'s. Also /embed (and text-embeddings-inference's {"inputs"}), OpenAI's
-/v1/embeddings and /v1/models, /rerank, /tokenize, /attention, /explain (bertforge.explain), /health, /metrics and
-an offline /docs page.
+answers are `bertforge predict`'s. Also /embed, OpenAI's /v1/embeddings and /v1/models, /rerank, /tokenize,
+/attention, /explain (bertforge.explain), /health, /metrics and an offline /docs page; and text-embeddings-inference's
+API for its clients (serve/tei.py): {"inputs": ...} on /embed, /predict and /tokenize, its /embed_all, /similarity,
+/decode and /info, and POST / (what huggingface_hub's InferenceClient sends to a server's URL).
 """
 
 import asyncio
 import base64
+import copy
 import dataclasses
 import logging
 import math
@@ -43,6 +45,8 @@ from bertforge.inference.serve.limits import (
 )
 from bertforge.inference.serve.metrics import ServerMetrics
 from bertforge.inference.serve.settings import ServeSettings
+from bertforge.inference.serve.tei import SCORE_FUNCTIONS, TASK_SCORES, predict_inputs, ranked_scores, simple_tokens
+from bertforge.tasks import classification
 from bertforge.tasks.data import forward_rows
 from bertforge.tasks.registry import Checkpoint, Task, inspect_checkpoint, task_defaults, task_of_model
 from bertforge.tokenizer import BertTokenizer
@@ -70,6 +74,12 @@ def pooled_vectors(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor
         vector = pool(states[None], torch.ones(1, len(states), dtype=torch.long), job.options["pooling"])[0]
         vectors.append(F.normalize(vector, dim=-1) if job.options["normalize"] else vector)
     return vectors
+
+
+def token_vectors(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:
+    """The last layer's (seq, hidden) vectors of each job's tokens, [CLS] and [SEP] included."""
+    rows = forward_rows(encoder_of(model), [job.row for job in jobs], lambda output: (output.last_hidden_state,))
+    return [states for (states,) in rows]
 
 
 def attentions(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:
@@ -105,6 +115,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     from fastapi import FastAPI, Query, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import HTMLResponse, JSONResponse, Response
+    from pydantic import ValidationError
     from starlette.exceptions import HTTPException as StarletteHTTPException
     from starlette.requests import ClientDisconnect
 
@@ -128,6 +139,10 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     max_length = min(settings.max_length, model.config.max_position_embeddings, tokenizer.model_max_length)
     attention_max_length = min(settings.attention_max_length, max_length)
     truncate = settings.long_text == "truncate"
+    # TEI's truncation_direction, per request: a tokenizer for each side (they share the vocabulary)
+    tokenizers = {"right": copy.copy(tokenizer), "left": copy.copy(tokenizer)}
+    for side, sided in tokenizers.items():
+        sided.truncation_side = side
     device = next(model.parameters()).device
     run_rows = task_rows(task) if task is not None else None
 
@@ -204,29 +219,35 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         return HTTPError(413, f"{what} is {length} tokens long; the limit is {limit} ({why})")
 
     def encode_texts(texts: list[str], pairs: list[str] | None = None, limit: int = max_length,
-                     with_offsets: bool = False, cut: bool | None = None) -> list[dict[str, list]]:
-        """One row per text (or pair) within `limit` tokens: truncated (`cut`, by default the server's policy), or
-        413."""
+                     with_offsets: bool = False, cut: bool | None = None, side: str = "right",
+                     add_special_tokens: bool = True) -> list[dict[str, list]]:
+        """One row per text (or pair) within `limit` tokens: truncated (`cut`, by default the server's policy; at
+        the end `side` says), or 413."""
         cut = truncate if cut is None else cut
-        encoded = tokenizer(texts, text_pair=pairs, truncation=cut, max_length=limit,
-                            return_offsets_mapping=with_offsets)
+        encoded = tokenizers[side.lower()](texts, text_pair=pairs, truncation=cut, max_length=limit,
+                                           return_offsets_mapping=with_offsets, return_special_tokens_mask=with_offsets,
+                                           add_special_tokens=add_special_tokens)
         rows = [{name: values[i] for name, values in encoded.items()} for i in range(len(texts))]
         for index, row in enumerate(rows):
             if len(row["input_ids"]) > limit:
                 raise refused(f"text {index}", len(row["input_ids"]), limit)
         return rows
 
-    def id_rows(id_lists: list[list[int]], limit: int, cut: bool) -> list[dict[str, list]]:
-        """Rows of token ids sent as they are (OpenAI's and text-embeddings-inference's token input)."""
-        rows = []
+    def check_ids(id_lists: list[list[int]]) -> None:
         for index, ids in enumerate(id_lists):
             unknown = next((i for i in ids if not 0 <= i < model.config.vocab_size), None)
             if unknown is not None:
                 raise HTTPError(422, f"input {index}: token id {unknown} is not in the model's vocabulary "
                                      f"(0 to {model.config.vocab_size - 1})")
+
+    def id_rows(id_lists: list[list[int]], limit: int, cut: bool, side: str = "right") -> list[dict[str, list]]:
+        """Rows of token ids sent as they are (OpenAI's and text-embeddings-inference's token input)."""
+        check_ids(id_lists)
+        rows = []
+        for index, ids in enumerate(id_lists):
             if len(ids) > limit and not cut:
                 raise refused(f"input {index}", len(ids), limit)
-            ids = ids[:limit]
+            ids = ids[:limit] if side.lower() == "right" else ids[-limit:]
             rows.append({"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids)})
         return rows
 
@@ -239,21 +260,40 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
             raise HTTPError(503, str(problem)) from None
         return await asyncio.gather(*(asyncio.wrap_future(future) for future in futures))
 
+    def embedding_limit(used: SentenceEmbedding) -> int:
+        """Where long texts are cut, or refused: the smaller of the server's and the layout's max_length."""
+        return max_length if used.max_length is None else min(max_length, used.max_length)
+
+    async def input_rows(inputs: list[str] | list[list[int]], used: SentenceEmbedding, cut: bool | None,
+                         side: str) -> list[dict[str, list]]:
+        """Model rows of texts (as the sentence-transformers layout reads them) or of lists of token ids."""
+        limit = embedding_limit(used)
+        if inputs and isinstance(inputs[0], list):
+            return id_rows(inputs, limit, truncate if cut is None else cut, side)
+        return await asyncio.to_thread(encode_texts, embedding_texts(inputs, used), None, limit, False, cut, side)
+
     async def embed(texts: list[str] | list[list[int]], pooling: str | None, normalize: bool | None,
-                    cut: bool | None = None) -> tuple[list[torch.Tensor], int, SentenceEmbedding]:
+                    cut: bool | None = None, side: str = "right") -> tuple[list[torch.Tensor], int, SentenceEmbedding]:
         """Vectors of texts (or of lists of token ids), how many tokens they had, and the settings used: those
         asked for, else the checkpoint's sentence-transformers layout (pooling, max_seq_length, normalisation), as
-        `bertforge embed`. Long texts are cut, or refused, at the smaller of the server's and the layout's
-        max_length."""
+        `bertforge embed`."""
         used = sentence_embedding(encoder_of(model), pooling, None, normalize)
-        limit = max_length if used.max_length is None else min(max_length, used.max_length)
-        if texts and isinstance(texts[0], list):
-            rows = id_rows(texts, limit, truncate if cut is None else cut)
-        else:
-            rows = await asyncio.to_thread(encode_texts, embedding_texts(texts, used), None, limit, False, cut)
+        rows = await input_rows(texts, used, cut, side)
         vectors = await run_jobs([Job(pooled_vectors, row, {"pooling": used.pooling, "normalize": used.normalize})
                                   for row in rows])
         return vectors, sum(len(row["input_ids"]) for row in rows), used
+
+    def first_dimensions(vectors: list[torch.Tensor], dimensions: int | None, normalized: bool) -> list:
+        """The first `dimensions` of each vector (Matryoshka-style), unit length again when they were; None: all."""
+        if dimensions is None:
+            return vectors
+        if dimensions > len(vectors[0]):
+            raise HTTPError(422, f"dimensions: {dimensions} is more than the model's {len(vectors[0])}")
+        return [F.normalize(vector[:dimensions], dim=-1) if normalized else vector[:dimensions] for vector in vectors]
+
+    def tei_inputs(inputs: str | list) -> list:
+        """TEI's `inputs` (a text, texts, token ids, lists of token ids) as a list of texts or of id lists."""
+        return [inputs] if isinstance(inputs, str) or isinstance(inputs[0], int) else inputs
 
     def require_task() -> Task:
         if task is None:
@@ -261,24 +301,32 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                                  f"/v1/embeddings or /rerank, or serve a fine-tuned model")
         return task
 
-    async def predict_examples(examples: list, cut: bool | None = None) -> list[dict[str, Any]]:
-        """The task's answers for examples, each with its input, exactly as `bertforge predict` gives them."""
-        features = await asyncio.to_thread(task.encode, tokenizer, examples, run.settings, model.config.id2label)
+    async def task_outputs(examples: list, cut: bool | None = None, side: str = "right"):
+        """(features, outputs per row) of examples, encoded with the task's own `encode` and its settings."""
+        features = await asyncio.to_thread(task.encode, tokenizers[side.lower()], examples, run.settings,
+                                           model.config.id2label)
         if features.truncated and not (truncate if cut is None else cut):
             raise HTTPError(413, f"{features.truncated} of the inputs are longer than the model's max_length "
                                  f"{run.max_length}; this server refuses long texts rather than cutting them")
-        outputs = await run_jobs([Job(run_rows, row) for row in features.rows])
+        return features, await run_jobs([Job(run_rows, row) for row in features.rows])
+
+    async def predict_examples(examples: list, cut: bool | None = None, side: str = "right") -> list[dict[str, Any]]:
+        """The task's answers for examples, each with its input, exactly as `bertforge predict` gives them."""
+        features, outputs = await task_outputs(examples, cut, side)
         answers = await asyncio.to_thread(task.decode, features, examples, outputs, model.config)
         return [{**task.inputs(example), **answer} for example, answer in zip(examples, answers)]
 
     # ------------------------------------------------------------ routes
 
-    @app.post("/predict", response_model=schemas.PredictResponse, response_model_exclude_unset=True,
-              responses=errors)
+    @app.post("/predict", response_model=schemas.PredictResponse | list[schemas.Prediction]
+              | list[list[schemas.Prediction]], response_model_exclude_unset=True, responses=errors)
     async def predict(request: schemas.PredictRequest):
         """The fine-tuned model's answers, as `bertforge predict` gives them: a label with probabilities, a score,
-        entities with character spans into each text, or per question the answer's span of its context."""
+        entities with character spans into each text, or per question the answer's span of its context. With
+        text-embeddings-inference's "inputs", a sequence classifier's scores in its shape."""
         current = require_task()
+        if request.inputs is not None:
+            return await tei_predict(current, request)
         takes_questions = current.name == "qa"
         if request.questions is not None and (request.texts is not None or request.text_pairs is not None):
             raise HTTPError(422, 'send either "texts" (and "text_pairs") or "questions", not both')
@@ -306,20 +354,40 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
             examples = [current.example(text, pair) for text, pair in zip(given, pairs)]
         return {"task": current.name, "predictions": await predict_examples(examples)}
 
+    async def tei_predict(current: Task, request: schemas.PredictRequest) -> list:
+        """TEI's answer for a sequence classifier: per input, {score, label} highest first; a bare list for one."""
+        if current.head != "sequence_classification":
+            raise HTTPError(409, f"wrong task: {model_name} does {current.name}; \"inputs\" (text-embeddings-"
+                                 f"inference's) is for a sequence classifier: send "
+                                 f"{'questions' if current.name == 'qa' else 'texts'}")
+        if request.texts is not None or request.text_pairs is not None or request.questions is not None:
+            raise HTTPError(422, 'send "inputs" (text-embeddings-inference\'s) or "texts", not both')
+        single, items = predict_inputs(request.inputs)
+        check_count(len(items), "inputs")
+        examples = [current.example(text, pair) for text, pair in items]
+        features, outputs = await task_outputs(examples, request.truncate, request.truncation_direction)
+        logits = classification.example_logits(features, outputs, len(examples))
+        parameters = request.parameters or schemas.TextClassificationParameters()
+        function = "none" if request.raw_scores else parameters.function_to_apply or TASK_SCORES[current.name]
+        scores = SCORE_FUNCTIONS[function](logits)
+        answers = [ranked_scores(row, model.config.id2label, parameters.top_k) for row in scores]
+        return answers[0] if single else answers
+
     @app.post("/embed", response_model=schemas.EmbedResponse | list[list[float]], responses=errors)
     async def embed_texts(request: schemas.EmbedRequest):
         """One vector per text: the last layer pooled over its tokens (cls, mean or max). With
-        text-embeddings-inference's {"inputs": ...} the answer is a bare list of vectors."""
+        text-embeddings-inference's {"inputs": ...} the answer is a bare list of vectors, unit length unless
+        "normalize": false (TEI's default)."""
         if (request.texts is None) == (request.inputs is None):
             raise HTTPError(422, 'send "texts" (a list) or "inputs" (a text or a list), one of them')
-        texts = request.texts if request.texts is not None else (
-            [request.inputs] if isinstance(request.inputs, str) else request.inputs)
-        if not texts:
-            raise HTTPError(422, "nothing to embed: the list of texts is empty")
+        tei = request.inputs is not None
+        texts = tei_inputs(request.inputs) if tei else request.texts
         check_count(len(texts))
-        vectors, _, used = await embed(texts, request.pooling, request.normalize, request.truncate)
-        values = [vector.tolist() for vector in vectors]
-        if request.inputs is not None:
+        normalize = True if tei and request.normalize is None else request.normalize
+        vectors, _, used = await embed(texts, request.pooling, normalize, request.truncate,
+                                       request.truncation_direction)
+        values = [vector.tolist() for vector in first_dimensions(vectors, request.dimensions, used.normalize)]
+        if tei:
             return values
         return {"embeddings": values, "dimension": len(values[0]), "pooling": used.pooling,
                 "normalized": used.normalize}
@@ -332,11 +400,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         check_count(len(texts), "inputs")
         vectors, tokens, _ = await embed(texts, None, True)
         data = []
-        for index, vector in enumerate(vectors):
-            if request.dimensions is not None:
-                if request.dimensions > len(vector):
-                    raise HTTPError(422, f"dimensions: {request.dimensions} is more than the model's {len(vector)}")
-                vector = F.normalize(vector[:request.dimensions], dim=-1)
+        for index, vector in enumerate(first_dimensions(vectors, request.dimensions, normalized=True)):
             if request.encoding_format == "base64":
                 encoded = base64.b64encode(vector.to(torch.float32).numpy().astype("<f4").tobytes()).decode()
             else:
@@ -368,7 +432,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                                  f"needs a pair classifier (trained on text pairs) or an encoder")
         if task is not None and task.head == "sequence_classification":
             answers = await predict_examples([task.example(request.query, text) for text in request.texts],
-                                             request.truncate)
+                                             request.truncate, request.truncation_direction)
             if "score" in answers[0]:
                 scores = [a["score"] if request.raw_scores else 1 / (1 + math.exp(-a["score"])) for a in answers]
             else:
@@ -376,7 +440,8 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                 probabilities = [a["probabilities"][last] for a in answers]
                 scores = [math.log(p / max(1 - p, 1e-12)) if request.raw_scores else p for p in probabilities]
         elif task is None:
-            vectors, _, _ = await embed([request.query, *request.texts], None, True, request.truncate)
+            vectors, _, _ = await embed([request.query, *request.texts], None, True, request.truncate,
+                                        request.truncation_direction)
             scores = [float(vectors[0] @ vector) for vector in vectors[1:]]
         else:
             raise HTTPError(409, f"wrong task: {model_name} does {task.name}; /rerank needs a pair classifier or "
@@ -385,13 +450,91 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         return [{"index": i, "score": scores[i], **({"text": request.texts[i]} if request.return_text else {})}
                 for i in ranked]
 
-    @app.post("/tokenize", response_model=schemas.TokenizeResponse, responses=errors)
+    @app.post("/tokenize", response_model=schemas.TokenizeResponse | list[list[schemas.SimpleToken]],
+              responses=errors)
     async def tokenize(request: schemas.TokenizeRequest):
-        """Tokens, ids, segment ids and (start, end) character offsets ((0, 0) for special tokens)."""
+        """Tokens, ids, segment ids and (start, end) character offsets ((0, 0) for special tokens). With
+        text-embeddings-inference's {"inputs": ...}, its list of tokens per text."""
+        if (request.text is None) == (request.inputs is None):
+            raise HTTPError(422, 'send "text" (and "text_pair") or "inputs" (a text or a list), one of them')
+        if request.inputs is not None:
+            if request.text_pair is not None:
+                raise HTTPError(422, '"text_pair" goes with "text", not "inputs"')
+            texts = tei_inputs(request.inputs)
+            check_count(len(texts))
+            rows = await asyncio.to_thread(encode_texts, texts, None, max_length, True, None, "right",
+                                           request.add_special_tokens)
+            return [simple_tokens(text, row, tokenizer.convert_ids_to_tokens(row["input_ids"]))
+                    for text, row in zip(texts, rows)]
         pairs = None if request.text_pair is None else [request.text_pair]
         row = (await asyncio.to_thread(encode_texts, [request.text], pairs, max_length, True))[0]
         return {"tokens": tokenizer.convert_ids_to_tokens(row["input_ids"]), "ids": row["input_ids"],
                 "token_type_ids": row["token_type_ids"], "offsets": row["offset_mapping"]}
+
+    @app.post("/decode", response_model=list[str], responses=errors)
+    async def decode(request: schemas.DecodeRequest):
+        """text-embeddings-inference's: the text of each list of token ids."""
+        id_lists = tei_inputs(request.ids)
+        check_count(len(id_lists), "id lists")
+        check_ids(id_lists)
+        return tokenizer.batch_decode(id_lists, skip_special_tokens=request.skip_special_tokens)
+
+    @app.post("/embed_all", response_model=list[list[list[float]]], responses=errors)
+    async def embed_all(request: schemas.EmbedAllRequest):
+        """text-embeddings-inference's: the last layer's vector of every token of each text, [CLS] and [SEP]
+        included (not pooled, not normalized)."""
+        inputs = tei_inputs(request.inputs)
+        check_count(len(inputs))
+        rows = await input_rows(inputs, sentence_embedding(encoder_of(model)), request.truncate,
+                                request.truncation_direction)
+        states = await run_jobs([Job(token_vectors, row) for row in rows])
+        return [vectors.tolist() for vectors in states]
+
+    @app.post("/similarity", response_model=list[float], responses=errors)
+    async def similarity(request: schemas.SimilarityRequest):
+        """text-embeddings-inference's (the Hugging Face sentence-similarity task): the cosine similarity of
+        source_sentence's embedding with each sentence's."""
+        parameters = request.parameters or schemas.SimilarityParameters()
+        texts = [request.inputs.source_sentence, *request.inputs.sentences]
+        check_count(len(texts))
+        vectors, _, _ = await embed(texts, None, True, parameters.truncate, parameters.truncation_direction)
+        return [float(vectors[0] @ vector) for vector in vectors[1:]]
+
+    def validated(request_class, body: dict[str, Any]):
+        try:
+            return request_class.model_validate(body)
+        except ValidationError as problem:
+            raise RequestValidationError(problem.errors()) from None
+
+    @app.post("/", response_model=list[list[float]] | list[float] | list[schemas.Prediction]
+              | list[list[schemas.Prediction]], responses=errors)
+    async def tei_root(request: schemas.EmbedRequest | schemas.SimilarityRequest | schemas.PredictRequest):
+        """text-embeddings-inference's route for the model's task, which huggingface_hub's InferenceClient calls
+        given the server's URL: an encoder embeds {"inputs"} (as /embed) or compares {"inputs": {"source_sentence",
+        "sentences"}} (as /similarity); a sequence classifier predicts {"inputs"} (as /predict)."""
+        if isinstance(request, schemas.SimilarityRequest):
+            return await similarity(request)
+        body = request.model_dump(exclude_unset=True)
+        if task is None:
+            return await embed_texts(validated(schemas.EmbedRequest, body))
+        return await predict(validated(schemas.PredictRequest, body))
+
+    @app.get("/info", response_model=schemas.InfoResponse, response_model_exclude_none=True)
+    async def info():
+        """text-embeddings-inference's description of the model and the server's limits."""
+        if task is None:
+            model_type = {"embedding": {"pooling": sentence_embedding(encoder_of(model)).pooling}}
+        elif task.head == "sequence_classification":
+            id2label = {str(index): label for index, label in model.config.id2label.items()}
+            model_type = {"classifier": {"id2label": id2label, "label2id": model.config.label2id},
+                          "task": task.name}
+        else:
+            model_type = {"task": task.name}
+        return {"model_id": model_name, "model_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+                "model_type": model_type, "max_concurrent_requests": settings.max_queue,
+                "max_input_length": max_length, "max_batch_tokens": settings.max_batch_tokens,
+                "max_batch_requests": settings.max_batch_size, "max_client_batch_size": settings.max_texts,
+                "auto_truncate": truncate, "tokenization_workers": 1, "version": bertforge_version()}
 
     @app.get("/attention", response_class=HTMLResponse, responses=page_errors)
     async def attention(text: str = Query(min_length=1), pair: str | None = None) -> HTMLResponse:
@@ -469,6 +612,15 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, api_key=settings.api_key,
                        metrics=metrics, routes=routes)
     return app
+
+
+def bertforge_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("bertforge")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
 
 
 def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,

@@ -1,0 +1,49 @@
+"""text-embeddings-inference's request and answer shapes, for the clients that speak them (huggingface_hub's
+InferenceClient given the server's URL, LangChain's and LlamaIndex's TEI classes): the routes are in app.py, these
+are the conversions between TEI's shapes and bertforge's own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+# What turns a sequence classifier's logits into TEI's scores, by the Hugging Face task's `function_to_apply` name.
+SCORE_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "softmax": lambda logits: logits.softmax(-1),
+    "sigmoid": torch.sigmoid,
+    "none": lambda logits: logits,
+}
+# Each sequence-classification task's own function (the one its decoding applies): raw_scores asks for "none".
+TASK_SCORES = {"classification": "softmax", "multi_label": "sigmoid", "regression": "none"}
+
+
+def predict_inputs(inputs: str | list) -> tuple[bool, list[tuple[str, str | None]]]:
+    """TEI's predict `inputs` -> (one input?, its (text, pair or None) items): a text; [text] or [text, pair]; or a
+    batch of [text] and [text, pair] lists (the schema has checked the shapes)."""
+    if isinstance(inputs, str):
+        return True, [(inputs, None)]
+    if isinstance(inputs[0], str):
+        return True, [(inputs[0], inputs[1] if len(inputs) == 2 else None)]
+    return False, [(item[0], item[1] if len(item) == 2 else None) for item in inputs]
+
+
+def ranked_scores(scores: torch.Tensor, id2label: dict[int, str], top_k: int | None) -> list[dict[str, Any]]:
+    """One input's (labels,) scores as TEI answers them: {score, label}, highest first, the first `top_k`."""
+    order = scores.argsort(descending=True, stable=True).tolist()[:top_k]
+    return [{"score": float(scores[i]), "label": id2label[i]} for i in order]
+
+
+def simple_tokens(text: str, row: dict[str, list], tokens: list[str]) -> list[dict[str, Any]]:
+    """A tokenized text as TEI lists it: each token's id, its text (the characters it came from; a special token's
+    own string), whether it is special, and its start and stop (character offsets here, where TEI counts UTF-8
+    bytes: the same for ASCII text, and `text[start:stop]` is the token's text in Python)."""
+    answer = []
+    for token_id, token, (start, stop), special in zip(row["input_ids"], tokens, row["offset_mapping"],
+                                                       row["special_tokens_mask"]):
+        if special:
+            answer.append({"id": token_id, "text": token, "special": True, "start": None, "stop": None})
+        else:
+            answer.append({"id": token_id, "text": text[start:stop], "special": False, "start": start, "stop": stop})
+    return answer
