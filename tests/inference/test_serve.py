@@ -294,6 +294,9 @@ def test_request_errors_are_one_json_line_without_traceback(encoder_server):
     assert encoder_server.request("/embed", {"texts": ["caf\u00e9 \U0001F600"]})[0] == 200  # a pair is fine
     # The framework's own errors have the same shape.
     assert_error(encoder_server.request("/embed", method="GET"), 405, "Method Not Allowed")
+    # Allow names every method the path answers, across the routes that serve it
+    assert encoder_server.request("/embed", method="GET")[2]["Allow"] == "POST"
+    assert encoder_server.request("/health", method="POST")[2]["Allow"] == "GET, HEAD"
     assert_error(encoder_server.request("/nowhere"), 404, "Not Found")
 
 

@@ -118,6 +118,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     from pydantic import ValidationError
     from starlette.exceptions import HTTPException as StarletteHTTPException
     from starlette.requests import ClientDisconnect
+    from starlette.routing import Match
 
     from bertforge.inference.serve import schemas
 
@@ -175,9 +176,21 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         headers = {"Retry-After": "1", **(problem.headers or {})} if problem.status == 503 else problem.headers
         return error(request, problem.status, problem.message, headers)
 
+    def allowed_methods(request: Request) -> str:
+        """Every method some route answers at the request's path (the framework names only the first route's: a
+        path served by two routes, GET and HEAD /health, would be said to take one of them)."""
+        methods = set()
+        for route in app.routes:
+            if route.matches(request.scope)[0] == Match.PARTIAL:  # the path matches, the method doesn't
+                methods |= getattr(route, "methods", None) or set()
+        return ", ".join(sorted(methods))
+
     @app.exception_handler(StarletteHTTPException)
     async def framework_error(request: Request, problem: StarletteHTTPException):  # 404, 405, ...
-        return error(request, problem.status_code, str(problem.detail), getattr(problem, "headers", None))
+        headers = getattr(problem, "headers", None)
+        if problem.status_code == 405:
+            headers = {**(headers or {}), "Allow": allowed_methods(request)}
+        return error(request, problem.status_code, str(problem.detail), headers)
 
     @app.exception_handler(BertforgeError)
     async def user_error(request: Request, problem: BertforgeError):
