@@ -11,6 +11,7 @@ import torch
 from bertforge import BertModel, BertTokenizer, ConfigError, extract_features
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, read_sentence_embedding
 from bertforge.cli.main import main
+from bertforge.errors import BertforgeError
 
 sentence_transformers = pytest.importorskip("sentence_transformers")
 try:  # Transformer, Pooling, Normalize: sentence-transformers 6 moved them from sentence_transformers.models
@@ -78,7 +79,8 @@ def test_a_saved_sentence_transformers_model_follows_its_own_layout(tmp_path, mi
                             long_texts)
     assert cosines(ours.numpy(), expected).min() > 0.99999
     # sentence-transformers 6 keeps max_seq_length as the tokenizer's model_max_length
-    assert read_sentence_embedding(tmp_path) == SentenceEmbedding(pooling=mode, normalize=normalize)
+    assert read_sentence_embedding(tmp_path) == SentenceEmbedding(pooling=mode, normalize=normalize,
+                                                                  prompts=reference.prompts)  # 5+: empty ones
     assert BertTokenizer.from_pretrained(tmp_path).model_max_length == 128
     BertModel.from_pretrained(tmp_path).save_pretrained(tmp_path / "copy")
     BertTokenizer.from_pretrained(tmp_path).save_pretrained(tmp_path / "copy")
@@ -147,3 +149,84 @@ def test_serve_embed_follows_the_layout(long_texts, reference):
     assert own["pooling"] == "mean" and own["normalized"] is True
     for vectors in (own["embeddings"], tei, [item["embedding"] for item in openai["data"]]):
         assert cosines(np.asarray(vectors, dtype=np.float32), theirs).min() > 0.99999
+
+
+@pytest.fixture(scope="module")
+def prompted_dir(tmp_path_factory, minilm_dir):
+    """The default model with prompts in its config_sentence_transformers.json, as instruction-tuned embedding
+    models ship them."""
+    import shutil
+
+    directory = tmp_path_factory.mktemp("prompted")
+    shutil.copytree(minilm_dir, directory, dirs_exist_ok=True)
+    config_path = directory / "config_sentence_transformers.json"
+    config = json.loads(config_path.read_text())
+    config["prompts"] = {"query": "query: ", "passage": "passage: "}
+    config_path.write_text(json.dumps(config))
+    return directory
+
+
+def test_prompts_as_sentence_transformers_puts_them(prompted_dir, long_texts, tmp_path):
+    reference = sentence_transformers.SentenceTransformer(str(prompted_dir), device="cpu")
+    model, tokenizer = BertModel.from_pretrained(prompted_dir), BertTokenizer.from_pretrained(prompted_dir)
+    texts = long_texts[-2:] + long_texts[:1]
+    for options in ({"prompt_name": "query"}, {"prompt": "Represent this sentence: "}, {}):
+        ours = extract_features(model, tokenizer, texts, **options).numpy()
+        assert cosines(ours, reference.encode(texts, **options)).min() > 0.99999, options
+    query, passage = (extract_features(model, tokenizer, texts[:1], prompt_name=name) for name in ("query", "passage"))
+    assert float(query[0] @ passage[0]) < 0.999  # the prompt is read
+    with pytest.raises(BertforgeError, match="prompt_name 'question': .* has prompts 'passage', 'query'"):
+        extract_features(model, tokenizer, texts, prompt_name="question")
+
+    # The command line, and a copy saved by bertforge, which sentence-transformers reads with its prompts.
+    (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    assert main(["embed", "--model", str(prompted_dir), "--input", str(tmp_path / "texts.txt"), "--prompt-name",
+                 "query", "--output", str(tmp_path / "v.npy")]) == 0
+    assert cosines(np.load(tmp_path / "v.npy"), reference.encode(texts, prompt_name="query")).min() > 0.99999
+    model.save_pretrained(tmp_path / "copy")
+    tokenizer.save_pretrained(tmp_path / "copy")
+    copy = sentence_transformers.SentenceTransformer(str(tmp_path / "copy"), device="cpu")
+    assert cosines(copy.encode(texts, prompt_name="passage"), reference.encode(texts, prompt_name="passage")).min() \
+        > 0.99999
+
+
+def test_the_default_prompt_is_put_when_none_is_named(prompted_dir, long_texts, tmp_path):
+    import shutil
+
+    shutil.copytree(prompted_dir, tmp_path, dirs_exist_ok=True)
+    config = json.loads((tmp_path / "config_sentence_transformers.json").read_text())
+    (tmp_path / "config_sentence_transformers.json").write_text(json.dumps({**config,
+                                                                            "default_prompt_name": "passage"}))
+    reference = sentence_transformers.SentenceTransformer(str(tmp_path), device="cpu")
+    ours = extract_features(BertModel.from_pretrained(tmp_path), BertTokenizer.from_pretrained(tmp_path),
+                            long_texts[-2:])
+    assert cosines(ours.numpy(), reference.encode(long_texts[-2:])).min() > 0.99999
+    assert cosines(ours.numpy(), reference.encode(long_texts[-2:], prompt_name="passage")).min() > 0.99999
+    (tmp_path / "config_sentence_transformers.json").write_text(json.dumps({**config,
+                                                                            "default_prompt_name": "nope"}))
+    with pytest.raises(ConfigError, match="config_sentence_transformers.json: default_prompt_name 'nope' is not"):
+        read_sentence_embedding(tmp_path)
+    # Pooling without the prompt's tokens is sentence-transformers' and not bertforge's: refused, not ignored.
+    pooling = json.loads((tmp_path / "1_Pooling" / "config.json").read_text())
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "include_prompt": False}))
+    (tmp_path / "config_sentence_transformers.json").write_text(json.dumps(config))
+    model = BertModel.from_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match="include_prompt: false"):
+        extract_features(model, BertTokenizer.from_pretrained(tmp_path), long_texts[-2:], prompt_name="query")
+
+
+def test_serve_puts_the_prompt_named(prompted_dir, long_texts):
+    from fastapi.testclient import TestClient
+
+    from bertforge.inference.serve.app import load_app
+    reference = sentence_transformers.SentenceTransformer(str(prompted_dir), device="cpu")
+    theirs = reference.encode(long_texts[-2:], prompt_name="query")
+    with TestClient(load_app(prompted_dir)) as client:
+        tei = client.post("/embed", json={"inputs": long_texts[-2:], "prompt_name": "query"}).json()
+        similarity = client.post("/similarity", json={"inputs": {"source_sentence": long_texts[-2],
+                                                                 "sentences": long_texts[-1:]},
+                                                      "parameters": {"prompt_name": "query"}}).json()
+        unknown = client.post("/embed", json={"inputs": "x", "prompt_name": "question"})
+    assert cosines(np.asarray(tei, dtype=np.float32), theirs).min() > 0.99999
+    assert similarity == pytest.approx([float(theirs[0] @ theirs[1])], abs=1e-5)
+    assert unknown.status_code == 422 and "has prompts 'passage', 'query'" in unknown.json()["error"]

@@ -3,21 +3,24 @@
 modules.json lists the pipeline (Transformer -> Pooling -> Normalize); sentence_bert_config.json holds the
 Transformer's max_seq_length (256 for all-MiniLM-L6-v2) and do_lower_case (sentence-transformers 6 keeps the length
 as the tokenizer's model_max_length instead); 1_Pooling/config.json the pooling mode, as "pooling_mode" or, before
-sentence-transformers 6, as one pooling_mode_* flag per mode.
+sentence-transformers 6, as one pooling_mode_* flag per mode, and whether a prompt's tokens are pooled
+(include_prompt); config_sentence_transformers.json the prompts put before texts by name ("query": "query: ") and
+the one used when none is named (default_prompt_name).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bertforge.atomic import write_text_atomic
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, InputError
 
 MODULES_FILE = "modules.json"
 TRANSFORMER_CONFIG_FILE = "sentence_bert_config.json"
+SENTENCE_TRANSFORMERS_CONFIG_FILE = "config_sentence_transformers.json"
 POOLING_CONFIG_FILE = "config.json"
 # The pooling modes bertforge has (inference/features.py POOLINGS has the same names).
 SUPPORTED_POOLING_MODES = ("cls", "mean", "max")
@@ -35,6 +38,22 @@ class SentenceEmbedding:
     max_length: int | None = None  # tokens, [CLS] and [SEP] included; None: the tokenizer's model_max_length
     normalize: bool = False  # unit length
     lowercase: bool = False  # sentence-transformers lower-cases the text before tokenizing
+    prompts: dict[str, str] = field(default_factory=dict)  # name -> text put before each text ("query: ")
+    default_prompt_name: str | None = None  # the prompt used when none is asked for
+    include_prompt: bool = True  # False: pooling leaves out [CLS] and the prompt's tokens
+
+    def prompt(self, name: str | None = None, text: str | None = None) -> str:
+        """What goes before each text, as sentence-transformers' encode(prompt=, prompt_name=) chooses it: `text`
+        itself, else the prompt called `name`, else the default prompt, else nothing."""
+        if text is not None:
+            return text
+        name = self.default_prompt_name if name is None else name
+        if name is None:
+            return ""
+        if name not in self.prompts:
+            known = f"has prompts {', '.join(map(repr, sorted(self.prompts)))}" if self.prompts else "has no prompts"
+            raise InputError(f"prompt_name {name!r}: the model's sentence-transformers configuration {known}")
+        return self.prompts[name]
 
 
 def _read(path: Path) -> Any:
@@ -64,6 +83,23 @@ def _pooling(path: Path) -> str:
     return modes[0]
 
 
+def _prompts(path: Path) -> dict[str, Any]:
+    """The prompt settings of config_sentence_transformers.json (none when the file is absent)."""
+    if not path.is_file():
+        return {}
+    config = _read(path)
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    prompts = config.get("prompts") or {}
+    if not isinstance(prompts, dict) or not all(isinstance(key, str) and isinstance(value, str)
+                                                for key, value in prompts.items()):
+        raise ConfigError(f"{path}: \"prompts\" must be an object of prompt names to texts")
+    default = config.get("default_prompt_name")
+    if default is not None and default not in prompts:
+        raise ConfigError(f"{path}: default_prompt_name {default!r} is not one of its prompts")
+    return {"prompts": prompts, "default_prompt_name": default}
+
+
 def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
     """The settings of a sentence-transformers checkpoint directory (None without modules.json); a module
     bertforge can't run (Dense, a custom one) is a ConfigError naming it and the file."""
@@ -91,12 +127,13 @@ def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
             settings["lowercase"] = bool(config.get("do_lower_case", False))
         elif kind == "Pooling":
             settings["pooling"] = _pooling(folder / POOLING_CONFIG_FILE)
+            settings["include_prompt"] = _read(folder / POOLING_CONFIG_FILE).get("include_prompt", True) is not False
         elif kind == "Normalize":
             settings["normalize"] = True
         else:
             raise ConfigError(f"{modules_path}: module {module.get('type') if isinstance(module, dict) else module!r}"
                               f" is not supported (bertforge runs Transformer, Pooling and Normalize)")
-    return SentenceEmbedding(**settings)
+    return SentenceEmbedding(**settings, **_prompts(directory / SENTENCE_TRANSFORMERS_CONFIG_FILE))
 
 
 def transformer_folder(directory: str | Path) -> Path | None:
@@ -126,9 +163,12 @@ def write_sentence_embedding(directory: str | Path, settings: SentenceEmbedding,
     transformer = {"do_lower_case": settings.lowercase} | (
         {} if settings.max_length is None else {"max_seq_length": settings.max_length})
     pooling = {"word_embedding_dimension": hidden_size} | {
-        flag: mode == settings.pooling for flag, mode in POOLING_MODE_FLAGS.items()}
+        flag: mode == settings.pooling for flag, mode in POOLING_MODE_FLAGS.items()} | {
+        "include_prompt": settings.include_prompt}
     write_text_atomic(directory / MODULES_FILE, json.dumps(listing, indent=2) + "\n")
     write_text_atomic(directory / TRANSFORMER_CONFIG_FILE, json.dumps(transformer, indent=2) + "\n")
+    prompts = {"prompts": settings.prompts, "default_prompt_name": settings.default_prompt_name}
+    write_text_atomic(directory / SENTENCE_TRANSFORMERS_CONFIG_FILE, json.dumps(prompts, indent=2) + "\n")
     (directory / "1_Pooling").mkdir(exist_ok=True)
     write_text_atomic(directory / "1_Pooling" / POOLING_CONFIG_FILE, json.dumps(pooling, indent=2) + "\n")
     if settings.normalize:

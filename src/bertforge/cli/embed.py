@@ -48,6 +48,10 @@ def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction, default=None,
                         help="scale each vector to unit length (default: as the model's sentence-transformers "
                              "layout says, else not)")
+    parser.add_argument("--prompt-name", default=None,
+                        help="put the model's sentence-transformers prompt of this name before each text (\"query\" "
+                             "of config_sentence_transformers.json; default: its default_prompt_name, if any)")
+    parser.add_argument("--prompt", default=None, help="put this text before each text, instead of a named prompt")
     add_inference_arguments(parser)
 
 
@@ -82,8 +86,12 @@ def run(args: argparse.Namespace) -> int:
     texts = read_lines(args.input)
     model, tokenizer = load_encoder(args.model, inference_options(args))
     settings = dict(layers=args.layers, batch_size=args.batch_size, max_length=args.max_length)
+    prompts = dict(prompt_name=args.prompt_name, prompt=args.prompt)
     progress = len(texts) > 10 * args.batch_size
     if args.level != "sentence":
+        if args.prompt_name is not None or args.prompt is not None:
+            raise InputError(f"--prompt-name and --prompt go before texts embedded as one vector each; --level "
+                             f"{args.level} writes the vectors of the text's own tokens")
         if args.long_text != "truncate":
             raise InputError(f"--long-text {args.long_text} makes one vector per line; {args.level}-level vectors "
                              "are of the first --max-length tokens")
@@ -97,12 +105,12 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.similar is not None:
         ranked = most_similar(model, tokenizer, args.similar, texts, args.top_k, pooling=args.pool,
-                              progress=progress, long_text=args.long_text, **settings)
+                              progress=progress, long_text=args.long_text, **prompts, **settings)
         for rank, (i, score) in enumerate(ranked, 1):
             print(f"{rank:>3}. {score:.3f}  line {i + 1}: {texts[i]}")
         return 0
     vectors = extract_features(model, tokenizer, texts, pooling=args.pool, normalize=args.normalize,
-                               progress=progress, long_text=args.long_text, **settings)
+                               progress=progress, long_text=args.long_text, **prompts, **settings)
     matrix = vectors.float().numpy()
     if output.suffix == ".npy":
         with atomic_path(output) as temporary, open(temporary, "wb") as handle:

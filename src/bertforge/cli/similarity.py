@@ -22,7 +22,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("give at least two sentences to compare (as arguments or with --input)")
     model, tokenizer = load_encoder(args.model, inference_options(args))
     table = similarity_table(model, tokenizer, texts, layers=args.layers, pooling=args.pool,
-                             batch_size=args.batch_size, max_length=args.max_length, long_text=args.long_text)
+                             batch_size=args.batch_size, max_length=args.max_length, long_text=args.long_text,
+                             prompt_name=args.prompt_name, prompt=args.prompt)
     print(format_table(texts, table.tolist()))
     return 0
 

@@ -5,6 +5,7 @@ Shapes: batch, seq, hidden; `states` is the tuple of the embeddings output and e
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -14,7 +15,7 @@ from torch import nn
 
 from bertforge.batching import MODEL_INPUTS, collate, length_sorted_batches
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
-from bertforge.errors import BertforgeError, check_choice
+from bertforge.errors import BertforgeError, ConfigError, check_choice
 from bertforge.validation import check_within_positions
 from bertforge.windows import half_overlap_starts
 
@@ -130,14 +131,19 @@ def sentence_embedding(model, pooling: str | None = None, max_length: int | None
     """The settings for sentence vectors: those given, else the checkpoint's sentence-transformers layout
     (model.sentence_embedding, read by from_pretrained), else mean pooling of untruncated, unnormalised vectors."""
     saved = getattr(model, "sentence_embedding", None) or SentenceEmbedding()
-    return SentenceEmbedding(pooling=pooling or saved.pooling, max_length=max_length or saved.max_length,
-                             normalize=saved.normalize if normalize is None else normalize,
-                             lowercase=saved.lowercase)
+    return dataclasses.replace(saved, pooling=pooling or saved.pooling, max_length=max_length or saved.max_length,
+                               normalize=saved.normalize if normalize is None else normalize)
 
 
-def embedding_texts(texts: Sequence[str], settings: SentenceEmbedding) -> list[str]:
-    """The texts as the model's sentence-transformers pipeline tokenizes them (lower-cased when it says so)."""
-    return [text.lower() for text in texts] if settings.lowercase else list(texts)
+def embedding_texts(texts: Sequence[str], settings: SentenceEmbedding, prompt: str = "") -> list[str]:
+    """The texts as the model's sentence-transformers pipeline tokenizes them: after `prompt` (see
+    SentenceEmbedding.prompt), lower-cased when it says so."""
+    if prompt and not settings.include_prompt:
+        # sentence-transformers then pools without [CLS] and the prompt's tokens, which bertforge doesn't do
+        raise ConfigError("this model's pooling leaves the prompt's tokens out (include_prompt: false), which "
+                          "bertforge does not support; embed without a prompt")
+    texts = [prompt + text for text in texts]
+    return [text.lower() for text in texts] if settings.lowercase else texts
 
 
 def fit_rows(rows: list[dict[str, list]], max_length: int | None) -> list[dict[str, list]]:
@@ -162,12 +168,14 @@ LONG_TEXT: dict[str, Callable[[list[int], int], list[list[int]]]] = {
 @torch.inference_mode()
 def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last", pooling: str | None = None,
                      batch_size: int = 32, max_length: int | None = None, normalize: bool | None = None,
-                     progress: bool = False, long_text: str = "truncate") -> torch.Tensor:
+                     progress: bool = False, long_text: str = "truncate", prompt_name: str | None = None,
+                     prompt: str | None = None) -> torch.Tensor:
     """One vector per text: (len(texts), hidden), in the order of `texts` (a single string is one text).
 
     pooling, max_length and normalize default to the checkpoint's sentence-transformers settings (modules.json)
     when it has them, so that the default model gives sentence-transformers' vectors; else mean, the tokenizer's
-    model_max_length and no normalisation.
+    model_max_length and no normalisation. `prompt_name` picks one of its prompts to put before each text (by
+    default its default_prompt_name, if any); `prompt` gives the text of one, as sentence-transformers' encode.
 
     A text longer than max_length is truncated, or with long_text="windows" read as overlapping windows of
     max_length tokens (advancing by half a window): its vector is the mean of the windows' pooled vectors, each
@@ -193,7 +201,8 @@ def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last
         config = model.config
         return LAYER_COMBINATIONS[layers]([torch.empty(0, config.hidden_size)] * (config.num_hidden_layers + 1))
     rows, text_index = [], []
-    encoded = tokenizer(embedding_texts(texts, settings), truncation=False)["input_ids"]
+    encoded = tokenizer(embedding_texts(texts, settings, settings.prompt(prompt_name, prompt)),
+                        truncation=False)["input_ids"]
     for index, ids in enumerate(encoded):
         for part in LONG_TEXT[long_text](ids[1:-1], budget):
             rows.append({"input_ids": [tokenizer.cls_token_id, *part, tokenizer.sep_token_id]})

@@ -278,20 +278,23 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         return max_length if used.max_length is None else min(max_length, used.max_length)
 
     async def input_rows(inputs: list[str] | list[list[int]], used: SentenceEmbedding, cut: bool | None,
-                         side: str) -> list[dict[str, list]]:
-        """Model rows of texts (as the sentence-transformers layout reads them) or of lists of token ids."""
+                         side: str, prompt_name: str | None = None) -> list[dict[str, list]]:
+        """Model rows of texts (after the prompt, as the sentence-transformers layout reads them) or of lists of
+        token ids (as they are)."""
         limit = embedding_limit(used)
         if inputs and isinstance(inputs[0], list):
             return id_rows(inputs, limit, truncate if cut is None else cut, side)
-        return await asyncio.to_thread(encode_texts, embedding_texts(inputs, used), None, limit, False, cut, side)
+        texts = embedding_texts(inputs, used, used.prompt(prompt_name))
+        return await asyncio.to_thread(encode_texts, texts, None, limit, False, cut, side)
 
     async def embed(texts: list[str] | list[list[int]], pooling: str | None, normalize: bool | None,
-                    cut: bool | None = None, side: str = "right") -> tuple[list[torch.Tensor], int, SentenceEmbedding]:
+                    cut: bool | None = None, side: str = "right", prompt_name: str | None = None
+                    ) -> tuple[list[torch.Tensor], int, SentenceEmbedding]:
         """Vectors of texts (or of lists of token ids), how many tokens they had, and the settings used: those
-        asked for, else the checkpoint's sentence-transformers layout (pooling, max_seq_length, normalisation), as
-        `bertforge embed`."""
+        asked for, else the checkpoint's sentence-transformers layout (pooling, max_seq_length, normalisation,
+        prompts), as `bertforge embed`."""
         used = sentence_embedding(encoder_of(model), pooling, None, normalize)
-        rows = await input_rows(texts, used, cut, side)
+        rows = await input_rows(texts, used, cut, side, prompt_name)
         vectors = await run_jobs([Job(pooled_vectors, row, {"pooling": used.pooling, "normalize": used.normalize})
                                   for row in rows])
         return vectors, sum(len(row["input_ids"]) for row in rows), used
@@ -398,7 +401,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         check_count(len(texts))
         normalize = True if tei and request.normalize is None else request.normalize
         vectors, _, used = await embed(texts, request.pooling, normalize, request.truncate,
-                                       request.truncation_direction)
+                                       request.truncation_direction, request.prompt_name)
         values = [vector.tolist() for vector in first_dimensions(vectors, request.dimensions, used.normalize)]
         if tei:
             return values
@@ -499,7 +502,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         inputs = tei_inputs(request.inputs)
         check_count(len(inputs))
         rows = await input_rows(inputs, sentence_embedding(encoder_of(model)), request.truncate,
-                                request.truncation_direction)
+                                request.truncation_direction, request.prompt_name)
         states = await run_jobs([Job(token_vectors, row) for row in rows])
         return [vectors.tolist() for vectors in states]
 
@@ -510,7 +513,8 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         parameters = request.parameters or schemas.SimilarityParameters()
         texts = [request.inputs.source_sentence, *request.inputs.sentences]
         check_count(len(texts))
-        vectors, _, _ = await embed(texts, None, True, parameters.truncate, parameters.truncation_direction)
+        vectors, _, _ = await embed(texts, None, True, parameters.truncate, parameters.truncation_direction,
+                                    parameters.prompt_name)
         return [float(vectors[0] @ vector) for vector in vectors[1:]]
 
     def validated(request_class, body: dict[str, Any]):

@@ -59,8 +59,8 @@ TokenIdLists = Annotated[list[TokenIds], Field(min_length=1)]
 # LangChain's and LlamaIndex's TEI embeddings)
 TruncationDirection = Literal["right", "left", "Right", "Left"]
 TRUNCATION_DIRECTION = "text-embeddings-inference's field: the end of a long text that truncate cuts"
-PROMPT_NAME = ("text-embeddings-inference's field: a sentence-transformers prompt; bertforge reads no prompts from a "
-               "checkpoint, so only null")
+PROMPT_NAME = ("text-embeddings-inference's field: the model's sentence-transformers prompt of this name goes before "
+               "each text (default: its default_prompt_name, if any)")
 TEI_INPUTS = "text-embeddings-inference's field: a text, a list of texts, or token ids (one list, or a list of lists)"
 
 
@@ -76,14 +76,14 @@ class EmbedRequest(Strict):
     truncation_direction: TruncationDirection = Field("right", description=TRUNCATION_DIRECTION)
     dimensions: int | None = Field(None, ge=1, strict=True, description="text-embeddings-inference's field: keep "
                                    "the first N dimensions (re-normalized when the vectors are)")
-    prompt_name: None = Field(None, description=PROMPT_NAME)
+    prompt_name: str | None = Field(None, description=PROMPT_NAME)
 
 
 class EmbedAllRequest(Strict):
     inputs: Text | Texts | TokenIds | TokenIdLists = Field(description=TEI_INPUTS)
     truncate: bool | None = Field(None, strict=True, description=TRUNCATE)
     truncation_direction: TruncationDirection = Field("right", description=TRUNCATION_DIRECTION)
-    prompt_name: None = Field(None, description=PROMPT_NAME)
+    prompt_name: str | None = Field(None, description=PROMPT_NAME)
 
 
 class SimilarityInput(Strict):
@@ -94,7 +94,7 @@ class SimilarityInput(Strict):
 class SimilarityParameters(Strict):
     truncate: bool | None = Field(None, strict=True, description=TRUNCATE)
     truncation_direction: TruncationDirection = Field("right", description=TRUNCATION_DIRECTION)
-    prompt_name: None = Field(None, description=PROMPT_NAME)
+    prompt_name: str | None = Field(None, description=PROMPT_NAME)
 
 
 class SimilarityRequest(Strict):
@@ -161,7 +161,8 @@ class TokenizeRequest(Strict):
     inputs: Text | Texts | None = Field(None, description="text-embeddings-inference's field: a text or a list; the "
                                                         "answer is then its list of tokens per text")
     add_special_tokens: bool = Field(True, strict=True, description="with inputs: [CLS] and [SEP] too")
-    prompt_name: None = Field(None, description=PROMPT_NAME)
+    prompt_name: None = Field(None, description="text-embeddings-inference's field; bertforge tokenizes the texts "
+                                               "as sent, so only null")
 
 
 class DecodeRequest(Strict):
