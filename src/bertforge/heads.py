@@ -199,7 +199,9 @@ class LabelledModel(Pretrained, nn.Module):
             raise ConfigError(f"num_labels={num_labels} disagrees with the {len(id2label)} labels of id2label")
         if num_labels is not None and id2label is None:
             # Keep the checkpoint's label names when it already has that many labels, as transformers does.
-            saved = BertConfig.load(resolve_model_dir(name_or_path) / CONFIG_FILE)
+            directory = resolve_model_dir(name_or_path, config_overrides.get("subfolder", ""),
+                                          config_overrides.get("cache_dir"), config_overrides.get("revision"))
+            saved = BertConfig.load(directory / CONFIG_FILE)
             if saved.num_labels != num_labels:
                 id2label = default_labels(num_labels)
         if id2label is not None:

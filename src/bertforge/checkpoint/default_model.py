@@ -28,24 +28,40 @@ def default_model_dir() -> Path:
     return directory
 
 
-def resolve_model_dir(name_or_path: str | Path) -> Path:
+# transformers' from_pretrained options for fetching from the Hub, which bertforge never contacts: accepted and
+# unused, so that code written for transformers runs as it is (cache_dir, revision and subfolder are read).
+HUB_OPTIONS = frozenset({"force_download", "local_files_only", "proxies", "token", "use_auth_token",
+                         "trust_remote_code", "resume_download", "low_cpu_mem_usage", "use_safetensors", "mirror",
+                         "_fast_init"})
+
+
+def resolve_model_dir(name_or_path: str | Path, subfolder: str = "", cache_dir: str | Path | None = None,
+                      revision: str | None = None) -> Path:
     """In order: an existing path; 'default' (or the model's name) -> the embedded checkpoint; a name like
-    'bert-base-uncased' or 'org/name' -> its snapshot in the local Hugging Face cache. A sentence-transformers
-    folder that keeps its model in a subfolder (before 1.0: 0_Transformer/) resolves to that subfolder."""
+    'bert-base-uncased' or 'org/name' -> its snapshot in the local Hugging Face cache (`cache_dir`, else the
+    default one; at `revision`, a branch or commit, else main). A sentence-transformers folder that keeps its model
+    in a subfolder (before 1.0: 0_Transformer/) resolves to that subfolder; `subfolder` names one."""
     directory = Path(name_or_path)
     if directory.exists():
         if not directory.is_dir():
             raise CheckpointError(f"{directory}: a model is a directory with config.json, model.safetensors, "
                                   f"vocab.txt")
-        return transformer_folder(directory) or directory
-    if str(name_or_path) in DEFAULT_MODEL_NAMES:
-        return default_model_dir()
-    cache = hub_cache_dir()
-    snapshot = cached_snapshot(str(name_or_path), cache)
-    if snapshot is None:
-        raise CheckpointError(f"{directory}: no such model directory, not 'default' (the embedded model), and not "
-                              f"in the Hugging Face cache {cache} (bertforge never downloads)")
-    return transformer_folder(snapshot) or snapshot
+        found = transformer_folder(directory) or directory
+    elif str(name_or_path) in DEFAULT_MODEL_NAMES:
+        found = default_model_dir()
+    else:
+        cache = Path(cache_dir).expanduser() if cache_dir is not None else hub_cache_dir()
+        found = cached_snapshot(str(name_or_path), cache, revision)
+        if found is None:
+            at = f" at revision {revision!r}" if revision else ""
+            raise CheckpointError(f"{directory}: no such model directory, not 'default' (the embedded model), and not "
+                                  f"in the Hugging Face cache {cache}{at} (bertforge never downloads)")
+        found = transformer_folder(found) or found
+    if subfolder:
+        if not (found / subfolder).is_dir():
+            raise CheckpointError(f"{found / subfolder}: no such subfolder of the model directory")
+        found = found / subfolder
+    return found
 
 
 def hub_cache_dir() -> Path:
@@ -56,16 +72,22 @@ def hub_cache_dir() -> Path:
     return Path(home).expanduser() / "hub"
 
 
-def cached_snapshot(name: str, cache: Path) -> Path | None:
-    """models--org--name/snapshots/<revision> for the revision refs/main names (else the only snapshot)."""
+def cached_snapshot(name: str, cache: Path, revision: str | None = None) -> Path | None:
+    """models--org--name/snapshots/<commit> for the commit refs/<revision> names (main by default; else the only
+    snapshot), or for `revision` given as a commit."""
     parts = name.split("/")
     if not name or len(parts) > 2 or any(part in ("", ".", "..") for part in parts):
         return None
     repository = cache / ("models--" + "--".join(parts))
     snapshots = repository / "snapshots"
-    main = repository / "refs" / "main"
-    if main.is_file():
-        snapshot = snapshots / main.read_text(encoding="utf-8").strip()
+    ref = repository / "refs" / (revision or "main")
+    if revision is not None and "/" not in revision and revision not in (".", "..") and \
+            (snapshots / revision).is_dir():
+        return snapshots / revision  # a commit
+    if ref.is_file():
+        snapshot = snapshots / ref.read_text(encoding="utf-8").strip()
         return snapshot if snapshot.is_dir() else None
+    if revision is not None:
+        return None
     found = sorted(snapshots.iterdir()) if snapshots.is_dir() else []
     return found[0] if len(found) == 1 else None

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from bertforge.checkpoint.default_model import resolve_model_dir
+from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE, read_state_dict, write_state_dict
 from bertforge.checkpoint.key_map import ENCODER_PREFIX, IGNORED_HF_KEYS, TIED_HF_KEYS, from_hf, to_hf
 from bertforge.checkpoint.sentence_transformers import read_sentence_embedding, write_sentence_embedding
 from bertforge.config import BertConfig
-from bertforge.errors import CheckpointError, ConfigError
+from bertforge.errors import CheckpointError, ConfigError, check_choice
 
 logger = logging.getLogger("bertforge")
 
@@ -37,6 +39,28 @@ class LoadReport:
                         ", ".join(self.skipped))
         if self.initialised:
             logger.warning("%s: newly initialised (not in the checkpoint): %s", source, ", ".join(self.initialised))
+
+
+# The attention kernels transformers lets a caller pick; bertforge's attention is one, which computes the same.
+ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
+
+
+def placement(device_map: Any) -> torch.device | None:
+    """transformers' device_map for a model on one device: a device ("cuda:0", 0, torch.device), {"": device}, or
+    "auto" (the GPU if there is one, else the CPU); None: stay on the CPU."""
+    if device_map is None:
+        return None
+    if isinstance(device_map, dict):
+        if set(device_map) != {""}:
+            raise ConfigError(f"device_map {device_map!r}: bertforge places a model on one device; give a device "
+                              f"or {{'': device}}")
+        device_map = device_map[""]
+    if device_map == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device("cuda", device_map) if isinstance(device_map, int) else torch.device(device_map)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"device_map {device_map!r} is not a device (e.g. 'cpu', 'cuda:0', 'auto')") from None
 
 
 def _without_encoder_prefix(name: str) -> str:
@@ -117,8 +141,17 @@ class Pretrained:
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path, require_heads: bool = False,
                         ignore_mismatched_sizes: bool = False, dtype: torch.dtype | str | None = None,
-                        torch_dtype: torch.dtype | str | None = None, **config_overrides):
+                        torch_dtype: torch.dtype | str | None = None, device_map: Any = None,
+                        attn_implementation: str | None = None, output_loading_info: bool = False,
+                        subfolder: str = "", cache_dir: str | Path | None = None, revision: str | None = None,
+                        **config_overrides):
         """Load from a checkpoint directory or "default"; keyword arguments override config.json fields.
+
+        transformers' loading options work as there: `device_map` ("cpu", "cuda:0", "auto", {"": device}: one
+        device), `output_loading_info` (also returns {"missing_keys", "unexpected_keys", ...}), `subfolder`,
+        `cache_dir` and `revision` (of the local Hugging Face cache), BertModel's `add_pooling_layer`;
+        `attn_implementation` is checked and needs nothing (one attention, which returns its weights when asked),
+        and the Hub's own options (token, local_files_only, ...) are accepted and unused.
 
         `dtype` (or transformers' older name `torch_dtype`): the parameters' dtype, e.g. torch.bfloat16; "auto"
         keeps the checkpoint's own (config.json's dtype or torch_dtype); default float32.
@@ -128,9 +161,18 @@ class Pretrained:
         `ignore_mismatched_sizes=True` (transformers' name) gives a head of another size in the checkpoint (a
         classifier for other labels) a fresh initialisation instead of refusing it; the encoder must still fit.
         """
-        directory = resolve_model_dir(name_or_path)
+        directory = resolve_model_dir(name_or_path, subfolder, cache_dir, revision)
         config = BertConfig.load(directory / CONFIG_FILE)
         dtype = dtype if dtype is not None else torch_dtype
+        device = placement(device_map)
+        if attn_implementation is not None:
+            check_choice(attn_implementation, ATTENTION_IMPLEMENTATIONS, "attn_implementation")
+        config_overrides = {key: value for key, value in config_overrides.items() if key not in HUB_OPTIONS}
+        constructor = {}
+        if "add_pooling_layer" in config_overrides:  # BertModel(config, add_pooling_layer=False) in transformers
+            if "add_pooler" not in inspect.signature(cls.__init__).parameters:
+                raise ConfigError(f"add_pooling_layer: {cls.__name__} takes no such option (BertModel does)")
+            constructor["add_pooler"] = bool(config_overrides.pop("add_pooling_layer"))
         if config_overrides:
             try:
                 config = dataclasses.replace(config, **config_overrides)
@@ -139,7 +181,7 @@ class Pretrained:
         # compress builds on the models, so it is imported here, not at the top
         from bertforge.compress.quantize import finish_loading, prepare_quantized, read_quantization
 
-        model = cls(config)
+        model = cls(config, **constructor)
         quantization = read_quantization(directory)
         if quantization is not None:  # int8 layers take the place of the float ones before the tensors load
             model = prepare_quantized(model, quantization)
@@ -156,8 +198,17 @@ class Pretrained:
         # which extract_features follows by default; None when the directory doesn't say.
         model.sentence_embedding = read_sentence_embedding(directory)
         if quantization is not None:
-            return finish_loading(model.eval())
-        return (model.to(dtype) if dtype is not None else model).eval()
+            if device is not None and device.type != "cpu":
+                raise ConfigError(f"device_map: {source} is int8, which runs on the CPU only")
+            model = finish_loading(model.eval())
+        else:
+            model = (model.to(dtype) if dtype is not None else model).eval()
+        if device is not None:
+            model = model.to(device)
+        if output_loading_info:  # bertforge's parameter names for the missing ones, the checkpoint's for the rest
+            return model, {"missing_keys": list(report.initialised), "unexpected_keys": list(report.skipped),
+                           "mismatched_keys": [], "error_msgs": []}
+        return model
 
     def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None) -> None:
         """Recompute each encoder layer's activations in the backward pass instead of keeping them (training

@@ -175,10 +175,15 @@ class BertTokenizer:
         special_tokens_map.json, added_tokens.json) or 'default'.
 
         Keyword arguments override the saved settings: from_pretrained("default", do_lower_case=False).
+        transformers' loading options are taken as the models take them (subfolder, cache_dir, revision; the Hub's
+        own, and use_fast, unused).
         """
-        from bertforge.checkpoint.default_model import resolve_model_dir
+        from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
 
-        directory = resolve_model_dir(name_or_path)
+        directory = resolve_model_dir(name_or_path, settings.pop("subfolder", ""), settings.pop("cache_dir", None),
+                                      settings.pop("revision", None))
+        # transformers' options about fetching, and use_fast (this tokenizer is the fast one's equal): unused
+        settings = {key: value for key, value in settings.items() if key not in HUB_OPTIONS | {"use_fast"}}
         unknown = sorted(set(settings) - set(SETTINGS))
         if unknown:
             raise ConfigError(f"unknown tokenizer setting {unknown[0]!r}; expected one of {list(SETTINGS)}")
