@@ -209,6 +209,28 @@ class BertConfig:
         except (TypeError, ValueError, AttributeError) as error:
             raise ConfigError(f"{source}: invalid value: {error}") from None
 
+    model_type = "bert"  # transformers' name for the family (a class attribute, not a field)
+
+    def to_json_string(self) -> str:
+        """config.json's text, as transformers' to_json_string gives it."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def save_pretrained(self, directory: str | Path) -> None:
+        """config.json in `directory` (made if needed), as transformers' save_pretrained writes it."""
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        self.save(Path(directory) / "config.json")
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path, **overrides) -> BertConfig:
+        """The config.json of a model directory (or "default"), fields overridden by keyword arguments."""
+        from bertforge.checkpoint.default_model import resolve_model_dir
+
+        config = cls.load(resolve_model_dir(name_or_path) / "config.json")
+        try:
+            return dataclasses.replace(config, **overrides)
+        except TypeError as error:
+            raise ConfigError(f"unknown config override: {error}") from None
+
     def save(self, path: str | Path, architecture: str | None = None) -> None:
         """Write config.json; `architecture` (a model class name) lets other libraries pick the right class."""
         data = self.to_dict() | ({"architectures": [architecture]} if architecture else {})

@@ -2,13 +2,14 @@
 output_loading_info, add_pooling_layer, the Hub's options, cache_dir / revision / subfolder of a local Hugging Face
 cache), on the real MiniLM checkpoint against transformers where it has an answer."""
 
+import json
 import shutil
 
 import pytest
 import torch
 import transformers
 
-from bertforge import BertForSequenceClassification, BertModel, BertTokenizer
+from bertforge import BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
 from bertforge.errors import BertforgeError, ConfigError
 
 TOLERANCE = 1e-5
@@ -95,3 +96,22 @@ def test_cache_dir_revision_and_subfolder(minilm_dir, tmp_path, batch, minilm):
         BertModel.from_pretrained("someone/tiny", cache_dir=tmp_path / "cache", revision="v3", subfolder="model")
     with pytest.raises(BertforgeError, match="no such subfolder"):
         BertModel.from_pretrained("someone/tiny", cache_dir=tmp_path / "cache", subfolder="elsewhere")
+
+
+@pytest.mark.parametrize("ours_class,theirs_name", [(BertModel, "BertModel"),
+                                                    (BertForSequenceClassification, "BertForSequenceClassification")])
+def test_model_and_config_answer_what_transformers_answers(minilm_dir, ours_class, theirs_name, tmp_path):
+    ours = ours_class.from_pretrained(minilm_dir, dtype=torch.bfloat16)
+    theirs = getattr(transformers, theirs_name).from_pretrained(minilm_dir, dtype=torch.bfloat16)
+    for options in ({}, {"exclude_embeddings": True}, {"only_trainable": True}):
+        assert ours.num_parameters(**options) == theirs.num_parameters(**options), options
+    for name in ("dtype", "device", "main_input_name", "base_model_prefix"):
+        assert getattr(ours, name) == getattr(theirs, name), name
+    assert ours.can_generate() is theirs.can_generate() is False
+    assert ours.config.model_type == theirs.config.model_type == "bert"
+    config = BertConfig.from_pretrained(minilm_dir, output_attentions=True)
+    assert config.output_attentions and config.hidden_size == theirs.config.hidden_size
+    assert json.loads(config.to_json_string()) == config.to_dict()
+    config.save_pretrained(tmp_path / "config-only")
+    assert BertConfig.from_pretrained(tmp_path / "config-only") == config
+    assert transformers.BertConfig.from_pretrained(tmp_path / "config-only").output_attentions

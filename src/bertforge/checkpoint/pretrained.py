@@ -224,6 +224,31 @@ class Pretrained:
     def is_gradient_checkpointing(self) -> bool:
         return any(encoder.gradient_checkpointing for encoder in encoders_of(self))
 
+    # What transformers' PreTrainedModel says of a BERT model, for code that asks
+    main_input_name = "input_ids"
+    base_model_prefix = "bert"
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The floating-point type of the parameters (float32, bfloat16, ...)."""
+        return next((p.dtype for p in self.parameters() if p.is_floating_point()), torch.float32)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def num_parameters(self, only_trainable: bool = False, exclude_embeddings: bool = False) -> int:
+        """How many numbers the model learns (a tied matrix counted once); without the embedding tables if asked."""
+        embeddings = {id(module.weight) for module in self.modules() if isinstance(module, torch.nn.Embedding)}
+        return sum(p.numel() for p in self.parameters() if (p.requires_grad or not only_trainable)
+                   and not (exclude_embeddings and id(p) in embeddings))
+
+    def can_generate(self) -> bool:
+        return False  # an encoder: no text generation
+
+    def tie_weights(self) -> None:
+        """Nothing to do: the masked-LM head reads the word-embedding matrix itself, so the tie can't break."""
+
     def get_input_embeddings(self) -> torch.nn.Embedding:
         """The word-embedding table (vocabulary, hidden)."""
         encoder = getattr(self, "bert", self)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from bertforge.batching import pad_lists, padding_for
 from bertforge.errors import BertforgeError, ConfigError, InputError
@@ -233,26 +233,108 @@ def to_tensors(columns: dict[str, list], kind: str | None = "pt") -> dict[str, A
     return {name: rows if name == "word_ids" else make(rows) for name, rows in columns.items()}
 
 
+class CharSpan(NamedTuple):
+    """Characters start:end of a text (transformers' CharSpan)."""
+    start: int
+    end: int
+
+
+class TokenSpan(NamedTuple):
+    """Tokens start:end of a row (transformers' TokenSpan)."""
+    start: int
+    end: int
+
+
 class BatchEncoding(dict):
     """The tokenizer's output: a dict of input_ids, token_type_ids, attention_mask (and offset_mapping,
     overflow_to_sample_mapping, ... when asked), flat lists for one text, lists of lists for a batch, or tensors.
 
-    `word_ids(i)` gives the word index of each token of row i (None for special and padding tokens), computing
-    them on first use when the call didn't ask for them.
+    Where each token came from, as transformers' fast tokenizers answer it: `word_ids(i)`, `tokens(i)`,
+    `sequence_ids(i)` (0 for the text's tokens, 1 for the pair's, None for special tokens and padding),
+    `token_to_chars`, `char_to_token`, `word_to_tokens`, `word_to_chars`, `token_to_word`, `char_to_word`,
+    `token_to_sequence`. Each takes (row, index), or the index alone for row 0; character positions count in the
+    sequence's own text. What the call didn't ask for is computed on first use.
     """
 
+    is_fast = True
+
     def __init__(self, data: dict[str, Any], word_ids: list[list[int | None]] | None = None,
-                 compute_word_ids: Callable[[], list[list[int | None]]] | None = None):
+                 align: Callable[[], dict[str, list]] | None = None):
         super().__init__(data)
         self._word_ids = word_ids
-        self._compute_word_ids = compute_word_ids
+        self._align = align
+        self._alignment: dict[str, list] | None = None
+
+    def _aligned(self) -> dict[str, list]:
+        """Per row: tokens, offset_mapping, word_ids and sequence_ids."""
+        if self._alignment is None:
+            if self._align is None:
+                raise BertforgeError("this encoding does not know where its tokens came from (pad's output)")
+            self._alignment = self._align()
+        return self._alignment
 
     def word_ids(self, batch_index: int = 0) -> list[int | None]:
-        if self._word_ids is None:
-            if self._compute_word_ids is None:
-                raise BertforgeError("this encoding has no word ids")
-            self._word_ids = self._compute_word_ids()
-        return self._word_ids[batch_index]
+        if self._word_ids is not None:
+            return self._word_ids[batch_index]
+        return self._aligned()["word_ids"][batch_index]
+
+    def tokens(self, batch_index: int = 0) -> list[str]:
+        return self._aligned()["tokens"][batch_index]
+
+    def sequence_ids(self, batch_index: int = 0) -> list[int | None]:
+        return self._aligned()["sequence_ids"][batch_index]
+
+    @property
+    def n_sequences(self) -> int:
+        """1 for texts, 2 for pairs (the most of any row)."""
+        return max((max((s for s in row if s is not None), default=0) + 1 for row in self._aligned()["sequence_ids"]),
+                   default=1)
+
+    def token_to_sequence(self, batch_or_token_index: int, token_index: int | None = None) -> int | None:
+        row, token = _row_and_index(batch_or_token_index, token_index)
+        return self.sequence_ids(row)[token]
+
+    def token_to_word(self, batch_or_token_index: int, token_index: int | None = None) -> int | None:
+        row, token = _row_and_index(batch_or_token_index, token_index)
+        return self.word_ids(row)[token]
+
+    def token_to_chars(self, batch_or_token_index: int, token_index: int | None = None) -> CharSpan | None:
+        """The characters a token came from; None for a special token or padding."""
+        row, token = _row_and_index(batch_or_token_index, token_index)
+        if self.sequence_ids(row)[token] is None:
+            return None
+        return CharSpan(*self._aligned()["offset_mapping"][row][token])
+
+    def char_to_token(self, batch_or_char_index: int, char_index: int | None = None,
+                      sequence_index: int = 0) -> int | None:
+        """The token of the sequence's character; None where no token holds it (a space)."""
+        row, char = _row_and_index(batch_or_char_index, char_index)
+        offsets, sequences = self._aligned()["offset_mapping"][row], self.sequence_ids(row)
+        return next((token for token, ((start, end), sequence) in enumerate(zip(offsets, sequences))
+                     if sequence == sequence_index and start <= char < end), None)
+
+    def word_to_tokens(self, batch_or_word_index: int, word_index: int | None = None,
+                       sequence_index: int = 0) -> TokenSpan | None:
+        """The tokens a word of the sequence became; None for a word the row doesn't hold (cut off)."""
+        row, word = _row_and_index(batch_or_word_index, word_index)
+        tokens = [token for token, (word_id, sequence) in enumerate(zip(self.word_ids(row), self.sequence_ids(row)))
+                  if word_id == word and sequence == sequence_index]
+        return TokenSpan(tokens[0], tokens[-1] + 1) if tokens else None
+
+    def word_to_chars(self, batch_or_word_index: int, word_index: int | None = None,
+                      sequence_index: int = 0) -> CharSpan | None:
+        row, word = _row_and_index(batch_or_word_index, word_index)
+        span = self.word_to_tokens(row, word, sequence_index)
+        if span is None:
+            return None
+        offsets = self._aligned()["offset_mapping"][row]
+        return CharSpan(offsets[span.start][0], offsets[span.end - 1][1])
+
+    def char_to_word(self, batch_or_char_index: int, char_index: int | None = None,
+                     sequence_index: int = 0) -> int | None:
+        row, char = _row_and_index(batch_or_char_index, char_index)
+        token = self.char_to_token(row, char, sequence_index)
+        return None if token is None else self.word_ids(row)[token]
 
     def __getattr__(self, name: str) -> Any:
         """encoding.input_ids, as transformers allows."""
@@ -264,7 +346,17 @@ class BatchEncoding(dict):
     def to(self, device: Any) -> BatchEncoding:
         """Tensors moved to `device` (model(**encoding.to("cuda")))."""
         moved = {name: value.to(device) if hasattr(value, "to") else value for name, value in self.items()}
-        return BatchEncoding(moved, self._word_ids, self._compute_word_ids)
+        return BatchEncoding(moved, self._word_ids, self._align)
+
+
+def _row_and_index(row_or_index: int, index: int | None) -> tuple[int, int]:
+    """transformers' convention for the alignment methods: (row, index), or the index alone in row 0."""
+    return (0, row_or_index) if index is None else (row_or_index, index)
+
+
+def sequence_ids(special_tokens_mask: list[int], token_type_ids: list[int]) -> list[int | None]:
+    """Which text each token came from: its segment, None for [CLS], [SEP] and padding."""
+    return [None if special else segment for special, segment in zip(special_tokens_mask, token_type_ids)]
 
 
 def rows_of(values: Any) -> list:

@@ -28,6 +28,7 @@ from bertforge.tokenizer.encoding import (
     pad_columns,
     padding_strategy,
     rows_of,
+    sequence_ids,
     special_tokens_mask,
     to_tensors,
     truncated_pairs,
@@ -273,6 +274,25 @@ class BertTokenizer:
         return roles + [token_id for token_id, token in sorted(self.added_tokens.items())
                         if token.special and token_id not in roles]
 
+    is_fast = True  # transformers' flag for a tokenizer with offsets and the alignment methods, which this has
+    pad_token_type_id = 0  # the segment id of padding
+
+    def num_special_tokens_to_add(self, pair: bool = False) -> int:
+        """[CLS] A [SEP]: 2; [CLS] A [SEP] B [SEP]: 3."""
+        return 3 if pair else 2
+
+    def get_special_tokens_mask(self, token_ids_0: Sequence[int], token_ids_1: Sequence[int] | None = None,
+                                already_has_special_tokens: bool = False) -> list[int]:
+        """1 for a special token: of ids that already have them (already_has_special_tokens), the special ids
+        among them; else of the row the ids would make, its [CLS] and [SEP]s."""
+        if already_has_special_tokens:
+            if token_ids_1 is not None:
+                raise InputError("already_has_special_tokens takes one list of ids (the row), not a pair")
+            special = set(self.all_special_ids)
+            return [1 if token_id in special else 0 for token_id in token_ids_0]
+        mask = [1] + [0] * len(token_ids_0) + [1]
+        return mask if token_ids_1 is None else mask + [0] * len(token_ids_1) + [1]
+
     def convert_tokens_to_ids(self, tokens: str | Sequence[str]) -> int | list[int]:
         """'hello' -> 7592; unknown tokens -> the [UNK] id."""
         unk = self.unk_token_id
@@ -441,8 +461,11 @@ class BertTokenizer:
                 if len(pairs) != len(texts):
                     raise InputError(f"got {len(texts)} texts but {len(pairs)} text pairs")
         else:
-            texts = [text] if not is_batch else list(text)
-            pairs = _pairs_like(texts, text_pair, is_batch)
+            texts, second_texts = [text] if not is_batch else list(text), text_pair
+            if is_batch and text_pair is None and texts and all(isinstance(item, (tuple, list)) and len(item) == 2
+                                                                 for item in texts):
+                texts, second_texts = [item[0] for item in texts], [item[1] for item in texts]  # (text, pair) items
+            pairs = _pairs_like(texts, second_texts, is_batch)
         check_number("stride", stride, minimum=0, integer=True)
         fit = Truncation(self.model_max_length if max_length is None else max_length,
                          truncation_strategy(truncation), self.truncation_side, return_overflowing_tokens, stride)
@@ -482,13 +505,21 @@ class BertTokenizer:
         elif not is_batch:  # one text: flat lists (but `length` stays a list, as transformers gives it)
             columns = {name: values if name == "length" else values[0] for name, values in columns.items()}
 
-        def compute_word_ids() -> list[list[int | None]]:
-            return self(text, text_pair, max_length, truncation, padding, return_word_ids=True,
-                        is_split_into_words=is_split_into_words, return_overflowing_tokens=return_overflowing_tokens,
-                        stride=stride, pad_to_multiple_of=pad_to_multiple_of, padding_side=side,
-                        split_special_tokens=split_special_tokens, add_special_tokens=add_special_tokens)._word_ids
+        def align() -> dict[str, list]:
+            """Per row: tokens, offsets, word ids and sequence ids, from the same call with every detail asked."""
+            full = self(text, text_pair, max_length, truncation, padding, return_offsets_mapping=True,
+                        return_word_ids=True, return_special_tokens_mask=True, is_split_into_words=is_split_into_words,
+                        return_overflowing_tokens=return_overflowing_tokens, stride=stride,
+                        pad_to_multiple_of=pad_to_multiple_of, padding_side=side,
+                        split_special_tokens=split_special_tokens, add_special_tokens=add_special_tokens)
+            rows = {name: values if is_batch else [values] for name, values in full.items()}
+            return {"tokens": [self.convert_ids_to_tokens(ids) for ids in rows["input_ids"]],
+                    "offset_mapping": [[tuple(span) for span in row] for row in rows["offset_mapping"]],
+                    "word_ids": rows["word_ids"],
+                    "sequence_ids": [sequence_ids(mask, segments) for mask, segments in
+                                     zip(rows["special_tokens_mask"], rows["token_type_ids"])]}
 
-        return BatchEncoding(columns, word_ids, None if word_ids is not None else compute_word_ids)
+        return BatchEncoding(columns, word_ids, align)
 
     def _encode_rows(self, text: str, pair: str | None, fit: Truncation, details: bool,
                      split: bool | None = None, add_special_tokens: bool = True) -> list[dict[str, list]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from bertforge.atomic import write_text_atomic
@@ -98,6 +98,25 @@ class Vocab:
 
     def __contains__(self, token: str) -> bool:
         return token in self.token_to_id
+
+    # tokenizer.vocab as transformers users read it: a mapping of token -> id (added tokens included)
+    def __getitem__(self, token: str) -> int:
+        return self.token_to_id[token]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.token_to_id)
+
+    def get(self, token: str, default: int | None = None) -> int | None:
+        return self.token_to_id.get(token, default)
+
+    def keys(self):
+        return self.token_to_id.keys()
+
+    def values(self):
+        return self.token_to_id.values()
+
+    def items(self):
+        return self.token_to_id.items()
 
     def has_special(self, role: str) -> bool:
         return self.special_tokens[role] in self.token_to_id
