@@ -10,7 +10,7 @@ from bertforge.heads import (
     ClassifierOutput,
     SpanOutput,
 )
-from bertforge.inference import extract_features
+from bertforge.inference import SentenceEncoder, extract_features
 from bertforge.model import BertModel, EncoderOutput
 from bertforge.pretraining import BertForMaskedLM, BertForPreTraining, ElectraForPreTraining
 from bertforge.tasks.data import TextExample
@@ -22,6 +22,6 @@ __all__ = [
     "BertConfig", "BertForMaskedLM", "BertForPreTraining", "BertForQuestionAnswering",
     "BertForSequenceClassification", "BertForTokenClassification", "BertModel", "BertTokenizer",
     "BertforgeError", "CheckpointError", "ClassifierOutput", "ConfigError", "ElectraForPreTraining",
-    "EncoderOutput", "Explanation", "InputError", "SpanOutput", "explain", "extract_features",
+    "EncoderOutput", "Explanation", "InputError", "SentenceEncoder", "SpanOutput", "explain", "extract_features",
     "FinetuneConfig", "FinetunedModel", "TextExample", "fit",
 ]

@@ -230,3 +230,31 @@ def test_serve_puts_the_prompt_named(prompted_dir, long_texts):
     assert cosines(np.asarray(tei, dtype=np.float32), theirs).min() > 0.99999
     assert similarity == pytest.approx([float(theirs[0] @ theirs[1])], abs=1e-5)
     assert unknown.status_code == 422 and "has prompts 'passage', 'query'" in unknown.json()["error"]
+
+
+def test_sentence_encoder_answers_as_sentence_transformer(long_texts, reference, prompted_dir):
+    """Code written against SentenceTransformer runs on SentenceEncoder with the same vectors and shapes."""
+    from bertforge import SentenceEncoder
+
+    ours = SentenceEncoder.from_pretrained("default")
+    texts = long_texts[-2:] + long_texts[:1]
+    assert ours.encode(texts).shape == reference.encode(texts).shape == (3, 384)
+    assert cosines(ours.encode(texts), reference.encode(texts)).min() > 0.99999
+    single, theirs_single = ours.encode(texts[0]), reference.encode(texts[0])
+    assert single.shape == theirs_single.shape == (384,) and single.dtype == theirs_single.dtype == np.float32
+    as_tensor = ours.encode(texts, convert_to_tensor=True, normalize_embeddings=True)
+    assert isinstance(as_tensor, torch.Tensor) and as_tensor.shape == (3, 384)
+    torch.testing.assert_close(ours.similarity(as_tensor, as_tensor[:2]),
+                               reference.similarity(reference.encode(texts), reference.encode(texts[:2])),
+                               atol=1e-5, rtol=0)
+    assert ours.get_sentence_embedding_dimension() == reference.get_sentence_embedding_dimension()
+    assert ours.max_seq_length == reference.max_seq_length == 256
+    prompted, prompted_reference = SentenceEncoder.from_pretrained(prompted_dir), \
+        sentence_transformers.SentenceTransformer(str(prompted_dir), device="cpu")
+    for name in ("query", "passage"):
+        assert cosines(prompted.encode(texts, prompt_name=name),
+                       prompted_reference.encode(texts, prompt_name=name)).min() > 0.99999
+    assert cosines(prompted.encode_query(texts), prompted_reference.encode(texts, prompt_name="query")).min() \
+        > 0.99999
+    assert cosines(prompted.encode_document(texts), prompted_reference.encode(texts, prompt_name="passage")).min() \
+        > 0.99999

@@ -10,9 +10,11 @@ from bertforge.inference.features import (
     token_features,
 )
 from bertforge.inference.optimize import PRECISIONS, InferenceOptions
+from bertforge.inference.sentence_encoder import SentenceEncoder
 
 __all__ = [
-    "LAYER_COMBINATIONS", "POOLINGS", "PRECISIONS", "TOKEN_LEVELS", "InferenceOptions", "ScalarMix", "TokenVectors",
+    "LAYER_COMBINATIONS", "POOLINGS", "PRECISIONS", "TOKEN_LEVELS", "InferenceOptions", "ScalarMix", "SentenceEncoder",
+    "TokenVectors",
     "extract_features", "extract_token_features", "pool", "token_features",
 ]
 
