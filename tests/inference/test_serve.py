@@ -909,6 +909,25 @@ def test_tei_predict_with_a_classifier(classifier_server, tagger_server):
         {"0": "negative", "1": "positive"}
 
 
+def test_tei_predict_reads_as_predict_does(task_model_dirs):
+    """Texts longer than the fine-tuned max_length (windows, their logits averaged) and a regression model: TEI's
+    answers carry the same numbers as bertforge's own."""
+    for name in ("classification", "regression"):
+        server = Server(task_model_dirs[name])
+        try:
+            expected = server.request("/predict", {"texts": TEXTS})[1]["predictions"]
+            status, answers, _ = server.request("/predict", {"inputs": [[text] for text in TEXTS]})
+        finally:
+            server.stop()
+        assert status == 200
+        for answer, offline in zip(answers, expected):
+            if name == "regression":  # the score itself, under the one label's name
+                assert answer == [{"score": pytest.approx(offline["score"], abs=1e-5), "label": "LABEL_0"}]
+            else:
+                assert {item["label"]: item["score"] for item in answer} == \
+                    pytest.approx(offline["probabilities"], abs=1e-5)
+
+
 def test_rerank_with_a_pair_classifier(task_model_dirs):
     directory = task_model_dirs["classification-pairs"]
     expected = predict_offline(directory, texts=["the query"] * 2, text_pairs=TEXTS[:2])
