@@ -226,12 +226,12 @@ class BertForSequenceClassification(LabelledModel):
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                inputs_embeds: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, **encoder_options) -> ClassifierOutput:
+                inputs_embeds: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                return_dict: bool | None = None, **encoder_options) -> ClassifierOutput:
         """`labels`: (batch,) class ids, float targets when num_labels == 1, or (batch, labels) 0/1 targets when
         config.problem_type is multi_label_classification. `inputs_embeds`: token vectors in the place of input_ids.
-        `encoder_options`: BertModel.forward's output_hidden_states, output_attentions and return_dict."""
-        return_dict = encoder_options.pop("return_dict", None)
+        `encoder_options`: BertModel.forward's output_hidden_states and output_attentions;
+        `return_dict=False`: a tuple."""
         encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                             first_token_only=self.first_token_only, **encoder_options)
         logits = self.classifier(encoded.pooler_output)  # (batch, labels)
@@ -268,11 +268,10 @@ class BertForTokenClassification(LabelledModel):
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                inputs_embeds: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, **encoder_options) -> ClassifierOutput:
+                inputs_embeds: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                return_dict: bool | None = None, **encoder_options) -> ClassifierOutput:
         """`labels`: (batch, seq) class ids, -100 where a token has no label. `encoder_options`: as
         BertForSequenceClassification's."""
-        return_dict = encoder_options.pop("return_dict", None)
         encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **encoder_options)
         logits = self.classifier(encoded.last_hidden_state)  # (batch, seq, labels)
         loss = None if labels is None else self.classifier.loss(logits, labels)
@@ -302,12 +301,11 @@ class BertForQuestionAnswering(Pretrained, nn.Module):
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 inputs_embeds: torch.Tensor | None = None,
                 start_positions: torch.Tensor | None = None, end_positions: torch.Tensor | None = None,
-                **encoder_options) -> SpanOutput:
+                return_dict: bool | None = None, **encoder_options) -> SpanOutput:
         """`start_positions`, `end_positions`: (batch,) token indices of the answer; both or neither.
         `encoder_options`: as BertForSequenceClassification's."""
         if (start_positions is None) != (end_positions is None):
             raise ValueError("give both start_positions and end_positions, or neither")
-        return_dict = encoder_options.pop("return_dict", None)
         encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **encoder_options)
         start_logits, end_logits = self.qa_outputs(encoded.last_hidden_state)
         loss = None

@@ -167,12 +167,12 @@ class BertForPreTraining(Pretrained, nn.Module):
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 inputs_embeds: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, next_sentence_label: torch.Tensor | None = None,
-                masked_logits_only: bool = False, **encoder_options) -> PreTrainingOutput:
+                masked_logits_only: bool = False, return_dict: bool | None = None,
+                **encoder_options) -> PreTrainingOutput:
         """`labels`: (batch, seq) original ids at masked positions, -100 elsewhere; `next_sentence_label`: (batch,).
         `masked_logits_only`: see MaskedLMOutput.logits. `encoder_options`: BertModel.forward's
-        output_hidden_states, output_attentions, return_dict."""
+        output_hidden_states and output_attentions; `return_dict=False`: a tuple."""
         _check_both_or_neither(labels=labels, next_sentence_label=next_sentence_label)
-        return_dict = encoder_options.pop("return_dict", None)
         encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **encoder_options)
         pair_logits = self.next_sentence(encoded.pooler_output)  # (batch, 2)
         logits, masked_lm_loss = self.masked_lm.scored(encoded.last_hidden_state, self.bert.embeddings.tokens.weight,
@@ -204,10 +204,9 @@ class BertForMaskedLM(Pretrained, nn.Module):
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 inputs_embeds: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, masked_logits_only: bool = False,
-                **encoder_options) -> MaskedLMOutput:
+                return_dict: bool | None = None, **encoder_options) -> MaskedLMOutput:
         """`labels`: (batch, seq) original ids at masked positions, -100 elsewhere. `masked_logits_only`: see
         MaskedLMOutput.logits. `encoder_options`: as BertForPreTraining's."""
-        return_dict = encoder_options.pop("return_dict", None)
         encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **encoder_options)
         logits, loss = self.masked_lm.scored(encoded.last_hidden_state, self.bert.embeddings.tokens.weight, labels,
                                              masked_logits_only)
