@@ -69,6 +69,9 @@ def test_serve_argument_errors(run_cli, capsys, tmp_path):
         port = taken.getsockname()[1]
         code, _, err = run_cli("serve", "--model", str(tmp_path / "missing"), "--port", str(port))
     assert code == 1 and err.count("\n") == 1 and f"--port {port}: can't listen there" in err
+    code, _, err = run_cli("serve", "--model", str(tmp_path / "missing"), "--cors-allow-origin",
+                           "https://a.example,app.example")
+    assert code == 1 and err.count("\n") == 1 and "CORS origin 'app.example' must be scheme://host" in err
 
 
 def test_attention_writes_the_viewer_page(run_cli, tmp_path, tiny_model_dir):

@@ -953,6 +953,27 @@ def test_api_key(make_server, encoder_dir):
     assert server.request("/health")[0] == 200  # for load balancers
 
 
+def test_cors_lets_the_origins_given_call_from_a_browser(make_server, encoder_dir, encoder_server):
+    server = make_server(encoder_dir, api_key="s3cret", cors_allow_origins=("https://app.example",))
+    page = {"Origin": "https://app.example"}
+    # The browser's preflight carries no key, and is answered
+    status, _, headers = server.request("/embed", method="OPTIONS", headers={
+        **page, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"})
+    assert status == 200 and headers["Access-Control-Allow-Origin"] == "https://app.example"
+    assert "authorization" in headers["Access-Control-Allow-Headers"].lower()
+    status, body, headers = server.request("/embed", {"inputs": "a"},
+                                           headers={**page, "Authorization": "Bearer s3cret"})
+    assert status == 200 and headers["Access-Control-Allow-Origin"] == "https://app.example"
+    status, _, headers = server.request("/embed", {"inputs": "a"}, headers=page)  # the page can read its error
+    assert status == 401 and headers["Access-Control-Allow-Origin"] == "https://app.example"
+    other = server.request("/embed", {"inputs": "a"}, headers={"Origin": "https://elsewhere.example",
+                                                               "Authorization": "Bearer s3cret"})[2]
+    assert "Access-Control-Allow-Origin" not in other
+    assert "Access-Control-Allow-Origin" not in encoder_server.request("/embed", {"inputs": "a"}, headers=page)[2]
+    with pytest.raises(ConfigError, match="CORS origin 'https://app.example/'"):
+        ServeSettings(cors_allow_origins=("https://app.example/",))
+
+
 # ---------------------------------------------------------------- schema conformance
 
 

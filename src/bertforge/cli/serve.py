@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", default=None,
                         help=f"require 'Authorization: Bearer KEY' on every route but /health (default: the "
                              f"{API_KEY_VARIABLE} environment variable; unset: no key)")
+    parser.add_argument("--cors-allow-origin", action="append", default=None, metavar="ORIGIN",
+                        help="let web pages of ORIGIN (https://app.example, or *) call the server from a browser; "
+                             "repeat, or separate with commas, for several (default: none)")
     add_inference_arguments(parser)
 
 
@@ -55,7 +58,9 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.inference.serve.app import serve
 
     given = {field: getattr(args, field) for field, _, _ in FLAGS.values() if getattr(args, field) is not None}
+    origins = tuple(origin.strip() for flag in args.cors_allow_origin or () for origin in flag.split(",")
+                    if origin.strip())
     settings = ServeSettings(**given, api_key=args.api_key if args.api_key is not None
-                             else os.environ.get(API_KEY_VARIABLE))
+                             else os.environ.get(API_KEY_VARIABLE), cors_allow_origins=origins)
     serve(args.model, host=args.host, port=args.port, settings=settings, inference=inference_options(args))
     return 0

@@ -628,6 +628,14 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     routes = {route.path for route in app.routes}
     app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, api_key=settings.api_key,
                        metrics=metrics, routes=routes)
+    if settings.cors_allow_origins:
+        # Outside the guard: a browser's preflight carries no API key, and an error answer (401, 413) needs the
+        # CORS headers too, or the page can't read it.
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_allow_origins),
+                           allow_methods=["GET", "POST", "HEAD"], expose_headers=["Retry-After"],
+                           allow_headers=["Authorization", "Content-Type", "X-API-Key"])
     return app
 
 

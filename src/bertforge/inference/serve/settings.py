@@ -28,6 +28,8 @@ class ServeSettings:
     read_timeout: float = 30.0  # seconds a client has to send a whole request (headers and body)
     idle_timeout: float = 5.0  # seconds an idle keep-alive connection stays open
     api_key: str | None = None  # when set, every route but /health needs it (Authorization: Bearer KEY)
+    # web pages of these origins ("https://app.example", or "*") may call the server from a browser (CORS)
+    cors_allow_origins: tuple[str, ...] = ()
 
     def __post_init__(self):
         for name in ("max_batch_size", "max_batch_tokens", "max_queue", "max_texts", "max_length",
@@ -46,3 +48,9 @@ class ServeSettings:
             raise ConfigError(f"long_text must be one of {', '.join(LONG_TEXT_POLICIES)}, got {self.long_text!r}")
         if self.api_key is not None and not self.api_key.strip():
             raise ConfigError("the API key is empty; give a key or none")
+        self.cors_allow_origins = tuple(self.cors_allow_origins)
+        for origin in self.cors_allow_origins:
+            # what a browser sends as Origin: scheme://host[:port], no path and no trailing slash
+            if origin != "*" and (not origin.startswith(("http://", "https://")) or "/" in origin.split("://", 1)[1]):
+                raise ConfigError(f"CORS origin {origin!r} must be scheme://host[:port] (e.g. https://app.example, "
+                                  f"no trailing slash) or *")
