@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.checkpoint.default_model import resolve_model_dir
-from bertforge.checkpoint.hf_format import CONFIG_FILE
+from bertforge.checkpoint.hf_format import config_path
 from bertforge.checkpoint.pretrained import Pretrained
 from bertforge.config import PROBLEM_TYPES, BertConfig, bert_config
 from bertforge.errors import ConfigError
@@ -201,7 +201,7 @@ class LabelledModel(Pretrained, nn.Module):
             # Keep the checkpoint's label names when it already has that many labels, as transformers does.
             directory = resolve_model_dir(name_or_path, config_overrides.get("subfolder", ""),
                                           config_overrides.get("cache_dir"), config_overrides.get("revision"))
-            saved = BertConfig.load(directory / CONFIG_FILE)
+            saved = BertConfig.load(config_path(directory))
             if saved.num_labels != num_labels:
                 id2label = default_labels(num_labels)
         if id2label is not None:

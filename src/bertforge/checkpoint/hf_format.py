@@ -17,14 +17,25 @@ from bertforge.atomic import atomic_path
 from bertforge.errors import CheckpointError
 
 CONFIG_FILE = "config.json"
+GOOGLE_CONFIG_FILE = "bert_config.json"  # the original BERT release's (google-research/bert)
 SAFETENSORS_FILE = "model.safetensors"
 PYTORCH_FILE = "pytorch_model.bin"
 INDEX_SUFFIX = ".index.json"  # model.safetensors.index.json: {"weight_map": {tensor name: shard file}}
 
 
+def config_path(directory: Path) -> Path:
+    """Where a model directory's config is: config.json, or the original BERT release's bert_config.json beside its
+    TensorFlow checkpoint."""
+    path = directory / CONFIG_FILE
+    if not path.is_file() and (directory / GOOGLE_CONFIG_FILE).is_file():
+        return directory / GOOGLE_CONFIG_FILE
+    return path
+
+
 def read_state_dict(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
-    """The tensors of a checkpoint directory (safetensors preferred, whole or sharded) and the file they came
-    from (the index file for a sharded checkpoint)."""
+    """The tensors of a checkpoint directory (safetensors preferred, whole or sharded; else the original BERT
+    release's TensorFlow checkpoint) under transformers' names, and the file they came from (the index file for
+    a sharded checkpoint)."""
     for name, read in ((SAFETENSORS_FILE, _read_safetensors), (PYTORCH_FILE, _read_pytorch)):
         path = directory / name
         if path.is_file():
@@ -35,8 +46,14 @@ def read_state_dict(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
             for shard in _shards(index):
                 state |= read(shard)
             return state, index
+    from bertforge.checkpoint.tf_checkpoint import find_tf_checkpoint, read_tf_checkpoint, transformers_state_dict
+
+    prefix = find_tf_checkpoint(directory)
+    if prefix is not None:
+        source = prefix.with_name(prefix.name + ".index")
+        return transformers_state_dict(read_tf_checkpoint(prefix), source), source
     raise CheckpointError(f"{directory}: no {SAFETENSORS_FILE} or {PYTORCH_FILE} (or their {INDEX_SUFFIX} for a "
-                          f"sharded checkpoint) in the model directory")
+                          f"sharded checkpoint, or a TensorFlow checkpoint) in the model directory")
 
 
 def _shards(index: Path) -> list[Path]:

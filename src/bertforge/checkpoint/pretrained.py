@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
-from bertforge.checkpoint.hf_format import CONFIG_FILE, read_state_dict, write_state_dict
+from bertforge.checkpoint.hf_format import CONFIG_FILE, config_path, read_state_dict, write_state_dict
 from bertforge.checkpoint.key_map import ENCODER_PREFIX, IGNORED_HF_KEYS, TIED_HF_KEYS, from_hf, to_hf
 from bertforge.checkpoint.sentence_transformers import read_sentence_embedding, write_sentence_embedding
 from bertforge.config import BertConfig
@@ -162,7 +162,7 @@ class Pretrained:
         classifier for other labels) a fresh initialisation instead of refusing it; the encoder must still fit.
         """
         directory = resolve_model_dir(name_or_path, subfolder, cache_dir, revision)
-        config = BertConfig.load(directory / CONFIG_FILE)
+        config = BertConfig.load(config_path(directory))
         dtype = dtype if dtype is not None else torch_dtype
         device = placement(device_map)
         if attn_implementation is not None:

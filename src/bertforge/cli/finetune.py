@@ -227,7 +227,7 @@ def check_model_positions(config, args: argparse.Namespace) -> None:
     (on truncated data) and save a model_max_length that every longer input then fails at. A model that can't be
     read is left to finetune, which reports it after the output folder, as it always has."""
     from bertforge.checkpoint.default_model import resolve_model_dir
-    from bertforge.checkpoint.hf_format import CONFIG_FILE
+    from bertforge.checkpoint.hf_format import config_path
     from bertforge.tasks.finetune import SETTING_DEFAULTS
 
     if args.max_length is not None:
@@ -237,7 +237,7 @@ def check_model_positions(config, args: argparse.Namespace) -> None:
     else:
         return  # the task's default, not a choice: a small model with fewer positions still reads short texts
     try:
-        positions = BertConfig.load(resolve_model_dir(config.model) / CONFIG_FILE).max_position_embeddings
+        positions = BertConfig.load(config_path(resolve_model_dir(config.model))).max_position_embeddings
     except BertforgeError:
         return
     check_within_positions(config.max_length, positions, given)

@@ -45,7 +45,7 @@ from torch import nn
 
 from bertforge.activations import ACTIVATIONS, ONEDNN_POST_OPS, Activation
 from bertforge.atomic import write_text_atomic
-from bertforge.checkpoint.hf_format import CONFIG_FILE
+from bertforge.checkpoint.hf_format import CONFIG_FILE, config_path
 from bertforge.checkpoint.key_map import ENCODER_PREFIX
 from bertforge.compress.gate import GateReport, check_output, measure, write_if_accepted
 from bertforge.config import check_number, read_json_object
@@ -119,7 +119,7 @@ class QuantizationConfig:
 
 def read_quantization(directory: Path) -> QuantizationConfig | None:
     """The quantization a checkpoint directory records in its config.json, or None for an ordinary one."""
-    path = directory / CONFIG_FILE
+    path = config_path(directory)
     data = read_json_object(path, "config").get(QUANTIZATION_KEY)
     return None if data is None else QuantizationConfig.from_dict(data, str(path))
 

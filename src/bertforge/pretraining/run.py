@@ -29,7 +29,7 @@ from torch import nn
 
 from bertforge import fast_cpu
 from bertforge.checkpoint.default_model import resolve_model_dir
-from bertforge.checkpoint.hf_format import CONFIG_FILE, read_state_dict
+from bertforge.checkpoint.hf_format import CONFIG_FILE, config_path, read_state_dict
 from bertforge.checkpoint.pretrained import load_hf_state_dict, set_gradient_checkpointing
 from bertforge.checkpoint.train_state import (
     TRAIN_STATE_FILE,
@@ -195,7 +195,7 @@ def model_config(name_or_path: str, tokenizer: BertTokenizer, seq_len: int, drop
     if init_from is not None:
         from bertforge.compress.quantize import check_not_quantized  # compress builds on the models
 
-        path = resolve_model_dir(init_from) / CONFIG_FILE
+        path = config_path(resolve_model_dir(init_from))
         config = BertConfig.load(path)  # a ConfigError naming the file if there is none
         check_not_quantized(path.parent, "pre-train from", init_from)
         if config.vocab_size != len(tokenizer):

@@ -21,7 +21,7 @@ from torch import nn
 
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.default_model import resolve_model_dir
-from bertforge.checkpoint.hf_format import CONFIG_FILE
+from bertforge.checkpoint.hf_format import config_path
 from bertforge.checkpoint.train_state import TRAIN_STATE_FILE
 from bertforge.config import (
     FINETUNE_KEY,
@@ -430,7 +430,7 @@ def load_task_model(task: Task, model: str, id2label: dict[int, str], random_ini
         loaded = task.model_class.from_pretrained(model, ignore_mismatched_sizes=True, **overrides)
         check_not_quantized(loaded, "fine-tune", model)  # its int8 layers have no gradient: it would barely learn
         return loaded
-    config = BertConfig.load(resolve_model_dir(model) / CONFIG_FILE)
+    config = BertConfig.load(config_path(resolve_model_dir(model)))
     return task.model_class(dataclasses.replace(config, **overrides))
 
 

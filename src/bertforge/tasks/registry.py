@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from bertforge.checkpoint.default_model import resolve_model_dir
-from bertforge.checkpoint.hf_format import CONFIG_FILE, SAFETENSORS_FILE, check_readable, read_state_dict
+from bertforge.checkpoint.hf_format import SAFETENSORS_FILE, check_readable, config_path, read_state_dict
 from bertforge.config import BertConfig
 from bertforge.errors import CheckpointError, ConfigError, check_choice
 from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
@@ -273,7 +273,7 @@ class Checkpoint:
         if name == self.task or self.task is None:
             return definition
         if self.run is None and (self.task, name) == ("classification", "multi_label"):
-            if BertConfig.load(self.directory / CONFIG_FILE).problem_type is None:
+            if BertConfig.load(config_path(self.directory)).problem_type is None:
                 return definition
         raise ConfigError(f"{self.directory}: the model was fine-tuned for {self.task}, not {name}; --task {name} "
                           f"does not apply to it (leave --task out to run it as {self.task})")
@@ -323,12 +323,13 @@ def inspect_checkpoint(name_or_path: str | Path) -> Checkpoint:
     fine-tuning run's, else the head's (regression for a one-output sequence classifier).
     """
     directory = resolve_model_dir(name_or_path)
+    path = config_path(directory)
     try:
-        config = json.loads((directory / CONFIG_FILE).read_text(encoding="utf-8"))
+        config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{directory / CONFIG_FILE}: unreadable model config: {error}") from None
+        raise CheckpointError(f"{path}: unreadable model config: {error}") from None
     if not isinstance(config, dict):
-        raise CheckpointError(f"{directory / CONFIG_FILE}: expected a JSON object")
+        raise CheckpointError(f"{path}: expected a JSON object")
     names = _weight_names(directory)
     architectures = config.get("architectures") or []
     if any(name.startswith(HEADS["question_answering"].weights) for name in names):
