@@ -67,9 +67,11 @@ def test_export_hf_loads_in_transformers_and_bertforge(run_cli, tmp_path, minilm
     output = tmp_path / "exported"
     code, out, err = run_cli("export", "hf", "--model", "default", "--output", str(output))
     assert code == 0, err
-    # The default model's sentence-transformers layout (modules.json, sentence_bert_config.json, 1_Pooling/) too.
-    assert ("config.json, model.safetensors, modules.json, sentence_bert_config.json, special_tokens_map.json, "
-            "tokenizer.json, tokenizer_config.json, vocab.txt") in out
+    # The default model's sentence-transformers layout (modules.json, sentence_bert_config.json, its prompts in
+    # config_sentence_transformers.json, 1_Pooling/) too.
+    assert ("config.json, config_sentence_transformers.json, model.safetensors, modules.json, "
+            "sentence_bert_config.json, special_tokens_map.json, tokenizer.json, tokenizer_config.json, "
+            "vocab.txt") in out
     assert (output / "1_Pooling" / "config.json").is_file()
     batch = tokenizer(real_sentences, padding=True, truncation=True, max_length=128, return_tensors="pt")
     is_real = batch["attention_mask"].bool()
