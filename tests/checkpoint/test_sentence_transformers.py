@@ -80,7 +80,8 @@ def test_a_saved_sentence_transformers_model_follows_its_own_layout(tmp_path, mi
     assert cosines(ours.numpy(), expected).min() > 0.99999
     # sentence-transformers 6 keeps max_seq_length as the tokenizer's model_max_length
     assert read_sentence_embedding(tmp_path) == SentenceEmbedding(pooling=mode, normalize=normalize,
-                                                                  prompts=reference.prompts)  # 5+: empty ones
+                                                                  prompts=reference.prompts,  # 5+: empty ones
+                                                                  similarity_fn_name="cosine")
     assert BertTokenizer.from_pretrained(tmp_path).model_max_length == 128
     BertModel.from_pretrained(tmp_path).save_pretrained(tmp_path / "copy")
     BertTokenizer.from_pretrained(tmp_path).save_pretrained(tmp_path / "copy")
@@ -256,5 +257,73 @@ def test_sentence_encoder_answers_as_sentence_transformer(long_texts, reference,
                        prompted_reference.encode(texts, prompt_name=name)).min() > 0.99999
     assert cosines(prompted.encode_query(texts), prompted_reference.encode(texts, prompt_name="query")).min() \
         > 0.99999
-    assert cosines(prompted.encode_document(texts), prompted_reference.encode(texts, prompt_name="passage")).min() \
-        > 0.99999
+    # sentence-transformers 5 gives every model an empty "document" prompt, which encode_document takes first
+    assert cosines(prompted.encode_document(texts), prompted_reference.encode_document(texts)).min() > 0.99999
+    assert cosines(prompted.encode(texts, prompt_name="document"), prompted_reference.encode(texts)).min() > 0.99999
+
+
+def test_sentence_encoder_options_as_sentence_transformer(long_texts, minilm_dir):
+    """encode's other options, the similarity functions and a shorter max_seq_length, against SentenceTransformer
+    on the default model (its own copy: the test changes its settings)."""
+    from bertforge import SentenceEncoder
+    from bertforge.errors import InputError
+
+    reference = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu")
+    ours = SentenceEncoder.from_pretrained("default")
+    texts = long_texts[-3:] + ["A man is eating food.", "x"]
+    for options in ({"truncate_dim": 32}, {"truncate_dim": 32, "normalize_embeddings": True}):
+        mine, theirs = ours.encode(texts, **options), reference.encode(texts, **options)
+        assert mine.shape == theirs.shape == (5, 32)
+        np.testing.assert_allclose(mine, theirs, atol=2e-6, rtol=0)
+    for precision in ("int8", "uint8", "binary", "ubinary"):
+        mine, theirs = ours.encode(texts, precision=precision), reference.encode(texts, precision=precision)
+        assert mine.shape == theirs.shape and mine.dtype == theirs.dtype
+        # the same scale; a value on a step's edge may land on either side of it in float32
+        difference = np.abs(mine.astype(np.int32) - theirs.astype(np.int32))
+        assert difference.max() <= 1 and (difference == 0).mean() > 0.99
+    mine, theirs = ours.encode(texts, output_value="token_embeddings"), \
+        reference.encode(texts, output_value="token_embeddings")
+    assert [m.shape for m in mine] == [t.shape for t in theirs]
+    assert max(float((m - t).abs().max()) for m, t in zip(mine, theirs)) < 1e-4
+    everything = ours.encode(texts[:2], output_value=None)
+    assert {"input_ids", "attention_mask", "token_embeddings", "sentence_embedding"} <= set(everything[0])
+    assert everything[1]["token_embeddings"].shape[0] == len(everything[1]["input_ids"])
+    # shapes of one text and of none, as sentence-transformers gives them
+    single = ours.encode(texts[0], convert_to_numpy=False)
+    assert isinstance(single, torch.Tensor) and single.shape == (384,)
+    assert ours.encode([]).shape == reference.encode([]).shape
+    assert ours.encode([], convert_to_tensor=True).shape == reference.encode([], convert_to_tensor=True).shape
+    assert ours.encode(texts[:2], convert_to_numpy=False)[1].shape == (384,)
+    vectors = reference.encode(texts)
+    for name in ("cosine", "dot", "euclidean", "manhattan"):
+        ours.similarity_fn_name, reference.similarity_fn_name = name, name
+        torch.testing.assert_close(ours.similarity(vectors, vectors[:2]), reference.similarity(vectors, vectors[:2]))
+        torch.testing.assert_close(ours.similarity_pairwise(vectors, vectors[::-1].copy()),
+                                   reference.similarity_pairwise(vectors, vectors[::-1].copy()))
+    ours.max_seq_length, reference.max_seq_length = 12, 12
+    assert cosines(ours.encode(texts), reference.encode(texts)).min() > 0.99999
+    assert ours.encode(texts[0], output_value="token_embeddings").shape == (12, 384)
+    with pytest.raises(InputError, match="got NoneType"):
+        ours.encode(None)
+    with pytest.raises(InputError, match="prompt_name 'nope': the model has prompts 'query', 'document'"):
+        ours.encode("x", prompt_name="nope")
+    with pytest.raises(InputError, match="unknown similarity_fn_name 'cos'"):
+        ours.similarity_fn_name = "cos"
+    with pytest.raises(InputError, match="max_seq_length must be"):
+        ours.max_seq_length = 1000
+
+
+def test_the_similarity_function_named_is_read_and_saved(minilm_dir, tmp_path):
+    import shutil
+
+    from bertforge import SentenceEncoder
+
+    shutil.copytree(minilm_dir, tmp_path / "dot")
+    config_path = tmp_path / "dot" / "config_sentence_transformers.json"
+    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "similarity_fn_name": "dot"}))
+    ours = SentenceEncoder.from_pretrained(tmp_path / "dot")
+    reference = sentence_transformers.SentenceTransformer(str(tmp_path / "dot"), device="cpu")
+    assert ours.similarity_fn_name == reference.similarity_fn_name == "dot"
+    ours.model.save_pretrained(tmp_path / "copy")
+    ours.tokenizer.save_pretrained(tmp_path / "copy")
+    assert sentence_transformers.SentenceTransformer(str(tmp_path / "copy"), device="cpu").similarity_fn_name == "dot"

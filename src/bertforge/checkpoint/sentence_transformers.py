@@ -5,7 +5,8 @@ Transformer's max_seq_length (256 for all-MiniLM-L6-v2) and do_lower_case (sente
 as the tokenizer's model_max_length instead); 1_Pooling/config.json the pooling mode, as "pooling_mode" or, before
 sentence-transformers 6, as one pooling_mode_* flag per mode, and whether a prompt's tokens are pooled
 (include_prompt); config_sentence_transformers.json the prompts put before texts by name ("query": "query: ") and
-the one used when none is named (default_prompt_name).
+the one used when none is named (default_prompt_name), and the similarity its vectors are compared with
+(similarity_fn_name: cosine when absent).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class SentenceEmbedding:
     prompts: dict[str, str] = field(default_factory=dict)  # name -> text put before each text ("query: ")
     default_prompt_name: str | None = None  # the prompt used when none is asked for
     include_prompt: bool = True  # False: pooling leaves out [CLS] and the prompt's tokens
+    similarity_fn_name: str | None = None  # how vectors are compared (inference/similarity.py); None: cosine
 
     def prompt(self, name: str | None = None, text: str | None = None) -> str:
         """What goes before each text, as sentence-transformers' encode(prompt=, prompt_name=) chooses it: `text`
@@ -97,7 +99,10 @@ def _prompts(path: Path) -> dict[str, Any]:
     default = config.get("default_prompt_name")
     if default is not None and default not in prompts:
         raise ConfigError(f"{path}: default_prompt_name {default!r} is not one of its prompts")
-    return {"prompts": prompts, "default_prompt_name": default}
+    similarity = config.get("similarity_fn_name")
+    if similarity is not None and not isinstance(similarity, str):
+        raise ConfigError(f"{path}: \"similarity_fn_name\" must be a name (cosine, dot, euclidean, manhattan)")
+    return {"prompts": prompts, "default_prompt_name": default, "similarity_fn_name": similarity}
 
 
 def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
@@ -167,7 +172,8 @@ def write_sentence_embedding(directory: str | Path, settings: SentenceEmbedding,
         "include_prompt": settings.include_prompt}
     write_text_atomic(directory / MODULES_FILE, json.dumps(listing, indent=2) + "\n")
     write_text_atomic(directory / TRANSFORMER_CONFIG_FILE, json.dumps(transformer, indent=2) + "\n")
-    prompts = {"prompts": settings.prompts, "default_prompt_name": settings.default_prompt_name}
+    prompts = {"prompts": settings.prompts, "default_prompt_name": settings.default_prompt_name} | (
+        {} if settings.similarity_fn_name is None else {"similarity_fn_name": settings.similarity_fn_name})
     write_text_atomic(directory / SENTENCE_TRANSFORMERS_CONFIG_FILE, json.dumps(prompts, indent=2) + "\n")
     (directory / "1_Pooling").mkdir(exist_ok=True)
     write_text_atomic(directory / "1_Pooling" / POOLING_CONFIG_FILE, json.dumps(pooling, indent=2) + "\n")
