@@ -338,6 +338,7 @@ def test_embeddings_refuse_or_cut_at_the_checkpoints_own_length(make_server, enc
     long_text = "word " * 20  # 22 tokens
     refusing = make_server(directory, long_text="refuse")
     assert_error(refusing.request("/embed", {"inputs": long_text}), 413, "22 tokens", "limit is 16")
+    assert refusing.request("/info")[1]["max_input_length"] == 16  # what TEI's clients size their texts by
     assert_error(refusing.request("/v1/embeddings", {"input": long_text}), 413, "limit is 16")
     assert_error(refusing.request("/rerank", {"query": "q", "texts": [long_text]}), 413, "limit is 16")
     status, cut, _ = refusing.request("/embed", {"inputs": long_text, "truncate": True, "normalize": False})
@@ -621,7 +622,7 @@ def test_qa_long_contexts_refused_when_configured(make_server, qa_dir):
     short = QUESTIONS[1]
     assert server.request("/predict", {"questions": [short]})[0] == 200
     assert_error(server.request("/predict", {"questions": [short, QUESTIONS[0]]}), 413, "1 of the inputs",
-                 "longer than the model's max_length 48", "refuses")
+                 "longer than the model's max_length", "limit is 48", "refuses")
 
 
 def test_qa_windows_must_fit_the_queue(make_server, qa_dir, tokenizer):
@@ -878,6 +879,18 @@ def test_tei_tokenize_decode_embed_all_and_info(encoder_server, tokenizer):
     assert status == 200 and info["model_type"] == {"embedding": {"pooling": "mean"}}
     assert (info["max_input_length"], info["max_client_batch_size"], info["model_dtype"]) == (64, 8, "float32")
 
+    # TEI's /tokenize gives every token of a text over the limit (tokenizing is not reading it)
+    long_text = " ".join(f"word{i}" for i in range(100))
+    status, (every,), _ = encoder_server.request("/tokenize", {"inputs": long_text})
+    assert status == 200 and [token["id"] for token in every] == tokenizer(long_text)["input_ids"]
+    assert len(every) > 64
+    for route, body in (("/embed", {"inputs": ["a", ""]}), ("/tokenize", {"inputs": ""}),
+                        ("/embed_all", {"inputs": ""}), ("/", {"inputs": ""}),
+                        ("/similarity", {"inputs": {"source_sentence": "", "sentences": ["a"]}})):
+        assert_error(encoder_server.request(route, body), 422, "inputs cannot be empty")
+    assert_error(encoder_server.request("/", {"inputs": "a", "parameters": {"top_k": 1}}), 409, "wrong task",
+                 "parameters", "sequence classifier")
+
 
 def test_tei_predict_with_a_classifier(classifier_server, tagger_server):
     expected = classifier_server.request("/predict", {"texts": TEXTS})[1]["predictions"]
@@ -902,7 +915,17 @@ def test_tei_predict_with_a_classifier(classifier_server, tagger_server):
     assert {item["label"]: item["score"] for item in pair} == \
         pytest.approx(offline_pair["predictions"][0]["probabilities"], abs=1e-5)
 
+    # TEI takes single texts and pairs in one batch: each answered as it is alone
+    status, mixed, _ = classifier_server.request("/predict", {"inputs": [[TEXTS[0], TEXTS[1]], [TEXTS[2]]]})
+    assert status == 200 and [item["label"] for item in mixed[0]] == [item["label"] for item in pair]
+    assert [item["score"] for item in mixed[0]] == pytest.approx([item["score"] for item in pair], abs=1e-5)
+    assert [item["score"] for item in mixed[1]] == pytest.approx([item["score"] for item in answers[2]], abs=1e-5)
     assert_error(classifier_server.request("/predict", {"inputs": ["a", "b", "c"]}), 422, "inputs")
+    assert_error(classifier_server.request("/predict", {"inputs": [["a"], [""]]}), 422, "inputs cannot be empty",
+                 "text 1")
+    # the other kind of model's fields on POST / are the wrong task, not a malformed request
+    assert_error(classifier_server.request("/", {"inputs": "a", "normalize": False}), 409, "wrong task",
+                 "normalize", "encoder")
     assert_error(classifier_server.request("/predict", {"inputs": "a", "texts": ["b"]}), 422, "not both")
     assert_error(tagger_server.request("/predict", {"inputs": "a"}), 409, "sequence classifier")
     assert classifier_server.request("/info")[1]["model_type"]["classifier"]["id2label"] == \

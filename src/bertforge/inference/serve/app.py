@@ -54,6 +54,7 @@ from bertforge.tokenizer import BertTokenizer
 logger = logging.getLogger("bertforge")
 
 # Answers other than 200 that every JSON route may give, all as {"error": ...}.
+UNLIMITED = 1 << 30  # tokens: where nothing is cut (no text is this long)
 ERROR_STATUSES = {400: "malformed request", 401: "missing or wrong API key", 409: "the model can't do this",
                   413: "too large: body, texts or tokens over the server's limits", 422: "invalid request",
                   503: "busy: the queue is full; retry"}
@@ -226,24 +227,25 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         if count > settings.max_texts:
             raise HTTPError(413, f"too many {what}: {count}; the limit is {settings.max_texts} per request")
 
-    def refused(what: str, length: int, limit: int) -> HTTPError:
-        why = "the request asked not to truncate" if truncate else "this server refuses long texts rather than " \
-                                                                   "truncating"
-        return HTTPError(413, f"{what} is {length} tokens long; the limit is {limit} ({why})")
+    def refused(what: str, limit: int, asked: bool | None) -> HTTPError:
+        """413 for input over `limit` tokens; `asked`: the request's own truncate, if it said."""
+        why = "the request asked not to truncate" if asked is False else "this server refuses long texts rather " \
+                                                                         "than truncating"
+        return HTTPError(413, f"{what}; the limit is {limit} ({why})")
 
     def encode_texts(texts: list[str], pairs: list[str] | None = None, limit: int = max_length,
                      with_offsets: bool = False, cut: bool | None = None, side: str = "right",
                      add_special_tokens: bool = True) -> list[dict[str, list]]:
         """One row per text (or pair) within `limit` tokens: truncated (`cut`, by default the server's policy; at
         the end `side` says), or 413."""
-        cut = truncate if cut is None else cut
+        asked, cut = cut, truncate if cut is None else cut
         encoded = tokenizers[side.lower()](texts, text_pair=pairs, truncation=cut, max_length=limit,
                                            return_offsets_mapping=with_offsets, return_special_tokens_mask=with_offsets,
                                            add_special_tokens=add_special_tokens)
         rows = [{name: values[i] for name, values in encoded.items()} for i in range(len(texts))]
         for index, row in enumerate(rows):
             if len(row["input_ids"]) > limit:
-                raise refused(f"text {index}", len(row["input_ids"]), limit)
+                raise refused(f"text {index} is {len(row['input_ids'])} tokens long", limit, asked)
         return rows
 
     def check_ids(id_lists: list[list[int]]) -> None:
@@ -253,13 +255,15 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                 raise HTTPError(422, f"input {index}: token id {unknown} is not in the model's vocabulary "
                                      f"(0 to {model.config.vocab_size - 1})")
 
-    def id_rows(id_lists: list[list[int]], limit: int, cut: bool, side: str = "right") -> list[dict[str, list]]:
-        """Rows of token ids sent as they are (OpenAI's and text-embeddings-inference's token input)."""
+    def id_rows(id_lists: list[list[int]], limit: int, asked: bool | None, side: str = "right"
+                ) -> list[dict[str, list]]:
+        """Rows of token ids sent as they are (OpenAI's and text-embeddings-inference's token input), cut or
+        refused as `asked` (the request's truncate), else as the server's policy."""
         check_ids(id_lists)
         rows = []
         for index, ids in enumerate(id_lists):
-            if len(ids) > limit and not cut:
-                raise refused(f"input {index}", len(ids), limit)
+            if len(ids) > limit and not (truncate if asked is None else asked):
+                raise refused(f"input {index} is {len(ids)} tokens long", limit, asked)
             ids = ids[:limit] if side.lower() == "right" else ids[-limit:]
             rows.append({"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids)})
         return rows
@@ -283,7 +287,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         token ids (as they are)."""
         limit = embedding_limit(used)
         if inputs and isinstance(inputs[0], list):
-            return id_rows(inputs, limit, truncate if cut is None else cut, side)
+            return id_rows(inputs, limit, cut, side)
         texts = embedding_texts(inputs, used, used.prompt(prompt_name))
         return await asyncio.to_thread(encode_texts, texts, None, limit, False, cut, side)
 
@@ -309,7 +313,15 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
 
     def tei_inputs(inputs: str | list) -> list:
         """TEI's `inputs` (a text, texts, token ids, lists of token ids) as a list of texts or of id lists."""
-        return [inputs] if isinstance(inputs, str) or isinstance(inputs[0], int) else inputs
+        inputs = [inputs] if isinstance(inputs, str) or isinstance(inputs[0], int) else inputs
+        check_not_empty(inputs)
+        return inputs
+
+    def check_not_empty(texts: list) -> None:
+        """text-embeddings-inference answers an empty text 422, as nothing to read."""
+        empty = next((index for index, text in enumerate(texts) if text == ""), None)
+        if empty is not None:
+            raise HTTPError(422, f"inputs cannot be empty: text {empty} is \"\"")
 
     def require_task() -> Task:
         if task is None:
@@ -322,8 +334,8 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         features = await asyncio.to_thread(task.encode, tokenizers[side.lower()], examples, run.settings,
                                            model.config.id2label)
         if features.truncated and not (truncate if cut is None else cut):
-            raise HTTPError(413, f"{features.truncated} of the inputs are longer than the model's max_length "
-                                 f"{run.max_length}; this server refuses long texts rather than cutting them")
+            raise refused(f"{features.truncated} of the inputs are longer than the model's max_length", run.max_length,
+                          cut)
         return features, await run_jobs([Job(run_rows, row) for row in features.rows])
 
     async def predict_examples(examples: list, cut: bool | None = None, side: str = "right") -> list[dict[str, Any]]:
@@ -380,9 +392,15 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
             raise HTTPError(422, 'send "inputs" (text-embeddings-inference\'s) or "texts", not both')
         single, items = predict_inputs(request.inputs)
         check_count(len(items), "inputs")
-        examples = [current.example(text, pair) for text, pair in items]
-        features, outputs = await task_outputs(examples, request.truncate, request.truncation_direction)
-        logits = classification.example_logits(features, outputs, len(examples))
+        check_not_empty([text for item in items for text in item if text is not None])
+        # TEI takes single texts and pairs in one batch; the task encodes one kind at a time
+        logits = torch.empty(len(items), model.config.num_labels)
+        for paired in (False, True):
+            indices = [index for index, (_, pair) in enumerate(items) if (pair is not None) == paired]
+            if indices:
+                examples = [current.example(*items[index]) for index in indices]
+                features, outputs = await task_outputs(examples, request.truncate, request.truncation_direction)
+                logits[indices] = classification.example_logits(features, outputs, len(examples))
         parameters = request.parameters or schemas.TextClassificationParameters()
         function = "none" if request.raw_scores else parameters.function_to_apply or TASK_SCORES[current.name]
         scores = SCORE_FUNCTIONS[function](logits)
@@ -478,7 +496,8 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                 raise HTTPError(422, '"text_pair" goes with "text", not "inputs"')
             texts = tei_inputs(request.inputs)
             check_count(len(texts))
-            rows = await asyncio.to_thread(encode_texts, texts, None, max_length, True, None, "right",
+            # as TEI: every token, however long the text (tokenizing is not reading)
+            rows = await asyncio.to_thread(encode_texts, texts, None, UNLIMITED, True, False, "right",
                                            request.add_special_tokens)
             return [simple_tokens(text, row, tokenizer.convert_ids_to_tokens(row["input_ids"]))
                     for text, row in zip(texts, rows)]
@@ -513,6 +532,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         parameters = request.parameters or schemas.SimilarityParameters()
         texts = [request.inputs.source_sentence, *request.inputs.sentences]
         check_count(len(texts))
+        check_not_empty(texts)
         vectors, _, _ = await embed(texts, None, True, parameters.truncate, parameters.truncation_direction,
                                     parameters.prompt_name)
         return [float(vectors[0] @ vector) for vector in vectors[1:]]
@@ -532,13 +552,23 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         if isinstance(request, schemas.SimilarityRequest):
             return await similarity(request)
         body = request.model_dump(exclude_unset=True)
+        own, other = (schemas.EmbedRequest, schemas.PredictRequest) if task is None else \
+            (schemas.PredictRequest, schemas.EmbedRequest)
+        foreign = sorted(set(body) - set(own.model_fields))
+        if foreign and set(foreign) <= set(other.model_fields):
+            doing = "is an encoder (it embeds)" if task is None else f"does {task.name}"
+            wanted = "a sequence classifier's" if task is None else "an encoder's"
+            raise HTTPError(409, f"wrong task: {model_name} {doing}; {', '.join(foreign)} are for {wanted} route")
         if task is None:
             return await embed_texts(validated(schemas.EmbedRequest, body))
         return await predict(validated(schemas.PredictRequest, body))
 
     @app.get("/info", response_model=schemas.InfoResponse, response_model_exclude_none=True)
     async def info():
-        """text-embeddings-inference's description of the model and the server's limits."""
+        """text-embeddings-inference's description of the model and the server's limits (max_input_length: where
+        the model's inputs are cut or refused: an encoder's sentence-transformers max_seq_length, a task model's
+        max_length)."""
+        input_limit = embedding_limit(sentence_embedding(encoder_of(model))) if task is None else run.max_length
         if task is None:
             model_type = {"embedding": {"pooling": sentence_embedding(encoder_of(model)).pooling}}
         elif task.head == "sequence_classification":
@@ -549,7 +579,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
             model_type = {"task": task.name}
         return {"model_id": model_name, "model_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
                 "model_type": model_type, "max_concurrent_requests": settings.max_queue,
-                "max_input_length": max_length, "max_batch_tokens": settings.max_batch_tokens,
+                "max_input_length": input_limit, "max_batch_tokens": settings.max_batch_tokens,
                 "max_batch_requests": settings.max_batch_size, "max_client_batch_size": settings.max_texts,
                 "auto_truncate": truncate, "tokenization_workers": 1, "version": bertforge_version()}
 
