@@ -224,12 +224,32 @@ class BertConfig:
     def from_pretrained(cls, name_or_path: str | Path, **overrides) -> BertConfig:
         """The config.json of a model directory (or "default"), fields overridden by keyword arguments."""
         from bertforge.checkpoint.default_model import resolve_model_dir
+        from bertforge.checkpoint.hf_format import config_path
 
-        config = cls.load(resolve_model_dir(name_or_path) / "config.json")
-        try:
-            return dataclasses.replace(config, **overrides)
-        except TypeError as error:
-            raise ConfigError(f"unknown config override: {error}") from None
+        return cls.load(config_path(resolve_model_dir(name_or_path))).with_overrides(**overrides)
+
+    def with_overrides(self, **overrides: Any) -> BertConfig:
+        """This config with fields replaced, as from_pretrained's keyword arguments give them: `num_labels=N`
+        names N labels LABEL_0.. (the saved names stay when there are N already), new label names get their
+        label2id, transformers' other config keys (use_cache, ...) are kept in `extra`; anything else is refused
+        by name."""
+        fields = {f.name for f in dataclasses.fields(self)} - {"extra"}
+        extra = {key: overrides.pop(key) for key in list(overrides) if key not in fields and key in TRANSFORMERS_KEYS}
+        for key, value in extra.items():
+            if key in FIXED_VALUES and value != FIXED_VALUES[key]:
+                raise ConfigError(f"{key}={value!r} is not supported (bertforge implements {FIXED_VALUES[key]!r} "
+                                  f"only)")
+        if "num_labels" in overrides:
+            count = overrides.pop("num_labels")
+            check_number("num_labels", count, minimum=1, integer=True)
+            if "id2label" not in overrides and count != self.num_labels:
+                overrides["id2label"] = {i: f"LABEL_{i}" for i in range(count)}
+        if "id2label" in overrides:
+            overrides.setdefault("label2id", {})  # derived from the new names
+        unknown = sorted(set(overrides) - fields)
+        if unknown:
+            raise ConfigError(f"unknown config field {unknown[0]!r}; BertConfig has {', '.join(sorted(fields))}")
+        return dataclasses.replace(self, **overrides, extra=self.extra | extra)
 
     def save(self, path: str | Path, architecture: str | None = None) -> None:
         """Write config.json; `architecture` (a model class name) lets other libraries pick the right class."""

@@ -176,7 +176,7 @@ def test_bad_config_key_in_checkpoint(saved_tiny):
 
 
 def test_unknown_override_is_a_config_error():
-    with pytest.raises(ConfigError, match="unknown config override"):
+    with pytest.raises(ConfigError, match="unknown config field 'hidden_dropout'"):
         BertModel.from_pretrained("default", hidden_dropout=0.2)
 
 

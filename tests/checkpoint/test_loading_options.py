@@ -9,6 +9,7 @@ import pytest
 import torch
 import transformers
 
+import bertforge
 from bertforge import BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
 from bertforge.errors import BertforgeError, ConfigError
 
@@ -115,3 +116,83 @@ def test_model_and_config_answer_what_transformers_answers(minilm_dir, ours_clas
     config.save_pretrained(tmp_path / "config-only")
     assert BertConfig.from_pretrained(tmp_path / "config-only") == config
     assert transformers.BertConfig.from_pretrained(tmp_path / "config-only").output_attentions
+
+
+def test_config_overrides_as_transformers_takes_them(minilm_dir, tmp_path, batch, minilm):
+    """num_labels, transformers' own keys (use_cache), config= in config.json's place: the same labels and
+    numbers as transformers gives."""
+    ours, theirs = (module.BertConfig.from_pretrained(minilm_dir, num_labels=5, use_cache=False)
+                    for module in (bertforge, transformers))
+    assert ours.num_labels == theirs.num_labels == 5
+    assert ours.id2label == theirs.id2label and ours.label2id == theirs.label2id
+    ours.save_pretrained(tmp_path / "config")
+    assert transformers.BertConfig.from_pretrained(tmp_path / "config").use_cache is False
+    for config in (ours, theirs, tmp_path / "config", str(tmp_path / "config" / "config.json")):
+        model = BertForSequenceClassification.from_pretrained(minilm_dir, config=config)
+        assert model.config.id2label == theirs.id2label, config
+    smaller = BertModel.from_pretrained(minilm_dir, config=BertConfig.from_pretrained(minilm_dir,
+                                                                                      output_hidden_states=True))
+    with torch.inference_mode():
+        assert len(smaller(**batch).hidden_states) == minilm.config.num_hidden_layers + 1
+    with pytest.raises(ConfigError, match="unknown config field 'num_layers'"):
+        BertConfig.from_pretrained(minilm_dir, num_layers=3)
+    with pytest.raises(ConfigError, match="is_decoder=True is not supported"):
+        BertModel.from_pretrained(minilm_dir, is_decoder=True)
+
+
+def test_weights_variants_and_formats(minilm_dir, tmp_path, batch, minilm):
+    """variant= reads model.VARIANT.safetensors, use_safetensors= one format only, as transformers (its loader
+    options from_tf / weights_only change nothing: bertforge picks the loader by the files)."""
+    directory = tmp_path / "variants"
+    shutil.copytree(minilm_dir, directory)
+    (directory / "model.safetensors").rename(directory / "model.fp16.safetensors")
+    reference = transformers.BertModel.from_pretrained(directory, variant="fp16").eval()
+    model = BertModel.from_pretrained(directory, variant="fp16", from_tf=False, weights_only=True)
+    with torch.inference_mode():
+        expected = minilm(**batch).last_hidden_state
+        assert torch.equal(model(**batch).last_hidden_state, expected)
+        real = batch["attention_mask"].bool()
+        assert (reference(**batch).last_hidden_state - expected)[real].abs().max() < TOLERANCE
+    with pytest.raises(BertforgeError, match="no model.safetensors or pytorch_model.bin"):
+        BertModel.from_pretrained(directory)
+    torch.save(dict(minilm.state_dict()), directory / "elsewhere.bin")
+    with pytest.raises(BertforgeError, match="no pytorch_model.bin .* as use_safetensors=False asks"):
+        BertModel.from_pretrained(minilm_dir, use_safetensors=False)
+    with pytest.raises(BertforgeError, match="no model.bf16.safetensors or pytorch_model.bf16.bin"):
+        BertModel.from_pretrained(directory, variant="bf16")
+
+
+def test_devices_this_machine_lacks_are_one_line_errors(minilm_dir):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    for device_map in ("cuda", "cuda:1", 0):
+        with pytest.raises(ConfigError, match="this machine can't place a model there") as raised:
+            BertModel.from_pretrained(minilm_dir, device_map=device_map)
+        assert "\n" not in str(raised.value)
+
+
+def test_tokenizer_options_as_transformers_takes_them(minilm_dir):
+    text = "Hello <ent> don't [UNK] unaffable <mask> [MASK]"
+    reference = transformers.AutoTokenizer.from_pretrained
+    for options in ({"additional_special_tokens": ["<ent>"]}, {"extra_special_tokens": ["<ent>"]},
+                    {"mask_token": "<mask>"}, {"unk_token": "[MASK]"},
+                    {"model_input_names": ["input_ids", "attention_mask"]}, {"do_basic_tokenize": True}):
+        ours, theirs = BertTokenizer.from_pretrained(minilm_dir, **options), reference(minilm_dir, **options)
+        assert dict(ours(text)) == dict(theirs(text)), options
+        assert dict(ours([text, "x"], padding=True)) == dict(theirs([text, "x"], padding=True)), options
+        assert (len(ours), ours.mask_token, ours.mask_token_id, ours.unk_token) == \
+            (len(theirs), theirs.mask_token, theirs.mask_token_id, theirs.unk_token), options
+    # model_input_names is saved, and read back by both
+    narrow = BertTokenizer.from_pretrained(minilm_dir, model_input_names=["input_ids", "attention_mask"])
+    assert "token_type_ids" in narrow("x", return_token_type_ids=True)
+    with pytest.raises(ConfigError, match="do_basic_tokenize=False is not supported"):
+        BertTokenizer.from_pretrained(minilm_dir, do_basic_tokenize=False)
+    with pytest.raises(ConfigError, match="never_split is transformers' slow tokenizer's"):
+        BertTokenizer.from_pretrained(minilm_dir, never_split=["don't"])
+
+
+def test_model_input_names_are_saved(minilm_dir, tmp_path):
+    narrow = BertTokenizer.from_pretrained(minilm_dir, model_input_names=["input_ids", "attention_mask"])
+    narrow.save_pretrained(tmp_path)
+    assert set(BertTokenizer.from_pretrained(tmp_path)("x")) == {"input_ids", "attention_mask"}
+    assert set(transformers.AutoTokenizer.from_pretrained(tmp_path)("x")) == {"input_ids", "attention_mask"}

@@ -31,8 +31,10 @@ def default_model_dir() -> Path:
 # transformers' from_pretrained options for fetching from the Hub, which bertforge never contacts: accepted and
 # unused, so that code written for transformers runs as it is (cache_dir, revision and subfolder are read).
 HUB_OPTIONS = frozenset({"force_download", "local_files_only", "proxies", "token", "use_auth_token",
-                         "trust_remote_code", "resume_download", "low_cpu_mem_usage", "use_safetensors", "mirror",
-                         "_fast_init"})
+                         "trust_remote_code", "resume_download", "low_cpu_mem_usage", "mirror", "_fast_init",
+                         # which loader reads the weights: bertforge picks by the files (TensorFlow's too)
+                         "from_tf", "from_flax", "weights_only", "offload_folder", "offload_state_dict",
+                         "max_memory"})
 
 
 def resolve_model_dir(name_or_path: str | Path, subfolder: str = "", cache_dir: str | Path | None = None,

@@ -32,28 +32,47 @@ def config_path(directory: Path) -> Path:
     return path
 
 
-def read_state_dict(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
+def with_variant(name: str, variant: str | None) -> str:
+    """transformers' file name of a weights variant: model.safetensors -> model.fp16.safetensors,
+    model.safetensors.index.json -> model.safetensors.index.fp16.json."""
+    if not variant:
+        return name
+    stem, suffix = name.rsplit(".", 1)
+    return f"{stem}.{variant}.{suffix}"
+
+
+def read_state_dict(directory: Path, use_safetensors: bool | None = None, variant: str | None = None
+                    ) -> tuple[dict[str, torch.Tensor], Path]:
     """The tensors of a checkpoint directory (safetensors preferred, whole or sharded; else the original BERT
     release's TensorFlow checkpoint) under transformers' names, and the file they came from (the index file for
-    a sharded checkpoint)."""
-    for name, read in ((SAFETENSORS_FILE, _read_safetensors), (PYTORCH_FILE, _read_pytorch)):
-        path = directory / name
+    a sharded checkpoint). As transformers' from_pretrained: `use_safetensors` True reads safetensors only, False
+    the PyTorch files only; `variant` ("fp16") reads model.fp16.safetensors and its kin."""
+    formats = [(SAFETENSORS_FILE, _read_safetensors), (PYTORCH_FILE, _read_pytorch)]
+    if use_safetensors is not None:
+        formats = formats[:1] if use_safetensors else formats[1:]
+    for name, read in formats:
+        path = directory / with_variant(name, variant)
         if path.is_file():
             return read(path), path
-        index = directory / (name + INDEX_SUFFIX)
+        index = directory / with_variant(name + INDEX_SUFFIX, variant)
         if index.is_file():
             state = {}
             for shard in _shards(index):
                 state |= read(shard)
             return state, index
-    from bertforge.checkpoint.tf_checkpoint import find_tf_checkpoint, read_tf_checkpoint, transformers_state_dict
+    if use_safetensors is None and not variant:
+        from bertforge.checkpoint.tf_checkpoint import find_tf_checkpoint, read_tf_checkpoint, transformers_state_dict
 
-    prefix = find_tf_checkpoint(directory)
-    if prefix is not None:
-        source = prefix.with_name(prefix.name + ".index")
-        return transformers_state_dict(read_tf_checkpoint(prefix), source), source
-    raise CheckpointError(f"{directory}: no {SAFETENSORS_FILE} or {PYTORCH_FILE} (or their {INDEX_SUFFIX} for a "
-                          f"sharded checkpoint, or a TensorFlow checkpoint) in the model directory")
+        prefix = find_tf_checkpoint(directory)
+        if prefix is not None:
+            source = prefix.with_name(prefix.name + ".index")
+            return transformers_state_dict(read_tf_checkpoint(prefix), source), source
+        raise CheckpointError(f"{directory}: no {SAFETENSORS_FILE} or {PYTORCH_FILE} (or their {INDEX_SUFFIX} for "
+                              f"a sharded checkpoint, or a TensorFlow checkpoint) in the model directory")
+    wanted = " or ".join(with_variant(name, variant) for name, _ in formats)
+    asked = ", ".join(part for part in (f"use_safetensors={use_safetensors}" if use_safetensors is not None else "",
+                                        f"variant={variant!r}" if variant else "") if part)
+    raise CheckpointError(f"{directory}: no {wanted} (whole or sharded) in the model directory, as {asked} asks")
 
 
 def _shards(index: Path) -> list[Path]:

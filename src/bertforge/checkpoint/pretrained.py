@@ -15,7 +15,7 @@ from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE, config_path, read_state_dict, write_state_dict
 from bertforge.checkpoint.key_map import ENCODER_PREFIX, IGNORED_HF_KEYS, TIED_HF_KEYS, from_hf, to_hf
 from bertforge.checkpoint.sentence_transformers import read_sentence_embedding, write_sentence_embedding
-from bertforge.config import BertConfig
+from bertforge.config import BertConfig, bert_config
 from bertforge.errors import CheckpointError, ConfigError, check_choice
 
 logger = logging.getLogger("bertforge")
@@ -58,9 +58,23 @@ def placement(device_map: Any) -> torch.device | None:
     if device_map == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device("cuda", device_map) if isinstance(device_map, int) else torch.device(device_map)
+        device = torch.device("cuda", device_map) if isinstance(device_map, int) else torch.device(device_map)
     except (RuntimeError, TypeError):
         raise ConfigError(f"device_map {device_map!r} is not a device (e.g. 'cpu', 'cuda:0', 'auto')") from None
+    try:  # a device this machine lacks (a CUDA build without a GPU, a CPU-only build) fails here, in one line
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0].split(". ")[0]
+        raise ConfigError(f"device_map {device_map!r}: this machine can't place a model there ({reason})") from None
+    return device
+
+
+def given_config(config: Any) -> BertConfig:
+    """from_pretrained's `config`: a config object (bertforge's or transformers'), or where to read one."""
+    if isinstance(config, str | Path):
+        path = Path(config)
+        return BertConfig.load(config_path(resolve_model_dir(path)) if not path.is_file() else path)
+    return bert_config(config)
 
 
 def _without_encoder_prefix(name: str) -> str:
@@ -144,12 +158,16 @@ class Pretrained:
                         torch_dtype: torch.dtype | str | None = None, device_map: Any = None,
                         attn_implementation: str | None = None, output_loading_info: bool = False,
                         subfolder: str = "", cache_dir: str | Path | None = None, revision: str | None = None,
+                        config: Any = None, variant: str | None = None, use_safetensors: bool | None = None,
                         **config_overrides):
         """Load from a checkpoint directory or "default"; keyword arguments override config.json fields.
 
         transformers' loading options work as there: `device_map` ("cpu", "cuda:0", "auto", {"": device}: one
         device), `output_loading_info` (also returns {"missing_keys", "unexpected_keys", ...}), `subfolder`,
-        `cache_dir` and `revision` (of the local Hugging Face cache), BertModel's `add_pooling_layer`;
+        `cache_dir` and `revision` (of the local Hugging Face cache), BertModel's `add_pooling_layer`, `config`
+        (a BertConfig, transformers' BertConfig, or a directory or file to read one from, in config.json's place),
+        `variant` (model.VARIANT.safetensors) and `use_safetensors` (True: those files only; False: the PyTorch
+        ones);
         `attn_implementation` is checked and needs nothing (one attention, which returns its weights when asked),
         and the Hub's own options (token, local_files_only, ...) are accepted and unused.
 
@@ -162,7 +180,7 @@ class Pretrained:
         classifier for other labels) a fresh initialisation instead of refusing it; the encoder must still fit.
         """
         directory = resolve_model_dir(name_or_path, subfolder, cache_dir, revision)
-        config = BertConfig.load(config_path(directory))
+        config = given_config(config) if config is not None else BertConfig.load(config_path(directory))
         dtype = dtype if dtype is not None else torch_dtype
         device = placement(device_map)
         if attn_implementation is not None:
@@ -173,11 +191,7 @@ class Pretrained:
             if "add_pooler" not in inspect.signature(cls.__init__).parameters:
                 raise ConfigError(f"add_pooling_layer: {cls.__name__} takes no such option (BertModel does)")
             constructor["add_pooler"] = bool(config_overrides.pop("add_pooling_layer"))
-        if config_overrides:
-            try:
-                config = dataclasses.replace(config, **config_overrides)
-            except TypeError as error:
-                raise ConfigError(f"unknown config override: {error}") from None
+        config = config.with_overrides(**config_overrides)
         # compress builds on the models, so it is imported here, not at the top
         from bertforge.compress.quantize import finish_loading, prepare_quantized, read_quantization
 
@@ -185,7 +199,7 @@ class Pretrained:
         quantization = read_quantization(directory)
         if quantization is not None:  # int8 layers take the place of the float ones before the tensors load
             model = prepare_quantized(model, quantization)
-        state, source = read_state_dict(directory)
+        state, source = read_state_dict(directory, use_safetensors, variant)
         dtype = parameter_dtype(dtype, config, state)
         report = load_hf_state_dict(model, state, source, cls.initialisable, ignore_mismatched_sizes)
         if require_heads and report.initialised:

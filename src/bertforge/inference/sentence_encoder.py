@@ -63,8 +63,8 @@ class SentenceEncoder:
         `model_options` are BertModel.from_pretrained's (dtype, ...)."""
         from bertforge import BertModel, BertTokenizer
 
-        model = BertModel.from_pretrained(name_or_path, **model_options)
-        return cls(model.to(device) if device is not None else model, BertTokenizer.from_pretrained(name_or_path))
+        model = BertModel.from_pretrained(name_or_path, device_map=device, **model_options)
+        return cls(model, BertTokenizer.from_pretrained(name_or_path))
 
     @property
     def device(self) -> torch.device:

@@ -31,7 +31,10 @@ ADDED_TOKENS_FILE = "added_tokens.json"
 DEFAULT_MAX_LENGTH = 512
 # tokenizer_config.json keys that bertforge honours; the other keys transformers writes are metadata.
 SETTINGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "model_max_length", "padding_side",
-            "truncation_side", "clean_up_tokenization_spaces", "split_special_tokens")
+            "truncation_side", "clean_up_tokenization_spaces", "split_special_tokens", "model_input_names")
+# What the tokenizer returns when a call doesn't say (tokenizer_config.json's model_input_names; a checkpoint of a
+# model without segments, DistilBERT's, leaves token_type_ids out).
+MODEL_INPUT_NAMES = ("input_ids", "token_type_ids", "attention_mask")
 # tokenizer.json's BertNormalizer fields -> the tokenizer_config.json settings they mean.
 NORMALIZER_SETTINGS = {"lowercase": "do_lower_case", "strip_accents": "strip_accents",
                        "handle_chinese_chars": "tokenize_chinese_chars"}
@@ -113,7 +116,9 @@ def write_tokenizer_files(tokenizer, directory: Path, model_max_length: int | No
     added = dict(sorted(tokenizer.added_tokens.items()))
     extra_special = [token.content for token in added.values() if token.special and token.content not in
                      roles.values()]
-    config = {key: getattr(tokenizer, key) for key in SETTINGS} | roles | {
+    config = {key: getattr(tokenizer, key) for key in SETTINGS if key != "model_input_names"} | roles | (
+        {} if tuple(tokenizer.model_input_names) == MODEL_INPUT_NAMES else
+        {"model_input_names": list(tokenizer.model_input_names)}) | {
         "model_max_length": model_max_length or tokenizer.model_max_length,
         "added_tokens_decoder": {str(token_id): token.to_dict() for token_id, token in added.items()},
         "additional_special_tokens": extra_special,

@@ -35,7 +35,15 @@ from bertforge.tokenizer.encoding import (
     truncation_strategy,
     with_special_tokens,
 )
-from bertforge.tokenizer.files import DEFAULT_MAX_LENGTH, SETTINGS, read_tokenizer_files, write_tokenizer_files
+from bertforge.tokenizer.files import (
+    DEFAULT_MAX_LENGTH,
+    EXTRA_SPECIAL_KEYS,
+    MODEL_INPUT_NAMES,
+    SETTINGS,
+    read_tokenizer_files,
+    write_tokenizer_files,
+)
+from bertforge.tokenizer.vocab import SPECIAL_TOKENS as SPECIAL_TOKEN_ROLES
 from bertforge.tokenizer.vocab import Vocab
 from bertforge.tokenizer.wordpiece import CONTINUATION, MAX_WORD_CHARS, WordPiece, WordPieceCache
 from bertforge.validation import check_number
@@ -81,9 +89,11 @@ class BertTokenizer:
                  tokenize_chinese_chars: bool = True, model_max_length: int = DEFAULT_MAX_LENGTH,
                  added_tokens: dict[int, AddedToken] | None = None, max_word_chars: int = MAX_WORD_CHARS,
                  padding_side: str = "right", truncation_side: str = "right",
-                 clean_up_tokenization_spaces: bool = False, split_special_tokens: bool = False):
+                 clean_up_tokenization_spaces: bool = False, split_special_tokens: bool = False,
+                 model_input_names: Sequence[str] = MODEL_INPUT_NAMES):
         """`added_tokens`: id -> AddedToken, matched whole before basic tokenization (the special tokens of the
-        vocabulary are added tokens too, as in transformers); ids past the vocabulary extend it."""
+        vocabulary are added tokens too, as in transformers); ids past the vocabulary extend it.
+        `model_input_names`: what a call returns unless it says (without token_type_ids: no segment ids)."""
         self.vocab = vocab if isinstance(vocab, Vocab) else Vocab.from_file(vocab)
         self.do_lower_case = do_lower_case
         self.strip_accents = strip_accents
@@ -95,6 +105,7 @@ class BertTokenizer:
         self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
         # True: "[SEP]" written in a text is read as text ('[', 'sep', ']'), not as the special token.
         self.split_special_tokens = split_special_tokens
+        self.model_input_names = _input_names(model_input_names)
         self.added_tokens = dict(added_tokens or {})
         self.basic = BasicTokenizer(lowercase=do_lower_case, strip_accents=strip_accents,
                                     split_cjk=tokenize_chinese_chars)
@@ -175,9 +186,10 @@ class BertTokenizer:
         """Load the tokenizer files of a model directory (tokenizer.json or vocab.txt, tokenizer_config.json,
         special_tokens_map.json, added_tokens.json) or 'default'.
 
-        Keyword arguments override the saved settings: from_pretrained("default", do_lower_case=False).
-        transformers' loading options are taken as the models take them (subfolder, cache_dir, revision; the Hub's
-        own, and use_fast, unused).
+        Keyword arguments override the saved settings: from_pretrained("default", do_lower_case=False); special
+        tokens as transformers takes them (unk_token="<unk>", additional_special_tokens=["[E1]"]: see
+        add_special_tokens). transformers' loading options are taken as the models take them (subfolder,
+        cache_dir, revision; the Hub's own, and use_fast, unused).
         """
         from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
 
@@ -185,13 +197,19 @@ class BertTokenizer:
                                       settings.pop("revision", None))
         # transformers' options about fetching, and use_fast (this tokenizer is the fast one's equal): unused
         settings = {key: value for key, value in settings.items() if key not in HUB_OPTIONS | {"use_fast"}}
+        special = {key: settings.pop(key) for key in list(settings)
+                   if key in SPECIAL_TOKEN_ROLES or key in EXTRA_SPECIAL_KEYS}
+        _check_slow_only(settings)
         unknown = sorted(set(settings) - set(SETTINGS))
         if unknown:
-            raise ConfigError(f"unknown tokenizer setting {unknown[0]!r}; expected one of {list(SETTINGS)}")
+            raise ConfigError(f"unknown tokenizer setting {unknown[0]!r}; expected one of "
+                              f"{list(SETTINGS) + list(SPECIAL_TOKEN_ROLES) + list(EXTRA_SPECIAL_KEYS)}")
         files = read_tokenizer_files(directory)
         chosen = files.settings | settings
         _check_settings(chosen, directory / "tokenizer_config.json")
-        return cls(files.vocab, **chosen, added_tokens=files.added_tokens, max_word_chars=files.max_word_chars)
+        tokenizer = cls(files.vocab, **chosen, added_tokens=files.added_tokens, max_word_chars=files.max_word_chars)
+        tokenizer.add_special_tokens(special)
+        return tokenizer
 
     def save_pretrained(self, directory: str | Path, model_max_length: int | None = None) -> None:
         """Write the tokenizer files transformers writes (readable by from_pretrained and by transformers).
@@ -243,7 +261,6 @@ class BertTokenizer:
     pad_token = property(lambda self: self._special_token("pad_token"))
     mask_token = property(lambda self: self._special_token("mask_token"))
     unk_token = property(lambda self: self._special_token("unk_token"))
-    model_input_names = ["input_ids", "token_type_ids", "attention_mask"]
 
     @property
     def special_tokens_map(self) -> dict[str, Any]:
@@ -433,8 +450,8 @@ class BertTokenizer:
                  return_offsets_mapping: bool = False, return_word_ids: bool = False,
                  return_tensors: str | None = None, is_split_into_words: bool = False,
                  return_overflowing_tokens: bool = False, stride: int = 0, pad_to_multiple_of: int | None = None,
-                 padding_side: str | None = None, return_token_type_ids: bool = True,
-                 return_attention_mask: bool = True, return_special_tokens_mask: bool = False,
+                 padding_side: str | None = None, return_token_type_ids: bool | None = None,
+                 return_attention_mask: bool | None = None, return_special_tokens_mask: bool = False,
                  return_length: bool = False, split_special_tokens: bool | None = None,
                  add_special_tokens: bool = True) -> BatchEncoding:
         """Encode one text (flat lists) or a batch (lists of lists); pairs become [CLS] A [SEP] B [SEP].
@@ -487,9 +504,11 @@ class BertTokenizer:
 
         word_ids = columns.pop("word_ids", None)
         offsets = columns.pop("offset_mapping", None)
-        if not return_token_type_ids:
+        if not (return_token_type_ids if return_token_type_ids is not None else
+                "token_type_ids" in self.model_input_names):
             del columns["token_type_ids"]
-        if not return_attention_mask:
+        if not (return_attention_mask if return_attention_mask is not None else
+                "attention_mask" in self.model_input_names):
             del columns["attention_mask"]
         if return_offsets_mapping:
             columns["offset_mapping"] = offsets
@@ -588,6 +607,24 @@ def _pairs_like(texts: list[str], text_pair: str | Sequence[str] | None, is_batc
     if len(pairs) != len(texts):
         raise InputError(f"got {len(texts)} texts but {len(pairs)} text pairs")
     return pairs
+
+
+def _input_names(names: Sequence[str]) -> list[str]:
+    if isinstance(names, str) or not set(names) <= set(MODEL_INPUT_NAMES) or "input_ids" not in names:
+        raise ConfigError(f"model_input_names must list input_ids and any of token_type_ids, attention_mask; got "
+                          f"{names!r}")
+    return list(names)
+
+
+def _check_slow_only(settings: dict[str, Any]) -> None:
+    """transformers' slow BertTokenizer's options, which its fast one (and so bertforge's) doesn't have: their
+    defaults are accepted, anything else refused by name rather than ignored."""
+    if settings.pop("do_basic_tokenize", True) is not True:
+        raise ConfigError("do_basic_tokenize=False is not supported: bertforge always splits words first, as "
+                          "transformers' fast tokenizer does")
+    if settings.pop("never_split", None):
+        raise ConfigError("never_split is transformers' slow tokenizer's (its fast one ignores it); to keep a word "
+                          "whole, add it: tokenizer.add_tokens([...])")
 
 
 def _check_settings(settings: dict[str, Any], source: Path) -> None:
