@@ -10,7 +10,7 @@ from bertforge.heads import (
     ClassifierOutput,
     SpanOutput,
 )
-from bertforge.inference import SentenceEncoder, extract_features
+from bertforge.inference import SentenceEncoder, extract_features, pipeline
 from bertforge.model import BertModel, EncoderOutput
 from bertforge.pretraining import BertForMaskedLM, BertForPreTraining, ElectraForPreTraining
 from bertforge.tasks.data import TextExample
@@ -23,5 +23,5 @@ __all__ = [
     "BertForSequenceClassification", "BertForTokenClassification", "BertModel", "BertTokenizer",
     "BertforgeError", "CheckpointError", "ClassifierOutput", "ConfigError", "ElectraForPreTraining",
     "EncoderOutput", "Explanation", "InputError", "SentenceEncoder", "SpanOutput", "explain", "extract_features",
-    "FinetuneConfig", "FinetunedModel", "TextExample", "fit",
+    "FinetuneConfig", "FinetunedModel", "TextExample", "fit", "pipeline",
 ]

@@ -187,6 +187,7 @@ def test_stsb_regression_slice_learns(tmp_path, data_dir):
     assert result.best["spearman"] >= 0.4
     saved = json.loads((tmp_path / "model" / "config.json").read_text())
     assert len(saved["id2label"]) == 1
+    assert saved["problem_type"] == "regression"  # as transformers' Trainer leaves it: its pipeline applies no sigmoid
 
 
 def test_random_init_keeps_the_architecture_and_draws_fresh_seeded_weights(tmp_path, tokenizer):

@@ -10,12 +10,13 @@ from bertforge.inference.features import (
     token_features,
 )
 from bertforge.inference.optimize import PRECISIONS, InferenceOptions
+from bertforge.inference.pipeline import pipeline
 from bertforge.inference.sentence_encoder import SentenceEncoder
 
 __all__ = [
     "LAYER_COMBINATIONS", "POOLINGS", "PRECISIONS", "TOKEN_LEVELS", "InferenceOptions", "ScalarMix", "SentenceEncoder",
     "TokenVectors",
-    "extract_features", "extract_token_features", "pool", "token_features",
+    "extract_features", "extract_token_features", "pipeline", "pool", "token_features",
 ]
 
 # onnx.py, serve.py and attention_view.py are imported from their modules: they need optional packages

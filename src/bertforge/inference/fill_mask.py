@@ -23,9 +23,11 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[st
     is_mask = input_ids[0] == tokenizer.mask_token_id
     if not is_mask.any():
         raise InputError(f"the text has no {tokenizer.vocab.special_tokens['mask_token']} token to fill in")
+    place = next(model.parameters()).device  # the inputs go where the model is
     with torch.inference_mode():
-        logits = model(input_ids, encoding["attention_mask"], encoding["token_type_ids"]).logits
-    probs = logits[0, is_mask].float().softmax(-1)  # (masks, vocab)
+        logits = model(input_ids.to(place), encoding["attention_mask"].to(place),
+                       encoding["token_type_ids"].to(place)).logits
+    probs = logits[0, is_mask.to(place)].float().softmax(-1).cpu()  # (masks, vocab)
     top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     return [[(tokenizer.convert_ids_to_tokens(i), p) for i, p in zip(ids.tolist(), values.tolist())]
             for ids, values in zip(top.indices, top.values)]

@@ -151,6 +151,7 @@ TASKS: dict[str, Task] = {
         outputs=classification.outputs,
         decode=classification.decode,
         score=classification.score,
+        problem_type="regression",  # written to config.json: transformers' pipeline then applies no sigmoid
         metrics=tuple(METRICS["regression"]),
     ),
     "multi_label": Task(
