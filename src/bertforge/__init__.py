@@ -1,5 +1,15 @@
 """bertforge: BERT, complete and readable: tokenizer, encoder, checkpoints, training and inference."""
 
+from bertforge.auto import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForPreTraining,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+)
 from bertforge.config import BertConfig
 from bertforge.errors import BertforgeError, CheckpointError, ConfigError, InputError
 from bertforge.explain import Explanation, explain
@@ -19,6 +29,8 @@ from bertforge.tasks.fit import fit
 from bertforge.tokenizer import BertTokenizer
 
 __all__ = [
+    "AutoConfig", "AutoModel", "AutoModelForMaskedLM", "AutoModelForPreTraining", "AutoModelForQuestionAnswering",
+    "AutoModelForSequenceClassification", "AutoModelForTokenClassification", "AutoTokenizer",
     "BertConfig", "BertForMaskedLM", "BertForPreTraining", "BertForQuestionAnswering",
     "BertForSequenceClassification", "BertForTokenClassification", "BertModel", "BertTokenizer",
     "BertforgeError", "CheckpointError", "ClassifierOutput", "ConfigError", "ElectraForPreTraining",
