@@ -327,3 +327,56 @@ def test_the_similarity_function_named_is_read_and_saved(minilm_dir, tmp_path):
     ours.model.save_pretrained(tmp_path / "copy")
     ours.tokenizer.save_pretrained(tmp_path / "copy")
     assert sentence_transformers.SentenceTransformer(str(tmp_path / "copy"), device="cpu").similarity_fn_name == "dot"
+
+
+def test_sentence_encoder_is_made_saved_and_called_as_sentence_transformer(long_texts, prompted_dir, tmp_path):
+    """SentenceTransformer(path, prompts=..., truncate_dim=..., similarity_fn_name=...), save(), tokenize() and
+    calling the model on tokenize's features, against sentence-transformers on the same folder."""
+    from bertforge import SentenceEncoder
+
+    texts = long_texts[-2:] + long_texts[:1]
+    options = {"device": "cpu", "prompts": {"query": "Represent this question: ", "short": "s: "},
+               "default_prompt_name": "short", "truncate_dim": 128, "similarity_fn_name": "dot"}
+    ours = SentenceEncoder(str(prompted_dir), **options, local_files_only=True, tokenizer_kwargs={})
+    theirs = sentence_transformers.SentenceTransformer(str(prompted_dir), **options)
+    assert ours.prompts == theirs.prompts and ours.default_prompt_name == theirs.default_prompt_name
+    assert ours.get_sentence_embedding_dimension() == theirs.get_sentence_embedding_dimension() == 128
+    for call in ("encode", "encode_query", "encode_document"):
+        mine, reference = getattr(ours, call)(texts), getattr(theirs, call)(texts)
+        assert mine.shape == reference.shape == (3, 128)
+        assert cosines(mine, reference).min() > 0.99999
+    torch.testing.assert_close(ours.similarity(mine, mine), theirs.similarity(reference, reference),
+                               atol=1e-3, rtol=1e-5)
+
+    features, reference_features = ours.tokenize(texts), theirs.tokenize(texts)
+    assert torch.equal(features["input_ids"], reference_features["input_ids"])
+    pairs = [(texts[0], texts[1]), (texts[2], "x")]
+    assert torch.equal(ours.tokenize(pairs)["token_type_ids"], theirs.tokenize(pairs)["token_type_ids"])
+    with torch.inference_mode():
+        expected = theirs(reference_features)
+    got = ours(features)
+    torch.testing.assert_close(got["sentence_embedding"], expected["sentence_embedding"], atol=2e-5, rtol=0)
+    real = features["attention_mask"].bool()
+    torch.testing.assert_close(got["token_embeddings"][real], expected["token_embeddings"][real], atol=2e-5, rtol=0)
+
+    ours.max_seq_length, ours.similarity_fn_name = 64, "manhattan"
+    ours.save(str(tmp_path / "saved"))
+    loaded = sentence_transformers.SentenceTransformer(str(tmp_path / "saved"), device="cpu")
+    assert (loaded.max_seq_length, loaded.similarity_fn_name) == (64, "manhattan")
+    assert loaded.prompts == ours.prompts and loaded.default_prompt_name == "short"
+    mine = SentenceEncoder(tmp_path / "saved").encode(texts)
+    assert cosines(mine, loaded.encode(texts)).min() > 0.99999
+    assert cosines(mine, ours.encode(texts, truncate_dim=384)).min() > 0.99999
+
+
+def test_sentence_encoder_refuses_what_it_cannot_be_as_one_line_errors(minilm):
+    from bertforge import SentenceEncoder
+
+    with pytest.raises(ConfigError, match="backend 'onnx': bertforge runs torch"):
+        SentenceEncoder("default", backend="onnx")
+    with pytest.raises(ConfigError, match="a loaded model needs its tokenizer"):
+        SentenceEncoder(minilm)
+    with pytest.raises(ConfigError, match="default_prompt_name 'query2' is none of the prompts"):
+        SentenceEncoder("default", default_prompt_name="query2")
+    with pytest.raises(ConfigError, match="SentenceEncoder takes no option 'batch_size'"):
+        SentenceEncoder("default", batch_size=4)

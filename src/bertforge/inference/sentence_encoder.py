@@ -12,10 +12,12 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from bertforge.batching import length_sorted_batches
-from bertforge.errors import InputError, check_choice
-from bertforge.inference.features import embedding_texts, extract_features, sentence_embedding
+from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
+from bertforge.errors import ConfigError, InputError, check_choice
+from bertforge.inference.features import embedding_texts, extract_features, pool, sentence_embedding
 from bertforge.inference.similarity import SIMILARITIES
 from bertforge.tasks.data import forward_rows
 
@@ -51,29 +53,90 @@ class SentenceEncoder:
     (2, 384)
     """
 
-    def __init__(self, model, tokenizer):
+    def __init__(self, model_name_or_path: str | Path | nn.Module | None = None, tokenizer: Any = None, *,
+                 device: str | torch.device | None = None, prompts: dict[str, str] | None = None,
+                 default_prompt_name: str | None = None, similarity_fn_name: str | None = None,
+                 truncate_dim: int | None = None, cache_folder: str | Path | None = None, revision: str | None = None,
+                 model_kwargs: dict[str, Any] | None = None, tokenizer_kwargs: dict[str, Any] | None = None,
+                 processor_kwargs: dict[str, Any] | None = None, config_kwargs: dict[str, Any] | None = None,
+                 backend: str = "torch", **hub_options: Any):
+        """SentenceTransformer(name_or_path, device=..., prompts=..., truncate_dim=..., ...) as sentence-transformers
+        6 takes it: a model folder or "default" (None too), its options by the same names (model_kwargs for
+        BertModel.from_pretrained, tokenizer_kwargs/processor_kwargs for the tokenizer, config_kwargs for
+        config.json's fields); or a loaded BertModel and its `tokenizer`. Prompts given join the checkpoint's (the
+        given text wins); the Hub's options (token, local_files_only, trust_remote_code, ...) are unused here."""
+        from bertforge import BertModel, BertTokenizer
+        from bertforge.checkpoint.default_model import HUB_OPTIONS
+
+        unknown = sorted(set(hub_options) - HUB_OPTIONS - {"use_auth_token", "model_card_data"})
+        if unknown:
+            raise ConfigError(f"SentenceEncoder takes no option {unknown[0]!r}")
+        if backend != "torch":
+            raise ConfigError(f"backend {backend!r}: bertforge runs torch (`bertforge export onnx` makes ONNX)")
+        if isinstance(model_name_or_path, nn.Module):
+            if tokenizer is None:
+                raise ConfigError("a loaded model needs its tokenizer: SentenceEncoder(model, tokenizer)")
+            model = model_name_or_path.to(device) if device is not None else model_name_or_path
+        else:
+            place = {"cache_dir": cache_folder, "revision": revision}
+            name_or_path = "default" if model_name_or_path is None else model_name_or_path
+            model = BertModel.from_pretrained(name_or_path, device_map=device, **place, **(model_kwargs or {}),
+                                              **(config_kwargs or {}))
+            tokenizer = BertTokenizer.from_pretrained(name_or_path, **place, **(tokenizer_kwargs or {}),
+                                                      **(processor_kwargs or {}))
         self.model, self.tokenizer = model.eval(), tokenizer
-        self._max_seq_length: int | None = None
-        self._similarity_fn_name: str | None = None
+        self.truncate_dim = truncate_dim
+        if prompts or default_prompt_name:
+            self._change(prompts=self.settings.prompts | (prompts or {}),
+                         default_prompt_name=default_prompt_name or self.settings.default_prompt_name)
+        if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
+            raise ConfigError(f"default_prompt_name {self.default_prompt_name!r} is none of the prompts "
+                              f"{', '.join(map(repr, self.prompts))}")
+        if similarity_fn_name is not None:
+            self.similarity_fn_name = similarity_fn_name
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path = "default", device: str | torch.device | None = None,
                         **model_options: Any) -> SentenceEncoder:
         """The encoder and tokenizer of a model directory (or "default"), on `device` (default: the CPU);
         `model_options` are BertModel.from_pretrained's (dtype, ...)."""
-        from bertforge import BertModel, BertTokenizer
+        return cls(name_or_path, device=device, model_kwargs=model_options)
 
-        model = BertModel.from_pretrained(name_or_path, device_map=device, **model_options)
-        return cls(model, BertTokenizer.from_pretrained(name_or_path))
+    @property
+    def settings(self) -> SentenceEmbedding:
+        """How texts become vectors: the checkpoint's sentence-transformers layout as this encoder changed it."""
+        return sentence_embedding(self.model)
+
+    def _change(self, **fields: Any) -> None:
+        self.model.sentence_embedding = dataclasses.replace(self.settings, **fields)
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def to(self, device: str | torch.device) -> SentenceEncoder:
+        self.model.to(device)
+        return self
+
+    def eval(self) -> SentenceEncoder:
+        return self  # the model always runs as in eval mode here
+
+    @property
+    def truncate_dim(self) -> int | None:
+        """Dimensions encode keeps (the first ones) when its call names none; None: all."""
+        return self._truncate_dim
+
+    @truncate_dim.setter
+    def truncate_dim(self, value: int | None) -> None:
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise InputError(f"truncate_dim must be a positive whole number, got {value!r}")
+        self._truncate_dim = value
+
     @property
     def max_seq_length(self) -> int:
         """Tokens a text is cut to, [CLS] and [SEP] included; settable, as SentenceTransformer's."""
-        return self._max_seq_length or sentence_embedding(self.model).max_length or self.tokenizer.model_max_length
+        return self.settings.max_length or min(self.tokenizer.model_max_length,
+                                               self.model.config.max_position_embeddings)
 
     @max_seq_length.setter
     def max_seq_length(self, value: int) -> None:
@@ -81,29 +144,66 @@ class SentenceEncoder:
                 3 <= value <= self.model.config.max_position_embeddings:
             raise InputError(f"max_seq_length must be a whole number from 3 to the model's "
                              f"{self.model.config.max_position_embeddings} positions, got {value!r}")
-        self._max_seq_length = value
+        self._change(max_length=value)
 
     @property
     def prompts(self) -> dict[str, str]:
         """The checkpoint's prompts, with "query" and "document" (empty) where it has none of those names."""
-        return ROLE_PROMPTS | sentence_embedding(self.model).prompts
+        return ROLE_PROMPTS | self.settings.prompts
 
     @property
     def default_prompt_name(self) -> str | None:
-        return sentence_embedding(self.model).default_prompt_name
+        return self.settings.default_prompt_name
 
     @property
     def similarity_fn_name(self) -> str:
         """cosine, dot, euclidean or manhattan: the checkpoint's, unless set; `similarity` compares with it."""
-        return self._similarity_fn_name or sentence_embedding(self.model).similarity_fn_name or "cosine"
+        return self.settings.similarity_fn_name or "cosine"
 
     @similarity_fn_name.setter
     def similarity_fn_name(self, value: str) -> None:
-        check_choice(str(getattr(value, "value", value)), SIMILARITIES, "similarity_fn_name", error=InputError)
-        self._similarity_fn_name = str(getattr(value, "value", value))  # a name, or sentence-transformers' enum
+        name = str(getattr(value, "value", value))  # a name, or sentence-transformers' enum
+        check_choice(name, SIMILARITIES, "similarity_fn_name", error=InputError)
+        self._change(similarity_fn_name=name)
+
+    def save(self, path: str | Path, model_name: str | None = None, create_model_card: bool = True,
+             train_datasets: list[str] | None = None, safe_serialization: bool = True) -> None:
+        """A folder sentence-transformers (and bertforge) loads as this encoder: the weights, the tokenizer and the
+        layout with this encoder's max_seq_length, prompts and similarity function. No model card is written."""
+        self._change(similarity_fn_name=self.similarity_fn_name, max_length=self.max_seq_length)
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+
+    save_pretrained = save
+
+    def tokenize(self, texts: Sequence[str] | Sequence[tuple[str, str]]) -> dict[str, torch.Tensor]:
+        """A padded batch of texts (or (text, pair) tuples) as the model reads them: stripped, lower-cased where
+        the layout says so, cut to max_seq_length."""
+        pairs = [tuple(text) if isinstance(text, tuple | list) else (text,) for text in texts]
+        if not pairs or any(len(pair) not in (1, 2) or not all(isinstance(t, str) for t in pair) for pair in pairs):
+            raise InputError("tokenize takes a non-empty list of texts or of (text, pair) tuples")
+        columns = [embedding_texts([t.strip() for t in column], self.settings) for column in zip(*pairs)] \
+            if len({len(pair) for pair in pairs}) == 1 else None
+        if columns is None:
+            raise InputError("tokenize takes texts or (text, pair) tuples, not both in one list")
+        return dict(self.tokenizer(*columns, padding=True, truncation=True, max_length=self.max_seq_length,
+                                   return_tensors="pt"))
+
+    @torch.inference_mode()
+    def forward(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """SentenceTransformer's forward: `features` (tokenize's) with token_embeddings (the last layer) and
+        sentence_embedding (pooled, normalised where the layout says so) added."""
+        inputs = {name: tensor.to(self.device) for name, tensor in features.items()
+                  if name in ("input_ids", "attention_mask", "token_type_ids")}
+        states = self.model(**inputs).last_hidden_state
+        vectors = pool(states, inputs["attention_mask"], self.settings.pooling)
+        return dict(features) | {"token_embeddings": states, "sentence_embedding": F.normalize(
+            vectors, dim=-1) if self.settings.normalize else vectors}
+
+    __call__ = forward
 
     def get_sentence_embedding_dimension(self) -> int:
-        return self.model.config.hidden_size
+        return min(self.model.config.hidden_size, self.truncate_dim or self.model.config.hidden_size)
 
     def get_max_seq_length(self) -> int:
         return self.max_seq_length
@@ -167,6 +267,7 @@ class SentenceEncoder:
                           normalize: bool, truncate_dim: int | None) -> torch.Tensor:
         vectors = extract_features(self.model, self.tokenizer, texts, batch_size=batch_size,
                                    max_length=self.max_seq_length, progress=bool(progress), prompt=prompt).float()
+        truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
         if truncate_dim is not None:
             if not isinstance(truncate_dim, int) or truncate_dim < 1:
                 raise InputError(f"truncate_dim must be a positive whole number, got {truncate_dim!r}")
@@ -176,7 +277,7 @@ class SentenceEncoder:
     @torch.inference_mode()
     def _token_embeddings(self, texts: list[str], prompt: str | None, batch_size: int) -> list[dict[str, Any]]:
         """Per text: its input ids, attention mask and last-layer token vectors, cut at max_seq_length."""
-        settings = dataclasses.replace(sentence_embedding(self.model), max_length=self.max_seq_length)
+        settings = dataclasses.replace(self.settings, max_length=self.max_seq_length)
         encoded = self.tokenizer(embedding_texts(texts, settings, settings.prompt(None, prompt)), truncation=True,
                                  max_length=self.max_seq_length)
         rows = [{name: encoded[name][i] for name in ("input_ids", "token_type_ids", "attention_mask")}
