@@ -248,7 +248,7 @@ def test_sentence_encoder_answers_as_sentence_transformer(long_texts, reference,
     torch.testing.assert_close(ours.similarity(as_tensor, as_tensor[:2]),
                                reference.similarity(reference.encode(texts), reference.encode(texts[:2])),
                                atol=1e-5, rtol=0)
-    assert ours.get_sentence_embedding_dimension() == reference.get_sentence_embedding_dimension()
+    assert ours.get_sentence_embedding_dimension() == reference.get_embedding_dimension()
     assert ours.max_seq_length == reference.max_seq_length == 256
     prompted, prompted_reference = SentenceEncoder.from_pretrained(prompted_dir), \
         sentence_transformers.SentenceTransformer(str(prompted_dir), device="cpu")
@@ -340,7 +340,12 @@ def test_sentence_encoder_is_made_saved_and_called_as_sentence_transformer(long_
     ours = SentenceEncoder(str(prompted_dir), **options, local_files_only=True, tokenizer_kwargs={})
     theirs = sentence_transformers.SentenceTransformer(str(prompted_dir), **options)
     assert ours.prompts == theirs.prompts and ours.default_prompt_name == theirs.default_prompt_name
-    assert ours.get_sentence_embedding_dimension() == theirs.get_sentence_embedding_dimension() == 128
+    assert ours.get_embedding_dimension() == theirs.get_embedding_dimension() == 128
+    assert ours.SUPPORTED_SIMILARITY_FN_NAMES == theirs.SUPPORTED_SIMILARITY_FN_NAMES
+    with ours.truncate_embeddings(16), theirs.truncate_embeddings(16):
+        assert ours.encode(texts).shape == theirs.encode(texts).shape == (3, 16)
+    assert ours.encode(texts).shape == (3, 128)
+    assert (ours.get_backend(), ours.dtype) == (theirs.get_backend(), theirs.dtype)
     for call in ("encode", "encode_query", "encode_document"):
         mine, reference = getattr(ours, call)(texts), getattr(theirs, call)(texts)
         assert mine.shape == reference.shape == (3, 128)

@@ -5,7 +5,8 @@ max_seq_length, normalisation, prompts, similarity function)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,8 @@ class SentenceEncoder:
     >>> encoder.encode(["A man is eating food.", "A man is riding a horse."]).shape
     (2, 384)
     """
+
+    SUPPORTED_SIMILARITY_FN_NAMES = tuple(SIMILARITIES)
 
     def __init__(self, model_name_or_path: str | Path | nn.Module | None = None, tokenizer: Any = None, *,
                  device: str | torch.device | None = None, prompts: dict[str, str] | None = None,
@@ -202,8 +205,38 @@ class SentenceEncoder:
 
     __call__ = forward
 
-    def get_sentence_embedding_dimension(self) -> int:
+    def get_embedding_dimension(self) -> int:
+        """Dimensions encode gives (sentence-transformers 6.2's name; get_sentence_embedding_dimension before)."""
         return min(self.model.config.hidden_size, self.truncate_dim or self.model.config.hidden_size)
+
+    get_sentence_embedding_dimension = get_embedding_dimension
+
+    @contextmanager
+    def truncate_embeddings(self, truncate_dim: int | None) -> Iterator[None]:
+        """Within the block, encode keeps the first `truncate_dim` dimensions (None: all)."""
+        before, self.truncate_dim = self.truncate_dim, truncate_dim
+        try:
+            yield
+        finally:
+            self.truncate_dim = before
+
+    truncate_sentence_embeddings = truncate_embeddings
+
+    def get_backend(self) -> str:
+        return "torch"
+
+    @property
+    def transformers_model(self) -> nn.Module:
+        """The BERT encoder (sentence-transformers' name for the model under its modules)."""
+        return self.model
+
+    @property
+    def processor(self) -> Any:
+        return self.tokenizer
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
 
     def get_max_seq_length(self) -> int:
         return self.max_seq_length
