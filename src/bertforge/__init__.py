@@ -20,7 +20,7 @@ from bertforge.heads import (
     ClassifierOutput,
     SpanOutput,
 )
-from bertforge.inference import SentenceEncoder, extract_features, pipeline
+from bertforge.inference import CrossEncoder, SentenceEncoder, extract_features, pipeline
 from bertforge.model import BertModel, EncoderOutput
 from bertforge.pretraining import BertForMaskedLM, BertForPreTraining, ElectraForPreTraining
 from bertforge.tasks.data import TextExample
@@ -33,7 +33,7 @@ __all__ = [
     "AutoModelForSequenceClassification", "AutoModelForTokenClassification", "AutoTokenizer",
     "BertConfig", "BertForMaskedLM", "BertForPreTraining", "BertForQuestionAnswering",
     "BertForSequenceClassification", "BertForTokenClassification", "BertModel", "BertTokenizer",
-    "BertforgeError", "CheckpointError", "ClassifierOutput", "ConfigError", "ElectraForPreTraining",
+    "BertforgeError", "CheckpointError", "ClassifierOutput", "ConfigError", "CrossEncoder", "ElectraForPreTraining",
     "EncoderOutput", "Explanation", "InputError", "SentenceEncoder", "SpanOutput", "explain", "extract_features",
     "FinetuneConfig", "FinetunedModel", "TextExample", "fit", "pipeline",
 ]

@@ -1,3 +1,4 @@
+from bertforge.inference.cross_encoder import CrossEncoder
 from bertforge.inference.features import (
     LAYER_COMBINATIONS,
     POOLINGS,
@@ -10,12 +11,12 @@ from bertforge.inference.features import (
     token_features,
 )
 from bertforge.inference.optimize import PRECISIONS, InferenceOptions
-from bertforge.inference.pipeline import pipeline
+from bertforge.inference.pipelines import pipeline
 from bertforge.inference.sentence_encoder import SentenceEncoder
 
 __all__ = [
     "LAYER_COMBINATIONS", "POOLINGS", "PRECISIONS", "TOKEN_LEVELS", "InferenceOptions", "ScalarMix", "SentenceEncoder",
-    "TokenVectors",
+    "CrossEncoder", "TokenVectors",
     "extract_features", "extract_token_features", "pipeline", "pool", "token_features",
 ]
 
