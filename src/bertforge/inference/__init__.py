@@ -13,11 +13,12 @@ from bertforge.inference.features import (
 from bertforge.inference.optimize import PRECISIONS, InferenceOptions
 from bertforge.inference.pipelines import pipeline
 from bertforge.inference.sentence_encoder import SentenceEncoder
+from bertforge.inference.similarity import SIMILARITIES, semantic_search
 
 __all__ = [
-    "LAYER_COMBINATIONS", "POOLINGS", "PRECISIONS", "TOKEN_LEVELS", "InferenceOptions", "ScalarMix", "SentenceEncoder",
-    "CrossEncoder", "TokenVectors",
-    "extract_features", "extract_token_features", "pipeline", "pool", "token_features",
+    "LAYER_COMBINATIONS", "POOLINGS", "PRECISIONS", "SIMILARITIES", "TOKEN_LEVELS", "CrossEncoder", "InferenceOptions",
+    "ScalarMix", "SentenceEncoder", "TokenVectors",
+    "extract_features", "extract_token_features", "pipeline", "pool", "semantic_search", "token_features",
 ]
 
 # onnx.py, serve.py and attention_view.py are imported from their modules: they need optional packages
