@@ -4,6 +4,8 @@ from bertforge.auto import (
     AutoConfig,
     AutoModel,
     AutoModelForMaskedLM,
+    AutoModelForMultipleChoice,
+    AutoModelForNextSentencePrediction,
     AutoModelForPreTraining,
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
@@ -14,6 +16,7 @@ from bertforge.config import BertConfig
 from bertforge.errors import BertforgeError, CheckpointError, ConfigError, InputError
 from bertforge.explain import Explanation, explain
 from bertforge.heads import (
+    BertForMultipleChoice,
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
@@ -22,18 +25,24 @@ from bertforge.heads import (
 )
 from bertforge.inference import CrossEncoder, SentenceEncoder, extract_features, pipeline
 from bertforge.model import BertModel, EncoderOutput
-from bertforge.pretraining import BertForMaskedLM, BertForPreTraining, ElectraForPreTraining
+from bertforge.pretraining import (
+    BertForMaskedLM,
+    BertForNextSentencePrediction,
+    BertForPreTraining,
+    ElectraForPreTraining,
+)
 from bertforge.tasks.data import TextExample
 from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel
 from bertforge.tasks.fit import fit
 from bertforge.tokenizer import BertTokenizer
 
 __all__ = [
-    "AutoConfig", "AutoModel", "AutoModelForMaskedLM", "AutoModelForPreTraining", "AutoModelForQuestionAnswering",
+    "AutoConfig", "AutoModel", "AutoModelForMaskedLM", "AutoModelForMultipleChoice",
+    "AutoModelForNextSentencePrediction", "AutoModelForPreTraining", "AutoModelForQuestionAnswering",
     "AutoModelForSequenceClassification", "AutoModelForTokenClassification", "AutoTokenizer",
-    "BertConfig", "BertForMaskedLM", "BertForPreTraining", "BertForQuestionAnswering",
-    "BertForSequenceClassification", "BertForTokenClassification", "BertModel", "BertTokenizer",
-    "BertforgeError", "CheckpointError", "ClassifierOutput", "ConfigError", "CrossEncoder", "ElectraForPreTraining",
-    "EncoderOutput", "Explanation", "InputError", "SentenceEncoder", "SpanOutput", "explain", "extract_features",
-    "FinetuneConfig", "FinetunedModel", "TextExample", "fit", "pipeline",
+    "BertConfig", "BertForMaskedLM", "BertForMultipleChoice", "BertForNextSentencePrediction", "BertForPreTraining",
+    "BertForQuestionAnswering", "BertForSequenceClassification", "BertForTokenClassification", "BertModel",
+    "BertTokenizer", "BertforgeError", "CheckpointError", "ClassifierOutput", "ConfigError", "CrossEncoder",
+    "ElectraForPreTraining", "EncoderOutput", "Explanation", "InputError", "SentenceEncoder", "SpanOutput", "explain",
+    "extract_features", "FinetuneConfig", "FinetunedModel", "TextExample", "fit", "pipeline",
 ]

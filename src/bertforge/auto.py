@@ -13,9 +13,14 @@ import torch
 
 from bertforge.config import BertConfig, bert_config
 from bertforge.errors import ConfigError, check_choice
-from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bertforge.heads import (
+    BertForMultipleChoice,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from bertforge.model import BertModel
-from bertforge.pretraining import BertForMaskedLM, BertForPreTraining
+from bertforge.pretraining import BertForMaskedLM, BertForNextSentencePrediction, BertForPreTraining
 from bertforge.tokenizer import BertTokenizer
 
 
@@ -72,6 +77,14 @@ class AutoModelForQuestionAnswering(AutoFactory):
     loads = BertForQuestionAnswering
 
 
+class AutoModelForMultipleChoice(AutoFactory):
+    loads = BertForMultipleChoice
+
+
+class AutoModelForNextSentencePrediction(AutoFactory):
+    loads = BertForNextSentencePrediction
+
+
 class AutoTokenizer(AutoFactory):
     loads = BertTokenizer
 
@@ -98,4 +111,5 @@ class AutoConfig(AutoFactory):
 # transformers' Auto class -> the bertforge class it loads
 AUTO_CLASSES: dict[str, type] = {auto.__name__: auto.loads for auto in (
     AutoConfig, AutoTokenizer, AutoModel, AutoModelForPreTraining, AutoModelForMaskedLM,
-    AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoModelForQuestionAnswering)}
+    AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoModelForQuestionAnswering,
+    AutoModelForMultipleChoice, AutoModelForNextSentencePrediction)}

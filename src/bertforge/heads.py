@@ -1,6 +1,6 @@
 """Task heads on top of the encoder, and the BertFor* models that pair them with it (Hugging Face's names).
 
-Shapes: batch, seq (positions per sequence), hidden, labels (num_labels).
+Shapes: batch, seq (positions per sequence), hidden, labels (num_labels), choices (answers offered per question).
 Each head is a Linear subclass, so a head attribute named `classifier` holds exactly `classifier.weight` and
 `classifier.bias`: the names in every fine-tuned BERT checkpoint, with no entry in the key table.
 """
@@ -21,7 +21,7 @@ from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import config_path
 from bertforge.checkpoint.pretrained import Pretrained
 from bertforge.config import PROBLEM_TYPES, BertConfig, bert_config
-from bertforge.errors import ConfigError
+from bertforge.errors import BertforgeError, ConfigError
 from bertforge.model import BertModel
 from bertforge.model_output import ModelOutput, returned
 
@@ -32,7 +32,7 @@ IGNORE_INDEX = -100
 
 @dataclass
 class ClassifierOutput(ModelOutput):
-    logits: torch.Tensor  # (batch, labels) per sequence or (batch, seq, labels) per token
+    logits: torch.Tensor  # (batch, labels) per sequence, (batch, seq, labels) per token, (batch, choices) per question
     loss: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None  # as EncoderOutput's, when asked for
     attentions: tuple[torch.Tensor, ...] | None = None
@@ -145,6 +145,38 @@ class SpanHead(nn.Linear):
                 position_logits = position_logits.masked_fill(attention_mask == 0, torch.finfo(torch.float32).min)
             losses.append(F.cross_entropy(position_logits, positions, ignore_index=seq_len))
         return (losses[0] + losses[1]) / 2
+
+
+class MultipleChoiceHead(nn.Linear):
+    """Dropout and one score per choice, from the choice's pooled [CLS] vector: (..., hidden) -> (...). A softmax
+    over a question's choices picks its answer (SWAG, RACE)."""
+
+    def __init__(self, hidden_size: int, dropout: float):
+        super().__init__(hidden_size, 1)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(self.dropout(x)).squeeze(-1)
+
+    @staticmethod
+    def loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of (batch, choices) scores against (batch,) right-choice indices (-100 ignored)."""
+        return F.cross_entropy(logits.float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+def check_class_labels(labels: torch.Tensor, logits: torch.Tensor, what: str) -> None:
+    """One-line errors for labels that don't fit (batch, classes) logits, instead of cross-entropy's own: one id per
+    example, each a class (or -100, ignored). Values are checked where it costs nothing (CPU, eager)."""
+    batch_size, num_classes = logits.shape
+    if labels.is_floating_point() or labels.numel() != batch_size:
+        raise BertforgeError(f"labels must be ({batch_size},) {what} ids, one per example; got "
+                             f"{labels.dtype} of shape {tuple(labels.shape)}")
+    if labels.device.type != "cpu" or torch.compiler.is_compiling():
+        return
+    wrong = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= num_classes))
+    if wrong.any():
+        raise BertforgeError(f"label {int(labels[wrong][0])} is no {what} id: they run from 0 to {num_classes - 1} "
+                             f"(-100: ignored)")
 
 
 def classifier_dropout(config: BertConfig) -> float:
@@ -313,3 +345,59 @@ class BertForQuestionAnswering(Pretrained, nn.Module):
             loss = self.qa_outputs.loss((start_logits, end_logits), (start_positions, end_positions), attention_mask)
         return returned(SpanOutput(start_logits=start_logits, end_logits=end_logits, loss=loss,
                                    hidden_states=encoded.hidden_states, attentions=encoded.attentions), return_dict)
+
+
+class BertForMultipleChoice(Pretrained, nn.Module):
+    """Multiple choice (SWAG, RACE): each choice is read with its question as one sequence, and scored from its
+    pooled [CLS] vector; the choices of a question compete in a softmax."""
+
+    # An encoder checkpoint gives the scorer BERT's initialisation.
+    initialisable = Pretrained.initialisable + ("classifier.",)
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config = bert_config(config)
+        self.bert = BertModel(config)
+        self.classifier = MultipleChoiceHead(config.hidden_size, classifier_dropout(config))
+        self.classifier.apply(self.bert.init_weights)
+        self.first_token_only = True  # the pooler reads [CLS] alone: the last layer computes nothing else
+
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                inputs_embeds: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                return_dict: bool | None = None, **encoder_options) -> ClassifierOutput:
+        """Inputs are (batch, choices, seq), every choice padded to one length (`inputs_embeds`: (batch, choices,
+        seq, hidden)). `labels`: (batch,) the index of each question's right choice. `encoder_options`: as
+        BertForSequenceClassification's; hidden states and attentions are per choice, (batch * choices, ...), as in
+        transformers."""
+        self.check_inputs(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        batch_size, num_choices = (input_ids if inputs_embeds is None else inputs_embeds).shape[:2]
+        # To the encoder every choice is one more sequence: (batch * choices, seq, ...).
+        flat = [None if tensor is None else tensor.flatten(0, 1)
+                for tensor in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)]
+        encoded = self.bert(*flat, first_token_only=self.first_token_only, **encoder_options)
+        logits = self.classifier(encoded.pooler_output).view(batch_size, num_choices)
+        loss = None
+        if labels is not None:
+            check_class_labels(labels, logits, "choice")
+            loss = self.classifier.loss(logits, labels)
+        return returned(ClassifierOutput(logits=logits, loss=loss, hidden_states=encoded.hidden_states,
+                                         attentions=encoded.attentions), return_dict)
+
+    def check_inputs(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds) -> None:
+        """The (batch, choices, seq) shapes, checked before they are flattened (the encoder checks the rest)."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise BertforgeError("give input_ids or inputs_embeds, one of the two")
+        if input_ids is not None and input_ids.dim() != 3:
+            raise BertforgeError(f"multiple choice reads input_ids of shape (batch, choices, seq), got "
+                                 f"{tuple(input_ids.shape)}")
+        hidden = self.config.hidden_size
+        if inputs_embeds is not None and (inputs_embeds.dim() != 4 or inputs_embeds.shape[3] != hidden):
+            raise BertforgeError(f"multiple choice reads inputs_embeds of shape (batch, choices, seq, {hidden}), got "
+                                 f"{tuple(inputs_embeds.shape)}")
+        name, given = ("input_ids", input_ids) if inputs_embeds is None else ("inputs_embeds", inputs_embeds)
+        shape = tuple(given.shape[:3])
+        for other, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids),
+                              ("position_ids", position_ids)):
+            if tensor is not None and tuple(tensor.shape) != shape:
+                raise BertforgeError(f"{other} has shape {tuple(tensor.shape)}, {name} has {shape}")

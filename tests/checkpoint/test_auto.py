@@ -17,6 +17,8 @@ TASK_MODELS = {  # Auto class -> what a seeded head of it is built with
     "AutoModelForQuestionAnswering": {},
     "AutoModelForMaskedLM": {},
     "AutoModelForPreTraining": {},
+    "AutoModelForMultipleChoice": {},
+    "AutoModelForNextSentencePrediction": {},
 }
 
 
@@ -52,6 +54,8 @@ def test_a_task_folder_loads_into_the_same_model_in_both(auto, tmp_path, tokeniz
     theirs = getattr(transformers, auto).from_pretrained(tmp_path).eval()
     assert type(ours).__name__ == type(theirs).__name__
     input_ids, attention_mask, token_type_ids = random_batch(config)
+    if auto == "AutoModelForMultipleChoice":  # (batch, choices, seq): the rows as one question's three choices
+        input_ids, attention_mask, token_type_ids = input_ids[None], attention_mask[None], token_type_ids[None]
     with torch.inference_mode():
         got = ours(input_ids, attention_mask, token_type_ids)
         expected = theirs(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
@@ -60,7 +64,7 @@ def test_a_task_folder_loads_into_the_same_model_in_both(auto, tmp_path, tokeniz
     assert names
     real = attention_mask.bool()  # bertforge's token outputs at padding are zeros, transformers' are not read
     for name in names:
-        token_level = expected[name].dim() > 1 and expected[name].shape[1] == input_ids.shape[1]
+        token_level = expected[name].dim() > 1 and expected[name].shape[1] == input_ids.shape[-1]
         torch.testing.assert_close(got[name][real] if token_level else got[name],
                                    expected[name][real] if token_level else expected[name], atol=1e-5, rtol=0)
 

@@ -18,17 +18,16 @@ from bertforge.outputs import check_output_dir, finish_staging, start_staging
 def load_for_task(args: argparse.Namespace, pretraining_heads: bool = False):
     """The model of --model, with the head it holds (or the one --task names), and its tokenizer. A task head
     the checkpoint never trained is refused; its encoder alone (feature-extraction) always exports. With
-    `pretraining_heads`, a pre-trained model (config.json's architectures: BertForMaskedLM, BertForPreTraining)
-    keeps its masked-LM (and next-sentence) heads unless --task names another."""
+    `pretraining_heads`, a model whose head no task runs (config.json's architectures: one of the registry's
+    OTHER_MODELS, such as BertForPreTraining or BertForMultipleChoice) keeps its heads unless --task names another."""
     from bertforge import BertTokenizer
-    from bertforge.pretraining import BertForMaskedLM, BertForPreTraining
-    from bertforge.tasks.registry import HEADS, inspect_checkpoint
+    from bertforge.tasks.registry import HEADS, OTHER_MODELS, inspect_checkpoint
 
     checkpoint = inspect_checkpoint(args.model)
     if pretraining_heads and args.task is None and checkpoint.head == "encoder":
-        for model_class in (BertForPreTraining, BertForMaskedLM):
-            if model_class.__name__ in checkpoint.architectures:
-                model = model_class.from_pretrained(checkpoint.directory, require_heads=True)
+        for name in checkpoint.architectures:
+            if name in OTHER_MODELS:
+                model = OTHER_MODELS[name].from_pretrained(checkpoint.directory, require_heads=True)
                 return model, BertTokenizer.from_pretrained(checkpoint.directory)
     model_class = checkpoint.model_class if args.task is None else model_class_of(args.task)
     if model_class not in (checkpoint.model_class, HEADS["encoder"].model_class):

@@ -4,6 +4,7 @@ from bertforge.pretraining.collate import PretrainingCollator
 from bertforge.pretraining.corpus import CorpusReader, CorpusSummary, Document, prepare_corpus
 from bertforge.pretraining.heads import (
     BertForMaskedLM,
+    BertForNextSentencePrediction,
     BertForPreTraining,
     ElectraForPreTraining,
     ElectraOutput,
@@ -19,9 +20,9 @@ from bertforge.pretraining.masking import MASKING_STRATEGIES, MaskedBatch, Maske
 from bertforge.pretraining.objectives import OBJECTIVES, Objective, get_objective
 
 __all__ = [
-    "MASKING_STRATEGIES", "OBJECTIVES", "SENTENCE_PAIRS", "BertForMaskedLM", "BertForPreTraining", "CorpusReader",
-    "CorpusSummary", "Document", "ElectraForPreTraining", "ElectraOutput", "Instance", "InstanceStream",
-    "MaskedBatch", "MaskedLMHead", "MaskedLMOutput", "Masker", "NextSentenceHead", "Objective", "PreTrainingOutput",
-    "PretrainingCollator", "ReplacedTokenHead", "electra_generator_config", "get_objective", "mask_tokens",
-    "prepare_corpus",
+    "MASKING_STRATEGIES", "OBJECTIVES", "SENTENCE_PAIRS", "BertForMaskedLM", "BertForNextSentencePrediction",
+    "BertForPreTraining", "CorpusReader", "CorpusSummary", "Document", "ElectraForPreTraining", "ElectraOutput",
+    "Instance", "InstanceStream", "MaskedBatch", "MaskedLMHead", "MaskedLMOutput", "Masker", "NextSentenceHead",
+    "Objective", "PreTrainingOutput", "PretrainingCollator", "ReplacedTokenHead", "electra_generator_config",
+    "get_objective", "mask_tokens", "prepare_corpus",
 ]

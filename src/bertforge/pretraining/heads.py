@@ -1,9 +1,10 @@
 """Pre-training heads and models: masked LM (+ next-sentence / sentence-order), and ELECTRA's replaced-token detection.
 
-Shapes: batch, seq, hidden, vocab, masked (the positions with a label). BertForPreTraining and BertForMaskedLM
-save and load as transformers' classes of the same names. The masked-LM decoder is the word-embedding matrix
-itself (BERT ties them): the head has no decoder weight of its own and is handed the matrix, so the tie can't
-break, nothing is stored twice, and a loaded model is tied by construction (unless its config unties them).
+Shapes: batch, seq, hidden, vocab, masked (the positions with a label). BertForPreTraining, BertForMaskedLM and
+BertForNextSentencePrediction save and load as transformers' classes of the same names. The masked-LM decoder is
+the word-embedding matrix itself (BERT ties them): the head has no decoder weight of its own and is handed the
+matrix, so the tie can't break, nothing is stored twice, and a loaded model is tied by construction (unless its
+config unties them).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from bertforge.activations import ACTIVATIONS
 from bertforge.checkpoint.pretrained import Pretrained
 from bertforge.config import BertConfig, bert_config
 from bertforge.errors import ConfigError
-from bertforge.heads import IGNORE_INDEX
+from bertforge.heads import IGNORE_INDEX, ClassifierOutput, check_class_labels
 from bertforge.model import BertModel, Embeddings
 from bertforge.model_output import ModelOutput, returned
 
@@ -185,6 +186,42 @@ class BertForPreTraining(Pretrained, nn.Module):
         return returned(PreTrainingOutput(prediction_logits=logits, seq_relationship_logits=pair_logits,
                                           loss=masked_lm_loss + pair_loss, masked_lm_loss=masked_lm_loss,
                                           sentence_pair_loss=pair_loss, **states), return_dict)
+
+
+class BertForNextSentencePrediction(Pretrained, nn.Module):
+    """BERT's second pre-training task alone: does segment B follow segment A in the text? From the pooled [CLS]
+    vector, logits (batch, 2): index 0 "B follows A", index 1 "B is a random sentence", as in transformers.
+
+    A BertForPreTraining checkpoint loads into it (its masked-LM head is skipped), so bert-base's own NSP head
+    scores sentence pairs.
+    """
+
+    # From an encoder-only checkpoint, the pooler and the head keep BERT's initialisation.
+    initialisable = ("pooler.", "next_sentence.")
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config = bert_config(config)
+        self.bert = BertModel(config)
+        self.next_sentence = NextSentenceHead(config.hidden_size)
+        self.next_sentence.apply(self.bert.init_weights)
+        self.first_token_only = True  # the pooler reads [CLS] alone: the last layer computes nothing else
+
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                inputs_embeds: torch.Tensor | None = None, labels: torch.Tensor | None = None,
+                return_dict: bool | None = None, **encoder_options) -> ClassifierOutput:
+        """`labels`: (batch,) 0 where B follows A, 1 where B is random. `encoder_options`: as
+        BertForPreTraining's."""
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+                            first_token_only=self.first_token_only, **encoder_options)
+        logits = self.next_sentence(encoded.pooler_output)  # (batch, 2)
+        loss = None
+        if labels is not None:
+            check_class_labels(labels, logits, "next-sentence")
+            loss = self.next_sentence.loss(logits, labels)
+        return returned(ClassifierOutput(logits=logits, loss=loss, hidden_states=encoded.hidden_states,
+                                         attentions=encoded.attentions), return_dict)
 
 
 class BertForMaskedLM(Pretrained, nn.Module):

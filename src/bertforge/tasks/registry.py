@@ -25,8 +25,14 @@ from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import SAFETENSORS_FILE, check_readable, config_path, read_state_dict
 from bertforge.config import BertConfig
 from bertforge.errors import CheckpointError, ConfigError, check_choice
-from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bertforge.heads import (
+    BertForMultipleChoice,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from bertforge.model import BertModel
+from bertforge.pretraining.heads import BertForMaskedLM, BertForNextSentencePrediction, BertForPreTraining
 from bertforge.tasks import classification, multi_label, question_answering, token_classification
 from bertforge.tasks.data import Columns, EncodeSettings, Features, TextExample, read_text_examples, row_outputs
 from bertforge.tasks.metrics import METRICS
@@ -51,6 +57,11 @@ HEADS: dict[str, Head] = {
     "token_classification": Head(BertForTokenClassification, "token-classification", "classifier."),
     "question_answering": Head(BertForQuestionAnswering, "question-answering", "qa_outputs."),
 }
+
+# bertforge's other models, whose heads no task, pipeline or ONNX export runs, by config.json's "architectures"
+# name: to those, a checkpoint of one is its encoder; `export hf` keeps the head, and Python loads it by the class.
+OTHER_MODELS: dict[str, type[nn.Module]] = {model_class.__name__: model_class for model_class in (
+    BertForPreTraining, BertForMaskedLM, BertForNextSentencePrediction, BertForMultipleChoice)}
 
 
 @dataclass(frozen=True)
@@ -211,8 +222,8 @@ def head_of(model: nn.Module) -> str:
     """The HEADS key of an in-memory model: BertForQuestionAnswering -> "question_answering"."""
     head = next((name for name, row in HEADS.items() if isinstance(model, row.model_class)), None)
     if head is None:
-        raise ConfigError(f"a {type(model).__name__} is none of bertforge's models: "
-                          f"{', '.join(row.model_class.__name__ for row in HEADS.values())}")
+        raise ConfigError(f"a {type(model).__name__} is none of the models bertforge's tasks, pipelines and ONNX "
+                          f"export run: {', '.join(row.model_class.__name__ for row in HEADS.values())}")
     return head
 
 
@@ -265,8 +276,10 @@ class Checkpoint:
         elsewhere whose config.json doesn't say so (no run config, no problem_type): it looks like a classifier."""
         name = task or self.task
         if name is None:
-            raise CheckpointError(f"{self.directory}: the model has no trained task head (an encoder: "
-                                  f"fine-tune it with `bertforge finetune`, or embed with it)")
+            other = next((model for model in self.architectures if model in OTHER_MODELS), None)
+            what = f"a {other}, whose head Python loads as bertforge.{other}" if other else "an encoder"
+            raise CheckpointError(f"{self.directory}: the model has no trained task head ({what}: fine-tune it "
+                                  f"with `bertforge finetune`, or embed with it)")
         definition = get_task(name)
         if definition.head != self.head:
             raise CheckpointError(f"{self.directory}: task {name!r} needs a trained {definition.head} head; the "
@@ -320,8 +333,9 @@ def inspect_checkpoint(name_or_path: str | Path) -> Checkpoint:
 
     The head is what the weights have: span outputs (qa_outputs.*) make a question-answering model; a classifier
     is a token classifier when config.json's "architectures" says so (or, without the name, when there is no
-    pooler to read [CLS]) and a sequence classifier otherwise; no head weights, an encoder. The task is the
-    fine-tuning run's, else the head's (regression for a one-output sequence classifier).
+    pooler to read [CLS]), no task's head when it names BertForMultipleChoice, and a sequence classifier otherwise;
+    without a task's head (pre-training's and multiple choice's are none: OTHER_MODELS), an encoder. The task is
+    the fine-tuning run's, else the head's (regression for a one-output sequence classifier).
     """
     directory = resolve_model_dir(name_or_path)
     path = config_path(directory)
@@ -336,7 +350,9 @@ def inspect_checkpoint(name_or_path: str | Path) -> Checkpoint:
     if any(name.startswith(HEADS["question_answering"].weights) for name in names):
         head = "question_answering"
     elif any(name.startswith("classifier.") for name in names):
-        if BertForTokenClassification.__name__ in architectures:
+        if BertForMultipleChoice.__name__ in architectures:
+            head = "encoder"  # its one-score classifier is no task's head (see OTHER_MODELS)
+        elif BertForTokenClassification.__name__ in architectures:
             head = "token_classification"
         elif BertForSequenceClassification.__name__ in architectures:
             head = "sequence_classification"
