@@ -180,6 +180,11 @@ class Pretrained:
         classifier for other labels) a fresh initialisation instead of refusing it; the encoder must still fit.
         """
         directory = resolve_model_dir(name_or_path, subfolder, cache_dir, revision)
+        has_config = config_path(directory).is_file()
+        if config is None and not has_config and any(directory.glob("*.safetensors")):
+            raise ConfigError(f"{config_path(directory)}: no such config file; weights saved without one (as "
+                              f"transformers' Trainer saves a bertforge model) load with config= (the model's "
+                              f"BertConfig, or the folder it was loaded from)")
         config = given_config(config) if config is not None else BertConfig.load(config_path(directory))
         dtype = dtype if dtype is not None else torch_dtype
         device = placement(device_map)
@@ -196,7 +201,7 @@ class Pretrained:
         from bertforge.compress.quantize import finish_loading, prepare_quantized, read_quantization
 
         model = cls(config, **constructor)
-        quantization = read_quantization(directory)
+        quantization = read_quantization(directory) if has_config else None
         if quantization is not None:  # int8 layers take the place of the float ones before the tensors load
             model = prepare_quantized(model, quantization)
         state, source = read_state_dict(directory, use_safetensors, variant)
@@ -241,6 +246,9 @@ class Pretrained:
     # What transformers' PreTrainedModel says of a BERT model, for code that asks
     main_input_name = "input_ids"
     base_model_prefix = "bert"
+    # transformers' Trainer: the losses are means over the batch's labels, so with gradient accumulation the Trainer
+    # divides them by the steps itself and passes no `num_items_in_batch` to forward.
+    accepts_loss_kwargs = False
 
     @property
     def dtype(self) -> torch.dtype:
