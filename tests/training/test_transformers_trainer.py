@@ -1,14 +1,23 @@
-"""transformers' Trainer fine-tunes bertforge's models as it fine-tunes its own: on real SST-2 sentences, with the
-same start, data order and arguments, it logs the same losses and ends at the same logits; gradient accumulation
+"""transformers' Trainer fine-tunes bertforge's models as it fine-tunes its own: on real SST-2, CoNLL-2003 and SQuAD
+(every task head, and the masked LM), with the same start, data order and arguments, it logs the same losses and
+ends at the same predictions; gradient accumulation
 divides bertforge's mean losses as it should; evaluate/predict work; the folder it saves (weights alone) loads
 with config=, and a run resumed from its checkpoint ends where the uninterrupted one does."""
 
 import csv
+import json
 
 import pytest
 import torch
 
-from bertforge import BertConfig, BertForSequenceClassification
+from bertforge import (
+    BertConfig,
+    BertForMaskedLM,
+    BertForMultipleChoice,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 from bertforge.errors import ConfigError
 
 transformers = pytest.importorskip("transformers")
@@ -18,18 +27,21 @@ TOLERANCE = 1e-4
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}  # the two runs draw no masks
 
 
-class Sentences(torch.utils.data.Dataset):
-    """SST-2 rows as the Trainer's examples: the tokenizer's fields and the label."""
-
-    def __init__(self, rows, tokenizer):
-        self.rows, self.tokenizer = rows, tokenizer
+class Examples(torch.utils.data.Dataset):
+    def __init__(self, examples):
+        self.examples = examples
 
     def __len__(self):
-        return len(self.rows)
+        return len(self.examples)
 
     def __getitem__(self, index):
-        sentence, label = self.rows[index]
-        return {**self.tokenizer(sentence, truncation=True, max_length=64), "labels": label}
+        return self.examples[index]
+
+
+def Sentences(rows, tokenizer) -> Examples:
+    """SST-2 rows as the Trainer's examples: the tokenizer's fields and the label."""
+    return Examples([{**tokenizer(sentence, truncation=True, max_length=64), "labels": label}
+                     for sentence, label in rows])
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +51,77 @@ def sst2_rows(data_dir) -> list[tuple[str, int]]:
         return [(row["sentence"], int(row["label"])) for row, _ in zip(rows, range(48))]
 
 
+def conll_examples(data_dir, tokenizer) -> list[dict]:
+    """CoNLL-2003 dev sentences, each word's tag on its first token (the rest -100), as transformers' NER recipe."""
+    tags = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
+    sentences, words = [], []
+    for line in (data_dir / "conll2003" / "eng.testa").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("-DOCSTART-"):
+            words.append(line.split())
+        elif words:
+            sentences.append(words)
+            words = []
+    examples = []
+    for sentence in sentences[:32]:
+        encoded = tokenizer([word for word, *_ in sentence], is_split_into_words=True, truncation=True, max_length=64)
+        ids = encoded.word_ids()
+        labels = [-100 if word is None or word == ids[i - 1] else tags.index(sentence[word][-1])
+                  for i, word in enumerate(ids)]
+        examples.append({**encoded, "labels": labels})
+    return examples
+
+
+def squad_examples(data_dir, tokenizer) -> list[dict]:
+    """SQuAD dev questions, each in a 128-token window of its paragraph holding the first answer, with the answer's
+    token span. Windows of one length, as transformers' QA recipe pads them, but with no padding: transformers puts
+    padding tokens' scores in its span softmax, bertforge computes none (heads.SpanHead.loss)."""
+    squad = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    examples = []
+    for paragraph in (paragraph for article in squad["data"] for paragraph in article["paragraphs"]):
+        question = paragraph["qas"][0]
+        encoded = tokenizer(question["question"], paragraph["context"], max_length=128, truncation="only_second")
+        if len(encoded["input_ids"]) < 128:
+            continue
+        answer = question["answers"][0]
+        start = encoded.char_to_token(answer["answer_start"], sequence_index=1)
+        end = encoded.char_to_token(answer["answer_start"] + len(answer["text"]) - 1, sequence_index=1)
+        if start is not None and end is not None and len(examples) < 32:
+            examples.append({**encoded, "start_positions": start, "end_positions": end})
+    return examples
+
+
+def choice_examples(sst2_rows, tokenizer) -> list[dict]:
+    """SWAG's shape from SST-2: a sentence and three others; the right choice is the sentence itself again."""
+    sentences = [sentence for sentence, _ in sst2_rows]
+    examples = []
+    for i, sentence in enumerate(sentences[:32]):
+        choices = [sentences[(i + 7) % len(sentences)], sentence, sentences[(i + 13) % len(sentences)]]
+        encoded = tokenizer([sentence] * 3, choices, truncation=True, max_length=64)
+        examples.append({**encoded, "labels": 1})
+    return examples
+
+
+# head -> (bertforge's class, transformers' class name, its options, examples, the collator)
+HEADS = {
+    "sequence": (BertForSequenceClassification, "BertForSequenceClassification", {"num_labels": 2},
+                 lambda data_dir, rows, tokenizer: Sentences(rows, tokenizer).examples,
+                 lambda tokenizer: transformers.DataCollatorWithPadding(tokenizer)),
+    "token": (BertForTokenClassification, "BertForTokenClassification", {"num_labels": 9},
+              lambda data_dir, rows, tokenizer: conll_examples(data_dir, tokenizer),
+              lambda tokenizer: transformers.DataCollatorForTokenClassification(tokenizer)),
+    "span": (BertForQuestionAnswering, "BertForQuestionAnswering", {},
+             lambda data_dir, rows, tokenizer: squad_examples(data_dir, tokenizer),
+             lambda tokenizer: transformers.DataCollatorWithPadding(tokenizer)),
+    "choice": (BertForMultipleChoice, "BertForMultipleChoice", {},
+               lambda data_dir, rows, tokenizer: choice_examples(rows, tokenizer),
+               lambda tokenizer: transformers.DataCollatorForMultipleChoice(tokenizer)),
+    "masked_lm": (BertForMaskedLM, "BertForMaskedLM", {},
+                  lambda data_dir, rows, tokenizer: [dict(tokenizer(sentence, truncation=True, max_length=64))
+                                                     for sentence, _ in rows[:32]],
+                  lambda tokenizer: transformers.DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)),
+}
+
+
 def arguments(output_dir, **overrides) -> "transformers.TrainingArguments":
     settings = dict(per_device_train_batch_size=16, per_device_eval_batch_size=16, num_train_epochs=1,
                     learning_rate=1e-4, logging_steps=1, report_to=[], use_cpu=True, save_strategy="no", seed=0,
@@ -46,10 +129,14 @@ def arguments(output_dir, **overrides) -> "transformers.TrainingArguments":
     return transformers.TrainingArguments(str(output_dir), **{**settings, **overrides})
 
 
+def trainer_for(model, examples, tokenizer, output_dir, collator=None, **overrides):
+    return transformers.Trainer(model=model, args=arguments(output_dir, **overrides),
+                                train_dataset=Examples(examples), processing_class=tokenizer,
+                                data_collator=collator or transformers.DataCollatorWithPadding(tokenizer))
+
+
 def trained(model, rows, tokenizer, output_dir, **overrides):
-    trainer = transformers.Trainer(model=model, args=arguments(output_dir, **overrides),
-                                   train_dataset=Sentences(rows, tokenizer), processing_class=tokenizer,
-                                   data_collator=transformers.DataCollatorWithPadding(tokenizer))
+    trainer = trainer_for(model, Sentences(rows, tokenizer).examples, tokenizer, output_dir, **overrides)
     trainer.train()
     return trainer
 
@@ -63,27 +150,42 @@ def seeded_classifier(minilm_dir):
     return BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2, **NO_DROPOUT)
 
 
-def test_the_trainer_trains_bertforge_as_transformers(minilm_dir, sst2_rows, tokenizer, tmp_path):
-    ours = seeded_classifier(minilm_dir)
-    start = ours.classifier.weight.detach().clone()
-    theirs = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2, **NO_DROPOUT)
-    with torch.no_grad():  # the same new head
-        theirs.classifier.weight.copy_(ours.classifier.weight)
-        theirs.classifier.bias.copy_(ours.classifier.bias)
-    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
-    ours_trainer = trained(ours, sst2_rows, tokenizer, tmp_path / "ours")
-    theirs_trainer = trained(theirs, sst2_rows, hf_tokenizer, tmp_path / "theirs")
+@pytest.mark.parametrize("head", HEADS)
+def test_the_trainer_trains_bertforge_as_transformers(head, minilm_dir, data_dir, sst2_rows, tokenizer, tmp_path):
+    """The same start (bertforge's new head, saved and loaded into transformers' class), examples, masks (the
+    masked-LM collator draws from the seed the Trainer sets) and arguments: the same losses step by step, and the
+    same predictions after."""
+    ours_class, theirs_name, options, make_examples, make_collator = HEADS[head]
+    torch.manual_seed(0)
+    ours = ours_class.from_pretrained(minilm_dir, **options, **NO_DROPOUT)
+    ours.save_pretrained(tmp_path / "start")
+    theirs = getattr(transformers, theirs_name).from_pretrained(tmp_path / "start", **NO_DROPOUT)
+    start = {name: tensor.clone() for name, tensor in ours.state_dict().items()}
+    examples = make_examples(data_dir, sst2_rows, tokenizer)
+    assert len(examples) == 32 or head == "sequence"
+    runs = []
+    for name, model in (("ours", ours), ("theirs", theirs)):  # each Trainer seeds the draws as it is made
+        runs.append(trainer_for(model, examples, tokenizer, tmp_path / name, make_collator(tokenizer)))
+        runs[-1].train()
+    ours_losses, theirs_losses = (torch.tensor(losses(trainer)) for trainer in runs)
+    assert len(ours_losses) == len(theirs_losses) >= 2
+    torch.testing.assert_close(ours_losses, theirs_losses, atol=TOLERANCE, rtol=0)
+    assert any((tensor - start[name]).abs().max() > 5e-5 for name, tensor in ours.state_dict().items())  # it trained
 
-    assert len(losses(ours_trainer)) == len(losses(theirs_trainer)) == 3
-    torch.testing.assert_close(torch.tensor(losses(ours_trainer)), torch.tensor(losses(theirs_trainer)),
-                               atol=TOLERANCE, rtol=0)
-    assert (ours.classifier.weight - start).abs().max() > 5e-5  # it trained (3 AdamW steps of at most 1e-4)
-    evaluation = Sentences(sst2_rows[:24], tokenizer)
-    ours_predictions = ours_trainer.predict(evaluation)
-    theirs_predictions = theirs_trainer.predict(Sentences(sst2_rows[:24], hf_tokenizer))
-    assert ours_predictions.predictions.shape == (24, 2)
-    torch.testing.assert_close(torch.from_numpy(ours_predictions.predictions),
-                               torch.from_numpy(theirs_predictions.predictions), atol=TOLERANCE, rtol=0)
+    torch.manual_seed(1)  # the masked-LM collator's draws for the predictions, again the same for both
+    ours_predictions = runs[0].predict(Examples(examples[:8]))
+    torch.manual_seed(1)
+    theirs_predictions = runs[1].predict(Examples(examples[:8]))
+    ours_outputs, theirs_outputs = (prediction.predictions if isinstance(prediction.predictions, tuple)
+                                    else (prediction.predictions,)
+                                    for prediction in (ours_predictions, theirs_predictions))
+    assert len(ours_outputs) == len(theirs_outputs)
+    for mine, reference in zip(ours_outputs, theirs_outputs, strict=True):
+        assert mine.shape == reference.shape
+        if head in ("token", "masked_lm"):  # scores per token, compared where a label is (bertforge scores no padding)
+            labelled = ours_predictions.label_ids != -100
+            mine, reference = mine[labelled], reference[labelled]
+        torch.testing.assert_close(torch.from_numpy(mine), torch.from_numpy(reference), atol=TOLERANCE, rtol=0)
     assert abs(ours_predictions.metrics["test_loss"] - theirs_predictions.metrics["test_loss"]) < TOLERANCE
 
 
@@ -118,9 +220,7 @@ def test_what_the_trainer_saves_loads_and_resumes(minilm_dir, sst2_rows, tokeniz
 
     # Resumed from the checkpoint of step 2, the run ends where the uninterrupted one did.
     resumed_model = seeded_classifier(minilm_dir)
-    resumed = transformers.Trainer(model=resumed_model, args=arguments(tmp_path / "run"),
-                                   train_dataset=Sentences(sst2_rows, tokenizer), processing_class=tokenizer,
-                                   data_collator=transformers.DataCollatorWithPadding(tokenizer))
+    resumed = trainer_for(resumed_model, Sentences(sst2_rows, tokenizer).examples, tokenizer, tmp_path / "run")
     resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
     assert losses(resumed)[-1] == pytest.approx(losses(trainer)[-1], abs=TOLERANCE)
     for (name, a), b in zip(model.state_dict().items(), resumed_model.state_dict().values(), strict=True):
