@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 import csv
 import random
-import subprocess
 import time
 from pathlib import Path
 
 import torch
+from machine import machine  # bench/ is the script's folder, so on sys.path
 
 from bertforge import BertForSequenceClassification, BertTokenizer, explain
 from bertforge.explain import METHODS
@@ -74,11 +74,7 @@ def main() -> None:
     parser.add_argument("--method", choices=list(METHODS), default="integrated_gradients")
     parser.add_argument("--phrases", type=int, default=2048, help="training phrases for the head (without --model)")
     args = parser.parse_args()
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    cpu_name = next((line.split(":", 1)[1].strip() for line in cpu.splitlines() if line.startswith("Model name")), "?")
-    flags = sorted(set(cpu.split()) & {"avx512f", "avx512_bf16", "amx_tile"})
-    print(f"{cpu_name} ({', '.join(flags) or 'no AVX-512'}); torch {torch.__version__}, {torch.get_num_threads()} "
-          f"threads")
+    print(f"{machine()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
 
     tokenizer = BertTokenizer.from_pretrained(args.model or "default")
     model = (BertForSequenceClassification.from_pretrained(args.model).eval() if args.model

@@ -21,14 +21,14 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import subprocess
 import tempfile
 import time
 from functools import partial
 from pathlib import Path
 
 import torch
-from real_text import read_squad_contexts, read_sst2_dev  # bench/ is the script's folder, so on sys.path
+from machine import machine  # bench/ is the script's folder, so on sys.path
+from real_text import read_squad_contexts, read_sst2_dev
 from same_weights import load_pair
 
 from bertforge import BertConfig, BertModel, BertTokenizer
@@ -156,9 +156,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     tokenizer = BertTokenizer.from_pretrained("default")
     inputs = workloads(tokenizer, args)
-    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    cpu_name = next((line.split(":", 1)[1].strip() for line in cpu.splitlines() if line.startswith("Model name")), "?")
-    print(f"{cpu_name}; torch {torch.__version__}, {args.threads} threads, median of {args.repeats}; "
+    print(f"{machine()}; torch {torch.__version__}, {args.threads} threads, median of {args.repeats}; "
           f"MFU against {args.peak_gflops:.0f} GFLOP/s")
 
     with tempfile.TemporaryDirectory() as scratch:

@@ -28,6 +28,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from machine import machine  # bench/ is the script's folder, so on sys.path
+
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 # The CLI path (thread count, allocator tuning, argument parsing); registers `serve` itself if main.py doesn't yet.
 SERVER_SCRIPT = """
@@ -90,18 +92,6 @@ class ServerProcess:
 # Sentences per request and how often: mostly small, with large requests mixed in.
 REQUEST_SIZES = ((1, 40), (2, 20), (4, 25), (16, 10), (64, 5))
 LARGE = 16  # requests of at least this many sentences count as large
-
-
-def machine() -> str:
-    """lscpu's model name and the AVX-512 / AVX512-BF16 / AMX flags, as bench/README.md records them."""
-    try:
-        cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except OSError:
-        return "unknown CPU"
-    name = next((line.split(":", 1)[1].strip() for line in cpu.splitlines() if line.startswith("Model name")), "?")
-    flags = next((line.split(":", 1)[1].split() for line in cpu.splitlines() if line.startswith("Flags")), [])
-    wanted = [flag for flag in flags if flag in ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile")]
-    return f"{name}, {os.cpu_count()} logical CPUs, flags: {' '.join(wanted) or 'no AVX-512/AMX'}"
 
 
 def client(port: int, sentences: list[str], seed: int, end: float, max_requests: int, results: list) -> None:

@@ -27,21 +27,9 @@ TOLERANCE = 1e-4
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}  # the two runs draw no masks
 
 
-class Examples(torch.utils.data.Dataset):
-    def __init__(self, examples):
-        self.examples = examples
-
-    def __len__(self):
-        return len(self.examples)
-
-    def __getitem__(self, index):
-        return self.examples[index]
-
-
-def Sentences(rows, tokenizer) -> Examples:
+def sentences(rows, tokenizer) -> list[dict]:
     """SST-2 rows as the Trainer's examples: the tokenizer's fields and the label."""
-    return Examples([{**tokenizer(sentence, truncation=True, max_length=64), "labels": label}
-                     for sentence, label in rows])
+    return [{**tokenizer(sentence, truncation=True, max_length=64), "labels": label} for sentence, label in rows]
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +92,7 @@ def choice_examples(sst2_rows, tokenizer) -> list[dict]:
 # head -> (bertforge's class, transformers' class name, its options, examples, the collator)
 HEADS = {
     "sequence": (BertForSequenceClassification, "BertForSequenceClassification", {"num_labels": 2},
-                 lambda data_dir, rows, tokenizer: Sentences(rows, tokenizer).examples,
+                 lambda data_dir, rows, tokenizer: sentences(rows, tokenizer),
                  lambda tokenizer: transformers.DataCollatorWithPadding(tokenizer)),
     "token": (BertForTokenClassification, "BertForTokenClassification", {"num_labels": 9},
               lambda data_dir, rows, tokenizer: conll_examples(data_dir, tokenizer),
@@ -131,12 +119,12 @@ def arguments(output_dir, **overrides) -> "transformers.TrainingArguments":
 
 def trainer_for(model, examples, tokenizer, output_dir, collator=None, **overrides):
     return transformers.Trainer(model=model, args=arguments(output_dir, **overrides),
-                                train_dataset=Examples(examples), processing_class=tokenizer,
+                                train_dataset=examples, processing_class=tokenizer,
                                 data_collator=collator or transformers.DataCollatorWithPadding(tokenizer))
 
 
 def trained(model, rows, tokenizer, output_dir, **overrides):
-    trainer = trainer_for(model, Sentences(rows, tokenizer).examples, tokenizer, output_dir, **overrides)
+    trainer = trainer_for(model, sentences(rows, tokenizer), tokenizer, output_dir, **overrides)
     trainer.train()
     return trainer
 
@@ -173,9 +161,9 @@ def test_the_trainer_trains_bertforge_as_transformers(head, minilm_dir, data_dir
     assert any((tensor - start[name]).abs().max() > 5e-5 for name, tensor in ours.state_dict().items())  # it trained
 
     torch.manual_seed(1)  # the masked-LM collator's draws for the predictions, again the same for both
-    ours_predictions = runs[0].predict(Examples(examples[:8]))
+    ours_predictions = runs[0].predict(examples[:8])
     torch.manual_seed(1)
-    theirs_predictions = runs[1].predict(Examples(examples[:8]))
+    theirs_predictions = runs[1].predict(examples[:8])
     ours_outputs, theirs_outputs = (prediction.predictions if isinstance(prediction.predictions, tuple)
                                     else (prediction.predictions,)
                                     for prediction in (ours_predictions, theirs_predictions))
@@ -220,7 +208,7 @@ def test_what_the_trainer_saves_loads_and_resumes(minilm_dir, sst2_rows, tokeniz
 
     # Resumed from the checkpoint of step 2, the run ends where the uninterrupted one did.
     resumed_model = seeded_classifier(minilm_dir)
-    resumed = trainer_for(resumed_model, Sentences(sst2_rows, tokenizer).examples, tokenizer, tmp_path / "run")
+    resumed = trainer_for(resumed_model, sentences(sst2_rows, tokenizer), tokenizer, tmp_path / "run")
     resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
     assert losses(resumed)[-1] == pytest.approx(losses(trainer)[-1], abs=TOLERANCE)
     for (name, a), b in zip(model.state_dict().items(), resumed_model.state_dict().values(), strict=True):
