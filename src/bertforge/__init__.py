@@ -12,6 +12,7 @@ from bertforge.auto import (
     AutoModelForTokenClassification,
     AutoTokenizer,
 )
+from bertforge.checkpoint.adapters import merge_lora
 from bertforge.config import BertConfig
 from bertforge.errors import BertforgeError, CheckpointError, ConfigError, InputError
 from bertforge.explain import Explanation, explain
@@ -44,5 +45,5 @@ __all__ = [
     "BertForQuestionAnswering", "BertForSequenceClassification", "BertForTokenClassification", "BertModel",
     "BertTokenizer", "BertforgeError", "CheckpointError", "ClassifierOutput", "ConfigError", "CrossEncoder",
     "ElectraForPreTraining", "EncoderOutput", "Explanation", "InputError", "SentenceEncoder", "SpanOutput", "explain",
-    "extract_features", "FinetuneConfig", "FinetunedModel", "TextExample", "fit", "pipeline",
+    "extract_features", "FinetuneConfig", "FinetunedModel", "TextExample", "fit", "merge_lora", "pipeline",
 ]

@@ -56,14 +56,26 @@ def run_onnx(args: argparse.Namespace) -> int:
 
 
 def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
-    """Beyond --model, --output and --task, only whether to replace a model: the files are the format."""
+    """Beyond --model, --output and --task: whether to replace a model, and an adapter to merge in."""
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the model already in --output (otherwise that is an error)")
+    parser.add_argument("--adapter", metavar="DIR", default=None,
+                        help="a LoRA adapter trained on --model (PEFT's adapter_config.json and "
+                             "adapter_model.safetensors), merged into the weights written (default: none)")
 
 
 def run_hf(args: argparse.Namespace) -> int:
     output = check_output_dir(args.output, args.overwrite)
-    model, tokenizer = load_for_task(args, pretraining_heads=True)
+    if args.adapter is not None:
+        from bertforge import BertTokenizer
+        from bertforge.checkpoint.adapters import load_adapted
+        from bertforge.tasks.registry import HEADS
+
+        head = next((name for name, row in HEADS.items() if row.onnx_task == args.task), None)
+        model = load_adapted(args.model, args.adapter, head)
+        tokenizer = BertTokenizer.from_pretrained(args.model)
+    else:
+        model, tokenizer = load_for_task(args, pretraining_heads=True)
     staging = start_staging(output)  # a failed export leaves the model in --output as it was
     try:
         model.save_pretrained(staging)

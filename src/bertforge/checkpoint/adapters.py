@@ -1,0 +1,165 @@
+"""LoRA adapters in PEFT's format (adapter_config.json + adapter_model.safetensors), merged into a model's weights.
+
+A LoRA adapter trains, beside each chosen linear layer W (out, in), two thin matrices A (r, in) and B (out, r);
+the adapted layer computes W + (alpha / r) B A (alpha / sqrt(r) with rsLoRA). Merging adds that product to W once,
+so the adapted model is an ordinary checkpoint: every command (predict, serve, quantize, ONNX export) runs it at
+the base model's speed, and nothing of PEFT is needed at run time. An adapter trained with PEFT on transformers'
+BERT names its layers as transformers does; one trained on a bertforge model, as bertforge does: both merge.
+The layers PEFT trained in full (`modules_to_save`, a task's classifier) are copied.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from bertforge.checkpoint.hf_format import _read_pytorch, _read_safetensors
+from bertforge.checkpoint.key_map import ENCODER_PREFIX, from_hf
+from bertforge.config import read_json_object
+from bertforge.errors import CheckpointError, ConfigError
+
+ADAPTER_CONFIG_FILE = "adapter_config.json"
+ADAPTER_FILES = ("adapter_model.safetensors", "adapter_model.bin")
+PEFT_PREFIX = "base_model.model."  # what PEFT puts before the base model's own names
+# adapter_config.json settings whose adapters are no plain sum of B A (name -> what is refused)
+UNMERGEABLE = {"use_dora": "DoRA (weight-decomposed) adapters", "lora_bias": "adapters with a trained LoRA bias",
+               "layer_replication": "adapters that replicate layers"}
+# PEFT's task_type -> the task registry's HEADS key of the model it adapts
+PEFT_TASKS = {"SEQ_CLS": "sequence_classification", "TOKEN_CLS": "token_classification",
+              "QUESTION_ANS": "question_answering", "FEATURE_EXTRACTION": "encoder"}
+LORA_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<kind>embedding_)?(?P<side>[AB])(?:\.[^.]+)?(?:\.weight)?$")
+
+
+def merge_lora(model: nn.Module, adapter: str | Path) -> nn.Module:
+    """`model` (changed in place and returned) with the LoRA adapter in the folder `adapter` merged into its weights.
+    The model must be the adapter's base (the same encoder size and, for a task head the adapter trained, the same
+    number of labels); anything of the adapter with no place in it is a one-line error."""
+    from bertforge.compress.quantize import check_not_quantized
+
+    check_not_quantized(model, "merge an adapter into")
+    directory = Path(adapter)
+    settings = read_json_object(directory / ADAPTER_CONFIG_FILE, "adapter config")
+    check_mergeable(settings, directory / ADAPTER_CONFIG_FILE)
+    tensors, source = read_adapter(directory)
+    modules = dict(model.named_modules())
+    parameters = dict(model.named_parameters())
+    pairs: dict[str, dict[str, torch.Tensor]] = {}
+    copied: dict[str, torch.Tensor] = {}
+    for key, tensor in tensors.items():
+        name = key.removeprefix(PEFT_PREFIX)
+        match = LORA_KEY.match(name)
+        if match:
+            pairs.setdefault(match["module"], {})[match["side"]] = tensor
+        else:
+            copied[own_name(f"{name}", parameters, source, key)] = tensor
+    with torch.no_grad():
+        for saved_module, sides in pairs.items():
+            if set(sides) != {"A", "B"}:
+                raise CheckpointError(f"{source}: {saved_module} has lora_{next(iter(sides))} without its other half")
+            module_name = own_name(f"{saved_module}.weight", parameters, source, saved_module).removesuffix(".weight")
+            merge_pair(modules[module_name], sides["A"], sides["B"], scale(settings, saved_module, sides["A"]),
+                       f"{source}: {saved_module}")
+        for name, tensor in copied.items():
+            parameter = parameters[name]
+            if parameter.shape != tensor.shape:
+                raise CheckpointError(f"{source}: {name} has shape {tuple(tensor.shape)}, the model's is "
+                                      f"{tuple(parameter.shape)} (a base model with other labels?)")
+            parameter.copy_(tensor)
+    return model
+
+
+def load_adapted(base: str | Path, adapter: str | Path, head: str | None = None) -> nn.Module:
+    """The checkpoint `base` loaded as the model the adapter was trained on, the adapter merged in. The model is
+    `head` (a HEADS key), else PEFT's task_type (SEQ_CLS: a sequence classifier, ...), else what `base` holds; a head
+    the base lacks comes from the adapter (PEFT's `modules_to_save`), its labels counted there."""
+    from bertforge.tasks.registry import HEADS, inspect_checkpoint
+
+    checkpoint = inspect_checkpoint(base)
+    directory = Path(adapter)
+    settings = read_json_object(directory / ADAPTER_CONFIG_FILE, "adapter config")
+    task_type = settings.get("task_type")
+    if head is None and task_type is not None and task_type not in PEFT_TASKS:
+        raise ConfigError(f"{directory / ADAPTER_CONFIG_FILE}: task_type {task_type!r} is none of bertforge's "
+                          f"models ({', '.join(PEFT_TASKS)})")
+    head = head or PEFT_TASKS.get(task_type, checkpoint.head)
+    options = {}
+    if head != checkpoint.head and HEADS[head].weights:
+        tensors, source = read_adapter(directory)
+        weight = next((tensor for key, tensor in tensors.items() if key.endswith(HEADS[head].weights + "weight")),
+                      None)
+        if weight is None:
+            raise CheckpointError(f"{source}: no trained {HEADS[head].weights.rstrip('.')} for the "
+                                  f"{HEADS[head].model_class.__name__} the adapter adapts, and {checkpoint.directory} "
+                                  f"holds none")
+        options["num_labels"] = weight.shape[0]
+    quiet = logging.getLogger("bertforge")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # the head the base lacks is reported new, but the adapter's replaces it
+    try:
+        model = HEADS[head].model_class.from_pretrained(checkpoint.directory, **options)
+    finally:
+        quiet.setLevel(level)
+    return merge_lora(model, directory)
+
+
+def check_mergeable(settings: dict, path: Path) -> None:
+    """One-line errors for adapters that are not LoRA, or whose LoRA is more than a sum of B A."""
+    kind = settings.get("peft_type")
+    if kind != "LORA":
+        raise ConfigError(f"{path}: peft_type {kind!r}: only LoRA adapters merge into the weights")
+    for setting, what in UNMERGEABLE.items():
+        if settings.get(setting):
+            raise ConfigError(f"{path}: {setting}: {what} don't merge as a sum of B A")
+    for setting in ("r", "lora_alpha"):
+        value = settings.get(setting)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ConfigError(f"{path}: {setting} must be a positive number, got {value!r}")
+
+
+def read_adapter(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
+    for name, read in zip(ADAPTER_FILES, (_read_safetensors, _read_pytorch), strict=True):
+        if (directory / name).is_file():
+            return read(directory / name), directory / name
+    raise CheckpointError(f"{directory}: no {' or '.join(ADAPTER_FILES)} beside {ADAPTER_CONFIG_FILE}")
+
+
+def own_name(saved: str, parameters: dict[str, nn.Parameter], source: Path, key: str) -> str:
+    """The model's parameter name for an adapter's name (transformers' or bertforge's, with or without the encoder's
+    `bert.` prefix, as the adapter's base model had it)."""
+    name = from_hf(saved)
+    for candidate in (name, ENCODER_PREFIX + name, name.removeprefix(ENCODER_PREFIX)):
+        if candidate in parameters:
+            return candidate
+    raise CheckpointError(f"{source}: {key} has no place in this model (is it the adapter's base model?)")
+
+
+def scale(settings: dict, saved_module: str, lora_a: torch.Tensor) -> float:
+    """alpha / r, or alpha / sqrt(r) with rsLoRA; PEFT's alpha_pattern gives some layers their own alpha (its keys
+    match the end of a layer's name). r is the adapter's own: the rows of A."""
+    alpha = settings["lora_alpha"]
+    for pattern, value in (settings.get("alpha_pattern") or {}).items():
+        if re.match(rf"(.*\.)?(?:{pattern})$", saved_module):
+            alpha = value
+            break
+    rank = lora_a.shape[0]
+    return alpha / (math.sqrt(rank) if settings.get("use_rslora") else rank)
+
+
+def merge_pair(module: nn.Module, lora_a: torch.Tensor, lora_b: torch.Tensor, factor: float, where: str) -> None:
+    """W += factor * B A: for a Linear, A (r, in) and B (out, r); for an Embedding, PEFT's lora_embedding_A
+    (r, rows) and lora_embedding_B (dim, r), whose product is the table's transpose."""
+    if isinstance(module, nn.Linear):
+        delta = lora_b.float() @ lora_a.float()
+    elif isinstance(module, nn.Embedding):
+        delta = (lora_b.float() @ lora_a.float()).t()
+    else:
+        raise CheckpointError(f"{where}: a LoRA adapter on a {type(module).__name__}, which doesn't merge here")
+    if delta.shape != module.weight.shape:
+        raise CheckpointError(f"{where}: B A has shape {tuple(delta.shape)}, the layer's weight "
+                              f"{tuple(module.weight.shape)}")
+    module.weight.add_((factor * delta).to(module.weight.dtype))
