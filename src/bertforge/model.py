@@ -169,8 +169,11 @@ class Encoder(nn.Module):
                          config.layer_norm_eps)
             for _ in range(config.num_hidden_layers))
         # Memory for compute in training: each layer's activations recomputed in the backward pass instead of kept
-        # (set by gradient_checkpointing_enable).
+        # (set by gradient_checkpointing_enable): every `checkpoint_every`-th layer from the first, the others keeping
+        # theirs; with `offload_checkpoints`, what recomputation starts from waits in host memory (an accelerator's).
         self.gradient_checkpointing = False
+        self.checkpoint_every = 1
+        self.offload_checkpoints = False
 
     def forward(self, x: torch.Tensor, batch: PackedBatch, output_hidden_states: bool, output_attentions: bool,
                 first_token_only: bool = False):
@@ -180,8 +183,9 @@ class Encoder(nn.Module):
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for i, layer in enumerate(self.layers):
             last = first_token_only and i == len(self.layers) - 1
-            if recompute:
-                x, probs = checkpoint(layer, x, batch, output_attentions, last, use_reentrant=False)
+            if recompute and i % self.checkpoint_every == 0:
+                with offloaded(x.device, self.offload_checkpoints):
+                    x, probs = checkpoint(layer, x, batch, output_attentions, last, use_reentrant=False)
             else:
                 x, probs = layer(x, batch, need_weights=output_attentions, first_token_only=last)
             if output_hidden_states:
@@ -189,6 +193,13 @@ class Encoder(nn.Module):
             if output_attentions:
                 attentions.append(probs)
         return x, hidden_states, attentions
+
+
+def offloaded(device: torch.device, offload: bool):
+    """Where the tensors a checkpointed layer saves wait: host memory (pinned) for an accelerator's, if asked."""
+    if not offload or device.type == "cpu":
+        return nullcontext()
+    return torch.autograd.graph.save_on_cpu(pin_memory=True, device_type=device.type)
 
 
 class Pooler(nn.Module):

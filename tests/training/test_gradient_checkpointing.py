@@ -55,3 +55,27 @@ def test_finetune_takes_the_flag(tiny_model_dir, tmp_path, run_cli, data_dir):
     assert code == 0, err
     config = (tmp_path / "model" / "finetune_config.json").read_text()
     assert '"gradient_checkpointing": true' in config
+
+
+def test_every_n_layers_recomputes_those_layers_alone():
+    """transformers 5's every_n_layers (its Trainer passes it): layers 0 and 2 of 4 run again in the backward pass,
+    1 and 3 keep their activations; the gradients are the same either way."""
+    torch.manual_seed(0)
+    config = BertConfig.tiny(vocab_size=100, num_hidden_layers=4, id2label={0: "a", 1: "b"})
+    model = BertForSequenceClassification(config).train()
+    batch = {"input_ids": torch.randint(5, 100, (3, 9)), "labels": torch.tensor([0, 1, 1])}
+    expected_loss, expected = loss_and_gradients(model, batch, seed=1)
+    calls = [0] * 4
+    for index, layer in enumerate(model.bert.encoder.layers):
+        layer.register_forward_pre_hook(lambda module, args, index=index: calls.__setitem__(index, calls[index] + 1))
+    model.activation_checkpointing_enable(every_n_layers=2, offload=True)  # offload: nothing to move on a CPU
+    assert model.is_activation_checkpointing and model.supports_gradient_checkpointing
+    loss, got = loss_and_gradients(model, batch, seed=1)
+    assert calls == [2, 1, 2, 1]
+    assert torch.equal(loss, expected_loss)
+    for name in expected:
+        assert torch.allclose(got[name], expected[name], atol=1e-6), name
+    model.activation_checkpointing_disable()
+    assert not model.is_gradient_checkpointing
+    with pytest.raises(BertforgeError, match="every_n_layers must be a whole number >= 1, got 0"):
+        model.gradient_checkpointing_enable(every_n_layers=0)

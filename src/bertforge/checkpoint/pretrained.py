@@ -229,19 +229,32 @@ class Pretrained:
                            "mismatched_keys": [], "error_msgs": []}
         return model
 
-    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None) -> None:
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None, every_n_layers: int = 1,
+                                      offload: bool = False) -> None:
         """Recompute each encoder layer's activations in the backward pass instead of keeping them (training
         only): far less memory for long sequences and large models, for about a third more compute.
-        `gradient_checkpointing_kwargs` is accepted for transformers' callers; bertforge always recomputes
-        non-reentrantly (use_reentrant=False), which needs no input to require gradients."""
-        set_gradient_checkpointing(self, True)
+        `every_n_layers`: only every n-th layer (the first, the n+1-th, ...) recomputes, the others keep theirs (less
+        memory saved, less compute spent); `offload`: on an accelerator, what recomputation starts from waits in
+        pinned host memory. `gradient_checkpointing_kwargs` is accepted for transformers' callers; bertforge always
+        recomputes non-reentrantly (use_reentrant=False), which needs no input to require gradients."""
+        set_gradient_checkpointing(self, True, every_n_layers, offload)
+
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None,
+                                        every_n_layers: int = 1, offload: bool = False) -> None:
+        """transformers 5's name for gradient_checkpointing_enable (what its Trainer calls)."""
+        set_gradient_checkpointing(self, True, every_n_layers, offload)
 
     def gradient_checkpointing_disable(self) -> None:
         set_gradient_checkpointing(self, False)
 
+    activation_checkpointing_disable = gradient_checkpointing_disable
+    supports_gradient_checkpointing = True
+
     @property
     def is_gradient_checkpointing(self) -> bool:
         return any(encoder.gradient_checkpointing for encoder in encoders_of(self))
+
+    is_activation_checkpointing = is_gradient_checkpointing
 
     # What transformers' PreTrainedModel says of a BERT model, for code that asks
     main_input_name = "input_ids"
@@ -333,13 +346,18 @@ def encoders_of(model: torch.nn.Module) -> list[torch.nn.Module]:
     return [module for module in model.modules() if hasattr(module, "gradient_checkpointing")]
 
 
-def set_gradient_checkpointing(model: torch.nn.Module, enable: bool) -> None:
-    """Turn recomputation on or off in every encoder of `model` (any module, a Pretrained one or not)."""
+def set_gradient_checkpointing(model: torch.nn.Module, enable: bool, every_n_layers: int = 1,
+                               offload: bool = False) -> None:
+    """Turn recomputation on or off in every encoder of `model` (any module, a Pretrained one or not): in every
+    `every_n_layers`-th layer, with its saved inputs in host memory if `offload`."""
     encoders = encoders_of(model)
     if enable and not encoders:
         raise ConfigError(f"gradient checkpointing: {type(model).__name__} holds no BERT encoder")
+    if isinstance(every_n_layers, bool) or not isinstance(every_n_layers, int) or every_n_layers < 1:
+        raise ConfigError(f"every_n_layers must be a whole number >= 1, got {every_n_layers!r}")
     for encoder in encoders:
         encoder.gradient_checkpointing = enable
+        encoder.checkpoint_every, encoder.offload_checkpoints = every_n_layers, bool(offload)
 
 
 def parameter_dtype(dtype: torch.dtype | str | None, config: BertConfig, state: dict[str, torch.Tensor]
