@@ -385,3 +385,59 @@ def test_sentence_encoder_refuses_what_it_cannot_be_as_one_line_errors(minilm):
         SentenceEncoder("default", default_prompt_name="query2")
     with pytest.raises(ConfigError, match="SentenceEncoder takes no option 'batch_size'"):
         SentenceEncoder("default", batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def evaluators(data_dir, squad_contexts):
+    """sentence-transformers' evaluators on real data: STS-B (and its int8 embeddings), MRPC, SQuAD retrieval,
+    triplets from MRPC (a sentence, its paraphrase, another row's paraphrase)."""
+    import csv
+
+    evaluation = importlib.import_module("sentence_transformers.evaluation")
+
+    def rows(task, name):
+        with open(data_dir / task / name, encoding="utf-8-sig") as handle:
+            return list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[:120]
+
+    stsb, mrpc = rows("stsb", "dev.tsv"), rows("mrpc", "dev.tsv")
+    squad = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    paragraphs = [paragraph for article in squad["data"] for paragraph in article["paragraphs"]][:40]
+    queries = {f"q{i}": paragraph["qas"][0]["question"] for i, paragraph in enumerate(paragraphs)}
+    corpus = {f"p{i}": paragraph["context"] for i, paragraph in enumerate(paragraphs)}
+    paraphrases = [row for row in mrpc if row["Quality"] == "1"]
+    return {
+        "sts": evaluation.EmbeddingSimilarityEvaluator([r["sentence1"] for r in stsb], [r["sentence2"] for r in stsb],
+                                                       [float(r["score"]) / 5 for r in stsb], name="stsb"),
+        "sts int8": evaluation.EmbeddingSimilarityEvaluator(
+            [r["sentence1"] for r in stsb], [r["sentence2"] for r in stsb], [float(r["score"]) / 5 for r in stsb],
+            name="stsb-int8", precision="int8"),
+        "pairs": evaluation.BinaryClassificationEvaluator([r["#1 String"] for r in mrpc],
+                                                          [r["#2 String"] for r in mrpc],
+                                                          [int(r["Quality"]) for r in mrpc], name="mrpc"),
+        "retrieval": evaluation.InformationRetrievalEvaluator(queries, corpus, {f"q{i}": {f"p{i}"} for i in
+                                                                                  range(len(paragraphs))},
+                                                              name="squad"),
+        "triplets": evaluation.TripletEvaluator([r["#1 String"] for r in paraphrases],
+                                                [r["#2 String"] for r in paraphrases],
+                                                [r["#2 String"] for r in paraphrases[1:] + paraphrases[:1]],
+                                                name="mrpc-triplets"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["sts", "sts int8", "pairs", "retrieval", "triplets"])
+def test_sentence_transformers_evaluators_score_the_encoder_as_sentence_transformer(kind, evaluators, minilm_dir,
+                                                                                   reference):
+    """An evaluator written for SentenceTransformer runs on SentenceEncoder (it passes precision=None, records its
+    metrics on model_card_data) and scores it as SentenceTransformer on the same checkpoint."""
+    from bertforge import SentenceEncoder
+
+    encoder = SentenceEncoder(minilm_dir)
+    evaluator = evaluators[kind]
+    ours, theirs = evaluator(encoder), evaluator(reference)
+    assert ours.keys() == theirs.keys() and len(ours) >= 1
+    for metric, value in theirs.items():
+        # A threshold is one pair's similarity, and an int8 code at a step's edge can differ by one: float32
+        # rounding shows there; elsewhere it averages out.
+        rounding_shows = metric.endswith("threshold") or "int8" in kind
+        assert ours[metric] == pytest.approx(value, abs=1e-5 if rounding_shows else 1e-6), metric
+    assert encoder.model_card_data.eval_results_dict[evaluator] == ours

@@ -46,6 +46,17 @@ def _steps(vectors: np.ndarray) -> np.ndarray:
     return np.clip(np.floor((vectors - low) / step), 0, 255)
 
 
+@dataclasses.dataclass
+class EvaluationRecord:
+    """Where sentence-transformers' evaluators leave their results on a model (its `model_card_data`): each
+    evaluator's latest metrics, by evaluator."""
+
+    eval_results_dict: dict[Any, dict[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def set_evaluation_metrics(self, evaluator: Any, metrics: dict[str, Any], epoch: int = 0, step: int = 0) -> None:
+        self.eval_results_dict[evaluator] = dict(metrics)
+
+
 class SentenceEncoder:
     """One vector per text, as SentenceTransformer(name).encode(texts) gives it.
 
@@ -89,6 +100,7 @@ class SentenceEncoder:
                                                       **(processor_kwargs or {}))
         self.model, self.tokenizer = model.eval(), tokenizer
         self.truncate_dim = truncate_dim
+        self.model_card_data = EvaluationRecord()
         if prompts or default_prompt_name:
             self._change(prompts=self.settings.prompts | (prompts or {}),
                          default_prompt_name=default_prompt_name or self.settings.default_prompt_name)
@@ -243,7 +255,7 @@ class SentenceEncoder:
 
     def encode(self, sentences: str | Sequence[str] | None = None, prompt_name: str | None = None,
                prompt: str | None = None, batch_size: int = 32, show_progress_bar: bool | None = None,
-               output_value: str | None = "sentence_embedding", precision: str = "float32",
+               output_value: str | None = "sentence_embedding", precision: str | None = "float32",
                convert_to_numpy: bool = True, convert_to_tensor: bool = False, device: str | None = None,
                normalize_embeddings: bool = False, truncate_dim: int | None = None, *,
                inputs: str | Sequence[str] | None = None) -> Any:
@@ -259,6 +271,7 @@ class SentenceEncoder:
                              f"{' holding other things' if isinstance(sentences, Sequence) else ''}")
         if output_value is not None:
             check_choice(output_value, ("sentence_embedding", "token_embeddings"), "output_value", error=InputError)
+        precision = "float32" if precision is None else precision  # what sentence-transformers' evaluators pass
         check_choice(precision, PRECISIONS, "precision", error=InputError)
         if device is not None:
             self.model.to(device)
