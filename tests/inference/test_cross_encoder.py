@@ -297,3 +297,28 @@ def test_prompts_go_before_each_first_text_as_sentence_transformers_puts_them(re
         ours.predict(sentence_pairs[:1], prompt_name="nope")
     with pytest.raises(ConfigError, match="default_prompt_name 'nope' is none of the prompts"):
         CrossEncoder(reranker_dir, default_prompt_name="nope")
+
+
+def test_sentence_transformers_evaluators_score_it_as_their_cross_encoder(reranker, reranker_reference, data_dir,
+                                                                         squad_paragraphs):
+    """The cross-encoder evaluators (correlation on STS-B, classification on MRPC, reranking SQuAD questions'
+    paragraphs) give bertforge's CrossEncoder sentence-transformers' scores and record them on model_card_data."""
+    evaluation = pytest.importorskip("sentence_transformers.cross_encoder.evaluation")
+    stsb, mrpc = read_tsv(data_dir / "stsb" / "dev.tsv")[:80], read_tsv(data_dir / "mrpc" / "dev.tsv")[:80]
+    contexts = [paragraph["context"] for paragraph in squad_paragraphs[:10]]
+    evaluators = [
+        evaluation.CrossEncoderCorrelationEvaluator([(r["sentence1"], r["sentence2"]) for r in stsb],
+                                                    [float(r["score"]) for r in stsb], name="stsb"),
+        evaluation.CrossEncoderClassificationEvaluator([(r["#1 String"], r["#2 String"]) for r in mrpc],
+                                                       [int(r["Quality"]) for r in mrpc], name="mrpc"),
+        evaluation.CrossEncoderRerankingEvaluator(
+            [{"query": paragraph["qas"][0]["question"], "positive": [contexts[i]],
+              "negative": contexts[:i] + contexts[i + 1:]} for i, paragraph in enumerate(squad_paragraphs[:10])],
+            name="squad"),
+    ]
+    for evaluator in evaluators:
+        ours, theirs = evaluator(reranker), evaluator(reranker_reference)
+        assert ours.keys() == theirs.keys() and len(ours) >= 2
+        for metric, value in theirs.items():
+            assert ours[metric] == pytest.approx(value, abs=1e-5 if "threshold" in metric else 1e-6), metric
+        assert reranker.model_card_data.eval_results_dict[evaluator] == ours

@@ -29,6 +29,7 @@ from bertforge.checkpoint.sentence_transformers import (
 )
 from bertforge.config import read_json_object
 from bertforge.errors import ConfigError, InputError
+from bertforge.inference.sentence_encoder import EvaluationRecord
 from bertforge.tasks import classification
 from bertforge.tasks.data import forward_rows
 
@@ -139,6 +140,7 @@ class CrossEncoder:
                                                       **(tokenizer_kwargs or {}) | (processor_kwargs or {}))
             layout = _cross_encoder_layout(directory)
         self.model, self.tokenizer = model.eval(), tokenizer
+        self.model_card_data = EvaluationRecord()  # sentence-transformers' evaluators leave their metrics here
         if max_length is None:
             max_length = layout.get("max_seq_length") or min(tokenizer.model_max_length,
                                                              model.config.max_position_embeddings)
