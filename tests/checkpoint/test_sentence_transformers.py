@@ -441,3 +441,43 @@ def test_sentence_transformers_evaluators_score_the_encoder_as_sentence_transfor
         rounding_shows = metric.endswith("threshold") or "int8" in kind
         assert ours[metric] == pytest.approx(value, abs=1e-5 if rounding_shows else 1e-6), metric
     assert encoder.model_card_data.eval_results_dict[evaluator] == ours
+
+
+def test_sentence_transformers_losses_train_the_encoder_as_sentence_transformer(minilm_dir, data_dir):
+    """SentenceEncoder is a module, as SentenceTransformer is: a sentence-transformers loss (in-batch negatives on
+    MRPC paraphrases) trains it through forward with SentenceTransformer's losses step by step (dropout off in
+    both, so that the two draw nothing), and encode afterwards runs in eval mode as sentence-transformers' does."""
+    import csv
+
+    from bertforge import SentenceEncoder
+
+    losses_module = importlib.import_module("sentence_transformers.losses")
+    with open(data_dir / "mrpc" / "train.tsv", encoding="utf-8-sig") as handle:
+        pairs = [(row["#1 String"], row["#2 String"]) for row in csv.DictReader(handle, delimiter="\t",
+                                                                                quoting=csv.QUOTE_NONE)
+                 if row["Quality"] == "1"][:48]
+    ours = SentenceEncoder(minilm_dir)
+    theirs = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu")
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
+    steps = {}
+    for name, model in (("ours", ours), ("theirs", theirs)):
+        loss = losses_module.MultipleNegativesRankingLoss(model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        model.eval()  # gradients flow; dropout is off
+        steps[name] = []
+        for start in range(0, len(pairs), 16):
+            batch = pairs[start:start + 16]
+            features = [model.tokenize([first for first, _ in batch]), model.tokenize([second for _, second in batch])]
+            optimizer.zero_grad()
+            value = loss(features, torch.arange(len(batch)))
+            value.backward()
+            optimizer.step()
+            steps[name].append(value.item())
+    assert steps["ours"][-1] < steps["ours"][0]
+    torch.testing.assert_close(torch.tensor(steps["ours"]), torch.tensor(steps["theirs"]), atol=1e-4, rtol=0)
+
+    ours.train()
+    texts = [first for first, _ in pairs[:4]]
+    vectors = ours.encode(texts)
+    assert not ours.training
+    assert cosines(vectors, theirs.encode(texts)).min() > 0.9999

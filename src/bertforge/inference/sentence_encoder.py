@@ -57,8 +57,9 @@ class EvaluationRecord:
         self.eval_results_dict[evaluator] = dict(metrics)
 
 
-class SentenceEncoder:
-    """One vector per text, as SentenceTransformer(name).encode(texts) gives it.
+class SentenceEncoder(nn.Module):
+    """One vector per text, as SentenceTransformer(name).encode(texts) gives it. A module, as SentenceTransformer
+    is: its parameters are the BERT model's, and sentence-transformers' losses train it through `forward`.
 
     >>> encoder = SentenceEncoder.from_pretrained("default")
     >>> encoder.encode(["A man is eating food.", "A man is riding a horse."]).shape
@@ -82,6 +83,7 @@ class SentenceEncoder:
         from bertforge import BertModel, BertTokenizer
         from bertforge.checkpoint.default_model import HUB_OPTIONS
 
+        super().__init__()
         unknown = sorted(set(hub_options) - HUB_OPTIONS - {"use_auth_token", "model_card_data"})
         if unknown:
             raise ConfigError(f"SentenceEncoder takes no option {unknown[0]!r}")
@@ -128,13 +130,6 @@ class SentenceEncoder:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
-
-    def to(self, device: str | torch.device) -> SentenceEncoder:
-        self.model.to(device)
-        return self
-
-    def eval(self) -> SentenceEncoder:
-        return self  # the model always runs as in eval mode here
 
     @property
     def truncate_dim(self) -> int | None:
@@ -204,18 +199,16 @@ class SentenceEncoder:
         return dict(self.tokenizer(*columns, padding=True, truncation=True, max_length=self.max_seq_length,
                                    return_tensors="pt"))
 
-    @torch.inference_mode()
     def forward(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """SentenceTransformer's forward: `features` (tokenize's) with token_embeddings (the last layer) and
-        sentence_embedding (pooled, normalised where the layout says so) added."""
+        sentence_embedding (pooled, normalised where the layout says so) added; with gradients unless the caller
+        turns them off, so that sentence-transformers' losses train the encoder."""
         inputs = {name: tensor.to(self.device) for name, tensor in features.items()
                   if name in ("input_ids", "attention_mask", "token_type_ids")}
         states = self.model(**inputs).last_hidden_state
         vectors = pool(states, inputs["attention_mask"], self.settings.pooling)
         return dict(features) | {"token_embeddings": states, "sentence_embedding": F.normalize(
             vectors, dim=-1) if self.settings.normalize else vectors}
-
-    __call__ = forward
 
     def get_embedding_dimension(self) -> int:
         """Dimensions encode gives (sentence-transformers 6.2's name; get_sentence_embedding_dimension before)."""
@@ -264,6 +257,7 @@ class SentenceEncoder:
         dimensions, `normalize_embeddings` makes them unit length (after truncating), `precision` quantizes them
         (int8, uint8, binary, ubinary). output_value="token_embeddings": per text its tokens' (tokens, hidden)
         last layer, [CLS] and [SEP] included; None: per text a dict of its inputs and both outputs."""
+        self.eval()  # as sentence-transformers' encode: no dropout, whatever mode training left the model in
         sentences = inputs if sentences is None else sentences
         if not isinstance(sentences, str) and not (isinstance(sentences, Sequence) and all(
                 isinstance(text, str) for text in sentences)):
