@@ -260,3 +260,39 @@ def test_a_500_token_input_scrolls(browser, tmp_path, minilm, tokenizer, squad_c
     weights = json.loads(browser.find_element(By.ID, "neuron").get_attribute("data-weights"))
     assert len(weights) == 500 and abs(sum(weights) - 1) < 0.01
     browser.save_screenshot(str(tmp_path / "long.png"))
+
+
+def bertviz_params(html) -> dict:
+    """The data bertviz embeds in the page it returns (`const params = {...}`)."""
+    page = html.data if hasattr(html, "data") else str(html)
+    start = page.index("const params = ") + len("const params = ")
+    return json.JSONDecoder().raw_decode(page, start)[0]
+
+
+@pytest.mark.parametrize("view", ["head_view", "model_view"])
+def test_bertviz_draws_bertforge_attentions_as_transformers_ones(view, minilm_dir):
+    """bertviz's own head_view and model_view, given a bertforge model's attentions as its README feeds them from
+    transformers (a sentence pair, sentence_b_start), draw the weights they draw for transformers' model."""
+    bertviz = pytest.importorskip("bertviz")
+    transformers = pytest.importorskip("transformers")
+    from bertforge import BertTokenizer
+
+    tokenizer = BertTokenizer.from_pretrained(minilm_dir)
+    inputs = tokenizer("The cat sat on the mat because it was tired.", "It fell asleep at once.",
+                       return_tensors="pt")
+    ours = BertModel.from_pretrained(minilm_dir, output_attentions=True)
+    theirs = transformers.BertModel.from_pretrained(minilm_dir, output_attentions=True, attn_implementation="eager")
+    tokens = tokenizer.convert_ids_to_tokens(inputs["input_ids"][0])
+    second = inputs["token_type_ids"][0].tolist().index(1)
+    drawn = []
+    for model in (ours, theirs.eval()):
+        with torch.inference_mode():
+            attentions = model(**inputs).attentions
+        drawn.append(bertviz_params(getattr(bertviz, view)(attentions, tokens, sentence_b_start=second,
+                                                           html_action="return")))
+    mine, reference = drawn
+    assert [(part["name"], part["left_text"]) for part in mine["attention"]] == [
+        (part["name"], part["left_text"]) for part in reference["attention"]]
+    assert len(mine["attention"]) == 5  # all, and the four sentence-to-sentence blocks
+    for part, expected in zip(mine["attention"], reference["attention"], strict=True):
+        torch.testing.assert_close(torch.tensor(part["attn"]), torch.tensor(expected["attn"]), atol=1e-5, rtol=0)
