@@ -481,3 +481,45 @@ def test_sentence_transformers_losses_train_the_encoder_as_sentence_transformer(
     vectors = ours.encode(texts)
     assert not ours.training
     assert cosines(vectors, theirs.encode(texts)).min() > 0.9999
+
+
+def test_fit_trains_as_sentence_transformers_fit(minilm_dir, data_dir, tmp_path):
+    """fit, as in sentence-transformers' tutorials (InputExample's in a DataLoader, CosineSimilarityLoss on STS-B
+    pairs), moves the weights as sentence-transformers' own loop (old_fit) does on the same examples and schedule
+    (dropout off in both); with an evaluator and output_path it keeps the best model, which sentence-transformers
+    loads with the vectors it gives."""
+    import csv
+
+    from torch.utils.data import DataLoader
+
+    from bertforge import SentenceEncoder
+
+    losses_module = importlib.import_module("sentence_transformers.losses")
+    evaluation = importlib.import_module("sentence_transformers.evaluation")
+    with open(data_dir / "stsb" / "train.tsv", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[:64]
+    examples = [sentence_transformers.InputExample(texts=[row["sentence1"], row["sentence2"]],
+                                                   label=float(row["score"]) / 5) for row in rows]
+    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    ours = SentenceEncoder(minilm_dir, config_kwargs=no_dropout)
+    theirs = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu", config_kwargs=no_dropout)
+    texts = [row["sentence1"] for row in rows[:8]]
+    before = ours.encode(texts)
+    settings = dict(epochs=1, warmup_steps=2, weight_decay=0.0, optimizer_params={"lr": 5e-5},
+                    show_progress_bar=False)
+    ours.fit([(DataLoader(examples, batch_size=16), losses_module.CosineSimilarityLoss(ours))], **settings)
+    theirs.old_fit([(DataLoader(examples, batch_size=16), losses_module.CosineSimilarityLoss(theirs))], **settings)
+    after = ours.encode(texts)
+    assert np.abs(after - before).max() > 0.01  # it trained
+    np.testing.assert_allclose(after, theirs.encode(texts), atol=1e-5)
+
+    evaluator = evaluation.EmbeddingSimilarityEvaluator([row["sentence1"] for row in rows[:32]],
+                                                        [row["sentence2"] for row in rows[:32]],
+                                                        [float(row["score"]) / 5 for row in rows[:32]], name="sts")
+    ours.fit([(DataLoader(examples, batch_size=16), losses_module.CosineSimilarityLoss(ours))], evaluator=evaluator,
+             evaluation_steps=2, output_path=tmp_path / "best", **settings)
+    assert "sts_spearman_cosine" in ours.model_card_data.eval_results_dict[evaluator]
+    saved = sentence_transformers.SentenceTransformer(str(tmp_path / "best"), device="cpu")
+    assert cosines(saved.encode(texts), SentenceEncoder(tmp_path / "best").encode(texts)).min() > 0.99999
+    with pytest.raises(ConfigError, match="fit: scheduler is not supported here"):
+        ours.fit([(DataLoader(examples), losses_module.CosineSimilarityLoss(ours))], scheduler="WarmupCosine")
