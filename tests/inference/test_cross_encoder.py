@@ -322,3 +322,41 @@ def test_sentence_transformers_evaluators_score_it_as_their_cross_encoder(rerank
         for metric, value in theirs.items():
             assert ours[metric] == pytest.approx(value, abs=1e-5 if "threshold" in metric else 1e-6), metric
         assert reranker.model_card_data.eval_results_dict[evaluator] == ours
+
+
+def test_fit_trains_as_sentence_transformers_fit(minilm_dir, data_dir, tmp_path):
+    """fit as sentence-transformers' tutorials call it (InputExample pairs with STS-B scores, the default binary
+    cross-entropy) moves the weights as sentence-transformers' own loop (old_fit) does from the same start (dropout
+    off in both); with an evaluator and output_path the best model is saved where sentence-transformers loads it."""
+    from torch.utils.data import DataLoader
+
+    evaluation = pytest.importorskip("sentence_transformers.cross_encoder.evaluation")
+    rows = read_tsv(data_dir / "stsb" / "train.tsv")[:64]
+    examples = [sentence_transformers.InputExample(texts=[row["sentence1"], row["sentence2"]],
+                                                   label=float(row["score"]) / 5) for row in rows]
+    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    torch.manual_seed(0)
+    ours = CrossEncoder(minilm_dir, num_labels=1, config_kwargs=no_dropout)
+    theirs = sentence_transformers.CrossEncoder(str(minilm_dir), num_labels=1, device="cpu",
+                                                config_kwargs=no_dropout)
+    with torch.no_grad():  # the same new head
+        theirs.model.classifier.weight.copy_(ours.model.classifier.weight)
+        theirs.model.classifier.bias.copy_(ours.model.classifier.bias)
+    pairs = [(row["sentence1"], row["sentence2"]) for row in rows[:8]]
+    before = ours.predict(pairs)
+    settings = dict(epochs=1, warmup_steps=2, weight_decay=0.0, optimizer_params={"lr": 5e-5},
+                    show_progress_bar=False)
+    ours.fit(DataLoader(examples, batch_size=16), **settings)
+    theirs.old_fit(DataLoader(examples, batch_size=16), **settings)
+    after = ours.predict(pairs)
+    assert np.abs(after - before).max() > 0.01  # it trained
+    np.testing.assert_allclose(after, theirs.predict(pairs), atol=1e-5)
+
+    evaluator = evaluation.CrossEncoderCorrelationEvaluator(pairs, [float(row["score"]) for row in rows[:8]],
+                                                            name="sts")
+    ours.fit(DataLoader(examples, batch_size=16), evaluator=evaluator, output_path=tmp_path / "best", **settings)
+    assert "sts_spearman" in ours.model_card_data.eval_results_dict[evaluator]
+    np.testing.assert_allclose(reference(tmp_path / "best").predict(pairs), CrossEncoder(tmp_path / "best").predict(
+        pairs), atol=1e-5)
+    with pytest.raises(ConfigError, match="fit: callback is not supported here"):
+        ours.fit(DataLoader(examples), callback=print)

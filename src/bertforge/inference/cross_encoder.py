@@ -29,7 +29,7 @@ from bertforge.checkpoint.sentence_transformers import (
 )
 from bertforge.config import read_json_object
 from bertforge.errors import ConfigError, InputError
-from bertforge.inference.sentence_encoder import EvaluationRecord
+from bertforge.inference.sentence_encoder import EvaluationRecord, fit_as_sentence_transformers
 from bertforge.tasks import classification
 from bertforge.tasks.data import forward_rows
 
@@ -75,8 +75,9 @@ def _cross_encoder_layout(directory: Path) -> dict[str, Any]:
     return settings | {"max_seq_length": transformer.get("max_seq_length")}
 
 
-class CrossEncoder:
-    """A score (or one per label) per text pair, as sentence-transformers' CrossEncoder(name).predict(pairs).
+class CrossEncoder(nn.Module):
+    """A score (or one per label) per text pair, as sentence-transformers' CrossEncoder(name).predict(pairs). A
+    module, as sentence-transformers' is: its parameters are the classifier's.
 
     >>> reranker = CrossEncoder("default")  # an untrained one-output head on MiniLM
     >>> reranker.predict([("How big is Berlin?", "Berlin has 3.5 million people."), ("A", "B")]).shape
@@ -102,6 +103,7 @@ class CrossEncoder:
         from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
         from bertforge.checkpoint.hf_format import config_path
 
+        super().__init__()
         unknown = sorted(set(hub_options) - HUB_OPTIONS - {"use_auth_token", "model_card_data"})
         if unknown:
             raise ConfigError(f"CrossEncoder takes no option {unknown[0]!r}")
@@ -193,13 +195,6 @@ class CrossEncoder:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
-
-    def to(self, device: str | torch.device) -> CrossEncoder:
-        self.model.to(device)
-        return self
-
-    def eval(self) -> CrossEncoder:
-        return self  # predict runs the model in eval mode
 
     def get_backend(self) -> str:
         return "torch"
@@ -294,6 +289,39 @@ class CrossEncoder:
                                                                   classification.outputs)):
                 logits[i] = row_logits[0]
         return logits.to(self.device)
+
+    def smart_batching_collate(self, batch: Sequence[Any]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """sentence-transformers' collate of InputExample's (`.texts`: a pair, `.label`): the pairs as the model
+        reads them (cut to max_length longest text first) and the labels (a float per pair for one output, a class
+        id for several)."""
+        pairs = [tuple(example.texts) for example in batch]
+        if not pairs or any(len(pair) != 2 for pair in pairs):
+            raise InputError("a cross-encoder trains on InputExample's of two texts each")
+        features = self.tokenizer([first for first, _ in pairs], [second for _, second in pairs], padding=True,
+                                  truncation="longest_first", max_length=self.max_length, return_tensors="pt")
+        labels = torch.tensor([example.label for example in batch],
+                              dtype=torch.float if self.num_labels == 1 else torch.long)
+        return dict(features), labels
+
+    def fit(self, train_dataloader: Any, evaluator: Callable | None = None, epochs: int = 1,
+            loss_fct: Callable | None = None, activation_fct: Callable | None = None,
+            output_path: str | Path | None = None, save_best_model: bool = True, **options: Any) -> None:
+        """sentence-transformers' CrossEncoder.fit (before its Trainer): a DataLoader of InputExample's (a pair and
+        its label), `loss_fct` of the (activated) logits and the labels (default: binary cross-entropy of the
+        logits for one output, cross-entropy for several), on bertforge's training loop with AdamW and linear
+        warm-up then decay; the best model by `evaluator` is saved to `output_path`."""
+        loss_fct = loss_fct or (nn.BCEWithLogitsLoss() if self.num_labels == 1 else nn.CrossEntropyLoss())
+        activation_fct = activation_fct or nn.Identity()
+
+        def loss(model: nn.Module, batch: tuple[dict[str, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+            features, labels = batch
+            logits = activation_fct(model(**features).logits)
+            return loss_fct(logits.view(-1) if self.num_labels == 1 else logits, labels)
+
+        train_dataloader.collate_fn = self.smart_batching_collate
+        save = None if output_path is None or not save_best_model else (lambda _: self.save(output_path))
+        fit_as_sentence_transformers(self, self.model, train_dataloader, loss, evaluator, save, epochs=epochs,
+                                     **options)
 
     def rank(self, query: str, documents: Sequence[str], top_k: int | None = None, return_documents: bool = False,
              prompt_name: str | None = None, prompt: str | None = None, batch_size: int = 32,

@@ -369,49 +369,60 @@ class SentenceEncoder(nn.Module):
         return [self.tokenize(list(column)) for column in zip(*texts)], labels
 
     def fit(self, train_objectives: Sequence[tuple[Any, nn.Module]], evaluator: Callable | None = None,
-            epochs: int = 1, steps_per_epoch: int | None = None, scheduler: str = "WarmupLinear",
-            warmup_steps: int = 10000, optimizer_class: type = torch.optim.AdamW,
-            optimizer_params: dict[str, Any] | None = None, weight_decay: float = 0.01, evaluation_steps: int = 0,
-            output_path: str | Path | None = None, save_best_model: bool = True, max_grad_norm: float = 1,
-            use_amp: bool = False, callback: Callable | None = None, show_progress_bar: bool = True,
-            checkpoint_path: str | None = None, **unused: Any) -> None:
+            epochs: int = 1, steps_per_epoch: int | None = None, output_path: str | Path | None = None,
+            save_best_model: bool = True, **options: Any) -> None:
         """sentence-transformers' fit (before its Trainer): a DataLoader of InputExample's and a
-        sentence-transformers loss built on this encoder, trained by bertforge's training loop with AdamW and
-        linear warm-up then decay (WarmupLinear); `evaluator` (a sentence-transformers evaluator) scores the encoder
-        after every epoch (or every `evaluation_steps`), and the best by its primary metric is saved to
-        `output_path`. One objective; the options of other optimizers, schedules, callbacks and checkpoints are
-        refused by name."""
-        from bertforge.training.trainer import TrainConfig, Trainer
-
+        sentence-transformers loss built on this encoder, trained as `fit_as_sentence_transformers` says; the best
+        model by `evaluator` is saved to `output_path`. One objective."""
         if len(train_objectives) != 1:
             raise ConfigError(f"fit trains one (DataLoader, loss) objective here, got {len(train_objectives)}")
-        refused = {"scheduler": scheduler.lower() != "warmuplinear", "optimizer_class": optimizer_class
-                   is not torch.optim.AdamW, "callback": callback is not None, "checkpoint_path": checkpoint_path
-                   is not None, "steps_per_epoch": steps_per_epoch not in (None, 0),
-                   **{name: bool(value) for name, value in unused.items()}}
-        if any(refused.values()):
-            raise ConfigError(f"fit: {next(name for name, no in refused.items() if no)} is not supported here "
-                              f"(bertforge trains with AdamW, WarmupLinear, whole epochs)")
-        params = {"lr": 2e-5, **(optimizer_params or {})}
-        if set(params) - {"lr", "eps", "betas"}:
-            raise ConfigError(f"fit: optimizer_params {sorted(set(params) - {'lr', 'eps', 'betas'})[0]!r} is not "
-                              f"supported here (lr, eps, betas)")
+        if steps_per_epoch not in (None, 0):
+            raise ConfigError("fit: steps_per_epoch is not supported here (bertforge trains whole epochs)")
         dataloader, loss_model = train_objectives[0]
         dataloader.collate_fn = self.smart_batching_collate
-        config = TrainConfig(lr=params["lr"], eps=params.get("eps", 1e-8), betas=params.get("betas", (0.9, 0.999)),
-                             weight_decay=weight_decay, warmup_steps=warmup_steps, epochs=epochs,
-                             max_grad_norm=max_grad_norm or None, eval_every=evaluation_steps or None, bf16=use_amp,
-                             progress=show_progress_bar, device=str(self.device))
-        def evaluate(_) -> dict[str, float]:  # an evaluator names its primary metric once it has run
-            metrics = evaluator(self)
-            return metrics | {"primary_metric": metrics[evaluator.primary_metric]}
-
         save = None if output_path is None or not save_best_model else (lambda _: self.save(output_path))
-        Trainer(loss_model, config, dataloader, evaluate=None if evaluator is None else evaluate,
-                main_metric=None if evaluator is None else "primary_metric",
-                greater_is_better=getattr(evaluator, "greater_is_better", True), save=save,
-                loss_fn=lambda model, batch: model(*batch)).train()
-        self.eval()
+        fit_as_sentence_transformers(self, loss_model, dataloader, lambda model, batch: model(*batch), evaluator, save,
+                                     epochs=epochs, **options)
+
+
+def fit_as_sentence_transformers(owner: nn.Module, trained: nn.Module, batches: Any,
+                                 loss_fn: Callable[[nn.Module, Any], torch.Tensor], evaluator: Callable | None,
+                                 save: Callable | None, epochs: int = 1, scheduler: str = "WarmupLinear",
+                                 warmup_steps: int = 10000, optimizer_class: type = torch.optim.AdamW,
+                                 optimizer_params: dict[str, Any] | None = None, weight_decay: float = 0.01,
+                                 evaluation_steps: int = 0, max_grad_norm: float = 1, use_amp: bool = False,
+                                 callback: Callable | None = None, show_progress_bar: bool = True,
+                                 **unused: Any) -> None:
+    """sentence-transformers' fit options (SentenceEncoder's and CrossEncoder's) on bertforge's training loop:
+    `trained` (the module holding the parameters) by `loss_fn` on `batches`, AdamW with linear warm-up then
+    decay (WarmupLinear); a sentence-transformers `evaluator` scores `owner` after every epoch (or every
+    `evaluation_steps`) and `save` keeps the best by its primary metric. Other optimizers, schedules, callbacks
+    and checkpoints are refused by name; `owner` ends in eval mode."""
+    from bertforge.training.trainer import TrainConfig, Trainer
+
+    refused = {"scheduler": scheduler.lower() != "warmuplinear", "optimizer_class": optimizer_class
+               is not torch.optim.AdamW, "callback": callback is not None,
+               **{name: value not in (None, False, 0) for name, value in unused.items()}}
+    if any(refused.values()):
+        raise ConfigError(f"fit: {next(name for name, no in refused.items() if no)} is not supported here "
+                          f"(bertforge trains with AdamW, WarmupLinear, whole epochs)")
+    params = {"lr": 2e-5, **(optimizer_params or {})}
+    if set(params) - {"lr", "eps", "betas"}:
+        raise ConfigError(f"fit: optimizer_params {sorted(set(params) - {'lr', 'eps', 'betas'})[0]!r} is not "
+                          f"supported here (lr, eps, betas)")
+    config = TrainConfig(lr=params["lr"], eps=params.get("eps", 1e-8), betas=params.get("betas", (0.9, 0.999)),
+                         weight_decay=weight_decay, warmup_steps=warmup_steps, epochs=epochs,
+                         max_grad_norm=max_grad_norm or None, eval_every=evaluation_steps or None, bf16=use_amp,
+                         progress=show_progress_bar, device=str(next(owner.parameters()).device))
+
+    def evaluate(_) -> dict[str, float]:  # an evaluator names its primary metric once it has run
+        metrics = evaluator(owner)
+        return metrics | {"primary_metric": metrics[evaluator.primary_metric]}
+
+    Trainer(trained, config, batches, evaluate=None if evaluator is None else evaluate,
+            main_metric=None if evaluator is None else "primary_metric",
+            greater_is_better=getattr(evaluator, "greater_is_better", True), save=save, loss_fn=loss_fn).train()
+    owner.eval()
 
 
 def _matrix(embeddings: Any) -> torch.Tensor:
