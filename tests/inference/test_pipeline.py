@@ -442,3 +442,46 @@ def test_bertforge_runs_pipelines_without_transformers(folders):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# --- zero-shot-classification ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def nli_folder(tmp_path_factory, tokenizer):
+    """A tiny natural-language-inference classifier (MNLI's label names, entailment last) with a seeded head."""
+    torch.manual_seed(1)
+    model = BertForSequenceClassification(tiny_config(tokenizer, id2label={0: "CONTRADICTION", 1: "NEUTRAL",
+                                                                             2: "ENTAILMENT"}))
+    with torch.no_grad():
+        torch.nn.init.normal_(model.classifier.weight, std=1.0)
+    folder = tmp_path_factory.mktemp("nli")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("call", [
+    lambda pipe, texts: pipe(texts[0], ["positive", "negative", "neutral"]),
+    lambda pipe, texts: pipe(texts, candidate_labels="film, music, sport", multi_label=True),
+    lambda pipe, texts: pipe(texts, candidate_labels=["politics"], hypothesis_template="This text is about {}."),
+    lambda pipe, texts: pipe(texts, ["good", "bad"], hypothesis_template="The review is {}."),
+], ids=["one text, labels by position", "multi-label, labels in one text", "one label, a template",
+        "a batch, a template"])
+def test_zero_shot_classification_matches_transformers(call, nli_folder, reviews):
+    ours = pipeline("zero-shot-classification", nli_folder)
+    theirs = reference("zero-shot-classification", nli_folder)
+    assert_same(call(ours, reviews), call(theirs, reviews))
+
+
+def test_zero_shot_classification_refuses_what_it_cannot_do(nli_folder, reviews):
+    pipe = pipeline("zero-shot-classification", nli_folder)
+    for kwargs, message in [({}, "candidate_labels must be one or more labels"),
+                            ({"candidate_labels": []}, "candidate_labels must be one or more labels"),
+                            ({"candidate_labels": ["a"], "hypothesis_template": "No slot."},
+                             "hypothesis_template must hold {} where the label goes")]:
+        with pytest.raises(ConfigError, match=message):
+            pipe(reviews[0], **kwargs)
+    with pytest.raises(ConfigError, match="takes 1 option\\(s\\) after the inputs by position"):
+        pipe(reviews[0], ["a"], "extra")
+    with pytest.raises(ConfigError, match="candidate_labels given twice"):
+        pipe(reviews[0], ["a"], candidate_labels=["b"])

@@ -58,7 +58,15 @@ class Pipeline:
     settings: EncodeSettings | None = field(default=None, repr=False)  # how it reads inputs: its training run's
     options: dict[str, Any] = field(default_factory=dict)  # given to pipeline(): the defaults of every call
 
-    def __call__(self, inputs: Any = None, **options: Any) -> Any:
+    def __call__(self, inputs: Any = None, *args: Any, **options: Any) -> Any:
+        positional = PIPELINE_TASKS[self.task].positional
+        if len(args) > len(positional):
+            raise ConfigError(f"{self.task} takes {len(positional)} option(s) after the inputs by position "
+                              f"({', '.join(positional) or 'none'}), got {len(args)}")
+        for name, value in zip(positional, args):
+            if name in options:
+                raise ConfigError(f"{name} given twice, by position and by name")
+            options[name] = value
         check_options(self.task, options)
         defaults = {name: option.default for name, option in task_options(self.task).items()}
         return PIPELINE_TASKS[self.task].run(self, inputs, {**defaults, **self.options, **options}, set(options))
@@ -85,6 +93,7 @@ class PipelineTask:
     needs: str
     options: dict[str, Option]
     run: Callable[[Pipeline, Any, dict[str, Any], set[str]], Any]
+    positional: tuple[str, ...] = ()  # options a call may also give by position, after the inputs
 
 
 def positive(name: str, value: Any) -> None:
@@ -389,6 +398,46 @@ def sequence_logits(pipe: Pipeline, items: list[tuple[str, str | None]], limit: 
     return logits
 
 
+# --- zero-shot-classification ---------------------------------------------------------------------------------
+
+def zero_shot(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[str]) -> Any:
+    """Per text, {sequence, labels, scores}: each candidate label put in the hypothesis template and read by a
+    natural-language-inference classifier as the text's continuation. The labels compete in a softmax of their
+    entailment logits; with multi_label (or one label) each label's score is entailment against contradiction. As
+    transformers' zero-shot pipeline: the entailment label is the one whose name starts with "entail" (else the
+    last), contradiction the first (the second when entailment is the first)."""
+    texts, single = text_batch(inputs, pipe.task)
+    labels = candidate_labels(options["candidate_labels"])
+    template = options["hypothesis_template"]
+    if not isinstance(template, str) or template.format("x") == template:
+        raise ConfigError(f"hypothesis_template must hold {{}} where the label goes, got {template!r}")
+    names = [str(name).lower() for name in pipe.model.config.id2label.values()]
+    entailment = next((index for index, name in enumerate(names) if name.startswith("entail")), len(names) - 1)
+    contradiction = 1 if entailment == 0 else 0
+    items = [(text, template.format(label)) for text in texts for label in labels]
+    logits = sequence_logits(pipe, items, None, options["batch_size"]).view(len(texts), len(labels), -1)
+    if options["multi_label"] or len(labels) == 1:
+        scores = logits[..., [contradiction, entailment]].softmax(-1)[..., 1]
+    else:
+        scores = logits[..., entailment].softmax(-1)
+    answers = []
+    for text, row in zip(texts, scores):
+        order = row.argsort(descending=True, stable=True).tolist()
+        answers.append({"sequence": text, "labels": [labels[i] for i in order],
+                        "scores": [row[i].item() for i in order]})
+    return answers[0] if single else answers
+
+
+def candidate_labels(labels: Any) -> list[str]:
+    """transformers' forms: a list of labels, or one text of labels separated by commas."""
+    if isinstance(labels, str):
+        labels = [label.strip() for label in labels.split(",") if label.strip()]
+    if not labels or not isinstance(labels, (list, tuple)) or not all(isinstance(label, str) for label in labels):
+        raise ConfigError(f"candidate_labels must be one or more labels (a list, or a text of labels separated by "
+                          f"commas), got {labels!r:.60}")
+    return list(labels)
+
+
 # --- token-classification -------------------------------------------------------------------------------------
 
 # How transformers' word strategies make one label distribution of a word's pieces' (pieces, labels).
@@ -613,5 +662,8 @@ PIPELINE_TASKS: dict[str, PipelineTask] = {
                                                                     optional=True)),
         "max_question_len": Option(None, positive_or_none), "handle_impossible_answer": Option(False),
         "align_to_words": Option(True)}, answer),
+    "zero-shot-classification": PipelineTask("sequence_classification", {
+        "candidate_labels": Option(None), "hypothesis_template": Option("This example is {}."),
+        "multi_label": Option(False)}, zero_shot, positional=("candidate_labels",)),
 }
 TASK_ALIASES = {"sentiment-analysis": "text-classification", "ner": "token-classification"}
