@@ -13,12 +13,19 @@ from bertforge.inference.features import (
 from bertforge.inference.optimize import PRECISIONS, InferenceOptions
 from bertforge.inference.pipelines import pipeline
 from bertforge.inference.sentence_encoder import SentenceEncoder
-from bertforge.inference.similarity import SIMILARITIES, semantic_search
+from bertforge.inference.similarity import (
+    SIMILARITIES,
+    community_detection,
+    paraphrase_mining,
+    paraphrase_mining_embeddings,
+    semantic_search,
+)
 
 __all__ = [
     "LAYER_COMBINATIONS", "POOLINGS", "PRECISIONS", "SIMILARITIES", "TOKEN_LEVELS", "CrossEncoder", "InferenceOptions",
-    "ScalarMix", "SentenceEncoder", "TokenVectors",
-    "extract_features", "extract_token_features", "pipeline", "pool", "semantic_search", "token_features",
+    "ScalarMix", "SentenceEncoder", "TokenVectors", "community_detection",
+    "extract_features", "extract_token_features", "paraphrase_mining", "paraphrase_mining_embeddings", "pipeline",
+    "pool", "semantic_search", "token_features",
 ]
 
 # onnx.py, serve.py and attention_view.py are imported from their modules: they need optional packages

@@ -1,5 +1,6 @@
 """Similarity between texts' sentence vectors: the table of every pair, the texts ranked by how close they are to a
-query (semantic search), and the similarity functions a sentence-transformers checkpoint may name."""
+query (semantic search), the closest pairs of a collection (paraphrase mining), groups of close texts (community
+detection), and the similarity functions a sentence-transformers checkpoint may name."""
 
 from __future__ import annotations
 
@@ -58,6 +59,68 @@ def semantic_search(query_embeddings: Any, corpus_embeddings: Any, top_k: int = 
         best_scores, best_ids = kept.values, best_ids.gather(1, kept.indices)
     return [[{"corpus_id": i, "score": value} for i, value in zip(ids, values)]
             for ids, values in zip(best_ids.tolist(), best_scores.tolist())]
+
+
+def paraphrase_mining(encoder: Any, sentences: Sequence[str], batch_size: int = 32, top_k: int = 100,
+                      max_pairs: int = 500_000,
+                      score_function: str | Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = "cosine",
+                      truncate_dim: int | None = None, prompt_name: str | None = None, prompt: str | None = None,
+                      show_progress_bar: bool = False, query_chunk_size: int = 5000,
+                      corpus_chunk_size: int = 100_000) -> list[list[float | int]]:
+    """The closest pairs of `sentences` as [score, i, j] (i < j), closest first: sentence-transformers'
+    util.paraphrase_mining, with a SentenceEncoder (or anything with its encode)."""
+    embeddings = encoder.encode(list(sentences), batch_size=batch_size, show_progress_bar=show_progress_bar,
+                                convert_to_tensor=True, truncate_dim=truncate_dim, prompt_name=prompt_name,
+                                prompt=prompt)
+    return paraphrase_mining_embeddings(embeddings, top_k, max_pairs, score_function, query_chunk_size,
+                                        corpus_chunk_size)
+
+
+def paraphrase_mining_embeddings(embeddings: Any, top_k: int = 100, max_pairs: int = 500_000,
+                                 score_function: str | Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = "cosine",
+                                 query_chunk_size: int = 5000, corpus_chunk_size: int = 100_000
+                                 ) -> list[list[float | int]]:
+    """Pairs of close vectors as [score, i, j] (i < j), closest first, at most `max_pairs`: each vector's `top_k`
+    nearest others (semantic_search of the collection against itself) are the candidates, each pair once."""
+    if not isinstance(max_pairs, int) or isinstance(max_pairs, bool) or max_pairs < 1:
+        raise InputError(f"max_pairs must be a positive whole number, got {max_pairs!r}")
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise InputError(f"top_k must be a positive whole number, got {top_k!r}")
+    vectors = torch.as_tensor(embeddings) if not isinstance(embeddings, torch.Tensor) else embeddings
+    hits = semantic_search(vectors, vectors, top_k + 1, score_function, query_chunk_size, corpus_chunk_size)
+    pairs: dict[tuple[int, int], float] = {}
+    for i, row in enumerate(hits):
+        for hit in [hit for hit in row if hit["corpus_id"] != i][:top_k]:
+            pairs.setdefault((min(i, hit["corpus_id"]), max(i, hit["corpus_id"])), hit["score"])
+    ranked = sorted(pairs.items(), key=lambda item: item[1], reverse=True)[:max_pairs]
+    return [[score, i, j] for (i, j), score in ranked]
+
+
+def community_detection(embeddings: Any, threshold: float = 0.75, min_community_size: int = 10,
+                        batch_size: int = 1024, show_progress_bar: bool = False) -> list[list[int]]:
+    """Groups of vectors within `threshold` cosine similarity of a central one, largest first, no vector in two:
+    sentence-transformers' util.community_detection. Every vector with at least `min_community_size` others this
+    close (itself included) proposes its neighbourhood (closest first); the largest proposals take their members
+    first, and a proposal keeps what is left of it if that is still `min_community_size` strong."""
+    vectors = torch.as_tensor(embeddings) if not isinstance(embeddings, torch.Tensor) else embeddings
+    vectors = F.normalize((vectors[None] if vectors.dim() == 1 else vectors).float(), dim=-1)
+    if not isinstance(min_community_size, int) or isinstance(min_community_size, bool) or min_community_size < 1:
+        raise InputError(f"min_community_size must be a positive whole number, got {min_community_size!r}")
+    proposals = []
+    for start in range(0, len(vectors), batch_size):
+        for offset, row in enumerate(vectors[start:start + batch_size] @ vectors.T):
+            close = (row >= threshold).nonzero().squeeze(-1)
+            if len(close) >= min_community_size:
+                proposals.append((start + offset, close[row[close].argsort(descending=True, stable=True)].tolist()))
+    proposals.sort(key=lambda proposal: len(proposal[1]), reverse=True)
+    taken: set[int] = set()
+    communities = []
+    for center, members in proposals:
+        left = [member for member in members if member not in taken]
+        if center not in taken and len(left) >= min_community_size:
+            communities.append([center] + [member for member in left if member != center])
+            taken.update(communities[-1])
+    return sorted(communities, key=len, reverse=True)
 
 
 @dataclass(frozen=True)
