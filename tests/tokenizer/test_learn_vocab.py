@@ -100,3 +100,40 @@ def test_close_to_the_tokenizers_library_trainer(data_dir, tmp_path):
                                                                           min_frequency=2, show_progress=False))
     ours = set(learn_vocab([corpus], vocab_size=2000).id_to_token)
     assert len(ours & set(reference.get_vocab())) / len(ours) > 0.9
+
+
+def test_train_new_from_iterator_as_transformers(data_dir, tmp_path):
+    """transformers' recipe for a tokenizer of one's own domain: the old tokenizer's settings, a vocabulary learnt
+    from batches of WikiText-2 lines. Close to what transformers' BertTokenizerFast learns from the same batches
+    (the same kind of merges; see test_close_to_the_tokenizers_library_trainer), as good on held-out lines, and
+    saved as a folder transformers reads to the same tokens."""
+    transformers = pytest.importorskip("transformers")
+    from bertforge.checkpoint.default_model import default_model_dir
+
+    with open(data_dir / "wikitext2" / "wiki.valid.tokens", encoding="utf-8") as handle:
+        lines = [line for line in handle.read().splitlines() if line.strip()]
+    train, held_out = lines[:1500], lines[1500:1700]
+    batches = [train[i:i + 100] for i in range(0, len(train), 100)]
+    old = BertTokenizer.from_pretrained(default_model_dir(), model_max_length=256)
+    ours = old.train_new_from_iterator(iter(batches), vocab_size=3000)
+    theirs = transformers.AutoTokenizer.from_pretrained(default_model_dir(), model_max_length=256
+                                                        ).train_new_from_iterator(iter(batches), vocab_size=3000)
+    assert len(ours) == len(theirs) == 3000 and ours.model_max_length == 256 and ours.do_lower_case
+    assert len(set(ours.get_vocab()) & set(theirs.get_vocab())) / 3000 > 0.9
+
+    def unknown_and_count(tokenizer):
+        tokens = [token for line in held_out for token in tokenizer.tokenize(line)]
+        return sum(token == "[UNK]" for token in tokens) / len(tokens), len(tokens)
+
+    (our_unknown, our_count), (their_unknown, their_count) = unknown_and_count(ours), unknown_and_count(theirs)
+    assert our_unknown < 1.5 * their_unknown + 1e-3 and abs(our_count - their_count) < 0.02 * their_count
+    ours.save_pretrained(tmp_path)
+    reloaded = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    assert [reloaded.tokenize(line) for line in held_out[:50]] == [ours.tokenize(line) for line in held_out[:50]]
+
+    one_by_one = old.train_new_from_iterator(train[:200], vocab_size=1500)  # texts, not batches, do as well
+    assert len(one_by_one) <= 1500 and one_by_one.tokenize("the same old story")[0] == "the"
+    with pytest.raises(InputError, match="reads texts or lists of texts"):
+        old.train_new_from_iterator([["a text", 3]], vocab_size=100)
+    with pytest.raises(ConfigError, match="takes no option 'new_special_tokens'"):
+        old.train_new_from_iterator(train, vocab_size=100, new_special_tokens=["<x>"])

@@ -42,13 +42,15 @@ def read_corpus(paths: Iterable[str | Path]) -> Iterator[str]:
                     raise InputError("not valid UTF-8 text", path, line=line_number) from None
 
 
-def count_words(lines: Iterable[str], lowercase: bool = True) -> Counter[str]:
-    """How often each word occurs, split exactly as BertTokenizer splits text (special tokens left out).
+def count_words(lines: Iterable[str], lowercase: bool = True, strip_accents: bool | None = None,
+                split_cjk: bool = True) -> Counter[str]:
+    """How often each word occurs, split exactly as BertTokenizer splits text (special tokens left out); the
+    options are BertTokenizer's basic tokenization settings.
 
     ["Hello, hello!"] -> {"hello": 2, ",": 1, "!": 1}.
     """
     specials = SPECIAL_TOKENS.values()
-    basic = BasicTokenizer(lowercase=lowercase, never_split=specials)
+    basic = BasicTokenizer(lowercase=lowercase, strip_accents=strip_accents, split_cjk=split_cjk, never_split=specials)
     counts: Counter[str] = Counter()
     for line in lines:
         counts.update(basic.split(line))

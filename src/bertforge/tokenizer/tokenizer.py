@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from operator import itemgetter
 from pathlib import Path
@@ -210,6 +210,38 @@ class BertTokenizer:
         tokenizer = cls(files.vocab, **chosen, added_tokens=files.added_tokens, max_word_chars=files.max_word_chars)
         tokenizer.add_special_tokens(special)
         return tokenizer
+
+    def train_new_from_iterator(self, text_iterator: Iterable[str | Sequence[str]], vocab_size: int,
+                                length: int | None = None, **options: Any) -> BertTokenizer:
+        """transformers' train_new_from_iterator: a tokenizer with this one's settings (lower-casing, accents,
+        Chinese characters, maximum length, padding and truncation sides) and a new WordPiece vocabulary of at most
+        `vocab_size` tokens, learnt from the texts (an iterator of texts or of batches of texts, as a dataset's
+        column gives them). The vocabulary's special tokens are BERT's; `length` is only a progress hint there."""
+        from bertforge.tokenizer.learn_vocab import count_words, learn_wordpiece
+
+        if options:
+            raise ConfigError(f"train_new_from_iterator takes no option {sorted(options)[0]!r} here")
+        if self.vocab.special_tokens != SPECIAL_TOKEN_ROLES:
+            raise ConfigError("train_new_from_iterator learns BERT's special tokens ([PAD], [UNK], [CLS], [SEP], "
+                              "[MASK]); this tokenizer has others")
+
+        def texts() -> Iterator[str]:
+            for item in text_iterator:
+                batch = [item] if isinstance(item, str) else item
+                if not isinstance(batch, (list, tuple)) or not all(isinstance(text, str) for text in batch):
+                    raise InputError(f"train_new_from_iterator reads texts or lists of texts, got {item!r:.60}")
+                yield from batch
+
+        counts = count_words(texts(), lowercase=self.do_lower_case, strip_accents=self.strip_accents,
+                             split_cjk=self.tokenize_chinese_chars)
+        if not counts:
+            raise InputError("train_new_from_iterator: the texts hold no words")
+        return BertTokenizer(Vocab(learn_wordpiece(counts, vocab_size)), do_lower_case=self.do_lower_case,
+                             strip_accents=self.strip_accents, tokenize_chinese_chars=self.tokenize_chinese_chars,
+                             model_max_length=self.model_max_length, padding_side=self.padding_side,
+                             truncation_side=self.truncation_side,
+                             clean_up_tokenization_spaces=self.clean_up_tokenization_spaces,
+                             model_input_names=self.model_input_names)
 
     def save_pretrained(self, directory: str | Path, model_max_length: int | None = None) -> None:
         """Write the tokenizer files transformers writes (readable by from_pretrained and by transformers).
