@@ -290,3 +290,39 @@ def test_without_special_tokens_as_in_transformers(fresh, glue_pairs, corpora, t
         texts = corpora["sst2"][:40] + AWKWARD
         assert_same_rows(ours(texts, **options), reference(texts, **options))
         assert ours.encode(texts[0], add_special_tokens=False) == reference.encode(texts[0], add_special_tokens=False)
+
+
+def test_transformers_4_names_encode_as_calls_do(ours, reference, glue_pairs, minilm_dir, tmp_path):
+    """encode_plus and batch_encode_plus (transformers 4's tutorials; gone from 5, where calls do the same work),
+    with their old pad_to_max_length, give what a call of transformers' tokenizer gives; the special-token builders,
+    the length limits answer as transformers' do, and save_vocabulary writes the checkpoint's vocab.txt."""
+    import torch
+
+    pairs = glue_pairs[:16]
+    options = dict(max_length=48, truncation=True, padding="max_length", return_attention_mask=True)
+    one = ours.encode_plus(*pairs[0], return_tensors="pt", **options)
+    expected = reference(*pairs[0], return_tensors="pt", **options)
+    assert one.keys() == expected.keys() and all(torch.equal(one[key], expected[key]) for key in expected)
+    old_flag = ours.encode_plus(pairs[0][0], max_length=48, truncation=True, pad_to_max_length=True)
+    assert old_flag["input_ids"] == reference(pairs[0][0], max_length=48, truncation=True,
+                                              padding="max_length")["input_ids"]
+    batch = ours.batch_encode_plus(pairs, **options)
+    assert dict(batch) == dict(reference(pairs, **options))
+    singles = [first for first, _ in pairs]
+    assert dict(ours.batch_encode_plus(singles, pad_to_max_length=True, max_length=40)) == dict(
+        reference(singles, padding="max_length", max_length=40, truncation=True))
+    with pytest.raises(BertforgeError, match="batch_encode_plus takes a list"):
+        ours.batch_encode_plus("one text")
+
+    first, second = (ours(text, add_special_tokens=False)["input_ids"] for text in pairs[1])
+    together = ours(*pairs[1])
+    assert ours.build_inputs_with_special_tokens(first, second) == together["input_ids"]
+    assert ours.create_token_type_ids_from_sequences(first, second) == together["token_type_ids"]
+    assert ours.build_inputs_with_special_tokens(first) == ours(pairs[1][0])["input_ids"]
+    assert ours.create_token_type_ids_from_sequences(first) == [0] * (len(first) + 2)
+    assert (ours.max_len_single_sentence, ours.max_len_sentences_pair) == (
+        reference.max_len_single_sentence, reference.max_len_sentences_pair)
+    (path,) = ours.save_vocabulary(tmp_path, filename_prefix="mine")
+    assert path == str(tmp_path / "mine-vocab.txt")
+    assert (tmp_path / "mine-vocab.txt").read_text(encoding="utf-8") == (minilm_dir / "vocab.txt").read_text(
+        encoding="utf-8")

@@ -415,6 +415,49 @@ class BertTokenizer:
             raise InputError("encode takes one text; for a batch, call the tokenizer")
         return self(text, text_pair, **options)["input_ids"]
 
+    def encode_plus(self, text: Any, text_pair: Any = None, *, pad_to_max_length: bool = False,
+                    **options: Any) -> BatchEncoding:
+        """transformers 4's encode_plus (gone from 5), as code written for it calls it: one text or pair, as a call
+        encodes it; its old `pad_to_max_length=True` is padding="max_length"."""
+        if pad_to_max_length:
+            options.setdefault("padding", "max_length")
+        return self(text, text_pair, **options)
+
+    def batch_encode_plus(self, batch_text_or_text_pairs: Sequence[Any], *, pad_to_max_length: bool = False,
+                          **options: Any) -> BatchEncoding:
+        """transformers 4's batch_encode_plus: a list of texts or of (text, pair) tuples, as a call encodes it."""
+        if isinstance(batch_text_or_text_pairs, str):
+            raise InputError("batch_encode_plus takes a list of texts or of (text, pair) tuples, not one text")
+        if pad_to_max_length:
+            options.setdefault("padding", "max_length")
+        return self(list(batch_text_or_text_pairs), **options)
+
+    def build_inputs_with_special_tokens(self, token_ids_0: Sequence[int],
+                                         token_ids_1: Sequence[int] | None = None) -> list[int]:
+        """[CLS] A [SEP], or [CLS] A [SEP] B [SEP], of token ids (transformers 4's name)."""
+        row = [self.cls_token_id, *token_ids_0, self.sep_token_id]
+        return row if token_ids_1 is None else [*row, *token_ids_1, self.sep_token_id]
+
+    def create_token_type_ids_from_sequences(self, token_ids_0: Sequence[int],
+                                             token_ids_1: Sequence[int] | None = None) -> list[int]:
+        """The segment ids of build_inputs_with_special_tokens' row: 0 through A's [SEP], then 1."""
+        first = [0] * (len(token_ids_0) + 2)
+        return first if token_ids_1 is None else first + [1] * (len(token_ids_1) + 1)
+
+    @property
+    def max_len_single_sentence(self) -> int:
+        return self.model_max_length - self.num_special_tokens_to_add(pair=False)
+
+    @property
+    def max_len_sentences_pair(self) -> int:
+        return self.model_max_length - self.num_special_tokens_to_add(pair=True)
+
+    def save_vocabulary(self, save_directory: str | Path, filename_prefix: str | None = None) -> tuple[str]:
+        """The vocabulary alone, as vocab.txt (PREFIX-vocab.txt) in `save_directory`; its path, as transformers."""
+        path = Path(save_directory) / (f"{filename_prefix}-vocab.txt" if filename_prefix else "vocab.txt")
+        self.vocab.save(path)
+        return (str(path),)
+
     def get_vocab(self) -> dict[str, int]:
         """Token -> id, added tokens included."""
         return dict(self.vocab.token_to_id)
