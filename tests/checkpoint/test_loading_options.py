@@ -196,3 +196,12 @@ def test_model_input_names_are_saved(minilm_dir, tmp_path):
     narrow.save_pretrained(tmp_path)
     assert set(BertTokenizer.from_pretrained(tmp_path)("x")) == {"input_ids", "attention_mask"}
     assert set(transformers.AutoTokenizer.from_pretrained(tmp_path)("x")) == {"input_ids", "attention_mask"}
+
+
+def test_name_or_path_is_kept_as_transformers_keeps_it(minilm_dir):
+    theirs = transformers.BertModel.from_pretrained(minilm_dir)
+    their_tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    assert BertModel.from_pretrained(minilm_dir).name_or_path == theirs.name_or_path == str(minilm_dir)
+    assert BertTokenizer.from_pretrained(minilm_dir).name_or_path == their_tokenizer.name_or_path == str(minilm_dir)
+    assert BertModel.from_pretrained("default").name_or_path == "default"
+    assert BertModel(BertConfig.tiny()).name_or_path == ""

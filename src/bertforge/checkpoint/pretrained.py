@@ -224,6 +224,7 @@ class Pretrained:
             model = (model.to(dtype) if dtype is not None else model).eval()
         if device is not None:
             model = model.to(device)
+        model.name_or_path = str(name_or_path)
         if output_loading_info:  # bertforge's parameter names for the missing ones, the checkpoint's for the rest
             return model, {"missing_keys": list(report.initialised), "unexpected_keys": list(report.skipped),
                            "mismatched_keys": [], "error_msgs": []}
@@ -259,6 +260,7 @@ class Pretrained:
     # What transformers' PreTrainedModel says of a BERT model, for code that asks
     main_input_name = "input_ids"
     base_model_prefix = "bert"
+    name_or_path = ""  # what from_pretrained was given
     # transformers' Trainer: the losses are means over the batch's labels, so with gradient accumulation the Trainer
     # divides them by the steps itself and passes no `num_items_in_batch` to forward.
     accepts_loss_kwargs = False

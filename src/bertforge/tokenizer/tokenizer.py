@@ -209,6 +209,7 @@ class BertTokenizer:
         _check_settings(chosen, directory / "tokenizer_config.json")
         tokenizer = cls(files.vocab, **chosen, added_tokens=files.added_tokens, max_word_chars=files.max_word_chars)
         tokenizer.add_special_tokens(special)
+        tokenizer.name_or_path = str(name_or_path)
         return tokenizer
 
     def train_new_from_iterator(self, text_iterator: Iterable[str | Sequence[str]], vocab_size: int,
@@ -323,6 +324,7 @@ class BertTokenizer:
         return roles + [token_id for token_id, token in sorted(self.added_tokens.items())
                         if token.special and token_id not in roles]
 
+    name_or_path = ""  # what from_pretrained was given, as transformers keeps it
     is_fast = True  # transformers' flag for a tokenizer with offsets and the alignment methods, which this has
     pad_token_type_id = 0  # the segment id of padding
 
