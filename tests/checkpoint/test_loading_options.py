@@ -205,3 +205,37 @@ def test_name_or_path_is_kept_as_transformers_keeps_it(minilm_dir):
     assert BertTokenizer.from_pretrained(minilm_dir).name_or_path == their_tokenizer.name_or_path == str(minilm_dir)
     assert BertModel.from_pretrained("default").name_or_path == "default"
     assert BertModel(BertConfig.tiny()).name_or_path == ""
+
+
+def test_what_transformers_code_asks_of_a_model(minilm_dir, tmp_path, batch):
+    """base_model (what code that freezes the encoder uses), the memory footprint, the input-embedding grad hook,
+    and save_pretrained's options (is_main_process, state_dict), against transformers' BertForSequenceClassification."""
+    ours = BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2)
+    theirs = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2)
+    assert ours.base_model is ours.bert and BertModel.from_pretrained(minilm_dir).base_model.__class__ is BertModel
+    # transformers counts its position_ids buffer too; the parameters alone are the same bytes
+    assert ours.get_memory_footprint(return_buffers=False) == theirs.get_memory_footprint(return_buffers=False)
+
+    for parameter in ours.base_model.parameters():
+        parameter.requires_grad_(False)
+    ours.enable_input_require_grads()
+    seen = []
+    hook = ours.get_input_embeddings().register_forward_hook(lambda m, i, output: seen.append(output.requires_grad))
+    ours(**batch)
+    ours.disable_input_require_grads()
+    ours(**batch)
+    hook.remove()
+    assert seen == [True, False]
+
+    assert ours.save_pretrained(tmp_path / "not-main", is_main_process=False) == tmp_path / "not-main"
+    assert not (tmp_path / "not-main").exists()
+    replaced = {name: torch.zeros_like(tensor) if name == "classifier.bias" else tensor
+                for name, tensor in ours.state_dict().items()}
+    ours.save_pretrained(tmp_path / "given", state_dict=replaced)
+    reloaded = transformers.BertForSequenceClassification.from_pretrained(tmp_path / "given")
+    assert torch.equal(reloaded.classifier.bias, torch.zeros(2))
+    assert torch.equal(reloaded.classifier.weight, ours.classifier.weight)
+    with pytest.raises(ConfigError, match="safetensors only"):
+        ours.save_pretrained(tmp_path / "pickled", safe_serialization=False)
+    with pytest.raises(ConfigError, match="runs offline"):
+        ours.save_pretrained(tmp_path / "hub", push_to_hub=True)

@@ -291,6 +291,29 @@ class Pretrained:
         encoder = getattr(self, "bert", self)
         return encoder.embeddings.tokens
 
+    @property
+    def base_model(self) -> torch.nn.Module:
+        """The encoder under the head (the model itself for BertModel), as transformers names it: what code that
+        freezes the encoder reaches for."""
+        return getattr(self, self.base_model_prefix, self)
+
+    def enable_input_require_grads(self) -> None:
+        """Make the word embeddings' output require gradients even when the table is frozen (transformers' hook for
+        adapters trained with reentrant checkpointing; harmless with bertforge's non-reentrant one)."""
+        self._require_grads_hook = self.get_input_embeddings().register_forward_hook(
+            lambda module, inputs, output: output.requires_grad_(True))
+
+    def disable_input_require_grads(self) -> None:
+        hook = getattr(self, "_require_grads_hook", None)
+        if hook is not None:
+            hook.remove()
+            self._require_grads_hook = None
+
+    def get_memory_footprint(self, return_buffers: bool = True) -> int:
+        """Bytes the parameters (and buffers) take, as transformers counts them."""
+        tensors = [*self.parameters(), *(self.buffers() if return_buffers else ())]
+        return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+
     def resize_token_embeddings(self, new_num_tokens: int | None = None,
                                 pad_to_multiple_of: int | None = None) -> torch.nn.Embedding:
         """Give the word embeddings (and a masked-LM head's decoder and bias) `new_num_tokens` rows, after
@@ -326,12 +349,27 @@ class Pretrained:
                 owner.config.vocab_size = rows
         return resized
 
-    def save_pretrained(self, directory: str | Path) -> Path:
+    def save_pretrained(self, directory: str | Path, is_main_process: bool = True,
+                        state_dict: dict[str, torch.Tensor] | None = None, safe_serialization: bool = True,
+                        max_shard_size: Any = None, push_to_hub: bool = False, **options: Any) -> Path:
         """Write config.json and model.safetensors with the ecosystem's names (and an encoder's
-        sentence-transformers layout, when it was loaded with one)."""
+        sentence-transformers layout, when it was loaded with one). transformers' options as its callers pass them:
+        `is_main_process=False` writes nothing (another process of the run saves); `state_dict` (bertforge's or
+        transformers' names) in the place of the model's own tensors; one safetensors file whatever
+        `max_shard_size` (safe_serialization=False, pickled weights, is refused, as is pushing to the Hub)."""
         directory = Path(directory)
+        if not safe_serialization:
+            raise ConfigError("save_pretrained: bertforge writes safetensors only (safe_serialization=False)")
+        if push_to_hub or options.get("token") or options.get("repo_id"):
+            raise ConfigError("save_pretrained: bertforge runs offline; push the folder with huggingface_hub")
+        unknown = sorted(set(options) - {"token", "repo_id", "save_peft_format", "commit_message",
+                                         "private", "create_pr"})
+        if unknown:
+            raise ConfigError(f"save_pretrained takes no option {unknown[0]!r}")
+        if not is_main_process:
+            return directory
         directory.mkdir(parents=True, exist_ok=True)
-        state = {to_hf(name): tensor for name, tensor in self.state_dict().items()}
+        state = {to_hf(name): tensor for name, tensor in (state_dict or self.state_dict()).items()}
         for copy, original in TIED_HF_KEYS.items():
             if copy.rsplit(".", 1)[0] + ".weight" in state and copy not in state and original in state:
                 state[copy] = state[original].clone()  # an untied decoder's bias, where transformers 5 reads it
