@@ -333,9 +333,9 @@ def inspect_checkpoint(name_or_path: str | Path) -> Checkpoint:
 
     The head is what the weights have: span outputs (qa_outputs.*) make a question-answering model; a classifier
     is a token classifier when config.json's "architectures" says so (or, without the name, when there is no
-    pooler to read [CLS]), no task's head when it names BertForMultipleChoice, and a sequence classifier otherwise;
-    without a task's head (pre-training's and multiple choice's are none: OTHER_MODELS), an encoder. The task is
-    the fine-tuning run's, else the head's (regression for a one-output sequence classifier).
+    pooler to read [CLS]), and a sequence classifier otherwise; without a task's head, or named as one of
+    OTHER_MODELS (whose heads no task runs), an encoder. The task is the fine-tuning run's, else the head's
+    (regression for a one-output sequence classifier).
     """
     directory = resolve_model_dir(name_or_path)
     path = config_path(directory)
@@ -347,12 +347,12 @@ def inspect_checkpoint(name_or_path: str | Path) -> Checkpoint:
         raise CheckpointError(f"{path}: expected a JSON object")
     names = _weight_names(directory)
     architectures = config.get("architectures") or []
-    if any(name.startswith(HEADS["question_answering"].weights) for name in names):
+    if any(name in OTHER_MODELS for name in architectures):
+        head = "encoder"  # a head no task runs (multiple choice's one-score classifier, pre-training's)
+    elif any(name.startswith(HEADS["question_answering"].weights) for name in names):
         head = "question_answering"
     elif any(name.startswith("classifier.") for name in names):
-        if BertForMultipleChoice.__name__ in architectures:
-            head = "encoder"  # its one-score classifier is no task's head (see OTHER_MODELS)
-        elif BertForTokenClassification.__name__ in architectures:
+        if BertForTokenClassification.__name__ in architectures:
             head = "token_classification"
         elif BertForSequenceClassification.__name__ in architectures:
             head = "sequence_classification"
