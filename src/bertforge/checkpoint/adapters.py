@@ -39,13 +39,14 @@ def merge_lora(model: nn.Module, adapter: str | Path) -> nn.Module:
     """`model` (changed in place and returned) with the LoRA adapter in the folder `adapter` merged into its weights.
     The model must be the adapter's base (the same encoder size and, for a task head the adapter trained, the same
     number of labels); anything of the adapter with no place in it is a one-line error."""
+    return merged(model, *read_adapter(Path(adapter)))
+
+
+def merged(model: nn.Module, settings: dict, tensors: dict[str, torch.Tensor], source: Path) -> nn.Module:
+    """merge_lora of an adapter already read (read_adapter)."""
     from bertforge.compress.quantize import check_not_quantized
 
     check_not_quantized(model, "merge an adapter into")
-    directory = Path(adapter)
-    settings = read_json_object(directory / ADAPTER_CONFIG_FILE, "adapter config")
-    check_mergeable(settings, directory / ADAPTER_CONFIG_FILE)
-    tensors, source = read_adapter(directory)
     modules = dict(model.named_modules())
     parameters = dict(model.named_parameters())
     pairs: dict[str, dict[str, torch.Tensor]] = {}
@@ -81,7 +82,7 @@ def load_adapted(base: str | Path, adapter: str | Path, head: str | None = None)
 
     checkpoint = inspect_checkpoint(base)
     directory = Path(adapter)
-    settings = read_json_object(directory / ADAPTER_CONFIG_FILE, "adapter config")
+    settings, tensors, source = read_adapter(directory)
     task_type = settings.get("task_type")
     if head is None and task_type is not None and task_type not in PEFT_TASKS:
         raise ConfigError(f"{directory / ADAPTER_CONFIG_FILE}: task_type {task_type!r} is none of bertforge's "
@@ -89,7 +90,6 @@ def load_adapted(base: str | Path, adapter: str | Path, head: str | None = None)
     head = head or PEFT_TASKS.get(task_type, checkpoint.head)
     options = {}
     if head != checkpoint.head and HEADS[head].weights:
-        tensors, source = read_adapter(directory)
         weight = next((tensor for key, tensor in tensors.items() if key.endswith(HEADS[head].weights + "weight")),
                       None)
         if weight is None:
@@ -104,7 +104,7 @@ def load_adapted(base: str | Path, adapter: str | Path, head: str | None = None)
         model = HEADS[head].model_class.from_pretrained(checkpoint.directory, **options)
     finally:
         quiet.setLevel(level)
-    return merge_lora(model, directory)
+    return merged(model, settings, tensors, source)
 
 
 def check_mergeable(settings: dict, path: Path) -> None:
@@ -121,10 +121,13 @@ def check_mergeable(settings: dict, path: Path) -> None:
             raise ConfigError(f"{path}: {setting} must be a positive number, got {value!r}")
 
 
-def read_adapter(directory: Path) -> tuple[dict[str, torch.Tensor], Path]:
+def read_adapter(directory: Path) -> tuple[dict, dict[str, torch.Tensor], Path]:
+    """An adapter folder's settings (checked mergeable), its tensors, and the file they came from."""
+    settings = read_json_object(directory / ADAPTER_CONFIG_FILE, "adapter config")
+    check_mergeable(settings, directory / ADAPTER_CONFIG_FILE)
     for name, read in zip(ADAPTER_FILES, (_read_safetensors, _read_pytorch), strict=True):
         if (directory / name).is_file():
-            return read(directory / name), directory / name
+            return settings, read(directory / name), directory / name
     raise CheckpointError(f"{directory}: no {' or '.join(ADAPTER_FILES)} beside {ADAPTER_CONFIG_FILE}")
 
 
