@@ -318,10 +318,8 @@ class CrossEncoder(nn.Module):
             logits = activation_fct(model(**features).logits)
             return loss_fct(logits.view(-1) if self.num_labels == 1 else logits, labels)
 
-        train_dataloader.collate_fn = self.smart_batching_collate
-        save = None if output_path is None or not save_best_model else (lambda _: self.save(output_path))
-        fit_as_sentence_transformers(self, self.model, train_dataloader, loss, evaluator, save, epochs=epochs,
-                                     **options)
+        fit_as_sentence_transformers(self, self.model, train_dataloader, loss, evaluator, output_path,
+                                     save_best_model, epochs=epochs, **options)
 
     def rank(self, query: str, documents: Sequence[str], top_k: int | None = None, return_documents: bool = False,
              prompt_name: str | None = None, prompt: str | None = None, batch_size: int = 32,

@@ -19,7 +19,7 @@ from bertforge.batching import length_sorted_batches
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.inference.features import embedding_texts, extract_features, pool, sentence_embedding
-from bertforge.inference.similarity import SIMILARITIES
+from bertforge.inference.similarity import SIMILARITIES, as_matrix
 from bertforge.tasks.data import forward_rows
 
 # sentence-transformers' embedding precisions: name -> (texts, hidden) float32 -> the quantized array. The integer
@@ -347,12 +347,12 @@ class SentenceEncoder(nn.Module):
     def similarity(self, embeddings_1: Any, embeddings_2: Any) -> torch.Tensor:
         """(n, m) similarities of two sets of vectors (arrays, tensors, lists of vectors, or one vector each) by
         similarity_fn_name."""
-        first, second = (_matrix(e) for e in (embeddings_1, embeddings_2))
+        first, second = (as_matrix(e) for e in (embeddings_1, embeddings_2))
         return SIMILARITIES[self.similarity_fn_name].table(first, second)
 
     def similarity_pairwise(self, embeddings_1: Any, embeddings_2: Any) -> torch.Tensor:
         """(n,) similarities of the i-th vector of one set with the i-th of the other."""
-        first, second = (_matrix(e) for e in (embeddings_1, embeddings_2))
+        first, second = (as_matrix(e) for e in (embeddings_1, embeddings_2))
         if first.shape != second.shape:
             raise InputError(f"similarity_pairwise needs two sets of the same shape, got {tuple(first.shape)} and "
                              f"{tuple(second.shape)}")
@@ -379,25 +379,25 @@ class SentenceEncoder(nn.Module):
         if steps_per_epoch not in (None, 0):
             raise ConfigError("fit: steps_per_epoch is not supported here (bertforge trains whole epochs)")
         dataloader, loss_model = train_objectives[0]
-        dataloader.collate_fn = self.smart_batching_collate
-        save = None if output_path is None or not save_best_model else (lambda _: self.save(output_path))
-        fit_as_sentence_transformers(self, loss_model, dataloader, lambda model, batch: model(*batch), evaluator, save,
-                                     epochs=epochs, **options)
+        fit_as_sentence_transformers(self, loss_model, dataloader, lambda model, batch: model(*batch), evaluator,
+                                     output_path, save_best_model, epochs=epochs, **options)
 
 
-def fit_as_sentence_transformers(owner: nn.Module, trained: nn.Module, batches: Any,
+def fit_as_sentence_transformers(owner: nn.Module, trained: nn.Module, dataloader: Any,
                                  loss_fn: Callable[[nn.Module, Any], torch.Tensor], evaluator: Callable | None,
-                                 save: Callable | None, epochs: int = 1, scheduler: str = "WarmupLinear",
+                                 output_path: str | Path | None, save_best_model: bool, epochs: int = 1,
+                                 scheduler: str = "WarmupLinear",
                                  warmup_steps: int = 10000, optimizer_class: type = torch.optim.AdamW,
                                  optimizer_params: dict[str, Any] | None = None, weight_decay: float = 0.01,
                                  evaluation_steps: int = 0, max_grad_norm: float = 1, use_amp: bool = False,
                                  callback: Callable | None = None, show_progress_bar: bool = True,
                                  **unused: Any) -> None:
     """sentence-transformers' fit options (SentenceEncoder's and CrossEncoder's) on bertforge's training loop:
-    `trained` (the module holding the parameters) by `loss_fn` on `batches`, AdamW with linear warm-up then
-    decay (WarmupLinear); a sentence-transformers `evaluator` scores `owner` after every epoch (or every
-    `evaluation_steps`) and `save` keeps the best by its primary metric. Other optimizers, schedules, callbacks
-    and checkpoints are refused by name; `owner` ends in eval mode."""
+    `trained` (the module holding the parameters) by `loss_fn` on the batches of `dataloader` (collated by
+    `owner.smart_batching_collate`), AdamW with linear warm-up then decay (WarmupLinear); a sentence-transformers
+    `evaluator` scores `owner` after every epoch (or every `evaluation_steps`) and the best by its primary metric
+    is saved to `output_path` (with `save_best_model`). Other optimizers, schedules, callbacks and checkpoints are
+    refused by name; `owner` ends in eval mode."""
     from bertforge.training.trainer import TrainConfig, Trainer
 
     refused = {"scheduler": scheduler.lower() != "warmuplinear", "optimizer_class": optimizer_class
@@ -419,16 +419,9 @@ def fit_as_sentence_transformers(owner: nn.Module, trained: nn.Module, batches: 
         metrics = evaluator(owner)
         return metrics | {"primary_metric": metrics[evaluator.primary_metric]}
 
-    Trainer(trained, config, batches, evaluate=None if evaluator is None else evaluate,
+    dataloader.collate_fn = owner.smart_batching_collate
+    save = None if output_path is None or not save_best_model else (lambda _: owner.save(output_path))
+    Trainer(trained, config, dataloader, evaluate=None if evaluator is None else evaluate,
             main_metric=None if evaluator is None else "primary_metric",
             greater_is_better=getattr(evaluator, "greater_is_better", True), save=save, loss_fn=loss_fn).train()
     owner.eval()
-
-
-def _matrix(embeddings: Any) -> torch.Tensor:
-    """(n, d) float32 of an array, a tensor, a list of vectors, or one vector."""
-    if isinstance(embeddings, list | tuple) and embeddings and isinstance(embeddings[0], torch.Tensor):
-        embeddings = torch.stack(list(embeddings))
-    matrix = embeddings if isinstance(embeddings, torch.Tensor) else torch.as_tensor(np.asarray(embeddings))
-    matrix = matrix.float()
-    return matrix[None] if matrix.dim() == 1 else matrix

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -42,10 +43,7 @@ def semantic_search(query_embeddings: Any, corpus_embeddings: Any, top_k: int = 
     if isinstance(score_function, str) and score_function not in SIMILARITIES:
         raise InputError(f"unknown score_function {score_function!r}; choose from {', '.join(SIMILARITIES)}")
     score = SIMILARITIES[score_function].table if isinstance(score_function, str) else score_function
-    for name, value in (("top_k", top_k), ("query_chunk_size", query_chunk_size),
-                        ("corpus_chunk_size", corpus_chunk_size)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InputError(f"{name} must be a positive whole number, got {value!r}")
+    check_counts(top_k=top_k, query_chunk_size=query_chunk_size, corpus_chunk_size=corpus_chunk_size)
     best_scores = torch.full((len(queries), 0), float("-inf"))
     best_ids = torch.zeros((len(queries), 0), dtype=torch.long)
     for start in range(0, len(corpus), corpus_chunk_size):
@@ -82,12 +80,8 @@ def paraphrase_mining_embeddings(embeddings: Any, top_k: int = 100, max_pairs: i
                                  ) -> list[list[float | int]]:
     """Pairs of close vectors as [score, i, j] (i < j), closest first, at most `max_pairs`: each vector's `top_k`
     nearest others (semantic_search of the collection against itself) are the candidates, each pair once."""
-    if not isinstance(max_pairs, int) or isinstance(max_pairs, bool) or max_pairs < 1:
-        raise InputError(f"max_pairs must be a positive whole number, got {max_pairs!r}")
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-        raise InputError(f"top_k must be a positive whole number, got {top_k!r}")
-    vectors = torch.as_tensor(embeddings) if not isinstance(embeddings, torch.Tensor) else embeddings
-    hits = semantic_search(vectors, vectors, top_k + 1, score_function, query_chunk_size, corpus_chunk_size)
+    check_counts(max_pairs=max_pairs, top_k=top_k)
+    hits = semantic_search(embeddings, embeddings, top_k + 1, score_function, query_chunk_size, corpus_chunk_size)
     pairs: dict[tuple[int, int], float] = {}
     for i, row in enumerate(hits):
         for hit in [hit for hit in row if hit["corpus_id"] != i][:top_k]:
@@ -102,10 +96,8 @@ def community_detection(embeddings: Any, threshold: float = 0.75, min_community_
     sentence-transformers' util.community_detection. Every vector with at least `min_community_size` others this
     close (itself included) proposes its neighbourhood (closest first); the largest proposals take their members
     first, and a proposal keeps what is left of it if that is still `min_community_size` strong."""
-    vectors = torch.as_tensor(embeddings) if not isinstance(embeddings, torch.Tensor) else embeddings
-    vectors = F.normalize((vectors[None] if vectors.dim() == 1 else vectors).float(), dim=-1)
-    if not isinstance(min_community_size, int) or isinstance(min_community_size, bool) or min_community_size < 1:
-        raise InputError(f"min_community_size must be a positive whole number, got {min_community_size!r}")
+    vectors = F.normalize(as_matrix(embeddings), dim=-1)
+    check_counts(min_community_size=min_community_size)
     proposals = []
     for start in range(0, len(vectors), batch_size):
         for offset, row in enumerate(vectors[start:start + batch_size] @ vectors.T):
@@ -121,6 +113,22 @@ def community_detection(embeddings: Any, threshold: float = 0.75, min_community_
             communities.append([center] + [member for member in left if member != center])
             taken.update(communities[-1])
     return sorted(communities, key=len, reverse=True)
+
+
+def check_counts(**counts: Any) -> None:
+    """One-line errors for counts and sizes that must be positive whole numbers."""
+    for name, value in counts.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InputError(f"{name} must be a positive whole number, got {value!r}")
+
+
+def as_matrix(embeddings: Any) -> torch.Tensor:
+    """(n, d) float32 of an array, a tensor, a list of vectors, or one vector."""
+    if isinstance(embeddings, list | tuple) and embeddings and isinstance(embeddings[0], torch.Tensor):
+        embeddings = torch.stack(list(embeddings))
+    matrix = embeddings if isinstance(embeddings, torch.Tensor) else torch.as_tensor(np.asarray(embeddings))
+    matrix = matrix.float()
+    return matrix[None] if matrix.dim() == 1 else matrix
 
 
 @dataclass(frozen=True)
