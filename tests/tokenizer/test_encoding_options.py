@@ -4,6 +4,8 @@ the special-tokens mask and length, `pad` as a data collator uses it, and tokens
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bertforge.errors import BertforgeError
@@ -326,3 +328,64 @@ def test_transformers_4_names_encode_as_calls_do(ours, reference, glue_pairs, mi
     assert path == str(tmp_path / "mine-vocab.txt")
     assert (tmp_path / "mine-vocab.txt").read_text(encoding="utf-8") == (minilm_dir / "vocab.txt").read_text(
         encoding="utf-8")
+
+
+def test_constructed_as_transformers_constructs_it(minilm_dir, reference, corpora):
+    """BertTokenizer(vocab_file=...) (transformers 4's name), BertTokenizer(vocab={token: id}) and special tokens
+    as keyword arguments tokenize real text as transformers' tokenizer built the same way; a vocabulary with
+    gaps in its ids, a second vocabulary and an unknown setting are one-line errors."""
+    transformers = pytest.importorskip("transformers")
+    texts = corpora["sst2"][:50] + corpora["squad_questions"][:50]
+    vocab_file = minilm_dir / "vocab.txt"
+    by_id = dict(reference.get_vocab())
+    for ours in (BertTokenizer(vocab_file=vocab_file), BertTokenizer(by_id), BertTokenizer(vocab=str(vocab_file))):
+        assert [ours.tokenize(text) for text in texts] == [reference.tokenize(text) for text in texts]
+    # [MASK] as the unknown token, and the words the vocabulary can't spell become it
+    ours, theirs = BertTokenizer(vocab_file, unk_token="[MASK]"), transformers.BertTokenizer(by_id, unk_token="[MASK]")
+    odd = ["ᚠᛇᚻ runes", "a 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 word"]
+    assert [ours.tokenize(text) for text in odd] == [theirs.tokenize(text) for text in odd]
+    assert all("[MASK]" in ours.tokenize(text) for text in odd)
+    assert ours.unk_token_id == theirs.unk_token_id == by_id["[MASK]"]
+    with pytest.raises(BertforgeError, match="number its tokens 0 to n-1"):
+        BertTokenizer({"[UNK]": 0, "a": 2})
+    with pytest.raises(BertforgeError, match="one vocabulary"):
+        BertTokenizer(vocab_file, vocab_file=vocab_file)
+    with pytest.raises(BertforgeError, match="unknown tokenizer setting 'lowercase'"):
+        BertTokenizer(vocab_file, lowercase=True)
+
+
+def test_tokens_of_pairs_targets_and_added_tokens_as_in_transformers(fresh, glue_pairs, tmp_path):
+    """tokenize with a pair and special tokens, text_target's labels, convert_ids_to_tokens skipping the special
+    ones, clean_up_tokenization, the added-token maps, setting a special token and the files save_pretrained
+    reports, each as transformers' tokenizer gives them on GLUE pairs."""
+    ours, reference = fresh
+    for first, second in glue_pairs[:20]:
+        for special in (False, True):
+            assert ours.tokenize(first, pair=second, add_special_tokens=special) == reference.tokenize(
+                first, pair=second, add_special_tokens=special)
+        assert ours.tokenize(first, add_special_tokens=True) == reference.tokenize(first, add_special_tokens=True)
+    firsts, seconds = [first for first, _ in glue_pairs[:8]], [second for _, second in glue_pairs[:8]]
+    options = dict(padding=True, truncation=True, max_length=32, verbose=False)
+    assert dict(ours(firsts, text_target=seconds, **options)) == dict(reference(firsts, text_target=seconds,
+                                                                                 **options))
+    assert dict(ours(text_target=seconds, **options)) == dict(reference(text_target=seconds, **options))
+    ids = ours(*glue_pairs[0])["input_ids"]
+    assert ours.convert_ids_to_tokens(ids, skip_special_tokens=True) == reference.convert_ids_to_tokens(
+        ids, skip_special_tokens=True)
+    decoded = ours.decode(ids, clean_up_tokenization_spaces=False)
+    assert ours.clean_up_tokenization(decoded) == reference.clean_up_tokenization(decoded)
+    assert ours.clean_up_tokenization(decoded) == reference.decode(ids, clean_up_tokenization_spaces=True)
+
+    assert ours.add_tokens(["covid19"]) == reference.add_tokens(["covid19"])
+    assert ours.get_added_vocab() == reference.get_added_vocab()
+    assert ours.added_tokens_encoder == reference.added_tokens_encoder
+    assert {token_id: str(token) for token_id, token in ours.added_tokens_decoder.items()} == {
+        token_id: str(token) for token_id, token in reference.added_tokens_decoder.items()}
+    ours.pad_token, reference.pad_token = "[UNK]", "[UNK]"
+    assert (ours.pad_token, ours.pad_token_id) == (reference.pad_token, reference.pad_token_id)
+    assert dict(ours(firsts[:3], padding=True)) == dict(reference(firsts[:3], padding=True))
+    written = ours.save_pretrained(tmp_path / "saved")
+    assert sorted(written) == sorted(str(path) for path in (tmp_path / "saved").iterdir())
+    assert set(reference.save_pretrained(tmp_path / "theirs")) <= {str(tmp_path / "theirs" / Path(path).name)
+                                                                    for path in written}
+    assert "vocab_size=30522" in repr(ours) and "'pad_token': '[UNK]'" in repr(ours)

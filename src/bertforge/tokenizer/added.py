@@ -42,6 +42,9 @@ class AddedToken:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def __str__(self) -> str:  # the token itself, as the tokenizers library prints its AddedToken
+        return self.content
+
 
 # Rust regex's Unicode \w, which the reference tests single_word tokens against: Alphabetic, marks, decimal digits,
 # connector punctuation and the two joiners. Python's \w differs both ways: it takes '²' and '½' (No) as word

@@ -107,11 +107,13 @@ def read_tokenizer_files(directory: Path) -> TokenizerFiles:
     return TokenizerFiles(vocab, settings, added, max_word_chars)
 
 
-def write_tokenizer_files(tokenizer, directory: Path, model_max_length: int | None = None) -> None:
+def write_tokenizer_files(tokenizer, directory: Path, model_max_length: int | None = None) -> list[Path]:
     """vocab.txt, tokenizer.json, tokenizer_config.json, special_tokens_map.json and (with tokens added beyond
-    the vocabulary) added_tokens.json: what transformers 4 and 5 write, so that each of them reads it back."""
+    the vocabulary) added_tokens.json: what transformers 4 and 5 write, so that each of them reads it back. Returns
+    the files written."""
     vocab = tokenizer.vocab
     vocab.save(directory / VOCAB_FILE)
+    written = [directory / CONFIG_FILE, directory / SPECIAL_TOKENS_MAP_FILE, directory / VOCAB_FILE]
     roles = {role: token for role, token in vocab.special_tokens.items() if vocab.has_special(role)}
     added = dict(sorted(tokenizer.added_tokens.items()))
     extra_special = [token.content for token in added.values() if token.special and token.content not in
@@ -131,12 +133,15 @@ def write_tokenizer_files(tokenizer, directory: Path, model_max_length: int | No
     beyond = {token.content: token_id for token_id, token in added.items() if token_id >= vocab.num_pieces}
     if beyond:
         write_text_atomic(directory / ADDED_TOKENS_FILE, json.dumps(beyond, indent=2, ensure_ascii=False) + "\n")
+        written.append(directory / ADDED_TOKENS_FILE)
     if vocab.has_special("cls_token") and vocab.has_special("sep_token") and vocab.has_special("unk_token"):
         write_text_atomic(directory / TOKENIZER_FILE, json.dumps(_tokenizer_json(tokenizer, added), indent=2,
                                                                  ensure_ascii=False) + "\n")
+        written.append(directory / TOKENIZER_FILE)
     else:
         # transformers would read a stale tokenizer.json in preference to the vocab.txt just written.
         (directory / TOKENIZER_FILE).unlink(missing_ok=True)
+    return written
 
 
 def _tokenizer_json(tokenizer, added: dict[int, AddedToken]) -> dict[str, Any]:

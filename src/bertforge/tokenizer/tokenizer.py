@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import numbers
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from operator import itemgetter
 from pathlib import Path
@@ -75,6 +75,15 @@ class SplitWords(str):
         return bisect.bisect_right(self.starts, position) - 1
 
 
+def _special_token_property(role: str) -> property:
+    """A special token's string, which setting changes (see BertTokenizer.add_special_tokens)."""
+
+    def setter(self: BertTokenizer, value: str | AddedToken) -> None:
+        self.add_special_tokens({role: value})
+
+    return property(lambda self: self._special_token(role), setter)
+
+
 class BertTokenizer:
     """BERT's tokenizer: basic tokenization, then WordPiece, then [CLS] A [SEP] (B [SEP]).
 
@@ -85,16 +94,21 @@ class BertTokenizer:
     [0, 0, 0, 0, 1, 1]
     """
 
-    def __init__(self, vocab: Vocab | str | Path, do_lower_case: bool = True, strip_accents: bool | None = None,
-                 tokenize_chinese_chars: bool = True, model_max_length: int = DEFAULT_MAX_LENGTH,
-                 added_tokens: dict[int, AddedToken] | None = None, max_word_chars: int = MAX_WORD_CHARS,
-                 padding_side: str = "right", truncation_side: str = "right",
+    def __init__(self, vocab: Vocab | str | Path | Mapping[str, int] | None = None, do_lower_case: bool = True,
+                 strip_accents: bool | None = None, tokenize_chinese_chars: bool = True,
+                 model_max_length: int = DEFAULT_MAX_LENGTH, added_tokens: dict[int, AddedToken] | None = None,
+                 max_word_chars: int = MAX_WORD_CHARS, padding_side: str = "right", truncation_side: str = "right",
                  clean_up_tokenization_spaces: bool = False, split_special_tokens: bool = False,
-                 model_input_names: Sequence[str] = MODEL_INPUT_NAMES):
-        """`added_tokens`: id -> AddedToken, matched whole before basic tokenization (the special tokens of the
+                 model_input_names: Sequence[str] = MODEL_INPUT_NAMES, vocab_file: str | Path | None = None,
+                 **special_tokens: Any):
+        """`vocab`: a vocab.txt path (transformers 4 calls it `vocab_file`), a Vocab, or token -> id.
+        `added_tokens`: id -> AddedToken, matched whole before basic tokenization (the special tokens of the
         vocabulary are added tokens too, as in transformers); ids past the vocabulary extend it.
-        `model_input_names`: what a call returns unless it says (without token_type_ids: no segment ids)."""
-        self.vocab = vocab if isinstance(vocab, Vocab) else Vocab.from_file(vocab)
+        `model_input_names`: what a call returns unless it says (without token_type_ids: no segment ids).
+        `special_tokens`: roles as transformers takes them (unk_token="<unk>", additional_special_tokens=[...]),
+        applied as add_special_tokens applies them."""
+        special = _special_settings(special_tokens)
+        self.vocab = _vocab_of(vocab, vocab_file)
         self.do_lower_case = do_lower_case
         self.strip_accents = strip_accents
         self.tokenize_chinese_chars = tokenize_chinese_chars
@@ -122,6 +136,7 @@ class BertTokenizer:
         self.wordpiece = WordPiece(self.vocab, max_word_chars)
         self._pieces = WordPieceCache(self.wordpiece)
         self._match_added_tokens()
+        self.add_special_tokens(special)
 
     def _match_added_tokens(self) -> None:
         """The finders of added tokens in a text: all of them, and the non-special ones (split_special_tokens)."""
@@ -197,18 +212,12 @@ class BertTokenizer:
                                       settings.pop("revision", None))
         # transformers' options about fetching, and use_fast (this tokenizer is the fast one's equal): unused
         settings = {key: value for key, value in settings.items() if key not in HUB_OPTIONS | {"use_fast"}}
-        special = {key: settings.pop(key) for key in list(settings)
-                   if key in SPECIAL_TOKEN_ROLES or key in EXTRA_SPECIAL_KEYS}
-        _check_slow_only(settings)
-        unknown = sorted(set(settings) - set(SETTINGS))
-        if unknown:
-            raise ConfigError(f"unknown tokenizer setting {unknown[0]!r}; expected one of "
-                              f"{list(SETTINGS) + list(SPECIAL_TOKEN_ROLES) + list(EXTRA_SPECIAL_KEYS)}")
+        special = _special_settings(settings, others=SETTINGS)
         files = read_tokenizer_files(directory)
         chosen = files.settings | settings
         _check_settings(chosen, directory / "tokenizer_config.json")
-        tokenizer = cls(files.vocab, **chosen, added_tokens=files.added_tokens, max_word_chars=files.max_word_chars)
-        tokenizer.add_special_tokens(special)
+        tokenizer = cls(files.vocab, **chosen, added_tokens=files.added_tokens, max_word_chars=files.max_word_chars,
+                        **special)
         tokenizer.name_or_path = str(name_or_path)
         return tokenizer
 
@@ -244,15 +253,16 @@ class BertTokenizer:
                              clean_up_tokenization_spaces=self.clean_up_tokenization_spaces,
                              model_input_names=self.model_input_names)
 
-    def save_pretrained(self, directory: str | Path, model_max_length: int | None = None) -> None:
-        """Write the tokenizer files transformers writes (readable by from_pretrained and by transformers).
+    def save_pretrained(self, directory: str | Path, model_max_length: int | None = None) -> tuple[str, ...]:
+        """Write the tokenizer files transformers writes (readable by from_pretrained and by transformers); their
+        paths, as transformers returns them.
 
         `model_max_length` records another length than this tokenizer's, e.g. the max_length a model was
         fine-tuned with, which transformers then truncates to (with truncation=True).
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        write_tokenizer_files(self, directory, model_max_length)
+        return tuple(map(str, write_tokenizer_files(self, directory, model_max_length)))
 
     # ---------------------------------------------------------------- vocabulary
 
@@ -288,12 +298,13 @@ class BertTokenizer:
     def _special_token(self, role: str) -> str | None:
         return self.vocab.special_tokens[role] if self.vocab.has_special(role) else None
 
-    # The special tokens as strings (None where the vocabulary lacks one): f"Paris is the {tokenizer.mask_token}".
-    cls_token = property(lambda self: self._special_token("cls_token"))
-    sep_token = property(lambda self: self._special_token("sep_token"))
-    pad_token = property(lambda self: self._special_token("pad_token"))
-    mask_token = property(lambda self: self._special_token("mask_token"))
-    unk_token = property(lambda self: self._special_token("unk_token"))
+    # The special tokens as strings (None where the vocabulary lacks one): f"Paris is the {tokenizer.mask_token}";
+    # set as transformers sets them (tokenizer.pad_token = "[UNK]"), through add_special_tokens.
+    cls_token = _special_token_property("cls_token")
+    sep_token = _special_token_property("sep_token")
+    pad_token = _special_token_property("pad_token")
+    mask_token = _special_token_property("mask_token")
+    unk_token = _special_token_property("unk_token")
 
     @property
     def special_tokens_map(self) -> dict[str, Any]:
@@ -324,6 +335,26 @@ class BertTokenizer:
         return roles + [token_id for token_id, token in sorted(self.added_tokens.items())
                         if token.special and token_id not in roles]
 
+    @property
+    def added_tokens_decoder(self) -> dict[int, AddedToken]:
+        """Id -> AddedToken of every token matched whole (the vocabulary's special tokens included)."""
+        return dict(sorted(self.added_tokens.items()))
+
+    @property
+    def added_tokens_encoder(self) -> dict[str, int]:
+        """Token -> id of added_tokens_decoder."""
+        return {token.content: token_id for token_id, token in sorted(self.added_tokens.items())}
+
+    def get_added_vocab(self) -> dict[str, int]:
+        """Token -> id of the added tokens, as transformers 5 lists them (the special ones included)."""
+        return self.added_tokens_encoder
+
+    def __repr__(self) -> str:
+        return (f"BertTokenizer(name_or_path={self.name_or_path!r}, vocab_size={self.vocab_size}, "
+                f"added_tokens={len(self) - self.vocab_size}, do_lower_case={self.do_lower_case}, "
+                f"model_max_length={self.model_max_length}, padding_side={self.padding_side!r}, "
+                f"truncation_side={self.truncation_side!r}, special_tokens={self.special_tokens_map})")
+
     name_or_path = ""  # what from_pretrained was given, as transformers keeps it
     is_fast = True  # transformers' flag for a tokenizer with offsets and the alignment methods, which this has
     pad_token_type_id = 0  # the segment id of padding
@@ -351,11 +382,15 @@ class BertTokenizer:
             return self.vocab.token_to_id.get(tokens, unk)
         return [self.vocab.token_to_id.get(token, unk) for token in tokens]
 
-    def convert_ids_to_tokens(self, ids: int | Sequence[int]) -> str | list[str]:
-        """7592 -> 'hello'; accepts a list or a 1-d tensor of ids."""
+    def convert_ids_to_tokens(self, ids: int | Sequence[int], skip_special_tokens: bool = False) -> str | list[str]:
+        """7592 -> 'hello'; accepts a list or a 1-d tensor of ids (`skip_special_tokens`: the special ones left
+        out)."""
         ids = ids.tolist() if hasattr(ids, "tolist") else ids
         if isinstance(ids, int):
             return self._token(ids)
+        if skip_special_tokens:
+            special = set(self.all_special_ids)
+            ids = [token_id for token_id in ids if token_id not in special]
         return [self._token(i) for i in ids]
 
     def _token(self, token_id: int) -> str:
@@ -367,9 +402,17 @@ class BertTokenizer:
 
     # ---------------------------------------------------------------- text <-> tokens
 
-    def tokenize(self, text: str, split_special_tokens: bool | None = None) -> list[str]:
-        """'Unaffable café owners!' -> ['una', '##ffa', '##ble', 'cafe', 'owners', '!'] (no [CLS]/[SEP])."""
-        return [self.vocab.id_to_token[i] for i in self._encode_ids(text, split_special_tokens)]
+    def tokenize(self, text: str, pair: str | None = None, add_special_tokens: bool = False,
+                 split_special_tokens: bool | None = None) -> list[str]:
+        """'Unaffable café owners!' -> ['una', '##ffa', '##ble', 'cafe', 'owners', '!'] (no [CLS]/[SEP] unless
+        `add_special_tokens`); with a `pair`, its tokens follow (as transformers 5 lists them), untruncated."""
+        if pair is None and not add_special_tokens:
+            return [self.vocab.id_to_token[i] for i in self._encode_ids(text, split_special_tokens)]
+        if not isinstance(text, str):
+            raise InputError("tokenize takes one text (and one pair); for a batch, call the tokenizer")
+        row = self(text, pair, truncation=False, add_special_tokens=add_special_tokens,
+                   split_special_tokens=split_special_tokens)
+        return self.convert_ids_to_tokens(row["input_ids"])
 
     def decode(self, ids: int | Sequence[int], skip_special_tokens: bool = False,
                clean_up_tokenization_spaces: bool | None = None) -> str:
@@ -387,8 +430,15 @@ class BertTokenizer:
             raise InputError("decode takes one sequence of token ids; for several, use batch_decode")
         text = self.convert_tokens_to_string(self.convert_ids_to_tokens(ids), skip_special_tokens)
         if self.clean_up_tokenization_spaces if clean_up_tokenization_spaces is None else clean_up_tokenization_spaces:
-            for dirty, clean in TEXT_CLEANUP:
-                text = text.replace(dirty, clean)
+            return self.clean_up_tokenization(text)
+        return text
+
+    @staticmethod
+    def clean_up_tokenization(text: str) -> str:
+        """transformers' clean-up of decoded text: spaces before punctuation and English contractions removed
+        ("it ' s fine ." -> "it's fine.")."""
+        for dirty, clean in TEXT_CLEANUP:
+            text = text.replace(dirty, clean)
         return text
 
     def batch_decode(self, sequences: Sequence[Sequence[int]], skip_special_tokens: bool = False,
@@ -522,7 +572,7 @@ class BertTokenizer:
 
     # ---------------------------------------------------------------- encoding
 
-    def __call__(self, text: str | Sequence[str], text_pair: str | Sequence[str] | None = None,
+    def __call__(self, text: str | Sequence[str] | None = None, text_pair: str | Sequence[str] | None = None,
                  max_length: int | None = None, truncation: bool | str = True, padding: bool | str = False,
                  return_offsets_mapping: bool = False, return_word_ids: bool = False,
                  return_tensors: str | None = None, is_split_into_words: bool = False,
@@ -530,7 +580,8 @@ class BertTokenizer:
                  padding_side: str | None = None, return_token_type_ids: bool | None = None,
                  return_attention_mask: bool | None = None, return_special_tokens_mask: bool = False,
                  return_length: bool = False, split_special_tokens: bool | None = None,
-                 add_special_tokens: bool = True) -> BatchEncoding:
+                 add_special_tokens: bool = True, text_target: str | Sequence[str] | None = None,
+                 text_pair_target: str | Sequence[str] | None = None, verbose: bool = True) -> BatchEncoding:
         """Encode one text (flat lists) or a batch (lists of lists); pairs become [CLS] A [SEP] B [SEP].
 
         max_length defaults to model_max_length; truncation is True/'longest_first', 'only_first',
@@ -543,7 +594,22 @@ class BertTokenizer:
         sentence): word ids number those words, and offsets are positions within each word, as in transformers.
         `split_special_tokens` (default: the tokenizer's) reads "[SEP]" written in a text as text.
         `add_special_tokens=False`: no [CLS] and [SEP] (the second text's tokens are still segment 1).
+        `text_target` (and `text_pair_target`), as transformers takes them: encoded with the same options, their
+        input ids become the `labels` of the texts' encoding, or the encoding itself without a `text`. `verbose`
+        is accepted and unused (the errors here are exceptions, not warnings).
         """
+        if text_target is not None or text_pair_target is not None:
+            # the same options for the targets as for the texts: every parameter but the four texts
+            options = {name: value for name, value in locals().items()
+                       if name not in ("self", "text", "text_pair", "text_target", "text_pair_target")}
+            target = self(text_target, text_pair_target, **options)
+            if text is None:
+                return target
+            encoding = self(text, text_pair, **options)
+            encoding["labels"] = target["input_ids"]
+            return encoding
+        if text is None:
+            raise InputError("nothing to encode: give a text (or a text_target)")
         is_batch = _is_batch_input(text, is_split_into_words)
         if not is_batch and not text_pair:
             text_pair = None  # one text with an empty pair is one text, as transformers reads it
@@ -691,6 +757,32 @@ def _input_names(names: Sequence[str]) -> list[str]:
         raise ConfigError(f"model_input_names must list input_ids and any of token_type_ids, attention_mask; got "
                           f"{names!r}")
     return list(names)
+
+
+def _vocab_of(vocab: Vocab | str | Path | Mapping[str, int] | None, vocab_file: str | Path | None) -> Vocab:
+    if (vocab is None) == (vocab_file is None):
+        raise ConfigError("BertTokenizer needs one vocabulary: vocab (a vocab.txt path, or token -> id) or "
+                          "vocab_file")
+    vocab = vocab if vocab is not None else vocab_file
+    if isinstance(vocab, Vocab):
+        return vocab
+    if isinstance(vocab, Mapping):
+        return Vocab.from_ids(vocab)
+    return Vocab.from_file(vocab)
+
+
+def _special_settings(settings: dict[str, Any], others: Sequence[str] = ()) -> dict[str, Any]:
+    """Takes the special tokens (unk_token="<unk>", additional_special_tokens=[...]) out of `settings` and
+    returns them (those given as None left out, as transformers ignores them); refuses the slow tokenizer's
+    options by name, and any other setting but `others`."""
+    special = {key: settings.pop(key) for key in list(settings)
+               if key in SPECIAL_TOKEN_ROLES or key in EXTRA_SPECIAL_KEYS}
+    _check_slow_only(settings)
+    unknown = sorted(set(settings) - set(others))
+    if unknown:
+        raise ConfigError(f"unknown tokenizer setting {unknown[0]!r}; expected one of "
+                          f"{list(SETTINGS) + list(SPECIAL_TOKEN_ROLES) + list(EXTRA_SPECIAL_KEYS)}")
+    return {key: value for key, value in special.items() if value is not None}
 
 
 def _check_slow_only(settings: dict[str, Any]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from bertforge.atomic import write_text_atomic
@@ -67,6 +67,16 @@ class Vocab:
         if not tokens:
             raise InputError("vocabulary file is empty", path=path)
         return cls(tokens, special_tokens, path=path)
+
+    @classmethod
+    def from_ids(cls, token_to_id: Mapping[str, int], special_tokens: dict[str, str] | None = None) -> Vocab:
+        """A vocabulary given as token -> id (transformers' BertTokenizer(vocab={...})), numbered 0 to n-1."""
+        by_id = sorted(token_to_id.items(), key=lambda item: item[1])
+        if [token_id for _, token_id in by_id] != list(range(len(by_id))):
+            raise InputError("a vocabulary given as token -> id must number its tokens 0 to n-1, each id once")
+        if not by_id:
+            raise InputError("the vocabulary given is empty")
+        return cls((token for token, _ in by_id), special_tokens)
 
     def add(self, token: str, token_id: int, shown: str | None = None) -> None:
         """Give an added token its id: the next free one, or an id the vocabulary already has (which it renames).
