@@ -151,3 +151,45 @@ def test_output_flags_round_trip_through_config_json(tmp_path):
     assert loaded.output_hidden_states and not loaded.output_attentions
     reference = transformers.BertConfig.from_pretrained(tmp_path)
     assert reference.output_hidden_states is True
+
+
+def test_one_row_of_positions_or_segments_serves_the_batch(minilm, hf_minilm, batch):
+    """position_ids / token_type_ids given for one row, (1, seq) or (seq,), apply to every row, as transformers
+    broadcasts them: here positions counted from 2 (as after a 2-token prefix), against transformers."""
+    seq = batch["input_ids"].shape[1]
+    shifted = torch.arange(2, seq + 2)
+    real = batch["attention_mask"].bool()
+    with torch.inference_mode():
+        reference = hf_minilm(**batch, position_ids=shifted[None]).last_hidden_state
+        for row in (shifted[None], shifted):
+            ours = minilm(**batch, position_ids=row).last_hidden_state
+            assert (ours - reference)[real].abs().max() < TOLERANCE
+        segments = minilm(batch["input_ids"], batch["attention_mask"], torch.zeros(seq, dtype=torch.long))
+        assert (segments.last_hidden_state - minilm(**batch).last_hidden_state)[real].abs().max() == 0
+    with pytest.raises(BertforgeError, match="position_ids has shape"):
+        minilm(**batch, position_ids=torch.arange(seq + 1))
+
+
+def test_what_transformers_code_asks_of_a_model(minilm_dir):
+    """get_output_embeddings (the matrix a masked-LM head scores against, None without one), config_class,
+    config.use_return_dict and the modules a device map keeps whole, as transformers' models answer."""
+    accelerate = pytest.importorskip("accelerate")
+    for ours_class in (BertModel, BertForMaskedLM, BertForPreTraining, BertForSequenceClassification):
+        ours = ours_class.from_pretrained(minilm_dir)
+        theirs = getattr(transformers, ours_class.__name__).from_pretrained(minilm_dir)
+        mine, reference = ours.get_output_embeddings(), theirs.get_output_embeddings()
+        assert (mine is None) == (reference is None), ours_class.__name__
+        if mine is not None:
+            assert torch.equal(mine.weight, reference.weight)
+            assert mine.weight is ours.get_input_embeddings().weight  # tied, as config.json says
+        assert ours.config_class is BertConfig
+        assert ours.config.use_return_dict is theirs.config.use_return_dict is True
+    model = BertModel.from_pretrained(minilm_dir)
+    layer_bytes, embedding_bytes = (sum(p.numel() * 4 for p in module.parameters())
+                                    for module in (model.encoder.layers[0], model.embeddings))
+    budget = {"cpu": embedding_bytes + int(2.5 * layer_bytes), "disk": 10**10}  # the rest goes to disk
+    device_map = accelerate.infer_auto_device_map(model, max_memory=budget,
+                                                  no_split_module_classes=model._no_split_modules)
+    layers = [name for name in device_map if name.startswith("encoder.layers.")]
+    assert set(device_map.values()) == {"cpu", "disk"}
+    assert layers and all(name.count(".") == 2 for name in layers)  # whole layers, never split

@@ -136,6 +136,12 @@ class BertConfig:
     def num_labels(self) -> int:
         return len(self.id2label)
 
+    @property
+    def use_return_dict(self) -> bool:
+        """Whether models return their output objects rather than tuples when a call doesn't say (config.json's
+        return_dict, true unless it says otherwise), as transformers' configs answer it."""
+        return self.extra.get("return_dict", True) is not False
+
     # Presets: BERT-base/large from the paper, and the compact sizes of Turc et al. (2019).
     @classmethod
     def base(cls, **overrides) -> BertConfig:

@@ -213,6 +213,15 @@ class Pooler(nn.Module):
         return torch.tanh(self.dense(last_hidden_state[:, 0]))
 
 
+def broadcast_row(ids: torch.Tensor | None, given: torch.Tensor | None) -> torch.Tensor | None:
+    """`ids` given for one row, (seq,) or (1, seq), expanded to the batch of `given` (input ids or embeddings)."""
+    if ids is None or given is None or given.dim() < 2 or ids.shape[-1:] != given.shape[1:2]:
+        return ids  # nothing to broadcast, or a shape check_inputs will name
+    if ids.dim() == 1 or (ids.dim() == 2 and ids.shape[0] == 1):
+        return ids.reshape(1, -1).expand(given.shape[0], -1)
+    return ids
+
+
 class BertModel(Pretrained, nn.Module):
     """The bare BERT encoder: input ids in, contextual vectors and the pooled [CLS] vector out.
 
@@ -260,8 +269,10 @@ class BertModel(Pretrained, nn.Module):
             output_hidden_states = self.config.output_hidden_states
         if output_attentions is None:
             output_attentions = self.config.output_attentions
-        self.check_inputs(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
         given = input_ids if inputs_embeds is None else inputs_embeds
+        # one row of positions or segments for the whole batch, (seq,) or (1, seq), as transformers broadcasts it
+        token_type_ids, position_ids = (broadcast_row(ids, given) for ids in (token_type_ids, position_ids))
+        self.check_inputs(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
         batch_size, seq_len, device = *given.shape[:2], given.device
         if token_type_ids is None:
             token_type_ids = torch.zeros(batch_size, seq_len, dtype=torch.long, device=device)

@@ -260,6 +260,9 @@ class Pretrained:
     # What transformers' PreTrainedModel says of a BERT model, for code that asks
     main_input_name = "input_ids"
     base_model_prefix = "bert"
+    config_class = BertConfig
+    # What accelerate's device maps must keep whole on one device (infer_auto_device_map's no_split_module_classes).
+    _no_split_modules = ["Embeddings", "EncoderLayer"]
     name_or_path = ""  # what from_pretrained was given
     # transformers' Trainer: the losses are means over the batch's labels, so with gradient accumulation the Trainer
     # divides them by the steps itself and passes no `num_items_in_batch` to forward.
@@ -290,6 +293,17 @@ class Pretrained:
         """The word-embedding table (vocabulary, hidden)."""
         encoder = getattr(self, "bert", self)
         return encoder.embeddings.tokens
+
+    def get_output_embeddings(self) -> torch.nn.Module | None:
+        """What a masked-LM head scores the vocabulary against, as transformers answers it: a module whose `weight`
+        is (vocabulary, hidden), the word-embedding table itself when tied, the head's own decoder when not; None
+        for a model without such a head."""
+        from bertforge.pretraining.heads import MaskedLMHead
+
+        head = next((module for module in self.modules() if isinstance(module, MaskedLMHead)), None)
+        if head is None:
+            return None
+        return head.decoder if head.decoder is not None else self.get_input_embeddings()
 
     @property
     def base_model(self) -> torch.nn.Module:
