@@ -523,3 +523,39 @@ def test_fit_trains_as_sentence_transformers_fit(minilm_dir, data_dir, tmp_path)
     assert cosines(saved.encode(texts), SentenceEncoder(tmp_path / "best").encode(texts)).min() > 0.99999
     with pytest.raises(ConfigError, match="fit: scheduler is not supported here"):
         ours.fit([(DataLoader(examples), losses_module.CosineSimilarityLoss(ours))], scheduler="WarmupCosine")
+
+
+def test_the_encoder_is_indexed_as_sentence_transformers_modules(long_texts, minilm_dir):
+    """model[0].auto_model / .tokenizer / .max_seq_length, model[1].pooling_mode and the flags before 6, len(model):
+    what sentence-transformers' module list answers; max_seq_length set through model[0] cuts as it cuts; a model
+    wrapped in LoRA adapters through model[0].auto_model (peft, as its recipes for sentence-transformers do) encodes
+    as sentence-transformers' wrapped the same way; a numpy column of texts encodes as a list."""
+    from bertforge import SentenceEncoder
+
+    peft = pytest.importorskip("peft")
+    ours = SentenceEncoder(minilm_dir)
+    theirs = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu")
+    assert len(ours) == len(theirs) == 3
+    assert [type(module).__name__ for module in ours] == [type(module).__name__ for module in theirs]
+    assert ours._first_module().max_seq_length == theirs[0].max_seq_length == 256
+    assert type(ours[0].auto_model).__name__ == type(theirs[0].auto_model).__name__ == "BertModel"
+    assert ours[0].tokenizer("A man is playing a guitar.")["input_ids"] == theirs[0].tokenizer(
+        "A man is playing a guitar.")["input_ids"]
+    assert ours[0].get_embedding_dimension() == theirs[0].get_embedding_dimension() == 384
+    assert (ours[1].pooling_mode, ours[1].include_prompt) == (theirs[1].pooling_mode, theirs[1].include_prompt)
+    assert ours[-1] is not None and ours[1].get_embedding_dimension() == theirs[1].get_embedding_dimension()
+    assert ours[1].pooling_mode_mean_tokens and not ours[1].pooling_mode_cls_token
+    ours[0].max_seq_length = theirs[0].max_seq_length = 32
+    assert ours.max_seq_length == 32
+    assert cosines(ours.encode(long_texts), theirs.encode(long_texts)).min() > 0.99999
+
+    texts = np.array(long_texts)
+    for model in (ours, theirs):
+        settings = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"], init_lora_weights=False)
+        torch.manual_seed(0)  # the same random adapters for both (init_lora_weights=False: B is not zero)
+        model[0].auto_model = peft.get_peft_model(model[0].auto_model, settings)
+    wrapped, reference = ours.encode(texts), theirs.encode(texts)
+    assert cosines(wrapped, reference).min() > 0.99999
+    assert cosines(wrapped, SentenceEncoder(minilm_dir).encode(list(texts))).min() < 0.999  # the adapters act
+    trainable = [name for name, parameter in ours.named_parameters() if parameter.requires_grad]
+    assert trainable and all("lora_" in name for name in trainable)

@@ -19,6 +19,7 @@ from bertforge.batching import length_sorted_batches
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.inference.features import embedding_texts, extract_features, pool, sentence_embedding
+from bertforge.inference.sentence_modules import modules_of
 from bertforge.inference.similarity import SIMILARITIES, as_matrix
 from bertforge.tasks.data import forward_rows
 
@@ -230,6 +231,23 @@ class SentenceEncoder(nn.Module):
     def get_backend(self) -> str:
         return "torch"
 
+    # sentence-transformers' module list, as views onto this encoder (inference/sentence_modules.py):
+    # model[0].auto_model, model[0].tokenizer, model[1].pooling_mode, len(model).
+    def __getitem__(self, index: int) -> Any:
+        return modules_of(self)[index]
+
+    def __len__(self) -> int:
+        return len(modules_of(self))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(modules_of(self))
+
+    def _first_module(self) -> Any:
+        return self[0]
+
+    def _last_module(self) -> Any:
+        return self[-1]
+
     @property
     def transformers_model(self) -> nn.Module:
         """The BERT encoder (sentence-transformers' name for the model under its modules)."""
@@ -259,6 +277,8 @@ class SentenceEncoder(nn.Module):
         last layer, [CLS] and [SEP] included; None: per text a dict of its inputs and both outputs."""
         self.eval()  # as sentence-transformers' encode: no dropout, whatever mode training left the model in
         sentences = inputs if sentences is None else sentences
+        if isinstance(sentences, np.ndarray) and sentences.ndim == 1:  # a column of texts, as pandas gives one
+            sentences = sentences.tolist()
         if not isinstance(sentences, str) and not (isinstance(sentences, Sequence) and all(
                 isinstance(text, str) for text in sentences)):
             raise InputError(f"encode takes a text or a list of texts, got {type(sentences).__name__}"
