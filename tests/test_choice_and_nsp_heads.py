@@ -219,10 +219,11 @@ def test_wrong_shapes_are_one_line_errors(tiny_models):
     choices, next_sentence = tiny_models
     ids = torch.randint(1, 50, (2, 3, 7))
     mask = torch.ones_like(ids)
-    assert "(batch, choices, seq), got (6, 7)" in one_line_error(lambda: choices(ids.flatten(0, 1)))
+    assert "input_ids must be (batch, choices, seq), got shape (6, 7)" in one_line_error(
+        lambda: choices(ids.flatten(0, 1)))
     assert "attention_mask has shape (2, 3, 6), input_ids has (2, 3, 7)" in one_line_error(
         lambda: choices(ids, mask[..., 1:]))
-    assert "inputs_embeds of shape (batch, choices, seq, 128), got (6, 7, 128)" in one_line_error(
+    assert "inputs_embeds must be (batch, choices, seq, 128), got shape (6, 7, 128)" in one_line_error(
         lambda: choices(inputs_embeds=torch.randn(6, 7, 128)))
     assert "one of the two" in one_line_error(lambda: choices())
     assert "labels must be (2,) choice ids" in one_line_error(lambda: choices(ids, labels=torch.tensor([0, 1, 2])))

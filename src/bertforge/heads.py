@@ -22,7 +22,7 @@ from bertforge.checkpoint.hf_format import config_path
 from bertforge.checkpoint.pretrained import Pretrained
 from bertforge.config import PROBLEM_TYPES, BertConfig, bert_config
 from bertforge.errors import BertforgeError, ConfigError
-from bertforge.model import BertModel
+from bertforge.model import BertModel, check_input_shapes
 from bertforge.model_output import ModelOutput, returned
 
 # Label value that contributes nothing to a classification loss (padding, sub-word continuations);
@@ -386,18 +386,5 @@ class BertForMultipleChoice(Pretrained, nn.Module):
 
     def check_inputs(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds) -> None:
         """The (batch, choices, seq) shapes, checked before they are flattened (the encoder checks the rest)."""
-        if (input_ids is None) == (inputs_embeds is None):
-            raise BertforgeError("give input_ids or inputs_embeds, one of the two")
-        if input_ids is not None and input_ids.dim() != 3:
-            raise BertforgeError(f"multiple choice reads input_ids of shape (batch, choices, seq), got "
-                                 f"{tuple(input_ids.shape)}")
-        hidden = self.config.hidden_size
-        if inputs_embeds is not None and (inputs_embeds.dim() != 4 or inputs_embeds.shape[3] != hidden):
-            raise BertforgeError(f"multiple choice reads inputs_embeds of shape (batch, choices, seq, {hidden}), got "
-                                 f"{tuple(inputs_embeds.shape)}")
-        name, given = ("input_ids", input_ids) if inputs_embeds is None else ("inputs_embeds", inputs_embeds)
-        shape = tuple(given.shape[:3])
-        for other, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids),
-                              ("position_ids", position_ids)):
-            if tensor is not None and tuple(tensor.shape) != shape:
-                raise BertforgeError(f"{other} has shape {tuple(tensor.shape)}, {name} has {shape}")
+        check_input_shapes(("batch", "choices", "seq"), self.config.hidden_size, input_ids, attention_mask,
+                           token_type_ids, position_ids, inputs_embeds)

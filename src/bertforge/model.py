@@ -213,6 +213,25 @@ class Pooler(nn.Module):
         return torch.tanh(self.dense(last_hidden_state[:, 0]))
 
 
+def check_input_shapes(axes: tuple[str, ...], hidden: int, input_ids, attention_mask, token_type_ids, position_ids,
+                       inputs_embeds) -> None:
+    """input_ids or inputs_embeds (one of the two) shaped (*axes) or (*axes, hidden), and the other inputs shaped
+    as they are: a one-line error naming what is wrong otherwise."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise BertforgeError("give input_ids or inputs_embeds, one of the two")
+    layout = ", ".join(axes)
+    if input_ids is not None and input_ids.dim() != len(axes):
+        raise BertforgeError(f"input_ids must be ({layout}), got shape {tuple(input_ids.shape)}")
+    if inputs_embeds is not None and (inputs_embeds.dim() != len(axes) + 1 or inputs_embeds.shape[-1] != hidden):
+        raise BertforgeError(f"inputs_embeds must be ({layout}, {hidden}), got shape {tuple(inputs_embeds.shape)}")
+    name, given = ("input_ids", input_ids) if inputs_embeds is None else ("inputs_embeds", inputs_embeds)
+    shape = tuple(given.shape[:len(axes)])
+    for other, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids),
+                          ("position_ids", position_ids)):
+        if tensor is not None and tuple(tensor.shape) != shape:
+            raise BertforgeError(f"{other} has shape {tuple(tensor.shape)}, {name} has {shape}")
+
+
 def broadcast_row(ids: torch.Tensor | None, given: torch.Tensor | None) -> torch.Tensor | None:
     """`ids` given for one row, (seq,) or (1, seq), expanded to the batch of `given` (input ids or embeddings)."""
     if ids is None or given is None or given.dim() < 2 or ids.shape[-1:] != given.shape[1:2]:
@@ -305,20 +324,10 @@ class BertModel(Pretrained, nn.Module):
 
     def check_inputs(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds=None) -> None:
         """Shape errors a user can make, caught here rather than deep inside an embedding lookup."""
-        if (input_ids is None) == (inputs_embeds is None):
-            raise BertforgeError("give input_ids or inputs_embeds, one of the two")
-        if input_ids is not None and input_ids.dim() != 2:
-            raise BertforgeError(f"input_ids must be (batch, seq), got shape {tuple(input_ids.shape)}")
-        hidden = self.config.hidden_size
-        if inputs_embeds is not None and (inputs_embeds.dim() != 3 or inputs_embeds.shape[2] != hidden):
-            raise BertforgeError(f"inputs_embeds must be (batch, seq, {hidden}), got shape "
-                                 f"{tuple(inputs_embeds.shape)}")
-        name, given = ("input_ids", input_ids) if inputs_embeds is None else ("inputs_embeds", inputs_embeds)
+        check_input_shapes(("batch", "seq"), self.config.hidden_size, input_ids, attention_mask, token_type_ids,
+                           position_ids, inputs_embeds)
+        given = input_ids if inputs_embeds is None else inputs_embeds
         shape = tuple(given.shape[:2])
-        for other, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids),
-                              ("position_ids", position_ids)):
-            if tensor is not None and tuple(tensor.shape) != shape:
-                raise BertforgeError(f"{other} has shape {tuple(tensor.shape)}, {name} has {shape}")
         if shape[1] > self.config.max_position_embeddings:
             raise BertforgeError(f"sequence length {shape[1]} exceeds max_position_embeddings "
                                  f"({self.config.max_position_embeddings}); truncate the input")

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bertforge.checkpoint.hf_format import _read_pytorch, _read_safetensors
+from bertforge.checkpoint.hf_format import read_pytorch, read_safetensors
 from bertforge.checkpoint.key_map import ENCODER_PREFIX, from_hf
 from bertforge.config import read_json_object
 from bertforge.errors import CheckpointError, ConfigError
@@ -125,7 +125,7 @@ def read_adapter(directory: Path) -> tuple[dict, dict[str, torch.Tensor], Path]:
     """An adapter folder's settings (checked mergeable), its tensors, and the file they came from."""
     settings = read_json_object(directory / ADAPTER_CONFIG_FILE, "adapter config")
     check_mergeable(settings, directory / ADAPTER_CONFIG_FILE)
-    for name, read in zip(ADAPTER_FILES, (_read_safetensors, _read_pytorch), strict=True):
+    for name, read in zip(ADAPTER_FILES, (read_safetensors, read_pytorch), strict=True):
         if (directory / name).is_file():
             return settings, read(directory / name), directory / name
     raise CheckpointError(f"{directory}: no {' or '.join(ADAPTER_FILES)} beside {ADAPTER_CONFIG_FILE}")

@@ -47,7 +47,7 @@ def read_state_dict(directory: Path, use_safetensors: bool | None = None, varian
     release's TensorFlow checkpoint) under transformers' names, and the file they came from (the index file for
     a sharded checkpoint). As transformers' from_pretrained: `use_safetensors` True reads safetensors only, False
     the PyTorch files only; `variant` ("fp16") reads model.fp16.safetensors and its kin."""
-    formats = [(SAFETENSORS_FILE, _read_safetensors), (PYTORCH_FILE, _read_pytorch)]
+    formats = [(SAFETENSORS_FILE, read_safetensors), (PYTORCH_FILE, read_pytorch)]
     if use_safetensors is not None:
         formats = formats[:1] if use_safetensors else formats[1:]
     for name, read in formats:
@@ -99,7 +99,8 @@ def check_readable(path: Path) -> None:
         raise CheckpointError(f"{path}: can't read the weights: {error.strerror or error}") from None
 
 
-def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a safetensors file; an unreadable one is a one-line CheckpointError naming it."""
     check_readable(path)
     try:
         return load_file(path)
@@ -107,7 +108,8 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: unreadable safetensors file: {error}") from None
 
 
-def _read_pytorch(path: Path) -> dict[str, torch.Tensor]:
+def read_pytorch(path: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a PyTorch pickle (pytorch_model.bin), loaded without running code; else a CheckpointError."""
     try:
         # weights_only: a .bin is a pickle, and unpickling arbitrary objects would run arbitrary code.
         with warnings.catch_warnings():  # torch's notes on pickle protocols say nothing to the user
