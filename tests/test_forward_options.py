@@ -193,3 +193,27 @@ def test_what_transformers_code_asks_of_a_model(minilm_dir):
     layers = [name for name in device_map if name.startswith("encoder.layers.")]
     assert set(device_map.values()) == {"cpu", "disk"}
     assert layers and all(name.count(".") == 2 for name in layers)  # whole layers, never split
+
+
+@pytest.mark.parametrize("ours_class", [BertModel, BertForSequenceClassification, BertForTokenClassification],
+                         ids=lambda cls: cls.__name__)
+def test_a_traced_model_serves_other_batches(ours_class, minilm_dir, tokenizer, real_sentences, tmp_path):
+    """torch.jit.trace (transformers' TorchScript recipe) records tuples and no packing, so the graph traced on one
+    batch gives on batches of other sizes, lengths and padding what the model gives eagerly, and what transformers'
+    model of the same weights gives."""
+    torch.manual_seed(0)
+    ours = ours_class.from_pretrained(minilm_dir).eval()
+    ours.save_pretrained(tmp_path)
+    reference = getattr(transformers, ours_class.__name__).from_pretrained(tmp_path).eval()
+    names = ("input_ids", "attention_mask", "token_type_ids")
+    example = tokenizer(real_sentences[:2], padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        traced = torch.jit.trace(ours, tuple(example[name] for name in names))
+        for texts in (real_sentences[2:7], real_sentences[7:8], real_sentences[:2]):
+            batch = tokenizer(texts, padding=True, return_tensors="pt")
+            recorded = traced(*(batch[name] for name in names))
+            assert isinstance(recorded, tuple)
+            eager, theirs = ours(**batch).to_tuple()[0], reference(**batch).to_tuple()[0]
+            rows = batch["attention_mask"].bool() if eager.dim() == 3 else slice(None)
+            assert (recorded[0] - eager)[rows].abs().max() < TOLERANCE
+            assert (recorded[0] - theirs)[rows].abs().max() < 1e-4

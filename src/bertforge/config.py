@@ -139,8 +139,8 @@ class BertConfig:
     @property
     def use_return_dict(self) -> bool:
         """Whether models return their output objects rather than tuples when a call doesn't say (config.json's
-        return_dict, true unless it says otherwise), as transformers' configs answer it."""
-        return self.extra.get("return_dict", True) is not False
+        return_dict, true unless it says otherwise, and not torchscript), as transformers' configs answer it."""
+        return self.extra.get("return_dict", True) is not False and not self.extra.get("torchscript", False)
 
     # Presets: BERT-base/large from the paper, and the compact sizes of Turc et al. (2019).
     @classmethod

@@ -265,7 +265,8 @@ class BertForSequenceClassification(LabelledModel):
         `encoder_options`: BertModel.forward's output_hidden_states and output_attentions;
         `return_dict=False`: a tuple."""
         encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                            first_token_only=self.first_token_only, **encoder_options)
+                            first_token_only=self.first_token_only, return_dict=True,
+                            **encoder_options)
         logits = self.classifier(encoded.pooler_output)  # (batch, labels)
         loss = None if labels is None else self.classifier.loss(logits, labels)
         return returned(ClassifierOutput(logits=logits, loss=loss, hidden_states=encoded.hidden_states,
@@ -304,7 +305,8 @@ class BertForTokenClassification(LabelledModel):
                 return_dict: bool | None = None, **encoder_options) -> ClassifierOutput:
         """`labels`: (batch, seq) class ids, -100 where a token has no label. `encoder_options`: as
         BertForSequenceClassification's."""
-        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **encoder_options)
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
+                            **encoder_options)
         logits = self.classifier(encoded.last_hidden_state)  # (batch, seq, labels)
         loss = None if labels is None else self.classifier.loss(logits, labels)
         return returned(ClassifierOutput(logits=logits, loss=loss, hidden_states=encoded.hidden_states,
@@ -338,7 +340,8 @@ class BertForQuestionAnswering(Pretrained, nn.Module):
         `encoder_options`: as BertForSequenceClassification's."""
         if (start_positions is None) != (end_positions is None):
             raise ValueError("give both start_positions and end_positions, or neither")
-        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **encoder_options)
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
+                            **encoder_options)
         start_logits, end_logits = self.qa_outputs(encoded.last_hidden_state)
         loss = None
         if start_positions is not None:
@@ -375,7 +378,7 @@ class BertForMultipleChoice(Pretrained, nn.Module):
         # To the encoder every choice is one more sequence: (batch * choices, seq, ...).
         flat = [None if tensor is None else tensor.flatten(0, 1)
                 for tensor in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)]
-        encoded = self.bert(*flat, first_token_only=self.first_token_only, **encoder_options)
+        encoded = self.bert(*flat, first_token_only=self.first_token_only, return_dict=True, **encoder_options)
         logits = self.classifier(encoded.pooler_output).view(batch_size, num_choices)
         loss = None
         if labels is not None:

@@ -43,6 +43,12 @@ EXPLICIT_ATTENTION_MAX_SEQ = 64
 GPU_ATTENTION_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
+def recording_graph() -> bool:
+    """Whether the forward is being recorded as a graph (torch.export and the ONNX exporter, torch.jit.trace),
+    which fixes every branch taken on the data to the recorded input's side."""
+    return torch.compiler.is_exporting() or torch.jit.is_tracing()
+
+
 class Embeddings(nn.Module):
     """Token + learned position + segment embeddings, then LayerNorm and dropout."""
 
@@ -96,8 +102,8 @@ class SelfAttention(nn.Module):
         (batch, seq, hidden), and the probabilities (batch, heads, seq, seq) if `need_weights`."""
         q, k, v = (self.split_heads(t) for t in (q, k, v))  # (batch, heads, seq, head_dim) each
         dropout_p = self.dropout.p if self.training else 0.0
-        # An exported graph takes SDPA for every length: a branch on the length would fix it to one side.
-        on_cpu = q.device.type == "cpu" and not torch.compiler.is_exporting()
+        # A recorded graph takes SDPA for every length: a branch on the length would fix it to one side.
+        on_cpu = q.device.type == "cpu" and not recording_graph()
         if need_weights or (on_cpu and (dropout_p > 0.0 or q.shape[2] <= EXPLICIT_ATTENTION_MAX_SEQ)):
             # The explicit path: for the weights themselves, for short sequences on a CPU, and for dropout on a CPU,
             # where SDPA computes the same thing with a costlier random mask. Each head's rows laid out side by side
@@ -302,9 +308,10 @@ class BertModel(Pretrained, nn.Module):
 
         scores_dtype = (torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type)
                         else next(self.embeddings.parameters()).dtype)
-        # Packing asks the data where its padding is, which a traced graph can't branch on: an exported graph computes
-        # every position (the same outputs at real tokens; padding positions then hold values, not zeros).
-        exporting = torch.compiler.is_exporting()
+        # Packing asks the data where its padding is, which a traced graph can't branch on: an exported or traced
+        # graph computes every position (the same outputs at real tokens; padding positions then hold values, not
+        # zeros).
+        exporting = recording_graph()
         batch = pack_batch(attention_mask, scores_dtype, pack=not exporting, keep_positions=output_attentions)
         # An exported graph computes every position, padding included, so its first position is always computed.
         first_token_only = (first_token_only and not (output_hidden_states or output_attentions)
@@ -333,7 +340,7 @@ class BertModel(Pretrained, nn.Module):
                                  f"({self.config.max_position_embeddings}); truncate the input")
         # Ids past an embedding table (a tokenizer with tokens the model was never resized for, a pair for a model
         # of one segment) would fail deep in the lookup; checked where it costs nothing (CPU, eager).
-        if given.device.type != "cpu" or torch.compiler.is_compiling() or not given.numel():
+        if given.device.type != "cpu" or torch.compiler.is_compiling() or recording_graph() or not given.numel():
             return
         tables = (("token id", input_ids, "vocab_size", "is the tokenizer larger than the model?"),
                   ("segment id", token_type_ids, "type_vocab_size", "the model reads single texts, not pairs"))

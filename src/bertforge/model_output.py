@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import torch
+
 
 class ModelOutput:
     """Mixed into the output dataclasses. As a tuple, the fields that are set, the loss first (as transformers
@@ -34,5 +36,8 @@ class ModelOutput:
 
 def returned(output: ModelOutput, return_dict: bool | None) -> ModelOutput | tuple[Any, ...]:
     """A forward's result as its caller asked: the output (None or True), or its tuple (False, as transformers'
-    `return_dict=False` gives, for code that unpacks or traces tuples)."""
-    return output.to_tuple() if return_dict is False else output
+    `return_dict=False` gives, for code that unpacks tuples; and by default under torch.jit.trace, which records
+    tensors and tuples only, as transformers' `torchscript=True` makes its models return)."""
+    if return_dict is False or (return_dict is None and torch.jit.is_tracing()):
+        return output.to_tuple()
+    return output

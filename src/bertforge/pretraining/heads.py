@@ -174,7 +174,8 @@ class BertForPreTraining(Pretrained, nn.Module):
         `masked_logits_only`: see MaskedLMOutput.logits. `encoder_options`: BertModel.forward's
         output_hidden_states and output_attentions; `return_dict=False`: a tuple."""
         _check_both_or_neither(labels=labels, next_sentence_label=next_sentence_label)
-        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **encoder_options)
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
+                            **encoder_options)
         pair_logits = self.next_sentence(encoded.pooler_output)  # (batch, 2)
         logits, masked_lm_loss = self.masked_lm.scored(encoded.last_hidden_state, self.bert.embeddings.tokens.weight,
                                                        labels, masked_logits_only)
@@ -214,7 +215,8 @@ class BertForNextSentencePrediction(Pretrained, nn.Module):
         """`labels`: (batch,) 0 where B follows A, 1 where B is random. `encoder_options`: as
         BertForPreTraining's."""
         encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
-                            first_token_only=self.first_token_only, **encoder_options)
+                            first_token_only=self.first_token_only, return_dict=True,
+                            **encoder_options)
         logits = self.next_sentence(encoded.pooler_output)  # (batch, 2)
         loss = None
         if labels is not None:
@@ -244,7 +246,8 @@ class BertForMaskedLM(Pretrained, nn.Module):
                 return_dict: bool | None = None, **encoder_options) -> MaskedLMOutput:
         """`labels`: (batch, seq) original ids at masked positions, -100 elsewhere. `masked_logits_only`: see
         MaskedLMOutput.logits. `encoder_options`: as BertForPreTraining's."""
-        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, **encoder_options)
+        encoded = self.bert(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, return_dict=True,
+                            **encoder_options)
         logits, loss = self.masked_lm.scored(encoded.last_hidden_state, self.bert.embeddings.tokens.weight, labels,
                                              masked_logits_only)
         return returned(MaskedLMOutput(logits=logits, loss=loss, hidden_states=encoded.hidden_states,
