@@ -185,3 +185,23 @@ def test_an_int8_model_exports_as_qdq_that_onnx_runtime_runs_like_bertforge(tmp_
     assert cosine(theirs, ours, dim=-1).min() > 0.98
     # and as close to the float32 model as bertforge's own int8 is
     assert cosine(theirs, exact, dim=-1).min() > 0.98 and cosine(ours, exact, dim=-1).min() > 0.98
+
+
+@pytest.mark.parametrize("model_class,names,per_token", [
+    (BertModel, ["last_hidden_state", "pooler_output"], {"last_hidden_state"}),
+    (BertForSequenceClassification, ["logits"], set()),
+])
+def test_the_exporter_of_tutorials_gives_a_graph_for_every_shape(tmp_path, minilm_dir, tokenizer, real_sentences,
+                                                                model_class, names, per_token):
+    """torch.onnx.export(model, ..., dynamo=False), the TorchScript exporter most tutorials call (it traces the
+    model): a graph ONNX Runtime runs on batches of other sizes, lengths and padding as PyTorch does."""
+    torch.manual_seed(0)
+    model = model_class.from_pretrained(minilm_dir).eval()
+    traced_on = tokenizer(real_sentences[:2], padding=True, return_tensors="pt")
+    path = tmp_path / "model.onnx"
+    torch.onnx.export(model, tuple(traced_on[name] for name in INPUT_NAMES), str(path), input_names=list(INPUT_NAMES),
+                      output_names=names, dynamic_axes={name: {0: "batch", 1: "seq"} for name in INPUT_NAMES},
+                      opset_version=17, dynamo=False)
+    session = onnx_session(path)
+    for batch in real_batches(tokenizer, real_sentences[2:10]):
+        assert max_difference_at_real_tokens(session, model, batch, names, per_token) < 1e-4
