@@ -29,7 +29,11 @@ from bertforge.checkpoint.sentence_transformers import (
 )
 from bertforge.config import read_json_object
 from bertforge.errors import ConfigError, InputError
-from bertforge.inference.sentence_encoder import EvaluationRecord, fit_as_sentence_transformers
+from bertforge.inference.sentence_encoder import (
+    EvaluationRecord,
+    check_construction_options,
+    fit_as_sentence_transformers,
+)
 from bertforge.tasks import classification
 from bertforge.tasks.data import forward_rows
 
@@ -100,15 +104,11 @@ class CrossEncoder(nn.Module):
         local_files_only, trust_remote_code, ...) are unused here. `prompts` (name -> text put before each pair's
         first text) join those of a sentence-transformers 6 folder, the given text winning."""
         from bertforge import BertForSequenceClassification, BertTokenizer
-        from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
+        from bertforge.checkpoint.default_model import resolve_model_dir
         from bertforge.checkpoint.hf_format import config_path
 
         super().__init__()
-        unknown = sorted(set(hub_options) - HUB_OPTIONS - {"use_auth_token", "model_card_data"})
-        if unknown:
-            raise ConfigError(f"CrossEncoder takes no option {unknown[0]!r}")
-        if backend != "torch":
-            raise ConfigError(f"backend {backend!r}: bertforge runs torch (`bertforge export onnx` makes ONNX)")
+        check_construction_options("CrossEncoder", hub_options, backend)
         if activation_fn is not None and not callable(activation_fn):
             raise ConfigError(f"activation_fn must be a function of the logits such as torch.nn.Sigmoid(), got "
                               f"{activation_fn!r}")

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.batching import length_sorted_batches
+from bertforge.checkpoint.default_model import HUB_OPTIONS
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.inference.features import embedding_texts, extract_features, pool, sentence_embedding
@@ -45,6 +46,16 @@ def _steps(vectors: np.ndarray) -> np.ndarray:
     low, high = vectors.min(0), vectors.max(0)
     step = np.where(high > low, (high - low) / 255, 1.0)
     return np.clip(np.floor((vectors - low) / step), 0, 255)
+
+
+def check_construction_options(owner: str, hub_options: dict[str, Any], backend: str) -> None:
+    """sentence-transformers' constructor options beyond the named ones: the Hub's are accepted and unused here,
+    others refused by name; only the torch backend runs."""
+    unknown = sorted(set(hub_options) - HUB_OPTIONS - {"use_auth_token", "model_card_data"})
+    if unknown:
+        raise ConfigError(f"{owner} takes no option {unknown[0]!r}")
+    if backend != "torch":
+        raise ConfigError(f"backend {backend!r}: bertforge runs torch (`bertforge export onnx` makes ONNX)")
 
 
 @dataclasses.dataclass
@@ -82,14 +93,9 @@ class SentenceEncoder(nn.Module):
         config.json's fields); or a loaded BertModel and its `tokenizer`. Prompts given join the checkpoint's (the
         given text wins); the Hub's options (token, local_files_only, trust_remote_code, ...) are unused here."""
         from bertforge import BertModel, BertTokenizer
-        from bertforge.checkpoint.default_model import HUB_OPTIONS
 
         super().__init__()
-        unknown = sorted(set(hub_options) - HUB_OPTIONS - {"use_auth_token", "model_card_data"})
-        if unknown:
-            raise ConfigError(f"SentenceEncoder takes no option {unknown[0]!r}")
-        if backend != "torch":
-            raise ConfigError(f"backend {backend!r}: bertforge runs torch (`bertforge export onnx` makes ONNX)")
+        check_construction_options("SentenceEncoder", hub_options, backend)
         if isinstance(model_name_or_path, nn.Module):
             if tokenizer is None:
                 raise ConfigError("a loaded model needs its tokenizer: SentenceEncoder(model, tokenizer)")
