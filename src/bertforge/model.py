@@ -1,8 +1,8 @@
 """The BERT encoder (Devlin et al., 2018): embeddings, post-LN Transformer layers, pooler.
 
 Shapes: batch, seq (positions per sequence), hidden, heads, head_dim = hidden // heads,
-tokens = the real (non-padding) positions of a batch, which is what the dense layers run on (packing.py removes
-the padding before the embeddings and puts it back after the last layer; attention sees each sequence whole).
+tokens = the real (non-padding) positions of a batch, which is what the layers run on (packing.py removes the
+padding after the embeddings and puts it back after the last layer; attention sees each sequence whole).
 """
 
 from __future__ import annotations
@@ -61,12 +61,23 @@ class Embeddings(nn.Module):
         self.norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, input_ids, token_type_ids, position_ids, inputs_embeds=None):
-        """(tokens,) ids each -> (tokens, hidden): BertModel looks up the real tokens only, packed.
-        `inputs_embeds` (tokens, hidden): the token vectors given instead of looked up from input_ids."""
+    def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None):
+        """(batch, seq) ids each -> (batch, seq, hidden); segments default to 0, positions to 0, 1, 2, ...
+        `inputs_embeds` (batch, seq, hidden): the token vectors given instead of looked up from input_ids."""
         words = self.tokens(input_ids) if inputs_embeds is None else inputs_embeds
+        if token_type_ids is None:
+            token_type_ids = torch.zeros(words.shape[:2], dtype=torch.long, device=words.device)
+        if position_ids is None:
+            position_ids = torch.arange(words.shape[1], device=words.device).expand(words.shape[:2])
         x = words + self.segments(token_type_ids) + self.positions(position_ids)
         return self.dropout(self.norm(x))
+
+    # transformers' names for the same modules, for code that reaches for them (Captum's recipes attribute to
+    # `bert.embeddings.word_embeddings`)
+    word_embeddings = property(lambda self: self.tokens)
+    position_embeddings = property(lambda self: self.positions)
+    token_type_embeddings = property(lambda self: self.segments)
+    LayerNorm = property(lambda self: self.norm)
 
 
 class SelfAttention(nn.Module):
@@ -299,10 +310,6 @@ class BertModel(Pretrained, nn.Module):
         token_type_ids, position_ids = (broadcast_row(ids, given) for ids in (token_type_ids, position_ids))
         self.check_inputs(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
         batch_size, seq_len, device = *given.shape[:2], given.device
-        if token_type_ids is None:
-            token_type_ids = torch.zeros(batch_size, seq_len, dtype=torch.long, device=device)
-        if position_ids is None:
-            position_ids = torch.arange(seq_len, device=device).expand(batch_size, seq_len)
         if attention_mask is None:
             attention_mask = torch.ones(batch_size, seq_len, dtype=torch.long, device=device)
 
@@ -316,9 +323,9 @@ class BertModel(Pretrained, nn.Module):
         # An exported graph computes every position, padding included, so its first position is always computed.
         first_token_only = (first_token_only and not (output_hidden_states or output_attentions)
                             and (exporting or bool(attention_mask[:, 0].all())))
-        # From the embedding lookup on, everything runs on the real tokens only: (tokens, hidden).
-        x = self.embeddings(*(None if ids is None else batch.pack(ids)
-                              for ids in (input_ids, token_type_ids, position_ids, inputs_embeds)))
+        # After the embeddings (whose output is the batch as given, as code that hooks them expects), everything
+        # runs on the real tokens only: (tokens, hidden).
+        x = batch.pack(self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds))
         x, hidden_states, attentions = self.encoder(x, batch, output_hidden_states, output_attentions,
                                                     first_token_only)
         last_hidden_state = batch.unpack_first_tokens(x) if first_token_only else batch.unpack(x)

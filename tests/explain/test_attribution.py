@@ -54,6 +54,30 @@ def test_integrated_gradients_equal_captums_layer_integrated_gradients(sst2_clas
     assert ours.completeness_gap == pytest.approx(-float(delta), abs=1e-4)
 
 
+@pytest.mark.parametrize("layer", ["embeddings", "embeddings.word_embeddings"])
+def test_captum_attributes_a_bertforge_model_as_it_attributes_transformers(sst2_classifier, hf_classifier, tokenizer,
+                                                                          sst2_dev, layer):
+    """Captum's own recipe run on a bertforge model (LayerIntegratedGradients on `bert.embeddings`, or on its word
+    embeddings by transformers' name), a padded batch of real reviews at once: the attributions transformers' model
+    of the same weights gets, in its (batch, seq, hidden) shape."""
+    captum_attr = pytest.importorskip("captum.attr")
+    texts = [text for text, _ in sst2_dev[:4]]
+    encoding = tokenizer(texts, padding=True, return_tensors="pt")
+    input_ids, mask = encoding["input_ids"], encoding["attention_mask"]
+    assert not mask.all()  # padding, which the two models lay out differently inside
+    keep = (input_ids == tokenizer.cls_token_id) | (input_ids == tokenizer.sep_token_id) | (mask == 0)
+    baseline = torch.where(keep, input_ids, torch.full_like(input_ids, tokenizer.pad_token_id))
+    results = []
+    for model in (sst2_classifier, hf_classifier):
+        method = captum_attr.LayerIntegratedGradients(lambda ids, m, model=model: model(ids, m).logits[:, 1],
+                                                      model.bert.get_submodule(layer))
+        results.append(method.attribute(input_ids, baselines=baseline, additional_forward_args=(mask,), n_steps=20))
+    ours, theirs = results
+    assert ours.shape == theirs.shape == (*input_ids.shape, 384)
+    real = mask.bool()
+    assert (ours - theirs)[real].abs().max() < 1e-4 * theirs[real].abs().max()
+
+
 def test_completeness_gap_is_under_one_percent_at_the_default_steps(sst2_classifier, tokenizer, sst2_dev):
     for text, _ in sst2_dev[:3] + [(REVIEW, None)]:
         explanation = explain(sst2_classifier, tokenizer, text)

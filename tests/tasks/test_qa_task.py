@@ -90,15 +90,20 @@ def test_decoding_settings_limit_the_answers(tokenizer, squad_slices):
 
 
 def test_short_finetune_beats_the_untrained_model(finetuned_qa, squad_slices):
-    """The untrained span layer proposes long arbitrary spans: exact match 0, F1 ~0.13 from partial overlaps.
-    Fine-tuning on two articles finds exact answers (measured: exact match 0.125, F1 0.142 at the best of 7
-    evaluations); far from a real SQuAD run, but learning that a random head does not show."""
+    """The untrained span layer proposes long arbitrary spans: about one exact answer in 40 by chance, F1 ~0.04.
+    Fine-tuning on two articles finds exact answers (measured: 3 to 5 of the 40 at the best of 7 evaluations, F1
+    0.10 to 0.14, as the seeded draws fall); far from a real SQuAD run, but learning that a random head does not
+    show. Exact answers are counted, not compared as fractions (3/40 < 1/40 + 0.05 in floating point)."""
     dev = QA.read_examples(squad_slices[1], None)
     untrained = BertForQuestionAnswering.from_pretrained("default")
     tokenizer = BertTokenizer.from_pretrained("default")
     settings = SETTINGS
     baseline = QA.score(QA.predict(untrained, QA.encode(tokenizer, dev, settings, {}), dev, 64), dev, {})
-    assert finetuned_qa.best["exact_match"] >= baseline["exact_match"] + 0.05, (baseline, finetuned_qa.history)
+
+    def exact_answers(scores: dict) -> int:
+        return round(scores["exact_match"] * len(dev))
+
+    assert exact_answers(finetuned_qa.best) >= exact_answers(baseline) + 2, (baseline, finetuned_qa.history)
     assert finetuned_qa.best["f1"] > baseline["f1"], (baseline, finetuned_qa.history)
 
 

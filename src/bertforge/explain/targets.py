@@ -79,8 +79,7 @@ def device_of(model: torch.nn.Module) -> torch.device:
 def word_embeddings_replaced(model: torch.nn.Module, values: torch.Tensor):
     """Run `model` with `values` (batch, seq, hidden) as the output of its word-embedding lookup.
 
-    A forward hook on the lookup, so the model's code stays as it is. The encoder packs the real tokens of a batch
-    before the lookup; a batch without padding packs row by row, position by position, which is `values`' order.
+    A forward hook on the lookup, so the model's code stays as it is.
     """
     def replace(module, inputs, output):
         if output.numel() != values.numel():
