@@ -138,8 +138,10 @@ class BertConfig:
 
     @property
     def use_return_dict(self) -> bool:
-        """Whether models return their output objects rather than tuples when a call doesn't say (config.json's
-        return_dict, true unless it says otherwise, and not torchscript), as transformers' configs answer it."""
+        """transformers' reading of config.json's return_dict and torchscript (true unless either says otherwise),
+        for code that asks it. bertforge's models return their output objects unless a call says return_dict=False
+        or runs under torch.jit.trace, whatever a checkpoint's config.json says, so that one checkpoint saved for
+        TorchScript doesn't change what every caller gets."""
         return self.extra.get("return_dict", True) is not False and not self.extra.get("torchscript", False)
 
     # Presets: BERT-base/large from the paper, and the compact sizes of Turc et al. (2019).
