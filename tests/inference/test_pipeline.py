@@ -178,6 +178,16 @@ def test_top_k_given_to_the_pipeline_shapes_answers_as_transformers_does(folders
                     reference("sentiment-analysis", folders["classifier"], top_k=2)(inputs))
 
 
+def test_return_all_scores_answers_as_transformers_4_did(folders, reviews):
+    """transformers 4's return_all_scores=True (its tutorials'; transformers 5 leaves it unread) is top_k=None, one
+    text's labels in a list of one: the labels transformers' top_k=None gives, nested as 4 nested them."""
+    ours = pipeline("text-classification", model=folders["classifier"])
+    every_label = reference("text-classification", folders["classifier"])
+    assert_same(ours(reviews[0], return_all_scores=True), [every_label(reviews[0], top_k=None)])
+    assert_same(ours(reviews[:3], return_all_scores=True), every_label(reviews[:3], top_k=None))
+    assert_same(ours(reviews[0], return_all_scores=True, top_k=1), [every_label(reviews[0], top_k=1)])
+
+
 def test_single_texts_and_pairs_in_one_list(folders, reviews):
     mixed = [reviews[0], {"text": reviews[1], "text_pair": reviews[2]}, reviews[3]]
     assert_same(pipeline("text-classification", model=folders["classifier"])(mixed, top_k=None),

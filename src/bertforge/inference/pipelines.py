@@ -350,7 +350,9 @@ def target_ids(tokenizer: BertTokenizer, targets: str | Sequence[str] | None) ->
 
 def classify(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[str]) -> Any:
     """Per text (or {"text", "text_pair"} dict), {label, score} of the best label; with top_k (None: all) the top
-    labels best first. As transformers 5: one text answers in a list of one unless the call names top_k."""
+    labels best first. As transformers 5: one text answers in a list of one unless the call names top_k.
+    `return_all_scores=True` (transformers 4's spelling of top_k=None) answers as transformers 4 did: every label,
+    one text's in a list of one."""
     if isinstance(inputs, (str, Mapping)):
         items = [classification_item(inputs)]
     elif isinstance(inputs, (list, tuple)):
@@ -358,7 +360,7 @@ def classify(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[st
     else:
         raise InputError(f"{pipe.task} takes a text, a {{\"text\", \"text_pair\"}} dict or a list of them, "
                          f"got {describe(inputs)}")
-    top_k = options["top_k"]
+    top_k = None if options["return_all_scores"] and "top_k" not in given else options["top_k"]
     function = str(options["function_to_apply"] or TASK_SCORES[pipe.definition.name]).lower()
     scores = SCORE_FUNCTIONS[function](sequence_logits(pipe, items, token_limit(pipe, options),
                                                        options["batch_size"]))
@@ -367,7 +369,7 @@ def classify(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[st
         ranked = [{"label": answer["label"], "score": answer["score"]}  # transformers' key order
                   for answer in ranked_scores(row, pipe.model.config.id2label, 1 if top_k is NOT_GIVEN else top_k)]
         answers.append(ranked[0] if top_k is NOT_GIVEN else ranked)
-    if isinstance(inputs, str) and "top_k" not in given:
+    if isinstance(inputs, str) and ("top_k" not in given or options["return_all_scores"]):
         return [answers[0]]
     return answers[0] if isinstance(inputs, (str, Mapping)) else answers
 
@@ -651,7 +653,8 @@ PIPELINE_TASKS: dict[str, PipelineTask] = {
     "text-classification": PipelineTask("sequence_classification", {
         # top_k=None: every label; not given at all, the best label alone and not in a list (see classify)
         "top_k": Option(NOT_GIVEN, lambda name, value: value is NOT_GIVEN or positive_or_none(name, value)),
-        "function_to_apply": Option(None, one_of(list(SCORE_FUNCTIONS))), **CUTTING}, classify),
+        "function_to_apply": Option(None, one_of(list(SCORE_FUNCTIONS))),
+        "return_all_scores": Option(False), **CUTTING}, classify),
     "token-classification": PipelineTask("token_classification", {
         "aggregation_strategy": Option("none", one_of(AGGREGATIONS)),
         "ignore_labels": Option([OUTSIDE], text_or_texts)}, tag),
