@@ -8,10 +8,17 @@ import json
 import logging
 import random
 
+import numpy as np
 import pytest
 import torch
 
-from bertforge import BertConfig, BertForMultipleChoice, BertForNextSentencePrediction, BertForPreTraining
+from bertforge import (
+    BertConfig,
+    BertForMultipleChoice,
+    BertForNextSentencePrediction,
+    BertForPreTraining,
+    BertTokenizer,
+)
 from bertforge.cli.main import main
 from bertforge.errors import BertforgeError, CheckpointError, ConfigError
 from bertforge.tasks.registry import head_of, inspect_checkpoint
@@ -269,3 +276,36 @@ def test_the_task_registry_and_the_commands_on_these_checkpoints(tiny_models, to
         assert json.loads((exported / "config.json").read_text())["architectures"] == [model_class.__name__]
         reloaded = model_class.from_pretrained(exported, require_heads=True)
         assert torch.equal(head_parameters(reloaded)[0], head_parameters(model)[0])
+
+
+def test_multiple_choice_exports_to_onnx_as_transformers_scores_it(minilm_dir, choice_batch, tmp_path, capsys):
+    """`bertforge export onnx` of a multiple-choice checkpoint (its head kept without --task): a (batch, choices,
+    seq) graph whose logits on SWAG-shaped MRPC questions, of a shape it wasn't traced with, are transformers'
+    BertForMultipleChoice's of the same weights. --task multiple-choice on a checkpoint without that head is refused
+    in one line; --task feature-extraction exports its encoder."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    from bertforge.inference.onnx import INPUT_NAMES, onnx_session
+
+    torch.manual_seed(0)
+    directory = tmp_path / "choices"
+    BertForMultipleChoice.from_pretrained(minilm_dir).save_pretrained(directory)
+    BertTokenizer.from_pretrained(minilm_dir).save_pretrained(directory)
+    graph = tmp_path / "choices.onnx"
+    assert main(["export", "onnx", "--model", str(directory), "--output", str(graph)]) == 0
+    assert "wrote multiple-choice graph" in capsys.readouterr().out
+    logits = onnx_session(graph).run(["logits"], {name: choice_batch[name].numpy() for name in INPUT_NAMES})[0]
+    reference = transformers.BertForMultipleChoice.from_pretrained(directory).eval()
+    with torch.no_grad():
+        expected = reference(**{name: choice_batch[name] for name in INPUT_NAMES}).logits
+    capsys.readouterr()  # transformers' loading bar
+    assert logits.shape == tuple(expected.shape) == (3, NUM_CHOICES)
+    assert np.abs(logits - expected.numpy()).max() < 1e-4
+
+    assert main(["export", "onnx", "--model", str(minilm_dir), "--output", str(tmp_path / "no.onnx"),
+                 "--task", "multiple-choice"]) == 1
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "needs a trained BertForMultipleChoice head" in error, error
+    assert main(["export", "onnx", "--model", str(directory), "--output", str(tmp_path / "encoder.onnx"),
+                 "--task", "feature-extraction"]) == 0
+    assert "wrote feature-extraction graph" in capsys.readouterr().out

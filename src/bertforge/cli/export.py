@@ -1,39 +1,44 @@
 """`bertforge export onnx|hf`: an ONNX graph checked against PyTorch, or the ecosystem's checkpoint directory.
 
-    bertforge export onnx --model DIR --output model.onnx [--task question-answering]
+    bertforge export onnx --model DIR --output model.onnx [--task question-answering|multiple-choice|...]
     bertforge export hf --model DIR --output DIR
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Collection
 from pathlib import Path
 
 from bertforge.cli.arguments import add_model_argument, check_writable, positive_int
 from bertforge.errors import CheckpointError, InputError
 from bertforge.inference.onnx import ONNX_TASKS, export_onnx, model_class_of
 from bertforge.outputs import check_output_dir, finish_staging, start_staging
+from bertforge.tasks.registry import OTHER_MODELS
 
 
-def load_for_task(args: argparse.Namespace, pretraining_heads: bool = False):
+def load_for_task(args: argparse.Namespace, keep_heads: Collection[str] = ()):
     """The model of --model, with the head it holds (or the one --task names), and its tokenizer. A task head
-    the checkpoint never trained is refused; its encoder alone (feature-extraction) always exports. With
-    `pretraining_heads`, a model whose head no task runs (config.json's architectures: one of the registry's
-    OTHER_MODELS, such as BertForPreTraining or BertForMultipleChoice) keeps its heads unless --task names another."""
+    the checkpoint never trained is refused; its encoder alone (feature-extraction) always exports. A model whose
+    head no task runs (config.json's architectures: one of the registry's OTHER_MODELS, such as BertForPreTraining
+    or BertForMultipleChoice) keeps its heads if it is among `keep_heads` (what the format can hold), unless --task
+    names another model."""
     from bertforge import BertTokenizer
     from bertforge.tasks.registry import HEADS, OTHER_MODELS, inspect_checkpoint
 
     checkpoint = inspect_checkpoint(args.model)
-    if pretraining_heads and args.task is None and checkpoint.head == "encoder":
+    if args.task is None and checkpoint.head == "encoder":
         for name in checkpoint.architectures:
-            if name in OTHER_MODELS:
+            if name in keep_heads:
                 model = OTHER_MODELS[name].from_pretrained(checkpoint.directory, require_heads=True)
                 return model, BertTokenizer.from_pretrained(checkpoint.directory)
     model_class = checkpoint.model_class if args.task is None else model_class_of(args.task)
-    if model_class not in (checkpoint.model_class, HEADS["encoder"].model_class):
+    trained = model_class.__name__ in OTHER_MODELS and model_class.__name__ in checkpoint.architectures
+    if model_class not in (checkpoint.model_class, HEADS["encoder"].model_class) and not trained:
         raise CheckpointError(f"{checkpoint.directory}: --task {args.task} needs a trained "
-                              f"{model_class.__name__} head; the model holds a {checkpoint.model_class.__name__}")
-    model = model_class.from_pretrained(checkpoint.directory)
+                              f"{model_class.__name__} head; the model holds a "
+                              f"{next(iter(checkpoint.architectures), checkpoint.model_class.__name__)}")
+    model = model_class.from_pretrained(checkpoint.directory, **({"require_heads": True} if trained else {}))
     return model, BertTokenizer.from_pretrained(checkpoint.directory)
 
 
@@ -46,9 +51,10 @@ def run_onnx(args: argparse.Namespace) -> int:
     if output.suffix != ".onnx":
         raise InputError("the output must be a .onnx file", output)
     check_writable(output)
-    model, tokenizer = load_for_task(args)
+    # the models outside the task registry that an ONNX task exports (BertForMultipleChoice)
+    model, tokenizer = load_for_task(args, {spec.other_model for spec in ONNX_TASKS.values() if spec.other_model})
     report = export_onnx(model, tokenizer, output, task=args.task, opset=args.opset)
-    shapes = ", ".join(f"{batch}x{seq}" for batch, seq in report.checked_shapes)
+    shapes = ", ".join("x".join(map(str, shape)) for shape in report.checked_shapes)
     print(f"max difference from PyTorch: {report.max_difference:.2e} at real tokens "
           f"(batches {shapes}; tolerance {report.tolerance:.0e})")
     print(f"wrote {report.task} graph (opset {report.opset}, outputs {', '.join(report.output_names)}) to {output}")
@@ -75,7 +81,7 @@ def run_hf(args: argparse.Namespace) -> int:
         model = load_adapted(args.model, args.adapter, head)
         tokenizer = BertTokenizer.from_pretrained(args.model)
     else:
-        model, tokenizer = load_for_task(args, pretraining_heads=True)
+        model, tokenizer = load_for_task(args, keep_heads=OTHER_MODELS)
     staging = start_staging(output)  # a failed export leaves the model in --output as it was
     try:
         model.save_pretrained(staging)

@@ -1,8 +1,9 @@
 """ONNX export of the encoder and the BERT task models, checked against PyTorch with ONNX Runtime.
 
 Inputs and outputs carry the names of transformers' ONNX exports, with dynamic batch and sequence axes:
-input_ids, attention_mask, token_type_ids (int64, (batch, seq)) -> last_hidden_state, pooler_output / logits /
-start_logits, end_logits. Needs the optional packages onnx, onnxscript and onnxruntime (pip install bertforge[onnx]).
+input_ids, attention_mask, token_type_ids (int64, (batch, seq); (batch, choices, seq) for multiple choice) ->
+last_hidden_state, pooler_output / logits / start_logits, end_logits. Needs the optional packages onnx, onnxscript
+and onnxruntime (pip install bertforge[onnx]).
 """
 
 from __future__ import annotations
@@ -33,11 +34,14 @@ INT8_TOLERANCE = 0.5
 
 @dataclass(frozen=True)
 class OnnxTask:
-    """How a model's output becomes named tensors, and which of them are per token; which model a task name
-    exports is the head registry's (tasks/registry.py HEADS)."""
+    """How a model's output becomes named tensors, and which of them are per token; the axes of its inputs. Which
+    model a task name exports is the head registry's (tasks/registry.py HEADS), or `other_model`'s (a class of its
+    OTHER_MODELS, whose head no task runs)."""
 
     outputs: Callable[[object], dict[str, torch.Tensor | None]]
     per_token: frozenset[str]
+    input_axes: tuple[str, ...] = ("batch", "seq")
+    other_model: str | None = None
 
 
 # Hugging Face's task names (optimum's `--task`, HEADS' onnx_task); the CLI's --task choices are these keys.
@@ -50,13 +54,18 @@ ONNX_TASKS: dict[str, OnnxTask] = {
     "question-answering": OnnxTask(
         lambda out: {"start_logits": out.start_logits, "end_logits": out.end_logits},
         frozenset({"start_logits", "end_logits"})),
+    # (batch, choices, seq) inputs, each choice read with its question (SWAG); (batch, choices) logits
+    "multiple-choice": OnnxTask(lambda out: {"logits": out.logits}, frozenset(),
+                                ("batch", "choices", "seq"), "BertForMultipleChoice"),
 }
 
 
 def model_class_of(task: str) -> type[nn.Module]:
     """The model class an ONNX task name exports: "question-answering" -> BertForQuestionAnswering."""
-    from bertforge.tasks.registry import HEADS
-    check_task(task)
+    from bertforge.tasks.registry import HEADS, OTHER_MODELS
+    spec = check_task(task)
+    if spec.other_model is not None:
+        return OTHER_MODELS[spec.other_model]
     return next(head.model_class for head in HEADS.values() if head.onnx_task == task)
 
 # Real sentences of very different lengths (and, paired up, with both segments) for the numerical check.
@@ -83,7 +92,7 @@ class ExportReport:
     tolerance: float = DEFAULT_TOLERANCE
     # Largest absolute difference per output over every checked batch, at real tokens for per-token outputs.
     differences: dict[str, float] = field(default_factory=dict)
-    checked_shapes: list[tuple[int, int]] = field(default_factory=list)  # (batch, seq) of each checked batch
+    checked_shapes: list[tuple[int, ...]] = field(default_factory=list)  # (batch, seq) of each checked batch
 
     @property
     def max_difference(self) -> float:
@@ -101,7 +110,8 @@ def require(module: str):
 def task_of(model: nn.Module) -> str:
     """The task name of a model instance, from the head registry: BertForQuestionAnswering -> 'question-answering'."""
     from bertforge.tasks.registry import HEADS, head_of
-    return HEADS[head_of(model)].onnx_task
+    other = next((name for name, spec in ONNX_TASKS.items() if spec.other_model == type(model).__name__), None)
+    return other if other is not None else HEADS[head_of(model)].onnx_task
 
 
 def check_task(name: str) -> OnnxTask:
@@ -168,13 +178,25 @@ def _quiet_exporter() -> Iterator[None]:
         exporter_logger.setLevel(level)
 
 
-def check_batches(tokenizer, max_length: int, texts: Sequence[str] = CHECK_TEXTS) -> list[dict[str, torch.Tensor]]:
-    """Padded real batches of three shapes: all texts, the first one alone (batch 1), and text pairs."""
-    half = len(texts) // 2
+def check_batches(tokenizer, max_length: int, texts: Sequence[str] = CHECK_TEXTS,
+                  spec: OnnxTask = ONNX_TASKS["feature-extraction"]) -> list[dict[str, torch.Tensor]]:
+    """Padded real batches of three shapes: all texts, the first one alone (batch 1), and text pairs; for a task
+    of (batch, choices, seq) inputs, questions with their choices: two with three choices each, one with two."""
     # On the right whatever the tokenizer's padding_side: BERT reads [CLS] at position 0.
     encode = dict(truncation=True, max_length=max_length, padding=True, padding_side="right", return_tensors="pt")
+    if "choices" in spec.input_axes:
+        return [choice_batch(tokenizer, texts[:2], texts[2:5], encode), choice_batch(tokenizer, texts[5:6],
+                                                                                      texts[:2], encode)]
+    half = len(texts) // 2
     return [dict(tokenizer(list(texts), **encode)), dict(tokenizer(texts[:1], **encode)),
             dict(tokenizer(list(texts[:half]), list(texts[half:2 * half]), **encode))]
+
+
+def choice_batch(tokenizer, questions: Sequence[str], choices: Sequence[str], encode: dict) -> dict[str, torch.Tensor]:
+    """Every question paired with every choice, as (questions, choices, seq) inputs."""
+    pairs = [(question, choice) for question in questions for choice in choices]
+    rows = tokenizer([question for question, _ in pairs], [choice for _, choice in pairs], **encode)
+    return {name: rows[name].view(len(questions), len(choices), -1) for name in INPUT_NAMES}
 
 
 def export_onnx(model: nn.Module, tokenizer, path: str | Path, task: str | None = None, opset: int | None = None,
@@ -204,11 +226,13 @@ def export_onnx(model: nn.Module, tokenizer, path: str | Path, task: str | None 
         raise BertforgeError(f"task {task!r} exports a {model_class_of(task).__name__}, got a {type(model).__name__}")
     max_length = readable_length(model, tokenizer)
     device = next(model.parameters()).device
-    sample = tokenizer(["Hello world.", "The export traces this pair of sentences."], padding=True,
-                       padding_side="right", return_tensors="pt")
+    encode = dict(padding=True, padding_side="right", return_tensors="pt")
+    texts = ["Hello world.", "The export traces this pair of sentences.", "And this one."]
+    sample = choice_batch(tokenizer, texts[:2], texts, encode) if "choices" in spec.input_axes else \
+        tokenizer(texts[:2], **encode)
     sample = tuple(sample[name].to(device) for name in INPUT_NAMES)
-    batch = torch.export.Dim("batch", min=1, max=4096)
-    seq = torch.export.Dim("seq", min=1, max=model.config.max_position_embeddings)
+    limits = {"batch": 4096, "choices": 64, "seq": model.config.max_position_embeddings}
+    axes = {axis: torch.export.Dim(axis, min=1, max=limits[axis]) for axis in spec.input_axes}
 
     with float32_weights(model):
         with torch.no_grad():
@@ -218,7 +242,8 @@ def export_onnx(model: nn.Module, tokenizer, path: str | Path, task: str | None 
             with _quiet_exporter():
                 program = torch.onnx.export(graph, sample, input_names=list(INPUT_NAMES),
                                             output_names=list(output_names),
-                                            dynamic_shapes={name: {0: batch, 1: seq} for name in INPUT_NAMES},
+                                            dynamic_shapes={name: dict(enumerate(axes.values()))
+                                                            for name in INPUT_NAMES},
                                             opset_version=opset, dynamo=True, verbose=False,
                                             custom_translation_table=qdq_translations())
         opset = next(entry.version for entry in program.model_proto.opset_import if entry.domain in ("", "ai.onnx"))
@@ -231,8 +256,8 @@ def export_onnx(model: nn.Module, tokenizer, path: str | Path, task: str | None 
             with atomic_path(path) as temporary:
                 program.save(temporary, external_data=False)
                 try:
-                    compare_with_pytorch(model, temporary, check_batches(tokenizer, max_length, check_texts), spec,
-                                         report)
+                    compare_with_pytorch(model, temporary, check_batches(tokenizer, max_length, check_texts, spec),
+                                         spec, report)
                 except Exception as error:
                     if not type(error).__module__.startswith("onnxruntime"):
                         raise
