@@ -8,7 +8,7 @@ import math
 import os
 from typing import Any
 
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, InputError
 
 BYTES_PER_PARAMETER = 4  # float32 weights, as every model is built
 
@@ -28,6 +28,14 @@ def check_number(name: str, value: Any, minimum: float | None = None, integer: b
         raise ConfigError(f"{name} must be {'above' if exclusive else 'at least'} {minimum}, got {value!r}")
     if maximum is not None and value > maximum:
         raise ConfigError(f"{name} must be at most {maximum}, got {value!r}")
+
+
+def check_counts(**counts: Any) -> None:
+    """InputError unless each value is a positive whole number: the counts and sizes an API call is given (top_k,
+    batch_size, truncate_dim), named in the message."""
+    for name, value in counts.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InputError(f"{name} must be a positive whole number, got {value!r}")
 
 
 def check_within_positions(max_length: int | None, positions: int, name: str = "max_length") -> None:

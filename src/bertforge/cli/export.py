@@ -24,7 +24,7 @@ def load_for_task(args: argparse.Namespace, keep_heads: Collection[str] = ()):
     or BertForMultipleChoice) keeps its heads if it is among `keep_heads` (what the format can hold), unless --task
     names another model."""
     from bertforge import BertTokenizer
-    from bertforge.tasks.registry import HEADS, OTHER_MODELS, inspect_checkpoint
+    from bertforge.tasks.registry import HEADS, inspect_checkpoint
 
     checkpoint = inspect_checkpoint(args.model)
     if args.task is None and checkpoint.head == "encoder":

@@ -36,6 +36,7 @@ from bertforge.inference.sentence_encoder import (
 )
 from bertforge.tasks import classification
 from bertforge.tasks.data import forward_rows
+from bertforge.validation import check_counts
 
 # The activations a saved cross-encoder may name, by class; sentence-transformers writes the class's full path
 # (torch.nn.modules.activation.Sigmoid) and also reads the short one (torch.nn.Sigmoid).
@@ -247,8 +248,7 @@ class CrossEncoder(nn.Module):
         pairs, single = _pairs(sentences)
         prompt = self._prompt(prompt_name, prompt)
         pairs = [(prompt + first, second) for first, second in pairs]
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise InputError(f"batch_size must be a positive whole number, got {batch_size!r}")
+        check_counts(batch_size=batch_size)
         if activation_fn is not None and not callable(activation_fn):
             raise InputError(f"activation_fn must be a function of the logits such as torch.nn.Sigmoid(), got "
                              f"{activation_fn!r}")

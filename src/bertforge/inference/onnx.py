@@ -92,7 +92,8 @@ class ExportReport:
     tolerance: float = DEFAULT_TOLERANCE
     # Largest absolute difference per output over every checked batch, at real tokens for per-token outputs.
     differences: dict[str, float] = field(default_factory=dict)
-    checked_shapes: list[tuple[int, ...]] = field(default_factory=list)  # (batch, seq) of each checked batch
+    # (batch, seq) of each checked batch; (batch, choices, seq) for multiple choice
+    checked_shapes: list[tuple[int, ...]] = field(default_factory=list)
 
     @property
     def max_difference(self) -> float:

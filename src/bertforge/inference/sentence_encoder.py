@@ -23,6 +23,7 @@ from bertforge.inference.features import embedding_texts, extract_features, pool
 from bertforge.inference.sentence_modules import modules_of
 from bertforge.inference.similarity import SIMILARITIES, as_matrix
 from bertforge.tasks.data import forward_rows
+from bertforge.validation import check_counts
 
 # sentence-transformers' embedding precisions: name -> (texts, hidden) float32 -> the quantized array. The integer
 # ones scale each dimension's range over the texts encoded together onto 256 steps; the binary ones keep the sign
@@ -145,8 +146,8 @@ class SentenceEncoder(nn.Module):
 
     @truncate_dim.setter
     def truncate_dim(self, value: int | None) -> None:
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise InputError(f"truncate_dim must be a positive whole number, got {value!r}")
+        if value is not None:
+            check_counts(truncate_dim=value)
         self._truncate_dim = value
 
     @property
@@ -335,8 +336,7 @@ class SentenceEncoder(nn.Module):
                                    max_length=self.max_seq_length, progress=bool(progress), prompt=prompt).float()
         truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
         if truncate_dim is not None:
-            if not isinstance(truncate_dim, int) or truncate_dim < 1:
-                raise InputError(f"truncate_dim must be a positive whole number, got {truncate_dim!r}")
+            check_counts(truncate_dim=truncate_dim)
             vectors = vectors[:, :truncate_dim]
         return F.normalize(vectors, dim=-1) if normalize else vectors
 

@@ -11,11 +11,15 @@ from torch import nn
 from bertforge.checkpoint.sentence_transformers import POOLING_MODE_FLAGS
 
 
-class Transformer:
-    """model[0]: the BERT model and its tokenizer."""
+class EncoderView:
+    """One of the modules, read from and written to the SentenceEncoder it views."""
 
     def __init__(self, encoder: Any):
         self._encoder = encoder
+
+
+class Transformer(EncoderView):
+    """model[0]: the BERT model and its tokenizer."""
 
     @property
     def auto_model(self) -> nn.Module:
@@ -64,11 +68,8 @@ class Transformer:
                 f"'architecture': {type(self.auto_model).__name__!r}}})")
 
 
-class Pooling:
+class Pooling(EncoderView):
     """model[1]: how token vectors become one vector per text."""
-
-    def __init__(self, encoder: Any):
-        self._encoder = encoder
 
     @property
     def pooling_mode(self) -> str:
@@ -103,11 +104,8 @@ class Pooling:
                 f"{self.pooling_mode!r}, 'include_prompt': {self.include_prompt}}})")
 
 
-class Normalize:
+class Normalize(EncoderView):
     """model[2], where the layout normalises: each vector scaled to unit length."""
-
-    def __init__(self, encoder: Any):
-        self._encoder = encoder
 
     def __repr__(self) -> str:
         return "Normalize()"

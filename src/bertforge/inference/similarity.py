@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from bertforge.errors import InputError
 from bertforge.inference.features import extract_features
+from bertforge.validation import check_counts
 
 
 def similarity_table(model, tokenizer, texts: Sequence[str], **features: Any) -> torch.Tensor:
@@ -113,13 +114,6 @@ def community_detection(embeddings: Any, threshold: float = 0.75, min_community_
             communities.append([center] + [member for member in left if member != center])
             taken.update(communities[-1])
     return sorted(communities, key=len, reverse=True)
-
-
-def check_counts(**counts: Any) -> None:
-    """One-line errors for counts and sizes that must be positive whole numbers."""
-    for name, value in counts.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InputError(f"{name} must be a positive whole number, got {value!r}")
 
 
 def as_matrix(embeddings: Any) -> torch.Tensor:
