@@ -28,6 +28,7 @@ import time
 import warnings
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import torch
 from finetune_tasks import DATA, RUNS, data_files  # bench/ is the script's folder, so on sys.path
@@ -36,6 +37,7 @@ from torch import nn
 from bertforge.compress import QuantizationConfig, quantize
 from bertforge.compress.gate import measure
 from bertforge.heads import ClassifierOutput, every_position
+from bertforge.inference import replay
 from bertforge.inference.onnx import INPUT_NAMES, export_onnx, onnx_session
 from bertforge.runtime import bf16_supported, tune_cpu_allocator
 from bertforge.tasks.data import inference_batches
@@ -63,20 +65,34 @@ class OnnxRuntimeModel(nn.Module):
 quantize_module = importlib.import_module("bertforge.compress.quantize")
 
 
-class OneDnnOnly(nn.Module):
-    """An int8 model with every static product on oneDNN's kernel, none of few rows on fbgemm's (which a CPU without
-    VNNI otherwise takes below quantize.SMALL_PRODUCT_ROWS rows): what that switch gains, in the same run."""
+class Patched(nn.Module):
+    """An int8 model run with some of bertforge's module-level settings changed, in the same run as the model with
+    its own: what each setting gains."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, settings: dict[tuple[Any, str], Any]):
         super().__init__()
-        self.model = model
+        self.model, self.settings = model, settings  # (module, name) -> value
 
     def forward(self, **batch):
-        rows, quantize_module.SMALL_PRODUCT_ROWS = quantize_module.SMALL_PRODUCT_ROWS, 0
+        before = {key: getattr(*key) for key in self.settings}
+        for (module, name), value in self.settings.items():
+            setattr(module, name, value)
         try:
             return self.model(**batch)
         finally:
-            quantize_module.SMALL_PRODUCT_ROWS = rows
+            for (module, name), value in before.items():
+                setattr(module, name, value)
+
+
+def eager(model: nn.Module) -> Patched:
+    """No batch replayed from a recorded graph (inference/replay.py): every forward eager."""
+    return Patched(model, {(replay, "REPLAY_MAX_WORK"): 0})
+
+
+def onednn_only(model: nn.Module) -> Patched:
+    """Eager, and every static product on oneDNN's kernel, none of few rows on fbgemm's (which a CPU without VNNI
+    otherwise takes below quantize.SMALL_PRODUCT_ROWS rows)."""
+    return Patched(model, {(replay, "REPLAY_MAX_WORK"): 0, (quantize_module, "SMALL_PRODUCT_ROWS"): 0})
 
 
 def onnx_int8(finetuned: FinetunedModel, folder: Path, threads: int, per_channel: bool = False,
@@ -262,13 +278,15 @@ def main() -> None:
         print(f"{name:<12}the models alone, batch by batch: int8 {alone['int8']:.3f} s; ORT's time / int8's: "
               + ", ".join(f"{other} {alone[other] / alone['int8']:.3f}" for other in others), flush=True)
         int8 = made["int8"]
-        onednn_only = FinetunedModel(OneDnnOnly(int8.model), int8.tokenizer, int8.task, int8.run)
+        patched = {variant: FinetunedModel(patch(int8.model), int8.tokenizer, int8.task, int8.run)
+                   for variant, patch in (("int8 eager", eager), ("int8 oneDNN only", onednn_only))}
         for size in (int(size) for size in args.batch_sizes.split(",") if size):
             some = examples[:200] if size == 1 else examples
-            timed = {variant: made[variant] for variant in ("int8", *others)} | {"int8 oneDNN only": onednn_only}
+            timed = {variant: made[variant] for variant in ("int8", *others)} | patched
             alone = model_seconds(timed, some, args.repeats, size)
             print(f"{name:<12}batch {size:>3}, {len(some)} examples, the models alone: int8 {alone['int8']:.3f} s; "
-                  f"int8 oneDNN only / int8 {alone['int8 oneDNN only'] / alone['int8']:.3f}; ORT's time / int8's: "
+                  + ", ".join(f"{variant} / int8 {alone[variant] / alone['int8']:.3f}" for variant in patched)
+                  + "; ORT's time / int8's: "
                   + ", ".join(f"{other} {alone[other] / alone['int8']:.3f}" for other in others), flush=True)
 
 if __name__ == "__main__":

@@ -43,6 +43,11 @@ EXPLICIT_ATTENTION_MAX_SEQ = 64
 GPU_ATTENTION_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
+# Set by inference/replay.py while it records a graph that it replays only for batches on the same side of the
+# length branches as the batch it records on: those branches may then be taken as in an eager forward.
+recording_for_replay = False
+
+
 def recording_graph() -> bool:
     """Whether the forward is being recorded as a graph (torch.export and the ONNX exporter, torch.jit.trace),
     which fixes every branch taken on the data to the recorded input's side."""
@@ -114,7 +119,7 @@ class SelfAttention(nn.Module):
         q, k, v = (self.split_heads(t) for t in (q, k, v))  # (batch, heads, seq, head_dim) each
         dropout_p = self.dropout.p if self.training else 0.0
         # A recorded graph takes SDPA for every length: a branch on the length would fix it to one side.
-        on_cpu = q.device.type == "cpu" and not recording_graph()
+        on_cpu = q.device.type == "cpu" and (recording_for_replay or not recording_graph())
         if need_weights or (on_cpu and (dropout_p > 0.0 or q.shape[2] <= EXPLICIT_ATTENTION_MAX_SEQ)):
             # The explicit path: for the weights themselves, for short sequences on a CPU, and for dropout on a CPU,
             # where SDPA computes the same thing with a costlier random mask. Each head's rows laid out side by side

@@ -35,7 +35,8 @@ import json
 import logging
 import types
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,6 +171,9 @@ def static_kernel_available() -> bool:
 # large batch differ slightly (MiniLM: token cosine >= 0.997, mean 0.9997; int8 against fp32 differs ~2x more);
 # oneDNN alone gives a sentence the same numbers in any batch. A sentence at a time is ~1.5x faster for it.
 SMALL_PRODUCT_ROWS = 256
+# Set while inference/replay.py records an int8 model as a graph: every product runs on fbgemm's kernel (oneDNN's
+# takes arguments the recorder can't hold), and the recording module holds every prepacked weight (`recording_int8`).
+recording = False
 
 
 @functools.cache
@@ -384,9 +388,18 @@ class QuantizedLinear(nn.Module):
         return y.view(*scaled.shape[:-1], self.out_features)
 
     def runs_small(self, rows: int) -> bool:
-        """Whether a product of `rows` rows runs on fbgemm's static-input kernel (see SMALL_PRODUCT_ROWS)."""
-        return (rows < SMALL_PRODUCT_ROWS and int8_reduce_range() and not torch.compiler.is_compiling()
+        """Whether a product of `rows` rows runs on fbgemm's static-input kernel (see SMALL_PRODUCT_ROWS), as every
+        product does while the model is recorded as a graph (`recording`)."""
+        return ((recording or rows < SMALL_PRODUCT_ROWS and int8_reduce_range()) and not torch.compiler.is_compiling()
                 and small_product_kernel_available())
+
+    def recorded_weight(self):
+        """The prepacked weight a recorded graph of this layer reads (fbgemm's), made now if not yet."""
+        if not self.runs_static():
+            return self.packed_weight()
+        if self.small_packed is None:
+            self.small_packed = self.fbgemm_packed_weight()
+        return self.small_packed
 
     def small_product(self, scaled: torch.Tensor, step: float, zero_point: int, activate: bool) -> torch.Tensor:
         """The static int8 product on fbgemm: the input quantized with the calibrated step and zero point (the
@@ -479,8 +492,10 @@ class FusedProjections:
 
     def product(self, names: tuple[str, ...], layers: tuple[nn.Module, ...]) -> QuantizedLinear | None:
         """The joint layer for `layers`, made again if they changed; None where they must run one by one. (Under
-        torch.compile there is no FusedProjections: `run_int8_eagerly` removes it.)"""
-        if (torch.compiler.is_exporting() or not all(isinstance(layer, QuantizedLinear) for layer in layers)
+        torch.compile there is no FusedProjections: `run_int8_eagerly` removes it. A graph recorder other than
+        `recording_int8`'s can't read the joint layer's weight, which no module holds.)"""
+        if (torch.compiler.is_exporting() or (torch.jit.is_tracing() and not recording)
+                or not all(isinstance(layer, QuantizedLinear) for layer in layers)
                 or any(has_forward_hooks(layer) for layer in layers)):
             return None
         made_from = tuple((layer, layer.loads) for layer in layers)
@@ -597,15 +612,37 @@ def quantize_int8(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]] |
 
 
 def join_int8_layers(model: nn.Module) -> nn.Module:
-    """Each int8 feed-forward's up-projection writes its down-projection's input codes where both allow it, and each
-    attention layer with int8 query, key and value computes them as one product where they allow it."""
+    """Each int8 feed-forward's up-projection writes its down-projection's input codes where both allow it, each
+    attention layer with int8 query, key and value computes them as one product where they allow it, and small
+    batches replay a recorded graph (inference/replay.py)."""
     for module in model.modules():
         if (isinstance(module, FeedForward) and isinstance(module.up, QuantizedLinear)
                 and isinstance(module.down, QuantizedLinear)):
             module.up.writes_codes(module.down)
         if isinstance(module, SelfAttention) and isinstance(module.query, QuantizedLinear):
             module.project = FusedProjections(module)
+    if small_product_kernel_available():  # the kernel a recorded graph runs
+        from bertforge.inference.replay import replay_small_batches
+        replay_small_batches(model)
     return model
+
+
+@contextmanager
+def recording_int8(model: nn.Module) -> Iterator[list]:
+    """Within: `model`'s int8 layers record as a graph can replay them (see `recording`). Yields the prepacked
+    weights the graph reads, for the recording module to hold; the model must have run once before (the joint
+    query-key-value layers are made on first use)."""
+    global recording
+    layers = [module for module in model.modules() if isinstance(module, QuantizedLinear)]
+    for attention in model.modules():
+        if isinstance(attention, SelfAttention) and isinstance(vars(attention).get("project"), FusedProjections):
+            layers += [layer for _, layer in attention.project.products.values() if layer is not None]
+    weights = [layer.recorded_weight() for layer in layers]
+    recording = True
+    try:
+        yield weights
+    finally:
+        recording = False
 
 
 def run_int8_eagerly(model: nn.Module) -> nn.Module:
