@@ -2,10 +2,11 @@
 (torch.jit.trace) and replayed for batches of a few sentences.
 
 For one sentence an eager int8 forward spends more time in Python and operator dispatch (~350 operator calls, ~100
-module calls) than in its int8 products: on a 2-core AVX2 EPYC, MiniLM int8 takes ~11 ms eagerly for a ~24-token
-SST-2 sentence and ~5 ms replayed, where ONNX Runtime's int8 takes ~5.5 ms. The graph computes every position,
-padding included, where the eager forward packs the real tokens, so from a few hundred positions the eager forward
-is the faster one (`REPLAY_MAX_WORK`).
+module calls) than in its int8 products, which are no slower than ONNX Runtime's (MiniLM's shapes, 24 rows, a
+2-core AVX2 EPYC: 170-230 us a call against 185-208): replayed, one SST-2 sentence takes 0.55-0.6 of its eager time,
+level with ONNX Runtime's int8 where eagerly it took twice as long (bench/README.md). The graph computes every
+position, padding included, where the eager forward packs the real tokens, so from a few hundred positions the
+eager forward is the faster one (`REPLAY_MAX_WORK`).
 
 `replay_small_batches(model)` gives each BertModel in `model` this forward (an attribute of the instance, as
 `run_int8_eagerly` sets its layers'); the class, the parameters and the state dict are unchanged. A batch is
