@@ -103,8 +103,9 @@ def test_what_a_graph_cannot_give_runs_eagerly(int8, tokenizer, texts):
         int8.train()
         int8(**batch)  # training mode
         int8.eval()
-    with torch.enable_grad():  # gradients on
+    with torch.enable_grad():  # gradients on, after calls in inference mode made the joint query-key-value layers
         assert not replay.replayable(int8, batch["input_ids"], batch["attention_mask"], None, None, None, None, None)
+        assert int8(**batch).last_hidden_state.requires_grad
     with torch.no_grad():
         assert replay.replayable(int8, batch["input_ids"], batch["attention_mask"], None, None, None, None, None)
     left = {name: tensor.flip(1) for name, tensor in batch.items()}  # left padding: first positions are padding

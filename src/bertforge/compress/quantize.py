@@ -500,7 +500,8 @@ class FusedProjections:
             return None
         made_from = tuple((layer, layer.loads) for layer in layers)
         if self.products.get(names, ((), None))[0] != made_from:
-            self.products[names] = (made_from, concatenate(layers))
+            with torch.inference_mode(False):  # made within an inference_mode call, it still serves calls with grad
+                self.products[names] = (made_from, concatenate(layers))
         return self.products[names][1]
 
 
