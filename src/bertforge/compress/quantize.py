@@ -35,8 +35,7 @@ import json
 import logging
 import types
 import warnings
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bertforge import model as model_module
 from bertforge.activations import ACTIVATIONS, ONEDNN_POST_OPS, Activation
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.hf_format import CONFIG_FILE, config_path
@@ -171,9 +171,6 @@ def static_kernel_available() -> bool:
 # large batch differ slightly (MiniLM: token cosine >= 0.997, mean 0.9997; int8 against fp32 differs ~2x more);
 # oneDNN alone gives a sentence the same numbers in any batch. A sentence at a time is ~1.5x faster for it.
 SMALL_PRODUCT_ROWS = 256
-# Set while inference/replay.py records an int8 model as a graph: every product runs on fbgemm's kernel (oneDNN's
-# takes arguments the recorder can't hold), and the recording module holds every prepacked weight (`recording_int8`).
-recording = False
 
 
 @functools.cache
@@ -389,9 +386,10 @@ class QuantizedLinear(nn.Module):
 
     def runs_small(self, rows: int) -> bool:
         """Whether a product of `rows` rows runs on fbgemm's static-input kernel (see SMALL_PRODUCT_ROWS), as every
-        product does while the model is recorded as a graph (`recording`)."""
-        return ((recording or rows < SMALL_PRODUCT_ROWS and int8_reduce_range()) and not torch.compiler.is_compiling()
-                and small_product_kernel_available())
+        product does while inference/replay.py records the model as a graph (oneDNN's takes arguments the recorder
+        can't hold)."""
+        return ((model_module.recording_for_replay or rows < SMALL_PRODUCT_ROWS and int8_reduce_range())
+                and not torch.compiler.is_compiling() and small_product_kernel_available())
 
     def recorded_weight(self):
         """The prepacked weight a recorded graph of this layer reads (fbgemm's), made now if not yet."""
@@ -493,8 +491,8 @@ class FusedProjections:
     def product(self, names: tuple[str, ...], layers: tuple[nn.Module, ...]) -> QuantizedLinear | None:
         """The joint layer for `layers`, made again if they changed; None where they must run one by one. (Under
         torch.compile there is no FusedProjections: `run_int8_eagerly` removes it. A graph recorder other than
-        `recording_int8`'s can't read the joint layer's weight, which no module holds.)"""
-        if (torch.compiler.is_exporting() or (torch.jit.is_tracing() and not recording)
+        replay's, whose recording module holds `recorded_weights`, can't read the joint layer's weight.)"""
+        if (torch.compiler.is_exporting() or (torch.jit.is_tracing() and not model_module.recording_for_replay)
                 or not all(isinstance(layer, QuantizedLinear) for layer in layers)
                 or any(has_forward_hooks(layer) for layer in layers)):
             return None
@@ -628,22 +626,15 @@ def join_int8_layers(model: nn.Module) -> nn.Module:
     return model
 
 
-@contextmanager
-def recording_int8(model: nn.Module) -> Iterator[list]:
-    """Within: `model`'s int8 layers record as a graph can replay them (see `recording`). Yields the prepacked
-    weights the graph reads, for the recording module to hold; the model must have run once before (the joint
+def recorded_weights(model: nn.Module) -> list:
+    """The prepacked weights a recorded graph of `model` reads (made now where not yet), for the recording module
+    to hold: the tracer records only what its module tree holds. The model must have run once before (the joint
     query-key-value layers are made on first use)."""
-    global recording
     layers = [module for module in model.modules() if isinstance(module, QuantizedLinear)]
     for attention in model.modules():
         if isinstance(attention, SelfAttention) and isinstance(vars(attention).get("project"), FusedProjections):
             layers += [layer for _, layer in attention.project.products.values() if layer is not None]
-    weights = [layer.recorded_weight() for layer in layers]
-    recording = True
-    try:
-        yield weights
-    finally:
-        recording = False
+    return [layer.recorded_weight() for layer in layers]
 
 
 def run_int8_eagerly(model: nn.Module) -> nn.Module:

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from bertforge import model as model_module
+from bertforge.compress.quantize import has_forward_hooks, recorded_weights
 from bertforge.model import EXPLICIT_ATTENTION_MAX_SEQ, BertModel, EncoderOutput, broadcast_row, recording_graph
 from bertforge.model_output import returned
 
@@ -103,21 +104,20 @@ def recording_sample(length: int) -> dict[str, torch.Tensor]:
 def record(model: BertModel, first_token_only: bool, long: bool) -> torch.jit.ScriptModule:
     """The graph of `model`'s forward on (input_ids, attention_mask, token_type_ids), for sequences longer than
     EXPLICIT_ATTENTION_MAX_SEQ (`long`: attention on SDPA's kernel) or not (the explicit products)."""
-    from bertforge.compress.quantize import recording_int8
-
     length = EXPLICIT_ATTENTION_MAX_SEQ + 8 if long else 8
     sample = recording_sample(min(length, model.config.max_position_embeddings))
     with torch.inference_mode(False), torch.no_grad():
         BertModel.forward(model, **sample, first_token_only=first_token_only)  # makes what is made on first use
-        with recording_int8(model) as weights, warnings.catch_warnings(), recording_lengths():
+        recording = Recording(model, first_token_only, recorded_weights(model))
+        with warnings.catch_warnings(), recording_for_replay():
             warnings.simplefilter("ignore")  # the tracer's notes on Python numbers it records as constants
-            return torch.jit.trace(Recording(model, first_token_only, weights), tuple(sample.values()),
-                                   check_trace=False)
+            return torch.jit.trace(recording, tuple(sample.values()), check_trace=False)
 
 
 @contextmanager
-def recording_lengths() -> Iterator[None]:
-    """Within: the model takes its branches on the sequence length as it does eagerly (see model.py)."""
+def recording_for_replay() -> Iterator[None]:
+    """Within: the model takes its branches on the sequence length as it does eagerly (see model.py), and its int8
+    products run on the kernel a graph can record (compress/quantize.py)."""
     model_module.recording_for_replay = True
     try:
         yield
@@ -132,13 +132,6 @@ def model_state(model: BertModel) -> tuple:
     tensors = itertools.chain(model.parameters(), model.buffers())
     prepacked = (vars(module).get(name) for module in model.modules() for name in PREPACKED)
     return tuple(map(id, itertools.chain(tensors, prepacked)))
-
-
-def has_hooks(model: nn.Module) -> bool:
-    """Hooks see modules' inputs and outputs, which a replayed graph has none of."""
-    if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
-        return True
-    return any(module._forward_hooks or module._forward_pre_hooks for module in model.modules())
 
 
 def replayable(model: BertModel, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
@@ -162,7 +155,7 @@ def replayable(model: BertModel, input_ids, attention_mask, token_type_ids, posi
         padding = input_ids.numel() - int(attention_mask.count_nonzero())
         if input_ids.numel() + 2 * padding > REPLAY_MAX_WORK:
             return False
-    return not has_hooks(model)
+    return not any(map(has_forward_hooks, model.modules()))  # hooks see what a replayed graph has none of
 
 
 def forward(self: BertModel, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
