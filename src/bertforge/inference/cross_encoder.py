@@ -29,6 +29,7 @@ from bertforge.checkpoint.sentence_transformers import (
 )
 from bertforge.config import read_json_object
 from bertforge.errors import ConfigError, InputError
+from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_encoder import (
     EvaluationRecord,
     check_construction_options,
@@ -80,7 +81,7 @@ def _cross_encoder_layout(directory: Path) -> dict[str, Any]:
     return settings | {"max_seq_length": transformer.get("max_seq_length")}
 
 
-class CrossEncoder(nn.Module):
+class CrossEncoder(PoolMethods, nn.Module):
     """A score (or one per label) per text pair, as sentence-transformers' CrossEncoder(name).predict(pairs). A
     module, as sentence-transformers' is: its parameters are the classifier's.
 
@@ -237,13 +238,16 @@ class CrossEncoder(nn.Module):
     def predict(self, sentences: Any = None, prompt_name: str | None = None, prompt: str | None = None,
                 batch_size: int = 32, show_progress_bar: bool | None = None,
                 activation_fn: Callable | None = None, apply_softmax: bool = False, convert_to_numpy: bool = True,
-                convert_to_tensor: bool = False, device: str | torch.device | None = None, *,
-                inputs: Any = None) -> Any:
+                convert_to_tensor: bool = False,
+                device: str | torch.device | Sequence[str | torch.device] | None = None,
+                pool: dict[str, Any] | None = None, chunk_size: int | None = None, *, inputs: Any = None) -> Any:
         """CrossEncoder.predict: a (text, pair) tuple (or [text, pair]) gives a float32 scalar, or (num_labels,)
         scores; a list of them (n,) scores for one output, (n, num_labels) for several. `activation_fn` replaces
         the model's for this call; `apply_softmax` makes several outputs probabilities (after the activation).
         A numpy array, a tensor with `convert_to_tensor` (on the model's device), a list of tensors with
-        neither. `prompt` (or the prompt called `prompt_name`, else the default one) goes before each first text."""
+        neither. `prompt` (or the prompt called `prompt_name`, else the default one) goes before each first text.
+        `pool` (from start_multi_process_pool), or a list of devices as `device`, shares the pairs between
+        processes in chunks of `chunk_size` (inference/process_pool.py), with the same answer."""
         sentences = inputs if sentences is None else sentences
         pairs, single = _pairs(sentences)
         prompt = self._prompt(prompt_name, prompt)
@@ -252,12 +256,18 @@ class CrossEncoder(nn.Module):
         if activation_fn is not None and not callable(activation_fn):
             raise InputError(f"activation_fn must be a function of the logits such as torch.nn.Sigmoid(), got "
                              f"{activation_fn!r}")
-        if device is not None:
+        devices = device if isinstance(device, Sequence) and not isinstance(device, str) else None
+        if device is not None and devices is None:
             self.to(device)
         if not pairs:  # as sentence-transformers answers no pairs
             return torch.tensor([]) if convert_to_tensor else np.array([]) if convert_to_numpy else []
         activation = self.activation_fn if activation_fn is None else activation_fn
-        scores = activation(self._logits(pairs, batch_size, bool(show_progress_bar)))
+        if pool is not None or devices is not None:
+            logits = self.pooled("_logits", pairs, pool, devices, chunk_size, batch_size=batch_size,
+                                 progress=False).to(self.device)
+        else:
+            logits = self._logits(pairs, batch_size, bool(show_progress_bar))
+        scores = activation(logits)
         if self.num_labels == 1 and scores.dim() > 1:
             scores = scores.squeeze(-1)
         if apply_softmax and scores.dim() > 1:
@@ -324,7 +334,8 @@ class CrossEncoder(nn.Module):
     def rank(self, query: str, documents: Sequence[str], top_k: int | None = None, return_documents: bool = False,
              prompt_name: str | None = None, prompt: str | None = None, batch_size: int = 32,
              show_progress_bar: bool | None = None, activation_fn: Callable | None = None,
-             device: str | torch.device | None = None, *, apply_softmax: bool = False,
+             device: str | torch.device | Sequence[str | torch.device] | None = None,
+             pool: dict[str, Any] | None = None, chunk_size: int | None = None, *, apply_softmax: bool = False,
              convert_to_tensor: bool = False) -> list[dict[str, Any]]:
         """CrossEncoder.rank: [{"corpus_id", "score"[, "text"]}] of the documents, best first, the first `top_k`
         (all for None); scores are floats. One-output models only. apply_softmax and convert_to_tensor are
@@ -336,7 +347,8 @@ class CrossEncoder(nn.Module):
         if not isinstance(query, str) or documents is None or not all(isinstance(text, str) for text in documents):
             raise InputError("rank takes a query text and a list of document texts")
         scores = self.predict([(query, document) for document in documents], prompt_name, prompt, batch_size,
-                              show_progress_bar, activation_fn, convert_to_tensor=True, device=device).tolist()
+                              show_progress_bar, activation_fn, convert_to_tensor=True, device=device, pool=pool,
+                              chunk_size=chunk_size).tolist()
         results = [{"corpus_id": i, "score": score} | ({"text": documents[i]} if return_documents else {})
                    for i, score in enumerate(scores)]
         return sorted(results, key=lambda result: result["score"], reverse=True)[:top_k]

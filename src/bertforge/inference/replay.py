@@ -19,6 +19,7 @@ positions, or the first alone), and again after the model's layers are replaced 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import warnings
@@ -185,5 +186,7 @@ def replay_small_batches(model: nn.Module) -> nn.Module:
     for module in model.modules():
         if isinstance(module, BertModel):
             vars(module)["replays"] = Replays()
-            module.forward = forward.__get__(module)  # bound as a method: deepcopy rebinds it
+            # a partial, not a bound method: a copy or an unpickled model gets its own (a bound method unpickles
+            # as getattr(model, "forward") of a model not yet filled in: the class's forward)
+            module.forward = functools.partial(forward, module)
     return model

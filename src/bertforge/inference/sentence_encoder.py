@@ -20,6 +20,7 @@ from bertforge.checkpoint.default_model import HUB_OPTIONS
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.inference.features import embedding_texts, extract_features, pool, sentence_embedding
+from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_modules import modules_of
 from bertforge.inference.similarity import SIMILARITIES, as_matrix
 from bertforge.tasks.data import forward_rows
@@ -70,7 +71,7 @@ class EvaluationRecord:
         self.eval_results_dict[evaluator] = dict(metrics)
 
 
-class SentenceEncoder(nn.Module):
+class SentenceEncoder(PoolMethods, nn.Module):
     """One vector per text, as SentenceTransformer(name).encode(texts) gives it. A module, as SentenceTransformer
     is: its parameters are the BERT model's, and sentence-transformers' losses train it through `forward`.
 
@@ -274,14 +275,18 @@ class SentenceEncoder(nn.Module):
     def encode(self, sentences: str | Sequence[str] | None = None, prompt_name: str | None = None,
                prompt: str | None = None, batch_size: int = 32, show_progress_bar: bool | None = None,
                output_value: str | None = "sentence_embedding", precision: str | None = "float32",
-               convert_to_numpy: bool = True, convert_to_tensor: bool = False, device: str | None = None,
-               normalize_embeddings: bool = False, truncate_dim: int | None = None, *,
+               convert_to_numpy: bool = True, convert_to_tensor: bool = False,
+               device: str | torch.device | Sequence[str | torch.device] | None = None,
+               normalize_embeddings: bool = False, truncate_dim: int | None = None,
+               pool: dict[str, Any] | None = None, chunk_size: int | None = None, *,
                inputs: str | Sequence[str] | None = None) -> Any:
         """SentenceTransformer.encode: (texts, hidden) float32 vectors, (hidden,) for a single string; a numpy array,
         a tensor with `convert_to_tensor`, a list of tensors with neither. `truncate_dim` keeps the first
         dimensions, `normalize_embeddings` makes them unit length (after truncating), `precision` quantizes them
         (int8, uint8, binary, ubinary). output_value="token_embeddings": per text its tokens' (tokens, hidden)
-        last layer, [CLS] and [SEP] included; None: per text a dict of its inputs and both outputs."""
+        last layer, [CLS] and [SEP] included; None: per text a dict of its inputs and both outputs. `pool` (from
+        start_multi_process_pool), or a list of devices as `device`, shares the texts between processes in chunks
+        of `chunk_size` (inference/process_pool.py), with the same answer."""
         self.eval()  # as sentence-transformers' encode: no dropout, whatever mode training left the model in
         sentences = inputs if sentences is None else sentences
         if isinstance(sentences, np.ndarray) and sentences.ndim == 1:  # a column of texts, as pandas gives one
@@ -294,24 +299,28 @@ class SentenceEncoder(nn.Module):
             check_choice(output_value, ("sentence_embedding", "token_embeddings"), "output_value", error=InputError)
         precision = "float32" if precision is None else precision  # what sentence-transformers' evaluators pass
         check_choice(precision, PRECISIONS, "precision", error=InputError)
-        if device is not None:
+        devices = device if isinstance(device, Sequence) and not isinstance(device, str) else None
+        if device is not None and devices is None:
             self.model.to(device)
         single = isinstance(sentences, str)
         texts = [sentences] if single else list(sentences)
         prompt = self._prompt(prompt_name, prompt)
-        if output_value != "sentence_embedding":
-            tokens = self._token_embeddings(texts, prompt, batch_size)
-            if output_value is None:
-                vectors = self._sentence_vectors(texts, prompt, batch_size, show_progress_bar, normalize_embeddings,
-                                                 truncate_dim)
-                tokens = [row | {"sentence_embedding": vector} for row, vector in zip(tokens, vectors)]
-            else:
-                tokens = [row["token_embeddings"] for row in tokens]
-            return tokens[0] if single else tokens
-        if not texts:  # as sentence-transformers answers no texts
+        if truncate_dim is not None:
+            check_counts(truncate_dim=truncate_dim)
+        if not texts and output_value == "sentence_embedding":  # as sentence-transformers answers no texts
             return torch.tensor([]) if convert_to_tensor else np.array([]) if convert_to_numpy else []
-        vectors = self._sentence_vectors(texts, prompt, batch_size, show_progress_bar, normalize_embeddings,
-                                         truncate_dim)
+        if not texts:
+            return []
+        pooled = pool is not None or devices is not None
+        options = dict(prompt=prompt, batch_size=batch_size, progress=bool(show_progress_bar) and not pooled,
+                       normalize=normalize_embeddings, truncate_dim=truncate_dim, output_value=output_value)
+        if pooled:
+            answers = self.pooled("_answers", texts, pool, devices, chunk_size, **options)
+        else:
+            answers = self._answers(texts, **options)
+        if output_value != "sentence_embedding":
+            return answers[0] if single else answers
+        vectors = answers
         if precision != "float32":
             vectors = torch.from_numpy(PRECISIONS[precision](vectors.numpy()))
         vectors = vectors[0] if single else vectors
@@ -330,13 +339,24 @@ class SentenceEncoder(nn.Module):
             raise InputError(f"prompt_name {name!r}: the model has prompts {', '.join(map(repr, self.prompts))}")
         return self.prompts[name]
 
+    def _answers(self, texts: list[str], prompt: str | None, batch_size: int, progress: bool | None,
+                 normalize: bool, truncate_dim: int | None, output_value: str | None) -> torch.Tensor | list:
+        """encode's float32 answer for `texts` (in one process, or a pool's worker for its chunk): (texts, hidden)
+        vectors for sentence_embedding; else a list, per text (see encode)."""
+        if output_value == "sentence_embedding":
+            return self._sentence_vectors(texts, prompt, batch_size, progress, normalize, truncate_dim)
+        tokens = self._token_embeddings(texts, prompt, batch_size)
+        if output_value is None:
+            vectors = self._sentence_vectors(texts, prompt, batch_size, progress, normalize, truncate_dim)
+            return [row | {"sentence_embedding": vector} for row, vector in zip(tokens, vectors)]
+        return [row["token_embeddings"] for row in tokens]
+
     def _sentence_vectors(self, texts: list[str], prompt: str | None, batch_size: int, progress: bool | None,
                           normalize: bool, truncate_dim: int | None) -> torch.Tensor:
         vectors = extract_features(self.model, self.tokenizer, texts, batch_size=batch_size,
                                    max_length=self.max_seq_length, progress=bool(progress), prompt=prompt).float()
         truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
         if truncate_dim is not None:
-            check_counts(truncate_dim=truncate_dim)
             vectors = vectors[:, :truncate_dim]
         return F.normalize(vectors, dim=-1) if normalize else vectors
 
@@ -359,6 +379,16 @@ class SentenceEncoder(nn.Module):
     def encode_query(self, sentences: str | Sequence[str], **options: Any) -> Any:
         """encode with the "query" prompt (the checkpoint's, else none), as sentence-transformers 5."""
         return self.encode(sentences, **self._role_prompt(("query",), options))
+
+    def encode_multi_process(self, sentences: Sequence[str], pool: dict[str, Any], prompt_name: str | None = None,
+                             prompt: str | None = None, batch_size: int = 32, chunk_size: int | None = None,
+                             show_progress_bar: bool | None = None, precision: str = "float32",
+                             normalize_embeddings: bool = False, truncate_dim: int | None = None) -> np.ndarray:
+        """encode(sentences, pool=pool, ...) as a numpy array: sentence-transformers' older name for it."""
+        return self.encode(sentences, prompt_name=prompt_name, prompt=prompt, batch_size=batch_size,
+                           show_progress_bar=show_progress_bar, precision=precision,
+                           normalize_embeddings=normalize_embeddings, truncate_dim=truncate_dim, pool=pool,
+                           chunk_size=chunk_size)
 
     def encode_document(self, sentences: str | Sequence[str], **options: Any) -> Any:
         """encode with the first of the "document", "passage" and "corpus" prompts, as sentence-transformers 5

@@ -1,0 +1,188 @@
+"""Several processes sharing one call's work, as sentence-transformers' multi-process pool: one worker per device
+(a list such as ["cuda:0", "cuda:1"], or ["cpu"] * n, which splits this machine's cores between them), each with
+its own copy of the model, taking chunks of the inputs from one queue.
+
+SentenceEncoder and CrossEncoder start and stop such pools (`start_multi_process_pool`, `stop_multi_process_pool`),
+and their `encode` and `predict` take one as `pool=` (or a list of devices as `device=`: a pool for that call). The
+workers compute float32 results; what depends on all of them together (int8 or binary vectors, whose ranges
+sentence-transformers finds over the whole call) is done once they are back, so a pool gives what one process gives.
+The pool is a dict with sentence-transformers' keys ("input", "output", "processes").
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import queue
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+from torch import nn
+
+from bertforge.errors import BertforgeError, InputError
+from bertforge.validation import check_counts
+
+# How long the caller waits on the results queue before it checks that every worker is still alive.
+POLL_SECONDS = 1.0
+# sentence-transformers' number of CPU workers when no device is named and there is no GPU
+DEFAULT_CPU_WORKERS = 4
+
+
+def pool_devices(target_devices: Sequence[str | torch.device] | None) -> list[torch.device]:
+    """The devices of a pool: those named, else every GPU, else DEFAULT_CPU_WORKERS times the CPU."""
+    if target_devices is None:
+        if torch.cuda.is_available():
+            return [torch.device("cuda", index) for index in range(torch.cuda.device_count())]
+        return [torch.device("cpu")] * DEFAULT_CPU_WORKERS
+    if isinstance(target_devices, (str, torch.device)) or not isinstance(target_devices, Sequence) \
+            or not target_devices:
+        raise InputError(f"target_devices must be a non-empty list of devices such as ['cpu', 'cpu'], got "
+                         f"{target_devices!r}")
+    devices = []
+    for device in target_devices:
+        try:
+            devices.append(torch.device(device))
+        except (RuntimeError, TypeError):
+            raise InputError(f"target_devices: {device!r} is not a device (such as 'cpu' or 'cuda:0')") from None
+    return devices
+
+
+def start_pool(model: nn.Module, target_devices: Sequence[str | torch.device] | None = None) -> dict[str, Any]:
+    """Start a worker per device, each with a copy of `model` (the caller's stays where it is)."""
+    devices = pool_devices(target_devices)
+    cpu_workers = sum(device.type == "cpu" for device in devices)
+    threads = max(1, len(os.sched_getaffinity(0)) // max(1, cpu_workers))
+    context = mp.get_context("spawn")  # a forked copy of a process that has run torch's thread pools can hang
+    inputs, outputs = context.Queue(), context.Queue()
+    device_of_model = next(model.parameters()).device
+    model.to("cpu")  # the workers read the weights from shared memory rather than each get a pickled copy
+    model.share_memory()
+    processes = []
+    try:
+        for device in devices:
+            process = context.Process(target=work, args=(model, device, threads, inputs, outputs), daemon=True)
+            process.start()
+            processes.append(process)
+    finally:
+        model.to(device_of_model)
+    return {"input": inputs, "output": outputs, "processes": processes}
+
+
+def stop_pool(pool: dict[str, Any]) -> None:
+    """End the workers of a pool that start_pool made, and close its queues."""
+    check_pool(pool)
+    for process in pool["processes"]:
+        process.terminate()
+    for process in pool["processes"]:
+        process.join()
+        process.close()
+    pool["input"].cancel_join_thread()  # chunks a worker never took must not keep this process from exiting
+    pool["input"].close()
+    pool["output"].close()
+
+
+def check_pool(pool: Any) -> None:
+    if not isinstance(pool, dict) or not {"input", "output", "processes"} <= pool.keys():
+        raise InputError("pool must be what start_multi_process_pool returned (a dict with 'input', 'output' and "
+                         f"'processes'), got {type(pool).__name__}")
+
+
+def work(model: nn.Module, device: torch.device, threads: int, inputs, outputs) -> None:
+    """A worker: run `model.<method>(chunk, **options)` on each chunk it takes, and send back the result (on the
+    CPU) or the error, until stopped."""
+    if device.type == "cpu":
+        torch.set_num_threads(threads)
+    model.to(device)
+    while True:
+        chunk_id, method, chunk, options = inputs.get()
+        try:
+            result = to_cpu(getattr(model, method)(chunk, **options))
+        except Exception as error:  # the caller raises it
+            result = error if picklable(error) else BertforgeError(f"{type(error).__name__}: {error}")
+        outputs.put((chunk_id, result))
+
+
+def picklable(error: Exception) -> bool:
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return False
+    return True
+
+
+def to_cpu(result: Any) -> Any:
+    if isinstance(result, torch.Tensor):
+        return result.cpu()
+    if isinstance(result, list):
+        return [to_cpu(item) for item in result]
+    if isinstance(result, dict):
+        return {key: to_cpu(value) for key, value in result.items()}
+    return result
+
+
+def run_in_pool(pool: dict[str, Any], method: str, items: list, options: dict[str, Any],
+                chunk_size: int | None = None) -> Any:
+    """`method(items, **options)` as the pool's workers compute it, chunk by chunk: the chunks' tensors joined
+    (torch.cat), or their lists one after the other. `chunk_size`: items a chunk, by default as sentence-
+    transformers chooses it (about ten chunks a worker, at most 5,000 items each)."""
+    check_pool(pool)
+    if chunk_size is None:
+        chunk_size = max(1, min(math.ceil(len(items) / len(pool["processes"]) / 10), 5000))
+    check_counts(chunk_size=chunk_size)
+    starts = range(0, len(items), chunk_size)
+    for chunk_id, start in enumerate(starts):
+        pool["input"].put((chunk_id, method, items[start:start + chunk_size], options))
+    results: list[Any] = [None] * len(starts)
+    for _ in starts:
+        chunk_id, result = next_result(pool)
+        results[chunk_id] = result
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+    if isinstance(results[0], torch.Tensor):
+        return torch.cat(results)
+    return [item for result in results for item in result]
+
+
+def next_result(pool: dict[str, Any]) -> tuple[int, Any]:
+    """The next (chunk id, result) from the pool's workers; an error, rather than a wait forever, once one died."""
+    while True:
+        try:
+            return pool["output"].get(timeout=POLL_SECONDS)
+        except queue.Empty:
+            pass
+        dead = [process for process in pool["processes"] if not process.is_alive()]
+        if dead:
+            raise BertforgeError(f"{len(dead)} worker(s) of the multi-process pool ended ("
+                                 + ", ".join(f"pid {process.pid}, exit code {process.exitcode}" for process in dead)
+                                 + "); stop the pool and start another")
+
+
+class PoolMethods:
+    """sentence-transformers' pool methods, for a model class whose encode-like call sends its work through
+    `self.pooled`."""
+
+    def start_multi_process_pool(self, target_devices: Sequence[str | torch.device] | None = None
+                                 ) -> dict[str, Any]:
+        return start_pool(self, target_devices)
+
+    @staticmethod
+    def stop_multi_process_pool(pool: dict[str, Any]) -> None:
+        stop_pool(pool)
+
+    def pooled(self, method: str, items: list, pool: dict[str, Any] | None, devices: Sequence | None,
+               chunk_size: int | None, **options: Any) -> Any:
+        """run_in_pool in `pool`, or in a pool of `devices` started for this call alone."""
+        if pool is not None:
+            check_pool(pool)
+        if chunk_size is not None:  # before any worker starts
+            check_counts(chunk_size=chunk_size)
+        started = start_pool(self, devices) if pool is None else None
+        try:
+            return run_in_pool(started if pool is None else pool, method, items, options, chunk_size)
+        finally:
+            if started is not None:
+                stop_pool(started)

@@ -1,0 +1,103 @@
+"""sentence-transformers' multi-process pool on SentenceEncoder and CrossEncoder: the texts shared between worker
+processes in chunks give what one process gives (real MiniLM, SST-2 sentences); a worker's error reaches the
+caller, a dead worker gives an error rather than a wait forever, and bad pool arguments a one-line error."""
+
+import multiprocessing
+
+import numpy as np
+import pytest
+import torch
+
+from bertforge import CrossEncoder, SentenceEncoder
+from bertforge.errors import BertforgeError, InputError
+from bertforge.inference import process_pool
+
+
+@pytest.fixture(scope="module")
+def texts(sst2_dev):
+    return [text for text, _ in sst2_dev[:37]]
+
+
+@pytest.fixture(scope="module")
+def encoder(minilm_dir):
+    return SentenceEncoder(minilm_dir)
+
+
+@pytest.fixture(scope="module")
+def pool(encoder):
+    pool = encoder.start_multi_process_pool(["cpu", "cpu"])
+    yield pool
+    encoder.stop_multi_process_pool(pool)
+
+
+@pytest.mark.parametrize("chunk_size", [None, 1, 5, 100])
+def test_a_pool_encodes_as_one_process(encoder, pool, texts, chunk_size):
+    expected = encoder.encode(texts)
+    pooled = encoder.encode(texts, pool=pool, chunk_size=chunk_size)
+    assert isinstance(pooled, np.ndarray) and pooled.shape == (len(texts), 384)
+    np.testing.assert_allclose(pooled, expected, atol=1e-6, rtol=0)
+
+
+def test_a_pool_gives_every_output_as_one_process(encoder, pool, texts):
+    options = dict(normalize_embeddings=True, truncate_dim=64, convert_to_tensor=True)
+    torch.testing.assert_close(encoder.encode(texts, pool=pool, **options), encoder.encode(texts, **options),
+                               atol=1e-6, rtol=0)
+    # int8 and binary vectors scale each dimension over all the texts, not chunk by chunk
+    for precision in ("int8", "ubinary"):
+        assert np.array_equal(encoder.encode(texts, pool=pool, chunk_size=4, precision=precision),
+                              encoder.encode(texts, precision=precision))
+    tokens = encoder.encode(texts[:7], pool=pool, chunk_size=2, output_value="token_embeddings")
+    for pooled, alone in zip(tokens, encoder.encode(texts[:7], output_value="token_embeddings"), strict=True):
+        torch.testing.assert_close(pooled, alone, atol=1e-5, rtol=0)  # other batches, other padding
+    rows = encoder.encode(texts[:3], pool=pool, chunk_size=2, output_value=None)
+    assert [row.keys() for row in rows] == [row.keys() for row in encoder.encode(texts[:3], output_value=None)]
+    np.testing.assert_allclose(encoder.encode(texts[0], pool=pool), encoder.encode(texts[0]), atol=1e-6, rtol=0)
+    np.testing.assert_allclose(encoder.encode_multi_process(texts, pool), encoder.encode(texts), atol=1e-6, rtol=0)
+    assert encoder.encode([], pool=pool).shape == (0,)
+
+
+def test_a_list_of_devices_is_a_pool_for_one_call(minilm_dir, sst2_dev):
+    reranker = CrossEncoder(minilm_dir)
+    pairs = [(sst2_dev[i][0], sst2_dev[i + 1][0]) for i in range(0, 24, 2)]
+    before = set(multiprocessing.active_children())
+    np.testing.assert_allclose(reranker.predict(pairs, device=["cpu", "cpu"], chunk_size=3), reranker.predict(pairs),
+                               atol=1e-6, rtol=0)
+    assert set(multiprocessing.active_children()) == before  # its workers ended with the call
+    pool = reranker.start_multi_process_pool(["cpu"])
+    try:
+        query, documents = pairs[0][0], [second for _, second in pairs]
+        pooled, alone = reranker.rank(query, documents, pool=pool), reranker.rank(query, documents)
+        assert [row["corpus_id"] for row in pooled] == [row["corpus_id"] for row in alone]
+        assert [row["score"] for row in pooled] == pytest.approx([row["score"] for row in alone], abs=1e-6)
+    finally:
+        reranker.stop_multi_process_pool(pool)
+
+
+def test_an_error_in_a_worker_is_raised_to_the_caller(pool):
+    with pytest.raises(AttributeError, match="no_such_method"):
+        process_pool.run_in_pool(pool, "no_such_method", ["a text"], {})
+
+
+def test_a_dead_worker_is_an_error_not_a_wait(encoder):
+    pool = encoder.start_multi_process_pool(["cpu"])
+    try:
+        pool["processes"][0].kill()
+        pool["processes"][0].join()
+        with pytest.raises(BertforgeError, match="worker.*ended.*exit code"):
+            encoder.encode(["A text no worker is left to encode."], pool=pool)
+    finally:
+        encoder.stop_multi_process_pool(pool)
+
+
+@pytest.mark.parametrize("devices, message", [("cpu", "a non-empty list"), ([], "a non-empty list"),
+                                              (["cpu", "gpu7"], "'gpu7' is not a device")])
+def test_bad_devices_are_named(encoder, devices, message):
+    with pytest.raises(InputError, match=message):
+        encoder.start_multi_process_pool(devices)
+
+
+def test_bad_pool_arguments_are_named(encoder, pool, texts):
+    with pytest.raises(InputError, match="chunk_size must be"):
+        encoder.encode(texts, pool=pool, chunk_size=0)
+    with pytest.raises(InputError, match="pool must be what start_multi_process_pool returned"):
+        encoder.encode(texts, pool={"input": None})
