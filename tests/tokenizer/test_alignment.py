@@ -77,3 +77,41 @@ def test_collated_rows_do_not_know_their_text(ours):
     padded = ours.pad([ours("a b"), ours("c")])
     with pytest.raises(BertforgeError, match="does not know where its tokens came from"):
         padded.tokens(0)
+
+
+ENCODING_FIELDS = ("ids", "type_ids", "tokens", "offsets", "attention_mask", "special_tokens_mask", "word_ids",
+                   "sequence_ids", "n_sequences")
+
+
+def assert_same_encodings(got, expected, longest_text: int):
+    """batch.encodings: each row as the tokenizers library's Encoding, fields and alignment methods."""
+    assert len(got.encodings) == len(expected.encodings)
+    for mine, theirs in zip(got.encodings, expected.encodings):
+        assert {name: getattr(mine, name) for name in ENCODING_FIELDS} == \
+            {name: getattr(theirs, name) for name in ENCODING_FIELDS}
+        assert len(mine) == len(theirs)
+        assert [row.ids for row in mine.overflowing] == [row.ids for row in theirs.overflowing]
+        for token in range(len(theirs)):
+            for method in ("token_to_chars", "token_to_word", "token_to_sequence"):
+                assert getattr(mine, method)(token) == getattr(theirs, method)(token), (method, token)
+        for sequence in (0, 1):  # a single text asked about sequence 1 answers as about its only one
+            for char in range(longest_text + 1):
+                assert mine.char_to_token(char, sequence) == theirs.char_to_token(char, sequence), (char, sequence)
+                assert mine.char_to_word(char, sequence) == theirs.char_to_word(char, sequence), (char, sequence)
+            for word in range(max((w for w in theirs.word_ids if w is not None), default=-1) + 1):
+                assert mine.word_to_tokens(word, sequence) == theirs.word_to_tokens(word, sequence), (word, sequence)
+                assert mine.word_to_chars(word, sequence) == theirs.word_to_chars(word, sequence), (word, sequence)
+
+
+def test_each_row_as_the_tokenizers_librarys_encoding(ours, reference, squad_pairs, corpora):
+    questions, contexts = map(list, zip(*squad_pairs[:3]))
+    options = dict(truncation="only_second", max_length=96, stride=32, return_overflowing_tokens=True,
+                   padding="max_length")
+    expected = reference(questions, contexts, **options)
+    assert any(row.overflowing for row in expected.encodings)  # the first window of a context lists the others
+    assert_same_encodings(ours(questions, contexts, **options), expected, max(map(len, contexts)))
+    texts = corpora["sst2"][:8] + AWKWARD
+    for options in ({"padding": True, "return_tensors": "pt"}, {"return_token_type_ids": False,
+                                                                "return_attention_mask": False}):
+        assert_same_encodings(ours(texts, **options), reference(texts, **options), max(map(len, texts)))
+    assert_same_encodings(ours(texts[0]), reference(texts[0]), len(texts[0]))

@@ -245,6 +245,78 @@ class TokenSpan(NamedTuple):
     end: int
 
 
+# The columns a row's Encoding reads (besides tokens, offsets, word and sequence ids), as the tokenizer's alignment
+# call computes them whatever the original call asked for.
+ENCODING_COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "special_tokens_mask",
+                    "overflow_to_sample_mapping")
+
+
+class Encoding:
+    """One row of a BatchEncoding as the tokenizers library's Encoding presents it (`batch.encodings[i]`): ids,
+    type_ids, tokens, offsets ((0, 0) for special tokens and padding), attention_mask, special_tokens_mask (padding
+    included), word_ids, sequence_ids, n_sequences, and its alignment methods on this row, which answer as
+    BatchEncoding's do but with tuples. The first window of a text cut with return_overflowing_tokens lists the
+    others as `overflowing`."""
+
+    def __init__(self, batch: BatchEncoding, row: int):
+        self._batch, self._row = batch, row
+
+    def _get(self, name: str) -> list:
+        return self._batch._aligned()[name][self._row]
+
+    ids = property(lambda self: self._get("input_ids"))
+    type_ids = property(lambda self: self._get("token_type_ids"))
+    attention_mask = property(lambda self: self._get("attention_mask"))
+    special_tokens_mask = property(lambda self: self._get("special_tokens_mask"))
+    tokens = property(lambda self: self._get("tokens"))
+    offsets = property(lambda self: self._get("offset_mapping"))
+    word_ids = property(lambda self: self._get("word_ids"))
+    words = word_ids  # the tokenizers library's older name
+    sequence_ids = property(lambda self: self._get("sequence_ids"))
+
+    @property
+    def n_sequences(self) -> int:
+        return max((sequence for sequence in self.sequence_ids if sequence is not None), default=0) + 1
+
+    @property
+    def overflowing(self) -> list[Encoding]:
+        samples = self._batch._aligned().get("overflow_to_sample_mapping")
+        if samples is None or (self._row > 0 and samples[self._row - 1] == samples[self._row]):
+            return []
+        return [Encoding(self._batch, row) for row in range(self._row + 1, len(samples))
+                if samples[row] == samples[self._row]]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __repr__(self) -> str:
+        return f"Encoding(num_tokens={len(self)})"
+
+    def token_to_chars(self, token_index: int) -> tuple[int, int] | None:
+        span = self._batch.token_to_chars(self._row, token_index)
+        return None if span is None else tuple(span)
+
+    def token_to_word(self, token_index: int) -> int | None:
+        return self._batch.token_to_word(self._row, token_index)
+
+    def token_to_sequence(self, token_index: int) -> int | None:
+        return self._batch.token_to_sequence(self._row, token_index)
+
+    def char_to_token(self, char_pos: int, sequence_index: int = 0) -> int | None:
+        return self._batch.char_to_token(self._row, char_pos, sequence_index)
+
+    def char_to_word(self, char_pos: int, sequence_index: int = 0) -> int | None:
+        return self._batch.char_to_word(self._row, char_pos, sequence_index)
+
+    def word_to_tokens(self, word_index: int, sequence_index: int = 0) -> tuple[int, int] | None:
+        span = self._batch.word_to_tokens(self._row, word_index, sequence_index)
+        return None if span is None else tuple(span)
+
+    def word_to_chars(self, word_index: int, sequence_index: int = 0) -> tuple[int, int] | None:
+        span = self._batch.word_to_chars(self._row, word_index, sequence_index)
+        return None if span is None else tuple(span)
+
+
 class BatchEncoding(dict):
     """The tokenizer's output: a dict of input_ids, token_type_ids, attention_mask (and offset_mapping,
     overflow_to_sample_mapping, ... when asked), flat lists for one text, lists of lists for a batch, or tensors.
@@ -253,7 +325,8 @@ class BatchEncoding(dict):
     `sequence_ids(i)` (0 for the text's tokens, 1 for the pair's, None for special tokens and padding),
     `token_to_chars`, `char_to_token`, `word_to_tokens`, `word_to_chars`, `token_to_word`, `char_to_word`,
     `token_to_sequence`. Each takes (row, index), or the index alone for row 0; character positions count in the
-    sequence's own text. What the call didn't ask for is computed on first use.
+    sequence's own text. `encodings`: each row as the tokenizers library's Encoding (see Encoding). What the call
+    didn't ask for is computed on first use.
     """
 
     is_fast = True
@@ -285,6 +358,10 @@ class BatchEncoding(dict):
         return self._aligned()["sequence_ids"][batch_index]
 
     @property
+    def encodings(self) -> list[Encoding]:
+        return [Encoding(self, row) for row in range(len(self._aligned()["tokens"]))]
+
+    @property
     def n_sequences(self) -> int:
         """1 for texts, 2 for pairs (the most of any row)."""
         return max((max((s for s in row if s is not None), default=0) + 1 for row in self._aligned()["sequence_ids"]),
@@ -309,15 +386,23 @@ class BatchEncoding(dict):
                       sequence_index: int = 0) -> int | None:
         """The token of the sequence's character; None where no token holds it (a space)."""
         row, char = _row_and_index(batch_or_char_index, char_index)
-        offsets, sequences = self._aligned()["offset_mapping"][row], self.sequence_ids(row)
+        offsets, sequences = self._aligned()["offset_mapping"][row], self._sequences(row, sequence_index)
         return next((token for token, ((start, end), sequence) in enumerate(zip(offsets, sequences))
                      if sequence == sequence_index and start <= char < end), None)
+
+    def _sequences(self, row: int, sequence_index: int) -> list[int | None]:
+        """The row's sequence ids as the alignment methods match them: where the row has no sequence
+        `sequence_index` (a single text asked about its pair), every token counts as in it, as in the tokenizers
+        library."""
+        sequences = self.sequence_ids(row)
+        return sequences if sequence_index in sequences else [sequence_index] * len(sequences)
 
     def word_to_tokens(self, batch_or_word_index: int, word_index: int | None = None,
                        sequence_index: int = 0) -> TokenSpan | None:
         """The tokens a word of the sequence became; None for a word the row doesn't hold (cut off)."""
         row, word = _row_and_index(batch_or_word_index, word_index)
-        tokens = [token for token, (word_id, sequence) in enumerate(zip(self.word_ids(row), self.sequence_ids(row)))
+        tokens = [token for token, (word_id, sequence) in enumerate(zip(self.word_ids(row),
+                                                                        self._sequences(row, sequence_index)))
                   if word_id == word and sequence == sequence_index]
         return TokenSpan(tokens[0], tokens[-1] + 1) if tokens else None
 

@@ -19,6 +19,7 @@ from bertforge.errors import ConfigError, InputError
 from bertforge.tokenizer.added import AddedToken, AddedTokens
 from bertforge.tokenizer.basic import BasicTokenizer
 from bertforge.tokenizer.encoding import (
+    ENCODING_COLUMNS,
     BatchEncoding,
     Tokens,
     Truncation,
@@ -670,12 +671,14 @@ class BertTokenizer:
         def align() -> dict[str, list]:
             """Per row: tokens, offsets, word ids and sequence ids, from the same call with every detail asked."""
             full = self(text, text_pair, max_length, truncation, padding, return_offsets_mapping=True,
-                        return_word_ids=True, return_special_tokens_mask=True, is_split_into_words=is_split_into_words,
+                        return_word_ids=True, return_special_tokens_mask=True, return_token_type_ids=True,
+                        return_attention_mask=True, is_split_into_words=is_split_into_words,
                         return_overflowing_tokens=return_overflowing_tokens, stride=stride,
                         pad_to_multiple_of=pad_to_multiple_of, padding_side=side,
                         split_special_tokens=split_special_tokens, add_special_tokens=add_special_tokens)
             rows = {name: values if is_batch else [values] for name, values in full.items()}
-            return {"tokens": [self.convert_ids_to_tokens(ids) for ids in rows["input_ids"]],
+            return {name: rows[name] for name in ENCODING_COLUMNS if name in rows} | {
+                    "tokens": [self.convert_ids_to_tokens(ids) for ids in rows["input_ids"]],
                     "offset_mapping": [[tuple(span) for span in row] for row in rows["offset_mapping"]],
                     "word_ids": rows["word_ids"],
                     "sequence_ids": [sequence_ids(mask, segments) for mask, segments in
