@@ -18,6 +18,7 @@ from bertforge.tasks.token_classification import (
     iob2_transitions,
     predict_tags,
     read_conll,
+    read_sentences,
     tagged_entities,
     to_iob2,
     token_features,
@@ -191,6 +192,24 @@ def test_conll_files_are_known_by_their_lines_whatever_their_extension(data_dir,
     other.write_text("just a sentence of prose\n", encoding="utf-8")
     with pytest.raises(InputError, match=r"notes.testb.*unknown file type '.testb'"):
         data_format(other)
+
+
+def test_tab_separated_token_files_are_conll_and_other_files_are_refused_with_a_hint(data_dir, tmp_path):
+    """Token-per-line NER data often comes as word<TAB>tag in a .tsv (or .txt): read as CoNLL; a .tsv of text
+    columns stays a table, and a task that needs CoNLL says which extension would make it one."""
+    lines = (data_dir / "conll2003" / "eng.testa").read_text(encoding="utf-8").splitlines()[:400]
+    tokens = tmp_path / "ner.tsv"
+    tokens.write_text("\n".join("\t".join(line.split()[::3]) for line in lines if not line.startswith("-DOCSTART-"))
+                      + "\n", encoding="utf-8")
+    assert data_format(tokens) == "conll"
+    expected = [sentence.words for sentence in read_conll(data_dir / "conll2003" / "eng.testa")][:5]
+    assert [sentence.words for sentence in read_conll(tokens)][:5] == expected
+    table = tmp_path / "reviews.tsv"
+    table.write_text("sentence\tlabel\nA fine film .\t1\nDull .\t0\n", encoding="utf-8")
+    assert data_format(table) == "tsv"
+    with pytest.raises(InputError, match=r"reviews.tsv: named-entity recognition reads CoNLL, not tsv \(a CoNLL "
+                                         r"file: give it the extension .conll\)"):
+        read_sentences(table, labelled=True)
 
 
 def test_read_conll_iob1_with_document_starts(tmp_path):

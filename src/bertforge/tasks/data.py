@@ -120,9 +120,9 @@ _IOB_TAG = re.compile(r"O|[BI]-\S+")
 
 
 def data_format(path: str | Path, given: str | None = None) -> str:
-    """The format of a data file: `given` (--format), else its extension's; a .txt file, or one of an extension
-    no reader knows, whose lines are all `word ... IOB-tag` (or -DOCSTART-) is CoNLL, as CoNLL-2003's own files
-    (eng.train, eng.testa) are."""
+    """The format of a data file: `given` (--format), else its extension's; a .txt or .tsv file (token-per-line NER
+    files are often tab-separated), or one of an extension no reader knows, whose lines are mostly `word ...
+    IOB-tag` (or -DOCSTART-) is CoNLL, as CoNLL-2003's own files (eng.train, eng.testa) are."""
     if not isinstance(path, (str, os.PathLike)):  # rows in memory reach only the readers of text tasks
         raise InputError(f"this task reads its data from files; got a {type(path).__name__}")
     path = Path(path)
@@ -140,7 +140,7 @@ def data_format(path: str | Path, given: str | None = None) -> str:
     if name is None:
         raise InputError(f"unknown file type {path.suffix!r}; use one of {', '.join(EXTENSIONS)} or say which "
                          f"with --format ({', '.join(DATA_FORMATS)})", path)
-    return "conll" if name == "txt" and looks_like_conll(path) else name
+    return "conll" if name in ("txt", "tsv") and looks_like_conll(path) else name
 
 
 def task_format(path: str | Path, given: str | None, labelled: bool, task: str, trained: tuple[str, str],
@@ -150,7 +150,9 @@ def task_format(path: str | Path, given: str | None, labelled: bool, task: str, 
     kind = data_format(path, given)
     if kind not in (trained[0], predicted[0]) or (labelled and kind == predicted[0]):
         expected = trained[1] if labelled else f"{trained[1]}, or {predicted[1]}"
-        raise InputError(f"{task} reads {expected}, not {kind}", Path(path))
+        extension = next((suffix for suffix, name in EXTENSIONS.items() if name == trained[0]), None)
+        hint = f" (a {trained[1]} file: give it the extension {extension})" if given is None and extension else ""
+        raise InputError(f"{task} reads {expected}, not {kind}{hint}", Path(path))
     return kind
 
 
