@@ -239,3 +239,37 @@ def test_what_transformers_code_asks_of_a_model(minilm_dir, tmp_path, batch):
         ours.save_pretrained(tmp_path / "pickled", safe_serialization=False)
     with pytest.raises(ConfigError, match="runs offline"):
         ours.save_pretrained(tmp_path / "hub", push_to_hub=True)
+
+
+@pytest.mark.parametrize("ours_class, theirs_name", [(BertModel, "BertModel"),
+                                                     (BertForSequenceClassification, "BertForSequenceClassification"),
+                                                     (bertforge.BertForMaskedLM, "BertForMaskedLM"),
+                                                     (bertforge.BertForPreTraining, "BertForPreTraining")])
+def test_load_state_dict_takes_a_transformers_state_dict(minilm_dir, batch, ours_class, theirs_name):
+    """model.load_state_dict(transformers_model.state_dict()) (or torch.load of a pytorch_model.bin), strictly:
+    the tied decoder's copy checked and dropped, position_ids ignored; then the same outputs as transformers."""
+    torch.manual_seed(0)
+    theirs = getattr(transformers, theirs_name).from_pretrained(minilm_dir, attn_implementation="eager").eval()
+    with torch.no_grad():  # heads of their own, not the fresh initialisation ours would also get
+        for name, parameter in theirs.named_parameters():
+            if not name.startswith("bert.") and "word_embeddings" not in name:
+                parameter.normal_(0, 0.02)
+    state = theirs.state_dict()
+    prefix = "bert." if theirs_name != "BertModel" else ""
+    # the position ids buffer, as transformers 4 saved it
+    state[f"{prefix}embeddings.position_ids"] = torch.arange(theirs.config.max_position_embeddings)[None]
+    ours = ours_class(BertConfig.load(minilm_dir / "config.json")).eval()
+    assert ours.load_state_dict(state) is not None
+    with torch.inference_mode():
+        mine, reference = ours(**batch), theirs(**batch)
+    real = batch["attention_mask"].bool()
+    for name, tensor in reference.items():
+        if isinstance(tensor, torch.Tensor):
+            got, expected = getattr(mine, name), tensor
+            if got.dim() >= 2 and got.shape[:2] == real.shape:
+                got, expected = got[real], expected[real]
+            assert (got - expected).abs().max() < TOLERANCE, name
+    ours.load_state_dict(ours.state_dict())  # its own names, as ever
+    state[f"{prefix}encoder.layer.0.attention.self.query.weight"] = torch.zeros(1, 384)
+    with pytest.raises(RuntimeError, match=r"size mismatch for (bert\.)?encoder.layers.0.attention.query.weight"):
+        ours.load_state_dict(state)

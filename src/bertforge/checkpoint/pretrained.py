@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,7 +122,7 @@ def load_hf_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor], s
     return report
 
 
-def _resolve_tied_copies(state: dict[str, torch.Tensor], source: Path, model_names: set[str]
+def _resolve_tied_copies(state: dict[str, torch.Tensor], source: Path | str, model_names: set[str]
                          ) -> dict[str, torch.Tensor]:
     """Drop the extra copies of tied tensors (the masked-LM decoder is the word-embedding matrix), after
     checking that they are copies; a copy whose original is absent stands in for it. A model with a place for
@@ -143,6 +144,16 @@ def _resolve_tied_copies(state: dict[str, torch.Tensor], source: Path, model_nam
                                       f"config.json does not set tie_word_embeddings to false")
             state[copy] = tensor
     return state
+
+
+def in_our_names(state: Mapping[str, torch.Tensor], model: torch.nn.Module) -> Mapping[str, torch.Tensor]:
+    """A state dict in transformers' names (a transformers model's state_dict(), torch.load of a
+    pytorch_model.bin) in `model`'s names, through the key map; one in ours as it is (with its metadata)."""
+    if all(from_hf(name) == name and not IGNORED_HF_KEYS.search(name) and name not in TIED_HF_KEYS
+           for name in state):
+        return state
+    state = _resolve_tied_copies(dict(state), "the state dict", {to_hf(name) for name in model.state_dict()})
+    return {from_hf(name): tensor for name, tensor in state.items() if not IGNORED_HF_KEYS.search(name)}
 
 
 class Pretrained:
@@ -229,6 +240,11 @@ class Pretrained:
             return model, {"missing_keys": list(report.initialised), "unexpected_keys": list(report.skipped),
                            "mismatched_keys": [], "error_msgs": []}
         return model
+
+    def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True, assign: bool = False):
+        """nn.Module.load_state_dict, which also takes a state dict in transformers' names (`model.load_state_dict(
+        transformers_model.state_dict())`, or torch.load of a pytorch_model.bin), as from_pretrained reads them."""
+        return super().load_state_dict(in_our_names(state_dict, self), strict=strict, assign=assign)
 
     def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None, every_n_layers: int = 1,
                                       offload: bool = False) -> None:
