@@ -54,7 +54,8 @@ def start_pool(model: nn.Module, target_devices: Sequence[str | torch.device] | 
     """Start a worker per device, each with a copy of `model` (the caller's stays where it is)."""
     devices = pool_devices(target_devices)
     cpu_workers = sum(device.type == "cpu" for device in devices)
-    threads = max(1, len(os.sched_getaffinity(0)) // max(1, cpu_workers))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = max(1, cores // max(1, cpu_workers))
     context = mp.get_context("spawn")  # a forked copy of a process that has run torch's thread pools can hang
     inputs, outputs = context.Queue(), context.Queue()
     device_of_model = next(model.parameters()).device
