@@ -256,9 +256,7 @@ class CrossEncoder(PoolMethods, nn.Module):
         if activation_fn is not None and not callable(activation_fn):
             raise InputError(f"activation_fn must be a function of the logits such as torch.nn.Sigmoid(), got "
                              f"{activation_fn!r}")
-        devices = device if isinstance(device, Sequence) and not isinstance(device, str) else None
-        if device is not None and devices is None:
-            self.to(device)
+        devices = self.place(device)
         if not pairs:  # as sentence-transformers answers no pairs
             return torch.tensor([]) if convert_to_tensor else np.array([]) if convert_to_numpy else []
         activation = self.activation_fn if activation_fn is None else activation_fn

@@ -166,6 +166,15 @@ class PoolMethods:
     """sentence-transformers' pool methods, for a model class whose encode-like call sends its work through
     `self.pooled`."""
 
+    def place(self, device: Any) -> list | None:
+        """A call's `device`: a list of devices is returned, for a pool of that call; one device moves the model
+        there (and None leaves it where it is)."""
+        if isinstance(device, Sequence) and not isinstance(device, str):
+            return list(device)
+        if device is not None:
+            self.to(device)
+        return None
+
     def start_multi_process_pool(self, target_devices: Sequence[str | torch.device] | None = None
                                  ) -> dict[str, Any]:
         return start_pool(self, target_devices)

@@ -299,9 +299,7 @@ class SentenceEncoder(PoolMethods, nn.Module):
             check_choice(output_value, ("sentence_embedding", "token_embeddings"), "output_value", error=InputError)
         precision = "float32" if precision is None else precision  # what sentence-transformers' evaluators pass
         check_choice(precision, PRECISIONS, "precision", error=InputError)
-        devices = device if isinstance(device, Sequence) and not isinstance(device, str) else None
-        if device is not None and devices is None:
-            self.model.to(device)
+        devices = self.place(device)
         single = isinstance(sentences, str)
         texts = [sentences] if single else list(sentences)
         prompt = self._prompt(prompt_name, prompt)
