@@ -293,7 +293,7 @@ def qdq_translations() -> dict:
     return {decomposed.quantize_per_tensor.tensor: quantize, decomposed.dequantize_per_tensor.tensor: dequantize}
 
 
-def onnx_session(path: str | Path, threads: int | None = None):
+def onnx_session(path: str | Path, threads: int | None = None, spinning: bool = False):
     """An ONNX Runtime CPU session with `threads` intra-op threads (default: torch's thread count)."""
     onnxruntime = require("onnxruntime")
     options = onnxruntime.SessionOptions()
@@ -301,7 +301,8 @@ def onnx_session(path: str | Path, threads: int | None = None):
     # ORT's idle workers spin waiting for work by default, and keep spinning after a call returns: in a process that
     # also runs torch they take cores from torch's threads (int8 MiniLM on SST-2, 2 cores: 1.30 s against 1.17 s
     # beside a spinning session), and ORT itself ran no slower without it (1.08 s against 1.11 s alone).
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
