@@ -187,12 +187,11 @@ class PoolMethods:
                chunk_size: int | None, **options: Any) -> Any:
         """run_in_pool in `pool`, or in a pool of `devices` started for this call alone."""
         if pool is not None:
-            check_pool(pool)
-        if chunk_size is not None:  # before any worker starts
+            return run_in_pool(pool, method, items, options, chunk_size)
+        if chunk_size is not None:  # before any worker starts (run_in_pool checks a given pool's)
             check_counts(chunk_size=chunk_size)
-        started = start_pool(self, devices) if pool is None else None
+        started = start_pool(self, devices)
         try:
-            return run_in_pool(started if pool is None else pool, method, items, options, chunk_size)
+            return run_in_pool(started, method, items, options, chunk_size)
         finally:
-            if started is not None:
-                stop_pool(started)
+            stop_pool(started)
