@@ -241,3 +241,58 @@ def test_tokenize_and_embed_read_standard_input(tiny_model_dir, run_cli, monkeyp
     monkeypatch.setattr("sys.stdin", text_io.TextIOWrapper(text_io.BytesIO(b"first line\nsecond one\n")))
     code, out, err = run_cli("embed", "--model", tiny_model_dir, "-i", "-", "-o", "-")
     assert code == 0 and out == (tmp_path / "v.jsonl").read_text() and "wrote 2 vectors" in err
+
+
+def test_format_flag_reads_data_files_whatever_their_names(tmp_path, tiny_model_dir, run_command):
+    """finetune, evaluate, quantize and distill read a file whose name says nothing (a tab-separated `.data`)
+    when --format says what it is; without it the one-line refusal names the flag."""
+    from bertforge.cli import distill as distill_cli
+    from bertforge.cli import quantize as quantize_cli
+
+    table = "review\tsentiment\n" + "".join(f"{text}\t{label}\n" for text, label in REVIEWS)
+    csv_table = "review,sentiment\n" + "".join(f'"{text}",{label}\n' for text, label in REVIEWS)
+    train, dev = tmp_path / "train.data", tmp_path / "dev.data"
+    train.write_text(table)
+    dev.write_text(table)
+    common = ["--text-column", "review", "--label-column", "sentiment", "--batch-size", "8", "--max-length", "16",
+              "--no-progress", "--seed", "1", "--epochs", "1"]
+    refused = one_line_error(finetune_cli, "--model", str(tiny_model_dir), "--train", str(train), "--dev", str(dev),
+                             "--output", str(tmp_path / "refused"), *common)
+    assert refused.startswith(f"{train}: unsupported file type '.data'") and "--format (csv, tsv" in refused
+    assert not (tmp_path / "refused").exists()
+
+    model = tmp_path / "model"
+    code, out = run_command(finetune_cli, "--model", str(tiny_model_dir), "--train", str(train), "--dev", str(dev),
+                            "--format", "tsv", "--output", str(model), *common)
+    assert code == 0 and "best model (step 3 of 3)" in out
+    assert json.loads((model / "finetune_config.json").read_text())["format"] == "tsv"
+    best = json.loads((model / "metrics.json").read_text())["best"]["accuracy"]
+
+    code, out = run_command(evaluate_cli, "--model", str(model), "--data", str(dev), "--format", "tsv",
+                            "--output", str(tmp_path / "eval.json"))
+    assert code == 0 and json.loads((tmp_path / "eval.json").read_text())["accuracy"] == pytest.approx(best)
+    # the same rows as CSV, read as what their extension says
+    as_csv = tmp_path / "dev.csv"
+    as_csv.write_text(csv_table)
+    code, _ = run_command(evaluate_cli, "--model", str(model), "--data", str(as_csv),
+                          "--output", str(tmp_path / "eval_csv.json"))
+    assert code == 0 and json.loads((tmp_path / "eval_csv.json").read_text())["accuracy"] == pytest.approx(best)
+
+    code, out = run_command(quantize_cli, "--model", str(model), "--dev", str(dev), "--format", "tsv",
+                            "--max-drop", "100", "--output", str(tmp_path / "int8"))
+    assert code == 0 and "fp32" in out and (tmp_path / "int8" / "model.safetensors").is_file()
+    assert "--format" in one_line_error(quantize_cli, "--model", str(model), "--dev", str(dev),
+                                        "--output", str(tmp_path / "int8-refused"))
+    assert not (tmp_path / "int8-refused").exists()
+
+    # distill takes the teacher's run settings, but --format is about the files given to it
+    code, out = run_command(distill_cli, "--teacher", str(model), "--train", str(train), "--dev", str(dev),
+                            "--format", "tsv", "--student-layers", "1", "--max-drop", "100",
+                            "--output", str(tmp_path / "student"), "--no-progress")
+    assert code == 0 and (tmp_path / "student" / "model.safetensors").is_file()
+    csv_train = tmp_path / "train.csv"
+    csv_train.write_text(csv_table)
+    code, _ = run_command(distill_cli, "--teacher", str(model), "--train", str(csv_train), "--dev", str(as_csv),
+                          "--student-layers", "1", "--max-drop", "100",
+                          "--output", str(tmp_path / "student_csv"), "--no-progress")
+    assert code == 0 and (tmp_path / "student_csv" / "model.safetensors").is_file()

@@ -132,12 +132,17 @@ def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda, cuda:N or mps")
 
 
-def add_format_argument(parser: argparse.ArgumentParser) -> None:
-    """--format, shared by evaluate and predict so that both read a file the same way."""
+def format_help(which: str = "the data file's format (default: its extension's") -> str:
+    """--format's help: `which` file(s) it names, then every format."""
     from bertforge.tasks.data import DATA_FORMATS
-    parser.add_argument("--format", choices=list(DATA_FORMATS), default=None,
-                        help="the data file's format (default: its extension's; a .txt file of `word ... tag` "
-                             "lines is CoNLL): " + "; ".join(f"{name}: {text}" for name, text in DATA_FORMATS.items()))
+    return (f"{which}; a .txt or .tsv file of `word ... tag` lines is CoNLL): "
+            + "; ".join(f"{name}: {text}" for name, text in DATA_FORMATS.items()))
+
+
+def add_format_argument(parser: argparse.ArgumentParser) -> None:
+    """--format, shared by evaluate, predict and quantize so that each reads a file the same way."""
+    from bertforge.tasks.data import DATA_FORMATS
+    parser.add_argument("--format", choices=list(DATA_FORMATS), default=None, help=format_help())
 
 
 def inference_options(args: argparse.Namespace):

@@ -5,6 +5,7 @@ Takes every `bertforge finetune` flag (data, columns, optimisation); their defau
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from bertforge.cli import finetune as finetune_cli
@@ -44,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
         args.config = str(Path(args.teacher) / RUN_CONFIG_FILE)  # the teacher's run fills what the flags leave
     args.model = args.teacher
     config = finetune_cli.config_from_args(args)
+    # --format describes the files given here, which need not be the teacher's: without it, their extensions say
+    config = dataclasses.replace(config, format=args.format)
     distillation = DistillConfig(args.student_layers, args.temperature, args.soft_weight, args.hidden_weight,
                                  use_teacher=not args.without_teacher)
     launch = read_environment()  # rank 0 of 1 unless started by torchrun

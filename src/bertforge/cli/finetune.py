@@ -16,11 +16,13 @@ from bertforge.cli.arguments import (
     add_format_argument,
     add_inference_arguments,
     finite_float,
+    format_help,
     positive_int,
 )
 from bertforge.config import BertConfig, check_field_types, read_json_object
 from bertforge.errors import BertforgeError, ConfigError
 from bertforge.tasks.classification import LONG_TEXT
+from bertforge.tasks.data import DATA_FORMATS
 from bertforge.tasks.registry import TASKS
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 from bertforge.validation import check_within_positions
@@ -36,6 +38,7 @@ FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
                                                                for name, row in TASKS.items())),
     "--train": (("train",), str, "training data (.csv, .tsv, .jsonl; CoNLL for ner; SQuAD .json for qa)"),
     "--dev": (("dev",), str, "evaluation data; the best model on it is kept (default: none, the last model is kept)"),
+    "--format": (("format",), DATA_FORMATS, format_help("the data files' format (default: each file's extension's")),
     "--output": (("output",), str, "output model directory"),
     "--model": (("model",), str, "pre-trained model directory, or 'default' (all-MiniLM-L6-v2)"),
     "--max-length": (("max_length",), int, "tokens per input"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from bertforge.cli.arguments import finite_float, fraction, non_negative_int, positive_int
+from bertforge.cli.arguments import add_format_argument, finite_float, fraction, non_negative_int, positive_int
 
 
 def add_max_drop_argument(parser: argparse.ArgumentParser) -> None:
@@ -20,6 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", "-m", required=True, help="fine-tuned model directory")
     parser.add_argument("--dev", "-d", required=True, help="labelled dev data in the training run's format")
     parser.add_argument("--output", "-o", required=True, help="directory for the smaller model (must be new)")
+    add_format_argument(parser)
     parser.add_argument("--precision", choices=[*METHODS, "auto"], default="int8",
                         help="int8 (CPU: int8 weights, outlier input channels kept apart), bf16, or auto "
                              "(bf16 where --device runs it natively, else int8); default int8")
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     report = quantize_finetuned(args.model, args.dev, args.output, args.precision, args.max_drop, args.calibration,
                                 args.calibration_examples, args.outlier_channels, args.smoothing, args.batch_size,
-                                args.activations, args.outlier_folding, args.device)
+                                args.activations, args.outlier_folding, args.device, args.format)
     print(report.table())
     print(report.verdict() + (f"; wrote {args.output}" if report.accepted else ""))
     return 0 if report.accepted else 1

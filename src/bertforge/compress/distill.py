@@ -195,7 +195,7 @@ def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, m
             return DistillResult(result, None, written=False)
         report = None
         if config.dev is not None:
-            examples = teacher.read(config.dev, config.columns, labelled=True)
+            examples = teacher.read(config.dev, config.columns, labelled=True, format=config.format)
             # Both where the student was trained (the teacher went there to teach it; the control's stayed put).
             placement = InferenceOptions(device=str(parse_device(config.training.device)))
             placement.apply(teacher.model)

@@ -775,9 +775,10 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
                        max_drop: float = 0.5, calibration: str | Path | None = None,
                        calibration_examples: int = 256, outlier_channels: int = 8, smoothing: float | None = None,
                        batch_size: int = 64, activations: str = "static", outlier_folding: str = "activation",
-                       device: str = "cpu") -> GateReport:
-    """Quantize a fine-tuned model directory, measure it beside the original on the labelled `dev` file, and write
-    it to `output` only if the task's metric drops by at most `max_drop` points (see `GateReport.accepted`).
+                       device: str = "cpu", format: str | None = None) -> GateReport:
+    """Quantize a fine-tuned model directory, measure it beside the original on the labelled `dev` file (in
+    `format`, a key of DATA_FORMATS; default: its extension's), and write it to `output` only if the task's metric
+    drops by at most `max_drop` points (see `GateReport.accepted`).
 
     int8 calibrates on the first `calibration_examples` of `calibration` (default: the dev file): each layer's
     largest input channels and, with static `activations`, the range of its int8 input. `precision="auto"` is bf16
@@ -797,8 +798,7 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
     placement = InferenceOptions(device=device)
     reference = FinetunedModel.load(model, inference=placement)
     check_not_quantized(reference.model, "quantize", model)
-    columns = reference.columns()
-    examples = reference.read(dev, columns, labelled=True)
+    examples = reference.read(dev, reference.columns(), labelled=True, format=format)
     candidate = FinetunedModel.load(model, inference=placement)
     batches = None
     if precision == "int8":

@@ -183,9 +183,11 @@ def read_table(path: str | Path | Any, format: str | None = None) -> Table:
     if path.is_dir():  # a folder named like no data file would otherwise be an unsupported file type ''
         raise InputError("is a directory, expected a data file", path)
     if kind not in READERS:
-        what = f"file type {path.suffix!r}" if format is None else f"format {format!r}"
-        choices = [*READERS, *(f".{name}" for name in arrow_files.READERS)]
-        raise InputError(f"unsupported {what}; use one of {', '.join(choices)}", path)
+        formats = [*(kind.lstrip(".") for kind in READERS), *arrow_files.READERS]
+        if format is not None:
+            raise InputError(f"unsupported format {format!r} here; use one of {', '.join(formats)}", path)
+        raise InputError(f"unsupported file type {path.suffix!r}; use one of {', '.join(READERS)}, .parquet or a "
+                         f"datasets folder, or say which with --format ({', '.join(formats)})", path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

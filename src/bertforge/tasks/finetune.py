@@ -37,6 +37,7 @@ from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging, to_json
 from bertforge.runtime import resolve_device, seed_everything, to_device
 from bertforge.tasks.data import (
+    DATA_FORMATS,
     PLAIN_TEXT_COLUMN,
     Columns,
     EncodeSettings,
@@ -84,6 +85,7 @@ class FinetuneConfig(JsonConfig):
     random_init: bool = False  # model's architecture with fresh weights: the from-scratch baseline
     dropout: float | None = None  # replaces the model's dropout (hidden and attention); None keeps the checkpoint's
     dev: str | None = None  # evaluation data file; without one the final model is kept
+    format: str | None = None  # both files' format (a key of DATA_FORMATS); None: each file's extension says
     text_column: str = "sentence"
     text_pair_column: str | None = None
     label_column: str = "label"
@@ -110,6 +112,8 @@ class FinetuneConfig(JsonConfig):
         if self.label_separator is not None and not self.label_separator.strip():
             raise ConfigError("label_separator must be a visible character or text, e.g. \"|\" or \";\"")
         dropout_overrides(self.dropout)  # validates it
+        if self.format is not None:
+            check_choice(self.format, DATA_FORMATS, "format")
         for name in ("batch_size", "eval_batch_size"):
             check_number(name, getattr(self, name), minimum=1, integer=True)
         check_number("max_train_examples", self.max_train_examples, minimum=1, integer=True, optional=True)
@@ -272,12 +276,14 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
     # (file, line, field) rather than failing on an unknown label when the rows are encoded.
     known = model.config.id2label if model is not None else None
     if train_examples is None:
-        train_examples = task.read_examples(config.train, config.columns, known, settings=config.settings)
+        train_examples = task.read_examples(config.train, config.columns, known, settings=config.settings,
+                                            format=config.format)
     train_examples = list(train_examples)[:config.max_train_examples]
     id2label = known if known is not None else task.labels(train_examples)
     check_best_model_metric(task, config.metric_for_best_model, id2label)
     if dev_examples is None and config.dev is not None:
-        dev_examples = task.read_examples(config.dev, config.columns, id2label, settings=config.settings)
+        dev_examples = task.read_examples(config.dev, config.columns, id2label, settings=config.settings,
+                                          format=config.format)
 
     tokenizer = BertTokenizer.from_pretrained(config.model)
     train_features = task.encode(tokenizer, train_examples, config.settings, id2label)
