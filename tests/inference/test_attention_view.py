@@ -10,10 +10,13 @@ import pytest
 import torch
 
 from bertforge import BertConfig, BertModel
-from bertforge.errors import InputError
+from bertforge.errors import BertforgeError, InputError
 from bertforge.inference.attention_view import (
     MIN_WEIGHT,
     compute_attention,
+    head_view,
+    model_view,
+    neuron_view,
     render_attention_html,
     render_attention_map,
 )
@@ -296,3 +299,141 @@ def test_bertviz_draws_bertforge_attentions_as_transformers_ones(view, minilm_di
     assert len(mine["attention"]) == 5  # all, and the four sentence-to-sentence blocks
     for part, expected in zip(mine["attention"], reference["attention"], strict=True):
         torch.testing.assert_close(torch.tensor(part["attn"]), torch.tensor(expected["attn"]), atol=1e-5, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def pair_attentions(minilm, tokenizer):
+    """The default model's outputs.attentions for a sentence pair, with its tokens and where the second text
+    starts: what bertviz's README passes to head_view and model_view."""
+    inputs = tokenizer("The cat sat on the mat because it was tired.", "It fell asleep at once.",
+                       return_tensors="pt")
+    with torch.inference_mode():
+        attentions = minilm(**inputs, output_attentions=True).attentions
+    tokens = tokenizer.convert_ids_to_tokens(inputs["input_ids"][0])
+    return attentions, tokens, inputs["token_type_ids"][0].tolist().index(1)
+
+
+def test_bertviz_calls_hold_the_layers_and_heads_bertviz_holds(pair_attentions):
+    """head_view and model_view take bertviz's arguments; the weights they keep for include_layers and
+    include_heads are the ones bertviz's own model_view keeps."""
+    from bertforge.inference.attention_view import AttentionPage
+
+    attentions, tokens, second = pair_attentions
+    page = model_view(attentions, tokens, sentence_b_start=second, include_layers=[1, 4], include_heads=[0, 5, 11],
+                      html_action="return")
+    assert isinstance(page, AttentionPage)
+    data = page_data(page.data)
+    assert (data["views"], data["layer_names"], data["head_names"], data["dark"]) == (["model"], [1, 4], [0, 5, 11],
+                                                                                      True)
+    assert data["tokens"] == tokens and data["segment_b_start"] == second
+    weights = torch.stack(attentions)[:, 0]
+    assert torch.allclose(dense_attention(data), visible(weights[[1, 4]][:, [0, 5, 11]]), atol=1e-4)
+    bertviz = pytest.importorskip("bertviz")
+    theirs = bertviz_params(bertviz.model_view(attentions, tokens, sentence_b_start=second, include_layers=[1, 4],
+                                               include_heads=[0, 5, 11], html_action="return"))
+    assert torch.allclose(dense_attention(data), visible(torch.tensor(theirs["attention"][0]["attn"])), atol=1e-4)
+
+    data = page_data(head_view(attentions, tokens, second, layer=3, heads=[2, 7], html_action="return").data)
+    assert (data["views"], data["start_layer"], data["start_heads"], data["dark"]) == (["head"], 3, [2, 7], False)
+    assert data["layer_names"] == list(range(6)) and data["head_names"] == list(range(12))
+    # a layer chosen among some: its place on the page, named by the model's number
+    data = page_data(head_view(attentions, tokens, layer=5, include_layers=[2, 5], html_action="return").data)
+    assert (data["start_layer"], data["layer_names"], data["segment_b_start"]) == (1, [2, 5], None)
+    # in a notebook, a frame of its own, so that two pages' controls stay apart
+    frame = page._repr_html_()
+    assert frame.startswith("<iframe srcdoc=\"&lt;!DOCTYPE html&gt;") and "<script>" not in frame
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda a, t: head_view(a, t, include_layers=[6], html_action="return"),
+     "include_layers: 6 is not one of the model's 6 (0 to 5)"),
+    (lambda a, t: head_view(a, t, layer=3, include_layers=[1, 2], html_action="return"),
+     "layer 3 is not on the page (it holds 1, 2)"),
+    (lambda a, t: model_view(a, t, include_heads=[], html_action="return"),
+     "include_heads is empty: give at least one index, or None for all"),
+    (lambda a, t: model_view(a, t, display_mode="sepia", html_action="return"),
+     "unknown display_mode 'sepia'; choose from dark, light"),
+    (lambda a, t: head_view(a, t, html_action="show"), "unknown html_action 'show'; choose from view, return"),
+    (lambda a, t: head_view(a, t, sentence_b_start=40, html_action="return"),
+     "sentence_b_start 40 is not inside the 20 tokens"),
+    (lambda a, t: head_view(a, t[:-1], html_action="return"),
+     "attentions must be (layers, heads, 19, 19) for 19 tokens, got (6, 12, 20, 20)"),
+])
+def test_bertviz_calls_refuse_what_they_cannot_draw_in_one_line(pair_attentions, call, message):
+    attentions, tokens, _ = pair_attentions
+    with pytest.raises(BertforgeError) as caught:
+        call(attentions, tokens)
+    assert str(caught.value) == message
+
+
+def test_view_displays_in_a_notebook(pair_attentions, monkeypatch):
+    display = pytest.importorskip("IPython.display")
+    shown = []
+    monkeypatch.setattr(display, "display", shown.append)
+    attentions, tokens, _ = pair_attentions
+    assert model_view(attentions, tokens) is None
+    assert len(shown) == 1 and page_data(shown[0].data)["views"] == ["model"]
+    assert "<iframe" in shown[0]._repr_html_()
+
+
+def test_bertviz_calls_in_headless_chromium(browser, tmp_path, pair_attentions, minilm, tokenizer):
+    """Each call's page shows its own view only, with the layers, heads and starting choices asked for."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    attentions, tokens, second = pair_attentions
+
+    def open_page(page, name):
+        path = tmp_path / f"{name}.html"
+        path.write_text(page.data, encoding="utf-8")
+        browser.get(path.as_uri())
+        assert browser.execute_script("return window.performance.getEntriesByType('resource').length") == 0
+        return {view: browser.find_element(By.ID, f"{view}-section").is_displayed()
+                for view in ("head", "model", "neuron")}
+
+    shown = open_page(head_view(attentions, tokens, second, layer=3, heads=[2, 7], html_action="return"), "head")
+    assert shown == {"head": True, "model": False, "neuron": False}
+    assert Select(browser.find_element(By.ID, "layer")).first_selected_option.text == "3"
+    assert drawn(browser, "head") == {"2", "7"}
+    swatches = browser.find_elements(By.CSS_SELECTOR, "#legend .swatch")
+    assert [s.get_attribute("data-head") for s in swatches if "off" not in s.get_attribute("class")] == ["2", "7"]
+    expected = visible(torch.stack(attentions)[3, 0, [2, 7]])
+    assert len(line_opacities(browser)) == int((expected > 0).sum())
+
+    shown = open_page(model_view(attentions, tokens, second, include_layers=[1, 4], include_heads=[0, 5, 11],
+                                 html_action="return"), "model")
+    assert shown == {"head": False, "model": True, "neuron": False}
+    assert browser.execute_script("return document.body.classList.contains('dark')")
+    assert [label.text for label in browser.find_elements(By.CSS_SELECTOR, "#model-grid .row-label")] == [
+        "layer 1", "layer 4"]
+    thumbnails = browser.find_elements(By.CSS_SELECTOR, "#model-grid canvas")
+    assert [t.get_attribute("title") for t in thumbnails] == [
+        f"layer {layer}, head {head}" for layer in (1, 4) for head in (0, 5, 11)]
+    thumbnails[4].click()
+    assert browser.find_element(By.ID, "model-detail-caption").text == "layer 4, head 5"
+    browser.save_screenshot(str(tmp_path / "model_view.png"))
+
+    shown = open_page(neuron_view(minilm, tokenizer, "The cat sat on the mat.", "It was tired.", layer=2, head=5,
+                                  html_action="return"), "neuron")
+    assert shown == {"head": False, "model": False, "neuron": True}
+    neuron = browser.find_element(By.ID, "neuron")
+    assert (neuron.get_attribute("data-layer"), neuron.get_attribute("data-head")) == ("2", "5")
+    Select(browser.find_element(By.ID, "neuron-token")).select_by_value("4")
+    weights = torch.tensor(json.loads(neuron.get_attribute("data-weights")))
+    expected = compute_attention(minilm, tokenizer, "The cat sat on the mat.", "It was tired.").attentions[2, 5, 4]
+    assert (weights - expected).abs().max() < 0.03
+
+    # As a notebook shows them: two pages in one document, each in its frame, each with its own controls.
+    notebook = tmp_path / "notebook.html"
+    notebook.write_text("<!DOCTYPE html><html><body>" + "".join(
+        page._repr_html_() for page in (head_view(attentions, tokens, layer=1, html_action="return"),
+                                        head_view(attentions, tokens, layer=4, html_action="return"))) +
+        "</body></html>", encoding="utf-8")
+    browser.get(notebook.as_uri())
+    chosen = []
+    for frame in browser.find_elements(By.TAG_NAME, "iframe"):
+        browser.switch_to.frame(frame)
+        chosen.append(Select(browser.find_element(By.ID, "layer")).first_selected_option.text)
+        assert len(line_opacities(browser)) > 0
+        browser.switch_to.default_content()
+    assert chosen == ["1", "4"]

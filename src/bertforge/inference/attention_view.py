@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bertforge.errors import InputError
+from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.validation import check_within_positions
 
 # Enough for a long sentence pair; the page holds layers * heads * seq^2 weights, which grows fast beyond it.
@@ -27,6 +27,23 @@ DEFAULT_MAX_TOKENS = 128
 DECIMALS = 4
 # Weights below this are not stored: the head view draws no line for them and a thumbnail shows them as white.
 MIN_WEIGHT = 0.01
+
+
+# The page's three views, after bertviz's.
+VIEWS = ("head", "model", "neuron")
+
+
+@dataclass
+class PageLayout:
+    """What a page shows: its views; the model's layers and heads it holds (None: all); the layer and heads
+    selected when it opens (the model's numbering; None: the first layer held, every head); dark or light."""
+
+    views: Sequence[str] = VIEWS
+    layers: Sequence[int] | None = None
+    heads: Sequence[int] | None = None
+    start_layer: int | None = None
+    start_heads: Sequence[int] | None = None
+    dark: bool = False
 
 
 @dataclass
@@ -128,7 +145,9 @@ def packed_vectors(vectors: torch.Tensor) -> dict:
             "values": base64.b64encode(values.contiguous().numpy().tobytes()).decode("ascii")}
 
 
-def _page_data(tokens_a: Sequence[str], tokens_b: Sequence[str], attentions, queries=None, keys=None) -> dict:
+def _page_data(tokens_a: Sequence[str], tokens_b: Sequence[str], attentions, queries=None, keys=None,
+               layout: PageLayout | None = None) -> dict:
+    layout = layout or PageLayout()
     if isinstance(attentions, (list, tuple)) and attentions and isinstance(attentions[0], torch.Tensor):
         attentions = torch.stack(list(attentions))
     weights = torch.as_tensor(attentions, dtype=torch.float32)
@@ -140,19 +159,50 @@ def _page_data(tokens_a: Sequence[str], tokens_b: Sequence[str], attentions, que
     if weights.dim() != 4 or weights.shape[2:] != (seq, seq):
         raise InputError(f"attentions must be (layers, heads, {seq}, {seq}) for {seq} tokens, "
                          f"got {tuple(weights.shape)}")
+    for view in layout.views:
+        check_choice(view, VIEWS, "view")
+    layers = _chosen("include_layers", layout.layers, weights.shape[0])
+    heads = _chosen("include_heads", layout.heads, weights.shape[1])
+    start_layer = 0 if layout.start_layer is None else _position("layer", layout.start_layer, layers)
+    start_heads = None if layout.start_heads is None else [_position("head", head, heads)
+                                                           for head in layout.start_heads]
+    shape = (*weights.shape[:2], seq)  # what queries and keys must be, before the page takes its layers and heads
+    weights = weights[layers][:, heads]
     data = {
         "tokens": list(tokens_a) + list(tokens_b),
         "segment_b_start": len(tokens_a) if tokens_b else None,
         "layers": weights.shape[0], "heads": weights.shape[1], "min_weight": MIN_WEIGHT,
         "attention": sparse_rows(weights),  # [layer][head][attending] = [attended, weight, ...]
+        "layer_names": layers, "head_names": heads, "views": list(layout.views),
+        "start_layer": start_layer, "start_heads": start_heads, "dark": layout.dark,
     }
     if queries is not None and keys is not None:
-        shape = (weights.shape[0], weights.shape[1], seq)
         if queries.shape[:3] != shape or keys.shape != queries.shape:
             raise InputError(f"queries and keys must be (layers, heads, seq, head_dim) with (layers, heads, seq) = "
                              f"{shape}, got {tuple(queries.shape)} and {tuple(keys.shape)}")
-        data["queries"], data["keys"] = packed_vectors(queries.float()), packed_vectors(keys.float())
+        data["queries"], data["keys"] = (packed_vectors(vectors.float()[layers][:, heads])
+                                         for vectors in (queries, keys))
     return data
+
+
+def _chosen(name: str, chosen: Sequence[int] | None, count: int) -> list[int]:
+    """The indices `chosen` of `count` (every one when None), in order, each checked."""
+    if chosen is None:
+        return list(range(count))
+    chosen = [int(index) for index in chosen]
+    if not chosen:
+        raise ConfigError(f"{name} is empty: give at least one index, or None for all")
+    for index in chosen:
+        if not 0 <= index < count:
+            raise ConfigError(f"{name}: {index} is not one of the model's {count} (0 to {count - 1})")
+    return sorted(set(chosen))
+
+
+def _position(name: str, index: int, held: list[int]) -> int:
+    """Where the model's layer or head `index` sits among those the page holds."""
+    if index not in held:
+        raise ConfigError(f"{name} {index} is not on the page (it holds {', '.join(map(str, held))})")
+    return held.index(index)
 
 
 def _script_json(data: dict) -> str:
@@ -163,23 +213,113 @@ def _script_json(data: dict) -> str:
 
 def render_attention_html(tokens_a: Sequence[str], tokens_b: Sequence[str], attentions,
                           title: str = "Attention", queries: torch.Tensor | None = None,
-                          keys: torch.Tensor | None = None, before: str = "", after: str = "") -> str:
+                          keys: torch.Tensor | None = None, before: str = "", after: str = "",
+                          layout: PageLayout | None = None) -> str:
     """A standalone HTML page showing `attentions` (layers, heads, seq, seq) between the tokens of A and B.
 
     `attentions` may also be the model's tuple of per-layer (1, heads, seq, seq) tensors, or nested lists.
     `queries` and `keys` (layers, heads, seq, head_dim) feed the neuron view. `before` and `after` are trusted HTML
-    sections placed above and below the attention views (the explanation page puts its own there).
+    sections placed above and below the attention views (the explanation page puts its own there). `layout`: which
+    views, layers and heads (default: all, light).
     >>> page = render_attention_html(["[CLS]", "hi", "[SEP]"], [], torch.full((1, 2, 3, 3), 1 / 3))
     """
-    data = _page_data(tokens_a, tokens_b, attentions, queries, keys)
+    data = _page_data(tokens_a, tokens_b, attentions, queries, keys, layout)
     values = {"TITLE": html.escape(title), "DATA": _script_json(data), "BEFORE": before, "AFTER": after}
     # One pass, so that a title, token or section spelling a placeholder is never substituted itself.
     return re.sub(r"__(TITLE|DATA|BEFORE|AFTER)__", lambda match: values[match.group(1)], PAGE)
 
 
-def render_attention_map(attention: AttentionMap, title: str = "Attention", before: str = "", after: str = "") -> str:
+def render_attention_map(attention: AttentionMap, title: str = "Attention", before: str = "", after: str = "",
+                         layout: PageLayout | None = None) -> str:
     return render_attention_html(attention.tokens_a, attention.tokens_b, attention.attentions, title,
-                                 attention.queries, attention.keys, before, after)
+                                 attention.queries, attention.keys, before, after, layout)
+
+
+# ---------------------------------------------------------------- bertviz's calls
+
+@dataclass
+class AttentionPage:
+    """A page as bertviz's html_action="return" gives one: `.data` is the HTML (write it to a file to open it in a
+    browser). A notebook shows it in a frame of its own, so that several pages in one notebook keep their controls
+    apart."""
+
+    data: str
+    height: int = 800
+
+    def _repr_html_(self) -> str:
+        return (f'<iframe srcdoc="{html.escape(self.data, quote=True)}" style="width: 100%; height: {self.height}px; '
+                'border: 0"></iframe>')
+
+
+def head_view(attention, tokens: Sequence[str], sentence_b_start: int | None = None, prettify_tokens: bool = True,
+              layer: int | None = None, heads: Sequence[int] | None = None,
+              include_layers: Sequence[int] | None = None, html_action: str = "view") -> AttentionPage | None:
+    """bertviz's head_view, drawn offline: lines from each token to those it attends to, one colour per head.
+
+    `attention`: the model's `outputs.attentions` for one text (or (layers, heads, seq, seq)); `tokens` its tokens
+    (tokenizer.convert_ids_to_tokens); `sentence_b_start`: where a pair's second text starts. `layer` and `heads`
+    are selected when the page opens; `include_layers` keeps only those layers. html_action "view" shows the page in
+    a notebook; "return" returns it (AttentionPage: `.data` is the HTML)."""
+    tokens_a, tokens_b = _split_tokens(tokens, sentence_b_start, prettify_tokens)
+    layout = PageLayout(views=("head",), layers=include_layers, start_layer=layer, start_heads=heads)
+    return _shown(AttentionPage(render_attention_html(tokens_a, tokens_b, attention, "Attention", layout=layout)),
+                  html_action)
+
+
+def model_view(attention, tokens: Sequence[str], sentence_b_start: int | None = None, prettify_tokens: bool = True,
+               display_mode: str = "dark", include_layers: Sequence[int] | None = None,
+               include_heads: Sequence[int] | None = None, html_action: str = "view") -> AttentionPage | None:
+    """bertviz's model_view, drawn offline: every layer (rows) and head (columns) as a thumbnail of its weights;
+    `include_layers` and `include_heads` keep only those. `display_mode`: dark or light. The other arguments are
+    head_view's."""
+    tokens_a, tokens_b = _split_tokens(tokens, sentence_b_start, prettify_tokens)
+    layout = PageLayout(views=("model",), layers=include_layers, heads=include_heads,
+                        dark=_is_dark(display_mode))
+    return _shown(AttentionPage(render_attention_html(tokens_a, tokens_b, attention, "Attention", layout=layout)),
+                  html_action)
+
+
+def neuron_view(model, tokenizer, sentence_a: str, sentence_b: str | None = None, display_mode: str = "dark",
+                layer: int | None = None, head: int | None = None, html_action: str = "view") -> AttentionPage | None:
+    """bertviz's neuron view (its `neuron_view.show`, less model_type: the model is BERT), drawn offline: the query
+    of a chosen token against every token's key, their product, and the weight that gives. `model` a bertforge
+    model (BertModel, or one with `.bert`); `layer` and `head` are selected when the page opens."""
+    attention = compute_attention(model, tokenizer, sentence_a, sentence_b)
+    layout = PageLayout(views=("neuron",), start_layer=layer, start_heads=None if head is None else [head],
+                        dark=_is_dark(display_mode))
+    return _shown(AttentionPage(render_attention_map(attention, "Attention", layout=layout)), html_action)
+
+
+def _split_tokens(tokens: Sequence[str], sentence_b_start: int | None, prettify: bool) -> tuple[list, list]:
+    """Tokens as the page's segments A and B; prettified as bertviz does (byte-level and SentencePiece word
+    marks as spaces; WordPiece's ## is kept)."""
+    tokens = [str(token) for token in tokens]
+    if prettify:
+        tokens = [token.replace("\u0120", " ").replace("\u2581", " ").replace("</w>", "") for token in tokens]
+    if sentence_b_start is None:
+        return tokens, []
+    if not 0 < sentence_b_start < len(tokens):
+        raise ConfigError(f"sentence_b_start {sentence_b_start} is not inside the {len(tokens)} tokens")
+    return tokens[:sentence_b_start], tokens[sentence_b_start:]
+
+
+def _is_dark(display_mode: str) -> bool:
+    check_choice(display_mode, ("dark", "light"), "display_mode")
+    return display_mode == "dark"
+
+
+def _shown(page: AttentionPage, html_action: str) -> AttentionPage | None:
+    """bertviz's html_action: "view" displays the page in a notebook, "return" hands it back."""
+    check_choice(html_action, ("view", "return"), "html_action")
+    if html_action == "return":
+        return page
+    try:
+        from IPython.display import display
+    except ImportError:
+        raise ConfigError("html_action='view' shows the page in a notebook, which needs IPython; use "
+                          "html_action='return' and write the page's .data to a file") from None
+    display(page)
+    return None
 
 
 # The page. JavaScript reads the JSON block; the head view draws one SVG line per stored (attending, attended) pair
@@ -219,11 +359,20 @@ PAGE = """<!DOCTYPE html>
   #model-grid .row-label { font-size: 11px; align-self: center; color: #666; }
   #model-detail canvas { width: 320px; height: 320px; border: 1px solid #999; image-rendering: pixelated; }
   #neuron { display: block; }
+  body.dark { background: #111; color: #ddd; }
+  body.dark .hint, body.dark #model-grid .row-label { color: #aaa; }
+  body.dark .scroll { border-color: #333; }
+  body.dark #view text { fill: #ddd; }
+  body.dark #view text.segment-b { fill: #f0b060; }
+  body.dark select { background: #222; color: #ddd; }
+  body.dark #neuron { background: #fff; }
+  body.dark #model-grid canvas.selected, body.dark .cell.selected canvas { border-color: #ddd; }
 </style>
 </head>
 <body>
 <h1>__TITLE__</h1>
 __BEFORE__
+<section id="head-section">
 <h2>Head view</h2>
 <div class="controls">
   <label>Layer <select id="layer"></select></label>
@@ -239,12 +388,16 @@ Hover a token to see only its attention.</div>
     <div class="grid" id="grid"></div>
   </div>
 </div>
+</section>
+<section id="model-section">
 <h2>Model view</h2>
 <div class="hint">Every layer (rows) and head (columns); click a thumbnail to open that head.</div>
 <div class="layout">
   <div class="scroll" id="model-view-box"><div id="model-grid"></div></div>
   <div id="model-detail"><div id="model-detail-caption" class="hint">no head opened</div><canvas></canvas></div>
 </div>
+</section>
+<section id="neuron-section">
 <h2>Neuron view</h2>
 <div class="controls">
   <label>Layer <select id="neuron-layer"></select></label>
@@ -254,6 +407,7 @@ Hover a token to see only its attention.</div>
 <div class="hint" id="neuron-hint">The query q of the chosen token; for every token its key k, the product q &times; k
 (blue positive, orange negative), the score q&middot;k/&radic;d and the attention weight it gets (softmax).</div>
 <div class="scroll" id="neuron-box"><canvas id="neuron"></canvas></div>
+</section>
 __AFTER__
 <script type="application/json" id="attention-data">__DATA__</script>
 <script>
@@ -261,12 +415,21 @@ __AFTER__
 (function () {
   const DATA = JSON.parse(document.getElementById("attention-data").textContent);
   const TOKENS = DATA.tokens, N = TOKENS.length, LAYERS = DATA.layers, HEADS = DATA.heads;
+  // Layers and heads by the model's numbering (a page may hold some of them only); which views the page shows.
+  const LAYER_NAMES = DATA.layer_names, HEAD_NAMES = DATA.head_names;
+  for (const view of ["head", "model", "neuron"]) {
+    if (!DATA.views.includes(view)) document.getElementById(view + "-section").style.display = "none";
+  }
+  if (DATA.dark) document.body.classList.add("dark");
   const ROW = 20, LEFT_X = 150, RIGHT_X = 370, WIDTH = 520, TOP = 10;
   const SVG_NS = "http://www.w3.org/2000/svg";
   const svg = document.getElementById("view");
   const layerSelect = document.getElementById("layer"), headSelect = document.getElementById("head");
   const legend = document.getElementById("legend"), grid = document.getElementById("grid");
-  const state = { layer: 0, head: "all", focus: null, hidden: new Set() };
+  const state = { layer: DATA.start_layer, head: "all", focus: null, hidden: new Set() };
+  if (DATA.start_heads !== null) {
+    for (let h = 0; h < HEADS; h++) if (!DATA.start_heads.includes(h)) state.hidden.add(h);
+  }
 
   function headColour(h) { return "hsl(" + Math.round(360 * h / HEADS) + ", 75%, 45%)"; }
   function isB(i) { return DATA.segment_b_start !== null && i >= DATA.segment_b_start; }
@@ -308,15 +471,17 @@ __AFTER__
     context.putImageData(image, 0, 0);
   }
 
-  for (let l = 0; l < LAYERS; l++) layerSelect.add(new Option(String(l), String(l)));
+  for (let l = 0; l < LAYERS; l++) layerSelect.add(new Option(String(LAYER_NAMES[l]), String(l)));
+  layerSelect.value = String(state.layer);
   headSelect.add(new Option("all heads", "all"));
-  for (let h = 0; h < HEADS; h++) headSelect.add(new Option(String(h), String(h)));
+  for (let h = 0; h < HEADS; h++) headSelect.add(new Option(String(HEAD_NAMES[h]), String(h)));
   for (let h = 0; h < HEADS; h++) {
     const swatch = document.createElement("div");
     swatch.className = "swatch";
     swatch.dataset.head = String(h);
     swatch.style.background = headColour(h);
-    swatch.textContent = String(h);
+    swatch.textContent = String(HEAD_NAMES[h]);
+    swatch.classList.toggle("off", state.hidden.has(h));
     swatch.addEventListener("click", function () {
       if (state.hidden.has(h)) state.hidden.delete(h); else state.hidden.add(h);
       swatch.classList.toggle("off", state.hidden.has(h));
@@ -400,7 +565,7 @@ __AFTER__
       const canvas = document.createElement("canvas");
       paintHead(canvas, state.layer, h);
       const caption = document.createElement("div");
-      caption.textContent = "head " + h;
+      caption.textContent = "head " + HEAD_NAMES[h];
       caption.style.color = headColour(h);
       cell.append(canvas, caption);
       cell.addEventListener("click", function () { state.head = String(h); headSelect.value = state.head; draw(); });
@@ -414,12 +579,12 @@ __AFTER__
   for (let l = 0; l < LAYERS; l++) {
     const label = document.createElement("div");
     label.className = "row-label";
-    label.textContent = "layer " + l;
+    label.textContent = "layer " + LAYER_NAMES[l];
     modelGrid.appendChild(label);
     for (let h = 0; h < HEADS; h++) {
       const thumb = document.createElement("canvas");
       thumb.dataset.layer = String(l); thumb.dataset.head = String(h);
-      thumb.title = "layer " + l + ", head " + h;
+      thumb.title = "layer " + LAYER_NAMES[l] + ", head " + HEAD_NAMES[h];
       paintHead(thumb, l, h);
       thumb.addEventListener("click", function () { openHead(l, h); });
       modelGrid.appendChild(thumb);
@@ -431,7 +596,8 @@ __AFTER__
     }
     paintHead(detail.querySelector("canvas"), l, h);
     detail.dataset.layer = String(l); detail.dataset.head = String(h);
-    document.getElementById("model-detail-caption").textContent = "layer " + l + ", head " + h;
+    document.getElementById("model-detail-caption").textContent = "layer " + LAYER_NAMES[l] + ", head " +
+      HEAD_NAMES[h];
     state.layer = l; state.head = String(h);
     layerSelect.value = String(l); headSelect.value = String(h);
     draw();
@@ -441,7 +607,10 @@ __AFTER__
   const neuron = document.getElementById("neuron"), neuronSelects = {};
   for (const [name, count] of [["layer", LAYERS], ["head", HEADS], ["token", N]]) {
     const select = document.getElementById("neuron-" + name);
-    for (let i = 0; i < count; i++) select.add(new Option(name === "token" ? i + ": " + TOKENS[i] : String(i), i));
+    const names = { layer: LAYER_NAMES, head: HEAD_NAMES }[name];
+    for (let i = 0; i < count; i++) {
+      select.add(new Option(name === "token" ? i + ": " + TOKENS[i] : String(names[i]), i));
+    }
     select.addEventListener("change", drawNeurons);
     neuronSelects[name] = select;
   }
@@ -519,6 +688,8 @@ __AFTER__
 
   layerSelect.addEventListener("change", function () { state.layer = Number(layerSelect.value); draw(); });
   headSelect.addEventListener("change", function () { state.head = headSelect.value; draw(); });
+  neuronSelects.layer.value = String(state.layer);
+  if (DATA.start_heads !== null) neuronSelects.head.value = String(DATA.start_heads[0]);
   draw();
   drawNeurons();
 })();
