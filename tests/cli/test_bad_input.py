@@ -285,7 +285,9 @@ DATA_CASES = [
     ("jsonl-broken", "bad.jsonl", '{"review": "fine", "sentiment": "pos"}\n{"review": \n', ["line 2", "JSON"]),
     ("jsonl-missing-column", "bad.jsonl", '{"text": "fine", "sentiment": "pos"}\n', ["no column 'review'"]),
     ("tsv-empty", "bad.tsv", "", ["the file is empty"]),
-    ("unknown-suffix", "bad.xlsx", "x", ["unsupported file type"]),
+    ("unknown-suffix", "bad.xlsx", "x", ["unsupported file type", "say which with --format (csv, tsv"]),
+    ("txt-has-no-labels", "reviews.txt", "fine\tpos\nbad\tneg\n",
+     ["reviews.txt: plain text (one text a line) has no labels", "reads with --format tsv"]),
     # Parquet and datasets folders, written by pandas/pyarrow and datasets: rows are numbered from 1
     ("parquet-missing-column", "bad.parquet", lambda path: parquet(path, {"text": ["fine"], "sentiment": ["pos"]}),
      ["bad.parquet", "no column 'review'; the file has 'text', 'sentiment'"]),
@@ -335,6 +337,22 @@ def test_data_files(world, tmp_path, capsys, name, content, fragments):
     before = digest(earlier)
     result = run_cli(capsys, "finetune", "--model", encoder, "--train", path, "--text-column", "review",
                      "--label-column", "sentiment", "--output", tmp_path / "out")
+    assert_one_line_error(*result, 1, *fragments)
+    assert digest(earlier) == before and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("format_, fragments", [
+    ("hf_dataset", ["reviews.csv: is a file, expected a folder written by datasets' save_to_disk"]),
+    ("parquet", ["reviews.csv: not a readable Parquet file"]),
+    ("squad", ["reviews.csv: unsupported format 'squad' here; use one of csv, tsv"]),
+])
+def test_a_format_the_file_is_not(world, tmp_path, capsys, format_, fragments):
+    root, encoder, data, earlier = world
+    path = tmp_path / "reviews.csv"
+    path.write_text("review,sentiment\nfine,pos\n")
+    before = digest(earlier)
+    result = run_cli(capsys, "finetune", "--model", encoder, "--train", path, "--text-column", "review",
+                     "--label-column", "sentiment", "--format", format_, "--output", tmp_path / "out")
     assert_one_line_error(*result, 1, *fragments)
     assert digest(earlier) == before and not (tmp_path / "out").exists()
 

@@ -55,6 +55,9 @@ def read_saved_dataset(path: Path) -> Records:
     """The rows of a Dataset folder, its Arrow files read in the order state.json lists them. A DatasetDict folder
     is refused with its splits named, one of which is the folder to give (e.g. data/train)."""
     pyarrow = _pyarrow(path)
+    if not path.is_dir():
+        raise InputError("no such folder" if not path.exists() else
+                         f"is a file, expected a folder written by datasets' save_to_disk (with {STATE_FILE})", path)
     if (path / DATASET_DICT_FILE).is_file():
         splits = _json(path / DATASET_DICT_FILE).get("splits") or []
         example = f"; give one split's folder, e.g. {path / splits[0]}" if splits else ""

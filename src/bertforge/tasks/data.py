@@ -371,6 +371,10 @@ def read_text_examples(path: str | Path, columns: Columns, label_kind: str | Non
     stops before a single batch runs.
     """
     table = read_table(path, format)
+    if label_kind is not None and isinstance(path, (str, os.PathLike)) and data_format(path, format) == "txt":
+        raise InputError("plain text (one text a line) has no labels: labelled data is a .csv, .tsv or .jsonl file "
+                         "(or Parquet) with a label column; a .txt file of tab-separated columns reads with --format "
+                         "tsv", path)
     require_columns(table, [columns.text, columns.text_pair] + ([columns.label] if label_kind else []))
     known = set(label_names) if label_names is not None else None
     examples = []
