@@ -360,3 +360,31 @@ def test_fit_trains_as_sentence_transformers_fit(minilm_dir, data_dir, tmp_path)
         pairs), atol=1e-5)
     with pytest.raises(ConfigError, match="fit: callback is not supported here"):
         ours.fit(DataLoader(examples), callback=print)
+
+
+def test_preprocess_gives_the_features_sentence_transformers_gives(reranker, reranker_reference, sentence_pairs,
+                                                                     question_pairs):
+    """preprocess (sentence-transformers 6) and tokenize (its name before) make the batch the model reads: each pair
+    cut to max_length longer text first, a prompt before each first text, padded; the model scores it as predict
+    does."""
+    pairs = sentence_pairs[:6] + question_pairs[:4]
+    for options in ({}, {"prompt": "Judge the relevance: "}):
+        ours, theirs = reranker.preprocess(pairs, **options), reranker_reference.preprocess(pairs, **options)
+        # sentence-transformers 6 also notes the batch's modality ("text") and a prompt's length for its own
+        # modules; the model's inputs are the tensors
+        assert set(ours) == set(theirs) - {"modality", "prompt_length"} == {"input_ids", "token_type_ids",
+                                                                            "attention_mask"}
+        for name in ours:
+            assert torch.equal(ours[name], theirs[name]), (name, options)
+    tokenized, preprocessed = reranker.tokenize(pairs), reranker.preprocess(pairs)
+    assert all(torch.equal(tokenized[name], preprocessed[name]) for name in preprocessed)
+    assert reranker.preprocess([]) == reranker_reference.preprocess([]) == {}
+    with torch.inference_mode():
+        logits = reranker.model(**reranker.preprocess(pairs)).logits
+    np.testing.assert_allclose(torch.sigmoid(logits[:, 0]).numpy(), reranker.predict(pairs), atol=ATOL, rtol=0)
+    assert reranker.get_max_seq_length() == reranker_reference.get_max_seq_length() == reranker.max_length
+    assert type(reranker.default_activation_function) is type(reranker_reference.default_activation_function)
+    with pytest.raises(InputError, match=r"^preprocess takes a list of \(text, pair\) tuples; wrap one pair"):
+        reranker.preprocess(("a question", "a document"))
+    with pytest.raises(InputError, match=r"^preprocess takes \(text, pair\) tuples of two strings"):
+        reranker.preprocess([("a question", "a document"), ("lonely",)])

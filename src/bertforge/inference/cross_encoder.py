@@ -305,11 +305,39 @@ class CrossEncoder(PoolMethods, nn.Module):
         pairs = [tuple(example.texts) for example in batch]
         if not pairs or any(len(pair) != 2 for pair in pairs):
             raise InputError("a cross-encoder trains on InputExample's of two texts each")
-        features = self.tokenizer([first for first, _ in pairs], [second for _, second in pairs], padding=True,
-                                  truncation="longest_first", max_length=self.max_length, return_tensors="pt")
         labels = torch.tensor([example.label for example in batch],
                               dtype=torch.float if self.num_labels == 1 else torch.long)
-        return dict(features), labels
+        return self._features(pairs), labels
+
+    def _features(self, pairs: Sequence[tuple[str, str]]) -> dict[str, torch.Tensor]:
+        """A batch of pairs as the model reads them: each cut to max_length (the longer text first), padded."""
+        return dict(self.tokenizer([first for first, _ in pairs], [second for _, second in pairs], padding=True,
+                                   truncation="longest_first", max_length=self.max_length, return_tensors="pt"))
+
+    def preprocess(self, inputs: Sequence[Any], prompt: str | None = None) -> dict[str, torch.Tensor]:
+        """sentence-transformers 6's preprocess: a list of (text, pair) tuples as the model reads them (`prompt`
+        before each first text), padded, as tensors on the model's device: `ce.model(**features)`."""
+        pairs, single = _pairs(inputs, "preprocess")
+        if single:
+            raise InputError("preprocess takes a list of (text, pair) tuples; wrap one pair in a list")
+        if not pairs:
+            return {}
+        prefix = prompt or ""
+        return {name: tensor.to(self.device)
+                for name, tensor in self._features([(prefix + first, second) for first, second in pairs]).items()}
+
+    def tokenize(self, texts: Sequence[Any], **options: Any) -> dict[str, torch.Tensor]:
+        """sentence-transformers' name for preprocess before 6."""
+        return self.preprocess(texts, **options)
+
+    def get_max_seq_length(self) -> int:
+        """sentence-transformers' older way to read max_seq_length."""
+        return self.max_length
+
+    @property
+    def default_activation_function(self) -> Callable:
+        """sentence-transformers' name for the activation the model's scores go through (activation_fn)."""
+        return self.activation_fn
 
     def fit(self, train_dataloader: Any, evaluator: Callable | None = None, epochs: int = 1,
             loss_fct: Callable | None = None, activation_fct: Callable | None = None,
@@ -352,17 +380,17 @@ class CrossEncoder(PoolMethods, nn.Module):
         return sorted(results, key=lambda result: result["score"], reverse=True)[:top_k]
 
 
-def _pairs(sentences: Any) -> tuple[list[tuple[str, str]], bool]:
+def _pairs(sentences: Any, call: str = "predict") -> tuple[list[tuple[str, str]], bool]:
     """(the pairs, whether one pair was given) of predict's input, told apart as sentence-transformers does: a
     tuple or list whose first item is a text is one pair."""
     if isinstance(sentences, np.ndarray):
         sentences = sentences.tolist()
     if not isinstance(sentences, list | tuple):
-        raise InputError(f"predict takes a (text, pair) tuple or a list of them, got {type(sentences).__name__}")
+        raise InputError(f"{call} takes a (text, pair) tuple or a list of them, got {type(sentences).__name__}")
     single = bool(sentences) and not isinstance(sentences[0], list | tuple)
     pairs = [sentences] if single else list(sentences)
     for index, pair in enumerate(pairs):
         if not isinstance(pair, list | tuple) or len(pair) != 2 or not all(isinstance(text, str) for text in pair):
             where = "" if single else f" (item {index})"
-            raise InputError(f"predict takes (text, pair) tuples of two strings, got {pair!r:.80}{where}")
+            raise InputError(f"{call} takes (text, pair) tuples of two strings, got {pair!r:.80}{where}")
     return [tuple(pair) for pair in pairs], single
