@@ -300,7 +300,7 @@ def test_prompts_go_before_each_first_text_as_sentence_transformers_puts_them(re
 
 
 def test_sentence_transformers_evaluators_score_it_as_their_cross_encoder(reranker, reranker_reference, data_dir,
-                                                                         squad_paragraphs):
+                                                                         squad_paragraphs, tmp_path):
     """The cross-encoder evaluators (correlation on STS-B, classification on MRPC, reranking SQuAD questions'
     paragraphs) give bertforge's CrossEncoder sentence-transformers' scores and record them on model_card_data."""
     evaluation = pytest.importorskip("sentence_transformers.cross_encoder.evaluation")
@@ -317,8 +317,12 @@ def test_sentence_transformers_evaluators_score_it_as_their_cross_encoder(rerank
             name="squad"),
     ]
     for evaluator in evaluators:
-        ours, theirs = evaluator(reranker), evaluator(reranker_reference)
+        # model.evaluate(evaluator, output_path) as sentence-transformers has it: the evaluator's CSV in that folder
+        ours = reranker.evaluate(evaluator, tmp_path / "ours" / evaluator.name)
+        theirs = reranker_reference.evaluate(evaluator, str(tmp_path / "theirs" / evaluator.name))
         assert ours.keys() == theirs.keys() and len(ours) >= 2
+        assert sorted(p.name for p in (tmp_path / "ours" / evaluator.name).iterdir()) == sorted(
+            p.name for p in (tmp_path / "theirs" / evaluator.name).iterdir()) != []
         for metric, value in theirs.items():
             assert ours[metric] == pytest.approx(value, abs=1e-5 if "threshold" in metric else 1e-6), metric
         assert reranker.model_card_data.eval_results_dict[evaluator] == ours

@@ -330,6 +330,12 @@ class CrossEncoder(PoolMethods, nn.Module):
         """sentence-transformers' name for preprocess before 6."""
         return self.preprocess(texts, **options)
 
+    def evaluate(self, evaluator: Callable, output_path: str | Path | None = None) -> Any:
+        """sentence-transformers' evaluate: `evaluator(self, output_path)`, the folder made first."""
+        if output_path is not None:
+            Path(output_path).mkdir(parents=True, exist_ok=True)
+        return evaluator(self, None if output_path is None else str(output_path))
+
     def get_max_seq_length(self) -> int:
         """sentence-transformers' older way to read max_seq_length."""
         return self.max_length

@@ -208,6 +208,23 @@ class SentenceEncoder(PoolMethods, nn.Module):
         return dict(self.tokenizer(*columns, padding=True, truncation=True, max_length=self.max_seq_length,
                                    return_tensors="pt"))
 
+    def preprocess(self, inputs: Sequence[str] | Sequence[tuple[str, str]], prompt: str | None = None
+                   ) -> dict[str, torch.Tensor]:
+        """sentence-transformers 6's name for tokenize; `prompt` goes before each text (a pair's first)."""
+        if not inputs:
+            return {}
+        if prompt:
+            inputs = [(prompt + item[0], *item[1:]) if isinstance(item, tuple | list) else prompt + item
+                      for item in inputs]
+        return self.tokenize(inputs)
+
+    def evaluate(self, evaluator: Callable, output_path: str | Path | None = None) -> Any:
+        """sentence-transformers' evaluate: `evaluator(self, output_path)` (its evaluators score this model as
+        their own), the folder made first."""
+        if output_path is not None:
+            Path(output_path).mkdir(parents=True, exist_ok=True)
+        return evaluator(self, None if output_path is None else str(output_path))
+
     def forward(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """SentenceTransformer's forward: `features` (tokenize's) with token_embeddings (the last layer) and
         sentence_embedding (pooled, normalised where the layout says so) added; with gradients unless the caller
