@@ -60,3 +60,46 @@ def test_a_masked_lm_head_and_a_classifier_follow_and_save(minilm_dir, tmp_path)
         shrunk(torch.tensor([[101, 2000, 102]]))  # an id past the table is refused by name
     with pytest.raises(BertforgeError, match="new_num_tokens must be a positive integer"):
         shrunk.resize_token_embeddings(0)
+
+
+def test_set_input_embeddings_as_transformers_sets_them(minilm_dir):
+    """A table of its own in the word embeddings' place (new words' rows included) gives transformers' outputs for the
+    same table; a masked-LM head's size is kept by resize_token_embeddings, so a table of another size is refused."""
+    transformers = pytest.importorskip("transformers")
+    tokenizer = BertTokenizer.from_pretrained(minilm_dir)
+    tokenizer.add_tokens(["covid19", "minilm6"])
+    model, reference = BertModel.from_pretrained(minilm_dir), transformers.BertModel.from_pretrained(minilm_dir).eval()
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.cat([model.get_input_embeddings().weight.detach(), 0.05 * torch.randn(2, 384, generator=generator)])
+    for target in (model, reference):
+        target.set_input_embeddings(torch.nn.Embedding.from_pretrained(weight.clone(), freeze=False, padding_idx=0))
+    assert model.config.vocab_size == 30524 and model.get_input_embeddings().weight.shape == (30524, 384)
+    encoding = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        got, expected = model(**encoding).last_hidden_state, reference(**encoding).last_hidden_state
+    real = encoding["attention_mask"].bool()
+    assert (got - expected)[real].abs().max() < 1e-4
+    with pytest.raises(BertforgeError, match=r"resize with resize_token_embeddings\(30524\) first"):
+        BertForMaskedLM.from_pretrained(minilm_dir).set_input_embeddings(torch.nn.Embedding(30524, 384))
+    with pytest.raises(BertforgeError, match="takes an nn.Embedding of 384 columns"):
+        model.set_input_embeddings(torch.nn.Embedding(30524, 128))
+    model.set_attn_implementation("eager")
+    with pytest.raises(BertforgeError, match="unknown attn_implementation 'fast'"):
+        model.set_attn_implementation("fast")
+
+
+def test_init_weights_draws_a_layer_afresh(minilm_dir):
+    """`layer.apply(model._init_weights)`, the re-initialisation of top layers before fine-tuning (transformers 4's
+    recipe; transformers 5 leaves loaded weights as they are there): BERT's initialisation, normal weights of std
+    initializer_range, zero biases, LayerNorm 1 and 0, in that layer only."""
+    ours = BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2)
+    trained = ours.bert.encoder.layers[5].feed_forward.up.weight.std().item()
+    below = ours.bert.encoder.layers[4].feed_forward.up.weight.detach().clone()
+    torch.manual_seed(0)
+    ours.bert.encoder.layers[5].apply(ours._init_weights)
+    drawn = ours.bert.encoder.layers[5].feed_forward.up
+    assert abs(trained - 0.02) > 0.02 and abs(drawn.weight.std().item() - ours.config.initializer_range) < 1e-3
+    assert abs(drawn.weight.mean().item()) < 1e-3 and not drawn.bias.any()
+    norm = ours.bert.encoder.layers[5].output_norm
+    assert torch.equal(norm.weight.detach(), torch.ones(384)) and not norm.bias.any()
+    assert torch.equal(ours.bert.encoder.layers[4].feed_forward.up.weight, below)

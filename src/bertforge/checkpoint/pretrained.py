@@ -310,6 +310,32 @@ class Pretrained:
         encoder = getattr(self, "bert", self)
         return encoder.embeddings.tokens
 
+    def set_input_embeddings(self, table: torch.nn.Embedding) -> None:
+        """Put `table` (vocabulary, hidden) in the word embeddings' place; a masked-LM head, whose bias has a row per
+        word, keeps its size only through resize_token_embeddings."""
+        from bertforge.pretraining.heads import MaskedLMHead  # the heads build on this module
+
+        if not isinstance(table, torch.nn.Embedding) or table.embedding_dim != self.config.hidden_size:
+            raise ConfigError(f"set_input_embeddings takes an nn.Embedding of {self.config.hidden_size} columns (the "
+                              f"hidden size), got {table!r:.80}")
+        rows = table.num_embeddings
+        if rows != self.config.vocab_size and any(isinstance(module, MaskedLMHead) for module in self.modules()):
+            raise ConfigError(f"a table of {rows} words for a model whose masked-LM head scores "
+                              f"{self.config.vocab_size}: resize with resize_token_embeddings({rows}) first")
+        getattr(self, "bert", self).embeddings.tokens = table
+        for owner in (self, getattr(self, "bert", None)):
+            if owner is not None:
+                owner.config.vocab_size = rows
+
+    def set_attn_implementation(self, attn_implementation: str) -> None:
+        """Checked and kept as it is: bertforge has one attention, which returns its weights whenever asked."""
+        check_choice(attn_implementation, ATTENTION_IMPLEMENTATIONS, "attn_implementation")
+
+    def _init_weights(self, module: torch.nn.Module) -> None:
+        """BERT's initialisation of one module, under transformers' name: `layer.apply(model._init_weights)` draws a
+        layer afresh (re-initialising the top layers before fine-tuning, for one)."""
+        self.base_model.init_weights(module)
+
     def get_output_embeddings(self) -> torch.nn.Module | None:
         """What a masked-LM head scores the vocabulary against, as transformers answers it: a module whose `weight`
         is (vocabulary, hidden), the word-embedding table itself when tied, the head's own decoder when not; None
