@@ -185,3 +185,38 @@ def test_a_conll_txt_file_is_read_as_conll_unless_told(finetuned_ner, tmp_path):
     as_lines = predict(finetuned_ner.output_dir, path, format="txt")
     assert [answer["text"] for answer in as_lines] == ["-DOCSTART- -X- -X- O", "EU NNP B-NP B-ORG",
                                                        "rejects VBZ B-VP O", "German JJ B-NP B-MISC"]
+
+
+def rewritten(tags, scheme):
+    """IOB2 tags in IOBES or BILOU, written here from the entities' extents (single: S-/U-, last: E-/L-)."""
+    single, last = {"iobes": ("S", "E"), "bilou": ("U", "L")}[scheme]
+    out = list(tags)
+    for i, tag in enumerate(tags):
+        continues = i + 1 < len(tags) and tags[i + 1] == "I-" + tag[2:]
+        if tag.startswith("B-") and not continues:
+            out[i] = f"{single}-{tag[2:]}"
+        elif tag.startswith("I-") and not continues:
+            out[i] = f"{last}-{tag[2:]}"
+    return out
+
+
+@pytest.mark.parametrize("scheme", ["iobes", "bilou"])
+def test_iobes_and_bilou_files_read_as_their_iob2_originals(finetuned_ner, conll_slices, tmp_path, scheme):
+    """CoNLL-2003 sentences with their tags in IOBES or BILOU (in a .txt file, found to be CoNLL by its tags) read
+    as the IOB2 original, and a model trained on IOB2 scores them the same."""
+    original = read_conll(conll_slices[1])
+    converted = [type(s)(s.words, rewritten(s.tags, scheme), s.document) for s in original]
+    assert sum(tag[0] in "SEUL" for s in converted for tag in s.tags) > 50
+    path = write_conll(converted, tmp_path / f"dev_{scheme}.txt")
+    again = read_conll(path)
+    assert [(s.words, s.tags) for s in again] == [(s.words, s.tags) for s in original]
+    assert evaluate(finetuned_ner.output_dir, path) == evaluate(finetuned_ner.output_dir, conll_slices[1])
+
+
+def test_a_tag_of_no_scheme_names_what_is_read(tmp_path):
+    path = tmp_path / "bad.conll"
+    path.write_text("Paris X-LOC\n")
+    with pytest.raises(InputError) as caught:
+        read_conll(path)
+    assert str(caught.value) == (f"{path}, line 1: tag 'X-LOC' is not an entity tag (expected O, or B-TYPE and "
+                                 "I-TYPE: IOB; E-, S- (IOBES) and L-, U- (BILOU) are read too)")

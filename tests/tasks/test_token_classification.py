@@ -264,7 +264,7 @@ def test_document_context_around_a_sentence_split_into_windows(tokenizer, data_d
 
 @pytest.mark.parametrize("text, message", [
     ("EU B-ORG\nrejects\n", "line 2: expected a word and its tag"),
-    ("EU NNP E-ORG\n", "line 1: tag 'E-ORG' is not IOB"),
+    ("EU NNP Q-ORG\n", "line 1: tag 'Q-ORG' is not an entity tag"),
 ])
 def test_read_conll_bad_lines(tmp_path, text, message):
     path = tmp_path / "bad.conll"

@@ -116,7 +116,7 @@ DATA_FORMATS = {
 }
 EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".txt": "txt", ".json": "squad", ".conll": "conll",
               ".parquet": "parquet"}
-_IOB_TAG = re.compile(r"O|[BI]-\S+")
+_IOB_TAG = re.compile(r"O|[BIESLU]-\S+")  # IOB, IOBES, BILOU
 
 
 def data_format(path: str | Path, given: str | None = None) -> str:

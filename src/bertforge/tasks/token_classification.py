@@ -84,29 +84,34 @@ class TokenFeatures:
 
 # --- reading ------------------------------------------------------------------------------------------------
 
+# Tag prefixes of the entity schemes read (IOB1, IOB2, IOBES; BILOU's last and unit tags are IOBES' end and single).
+ENTITY_PREFIXES = ("B", "I", "E", "S", "L", "U")
+_BILOU_AS_IOBES = {"L": "E", "U": "S"}
+
+
 def to_iob2(tags: Sequence[str]) -> list[str]:
-    """IOB1 (or IOB2) -> IOB2: every entity starts with B-.
+    """IOB1, IOB2, IOBES or BILOU -> IOB2: every entity starts with B- and goes on with I-, whatever marked it.
 
     In IOB1, B- only separates two adjacent entities of one type, so an I- that follows O or another type
-    begins an entity: ["I-PER", "I-PER", "O", "I-LOC", "B-LOC"] -> ["B-PER", "I-PER", "O", "B-LOC", "B-LOC"].
+    begins an entity: ["I-PER", "I-PER", "O", "I-LOC", "B-LOC"] -> ["B-PER", "I-PER", "O", "B-LOC", "B-LOC"];
+    IOBES: ["S-LOC", "B-PER", "E-PER"] -> ["B-LOC", "B-PER", "I-PER"].
     """
-    converted = []
-    previous = OUTSIDE
-    for tag in tags:
-        if tag.startswith("I-") and previous[2:] != tag[2:]:
-            tag = "B-" + tag[2:]
-        converted.append(tag)
-        previous = tag
+    converted = [OUTSIDE] * len(tags)
+    iobes = [_BILOU_AS_IOBES[tag[0]] + tag[1:] if tag[:1] in _BILOU_AS_IOBES and tag[1:2] == "-" else tag
+             for tag in tags]
+    for kind, first, last in entities(iobes):
+        converted[first:last + 1] = [f"B-{kind}"] + [f"I-{kind}"] * (last - first)
     return converted
 
 
 def _is_iob(tag: str) -> bool:
-    return tag == OUTSIDE or (tag[:2] in ("B-", "I-") and len(tag) > 2)
+    return tag == OUTSIDE or (tag[:1] in ENTITY_PREFIXES and tag[1:2] == "-" and len(tag) > 2)
 
 
 def read_conll(path: str | Path) -> list[TaggedSentence]:
     """Sentences of a CoNLL file: one `word ... tag` line per token (the tag is the last column), a blank line
-    between sentences, -DOCSTART- lines start a new document. IOB1 tags (the original CoNLL-2003 files) become IOB2.
+    between sentences, -DOCSTART- lines start a new document. IOB1 tags (the original CoNLL-2003 files), IOBES and
+    BILOU become IOB2.
 
     "EU NNP B-NP I-ORG\\nrejects VBZ B-VP O\\n" -> [TaggedSentence(["EU", "rejects"], ["B-ORG", "O"])].
     """
@@ -136,7 +141,8 @@ def read_conll(path: str | Path) -> list[TaggedSentence]:
             raise InputError(f"expected a word and its tag separated by whitespace, got {line.strip()!r}",
                              path, number)
         if not _is_iob(columns[-1]):
-            raise InputError(f"tag {columns[-1]!r} is not IOB (expected O, B-TYPE or I-TYPE)", path, number)
+            raise InputError(f"tag {columns[-1]!r} is not an entity tag (expected O, or B-TYPE and I-TYPE: IOB; "
+                             "E-, S- (IOBES) and L-, U- (BILOU) are read too)", path, number)
         words.append(columns[0])
         tags.append(columns[-1])
         numbers.append(number)
