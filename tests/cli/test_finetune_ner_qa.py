@@ -81,7 +81,7 @@ def test_errors_are_one_line(run_command, tiny_model_dir, tmp_path, capsys):
     code = main(["finetune", "--task", "ner", "--model", str(tiny_model_dir), "--train", str(bad),
                  "--output", str(tmp_path / "out")])
     error = capsys.readouterr().err
-    assert code == 1 and error.count("\n") == 1 and "bad.conll" in error and "not IOB" in error
+    assert code == 1 and error.count("\n") == 1 and "bad.conll" in error and "is not an entity tag" in error
     squad = tmp_path / "v2.json"
     squad.write_text(json.dumps({"data": [{"title": "t", "paragraphs": [{"context": "x", "qas": [
         {"id": "q", "question": "?", "answers": [], "is_impossible": True}]}]}]}))

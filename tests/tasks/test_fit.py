@@ -78,7 +78,8 @@ def test_data_in_memory_reads_as_the_file(tmp_path):
     ("not-a-file.csv", {}, InputError, "not-a-file.csv: no such file"),
     (ROWS, {"epoch": 2}, ConfigError, "unknown setting 'epoch'"),
     ([{"review": 3, "stars": "pos"}], {}, InputError, "list, row 1, field 'review': expected a text, got 3"),
-    (ROWS, {"task": "ner"}, InputError, "this task reads its data from files; got a list"),
+    # rows for ner are a sentence's words and tags, each a list
+    (ROWS, {"task": "ner"}, InputError, "list, row 1, field 'review': expected a list of words (texts)"),
     ([ROWS[0], "text"], {}, InputError, "list, row 2: expected a dict per row, got str"),
 ])
 def test_errors(tiny_model_dir, tmp_path, data, settings, error, message):

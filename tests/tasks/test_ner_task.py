@@ -220,3 +220,100 @@ def test_a_tag_of_no_scheme_names_what_is_read(tmp_path):
         read_conll(path)
     assert str(caught.value) == (f"{path}, line 1: tag 'X-LOC' is not an entity tag (expected O, or B-TYPE and "
                                  "I-TYPE: IOB; E-, S- (IOBES) and L-, U- (BILOU) are read too)")
+
+
+def as_rows(sentences, tags_as="names", names=None):
+    """CoNLL sentences as transformers' run_ner rows: {"tokens": [...], "ner_tags": [...]} (names, or numbers)."""
+    return [{"tokens": s.words, "ner_tags": s.tags if tags_as == "names" else [names.index(t) for t in s.tags]}
+            for s in sentences]
+
+
+def write_jsonl(rows, path):
+    import json
+
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_rows_of_words_and_tags_read_as_conll(finetuned_ner, conll_slices, tmp_path):
+    """The same CoNLL-2003 sentences as JSON lines of names, a datasets folder and a Parquet file of numbers that
+    their ClassLabel names, and a datasets.Dataset in memory (Hugging Face's conll2003 layout) read as the CoNLL
+    file, train, and score alike."""
+    datasets = pytest.importorskip("datasets")
+    original = read_conll(conll_slices[1])
+    names = sorted({tag for s in original for tag in s.tags})
+    features = datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")),
+                                  "ner_tags": datasets.Sequence(datasets.ClassLabel(names=names))})
+    dataset = datasets.Dataset.from_list(as_rows(original, "numbers", names), features=features)
+    dataset.save_to_disk(str(tmp_path / "dev_dataset"))
+    dataset.to_parquet(str(tmp_path / "dev.parquet"))
+    sources = {"jsonl": write_jsonl(as_rows(original), tmp_path / "dev.jsonl"), "dataset": tmp_path / "dev_dataset",
+               "parquet": tmp_path / "dev.parquet", "memory": dataset}
+    expected = [(s.words, s.tags) for s in original]
+    for name, source in sources.items():
+        assert [(s.words, s.tags) for s in NER.read_examples(source, None)] == expected, name
+    reference = evaluate(finetuned_ner.output_dir, conll_slices[1])
+    for name in ("jsonl", "dataset", "parquet"):
+        assert evaluate(finetuned_ner.output_dir, sources[name]) == reference, name
+    # numbers no file names are named by the model's labels when a trained model reads them
+    numbered = write_jsonl(as_rows(original, "numbers", [finetuned_ner_label(finetuned_ner, i)
+                                                         for i in range(len(names))]), tmp_path / "numbered.jsonl")
+    assert evaluate(finetuned_ner.output_dir, numbered) == reference
+    # to predict, the words alone
+    answers = predict(finetuned_ner.output_dir, write_jsonl([{"tokens": s.words} for s in original[:3]],
+                                                            tmp_path / "words.jsonl"))
+    assert [answer["text"] for answer in answers] == [" ".join(s.words) for s in original[:3]]
+
+
+def finetuned_ner_label(finetuned_ner, index):
+    return FinetunedModel.load(finetuned_ner.output_dir).id2label[index]
+
+
+def test_a_model_trains_on_rows_of_words_and_tags(conll_slices, tmp_path):
+    train = write_jsonl([{"words": s.words, "tags": rewritten(s.tags, "iobes")} for s in read_conll(conll_slices[0])],
+                        tmp_path / "train.jsonl")
+    config = FinetuneConfig(task="ner", train=str(train), dev=str(conll_slices[1]), output=str(tmp_path / "model"),
+                            batch_size=8, max_train_examples=64,
+                            training=TrainConfig(epochs=1, lr=5e-4, seed=0, progress=False))
+    result = finetune(config)
+    labels = set(FinetunedModel.load(result.output_dir).id2label.values())
+    assert labels <= {"O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-MISC", "I-MISC"} and "O" in labels
+    assert "f1" in result.best
+
+
+@pytest.mark.parametrize("rows, message", [
+    ([{"tokens": ["John", "ran"], "ner_tags": ["B-PER"]}], "line 1, field 'ner_tags': expected a list of 2 tags"),
+    ([{"tokens": "John ran", "ner_tags": ["B-PER", "O"]}], "line 1, field 'tokens': expected a list of words"),
+    ([{"tokens": ["John"], "ner_tags": [3]}], "line 1, field 'ner_tags': tag 3 is a number that nothing names"),
+    ([{"tokens": ["John"], "ner_tags": ["PER"]}], "line 1, field 'ner_tags': tag 'PER' is not an entity tag"),
+    ([{"text": ["John"], "label": ["B-PER"]}], "no column 'sentence' or 'tokens' or 'words' (the words of each"),
+])
+def test_rows_that_are_not_sentences_are_one_line_errors(tmp_path, rows, message):
+    path = write_jsonl(rows, tmp_path / "bad.jsonl")
+    columns = FinetuneConfig(task="ner").columns
+    with pytest.raises(InputError) as caught:
+        NER.read_examples(path, columns)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_ner_refuses_csv_naming_what_it_reads(tmp_path):
+    path = tmp_path / "a.csv"
+    path.write_text("sentence,label\nJohn,B-PER\n")
+    with pytest.raises(InputError, match=r"reads CoNLL or rows of words and tags \(JSON lines, Parquet, a datasets "
+                                         r"folder\), not csv"):
+        NER.read_examples(path, None)
+
+
+def test_json_lines_named_json_are_read_as_run_ner_names_them(conll_slices, tmp_path, write_reviews):
+    """transformers' example scripts call JSON lines `train.json`: rows for ner and classification alike, where a
+    SQuAD file (one object with "data") stays SQuAD."""
+    original = read_conll(conll_slices[1])[:20]
+    path = write_jsonl(as_rows(original), tmp_path / "train.json")
+    assert [(s.words, s.tags) for s in NER.read_examples(path, None)] == [(s.words, s.tags) for s in original]
+    reviews = write_jsonl([{"sentence": "a fine film", "label": "pos"}, {"sentence": "dull", "label": "neg"}],
+                          tmp_path / "reviews.json")
+    assert [e.label for e in TASKS["classification"].read_examples(reviews, FinetuneConfig().columns)] == ["pos", "neg"]
+    squad = tmp_path / "squad.json"
+    squad.write_text('{"version": "1.1", "data": []}\n')
+    with pytest.raises(InputError, match="reads CoNLL or rows of words and tags .*, not squad"):
+        NER.read_examples(squad, None)

@@ -207,8 +207,9 @@ def test_tab_separated_token_files_are_conll_and_other_files_are_refused_with_a_
     table = tmp_path / "reviews.tsv"
     table.write_text("sentence\tlabel\nA fine film .\t1\nDull .\t0\n", encoding="utf-8")
     assert data_format(table) == "tsv"
-    with pytest.raises(InputError, match=r"reviews.tsv: named-entity recognition reads CoNLL, not tsv \(a CoNLL "
-                                         r"file: give it the extension .conll\)"):
+    with pytest.raises(InputError, match=r"reviews.tsv: named-entity recognition reads CoNLL or rows of words and "
+                                         r"tags \(JSON lines, Parquet, a datasets folder\), not tsv \(a CoNLL file: "
+                                         r"give it the extension .conll\)"):
         read_sentences(table, labelled=True)
 
 

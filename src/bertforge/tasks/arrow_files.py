@@ -97,5 +97,36 @@ def _json(path: Path) -> dict[str, Any]:
     return data
 
 
+def class_names(data: Any, kind: str | None = None) -> dict[str, list[str]]:
+    """The names datasets gave a column's integer labels (a ClassLabel feature, or a list of them: NER tags), per
+    column: from a datasets folder's dataset_info.json, a Parquet file's metadata (as datasets writes it) or a
+    datasets.Dataset in memory; {} where none are kept."""
+    features = None
+    if kind == "hf_dataset" and (Path(data) / DATASET_INFO_FILE).is_file():
+        features = _json(Path(data) / DATASET_INFO_FILE).get("features")
+    elif kind == "parquet":
+        metadata = _pyarrow(Path(data)).parquet.read_schema(data).metadata or {}
+        try:
+            features = json.loads(metadata.get(b"huggingface", b"{}")).get("info", {}).get("features")
+        except (ValueError, AttributeError):
+            features = None
+    elif kind is None and hasattr(getattr(data, "features", None), "to_dict"):
+        features = data.features.to_dict()
+    if not isinstance(features, dict):
+        return {}
+    named = {column: _names(feature) for column, feature in features.items()}
+    return {column: names for column, names in named.items() if names}
+
+
+def _names(feature: Any) -> list[str] | None:
+    """A ClassLabel's names, found in it or in the feature it lists ({"feature": {"names": [...]}})."""
+    while isinstance(feature, dict):
+        names = feature.get("names")
+        if isinstance(names, list) and all(isinstance(name, str) for name in names):
+            return names
+        feature = feature.get("feature")
+    return None
+
+
 # Format name (data.DATA_FORMATS) -> reader of a path.
 READERS: dict[str, Callable[[Path], Records]] = {"parquet": read_parquet, "hf_dataset": read_saved_dataset}

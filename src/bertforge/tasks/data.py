@@ -135,6 +135,8 @@ def data_format(path: str | Path, given: str | None = None) -> str:
     if path.is_dir():  # whatever its name says (dir.csv), a folder is not a data file
         raise InputError("is a directory, expected a data file", path)
     name = EXTENSIONS.get(path.suffix.lower())
+    if name == "squad" and holds_json_lines(path):
+        return "jsonl"  # transformers' example scripts name JSON lines .json (run_ner's train.json)
     if name is None and looks_like_conll(path):
         return "conll"  # CoNLL-2003's own files: eng.train, eng.testa, eng.testb
     if name is None:
@@ -143,17 +145,34 @@ def data_format(path: str | Path, given: str | None = None) -> str:
     return "conll" if name in ("txt", "tsv") and looks_like_conll(path) else name
 
 
+# Formats whose rows may hold lists (a sentence's words and tags), unlike CSV's and TSV's text cells.
+ROW_FORMATS = ("jsonl", "parquet", "hf_dataset")
+
+
 def task_format(path: str | Path, given: str | None, labelled: bool, task: str, trained: tuple[str, str],
-                predicted: tuple[str, str]) -> str:
+                predicted: tuple[str, str], rows: str | None = None) -> str:
     """The format of a task's data file (as data_format finds it), refused unless it is the task's: `trained`
-    (format, its description), or to predict also `predicted` ("CoNLL", or "text with one sentence per line")."""
+    (format, its description), to predict also `predicted` ("CoNLL", or "text with one sentence per line"), and
+    with `rows` (what each row holds) the ROW_FORMATS too."""
     kind = data_format(path, given)
-    if kind not in (trained[0], predicted[0]) or (labelled and kind == predicted[0]):
-        expected = trained[1] if labelled else f"{trained[1]}, or {predicted[1]}"
+    accepted = (trained[0], *(ROW_FORMATS if rows else ()), *(() if labelled else (predicted[0],)))
+    if kind not in accepted:
+        formats = f"{trained[1]}" + (f" or rows of {rows} (JSON lines, Parquet, a datasets folder)" if rows else "")
+        expected = formats if labelled else f"{formats}, or {predicted[1]}"
         extension = next((suffix for suffix, name in EXTENSIONS.items() if name == trained[0]), None)
         hint = f" (a {trained[1]} file: give it the extension {extension})" if given is None and extension else ""
         raise InputError(f"{task} reads {expected}, not {kind}{hint}", Path(path))
     return kind
+
+
+def holds_json_lines(path: Path) -> bool:
+    """Whether a .json file is JSON lines: its first line one whole object, and not SQuAD's (which has "data")."""
+    try:
+        with open(path, "rb") as handle:
+            first = json.loads(handle.readline(1 << 20))
+    except (OSError, ValueError):
+        return False  # SQuAD's reader reports it
+    return isinstance(first, dict) and "data" not in first
 
 
 def looks_like_conll(path: Path, lines: int = 100) -> bool:
@@ -170,11 +189,14 @@ def looks_like_conll(path: Path, lines: int = 100) -> bool:
 
 
 def read_table(path: str | Path | Any, format: str | None = None) -> Table:
-    """Read a .csv, .tsv, .jsonl, .txt or .parquet file or a datasets folder (or the one `format` names), or take
-    rows given in memory (see table_from_data); a UTF-8 byte-order mark (as in GLUE's MRPC) is dropped."""
+    """Read a .csv, .tsv, .jsonl (or JSON lines named .json), .txt or .parquet file or a datasets folder (or the one
+    `format` names), or take rows given in memory (see table_from_data); a UTF-8 byte-order mark (as in GLUE's
+    MRPC) is dropped."""
     if not isinstance(path, (str, os.PathLike)):
         return _nonempty(table_from_data(path))
     path = Path(path)
+    if format is None and path.suffix.lower() == ".json" and holds_json_lines(path):
+        format = "jsonl"
     binary = format or ("hf_dataset" if arrow_files.is_saved_dataset(path) else EXTENSIONS.get(path.suffix.lower()))
     if binary in arrow_files.READERS:
         columns, records = arrow_files.READERS[binary](path)

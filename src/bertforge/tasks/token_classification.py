@@ -8,6 +8,7 @@ sentence in its document, which are read but neither labelled nor predicted.
 
 from __future__ import annotations
 
+import os
 import re
 from bisect import bisect_right
 from collections import Counter
@@ -15,13 +16,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import IGNORE_INDEX
-from bertforge.tasks.data import PLAIN_TEXT_COLUMN, EncodeSettings, Features, read_table, task_format
+from bertforge.tasks import arrow_files
+from bertforge.tasks.data import (
+    PLAIN_TEXT_COLUMN,
+    ROW_FORMATS,
+    EncodeSettings,
+    Features,
+    read_table,
+    task_format,
+)
 from bertforge.tasks.metrics import compute_metrics, entities
 from bertforge.validation import check_number
 
@@ -104,6 +114,10 @@ def to_iob2(tags: Sequence[str]) -> list[str]:
     return converted
 
 
+NOT_A_TAG = ("tag {tag!r} is not an entity tag (expected O, or B-TYPE and I-TYPE: IOB; E-, S- (IOBES) and L-, U- "
+             "(BILOU) are read too)")
+
+
 def _is_iob(tag: str) -> bool:
     return tag == OUTSIDE or (tag[:1] in ENTITY_PREFIXES and tag[1:2] == "-" and len(tag) > 2)
 
@@ -141,8 +155,7 @@ def read_conll(path: str | Path) -> list[TaggedSentence]:
             raise InputError(f"expected a word and its tag separated by whitespace, got {line.strip()!r}",
                              path, number)
         if not _is_iob(columns[-1]):
-            raise InputError(f"tag {columns[-1]!r} is not an entity tag (expected O, or B-TYPE and I-TYPE: IOB; "
-                             "E-, S- (IOBES) and L-, U- (BILOU) are read too)", path, number)
+            raise InputError(NOT_A_TAG.format(tag=columns[-1]), path, number)
         words.append(columns[0])
         tags.append(columns[-1])
         numbers.append(number)
@@ -419,13 +432,18 @@ def sentence_from_text(text: str, text_pair: str | None = None) -> TaggedSentenc
                           spans=[match.span() for match in matches])
 
 
-def read_sentences(path: str | Path, columns=None, id2label: Mapping[int, str] | None = None,
+def read_sentences(path: str | Path | Any, columns=None, id2label: Mapping[int, str] | None = None,
                    labelled: bool = True, settings=None, format: str | None = None) -> list[TaggedSentence]:
-    """Sentences of a CoNLL file; to predict, also a text file with one sentence per line (data_format decides
+    """Sentences of a CoNLL file, or of rows of words and tags (JSON lines, Parquet, a datasets folder, or such rows
+    in memory: see read_tagged_rows); to predict, also a text file with one sentence per line (data_format decides
     which a .txt file is, unless `format` says)."""
+    if not isinstance(path, (str, os.PathLike)):
+        return read_tagged_rows(path, columns, id2label, labelled)
     kind = task_format(path, format, labelled, "named-entity recognition", ("conll", "CoNLL"),
-                       ("txt", "text with one sentence per line"))
-    path = Path(path)  # after task_format, which names data given in memory instead of a file
+                       ("txt", "text with one sentence per line"), rows="words and tags")
+    path = Path(path)
+    if kind in ROW_FORMATS:
+        return read_tagged_rows(path, columns, id2label, labelled, kind)
     if kind == "txt":
         lines = read_table(path, "txt").rows
         return [sentence_from_text(row[PLAIN_TEXT_COLUMN]) for _, row in lines]
@@ -442,6 +460,74 @@ def read_sentences(path: str | Path, columns=None, id2label: Mapping[int, str] |
                 raise InputError(f"tag {sentence.tags[unknown[0]]!r} is not one of the model's labels "
                                  f"({', '.join(known)})", path, line=sentence.lines[unknown[0]])
     return sentences
+
+
+# The columns of a row of words and tags when the column flags name none the data has: transformers' run_ner and
+# the Hub's NER datasets (conll2003, wnut_17: "tokens", "ner_tags").
+WORD_COLUMNS, TAG_COLUMNS = ("tokens", "words"), ("ner_tags", "tags")
+
+
+def read_tagged_rows(data: Any, columns=None, id2label: Mapping[int, str] | None = None, labelled: bool = True,
+                     format: str | None = None) -> list[TaggedSentence]:
+    """Sentences from rows that each hold a sentence's words (a list) and, labelled, its tags (a list as long; IOB,
+    IOBES or BILOU names, or numbers that the data's ClassLabel feature or the model's labels name). A row of the
+    words ["-DOCSTART-"] starts a new document, as the line does in CoNLL."""
+    table = read_table(data, format)
+    words_column = _row_column(table, columns.text if columns else None, WORD_COLUMNS, "the words of each sentence")
+    tags_column = _row_column(table, columns.label if columns else None, TAG_COLUMNS,
+                              "the tag of each word") if labelled else None
+    names = arrow_files.class_names(data, format).get(tags_column) if labelled else None
+    if names is None and id2label:
+        names = [id2label[index] for index in sorted(id2label)]
+    known = set(id2label.values()) if id2label is not None else None
+    sentences, document = [], 0
+    for line, row in table.rows:
+        words = row.get(words_column)
+        if not isinstance(words, list) or not all(isinstance(word, str) and word.strip() for word in words):
+            raise table.error("expected a list of words (texts)", line, field=words_column)
+        if words == [DOCUMENT_START]:
+            document += bool(sentences)
+            continue
+        if not words:
+            continue  # an empty sentence, as a blank line
+        tags = _row_tags(table, line, row.get(tags_column), len(words), names, tags_column) if labelled else []
+        for tag in tags if known is not None else ():
+            if tag not in known:
+                raise table.error(f"tag {tag!r} is not one of the model's labels ({', '.join(known)})", line,
+                                  field=tags_column)
+        sentences.append(TaggedSentence([word.strip() for word in words], tags, document, lines=[line] * len(words)))
+    if not sentences:
+        raise table.error("no sentences")
+    return sentences
+
+
+def _row_column(table, given: str | None, usual: Sequence[str], what: str) -> str:
+    """The column the flags name if the data has it, else the usual one it has."""
+    for name in (given, *usual):
+        if name is not None and name in table.columns:
+            return name
+    wanted = " or ".join(repr(name) for name in dict.fromkeys((given, *usual)) if name is not None)
+    raise table.error(f"no column {wanted} ({what}); the data has {', '.join(map(repr, table.columns))}",
+                      table.header_line)
+
+
+def _row_tags(table, line: int, tags: Any, count: int, names: Sequence[str] | None, column: str) -> list[str]:
+    """One row's tags as IOB2 names: as many as its words, numbers named by `names`."""
+    if not isinstance(tags, list) or len(tags) != count:
+        raise table.error(f"expected a list of {count} tags, one per word", line, field=column)
+    named = []
+    for tag in tags:
+        if isinstance(tag, int) and not isinstance(tag, bool):
+            if names is None:
+                raise table.error(f"tag {tag} is a number that nothing names: write the tags' names (B-PER), or "
+                                  "read the datasets folder or Parquet file that keeps them", line, field=column)
+            if not 0 <= tag < len(names):
+                raise table.error(f"tag {tag} is not a label number (0 to {len(names) - 1})", line, field=column)
+            tag = names[tag]
+        if not isinstance(tag, str) or not _is_iob(tag):
+            raise table.error(NOT_A_TAG.format(tag=tag), line, field=column)
+        named.append(tag)
+    return to_iob2(named)
 
 
 def encode(tokenizer, sentences: Sequence[TaggedSentence], settings: NerSettings,
