@@ -83,3 +83,29 @@ def test_errors_name_the_row_and_field(tmp_path):
     (tmp_path / "broken.parquet").write_bytes(b"PAR1 this is not a parquet file PAR1")
     with pytest.raises(InputError, match=r"broken.parquet: not a readable Parquet file"):
         read_text_examples(tmp_path / "broken.parquet", Columns(), None)
+
+
+def test_class_label_numbers_are_read_as_their_names(sst2_rows, tmp_path, tiny_model_dir, run_command):
+    """Hugging Face's SST-2 keeps its labels as numbers that a ClassLabel feature names (negative, positive): a
+    datasets folder, a Parquet file datasets wrote and a Dataset in memory give the names, so the model's labels
+    are the names, as transformers' run_glue makes them; a number past the names is a one-line error."""
+    features = datasets.Features({"sentence": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["negative", "positive"])})
+    dataset = datasets.Dataset.from_dict({"sentence": [text for text, _ in sst2_rows],
+                                          "label": [label for _, label in sst2_rows]}, features=features)
+    dataset.save_to_disk(str(tmp_path / "sst2"))
+    dataset.to_parquet(str(tmp_path / "sst2.parquet"))
+    columns = Columns("sentence", None, "label")
+    expected = [(text, ["negative", "positive"][label]) for text, label in sst2_rows]
+    for source in (tmp_path / "sst2", tmp_path / "sst2.parquet", dataset):
+        assert [(e.text, e.label) for e in read_text_examples(source, columns, "class")] == expected
+    code, _ = run_command(finetune_cli, "--model", tiny_model_dir, "--train", tmp_path / "sst2", "--output",
+                          tmp_path / "model", "--max-steps", "1", "--batch-size", "8", "--max-length", "16",
+                          "--no-progress", "--device", "cpu")
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert code == 0 and config["id2label"] == {"0": "negative", "1": "positive"}
+    wrong = datasets.Dataset.from_dict({"sentence": ["fine"], "label": [1]}, features=datasets.Features(
+        {"sentence": datasets.Value("string"), "label": datasets.ClassLabel(names=["negative", "positive"])}))
+    wrong = wrong.cast_column("label", datasets.ClassLabel(names=["negative"]))
+    with pytest.raises(InputError, match="row 1, field 'label': label 1 is not one of the data's label numbers"):
+        read_text_examples(wrong, columns, "class")

@@ -393,6 +393,8 @@ def read_text_examples(path: str | Path, columns: Columns, label_kind: str | Non
     stops before a single batch runs.
     """
     table = read_table(path, format)
+    # numbers that the data's ClassLabel feature names (Hugging Face datasets' labels) are read as those names
+    names = stored_label_names(path, format).get(columns.label) if label_kind in ("class", "classes") else None
     if label_kind is not None and isinstance(path, (str, os.PathLike)) and data_format(path, format) == "txt":
         raise InputError("plain text (one text a line) has no labels: labelled data is a .csv, .tsv or .jsonl file "
                          "(or Parquet) with a label column; a .txt file of tab-separated columns reads with --format "
@@ -407,6 +409,7 @@ def read_text_examples(path: str | Path, columns: Columns, label_kind: str | Non
         if label_kind is not None:
             raw = cell(table, line, row, columns.label)
             try:
+                raw = named(raw, names) if names else raw
                 label = LABEL_KINDS[label_kind](raw, columns.label_separator)
             except ValueError as error:
                 raise table.error(str(error), line, field=columns.label) from None
@@ -417,6 +420,27 @@ def read_text_examples(path: str | Path, columns: Columns, label_kind: str | Non
                                   line, field=columns.label)
         examples.append(TextExample(text, pair, label, line))
     return examples
+
+
+def stored_label_names(data: Any, format: str | None = None) -> dict[str, list[str]]:
+    """The names a datasets folder, a Parquet file datasets wrote, or a datasets.Dataset keep for its columns'
+    label numbers (ClassLabel features), per column; {} for other data."""
+    if not isinstance(data, (str, os.PathLike)):
+        return arrow_files.class_names(data)
+    path = Path(data)
+    kind = format or ("hf_dataset" if arrow_files.is_saved_dataset(path) else EXTENSIONS.get(path.suffix.lower()))
+    return arrow_files.class_names(path, kind) if kind in arrow_files.READERS else {}
+
+
+def named(value: Any, names: Sequence[str]) -> Any:
+    """A label number (or a list of them) as the name a ClassLabel gives it; other values as they are."""
+    if isinstance(value, list):
+        return [named(item, names) for item in value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value < len(names):
+            raise ValueError(f"label {value} is not one of the data's label numbers (0 to {len(names) - 1})")
+        return names[value]
+    return value
 
 
 # --- features and batches -------------------------------------------------------------------------------------

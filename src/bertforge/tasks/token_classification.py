@@ -23,13 +23,13 @@ import torch
 
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import IGNORE_INDEX
-from bertforge.tasks import arrow_files
 from bertforge.tasks.data import (
     PLAIN_TEXT_COLUMN,
     ROW_FORMATS,
     EncodeSettings,
     Features,
     read_table,
+    stored_label_names,
     task_format,
 )
 from bertforge.tasks.metrics import compute_metrics, entities
@@ -476,7 +476,7 @@ def read_tagged_rows(data: Any, columns=None, id2label: Mapping[int, str] | None
     words_column = _row_column(table, columns.text if columns else None, WORD_COLUMNS, "the words of each sentence")
     tags_column = _row_column(table, columns.label if columns else None, TAG_COLUMNS,
                               "the tag of each word") if labelled else None
-    names = arrow_files.class_names(data, format).get(tags_column) if labelled else None
+    names = stored_label_names(data, format).get(tags_column) if labelled else None
     if names is None and id2label:
         names = [id2label[index] for index in sorted(id2label)]
     known = set(id2label.values()) if id2label is not None else None
