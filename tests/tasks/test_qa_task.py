@@ -129,3 +129,43 @@ def test_a_checkpoint_without_run_config_loads_for_the_task_of_its_head(tmp_path
     model_class(BertConfig.tiny(vocab_size=tokenizer.vocab_size)).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
     assert FinetunedModel.load(tmp_path).task.name == task
+
+
+def hub_rows(path):
+    """A SQuAD file's questions as the Hub's squad dataset holds them (transformers' run_qa reads these)."""
+    squad = json.loads(path.read_text(encoding="utf-8"))
+    return [{"id": q["id"], "title": article["title"], "context": paragraph["context"], "question": q["question"],
+             "answers": {"text": [a["text"] for a in q["answers"]], "answer_start": [a["answer_start"]
+                                                                                  for a in q["answers"]]}}
+            for article in squad["data"] for paragraph in article["paragraphs"] for q in paragraph["qas"]]
+
+
+def test_rows_of_questions_read_and_score_as_the_squad_file(finetuned_qa, squad_slices, tmp_path):
+    """The dev questions as the Hub's squad rows (JSON lines, a datasets folder, Parquet, a Dataset in memory) read
+    as the SQuAD file and the fine-tuned model scores them alike; a row without answers is unanswerable (v2)."""
+    from bertforge.tasks.finetune import evaluate
+
+    datasets = pytest.importorskip("datasets")
+    rows = hub_rows(squad_slices[1])
+    jsonl = tmp_path / "dev.jsonl"
+    jsonl.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    dataset = datasets.Dataset.from_list(rows)
+    dataset.save_to_disk(str(tmp_path / "dev_dataset"))
+    dataset.to_parquet(str(tmp_path / "dev.parquet"))
+    expected = QA.read_examples(squad_slices[1], None)
+    for source in (jsonl, tmp_path / "dev_dataset", tmp_path / "dev.parquet", dataset):
+        assert QA.read_examples(source, None) == expected, source
+    reference = evaluate(finetuned_qa.output_dir, squad_slices[1])
+    assert evaluate(finetuned_qa.output_dir, jsonl) == evaluate(finetuned_qa.output_dir, tmp_path / "dev.parquet") \
+        == reference
+
+    v2 = [rows[0], {**rows[1], "answers": {"text": [], "answer_start": []}}]
+    read = QA.read_examples(v2, None, settings=QASettings(version_2=True))
+    assert [(e.id, e.is_impossible, e.answers) for e in read] == [
+        (rows[0]["id"], False, list(zip(rows[0]["answers"]["text"], rows[0]["answers"]["answer_start"]))),
+        (rows[1]["id"], True, [])]
+    with pytest.raises(InputError, match=r"has no answers \(SQuAD v2 needs version_2=True\)"):
+        QA.read_examples(v2, None)
+    moved = [{**rows[0], "answers": {"text": ["Victoria"], "answer_start": [3]}}]
+    with pytest.raises(InputError, match=f"question {rows[0]['id']} \\(row 1\\), answer 0: answer_start 3 points at"):
+        QA.read_examples(moved, None)

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from bertforge.errors import ConfigError, InputError
 from bertforge.tasks.data import (
+    ROW_FORMATS,
     EncodeSettings,
     Features,
     read_table,
@@ -97,7 +100,7 @@ def _field(record, name: str, kind: type, path: Path, where: str):
     return record[name]
 
 
-def _example(question: dict, qid: str, context: str, version_2: bool, path: Path, where: str) -> QAExample:
+def _example(question: dict, qid: str, context: str, version_2: bool, path: Path | str, where: str) -> QAExample:
     is_impossible = bool(question.get("is_impossible", False))
     if is_impossible and not version_2:
         raise InputError(f"{where} is unanswerable; read SQuAD v2 files with version_2=True", path,
@@ -278,20 +281,54 @@ def example_from_text(question: str, context: str | None = None) -> QAExample:
     return QAExample("0", question, context, [])
 
 
-def read_examples(path: str | Path, columns=None, id2label=None, labelled: bool = True,
+def read_examples(path: str | Path | Any, columns=None, id2label=None, labelled: bool = True,
                   settings=None, format: str | None = None) -> list[QAExample]:
-    """Questions of a SQuAD JSON file; to predict, also a .jsonl file of {"question", "context"[, "id"]}."""
+    """Questions of a SQuAD JSON file, or of rows of question, context and answers (JSON lines, Parquet, a datasets
+    folder or such rows in memory, as the Hub's squad has them: see read_question_rows); to predict, rows of
+    question and context alone."""
+    version_2 = bool(settings and settings.version_2)
+    if not isinstance(path, (str, os.PathLike)):
+        return read_question_rows(path, labelled, version_2)
     kind = task_format(path, format, labelled, "question answering", ("squad", "SQuAD JSON"),
-                       ("jsonl", "JSONL of question and context"))
+                       ("jsonl", "JSONL of question and context"), rows="questions, contexts and answers")
     path = Path(path)  # after task_format, which names data given in memory instead of a file
-    if kind == "jsonl":
-        table = read_table(path, "jsonl")
-        require_columns(table, ["question", "context"])
-        return [QAExample(str(row.get("id", line)), text_cell(table, line, row, "question"),
-                          text_cell(table, line, row, "context"), []) for line, row in table.rows]
-    examples = read_squad(path, version_2=bool(settings and settings.version_2))
+    if kind in ROW_FORMATS:
+        return read_question_rows(path, labelled, version_2, kind)
+    examples = read_squad(path, version_2=version_2)
     if not examples:
         raise InputError("no questions", path)
+    return examples
+
+
+def read_question_rows(data: Any, labelled: bool = True, version_2: bool = False,
+                       format: str | None = None) -> list[QAExample]:
+    """Questions from rows of "question", "context" and, labelled, "answers": {"text": [...], "answer_start": [...]}
+    (the Hub's squad and squad_v2, transformers' run_qa) or SQuAD's list of {"text", "answer_start"}; no answers
+    is an unanswerable question (SQuAD v2). An "id" column names each question (default: its row)."""
+    table = read_table(data, format)
+    require_columns(table, ["question", "context"] + (["answers"] if labelled else []))
+    examples = []
+    for line, row in table.rows:
+        qid = str(row.get("id") if row.get("id") is not None else line)
+        question, context = text_cell(table, line, row, "question"), text_cell(table, line, row, "context")
+        if not labelled:
+            examples.append(QAExample(qid, question, context, []))
+            continue
+        answers = row.get("answers")
+        if isinstance(answers, dict):  # the Hub's columns of answers: {"text": [...], "answer_start": [...]}
+            texts, starts = answers.get("text"), answers.get("answer_start")
+            if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
+                raise table.error("expected answers as {\"text\": [...], \"answer_start\": [...]}, lists of one "
+                                  "length", line, field="answers")
+            answers = [{"text": text, "answer_start": start} for text, start in zip(texts, starts)]
+        if not isinstance(answers, list):
+            raise table.error("expected answers as {\"text\": [...], \"answer_start\": [...]} or a list of "
+                              "{\"text\", \"answer_start\"}", line, field="answers")
+        where = f"question {qid} ({table.unit} {line})"
+        record = {"question": question, "answers": answers, "is_impossible": version_2 and not answers}
+        examples.append(_example(record, qid, context, version_2, table.path, where))
+    if not examples:
+        raise table.error("no questions")
     return examples
 
 
