@@ -317,3 +317,14 @@ def test_json_lines_named_json_are_read_as_run_ner_names_them(conll_slices, tmp_
     squad.write_text('{"version": "1.1", "data": []}\n')
     with pytest.raises(InputError, match="reads CoNLL or rows of words and tags .*, not squad"):
         NER.read_examples(squad, None)
+
+
+def test_a_dataframe_of_word_arrays_reads_as_lists():
+    """pandas holds list cells (from Parquet, say) as numpy arrays: read as the lists they are."""
+    pd = pytest.importorskip("pandas")
+    import numpy as np
+
+    frame = pd.DataFrame({"tokens": [np.array(["John", "ran"]), np.array(["Paris"])],
+                          "ner_tags": [np.array(["B-PER", "O"]), np.array(["S-LOC"])]})
+    assert [(s.words, s.tags) for s in NER.read_examples(frame, None)] == [(["John", "ran"], ["B-PER", "O"]),
+                                                                           (["Paris"], ["B-LOC"])]

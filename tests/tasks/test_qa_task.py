@@ -169,3 +169,13 @@ def test_rows_of_questions_read_and_score_as_the_squad_file(finetuned_qa, squad_
     moved = [{**rows[0], "answers": {"text": ["Victoria"], "answer_start": [3]}}]
     with pytest.raises(InputError, match=f"question {rows[0]['id']} \\(row 1\\), answer 0: answer_start 3 points at"):
         QA.read_examples(moved, None)
+
+
+def test_a_dataframe_of_answer_arrays_reads_as_lists():
+    pd = pytest.importorskip("pandas")
+    import numpy as np
+
+    frame = pd.DataFrame({"id": ["a"], "question": ["Who led?"], "context": ["Rollo led."],
+                          "answers": [{"text": np.array(["Rollo"]), "answer_start": np.array([0])}]})
+    [example] = QA.read_examples(frame, None)
+    assert (example.id, example.answers, example.is_impossible) == ("a", [("Rollo", 0)], False)

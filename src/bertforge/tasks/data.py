@@ -432,6 +432,11 @@ def stored_label_names(data: Any, format: str | None = None) -> dict[str, list[s
     return arrow_files.class_names(path, kind) if kind in arrow_files.READERS else {}
 
 
+def listed(value: Any) -> Any:
+    """A list cell as a list: a DataFrame's cells hold numpy arrays where a file's rows hold lists."""
+    return value.tolist() if hasattr(value, "tolist") and getattr(value, "ndim", 0) == 1 else value
+
+
 def named(value: Any, names: Sequence[str]) -> Any:
     """A label number (or a list of them) as the name a ClassLabel gives it; other values as they are."""
     if isinstance(value, list):

@@ -21,6 +21,7 @@ from bertforge.tasks.data import (
     ROW_FORMATS,
     EncodeSettings,
     Features,
+    listed,
     read_table,
     require_columns,
     task_format,
@@ -314,9 +315,9 @@ def read_question_rows(data: Any, labelled: bool = True, version_2: bool = False
         if not labelled:
             examples.append(QAExample(qid, question, context, []))
             continue
-        answers = row.get("answers")
+        answers = listed(row.get("answers"))
         if isinstance(answers, dict):  # the Hub's columns of answers: {"text": [...], "answer_start": [...]}
-            texts, starts = answers.get("text"), answers.get("answer_start")
+            texts, starts = listed(answers.get("text")), listed(answers.get("answer_start"))
             if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
                 raise table.error("expected answers as {\"text\": [...], \"answer_start\": [...]}, lists of one "
                                   "length", line, field="answers")

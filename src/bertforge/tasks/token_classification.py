@@ -28,6 +28,7 @@ from bertforge.tasks.data import (
     ROW_FORMATS,
     EncodeSettings,
     Features,
+    listed,
     read_table,
     stored_label_names,
     task_format,
@@ -482,7 +483,7 @@ def read_tagged_rows(data: Any, columns=None, id2label: Mapping[int, str] | None
     known = set(id2label.values()) if id2label is not None else None
     sentences, document = [], 0
     for line, row in table.rows:
-        words = row.get(words_column)
+        words = listed(row.get(words_column))
         if not isinstance(words, list) or not all(isinstance(word, str) and word.strip() for word in words):
             raise table.error("expected a list of words (texts)", line, field=words_column)
         if words == [DOCUMENT_START]:
@@ -490,7 +491,7 @@ def read_tagged_rows(data: Any, columns=None, id2label: Mapping[int, str] | None
             continue
         if not words:
             continue  # an empty sentence, as a blank line
-        tags = _row_tags(table, line, row.get(tags_column), len(words), names, tags_column) if labelled else []
+        tags = _row_tags(table, line, listed(row.get(tags_column)), len(words), names, tags_column) if labelled else []
         for tag in tags if known is not None else ():
             if tag not in known:
                 raise table.error(f"tag {tag!r} is not one of the model's labels ({', '.join(known)})", line,
