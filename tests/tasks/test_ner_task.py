@@ -313,6 +313,15 @@ def test_json_lines_named_json_are_read_as_run_ner_names_them(conll_slices, tmp_
     reviews = write_jsonl([{"sentence": "a fine film", "label": "pos"}, {"sentence": "dull", "label": "neg"}],
                           tmp_path / "reviews.json")
     assert [e.label for e in TASKS["classification"].read_examples(reviews, FinetuneConfig().columns)] == ["pos", "neg"]
+    import json
+
+    array = tmp_path / "array.json"  # a JSON array of rows, which datasets' JSON loader also reads
+    array.write_text(json.dumps(as_rows(original), indent=1))
+    assert [(s.words, s.tags) for s in NER.read_examples(array, None)] == [(s.words, s.tags) for s in original]
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(as_rows(original)[:2] + ["not a row"]))
+    with pytest.raises(InputError, match="broken.json, row 3: expected a JSON object per row, got str"):
+        NER.read_examples(broken, None)
     squad = tmp_path / "squad.json"
     squad.write_text('{"version": "1.1", "data": []}\n')
     with pytest.raises(InputError, match="reads CoNLL or rows of words and tags .*, not squad"):

@@ -75,6 +75,8 @@ def _read_delimited(path: Path, text: str, delimiter: str, quoting: int) -> Tabl
 
 
 def _read_jsonl(path: Path, text: str) -> Table:
+    if text.lstrip().startswith("["):
+        return _read_json_array(path, text)
     rows, columns = [], {}
     # Split at \n only: a JSON string may hold U+2028, which str.splitlines would break on.
     for line, raw in enumerate(text.split("\n"), start=1):
@@ -89,6 +91,21 @@ def _read_jsonl(path: Path, text: str) -> Table:
         columns.update(dict.fromkeys(row))
         rows.append((line, row))
     return Table(path, list(columns), rows)
+
+
+def _read_json_array(path: Path, text: str) -> Table:
+    """A JSON array of row objects (what datasets' JSON loader also reads), rows numbered from 1."""
+    try:
+        records = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputError(f"not valid JSON: {error.msg} (column {error.colno})", path, error.lineno) from None
+    if not isinstance(records, list):
+        raise InputError("expected a JSON array of objects", path)
+    for row, record in enumerate(records, start=1):
+        if not isinstance(record, dict):
+            raise InputError(f"expected a JSON object per row, got {type(record).__name__}", path, row, unit="row")
+    columns = dict.fromkeys(name for record in records for name in record)
+    return Table(path, list(columns), list(enumerate(records, start=1)), unit="row")
 
 
 def _read_plain_text(path: Path, text: str) -> Table:
@@ -166,10 +183,14 @@ def task_format(path: str | Path, given: str | None, labelled: bool, task: str, 
 
 
 def holds_json_lines(path: Path) -> bool:
-    """Whether a .json file is JSON lines: its first line one whole object, and not SQuAD's (which has "data")."""
+    """Whether a .json file holds rows: JSON lines (its first line one whole object, and not SQuAD's, which has
+    "data") or a JSON array of objects, as datasets' JSON loader reads them."""
     try:
         with open(path, "rb") as handle:
-            first = json.loads(handle.readline(1 << 20))
+            first = handle.readline(1 << 20)
+            if first.lstrip().startswith(b"["):
+                return True
+            first = json.loads(first)
     except (OSError, ValueError):
         return False  # SQuAD's reader reports it
     return isinstance(first, dict) and "data" not in first
