@@ -515,7 +515,8 @@ def _row_column(table, given: str | None, usual: Sequence[str], what: str) -> st
 def _row_tags(table, line: int, tags: Any, count: int, names: Sequence[str] | None, column: str) -> list[str]:
     """One row's tags as IOB2 names: as many as its words, numbers named by `names`."""
     if not isinstance(tags, list) or len(tags) != count:
-        raise table.error(f"expected a list of {count} tags, one per word", line, field=column)
+        raise table.error(f"expected a list of {count} tag{'s' if count != 1 else ''}, one per word", line,
+                          field=column)
     named = []
     for tag in tags:
         if isinstance(tag, int) and not isinstance(tag, bool):
