@@ -126,7 +126,7 @@ READERS: dict[str, Callable[[Path, str], Table]] = {
 # Data file formats (--format); without one, the file's extension says which (see data_format).
 DATA_FORMATS = {
     "csv": "comma-separated, with a header", "tsv": "tab-separated, with a header, no quoting",
-    "jsonl": "one JSON object per line", "txt": "one text per line",
+    "jsonl": "one JSON object per line (or a JSON array of them)", "txt": "one text per line",
     "conll": "a `word ... tag` line per token, a blank line between sentences (ner)", "squad": "SQuAD JSON (qa)",
     "parquet": "Apache Parquet (needs pyarrow: bertforge[arrow])",
     "hf_dataset": "a folder written by Hugging Face datasets' save_to_disk, one split (needs pyarrow)",
