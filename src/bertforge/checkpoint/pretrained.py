@@ -322,10 +322,15 @@ class Pretrained:
         if rows != self.config.vocab_size and any(isinstance(module, MaskedLMHead) for module in self.modules()):
             raise ConfigError(f"a table of {rows} words for a model whose masked-LM head scores "
                               f"{self.config.vocab_size}: resize with resize_token_embeddings({rows}) first")
+        self._put_word_embeddings(table)
+
+    def _put_word_embeddings(self, table: torch.nn.Embedding) -> None:
+        """`table` in the word embeddings' place, and its size as the config's vocab_size (the head's and the
+        encoder's config both)."""
         getattr(self, "bert", self).embeddings.tokens = table
         for owner in (self, getattr(self, "bert", None)):
             if owner is not None:
-                owner.config.vocab_size = rows
+                owner.config.vocab_size = table.num_embeddings
 
     def set_attn_implementation(self, attn_implementation: str) -> None:
         """Checked and kept as it is: bertforge has one attention, which returns its weights whenever asked."""
@@ -391,7 +396,7 @@ class Pretrained:
                                      device=table.weight.device, dtype=table.weight.dtype)
         with torch.no_grad():
             resized.weight.copy_(_resized(table.weight, rows))
-        getattr(self, "bert", self).embeddings.tokens = resized
+        self._put_word_embeddings(resized)
         from bertforge.pretraining.heads import MaskedLMHead  # the heads build on this module
 
         for head in self.modules():  # a masked-LM head scores every word: its bias (and own decoder) follow
@@ -400,9 +405,6 @@ class Pretrained:
                 if head.decoder is not None:
                     head.decoder.weight = torch.nn.Parameter(_resized(head.decoder.weight.detach(), rows))
                     head.decoder.out_features = rows
-        for owner in (self, getattr(self, "bert", None)):
-            if owner is not None:
-                owner.config.vocab_size = rows
         return resized
 
     def save_pretrained(self, directory: str | Path, is_main_process: bool = True,

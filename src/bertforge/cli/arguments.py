@@ -132,10 +132,10 @@ def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda, cuda:N or mps")
 
 
-def format_help(which: str = "the data file's format (default: its extension's") -> str:
-    """--format's help: `which` file(s) it names, then every format."""
+def format_help(files: str = "the data file's", default: str = "its extension's") -> str:
+    """--format's help: whose format it names and the default, then every format."""
     from bertforge.tasks.data import DATA_FORMATS
-    return (f"{which}; a .txt or .tsv file of `word ... tag` lines is CoNLL): "
+    return (f"{files} format (default: {default}; a .txt or .tsv file of `word ... tag` lines is CoNLL): "
             + "; ".join(f"{name}: {text}" for name, text in DATA_FORMATS.items()))
 
 

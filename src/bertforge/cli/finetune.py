@@ -38,7 +38,7 @@ FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
                                                                for name, row in TASKS.items())),
     "--train": (("train",), str, "training data (.csv, .tsv, .jsonl; CoNLL for ner; SQuAD .json for qa)"),
     "--dev": (("dev",), str, "evaluation data; the best model on it is kept (default: none, the last model is kept)"),
-    "--format": (("format",), DATA_FORMATS, format_help("the data files' format (default: each file's extension's")),
+    "--format": (("format",), DATA_FORMATS, format_help("the data files'", "each file's extension's")),
     "--output": (("output",), str, "output model directory"),
     "--model": (("model",), str, "pre-trained model directory, or 'default' (all-MiniLM-L6-v2)"),
     "--max-length": (("max_length",), int, "tokens per input"),

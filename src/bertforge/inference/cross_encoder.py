@@ -33,6 +33,7 @@ from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_encoder import (
     EvaluationRecord,
     check_construction_options,
+    evaluate_as_sentence_transformers,
     fit_as_sentence_transformers,
 )
 from bertforge.tasks import classification
@@ -331,10 +332,8 @@ class CrossEncoder(PoolMethods, nn.Module):
         return self.preprocess(texts, **options)
 
     def evaluate(self, evaluator: Callable, output_path: str | Path | None = None) -> Any:
-        """sentence-transformers' evaluate: `evaluator(self, output_path)`, the folder made first."""
-        if output_path is not None:
-            Path(output_path).mkdir(parents=True, exist_ok=True)
-        return evaluator(self, None if output_path is None else str(output_path))
+        """sentence-transformers' evaluate (its cross-encoder evaluators score this model as their own)."""
+        return evaluate_as_sentence_transformers(self, evaluator, output_path)
 
     def get_max_seq_length(self) -> int:
         """sentence-transformers' older way to read max_seq_length."""

@@ -219,11 +219,8 @@ class SentenceEncoder(PoolMethods, nn.Module):
         return self.tokenize(inputs)
 
     def evaluate(self, evaluator: Callable, output_path: str | Path | None = None) -> Any:
-        """sentence-transformers' evaluate: `evaluator(self, output_path)` (its evaluators score this model as
-        their own), the folder made first."""
-        if output_path is not None:
-            Path(output_path).mkdir(parents=True, exist_ok=True)
-        return evaluator(self, None if output_path is None else str(output_path))
+        """sentence-transformers' evaluate (its evaluators score this model as their own)."""
+        return evaluate_as_sentence_transformers(self, evaluator, output_path)
 
     def forward(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """SentenceTransformer's forward: `features` (tokenize's) with token_embeddings (the last layer) and
@@ -452,6 +449,14 @@ class SentenceEncoder(PoolMethods, nn.Module):
         dataloader, loss_model = train_objectives[0]
         fit_as_sentence_transformers(self, loss_model, dataloader, lambda model, batch: model(*batch), evaluator,
                                      output_path, save_best_model, epochs=epochs, **options)
+
+
+def evaluate_as_sentence_transformers(model: nn.Module, evaluator: Callable, output_path: str | Path | None) -> Any:
+    """sentence-transformers' evaluate, for SentenceEncoder and CrossEncoder: `evaluator(model, output_path)`, the
+    folder made first."""
+    if output_path is not None:
+        Path(output_path).mkdir(parents=True, exist_ok=True)
+    return evaluator(model, None if output_path is None else str(output_path))
 
 
 def fit_as_sentence_transformers(owner: nn.Module, trained: nn.Module, dataloader: Any,

@@ -166,11 +166,13 @@ def data_format(path: str | Path, given: str | None = None) -> str:
 ROW_FORMATS = ("jsonl", "parquet", "hf_dataset")
 
 
-def task_format(path: str | Path, given: str | None, labelled: bool, task: str, trained: tuple[str, str],
-                predicted: tuple[str, str], rows: str | None = None) -> str:
+def task_format(path: str | Path | Any, given: str | None, labelled: bool, task: str, trained: tuple[str, str],
+                predicted: tuple[str, str], rows: str | None = None) -> str | None:
     """The format of a task's data file (as data_format finds it), refused unless it is the task's: `trained`
     (format, its description), to predict also `predicted` ("CoNLL", or "text with one sentence per line"), and
-    with `rows` (what each row holds) the ROW_FORMATS too."""
+    with `rows` (what each row holds) the ROW_FORMATS too, and rows given in memory (None: no file)."""
+    if rows and not isinstance(path, (str, os.PathLike)):
+        return None
     kind = data_format(path, given)
     accepted = (trained[0], *(ROW_FORMATS if rows else ()), *(() if labelled else (predicted[0],)))
     if kind not in accepted:
@@ -218,7 +220,7 @@ def read_table(path: str | Path | Any, format: str | None = None) -> Table:
     path = Path(path)
     if format is None and path.suffix.lower() == ".json" and holds_json_lines(path):
         format = "jsonl"
-    binary = format or ("hf_dataset" if arrow_files.is_saved_dataset(path) else EXTENSIONS.get(path.suffix.lower()))
+    binary = format or _saved_format(path)
     if binary in arrow_files.READERS:
         columns, records = arrow_files.READERS[binary](path)
         return _nonempty(Table(path, columns, list(enumerate(records, start=1)), unit="row"))
@@ -416,7 +418,9 @@ def read_text_examples(path: str | Path, columns: Columns, label_kind: str | Non
     table = read_table(path, format)
     # numbers that the data's ClassLabel feature names (Hugging Face datasets' labels) are read as those names
     names = stored_label_names(path, format).get(columns.label) if label_kind in ("class", "classes") else None
-    if label_kind is not None and isinstance(path, (str, os.PathLike)) and data_format(path, format) == "txt":
+    # (the file is looked at again only when the table is what a plain-text file gives)
+    if label_kind is not None and table.columns == [PLAIN_TEXT_COLUMN] and isinstance(path, (str, os.PathLike)) \
+            and data_format(path, format) == "txt":
         raise InputError("plain text (one text a line) has no labels: labelled data is a .csv, .tsv or .jsonl file "
                          "(or Parquet) with a label column; a .txt file of tab-separated columns reads with --format "
                          "tsv", path)
@@ -448,9 +452,13 @@ def stored_label_names(data: Any, format: str | None = None) -> dict[str, list[s
     label numbers (ClassLabel features), per column; {} for other data."""
     if not isinstance(data, (str, os.PathLike)):
         return arrow_files.class_names(data)
-    path = Path(data)
-    kind = format or ("hf_dataset" if arrow_files.is_saved_dataset(path) else EXTENSIONS.get(path.suffix.lower()))
-    return arrow_files.class_names(path, kind) if kind in arrow_files.READERS else {}
+    kind = format or _saved_format(Path(data))
+    return arrow_files.class_names(Path(data), kind) if kind in arrow_files.READERS else {}
+
+
+def _saved_format(path: Path) -> str | None:
+    """A datasets folder's format, else the one the file's extension names (None for an extension no reader has)."""
+    return "hf_dataset" if arrow_files.is_saved_dataset(path) else EXTENSIONS.get(path.suffix.lower())
 
 
 def listed(value: Any) -> Any:

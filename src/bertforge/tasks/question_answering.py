@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -288,12 +287,9 @@ def read_examples(path: str | Path | Any, columns=None, id2label=None, labelled:
     folder or such rows in memory, as the Hub's squad has them: see read_question_rows); to predict, rows of
     question and context alone."""
     version_2 = bool(settings and settings.version_2)
-    if not isinstance(path, (str, os.PathLike)):
-        return read_question_rows(path, labelled, version_2)
     kind = task_format(path, format, labelled, "question answering", ("squad", "SQuAD JSON"),
                        ("jsonl", "JSONL of question and context"), rows="questions, contexts and answers")
-    path = Path(path)  # after task_format, which names data given in memory instead of a file
-    if kind in ROW_FORMATS:
+    if kind is None or kind in ROW_FORMATS:
         return read_question_rows(path, labelled, version_2, kind)
     examples = read_squad(path, version_2=version_2)
     if not examples:

@@ -8,7 +8,6 @@ sentence in its document, which are read but neither labelled nor predicted.
 
 from __future__ import annotations
 
-import os
 import re
 from bisect import bisect_right
 from collections import Counter
@@ -438,13 +437,11 @@ def read_sentences(path: str | Path | Any, columns=None, id2label: Mapping[int, 
     """Sentences of a CoNLL file, or of rows of words and tags (JSON lines, Parquet, a datasets folder, or such rows
     in memory: see read_tagged_rows); to predict, also a text file with one sentence per line (data_format decides
     which a .txt file is, unless `format` says)."""
-    if not isinstance(path, (str, os.PathLike)):
-        return read_tagged_rows(path, columns, id2label, labelled)
     kind = task_format(path, format, labelled, "named-entity recognition", ("conll", "CoNLL"),
                        ("txt", "text with one sentence per line"), rows="words and tags")
-    path = Path(path)
-    if kind in ROW_FORMATS:
+    if kind is None or kind in ROW_FORMATS:
         return read_tagged_rows(path, columns, id2label, labelled, kind)
+    path = Path(path)
     if kind == "txt":
         lines = read_table(path, "txt").rows
         return [sentence_from_text(row[PLAIN_TEXT_COLUMN]) for _, row in lines]
