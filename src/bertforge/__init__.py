@@ -24,7 +24,7 @@ from bertforge.heads import (
     ClassifierOutput,
     SpanOutput,
 )
-from bertforge.inference import CrossEncoder, SentenceEncoder, extract_features, pipeline
+from bertforge.inference import CrossEncoder, SentenceEncoder, SparseEncoder, extract_features, pipeline
 from bertforge.model import BertModel, EncoderOutput
 from bertforge.pretraining import (
     BertForMaskedLM,
@@ -44,6 +44,7 @@ __all__ = [
     "BertConfig", "BertForMaskedLM", "BertForMultipleChoice", "BertForNextSentencePrediction", "BertForPreTraining",
     "BertForQuestionAnswering", "BertForSequenceClassification", "BertForTokenClassification", "BertModel",
     "BertTokenizer", "BertforgeError", "CheckpointError", "ClassifierOutput", "ConfigError", "CrossEncoder",
-    "ElectraForPreTraining", "EncoderOutput", "Explanation", "InputError", "SentenceEncoder", "SpanOutput", "explain",
+    "ElectraForPreTraining", "EncoderOutput", "Explanation", "InputError", "SentenceEncoder", "SpanOutput",
+    "SparseEncoder", "explain",
     "extract_features", "FinetuneConfig", "FinetunedModel", "TextExample", "fit", "merge_lora", "pipeline",
 ]

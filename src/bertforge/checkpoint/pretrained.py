@@ -433,9 +433,11 @@ class Pretrained:
                 state[copy] = state[original].clone()  # an untied decoder's bias, where transformers 5 reads it
         saved_dtype(self.config, state).save(directory / CONFIG_FILE, architecture=type(self).__name__)
         write_state_dict(state, directory)
-        # An encoder loaded with a sentence-transformers layout pools as it says; a task model's head replaced that.
-        if getattr(self, "sentence_embedding", None) is not None and not hasattr(self, "bert"):
-            write_sentence_embedding(directory, self.sentence_embedding, self.config.hidden_size)
+        # An encoder loaded with a sentence-transformers layout pools as it says; a task model's head replaced that,
+        # except a SPLADE model's masked-LM head, which its layout pools.
+        layout = getattr(self, "sentence_embedding", None)
+        if layout is not None and (not hasattr(self, "bert") or layout.splade and hasattr(self, "masked_lm")):
+            write_sentence_embedding(directory, layout, self.config.hidden_size, self.config.vocab_size)
         return directory
 
 

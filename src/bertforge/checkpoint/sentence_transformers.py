@@ -7,6 +7,10 @@ sentence-transformers 6, as one pooling_mode_* flag per mode, and whether a prom
 (include_prompt); config_sentence_transformers.json the prompts put before texts by name ("query": "query: ") and
 the one used when none is named (default_prompt_name), and the similarity its vectors are compared with
 (similarity_fn_name: cosine when absent).
+
+A sparse encoder (SPLADE, sentence-transformers' SparseEncoder) lists an MLMTransformer, or a Transformer whose task
+is fill-mask, and a SpladePooling whose config.json says how the masked-LM head's logits become one weight per
+vocabulary entry; its config_sentence_transformers.json may cap the weights kept per text (max_active_dims).
 """
 
 from __future__ import annotations
@@ -26,9 +30,20 @@ POOLING_CONFIG_FILE = "config.json"
 # The pooling modes bertforge has (inference/features.py POOLINGS has the same names).
 SUPPORTED_POOLING_MODES = ("cls", "mean", "max")
 # Before sentence-transformers 6: one flag per mode -> the mode's name.
+# SPLADE's choices (inference/sparse_encoder.py has tables of the same names): over a text's tokens, and per logit.
+SPLADE_STRATEGIES = ("max", "sum")
+SPLADE_ACTIVATIONS = ("relu", "log1p_relu")
 POOLING_MODE_FLAGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
                       "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
                       "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
+
+
+@dataclass(frozen=True)
+class SpladePooling:
+    """How a SPLADE model's masked-LM logits become one weight per vocabulary entry."""
+
+    strategy: str = "max"  # over a text's tokens: max (SPLADE v2 and later) or sum (the first SPLADE)
+    activation: str = "relu"  # relu: log(1 + relu(logit)); log1p_relu: log(1 + that) (OpenSearch's models)
 
 
 @dataclass(frozen=True)
@@ -43,6 +58,8 @@ class SentenceEmbedding:
     default_prompt_name: str | None = None  # the prompt used when none is asked for
     include_prompt: bool = True  # False: pooling leaves out [CLS] and the prompt's tokens
     similarity_fn_name: str | None = None  # how vectors are compared (inference/similarity.py); None: cosine
+    splade: SpladePooling | None = None  # a sparse encoder's pooling of the masked-LM logits; None: a dense one
+    max_active_dims: int | None = None  # a sparse encoder's cap on the weights kept per text; None: all
 
     def prompt(self, name: str | None = None, text: str | None = None) -> str:
         """What goes before each text, as sentence-transformers' encode(prompt=, prompt_name=) chooses it: `text`
@@ -85,6 +102,19 @@ def _pooling(path: Path) -> str:
     return modes[0]
 
 
+def _splade(path: Path) -> SpladePooling:
+    config = _read(path)
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    splade = SpladePooling(config.get("pooling_strategy", "max"), config.get("activation_function", "relu"))
+    for name, value, choices in (("pooling_strategy", splade.strategy, SPLADE_STRATEGIES),
+                                 ("activation_function", splade.activation, SPLADE_ACTIVATIONS)):
+        if value not in choices:
+            raise ConfigError(f"{path}: SPLADE {name} {value!r} is not supported (bertforge has "
+                              f"{', '.join(choices)})")
+    return splade
+
+
 def _prompts(path: Path) -> dict[str, Any]:
     """The prompt settings of config_sentence_transformers.json (none when the file is absent)."""
     if not path.is_file():
@@ -102,7 +132,11 @@ def _prompts(path: Path) -> dict[str, Any]:
     similarity = config.get("similarity_fn_name")
     if similarity is not None and not isinstance(similarity, str):
         raise ConfigError(f"{path}: \"similarity_fn_name\" must be a name (cosine, dot, euclidean, manhattan)")
-    return {"prompts": prompts, "default_prompt_name": default, "similarity_fn_name": similarity}
+    active = config.get("max_active_dims")
+    if active is not None and (not isinstance(active, int) or isinstance(active, bool) or active < 1):
+        raise ConfigError(f"{path}: \"max_active_dims\" must be a whole number of at least 1, or null")
+    return {"prompts": prompts, "default_prompt_name": default, "similarity_fn_name": similarity,
+            "max_active_dims": active}
 
 
 def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
@@ -124,7 +158,7 @@ def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
     for module in modules:
         kind = str(module.get("type", "")).rsplit(".", 1)[-1] if isinstance(module, dict) else None
         folder = directory / str(module.get("path", "")) if isinstance(module, dict) else directory
-        if kind == "Transformer":
+        if kind in ("Transformer", "MLMTransformer"):
             config_path = folder / TRANSFORMER_CONFIG_FILE
             config = _read(config_path) if config_path.is_file() else {}
             if config.get("max_seq_length") is not None:
@@ -133,11 +167,14 @@ def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
         elif kind == "Pooling":
             settings["pooling"] = _pooling(folder / POOLING_CONFIG_FILE)
             settings["include_prompt"] = _read(folder / POOLING_CONFIG_FILE).get("include_prompt", True) is not False
+        elif kind == "SpladePooling":
+            settings["splade"] = _splade(folder / POOLING_CONFIG_FILE)
         elif kind == "Normalize":
             settings["normalize"] = True
         else:
             raise ConfigError(f"{modules_path}: module {module.get('type') if isinstance(module, dict) else module!r}"
-                              f" is not supported (bertforge runs Transformer, Pooling and Normalize)")
+                              f" is not supported (bertforge runs Transformer, Pooling, Normalize and SPLADE's "
+                              f"MLMTransformer and SpladePooling)")
     return SentenceEmbedding(**settings, **_prompts(directory / SENTENCE_TRANSFORMERS_CONFIG_FILE))
 
 
@@ -158,24 +195,36 @@ def transformer_folder(directory: str | Path) -> Path | None:
     return None
 
 
-def write_sentence_embedding(directory: str | Path, settings: SentenceEmbedding, hidden_size: int) -> None:
+def write_sentence_embedding(directory: str | Path, settings: SentenceEmbedding, hidden_size: int,
+                             vocab_size: int | None = None) -> None:
     """Write the layout `read_sentence_embedding` reads, in the form every sentence-transformers version loads
-    (one pooling_mode_* flag per mode), so that a saved encoder pools as the one it was loaded from."""
+    (one pooling_mode_* flag per mode; a SPLADE model's modules by their sentence-transformers 5 names), so that a
+    saved encoder pools as the one it was loaded from. `vocab_size`: a SPLADE model's width."""
     directory = Path(directory)
-    modules = [("", "Transformer"), ("1_Pooling", "Pooling")] + [("2_Normalize", "Normalize")] * settings.normalize
-    listing = [{"idx": index, "name": str(index), "path": path, "type": f"sentence_transformers.models.{kind}"}
+    if settings.splade is not None:
+        pooling_folder, kinds = "1_SpladePooling", ("sparse_encoder.models.MLMTransformer",
+                                                    "sparse_encoder.models.SpladePooling")
+        pooling = {"pooling_strategy": settings.splade.strategy, "activation_function": settings.splade.activation,
+                   "word_embedding_dimension": vocab_size}
+    else:
+        pooling_folder, kinds = "1_Pooling", ("models.Transformer", "models.Pooling")
+        pooling = {"word_embedding_dimension": hidden_size} | {
+            flag: mode == settings.pooling for flag, mode in POOLING_MODE_FLAGS.items()} | {
+            "include_prompt": settings.include_prompt}
+    modules = [("", kinds[0]), (pooling_folder, kinds[1])] + [("2_Normalize", "models.Normalize")] * settings.normalize
+    listing = [{"idx": index, "name": str(index), "path": path, "type": f"sentence_transformers.{kind}"}
                for index, (path, kind) in enumerate(modules)]
     transformer = {"do_lower_case": settings.lowercase} | (
         {} if settings.max_length is None else {"max_seq_length": settings.max_length})
-    pooling = {"word_embedding_dimension": hidden_size} | {
-        flag: mode == settings.pooling for flag, mode in POOLING_MODE_FLAGS.items()} | {
-        "include_prompt": settings.include_prompt}
     write_text_atomic(directory / MODULES_FILE, json.dumps(listing, indent=2) + "\n")
     write_text_atomic(directory / TRANSFORMER_CONFIG_FILE, json.dumps(transformer, indent=2) + "\n")
     prompts = {"prompts": settings.prompts, "default_prompt_name": settings.default_prompt_name} | (
         {} if settings.similarity_fn_name is None else {"similarity_fn_name": settings.similarity_fn_name})
+    if settings.splade is not None:
+        prompts = {"model_type": "SparseEncoder"} | prompts | (
+            {} if settings.max_active_dims is None else {"max_active_dims": settings.max_active_dims})
     write_text_atomic(directory / SENTENCE_TRANSFORMERS_CONFIG_FILE, json.dumps(prompts, indent=2) + "\n")
-    (directory / "1_Pooling").mkdir(exist_ok=True)
-    write_text_atomic(directory / "1_Pooling" / POOLING_CONFIG_FILE, json.dumps(pooling, indent=2) + "\n")
+    (directory / pooling_folder).mkdir(exist_ok=True)
+    write_text_atomic(directory / pooling_folder / POOLING_CONFIG_FILE, json.dumps(pooling, indent=2) + "\n")
     if settings.normalize:
         (directory / "2_Normalize").mkdir(exist_ok=True)

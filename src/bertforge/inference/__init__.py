@@ -20,10 +20,12 @@ from bertforge.inference.similarity import (
     paraphrase_mining_embeddings,
     semantic_search,
 )
+from bertforge.inference.sparse_encoder import SPLADE_ACTIVATIONS, SPLADE_STRATEGIES, SparseEncoder
 
 __all__ = [
-    "LAYER_COMBINATIONS", "POOLINGS", "PRECISIONS", "SIMILARITIES", "TOKEN_LEVELS", "CrossEncoder", "InferenceOptions",
-    "ScalarMix", "SentenceEncoder", "TokenVectors", "community_detection",
+    "LAYER_COMBINATIONS", "POOLINGS", "PRECISIONS", "SIMILARITIES", "SPLADE_ACTIVATIONS", "SPLADE_STRATEGIES",
+    "TOKEN_LEVELS", "CrossEncoder", "InferenceOptions", "ScalarMix", "SentenceEncoder", "SparseEncoder", "TokenVectors",
+    "community_detection",
     "extract_features", "extract_token_features", "paraphrase_mining", "paraphrase_mining_embeddings", "pipeline",
     "pool", "semantic_search", "token_features",
 ]

@@ -187,6 +187,9 @@ def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last
     torch.Size([2, 384])
     """
     settings = sentence_embedding(model, pooling, max_length, normalize)
+    if settings.splade is not None:
+        raise ConfigError("this checkpoint is a sparse (SPLADE) encoder: its vectors come from the masked-LM head, "
+                          "which SparseEncoder (and `bertforge serve`'s /embed_sparse) reads")
     pooling, max_length, normalize = settings.pooling, settings.max_length, settings.normalize
     check_choice(pooling, POOLINGS, "pooling")
     check_choice(long_text, LONG_TEXT, "long_text")

@@ -71,47 +71,45 @@ class EvaluationRecord:
         self.eval_results_dict[evaluator] = dict(metrics)
 
 
-class SentenceEncoder(PoolMethods, nn.Module):
-    """One vector per text, as SentenceTransformer(name).encode(texts) gives it. A module, as SentenceTransformer
-    is: its parameters are the BERT model's, and sentence-transformers' losses train it through `forward`.
-
-    >>> encoder = SentenceEncoder.from_pretrained("default")
-    >>> encoder.encode(["A man is eating food.", "A man is riding a horse."]).shape
-    (2, 384)
-    """
+class TextEncoder(nn.Module):
+    """What sentence-transformers' dense and sparse encoders share: loading a checkpoint with its layout (prompts,
+    max_seq_length, similarity function), tokenizing, prompts by role, saving, and comparing what `encode` gives.
+    SentenceEncoder and SparseEncoder (inference/sparse_encoder.py) say how texts become vectors."""
 
     SUPPORTED_SIMILARITY_FN_NAMES = tuple(SIMILARITIES)
+    DEFAULT_SIMILARITY = "cosine"  # similarity_fn_name when the checkpoint names none
 
     def __init__(self, model_name_or_path: str | Path | nn.Module | None = None, tokenizer: Any = None, *,
                  device: str | torch.device | None = None, prompts: dict[str, str] | None = None,
                  default_prompt_name: str | None = None, similarity_fn_name: str | None = None,
-                 truncate_dim: int | None = None, cache_folder: str | Path | None = None, revision: str | None = None,
+                 cache_folder: str | Path | None = None, revision: str | None = None,
                  model_kwargs: dict[str, Any] | None = None, tokenizer_kwargs: dict[str, Any] | None = None,
                  processor_kwargs: dict[str, Any] | None = None, config_kwargs: dict[str, Any] | None = None,
                  backend: str = "torch", **hub_options: Any):
-        """SentenceTransformer(name_or_path, device=..., prompts=..., truncate_dim=..., ...) as sentence-transformers
-        6 takes it: a model folder or "default" (None too), its options by the same names (model_kwargs for
-        BertModel.from_pretrained, tokenizer_kwargs/processor_kwargs for the tokenizer, config_kwargs for
-        config.json's fields); or a loaded BertModel and its `tokenizer`. Prompts given join the checkpoint's (the
-        given text wins); the Hub's options (token, local_files_only, trust_remote_code, ...) are unused here."""
-        from bertforge import BertModel, BertTokenizer
+        """The constructor as sentence-transformers 6 takes it: a model folder or "default" (None too), its options
+        by the same names (model_kwargs for the model's from_pretrained, tokenizer_kwargs/processor_kwargs for the
+        tokenizer, config_kwargs for config.json's fields); or a loaded model and its `tokenizer`. Prompts given
+        join the checkpoint's (the given text wins); the Hub's options (token, local_files_only,
+        trust_remote_code, ...) are unused here."""
+        from bertforge import BertTokenizer
 
         super().__init__()
-        check_construction_options("SentenceEncoder", hub_options, backend)
+        owner = type(self).__name__
+        check_construction_options(owner, hub_options, backend)
         if isinstance(model_name_or_path, nn.Module):
             if tokenizer is None:
-                raise ConfigError("a loaded model needs its tokenizer: SentenceEncoder(model, tokenizer)")
+                raise ConfigError(f"a loaded model needs its tokenizer: {owner}(model, tokenizer)")
             model = model_name_or_path.to(device) if device is not None else model_name_or_path
         else:
             place = {"cache_dir": cache_folder, "revision": revision}
             name_or_path = "default" if model_name_or_path is None else model_name_or_path
-            model = BertModel.from_pretrained(name_or_path, device_map=device, **place, **(model_kwargs or {}),
-                                              **(config_kwargs or {}))
+            model = self.load_model(name_or_path, device_map=device, **place, **(model_kwargs or {}),
+                                    **(config_kwargs or {}))
             tokenizer = BertTokenizer.from_pretrained(name_or_path, **place, **(tokenizer_kwargs or {}),
                                                       **(processor_kwargs or {}))
         self.model, self.tokenizer = model.eval(), tokenizer
-        self.truncate_dim = truncate_dim
         self.model_card_data = EvaluationRecord()
+        self.check_layout()
         if prompts or default_prompt_name:
             self._change(prompts=self.settings.prompts | (prompts or {}),
                          default_prompt_name=default_prompt_name or self.settings.default_prompt_name)
@@ -122,10 +120,18 @@ class SentenceEncoder(PoolMethods, nn.Module):
             self.similarity_fn_name = similarity_fn_name
 
     @classmethod
+    def load_model(cls, name_or_path: str | Path, **options: Any) -> nn.Module:
+        """The model this encoder reads, from a folder or "default" (`options`: its from_pretrained's)."""
+        raise NotImplementedError
+
+    def check_layout(self) -> None:
+        """Refuse a checkpoint whose sentence-transformers layout is the other kind of encoder's."""
+
+    @classmethod
     def from_pretrained(cls, name_or_path: str | Path = "default", device: str | torch.device | None = None,
-                        **model_options: Any) -> SentenceEncoder:
+                        **model_options: Any) -> TextEncoder:
         """The encoder and tokenizer of a model directory (or "default"), on `device` (default: the CPU);
-        `model_options` are BertModel.from_pretrained's (dtype, ...)."""
+        `model_options` are the model's from_pretrained's (dtype, ...)."""
         return cls(name_or_path, device=device, model_kwargs=model_options)
 
     @property
@@ -139,17 +145,6 @@ class SentenceEncoder(PoolMethods, nn.Module):
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
-
-    @property
-    def truncate_dim(self) -> int | None:
-        """Dimensions encode keeps (the first ones) when its call names none; None: all."""
-        return self._truncate_dim
-
-    @truncate_dim.setter
-    def truncate_dim(self, value: int | None) -> None:
-        if value is not None:
-            check_counts(truncate_dim=value)
-        self._truncate_dim = value
 
     @property
     def max_seq_length(self) -> int:
@@ -176,8 +171,9 @@ class SentenceEncoder(PoolMethods, nn.Module):
 
     @property
     def similarity_fn_name(self) -> str:
-        """cosine, dot, euclidean or manhattan: the checkpoint's, unless set; `similarity` compares with it."""
-        return self.settings.similarity_fn_name or "cosine"
+        """cosine, dot, euclidean or manhattan: the checkpoint's (else DEFAULT_SIMILARITY), unless set; `similarity`
+        compares with it."""
+        return self.settings.similarity_fn_name or self.DEFAULT_SIMILARITY
 
     @similarity_fn_name.setter
     def similarity_fn_name(self, value: str) -> None:
@@ -222,6 +218,102 @@ class SentenceEncoder(PoolMethods, nn.Module):
         """sentence-transformers' evaluate (its evaluators score this model as their own)."""
         return evaluate_as_sentence_transformers(self, evaluator, output_path)
 
+    def get_backend(self) -> str:
+        return "torch"
+
+    @property
+    def transformers_model(self) -> nn.Module:
+        """The BERT encoder (sentence-transformers' name for the model under its modules)."""
+        return self.model
+
+    @property
+    def processor(self) -> Any:
+        return self.tokenizer
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    def get_max_seq_length(self) -> int:
+        return self.max_seq_length
+
+    def _prompt(self, name: str | None, text: str | None) -> str | None:
+        """The prompt's text as sentence-transformers picks it: `text`, else the named prompt (the empty role
+        prompts included); None: extract_features puts the checkpoint's default prompt, if any."""
+        if text is not None or name is None:
+            return text
+        if name not in self.prompts:
+            raise InputError(f"prompt_name {name!r}: the model has prompts {', '.join(map(repr, self.prompts))}")
+        return self.prompts[name]
+
+    def encode_query(self, sentences: str | Sequence[str], **options: Any) -> Any:
+        """encode with the "query" prompt (the checkpoint's, else none), as sentence-transformers 5."""
+        return self.encode(sentences, **self._role_prompt(("query",), options))
+
+    def encode_document(self, sentences: str | Sequence[str], **options: Any) -> Any:
+        """encode with the first of the "document", "passage" and "corpus" prompts, as sentence-transformers 5
+        (which gives every model a "document" prompt, empty unless the checkpoint fills it)."""
+        return self.encode(sentences, **self._role_prompt(("document", "passage", "corpus"), options))
+
+    def _role_prompt(self, names: tuple[str, ...], options: dict[str, Any]) -> dict[str, Any]:
+        if "prompt_name" not in options and "prompt" not in options:
+            options["prompt_name"] = next((name for name in names if name in self.prompts), None)
+        return options
+
+    def similarity(self, embeddings_1: Any, embeddings_2: Any) -> torch.Tensor:
+        """(n, m) similarities of two sets of vectors (arrays, tensors, lists of vectors, or one vector each) by
+        similarity_fn_name."""
+        first, second = (as_matrix(e) for e in (embeddings_1, embeddings_2))
+        return SIMILARITIES[self.similarity_fn_name].table(first, second)
+
+    def similarity_pairwise(self, embeddings_1: Any, embeddings_2: Any) -> torch.Tensor:
+        """(n,) similarities of the i-th vector of one set with the i-th of the other."""
+        first, second = (as_matrix(e) for e in (embeddings_1, embeddings_2))
+        if first.shape != second.shape:
+            raise InputError(f"similarity_pairwise needs two sets of the same shape, got {tuple(first.shape)} and "
+                             f"{tuple(second.shape)}")
+        return SIMILARITIES[self.similarity_fn_name].pairwise(first, second)
+
+
+
+class SentenceEncoder(PoolMethods, TextEncoder):
+    """One vector per text, as SentenceTransformer(name).encode(texts) gives it. A module, as SentenceTransformer
+    is: its parameters are the BERT model's, and sentence-transformers' losses train it through `forward`.
+
+    >>> encoder = SentenceEncoder.from_pretrained("default")
+    >>> encoder.encode(["A man is eating food.", "A man is riding a horse."]).shape
+    (2, 384)
+    """
+
+    def __init__(self, model_name_or_path: str | Path | nn.Module | None = None, tokenizer: Any = None, *,
+                 truncate_dim: int | None = None, **options: Any):
+        """SentenceTransformer(name_or_path, device=..., prompts=..., truncate_dim=..., ...): TextEncoder's
+        options, and the dimensions encode keeps by default."""
+        super().__init__(model_name_or_path, tokenizer, **options)
+        self.truncate_dim = truncate_dim
+
+    @classmethod
+    def load_model(cls, name_or_path: str | Path, **options: Any) -> nn.Module:
+        from bertforge import BertModel
+
+        return BertModel.from_pretrained(name_or_path, **options)
+
+    def check_layout(self) -> None:
+        if self.settings.splade is not None:
+            raise ConfigError("this checkpoint is a sparse (SPLADE) encoder: its vectors come from the masked-LM "
+                              "head; load it with SparseEncoder")
+
+    @property
+    def truncate_dim(self) -> int | None:
+        """Dimensions encode keeps (the first ones) when its call names none; None: all."""
+        return self._truncate_dim
+
+    @truncate_dim.setter
+    def truncate_dim(self, value: int | None) -> None:
+        if value is not None:
+            check_counts(truncate_dim=value)
+        self._truncate_dim = value
+
     def forward(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """SentenceTransformer's forward: `features` (tokenize's) with token_embeddings (the last layer) and
         sentence_embedding (pooled, normalised where the layout says so) added; with gradients unless the caller
@@ -250,9 +342,6 @@ class SentenceEncoder(PoolMethods, nn.Module):
 
     truncate_sentence_embeddings = truncate_embeddings
 
-    def get_backend(self) -> str:
-        return "torch"
-
     # sentence-transformers' module list, as views onto this encoder (inference/sentence_modules.py):
     # model[0].auto_model, model[0].tokenizer, model[1].pooling_mode, len(model).
     def __getitem__(self, index: int) -> Any:
@@ -269,22 +358,6 @@ class SentenceEncoder(PoolMethods, nn.Module):
 
     def _last_module(self) -> Any:
         return self[-1]
-
-    @property
-    def transformers_model(self) -> nn.Module:
-        """The BERT encoder (sentence-transformers' name for the model under its modules)."""
-        return self.model
-
-    @property
-    def processor(self) -> Any:
-        return self.tokenizer
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.model.dtype
-
-    def get_max_seq_length(self) -> int:
-        return self.max_seq_length
 
     def encode(self, sentences: str | Sequence[str] | None = None, prompt_name: str | None = None,
                prompt: str | None = None, batch_size: int = 32, show_progress_bar: bool | None = None,
@@ -342,15 +415,6 @@ class SentenceEncoder(PoolMethods, nn.Module):
             return vectors.numpy()
         return vectors if single else list(vectors)
 
-    def _prompt(self, name: str | None, text: str | None) -> str | None:
-        """The prompt's text as sentence-transformers picks it: `text`, else the named prompt (the empty role
-        prompts included); None: extract_features puts the checkpoint's default prompt, if any."""
-        if text is not None or name is None:
-            return text
-        if name not in self.prompts:
-            raise InputError(f"prompt_name {name!r}: the model has prompts {', '.join(map(repr, self.prompts))}")
-        return self.prompts[name]
-
     def _answers(self, texts: list[str], prompt: str | None, batch_size: int, progress: bool | None,
                  normalize: bool, truncate_dim: int | None, output_value: str | None) -> torch.Tensor | list:
         """encode's float32 answer for `texts` (in one process, or a pool's worker for its chunk): (texts, hidden)
@@ -388,10 +452,6 @@ class SentenceEncoder(PoolMethods, nn.Module):
                     "token_embeddings": states}
         return answers
 
-    def encode_query(self, sentences: str | Sequence[str], **options: Any) -> Any:
-        """encode with the "query" prompt (the checkpoint's, else none), as sentence-transformers 5."""
-        return self.encode(sentences, **self._role_prompt(("query",), options))
-
     def encode_multi_process(self, sentences: Sequence[str], pool: dict[str, Any], prompt_name: str | None = None,
                              prompt: str | None = None, batch_size: int = 32, chunk_size: int | None = None,
                              show_progress_bar: bool | None = None, precision: str = "float32",
@@ -401,30 +461,6 @@ class SentenceEncoder(PoolMethods, nn.Module):
                            show_progress_bar=show_progress_bar, precision=precision,
                            normalize_embeddings=normalize_embeddings, truncate_dim=truncate_dim, pool=pool,
                            chunk_size=chunk_size)
-
-    def encode_document(self, sentences: str | Sequence[str], **options: Any) -> Any:
-        """encode with the first of the "document", "passage" and "corpus" prompts, as sentence-transformers 5
-        (which gives every model a "document" prompt, empty unless the checkpoint fills it)."""
-        return self.encode(sentences, **self._role_prompt(("document", "passage", "corpus"), options))
-
-    def _role_prompt(self, names: tuple[str, ...], options: dict[str, Any]) -> dict[str, Any]:
-        if "prompt_name" not in options and "prompt" not in options:
-            options["prompt_name"] = next((name for name in names if name in self.prompts), None)
-        return options
-
-    def similarity(self, embeddings_1: Any, embeddings_2: Any) -> torch.Tensor:
-        """(n, m) similarities of two sets of vectors (arrays, tensors, lists of vectors, or one vector each) by
-        similarity_fn_name."""
-        first, second = (as_matrix(e) for e in (embeddings_1, embeddings_2))
-        return SIMILARITIES[self.similarity_fn_name].table(first, second)
-
-    def similarity_pairwise(self, embeddings_1: Any, embeddings_2: Any) -> torch.Tensor:
-        """(n,) similarities of the i-th vector of one set with the i-th of the other."""
-        first, second = (as_matrix(e) for e in (embeddings_1, embeddings_2))
-        if first.shape != second.shape:
-            raise InputError(f"similarity_pairwise needs two sets of the same shape, got {tuple(first.shape)} and "
-                             f"{tuple(second.shape)}")
-        return SIMILARITIES[self.similarity_fn_name].pairwise(first, second)
 
     def smart_batching_collate(self, batch: Sequence[Any]) -> tuple[list[dict[str, torch.Tensor]], torch.Tensor]:
         """sentence-transformers' collate of InputExample's (`.texts`, `.label`): one tokenized batch per text

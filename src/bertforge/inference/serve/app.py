@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
+from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, read_sentence_embedding
 from bertforge.errors import BertforgeError, ConfigError, InputError
 from bertforge.explain.methods import DEFAULT_STEPS
 from bertforge.explain.page import explained
@@ -46,6 +46,7 @@ from bertforge.inference.serve.limits import (
 from bertforge.inference.serve.metrics import ServerMetrics
 from bertforge.inference.serve.settings import ServeSettings
 from bertforge.inference.serve.tei import SCORE_FUNCTIONS, TASK_SCORES, predict_inputs, ranked_scores, simple_tokens
+from bertforge.inference.sparse_encoder import keep_largest, splade_vector
 from bertforge.tasks import classification
 from bertforge.tasks.data import forward_rows
 from bertforge.tasks.registry import Checkpoint, Task, inspect_checkpoint, task_defaults, task_of_model
@@ -75,6 +76,13 @@ def pooled_vectors(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor
         vector = pool(states[None], torch.ones(1, len(states), dtype=torch.long), job.options["pooling"])[0]
         vectors.append(F.normalize(vector, dim=-1) if job.options["normalize"] else vector)
     return vectors
+
+
+def splade_vectors(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:
+    """One (vocab,) SPLADE vector per job, from a masked-LM model's logits (options: splade, max_active_dims)."""
+    rows = forward_rows(model, [job.row for job in jobs], lambda output: (output.logits,))
+    return [keep_largest(splade_vector(logits, job.options["splade"])[None], job.options["max_active_dims"])[0]
+            for job, (logits,) in zip(jobs, rows)]
 
 
 def token_vectors(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:
@@ -147,6 +155,11 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         sided.truncation_side = side
     device = next(model.parameters()).device
     run_rows = task_rows(task) if task is not None else None
+    # A SPLADE model (sentence-transformers' SparseEncoder layout): its vectors are the masked-LM head's weights per
+    # vocabulary entry, compared by dot product and never normalized, as text-embeddings-inference serves them.
+    layout = getattr(model, "sentence_embedding", None) if task is None else None
+    splade = layout.splade if layout is not None else None
+    compared = None if splade is not None else True  # embed's `normalize` for vectors to compare: cosine, or dot
 
     metrics = ServerMetrics(lambda: batcher.pending)
     batcher = MicroBatcher(model, settings.max_batch_size, settings.max_batch_tokens, settings.max_wait_ms,
@@ -297,6 +310,18 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         """Vectors of texts (or of lists of token ids), how many tokens they had, and the settings used: those
         asked for, else the checkpoint's sentence-transformers layout (pooling, max_seq_length, normalisation,
         prompts), as `bertforge embed`."""
+        if splade is not None:
+            if pooling is not None:
+                raise HTTPError(422, f"pooling: {model_name} is a SPLADE model, which pools its masked-LM logits")
+            if normalize:
+                raise HTTPError(409, f"normalize: {model_name} is a SPLADE model, whose weights are compared "
+                                     f"as they are (dot product); send \"normalize\": false")
+            used = sentence_embedding(model)
+            rows = await input_rows(texts, used, cut, side, prompt_name)
+            vectors = await run_jobs([Job(splade_vectors, row, {"splade": splade,
+                                                                "max_active_dims": used.max_active_dims})
+                                      for row in rows])
+            return vectors, sum(len(row["input_ids"]) for row in rows), used
         used = sentence_embedding(encoder_of(model), pooling, None, normalize)
         rows = await input_rows(texts, used, cut, side, prompt_name)
         vectors = await run_jobs([Job(pooled_vectors, row, {"pooling": used.pooling, "normalize": used.normalize})
@@ -417,7 +442,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         tei = request.inputs is not None
         texts = tei_inputs(request.inputs) if tei else request.texts
         check_count(len(texts))
-        normalize = True if tei and request.normalize is None else request.normalize
+        normalize = compared if tei and request.normalize is None else request.normalize
         vectors, _, used = await embed(texts, request.pooling, normalize, request.truncate,
                                        request.truncation_direction, request.prompt_name)
         values = [vector.tolist() for vector in first_dimensions(vectors, request.dimensions, used.normalize)]
@@ -429,6 +454,9 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     @app.post("/v1/embeddings", response_model=schemas.OpenAIEmbeddingResponse, responses=openai_errors)
     async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest):
         """OpenAI's embeddings API: unit-length vectors, pooled as the checkpoint says (`bertforge embed`)."""
+        if splade is not None:
+            raise HTTPError(409, f"wrong model: {model_name} is a SPLADE model, whose vectors are sparse; use "
+                                 f"/embed_sparse")
         given = request.input
         texts = [given] if isinstance(given, str) or isinstance(given[0], int) else given
         check_count(len(texts), "inputs")
@@ -474,7 +502,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                 probabilities = [a["probabilities"][last] for a in answers]
                 scores = [math.log(p / max(1 - p, 1e-12)) if request.raw_scores else p for p in probabilities]
         elif task is None:
-            vectors, _, _ = await embed([request.query, *request.texts], None, True, request.truncate,
+            vectors, _, _ = await embed([request.query, *request.texts], None, compared, request.truncate,
                                         request.truncation_direction)
             scores = [float(vectors[0] @ vector) for vector in vectors[1:]]
         else:
@@ -518,12 +546,32 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     async def embed_all(request: schemas.EmbedAllRequest):
         """text-embeddings-inference's: the last layer's vector of every token of each text, [CLS] and [SEP]
         included (not pooled, not normalized)."""
+        if splade is not None:
+            raise HTTPError(409, f"wrong model: {model_name} is a SPLADE model; /embed_all is for dense encoders "
+                                 f"(/embed_sparse gives its weights)")
         inputs = tei_inputs(request.inputs)
         check_count(len(inputs))
         rows = await input_rows(inputs, sentence_embedding(encoder_of(model)), request.truncate,
                                 request.truncation_direction, request.prompt_name)
         states = await run_jobs([Job(token_vectors, row) for row in rows])
         return [vectors.tolist() for vectors in states]
+
+    @app.post("/embed_sparse", response_model=list[list[schemas.SparseValue]], responses=errors)
+    async def embed_sparse(request: schemas.EmbedSparseRequest):
+        """text-embeddings-inference's, for a SPLADE model: each text's nonzero weights as {index, value}, index
+        being the word piece's vocabulary id, in id order."""
+        if splade is None:
+            raise HTTPError(409, f"wrong model: {model_name} is not a SPLADE model (a masked-LM model with "
+                                 f"sentence-transformers' SpladePooling); /embed_sparse needs one")
+        inputs = tei_inputs(request.inputs)
+        check_count(len(inputs))
+        vectors, _, _ = await embed(inputs, None, None, request.truncate, request.truncation_direction,
+                                    request.prompt_name)
+        answers = []
+        for vector in vectors:
+            ids = vector.nonzero().flatten()
+            answers.append([{"index": i, "value": v} for i, v in zip(ids.tolist(), vector[ids].tolist())])
+        return answers
 
     @app.post("/similarity", response_model=list[float], responses=errors)
     async def similarity(request: schemas.SimilarityRequest):
@@ -533,7 +581,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         texts = [request.inputs.source_sentence, *request.inputs.sentences]
         check_count(len(texts))
         check_not_empty(texts)
-        vectors, _, _ = await embed(texts, None, True, parameters.truncate, parameters.truncation_direction,
+        vectors, _, _ = await embed(texts, None, compared, parameters.truncate, parameters.truncation_direction,
                                     parameters.prompt_name)
         return [float(vectors[0] @ vector) for vector in vectors[1:]]
 
@@ -568,9 +616,11 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         """text-embeddings-inference's description of the model and the server's limits (max_input_length: where
         the model's inputs are cut or refused: an encoder's sentence-transformers max_seq_length, a task model's
         max_length)."""
-        input_limit = embedding_limit(sentence_embedding(encoder_of(model))) if task is None else run.max_length
+        embedded = sentence_embedding(model if splade is not None else encoder_of(model))
+        input_limit = embedding_limit(embedded) if task is None else run.max_length
         if task is None:
-            model_type = {"embedding": {"pooling": sentence_embedding(encoder_of(model)).pooling}}
+            pooling = "splade" if splade is not None else sentence_embedding(encoder_of(model)).pooling
+            model_type = {"embedding": {"pooling": pooling}}
         elif task.head == "sequence_classification":
             id2label = {str(index): label for index, label in model.config.id2label.items()}
             model_type = {"classifier": {"id2label": id2label, "label2id": model.config.label2id},
@@ -686,7 +736,12 @@ def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
     if checkpoint.task is not None:
         checkpoint.task_for()  # a run config whose head was never saved is refused here, naming the folder
     tokenizer = BertTokenizer.from_pretrained(checkpoint.directory)
-    model = inference.apply(checkpoint.model_class.from_pretrained(checkpoint.directory), tokenizer)
+    model_class = checkpoint.model_class
+    layout = read_sentence_embedding(checkpoint.directory) if checkpoint.task is None else None
+    if layout is not None and layout.splade is not None:  # a SPLADE model reads its masked-LM head
+        from bertforge.pretraining.heads import BertForMaskedLM
+        model_class = BertForMaskedLM
+    model = inference.apply(model_class.from_pretrained(checkpoint.directory), tokenizer)
     return create_app(model, tokenizer, settings, model_name=str(name_or_path), checkpoint=checkpoint)
 
 

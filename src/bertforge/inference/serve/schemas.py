@@ -86,6 +86,15 @@ class EmbedAllRequest(Strict):
     prompt_name: str | None = Field(None, description=PROMPT_NAME)
 
 
+class EmbedSparseRequest(EmbedAllRequest):
+    """text-embeddings-inference's /embed_sparse request (the same fields as /embed_all's)."""
+
+
+class SparseValue(BaseModel):
+    index: int = Field(description="the vocabulary id (word piece) the weight is for")
+    value: float
+
+
 class SimilarityInput(Strict):
     source_sentence: Text
     sentences: Texts = Field(description="the texts compared with source_sentence")

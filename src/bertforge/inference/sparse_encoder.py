@@ -1,0 +1,228 @@
+"""SPLADE (Formal et al., 2021): a text as one weight per vocabulary entry, read from the masked-LM head. Each
+token's logits go through log(1 + relu(.)), and the text's tokens are pooled (max, or sum in the first SPLADE);
+most weights are 0, so a text is a short list of (word piece, weight) pairs that an inverted index can hold.
+SparseEncoder gives them as sentence-transformers' SparseEncoder does (encode, decode, similarity, sparsity)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertforge.batching import length_sorted_batches
+from bertforge.checkpoint.sentence_transformers import SpladePooling
+from bertforge.errors import ConfigError, InputError
+from bertforge.inference.features import embedding_texts
+from bertforge.inference.sentence_encoder import TextEncoder
+from bertforge.tasks.data import forward_rows
+from bertforge.validation import check_counts
+
+# Per logit: the term weight it gives (sentence-transformers' SpladePooling activation_function).
+SPLADE_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": lambda logits: torch.log1p(torch.relu(logits)),
+    "log1p_relu": lambda logits: torch.log1p(torch.log1p(torch.relu(logits))),  # OpenSearch's models
+}
+# Over a text's tokens (seq, vocab) -> (vocab,): its pooling_strategy.
+SPLADE_STRATEGIES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "max": lambda weights: weights.max(0).values,
+    "sum": lambda weights: weights.sum(0),
+}
+
+
+def splade_vector(logits: torch.Tensor, splade: SpladePooling) -> torch.Tensor:
+    """(seq, vocab) masked-LM logits of one text's tokens ([CLS] and [SEP] included) -> its (vocab,) weights."""
+    return SPLADE_STRATEGIES[splade.strategy](SPLADE_ACTIVATIONS[splade.activation](logits))
+
+
+def keep_largest(vectors: torch.Tensor, count: int | None) -> torch.Tensor:
+    """(n, vocab) with each row's `count` largest weights kept and the others 0 (max_active_dims); None: all."""
+    if count is None or count >= vectors.shape[-1]:
+        return vectors
+    values, indices = vectors.topk(count, dim=-1)
+    return torch.zeros_like(vectors).scatter_(-1, indices, values)
+
+
+def dense(embeddings: torch.Tensor) -> torch.Tensor:
+    return embeddings.to_dense() if embeddings.is_sparse else embeddings
+
+
+class SparseEncoder(TextEncoder):
+    """One sparse vector per text, as sentence-transformers' SparseEncoder(name).encode(texts) gives it: a
+    (texts, vocab) sparse COO tensor. The checkpoint is a BERT masked-LM model; its sentence-transformers layout
+    (SpladePooling) says how the logits are pooled, else SPLADE v2's max over tokens of log(1 + relu(logits)).
+
+    >>> encoder = SparseEncoder("path/to/splade")
+    >>> encoder.decode(encoder.encode("The cat sat on the mat."), top_k=3)
+    [('mat', 2.37), ('cat', 2.30), ('sat', 1.96)]
+    """
+
+    DEFAULT_SIMILARITY = "dot"
+
+    def __init__(self, model_name_or_path: str | Path | nn.Module | None = None, tokenizer: Any = None, *,
+                 max_active_dims: int | None = None, **options: Any):
+        """SparseEncoder(name_or_path, device=..., prompts=..., max_active_dims=..., ...): TextEncoder's options,
+        and how many of each text's largest weights encode keeps by default (None: the checkpoint's, else all)."""
+        super().__init__(model_name_or_path, tokenizer, **options)
+        if max_active_dims is not None:
+            self.max_active_dims = max_active_dims
+
+    @classmethod
+    def load_model(cls, name_or_path: str | Path, **options: Any) -> nn.Module:
+        from bertforge.pretraining.heads import BertForMaskedLM
+
+        return BertForMaskedLM.from_pretrained(name_or_path, require_heads=True, **options)
+
+    def check_layout(self) -> None:
+        if not hasattr(self.model, "masked_lm"):
+            raise ConfigError(f"SparseEncoder reads a masked-LM model (BertForMaskedLM), got a "
+                              f"{type(self.model).__name__}")
+        layout = getattr(self.model, "sentence_embedding", None)
+        if layout is not None and layout.splade is None:
+            raise ConfigError("this checkpoint is a dense sentence-transformers encoder (its layout pools token "
+                              "vectors): load it with SentenceEncoder")
+        if self.settings.splade is None:  # a masked-LM checkpoint without a layout: SPLADE v2's pooling
+            self._change(splade=SpladePooling())
+
+    @property
+    def splade(self) -> SpladePooling:
+        return self.settings.splade
+
+    @property
+    def max_active_dims(self) -> int | None:
+        """How many of each text's largest weights encode keeps when its call names no number; None: all."""
+        return self.settings.max_active_dims
+
+    @max_active_dims.setter
+    def max_active_dims(self, value: int | None) -> None:
+        if value is not None:
+            check_counts(max_active_dims=value)
+        self._change(max_active_dims=value)
+
+    def get_embedding_dimension(self) -> int:
+        """The width of encode's vectors: the vocabulary's size."""
+        return self.model.config.vocab_size
+
+    get_sentence_embedding_dimension = get_embedding_dimension
+
+    def forward(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """SparseEncoder's forward: `features` (tokenize's) with token_embeddings (the masked-LM logits) and
+        sentence_embedding (the pooled weights) added."""
+        inputs = {name: tensor.to(self.device) for name, tensor in features.items()
+                  if name in ("input_ids", "attention_mask", "token_type_ids")}
+        logits = self.model(**inputs).logits
+        weights = SPLADE_ACTIVATIONS[self.splade.activation](logits) * inputs["attention_mask"][:, :, None]
+        pooled = SPLADE_STRATEGIES[self.splade.strategy](weights.transpose(0, 1))  # over tokens, per text
+        return dict(features) | {"token_embeddings": logits, "sentence_embedding": pooled}
+
+    def encode(self, inputs: str | Sequence[str] | None = None, prompt_name: str | None = None,
+               prompt: str | None = None, batch_size: int = 32, show_progress_bar: bool | None = None,
+               convert_to_tensor: bool = True, convert_to_sparse_tensor: bool = True, save_to_cpu: bool = False,
+               device: str | torch.device | None = None, max_active_dims: int | None = None,
+               pool: dict[str, Any] | None = None, chunk_size: int | None = None, *,
+               sentences: str | Sequence[str] | None = None) -> Any:
+        """SparseEncoder.encode: a (texts, vocab) tensor, sparse (COO) unless convert_to_sparse_tensor=False; a
+        (vocab,) one for a single string; a list of per-text tensors with convert_to_tensor=False.
+        `max_active_dims` keeps each text's largest weights (default: the encoder's max_active_dims)."""
+        self.eval()
+        texts = sentences if inputs is None else inputs
+        if isinstance(texts, np.ndarray) and texts.ndim == 1:
+            texts = texts.tolist()
+        if not isinstance(texts, str) and not (isinstance(texts, Sequence) and all(
+                isinstance(text, str) for text in texts)):
+            raise InputError(f"encode takes a text or a list of texts, got {type(texts).__name__}")
+        if pool is not None or isinstance(device, list | tuple):
+            raise ConfigError("SparseEncoder.encode runs in this process (no pool, one device)")
+        check_counts(batch_size=batch_size)
+        max_active_dims = self.max_active_dims if max_active_dims is None else max_active_dims
+        if max_active_dims is not None:
+            check_counts(max_active_dims=max_active_dims)
+        if device is not None:
+            self.model.to(device)
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
+        vectors = self._weights(texts, self._prompt(prompt_name, prompt), batch_size, bool(show_progress_bar))
+        vectors = keep_largest(vectors, max_active_dims)
+        if save_to_cpu:
+            vectors = vectors.cpu()
+        if convert_to_sparse_tensor:
+            vectors = vectors.to_sparse()
+        if single:
+            return vectors[0]
+        return vectors if convert_to_tensor else list(vectors)
+
+    @torch.inference_mode()
+    def _weights(self, texts: list[str], prompt: str | None, batch_size: int, progress: bool) -> torch.Tensor:
+        """(texts, vocab) float32 weights, each text cut to max_seq_length tokens."""
+        settings = self.settings
+        encoded = self.tokenizer(embedding_texts(texts, settings, settings.prompt(None, prompt)), truncation=True,
+                                 max_length=self.max_seq_length)
+        rows = [{name: encoded[name][i] for name in ("input_ids", "token_type_ids")} for i in range(len(texts))]
+        vectors = torch.zeros(len(texts), self.get_embedding_dimension(), device=self.device)
+        batches = length_sorted_batches([len(row["input_ids"]) for row in rows], batch_size)
+        if progress:
+            from tqdm import tqdm
+            batches = tqdm(batches, desc="encoding", unit="batch")
+        splade = self.splade
+        for indices in batches:
+            outputs = forward_rows(self.model, [rows[i] for i in indices], lambda output: (output.logits,))
+            for i, (logits,) in zip(indices, outputs):
+                vectors[i] = splade_vector(logits, splade).to(vectors.device)
+        return vectors
+
+    def similarity(self, embeddings_1: Any, embeddings_2: Any) -> torch.Tensor:
+        return super().similarity(*(self._dense(e) for e in (embeddings_1, embeddings_2)))
+
+    def similarity_pairwise(self, embeddings_1: Any, embeddings_2: Any) -> torch.Tensor:
+        return super().similarity_pairwise(*(self._dense(e) for e in (embeddings_1, embeddings_2)))
+
+    @staticmethod
+    def _dense(embeddings: Any) -> Any:
+        if isinstance(embeddings, list | tuple) and embeddings and isinstance(embeddings[0], torch.Tensor):
+            return torch.stack([dense(e) for e in embeddings])
+        return dense(embeddings) if isinstance(embeddings, torch.Tensor) else embeddings
+
+    def decode(self, embeddings: torch.Tensor, top_k: int | None = None
+               ) -> list[tuple[str, float]] | list[list[tuple[str, float]]]:
+        """Each vector's nonzero weights as (word piece, weight), largest first, at most `top_k` of them; one list
+        for a (vocab,) vector, a list per row of a (n, vocab) one."""
+        if top_k is not None:
+            check_counts(top_k=top_k)
+        matrix = self._matrix(embeddings, "decode")
+        answers = []
+        for row in matrix:
+            nonzero = row.nonzero().flatten()
+            order = row[nonzero].argsort(descending=True, stable=True)[:top_k]
+            ids = nonzero[order].tolist()
+            answers.append(list(zip(self.tokenizer.convert_ids_to_tokens(ids), row[ids].tolist())))
+        return answers[0] if embeddings.dim() == 1 else answers
+
+    @staticmethod
+    def sparsity(embeddings: torch.Tensor) -> dict[str, float]:
+        """The mean number of nonzero weights per vector (active_dims) and the mean share of zeros
+        (sparsity_ratio)."""
+        matrix = SparseEncoder._matrix(embeddings, "sparsity")
+        if matrix.numel() == 0:
+            return {"active_dims": 0.0, "sparsity_ratio": 1.0}
+        active = (matrix != 0).sum(-1).float()
+        return {"active_dims": active.mean().item(), "sparsity_ratio": (1 - active / matrix.shape[-1]).mean().item()}
+
+    @staticmethod
+    def intersection(embeddings_1: torch.Tensor, embeddings_2: torch.Tensor) -> torch.Tensor:
+        """The weights two texts share: a (vocab,) vector times a (vocab,) or (n, vocab) one, sparse; decode names
+        the word pieces that matched."""
+        first, second = dense(embeddings_1), dense(embeddings_2)
+        if first.dim() != 1 or second.dim() not in (1, 2) or first.shape[-1] != second.shape[-1]:
+            raise InputError(f"intersection takes a (vocab,) vector and a (vocab,) or (n, vocab) one of the same "
+                             f"width, got {tuple(first.shape)} and {tuple(second.shape)}")
+        return (first * second).to_sparse()
+
+    @staticmethod
+    def _matrix(embeddings: torch.Tensor, caller: str) -> torch.Tensor:
+        if not isinstance(embeddings, torch.Tensor) or embeddings.dim() not in (1, 2):
+            raise InputError(f"{caller} takes a (vocab,) or (n, vocab) tensor, as encode gives")
+        matrix = dense(embeddings).float().cpu()
+        return matrix[None] if matrix.dim() == 1 else matrix

