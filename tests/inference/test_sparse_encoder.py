@@ -7,10 +7,19 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy
 import pytest
 import torch
 
-from bertforge import CheckpointError, ConfigError, SentenceEncoder, SparseEncoder
+from bertforge import (
+    BertModel,
+    BertTokenizer,
+    CheckpointError,
+    ConfigError,
+    SentenceEncoder,
+    SparseEncoder,
+    extract_features,
+)
 from bertforge.checkpoint.sentence_transformers import SpladePooling, read_sentence_embedding
 from bertforge.cli.main import main
 
@@ -155,14 +164,16 @@ def test_the_wrong_encoder_is_refused_in_one_line(splade_dir, layout_dir, tmp_pa
         SentenceEncoder(layout_dir)
     with pytest.raises(CheckpointError, match="no trained weights for BertForMaskedLM's head"):
         SparseEncoder("default")  # all-MiniLM-L6-v2 has no masked-LM head
-    with pytest.raises(ConfigError, match="dense sentence-transformers encoder.*SentenceEncoder"):
+    with pytest.raises(ConfigError, match="dense sentence-transformers encoder.*not a SPLADE model"):
         SparseEncoder(_with_dense_layout(layout_dir, tmp_path / "dense"))  # mean pooling on a masked-LM model
     (tmp_path / "texts.txt").write_text("A sentence.\n")
     assert main(["embed", "--model", str(layout_dir), "--input", str(tmp_path / "texts.txt"), "--output",
-                 str(tmp_path / "v.npy")]) != 0
+                 str(tmp_path / "v.jsonl"), "--level", "word"]) != 0
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "SPLADE" in err and "Traceback" not in err
-    assert not (tmp_path / "v.npy").exists()
+    assert len(err.strip().splitlines()) == 1 and "--level word: a SPLADE model" in err and "Traceback" not in err
+    assert not (tmp_path / "v.jsonl").exists()
+    with pytest.raises(ConfigError, match="sparse \\(SPLADE\\) encoder"):  # without a pooling asked for
+        extract_features(BertModel.from_pretrained(layout_dir), BertTokenizer.from_pretrained(layout_dir), ["A."])
     broken = tmp_path / "broken"
     shutil.copytree(layout_dir, broken)
     (broken / "1_SpladePooling" / "config.json").write_text(json.dumps({"pooling_strategy": "mean"}))
@@ -214,3 +225,73 @@ def test_serve_embed_sparse_is_sentence_transformers(layout_dir, reference, text
     with TestClient(load_app("default")) as client:
         refused = client.post("/embed_sparse", json={"inputs": "A dense encoder."})
     assert refused.status_code == 409 and "not a SPLADE model" in refused.json()["error"]
+
+
+def test_embed_and_similarity_commands_give_the_splade_weights(splade_dir, layout_dir, reference, texts, tmp_path,
+                                                               capsys):
+    """`bertforge embed` on a SparseEncoder folder (or --pool splade on a masked-LM one): JSON lines of the nonzero
+    weights, or the whole matrix; --similar ranks by dot product; `bertforge similarity` compares them by cosine."""
+    lines = [text for text in texts if "\n" not in text][:6]
+    (tmp_path / "texts.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    theirs = dense(reference.encode(lines))
+    assert main(["embed", "--model", str(layout_dir), "--input", str(tmp_path / "texts.txt"), "--output",
+                 str(tmp_path / "w.jsonl")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "w.jsonl").read_text(encoding="utf-8").splitlines()]
+    written = torch.zeros_like(theirs)
+    for i, row in enumerate(rows):
+        assert row["text"] == lines[i] and len(row["indices"]) == len(row["tokens"]) == len(row["values"])
+        assert row["tokens"] == reference.tokenizer.convert_ids_to_tokens(row["indices"])
+        written[i, row["indices"]] = torch.tensor(row["values"])
+    assert_same_vectors(written, theirs)
+    assert main(["embed", "--model", str(splade_dir), "--pool", "splade", "--input", str(tmp_path / "texts.txt"),
+                 "--output", str(tmp_path / "w.npy")]) == 0
+    assert_same_vectors(torch.from_numpy(numpy.load(tmp_path / "w.npy")), theirs)
+    capsys.readouterr()
+    query = lines[0].split()[1]
+    assert main(["embed", "--model", str(layout_dir), "--input", str(tmp_path / "texts.txt"), "--similar", query,
+                 "--top-k", "3"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    scores = theirs @ dense(reference.encode(query))
+    assert [int(line.split("line ")[1].split(":")[0]) - 1 for line in printed] == \
+        scores.argsort(descending=True, stable=True)[:3].tolist()
+    assert main(["similarity", "--model", str(layout_dir), *lines[:3]]) == 0
+    printed = capsys.readouterr().out.splitlines()[1:]
+    table = [[float(cell.rstrip("*")) for cell in line.split()[-3:]] for line in printed]
+    unit = torch.nn.functional.normalize(theirs[:3], dim=-1)
+    torch.testing.assert_close(torch.tensor(table), unit @ unit.T, atol=0.006, rtol=0)
+    assert main(["embed", "--model", str(layout_dir), "--input", str(tmp_path / "texts.txt"), "--output",
+                 str(tmp_path / "n.npy"), "--normalize"]) != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--normalize: a SPLADE model" in err
+    assert not (tmp_path / "n.npy").exists()
+
+
+def test_serve_pooling_flag_as_text_embeddings_inference(splade_dir, layout_dir, reference, texts):
+    """--pooling splade serves a published masked-LM checkpoint (no layout) as SPLADE, as TEI's --pooling splade;
+    --pooling mean serves the same weights' encoder, mean-pooled (transformers' BertModel the reference)."""
+    import transformers
+    from fastapi.testclient import TestClient
+
+    from bertforge.inference.serve.app import load_app
+    from bertforge.inference.serve.settings import ServeSettings
+    with TestClient(load_app(splade_dir, ServeSettings(pooling="splade"))) as client:
+        answer = client.post("/embed_sparse", json={"inputs": texts[:4]}).json()
+    served = torch.zeros(4, 30522)
+    for row, values in enumerate(answer):
+        for item in values:
+            served[row, item["index"]] = item["value"]
+    assert_same_vectors(served, dense(reference.encode(texts[:4])))
+    with TestClient(load_app(layout_dir, ServeSettings(pooling="mean"))) as client:
+        vectors = torch.tensor(client.post("/embed", json={"texts": texts[:4], "normalize": False}).json()[
+            "embeddings"])
+        refused = client.post("/embed_sparse", json={"inputs": texts[0]})
+    hf_model = transformers.BertModel.from_pretrained(str(splade_dir)).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(splade_dir))
+    with torch.inference_mode():
+        for text, vector in zip(texts[:4], vectors):
+            encoded = tokenizer(text, truncation=True, max_length=512, return_tensors="pt")
+            expected = hf_model(**encoded).last_hidden_state[0].mean(0)
+            torch.testing.assert_close(vector, expected, atol=1e-4, rtol=1e-4)
+    assert refused.status_code == 409
+    with pytest.raises(ConfigError, match="pooling must be one of cls, mean, max, splade"):
+        ServeSettings(pooling="weightedmean")

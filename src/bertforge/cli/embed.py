@@ -1,5 +1,6 @@
 """`bertforge embed`: one vector per input line (or per token/word), written as .npy or JSON lines;
-`--similar QUERY` ranks the lines by cosine similarity to a query instead."""
+`--similar QUERY` ranks the lines by cosine similarity to a query instead. A SPLADE model (`--pool splade`, or
+sentence-transformers' SparseEncoder layout) gives each line its word-piece weights, ranked by dot product."""
 
 from __future__ import annotations
 
@@ -27,15 +28,23 @@ from bertforge.errors import InputError
 from bertforge.inference import LAYER_COMBINATIONS, POOLINGS, TOKEN_LEVELS, extract_features, extract_token_features
 from bertforge.inference.features import LONG_TEXT
 from bertforge.inference.similarity import most_similar
+from bertforge.inference.sparse_encoder import (
+    SPLADE,
+    SparseEncoder,
+    is_splade_checkpoint,
+    load_splade_model,
+    nonzero_weights,
+)
 
 OUTPUT_FORMATS = (".npy", ".jsonl")
 
 
 def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
-    parser.add_argument("--pool", choices=list(POOLINGS), default=None,
+    parser.add_argument("--pool", choices=[*POOLINGS, SPLADE], default=None,
                         help="how token vectors become one (default: the model's sentence-transformers pooling, "
-                             "else mean)")
+                             "else mean); splade: a masked-LM model's SPLADE weights, one per word piece of the "
+                             "vocabulary (the default for a sentence-transformers SparseEncoder folder)")
     parser.add_argument("--layers", choices=list(LAYER_COMBINATIONS), default="last", help="which hidden states")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="texts per batch")
     parser.add_argument("--max-length", type=positive_int, default=None,
@@ -84,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
     if output is not None:
         check_writable(output)
     texts = read_lines(args.input)
+    if uses_splade(args):
+        return run_splade(args, texts, output)
     model, tokenizer = load_encoder(args.model, inference_options(args))
     settings = dict(layers=args.layers, batch_size=args.batch_size, max_length=args.max_length)
     prompts = dict(prompt_name=args.prompt_name, prompt=args.prompt)
@@ -119,4 +130,56 @@ def run(args: argparse.Namespace) -> int:
         write_output(output, "".join(json.dumps({"text": text, "embedding": vector.tolist()}) + "\n"
                                      for text, vector in zip(texts, matrix)))
     report(output, f"wrote {matrix.shape[0]} vectors of size {matrix.shape[1]} to {output}")
+    return 0
+
+
+def uses_splade(args: argparse.Namespace) -> bool:
+    """Whether the command reads a SPLADE model: --pool splade, or no --pool and a SparseEncoder folder."""
+    return args.pool == SPLADE or args.pool is None and is_splade_checkpoint(args.model)
+
+
+def splade_encoder(args: argparse.Namespace) -> SparseEncoder:
+    """The SPLADE model of --model with the command's inference options and --max-length; the flags that don't
+    apply to it are refused."""
+    for given, flag in ((getattr(args, "level", "sentence") != "sentence", f"--level {getattr(args, 'level', '')}"),
+                        (args.layers != "last", f"--layers {args.layers}"),
+                        (args.long_text != "truncate", f"--long-text {args.long_text}"),
+                        (args.normalize, "--normalize")):
+        if given:
+            raise InputError(f"{flag}: a SPLADE model gives one weight per word piece of each text, from its "
+                             f"masked-LM head's last layer, cut at --max-length and never normalized")
+    from bertforge import BertTokenizer
+
+    tokenizer = BertTokenizer.from_pretrained(args.model)
+    encoder = SparseEncoder(inference_options(args).apply(load_splade_model(args.model), tokenizer), tokenizer)
+    if args.max_length is not None:
+        encoder.max_seq_length = args.max_length
+    return encoder
+
+
+def run_splade(args: argparse.Namespace, texts: list[str], output: Path | None) -> int:
+    """embed with a SPLADE model: per line its nonzero weights (.jsonl: ids, word pieces, weights; .npy: the
+    vocabulary-wide matrix), or with --similar the lines ranked by dot product with the query's weights."""
+    encoder = splade_encoder(args)
+    options = dict(prompt_name=args.prompt_name, prompt=args.prompt, batch_size=args.batch_size,
+                   convert_to_sparse_tensor=False)
+    vectors = encoder.encode(texts, show_progress_bar=len(texts) > 10 * args.batch_size, **options)
+    if args.similar is not None:
+        scores = vectors @ encoder.encode(args.similar, **options)
+        for rank, i in enumerate(scores.argsort(descending=True, stable=True)[:args.top_k].tolist(), 1):
+            print(f"{rank:>3}. {scores[i]:.3f}  line {i + 1}: {texts[i]}")
+        return 0
+    if output.suffix == ".npy":
+        with atomic_path(output) as temporary, open(temporary, "wb") as handle:
+            np.save(handle, vectors.float().cpu().numpy())
+    else:
+        lines = []
+        for text, vector in zip(texts, vectors):
+            ids, weights = nonzero_weights(vector)
+            lines.append(json.dumps({"text": text, "indices": ids, "tokens": encoder.tokenizer.convert_ids_to_tokens(
+                ids), "values": weights}, ensure_ascii=False) + "\n")
+        write_output(output, "".join(lines))
+    active = int((vectors != 0).sum())
+    report(output, f"wrote {len(texts)} SPLADE vectors ({active / len(texts):.1f} nonzero weights of "
+                   f"{vectors.shape[1]} each, on average) to {output}")
     return 0

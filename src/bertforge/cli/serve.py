@@ -1,5 +1,5 @@
-"""`bertforge serve`: the HTTP inference server (/predict, /embed, /v1/embeddings, /rerank, /tokenize, /attention,
-/health, /metrics, /docs)."""
+"""`bertforge serve`: the HTTP inference server (/predict, /embed, /embed_sparse, /v1/embeddings, /rerank,
+/tokenize, /attention, /health, /metrics, /docs)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from bertforge.cli.arguments import (
     positive_float,
     positive_int,
 )
-from bertforge.inference.serve.settings import API_KEY_VARIABLE, LONG_TEXT_POLICIES, ServeSettings
+from bertforge.inference.serve.settings import API_KEY_VARIABLE, LONG_TEXT_POLICIES, SERVER_POOLINGS, ServeSettings
 
 # flag -> (ServeSettings field, type, help), as cli/arguments.add_flag_table reads it; defaults are the dataclass's.
 FLAGS = {
@@ -32,6 +32,10 @@ FLAGS = {
                                                  "with)"),
     "--long-text": ("long_text", LONG_TEXT_POLICIES, "a text over the limit is cut (truncate; windows where the "
                                                      "model was trained with them) or answered with 413 (refuse)"),
+    "--pooling": ("pooling", SERVER_POOLINGS,
+                  "an encoder's pooling for /embed and the routes built on it: cls, mean, max, or splade (a "
+                  "masked-LM model's SPLADE vectors, for /embed_sparse); default: the checkpoint's "
+                  "sentence-transformers layout, else mean"),
     "--max-body-bytes": ("max_body_bytes", positive_int, "request body size at most (larger gets 413 before it is "
                                                          "read)"),
     "--read-timeout": ("read_timeout", positive_float, "seconds a client has to send a whole request; slower ones "

@@ -1,11 +1,14 @@
-"""`bertforge similarity`: embed a few sentences and print their cosine similarity table."""
+"""`bertforge similarity`: embed a few sentences and print their cosine similarity table (a SPLADE model's: of
+its word-piece weights)."""
 
 from __future__ import annotations
 
 import argparse
 
+import torch.nn.functional as F
+
 from bertforge.cli.arguments import inference_options, load_encoder, read_lines
-from bertforge.cli.embed import add_feature_arguments
+from bertforge.cli.embed import add_feature_arguments, splade_encoder, uses_splade
 from bertforge.errors import InputError
 from bertforge.inference.similarity import similarity_table
 
@@ -20,6 +23,11 @@ def run(args: argparse.Namespace) -> int:
     texts = list(args.texts) + ([line for line in read_lines(args.input) if line.strip()] if args.input else [])
     if len(texts) < 2:
         raise InputError("give at least two sentences to compare (as arguments or with --input)")
+    if uses_splade(args):
+        vectors = F.normalize(splade_encoder(args).encode(texts, prompt_name=args.prompt_name, prompt=args.prompt,
+                                                          batch_size=args.batch_size, convert_to_sparse_tensor=False))
+        print(format_table(texts, (vectors @ vectors.T).tolist()))
+        return 0
     model, tokenizer = load_encoder(args.model, inference_options(args))
     table = similarity_table(model, tokenizer, texts, layers=args.layers, pooling=args.pool,
                              batch_size=args.batch_size, max_length=args.max_length, long_text=args.long_text,

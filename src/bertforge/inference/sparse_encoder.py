@@ -5,6 +5,7 @@ SparseEncoder gives them as sentence-transformers' SparseEncoder does (encode, d
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,12 +15,15 @@ import torch
 from torch import nn
 
 from bertforge.batching import length_sorted_batches
-from bertforge.checkpoint.sentence_transformers import SpladePooling
+from bertforge.checkpoint.default_model import resolve_model_dir
+from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, SpladePooling, read_sentence_embedding
 from bertforge.errors import ConfigError, InputError
 from bertforge.inference.features import embedding_texts
 from bertforge.inference.sentence_encoder import TextEncoder
 from bertforge.tasks.data import forward_rows
 from bertforge.validation import check_counts
+
+SPLADE = "splade"  # the pooling that names it (`bertforge serve --pooling`, `embed --pool`), as TEI's --pooling
 
 # Per logit: the term weight it gives (sentence-transformers' SpladePooling activation_function).
 SPLADE_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -50,6 +54,40 @@ def dense(embeddings: torch.Tensor) -> torch.Tensor:
     return embeddings.to_dense() if embeddings.is_sparse else embeddings
 
 
+def nonzero_weights(vector: torch.Tensor) -> tuple[list[int], list[float]]:
+    """A (vocab,) vector's nonzero weights: their vocabulary ids, in id order, and the weights."""
+    vector = dense(vector)
+    ids = vector.nonzero().flatten()
+    return ids.tolist(), vector[ids].tolist()
+
+
+def is_splade_checkpoint(name_or_path: str | Path) -> bool:
+    """Whether a model folder (or "default") has sentence-transformers' SparseEncoder layout (SpladePooling)."""
+    layout = read_sentence_embedding(resolve_model_dir(name_or_path))
+    return layout is not None and layout.splade is not None
+
+
+def with_splade_layout(model: nn.Module) -> nn.Module:
+    """A masked-LM model ready to give SPLADE vectors: its checkpoint's SpladePooling, else SPLADE v2's (max over
+    tokens of log(1 + relu)); a model without the head, or with a dense sentence-transformers layout, is refused."""
+    if not hasattr(model, "masked_lm"):
+        raise ConfigError(f"SPLADE reads a masked-LM model (BertForMaskedLM), got a {type(model).__name__}")
+    layout = getattr(model, "sentence_embedding", None)
+    if layout is not None and layout.splade is None:
+        raise ConfigError("this checkpoint is a dense sentence-transformers encoder (its modules.json pools token "
+                          "vectors), not a SPLADE model: SentenceEncoder and `bertforge embed` read it")
+    if layout is None:
+        model.sentence_embedding = dataclasses.replace(SentenceEmbedding(), splade=SpladePooling())
+    return model
+
+
+def load_splade_model(name_or_path: str | Path, **options: Any) -> nn.Module:
+    """A BERT masked-LM checkpoint as a SPLADE model (with_splade_layout); `options`: from_pretrained's."""
+    from bertforge.pretraining.heads import BertForMaskedLM
+
+    return with_splade_layout(BertForMaskedLM.from_pretrained(name_or_path, require_heads=True, **options))
+
+
 class SparseEncoder(TextEncoder):
     """One sparse vector per text, as sentence-transformers' SparseEncoder(name).encode(texts) gives it: a
     (texts, vocab) sparse COO tensor. The checkpoint is a BERT masked-LM model; its sentence-transformers layout
@@ -72,20 +110,10 @@ class SparseEncoder(TextEncoder):
 
     @classmethod
     def load_model(cls, name_or_path: str | Path, **options: Any) -> nn.Module:
-        from bertforge.pretraining.heads import BertForMaskedLM
-
-        return BertForMaskedLM.from_pretrained(name_or_path, require_heads=True, **options)
+        return load_splade_model(name_or_path, **options)
 
     def check_layout(self) -> None:
-        if not hasattr(self.model, "masked_lm"):
-            raise ConfigError(f"SparseEncoder reads a masked-LM model (BertForMaskedLM), got a "
-                              f"{type(self.model).__name__}")
-        layout = getattr(self.model, "sentence_embedding", None)
-        if layout is not None and layout.splade is None:
-            raise ConfigError("this checkpoint is a dense sentence-transformers encoder (its layout pools token "
-                              "vectors): load it with SentenceEncoder")
-        if self.settings.splade is None:  # a masked-LM checkpoint without a layout: SPLADE v2's pooling
-            self._change(splade=SpladePooling())
+        with_splade_layout(self.model)
 
     @property
     def splade(self) -> SpladePooling:
@@ -194,10 +222,9 @@ class SparseEncoder(TextEncoder):
         matrix = self._matrix(embeddings, "decode")
         answers = []
         for row in matrix:
-            nonzero = row.nonzero().flatten()
-            order = row[nonzero].argsort(descending=True, stable=True)[:top_k]
-            ids = nonzero[order].tolist()
-            answers.append(list(zip(self.tokenizer.convert_ids_to_tokens(ids), row[ids].tolist())))
+            ids, weights = nonzero_weights(row)
+            order = sorted(range(len(ids)), key=lambda i: -weights[i])[:top_k]
+            answers.append([(self.tokenizer.convert_ids_to_tokens(ids[i]), weights[i]) for i in order])
         return answers[0] if embeddings.dim() == 1 else answers
 
     @staticmethod

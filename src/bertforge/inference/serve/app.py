@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, read_sentence_embedding
+from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
 from bertforge.errors import BertforgeError, ConfigError, InputError
 from bertforge.explain.methods import DEFAULT_STEPS
 from bertforge.explain.page import explained
@@ -46,7 +46,14 @@ from bertforge.inference.serve.limits import (
 from bertforge.inference.serve.metrics import ServerMetrics
 from bertforge.inference.serve.settings import ServeSettings
 from bertforge.inference.serve.tei import SCORE_FUNCTIONS, TASK_SCORES, predict_inputs, ranked_scores, simple_tokens
-from bertforge.inference.sparse_encoder import keep_largest, splade_vector
+from bertforge.inference.sparse_encoder import (
+    SPLADE,
+    is_splade_checkpoint,
+    keep_largest,
+    load_splade_model,
+    nonzero_weights,
+    splade_vector,
+)
 from bertforge.tasks import classification
 from bertforge.tasks.data import forward_rows
 from bertforge.tasks.registry import Checkpoint, Task, inspect_checkpoint, task_defaults, task_of_model
@@ -567,11 +574,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         check_count(len(inputs))
         vectors, _, _ = await embed(inputs, None, None, request.truncate, request.truncation_direction,
                                     request.prompt_name)
-        answers = []
-        for vector in vectors:
-            ids = vector.nonzero().flatten()
-            answers.append([{"index": i, "value": v} for i, v in zip(ids.tolist(), vector[ids].tolist())])
-        return answers
+        return [[{"index": i, "value": v} for i, v in zip(*nonzero_weights(vector))] for vector in vectors]
 
     @app.post("/similarity", response_model=list[float], responses=errors)
     async def similarity(request: schemas.SimilarityRequest):
@@ -731,17 +734,24 @@ def bertforge_version() -> str:
 def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
              inference: InferenceOptions = AS_TRAINED):
     """The application over a model directory or 'default': the model its checkpoint holds, with the task and
-    settings it was trained with."""
+    settings it was trained with. An encoder is pooled as `settings.pooling` says, else as its layout says: a
+    SPLADE model (pooling "splade", or sentence-transformers' SparseEncoder layout) reads its masked-LM head."""
+    settings = settings or ServeSettings()
     checkpoint = inspect_checkpoint(name_or_path)
     if checkpoint.task is not None:
         checkpoint.task_for()  # a run config whose head was never saved is refused here, naming the folder
+        if settings.pooling is not None:
+            raise ConfigError(f"--pooling {settings.pooling}: {name_or_path} is a fine-tuned {checkpoint.task} "
+                              f"model; pooling is for an encoder's embeddings")
     tokenizer = BertTokenizer.from_pretrained(checkpoint.directory)
-    model_class = checkpoint.model_class
-    layout = read_sentence_embedding(checkpoint.directory) if checkpoint.task is None else None
-    if layout is not None and layout.splade is not None:  # a SPLADE model reads its masked-LM head
-        from bertforge.pretraining.heads import BertForMaskedLM
-        model_class = BertForMaskedLM
-    model = inference.apply(model_class.from_pretrained(checkpoint.directory), tokenizer)
+    if settings.pooling == SPLADE or settings.pooling is None and is_splade_checkpoint(checkpoint.directory):
+        model = load_splade_model(checkpoint.directory)
+    else:
+        model = checkpoint.model_class.from_pretrained(checkpoint.directory)
+        if settings.pooling is not None:  # the server's pooling in place of the layout's (a SPLADE layout's too)
+            layout = getattr(model, "sentence_embedding", None) or SentenceEmbedding()
+            model.sentence_embedding = dataclasses.replace(layout, pooling=settings.pooling, splade=None)
+    model = inference.apply(model, tokenizer)
     return create_app(model, tokenizer, settings, model_name=str(name_or_path), checkpoint=checkpoint)
 
 

@@ -9,6 +9,8 @@ from bertforge.errors import ConfigError
 from bertforge.inference.attention_view import DEFAULT_MAX_TOKENS
 
 LONG_TEXT_POLICIES = ("truncate", "refuse")
+# An encoder's pooling for the whole server (text-embeddings-inference's --pooling): a dense one, or SPLADE.
+SERVER_POOLINGS = ("cls", "mean", "max", "splade")
 API_KEY_VARIABLE = "BERTFORGE_API_KEY"  # where `bertforge serve` reads the API key when --api-key isn't given
 
 
@@ -30,6 +32,8 @@ class ServeSettings:
     api_key: str | None = None  # when set, every route but /health needs it (Authorization: Bearer KEY)
     # web pages of these origins ("https://app.example", or "*") may call the server from a browser (CORS)
     cors_allow_origins: tuple[str, ...] = ()
+    # an encoder's pooling (SERVER_POOLINGS; "splade": a masked-LM model's SPLADE vectors); None: its layout's
+    pooling: str | None = None
 
     def __post_init__(self):
         for name in ("max_batch_size", "max_batch_tokens", "max_queue", "max_texts", "max_length",
@@ -44,6 +48,8 @@ class ServeSettings:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ConfigError(f"{name} must be a finite number of seconds above zero, got {value!r}")
+        if self.pooling is not None and self.pooling not in SERVER_POOLINGS:
+            raise ConfigError(f"pooling must be one of {', '.join(SERVER_POOLINGS)}, got {self.pooling!r}")
         if self.long_text not in LONG_TEXT_POLICIES:
             raise ConfigError(f"long_text must be one of {', '.join(LONG_TEXT_POLICIES)}, got {self.long_text!r}")
         if self.api_key is not None and not self.api_key.strip():
