@@ -295,3 +295,65 @@ def test_serve_pooling_flag_as_text_embeddings_inference(splade_dir, layout_dir,
     assert refused.status_code == 409
     with pytest.raises(ConfigError, match="pooling must be one of cls, mean, max, splade"):
         ServeSettings(pooling="weightedmean")
+
+
+def without_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    for config in {id(m.config): m.config for m in model.modules() if hasattr(m, "config")}.values():
+        config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
+    return model.train()
+
+
+@pytest.fixture(scope="module")
+def squad_pairs(data_dir) -> list[tuple[str, str]]:
+    squad = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    return [(paragraph["qas"][0]["question"], paragraph["context"]) for article in squad["data"][:8]
+            for paragraph in article["paragraphs"]]
+
+
+def test_sentence_transformers_sparse_losses_train_it_as_their_own(layout_dir, squad_pairs):
+    """SpladeLoss(SparseMultipleNegativesRankingLoss) built on SparseEncoder: the same losses and gradients as on
+    sentence-transformers' SparseEncoder of the same weights (dropout off), on real question-paragraph pairs."""
+    from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss, SpladeLoss
+
+    questions, paragraphs = (list(column) for column in zip(*squad_pairs[:6]))
+    answers = []
+    for encoder in (SparseEncoder(layout_dir), sentence_transformers.SparseEncoder(str(layout_dir), device="cpu")):
+        without_dropout(encoder)
+        loss = SpladeLoss(encoder, SparseMultipleNegativesRankingLoss(encoder), query_regularizer_weight=5e-5,
+                          document_regularizer_weight=3e-5)
+        parts = loss([encoder.preprocess(questions), encoder.preprocess(paragraphs)], torch.tensor([]))
+        sum(parts.values()).backward()
+        embeddings = encoder.transformers_model.get_input_embeddings().weight
+        answers.append(({name: value.item() for name, value in parts.items()}, embeddings.grad.clone()))
+    (ours, our_gradient), (theirs, their_gradient) = answers
+    assert ours.keys() == theirs.keys() and ours == pytest.approx(theirs, rel=1e-4, abs=1e-7)
+    torch.testing.assert_close(our_gradient, their_gradient, atol=1e-6, rtol=1e-3)
+
+
+def test_fit_trains_it_with_a_splade_loss(splade_dir, squad_pairs, tmp_path):
+    """fit, as SentenceEncoder's: a SpladeLoss (whose parts it adds) over a DataLoader of InputExample's; the loss
+    on the pairs it trained on falls (by half at least), and it ends in eval mode."""
+    from sentence_transformers import InputExample
+    from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss, SpladeLoss
+    from torch.utils.data import DataLoader
+
+    torch.manual_seed(0)
+    encoder = SparseEncoder(splade_dir)
+    encoder.max_seq_length = 64
+    pairs = squad_pairs[:16]
+    loss = SpladeLoss(encoder, SparseMultipleNegativesRankingLoss(encoder), query_regularizer_weight=5e-5,
+                      document_regularizer_weight=3e-5)
+
+    def pair_loss() -> float:
+        with torch.no_grad():
+            questions, paragraphs = (list(column) for column in zip(*pairs))
+            return sum(loss([encoder.tokenize(questions), encoder.tokenize(paragraphs)], torch.tensor([])).values())
+
+    before = pair_loss()
+    loader = DataLoader([InputExample(texts=list(pair)) for pair in pairs], batch_size=8, shuffle=True)
+    encoder.fit([(loader, loss)], epochs=3, warmup_steps=1, optimizer_params={"lr": 2e-4}, show_progress_bar=False)
+    assert not encoder.training
+    assert pair_loss() < 0.5 * before

@@ -274,6 +274,30 @@ class TextEncoder(nn.Module):
                              f"{tuple(second.shape)}")
         return SIMILARITIES[self.similarity_fn_name].pairwise(first, second)
 
+    def smart_batching_collate(self, batch: Sequence[Any]) -> tuple[list[dict[str, torch.Tensor]], torch.Tensor]:
+        """sentence-transformers' collate of InputExample's (`.texts`, `.label`): one tokenized batch per text
+        position, and the labels."""
+        texts = [example.texts for example in batch]
+        if not texts or len({len(row) for row in texts}) != 1:
+            raise InputError("every example of a batch needs the same number of texts")
+        labels = [example.label for example in batch]
+        labels = torch.from_numpy(np.stack(labels)) if isinstance(labels[0], np.ndarray) else torch.tensor(labels)
+        return [self.tokenize(list(column)) for column in zip(*texts)], labels
+
+    def fit(self, train_objectives: Sequence[tuple[Any, nn.Module]], evaluator: Callable | None = None,
+            epochs: int = 1, steps_per_epoch: int | None = None, output_path: str | Path | None = None,
+            save_best_model: bool = True, **options: Any) -> None:
+        """sentence-transformers' fit (before its Trainer): a DataLoader of InputExample's and a
+        sentence-transformers loss built on this encoder (a sparse one's SpladeLoss for SparseEncoder), trained as
+        `fit_as_sentence_transformers` says; the best model by `evaluator` is saved to `output_path`. One
+        objective."""
+        if len(train_objectives) != 1:
+            raise ConfigError(f"fit trains one (DataLoader, loss) objective here, got {len(train_objectives)}")
+        if steps_per_epoch not in (None, 0):
+            raise ConfigError("fit: steps_per_epoch is not supported here (bertforge trains whole epochs)")
+        dataloader, loss_model = train_objectives[0]
+        fit_as_sentence_transformers(self, loss_model, dataloader, lambda model, batch: summed(model(*batch)),
+                                     evaluator, output_path, save_best_model, epochs=epochs, **options)
 
 
 class SentenceEncoder(PoolMethods, TextEncoder):
@@ -462,29 +486,11 @@ class SentenceEncoder(PoolMethods, TextEncoder):
                            normalize_embeddings=normalize_embeddings, truncate_dim=truncate_dim, pool=pool,
                            chunk_size=chunk_size)
 
-    def smart_batching_collate(self, batch: Sequence[Any]) -> tuple[list[dict[str, torch.Tensor]], torch.Tensor]:
-        """sentence-transformers' collate of InputExample's (`.texts`, `.label`): one tokenized batch per text
-        position, and the labels."""
-        texts = [example.texts for example in batch]
-        if not texts or len({len(row) for row in texts}) != 1:
-            raise InputError("every example of a batch needs the same number of texts")
-        labels = [example.label for example in batch]
-        labels = torch.from_numpy(np.stack(labels)) if isinstance(labels[0], np.ndarray) else torch.tensor(labels)
-        return [self.tokenize(list(column)) for column in zip(*texts)], labels
 
-    def fit(self, train_objectives: Sequence[tuple[Any, nn.Module]], evaluator: Callable | None = None,
-            epochs: int = 1, steps_per_epoch: int | None = None, output_path: str | Path | None = None,
-            save_best_model: bool = True, **options: Any) -> None:
-        """sentence-transformers' fit (before its Trainer): a DataLoader of InputExample's and a
-        sentence-transformers loss built on this encoder, trained as `fit_as_sentence_transformers` says; the best
-        model by `evaluator` is saved to `output_path`. One objective."""
-        if len(train_objectives) != 1:
-            raise ConfigError(f"fit trains one (DataLoader, loss) objective here, got {len(train_objectives)}")
-        if steps_per_epoch not in (None, 0):
-            raise ConfigError("fit: steps_per_epoch is not supported here (bertforge trains whole epochs)")
-        dataloader, loss_model = train_objectives[0]
-        fit_as_sentence_transformers(self, loss_model, dataloader, lambda model, batch: model(*batch), evaluator,
-                                     output_path, save_best_model, epochs=epochs, **options)
+def summed(loss: torch.Tensor | dict[str, torch.Tensor]) -> torch.Tensor:
+    """A loss, or the sum of the named parts a loss gives (SpladeLoss: the ranking loss and its regularizers), as
+    sentence-transformers' trainer adds them."""
+    return sum(loss.values()) if isinstance(loss, dict) else loss
 
 
 def evaluate_as_sentence_transformers(model: nn.Module, evaluator: Callable, output_path: str | Path | None) -> Any:
