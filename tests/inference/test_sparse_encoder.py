@@ -357,3 +357,22 @@ def test_fit_trains_it_with_a_splade_loss(splade_dir, squad_pairs, tmp_path):
     encoder.fit([(loader, loss)], epochs=3, warmup_steps=1, optimizer_params={"lr": 2e-4}, show_progress_bar=False)
     assert not encoder.training
     assert pair_loss() < 0.5 * before
+
+
+def test_export_onnx_gives_the_logits_splade_pools(layout_dir, reference, texts, tmp_path):
+    """`bertforge export onnx` of a masked-LM checkpoint exports its logits (optimum's fill-mask task, chosen by
+    config.json's BertForMaskedLM); pooled as the layout says, ONNX Runtime's logits give sentence-transformers'
+    SPLADE vectors."""
+    onnxruntime = pytest.importorskip("onnxruntime")
+    from bertforge.inference.sparse_encoder import splade_vector
+
+    assert main(["export", "onnx", "--model", str(layout_dir), "--output", str(tmp_path / "splade.onnx")]) == 0
+    session = onnxruntime.InferenceSession(str(tmp_path / "splade.onnx"), providers=["CPUExecutionProvider"])
+    assert [output.name for output in session.get_outputs()] == ["logits"]
+    tokenizer = BertTokenizer.from_pretrained(layout_dir)
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=512, return_tensors="np")
+    (logits,) = session.run(None, {name: batch[name] for name in ("input_ids", "attention_mask", "token_type_ids")})
+    lengths = batch["attention_mask"].sum(1)
+    vectors = torch.stack([splade_vector(torch.from_numpy(row[:length]), SpladePooling())
+                           for row, length in zip(logits, lengths)])
+    assert_same_vectors(vectors, dense(reference.encode(texts)))

@@ -2,7 +2,8 @@
 
 Inputs and outputs carry the names of transformers' ONNX exports, with dynamic batch and sequence axes:
 input_ids, attention_mask, token_type_ids (int64, (batch, seq); (batch, choices, seq) for multiple choice) ->
-last_hidden_state, pooler_output / logits / start_logits, end_logits. Needs the optional packages onnx, onnxscript
+last_hidden_state, pooler_output / logits (a masked-LM model's: per token and word piece) / start_logits,
+end_logits. Needs the optional packages onnx, onnxscript
 and onnxruntime (pip install bertforge[onnx]).
 """
 
@@ -54,6 +55,8 @@ ONNX_TASKS: dict[str, OnnxTask] = {
     "question-answering": OnnxTask(
         lambda out: {"start_logits": out.start_logits, "end_logits": out.end_logits},
         frozenset({"start_logits", "end_logits"})),
+    # a masked-LM model's (batch, seq, vocab) word-piece logits: what fills a [MASK], and what a SPLADE model pools
+    "fill-mask": OnnxTask(lambda out: {"logits": out.logits}, frozenset({"logits"}), other_model="BertForMaskedLM"),
     # (batch, choices, seq) inputs, each choice read with its question (SWAG); (batch, choices) logits
     "multiple-choice": OnnxTask(lambda out: {"logits": out.logits}, frozenset(),
                                 ("batch", "choices", "seq"), "BertForMultipleChoice"),
