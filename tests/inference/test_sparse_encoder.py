@@ -376,3 +376,36 @@ def test_export_onnx_gives_the_logits_splade_pools(layout_dir, reference, texts,
     vectors = torch.stack([splade_vector(torch.from_numpy(row[:length]), SpladePooling())
                            for row, length in zip(logits, lengths)])
     assert_same_vectors(vectors, dense(reference.encode(texts)))
+
+
+def test_sentence_transformers_sparse_evaluators_score_it_as_their_own(layout_dir, data_dir):
+    """SparseInformationRetrievalEvaluator (SQuAD questions finding their paragraph) and
+    SparseEmbeddingSimilarityEvaluator (STS-B pairs) give the same numbers for SparseEncoder as for
+    sentence-transformers' own."""
+    import csv
+
+    from sentence_transformers.sparse_encoder.evaluation import (
+        SparseEmbeddingSimilarityEvaluator,
+        SparseInformationRetrievalEvaluator,
+    )
+
+    squad = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    queries, corpus, relevant = {}, {}, {}
+    for article in squad["data"][:1]:
+        for index, paragraph in enumerate(article["paragraphs"]):
+            corpus[f"{article['title']}-{index}"] = paragraph["context"]
+            question = paragraph["qas"][0]
+            queries[question["id"]], relevant[question["id"]] = question["question"], {f"{article['title']}-{index}"}
+    with open(data_dir / "stsb" / "dev.tsv", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[:64]
+    evaluators = [
+        SparseInformationRetrievalEvaluator(queries, corpus, relevant, name="squad", show_progress_bar=False),
+        SparseEmbeddingSimilarityEvaluator([row["sentence1"] for row in rows], [row["sentence2"] for row in rows],
+                                           [float(row["score"]) / 5 for row in rows], name="stsb")]
+    ours, theirs = SparseEncoder(layout_dir), sentence_transformers.SparseEncoder(str(layout_dir), device="cpu")
+    for evaluator in evaluators:
+        expected = evaluator(theirs)
+        answer = ours.evaluate(evaluator)  # evaluator(ours), as sentence-transformers' evaluate calls it
+        assert answer.keys() == expected.keys()
+        assert answer == pytest.approx(expected, rel=1e-4, abs=1e-6)
+    assert expected[evaluators[1].primary_metric] > 0.5  # the numbers compared are a model's, not noise
