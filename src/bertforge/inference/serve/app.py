@@ -622,8 +622,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         embedded = sentence_embedding(model if splade is not None else encoder_of(model))
         input_limit = embedding_limit(embedded) if task is None else run.max_length
         if task is None:
-            pooling = "splade" if splade is not None else sentence_embedding(encoder_of(model)).pooling
-            model_type = {"embedding": {"pooling": pooling}}
+            model_type = {"embedding": {"pooling": SPLADE if splade is not None else embedded.pooling}}
         elif task.head == "sequence_classification":
             id2label = {str(index): label for index, label in model.config.id2label.items()}
             model_type = {"classifier": {"id2label": id2label, "label2id": model.config.label2id},
