@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
+from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, SpladePooling
 from bertforge.errors import BertforgeError, ConfigError, InputError
 from bertforge.explain.methods import DEFAULT_STEPS
 from bertforge.explain.page import explained
@@ -52,7 +52,7 @@ from bertforge.inference.sparse_encoder import (
     keep_largest,
     load_splade_model,
     nonzero_weights,
-    splade_vector,
+    splade_rows,
 )
 from bertforge.tasks import classification
 from bertforge.tasks.data import forward_rows
@@ -85,11 +85,13 @@ def pooled_vectors(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor
     return vectors
 
 
-def splade_vectors(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:
-    """One (vocab,) SPLADE vector per job, from a masked-LM model's logits (options: splade, max_active_dims)."""
-    rows = forward_rows(model, [job.row for job in jobs], lambda output: (output.logits,))
-    return [keep_largest(splade_vector(logits, job.options["splade"])[None], job.options["max_active_dims"])[0]
-            for job, (logits,) in zip(jobs, rows)]
+def splade_vectors(splade: SpladePooling, max_active_dims: int | None):
+    """The worker's function for a SPLADE model's rows: one (vocab,) vector each, from the masked-LM logits pooled
+    as `splade` says, its `max_active_dims` largest weights kept (None: all)."""
+    def run(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:
+        vectors = splade_rows(model, [job.row for job in jobs], splade)
+        return list(keep_largest(vectors, max_active_dims).cpu())
+    return run
 
 
 def token_vectors(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:
@@ -167,6 +169,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     layout = getattr(model, "sentence_embedding", None) if task is None else None
     splade = layout.splade if layout is not None else None
     compared = None if splade is not None else True  # embed's `normalize` for vectors to compare: cosine, or dot
+    run_splade = splade_vectors(splade, layout.max_active_dims) if splade is not None else None
 
     metrics = ServerMetrics(lambda: batcher.pending)
     batcher = MicroBatcher(model, settings.max_batch_size, settings.max_batch_tokens, settings.max_wait_ms,
@@ -325,9 +328,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                                      f"as they are (dot product); send \"normalize\": false")
             used = sentence_embedding(model)
             rows = await input_rows(texts, used, cut, side, prompt_name)
-            vectors = await run_jobs([Job(splade_vectors, row, {"splade": splade,
-                                                                "max_active_dims": used.max_active_dims})
-                                      for row in rows])
+            vectors = await run_jobs([Job(run_splade, row) for row in rows])
             return vectors, sum(len(row["input_ids"]) for row in rows), used
         used = sentence_embedding(encoder_of(model), pooling, None, normalize)
         rows = await input_rows(texts, used, cut, side, prompt_name)
