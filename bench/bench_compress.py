@@ -259,7 +259,13 @@ def main() -> None:
         reference = FinetunedModel.load(model_dir)
         examples = reference.read(dev, reference.columns(), labelled=True)[:args.dev_examples]
         metric = reference.task.main_metric
-        made = {variant: make() for variant, make in variants(model_dir, examples, args.threads, folder).items()}
+        made = {}
+        for variant, make in variants(model_dir, examples, args.threads, folder).items():
+            try:
+                made[variant] = make()
+            except Exception as error:  # a reference that fails on this machine's versions: the rest still run
+                print(f"{name:<12}{variant:<23}not measured: {type(error).__name__}: "
+                      f"{str(error).splitlines()[0][:160] if str(error) else ''}", flush=True)
         passes = time_predictions(made, examples, args.repeats)
         baseline = passes["fp32"][-1].metrics[metric]
         baseline_seconds = statistics.median(run.seconds for run in passes["fp32"])

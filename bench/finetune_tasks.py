@@ -1,6 +1,7 @@
 """The README's fine-tuning results, one command each, and the same runs with transformers beside them.
 
     python bench/finetune_tasks.py RUN [--engine bertforge|transformers|both] [--runs-dir runs] [--threads 2]
+    python bench/finetune_tasks.py RUN --device cuda   # bertforge's run on a GPU (bench/compress_check.sh)
 
 RUN is a row of RUNS (sst2, mrpc, stsb, conll2003, squad): real data from ../shared/data, the default model
 (all-MiniLM-L6-v2) and the hyper-parameters of the row. `bertforge` runs the `bertforge finetune` command the
@@ -122,13 +123,15 @@ def show(arguments: list[str]) -> str:
     return " ".join(a if a and " " not in a and "#" not in a else repr(a) for a in ["bertforge", *arguments])
 
 
-def run_bertforge(run: Run, folder: Path, threads: int) -> dict:
+def run_bertforge(run: Run, folder: Path, threads: int, device: str | None = None) -> dict:
     start = time.perf_counter()
     data = data_files(run, folder)
     output = folder / "bertforge"
     commands = [finetune_arguments(run, output, data)]
     if run.test:
         commands.append(["evaluate", "--model", str(output), "--data", data["test"]])
+    if device is not None:
+        commands = [[*arguments, "--device", device] for arguments in commands]
     for arguments in commands:
         print(f"$ {show(arguments)}", flush=True)
         subprocess.run([sys.executable, "-m", "bertforge", "--threads", str(threads), *arguments], check=True)
@@ -239,10 +242,13 @@ def main() -> None:
     parser.add_argument("--engine", choices=[*ENGINES, "both"], default="bertforge")
     parser.add_argument("--runs-dir", default="runs", help="outputs go to RUNS_DIR/RUN/ENGINE")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", help="where bertforge's run trains and evaluates (cpu, cuda, cuda:1)")
     parser.add_argument("--transformers-batches", choices=["bertforge", "own"], default="bertforge",
                         help="bertforge: the same length-grouped batches as bertforge (an engine comparison); own: "
                              "the recipe's shuffled batches, each padded to its longest (DataCollatorWithPadding)")
     args = parser.parse_args()
+    if args.device is not None and args.engine != "bertforge":
+        parser.error("--device is for the bertforge engine (the transformers recipe here runs on the CPU)")
     tune_cpu_allocator()  # what the bertforge command does at start-up; process-wide, so transformers gains too
 
     run, folder = RUNS[args.run], Path(args.runs_dir) / args.run
@@ -250,7 +256,7 @@ def main() -> None:
     engines = list(ENGINES) if args.engine == "both" else [args.engine]
     results = {}
     for engine in engines:
-        options = {"batching": args.transformers_batches} if engine == "transformers" else {}
+        options = {"batching": args.transformers_batches} if engine == "transformers" else {"device": args.device}
         results[engine] = ENGINES[engine](run, folder, args.threads, **options)
         record = {"run": args.run, "engine": engine, "threads": args.threads, **results[engine]}
         (folder / f"{engine}.json").write_text(json.dumps(record, indent=2) + "\n")
