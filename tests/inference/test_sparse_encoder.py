@@ -159,9 +159,10 @@ def test_every_splade_pooling_is_sentence_transformers(strategy, activation, lay
                         sentence_transformers.SparseEncoder(str(tmp_path), device="cpu").encode(texts[:6]))
 
 
-def test_the_wrong_encoder_is_refused_in_one_line(splade_dir, layout_dir, tmp_path, capsys):
+def test_the_wrong_encoder_is_refused_in_one_line(splade_dir, layout_dir, tmp_path, capsys, caplog):
     with pytest.raises(ConfigError, match="sparse \\(SPLADE\\) encoder.*load it with SparseEncoder"):
         SentenceEncoder(layout_dir)
+    assert "newly initialised" not in caplog.text  # refused before the model loads
     with pytest.raises(CheckpointError, match="no trained weights for BertForMaskedLM's head"):
         SparseEncoder("default")  # all-MiniLM-L6-v2 has no masked-LM head
     with pytest.raises(ConfigError, match="dense sentence-transformers encoder.*not a SPLADE model"):

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.batching import length_sorted_batches
-from bertforge.checkpoint.default_model import HUB_OPTIONS
-from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
+from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
+from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, read_sentence_embedding
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.inference.features import embedding_texts, extract_features, pool, sentence_embedding
 from bertforge.inference.process_pool import PoolMethods
@@ -300,6 +300,12 @@ class TextEncoder(nn.Module):
                                      evaluator, output_path, save_best_model, epochs=epochs, **options)
 
 
+def refuse_sparse_layout(layout: SentenceEmbedding | None) -> None:
+    if layout is not None and layout.splade is not None:
+        raise ConfigError("this checkpoint is a sparse (SPLADE) encoder: its vectors come from the masked-LM head; "
+                          "load it with SparseEncoder")
+
+
 class SentenceEncoder(PoolMethods, TextEncoder):
     """One vector per text, as SentenceTransformer(name).encode(texts) gives it. A module, as SentenceTransformer
     is: its parameters are the BERT model's, and sentence-transformers' losses train it through `forward`.
@@ -320,12 +326,13 @@ class SentenceEncoder(PoolMethods, TextEncoder):
     def load_model(cls, name_or_path: str | Path, **options: Any) -> nn.Module:
         from bertforge import BertModel
 
+        # refused before loading, which would log the masked-LM checkpoint's missing pooler as newly initialised
+        refuse_sparse_layout(read_sentence_embedding(resolve_model_dir(
+            name_or_path, cache_dir=options.get("cache_dir"), revision=options.get("revision"))))
         return BertModel.from_pretrained(name_or_path, **options)
 
     def check_layout(self) -> None:
-        if self.settings.splade is not None:
-            raise ConfigError("this checkpoint is a sparse (SPLADE) encoder: its vectors come from the masked-LM "
-                              "head; load it with SparseEncoder")
+        refuse_sparse_layout(self.settings)
 
     @property
     def truncate_dim(self) -> int | None:
