@@ -16,6 +16,7 @@ from bertforge import (
     BertTokenizer,
     CheckpointError,
     ConfigError,
+    InputError,
     SentenceEncoder,
     SparseEncoder,
     extract_features,
@@ -410,3 +411,129 @@ def test_sentence_transformers_sparse_evaluators_score_it_as_their_own(layout_di
         assert answer.keys() == expected.keys()
         assert answer == pytest.approx(expected, rel=1e-4, abs=1e-6)
     assert expected[evaluators[1].primary_metric] > 0.5  # the numbers compared are a model's, not noise
+
+
+@pytest.fixture(scope="module")
+def squad_questions(data_dir) -> list[str]:
+    squad = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    return [qa["question"] for article in squad["data"][-3:] for paragraph in article["paragraphs"]
+            for qa in paragraph["qas"]]
+
+
+@pytest.fixture(scope="module")
+def inference_free_dir(splade_dir, squad_contexts, tmp_path_factory) -> Path:
+    """Inference-free SPLADE as sentence-transformers builds and saves it: a Router whose "query" route weights a
+    query's word pieces by a static table (here the IDF of each word piece over 400 SQuAD paragraphs) and whose
+    "document" route runs splade-tiny."""
+    from sentence_transformers.models import Router
+    from sentence_transformers.sparse_encoder.models import MLMTransformer, SparseStaticEmbedding
+    from sentence_transformers.sparse_encoder.models import SpladePooling as TheirSpladePooling
+
+    documents = MLMTransformer(str(splade_dir))
+    paragraphs = squad_contexts[:400]
+    counts = torch.zeros(documents.tokenizer.vocab_size)
+    for ids in documents.tokenizer(paragraphs, add_special_tokens=False)["input_ids"]:
+        counts[sorted(set(ids))] += 1
+    idf = torch.log(len(paragraphs) / (1 + counts)).clamp(min=0)
+    router = Router.for_query_document(
+        query_modules=[SparseStaticEmbedding(tokenizer=documents.tokenizer, weight=idf)],
+        document_modules=[documents, TheirSpladePooling("max")])
+    directory = tmp_path_factory.mktemp("inference_free")
+    sentence_transformers.SparseEncoder(modules=[router], similarity_fn_name="dot", device="cpu").save(str(directory))
+    return directory
+
+
+def test_inference_free_splade_is_sentence_transformers(inference_free_dir, squad_questions, texts):
+    ours = SparseEncoder(inference_free_dir)
+    theirs = sentence_transformers.SparseEncoder(str(inference_free_dir), device="cpu")
+    questions = squad_questions[:8]
+    queries = ours.encode_query(questions)
+    assert_same_vectors(queries, theirs.encode_query(questions))
+    assert_same_vectors(ours.encode_document(texts), theirs.encode_document(texts))
+    assert_same_vectors(ours.encode(texts), theirs.encode(texts))  # the Router's default route: documents
+    assert_same_vectors(ours.encode(questions, task="query"), queries)
+    assert_same_vectors(ours.encode_query(questions, max_active_dims=3), theirs.encode_query(questions,
+                                                                                             max_active_dims=3))
+    # A query's weights are the table's at its own word pieces, no model run.
+    ids = set(ours.static_weights.tokenizer(questions[0], add_special_tokens=False)["input_ids"])
+    assert set(dense(queries[0]).nonzero().flatten().tolist()) == {i for i in ids if ours.static_weights.weight[i]}
+    torch.testing.assert_close(ours.similarity(queries, ours.encode_document(texts)),
+                               theirs.similarity(theirs.encode_query(questions), theirs.encode_document(texts)),
+                               atol=1e-4, rtol=1e-5)
+
+
+def test_embed_command_on_inference_free_splade(inference_free_dir, squad_questions, texts, tmp_path, capsys):
+    """`bertforge embed` writes the documents' weights (the Router's default route); --similar weights the query
+    by the static table, as encode_query does."""
+    lines = [text for text in texts if "\n" not in text][:6]
+    (tmp_path / "texts.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    theirs = sentence_transformers.SparseEncoder(str(inference_free_dir), device="cpu")
+    assert main(["embed", "--model", str(inference_free_dir), "--input", str(tmp_path / "texts.txt"), "--output",
+                 str(tmp_path / "w.npy")]) == 0
+    documents = dense(theirs.encode_document(lines))
+    assert_same_vectors(torch.from_numpy(numpy.load(tmp_path / "w.npy")), documents)
+    capsys.readouterr()
+    query = squad_questions[0]
+    assert main(["embed", "--model", str(inference_free_dir), "--input", str(tmp_path / "texts.txt"), "--similar",
+                 query, "--top-k", "3"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    scores = documents @ dense(theirs.encode_query(query))
+    assert [int(line.split("line ")[1].split(":")[0]) - 1 for line in printed] == \
+        scores.argsort(descending=True, stable=True)[:3].tolist()
+
+
+def test_inference_free_splade_saves_as_sentence_transformers_does(inference_free_dir, squad_questions, texts,
+                                                                    tmp_path):
+    questions = squad_questions[:4]
+    ours = SparseEncoder(inference_free_dir)
+    ours.save(tmp_path / "saved")
+    for folder in ("query_0_SparseStaticEmbedding", "document_0_MLMTransformer", "document_1_SpladePooling"):
+        assert (tmp_path / "saved" / folder).is_dir()
+    theirs = sentence_transformers.SparseEncoder(str(tmp_path / "saved"), device="cpu")
+    assert_same_vectors(theirs.encode_query(questions), ours.encode_query(questions))
+    assert_same_vectors(theirs.encode_document(texts[:4]), ours.encode_document(texts[:4]))
+    again = SparseEncoder(tmp_path / "saved")
+    assert again.settings.routes == ours.settings.routes
+    assert_same_vectors(again.encode_query(questions), ours.encode_query(questions))
+
+
+def test_routers_other_than_inference_free_splade_are_refused_by_name(inference_free_dir, tmp_path):
+    encoder = SparseEncoder(inference_free_dir)
+    with pytest.raises(InputError, match="task 'passage'.*routes 'query' and 'document'"):
+        encoder.encode(["A text."], task="passage")
+    with pytest.raises(ConfigError, match="training an inference-free SPLADE model"):
+        encoder(encoder.tokenize(["A text."]))
+    shutil.copytree(inference_free_dir, tmp_path / "two_models")
+    config_path = tmp_path / "two_models" / "router_config.json"
+    config = json.loads(config_path.read_text())
+    config["structure"]["query"] = config["structure"]["document"]
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match="router_config.json: a Router of query: MLMTransformer -> SpladePooling"):
+        SparseEncoder(tmp_path / "two_models")
+    with pytest.raises(ConfigError, match="a Router of"):
+        SentenceEncoder(tmp_path / "two_models")
+
+
+def test_inference_free_splade_served_by_its_model_route(inference_free_dir, texts, tmp_path):
+    """The server runs the masked-LM model on every text: /embed_sparse gives encode_document's weights; a Router
+    whose default route is the static table is refused at start."""
+    from fastapi.testclient import TestClient
+
+    from bertforge.inference.serve.app import load_app
+    with TestClient(load_app(inference_free_dir)) as client:
+        answer = client.post("/embed_sparse", json={"inputs": texts[:3]}).json()
+    served = torch.zeros(3, 30522)
+    for row, values in enumerate(answer):
+        for item in values:
+            served[row, item["index"]] = item["value"]
+    assert_same_vectors(served, SparseEncoder(inference_free_dir).encode_document(texts[:3]))
+    shutil.copytree(inference_free_dir, tmp_path / "query_first")
+    config_path = tmp_path / "query_first" / "router_config.json"
+    config = json.loads(config_path.read_text())
+    config["parameters"]["default_route"] = "query"
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match="default route is its static table"):
+        load_app(tmp_path / "query_first")
+    assert_same_vectors(SparseEncoder(tmp_path / "query_first").encode(texts[:2]),
+                        sentence_transformers.SparseEncoder(str(tmp_path / "query_first"), device="cpu").encode(
+                            texts[:2]))

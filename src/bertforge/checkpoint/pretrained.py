@@ -434,9 +434,11 @@ class Pretrained:
         saved_dtype(self.config, state).save(directory / CONFIG_FILE, architecture=type(self).__name__)
         write_state_dict(state, directory)
         # An encoder loaded with a sentence-transformers layout pools as it says; a task model's head replaced that,
-        # except a SPLADE model's masked-LM head, which its layout pools.
+        # except a SPLADE model's masked-LM head, which its layout pools. An inference-free SPLADE model's Router
+        # keeps this model in a folder of its own, beside the others: SparseEncoder.save writes that layout.
         layout = getattr(self, "sentence_embedding", None)
-        if layout is not None and (not hasattr(self, "bert") or layout.splade and hasattr(self, "masked_lm")):
+        if layout is not None and layout.routes is None and (
+                not hasattr(self, "bert") or layout.splade and hasattr(self, "masked_lm")):
             write_sentence_embedding(directory, layout, self.config.hidden_size, self.config.vocab_size)
         return directory
 

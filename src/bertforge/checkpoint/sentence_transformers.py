@@ -10,7 +10,10 @@ the one used when none is named (default_prompt_name), and the similarity its ve
 
 A sparse encoder (SPLADE, sentence-transformers' SparseEncoder) lists an MLMTransformer, or a Transformer whose task
 is fill-mask, and a SpladePooling whose config.json says how the masked-LM head's logits become one weight per
-vocabulary entry; its config_sentence_transformers.json may cap the weights kept per text (max_active_dims).
+vocabulary entry; its config_sentence_transformers.json may cap the weights kept per text (max_active_dims). An
+inference-free SPLADE model lists one Router (router_config.json): one route (queries) weights each word piece of a
+text by a static table (SparseStaticEmbedding), the other (documents) runs the masked-LM model and its SpladePooling,
+each module in a subfolder of its own.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ MODULES_FILE = "modules.json"
 TRANSFORMER_CONFIG_FILE = "sentence_bert_config.json"
 SENTENCE_TRANSFORMERS_CONFIG_FILE = "config_sentence_transformers.json"
 POOLING_CONFIG_FILE = "config.json"
+ROUTER_CONFIG_FILE = "router_config.json"  # before sentence-transformers 5 (Asym): config.json
 # The pooling modes bertforge has (inference/features.py POOLINGS has the same names).
 SUPPORTED_POOLING_MODES = ("cls", "mean", "max")
 # Before sentence-transformers 6: one flag per mode -> the mode's name.
@@ -47,6 +51,31 @@ class SpladePooling:
 
 
 @dataclass(frozen=True)
+class SparseRoutes:
+    """An inference-free SPLADE model's Router: texts of the `static` task (queries) are weighted by a table of one
+    weight per vocabulary entry, with no model run; those of the `model` task by the masked-LM model. Each names a
+    route and its modules' folders; encode takes `default` when no task is named (None: a task must be named)."""
+
+    static: str = "query"
+    model: str = "document"
+    default: str | None = "document"
+    static_folder: str = "query_0_SparseStaticEmbedding"
+    model_folder: str = "document_0_MLMTransformer"
+    pooling_folder: str = "document_1_SpladePooling"
+
+    def route(self, task: str | None) -> str:
+        """The route a task's texts take, as the Router resolves it: the route of that name, else the default."""
+        if task is None:
+            if self.default is None:
+                raise InputError(f"this model's Router has no default route: name a task ({self.static!r} or "
+                                 f"{self.model!r}), or use encode_query / encode_document")
+            return self.default
+        if task not in (self.static, self.model):
+            raise InputError(f"task {task!r}: this model's Router has routes {self.static!r} and {self.model!r}")
+        return task
+
+
+@dataclass(frozen=True)
 class SentenceEmbedding:
     """How to make one vector per text; the defaults are bertforge's own (mean pooling, full length, raw)."""
 
@@ -60,6 +89,7 @@ class SentenceEmbedding:
     similarity_fn_name: str | None = None  # how vectors are compared (inference/similarity.py); None: cosine
     splade: SpladePooling | None = None  # a sparse encoder's pooling of the masked-LM logits; None: a dense one
     max_active_dims: int | None = None  # a sparse encoder's cap on the weights kept per text; None: all
+    routes: SparseRoutes | None = None  # an inference-free SPLADE model's Router; None: every text runs the model
 
     def prompt(self, name: str | None = None, text: str | None = None) -> str:
         """What goes before each text, as sentence-transformers' encode(prompt=, prompt_name=) chooses it: `text`
@@ -171,11 +201,79 @@ def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
             settings["splade"] = _splade(folder / POOLING_CONFIG_FILE)
         elif kind == "Normalize":
             settings["normalize"] = True
+        elif kind in ("Router", "Asym"):
+            settings |= _router(folder)
         else:
             raise ConfigError(f"{modules_path}: module {module.get('type') if isinstance(module, dict) else module!r}"
                               f" is not supported (bertforge runs Transformer, Pooling, Normalize and SPLADE's "
                               f"MLMTransformer and SpladePooling)")
     return SentenceEmbedding(**settings, **_prompts(directory / SENTENCE_TRANSFORMERS_CONFIG_FILE))
+
+
+def _router_config(folder: Path) -> dict[str, Any]:
+    path = folder / ROUTER_CONFIG_FILE if (folder / ROUTER_CONFIG_FILE).is_file() else folder / "config.json"
+    config = _read(path)
+    if not (isinstance(config, dict) and isinstance(config.get("types"), dict)
+            and isinstance(config.get("structure"), dict)):
+        raise ConfigError(f"{path}: expected a Router's \"types\" and \"structure\" objects")
+    return config | {"path": path}
+
+
+def _router(folder: Path) -> dict[str, Any]:
+    """The settings of an inference-free SPLADE Router: a route of one SparseStaticEmbedding and a route of an
+    MLMTransformer (or fill-mask Transformer) and a SpladePooling; any other Router is refused by name."""
+    config = _router_config(folder)
+    kinds = {module: str(kind).rsplit(".", 1)[-1] for module, kind in config["types"].items()}
+    routes = {name: [kinds.get(str(module)) for module in modules] for name, modules in config["structure"].items()
+              if isinstance(modules, list)}
+    static = [name for name, chain in routes.items() if chain == ["SparseStaticEmbedding"]]
+    model = [name for name, chain in routes.items()
+             if len(chain) == 2 and chain[0] in ("MLMTransformer", "Transformer") and chain[1] == "SpladePooling"]
+    parameters = config.get("parameters") or {}
+    if len(routes) != 2 or len(static) != 1 or len(model) != 1 or parameters.get("route_mappings"):
+        shown = "; ".join(f"{name}: {' -> '.join(map(str, chain))}" for name, chain in routes.items())
+        raise ConfigError(f"{config['path']}: a Router of {shown or 'no routes'} is not supported (bertforge runs "
+                          f"inference-free SPLADE: one route of a SparseStaticEmbedding, one of an MLMTransformer "
+                          f"and a SpladePooling)")
+    static_folder, (model_folder, pooling_folder) = (config["structure"][static[0]][0],
+                                                     config["structure"][model[0]])
+    default = parameters.get("default_route")
+    if default is None and parameters.get("allow_empty_key", True):
+        default = next(iter(routes))  # the Router's own fallback: its first route
+    transformer_path = folder / model_folder / TRANSFORMER_CONFIG_FILE
+    transformer = _read(transformer_path) if transformer_path.is_file() else {}
+    return {"routes": SparseRoutes(static[0], model[0], default, static_folder, model_folder, pooling_folder),
+            "splade": _splade(folder / pooling_folder / POOLING_CONFIG_FILE),
+            "lowercase": bool(transformer.get("do_lower_case", False))} | (
+        {} if transformer.get("max_seq_length") is None else {"max_length": int(transformer["max_seq_length"])})
+
+
+def write_router(directory: str | Path, settings: SentenceEmbedding, vocab_size: int) -> None:
+    """Write an inference-free SPLADE model's layout (`settings.routes`) as sentence-transformers 5 saves it: the
+    JSON of modules.json, router_config.json, config_sentence_transformers.json and each module's folder; the
+    weights and tokenizers in those folders are the encoder's to write (SparseEncoder.save)."""
+    directory, routes = Path(directory), settings.routes
+    kinds = {routes.static_folder: "sparse_encoder.models.SparseStaticEmbedding",
+             routes.model_folder: "sparse_encoder.models.MLMTransformer",
+             routes.pooling_folder: "sparse_encoder.models.SpladePooling"}
+    router = {"types": {folder: f"sentence_transformers.{kind}" for folder, kind in kinds.items()},
+              "structure": {routes.static: [routes.static_folder],
+                            routes.model: [routes.model_folder, routes.pooling_folder]},
+              "parameters": {"default_route": routes.default, "allow_empty_key": routes.default is not None}}
+    listing = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Router"}]
+    transformer = {"do_lower_case": settings.lowercase} | (
+        {} if settings.max_length is None else {"max_seq_length": settings.max_length})
+    pooling = {"pooling_strategy": settings.splade.strategy, "activation_function": settings.splade.activation,
+               "word_embedding_dimension": vocab_size}
+    for folder in kinds:
+        (directory / folder).mkdir(parents=True, exist_ok=True)
+    files = {MODULES_FILE: listing, ROUTER_CONFIG_FILE: router,
+             SENTENCE_TRANSFORMERS_CONFIG_FILE: _encoder_config(settings),
+             f"{routes.model_folder}/{TRANSFORMER_CONFIG_FILE}": transformer,
+             f"{routes.pooling_folder}/{POOLING_CONFIG_FILE}": pooling,
+             f"{routes.static_folder}/config.json": {"frozen": False}}
+    for name, content in files.items():
+        write_text_atomic(directory / name, json.dumps(content, indent=2) + "\n")
 
 
 def transformer_folder(directory: str | Path) -> Path | None:
@@ -189,9 +287,19 @@ def transformer_folder(directory: str | Path) -> Path | None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None  # read_sentence_embedding names the problem
     for module in modules if isinstance(modules, list) else []:
-        if (isinstance(module, dict) and str(module.get("type", "")).endswith("Transformer")
-                and module.get("path") and (directory / str(module["path"]) / "config.json").is_file()):
+        kind = str(module.get("type", "")) if isinstance(module, dict) else ""
+        if kind.endswith("Transformer") and module.get("path") and (
+                directory / str(module["path"]) / "config.json").is_file():
             return (directory / str(module["path"])).resolve()
+        if kind.rsplit(".", 1)[-1] in ("Router", "Asym"):  # the masked-LM model is one of the Router's modules
+            try:
+                router = _router_config(directory / str(module.get("path", "")))
+            except ConfigError:
+                return None  # read_sentence_embedding names the problem
+            for folder, kind in router["types"].items():
+                path = directory / str(module.get("path", "")) / str(folder)
+                if str(kind).endswith("Transformer") and (path / "config.json").is_file():
+                    return path.resolve()
     return None
 
 
@@ -218,13 +326,19 @@ def write_sentence_embedding(directory: str | Path, settings: SentenceEmbedding,
         {} if settings.max_length is None else {"max_seq_length": settings.max_length})
     write_text_atomic(directory / MODULES_FILE, json.dumps(listing, indent=2) + "\n")
     write_text_atomic(directory / TRANSFORMER_CONFIG_FILE, json.dumps(transformer, indent=2) + "\n")
-    prompts = {"prompts": settings.prompts, "default_prompt_name": settings.default_prompt_name} | (
-        {} if settings.similarity_fn_name is None else {"similarity_fn_name": settings.similarity_fn_name})
-    if settings.splade is not None:
-        prompts = {"model_type": "SparseEncoder"} | prompts | (
-            {} if settings.max_active_dims is None else {"max_active_dims": settings.max_active_dims})
-    write_text_atomic(directory / SENTENCE_TRANSFORMERS_CONFIG_FILE, json.dumps(prompts, indent=2) + "\n")
+    write_text_atomic(directory / SENTENCE_TRANSFORMERS_CONFIG_FILE,
+                      json.dumps(_encoder_config(settings), indent=2) + "\n")
     (directory / pooling_folder).mkdir(exist_ok=True)
     write_text_atomic(directory / pooling_folder / POOLING_CONFIG_FILE, json.dumps(pooling, indent=2) + "\n")
     if settings.normalize:
         (directory / "2_Normalize").mkdir(exist_ok=True)
+
+
+def _encoder_config(settings: SentenceEmbedding) -> dict[str, Any]:
+    """config_sentence_transformers.json: prompts, similarity, and a sparse encoder's kind and max_active_dims."""
+    config = {"prompts": settings.prompts, "default_prompt_name": settings.default_prompt_name} | (
+        {} if settings.similarity_fn_name is None else {"similarity_fn_name": settings.similarity_fn_name})
+    if settings.splade is not None:
+        config = {"model_type": "SparseEncoder"} | config | (
+            {} if settings.max_active_dims is None else {"max_active_dims": settings.max_active_dims})
+    return config

@@ -165,7 +165,7 @@ def run_splade(args: argparse.Namespace, texts: list[str], output: Path | None) 
                    convert_to_sparse_tensor=False)
     vectors = encoder.encode(texts, show_progress_bar=len(texts) > 10 * args.batch_size, **options)
     if args.similar is not None:
-        scores = vectors @ encoder.encode(args.similar, **options)
+        scores = vectors @ encoder.encode_query(args.similar, **options)
         for rank, i in enumerate(scores.argsort(descending=True, stable=True)[:args.top_k].tolist(), 1):
             print(f"{rank:>3}. {scores[i]:.3f}  line {i + 1}: {texts[i]}")
         return 0

@@ -1,10 +1,13 @@
 """SPLADE (Formal et al., 2021): a text as one weight per vocabulary entry, read from the masked-LM head. Each
 token's logits go through log(1 + relu(.)), and the text's tokens are pooled (max, or sum in the first SPLADE);
 most weights are 0, so a text is a short list of (word piece, weight) pairs that an inverted index can hold.
-SparseEncoder gives them as sentence-transformers' SparseEncoder does (encode, decode, similarity, sparsity)."""
+SparseEncoder gives them as sentence-transformers' SparseEncoder does (encode, decode, similarity, sparsity).
+Inference-free SPLADE (sentence-transformers' Router with a SparseStaticEmbedding) weights a query's word pieces by
+a static table instead (StaticWeights), and runs the model on documents only."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,12 @@ from torch import nn
 
 from bertforge.batching import MODEL_INPUTS, collate, length_sorted_batches
 from bertforge.checkpoint.default_model import resolve_model_dir
-from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, SpladePooling, read_sentence_embedding
+from bertforge.checkpoint.sentence_transformers import (
+    SentenceEmbedding,
+    SpladePooling,
+    read_sentence_embedding,
+    write_router,
+)
 from bertforge.errors import ConfigError, InputError
 from bertforge.inference.features import embedding_texts
 from bertforge.inference.sentence_encoder import TextEncoder
@@ -104,6 +112,57 @@ def load_splade_model(name_or_path: str | Path, **options: Any) -> nn.Module:
     return with_splade_layout(BertForMaskedLM.from_pretrained(name_or_path, require_heads=True, **options))
 
 
+class StaticWeights:
+    """The query side of inference-free SPLADE (sentence-transformers' SparseStaticEmbedding): a text's vector holds,
+    at each word piece the text contains, the table's weight for it (an IDF, say), and 0 elsewhere; no model runs.
+    Its folder holds the table (model.safetensors: "weight", one per vocabulary entry; or an idf.json of word piece
+    -> weight that its config.json names) and the tokenizer that splits the texts, without [CLS] and [SEP]."""
+
+    WEIGHTS_FILE = "model.safetensors"
+
+    def __init__(self, folder: Path, vocab_size: int):
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        from bertforge.tokenizer import BertTokenizer
+
+        self.tokenizer = BertTokenizer.from_pretrained(folder)
+        config_path = folder / "config.json"
+        try:
+            config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+            idf_file = config.get("path") if isinstance(config, dict) else None
+            if isinstance(idf_file, str) and idf_file.endswith(".json"):
+                table = json.loads((folder / idf_file).read_text(encoding="utf-8"))
+                ids = self.tokenizer.convert_tokens_to_ids(list(table))
+                weight = torch.zeros(vocab_size).index_put_((torch.tensor(ids, dtype=torch.long),),
+                                                            torch.tensor(list(table.values()), dtype=torch.float32))
+            else:
+                weight = load_file(folder / self.WEIGHTS_FILE)["weight"].float()
+        except (OSError, ValueError, KeyError, TypeError, SafetensorError) as error:
+            raise ConfigError(f"{folder}: unreadable SparseStaticEmbedding weights: {error}") from None
+        if weight.shape != (vocab_size,):
+            raise ConfigError(f"{folder}: SparseStaticEmbedding has {tuple(weight.shape)} weights, the model's "
+                              f"vocabulary {vocab_size}")
+        self.weight = weight
+
+    def vectors(self, texts: list[str], prompt: str | None = None) -> torch.Tensor:
+        """(texts, vocab) weights of `texts`, `prompt` put before each."""
+        encoded = self.tokenizer([(prompt or "") + text for text in texts], add_special_tokens=False,
+                                 truncation=True)["input_ids"]
+        vectors = torch.zeros(len(texts), len(self.weight))
+        for row, ids in enumerate(encoded):
+            ids = torch.tensor(ids, dtype=torch.long)
+            vectors[row, ids] = self.weight[ids]
+        return vectors
+
+    def save(self, folder: Path) -> None:
+        from safetensors.torch import save_file
+
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file({"weight": self.weight.contiguous()}, str(folder / self.WEIGHTS_FILE))
+        self.tokenizer.save_pretrained(folder)
+
+
 class SparseEncoder(TextEncoder):
     """One sparse vector per text, as sentence-transformers' SparseEncoder(name).encode(texts) gives it: a
     (texts, vocab) sparse COO tensor. The checkpoint is a BERT masked-LM model; its sentence-transformers layout
@@ -123,6 +182,16 @@ class SparseEncoder(TextEncoder):
         super().__init__(model_name_or_path, tokenizer, **options)
         if max_active_dims is not None:
             self.max_active_dims = max_active_dims
+        self.static_weights = None  # inference-free SPLADE's table (settings.routes): its queries run no model
+        routes = self.settings.routes
+        if routes is not None:  # the table is in the Router's folder, beside the model's own
+            source = getattr(self.model, "name_or_path", "")
+            if not source:
+                raise ConfigError("an inference-free SPLADE model (a Router with a SparseStaticEmbedding) loads from "
+                                  "its folder: SparseEncoder(path), or its model's from_pretrained(path)")
+            router_folder = resolve_model_dir(source, cache_dir=options.get("cache_folder"),
+                                              revision=options.get("revision")).parent
+            self.static_weights = StaticWeights(router_folder / routes.static_folder, self.get_embedding_dimension())
 
     @classmethod
     def load_model(cls, name_or_path: str | Path, **options: Any) -> nn.Module:
@@ -155,6 +224,9 @@ class SparseEncoder(TextEncoder):
     def forward(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """SparseEncoder's forward: `features` (tokenize's) with token_embeddings (the masked-LM logits) and
         sentence_embedding (the pooled weights) added."""
+        if self.settings.routes is not None:
+            raise ConfigError("training an inference-free SPLADE model (its Router) is not supported: its queries "
+                              "take a static table; encode_query and encode_document run it")
         inputs = {name: tensor.to(self.device) for name, tensor in features.items()
                   if name in ("input_ids", "attention_mask", "token_type_ids")}
         logits = self.model(**inputs).logits
@@ -166,10 +238,11 @@ class SparseEncoder(TextEncoder):
                convert_to_tensor: bool = True, convert_to_sparse_tensor: bool = True, save_to_cpu: bool = False,
                device: str | torch.device | None = None, max_active_dims: int | None = None,
                pool: dict[str, Any] | None = None, chunk_size: int | None = None, *,
-               sentences: str | Sequence[str] | None = None) -> Any:
+               sentences: str | Sequence[str] | None = None, task: str | None = None) -> Any:
         """SparseEncoder.encode: a (texts, vocab) tensor, sparse (COO) unless convert_to_sparse_tensor=False; a
         (vocab,) one for a single string; a list of per-text tensors with convert_to_tensor=False.
-        `max_active_dims` keeps each text's largest weights (default: the encoder's max_active_dims)."""
+        `max_active_dims` keeps each text's largest weights (default: the encoder's max_active_dims). `task`
+        ("query", "document"; encode_query and encode_document name theirs) picks an inference-free model's route."""
         self.eval()
         texts = sentences if inputs is None else inputs
         if isinstance(texts, np.ndarray) and texts.ndim == 1:
@@ -187,7 +260,11 @@ class SparseEncoder(TextEncoder):
             self.model.to(device)
         single = isinstance(texts, str)
         texts = [texts] if single else list(texts)
-        vectors = self._weights(texts, self._prompt(prompt_name, prompt), batch_size, bool(show_progress_bar))
+        routes = self.settings.routes
+        if routes is not None and routes.route(task) == routes.static:
+            vectors = self.static_weights.vectors(texts, self._prompt(prompt_name, prompt)).to(self.device)
+        else:
+            vectors = self._weights(texts, self._prompt(prompt_name, prompt), batch_size, bool(show_progress_bar))
         vectors = keep_largest(vectors, max_active_dims)
         if save_to_cpu:
             vectors = vectors.cpu()
@@ -196,6 +273,30 @@ class SparseEncoder(TextEncoder):
         if single:
             return vectors[0]
         return vectors if convert_to_tensor else list(vectors)
+
+    def encode_query(self, sentences: str | Sequence[str], **options: Any) -> Any:
+        """encode with the "query" prompt and task (an inference-free model's static table)."""
+        return super().encode_query(sentences, **{"task": "query"} | options)
+
+    def encode_document(self, sentences: str | Sequence[str], **options: Any) -> Any:
+        """encode with the "document" prompt and task."""
+        return super().encode_document(sentences, **{"task": "document"} | options)
+
+    def save(self, path: str | Path, model_name: str | None = None, create_model_card: bool = True,
+             train_datasets: list[str] | None = None, safe_serialization: bool = True) -> None:
+        """TextEncoder.save; an inference-free model in the Router layout sentence-transformers saves, each module
+        in its folder."""
+        routes = self.settings.routes
+        if routes is None:
+            return super().save(path, model_name, create_model_card, train_datasets, safe_serialization)
+        path = Path(path)
+        self._change(similarity_fn_name=self.similarity_fn_name, max_length=self.max_seq_length)
+        self.model.save_pretrained(path / routes.model_folder)
+        self.tokenizer.save_pretrained(path / routes.model_folder)
+        self.static_weights.save(path / routes.static_folder)
+        write_router(path, self.settings, self.get_embedding_dimension())
+
+    save_pretrained = save
 
     def _weights(self, texts: list[str], prompt: str | None, batch_size: int, progress: bool) -> torch.Tensor:
         """(texts, vocab) float32 weights, each text cut to max_seq_length tokens."""

@@ -746,6 +746,11 @@ def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
     tokenizer = BertTokenizer.from_pretrained(checkpoint.directory)
     if settings.pooling == SPLADE or settings.pooling is None and is_splade_checkpoint(checkpoint.directory):
         model = load_splade_model(checkpoint.directory)
+        routes = model.sentence_embedding.routes
+        if routes is not None and routes.default == routes.static:  # the server runs the model on every text
+            raise ConfigError(f"{name_or_path}: an inference-free SPLADE model whose default route is its static "
+                              f"table ({routes.static!r}); the server runs the masked-LM model's route "
+                              f"({routes.model!r}) only: use SparseEncoder")
     else:
         model = checkpoint.model_class.from_pretrained(checkpoint.directory)
         if settings.pooling is not None:  # the server's pooling in place of the layout's (a SPLADE layout's too)
