@@ -537,3 +537,22 @@ def test_inference_free_splade_served_by_its_model_route(inference_free_dir, tex
     assert_same_vectors(SparseEncoder(tmp_path / "query_first").encode(texts[:2]),
                         sentence_transformers.SparseEncoder(str(tmp_path / "query_first"), device="cpu").encode(
                             texts[:2]))
+
+
+def test_a_static_table_given_as_idf_json_is_read_as_sentence_transformers_reads_it(inference_free_dir,
+                                                                                     squad_questions, tmp_path):
+    """SparseStaticEmbedding's other form: config.json names a JSON file of word piece -> weight."""
+    from safetensors.torch import load_file
+
+    shutil.copytree(inference_free_dir, tmp_path / "idf")
+    static = tmp_path / "idf" / "query_0_SparseStaticEmbedding"
+    weight = load_file(static / "model.safetensors")["weight"]
+    vocab = BertTokenizer.from_pretrained(static).convert_ids_to_tokens(range(len(weight)))
+    table = {token: float(value) for token, value in zip(vocab, weight) if value}
+    (tmp_path / "idf.json").write_text(json.dumps(table), encoding="utf-8")
+    (static / "model.safetensors").unlink()
+    (static / "config.json").write_text(json.dumps({"frozen": False, "path": str(tmp_path / "idf.json")}))
+    questions = squad_questions[:6]
+    theirs = sentence_transformers.SparseEncoder(str(tmp_path / "idf"), device="cpu").encode_query(questions)
+    assert_same_vectors(SparseEncoder(tmp_path / "idf").encode_query(questions), theirs)
+    assert_same_vectors(SparseEncoder(inference_free_dir).encode_query(questions), theirs)
