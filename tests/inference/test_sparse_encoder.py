@@ -556,3 +556,18 @@ def test_a_static_table_given_as_idf_json_is_read_as_sentence_transformers_reads
     theirs = sentence_transformers.SparseEncoder(str(tmp_path / "idf"), device="cpu").encode_query(questions)
     assert_same_vectors(SparseEncoder(tmp_path / "idf").encode_query(questions), theirs)
     assert_same_vectors(SparseEncoder(inference_free_dir).encode_query(questions), theirs)
+
+
+def test_the_static_route_takes_the_default_prompt_as_sentence_transformers_does(inference_free_dir,
+                                                                                  squad_questions, tmp_path):
+    shutil.copytree(inference_free_dir, tmp_path / "prompted")
+    config_path = tmp_path / "prompted" / "config_sentence_transformers.json"
+    config = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps(config | {"prompts": {"question": "question: "},
+                                                "default_prompt_name": "question"}))
+    questions = squad_questions[:4]
+    ours, theirs = SparseEncoder(tmp_path / "prompted"), sentence_transformers.SparseEncoder(
+        str(tmp_path / "prompted"), device="cpu")
+    prompted = ours.encode(questions, task="query")
+    assert_same_vectors(prompted, theirs.encode(questions, task="query"))
+    assert not torch.equal(dense(prompted), dense(SparseEncoder(inference_free_dir).encode(questions, task="query")))

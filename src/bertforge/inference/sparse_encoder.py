@@ -262,7 +262,9 @@ class SparseEncoder(TextEncoder):
         texts = [texts] if single else list(texts)
         routes = self.settings.routes
         if routes is not None and routes.route(task) == routes.static:
-            vectors = self.static_weights.vectors(texts, self._prompt(prompt_name, prompt)).to(self.device)
+            chosen = self._prompt(prompt_name, prompt)
+            prompt_text = self.settings.prompt() if chosen is None else chosen  # None: the default prompt, if any
+            vectors = self.static_weights.vectors(texts, prompt_text).to(self.device)
         else:
             vectors = self._weights(texts, self._prompt(prompt_name, prompt), batch_size, bool(show_progress_bar))
         vectors = keep_largest(vectors, max_active_dims)
