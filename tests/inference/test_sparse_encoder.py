@@ -452,6 +452,8 @@ def test_inference_free_splade_is_sentence_transformers(inference_free_dir, squa
     assert_same_vectors(ours.encode_document(texts), theirs.encode_document(texts))
     assert_same_vectors(ours.encode(texts), theirs.encode(texts))  # the Router's default route: documents
     assert_same_vectors(ours.encode(questions, task="query"), queries)
+    # paragraphs as queries, two of them longer than the tokenizer's 512: cut where sentence-transformers cuts
+    assert_same_vectors(ours.encode(texts, task="query"), theirs.encode(texts, task="query"))
     assert_same_vectors(ours.encode_query(questions, max_active_dims=3), theirs.encode_query(questions,
                                                                                              max_active_dims=3))
     # A query's weights are the table's at its own word pieces, no model run.
