@@ -573,3 +573,21 @@ def test_the_static_route_takes_the_default_prompt_as_sentence_transformers_does
     prompted = ours.encode(questions, task="query")
     assert_same_vectors(prompted, theirs.encode(questions, task="query"))
     assert not torch.equal(dense(prompted), dense(SparseEncoder(inference_free_dir).encode(questions, task="query")))
+
+
+def test_a_multi_process_pool_gives_what_one_process_gives(inference_free_dir, squad_questions, texts):
+    """sentence-transformers' pool: chunks of the texts encoded by worker processes, each route as in one process."""
+    encoder = SparseEncoder(inference_free_dir)
+    questions = squad_questions[:5]
+    pool = encoder.start_multi_process_pool(["cpu", "cpu"])
+    try:
+        documents = encoder.encode_document(texts, pool=pool, chunk_size=3)
+        queries = encoder.encode_query(questions, pool=pool, chunk_size=2, max_active_dims=4)
+        with pytest.raises(InputError, match="task 'passage'"):
+            encoder.encode(texts, task="passage", pool=pool)
+    finally:
+        encoder.stop_multi_process_pool(pool)
+    assert documents.is_sparse and queries.is_sparse
+    assert_same_vectors(documents, encoder.encode_document(texts))
+    assert_same_vectors(queries, encoder.encode_query(questions, max_active_dims=4))
+    assert_same_vectors(encoder.encode(texts[:4], device=["cpu", "cpu"]), encoder.encode(texts[:4]))

@@ -26,6 +26,7 @@ from bertforge.checkpoint.sentence_transformers import (
 )
 from bertforge.errors import ConfigError, InputError
 from bertforge.inference.features import embedding_texts
+from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_encoder import TextEncoder
 from bertforge.validation import check_counts
 
@@ -163,7 +164,7 @@ class StaticWeights:
         self.tokenizer.save_pretrained(folder)
 
 
-class SparseEncoder(TextEncoder):
+class SparseEncoder(PoolMethods, TextEncoder):
     """One sparse vector per text, as sentence-transformers' SparseEncoder(name).encode(texts) gives it: a
     (texts, vocab) sparse COO tensor. The checkpoint is a BERT masked-LM model; its sentence-transformers layout
     (SpladePooling) says how the logits are pooled, else SPLADE v2's max over tokens of log(1 + relu(logits)).
@@ -236,13 +237,16 @@ class SparseEncoder(TextEncoder):
     def encode(self, inputs: str | Sequence[str] | None = None, prompt_name: str | None = None,
                prompt: str | None = None, batch_size: int = 32, show_progress_bar: bool | None = None,
                convert_to_tensor: bool = True, convert_to_sparse_tensor: bool = True, save_to_cpu: bool = False,
-               device: str | torch.device | None = None, max_active_dims: int | None = None,
-               pool: dict[str, Any] | None = None, chunk_size: int | None = None, *,
-               sentences: str | Sequence[str] | None = None, task: str | None = None) -> Any:
+               device: str | torch.device | Sequence[str | torch.device] | None = None,
+               max_active_dims: int | None = None, pool: dict[str, Any] | None = None,
+               chunk_size: int | None = None, *, sentences: str | Sequence[str] | None = None,
+               task: str | None = None) -> Any:
         """SparseEncoder.encode: a (texts, vocab) tensor, sparse (COO) unless convert_to_sparse_tensor=False; a
         (vocab,) one for a single string; a list of per-text tensors with convert_to_tensor=False.
         `max_active_dims` keeps each text's largest weights (default: the encoder's max_active_dims). `task`
-        ("query", "document"; encode_query and encode_document name theirs) picks an inference-free model's route."""
+        ("query", "document"; encode_query and encode_document name theirs) picks an inference-free model's route.
+        `pool` (from start_multi_process_pool), or a list of devices as `device`, shares the texts between
+        processes in chunks of `chunk_size` (inference/process_pool.py), with the same answer."""
         self.eval()
         texts = sentences if inputs is None else inputs
         if isinstance(texts, np.ndarray) and texts.ndim == 1:
@@ -250,23 +254,22 @@ class SparseEncoder(TextEncoder):
         if not isinstance(texts, str) and not (isinstance(texts, Sequence) and all(
                 isinstance(text, str) for text in texts)):
             raise InputError(f"encode takes a text or a list of texts, got {type(texts).__name__}")
-        if pool is not None or isinstance(device, list | tuple):
-            raise ConfigError("SparseEncoder.encode runs in this process (no pool, one device)")
         check_counts(batch_size=batch_size)
         max_active_dims = self.max_active_dims if max_active_dims is None else max_active_dims
         if max_active_dims is not None:
             check_counts(max_active_dims=max_active_dims)
-        if device is not None:
-            self.model.to(device)
+        if self.settings.routes is not None:
+            self.settings.routes.route(task)  # a task it has no route for is refused before any work
+        devices = self.place(device)
         single = isinstance(texts, str)
         texts = [texts] if single else list(texts)
-        routes = self.settings.routes
-        if routes is not None and routes.route(task) == routes.static:
-            chosen = self._prompt(prompt_name, prompt)
-            prompt_text = self.settings.prompt() if chosen is None else chosen  # None: the default prompt, if any
-            vectors = self.static_weights.vectors(texts, prompt_text).to(self.device)
+        options = dict(prompt=self._prompt(prompt_name, prompt), task=task, batch_size=batch_size,
+                       progress=bool(show_progress_bar) and pool is None and devices is None)
+        if pool is not None or devices is not None:
+            # a worker's chunk comes back sparse: its (chunk, vocab) weights are mostly 0
+            vectors = self.pooled("_sparse_weights", texts, pool, devices, chunk_size, **options).to_dense()
         else:
-            vectors = self._weights(texts, self._prompt(prompt_name, prompt), batch_size, bool(show_progress_bar))
+            vectors = self._weights(texts, **options)
         vectors = keep_largest(vectors, max_active_dims)
         if save_to_cpu:
             vectors = vectors.cpu()
@@ -300,8 +303,17 @@ class SparseEncoder(TextEncoder):
 
     save_pretrained = save
 
-    def _weights(self, texts: list[str], prompt: str | None, batch_size: int, progress: bool) -> torch.Tensor:
-        """(texts, vocab) float32 weights, each text cut to max_seq_length tokens."""
+    def _sparse_weights(self, texts: list[str], **options: Any) -> torch.Tensor:
+        return self._weights(texts, **options).to_sparse()
+
+    def _weights(self, texts: list[str], prompt: str | None, task: str | None, batch_size: int,
+                 progress: bool) -> torch.Tensor:
+        """(texts, vocab) float32 weights of the task's route: the static table's, or the model's with each text
+        cut to max_seq_length tokens."""
+        routes = self.settings.routes
+        if routes is not None and routes.route(task) == routes.static:
+            prompt = self.settings.prompt() if prompt is None else prompt  # None: the default prompt, if any
+            return self.static_weights.vectors(texts, prompt).to(self.device)
         settings = self.settings
         encoded = self.tokenizer(embedding_texts(texts, settings, settings.prompt(None, prompt)), truncation=True,
                                  max_length=self.max_seq_length)
