@@ -585,6 +585,7 @@ def test_a_multi_process_pool_gives_what_one_process_gives(inference_free_dir, s
         queries = encoder.encode_query(questions, pool=pool, chunk_size=2, max_active_dims=4)
         with pytest.raises(InputError, match="task 'passage'"):
             encoder.encode(texts, task="passage", pool=pool)
+        assert encoder.encode([], pool=pool).shape == (0, 30522)
     finally:
         encoder.stop_multi_process_pool(pool)
     assert documents.is_sparse and queries.is_sparse

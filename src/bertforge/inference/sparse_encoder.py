@@ -265,7 +265,7 @@ class SparseEncoder(PoolMethods, TextEncoder):
         texts = [texts] if single else list(texts)
         options = dict(prompt=self._prompt(prompt_name, prompt), task=task, batch_size=batch_size,
                        progress=bool(show_progress_bar) and pool is None and devices is None)
-        if pool is not None or devices is not None:
+        if texts and (pool is not None or devices is not None):
             # a worker's chunk comes back sparse: its (chunk, vocab) weights are mostly 0
             vectors = self.pooled("_sparse_weights", texts, pool, devices, chunk_size, **options).to_dense()
         else:
