@@ -189,11 +189,7 @@ def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
         kind = str(module.get("type", "")).rsplit(".", 1)[-1] if isinstance(module, dict) else None
         folder = directory / str(module.get("path", "")) if isinstance(module, dict) else directory
         if kind in ("Transformer", "MLMTransformer"):
-            config_path = folder / TRANSFORMER_CONFIG_FILE
-            config = _read(config_path) if config_path.is_file() else {}
-            if config.get("max_seq_length") is not None:
-                settings["max_length"] = int(config["max_seq_length"])
-            settings["lowercase"] = bool(config.get("do_lower_case", False))
+            settings |= _transformer(folder)
         elif kind == "Pooling":
             settings["pooling"] = _pooling(folder / POOLING_CONFIG_FILE)
             settings["include_prompt"] = _read(folder / POOLING_CONFIG_FILE).get("include_prompt", True) is not False
@@ -208,6 +204,14 @@ def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
                               f" is not supported (bertforge runs Transformer, Pooling, Normalize and SPLADE's "
                               f"MLMTransformer and SpladePooling)")
     return SentenceEmbedding(**settings, **_prompts(directory / SENTENCE_TRANSFORMERS_CONFIG_FILE))
+
+
+def _transformer(folder: Path) -> dict[str, Any]:
+    """A Transformer module's settings (sentence_bert_config.json): lower-casing, and max_length where given."""
+    path = folder / TRANSFORMER_CONFIG_FILE
+    config = _read(path) if path.is_file() else {}
+    return {"lowercase": bool(config.get("do_lower_case", False))} | (
+        {} if config.get("max_seq_length") is None else {"max_length": int(config["max_seq_length"])})
 
 
 def _router_config(folder: Path) -> dict[str, Any]:
@@ -240,12 +244,8 @@ def _router(folder: Path) -> dict[str, Any]:
     default = parameters.get("default_route")
     if default is None and parameters.get("allow_empty_key", True):
         default = next(iter(routes))  # the Router's own fallback: its first route
-    transformer_path = folder / model_folder / TRANSFORMER_CONFIG_FILE
-    transformer = _read(transformer_path) if transformer_path.is_file() else {}
     return {"routes": SparseRoutes(static[0], model[0], default, static_folder, model_folder, pooling_folder),
-            "splade": _splade(folder / pooling_folder / POOLING_CONFIG_FILE),
-            "lowercase": bool(transformer.get("do_lower_case", False))} | (
-        {} if transformer.get("max_seq_length") is None else {"max_length": int(transformer["max_seq_length"])})
+            "splade": _splade(folder / pooling_folder / POOLING_CONFIG_FILE)} | _transformer(folder / model_folder)
 
 
 def write_router(directory: str | Path, settings: SentenceEmbedding, vocab_size: int) -> None:
@@ -261,16 +261,12 @@ def write_router(directory: str | Path, settings: SentenceEmbedding, vocab_size:
                             routes.model: [routes.model_folder, routes.pooling_folder]},
               "parameters": {"default_route": routes.default, "allow_empty_key": routes.default is not None}}
     listing = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Router"}]
-    transformer = {"do_lower_case": settings.lowercase} | (
-        {} if settings.max_length is None else {"max_seq_length": settings.max_length})
-    pooling = {"pooling_strategy": settings.splade.strategy, "activation_function": settings.splade.activation,
-               "word_embedding_dimension": vocab_size}
     for folder in kinds:
         (directory / folder).mkdir(parents=True, exist_ok=True)
     files = {MODULES_FILE: listing, ROUTER_CONFIG_FILE: router,
              SENTENCE_TRANSFORMERS_CONFIG_FILE: _encoder_config(settings),
-             f"{routes.model_folder}/{TRANSFORMER_CONFIG_FILE}": transformer,
-             f"{routes.pooling_folder}/{POOLING_CONFIG_FILE}": pooling,
+             f"{routes.model_folder}/{TRANSFORMER_CONFIG_FILE}": _transformer_config(settings),
+             f"{routes.pooling_folder}/{POOLING_CONFIG_FILE}": _splade_config(settings, vocab_size),
              f"{routes.static_folder}/config.json": {"frozen": False}}
     for name, content in files.items():
         write_text_atomic(directory / name, json.dumps(content, indent=2) + "\n")
@@ -312,8 +308,7 @@ def write_sentence_embedding(directory: str | Path, settings: SentenceEmbedding,
     if settings.splade is not None:
         pooling_folder, kinds = "1_SpladePooling", ("sparse_encoder.models.MLMTransformer",
                                                     "sparse_encoder.models.SpladePooling")
-        pooling = {"pooling_strategy": settings.splade.strategy, "activation_function": settings.splade.activation,
-                   "word_embedding_dimension": vocab_size}
+        pooling = _splade_config(settings, vocab_size)
     else:
         pooling_folder, kinds = "1_Pooling", ("models.Transformer", "models.Pooling")
         pooling = {"word_embedding_dimension": hidden_size} | {
@@ -322,10 +317,8 @@ def write_sentence_embedding(directory: str | Path, settings: SentenceEmbedding,
     modules = [("", kinds[0]), (pooling_folder, kinds[1])] + [("2_Normalize", "models.Normalize")] * settings.normalize
     listing = [{"idx": index, "name": str(index), "path": path, "type": f"sentence_transformers.{kind}"}
                for index, (path, kind) in enumerate(modules)]
-    transformer = {"do_lower_case": settings.lowercase} | (
-        {} if settings.max_length is None else {"max_seq_length": settings.max_length})
     write_text_atomic(directory / MODULES_FILE, json.dumps(listing, indent=2) + "\n")
-    write_text_atomic(directory / TRANSFORMER_CONFIG_FILE, json.dumps(transformer, indent=2) + "\n")
+    write_text_atomic(directory / TRANSFORMER_CONFIG_FILE, json.dumps(_transformer_config(settings), indent=2) + "\n")
     write_text_atomic(directory / SENTENCE_TRANSFORMERS_CONFIG_FILE,
                       json.dumps(_encoder_config(settings), indent=2) + "\n")
     (directory / pooling_folder).mkdir(exist_ok=True)
@@ -342,3 +335,15 @@ def _encoder_config(settings: SentenceEmbedding) -> dict[str, Any]:
         config = {"model_type": "SparseEncoder"} | config | (
             {} if settings.max_active_dims is None else {"max_active_dims": settings.max_active_dims})
     return config
+
+
+def _transformer_config(settings: SentenceEmbedding) -> dict[str, Any]:
+    """sentence_bert_config.json, as _transformer reads it."""
+    return {"do_lower_case": settings.lowercase} | (
+        {} if settings.max_length is None else {"max_seq_length": settings.max_length})
+
+
+def _splade_config(settings: SentenceEmbedding, vocab_size: int | None) -> dict[str, Any]:
+    """A SpladePooling's config.json, as _splade reads it."""
+    return {"pooling_strategy": settings.splade.strategy, "activation_function": settings.splade.activation,
+            "word_embedding_dimension": vocab_size}

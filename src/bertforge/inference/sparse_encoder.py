@@ -310,12 +310,11 @@ class SparseEncoder(PoolMethods, TextEncoder):
                  progress: bool) -> torch.Tensor:
         """(texts, vocab) float32 weights of the task's route: the static table's, or the model's with each text
         cut to max_seq_length tokens."""
-        routes = self.settings.routes
-        if routes is not None and routes.route(task) == routes.static:
-            prompt = self.settings.prompt() if prompt is None else prompt  # None: the default prompt, if any
-            return self.static_weights.vectors(texts, prompt).to(self.device)
         settings = self.settings
-        encoded = self.tokenizer(embedding_texts(texts, settings, settings.prompt(None, prompt)), truncation=True,
+        prompt = settings.prompt(None, prompt)  # None: the default prompt, if any
+        if settings.routes is not None and settings.routes.route(task) == settings.routes.static:
+            return self.static_weights.vectors(texts, prompt).to(self.device)
+        encoded = self.tokenizer(embedding_texts(texts, settings, prompt), truncation=True,
                                  max_length=self.max_seq_length)
         rows = [{name: encoded[name][i] for name in ("input_ids", "token_type_ids")} for i in range(len(texts))]
         vectors = torch.zeros(len(texts), self.get_embedding_dimension(), device=self.device)
