@@ -1,11 +1,13 @@
 """Smaller models on real tasks, in one run: each fine-tuned model at fp32, bertforge int8 (`bertforge quantize`:
 static activations, outlier channels folded into the weights of the layers before GELU and in float32 elsewhere;
-a row with every layer's outliers in float32, and one with dynamic activations), torch's per-tensor dynamic int8
+a row for each more careful recipe `bertforge quantize` falls back to, and one with dynamic activations alone),
+torch's per-tensor dynamic int8
 (what `--precision int8` was before it became bertforge's), bf16 (where native), and ONNX Runtime's own dynamic
 int8 quantization of the same model (per tensor, its default, and per channel), each with the task's metric on its
 dev file and the end-to-end predict time (tokenizing, predicting and decoding the whole dev file, as `bertforge
 predict` does; scoring is not timed; median of --repeats after a warm-up, the variants taking turns pass by pass).
-The last lines per model compare int8 with ONNX Runtime's int8 pass by pass, and the models alone batch by batch:
+A line per model says which int8 recipe `bertforge quantize` (--max-drop 0.5, its fallback on) would write, from
+these rows. The last lines compare int8 with ONNX Runtime's int8 pass by pass, and the models alone batch by batch:
 the two are close, and the machine's own drift from minute to minute can be larger than the gap between their
 medians; within a batch it mostly cancels.
 
@@ -36,6 +38,7 @@ from torch import nn
 
 from bertforge.compress import QuantizationConfig, quantize
 from bertforge.compress.gate import measure
+from bertforge.compress.quantize import fallback_recipes, recipe_name
 from bertforge.heads import ClassifierOutput, every_position
 from bertforge.inference import replay
 from bertforge.inference.onnx import INPUT_NAMES, export_onnx, onnx_session
@@ -137,20 +140,34 @@ def torch_per_tensor_int8(finetuned: FinetunedModel) -> FinetunedModel:
     return finetuned
 
 
+# `bertforge quantize`'s recipes by default, in the order its fallback tries them
+GATE_RECIPES = fallback_recipes(QuantizationConfig("int8"))
+GATE_MAX_DROP = 0.5  # quantize's default --max-drop
+
+
+def gate_choice(passes: dict[str, list], metric: str) -> str | None:
+    """The first of GATE_RECIPES within GATE_MAX_DROP of fp32 on the dev set (what `bertforge quantize` would write
+    from these measurements), or None."""
+    baseline = passes["fp32"][-1].metrics[metric]
+    for name in map(recipe_name, GATE_RECIPES):
+        if name in passes and 100 * (baseline - passes[name][-1].metrics[metric]) <= GATE_MAX_DROP:
+            return name
+    return None
+
+
 def variants(model_dir: Path, examples, threads: int, folder: Path):
     """name -> a function making that variant of the model (loaded fresh each time)."""
-    def ours(precision, **settings):
+    def ours(precision, config=None, **settings):
         def make():
             finetuned = FinetunedModel.load(model_dir)
             batches = calibration_batches(finetuned, examples) if precision == "int8" else None
-            quantize(finetuned.model, QuantizationConfig(precision, **settings), batches)
+            quantize(finetuned.model, config or QuantizationConfig(precision, **settings), batches)
             return finetuned
         return make
 
-    table = {
-        "fp32": lambda: FinetunedModel.load(model_dir),
-        "int8": ours("int8"),
-        "int8 outliers float32": ours("int8", outlier_folding="none"),
+    table = {"fp32": lambda: FinetunedModel.load(model_dir)}
+    table |= {recipe_name(recipe): ours("int8", recipe) for recipe in GATE_RECIPES}
+    table |= {
         "int8 dynamic": ours("int8", activations="dynamic"),
         "int8 torch per-tensor": lambda: torch_per_tensor_int8(FinetunedModel.load(model_dir)),
     }
@@ -254,7 +271,7 @@ def main() -> None:
             dev = DATA / run.test if run.test else Path(data_files(run, run_folder)["dev"])  # CoNLL: the test file
             models.append((name, run_folder / "bertforge", dev))
 
-    print(f"{'model':<12}{'variant':<23}{'metric':<10}{'value':>8}{'points':>8}{'predict s':>11}{'speed-up':>10}")
+    print(f"{'model':<12}{'variant':<31}{'metric':<10}{'value':>8}{'points':>8}{'predict s':>11}{'speed-up':>10}")
     for name, model_dir, dev in models:
         reference = FinetunedModel.load(model_dir)
         examples = reference.read(dev, reference.columns(), labelled=True)[:args.dev_examples]
@@ -264,25 +281,37 @@ def main() -> None:
             try:
                 made[variant] = make()
             except Exception as error:  # a reference that fails on this machine's versions: the rest still run
-                print(f"{name:<12}{variant:<23}not measured: {type(error).__name__}: "
+                print(f"{name:<12}{variant:<31}not measured: {type(error).__name__}: "
                       f"{str(error).splitlines()[0][:160] if str(error) else ''}", flush=True)
         passes = time_predictions(made, examples, args.repeats)
         baseline = passes["fp32"][-1].metrics[metric]
         baseline_seconds = statistics.median(run.seconds for run in passes["fp32"])
         for variant, runs in passes.items():
             value, seconds = runs[-1].metrics[metric], statistics.median(run.seconds for run in runs)
-            print(f"{name:<12}{variant:<23}{metric:<10}{value:>8.4f}{100 * (value - baseline):>+8.2f}"
+            print(f"{name:<12}{variant:<31}{metric:<10}{value:>8.4f}{100 * (value - baseline):>+8.2f}"
                   f"{seconds:>11.2f}{baseline_seconds / seconds:>9.2f}x", flush=True)
+        chosen = gate_choice(passes, metric)
+        if chosen is None:
+            print(f"{name:<12}bertforge quantize (--max-drop {GATE_MAX_DROP}) writes nothing: each of its "
+                  f"{len(GATE_RECIPES)} int8 recipes loses more", flush=True)
+        else:
+            value = passes[chosen][-1].metrics[metric]
+            seconds = statistics.median(run.seconds for run in passes[chosen])
+            print(f"{name:<12}bertforge quantize (--max-drop {GATE_MAX_DROP}) writes {chosen}: "
+                  f"{100 * (value - baseline):+.2f} points, {baseline_seconds / seconds:.2f}x fp32", flush=True)
         others = tuple(other for other in ("ORT int8", "ORT int8 per-channel", "ORT int8 every token")
                        if other in made)
-        for other in others:
-            ratios = paired_ratios(passes, "int8", other)
-            print(f"{name:<12}int8 against {other}, pass by pass: ORT's time / int8's median "
-                  f"{statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f}), int8 faster in "
-                  f"{sum(ratio > 1 for ratio in ratios)} of {len(ratios)} passes", flush=True)
-        alone = model_seconds({variant: made[variant] for variant in ("int8", *others)}, examples, args.repeats)
-        print(f"{name:<12}the models alone, batch by batch: int8 {alone['int8']:.3f} s; ORT's time / int8's: "
-              + ", ".join(f"{other} {alone[other] / alone['int8']:.3f}" for other in others), flush=True)
+        compared = ["int8"] + ([chosen] if chosen not in (None, "int8") else [])
+        for mine in compared:
+            for other in others:
+                ratios = paired_ratios(passes, mine, other)
+                print(f"{name:<12}{mine} against {other}, pass by pass: ORT's time / {mine}'s median "
+                      f"{statistics.median(ratios):.3f} (range {min(ratios):.3f}-{max(ratios):.3f}), {mine} faster "
+                      f"in {sum(ratio > 1 for ratio in ratios)} of {len(ratios)} passes", flush=True)
+            alone = model_seconds({variant: made[variant] for variant in (mine, *others)}, examples, args.repeats)
+            print(f"{name:<12}the models alone, batch by batch: {mine} {alone[mine]:.3f} s; ORT's time / "
+                  f"{mine}'s: " + ", ".join(f"{other} {alone[other] / alone[mine]:.3f}" for other in others),
+                  flush=True)
         int8 = made["int8"]
         patched = {variant: FinetunedModel(patch(int8.model), int8.tokenizer, int8.task, int8.run)
                    for variant, patch in (("int8 eager", eager), ("int8 oneDNN only", onednn_only))}

@@ -54,4 +54,4 @@ for i in "${!runs[@]}"; do
 done
 wait
 echo; grep -m1 "^model " "$LOGS/compress-${runs[0]}.log"
-for run in "${runs[@]}"; do grep -v -E "^model |^WARNING" "$LOGS/compress-$run.log" | tail -n 25; done
+for run in "${runs[@]}"; do grep -v -E "^model |^WARNING" "$LOGS/compress-$run.log" | tail -n 40; done

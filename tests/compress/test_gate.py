@@ -2,6 +2,7 @@
 writes a model that reloads quantized and scores what the report says, and refuses (writing nothing, exit 1) when the
 metric drops by more than --max-drop."""
 
+import importlib
 import json
 
 import pytest
@@ -29,10 +30,11 @@ def test_quantize_writes_a_model_that_reloads_as_reported_and_refuses_a_larger_d
     examples = reloaded.read(sst2_files["dev"], reloaded.columns(), labelled=True)
     assert reloaded.evaluate(examples)["accuracy"] == report["candidate"]["metrics"]["accuracy"]
 
-    # The same quantization again (it is deterministic), allowed a little less than it dropped: refused.
+    # The same quantization again (it is deterministic), allowed a little less than it dropped and no more careful
+    # recipe: refused.
     refused = tmp_path / "refused"
     assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev"]), "--output", str(refused),
-                 "--max-drop", f"{report['drop'] - 0.25:.2f}"]) == 1
+                 "--max-drop", f"{report['drop'] - 0.25:.2f}", "--no-fallback"]) == 1
     printed = capsys.readouterr().out
     assert "nothing written" in printed and "fp32" in printed
     assert not refused.exists()
@@ -47,6 +49,62 @@ def test_quantize_writes_a_model_that_reloads_as_reported_and_refuses_a_larger_d
         error = capsys.readouterr().err.strip()
         assert "already quantized (int8)" in error and "\n" not in error
         assert not (tmp_path / "again").exists()
+
+
+def test_quantize_falls_back_to_more_careful_int8_recipes_and_writes_the_first_within_the_gate(
+        sst2_teacher, sst2_files, tmp_path, capsys, monkeypatch):
+    """Asked for a gain no recipe makes, every recipe of the fallback is measured on the dev set and reported, and
+    nothing is written. Then with the first recipe's metric held down by 5 points (the gate's control flow, not
+    the quantizer, under test), the next recipe is written: its checkpoint records its recipe and reloads as it."""
+    refused = tmp_path / "refused"
+    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev"]), "--output", str(refused),
+                 "--max-drop", "-100"]) == 1
+    printed = capsys.readouterr().out
+    for row in ("fp32", "int8 ", "int8 outliers float32 ", "int8 outliers float32 dynamic "):
+        assert f"\n{row}" in printed
+    assert "with int8 outliers float32 dynamic, the last of 3 recipes tried," in printed
+    assert "nothing written" in printed and not refused.exists()
+
+    quantize_module = importlib.import_module("bertforge.compress.quantize")  # the module, not the function
+    real_measure = quantize_module.measure
+
+    def first_recipe_worse(name, finetuned, examples, batch_size):
+        measured = real_measure(name, finetuned, examples, batch_size)
+        if name == "int8":
+            measured.metrics["accuracy"] -= 0.05
+        return measured
+
+    monkeypatch.setattr(quantize_module, "measure", first_recipe_worse)
+    output = tmp_path / "int8"
+    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev"]), "--output", str(output),
+                 "--max-drop", "4"]) == 0
+    verdict = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "with int8 outliers float32 (" in verdict and "accepted" in verdict and "int8 changed it by" in verdict
+    report = json.loads((output / COMPRESSION_FILE).read_text())
+    assert [row["name"] for row in report["rejected"]] == ["int8"]
+    assert report["candidate"]["name"] == "int8 outliers float32"
+    reloaded = FinetunedModel.load(output)
+    assert reloaded.model.quantization.outlier_folding == "none"
+    assert reloaded.model.quantization.activations == "static"
+    examples = reloaded.read(sst2_files["dev"], reloaded.columns(), labelled=True)
+    assert reloaded.evaluate(examples)["accuracy"] == report["candidate"]["metrics"]["accuracy"]
+
+
+def test_the_fallback_recipes_each_take_one_careful_step_and_name_themselves():
+    from bertforge.compress.quantize import QuantizationConfig, fallback_recipes, recipe_name
+
+    def names(**settings):
+        return [recipe_name(recipe) for recipe in fallback_recipes(QuantizationConfig(**settings))]
+
+    assert names() == ["int8", "int8 outliers float32", "int8 outliers float32 dynamic"]
+    assert names(outlier_folding="none") == ["int8 outliers float32", "int8 outliers float32 dynamic"]
+    assert names(activations="dynamic") == ["int8 dynamic", "int8 outliers float32 dynamic"]
+    assert names(outlier_folding="none", activations="dynamic") == ["int8 outliers float32 dynamic"]
+    assert names(outlier_folding="all", outlier_channels=16, smoothing=0.5) == [
+        "int8 16 outliers folded everywhere smoothing 0.5", "int8 16 outliers float32 smoothing 0.5",
+        "int8 16 outliers float32 smoothing 0.5 dynamic"]
+    assert names(outlier_channels=0) == ["int8 no outliers", "int8 no outliers dynamic"]
+    assert names(precision="bf16") == ["bf16"]
 
 
 def test_quantize_will_not_write_into_a_directory_with_files(sst2_teacher, sst2_files, capsys):

@@ -142,6 +142,25 @@ def test_quantized_checkpoint_saves_reloads_and_predicts_the_same(minilm_dir, to
         model_config("mini", tokenizer, 128, init_from=str(tmp_path / "int8"))
 
 
+def test_one_config_quantizes_several_models_each_recording_its_own_folding(minilm_dir, tokenizer, sentences,
+                                                                          tmp_path):
+    """quantize copies the config it is given: the layers one model folded are not recorded for the next model
+    quantized from a copy of that config (`bertforge quantize`'s fallback does this), whose checkpoint must reload."""
+    import dataclasses
+    calibration = batches(tokenizer, sentences[:16])
+    config = QuantizationConfig("int8")
+    folding = quantize(BertModel.from_pretrained(minilm_dir), config, calibration)
+    assert folding.quantization.folded and not config.folded
+    kept_apart = quantize(BertModel.from_pretrained(minilm_dir), dataclasses.replace(config, outlier_folding="none"),
+                          calibration)
+    assert kept_apart.quantization.folded == []
+    save_quantized(kept_apart, tmp_path / "int8")
+    reloaded = BertModel.from_pretrained(tmp_path / "int8")
+    batch = dict(tokenizer(sentences[16:24], padding=True, return_tensors="pt"))
+    with torch.inference_mode():
+        assert torch.equal(reloaded(**batch).last_hidden_state, kept_apart(**batch).last_hidden_state)
+
+
 def test_a_checkpoint_from_before_static_int8_loads_and_runs_dynamically(minilm_dir, tokenizer, sentences,
                                                                          tmp_path):
     """Earlier quantized checkpoints name no `activations`, hold no input range and an input scale on each layer

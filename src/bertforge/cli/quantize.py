@@ -42,6 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--activations", choices=ACTIVATION_RANGES, default="static",
                         help="int8: each layer's input range from calibration (static: no pass over each input to "
                              "find it) or from each batch (dynamic)")
+    parser.add_argument("--fallback", action=argparse.BooleanOptionalAction, default=True,
+                        help="int8: if the recipe asked for loses more than --max-drop, try more careful ones in "
+                             "turn (outliers in float32 rather than folded, then each batch's own input range) and "
+                             "write the first within it (default on)")
     parser.add_argument("--batch-size", type=positive_int, default=64, help="examples per batch")
     parser.add_argument("--device", default="cpu",
                         help="where both models run and are timed: cpu (default), cuda, cuda:N, mps; int8 is CPU only")
@@ -52,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
 
     report = quantize_finetuned(args.model, args.dev, args.output, args.precision, args.max_drop, args.calibration,
                                 args.calibration_examples, args.outlier_channels, args.smoothing, args.batch_size,
-                                args.activations, args.outlier_folding, args.device, args.format)
+                                args.activations, args.outlier_folding, args.device, args.format,
+                                args.fallback)
     print(report.table())
     print(report.verdict() + (f"; wrote {args.output}" if report.accepted else ""))
     return 0 if report.accepted else 1

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,8 @@ class GateReport:
     reference: Measurement
     candidate: Measurement
     max_drop: float  # points: 100 x the metric (0.5 = half a point of accuracy)
+    # candidates measured before this one and refused (quantize's fallback tries a more careful recipe next)
+    rejected: list[Measurement] = field(default_factory=list)
 
     @property
     def drop(self) -> float:
@@ -48,13 +50,14 @@ class GateReport:
 
     def table(self) -> str:
         """Both models side by side: every metric, the main one's change in points, and the predict time."""
+        rows = (self.reference, *self.rejected, self.candidate)
+        first = max(8, *(len(row.name) + 2 for row in rows))
         widths = {name: max(10, len(name) + 2) for name in self.reference.metrics}
-        lines = [f"{'':<8}" + "".join(f"{name:>{width}}" for name, width in widths.items())
+        lines = [f"{'':<{first}}" + "".join(f"{name:>{width}}" for name, width in widths.items())
                  + f"{'points':>9}{'predict s':>11}{'speed-up':>10}"]
-        for row in (self.reference, self.candidate):
-            change = 100 * (row.metrics[self.metric] - self.reference.metrics[self.metric])
+        for row in rows:
             values = "".join(f"{row.metrics.get(name, float('nan')):>{width}.4f}" for name, width in widths.items())
-            lines.append(f"{row.name:<8}{values}{change:>+9.2f}{row.seconds:>11.2f}"
+            lines.append(f"{row.name:<{first}}{values}{self.change(row):>+9.2f}{row.seconds:>11.2f}"
                          f"{self.reference.seconds / row.seconds:>9.2f}x")
         return "\n".join(lines)
 
@@ -62,18 +65,28 @@ class GateReport:
         # a negative max_drop asks the smaller model to gain that much: said as a gain, not as "a drop of -1"
         asked = (f"a drop of at most {self.max_drop} allowed" if self.max_drop >= 0 else
                  f"a gain of at least {-self.max_drop} asked for")
-        change = 0.0 - self.drop  # not -self.drop: no change reads +0.00, not -0.00
+        change = self.change(self.candidate)
+        # with earlier candidates refused, say which one this verdict is about
+        which = f" with {self.candidate.name}" if self.rejected else ""
         if self.accepted:
-            return f"{self.metric} changed by {change:+.2f} points ({asked}): accepted"
+            refused = "; ".join(f"{row.name} changed it by {self.change(row):+.2f}" for row in self.rejected)
+            return (f"{self.metric} changed by {change:+.2f} points{which} ({asked}): accepted"
+                    + (f" ({refused})" if refused else ""))
+        tried = f", the last of {len(self.rejected) + 1} recipes tried," if self.rejected else ","
         if self.max_drop < 0:
-            return (f"{self.metric} changed by {change:+.2f} points, short of the gain of at least "
+            return (f"{self.metric} changed by {change:+.2f} points{which}{tried} short of the gain of at least "
                     f"{-self.max_drop} asked for (--max-drop {self.max_drop}): nothing written")
-        return (f"{self.metric} dropped by {self.drop:.2f} points, more than the {self.max_drop} allowed "
-                f"(--max-drop): nothing written")
+        return (f"{self.metric} dropped by {self.drop:.2f} points{which}{tried} more than the {self.max_drop} "
+                f"allowed (--max-drop): nothing written")
+
+    def change(self, row: Measurement) -> float:
+        """Points `row` gained on the reference (negative: lost); no change reads +0.00, not -0.00."""
+        return 0.0 + 100 * (row.metrics[self.metric] - self.reference.metrics[self.metric])
 
     def to_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "max_drop": self.max_drop, "drop": self.drop, "accepted": self.accepted,
-                "reference": asdict(self.reference), "candidate": asdict(self.candidate)}
+                "reference": asdict(self.reference), "candidate": asdict(self.candidate),
+                "rejected": [asdict(row) for row in self.rejected]}
 
 
 def measure(name: str, finetuned: FinetunedModel, examples: Sequence[Any], batch_size: int = 64) -> Measurement:

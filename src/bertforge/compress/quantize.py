@@ -48,7 +48,7 @@ from bertforge.activations import ACTIVATIONS, ONEDNN_POST_OPS, Activation
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.hf_format import CONFIG_FILE, config_path
 from bertforge.checkpoint.key_map import ENCODER_PREFIX
-from bertforge.compress.gate import GateReport, check_output, measure, write_if_accepted
+from bertforge.compress.gate import GateReport, Measurement, check_output, measure, write_if_accepted
 from bertforge.config import check_number, read_json_object
 from bertforge.errors import ConfigError, check_choice
 from bertforge.heads import every_position
@@ -116,6 +116,46 @@ class QuantizationConfig:
             return cls(**{key: value for key, value in data.items() if key in known})
         except ConfigError as error:
             raise ConfigError(f"{source}: {error}") from None
+
+
+# The int8 recipes `bertforge quantize` falls back to, in turn, when the one asked for loses more than --max-drop on
+# the dev set (accuracy-driven tuning, as Intel Neural Compressor's): each step more careful than the last, and
+# usually slower. Outlier channels folded into the int8 weights coarsen those weights' columns; multiplied in
+# float32 they are exact. A range calibrated on a sample can clip an input it did not see; each batch's own cannot.
+CAREFUL_STEPS: tuple[dict[str, Any], ...] = (
+    {"outlier_folding": "none"},
+    {"activations": "dynamic"},
+)
+
+
+def recipe_name(config: QuantizationConfig) -> str:
+    """A short name for what `config` asks beyond the default int8 recipe (e.g. "int8 outliers float32 dynamic")."""
+    if config.precision != "int8":
+        return config.precision
+    parts = ["int8"]
+    count = "" if config.outlier_channels == QuantizationConfig.outlier_channels else f"{config.outlier_channels} "
+    if config.outlier_channels == 0:
+        parts.append("no outliers")  # nothing kept apart: nothing to fold
+    elif count or config.outlier_folding != "activation":
+        where = {"none": " float32", "all": " folded everywhere", "activation": ""}[config.outlier_folding]
+        parts.append(f"{count}outliers{where}")
+    if config.smoothing is not None:
+        parts.append(f"smoothing {config.smoothing}")
+    if config.activations == "dynamic":
+        parts.append("dynamic")
+    return " ".join(parts)
+
+
+def fallback_recipes(config: QuantizationConfig) -> list[QuantizationConfig]:
+    """`config`, then for int8 each step of CAREFUL_STEPS applied on top of the one before (a step that changes
+    nothing, such as float32 outliers where none are kept apart, is skipped)."""
+    recipes = [config]
+    if config.precision == "int8":
+        for step in CAREFUL_STEPS:
+            careful = dataclasses.replace(recipes[-1], **step)
+            if recipe_name(careful) != recipe_name(recipes[-1]):
+                recipes.append(careful)
+    return recipes
 
 
 def read_quantization(directory: Path) -> QuantizationConfig | None:
@@ -701,7 +741,8 @@ def quantize(model: nn.Module, config: QuantizationConfig | None = None,
     the user's own data calibrate int8 (a few hundred sentences are plenty: calibration finds each layer's largest
     input channels and the range of its int8 input). The model remembers its config for `save_quantized`."""
     check_not_quantized(model, "quantize")
-    config = dataclasses.replace(config or QuantizationConfig(), modules={})
+    # what quantizing records is the model's own (the config given may quantize another model after this one)
+    config = dataclasses.replace(config or QuantizationConfig(), modules={}, folded=[])
     model = METHODS[config.precision](model.eval(), batches, config)
     model.quantization = config
     return model
@@ -775,10 +816,11 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
                        max_drop: float = 0.5, calibration: str | Path | None = None,
                        calibration_examples: int = 256, outlier_channels: int = 8, smoothing: float | None = None,
                        batch_size: int = 64, activations: str = "static", outlier_folding: str = "activation",
-                       device: str = "cpu", format: str | None = None) -> GateReport:
+                       device: str = "cpu", format: str | None = None, fallback: bool = True) -> GateReport:
     """Quantize a fine-tuned model directory, measure it beside the original on the labelled `dev` file (in
     `format`, a key of DATA_FORMATS; default: its extension's), and write it to `output` only if the task's metric
-    drops by at most `max_drop` points (see `GateReport.accepted`).
+    drops by at most `max_drop` points (see `GateReport.accepted`). With `fallback`, an int8 model that drops more
+    is followed by the more careful recipes of `fallback_recipes`, in turn; the first within `max_drop` is written.
 
     int8 calibrates on the first `calibration_examples` of `calibration` (default: the dev file): each layer's
     largest input channels and, with static `activations`, the range of its int8 input. `precision="auto"` is bf16
@@ -799,18 +841,24 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
     reference = FinetunedModel.load(model, inference=placement)
     check_not_quantized(reference.model, "quantize", model)
     examples = reference.read(dev, reference.columns(), labelled=True, format=format)
-    candidate = FinetunedModel.load(model, inference=placement)
     batches = None
     if precision == "int8":
         # calibration needs inputs only: unlabelled files (a plain .txt, one text a line) do
         sample = examples if calibration is None else reference.read(calibration, reference.columns(path=calibration),
                                                                      labelled=False)
-        features = candidate.task.encode(candidate.tokenizer, sample[:calibration_examples],
-                                         candidate.settings, candidate.id2label)
-        batches = [batch for _, batch in inference_batches(features, batch_size, candidate.tokenizer.pad_token_id)]
-    quantize(candidate.model, config, batches)
-    report = GateReport(reference.task.main_metric, measure("fp32", reference, examples, batch_size),
-                        measure(precision, candidate, examples, batch_size), max_drop)
+        features = reference.task.encode(reference.tokenizer, sample[:calibration_examples],
+                                         reference.settings, reference.id2label)
+        batches = [batch for _, batch in inference_batches(features, batch_size, reference.tokenizer.pad_token_id)]
+    fp32 = measure("fp32", reference, examples, batch_size)
+    rejected: list[Measurement] = []
+    for recipe in fallback_recipes(config) if fallback else [config]:
+        candidate = FinetunedModel.load(model, inference=placement)
+        quantize(candidate.model, recipe, batches)
+        report = GateReport(reference.task.main_metric, fp32, measure(recipe_name(recipe), candidate, examples,
+                                                                      batch_size), max_drop, list(rejected))
+        if report.accepted:
+            break
+        rejected.append(report.candidate)
 
     def write(folder: Path) -> None:
         save_quantized(candidate.model, folder)
