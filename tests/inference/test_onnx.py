@@ -85,7 +85,7 @@ def test_shapes_the_exporter_recorded_wrong_are_dropped_and_right_ones_kept(mini
     model = onnx.load(str(path))
     recorded = len(model.graph.value_info)
     keep_inferable_shapes(path)
-    assert recorded > 0 and len(onnx.load(str(path)).graph.value_info) == recorded
+    assert recorded > 0 and len(onnx.load(str(path)).graph.value_info) == recorded  # the export kept them already
     # what torch 2.11's exporter wrote for MiniLM: one inner value 1536 wide where inference finds 384
     wrong = next(value for value in model.graph.value_info
                  if [dim.dim_value for dim in value.type.tensor_type.shape.dim][-1:] == [384])
@@ -97,6 +97,24 @@ def test_shapes_the_exporter_recorded_wrong_are_dropped_and_right_ones_kept(mini
     mended = onnx.load(str(tmp_path / "wrong.onnx"))
     assert len(mended.graph.value_info) == 0
     onnx.shape_inference.infer_shapes(mended, strict_mode=True)
+
+
+def test_the_export_records_no_weight_shapes_that_a_rewritten_weight_would_contradict(minilm_onnx, tmp_path):
+    """ONNX Runtime 1.30's quantize_dynamic turns each Gemm into a MatMul by transposing its weight in place, and
+    checks the result with ONNX's shape inference: a shape recorded beside that weight (torch's exporter writes one
+    for every weight) would then contradict it. The export keeps the inner values' shapes and none of the weights'."""
+    path, _ = minilm_onnx
+    model = onnx.load(str(path))
+    weights = {tensor.name: tensor for tensor in model.graph.initializer}
+    assert model.graph.value_info and not {value.name for value in model.graph.value_info} & set(weights)
+    # the rewrite, as that quantizer does it: B transposed in place, transB cleared
+    gemm = next(node for node in model.graph.node if node.op_type == "Gemm"
+                and weights.get(node.input[1]) is not None and len(set(weights[node.input[1]].dims)) == 2)
+    weight = weights[gemm.input[1]]
+    values = onnx.numpy_helper.to_array(weight).T.copy()
+    weight.CopyFrom(onnx.numpy_helper.from_array(values, weight.name))
+    next(attribute for attribute in gemm.attribute if attribute.name == "transB").i = 0
+    onnx.shape_inference.infer_shapes(model, strict_mode=True)
 
 
 def test_export_leaves_the_model_as_it_was(minilm_onnx, minilm):

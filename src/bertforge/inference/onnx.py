@@ -281,15 +281,26 @@ def export_onnx(model: nn.Module, tokenizer, path: str | Path, task: str | None 
 
 
 def keep_inferable_shapes(path: Path) -> None:
-    """Drop the exporter's shapes of the graph's inner values (optional in ONNX) where ONNX's strict shape
-    inference disagrees with one, as ONNX Runtime's quantizer and optimizers run it: torch 2.11's exporter recorded
-    a 1536-wide value of MiniLM where inference finds 384, and `quantize_dynamic` stopped there."""
+    """Keep only the exporter's shapes of the graph's inner values (optional in ONNX) that tools can trust.
+
+    Shapes it records for weights (initializers) go: a weight's shape is in the weight, and a tool that rewrites one
+    leaves the copy stale (ONNX Runtime 1.30's quantize_dynamic transposes each Gemm's weight in place and then
+    stopped on "Inferred shape and existing shape differ in dimension 0: (384) vs (1536)"). The rest go too where
+    ONNX's strict shape inference, as ONNX Runtime's quantizer and optimizers run it, disagrees with one."""
     onnx = require("onnx")
     model = onnx.load(str(path))
+    weights = {tensor.name for tensor in model.graph.initializer}
+    shapes = [value for value in model.graph.value_info if value.name not in weights]
+    changed = len(shapes) < len(model.graph.value_info)
+    if changed:
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(shapes)
     try:
         onnx.shape_inference.infer_shapes(model, strict_mode=True)
     except onnx.shape_inference.InferenceError:
         del model.graph.value_info[:]
+        changed = True
+    if changed:
         onnx.save(model, str(path))
 
 
