@@ -560,6 +560,29 @@ def test_a_static_table_given_as_idf_json_is_read_as_sentence_transformers_reads
     assert_same_vectors(SparseEncoder(inference_free_dir).encode_query(questions), theirs)
 
 
+def test_a_static_tokenizer_with_no_length_limit_leaves_long_queries_whole_as_sentence_transformers_does(
+        inference_free_dir, texts, tmp_path):
+    """A static route's tokenizer_config.json may record transformers' "no limit" (or no limit at all): there is no
+    position table behind it, and sentence-transformers then weighs every word piece of a long query. Saved again,
+    the folder still says "no limit"."""
+    shutil.copytree(inference_free_dir, tmp_path / "unlimited")
+    config_path = tmp_path / "unlimited" / "query_0_SparseStaticEmbedding" / "tokenizer_config.json"
+    config_path.write_text(json.dumps(json.loads(config_path.read_text()) | {"model_max_length": int(1e30)}))
+    ours = SparseEncoder(tmp_path / "unlimited")
+    pieces = ours.static_weights.tokenizer(texts, add_special_tokens=False, truncation=False)["input_ids"]
+    long_texts = [text for text, ids in zip(texts, pieces) if len(ids) > 512]
+    assert long_texts  # SQuAD paragraphs past 512 word pieces
+    theirs = sentence_transformers.SparseEncoder(str(tmp_path / "unlimited"), device="cpu")
+    whole = ours.encode_query(long_texts)
+    assert_same_vectors(whole, theirs.encode_query(long_texts))
+    assert not torch.equal(dense(whole), dense(SparseEncoder(inference_free_dir).encode_query(long_texts)))
+    ours.save(tmp_path / "saved")
+    saved = json.loads((tmp_path / "saved" / "query_0_SparseStaticEmbedding" / "tokenizer_config.json").read_text())
+    assert saved["model_max_length"] > 10**12
+    assert_same_vectors(sentence_transformers.SparseEncoder(str(tmp_path / "saved"), device="cpu").encode_query(
+        long_texts), whole)
+
+
 def test_the_static_route_takes_the_default_prompt_as_sentence_transformers_does(inference_free_dir,
                                                                                   squad_questions, tmp_path):
     shutil.copytree(inference_free_dir, tmp_path / "prompted")

@@ -128,6 +128,7 @@ class StaticWeights:
         from bertforge.tokenizer import BertTokenizer
 
         self.tokenizer = BertTokenizer.from_pretrained(folder)
+        self.max_length = recorded_max_length(folder)
         config_path = folder / "config.json"
         try:
             config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
@@ -149,7 +150,7 @@ class StaticWeights:
     def vectors(self, texts: list[str], prompt: str | None = None) -> torch.Tensor:
         """(texts, vocab) weights of `texts`, `prompt` put before each."""
         encoded = self.tokenizer([(prompt or "") + text for text in texts], add_special_tokens=False,
-                                 truncation=True)["input_ids"]
+                                 truncation=self.max_length is not None, max_length=self.max_length)["input_ids"]
         vectors = torch.zeros(len(texts), len(self.weight))
         for row, ids in enumerate(encoded):
             ids = torch.tensor(ids, dtype=torch.long)
@@ -161,7 +162,23 @@ class StaticWeights:
 
         folder.mkdir(parents=True, exist_ok=True)
         save_file({"weight": self.weight.contiguous()}, str(folder / self.WEIGHTS_FILE))
-        self.tokenizer.save_pretrained(folder)
+        self.tokenizer.save_pretrained(folder, model_max_length=self.max_length or NO_LENGTH_LIMIT)
+
+
+# What transformers writes as a tokenizer's model_max_length for "no limit" (its VERY_LARGE_INTEGER)
+NO_LENGTH_LIMIT = int(1e30)
+
+
+def recorded_max_length(folder: Path) -> int | None:
+    """The model_max_length the folder's tokenizer_config.json records, or None where it records none or
+    transformers' "no limit". A static table has no position table to bound it (bertforge's tokenizer reads "no
+    limit" as BERT's 512), so where sentence-transformers leaves a query whole, so does StaticWeights."""
+    try:
+        limit = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("model_max_length")
+    except (OSError, ValueError, AttributeError):
+        return None
+    real = isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit <= 10**12
+    return limit if real else None
 
 
 class SparseEncoder(PoolMethods, TextEncoder):
