@@ -37,7 +37,7 @@ from finetune_tasks import DATA, RUNS, data_files  # bench/ is the script's fold
 from torch import nn
 
 from bertforge.compress import QuantizationConfig, quantize
-from bertforge.compress.gate import measure
+from bertforge.compress.gate import DEFAULT_MAX_DROP, GateReport, measure
 from bertforge.compress.quantize import fallback_recipes, recipe_name
 from bertforge.heads import ClassifierOutput, every_position
 from bertforge.inference import replay
@@ -142,15 +142,13 @@ def torch_per_tensor_int8(finetuned: FinetunedModel) -> FinetunedModel:
 
 # `bertforge quantize`'s recipes by default, in the order its fallback tries them
 GATE_RECIPES = fallback_recipes(QuantizationConfig("int8"))
-GATE_MAX_DROP = 0.5  # quantize's default --max-drop
 
 
 def gate_choice(passes: dict[str, list], metric: str) -> str | None:
-    """The first of GATE_RECIPES within GATE_MAX_DROP of fp32 on the dev set (what `bertforge quantize` would write
-    from these measurements), or None."""
-    baseline = passes["fp32"][-1].metrics[metric]
+    """The first of GATE_RECIPES that quantize's gate (at its default --max-drop) accepts beside fp32 on the dev set
+    (what `bertforge quantize` would write from these measurements), or None."""
     for name in map(recipe_name, GATE_RECIPES):
-        if name in passes and 100 * (baseline - passes[name][-1].metrics[metric]) <= GATE_MAX_DROP:
+        if name in passes and GateReport(metric, passes["fp32"][-1], passes[name][-1], DEFAULT_MAX_DROP).accepted:
             return name
     return None
 
@@ -292,12 +290,12 @@ def main() -> None:
                   f"{seconds:>11.2f}{baseline_seconds / seconds:>9.2f}x", flush=True)
         chosen = gate_choice(passes, metric)
         if chosen is None:
-            print(f"{name:<12}bertforge quantize (--max-drop {GATE_MAX_DROP}) writes nothing: each of its "
+            print(f"{name:<12}bertforge quantize (--max-drop {DEFAULT_MAX_DROP}) writes nothing: each of its "
                   f"{len(GATE_RECIPES)} int8 recipes loses more", flush=True)
         else:
             value = passes[chosen][-1].metrics[metric]
             seconds = statistics.median(run.seconds for run in passes[chosen])
-            print(f"{name:<12}bertforge quantize (--max-drop {GATE_MAX_DROP}) writes {chosen}: "
+            print(f"{name:<12}bertforge quantize (--max-drop {DEFAULT_MAX_DROP}) writes {chosen}: "
                   f"{100 * (value - baseline):+.2f} points, {baseline_seconds / seconds:.2f}x fp32", flush=True)
         others = tuple(other for other in ("ORT int8", "ORT int8 per-channel", "ORT int8 every token")
                        if other in made)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 
 from bertforge.cli.arguments import add_format_argument, finite_float, fraction, non_negative_int, positive_int
+from bertforge.compress.gate import DEFAULT_MAX_DROP
 
 
 def add_max_drop_argument(parser: argparse.ArgumentParser) -> None:
     """--max-drop, the gate shared by quantize and distill."""
-    parser.add_argument("--max-drop", type=finite_float, default=0.5,
+    parser.add_argument("--max-drop", type=finite_float, default=DEFAULT_MAX_DROP,
                         help="most points (100 x the task's main metric) the smaller model may lose on --dev; "
                              "more, and nothing is written; a negative value is a gain it must make (default 0.5)")
 

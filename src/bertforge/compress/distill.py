@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertforge.compress.gate import GateReport, check_output, measure, write_if_accepted
+from bertforge.compress.gate import DEFAULT_MAX_DROP, GateReport, check_output, measure, write_if_accepted
 from bertforge.compress.quantize import check_not_quantized
 from bertforge.config import check_number
 from bertforge.errors import ConfigError
@@ -161,7 +161,7 @@ class DistillResult:
     written: bool
 
 
-def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, max_drop: float = 0.5,
+def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, max_drop: float = DEFAULT_MAX_DROP,
             launch: distributed.ProcessInfo | None = None) -> DistillResult:
     """Train a student of `distillation.student_layers` layers from the fine-tuned teacher `config.model` on
     `config.train`. With `config.dev` the student is measured beside its teacher and written to `config.output`

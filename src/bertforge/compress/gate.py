@@ -19,6 +19,7 @@ from bertforge.outputs import to_json
 from bertforge.tasks.finetune import FinetunedModel
 
 COMPRESSION_FILE = "compression.json"
+DEFAULT_MAX_DROP = 0.5  # points the smaller model may lose (--max-drop of quantize and distill)
 
 
 @dataclass

@@ -48,7 +48,14 @@ from bertforge.activations import ACTIVATIONS, ONEDNN_POST_OPS, Activation
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.hf_format import CONFIG_FILE, config_path
 from bertforge.checkpoint.key_map import ENCODER_PREFIX
-from bertforge.compress.gate import GateReport, Measurement, check_output, measure, write_if_accepted
+from bertforge.compress.gate import (
+    DEFAULT_MAX_DROP,
+    GateReport,
+    Measurement,
+    check_output,
+    measure,
+    write_if_accepted,
+)
 from bertforge.config import check_number, read_json_object
 from bertforge.errors import ConfigError, check_choice
 from bertforge.heads import every_position
@@ -813,7 +820,7 @@ def replace_module(model: nn.Module, name: str, module: nn.Module) -> None:
 
 
 def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, precision: str = "int8",
-                       max_drop: float = 0.5, calibration: str | Path | None = None,
+                       max_drop: float = DEFAULT_MAX_DROP, calibration: str | Path | None = None,
                        calibration_examples: int = 256, outlier_channels: int = 8, smoothing: float | None = None,
                        batch_size: int = 64, activations: str = "static", outlier_folding: str = "activation",
                        device: str = "cpu", format: str | None = None, fallback: bool = True) -> GateReport:

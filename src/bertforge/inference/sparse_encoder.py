@@ -24,10 +24,13 @@ from bertforge.checkpoint.sentence_transformers import (
     read_sentence_embedding,
     write_router,
 )
+from bertforge.config import read_json_object
 from bertforge.errors import ConfigError, InputError
 from bertforge.inference.features import embedding_texts
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_encoder import TextEncoder
+from bertforge.tokenizer.files import CONFIG_FILE as TOKENIZER_CONFIG_FILE
+from bertforge.tokenizer.files import NO_LENGTH_LIMIT, means_no_limit
 from bertforge.validation import check_counts
 
 SPLADE = "splade"  # the pooling that names it (`bertforge serve --pooling`, `embed --pool`), as TEI's --pooling
@@ -165,20 +168,14 @@ class StaticWeights:
         self.tokenizer.save_pretrained(folder, model_max_length=self.max_length or NO_LENGTH_LIMIT)
 
 
-# What transformers writes as a tokenizer's model_max_length for "no limit" (its VERY_LARGE_INTEGER)
-NO_LENGTH_LIMIT = int(1e30)
-
-
 def recorded_max_length(folder: Path) -> int | None:
-    """The model_max_length the folder's tokenizer_config.json records, or None where it records none or
-    transformers' "no limit". A static table has no position table to bound it (bertforge's tokenizer reads "no
-    limit" as BERT's 512), so where sentence-transformers leaves a query whole, so does StaticWeights."""
-    try:
-        limit = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("model_max_length")
-    except (OSError, ValueError, AttributeError):
-        return None
-    real = isinstance(limit, int) and not isinstance(limit, bool) and 0 < limit <= 10**12
-    return limit if real else None
+    """The model_max_length the folder's tokenizer_config.json records (the tokenizer loaded from it has checked
+    it), or None where it records none or transformers' "no limit". A static table has no position table to bound
+    it (bertforge's tokenizer reads "no limit" as BERT's 512), so where sentence-transformers leaves a query whole,
+    so does StaticWeights."""
+    path = folder / TOKENIZER_CONFIG_FILE
+    limit = read_json_object(path, "tokenizer config").get("model_max_length") if path.is_file() else None
+    return None if limit is None or means_no_limit(limit) else limit
 
 
 class SparseEncoder(PoolMethods, TextEncoder):

@@ -29,6 +29,8 @@ SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
 ADDED_TOKENS_FILE = "added_tokens.json"
 
 DEFAULT_MAX_LENGTH = 512
+# What transformers writes as model_max_length for "no limit" (its VERY_LARGE_INTEGER)
+NO_LENGTH_LIMIT = int(1e30)
 # tokenizer_config.json keys that bertforge honours; the other keys transformers writes are metadata.
 SETTINGS = ("do_lower_case", "strip_accents", "tokenize_chinese_chars", "model_max_length", "padding_side",
             "truncation_side", "clean_up_tokenization_spaces", "split_special_tokens", "model_input_names")
@@ -100,11 +102,16 @@ def read_tokenizer_files(directory: Path) -> TokenizerFiles:
     settings |= {key: config[key] for key in SETTINGS if key in config}
     if lowercase_first:
         settings |= _lowercased(settings)
-    limit = settings.get("model_max_length")
-    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit > 10**12:
-        # transformers writes a huge sentinel for "no limit"; BERT's position table makes 512 the real one.
+    if means_no_limit(settings.get("model_max_length")):
+        # BERT's position table makes 512 the real limit
         settings["model_max_length"] = DEFAULT_MAX_LENGTH
     return TokenizerFiles(vocab, settings, added, max_word_chars)
+
+
+def means_no_limit(model_max_length: Any) -> bool:
+    """Whether a recorded model_max_length is transformers' huge sentinel for "no limit" (NO_LENGTH_LIMIT)."""
+    return (isinstance(model_max_length, (int, float)) and not isinstance(model_max_length, bool)
+            and model_max_length > 10**12)
 
 
 def write_tokenizer_files(tokenizer, directory: Path, model_max_length: int | None = None) -> list[Path]:
