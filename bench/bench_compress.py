@@ -15,6 +15,7 @@ medians; within a batch it mostly cancels.
     python bench/bench_compress.py --model DIR --dev FILE [--model DIR --dev FILE ...]
     python bench/bench_compress.py --quick   # fine-tunes a small SST-2 model itself (a few minutes)
     python bench/bench_compress.py ... --batch-sizes 1,8,16,32,128,256   # also int8 against ORT at other sizes
+    python bench/bench_compress.py ... --float-layers 1,2,8   # also int8 keeping that many layers in float32
 
 The models of --runs are the ones `bench/finetune_tasks.py` leaves in RUNS_DIR/RUN/bertforge. int8 calibrates on
 the first 256 examples of the dev file, as `bertforge quantize` does by default.
@@ -153,8 +154,9 @@ def gate_choice(passes: dict[str, list], metric: str) -> str | None:
     return None
 
 
-def variants(model_dir: Path, examples, threads: int, folder: Path):
-    """name -> a function making that variant of the model (loaded fresh each time)."""
+def variants(model_dir: Path, examples, threads: int, folder: Path, float_layers: tuple[int, ...] = ()):
+    """name -> a function making that variant of the model (loaded fresh each time); `float_layers`: also int8
+    with outliers in float32 and that many layers in float32, for each count."""
     def ours(precision, config=None, **settings):
         def make():
             finetuned = FinetunedModel.load(model_dir)
@@ -165,6 +167,9 @@ def variants(model_dir: Path, examples, threads: int, folder: Path):
 
     table = {"fp32": lambda: FinetunedModel.load(model_dir)}
     table |= {recipe_name(recipe): ours("int8", recipe) for recipe in GATE_RECIPES}
+    for count in float_layers:
+        recipe = QuantizationConfig("int8", outlier_folding="none", float_layers=count)
+        table.setdefault(recipe_name(recipe), ours("int8", recipe))
     table |= {
         "int8 dynamic": ours("int8", activations="dynamic"),
         "int8 torch per-tensor": lambda: torch_per_tensor_int8(FinetunedModel.load(model_dir)),
@@ -243,6 +248,8 @@ def main() -> None:
     parser.add_argument("--dev-examples", type=int, default=None, help="score only the first N dev examples")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--float-layers", default="",
+                        help="also int8 with outliers in float32 and this many layers in float32, e.g. 1,2,8")
     parser.add_argument("--batch-sizes", default="",
                         help="also time the int8 models alone at these batch sizes, e.g. 1,8,16,32,128,256 (batches "
                              "of one take the first 200 examples)")
@@ -269,24 +276,25 @@ def main() -> None:
             dev = DATA / run.test if run.test else Path(data_files(run, run_folder)["dev"])  # CoNLL: the test file
             models.append((name, run_folder / "bertforge", dev))
 
-    print(f"{'model':<12}{'variant':<31}{'metric':<10}{'value':>8}{'points':>8}{'predict s':>11}{'speed-up':>10}")
+    print(f"{'model':<12}{'variant':<48}{'metric':<10}{'value':>8}{'points':>8}{'predict s':>11}{'speed-up':>10}")
     for name, model_dir, dev in models:
         reference = FinetunedModel.load(model_dir)
         examples = reference.read(dev, reference.columns(), labelled=True)[:args.dev_examples]
         metric = reference.task.main_metric
         made = {}
-        for variant, make in variants(model_dir, examples, args.threads, folder).items():
+        float_layers = tuple(int(count) for count in args.float_layers.split(",") if count)
+        for variant, make in variants(model_dir, examples, args.threads, folder, float_layers).items():
             try:
                 made[variant] = make()
             except Exception as error:  # a reference that fails on this machine's versions: the rest still run
-                print(f"{name:<12}{variant:<31}not measured: {type(error).__name__}: "
+                print(f"{name:<12}{variant:<48}not measured: {type(error).__name__}: "
                       f"{str(error).splitlines()[0][:160] if str(error) else ''}", flush=True)
         passes = time_predictions(made, examples, args.repeats)
         baseline = passes["fp32"][-1].metrics[metric]
         baseline_seconds = statistics.median(run.seconds for run in passes["fp32"])
         for variant, runs in passes.items():
             value, seconds = runs[-1].metrics[metric], statistics.median(run.seconds for run in runs)
-            print(f"{name:<12}{variant:<31}{metric:<10}{value:>8.4f}{100 * (value - baseline):>+8.2f}"
+            print(f"{name:<12}{variant:<48}{metric:<10}{value:>8.4f}{100 * (value - baseline):>+8.2f}"
                   f"{seconds:>11.2f}{baseline_seconds / seconds:>9.2f}x", flush=True)
         chosen = gate_choice(passes, metric)
         if chosen is None:

@@ -6,12 +6,14 @@
 # cores (one logical CPU each), the fine-tuning to the CPUs left over, so the four benchmarks run at once without
 # sharing a core (they do share the memory bus and caches: compare rows within a model, not across machines).
 # CoNLL-2003 is scored on its first CONLL_EXAMPLES test sentences; SST-2 also times int8 against ONNX Runtime's
-# int8 at the batch sizes SST2_BATCH_SIZES. Each step's output goes to LOG_DIR/NAME.log; the tables are printed at
-# the end. Needs bertforge and the default model importable, onnxruntime, onnx and onnxscript, and taskset.
+# int8 at the batch sizes SST2_BATCH_SIZES (empty: none); FLOAT_LAYERS (e.g. 1,2,8) adds int8 rows keeping that many
+# layers in float32. Each step's output goes to LOG_DIR/NAME.log; the tables are printed at the end. Needs bertforge
+# and the default model importable, onnxruntime, onnx and onnxscript, and taskset.
 set -u
 D=${1:-cuda}; LOGS=${2:-compress_check}
 THREADS=${THREADS:-2}; REPEATS=${REPEATS:-2}; CONLL_EXAMPLES=${CONLL_EXAMPLES:-600}
-SST2_BATCH_SIZES=${SST2_BATCH_SIZES:-1,8,16,32}; RUNS_DIR=${RUNS_DIR:-runs}; PY=${PY:-python3}
+SST2_BATCH_SIZES=${SST2_BATCH_SIZES-1,8,16,32}; RUNS_DIR=${RUNS_DIR:-runs}; PY=${PY:-python3}
+FLOAT_LAYERS=${FLOAT_LAYERS:-}  # also int8 rows keeping these many layers in float32, e.g. 1,2,8
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-0}  # seconds each benchmark may take (0: no limit)
 mkdir -p "$LOGS"; export PYTHONUNBUFFERED=1
 
@@ -47,6 +49,7 @@ for i in "${!runs[@]}"; do
   extra=()
   [ "$run" = conll2003 ] && extra=(--dev-examples "$CONLL_EXAMPLES")
   [ "$run" = sst2 ] && [ -n "$SST2_BATCH_SIZES" ] && extra=(--batch-sizes "$SST2_BATCH_SIZES")
+  [ -n "$FLOAT_LAYERS" ] && extra+=(--float-layers "$FLOAT_LAYERS")
   (t0=$EPOCHREALTIME
    "${limit[@]}" taskset -c "${bench_cpus[$i]}" $PY bench/bench_compress.py --runs "$run" --runs-dir "$RUNS_DIR" \
      --threads "$THREADS" --repeats "$REPEATS" "${extra[@]}" > "$LOGS/compress-$run.log" 2>&1

@@ -51,8 +51,9 @@ class PrepackedLinear(nn.Linear):
     mode without gradients only, and is made again after anything that may have changed the weight: a switch
     between train and eval mode, a forward pass with gradients (an optimizer step may follow), or an in-place
     update that moves the weight's version counter (a checkpoint load; fused AdamW's step does not move it).
-    Training, autocast, other devices and dtypes, and graph capture (torch.compile, export) take nn.Linear's own
-    path: oneDNN's op has no gradient and no ONNX form.
+    Training, autocast, other devices and dtypes, and graph capture (torch.compile, export, the tracer of
+    inference/replay.py) take nn.Linear's own path: oneDNN's op has no gradient, no ONNX form, and a reordered
+    weight the tracer can't hold.
     """
 
     packed: tuple[tuple[int, int], torch.Tensor] | None = None  # ((data pointer, version) of weight, its copy)
@@ -71,7 +72,7 @@ class PrepackedLinear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (self.training or torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != torch.float32
                 or self.weight.dtype != torch.float32 or torch.is_autocast_enabled("cpu")
-                or torch.compiler.is_compiling() or not torch.backends.mkldnn.is_available()):
+                or torch.compiler.is_compiling() or torch.jit.is_tracing() or not torch.backends.mkldnn.is_available()):
             self.packed = None
             x = super().forward(x)
             return x if self.activation is None else ACTIVATIONS[self.activation](x)

@@ -6,6 +6,7 @@ import importlib
 import json
 
 import pytest
+import torch
 
 from bertforge.cli.main import main
 from bertforge.compress import QuantizedLinear
@@ -86,6 +87,25 @@ def test_quantize_falls_back_to_more_careful_int8_recipes_and_writes_the_first_w
     reloaded = FinetunedModel.load(output)
     assert reloaded.model.quantization.outlier_folding == "none"
     assert reloaded.model.quantization.activations == "static"
+    examples = reloaded.read(sst2_files["dev"], reloaded.columns(), labelled=True)
+    assert reloaded.evaluate(examples)["accuracy"] == report["candidate"]["metrics"]["accuracy"]
+
+
+def test_quantize_keeps_the_layers_asked_for_in_float32(sst2_teacher, sst2_files, tmp_path, capsys):
+    """--float-layers N: the N layers whose int8 product alone changes the model's output most on the calibration
+    data stay float32 in the written model, which names them and reloads scoring what the report says."""
+    output = tmp_path / "int8"
+    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev"]), "--output", str(output),
+                 "--float-layers", "2", "--max-drop", "100", "--no-fallback"]) == 0
+    assert "\nint8 2 float32 layers " in capsys.readouterr().out
+    report = json.loads((output / COMPRESSION_FILE).read_text())
+    assert report["candidate"]["name"] == "int8 2 float32 layers"
+    reloaded = FinetunedModel.load(output)
+    kept = reloaded.model.quantization.kept_float
+    assert len(kept) == 2
+    layers = dict(reloaded.model.named_modules())
+    assert all(isinstance(layers[name], torch.nn.Linear) for name in kept)
+    assert sum(isinstance(layer, QuantizedLinear) for layer in layers.values()) == 6 * 6 + 1 - 2
     examples = reloaded.read(sst2_files["dev"], reloaded.columns(), labelled=True)
     assert reloaded.evaluate(examples)["accuracy"] == report["candidate"]["metrics"]["accuracy"]
 

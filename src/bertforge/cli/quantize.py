@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--activations", choices=ACTIVATION_RANGES, default="static",
                         help="int8: each layer's input range from calibration (static: no pass over each input to "
                              "find it) or from each batch (dynamic)")
+    parser.add_argument("--float-layers", type=non_negative_int, default=0,
+                        help="int8: keep this many linear layers in float32, those whose int8 product alone "
+                             "changes the model's output most on the calibration data (default 0)")
     parser.add_argument("--fallback", action=argparse.BooleanOptionalAction, default=True,
                         help="int8: if the recipe asked for loses more than --max-drop, try more careful ones in "
                              "turn (outliers in float32 rather than folded, then each batch's own input range) and "
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     report = quantize_finetuned(args.model, args.dev, args.output, args.precision, args.max_drop, args.calibration,
                                 args.calibration_examples, args.outlier_channels, args.smoothing, args.batch_size,
                                 args.activations, args.outlier_folding, args.device, args.format,
-                                args.fallback)
+                                args.fallback, float_layers=args.float_layers)
     print(report.table())
     print(report.verdict() + (f"; wrote {args.output}" if report.accepted else ""))
     return 0 if report.accepted else 1

@@ -91,15 +91,21 @@ class QuantizationConfig:
     # fbgemm's kernel, which spends a pass over each input finding it)
     activations: str = "static"
     outlier_folding: str = "activation"  # int8: a key of OUTLIER_FOLDING
+    # int8: how many layers stay float32, those whose int8 product alone changes the model's output most on the
+    # calibration sample (Intel Neural Compressor's op-wise fallback, ranked without labels: `int8_sensitivity`)
+    float_layers: int = 0
     modules: dict[str, int] = dataclasses.field(default_factory=dict)  # int8: quantized layer -> its outliers
     folded: list[str] = dataclasses.field(default_factory=list)  # int8: the layers that folded their outliers
+    kept_float: list[str] = dataclasses.field(default_factory=list)  # int8: the float_layers layers, most changed first
 
     def __post_init__(self):
         check_choice(self.precision, METHODS, "precision")
         check_choice(self.activations, ACTIVATION_RANGES, "activations")
         check_choice(self.outlier_folding, OUTLIER_FOLDING, "outlier_folding")
-        if not isinstance(self.outlier_channels, int) or self.outlier_channels < 0:
-            raise ConfigError(f"outlier_channels must be a whole number >= 0, got {self.outlier_channels!r}")
+        for name in ("outlier_channels", "float_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{name} must be a whole number >= 0, got {value!r}")
         if not isinstance(self.outlier_ratio, (int, float)) or self.outlier_ratio < 1:
             raise ConfigError(f"outlier_ratio must be a number >= 1, got {self.outlier_ratio!r}")
         if self.smoothing is not None and not 0.0 <= self.smoothing <= 1.0:
@@ -129,6 +135,8 @@ class QuantizationConfig:
 # the dev set (accuracy-driven tuning, as Intel Neural Compressor's): each step more careful than the last, and
 # usually slower. Outlier channels folded into the int8 weights coarsen those weights' columns; multiplied in
 # float32 they are exact. A range calibrated on a sample can clip an input it did not see; each batch's own cannot.
+# (Layers kept in float32, `float_layers`, are not a step: on MiniLM's fine-tuned models int8's error is spread over
+# many layers, and on AMX each float32 layer costs more speed than dynamic ranges do; bench/README.md.)
 CAREFUL_STEPS: tuple[dict[str, Any], ...] = (
     {"outlier_folding": "none"},
     {"activations": "dynamic"},
@@ -148,6 +156,8 @@ def recipe_name(config: QuantizationConfig) -> str:
         parts.append(f"{count}outliers{where}")
     if config.smoothing is not None:
         parts.append(f"smoothing {config.smoothing}")
+    if config.float_layers:
+        parts.append(f"{config.float_layers} float32 layer{'s' if config.float_layers > 1 else ''}")
     if config.activations == "dynamic":
         parts.append("dynamic")
     return " ".join(parts)
@@ -643,13 +653,27 @@ def quantize_int8(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]] |
     if config.outlier_channels >= narrowest:  # the int8 product needs some channels left to multiply
         raise ConfigError(f"outlier_channels must be fewer than a layer's {narrowest} input channels, "
                           f"got {config.outlier_channels}")
+    if config.float_layers >= len(linears):
+        raise ConfigError(f"float_layers must be fewer than the model's {len(linears)} linear layers, "
+                          f"got {config.float_layers}")
+    batches = list(batches)
     ranges = calibrate(model, batches, linears)
+    before_activation = activation_layers(model, linears)
+
+    def int8_layer(name: str, activation: str | None = None) -> QuantizedLinear:
+        fold = config.outlier_folding == "all" or (config.outlier_folding == "activation"
+                                                   and name in before_activation)
+        return QuantizedLinear.from_linear(linears[name], *ranges[name], config.outlier_channels, config.smoothing,
+                                           config.outlier_ratio, static=config.activations == "static",
+                                           fold_outliers=fold, activation=activation)
+
+    if config.float_layers:
+        sensitivity = int8_sensitivity(model, leading_batches(batches, SENSITIVITY_EXAMPLES), linears, int8_layer)
+        config.kept_float = sorted(sensitivity, key=sensitivity.get, reverse=True)[:config.float_layers]
+        linears = {name: linear for name, linear in linears.items() if name not in config.kept_float}
     activations = take_activations(model, linears)
-    for name, linear in linears.items():
-        fold = config.outlier_folding == "all" or (config.outlier_folding == "activation" and name in activations)
-        quantized = QuantizedLinear.from_linear(linear, *ranges[name], config.outlier_channels, config.smoothing,
-                                                config.outlier_ratio, static=config.activations == "static",
-                                                fold_outliers=fold, activation=activations.get(name))
+    for name in linears:
+        quantized = int8_layer(name, activations.get(name))
         replace_module(model, name, quantized)
         config.modules[name] = len(quantized.outlier_index)
         if quantized.folded:
@@ -696,16 +720,78 @@ def run_int8_eagerly(model: nn.Module) -> nn.Module:
     return model
 
 
+def activation_layers(model: nn.Module, names: Iterable[str]) -> dict[str, str]:
+    """The layers among `names` that a feed-forward activation follows (up-projections): name -> activation."""
+    names = set(names)
+    return {f"{name}.up": module.activation.name for name, module in model.named_modules()
+            if isinstance(module, FeedForward) and isinstance(module.activation, Activation) and f"{name}.up" in names}
+
+
 def take_activations(model: nn.Module, names: Iterable[str]) -> dict[str, str]:
     """Each feed-forward activation whose up-projection is among the layers `names`, taken out of its FeedForward
     to be applied by the quantized layer (inside the int8 kernel where it can): layer name -> activation name."""
-    names, taken = set(names), {}
-    for name, module in model.named_modules():
-        if (isinstance(module, FeedForward) and isinstance(module.activation, Activation)
-                and f"{name}.up" in names):
-            taken[f"{name}.up"] = module.activation.name
-            module.activation = nn.Identity()
+    taken = activation_layers(model, names)
+    for name in taken:
+        model.get_submodule(name.removesuffix(".up")).activation = nn.Identity()
     return taken
+
+
+# How many calibration examples rank the layers for `float_layers` (a model's pass for each linear layer): the
+# ranking needs fewer than the input ranges do.
+SENSITIVITY_EXAMPLES = 64
+
+
+def leading_batches(batches: list[dict[str, torch.Tensor]], examples: int) -> list[dict[str, torch.Tensor]]:
+    """The first of `batches` holding at least `examples` examples between them (all, if they hold fewer)."""
+    taken, count = [], 0
+    for batch in batches:
+        if count >= examples:
+            break
+        taken.append(batch)
+        count += len(batch["input_ids"])
+    return taken
+
+
+@torch.inference_mode()
+def int8_sensitivity(model: nn.Module, batches: list[dict[str, torch.Tensor]], linears: dict[str, nn.Linear],
+                     int8_layer: Callable[[str], nn.Module]) -> dict[str, float]:
+    """How much each of `linears`, made int8 by `int8_layer` while the rest stay float32, changes the model's
+    output on `batches`: name -> squared error over the float32 output's squared norm (padding left out). It needs
+    no labels, so the user's dev set is not spent choosing which layers stay float32."""
+    expected = [model_outputs(model, batch) for batch in batches]
+    changes = {}
+    for name, linear in linears.items():
+        replace_module(model, name, int8_layer(name))
+        try:
+            error = norm = 0.0
+            for batch, wanted in zip(batches, expected):
+                for got, want in zip(model_outputs(model, batch), wanted):
+                    error += float((got - want).square().sum())
+                    norm += float(want.square().sum())
+        finally:
+            replace_module(model, name, linear)
+        changes[name] = error / max(norm, 1e-30)
+    return changes
+
+
+def model_outputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """The floating-point tensors of `model`'s output on `batch` (logits, hidden states, ...), each with its
+    padding positions at 0 where it has one row per token."""
+    def tensors(output: Any) -> list[torch.Tensor]:
+        if isinstance(output, torch.Tensor):
+            return [output] if output.is_floating_point() else []
+        if dataclasses.is_dataclass(output):
+            output = [getattr(output, field.name) for field in dataclasses.fields(output)]
+        elif isinstance(output, dict):
+            output = list(output.values())
+        return [tensor for value in output for tensor in tensors(value)] if isinstance(output, (list, tuple)) else []
+
+    mask = batch.get("attention_mask")
+    outputs = tensors(model(**batch))
+    if mask is None:
+        return outputs
+    return [tensor * mask.reshape(*mask.shape, *[1] * (tensor.dim() - 2)).to(tensor.dtype)
+            if tensor.dim() >= 2 and tensor.shape[:2] == mask.shape else tensor for tensor in outputs]
 
 
 def cast_bf16(model: nn.Module, batches: Any, config: QuantizationConfig) -> nn.Module:
@@ -749,7 +835,7 @@ def quantize(model: nn.Module, config: QuantizationConfig | None = None,
     input channels and the range of its int8 input). The model remembers its config for `save_quantized`."""
     check_not_quantized(model, "quantize")
     # what quantizing records is the model's own (the config given may quantize another model after this one)
-    config = dataclasses.replace(config or QuantizationConfig(), modules={}, folded=[])
+    config = dataclasses.replace(config or QuantizationConfig(), modules={}, folded=[], kept_float=[])
     model = METHODS[config.precision](model.eval(), batches, config)
     model.quantization = config
     return model
@@ -823,15 +909,17 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
                        max_drop: float = DEFAULT_MAX_DROP, calibration: str | Path | None = None,
                        calibration_examples: int = 256, outlier_channels: int = 8, smoothing: float | None = None,
                        batch_size: int = 64, activations: str = "static", outlier_folding: str = "activation",
-                       device: str = "cpu", format: str | None = None, fallback: bool = True) -> GateReport:
+                       device: str = "cpu", format: str | None = None, fallback: bool = True,
+                       float_layers: int = 0) -> GateReport:
     """Quantize a fine-tuned model directory, measure it beside the original on the labelled `dev` file (in
     `format`, a key of DATA_FORMATS; default: its extension's), and write it to `output` only if the task's metric
     drops by at most `max_drop` points (see `GateReport.accepted`). With `fallback`, an int8 model that drops more
     is followed by the more careful recipes of `fallback_recipes`, in turn; the first within `max_drop` is written.
 
     int8 calibrates on the first `calibration_examples` of `calibration` (default: the dev file): each layer's
-    largest input channels and, with static `activations`, the range of its int8 input. `precision="auto"` is bf16
-    where `device` runs it natively, else int8. Both models run on `device` (int8: CPU only).
+    largest input channels, with static `activations` the range of its int8 input, and with `float_layers` which
+    layers stay float32. `precision="auto"` is bf16 where `device` runs it natively, else int8. Both models run on
+    `device` (int8: CPU only).
     """
     from bertforge.inference.optimize import InferenceOptions, check_device
 
@@ -843,7 +931,7 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
     if precision == "int8" and device_type != "cpu":
         raise ConfigError(f"--device {device}: int8 runs on CPU only (use --device cpu, or --precision bf16)")
     config = QuantizationConfig(precision, outlier_channels=outlier_channels, smoothing=smoothing,
-                                activations=activations, outlier_folding=outlier_folding)
+                                activations=activations, outlier_folding=outlier_folding, float_layers=float_layers)
     placement = InferenceOptions(device=device)
     reference = FinetunedModel.load(model, inference=placement)
     check_not_quantized(reference.model, "quantize", model)
