@@ -8,7 +8,8 @@ float32, a thin matmul beside the int8 one (LLM.int8's decomposition), or folded
 how far they reach beyond the other channels with their weight columns multiplied by as much (SmoothQuant's
 migration, for those channels only). The rest is int8: weights with one scale per output channel, activations with
 one step and zero point per layer, calibrated on a sample of the user's data (static quantization: no pass over
-each input to find its range).
+each input to find its range). A few whole layers can stay float32 (`float_layers`): those whose int8 product alone
+changes the model's output most on the sample.
 
 The int8 product runs on oneDNN's kernel (VNNI on AVX-512 CPUs, AMX where present: 3-4x a float32 matmul on BERT's
 shapes; on AVX2 without VNNI the kernel gets 7-bit weights, which cannot saturate its int16 sums); builds of torch
@@ -832,7 +833,8 @@ def quantize(model: nn.Module, config: QuantizationConfig | None = None,
              batches: Iterable[dict[str, torch.Tensor]] | None = None) -> nn.Module:
     """`model` (changed in place and returned) in eval mode at `config.precision`; `batches` of model inputs from
     the user's own data calibrate int8 (a few hundred sentences are plenty: calibration finds each layer's largest
-    input channels and the range of its int8 input). The model remembers its config for `save_quantized`."""
+    input channels and the range of its int8 input, and ranks the layers for `config.float_layers`). The model
+    remembers its config for `save_quantized`."""
     check_not_quantized(model, "quantize")
     # what quantizing records is the model's own (the config given may quantize another model after this one)
     config = dataclasses.replace(config or QuantizationConfig(), modules={}, folded=[], kept_float=[])
