@@ -276,13 +276,13 @@ def main() -> None:
             dev = DATA / run.test if run.test else Path(data_files(run, run_folder)["dev"])  # CoNLL: the test file
             models.append((name, run_folder / "bertforge", dev))
 
+    float_layers = tuple(int(count) for count in args.float_layers.split(",") if count)
     print(f"{'model':<12}{'variant':<48}{'metric':<10}{'value':>8}{'points':>8}{'predict s':>11}{'speed-up':>10}")
     for name, model_dir, dev in models:
         reference = FinetunedModel.load(model_dir)
         examples = reference.read(dev, reference.columns(), labelled=True)[:args.dev_examples]
         metric = reference.task.main_metric
         made = {}
-        float_layers = tuple(int(count) for count in args.float_layers.split(",") if count)
         for variant, make in variants(model_dir, examples, args.threads, folder, float_layers).items():
             try:
                 made[variant] = make()

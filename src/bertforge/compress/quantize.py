@@ -61,6 +61,7 @@ from bertforge.config import check_number, read_json_object
 from bertforge.errors import ConfigError, check_choice
 from bertforge.heads import every_position
 from bertforge.model import BertModel, FeedForward, SelfAttention
+from bertforge.model_output import ModelOutput
 from bertforge.tasks.data import inference_batches
 from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetunedModel
 
@@ -757,8 +758,8 @@ def leading_batches(batches: list[dict[str, torch.Tensor]], examples: int) -> li
 def int8_sensitivity(model: nn.Module, batches: list[dict[str, torch.Tensor]], linears: dict[str, nn.Linear],
                      int8_layer: Callable[[str], nn.Module]) -> dict[str, float]:
     """How much each of `linears`, made int8 by `int8_layer` while the rest stay float32, changes the model's
-    output on `batches`: name -> squared error over the float32 output's squared norm (padding left out). It needs
-    no labels, so the user's dev set is not spent choosing which layers stay float32."""
+    output on `batches`: name -> squared error over the float32 output's squared norm. It needs no labels, so the
+    user's dev set is not spent choosing which layers stay float32."""
     expected = [model_outputs(model, batch) for batch in batches]
     changes = {}
     for name, linear in linears.items():
@@ -776,23 +777,12 @@ def int8_sensitivity(model: nn.Module, batches: list[dict[str, torch.Tensor]], l
 
 
 def model_outputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-    """The floating-point tensors of `model`'s output on `batch` (logits, hidden states, ...), each with its
-    padding positions at 0 where it has one row per token."""
-    def tensors(output: Any) -> list[torch.Tensor]:
-        if isinstance(output, torch.Tensor):
-            return [output] if output.is_floating_point() else []
-        if dataclasses.is_dataclass(output):
-            output = [getattr(output, field.name) for field in dataclasses.fields(output)]
-        elif isinstance(output, dict):
-            output = list(output.values())
-        return [tensor for value in output for tensor in tensors(value)] if isinstance(output, (list, tuple)) else []
-
-    mask = batch.get("attention_mask")
-    outputs = tensors(model(**batch))
-    if mask is None:
-        return outputs
-    return [tensor * mask.reshape(*mask.shape, *[1] * (tensor.dim() - 2)).to(tensor.dtype)
-            if tensor.dim() >= 2 and tensor.shape[:2] == mask.shape else tensor for tensor in outputs]
+    """The floating-point tensors of `model`'s output on `batch` (logits, hidden states, ...). Padding positions
+    need no masking: the packed forward leaves them 0 in every output, int8 or not."""
+    output = model(**batch)
+    values = output.to_tuple() if isinstance(output, ModelOutput) else output
+    values = values if isinstance(values, tuple) else (values,)
+    return [value for value in values if isinstance(value, torch.Tensor) and value.is_floating_point()]
 
 
 def cast_bf16(model: nn.Module, batches: Any, config: QuantizationConfig) -> nn.Module:
