@@ -18,7 +18,7 @@ test: dev browser
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 lint: dev
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench tools
 
 # The attention viewer is tested in a real headless browser: Debian's chromium and its driver.
 browser:

@@ -3,9 +3,12 @@ every line of the real datasets, pairs under each truncation strategy, and the h
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from bertforge.errors import InputError
+from bertforge.tokenizer import BertTokenizer
 
 HARD_CASES = [
     "", " ", "   \t\n  ", "\u200b", "\x00\x01",
@@ -63,6 +66,50 @@ def test_hard_cases(ours, reference, ours_cased, reference_cased, cased):
     assert_corpus_parity(tokenizer, ref, HARD_CASES, truncation=False)
     for text in HARD_CASES:
         assert tokenizer.tokenize(text) == ref.tokenize(text), text
+
+
+def code_point_texts(step: int = 200) -> list[str]:
+    """Every code point above ASCII (surrogates aside) once, each between two letters: "aXb aYb ..."."""
+    codes = [code for code in range(0x80, 0x110000) if not 0xD800 <= code <= 0xDFFF]
+    return [" ".join(f"a{chr(code)}b" for code in codes[start:start + step]) for start in range(0, len(codes), step)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cased", [False, True])
+def test_every_code_point(ours, reference, ours_cased, reference_cased, cased):
+    """Punctuation, accents and controls as the reference reads them (Unicode 8.0), whatever this Python's
+    unicodedata says: characters added or recategorised since then are where the two would part."""
+    tokenizer, ref = (ours_cased, reference_cased) if cased else (ours, reference)
+    texts = code_point_texts()
+    for start in range(0, len(texts), 500):
+        assert_corpus_parity(tokenizer, ref, texts[start:start + 500], truncation=False)
+
+
+def random_texts(seed: int, count: int) -> list[str]:
+    """Strings of random code points from every plane (mostly the BMP), spaces and special tokens between."""
+    rng = random.Random(seed)
+
+    def char() -> str:
+        code = rng.choice([rng.randint(0x20, 0x7E), rng.randint(0x80, 0xFFFF), rng.randint(0x80, 0xFFFF),
+                           rng.randint(0x10000, 0x10FFFF)])
+        return " " if 0xD800 <= code <= 0xDFFF else chr(code)
+
+    return ["".join(rng.choice([" ", "[MASK]", "\t"]) if rng.random() < 0.15 else char()
+                    for _ in range(rng.randint(0, 60))) for _ in range(count)]
+
+
+@pytest.mark.parametrize("strip_accents", [None, False, True])
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_random_text(minilm_dir, lowercase, strip_accents):
+    """Random Unicode under each normaliser setting: ids, offsets and word ids as the reference's."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.bert.tokenization_bert import load_vocab
+
+    settings = dict(do_lower_case=lowercase, strip_accents=strip_accents)
+    tokenizer = BertTokenizer.from_pretrained(minilm_dir, **settings)
+    ref = transformers.BertTokenizerFast(vocab=load_vocab(str(minilm_dir / "vocab.txt")), **settings)
+    texts = random_texts(seed=1 + lowercase + 2 * (strip_accents is not None) + 4 * bool(strip_accents), count=600)
+    assert_corpus_parity(tokenizer, ref, texts, truncation=False)
 
 
 @pytest.mark.parametrize("max_length", [128, 384])

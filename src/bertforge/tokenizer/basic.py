@@ -2,14 +2,19 @@
 
 Behaves as Hugging Face tokenizers' BertNormalizer + BertPreTokenizer (the reference for every released
 BERT), and keeps for every output character the index of the input character it came from, so offsets
-point into the original text however the normalisation changed it.
+point into the original text however the normalisation changed it. Punctuation, accents and control
+characters are those of Unicode 8.0, as in the reference (unicode_8.py), whatever Unicode version this
+Python's unicodedata has.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable
+from bisect import bisect_right
+from collections.abc import Callable, Iterable
+
+from bertforge.tokenizer import unicode_8
 
 ASCII_PUNCTUATION = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
 # The Unicode White_Space property (Rust's char::is_whitespace, which the reference uses), minus the
@@ -40,18 +45,34 @@ _ASCII_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _RAW_PIECE = re.compile("[^" + re.escape(WHITESPACE + ASCII_PUNCTUATION) + "]+|" + _ASCII_PUNCTUATION_CLASS)
 
 
+def in_ranges(ranges: tuple[tuple[int, int], ...]) -> Callable[[str], bool]:
+    """A test for membership of a character in sorted (first, last) code point ranges."""
+    starts = [first for first, _ in ranges]
+
+    def contains(char: str) -> bool:
+        code = ord(char)
+        index = bisect_right(starts, code) - 1
+        return index >= 0 and code <= ranges[index][1]
+    return contains
+
+
+is_unicode_8_control = in_ranges(unicode_8.CONTROLS)
+is_unicode_8_punctuation = in_ranges(unicode_8.PUNCTUATION)
+is_nonspacing_mark = in_ranges(unicode_8.NONSPACING_MARKS)
+
+
 def is_control(char: str) -> bool:
     """Characters cleanup deletes: control, format, private-use and surrogate code points (Cc, Cf, Co, Cs)
     except tab, newline and carriage return, and U+FFFD, the replacement character (already-lost data).
-    'a\u200bb' reads as 'ab'. Unassigned code points (Cn) are kept, as the reference keeps them."""
+    'a\u200bb' reads as 'ab'. Code points unassigned in Unicode 8.0 are kept, as the reference keeps them."""
     if char in "\t\n\r":
         return False
-    return char == "\ufffd" or unicodedata.category(char) in ("Cc", "Cf", "Co", "Cs")
+    return char == "\ufffd" or is_unicode_8_control(char)
 
 
 def is_punctuation(char: str) -> bool:
-    """ASCII symbols (BERT counts '$', '+', '^' ... as punctuation) and Unicode P* characters."""
-    return char in ASCII_PUNCTUATION or unicodedata.category(char).startswith("P")
+    """ASCII symbols (BERT counts '$', '+', '^' ... as punctuation) and Unicode 8.0's P* characters."""
+    return char in ASCII_PUNCTUATION or is_unicode_8_punctuation(char)
 
 
 def is_cjk(char: str) -> bool:
@@ -187,7 +208,7 @@ class BasicTokenizer:
         alone = self.split_cjk and is_cjk(char)
         text = char
         if self.strip_accents:
-            text = "".join(c for c in unicodedata.normalize("NFD", text) if unicodedata.category(c) != "Mn")
+            text = "".join(c for c in unicodedata.normalize("NFD", text) if not is_nonspacing_mark(c))
         if self.lowercase:
             # Character by character, as the reference does: no final-sigma context rule.
             text = "".join(c.lower() for c in text)
