@@ -99,6 +99,25 @@ def test_single_texts_overflow_with_padding_to_a_multiple(fresh, corpora):
                                          return_overflowing_tokens=True)["input_ids"]
 
 
+def test_padding_past_the_truncation_length_is_refused_as_in_transformers(fresh, corpora):
+    """Rows padded to a multiple beyond max_length would be longer than the model reads: both refuse."""
+    ours, reference = fresh
+    texts = corpora["squad_contexts"][:5]
+    for options in (dict(max_length=50, padding=True), dict(max_length=50, padding="max_length"),
+                    dict(padding="longest")):  # the last truncates to the model's 512
+        with pytest.raises(ValueError, match="not a multiple of pad_to_multiple_of"):
+            reference(texts, truncation=True, pad_to_multiple_of=24, **options)
+        with pytest.raises(BertforgeError, match="multiple of 24 can't both hold"):
+            ours(texts, truncation=True, pad_to_multiple_of=24, **options)
+    # Without truncation, or with a max_length that is a multiple, rows are padded as there.
+    for options in (dict(truncation=False, max_length=50, padding="max_length"),
+                    dict(truncation=True, max_length=48, padding=True)):
+        assert ours(texts, pad_to_multiple_of=24, **options)["input_ids"] == \
+            reference(texts, pad_to_multiple_of=24, **options)["input_ids"]
+    with pytest.raises(BertforgeError, match="pad_to_multiple_of"):
+        ours(texts, padding=True, pad_to_multiple_of=0)
+
+
 def test_stride_must_leave_room(ours):
     with pytest.raises(BertforgeError, match="stride=20 must be smaller than the 8 tokens"):
         ours("one two three four five six seven eight nine ten eleven", max_length=10, stride=20,

@@ -631,6 +631,13 @@ class BertTokenizer:
         fit = Truncation(self.model_max_length if max_length is None else max_length,
                          truncation_strategy(truncation), self.truncation_side, return_overflowing_tokens, stride)
         padding = padding_strategy(padding)
+        if pad_to_multiple_of is not None:
+            check_number("pad_to_multiple_of", pad_to_multiple_of, minimum=1, integer=True)
+            if padding != "do_not_pad" and fit.strategy and fit.max_length % pad_to_multiple_of:
+                # Padding past the truncation length would give rows longer than max_length (the model's 512).
+                raise ConfigError(f"truncation to {fit.max_length} tokens and padding to a multiple of "
+                                  f"{pad_to_multiple_of} can't both hold: give a max_length that is a multiple of "
+                                  f"pad_to_multiple_of, or truncation=False")
         side = self.padding_side if padding_side is None else check_side("padding_side", padding_side)
         check_tensor_kind(return_tensors)
 
