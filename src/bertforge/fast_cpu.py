@@ -76,8 +76,10 @@ class PrepackedLinear(nn.Linear):
             self.packed = None
             x = super().forward(x)
             return x if self.activation is None else ACTIVATIONS[self.activation](x)
-        operation, algorithm = ONEDNN_POST_OPS[self.activation] if self.activation else ("none", "")
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight(), self.bias, operation, [], algorithm)
+        operation, algorithm = ONEDNN_POST_OPS.get(self.activation, ("none", ""))
+        y = torch.ops.mkldnn._linear_pointwise(x, self.packed_weight(), self.bias, operation, [], algorithm)
+        # an activation oneDNN has no post-op for runs after the product
+        return y if self.activation is None or self.activation in ONEDNN_POST_OPS else ACTIVATIONS[self.activation](y)
 
     def packed_weight(self) -> torch.Tensor:
         if self.weight.is_inference():  # made under inference_mode: no version counter to tell a change by
