@@ -5,6 +5,7 @@ import logging
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from bertforge import BertConfig, CheckpointError, ConfigError
 from bertforge.heads import (
@@ -240,7 +241,7 @@ def test_a_transformers_config_object_is_read_as_its_config_json(tiny_config):
     assert isinstance(classifier.config, BertConfig) and classifier.config.num_labels == 3
     assert classifier.classifier.dropout.p == tagger.classifier.dropout.p == 0.3  # not hidden_dropout_prob
     assert classifier.config.to_dict()["classifier_dropout"] == 0.3
-    for unsupported in ({"position_embedding_type": "relative_key"}, {"is_decoder": True}, {"hidden_act": "silu"}):
+    for unsupported in ({"position_embedding_type": "relative_key"}, {"is_decoder": True}, {"hidden_act": "prelu"}):
         with pytest.raises(ConfigError, match=next(iter(unsupported))):
             BertForQuestionAnswering(transformers.BertConfig(**{**tiny_config.to_dict(), **unsupported}))
 
@@ -282,3 +283,18 @@ def test_a_head_for_other_labels_is_refused_unless_mismatched_sizes_are_ignored(
     with pytest.raises(CheckpointError, match="has shape"):  # the encoder must still fit
         BertForSequenceClassification.from_pretrained(tmp_path, ignore_mismatched_sizes=True, hidden_size=64,
                                                       num_attention_heads=2, intermediate_size=64)
+
+
+def test_a_span_position_on_padding_is_ignored_as_one_past_the_window():
+    # Alone, the second example is 4 tokens long and a start at 5 is past its end (ignored, as in transformers); in a
+    # batch it falls on padding and is ignored too, not scored against the lowest float (a loss of ~1e38).
+    generator = torch.Generator().manual_seed(0)
+    start_logits, end_logits = torch.randn(2, 2, 6, generator=generator).unbind(0)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+    positions = (torch.tensor([2, 5]), torch.tensor([4, 3]))
+    head = SpanHead(4)
+    batch = head.loss((start_logits, end_logits), positions, mask)
+    # start: only the first example counts; end: both do
+    start_first = F.cross_entropy(start_logits[:1], positions[0][:1])
+    end_both = F.cross_entropy(end_logits.masked_fill(mask == 0, torch.finfo(torch.float32).min), positions[1])
+    torch.testing.assert_close(batch, (start_first + end_both) / 2)

@@ -134,7 +134,8 @@ class SpanHead(nn.Linear):
         As in Hugging Face: positions are clamped to [0, seq], and position seq (an answer truncated out of
         this window) is ignored; a negative position becomes 0, the [CLS] token of "no answer". Unlike it, padding
         is no candidate: an example's loss doesn't depend on how much padding its batch has (transformers puts the
-        scores of padding tokens in the softmax; bertforge computes no hidden state there to score).
+        scores of padding tokens in the softmax; bertforge computes no hidden state there to score), and a position
+        on padding is ignored, as one past the window is.
         """
         losses = []
         for position_logits, positions in zip(logits, labels):
@@ -143,6 +144,8 @@ class SpanHead(nn.Linear):
             position_logits = position_logits.float()
             if attention_mask is not None:
                 position_logits = position_logits.masked_fill(attention_mask == 0, torch.finfo(torch.float32).min)
+                padding = F.pad(attention_mask == 0, (0, 1)).gather(1, positions[:, None]).squeeze(1)
+                positions = positions.masked_fill(padding, seq_len)
             losses.append(F.cross_entropy(position_logits, positions, ignore_index=seq_len))
         return (losses[0] + losses[1]) / 2
 
