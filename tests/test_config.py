@@ -88,3 +88,20 @@ def test_harmless_metadata_is_kept_and_does_not_change_the_model(tmp_path):
     config = BertConfig.load(path)
     assert config.extra == {"transformers_version": "4.8.2", "use_cache": True}
     assert dataclasses.replace(config, extra={}) == BertConfig.tiny()
+
+
+def test_transformers_keywords_in_the_constructor():
+    """BertConfig(num_labels=3) and BertConfig(**config.to_dict()), as transformers' BertConfig takes them."""
+    transformers = pytest.importorskip("transformers")
+    assert BertConfig(num_labels=3).id2label == {0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}
+    tiny = BertConfig.tiny(num_labels=2, use_cache=False)
+    assert tiny.num_labels == 2 and tiny.extra == {"use_cache": False}
+    assert BertConfig(**tiny.to_dict()) == tiny
+    reference = transformers.BertConfig(hidden_size=64, num_attention_heads=2, num_labels=4, hidden_act="gelu_new")
+    ours = BertConfig(**reference.to_dict())
+    assert (ours.hidden_size, ours.num_labels, ours.hidden_act) == (64, 4, "gelu_new")
+    assert ours == BertConfig.from_dict(reference.to_dict())
+    with pytest.raises(ConfigError, match="position_embedding_type='relative_key' is not supported"):
+        BertConfig(position_embedding_type="relative_key")
+    with pytest.raises(ConfigError, match="unknown config field 'hiden_size'"):
+        BertConfig(hiden_size=64)

@@ -65,8 +65,8 @@ WRITTEN_KEYS = ("model_type", "position_embedding_type", "architectures", "quant
 
 
 @dataclass
-class BertConfig:
-    """Encoder sizes and regularisation. Defaults are BERT-base (uncased vocabulary)."""
+class BertConfigFields:
+    """BertConfig's fields: encoder sizes and regularisation. Defaults are BERT-base (uncased vocabulary)."""
 
     vocab_size: int = 30522
     hidden_size: int = 768
@@ -242,11 +242,18 @@ class BertConfig:
         label2id, transformers' other config keys (use_cache, ...) are kept in `extra`; anything else is refused
         by name."""
         fields = {f.name for f in dataclasses.fields(self)} - {"extra"}
-        extra = {key: overrides.pop(key) for key in list(overrides) if key not in fields and key in TRANSFORMERS_KEYS}
-        for key, value in extra.items():
-            if key in FIXED_VALUES and value != FIXED_VALUES[key]:
-                raise ConfigError(f"{key}={value!r} is not supported (bertforge implements {FIXED_VALUES[key]!r} "
-                                  f"only)")
+        for key in [key for key in overrides if key in FIXED_VALUES]:
+            if overrides[key] != FIXED_VALUES[key]:
+                raise ConfigError(f"{key}={overrides[key]!r} is not supported (bertforge implements "
+                                  f"{FIXED_VALUES[key]!r} only)")
+            if key in WRITTEN_KEYS:
+                del overrides[key]
+        for key in ("architectures", "quantization_config", "_num_labels"):  # written by save(), or older num_labels
+            value = overrides.pop(key, None)
+            if key == "_num_labels" and value is not None:
+                overrides.setdefault("num_labels", value)
+        extra = {key: overrides.pop(key) for key in list(overrides)
+                 if key not in fields and (key in TRANSFORMERS_KEYS or key in FIXED_VALUES or key == FINETUNE_KEY)}
         if "num_labels" in overrides:
             count = overrides.pop("num_labels")
             check_number("num_labels", count, minimum=1, integer=True)
@@ -267,6 +274,24 @@ class BertConfig:
     @classmethod
     def load(cls, path: str | Path) -> BertConfig:
         return cls.from_dict(read_json_object(path, "config"), source=str(path))
+
+
+class BertConfig(BertConfigFields):
+    """Encoder sizes and regularisation. Defaults are BERT-base (uncased vocabulary).
+
+    Takes transformers' keywords beside the fields, as its BertConfig does: `BertConfig(num_labels=3)` names three
+    labels, and `BertConfig(**config.to_dict())` reads config.json's other keys (metadata kept in `extra`); a key
+    that is neither is refused by name.
+    """
+
+    def __init__(self, *args: Any, **keywords: Any):
+        others = {key: keywords.pop(key) for key in list(keywords) if key not in FIELD_NAMES}
+        super().__init__(*args, **keywords)
+        if others:
+            self.__dict__.update(self.with_overrides(**others).__dict__)
+
+
+FIELD_NAMES = frozenset(field.name for field in dataclasses.fields(BertConfigFields))
 
 
 def dropout_overrides(dropout: float | None) -> dict[str, float]:
