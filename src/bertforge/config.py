@@ -239,19 +239,17 @@ class BertConfigFields:
     def with_overrides(self, **overrides: Any) -> BertConfig:
         """This config with fields replaced, as from_pretrained's keyword arguments give them: `num_labels=N`
         names N labels LABEL_0.. (the saved names stay when there are N already), new label names get their
-        label2id, transformers' other config keys (use_cache, ...) are kept in `extra`; anything else is refused
-        by name."""
+        label2id, transformers' other config keys (use_cache, ...) are kept in `extra`, those save() writes
+        (model_type, architectures, ...) are checked and left to it; anything else is refused by name."""
         fields = {f.name for f in dataclasses.fields(self)} - {"extra"}
-        for key in [key for key in overrides if key in FIXED_VALUES]:
-            if overrides[key] != FIXED_VALUES[key]:
-                raise ConfigError(f"{key}={overrides[key]!r} is not supported (bertforge implements "
-                                  f"{FIXED_VALUES[key]!r} only)")
-            if key in WRITTEN_KEYS:
-                del overrides[key]
-        for key in ("architectures", "quantization_config", "_num_labels"):  # written by save(), or older num_labels
-            value = overrides.pop(key, None)
-            if key == "_num_labels" and value is not None:
-                overrides.setdefault("num_labels", value)
+        for key, value in overrides.items():
+            if key in FIXED_VALUES and value != FIXED_VALUES[key]:
+                raise ConfigError(f"{key}={value!r} is not supported (bertforge implements {FIXED_VALUES[key]!r} "
+                                  f"only)")
+        for key in WRITTEN_KEYS:  # save() writes these itself
+            overrides.pop(key, None)
+        if "_num_labels" in overrides:  # older transformers' name
+            overrides.setdefault("num_labels", overrides.pop("_num_labels"))
         extra = {key: overrides.pop(key) for key in list(overrides)
                  if key not in fields and (key in TRANSFORMERS_KEYS or key in FIXED_VALUES or key == FINETUNE_KEY)}
         if "num_labels" in overrides:
@@ -276,6 +274,9 @@ class BertConfigFields:
         return cls.from_dict(read_json_object(path, "config"), source=str(path))
 
 
+FIELD_NAMES = frozenset(field.name for field in dataclasses.fields(BertConfigFields))
+
+
 class BertConfig(BertConfigFields):
     """Encoder sizes and regularisation. Defaults are BERT-base (uncased vocabulary).
 
@@ -289,9 +290,6 @@ class BertConfig(BertConfigFields):
         super().__init__(*args, **keywords)
         if others:
             self.__dict__.update(self.with_overrides(**others).__dict__)
-
-
-FIELD_NAMES = frozenset(field.name for field in dataclasses.fields(BertConfigFields))
 
 
 def dropout_overrides(dropout: float | None) -> dict[str, float]:
