@@ -105,3 +105,9 @@ def test_transformers_keywords_in_the_constructor():
         BertConfig(position_embedding_type="relative_key")
     with pytest.raises(ConfigError, match="unknown config field 'hiden_size'"):
         BertConfig(hiden_size=64)
+    ours.num_labels = 2  # set, as transformers' configs are
+    assert ours.id2label == {0: "LABEL_0", 1: "LABEL_1"} and ours.label2id == {"LABEL_0": 0, "LABEL_1": 1}
+    ours.num_labels = 2
+    assert ours.id2label == {0: "LABEL_0", 1: "LABEL_1"}
+    with pytest.raises(ConfigError, match="num_labels"):
+        ours.num_labels = 0

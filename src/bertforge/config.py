@@ -136,6 +136,12 @@ class BertConfigFields:
     def num_labels(self) -> int:
         return len(self.id2label)
 
+    @num_labels.setter
+    def num_labels(self, count: int) -> None:
+        """`config.num_labels = N`, as transformers takes it: N labels LABEL_0.. unless there are N already."""
+        relabelled = self.with_overrides(num_labels=count)
+        self.id2label, self.label2id = relabelled.id2label, relabelled.label2id
+
     @property
     def use_return_dict(self) -> bool:
         """transformers' reading of config.json's return_dict and torchscript (true unless either says otherwise),
