@@ -111,3 +111,7 @@ def test_transformers_keywords_in_the_constructor():
     assert ours.id2label == {0: "LABEL_0", 1: "LABEL_1"}
     with pytest.raises(ConfigError, match="num_labels"):
         ours.num_labels = 0
+    ours.update({"hidden_dropout_prob": 0.2, "use_cache": False})
+    assert ours.hidden_dropout_prob == 0.2 and ours.extra["use_cache"] is False
+    with pytest.raises(ConfigError, match="hidden_dropout_prob must be in"):
+        ours.update({"hidden_dropout_prob": 1.5})

@@ -270,6 +270,11 @@ class BertConfigFields:
             raise ConfigError(f"unknown config field {unknown[0]!r}; BertConfig has {', '.join(sorted(fields))}")
         return dataclasses.replace(self, **overrides, extra=self.extra | extra)
 
+    def update(self, values: dict[str, Any]) -> None:
+        """Replace fields in place from a dict, as transformers' PretrainedConfig.update: the keys with_overrides
+        takes, checked as it checks them."""
+        self.__dict__.update(self.with_overrides(**values).__dict__)
+
     def save(self, path: str | Path, architecture: str | None = None) -> None:
         """Write config.json; `architecture` (a model class name) lets other libraries pick the right class."""
         data = self.to_dict() | ({"architectures": [architecture]} if architecture else {})
@@ -295,7 +300,7 @@ class BertConfig(BertConfigFields):
         others = {key: keywords.pop(key) for key in list(keywords) if key not in FIELD_NAMES}
         super().__init__(*args, **keywords)
         if others:
-            self.__dict__.update(self.with_overrides(**others).__dict__)
+            self.update(others)
 
 
 def dropout_overrides(dropout: float | None) -> dict[str, float]:
