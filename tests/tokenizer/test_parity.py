@@ -35,14 +35,14 @@ def assert_same(ours_encoding, reference_encoding, texts, keys=("input_ids", "to
                                  f" reference: {expected[index]}")
 
 
-def assert_corpus_parity(ours, reference, texts, pairs=None, **kwargs):
+def assert_corpus_parity(ours, reference, texts, pairs=None, fast_path=True, **kwargs):
     got = ours(texts, pairs, return_offsets_mapping=True, return_word_ids=True, **kwargs)
     expected = reference(texts, pairs, return_offsets_mapping=True, **kwargs)
     assert_same(got, expected, texts)
     word_ids = [expected.word_ids(i) for i in range(len(texts))]
     assert got["word_ids"] == word_ids
-    # The fast path (no offsets asked) must give the same ids as the offset-tracking path.
-    assert ours(texts, pairs, **kwargs)["input_ids"] == got["input_ids"]
+    if fast_path:  # the fast path (no offsets asked) must give the same ids as the offset-tracking path
+        assert ours(texts, pairs, **kwargs)["input_ids"] == got["input_ids"]
 
 
 CORPORA = ["sst2", "conll2003", "squad_questions", "squad_contexts", "wikitext2", "pretrain_en"]
@@ -81,8 +81,8 @@ def test_every_code_point(ours, reference, ours_cased, reference_cased, cased):
     unicodedata says: characters added or recategorised since then are where the two would part."""
     tokenizer, ref = (ours_cased, reference_cased) if cased else (ours, reference)
     texts = code_point_texts()
-    for start in range(0, len(texts), 500):
-        assert_corpus_parity(tokenizer, ref, texts[start:start + 500], truncation=False)
+    for start in range(0, len(texts), 500):  # no ASCII text here: the "fast" path is the offsets' one
+        assert_corpus_parity(tokenizer, ref, texts[start:start + 500], fast_path=False, truncation=False)
 
 
 def random_texts(seed: int, count: int) -> list[str]:
