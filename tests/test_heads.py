@@ -211,11 +211,16 @@ def test_token_loss_ignores_unlabelled_tokens():
     torch.testing.assert_close(head.loss(logits, labels), expected)
 
 
-def test_span_loss_leaves_padding_out():
-    # An example's loss is the same alone as beside a longer one that pads it: padding is no candidate position.
+def padded_span_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Start and end logits of two examples, 6 and 4 tokens long, the second padded to 6, and their mask."""
     generator = torch.Generator().manual_seed(0)
     start_logits, end_logits = torch.randn(2, 2, 6, generator=generator).unbind(0)
-    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+    return start_logits, end_logits, torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+
+
+def test_span_loss_leaves_padding_out():
+    # An example's loss is the same alone as beside a longer one that pads it: padding is no candidate position.
+    start_logits, end_logits, mask = padded_span_batch()
     positions = (torch.tensor([2, 1]), torch.tensor([4, 3]))
     head = SpanHead(4)
     batch = head.loss((start_logits, end_logits), positions, mask)
@@ -223,6 +228,18 @@ def test_span_loss_leaves_padding_out():
                        (positions[0][i:i + 1], positions[1][i:i + 1])) for i, length in enumerate((6, 4))]
     torch.testing.assert_close(batch, (alone[0] + alone[1]) / 2)
     assert not torch.allclose(batch, head.loss((start_logits, end_logits), positions))
+
+
+def test_a_span_position_on_padding_is_ignored_as_one_past_the_window():
+    # Alone, the second example is 4 tokens long and a start at 5 is past its end (ignored, as in transformers); in a
+    # batch it falls on padding and is ignored too, not scored against the lowest float (a loss of ~1e38).
+    start_logits, end_logits, mask = padded_span_batch()
+    positions = (torch.tensor([2, 5]), torch.tensor([4, 3]))
+    batch = SpanHead(4).loss((start_logits, end_logits), positions, mask)
+    # start: only the first example counts; end: both do
+    start_first = F.cross_entropy(start_logits[:1], positions[0][:1])
+    end_both = F.cross_entropy(end_logits.masked_fill(mask == 0, torch.finfo(torch.float32).min), positions[1])
+    torch.testing.assert_close(batch, (start_first + end_both) / 2)
 
 
 def test_float_targets_of_several_labels_are_multi_label_as_in_transformers(tiny_config, random_batch, tmp_path):
@@ -284,17 +301,3 @@ def test_a_head_for_other_labels_is_refused_unless_mismatched_sizes_are_ignored(
         BertForSequenceClassification.from_pretrained(tmp_path, ignore_mismatched_sizes=True, hidden_size=64,
                                                       num_attention_heads=2, intermediate_size=64)
 
-
-def test_a_span_position_on_padding_is_ignored_as_one_past_the_window():
-    # Alone, the second example is 4 tokens long and a start at 5 is past its end (ignored, as in transformers); in a
-    # batch it falls on padding and is ignored too, not scored against the lowest float (a loss of ~1e38).
-    generator = torch.Generator().manual_seed(0)
-    start_logits, end_logits = torch.randn(2, 2, 6, generator=generator).unbind(0)
-    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
-    positions = (torch.tensor([2, 5]), torch.tensor([4, 3]))
-    head = SpanHead(4)
-    batch = head.loss((start_logits, end_logits), positions, mask)
-    # start: only the first example counts; end: both do
-    start_first = F.cross_entropy(start_logits[:1], positions[0][:1])
-    end_both = F.cross_entropy(end_logits.masked_fill(mask == 0, torch.finfo(torch.float32).min), positions[1])
-    torch.testing.assert_close(batch, (start_first + end_both) / 2)

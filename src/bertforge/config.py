@@ -64,6 +64,14 @@ PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_class
 WRITTEN_KEYS = ("model_type", "position_embedding_type", "architectures", "quantization_config")
 
 
+def check_fixed_values(data: dict[str, Any], prefix: str = "") -> None:
+    """A ConfigError for the first key of FIXED_VALUES that `data` gives another value (`prefix`: where from)."""
+    for key, value in data.items():
+        if key in FIXED_VALUES and value != FIXED_VALUES[key]:
+            raise ConfigError(f"{prefix}{key}={value!r} is not supported (bertforge implements "
+                              f"{FIXED_VALUES[key]!r} only)")
+
+
 @dataclass
 class BertConfigFields:
     """BertConfig's fields: encoder sizes and regularisation. Defaults are BERT-base (uncased vocabulary)."""
@@ -139,8 +147,7 @@ class BertConfigFields:
     @num_labels.setter
     def num_labels(self, count: int) -> None:
         """`config.num_labels = N`, as transformers takes it: N labels LABEL_0.. unless there are N already."""
-        relabelled = self.with_overrides(num_labels=count)
-        self.id2label, self.label2id = relabelled.id2label, relabelled.label2id
+        self.update({"num_labels": count})
 
     @property
     def use_return_dict(self) -> bool:
@@ -201,10 +208,8 @@ class BertConfigFields:
         transformers too are logged); values bertforge can't honour are errors naming key, value and `source`."""
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         values: dict[str, Any] = {"extra": {}}
+        check_fixed_values(data, f"{source}: ")
         for key, value in data.items():
-            if key in FIXED_VALUES and value != FIXED_VALUES[key]:
-                raise ConfigError(f"{source}: {key}={value!r} is not supported "
-                                  f"(bertforge implements {FIXED_VALUES[key]!r} only)")
             if key in known:
                 values[key] = value
             elif key not in LABEL_COUNT_KEYS and key not in WRITTEN_KEYS:
@@ -248,16 +253,13 @@ class BertConfigFields:
         label2id, transformers' other config keys (use_cache, ...) are kept in `extra`, those save() writes
         (model_type, architectures, ...) are checked and left to it; anything else is refused by name."""
         fields = {f.name for f in dataclasses.fields(self)} - {"extra"}
-        for key, value in overrides.items():
-            if key in FIXED_VALUES and value != FIXED_VALUES[key]:
-                raise ConfigError(f"{key}={value!r} is not supported (bertforge implements {FIXED_VALUES[key]!r} "
-                                  f"only)")
+        check_fixed_values(overrides)
         for key in WRITTEN_KEYS:  # save() writes these itself
             overrides.pop(key, None)
         if "_num_labels" in overrides:  # older transformers' name
             overrides.setdefault("num_labels", overrides.pop("_num_labels"))
         extra = {key: overrides.pop(key) for key in list(overrides)
-                 if key not in fields and (key in TRANSFORMERS_KEYS or key in FIXED_VALUES or key == FINETUNE_KEY)}
+                 if key not in fields and (key in TRANSFORMERS_KEYS or key == FINETUNE_KEY)}
         if "num_labels" in overrides:
             count = overrides.pop("num_labels")
             check_number("num_labels", count, minimum=1, integer=True)

@@ -59,6 +59,7 @@ def in_ranges(ranges: tuple[tuple[int, int], ...]) -> Callable[[str], bool]:
 is_unicode_8_control = in_ranges(unicode_8.CONTROLS)
 is_unicode_8_punctuation = in_ranges(unicode_8.PUNCTUATION)
 is_nonspacing_mark = in_ranges(unicode_8.NONSPACING_MARKS)
+in_cjk_ranges = in_ranges(tuple(sorted(CJK_RANGES)))
 
 
 def is_control(char: str) -> bool:
@@ -77,8 +78,7 @@ def is_punctuation(char: str) -> bool:
 
 def is_cjk(char: str) -> bool:
     """A CJK ideograph: '中' yes, 'か' (kana) and '한' (Hangul) no."""
-    code = ord(char)
-    return any(low <= code <= high for low, high in CJK_RANGES)
+    return in_cjk_ranges(char)
 
 
 class BasicTokenizer:
