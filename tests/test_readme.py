@@ -4,8 +4,6 @@ import contextlib
 import io
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -51,9 +49,10 @@ def scratch(tmp_path_factory):
 
 
 @pytest.mark.parametrize("line", cli_lines())
-def test_cli_example(line, scratch):
-    arguments = shlex.split(line.replace("/tmp/", f"{scratch}/"))[1:]
-    result = subprocess.run([sys.executable, "-m", "bertforge", *arguments], cwd=README.parent,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip()
+def test_cli_example(line, scratch, run_cli, monkeypatch):
+    """Through the entry point in this process (a new process per line would import torch 28 times; the console
+    script itself is tested in tests/cli/test_cli.py)."""
+    monkeypatch.chdir(README.parent)
+    code, printed, error = run_cli(*shlex.split(line.replace("/tmp/", f"{scratch}/"))[1:])
+    assert code == 0, error
+    assert printed.strip()
