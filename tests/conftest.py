@@ -7,10 +7,12 @@ import csv
 import json
 import math
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 
 from bertforge import BertConfig
 from bertforge.checkpoint import default_model_dir
@@ -104,6 +106,56 @@ def squad_contexts(data_dir) -> list[str]:
 def real_sentences(sst2_dev, squad_contexts) -> list[str]:
     """Real text of very different lengths: short reviews and long Wikipedia paragraphs."""
     return [text for text, _ in sst2_dev[:6]] + squad_contexts[:2] + [sst2_dev[100][0][:20]]
+
+
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """The folder `name`, filled by `build(folder)` once per test run. pytest-xdist's workers share it (the first
+    to ask builds it, a second waits for it) where each would otherwise spend a minute training its own."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above each worker's own
+    folder = root / name
+    with FileLock(f"{folder}.lock"):
+        if not (folder / ".built").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
+
+
+def write_sst2_slice(source: Path, path: Path, start: int, stop: int) -> Path:
+    with open(source, encoding="utf-8") as handle:
+        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("\n".join("\t".join(row) for row in [rows[0], *rows[1 + start:1 + stop]]) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def sst2_files(data_dir, tmp_path_factory) -> dict[str, Path]:
+    """teacher: the first 2,000 training sentences; student: the next 64; dev: the first 400 dev sentences."""
+    slices = {"teacher": ("train", 0, 2000), "student": ("train", 2000, 2064), "dev": ("dev", 0, 400)}
+
+    def write(folder: Path):
+        for name, (source, start, stop) in slices.items():
+            write_sst2_slice(data_dir / "sst2" / f"{source}.tsv", folder / f"{name}.tsv", start, stop)
+    folder = built_once(tmp_path_factory, "sst2-slices", write)
+    return {name: folder / f"{name}.tsv" for name in slices}
+
+
+@pytest.fixture(scope="session")
+def sst2_teacher(sst2_files, tmp_path_factory) -> Path:
+    """MiniLM fine-tuned on 2,000 SST-2 sentences for one epoch and scored on the 400 dev ones (0.78): the
+    classification task's learning check, the teacher of the distillation tests and the model of the gate tests."""
+    from bertforge.tasks.finetune import FinetuneConfig, finetune
+    from bertforge.training.trainer import TrainConfig
+
+    def train(folder: Path):
+        finetune(FinetuneConfig(train=str(sst2_files["teacher"]), dev=str(sst2_files["dev"]),
+                                output=str(folder / "model"),
+                                training=TrainConfig(epochs=1, lr=1e-4, warmup_ratio=0.1, progress=False, seed=0)))
+    return built_once(tmp_path_factory, "sst2-teacher", train) / "model"
 
 
 def make_random_batch(config: BertConfig, batch_size: int = 3, seq_len: int = 11, seed: int = 0):

@@ -126,43 +126,19 @@ def write_tsv(path, header, rows):
     return path
 
 
-@pytest.fixture(scope="module")
-def sst2_model(tmp_path_factory, data_dir):
-    """MiniLM fine-tuned on 1600 SST-2 training phrases of 10+ words (closer to the dev set's full sentences than
-    the treebank's many 2-word fragments), one epoch of 200 small steps; scored on 200 dev sentences."""
-    folder = tmp_path_factory.mktemp("sst2")
-    with open(data_dir / "sst2" / "train.tsv", encoding="utf-8") as handle:
-        rows = [row for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)][1:]
-    train = write_tsv(folder / "train.tsv", ["sentence", "label"], [r for r in rows if len(r[0].split()) >= 10][:1600])
-    with open(data_dir / "sst2" / "dev.tsv", encoding="utf-8") as handle:
-        dev_rows = [row for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)][1:201]
-    dev = write_tsv(folder / "dev.tsv", ["sentence", "label"], dev_rows)
-    config = FinetuneConfig(train=str(train), dev=str(dev), output=str(folder / "model"),
-                            settings=ClassificationSettings(max_length=64),
-                            batch_size=8, training=TrainConfig(epochs=1, lr=1e-4, warmup_ratio=0.1, progress=False,
-                                                               device="cpu"))
-    return finetune(config), dev
-
-
-def test_sst2_slice_learns_well_above_chance(sst2_model):
-    result, _ = sst2_model
-    assert result.best["accuracy"] >= 0.75
-    saved = json.loads((result.output_dir / "config.json").read_text())
+def test_sst2_slice_learns_well_above_chance(sst2_teacher, sst2_files):
+    """The shared SST-2 model (tests/conftest.py): one epoch on 2,000 sentences; chance is 0.51 on this dev slice."""
+    best = json.loads((sst2_teacher / "metrics.json").read_text())["best"]
+    assert best["accuracy"] >= 0.75
+    saved = json.loads((sst2_teacher / "config.json").read_text())
     assert saved["id2label"] == {"0": "0", "1": "1"} and saved["label2id"] == {"0": 0, "1": 1}
-    assert json.loads((result.output_dir / "metrics.json").read_text())["best"] == result.best
+    assert evaluate(sst2_teacher, sst2_files["dev"])["accuracy"] == pytest.approx(best["accuracy"])
 
 
-def test_saved_model_reevaluates_to_the_same_metrics(sst2_model):
-    result, dev = sst2_model
-    metrics = evaluate(result.output_dir, dev)
-    assert metrics["accuracy"] == pytest.approx(result.best["accuracy"])
-
-
-def test_saved_model_gives_the_same_logits_in_transformers(sst2_model, tokenizer):
+def test_saved_model_gives_the_same_logits_in_transformers(sst2_teacher, tokenizer):
     transformers = pytest.importorskip("transformers")
-    result, _ = sst2_model
-    theirs = transformers.BertForSequenceClassification.from_pretrained(result.output_dir).eval()
-    ours = FinetunedModel.load(result.output_dir).model
+    theirs = transformers.BertForSequenceClassification.from_pretrained(sst2_teacher).eval()
+    ours = FinetunedModel.load(sst2_teacher).model
     batch = tokenizer(["a gripping , beautifully acted film .", "flat , dull and far too long ."], padding=True,
                       return_tensors="pt")
     with torch.no_grad():
