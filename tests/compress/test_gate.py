@@ -93,10 +93,11 @@ def test_quantize_falls_back_to_more_careful_int8_recipes_and_writes_the_first_w
 
 def test_quantize_keeps_the_layers_asked_for_in_float32(sst2_teacher, sst2_files, tmp_path, capsys):
     """--float-layers N: the N layers whose int8 product alone changes the model's output most on the calibration
-    data stay float32 in the written model, which names them and reloads scoring what the report says."""
+    data stay float32 in the written model, which names them and reloads scoring what the report says. (16
+    calibration sentences: ranking the 37 layers is a model pass over them for each.)"""
     output = tmp_path / "int8"
     assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev"]), "--output", str(output),
-                 "--float-layers", "2", "--max-drop", "100", "--no-fallback"]) == 0
+                 "--float-layers", "2", "--calibration-examples", "16", "--max-drop", "100", "--no-fallback"]) == 0
     assert "\nint8 2 float32 layers " in capsys.readouterr().out
     report = json.loads((output / COMPRESSION_FILE).read_text())
     assert report["candidate"]["name"] == "int8 2 float32 layers"

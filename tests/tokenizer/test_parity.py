@@ -115,7 +115,9 @@ def test_random_text(minilm_dir, lowercase, strip_accents):
 @pytest.mark.parametrize("max_length", [128, 384])
 @pytest.mark.parametrize("strategy", ["longest_first", "only_second"])
 def test_squad_pairs(ours, reference, squad_pairs, max_length, strategy):
-    questions, contexts = map(list, zip(*squad_pairs))
+    """Every 5th question of SQuAD dev with its paragraph (2,114 pairs from every article): the truncation of
+    pairs; every question and every paragraph alone are in test_every_line_*."""
+    questions, contexts = map(list, zip(*squad_pairs[::5]))
     assert_corpus_parity(ours, reference, questions, contexts, truncation=strategy, max_length=max_length)
 
 
