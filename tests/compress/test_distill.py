@@ -87,19 +87,21 @@ def test_distill_refuses_a_student_that_drops_too_much(sst2_teacher, sst2_files,
 
 def test_a_student_learns_from_its_teacher_what_a_slice_of_labels_cannot_teach_its_control(sst2_teacher, sst2_files,
                                                                                             tmp_path):
-    """64 labelled sentences, 10 epochs: the 3-layer cut of the teacher scores 0.70 on the dev slice before training
-    (teacher 0.78). Its control, trained on the true labels alone, does not reconnect the cut layers (0.66-0.68 over
-    seeds 0, 1, 2, 7 and 42); the student, trained on the teacher's soft labels and hidden states, gets back to
-    0.755-0.763 on each of them. On full training sets the two are within noise of each other (bench/README.md)."""
-    common = ["distill", "--teacher", str(sst2_teacher), "--train", str(sst2_files["student"]),
-              "--dev", str(sst2_files["dev"]), "--student-layers", "3", "--epochs", "10", "--max-drop", "100",
-              "--no-progress"]
+    """64 labelled sentences, 10 epochs, scored on the first 200 dev sentences (teacher 0.745). Its control, trained
+    on the true labels alone, does not reconnect the cut layers (0.635-0.66 over seeds 0, 1, 7 and 42); the
+    student, trained on the teacher's soft labels and hidden states, gets back to 0.735-0.745 on each of them.
+    On full training sets the two are within noise of each other (bench/README.md)."""
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("".join(sst2_files["dev"].read_text(encoding="utf-8").splitlines(keepends=True)[:201]),
+                   encoding="utf-8")
+    common = ["distill", "--teacher", str(sst2_teacher), "--train", str(sst2_files["student"]), "--dev", str(dev),
+              "--student-layers", "3", "--epochs", "10", "--max-drop", "100", "--no-progress"]
     assert main([*common, "--soft-weight", "0.9", "--hidden-weight", "1.0", "--output", str(tmp_path / "student")]) == 0
     assert main([*common, "--without-teacher", "--output", str(tmp_path / "control")]) == 0
     student, control = (json.loads((tmp_path / name / COMPRESSION_FILE).read_text()) for name in ("student", "control"))
     teacher_accuracy = student["reference"]["metrics"]["accuracy"]
     student_accuracy, control_accuracy = (run["candidate"]["metrics"]["accuracy"] for run in (student, control))
-    assert student_accuracy >= control_accuracy + 0.04  # 16 of the 400 sentences; the five seeds gave 32-40
+    assert student_accuracy >= control_accuracy + 0.04  # 8 of the 200 sentences; the four seeds gave 15-22
     assert student_accuracy >= teacher_accuracy - 0.05
 
 
