@@ -91,11 +91,9 @@ def test_a_student_learns_from_its_teacher_what_a_slice_of_labels_cannot_teach_i
     on the true labels alone, does not reconnect the cut layers (0.635-0.66 over seeds 0, 1, 7 and 42); the
     student, trained on the teacher's soft labels and hidden states, gets back to 0.735-0.745 on each of them.
     On full training sets the two are within noise of each other (bench/README.md)."""
-    dev = tmp_path / "dev.tsv"
-    dev.write_text("".join(sst2_files["dev"].read_text(encoding="utf-8").splitlines(keepends=True)[:201]),
-                   encoding="utf-8")
-    common = ["distill", "--teacher", str(sst2_teacher), "--train", str(sst2_files["student"]), "--dev", str(dev),
-              "--student-layers", "3", "--epochs", "10", "--max-drop", "100", "--no-progress"]
+    common = ["distill", "--teacher", str(sst2_teacher), "--train", str(sst2_files["student"]),
+              "--dev", str(sst2_files["dev_200"]), "--student-layers", "3", "--epochs", "10", "--max-drop", "100",
+              "--no-progress"]
     assert main([*common, "--soft-weight", "0.9", "--hidden-weight", "1.0", "--output", str(tmp_path / "student")]) == 0
     assert main([*common, "--without-teacher", "--output", str(tmp_path / "control")]) == 0
     student, control = (json.loads((tmp_path / name / COMPRESSION_FILE).read_text()) for name in ("student", "control"))

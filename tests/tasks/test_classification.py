@@ -127,7 +127,7 @@ def write_tsv(path, header, rows):
 
 
 def test_sst2_slice_learns_well_above_chance(sst2_teacher, sst2_files):
-    """The shared SST-2 model (tests/conftest.py): one epoch on 2,000 sentences; chance is 0.51 on this dev slice."""
+    """The shared SST-2 model (tests/conftest.py): one epoch on 2,000 sentences; chance is 0.52 on this dev slice."""
     best = json.loads((sst2_teacher / "metrics.json").read_text())["best"]
     assert best["accuracy"] >= 0.75
     saved = json.loads((sst2_teacher / "config.json").read_text())
