@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def test_quantize_writes_a_model_that_reloads_as_reported_and_refuses_a_larger_drop(sst2_teacher, sst2_files,
                                                                                    tmp_path, capsys):
     output = tmp_path / "int8"
-    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev"]),
+    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev_200"]),
                  "--output", str(output), "--max-drop", "100"]) == 0
     printed = capsys.readouterr().out
     assert "fp32" in printed and "int8" in printed and "accepted" in printed
@@ -28,13 +28,13 @@ def test_quantize_writes_a_model_that_reloads_as_reported_and_refuses_a_larger_d
 
     reloaded = FinetunedModel.load(output)
     assert isinstance(reloaded.model.bert.encoder.layers[0].attention.query, QuantizedLinear)
-    examples = reloaded.read(sst2_files["dev"], reloaded.columns(), labelled=True)
+    examples = reloaded.read(sst2_files["dev_200"], reloaded.columns(), labelled=True)
     assert reloaded.evaluate(examples)["accuracy"] == report["candidate"]["metrics"]["accuracy"]
 
     # The same quantization again (it is deterministic), allowed a little less than it dropped and no more careful
     # recipe: refused.
     refused = tmp_path / "refused"
-    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev"]), "--output", str(refused),
+    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev_200"]), "--output", str(refused),
                  "--max-drop", f"{report['drop'] - 0.25:.2f}", "--no-fallback"]) == 1
     printed = capsys.readouterr().out
     assert "nothing written" in printed and "fp32" in printed
@@ -43,7 +43,7 @@ def test_quantize_writes_a_model_that_reloads_as_reported_and_refuses_a_larger_d
 
     # The written model is an end point: quantizing, distilling or fine-tuning it again is a one-line error,
     # nothing written.
-    for argv in (["quantize", "--model", str(output), "--dev", str(sst2_files["dev"])],
+    for argv in (["quantize", "--model", str(output), "--dev", str(sst2_files["dev_200"])],
                  ["distill", "--teacher", str(output), "--train", str(sst2_files["student"])],
                  ["finetune", "--model", str(output), "--train", str(sst2_files["student"]), "--no-progress"]):
         assert main([*argv, "--output", str(tmp_path / "again")]) == 1
@@ -58,7 +58,7 @@ def test_quantize_falls_back_to_more_careful_int8_recipes_and_writes_the_first_w
     nothing is written. Then with the first recipe's metric held down by 5 points (the gate's control flow, not
     the quantizer, under test), the next recipe is written: its checkpoint records its recipe and reloads as it."""
     refused = tmp_path / "refused"
-    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev"]), "--output", str(refused),
+    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev_200"]), "--output", str(refused),
                  "--max-drop", "-100"]) == 1
     printed = capsys.readouterr().out
     for row in ("fp32", "int8 ", "int8 outliers float32 ", "int8 outliers float32 dynamic "):
@@ -77,7 +77,7 @@ def test_quantize_falls_back_to_more_careful_int8_recipes_and_writes_the_first_w
 
     monkeypatch.setattr(quantize_module, "measure", first_recipe_worse)
     output = tmp_path / "int8"
-    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev"]), "--output", str(output),
+    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev_200"]), "--output", str(output),
                  "--max-drop", "4"]) == 0
     verdict = capsys.readouterr().out.strip().splitlines()[-1]
     assert "with int8 outliers float32 (" in verdict and "accepted" in verdict and "int8 changed it by" in verdict
@@ -87,7 +87,7 @@ def test_quantize_falls_back_to_more_careful_int8_recipes_and_writes_the_first_w
     reloaded = FinetunedModel.load(output)
     assert reloaded.model.quantization.outlier_folding == "none"
     assert reloaded.model.quantization.activations == "static"
-    examples = reloaded.read(sst2_files["dev"], reloaded.columns(), labelled=True)
+    examples = reloaded.read(sst2_files["dev_200"], reloaded.columns(), labelled=True)
     assert reloaded.evaluate(examples)["accuracy"] == report["candidate"]["metrics"]["accuracy"]
 
 
@@ -96,7 +96,7 @@ def test_quantize_keeps_the_layers_asked_for_in_float32(sst2_teacher, sst2_files
     data stay float32 in the written model, which names them and reloads scoring what the report says. (16
     calibration sentences: ranking the 37 layers is a model pass over them for each.)"""
     output = tmp_path / "int8"
-    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev"]), "--output", str(output),
+    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev_200"]), "--output", str(output),
                  "--float-layers", "2", "--calibration-examples", "16", "--max-drop", "100", "--no-fallback"]) == 0
     assert "\nint8 2 float32 layers " in capsys.readouterr().out
     report = json.loads((output / COMPRESSION_FILE).read_text())
@@ -107,7 +107,7 @@ def test_quantize_keeps_the_layers_asked_for_in_float32(sst2_teacher, sst2_files
     layers = dict(reloaded.model.named_modules())
     assert all(isinstance(layers[name], torch.nn.Linear) for name in kept)
     assert sum(isinstance(layer, QuantizedLinear) for layer in layers.values()) == 6 * 6 + 1 - 2
-    examples = reloaded.read(sst2_files["dev"], reloaded.columns(), labelled=True)
+    examples = reloaded.read(sst2_files["dev_200"], reloaded.columns(), labelled=True)
     assert reloaded.evaluate(examples)["accuracy"] == report["candidate"]["metrics"]["accuracy"]
 
 

@@ -1,6 +1,7 @@
 """int8 with outlier channels in float32, on the real MiniLM and real text: close to fp32 (much closer than torch's
 per-tensor dynamic int8), saved and reloaded as a checkpoint that predicts the same; bf16 checkpoints round-trip."""
 
+import dataclasses
 import importlib
 import json
 import warnings
@@ -101,6 +102,39 @@ def test_smoothing_is_an_option_that_still_quantizes_faithfully(minilm, minilm_d
     held_out = dict(tokenizer(sentences[100:132], padding=True, return_tensors="pt"))
     similarity = F.cosine_similarity(token_states(model, held_out), token_states(minilm, held_out), dim=-1)
     assert similarity.mean() > 0.99  # 0.996 measured; outlier channels in float32 do better (above)
+
+
+def test_ranking_resumed_after_the_layers_an_int8_layer_cannot_reach_gives_what_whole_passes_give(tiny_config):
+    """int8_sensitivity starts each pass where the int8 layer first acts (the encoder layers before it give back
+    their recorded float32 output): the ranking is exactly that of whole forward passes, computed here directly,
+    for layers early, late, in the pooler and after it; and each layer computes again afterwards."""
+    torch.manual_seed(0)
+    config = dataclasses.replace(tiny_config, num_hidden_layers=3)
+    config.num_labels = 3
+    model = BertForSequenceClassification(config).eval()
+    inputs = [{"input_ids": torch.randint(5, 99, (4, 12)), "attention_mask": torch.ones(4, 12, dtype=torch.long)}
+              for _ in range(2)]
+    inputs[1]["attention_mask"][1:, 7:] = 0
+    linears = {name: module for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+    ranges = quantize_module.calibrate(model, inputs, linears)
+
+    def int8_layer(name):
+        return QuantizedLinear.from_linear(linears[name], *ranges[name], 4)
+
+    ranked = quantize_module.int8_sensitivity(model, inputs, linears, int8_layer)
+    with torch.inference_mode():
+        expected = [model(**batch).logits for batch in inputs]
+        for name, linear in linears.items():
+            quantize_module.replace_module(model, name, int8_layer(name))
+            got = [model(**batch).logits for batch in inputs]
+            quantize_module.replace_module(model, name, linear)
+            error = sum(float((g - e).square().sum()) for g, e in zip(got, expected))
+            assert ranked[name] == error / sum(float(e.square().sum()) for e in expected), name
+    assert set(ranked) == set(linears) and {"classifier", "bert.pooler.dense"} <= set(ranked)
+    assert all(ranked[name] > 0 for name in linears)
+    assert all("forward" not in vars(layer) for layer in model.bert.encoder.layers)
+    with torch.inference_mode():
+        assert torch.equal(model(**inputs[1]).logits, expected[1])
 
 
 def test_the_layers_int8_changes_most_stay_float32_and_reload_so(minilm, minilm_dir, tokenizer, sentences,

@@ -36,7 +36,8 @@ import json
 import logging
 import types
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,7 @@ from bertforge.compress.gate import (
 from bertforge.config import check_number, read_json_object
 from bertforge.errors import ConfigError, check_choice
 from bertforge.heads import every_position
-from bertforge.model import BertModel, FeedForward, SelfAttention
+from bertforge.model import BertModel, EncoderLayer, FeedForward, SelfAttention
 from bertforge.model_output import ModelOutput
 from bertforge.tasks.data import inference_batches
 from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetunedModel
@@ -759,21 +760,77 @@ def int8_sensitivity(model: nn.Module, batches: list[dict[str, torch.Tensor]], l
                      int8_layer: Callable[[str], nn.Module]) -> dict[str, float]:
     """How much each of `linears`, made int8 by `int8_layer` while the rest stay float32, changes the model's
     output on `batches`: name -> squared error over the float32 output's squared norm. It needs no labels, so the
-    user's dev set is not spent choosing which layers stay float32."""
-    expected = [model_outputs(model, batch) for batch in batches]
+    user's dev set is not spent choosing which layers stay float32.
+
+    Each pass starts where the int8 layer first acts: the encoder layers before it give back what they gave in
+    float32 (recorded once) instead of computing it again, so a model with L encoder layers costs about (L + 1) / 2
+    of them per linear layer rather than L."""
+    layers = [module for module in model.modules() if isinstance(module, EncoderLayer)]
+    expected, recorded = [], []  # per batch: the float32 output, and each encoder layer's outputs in call order
+    for batch in batches:
+        with recording_outputs(layers) as outputs:
+            expected.append(model_outputs(model, batch))
+        recorded.append(outputs)
     changes = {}
     for name, linear in linears.items():
+        upstream = layers_before(model, name, layers)
         replace_module(model, name, int8_layer(name))
         try:
             error = norm = 0.0
-            for batch, wanted in zip(batches, expected):
-                for got, want in zip(model_outputs(model, batch), wanted):
-                    error += float((got - want).square().sum())
+            for batch, wanted, outputs in zip(batches, expected, recorded):
+                with replaying_outputs(upstream, outputs):
+                    got = model_outputs(model, batch)
+                for value, want in zip(got, wanted):
+                    error += float((value - want).square().sum())
                     norm += float(want.square().sum())
         finally:
             replace_module(model, name, linear)
         changes[name] = error / max(norm, 1e-30)
     return changes
+
+
+def layers_before(model: nn.Module, name: str, layers: list[nn.Module]) -> list[nn.Module]:
+    """The encoder layers among `layers` whose output cannot depend on the module `name`: those before its own
+    layer in the same encoder, or all of its encoder's for one after them (the pooler); a module outside every
+    encoder (a task head) reads what they all wrote."""
+    path = name.split(".")
+    for depth in range(len(path) - 1, 0, -1):
+        parent = model.get_submodule(".".join(path[:depth]))
+        if isinstance(parent, EncoderLayer):  # the layer list holding it, at its index
+            return list(model.get_submodule(".".join(path[:depth - 1])))[:int(path[depth - 1])]
+        if isinstance(parent, BertModel):
+            return list(parent.encoder.layers)
+    return layers
+
+
+@contextmanager
+def recording_outputs(layers: list[nn.Module]) -> Iterator[dict[nn.Module, list[Any]]]:
+    """What each of `layers` returns while the block runs, in call order: layer -> [output, ...]."""
+    outputs: dict[nn.Module, list[Any]] = {layer: [] for layer in layers}
+    handles = [layer.register_forward_hook(lambda module, inputs, output: outputs[module].append(output))
+               for layer in layers]
+    try:
+        yield outputs
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
+def replaying_outputs(layers: list[nn.Module], outputs: dict[nn.Module, list[Any]]) -> Iterator[None]:
+    """Each of `layers` gives back, call by call, what `recording_outputs` recorded of it, computing nothing."""
+    own = {layer: vars(layer).get("forward") for layer in layers}  # an instance's own forward, if it had one
+    for layer in layers:
+        replay = iter(outputs[layer])
+        layer.forward = lambda *args, replay=replay, **kwargs: next(replay)
+    try:
+        yield
+    finally:
+        for layer, forward in own.items():
+            if forward is None:
+                del layer.forward  # the class's forward again
+            else:
+                layer.forward = forward
 
 
 def model_outputs(model: nn.Module, batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
