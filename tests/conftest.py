@@ -135,7 +135,7 @@ def write_sst2_slice(source: Path, path: Path, start: int, stop: int) -> Path:
 @pytest.fixture(scope="session")
 def sst2_files(data_dir, tmp_path_factory) -> dict[str, Path]:
     """teacher: the first 2,000 training sentences; student: the next 64; dev: the first 400 dev sentences;
-    dev_200: the first 200 of those (for a check that evaluates many times)."""
+    dev_200: the first 200 of those (for the checks that evaluate many times: distillation, the gate's mechanics)."""
     slices = {"teacher": ("train", 0, 2000), "student": ("train", 2000, 2064), "dev": ("dev", 0, 400),
               "dev_200": ("dev", 0, 200)}
 
