@@ -34,8 +34,8 @@ def test_quantize_writes_a_model_that_reloads_as_reported_and_refuses_a_larger_d
     # The same quantization again (it is deterministic), allowed a little less than it dropped and no more careful
     # recipe: refused.
     refused = tmp_path / "refused"
-    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev_200"]), "--output", str(refused),
-                 "--max-drop", f"{report['drop'] - 0.25:.2f}", "--no-fallback"]) == 1
+    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev_200"]),
+                 "--output", str(refused), "--max-drop", f"{report['drop'] - 0.25:.2f}", "--no-fallback"]) == 1
     printed = capsys.readouterr().out
     assert "nothing written" in printed and "fp32" in printed
     assert not refused.exists()
@@ -58,8 +58,8 @@ def test_quantize_falls_back_to_more_careful_int8_recipes_and_writes_the_first_w
     nothing is written. Then with the first recipe's metric held down by 5 points (the gate's control flow, not
     the quantizer, under test), the next recipe is written: its checkpoint records its recipe and reloads as it."""
     refused = tmp_path / "refused"
-    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev_200"]), "--output", str(refused),
-                 "--max-drop", "-100"]) == 1
+    assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev_200"]),
+                 "--output", str(refused), "--max-drop", "-100"]) == 1
     printed = capsys.readouterr().out
     for row in ("fp32", "int8 ", "int8 outliers float32 ", "int8 outliers float32 dynamic "):
         assert f"\n{row}" in printed
@@ -94,7 +94,7 @@ def test_quantize_falls_back_to_more_careful_int8_recipes_and_writes_the_first_w
 def test_quantize_keeps_the_layers_asked_for_in_float32(sst2_teacher, sst2_files, tmp_path, capsys):
     """--float-layers N: the N layers whose int8 product alone changes the model's output most on the calibration
     data stay float32 in the written model, which names them and reloads scoring what the report says. (16
-    calibration sentences: ranking the 37 layers is a model pass over them for each.)"""
+    calibration sentences: ranking the 37 layers runs the model over them for each.)"""
     output = tmp_path / "int8"
     assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev_200"]), "--output", str(output),
                  "--float-layers", "2", "--calibration-examples", "16", "--max-drop", "100", "--no-fallback"]) == 0
