@@ -790,9 +790,9 @@ def int8_sensitivity(model: nn.Module, batches: list[dict[str, torch.Tensor]], l
 
 
 def layers_before(model: nn.Module, name: str, layers: list[nn.Module]) -> list[nn.Module]:
-    """The encoder layers among `layers` whose output cannot depend on the module `name`: those before its own
-    layer in the same encoder, or all of its encoder's for one after them (the pooler); a module outside every
-    encoder (a task head) reads what they all wrote."""
+    """The encoder layers whose output cannot depend on the module `name`: those before its own layer in the same
+    encoder, or all of its encoder's for one after them (the pooler); for a module outside every encoder (a task
+    head), `layers`: all of the model's."""
     path = name.split(".")
     for depth in range(len(path) - 1, 0, -1):
         parent = model.get_submodule(".".join(path[:depth]))
