@@ -11,6 +11,7 @@ from typing import Any
 from bertforge.errors import ConfigError, InputError
 
 BYTES_PER_PARAMETER = 4  # float32 weights, as every model is built
+MAX_SEED = 2**32 - 1  # numpy's global generator (seeded with torch's and Python's) takes 32 bits
 
 
 def check_number(name: str, value: Any, minimum: float | None = None, integer: bool = False,

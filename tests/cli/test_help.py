@@ -1,7 +1,12 @@
-"""Every subcommand's --help shows the default of every option that takes a value."""
+"""The command line's parser: every subcommand's --help shows the default of every option that takes a value, old
+flag spellings still work, and an empty file or folder argument is refused by name."""
 
 import argparse
 
+import pytest
+
+from bertforge.cli import main as cli_main
+from bertforge.cli.arguments import path_text
 from bertforge.cli.main import build_parser
 
 
@@ -43,3 +48,39 @@ def test_old_flag_spellings_still_work():
                                  "--model-or-vocab", "v"])
     assert (prepare.max_length, prepare.vocab) == (64, "v")
     assert parser.parse_args(["pretrain", "eval", "--model", "m", "--data", "d", "--seq-len", "64"]).max_length == 64
+
+
+# Where a file or folder argument lands (its dest), in every command; --size is a preset name or a config.json.
+PATH_DESTINATIONS = {"model", "output", "input", "data", "train", "dev", "corpus", "teacher", "adapter",
+                     "calibration", "config", "vocab", "tokenizer", "init_from", "run_dir"}
+
+
+def path_arguments() -> list[tuple[tuple[str, ...], str]]:
+    """(command words, option string, or the metavar of a positional) of every file or folder argument."""
+    found = []
+    for path, parser in subcommand_parsers(build_parser()):
+        for action in parser._actions:
+            if action.dest in PATH_DESTINATIONS and action.help != argparse.SUPPRESS:
+                assert action.type is path_text, f"bertforge {' '.join(path)} {action.dest}: not a path_text"
+                found.append((path, action.option_strings[0] if action.option_strings else action.metavar))
+    return found
+
+
+def test_every_file_or_folder_argument_is_a_path():
+    names = {name for _, name in path_arguments()}
+    assert {"--model", "--output", "--input", "--data", "--train", "--dev", "--corpus", "--teacher", "--adapter",
+            "--calibration", "--config", "--vocab", "--init-from", "RUN_DIR"} <= names
+
+
+@pytest.mark.parametrize("words, name", path_arguments(),
+                         ids=lambda value: "-".join(value) if isinstance(value, tuple) else value)
+def test_an_empty_path_is_refused_by_name(tmp_path, monkeypatch, capsys, words, name):
+    """What `--output "$OUT"` gives when OUT is unset. Before, some commands wrote to the current folder, printed
+    instead of writing, or failed with a traceback."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        cli_main.main([*words, *([name] if name.startswith("-") else []), ""])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2
+    assert err.count("\n") == 1 and f"argument {name}" in err and "the path is empty" in err, err
+    assert not any(tmp_path.iterdir())

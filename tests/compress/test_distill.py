@@ -108,6 +108,13 @@ def test_unknown_soft_weight_is_a_config_error():
         DistillConfig(soft_weight=1.5)
 
 
+@pytest.mark.parametrize("temperature", [1e308, 1e-300, 0.0])
+def test_a_temperature_outside_the_float_range_is_a_config_error(temperature):
+    """T = 1e308 passed as a positive number, then the loss's T^2 overflowed into a traceback."""
+    with pytest.raises(ConfigError, match="temperature must be"):
+        DistillConfig(temperature=temperature)
+
+
 def test_the_library_call_takes_the_teachers_task_and_settings(data_dir, tmp_path):
     """distill(FinetuneConfig(train=..., model=teacher)) without a task: the teacher's (here ner) and its run's
     settings, not the config's default classification ones."""

@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from bertforge import BertConfig
+from bertforge.cli import main as cli_main
+from bertforge.errors import InputError
 from bertforge.explain import explain
 from bertforge.explain.page import explanation_page
 from bertforge.pretraining import BertForMaskedLM
@@ -88,6 +90,17 @@ def test_cli_writes_json_and_html_and_reports_bad_input(sst2_classifier_dir, sst
     assert "unknown label 'neutral'; choose from: negative, positive" in result.stderr
     result = bertforge("explain", "--text", "x", "--output", str(tmp_path / "why.txt"))
     assert result.returncode == 1 and "must be a .html or .json file" in result.stderr
+
+
+def test_more_steps_than_the_rule_can_take_are_refused(sst2_classifier, tokenizer, capsys):
+    """Gauss-Legendre's points for n steps are an n x n eigenproblem: 10^14 steps asked the machine for more memory
+    than it has, and the error named a --batch-size that explain doesn't take."""
+    with pytest.raises(InputError, match="steps must be from 1 to 1000, got 1001"):
+        explain(sst2_classifier, tokenizer, REVIEW, steps=1001)
+    with pytest.raises(SystemExit) as stop:
+        cli_main.main(["explain", "--text", REVIEW, "--steps", "99999999999999"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "argument --steps: must be from 1 to 1000, got 99999999999999" in err, err
 
 
 def test_cli_explains_what_predict_reads_of_a_long_text(sst2_classifier_dir, tmp_path):

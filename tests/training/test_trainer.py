@@ -151,7 +151,9 @@ def test_bf16_autocast_trains():
 
 @pytest.mark.parametrize("overrides, message", [({"lr": 0}, "lr must be above 0"),
                                                 ({"grad_accumulation": 0}, "grad_accumulation must be at least 1"),
-                                                ({"epochs": "3"}, "epochs must be an integer")])
+                                                ({"epochs": "3"}, "epochs must be an integer"),
+                                                # numpy's global generator, seeded with torch's, takes 32 bits
+                                                ({"seed": 2**32}, "seed must be at most 4294967295")])
 def test_bad_settings_are_config_errors(overrides, message):
     with pytest.raises(ConfigError, match=message):
         TrainConfig(**overrides)

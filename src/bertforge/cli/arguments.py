@@ -14,10 +14,11 @@ from typing import Any
 from bertforge.atomic import write_text_atomic
 from bertforge.errors import InputError
 from bertforge.outputs import check_output_file
+from bertforge.validation import MAX_SEED
 
 
 def add_model_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", "-m", default="default",
+    parser.add_argument("--model", "-m", type=path_text, default="default",
                         help="model directory (config.json, model.safetensors, vocab.txt) or 'default'")
 
 
@@ -40,8 +41,18 @@ finite_float = number_type("finite_float", float, math.isfinite, "a finite numbe
 non_negative_float = number_type("non_negative_float", finite_float, lambda value: value >= 0, "zero or more")
 positive_float = number_type("positive_float", finite_float, lambda value: value > 0, "more than zero")
 fraction = number_type("fraction", finite_float, lambda value: 0 <= value <= 1, "from 0 to 1")
+below_one = number_type("below_one", finite_float, lambda value: 0 <= value < 1, "at least 0 and below 1")
 non_negative_int = number_type("non_negative_int", int, lambda value: value >= 0, "zero or more")
+seed_number = number_type("seed_number", int, lambda value: 0 <= value <= MAX_SEED, f"from 0 to {MAX_SEED}")
 port_number = number_type("port_number", int, lambda value: 0 <= value <= 65535, "a port number from 0 to 65535")
+
+
+def path_text(text: str) -> str:
+    """An argparse type for a file or folder: an empty one (what `--output "$OUT"` gives when OUT is unset) is
+    refused, not read as the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the path is empty (an unset shell variable?)")
+    return text
 
 
 STANDARD_STREAM = "-"  # a file argument that means standard input (to read) or standard output (to write)

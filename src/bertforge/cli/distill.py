@@ -1,6 +1,6 @@
 """`bertforge distill`: a smaller student of a fine-tuned teacher (every k-th layer), trained on the teacher's soft
 labels beside the true ones, and written only when its dev metric stays within --max-drop points of the teacher's.
-Takes every `bertforge finetune` flag (data, columns, optimisation); their defaults are the teacher's run."""
+Takes `bertforge finetune`'s flags for data, columns and optimisation; their defaults are the teacher's run."""
 
 from __future__ import annotations
 
@@ -9,17 +9,21 @@ import dataclasses
 from pathlib import Path
 
 from bertforge.cli import finetune as finetune_cli
-from bertforge.cli.arguments import fraction, non_negative_float, positive_float, positive_int
+from bertforge.cli.arguments import finite_float, fraction, non_negative_float, number_type, path_text, positive_int
 from bertforge.cli.quantize import add_max_drop_argument
 from bertforge.errors import ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--teacher", required=True, help="fine-tuned model directory to learn from")
+    parser.add_argument("--teacher", type=path_text, required=True, help="fine-tuned model directory to learn from")
     parser.add_argument("--student-layers", type=positive_int, default=3,
                         help="layers of the student, taken from every k-th teacher layer (default 3)")
-    parser.add_argument("--temperature", type=positive_float, default=2.0,
-                        help="softens the teacher's labels (default 2)")
+    from bertforge.compress.distill import MAX_TEMPERATURE, MIN_TEMPERATURE
+    temperature = number_type("temperature", finite_float, lambda value: MIN_TEMPERATURE <= value <= MAX_TEMPERATURE,
+                              f"from {MIN_TEMPERATURE:g} to {MAX_TEMPERATURE:g}")
+    parser.add_argument("--temperature", type=temperature, default=2.0,
+                        help=f"softens the teacher's labels, from {MIN_TEMPERATURE:g} to {MAX_TEMPERATURE:g} "
+                             "(default 2)")
     parser.add_argument("--soft-weight", type=fraction, default=0.5,
                         help="weight of the teacher's soft labels; the true labels get the rest (default 0.5)")
     parser.add_argument("--hidden-weight", type=non_negative_float, default=0.0,
@@ -27,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--without-teacher", action="store_true",
                         help="the control: the same student trained on the true labels only")
     add_max_drop_argument(parser)
-    finetune_cli.add_arguments(parser)
+    # The student is cut from --teacher (not --model or a fresh --random-init) into a new --output, in one run.
+    finetune_cli.add_run_arguments(parser, leave_out=("--model", "--random-init"))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from bertforge.cli.arguments import (
     check_writable,
     inference_options,
     load_encoder,
+    path_text,
     positive_int,
     read_lines,
     report,
@@ -65,9 +66,10 @@ def add_feature_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--input", "-i", required=True, help="text file, one text per line; - for standard input")
-    parser.add_argument("--output", "-o", help="FILE.npy (float32 matrix) or FILE.jsonl; - for JSON lines on "
-                                               "standard output")
+    parser.add_argument("--input", "-i", type=path_text, required=True,
+                        help="text file, one text per line; - for standard input")
+    parser.add_argument("--output", "-o", type=path_text,
+                        help="FILE.npy (float32 matrix) or FILE.jsonl; - for JSON lines on standard output")
     parser.add_argument("--level", choices=("sentence", *TOKEN_LEVELS), default="sentence",
                         help="one vector per line (sentence), per word piece (token) or per word; "
                              "token and word levels write JSON lines with tokens and character offsets")

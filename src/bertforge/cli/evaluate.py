@@ -6,18 +6,18 @@ import argparse
 from pathlib import Path
 
 from bertforge.checkpoint.default_model import DEFAULT_MODEL_NAMES
-from bertforge.cli.arguments import check_writable, inference_options
+from bertforge.cli.arguments import check_writable, inference_options, path_text
 from bertforge.cli.finetune import add_trained_model_arguments
 from bertforge.tasks.finetune import EVAL_RESULTS_FILE
 from bertforge.tasks.registry import TASKS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", "-m", required=True, help="fine-tuned model directory")
-    parser.add_argument("--data", "-d", required=True,
+    parser.add_argument("--model", "-m", type=path_text, required=True, help="fine-tuned model directory")
+    parser.add_argument("--data", "-d", type=path_text, required=True,
                         help="labelled data (.csv, .tsv, .jsonl; CoNLL for ner; SQuAD .json for qa)")
     parser.add_argument("--task", choices=list(TASKS), default=None, help="default: the model's own")
-    parser.add_argument("--output", "-o", default=None,
+    parser.add_argument("--output", "-o", type=path_text, default=None,
                         help=f"metrics JSON file (default: {EVAL_RESULTS_FILE} in the model directory; none for "
                              "'default')")
     add_trained_model_arguments(parser)

@@ -7,15 +7,15 @@ import argparse
 from pathlib import Path
 
 from bertforge.atomic import write_text_atomic
-from bertforge.cli.arguments import check_writable, positive_int
+from bertforge.cli.arguments import check_writable, number_type, path_text, positive_int
 from bertforge.errors import InputError
 
 OUTPUT_FORMATS = (".html", ".json")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from bertforge.explain.methods import DEFAULT_STEPS, METHODS
-    parser.add_argument("--model", "-m", default="default",
+    from bertforge.explain.methods import DEFAULT_STEPS, MAX_STEPS, METHODS
+    parser.add_argument("--model", "-m", type=path_text, default="default",
                         help="model directory (a fine-tuned classifier, tagger, QA or masked-LM model, or an "
                              "encoder, whose explained output is the similarity of --text and --pair) or 'default'")
     parser.add_argument("--text", required=True, help="the text (for qa: the question)")
@@ -24,12 +24,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                          "(default: the prediction)")
     parser.add_argument("--method", choices=list(METHODS), default="integrated_gradients",
                         help="attribution method")
-    parser.add_argument("--steps", type=positive_int, default=DEFAULT_STEPS,
+    steps = number_type("steps", int, lambda value: 1 <= value <= MAX_STEPS, f"from 1 to {MAX_STEPS}")
+    parser.add_argument("--steps", type=steps, default=DEFAULT_STEPS,
                         help=f"integrated gradients' interpolation steps (default {DEFAULT_STEPS})")
     parser.add_argument("--max-length", type=positive_int,
                         help="truncate to this many tokens (default: as `predict` reads: the max_length the model "
                              "was fine-tuned with)")
-    parser.add_argument("--output", "-o", help="view.html (the page) or explanation.json; default: print the words")
+    parser.add_argument("--output", "-o", type=path_text,
+                        help="view.html (the page) or explanation.json; default: print the words")
 
 
 def run(args: argparse.Namespace) -> int:

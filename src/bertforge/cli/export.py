@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Collection
 from pathlib import Path
 
-from bertforge.cli.arguments import add_model_argument, check_writable, positive_int
+from bertforge.cli.arguments import add_model_argument, check_writable, path_text, positive_int
 from bertforge.errors import CheckpointError, InputError
 from bertforge.inference.onnx import ONNX_TASKS, export_onnx, model_class_of
 from bertforge.outputs import check_output_dir, finish_staging, start_staging
@@ -65,7 +65,7 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
     """Beyond --model, --output and --task: whether to replace a model, and an adapter to merge in."""
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the model already in --output (otherwise that is an error)")
-    parser.add_argument("--adapter", metavar="DIR", default=None,
+    parser.add_argument("--adapter", type=path_text, metavar="DIR", default=None,
                         help="a LoRA adapter trained on --model (PEFT's adapter_config.json and "
                              "adapter_model.safetensors), merged into the weights written (default: none)")
 
@@ -107,7 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, (add_format_arguments, _, help_text) in FORMATS.items():
         subparser = formats.add_parser(name, help=help_text, description=help_text)
         add_model_argument(subparser)
-        subparser.add_argument("--output", "-o", required=True,
+        subparser.add_argument("--output", "-o", type=path_text, required=True,
                                help="FILE.onnx" if name == "onnx" else "model directory to write")
         subparser.add_argument("--task", choices=list(ONNX_TASKS), default=None,
                                help="which model to export: the encoder alone (feature-extraction) or a task "

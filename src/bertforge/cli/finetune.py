@@ -8,6 +8,7 @@ import dataclasses
 import importlib.util
 import shlex
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,16 @@ from bertforge.cli.arguments import (
     add_flag_table,
     add_format_argument,
     add_inference_arguments,
+    below_one,
     finite_float,
     format_help,
+    fraction,
+    non_negative_float,
+    non_negative_int,
+    path_text,
+    positive_float,
     positive_int,
+    seed_number,
 )
 from bertforge.config import BertConfig, check_field_types, read_json_object
 from bertforge.errors import BertforgeError, ConfigError
@@ -36,49 +44,52 @@ DECODING_HELP = ("ner: each word's most probable tag (argmax) or the most probab
 FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
     "--task": (("task",), TASKS, "what to learn: " + "; ".join(f"{name}: {row.description}"
                                                                for name, row in TASKS.items())),
-    "--train": (("train",), str, "training data (.csv, .tsv, .jsonl; CoNLL for ner; SQuAD .json for qa)"),
-    "--dev": (("dev",), str, "evaluation data; the best model on it is kept (default: none, the last model is kept)"),
+    "--train": (("train",), path_text, "training data (.csv, .tsv, .jsonl; CoNLL for ner; SQuAD .json for qa)"),
+    "--dev": (("dev",), path_text, "evaluation data; the best model on it is kept (default: none, the last model is "
+                                   "kept)"),
     "--format": (("format",), DATA_FORMATS, format_help("the data files'", "each file's extension's")),
-    "--output": (("output",), str, "output model directory"),
-    "--model": (("model",), str, "pre-trained model directory, or 'default' (all-MiniLM-L6-v2)"),
-    "--max-length": (("max_length",), int, "tokens per input"),
+    "--output": (("output",), path_text, "output model directory"),
+    "--model": (("model",), path_text, "pre-trained model directory, or 'default' (all-MiniLM-L6-v2)"),
+    "--max-length": (("max_length",), positive_int, "tokens per input"),
     "--long-text": (("long_text",), LONG_TEXT, "texts over --max-length: truncate, or average overlapping windows"),
     "--context": (("context",), CONTEXTS, "ner: what fills the rest of each window: nothing (sentence) or the "
                                           "sentences around it in its document (-DOCSTART- blocks), as BERT's "
                                           "CoNLL-2003 result"),
     "--decoding": (("decoding",), DECODINGS, DECODING_HELP),
-    "--doc-stride": (("doc_stride",), int, "overlap of windows over long inputs: qa tokens, ner words"),
-    "--max-query-length": (("max_query_length",), int, "qa: question tokens kept"),
+    "--doc-stride": (("doc_stride",), non_negative_int, "overlap of windows over long inputs: qa tokens, ner words"),
+    "--max-query-length": (("max_query_length",), positive_int, "qa: question tokens kept"),
     "--version-2": (("version_2",), bool, "qa: SQuAD v2 data, where questions may have no answer"),
-    "--n-best": (("n_best",), int, "qa: answers kept per question"),
-    "--max-answer-length": (("max_answer_length",), int, "qa: longest answer in tokens"),
+    "--n-best": (("n_best",), positive_int, "qa: answers kept per question"),
+    "--max-answer-length": (("max_answer_length",), positive_int, "qa: longest answer in tokens"),
     "--null-score-threshold": (("null_score_threshold",), finite_float,
                                "qa with --version-2: margin by which no answer must beat the best span"),
-    "--threshold": (("threshold",), finite_float,
+    "--threshold": (("threshold",), below_one,
                     "multi_label: predict a label when its probability is over this (default: chosen on --dev, "
                     "else 0.5)"),
     "--random-init": (("random_init",), bool, "the --model architecture with fresh weights (a from-scratch baseline)"),
-    "--dropout": (("dropout",), finite_float,
+    "--dropout": (("dropout",), below_one,
                   "dropout on hidden states and attention weights (default: the model's)"),
-    "--batch-size": (("batch_size",), int,
+    "--batch-size": (("batch_size",), positive_int,
                      "examples per batch; under torchrun the global batch, split between the processes"),
-    "--eval-batch-size": (("eval_batch_size",), int, "examples per evaluation batch"),
-    "--max-train-examples": (("max_train_examples",), int, "use only the first N training examples (default: all)"),
+    "--eval-batch-size": (("eval_batch_size",), positive_int, "examples per evaluation batch"),
+    "--max-train-examples": (("max_train_examples",), positive_int,
+                             "use only the first N training examples (default: all)"),
     "--metric-for-best-model": (("metric_for_best_model",), str,
                                 "dev metric that picks the kept model: one the task reports (classification: "
                                 "accuracy, f1, ...) or loss; lower is better for loss, higher for the others "
                                 "(default: the task's main metric)"),
-    "--epochs": (("training", "epochs"), int, "passes over the training data"),
-    "--max-steps": (("training", "max_steps"), int, "stop after N optimizer steps (default: none; overrides --epochs)"),
-    "--lr": (("training", "lr"), finite_float, "peak learning rate"),
-    "--weight-decay": (("training", "weight_decay"), finite_float, "AdamW weight decay"),
-    "--warmup-ratio": (("training", "warmup_ratio"), finite_float, "fraction of steps warming up"),
-    "--grad-accum": (("training", "grad_accumulation"), int, "batches per optimizer step"),
-    "--eval-every": (("training", "eval_every"), int, "evaluate every N steps (default: every epoch)"),
-    "--seed": (("training", "seed"), int, "random seed"),
-    "--early-stopping": (("training", "early_stopping_patience"), int,
+    "--epochs": (("training", "epochs"), positive_int, "passes over the training data"),
+    "--max-steps": (("training", "max_steps"), positive_int,
+                    "stop after N optimizer steps (default: none; overrides --epochs)"),
+    "--lr": (("training", "lr"), positive_float, "peak learning rate"),
+    "--weight-decay": (("training", "weight_decay"), non_negative_float, "AdamW weight decay"),
+    "--warmup-ratio": (("training", "warmup_ratio"), fraction, "fraction of steps warming up"),
+    "--grad-accum": (("training", "grad_accumulation"), positive_int, "batches per optimizer step"),
+    "--eval-every": (("training", "eval_every"), positive_int, "evaluate every N steps (default: every epoch)"),
+    "--seed": (("training", "seed"), seed_number, "random seed"),
+    "--early-stopping": (("training", "early_stopping_patience"), positive_int,
                          "stop after N evaluations without improvement (default: none, never stop early)"),
-    "--save-every": (("training", "save_every"), int,
+    "--save-every": (("training", "save_every"), positive_int,
                      "optimizer steps between resumable checkpoints (default: at every evaluation)"),
     "--device": (("training", "device"), str, "cpu, cuda, ... (default: cuda when available)"),
     "--bf16": (("training", "bf16"), bool, "bf16 autocast where the hardware supports it"),
@@ -127,11 +138,17 @@ def add_trained_model_arguments(parser: argparse.ArgumentParser) -> None:
     add_inference_arguments(parser)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="FILE", default=None,
+def add_run_arguments(parser: argparse.ArgumentParser, leave_out: Collection[str] = ()) -> None:
+    """--config and a flag per setting of the run: what `distill` shares, leaving out the flags it sets itself."""
+    parser.add_argument("--config", type=path_text, metavar="FILE", default=None,
                         help="run config JSON (FinetuneConfig fields; flags override it) (default: none)")
-    add_flag_table(parser, FLAGS | {flag: (place, str, help_text) for flag, (place, help_text) in COLUMN_FLAGS.items()},
-                   default_of, short={"--model": "-m", "--output": "-o"})
+    flags = FLAGS | {flag: (place, str, help_text) for flag, (place, help_text) in COLUMN_FLAGS.items()}
+    add_flag_table(parser, {flag: row for flag, row in flags.items() if flag not in leave_out}, default_of,
+                   short={"--model": "-m", "--output": "-o"})
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser)
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the model already in --output (otherwise that is an error)")
     parser.add_argument("--resume", action="store_true",
@@ -155,7 +172,7 @@ def config_from_args(args: argparse.Namespace):
         check_field_types(FinetuneConfig, data, source)
     places = [place for place, _, _ in FLAGS.values()] + [place for place, _ in COLUMN_FLAGS.values()]
     for place in places:
-        value = getattr(args, place[-1])
+        value = getattr(args, place[-1], None)  # None too for a flag the command left out
         if value is not None:
             section = data
             for key in place[:-1]:

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import argparse
 
-from bertforge.cli.arguments import check_writable, inference_options, input_file, report, write_output
+from bertforge.cli.arguments import check_writable, inference_options, input_file, path_text, report, write_output
 from bertforge.cli.finetune import add_trained_model_arguments
 from bertforge.errors import ConfigError, InputError
 from bertforge.outputs import to_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", "-m", required=True, help="fine-tuned model directory")
-    parser.add_argument("--input", "-i", help="data file (.csv, .tsv, .jsonl, or .txt with one text per line; "
-                                              "ner: CoNLL or .txt; qa: SQuAD .json or .jsonl of question, context); "
-                                              "- for standard input (one text per line unless --format says)")
-    parser.add_argument("--output", "-o", help="FILE.jsonl: one JSON object per input (required with --input; with "
-                                               "--text, instead of the printed answer); - for standard output")
+    parser.add_argument("--model", "-m", type=path_text, required=True, help="fine-tuned model directory")
+    parser.add_argument("--input", "-i", type=path_text,
+                        help="data file (.csv, .tsv, .jsonl, or .txt with one text per line; ner: CoNLL or .txt; qa: "
+                             "SQuAD .json or .jsonl of question, context); - for standard input (one text per line "
+                             "unless --format says)")
+    parser.add_argument("--output", "-o", type=path_text,
+                        help="FILE.jsonl: one JSON object per input (required with --input; with --text, instead of "
+                             "the printed answer); - for standard output")
     parser.add_argument("--text", help="or one text, predicted and printed")
     parser.add_argument("--text-pair", help="the second text of a pair, with --text")
     parser.add_argument("--question", help="qa: one question, with --context")

@@ -5,14 +5,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertforge.cli.arguments import check_writable, finite_float, positive_int, report, write_output
+from bertforge.cli.arguments import (
+    check_writable,
+    finite_float,
+    path_text,
+    positive_int,
+    report,
+    seed_number,
+    write_output,
+)
 from bertforge.outputs import to_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", "-m", required=True,
+    parser.add_argument("--model", "-m", type=path_text, required=True,
                         help="a checkpoint directory with a masked-LM head (the output of `pretrain train`)")
-    parser.add_argument("--data", required=True, help="the corpus folder the model was trained on")
+    parser.add_argument("--data", type=path_text, required=True, help="the corpus folder the model was trained on")
     parser.add_argument("--holdout", type=finite_float, default=None,
                         help="the held-out split's size as in training (default: the model's pretrain_config.json, "
                              "else 0.01)")
@@ -26,8 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bertforge.pretraining.masking import MASKING_STRATEGIES
     parser.add_argument("--masking", choices=list(MASKING_STRATEGIES), default="token",
                         help="masking strategy of the evaluation")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the evaluation's masks")
-    parser.add_argument("--output", "-o", default=None, metavar="FILE",
+    parser.add_argument("--seed", type=seed_number, default=0, help="seed of the evaluation's masks")
+    parser.add_argument("--output", "-o", type=path_text, default=None, metavar="FILE",
                         help="where to write the metrics as JSON (default: MODEL/eval_results.json)")
 
 

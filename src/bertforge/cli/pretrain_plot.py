@@ -5,15 +5,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertforge.cli.arguments import STANDARD_STREAM, check_writable
+from bertforge.cli.arguments import STANDARD_STREAM, check_writable, path_text
 from bertforge.errors import InputError
 
 DEFAULT_IMAGE = "curves.png"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="the --output folder of `pretrain train` (or its log.jsonl)")
-    parser.add_argument("--output", "-o", default=None, metavar="FILE.png",
+    parser.add_argument("run_dir", type=path_text, metavar="RUN_DIR",
+                        help="the --output folder of `pretrain train` (or its log.jsonl)")
+    parser.add_argument("--output", "-o", type=path_text, default=None, metavar="FILE.png",
                         help=f"where to write the image, its format from the suffix: .png, .svg, .pdf, .jpg, ... "
                              f"(default: RUN_DIR/{DEFAULT_IMAGE})")
 

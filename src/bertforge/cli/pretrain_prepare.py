@@ -5,19 +5,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertforge.cli.arguments import check_writable, positive_int
+from bertforge.cli.arguments import check_writable, path_text, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--corpus", nargs="+", required=True, metavar="FILE",
+    parser.add_argument("--corpus", type=path_text, nargs="+", required=True, metavar="FILE",
                         help="UTF-8 text files: one sentence or paragraph per line, a blank line between documents")
-    parser.add_argument("--vocab", default="default", metavar="M",
+    parser.add_argument("--vocab", type=path_text, default="default", metavar="M",
                         help="the tokenizer: a model directory or 'default' (its tokenizer is used), or a vocab.txt "
                              "file; kept with the corpus for `pretrain train` (default: default)")
-    parser.add_argument("--model-or-vocab", dest="vocab", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    parser.add_argument("--model-or-vocab", type=path_text, dest="vocab", default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
     parser.add_argument("--cased", action="store_true",
                         help="with a vocab.txt: keep case and accents (a model directory's tokenizer settings decide)")
-    parser.add_argument("--output", "-o", required=True, metavar="DIR", help="folder for the shards and manifest")
+    parser.add_argument("--output", "-o", type=path_text, required=True, metavar="DIR",
+                        help="folder for the shards and manifest")
     parser.add_argument("--max-length", type=positive_int, default=128,
                         help="the training sequence length, for the estimate of sequences per epoch (the shards "
                              "themselves serve any length) (default: %(default)s)")

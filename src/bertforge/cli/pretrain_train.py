@@ -8,21 +8,28 @@ import argparse
 import dataclasses
 from typing import Any
 
-from bertforge.cli.arguments import add_flag_table, finite_float, positive_int
+from bertforge.cli.arguments import (
+    add_flag_table,
+    finite_float,
+    non_negative_int,
+    path_text,
+    positive_int,
+    seed_number,
+)
 
 # flag -> (PretrainConfig field, kind, help); kind as in cli/finetune.py's FLAGS (a type, a table of choices, or
 # bool for a switch). Old spellings of a flag are hidden aliases (ALIASES).
 FLAGS: dict[str, tuple[str, Any, str]] = {
-    "--data": ("data", str, "a corpus folder written by `bertforge pretrain prepare`"),
-    "--output": ("output", str, "folder for the model, log.jsonl and checkpoint/"),
-    "--size": ("model", str, "model size ({presets}), or a config.json; vocab_size comes from the tokenizer"),
-    "--init-from": ("init_from", str, "start from this model directory's weights and architecture instead of a "
+    "--data": ("data", path_text, "a corpus folder written by `bertforge pretrain prepare`"),
+    "--output": ("output", path_text, "folder for the model, log.jsonl and checkpoint/"),
+    "--size": ("model", path_text, "model size ({presets}), or a config.json; vocab_size comes from the tokenizer"),
+    "--init-from": ("init_from", path_text, "start from this model directory's weights and architecture instead of a "
                                       "random initialisation (continued pre-training, e.g. a second phase at longer "
                                       "sequences) (default: none)"),
     "--dropout": ("dropout", finite_float, "dropout on hidden states and attention weights (default: the model's, "
                                            "0.1 for the presets); 0 trains faster and suits short runs"),
-    "--vocab": ("tokenizer", str, "the tokenizer: a model directory, 'default', or a vocab.txt, checked against the "
-                                  "corpus (default: the one the corpus was prepared with)"),
+    "--vocab": ("tokenizer", path_text, "the tokenizer: a model directory, 'default', or a vocab.txt, checked against "
+                                        "the corpus (default: the one the corpus was prepared with)"),
     "--cased": ("do_lower_case", bool, "with a vocab.txt: keep case and accents"),
     "--objective": ("objective", "objectives", "what the model learns"),
     "--masking": ("masking", "masking", "which tokens are masked together"),
@@ -32,7 +39,7 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
                                                  "size) x grad-accum"),
     "--grad-accum": ("grad_accumulation", positive_int, "forward passes per optimizer step"),
     "--lr": ("lr", finite_float, "peak learning rate"),
-    "--warmup-steps": ("warmup_steps", int, "linear warm-up steps (default: 1%% of --steps)"),
+    "--warmup-steps": ("warmup_steps", non_negative_int, "linear warm-up steps (default: 1%% of --steps)"),
     "--max-length": ("seq_len", positive_int, "tokens per training sequence"),
     "--holdout": ("holdout", finite_float, "documents held out for evaluation: a fraction below 1, or a count"),
     "--save-every": ("save_every", positive_int, "steps between checkpoints"),
@@ -44,7 +51,7 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
     "--gradient-checkpointing": ("gradient_checkpointing", bool,
                                  "recompute each layer's activations in the backward pass: less memory for long "
                                  "sequences and large models, about a third more compute"),
-    "--seed": ("seed", int, "random seed"),
+    "--seed": ("seed", seed_number, "random seed"),
     "--peak-gflops": ("peak_gflops", finite_float, "one device's peak GFLOP/s, for model FLOPs utilisation"),
     "--no-progress": ("progress", bool, "no progress bar"),
 }

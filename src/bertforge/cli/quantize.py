@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from bertforge.cli.arguments import add_format_argument, finite_float, fraction, non_negative_int, positive_int
+from bertforge.cli.arguments import (
+    add_format_argument,
+    finite_float,
+    fraction,
+    non_negative_int,
+    path_text,
+    positive_int,
+)
 from bertforge.compress.gate import DEFAULT_MAX_DROP
 
 
@@ -18,15 +25,17 @@ def add_max_drop_argument(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bertforge.compress.quantize import ACTIVATION_RANGES, METHODS, OUTLIER_FOLDING
-    parser.add_argument("--model", "-m", required=True, help="fine-tuned model directory")
-    parser.add_argument("--dev", "-d", required=True, help="labelled dev data in the training run's format")
-    parser.add_argument("--output", "-o", required=True, help="directory for the smaller model (must be new)")
+    parser.add_argument("--model", "-m", type=path_text, required=True, help="fine-tuned model directory")
+    parser.add_argument("--dev", "-d", type=path_text, required=True,
+                        help="labelled dev data in the training run's format")
+    parser.add_argument("--output", "-o", type=path_text, required=True,
+                        help="directory for the smaller model (must be new)")
     add_format_argument(parser)
     parser.add_argument("--precision", choices=[*METHODS, "auto"], default="int8",
                         help="int8 (CPU: int8 weights, outlier input channels kept apart), bf16, or auto "
                              "(bf16 where --device runs it natively, else int8); default int8")
     add_max_drop_argument(parser)
-    parser.add_argument("--calibration", default=None,
+    parser.add_argument("--calibration", type=path_text, default=None,
                         help="int8: text the model will see, whose first examples find each layer's outlier "
                              "channels and input ranges; no labels needed (a .txt file is one text a line; "
                              "default: --dev)")

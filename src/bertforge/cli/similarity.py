@@ -7,7 +7,7 @@ import argparse
 
 import torch.nn.functional as F
 
-from bertforge.cli.arguments import inference_options, load_encoder, read_lines
+from bertforge.cli.arguments import inference_options, load_encoder, path_text, read_lines
 from bertforge.cli.embed import add_feature_arguments, splade_encoder, uses_splade
 from bertforge.errors import InputError
 from bertforge.inference.similarity import similarity_table
@@ -15,7 +15,7 @@ from bertforge.inference.similarity import similarity_table
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("texts", nargs="*", help="sentences to compare")
-    parser.add_argument("--input", "-i", help="or a text file with one sentence per line")
+    parser.add_argument("--input", "-i", type=path_text, help="or a text file with one sentence per line")
     add_feature_arguments(parser)
 
 

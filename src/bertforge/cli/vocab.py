@@ -6,16 +6,16 @@ import argparse
 import logging
 from pathlib import Path
 
-from bertforge.cli.arguments import check_writable, positive_int, report, write_output
+from bertforge.cli.arguments import check_writable, path_text, positive_int, report, write_output
 from bertforge.errors import InputError
 
 logger = logging.getLogger("bertforge")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--corpus", nargs="+", required=True, metavar="FILE", help="UTF-8 text files")
+    parser.add_argument("--corpus", type=path_text, nargs="+", required=True, metavar="FILE", help="UTF-8 text files")
     parser.add_argument("--vocab-size", type=positive_int, default=30522, help="tokens in the vocabulary")
-    parser.add_argument("--output", "-o", required=True, help="where to write vocab.txt")
+    parser.add_argument("--output", "-o", type=path_text, required=True, help="where to write vocab.txt")
     parser.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case)")
     parser.add_argument("--min-pair-count", type=positive_int, default=2,
                         help="stop merging when the most frequent pair occurs fewer times")

@@ -38,6 +38,11 @@ DISTILLABLE_TASKS = ("classification", "multi_label", "regression", "ner")
 DISTILL_CONFIG_FILE = "distill_config.json"
 
 
+# Published recipes use 1 (TinyBERT) to 20 (Hinton et al.); far outside, logits / T or the loss's T^2 leave the
+# floating-point range (1e308 overflowed) and the soft labels carry nothing.
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 100.0
+
+
 @dataclass
 class DistillConfig:
     """How the student learns from its teacher; the data and optimisation settings are a FinetuneConfig's."""
@@ -50,7 +55,7 @@ class DistillConfig:
 
     def __post_init__(self):
         check_number("student_layers", self.student_layers, minimum=1, integer=True)
-        check_number("temperature", self.temperature, minimum=0.0, exclusive=True)
+        check_number("temperature", self.temperature, minimum=MIN_TEMPERATURE, maximum=MAX_TEMPERATURE)
         check_number("soft_weight", self.soft_weight, minimum=0.0)
         check_number("hidden_weight", self.hidden_weight, minimum=0.0)
         if self.soft_weight > 1:

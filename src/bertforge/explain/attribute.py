@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bertforge.errors import InputError, check_choice
 from bertforge.explain.inner import masked_lm_views
-from bertforge.explain.methods import DEFAULT_STEPS, METHODS, USES_GRADIENTS, Attributions
+from bertforge.explain.methods import DEFAULT_STEPS, MAX_STEPS, METHODS, USES_GRADIENTS, Attributions
 from bertforge.explain.result import Explanation, TokenAttribution, WordAttribution
 from bertforge.explain.targets import Row, build_target
 from bertforge.pretraining.heads import BertForMaskedLM
@@ -23,8 +23,8 @@ def explain(model, tokenizer, text: str, text_pair: str | None = None, target: s
     >>> explain(classifier, tokenizer, "a gripping, funny film").top_words(1)[0].word  # e.g. 'funny'
     """
     check_choice(method, METHODS, "method", error=InputError)
-    if steps < 1:
-        raise InputError(f"steps must be at least 1, got {steps}")
+    if not 1 <= steps <= MAX_STEPS:
+        raise InputError(f"steps must be from 1 to {MAX_STEPS}, got {steps}")
     quantization = getattr(model, "quantization", None)
     if method in USES_GRADIENTS and quantization is not None and quantization.precision == "int8":
         raise InputError(f"{method} follows gradients, which int8 layers don't pass on (every attribution would "

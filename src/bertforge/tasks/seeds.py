@@ -24,6 +24,7 @@ from bertforge.tasks.metrics import greater_is_better
 from bertforge.tasks.registry import RUN_CONFIG_FILE
 from bertforge.training import distributed
 from bertforge.training.trainer import CHECKPOINT_DIR, is_better
+from bertforge.validation import MAX_SEED
 
 SEEDS_FILE = "seeds.json"
 RECORD_KEYS = ("step", "epoch")  # in an evaluation record beside the metrics
@@ -48,8 +49,9 @@ def parse_seeds(text: str) -> list[int]:
         seeds = [int(part) for part in text.split(",")]
     except ValueError:
         raise ConfigError(f"--seeds takes comma-separated integers such as 1,2,3; got {text!r}") from None
-    if len(seeds) < 2 or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-        raise ConfigError(f"--seeds needs two or more different non-negative seeds (one seed is --seed); got {text!r}")
+    if len(seeds) < 2 or len(set(seeds)) != len(seeds) or min(seeds) < 0 or max(seeds) > MAX_SEED:
+        raise ConfigError(f"--seeds needs two or more different seeds from 0 to {MAX_SEED} (one seed is --seed); got "
+                          f"{text!r}")
     return seeds
 
 

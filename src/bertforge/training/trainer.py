@@ -30,7 +30,7 @@ from bertforge.outputs import to_json
 from bertforge.runtime import bf16_supported, resolve_device, seed_everything, to_device
 from bertforge.training import distributed
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
-from bertforge.validation import check_number
+from bertforge.validation import MAX_SEED, check_number
 
 logger = logging.getLogger("bertforge")
 # What a person follows while a run goes on (each evaluation's metrics); the command line shows it without -v.
@@ -82,7 +82,7 @@ class TrainConfig(JsonConfig):
         check_number("grad_accumulation", self.grad_accumulation, minimum=1, integer=True)
         check_number("max_grad_norm", self.max_grad_norm, minimum=0.0, exclusive=True, optional=True)
         check_number("eval_every", self.eval_every, minimum=1, integer=True, optional=True)
-        check_number("seed", self.seed, minimum=0, integer=True)
+        check_number("seed", self.seed, minimum=0, maximum=MAX_SEED, integer=True)
         check_number("early_stopping_patience", self.early_stopping_patience, minimum=1, integer=True,
                      optional=True)
         check_number("log_every", self.log_every, minimum=1, integer=True)

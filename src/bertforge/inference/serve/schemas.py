@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from bertforge.explain.methods import DEFAULT_STEPS, METHODS
+from bertforge.explain.methods import DEFAULT_STEPS, MAX_STEPS, METHODS
 from bertforge.inference.features import POOLINGS
 
 Pooling = Literal[tuple(POOLINGS)]
@@ -184,7 +184,7 @@ class ExplainRequest(Strict):
     text_pair: Text | None = Field(None, description="the pair (the context; for an encoder, the text compared)")
     target: str | None = Field(None, description="a label, an entity, answer/start/end (default: the prediction)")
     method: ExplainMethod = "integrated_gradients"
-    steps: int = Field(DEFAULT_STEPS, ge=1, le=1000, strict=True,
+    steps: int = Field(DEFAULT_STEPS, ge=1, le=MAX_STEPS, strict=True,
                        description="integrated gradients' interpolation steps; steps x tokens is limited to the "
                                    "default steps x the server's max_length")
 
