@@ -171,6 +171,14 @@ def test_devices_this_machine_lacks_are_one_line_errors(minilm_dir):
         assert "\n" not in str(raised.value)
 
 
+@pytest.mark.parametrize("load", [BertModel.from_pretrained, BertTokenizer.from_pretrained,
+                                  BertForSequenceClassification.from_pretrained, BertConfig.from_pretrained])
+def test_an_empty_name_is_refused_not_read_as_the_current_folder(load, minilm_dir, monkeypatch):
+    monkeypatch.chdir(minilm_dir)  # which holds a model: "" must not load it
+    with pytest.raises(BertforgeError, match="^the model path is empty"):
+        load("")
+
+
 def test_tokenizer_options_as_transformers_takes_them(minilm_dir):
     text = "Hello <ent> don't [UNK] unaffable <mask> [MASK]"
     reference = transformers.AutoTokenizer.from_pretrained
