@@ -417,6 +417,31 @@ def test_evaluate_of_a_named_model_writes_nothing_in_the_working_directory(world
     assert not (tmp_path / "default").exists() and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("command, advice", [
+    (["embed", "--model", "{E}", "--input", "{D}/lines.txt", "--output", "{T}/out.npy"],
+     "--batch-size or --max-length"),
+    (["explain", "--model", "{M}", "--text", "a joy"], "--max-length"),
+])
+def test_running_out_of_memory_names_what_to_lower(world, tmp_path, capsys, monkeypatch, command, advice):
+    """torch reports a failed allocation as a RuntimeError, not Python's MemoryError: a real one here (40 TB asked
+    in the encoder, as too large a batch would), which ended in a traceback."""
+    from bertforge import model as model_module
+
+    root, encoder, data, earlier = world
+
+    def forward(*args, **kwargs):
+        return torch.empty(10**13)
+
+    monkeypatch.setattr(model_module.BertModel, "forward", forward)
+    places = {"{E}": str(encoder), "{M}": str(earlier / "model"), "{D}": str(data), "{T}": str(tmp_path)}
+    argv = command
+    for key, value in places.items():
+        argv = [arg.replace(key, value) for arg in argv]
+    before = digest(earlier)
+    assert_one_line_error(*run_cli(capsys, "--threads", "1", *argv), 1, f"out of memory; try a smaller {advice}")
+    assert digest(earlier) == before and list(tmp_path.iterdir()) == []
+
+
 def test_a_closed_pipe_ends_quietly(world, tmp_path):
     """`bertforge tokenize --json ... | head`: no BrokenPipeError traceback, the exit status of a closed pipe. The
     reader here (`true`) is gone before bertforge writes, so the pipe is closed whatever the output's size."""

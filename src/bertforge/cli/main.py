@@ -127,10 +127,28 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:  # a file or folder the user named: missing, unreadable, full disk, ...
         return fail(describe_os_error(error))
     except MemoryError:
-        return fail("out of memory; try a smaller --batch-size or --max-length")
+        return fail(out_of_memory(args))
+    except RuntimeError as error:
+        if not is_out_of_memory(error):
+            raise
+        return fail(out_of_memory(args))
     except KeyboardInterrupt:
         print("bertforge: interrupted", file=sys.stderr)
         return 130
+
+
+def is_out_of_memory(error: RuntimeError) -> bool:
+    """torch reports a failed allocation as a RuntimeError (OutOfMemoryError on a GPU), not Python's MemoryError."""
+    torch = sys.modules.get("torch")
+    return (torch is not None and isinstance(error, torch.OutOfMemoryError)) or \
+        "DefaultCPUAllocator: can't allocate memory" in str(error)
+
+
+def out_of_memory(args: argparse.Namespace) -> str:
+    """The message, naming what to lower among the flags this command takes."""
+    flags = [flag for flag, dest in (("--batch-size", "batch_size"), ("--max-length", "max_length"))
+             if hasattr(args, dest)]
+    return "out of memory" + (f"; try a smaller {' or '.join(flags)}" if flags else "")
 
 
 def started_beside_other_processes() -> bool:
