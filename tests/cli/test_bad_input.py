@@ -130,6 +130,9 @@ FLAG_AND_OUTPUT_CASES = [
      1, ["is a folder"]),
     ("predict-output-is-folder", ["predict", "--model", "{M}", "--input", "{D}/lines.txt", "--output",
                                   "{T}/dir.npy"], 1, ["is a folder"]),
+    ("predict-pair-without-text", ["predict", "--model", "{M}", "--input", "{D}/lines.txt", "--output",
+                                   "{T}/out.jsonl", "--text-pair", "a second text"], 1,
+     ["--text-pair goes with --text"]),  # it was ignored, every line predicted alone
     ("attention-output-under-file", ["attention", "hello", "--model", "{E}", "--output", "{O}/a_file/a.html"], 1,
      ["a_file is a file, not a folder"]),
     ("evaluate-output-is-folder", ["evaluate", "--model", "{M}", "--data", "{D}/train.csv", "--output",

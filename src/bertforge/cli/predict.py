@@ -35,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--question and --context go together")
     if args.question is not None and (args.text is not None or args.text_pair is not None):
         raise InputError("give --question with --context, or --text, not both")
+    if args.text_pair is not None and args.text is None and args.question is None:
+        raise InputError("--text-pair goes with --text (a file's pairs are its --text-pair-column)")
     text, text_pair = (args.question, args.context) if args.question is not None else (args.text, args.text_pair)
     if (args.input is None) == (text is None):
         raise InputError("give either --input FILE (with --output FILE.jsonl), --text, or --question and --context")
