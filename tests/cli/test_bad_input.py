@@ -112,6 +112,8 @@ FLAG_AND_OUTPUT_CASES = [
                                 "banana"], 1, ["'banana'", "not a device"]),
     ("finetune-device-cuda-9", ["finetune", "--train", "{D}/train.csv", "--output", "{T}/out", "--device",
                                 "cuda:9"], 1, ["'cuda:9'"]),
+    ("serve-max-wait-ms-1e308", ["serve", "--model", "{E}", "--max-wait-ms", "1e308"], 2,
+     ["--max-wait-ms", "from 0 to 60000"]),
     ("pretrain-lr-nan", ["pretrain", "train", "--data", "{T}/corpus", "--output", "{T}/out", "--lr", "nan"], 2,
      ["--lr"]),
     ("finetune-output-under-file", ["finetune", "--model", "{E}", "--train", "{D}/train.csv", "--output",

@@ -452,6 +452,8 @@ def test_settings_are_validated():
         ServeSettings(max_queue=0)
     with pytest.raises(BertforgeError, match="read_timeout"):
         ServeSettings(read_timeout=float("nan"))
+    with pytest.raises(BertforgeError, match="max_wait_ms must be a number from 0 to 60000"):
+        ServeSettings(max_wait_ms=1e308)  # the worker's timed wait overflowed at the first request
 
 
 TAGS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}

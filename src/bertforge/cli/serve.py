@@ -11,19 +11,27 @@ from bertforge.cli.arguments import (
     add_flag_table,
     add_inference_arguments,
     add_model_argument,
+    finite_float,
     inference_options,
-    non_negative_float,
+    number_type,
     port_number,
     positive_float,
     positive_int,
 )
-from bertforge.inference.serve.settings import API_KEY_VARIABLE, LONG_TEXT_POLICIES, SERVER_POOLINGS, ServeSettings
+from bertforge.inference.serve.settings import (
+    API_KEY_VARIABLE,
+    LONG_TEXT_POLICIES,
+    MAX_WAIT_MS,
+    SERVER_POOLINGS,
+    ServeSettings,
+)
 
 # flag -> (ServeSettings field, type, help), as cli/arguments.add_flag_table reads it; defaults are the dataclass's.
 FLAGS = {
     "--max-batch-size": ("max_batch_size", positive_int, "texts per forward pass"),
     "--max-batch-tokens": ("max_batch_tokens", positive_int, "padded tokens (texts x longest) per forward pass"),
-    "--max-wait-ms": ("max_wait_ms", non_negative_float,
+    "--max-wait-ms": ("max_wait_ms", number_type("max_wait_ms", finite_float, lambda value: 0 <= value <= MAX_WAIT_MS,
+                                                 f"from 0 to {MAX_WAIT_MS}"),
                       "how long a text may wait for others to share its forward pass"),
     "--max-queue": ("max_queue", positive_int, "texts waiting at most; requests beyond that get 503"),
     "--max-texts": ("max_texts", positive_int, "texts (or questions) per request at most (more get 413)"),

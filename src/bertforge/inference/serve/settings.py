@@ -12,6 +12,9 @@ LONG_TEXT_POLICIES = ("truncate", "refuse")
 # An encoder's pooling for the whole server (text-embeddings-inference's --pooling): a dense one, or SPLADE.
 SERVER_POOLINGS = ("cls", "mean", "max", "splade")
 API_KEY_VARIABLE = "BERTFORGE_API_KEY"  # where `bertforge serve` reads the API key when --api-key isn't given
+# A text waits for company at most this long: a minute is already far past any client's patience, and 1e308 ms
+# overflowed the worker's timed wait (threading's timeouts end at about 292 years).
+MAX_WAIT_MS = 60_000
 
 
 @dataclass
@@ -41,9 +44,8 @@ class ServeSettings:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name} must be a whole number of at least 1, got {value!r}")
-        if not (isinstance(self.max_wait_ms, (int, float)) and math.isfinite(self.max_wait_ms)
-                and self.max_wait_ms >= 0):
-            raise ConfigError(f"max_wait_ms must be a finite number, zero or more, got {self.max_wait_ms!r}")
+        if not (isinstance(self.max_wait_ms, (int, float)) and 0 <= self.max_wait_ms <= MAX_WAIT_MS):
+            raise ConfigError(f"max_wait_ms must be a number from 0 to {MAX_WAIT_MS}, got {self.max_wait_ms!r}")
         for name in ("read_timeout", "idle_timeout"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
