@@ -89,6 +89,14 @@ def test_errors(tiny_model_dir, tmp_path, data, settings, error, message):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("paths", [{"output": ""}, {"output": "out", "dev": " "}, {"output": "out", "model": ""}])
+def test_an_empty_path_is_refused_not_read_as_the_current_folder(tiny_model_dir, tmp_path, monkeypatch, paths):
+    monkeypatch.chdir(tmp_path)  # fit(output="") wrote here, or failed with "PosixPath('.') has an empty name"
+    with pytest.raises(ConfigError, match="is an empty path"):
+        bertforge.fit(ROWS, **{"model": str(tiny_model_dir), **paths}, text_column="review", label_column="stars")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_fit_from_lists_predicts_and_saves(tiny_model_dir, tmp_path, one_thread):
     texts = ["a joy", "a mess", "lovely", "dreadful"] * 4
     labels = ["pos", "neg", "pos", "neg"] * 4

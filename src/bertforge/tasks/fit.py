@@ -30,7 +30,7 @@ def fit(train: Any, dev: Any = None, output: str | Path | None = None, *, config
     made in a new temporary folder (the returned model's `directory`).
     """
     config = with_settings(config or FinetuneConfig(), settings)
-    output = Path(output) if output is not None else Path(tempfile.mkdtemp(prefix="bertforge-")) / "model"
+    output = Path(tempfile.mkdtemp(prefix="bertforge-")) / "model" if output is None else output
     task = get_task(config.task)
     train_examples = dev_examples = None
     changes: dict[str, Any] = {"output": str(output)}
