@@ -31,6 +31,14 @@ def check_number(name: str, value: Any, minimum: float | None = None, integer: b
         raise ConfigError(f"{name} must be at most {maximum}, got {value!r}")
 
 
+def check_paths(**paths: Any) -> None:
+    """ConfigError for a path given as empty text, which Path("") would read as the current folder; None (not
+    given) passes."""
+    for name, value in paths.items():
+        if isinstance(value, str) and not value.strip():
+            raise ConfigError(f"{name} is an empty path")
+
+
 def check_counts(**counts: Any) -> None:
     """InputError unless each value is a positive whole number: the counts and sizes an API call is given (top_k,
     batch_size, truncate_dim), named in the message."""

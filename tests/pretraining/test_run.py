@@ -241,6 +241,11 @@ def test_config_round_trips_through_json_and_rejects_unknown_keys(tmp_path):
         PretrainConfig.load(tmp_path / "bad.json")
     with pytest.raises(ConfigError, match="masking"):
         PretrainConfig(data="d", output="o", masking="span")
+    # "" was the current folder: "PosixPath('.') has an empty name" for the output, "./manifest.json" for the data
+    for paths in ({"data": "", "output": "o"}, {"data": "d", "output": " "}, {"data": "d", "output": "o",
+                                                                            "init_from": ""}):
+        with pytest.raises(ConfigError, match="is an empty path"):
+            PretrainConfig(**paths)
 
 
 def test_errors_name_the_problem(corpus, tmp_path):

@@ -54,7 +54,7 @@ from bertforge.tokenizer.tokenizer import BertTokenizer
 from bertforge.training import distributed
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
 from bertforge.training.trainer import keep_log_until, read_log
-from bertforge.validation import MAX_SEED
+from bertforge.validation import MAX_SEED, check_paths
 
 logger = logging.getLogger("bertforge")
 progress = logging.getLogger("bertforge.progress")  # shown by the CLI without -v: held-out metrics as they come
@@ -135,6 +135,8 @@ class PretrainConfig(JsonConfig):
         check_number("max_grad_norm", self.max_grad_norm, minimum=0.0, exclusive=True, optional=True)
         check_number("peak_gflops", self.peak_gflops, minimum=0.0, exclusive=True)
         check_number("seed", self.seed, minimum=0, maximum=MAX_SEED, integer=True)
+        check_paths(data=self.data, output=self.output, model=self.model, init_from=self.init_from,
+                    tokenizer=self.tokenizer)
         dropout_overrides(self.dropout)  # validates it
         if self.init_from is not None and self.objective == "electra":
             raise ConfigError("init_from starts the BERT objectives (mlm, mlm+nsp, mlm+sop) from a model; ELECTRA "

@@ -61,7 +61,7 @@ from bertforge.training.trainer import (
     model_loss,
     read_log,
 )
-from bertforge.validation import check_within_positions
+from bertforge.validation import check_paths, check_within_positions
 
 logger = logging.getLogger("bertforge")
 
@@ -109,9 +109,7 @@ class FinetuneConfig(JsonConfig):
             self.settings = kind.from_dict(self.settings, "settings")
         elif type(self.settings) is not kind:
             raise ConfigError(f"settings: task {self.task!r} takes {kind.__name__}, got {type(self.settings).__name__}")
-        for name in ("train", "output", "model", "dev"):  # "" would be the current folder
-            if isinstance(getattr(self, name), str) and not getattr(self, name).strip():
-                raise ConfigError(f"{name} is an empty path")
+        check_paths(train=self.train, output=self.output, model=self.model, dev=self.dev)
         if self.label_separator is not None and not self.label_separator.strip():
             raise ConfigError("label_separator must be a visible character or text, e.g. \"|\" or \";\"")
         dropout_overrides(self.dropout)  # validates it
