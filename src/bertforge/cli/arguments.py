@@ -35,15 +35,22 @@ def number_type(name: str, convert: Callable[[str], Any], allowed: Callable[[Any
     return parse
 
 
+def number_range(name: str, convert: Callable[[str], Any], low: float, high: float) -> Callable[[str], Any]:
+    """An argparse type for a number from `low` to `high`, both included; the message says the range."""
+    def shown(bound: float) -> str:
+        return f"{bound:g}" if isinstance(bound, float) else str(bound)
+    return number_type(name, convert, lambda value: low <= value <= high, f"from {shown(low)} to {shown(high)}")
+
+
 positive_int = number_type("positive_int", int, lambda value: value >= 1, "at least 1")
 # nan and inf parse as floats but would train a model into NaN
 finite_float = number_type("finite_float", float, math.isfinite, "a finite number")
 non_negative_float = number_type("non_negative_float", finite_float, lambda value: value >= 0, "zero or more")
 positive_float = number_type("positive_float", finite_float, lambda value: value > 0, "more than zero")
-fraction = number_type("fraction", finite_float, lambda value: 0 <= value <= 1, "from 0 to 1")
+fraction = number_range("fraction", finite_float, 0, 1)
 below_one = number_type("below_one", finite_float, lambda value: 0 <= value < 1, "at least 0 and below 1")
 non_negative_int = number_type("non_negative_int", int, lambda value: value >= 0, "zero or more")
-seed_number = number_type("seed_number", int, lambda value: 0 <= value <= MAX_SEED, f"from 0 to {MAX_SEED}")
+seed_number = number_range("seed_number", int, 0, MAX_SEED)
 port_number = number_type("port_number", int, lambda value: 0 <= value <= 65535, "a port number from 0 to 65535")
 
 

@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 
 from bertforge.cli import finetune as finetune_cli
-from bertforge.cli.arguments import finite_float, fraction, non_negative_float, number_type, path_text, positive_int
+from bertforge.cli.arguments import finite_float, fraction, non_negative_float, number_range, path_text, positive_int
 from bertforge.cli.quantize import add_max_drop_argument
 from bertforge.errors import ConfigError
 
@@ -19,9 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--student-layers", type=positive_int, default=3,
                         help="layers of the student, taken from every k-th teacher layer (default 3)")
     from bertforge.compress.distill import MAX_TEMPERATURE, MIN_TEMPERATURE
-    temperature = number_type("temperature", finite_float, lambda value: MIN_TEMPERATURE <= value <= MAX_TEMPERATURE,
-                              f"from {MIN_TEMPERATURE:g} to {MAX_TEMPERATURE:g}")
-    parser.add_argument("--temperature", type=temperature, default=2.0,
+    parser.add_argument("--temperature", type=number_range("temperature", finite_float, MIN_TEMPERATURE,
+                                                            MAX_TEMPERATURE), default=2.0,
                         help=f"softens the teacher's labels, from {MIN_TEMPERATURE:g} to {MAX_TEMPERATURE:g} "
                              "(default 2)")
     parser.add_argument("--soft-weight", type=fraction, default=0.5,

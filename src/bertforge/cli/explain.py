@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from bertforge.atomic import write_text_atomic
-from bertforge.cli.arguments import check_writable, number_type, path_text, positive_int
+from bertforge.cli.arguments import check_writable, number_range, path_text, positive_int
 from bertforge.errors import InputError
 
 OUTPUT_FORMATS = (".html", ".json")
@@ -24,8 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                          "(default: the prediction)")
     parser.add_argument("--method", choices=list(METHODS), default="integrated_gradients",
                         help="attribution method")
-    steps = number_type("steps", int, lambda value: 1 <= value <= MAX_STEPS, f"from 1 to {MAX_STEPS}")
-    parser.add_argument("--steps", type=steps, default=DEFAULT_STEPS,
+    parser.add_argument("--steps", type=number_range("steps", int, 1, MAX_STEPS), default=DEFAULT_STEPS,
                         help=f"integrated gradients' interpolation steps (default {DEFAULT_STEPS})")
     parser.add_argument("--max-length", type=positive_int,
                         help="truncate to this many tokens (default: as `predict` reads: the max_length the model "

@@ -13,7 +13,7 @@ from bertforge.cli.arguments import (
     add_model_argument,
     finite_float,
     inference_options,
-    number_type,
+    number_range,
     port_number,
     positive_float,
     positive_int,
@@ -30,8 +30,7 @@ from bertforge.inference.serve.settings import (
 FLAGS = {
     "--max-batch-size": ("max_batch_size", positive_int, "texts per forward pass"),
     "--max-batch-tokens": ("max_batch_tokens", positive_int, "padded tokens (texts x longest) per forward pass"),
-    "--max-wait-ms": ("max_wait_ms", number_type("max_wait_ms", finite_float, lambda value: 0 <= value <= MAX_WAIT_MS,
-                                                 f"from 0 to {MAX_WAIT_MS}"),
+    "--max-wait-ms": ("max_wait_ms", number_range("max_wait_ms", finite_float, 0, MAX_WAIT_MS),
                       "how long a text may wait for others to share its forward pass"),
     "--max-queue": ("max_queue", positive_int, "texts waiting at most; requests beyond that get 503"),
     "--max-texts": ("max_texts", positive_int, "texts (or questions) per request at most (more get 413)"),
