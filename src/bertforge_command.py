@@ -15,6 +15,10 @@ def main() -> int:
     previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
     try:
         from bertforge.cli.main import main as run_command
+    except OSError as error:  # a full disk: libraries that torch imports want a temporary folder at import
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"bertforge: error: can't start: {where}{error.strerror or error}", file=sys.stderr)
+        return 1
     finally:
         signal.signal(signal.SIGINT, previous)  # from here a Ctrl-C raises KeyboardInterrupt, which the command ends
     if interrupted:

@@ -7,7 +7,9 @@ import csv
 import json
 import math
 import os
+import resource
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -158,6 +160,21 @@ def sst2_teacher(sst2_files, tmp_path_factory) -> Path:
                                 output=str(folder / "model"),
                                 training=TrainConfig(epochs=1, lr=1e-4, warmup_ratio=0.1, progress=False, seed=0)))
     return built_once(tmp_path_factory, "sst2-teacher", train) / "model"
+
+
+@pytest.fixture
+def file_size_limit():
+    """`with file_size_limit(n):` makes every write past n bytes of a file fail as on a full disk (EFBIG, "File too
+    large": Python ignores SIGXFSZ, so the write raises), for the block only."""
+    @contextmanager
+    def limit(size: int):
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, hard))
+        try:
+            yield
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    return limit
 
 
 def make_random_batch(config: BertConfig, batch_size: int = 3, seq_len: int = 11, seed: int = 0):

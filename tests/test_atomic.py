@@ -3,12 +3,16 @@ the folder removes, while the temporary file of a save still running (here, or o
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-from bertforge.atomic import atomic_path, write_text_atomic
+import numpy as np
+import pytest
+
+from bertforge.atomic import atomic_path, save_array, write_text_atomic
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -79,3 +83,39 @@ def test_a_failed_save_keeps_the_old_file_and_leaves_nothing(tmp_path):
     except ValueError:
         pass
     assert target.read_text() == "old" and temporaries(tmp_path) == set()
+
+
+def test_a_full_disk_names_the_file_asked_for_and_keeps_the_old_one(tmp_path, file_size_limit):
+    """A write that fails for want of room names no file (the OS's error comes from write(), not open()), and the
+    temporary file's name means nothing to the user: the error names the file they asked for."""
+    target = tmp_path / "predictions.jsonl"
+    target.write_text("the old predictions")
+    with file_size_limit(4096), pytest.raises(OSError) as failure:
+        write_text_atomic(target, "x" * 10_000)
+    assert (failure.value.errno, failure.value.filename) == (errno.EFBIG, str(target))
+    assert target.read_text() == "the old predictions" and temporaries(tmp_path) == set()
+
+
+def test_an_array_cut_short_by_a_full_disk_is_an_error(tmp_path, file_size_limit):
+    """numpy writes a real file through C's stdio, and a failure of its last flush went unreported: np.save
+    returned over a file a few rows short. save_array's writes go through Python's file, which raises."""
+    target = tmp_path / "vectors.npy"
+    np.save(target, np.zeros(3))
+    rows = np.arange(300 * 128, dtype=np.float32).reshape(300, 128)
+    size = 128 + rows.nbytes  # np.save's header, then the rows
+    for limit in (4096, size // 2, size - 1000):  # the last fails in the final flush of the file
+        with file_size_limit(limit), pytest.raises(OSError) as failure:
+            save_array(target, rows)
+        assert (failure.value.errno, failure.value.filename) == (errno.EFBIG, str(target))
+        assert np.array_equal(np.load(target), np.zeros(3)) and temporaries(tmp_path) == set()
+    with file_size_limit(size):
+        save_array(target, rows)
+    assert np.array_equal(np.load(target), rows)
+
+
+def test_an_error_a_library_made_up_says_the_write_stopped_short(tmp_path):
+    target = tmp_path / "vectors.npy"
+    with pytest.raises(OSError) as failure, atomic_path(target):
+        raise OSError("96000 requested and 992 written")  # numpy's, without an error number
+    assert failure.value.filename == str(target)
+    assert failure.value.strerror == "can't write all of it (96000 requested and 992 written)"

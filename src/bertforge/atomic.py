@@ -14,6 +14,9 @@ import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
 
 logger = logging.getLogger("bertforge")
 
@@ -75,9 +78,22 @@ def atomic_path(path: str | Path):
         # the result gets the permissions of any new file, those the user's umask gives.
         os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, path)
+    except OSError as error:
+        if error.filename not in (None, temporary):
+            raise
+        raise naming(error, path) from None
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
+
+
+def naming(error: OSError, path: str | Path) -> OSError:
+    """`error` naming `path`. A write that fails (a full disk, a file size limit) names no file, and a temporary
+    name means nothing to the user: the file they asked for is the one to name. An OSError a library made up
+    has no errno, only a message (numpy's "96000 requested and 992 written")."""
+    if error.errno is None:
+        return OSError(None, f"can't write all of it ({error})", str(path))
+    return OSError(error.errno, error.strerror or os.strerror(error.errno), str(path))
 
 
 def _umask() -> int:
@@ -89,3 +105,29 @@ def _umask() -> int:
 def write_text_atomic(path: str | Path, text: str) -> None:
     with atomic_path(path) as temporary:
         temporary.write_text(text, encoding="utf-8")
+
+
+def save_array(path: str | Path, array: np.ndarray) -> None:
+    """np.save to `path`, atomically."""
+    with atomic_path(path) as temporary, open(temporary, "wb") as handle:
+        np.save(PythonWrites(handle), array)
+
+
+class PythonWrites:
+    """An open file's writes, made through Python's file object, which raises the OS's error when one fails (a full
+    disk). Given a real file, numpy writes through C's stdio, which drops a failure of its last flush: np.save
+    reported success over a truncated file. torch.save replaces the error with an assertion of its own ("unexpected
+    pos 576 vs 534"); `error` keeps the OS's, the one that says what happened."""
+
+    def __init__(self, handle: BinaryIO):
+        self.handle, self.error = handle, None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as error:
+            self.error = self.error or error
+            raise
+
+    def flush(self) -> None:
+        self.handle.flush()

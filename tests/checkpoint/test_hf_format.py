@@ -1,5 +1,6 @@
 """Checkpoint I/O: strict loading of the real checkpoint, round trips with transformers, clear errors."""
 
+import errno
 import json
 
 import pytest
@@ -194,6 +195,19 @@ def test_a_failed_save_keeps_the_previous_checkpoint(saved_tiny, monkeypatch, ti
         BertModel(tiny_config).save_pretrained(saved_tiny)
     assert (saved_tiny / "model.safetensors").read_bytes() == before
     assert sorted(p.name for p in saved_tiny.iterdir()) == ["config.json", "model.safetensors"]
+
+
+def test_a_full_disk_names_the_weights_file_and_keeps_the_previous_one(saved_tiny, tiny_config, file_size_limit):
+    """safetensors reports a failed write as its own error, the OS's number in its text ("I/O error: File too large
+    (os error 27)"): it is the OSError that names the file."""
+    path = saved_tiny / "model.safetensors"
+    before = path.read_bytes()
+    for limit in (4096, len(before) // 2, len(before) - 100):
+        with file_size_limit(limit), pytest.raises(OSError) as failure:
+            BertModel(tiny_config).save_pretrained(saved_tiny)
+        assert (failure.value.errno, failure.value.filename) == (errno.EFBIG, str(path))
+        assert path.read_bytes() == before
+        assert sorted(p.name for p in saved_tiny.iterdir()) == ["config.json", "model.safetensors"]
 
 
 def test_config_names_the_architecture_for_auto_classes(tmp_path, tiny_config):

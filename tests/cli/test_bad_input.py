@@ -4,6 +4,7 @@ output written earlier (a fine-tuned model, an embedding file) byte for byte as 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -458,3 +459,50 @@ def test_a_closed_pipe_ends_quietly(world, tmp_path):
     result = subprocess.run(["bash", "-c", command], capture_output=True, text=True,
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")})
     assert result.stderr == "" and result.returncode == 141
+
+
+def test_a_full_disk_is_one_line_naming_the_file_and_loses_nothing(world, tmp_path, capsys, file_size_limit):
+    """A write that fails for want of room (a full disk, a quota; here a file size limit, which fails a write the
+    same way): one line naming what could not be written, every earlier output as it was, and nothing half-written
+    left behind but a training run's resumable staging folder."""
+    root, encoder, data, earlier = world
+    before = digest(earlier)
+    (tmp_path / "lines.txt").write_text("".join(f"line {i} of a longer input\n" for i in range(300)))
+    vectors = 128 + 300 * 128 * 4  # np.save's header, then 300 rows of the tiny encoder's 128 floats
+    model = earlier / "model"
+    cases = [
+        # numpy wrote through C's stdio and dropped a failure of its last flush: exit 0 over a file cut short
+        (vectors - 1000, ["embed", "--model", encoder, "--input", tmp_path / "lines.txt", "--output",
+                          earlier / "vectors.npy"], f"{earlier / 'vectors.npy'}: File too large"),
+        # torch.save's assertion of its own ("unexpected pos ..."), a traceback
+        (1 << 20, ["finetune", "--model", encoder, "--train", data / "train.csv", "--text-column", "review",
+                   "--label-column", "sentiment", "--output", tmp_path / "run", "--max-steps", "2", "--save-every",
+                   "1", "--batch-size", "4", "--max-length", "16", "--no-progress", "--device", "cpu"],
+         f"{tmp_path / 'run.incomplete' / 'checkpoint' / 'train_state.pt'}: File too large"),
+        # safetensors' own error, a traceback; then the temporary folder's name
+        (4096, ["quantize", "--model", model, "--dev", data / "train.csv", "--output", tmp_path / "int8",
+                "--max-drop", "100"], f"{tmp_path / 'int8'}: can't write the model: File too large"),
+        # the student's temporary training folders, named and then left behind
+        (4096, ["distill", "--teacher", model, "--train", data / "train.csv", "--output", tmp_path / "student",
+                "--student-layers", "1", "--max-steps", "1", "--max-drop", "100", "--no-progress"],
+         f"{tmp_path / 'student'}: can't write the student: File too large"),
+        # half an export was left in model.incomplete
+        (4096, ["export", "hf", "--model", model, "--output", model, "--overwrite"],
+         f"{model}: can't write the model: File too large"),
+    ]
+    for limit, argv, message in cases:
+        with file_size_limit(limit):
+            code, out, err = run_cli(capsys, "--threads", "1", *argv)
+        assert_one_line_error(code, out, err, 1, message)
+        assert err == f"bertforge: error: {message}\n"
+    assert digest(earlier) == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["lines.txt", "run.incomplete"]
+
+
+def test_a_write_to_a_file_already_open_names_the_output():
+    """A log appended to, a stream written line by line: the OS's error then names no file. A full disk is the
+    output's problem; any other error without a file stays as it is."""
+    assert cli_main.describe_os_error(OSError(errno.ENOSPC, "No space left on device"), "runs/mlm") == \
+        "runs/mlm: No space left on device"
+    assert cli_main.describe_os_error(OSError(errno.EIO, "Input/output error"), "runs/mlm") == "Input/output error"
+    assert cli_main.describe_os_error(OSError(errno.ENOSPC, "No space left on device")) == "No space left on device"

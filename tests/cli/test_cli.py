@@ -1,5 +1,6 @@
 """Each subcommand end to end on small inputs, and the one-line errors a user can cause."""
 
+import errno
 import json
 import re
 import subprocess
@@ -68,6 +69,23 @@ def test_python_dash_m_entry_point():
     result = subprocess.run([sys.executable, "-m", "bertforge", "tokenize", "hello world", "--json"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and json.loads(result.stdout)[1]["token"] == "hello"
+
+
+def test_a_command_that_cannot_start_says_why_in_one_line(monkeypatch, capsys):
+    """A full disk can stop the command before it starts: a library torch imports (dill) asks for a temporary
+    folder at import, and Python finds none it can write. Here the import fails as it did then."""
+    import bertforge_command
+
+    class FullDisk:
+        def find_spec(self, name, path=None, target=None):
+            if name == "bertforge.cli.main":
+                raise FileNotFoundError(errno.ENOENT, "No usable temporary directory found in ['/tmp', '/var/tmp']")
+
+    monkeypatch.delitem(sys.modules, "bertforge.cli.main")
+    monkeypatch.setattr(sys, "meta_path", [FullDisk(), *sys.meta_path])
+    assert bertforge_command.main() == 1
+    assert capsys.readouterr().err == ("bertforge: error: can't start: No usable temporary directory found in "
+                                       "['/tmp', '/var/tmp']\n")
 
 
 def broken_model(tmp_path, tiny_config, problem):

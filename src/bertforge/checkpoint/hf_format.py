@@ -4,7 +4,9 @@ with an index file naming each tensor's shard) + the tokenizer's files."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import re
 import warnings
 import zipfile
 from pathlib import Path
@@ -128,7 +130,18 @@ def read_pytorch(path: Path) -> dict[str, torch.Tensor]:
 
 def write_state_dict(state: dict[str, torch.Tensor], directory: Path) -> Path:
     path = directory / SAFETENSORS_FILE
-    tensors = {name: tensor.detach().contiguous().cpu() for name, tensor in state.items()}
-    with atomic_path(path) as temporary:
-        save_file(tensors, temporary, metadata={"format": "pt"})
+    save_safetensors({name: tensor.detach().contiguous().cpu() for name, tensor in state.items()}, path)
     return path
+
+
+def save_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """Write `tensors` to the safetensors file `path` atomically. safetensors reports a failed write (a full disk)
+    as its own error, with the OS's error number in the text: it becomes the OSError that names `path`."""
+    with atomic_path(path) as temporary:
+        try:
+            save_file(tensors, temporary, metadata={"format": "pt"})
+        except SafetensorError as error:
+            number = re.search(r"\(os error (\d+)\)", str(error))
+            if number is None:
+                raise
+            raise OSError(int(number[1]), os.strerror(int(number[1]))) from None

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertforge.atomic import atomic_path
+from bertforge.atomic import PythonWrites, atomic_path
 from bertforge.errors import CheckpointError
 
 TRAIN_STATE_FILE = "train_state.pt"
@@ -70,8 +70,14 @@ def save_train_state(directory: str | Path, model: nn.Module, optimizer: torch.o
              "data": data or {}, "extra": extra or {}}
     if scaler is not None and scaler.is_enabled():
         state["scaler"] = scaler.state_dict()
-    with atomic_path(path) as temporary:
-        torch.save(state, temporary)
+    with atomic_path(path) as temporary, open(temporary, "wb") as handle:
+        writer = PythonWrites(handle)
+        try:
+            torch.save(state, writer)
+        except RuntimeError:
+            if writer.error is None:
+                raise
+            raise writer.error from None
     return path
 
 

@@ -8,10 +8,9 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
 import torch.nn.functional as F
 
-from bertforge.atomic import atomic_path
+from bertforge.atomic import save_array
 from bertforge.cli.arguments import (
     STANDARD_STREAM,
     add_inference_arguments,
@@ -126,8 +125,7 @@ def run(args: argparse.Namespace) -> int:
                                progress=progress, long_text=args.long_text, **prompts, **settings)
     matrix = vectors.float().numpy()
     if output.suffix == ".npy":
-        with atomic_path(output) as temporary, open(temporary, "wb") as handle:
-            np.save(handle, matrix)
+        save_array(output, matrix)
     else:
         write_output(output, "".join(json.dumps({"text": text, "embedding": vector.tolist()}) + "\n"
                                      for text, vector in zip(texts, matrix)))
@@ -172,8 +170,7 @@ def run_splade(args: argparse.Namespace, texts: list[str], output: Path | None) 
             print(f"{rank:>3}. {scores[i]:.3f}  line {i + 1}: {texts[i]}")
         return 0
     if output.suffix == ".npy":
-        with atomic_path(output) as temporary, open(temporary, "wb") as handle:
-            np.save(handle, vectors.float().cpu().numpy())
+        save_array(output, vectors.float().cpu().numpy())
     else:
         lines = []
         for text, vector in zip(texts, vectors):

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 from collections.abc import Collection
 from pathlib import Path
 
@@ -86,7 +87,8 @@ def run_hf(args: argparse.Namespace) -> int:
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-    except OSError as error:
+    except OSError as error:  # a full disk: half an export is of no use (only a training run resumes)
+        shutil.rmtree(staging, ignore_errors=True)
         raise InputError(f"can't write the model: {error.strerror or error}", output) from None
     finish_staging(output)
     print(f"wrote {', '.join(sorted(path.name for path in output.iterdir() if path.is_file()))} to {output}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.metadata
 import logging
 import os
@@ -52,6 +53,8 @@ SUBCOMMANDS = {
 }
 # Commands whose processes share the work under torchrun; every other one would do it (and write it) once a process.
 MULTI_PROCESS_COMMANDS = ("finetune", "distill", "pretrain train")
+# What a write that fails for want of room says: no space, a file size limit, a quota.
+WRITE_ERRORS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -125,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     except OSError as error:  # a file or folder the user named: missing, unreadable, full disk, ...
-        return fail(describe_os_error(error))
+        return fail(describe_os_error(error, getattr(args, "output", None)))
     except MemoryError:
         return fail(out_of_memory(args))
     except RuntimeError as error:
@@ -170,9 +173,10 @@ def one_line(message: str) -> str:
     return "; ".join(line.strip() for line in message.splitlines() if line.strip())
 
 
-def describe_os_error(error: OSError) -> str:
-    """'out/model.safetensors: No space left on device': the path first, as in every other message."""
+def describe_os_error(error: OSError, output: str | None = None) -> str:
+    """'out/model.safetensors: No space left on device': the path first, as in every other message. A write to a
+    file already open (a log appended to) names no file: a full disk is then the command's output's problem."""
     reason = error.strerror or str(error)
     if error.filename is None:
-        return reason
+        return f"{output}: {reason}" if output and error.errno in WRITE_ERRORS else reason
     return f"{error.filename}: {reason}" + (f" (-> {error.filename2})" if error.filename2 else "")

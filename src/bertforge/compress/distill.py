@@ -24,9 +24,10 @@ from torch import nn
 from bertforge.compress.gate import DEFAULT_MAX_DROP, GateReport, check_output, measure, write_if_accepted
 from bertforge.compress.quantize import check_not_quantized
 from bertforge.config import check_number
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, InputError
 from bertforge.heads import IGNORE_INDEX, every_position
 from bertforge.inference.optimize import InferenceOptions
+from bertforge.outputs import staging_dir
 from bertforge.runtime import parse_device
 from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetuneConfig, FinetunedModel, FinetuneResult, finetune
 from bertforge.tasks.multi_label import PROBLEM_TYPE as MULTI_LABEL_PROBLEM
@@ -194,8 +195,13 @@ def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, m
     output.parent.mkdir(parents=True, exist_ok=True)
     training_dir = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.training."))
     try:
-        result = finetune(dataclasses.replace(config, output=str(training_dir)), model=student, loss_fn=loss_fn,
-                          launch=launch)
+        try:
+            result = finetune(dataclasses.replace(config, output=str(training_dir)), model=student, loss_fn=loss_fn,
+                              launch=launch)
+        except OSError as error:  # a full disk: the student's temporary folders mean nothing to the user
+            if not str(error.filename).startswith(str(training_dir)):
+                raise
+            raise InputError(f"can't write the student: {error.strerror or error}", output) from None
         if launch.rank != 0:  # rank 0 saved the student into its own training folder, and measures it there
             return DistillResult(result, None, written=False)
         report = None
@@ -216,6 +222,7 @@ def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, m
             (folder / DISTILL_CONFIG_FILE).write_text(json.dumps(dataclasses.asdict(distillation), indent=2) + "\n")
 
         written = write_if_accepted(report, output, write)
-    finally:
-        shutil.rmtree(training_dir, ignore_errors=True)
+    finally:  # the student's training folder, and the staging folder a failed run leaves beside it to resume
+        for folder in (training_dir, staging_dir(training_dir)):
+            shutil.rmtree(folder, ignore_errors=True)
     return DistillResult(result, report, written)

@@ -132,6 +132,8 @@ def write_if_accepted(report: GateReport | None, output: Path, write: Callable[[
             (temporary / COMPRESSION_FILE).write_text(to_json(report.to_dict(), indent=2) + "\n", encoding="utf-8")
         os.chmod(temporary, 0o755)  # mkdtemp makes it private; the result is an ordinary directory
         os.replace(temporary, output)
+    except OSError as error:  # a full disk: the temporary folder's name means nothing to the user
+        raise InputError(f"can't write the model: {error.strerror or error}", output) from None
     finally:
         if temporary.exists():
             shutil.rmtree(temporary)

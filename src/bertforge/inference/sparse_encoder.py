@@ -161,10 +161,9 @@ class StaticWeights:
         return vectors
 
     def save(self, folder: Path) -> None:
-        from safetensors.torch import save_file
+        from bertforge.checkpoint.hf_format import save_safetensors
 
-        folder.mkdir(parents=True, exist_ok=True)
-        save_file({"weight": self.weight.contiguous()}, str(folder / self.WEIGHTS_FILE))
+        save_safetensors({"weight": self.weight.contiguous()}, folder / self.WEIGHTS_FILE)
         self.tokenizer.save_pretrained(folder, model_max_length=self.max_length or NO_LENGTH_LIMIT)
 
 

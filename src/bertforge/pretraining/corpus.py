@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from bertforge.atomic import atomic_path, write_text_atomic
+from bertforge.atomic import save_array, write_text_atomic
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.tokenizer.tokenizer import BertTokenizer
 
@@ -148,8 +148,7 @@ class ShardWriter:
             "documents": np.concatenate([[0], np.frombuffer(self.document_ends, dtype=np.int64)]),
         }
         for name, values in arrays.items():
-            with atomic_path(shard_path(self.directory, index, name)) as temporary, open(temporary, "wb") as file:
-                np.save(file, values)  # a handle, not a name: np.save would add ".npy" to the temporary name
+            save_array(shard_path(self.directory, index, name), values)
             self.content.update(values.tobytes())
         self.shards.append({"documents": len(self.document_ends), "sentences": len(self.sentence_ends),
                             "tokens": len(self.tokens)})
