@@ -4,11 +4,14 @@ good is lost.
 A run (fine-tuning, pre-training, export) writes into a staging folder beside its output, `NAME.incomplete/`, and
 moves it into place only when it ends well. A run that is killed or fails leaves the previous model untouched and
 its own partial work clearly named (and, for training runs, resumable). A folder that holds a model is replaced
-only when the user says so (`overwrite`).
+only when the user says so (`overwrite`). A staging folder is locked while its run writes into it, so a second run
+into the same output (the command started twice, `--resume` given while the first still runs) is refused instead
+of mixed into the first.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -70,6 +73,7 @@ def check_output_dir(path: str | Path, overwrite: bool = False, what: str = "out
     staging = staging_dir(path)
     if staging.exists() and not staging.is_dir():
         raise InputError("exists and is not a folder; it is where this run stages its output", staging)
+    check_not_in_use(path)
     return path
 
 
@@ -79,13 +83,69 @@ def staging_dir(output: str | Path) -> Path:
     return output.with_name(output.name + INCOMPLETE_SUFFIX)
 
 
-def start_staging(output: str | Path, keep: bool = False) -> Path:
-    """A fresh staging folder for a run into `output` (or, with `keep`, the one a killed run left, to resume)."""
+# The staging folders this process writes into, each held open under the kernel's lock (flock). The lock ends with
+# the process: a killed run leaves none, and its folder can be resumed at once.
+_held: dict[str, int] = {}
+
+
+def _lock(folder: Path) -> int | None:
+    """An open descriptor of `folder` that holds its lock; None when another process holds it. Where the file system
+    has no locks (some network mounts), the run goes on unprotected rather than not at all."""
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        return None
+    except OSError:
+        pass
+    return descriptor
+
+
+def in_use(output: Path) -> InputError:
+    return InputError("another run is writing into it (its staging folder is in use); wait for that run to end, or "
+                      "choose another output", output)
+
+
+def check_not_in_use(output: str | Path) -> None:
+    """Refuse, before any work, an output whose staging folder another running process holds."""
     staging = staging_dir(output)
-    if staging.exists() and not keep:
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True, exist_ok=True)
+    if os.path.abspath(staging) in _held or not staging.is_dir():
+        return
+    descriptor = _lock(staging)
+    if descriptor is None:
+        raise in_use(Path(output))
+    os.close(descriptor)
+
+
+def start_staging(output: str | Path, keep: bool = False) -> Path:
+    """A fresh staging folder for a run into `output` (or, with `keep`, the one a killed run left, to resume),
+    locked for this process until `finish_staging`."""
+    staging = staging_dir(output)
+    release_staging(output)  # this process's own earlier run into it (a library caller trying again)
+    held = None
+    if staging.is_dir():
+        held = _lock(staging)
+        if held is None:
+            raise in_use(Path(output))
+        if not keep:
+            shutil.rmtree(staging)
+            os.close(held)
+            held = None
+    if held is None:
+        staging.mkdir(parents=True, exist_ok=True)
+        held = _lock(staging)
+        if held is None:  # another run made the folder in the same instant
+            raise in_use(Path(output))
+    _held[os.path.abspath(staging)] = held
     return staging
+
+
+def release_staging(output: str | Path) -> None:
+    """Give up the lock on `output`'s staging folder, if this process holds it."""
+    descriptor = _held.pop(os.path.abspath(staging_dir(output)), None)
+    if descriptor is not None:
+        os.close(descriptor)
 
 
 def finish_staging(output: str | Path) -> Path:
@@ -102,6 +162,7 @@ def finish_staging(output: str | Path) -> Path:
                 shutil.rmtree(target)
             os.replace(entry, target)
         staging.rmdir()
+        release_staging(output)
         return output
     previous = output.with_name(output.name + ".previous")
     if previous.exists():
@@ -109,6 +170,7 @@ def finish_staging(output: str | Path) -> Path:
     if output.exists():
         os.replace(output, previous)
     os.replace(staging, output)
+    release_staging(output)
     if previous.exists():
         shutil.rmtree(previous)
     return output

@@ -14,7 +14,7 @@ from pathlib import Path
 from bertforge.cli.arguments import add_model_argument, check_writable, path_text, positive_int
 from bertforge.errors import CheckpointError, InputError
 from bertforge.inference.onnx import ONNX_TASKS, export_onnx, model_class_of
-from bertforge.outputs import check_output_dir, finish_staging, start_staging
+from bertforge.outputs import check_output_dir, finish_staging, release_staging, start_staging
 from bertforge.tasks.registry import OTHER_MODELS
 
 
@@ -89,6 +89,7 @@ def run_hf(args: argparse.Namespace) -> int:
         tokenizer.save_pretrained(staging)
     except OSError as error:  # a full disk: half an export is of no use (only a training run resumes)
         shutil.rmtree(staging, ignore_errors=True)
+        release_staging(output)
         raise InputError(f"can't write the model: {error.strerror or error}", output) from None
     finish_staging(output)
     print(f"wrote {', '.join(sorted(path.name for path in output.iterdir() if path.is_file()))} to {output}")

@@ -27,7 +27,7 @@ from bertforge.config import check_number
 from bertforge.errors import ConfigError, InputError
 from bertforge.heads import IGNORE_INDEX, every_position
 from bertforge.inference.optimize import InferenceOptions
-from bertforge.outputs import staging_dir
+from bertforge.outputs import release_staging, staging_dir
 from bertforge.runtime import parse_device
 from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetuneConfig, FinetunedModel, FinetuneResult, finetune
 from bertforge.tasks.multi_label import PROBLEM_TYPE as MULTI_LABEL_PROBLEM
@@ -223,6 +223,7 @@ def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, m
 
         written = write_if_accepted(report, output, write)
     finally:  # the student's training folder, and the staging folder a failed run leaves beside it to resume
+        release_staging(training_dir)
         for folder in (training_dir, staging_dir(training_dir)):
             shutil.rmtree(folder, ignore_errors=True)
     return DistillResult(result, report, written)

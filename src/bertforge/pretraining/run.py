@@ -41,7 +41,14 @@ from bertforge.checkpoint.train_state import (
 )
 from bertforge.config import PRESETS, BertConfig, JsonConfig, check_number, dropout_overrides
 from bertforge.errors import ConfigError
-from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging, to_json
+from bertforge.outputs import (
+    check_not_in_use,
+    check_output_dir,
+    finish_staging,
+    staging_dir,
+    start_staging,
+    to_json,
+)
 from bertforge.pretraining.collate import PretrainingCollator, batches
 from bertforge.pretraining.corpus import TOKENIZER_DIR, CorpusReader, tokenizer_identity
 from bertforge.pretraining.evaluation import batch_counts, evaluate_mlm, summarise
@@ -271,6 +278,7 @@ def pretrain(config: PretrainConfig, resume: bool = False, overwrite: bool = Fal
     resolve_device(config.device)  # this machine has the device asked for, before any work
     device = distributed.select_device(config.device, info)
     work = staging_dir(config.output)
+    check_not_in_use(config.output)
     if resume and work.is_dir() and not (work / CHECKPOINT_DIR / TRAIN_STATE_FILE).is_file():
         # Killed before its first checkpoint: nothing to continue, so the run starts again (with the settings it
         # started with, where it saved them), as a first start would: into a folder that may be replaced.

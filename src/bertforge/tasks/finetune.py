@@ -34,7 +34,14 @@ from bertforge.config import (
 )
 from bertforge.errors import BertforgeError, ConfigError, InputError, check_choice
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
-from bertforge.outputs import check_output_dir, finish_staging, staging_dir, start_staging, to_json
+from bertforge.outputs import (
+    check_not_in_use,
+    check_output_dir,
+    finish_staging,
+    staging_dir,
+    start_staging,
+    to_json,
+)
 from bertforge.runtime import resolve_device, seed_everything, to_device
 from bertforge.tasks.data import (
     DATA_FORMATS,
@@ -260,6 +267,7 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
     resolve_device(config.training.device)
     output = Path(config.output)
     staging = staging_dir(output)
+    check_not_in_use(output)
     if resume:
         finished = finished_run(output, staging)
         if finished is not None:
