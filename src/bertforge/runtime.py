@@ -84,6 +84,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is a failed allocation: Python's MemoryError, or torch's, which is a RuntimeError
+    (OutOfMemoryError on a GPU; on a CPU a plain one naming the allocator)."""
+    return isinstance(error, (MemoryError, torch.OutOfMemoryError)) or \
+        isinstance(error, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(error)
+
+
 def bf16_supported(device_type: str) -> bool:
     """Whether bf16 autocast runs natively: on CPU that needs oneDNN's bf16 kernels (AVX-512 BF16 or AMX)."""
     if device_type == "cuda":

@@ -373,6 +373,32 @@ def test_unexpected_errors_are_500_with_a_generic_message(make_server, encoder_d
     assert "secret internal detail" in caplog.text  # logged on the server's side
 
 
+def test_running_out_of_memory_is_503_with_what_to_do(make_server, encoder_dir, caplog):
+    """A real failed allocation (40 TB, as too large a batch would ask): torch's RuntimeError was a 500 and a
+    traceback in the log. The batch that failed is this moment's: a retry, or fewer or shorter texts, may fit."""
+    server = make_server(encoder_dir)
+
+    class Huge(torch.nn.Module):
+        config = server.model.config
+
+        def __init__(self):
+            super().__init__()
+            self.anchor = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, *args, **kwargs):
+            return torch.empty(10**13)
+
+    working, server.batcher.model = server.batcher.model, Huge()
+    with caplog.at_level("WARNING", logger="bertforge"):
+        for path, body in (("/embed", {"inputs": ["hello"]}), ("/v1/embeddings", {"input": "hello"})):
+            response = server.request(path, body)
+            assert_error(response, 503, "ran out of memory", "fewer or shorter texts")
+            assert response[2]["Retry-After"] == "1"
+    assert "Traceback" not in caplog.text and "POST /embed: out of memory" in caplog.text
+    server.batcher.model = working
+    assert server.request("/embed", {"inputs": ["hello"]})[0] == 200
+
+
 def block_worker(batcher) -> threading.Event:
     """Occupy the worker with a job that waits for the returned event; it holds no queue slot once taken."""
     release = threading.Event()

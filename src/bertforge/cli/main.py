@@ -30,7 +30,7 @@ from bertforge.cli import (
 )
 from bertforge.cli.arguments import positive_int
 from bertforge.errors import BertforgeError, ConfigError
-from bertforge.runtime import set_threads, tune_cpu_allocator
+from bertforge.runtime import is_out_of_memory, set_threads, tune_cpu_allocator
 from bertforge.training.distributed import read_environment
 
 SUBCOMMANDS = {
@@ -129,22 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
     except OSError as error:  # a file or folder the user named: missing, unreadable, full disk, ...
         return fail(describe_os_error(error, getattr(args, "output", None)))
-    except MemoryError:
-        return fail(out_of_memory(args))
-    except RuntimeError as error:
+    except (MemoryError, RuntimeError) as error:
         if not is_out_of_memory(error):
             raise
         return fail(out_of_memory(args))
     except KeyboardInterrupt:
         print("bertforge: interrupted", file=sys.stderr)
         return 130
-
-
-def is_out_of_memory(error: RuntimeError) -> bool:
-    """torch reports a failed allocation as a RuntimeError (OutOfMemoryError on a GPU), not Python's MemoryError."""
-    torch = sys.modules.get("torch")
-    return (torch is not None and isinstance(error, torch.OutOfMemoryError)) or \
-        "DefaultCPUAllocator: can't allocate memory" in str(error)
 
 
 def out_of_memory(args: argparse.Namespace) -> str:

@@ -54,6 +54,7 @@ from bertforge.inference.sparse_encoder import (
     nonzero_weights,
     splade_rows,
 )
+from bertforge.runtime import is_out_of_memory
 from bertforge.tasks import classification
 from bertforge.tasks.data import forward_rows
 from bertforge.tasks.registry import Checkpoint, Task, inspect_checkpoint, task_defaults, task_of_model
@@ -65,7 +66,7 @@ logger = logging.getLogger("bertforge")
 UNLIMITED = 1 << 30  # tokens: where nothing is cut (no text is this long)
 ERROR_STATUSES = {400: "malformed request", 401: "missing or wrong API key", 409: "the model can't do this",
                   413: "too large: body, texts or tokens over the server's limits", 422: "invalid request",
-                  503: "busy: the queue is full; retry"}
+                  503: "busy (the queue is full) or out of memory for the batch; retry"}
 
 
 def encoder_of(model: torch.nn.Module) -> torch.nn.Module:
@@ -241,6 +242,10 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
 
     @app.exception_handler(Exception)
     async def unexpected_error(request: Request, problem: Exception):
+        if is_out_of_memory(problem):  # the batch this request was in, at this moment: it may fit later, or smaller
+            logger.warning("%s %s: out of memory", request.method, request.url.path)
+            return error(request, 503, "the server ran out of memory on this request's batch; retry, or send fewer "
+                                       "or shorter texts", {"Retry-After": "1"})
         logger.error("%s %s failed", request.method, request.url.path, exc_info=problem)
         return error(request, 500, "internal server error")
 
