@@ -47,6 +47,17 @@ def test_train_then_eval(corpus, tmp_path, capsys):
     assert json.loads(captured.out) == metrics and "wrote -" in captured.err
     assert main(["pretrain", "plot", str(tmp_path / "model"), "--output", "-"]) == 1
     assert "--output -: the plot is an image; give a file name" in capsys.readouterr().err
+    # a count of held-out documents rather than a fraction
+    assert main(["pretrain", "eval", "--model", str(tmp_path / "model"), "--data", str(corpus), "--holdout", "2",
+                 "--batch-size", "4", "--max-batches", "1", "--max-length", "32", "--output", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["batches"] == 1
+
+
+def test_holdout_is_a_fraction_or_a_whole_count():
+    from bertforge.cli.arguments import held_out_size
+
+    assert [held_out_size(text) for text in ("0", "0.25", "3", "1e1")] == [0, 0.25, 3, 10]
+    assert isinstance(held_out_size("3"), int) and isinstance(held_out_size("0.25"), float)
 
 
 @pytest.mark.parametrize("change, message", [

@@ -54,6 +54,18 @@ seed_number = number_range("seed_number", int, 0, MAX_SEED)
 port_number = number_type("port_number", int, lambda value: 0 <= value <= 65535, "a port number from 0 to 65535")
 
 
+def held_out_size(text: str) -> int | float:
+    """An argparse type for the documents a pre-training run holds out: a fraction below 1, or a whole count (1.5
+    documents is neither)."""
+    value = finite_float(text)
+    if 0 <= value < 1:
+        return value
+    if value >= 1 and value.is_integer():
+        return int(value)
+    raise argparse.ArgumentTypeError(f"must be a fraction from 0 to below 1, or a whole number of documents, "
+                                     f"got {text}")
+
+
 def path_text(text: str) -> str:
     """An argparse type for a file or folder: an empty one (what `--output "$OUT"` gives when OUT is unset) is
     refused, not read as the current folder."""

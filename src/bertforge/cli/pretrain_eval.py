@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bertforge.cli.arguments import (
     check_writable,
-    finite_float,
+    held_out_size,
     path_text,
     positive_int,
     report,
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", "-m", type=path_text, required=True,
                         help="a checkpoint directory with a masked-LM head (the output of `pretrain train`)")
     parser.add_argument("--data", type=path_text, required=True, help="the corpus folder the model was trained on")
-    parser.add_argument("--holdout", type=finite_float, default=None,
+    parser.add_argument("--holdout", type=held_out_size, default=None,
                         help="the held-out split's size as in training (default: the model's pretrain_config.json, "
                              "else 0.01)")
     parser.add_argument("--batch-size", type=positive_int, default=32,
@@ -43,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.pretraining.run import evaluate_pretrained
 
     output = check_writable(args.output or Path(args.model) / "eval_results.json")
-    holdout = int(args.holdout) if args.holdout is not None and args.holdout >= 1 else args.holdout
-    metrics = evaluate_pretrained(args.model, args.data, holdout, batch_size=args.batch_size,
+    metrics = evaluate_pretrained(args.model, args.data, args.holdout, batch_size=args.batch_size,
                                   max_batches=args.max_batches, seq_len=args.max_length, masking=args.masking,
                                   seed=args.seed)
     write_output(output, to_json(metrics, indent=2) + "\n")

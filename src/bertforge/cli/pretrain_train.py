@@ -10,9 +10,11 @@ from typing import Any
 
 from bertforge.cli.arguments import (
     add_flag_table,
-    finite_float,
+    below_one,
+    held_out_size,
     non_negative_int,
     path_text,
+    positive_float,
     positive_int,
     seed_number,
 )
@@ -26,7 +28,7 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
     "--init-from": ("init_from", path_text, "start from this model directory's weights and architecture instead of a "
                                       "random initialisation (continued pre-training, e.g. a second phase at longer "
                                       "sequences) (default: none)"),
-    "--dropout": ("dropout", finite_float, "dropout on hidden states and attention weights (default: the model's, "
+    "--dropout": ("dropout", below_one, "dropout on hidden states and attention weights (default: the model's, "
                                            "0.1 for the presets); 0 trains faster and suits short runs"),
     "--vocab": ("tokenizer", path_text, "the tokenizer: a model directory, 'default', or a vocab.txt, checked against "
                                         "the corpus (default: the one the corpus was prepared with)"),
@@ -38,10 +40,10 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
                                                  "an optimizer step is batch-size x processes (torchrun's world "
                                                  "size) x grad-accum"),
     "--grad-accum": ("grad_accumulation", positive_int, "forward passes per optimizer step"),
-    "--lr": ("lr", finite_float, "peak learning rate"),
+    "--lr": ("lr", positive_float, "peak learning rate"),
     "--warmup-steps": ("warmup_steps", non_negative_int, "linear warm-up steps (default: 1%% of --steps)"),
     "--max-length": ("seq_len", positive_int, "tokens per training sequence"),
-    "--holdout": ("holdout", finite_float, "documents held out for evaluation: a fraction below 1, or a count"),
+    "--holdout": ("holdout", held_out_size, "documents held out for evaluation: a fraction below 1, or a count"),
     "--save-every": ("save_every", positive_int, "steps between checkpoints"),
     "--log-every": ("log_every", positive_int, "steps between log lines"),
     "--eval-every": ("eval_every", positive_int, "steps between held-out evaluations (default: at the end only)"),
@@ -52,7 +54,7 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
                                  "recompute each layer's activations in the backward pass: less memory for long "
                                  "sequences and large models, about a third more compute"),
     "--seed": ("seed", seed_number, "random seed"),
-    "--peak-gflops": ("peak_gflops", finite_float, "one device's peak GFLOP/s, for model FLOPs utilisation"),
+    "--peak-gflops": ("peak_gflops", positive_float, "one device's peak GFLOP/s, for model FLOPs utilisation"),
     "--no-progress": ("progress", bool, "no progress bar"),
 }
 ALIASES = {"--config": "--size", "--seq-len": "--max-length", "--model-or-vocab": "--vocab"}
@@ -85,8 +87,6 @@ def run(args: argparse.Namespace) -> int:
     given = {field: getattr(args, field) for field, _, _ in FLAGS.values() if getattr(args, field) is not None}
     if "init_from" in given and "model" in given:
         raise ConfigError("--size and --init-from both set the architecture; give one of them")
-    if given.get("holdout", 0) >= 1:
-        given["holdout"] = int(given["holdout"])
     config = PretrainConfig(**given, rank=launch.rank, world_size=launch.world_size)
     result = pretrain(config, resume=args.resume, overwrite=args.overwrite)
     if launch.rank != 0:
