@@ -11,6 +11,7 @@ import math
 import os
 import pickle
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -520,3 +521,24 @@ def test_a_write_to_a_file_already_open_names_the_output():
         "runs/mlm: No space left on device"
     assert cli_main.describe_os_error(OSError(errno.EIO, "Input/output error"), "runs/mlm") == "Input/output error"
     assert cli_main.describe_os_error(OSError(errno.ENOSPC, "No space left on device")) == "No space left on device"
+
+
+def test_distill_stopped_by_sigterm_says_it_does_not_resume(world, tmp_path, capsys, monkeypatch):
+    """Fine-tuning and pre-training stop on SIGTERM with a checkpoint to resume (tests/cli/test_kill_resume.py);
+    a distillation's checkpoint is in its temporary folder, removed with it: it must not say --resume."""
+    from bertforge.training import trainer
+
+    root, encoder, data, earlier = world
+    to_device = trainer.to_device
+
+    def sigterm_in_the_first_step(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return to_device(*args)
+
+    monkeypatch.setattr(trainer, "to_device", sigterm_in_the_first_step)
+    code, out, err = run_cli(capsys, "--threads", "1", "distill", "--teacher", earlier / "model", "--train",
+                             data / "train.csv", "--output", tmp_path / "student", "--student-layers", "1",
+                             "--max-steps", "5", "--no-progress")
+    assert_one_line_error(code, out, err, 1, "stopped by SIGTERM after step 1; distillation does not resume, and "
+                                             f"nothing was written to {tmp_path / 'student'}")
+    assert list(tmp_path.iterdir()) == []

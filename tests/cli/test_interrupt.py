@@ -32,3 +32,16 @@ def test_ctrl_c_ends_with_one_line(tmp_path, data_dir, delay):
     # The progress bar may have started (stderr); what ends it is the one line, and no traceback.
     assert err.decode().splitlines()[-1] == "bertforge: interrupted" and "Traceback" not in err.decode()
     assert not (tmp_path / "vectors.npy").exists()
+
+
+def test_ctrl_c_while_the_command_line_is_read_ends_with_one_line(monkeypatch, capsys):
+    """Reading the command line imports what the commands' defaults come from (seconds on a loaded machine): a
+    Ctrl-C there, the 4 s case above on a busy machine, ended in a traceback."""
+    from bertforge.cli import main as cli_main
+
+    def building(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_main, "build_parser", building)
+    assert cli_main.main(["tokenize", "a text"]) == 130
+    assert capsys.readouterr().err == "bertforge: interrupted\n"

@@ -193,3 +193,37 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again_on_resume(setup, 
     assert code == 0 and "killed before its first checkpoint; it starts again" in caplog.text
     assert records(output / "train_log.jsonl") == records(whole / "train_log.jsonl")
     assert (output / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_sigterm_saves_a_checkpoint_and_stops_where_resume_gives_the_uninterrupted_run(setup, whole, tmp_path, capsys,
+                                                                                     monkeypatch):
+    """SIGTERM is the notice a scheduler gives before it kills a job (SLURM, Kubernetes, spot instances): the step in
+    flight ends, a checkpoint is saved, exit status 143. Checkpoints come every 1,000 steps here, so the one the run
+    resumes from is the one SIGTERM made; before, SIGTERM ended the process and every step since the last one was
+    lost."""
+    from bertforge.training.trainer import Trainer
+
+    log = Trainer.log
+
+    def log_then_sigterm(self, record):
+        log(self, record)
+        if record == {**record, "event": "train", "step": 7}:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    output = tmp_path / "model"
+    run = ("finetune", "--config", setup / "run.json", "--output", output, "--save-every", "1000")
+    monkeypatch.setattr(Trainer, "log", log_then_sigterm)
+    code, _, err = in_process(capsys, *run)
+    monkeypatch.undo()
+    checkpoint = tmp_path / "model.incomplete" / "checkpoint"
+    assert (code, err) == (143, f"bertforge: stopped by SIGTERM after step 7; its checkpoint is in {checkpoint}: "
+                                "continue the run with --resume\n")
+    assert torch.load(checkpoint / "train_state.pt", weights_only=True)["step"] == 7
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the run's handler is gone with it
+
+    code, _, _ = in_process(capsys, *run, "--resume")
+    assert code == 0
+    assert records(output / "train_log.jsonl") == records(whole / "train_log.jsonl")
+    assert json.loads((output / "metrics.json").read_text()) == json.loads((whole / "metrics.json").read_text())
+    assert (output / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()

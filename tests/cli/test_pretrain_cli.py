@@ -2,6 +2,8 @@
 errors."""
 
 import json
+import os
+import signal
 import sys
 
 import pytest
@@ -191,3 +193,38 @@ def test_gradient_checkpointing_trains_the_same_steps(corpus, tmp_path):
     assert main(train_args(corpus, tmp_path / "recomputed", "--objective", "mlm", "--gradient-checkpointing")) == 0
     kept, recomputed = losses(tmp_path / "kept"), losses(tmp_path / "recomputed")
     assert len(kept) == 2 and recomputed == pytest.approx(kept, rel=1e-5)
+
+
+def test_sigterm_saves_a_checkpoint_and_resume_gives_the_uninterrupted_run(corpus, tmp_path, capsys, monkeypatch):
+    """A scheduler's notice before it kills the job: the step in flight ends, a checkpoint is saved (here the only
+    one: every 1,000 steps otherwise), exit status 143. Stopped between two log lines, the resumed run's next line
+    still sums both runs' steps: its log and weights are the whole run's."""
+    from bertforge.pretraining import run as run_module
+
+    def steps(output):
+        return train_args(corpus, output, "--steps", "6", "--log-every", "2", "--save-every", "1000")
+
+    assert main(steps(tmp_path / "whole")) == 0
+    to_device, batches = run_module.to_device, []
+
+    def sigterm_in_step_3(*args):
+        batches.append(args)
+        if len(batches) == 3:  # one batch a step
+            os.kill(os.getpid(), signal.SIGTERM)
+        return to_device(*args)
+
+    monkeypatch.setattr(run_module, "to_device", sigterm_in_step_3)
+    assert main(steps(tmp_path / "split")) == 143
+    monkeypatch.undo()
+    checkpoint = tmp_path / "split.incomplete" / "checkpoint"
+    assert capsys.readouterr().err == ("bertforge: stopped by SIGTERM after step 3; its checkpoint is in "
+                                       f"{checkpoint}: continue the run with --resume\n")
+    assert torch.load(checkpoint / "train_state.pt", weights_only=True)["step"] == 3
+    assert main([*steps(tmp_path / "split"), "--resume"]) == 0
+
+    def without_speed(path):
+        return [{k: v for k, v in json.loads(line).items() if k not in ("tokens_per_s", "mfu", "seconds")}
+                for line in path.read_text().splitlines()]
+    assert without_speed(tmp_path / "split" / "log.jsonl") == without_speed(tmp_path / "whole" / "log.jsonl")
+    assert (tmp_path / "split" / "model.safetensors").read_bytes() == \
+        (tmp_path / "whole" / "model.safetensors").read_bytes()

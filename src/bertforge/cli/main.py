@@ -32,6 +32,7 @@ from bertforge.cli.arguments import positive_int
 from bertforge.errors import BertforgeError, ConfigError
 from bertforge.runtime import is_out_of_memory, set_threads, tune_cpu_allocator
 from bertforge.training.distributed import read_environment
+from bertforge.training.stopping import Stopped
 
 SUBCOMMANDS = {
     "demo": (demo, "fine-tune the default model on movie reviews and classify a few sentences"),
@@ -105,8 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand. Exit status: 0 done, 1 a user's error (one line on stderr), 2 a malformed command
-    line, 130 interrupted (Ctrl-C), 141 the reader of the output went away (`bertforge ... | head`)."""
-    args = build_parser().parse_args(argv)
+    line, 130 interrupted (Ctrl-C), 141 the reader of the output went away (`bertforge ... | head`), 143 a
+    training run stopped by SIGTERM after saving a checkpoint."""
+    try:
+        args = build_parser().parse_args(argv)  # which imports what the commands' defaults come from: seconds
+    except KeyboardInterrupt:
+        return interrupted()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="bertforge: %(levelname)s: %(message)s", stream=sys.stderr)
     logging.getLogger("bertforge.progress").setLevel(logging.INFO)  # e.g. dev metrics after each evaluation
@@ -120,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         status = args.run(args)
         sys.stdout.flush()  # a closed pipe shows here for output still buffered
         return status
+    except Stopped as stop:  # not an error: the run is whole, and resumes
+        print(f"bertforge: {stop}", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except BertforgeError as error:
         return fail(str(error))
     except BrokenPipeError:
@@ -134,8 +142,12 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return fail(out_of_memory(args))
     except KeyboardInterrupt:
-        print("bertforge: interrupted", file=sys.stderr)
-        return 130
+        return interrupted()
+
+
+def interrupted() -> int:
+    print("bertforge: interrupted", file=sys.stderr)
+    return 130
 
 
 def out_of_memory(args: argparse.Namespace) -> str:

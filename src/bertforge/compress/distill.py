@@ -24,7 +24,7 @@ from torch import nn
 from bertforge.compress.gate import DEFAULT_MAX_DROP, GateReport, check_output, measure, write_if_accepted
 from bertforge.compress.quantize import check_not_quantized
 from bertforge.config import check_number
-from bertforge.errors import ConfigError, InputError
+from bertforge.errors import BertforgeError, ConfigError, InputError
 from bertforge.heads import IGNORE_INDEX, every_position
 from bertforge.inference.optimize import InferenceOptions
 from bertforge.outputs import release_staging, staging_dir
@@ -32,6 +32,7 @@ from bertforge.runtime import parse_device
 from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetuneConfig, FinetunedModel, FinetuneResult, finetune
 from bertforge.tasks.multi_label import PROBLEM_TYPE as MULTI_LABEL_PROBLEM
 from bertforge.training import distributed
+from bertforge.training.stopping import Stopped
 from bertforge.training.trainer import model_loss
 
 # Tasks whose logits the soft-label loss reads: one vector per example, or one per token.
@@ -202,6 +203,9 @@ def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, m
             if not str(error.filename).startswith(str(training_dir)):
                 raise
             raise InputError(f"can't write the student: {error.strerror or error}", output) from None
+        except Stopped as stop:  # its checkpoint is in the temporary folder, removed below: nothing resumes
+            raise BertforgeError(f"stopped by SIGTERM after step {stop.step}; distillation does not resume, and "
+                                 f"nothing was written to {output}") from None
         if launch.rank != 0:  # rank 0 saved the student into its own training folder, and measures it there
             return DistillResult(result, None, written=False)
         report = None

@@ -60,6 +60,7 @@ from bertforge.runtime import bf16_supported, resolve_device, seed_everything, t
 from bertforge.tokenizer.tokenizer import BertTokenizer
 from bertforge.training import distributed
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
+from bertforge.training.stopping import Stopped, stop_on_sigterm
 from bertforge.training.trainer import keep_log_until, read_log
 from bertforge.validation import MAX_SEED, check_paths
 
@@ -373,6 +374,7 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
         sampler.set_state(position["sampler"])
         step = state.step
         if is_main:
+            start_staging(output, keep=True)  # the killed run's folder, locked for this one
             keep_log_until(work / LOG_FILE, step)
             logger.info("resuming from step %d", step)
     elif is_main:
@@ -392,7 +394,9 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
         return torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None)
 
     def save_checkpoint() -> None:
-        data = {"stream": stream.state_dict(), "collator": collator.state_dict(), "sampler": sampler.get_state()}
+        data = {"stream": stream.state_dict(), "collator": collator.state_dict(), "sampler": sampler.get_state(),
+                # the sums of the steps since the last log line, which a resumed run's next line includes
+                "log_window": dict(window), "log_seconds": window_seconds}
         if config.world_size > 1:
             data = {"ranks": distributed.gather_to_main({**data, "rng": rng_states()})}
         if is_main:
@@ -427,39 +431,47 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
     bar = tqdm(total=config.steps, initial=step, desc="pre-training", unit="step",
                disable=not (config.progress and is_main))
     window, window_seconds = {}, 0.0
-    while step < config.steps:
-        started = time.perf_counter()
-        for micro_batch in range(config.grad_accumulation):
-            batch = to_device(next(data), device)
-            with distributed.no_sync(synced, skip=micro_batch < config.grad_accumulation - 1):
-                with autocast():
-                    result = objective.loss(train_model, batch, sampler)
-                scaler.scale(result.loss / config.grad_accumulation).backward()
-            counts = {"loss": result.loss.item(), "micro_batches": 1, **batch_counts(result, batch)}
-            for key, value in counts.items():
-                window[key] = window.get(key, 0) + value
-        if config.max_grad_norm is not None:
-            scaler.unscale_(optimizer)  # clip the true gradients, not the fp16-scaled ones
-            nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        scaler.step(optimizer)  # with fp16, skipped when the gradients overflowed
-        scaler.update()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        window_seconds += time.perf_counter() - started
-        bar.update(1)
-        if step % config.log_every == 0 or step == config.steps:
-            window = distributed.all_reduce_sums(window, device)  # the global batch: every process's sums
-            # MFU: the tokens of all processes over the peak of all their devices
-            record = summarise(window, window_seconds, parameters, config.peak_gflops * config.world_size)
-            bar.set_postfix(loss=f"{record['loss']:.4f}", mlm_acc=f"{record['mlm_accuracy']:.3f}",
-                            mfu=f"{record['mfu']:.1%}")
-            log({"event": "train", "step": step, "lr": scheduler.get_last_lr()[0], **record})
-            window, window_seconds = {}, 0.0
-        if config.eval_every and step % config.eval_every == 0:
-            evaluate()
-        if config.save_every and step % config.save_every == 0 and step < config.steps:
-            save_checkpoint()
+    if resume:
+        window, window_seconds = dict(position.get("log_window", {})), position.get("log_seconds", 0.0)
+    with stop_on_sigterm(device) as stop_requested:
+        while step < config.steps:
+            started = time.perf_counter()
+            for micro_batch in range(config.grad_accumulation):
+                batch = to_device(next(data), device)
+                with distributed.no_sync(synced, skip=micro_batch < config.grad_accumulation - 1):
+                    with autocast():
+                        result = objective.loss(train_model, batch, sampler)
+                    scaler.scale(result.loss / config.grad_accumulation).backward()
+                counts = {"loss": result.loss.item(), "micro_batches": 1, **batch_counts(result, batch)}
+                for key, value in counts.items():
+                    window[key] = window.get(key, 0) + value
+            if config.max_grad_norm is not None:
+                scaler.unscale_(optimizer)  # clip the true gradients, not the fp16-scaled ones
+                nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            scaler.step(optimizer)  # with fp16, skipped when the gradients overflowed
+            scaler.update()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            window_seconds += time.perf_counter() - started
+            bar.update(1)
+            if step % config.log_every == 0 or step == config.steps:
+                window = distributed.all_reduce_sums(window, device)  # the global batch: every process's sums
+                # MFU: the tokens of all processes over the peak of all their devices
+                record = summarise(window, window_seconds, parameters, config.peak_gflops * config.world_size)
+                bar.set_postfix(loss=f"{record['loss']:.4f}", mlm_acc=f"{record['mlm_accuracy']:.3f}",
+                                mfu=f"{record['mfu']:.1%}")
+                log({"event": "train", "step": step, "lr": scheduler.get_last_lr()[0], **record})
+                window, window_seconds = {}, 0.0
+            if config.eval_every and step % config.eval_every == 0:
+                evaluate()
+            saved = bool(config.save_every and step % config.save_every == 0 and step < config.steps)
+            if saved:
+                save_checkpoint()
+            if step < config.steps and stop_requested():  # SIGTERM: the scheduler is about to kill the job
+                if not saved:
+                    save_checkpoint()
+                raise Stopped(step, checkpoint_dir)
     bar.close()
     # A run resumed at its last step was checkpointed after its final evaluation (killed while it saved the model).
     if not (config.eval_every and step % config.eval_every == 0) and resumed_from < config.steps:

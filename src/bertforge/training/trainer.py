@@ -30,6 +30,7 @@ from bertforge.outputs import to_json
 from bertforge.runtime import bf16_supported, resolve_device, seed_everything, to_device
 from bertforge.training import distributed
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
+from bertforge.training.stopping import Stopped, stop_on_sigterm
 from bertforge.validation import MAX_SEED, check_number
 
 logger = logging.getLogger("bertforge")
@@ -260,65 +261,71 @@ class Trainer:
             # Checkpointed at the last step, on the way out of its epoch: leave the epoch as that run went on to.
             loop["epoch"], loop["next_batch"] = loop["epoch"] + 1, 0
         examples, started = 0, time.perf_counter()
-        while not stop:
-            model.train()
-            skip, loop["next_batch"] = loop["next_batch"], 0
-            if hasattr(self.train_batches, "set_epoch"):  # a shuffled order of its own for each epoch
-                self.train_batches.set_epoch(loop["epoch"])
-            for index, batch in enumerate(self.train_batches):
-                if index < skip:
-                    continue  # done before the run was resumed
-                # Batches of one optimizer step are averaged; the last step of an epoch may have fewer of them.
-                window_start = index - index % config.grad_accumulation
-                window = min(config.grad_accumulation, num_batches - window_start)
-                is_last = index + 1 - window_start >= window
-                share = 1.0
-                if isinstance(batch, distributed.Shard):
-                    batch, share = batch.batch, batch.share
-                # Micro-batches that don't step keep their gradients local; the last one all-reduces them.
-                with distributed.no_sync(synced, skip=not is_last):
-                    with self.autocast():
-                        loss = self.loss_fn(synced, to_device(batch, self.device))
-                    # DDP averages gradients over processes: x world_size makes the sum of the shares' losses.
-                    (loss * (share * world_size) / window).backward()
-                loop["window_loss"] += loss.item() * share / window
-                examples += batch_size_of(batch)
-                if not is_last:
-                    continue
-                if config.max_grad_norm is not None:
-                    nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                step += 1
-                loop["window_steps"] += 1
-                speed = examples / (time.perf_counter() - started)
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.4f}", examples_per_s=f"{speed:.1f}")
-                if step % config.log_every == 0 or step == total_steps:
-                    # the global batches' loss: every process's shares of it, summed
-                    window_loss = distributed.all_reduce_sums({"loss": loop["window_loss"]}, self.device)["loss"]
-                    self.log({"event": "train", "step": step, "epoch": loop["epoch"],
-                              "loss": window_loss / loop["window_steps"], "lr": scheduler.get_last_lr()[0],
-                              "examples_per_s": speed * world_size})
-                    loop["window_loss"], loop["window_steps"] = 0.0, 0
-                evaluated = bool(config.eval_every and step % config.eval_every == 0)
-                if evaluated:
+        with stop_on_sigterm(self.device) if self.output_dir else nullcontext(lambda: False) as stop_requested:
+            while not stop:
+                model.train()
+                skip, loop["next_batch"] = loop["next_batch"], 0
+                if hasattr(self.train_batches, "set_epoch"):  # a shuffled order of its own for each epoch
+                    self.train_batches.set_epoch(loop["epoch"])
+                for index, batch in enumerate(self.train_batches):
+                    if index < skip:
+                        continue  # done before the run was resumed
+                    # Batches of one optimizer step are averaged; the last step of an epoch may have fewer of them.
+                    window_start = index - index % config.grad_accumulation
+                    window = min(config.grad_accumulation, num_batches - window_start)
+                    is_last = index + 1 - window_start >= window
+                    share = 1.0
+                    if isinstance(batch, distributed.Shard):
+                        batch, share = batch.batch, batch.share
+                    # Micro-batches that don't step keep their gradients local; the last one all-reduces them.
+                    with distributed.no_sync(synced, skip=not is_last):
+                        with self.autocast():
+                            loss = self.loss_fn(synced, to_device(batch, self.device))
+                        # DDP averages gradients over processes: x world_size makes the sum of the shares' losses.
+                        (loss * (share * world_size) / window).backward()
+                    loop["window_loss"] += loss.item() * share / window
+                    examples += batch_size_of(batch)
+                    if not is_last:
+                        continue
+                    if config.max_grad_norm is not None:
+                        nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                    optimizer.step()
+                    scheduler.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    step += 1
+                    loop["window_steps"] += 1
+                    speed = examples / (time.perf_counter() - started)
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss.item():.4f}", examples_per_s=f"{speed:.1f}")
+                    if step % config.log_every == 0 or step == total_steps:
+                        # the global batches' loss: every process's shares of it, summed
+                        window_loss = distributed.all_reduce_sums({"loss": loop["window_loss"]}, self.device)["loss"]
+                        self.log({"event": "train", "step": step, "epoch": loop["epoch"],
+                                  "loss": window_loss / loop["window_steps"], "lr": scheduler.get_last_lr()[0],
+                                  "examples_per_s": speed * world_size})
+                        loop["window_loss"], loop["window_steps"] = 0.0, 0
+                    evaluated = bool(config.eval_every and step % config.eval_every == 0)
+                    if evaluated:
+                        stop, loop["last_evaluated"] = self.evaluate_and_keep(step, loop["epoch"]), step
+                    if step >= total_steps:
+                        stop = True
+                    loop["next_batch"] = index + 1
+                    saved = evaluated or bool(config.save_every and step % config.save_every == 0)
+                    if saved:
+                        save_checkpoint()
+                    if stop:
+                        break
+                    if stop_requested():  # SIGTERM: the scheduler is about to kill the job
+                        if not saved:
+                            save_checkpoint()
+                        raise Stopped(step, self.output_dir / CHECKPOINT_DIR)
+                loop["epoch"] += 1
+                loop["next_batch"] = 0
+                if not stop and config.eval_every is None:
                     stop, loop["last_evaluated"] = self.evaluate_and_keep(step, loop["epoch"]), step
-                if step >= total_steps:
-                    stop = True
-                loop["next_batch"] = index + 1
-                if evaluated or (config.save_every and step % config.save_every == 0):
                     save_checkpoint()
-                if stop:
-                    break
-            loop["epoch"] += 1
-            loop["next_batch"] = 0
-            if not stop and config.eval_every is None:
-                stop, loop["last_evaluated"] = self.evaluate_and_keep(step, loop["epoch"]), step
-                save_checkpoint()
-            if config.max_steps is None and loop["epoch"] >= config.epochs:
-                stop = True
+                if config.max_steps is None and loop["epoch"] >= config.epochs:
+                    stop = True
         bar.close()
         stopped_early = self.is_patience_exhausted()
         if loop["last_evaluated"] != step and not stopped_early:
