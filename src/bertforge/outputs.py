@@ -123,20 +123,13 @@ def start_staging(output: str | Path, keep: bool = False) -> Path:
     locked for this process until `finish_staging`."""
     staging = staging_dir(output)
     release_staging(output)  # this process's own earlier run into it (a library caller trying again)
-    held = None
-    if staging.is_dir():
-        held = _lock(staging)
-        if held is None:
-            raise in_use(Path(output))
-        if not keep:
-            shutil.rmtree(staging)
-            os.close(held)
-            held = None
-    if held is None:
-        staging.mkdir(parents=True, exist_ok=True)
-        held = _lock(staging)
-        if held is None:  # another run made the folder in the same instant
-            raise in_use(Path(output))
+    if staging.is_dir() and not keep:
+        check_not_in_use(output)
+        shutil.rmtree(staging)
+    staging.mkdir(parents=True, exist_ok=True)
+    held = _lock(staging)
+    if held is None:  # another run holds the folder kept, or made it in the same instant
+        raise in_use(Path(output))
     _held[os.path.abspath(staging)] = held
     return staging
 

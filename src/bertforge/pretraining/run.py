@@ -279,7 +279,8 @@ def pretrain(config: PretrainConfig, resume: bool = False, overwrite: bool = Fal
     resolve_device(config.device)  # this machine has the device asked for, before any work
     device = distributed.select_device(config.device, info)
     work = staging_dir(config.output)
-    check_not_in_use(config.output)
+    if resume:
+        check_not_in_use(config.output)  # a killed run's folder, not a running one's
     if resume and work.is_dir() and not (work / CHECKPOINT_DIR / TRAIN_STATE_FILE).is_file():
         # Killed before its first checkpoint: nothing to continue, so the run starts again (with the settings it
         # started with, where it saved them), as a first start would: into a folder that may be replaced.

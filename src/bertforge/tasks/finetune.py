@@ -267,8 +267,8 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
     resolve_device(config.training.device)
     output = Path(config.output)
     staging = staging_dir(output)
-    check_not_in_use(output)
     if resume:
+        check_not_in_use(output)  # a killed run's folder, not a running one's
         finished = finished_run(output, staging)
         if finished is not None:
             check_same_run(config, output / RUN_CONFIG_FILE)
