@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import os
 import resource
 import shutil
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -295,3 +296,34 @@ def inaugural_corpus(inaugural_slice, tmp_path_factory, minilm_dir):
                        progress=False)
         return folder
     return prepare
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_expected_output(code: str) -> list[str]:
+    """The `# ...` comment lines that directly follow a print(...) call (possibly several lines long)."""
+    expected, after_print = [], False
+    for line in code.splitlines():
+        if line.startswith("print("):
+            after_print = True
+        elif after_print and line.startswith("# "):
+            expected.append(line[2:])
+        elif not line.startswith(" "):
+            after_print = False
+    return expected
+
+
+@pytest.fixture
+def run_readme_block(tmp_path):
+    """run_readme_block(code) runs a README Python block as written (its /tmp/ paths moved into the test's own
+    folder), checks that it prints what the README shows under its print calls, and returns its variables."""
+    def run(code: str) -> dict:
+        code = code.replace("/tmp/", f"{tmp_path}/")
+        namespace: dict = {}
+        printed = io.StringIO()
+        with redirect_stdout(printed):
+            exec(compile(code, str(README), "exec"), namespace)
+        assert printed.getvalue().splitlines() == readme_expected_output(code)
+        return namespace
+    return run

@@ -58,8 +58,9 @@ def test_quantize_falls_back_to_more_careful_int8_recipes_and_writes_the_first_w
     nothing is written. Then with the first recipe's metric held down by 5 points (the gate's control flow, not
     the quantizer, under test), the next recipe is written: its checkpoint records its recipe and reloads as it."""
     refused = tmp_path / "refused"
+    calibration = ["--calibration-examples", "32"]  # each recipe calibrates anew; the control flow is under test
     assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev_200"]),
-                 "--output", str(refused), "--max-drop", "-100"]) == 1
+                 "--output", str(refused), "--max-drop", "-100", *calibration]) == 1
     printed = capsys.readouterr().out
     for row in ("fp32", "int8 ", "int8 outliers float32 ", "int8 outliers float32 dynamic "):
         assert f"\n{row}" in printed
@@ -78,7 +79,7 @@ def test_quantize_falls_back_to_more_careful_int8_recipes_and_writes_the_first_w
     monkeypatch.setattr(quantize_module, "measure", first_recipe_worse)
     output = tmp_path / "int8"
     assert main(["quantize", "--model", str(sst2_teacher), "--dev", str(sst2_files["dev_200"]), "--output", str(output),
-                 "--max-drop", "4"]) == 0
+                 "--max-drop", "4", *calibration]) == 0
     verdict = capsys.readouterr().out.strip().splitlines()[-1]
     assert "with int8 outliers float32 (" in verdict and "accepted" in verdict and "int8 changed it by" in verdict
     report = json.loads((output / COMPRESSION_FILE).read_text())
@@ -158,7 +159,7 @@ def test_quantize_measures_extractive_qa_by_its_own_metric(data_dir, tmp_path, c
     dev_article = dict(articles["data"][45], paragraphs=articles["data"][45]["paragraphs"][:4])
     dev.write_text(json.dumps({"version": articles["version"], "data": [dev_article]}))
     reader = tmp_path / "reader"
-    finetune(FinetuneConfig(task="qa", train=str(train), output=str(reader), max_train_examples=96, batch_size=16,
+    finetune(FinetuneConfig(task="qa", train=str(train), output=str(reader), max_train_examples=48, batch_size=16,
                             training=TrainConfig(epochs=1, lr=1e-4, progress=False, seed=0)))
     output = tmp_path / "int8"
     assert main(["quantize", "--model", str(reader), "--dev", str(dev), "--output", str(output),

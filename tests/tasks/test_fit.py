@@ -22,12 +22,12 @@ def notebook_example() -> str:
     return next(block for block in blocks if "bertforge.fit(" in block)
 
 
-def test_readme_example_predicts_as_the_command_line(tmp_path, data_dir, one_thread, monkeypatch):
+def test_readme_example_predicts_as_the_command_line(tmp_path, data_dir, one_thread, monkeypatch, run_readme_block):
+    """The example prints what the README shows (tests/test_readme.py leaves this block to this test), and the same
+    run on the command line writes the same model, predictions and metrics."""
     pytest.importorskip("pandas")
     monkeypatch.chdir(README.parent)  # the example reads ../shared/data from the repository root
-    namespace = {}
-    with contextlib.redirect_stdout(io.StringIO()):
-        exec(compile(notebook_example().replace("/tmp/", f"{tmp_path}/"), str(README), "exec"), namespace)
+    namespace = run_readme_block(notebook_example())
     model, train, dev = namespace["model"], namespace["train"], namespace["dev"]
 
     # the same rows as files, the same settings as flags
