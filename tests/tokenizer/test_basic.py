@@ -52,7 +52,7 @@ def test_offsets_point_into_the_original_text():
     text = "Cafe\u0301 a\u200bb, 中[MASK]"
     result = tokenizer.split_with_offsets(text)
     assert [word for word, _, _ in result] == ["cafe", "ab", ",", "中", "[MASK]"]
-    assert result[0] == ("cafe", 0, (0, 1, 2, 3))  # the stripped U+0301 (index 4) leaves no character
+    assert result[0] == ("cafe", 0, None)  # the stripped U+0301 (index 4) leaves c, a, f, e in place
     assert result[1] == ("ab", 6, (6, 8))  # the zero-width space at 7 is gone
     assert result[2] == (",", 9, None) and result[3] == ("中", 11, None) and result[4] == ("[MASK]", 12, None)
 
@@ -64,6 +64,26 @@ def test_fast_path_equals_general_path(corpora):
     for line in ascii_lines:
         general = [word for piece in line.split() for word, _, _ in tokenizer._normalize_piece(piece, 0)]
         assert tokenizer.split(line) == general, line
+
+
+
+def test_a_word_whose_characters_are_the_texts_in_place_is_traced_as_such(monkeypatch):
+    """A word whose characters each come from one of the text's, in order and in place ('Ça' -> 'ca'), has origins
+    None, as an ASCII word; one missing a character, or with a character that became several, lists them. The same
+    on the first call (characters not yet known) and on later ones (one lookup a character), and with a rule cache
+    so small that it is cleared on the way."""
+    text = "Ça résumé, Straße naïve\u0301 한국 a\u200bb Ça"
+    hangul = unicodedata.normalize("NFD", "한국")  # each syllable becomes three letters (jamo)
+    expected = [("ca", 0, None), ("resume", 3, None), (",", 9, None), ("straße", 11, None), ("naive", 18, None),
+                (hangul, 25, (25, 25, 25, 26, 26, 26)), ("ab", 28, (28, 30)), ("ca", 32, None)]
+    tokenizer = BasicTokenizer()
+    assert tokenizer.split_with_offsets(text) == expected
+    assert tokenizer.split_with_offsets(text) == expected
+    monkeypatch.setattr("bertforge.tokenizer.basic.MAX_CACHED_CHARS", 4)
+    small = BasicTokenizer()
+    for _ in range(3):
+        assert small.split_with_offsets(text) == expected
+        assert len(small._char_rules) <= 4 and len(small._one_to_one) <= 4
 
 
 @pytest.mark.parametrize("lowercase", [True, False])

@@ -81,6 +81,13 @@ def is_cjk(char: str) -> bool:
     return in_cjk_ranges(char)
 
 
+def traced(chars: list[str], origins: list[int]) -> Word:
+    """A word of normalised characters and the text index each came from; None when those are the text's
+    characters from the first on, one for one (as for most words, whatever their normalisation)."""
+    in_place = origins[-1] - origins[0] == len(origins) - 1 and len(set(origins)) == len(origins)
+    return "".join(chars), origins[0], None if in_place else tuple(origins)
+
+
 class BasicTokenizer:
     """Text -> words, each word normalised (lower-cased, accents stripped) and traced back to the text.
 
@@ -104,6 +111,8 @@ class BasicTokenizer:
         self._never_split = re.compile("|".join(map(re.escape, alternatives))) if alternatives else None
         # char -> what it becomes: ((output char, stands alone as a word), ...); () when deleted.
         self._char_rules: dict[str, tuple[tuple[str, bool], ...]] = {}
+        # The characters whose rule is one character that stays in its word ('É' -> 'e'), and that character.
+        self._one_to_one: dict[str, str] = {}
 
     def split(self, text: str) -> list[str]:
         """The normalised words of `text`: 'Hello, world!' -> ['hello', ',', 'world', '!']."""
@@ -113,7 +122,7 @@ class BasicTokenizer:
         return [word for word, _, _ in self.split_with_offsets(text)]
 
     def split_with_offsets(self, text: str) -> list[Word]:
-        """Words with where they came from: 'Café!' -> [('cafe', 0, (0, 1, 2, 3)), ('!', 4, None)]."""
+        """Words with where they came from: 'Ça, a\u200bb' -> [('ca', 0, None), (',', 2, None), ('ab', 4, (4, 6))]."""
         words: list[Word] = []
         position = 0
         if self._has_never_split(text):
@@ -137,7 +146,7 @@ class BasicTokenizer:
                 continue
             rule = self._char_rules.get(char)
             if rule is None:
-                rule = self._char_rules[char] = self._char_rule(char)
+                rule = self._rule(char)
             for output, _ in rule:
                 padded = f" {output} " if self.split_cjk and is_cjk(output) else output
                 chars.append(padded)
@@ -173,29 +182,45 @@ class BasicTokenizer:
     def _normalize_piece(self, piece: str, base: int) -> list[Word]:
         """Normalise a whitespace-free piece char by char, splitting off punctuation and CJK characters.
 
-        '«Ça»' at offset 10 -> [('«', 10, None), ('ca', 11, (11, 12)), ('»', 13, None)].
+        '«Ça»' at offset 10 -> [('«', 10, None), ('ca', 11, None), ('»', 13, None)];
+        'a\u200bb' at 10 -> [('ab', 10, (10, 12))].
         """
+        # Most pieces are one word of which each character becomes one character ('Ça' -> 'ca'): then the word's
+        # characters are the piece's, in place, and one lookup a character makes it.
+        one_to_one = self._one_to_one
+        try:
+            return [("".join([one_to_one[char] for char in piece]), base, None)]
+        except KeyError:  # a character that goes, splits off, becomes several, or is not known yet
+            pass
         words: list[Word] = []
         chars: list[str] = []
         origins: list[int] = []
         for offset, char in enumerate(piece, base):
             rule = self._char_rules.get(char)
             if rule is None:
-                if len(self._char_rules) >= MAX_CACHED_CHARS:
-                    self._char_rules.clear()
-                rule = self._char_rules[char] = self._char_rule(char)
+                rule = self._rule(char)
             for output, alone in rule:
                 if not alone:
                     chars.append(output)
                     origins.append(offset)
                     continue
                 if chars:
-                    words.append(("".join(chars), origins[0], tuple(origins)))
+                    words.append(traced(chars, origins))
                     chars, origins = [], []
                 words.append((output, offset, None))
         if chars:
-            words.append(("".join(chars), origins[0], tuple(origins)))
+            words.append(traced(chars, origins))
         return words
+
+    def _rule(self, char: str) -> tuple[tuple[str, bool], ...]:
+        """`char`'s rule, worked out and cached (the cache is bounded: text of every script would grow it)."""
+        if len(self._char_rules) >= MAX_CACHED_CHARS:
+            self._char_rules.clear()
+            self._one_to_one.clear()
+        rule = self._char_rules[char] = self._char_rule(char)
+        if len(rule) == 1 and not rule[0][1]:
+            self._one_to_one[char] = rule[0][0]
+        return rule
 
     def _char_rule(self, char: str) -> tuple[tuple[str, bool], ...]:
         """What one character becomes, in the reference's order: cleanup, CJK split, accents, lower case.
