@@ -3,7 +3,7 @@
 Encodes the same real English text (WikiText-2, SQuAD contexts, pre-training text read from ../shared/data)
 in batches, one thread, and prints tokens/s for each and the ratio bertforge / reference.
 
-    python bench/bench_tokenizer.py --megabytes 5.2 --batch-size 1000
+    python bench/bench_tokenizer.py --megabytes 5.2 --batch-size 1000 [--offsets] [--accents]
 """
 
 from __future__ import annotations
@@ -61,14 +61,20 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=1000, help="texts per call")
     parser.add_argument("--repeats", type=int, default=3, help="passes per tokenizer; the best is reported")
     parser.add_argument("--offsets", action="store_true", help="also ask for offsets (and word ids from bertforge)")
+    parser.add_argument("--accents", action="store_true",
+                        help="the same text with its a, e and u accented (à, é, ü): the per-character path that "
+                             "French or German text takes")
     parser.add_argument("--data-dir", type=Path, default=DATA_DIR)
     args = parser.parse_args()
 
     texts = read_texts(args.data_dir, args.megabytes)
+    if args.accents:
+        accented = str.maketrans({"a": "à", "e": "é", "u": "ü"})
+        texts = [text.translate(accented) for text in texts]
     model_dir = resolve_model_dir("default")
     megabytes = sum(len(text.encode("utf-8")) for text in texts) / 1e6
     print(f"{len(texts):,} texts, {megabytes:.2f} MB, batches of {args.batch_size}, "
-          f"offsets {'on' if args.offsets else 'off'}")
+          f"offsets {'on' if args.offsets else 'off'}{', accented' if args.accents else ''}")
 
     def bertforge_encode(tokenizer: BertTokenizer) -> Callable[[list[str]], int]:
         def encode(batch: list[str]) -> int:
