@@ -25,6 +25,12 @@ def test_python_example(code, run_readme_block):
     run_readme_block(code)
 
 
+
+def test_one_python_block_is_left_to_test_fit():
+    """test_fit runs the first block that calls bertforge.fit; a second would run nowhere."""
+    assert sum(map(is_notebook_example, blocks("python"))) == 1
+
+
 def cli_lines() -> list[str]:
     return [line.split("  #")[0].strip() for block in blocks("bash") for line in block.splitlines()
             if line.startswith("bertforge ")]
