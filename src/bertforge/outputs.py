@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.errors import ConfigError, InputError
+from bertforge.training.distributed import read_environment
 
 INCOMPLETE_SUFFIX = ".incomplete"
 # Files whose presence makes a folder a model (or a training run): replacing it loses someone's work.
@@ -108,9 +109,12 @@ def in_use(output: Path) -> InputError:
 
 
 def check_not_in_use(output: str | Path) -> None:
-    """Refuse, before any work, an output whose staging folder another running process holds."""
+    """Refuse, before any work, an output whose staging folder another running process holds.
+
+    Under torchrun the main process (rank 0) alone writes the folder, takes its lock and looks at it here: the
+    others' looks, each a brief lock of its own, would collide with its lock and with one another."""
     staging = staging_dir(output)
-    if os.path.abspath(staging) in _held or not staging.is_dir():
+    if os.path.abspath(staging) in _held or not staging.is_dir() or read_environment().rank != 0:
         return
     descriptor = _lock(staging)
     if descriptor is None:
