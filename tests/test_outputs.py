@@ -84,11 +84,10 @@ def test_this_process_may_stage_into_an_output_again(tmp_path):
     assert (output / "weights").read_text() == "the second try's"
 
 
-
 def test_under_torchrun_the_main_process_alone_looks_at_the_lock(tmp_path, monkeypatch):
     """Rank 0 writes the staging folder and holds its lock; another rank looking at the lock (a brief lock of its
     own) found it held, or collided with rank 0's own look, and a resumed two-process run failed now and then
-    with "another run is writing into it"."""
+    with "another run is writing into it". A stray WORLD_SIZE is no launch: the process looks, as a single one."""
     output = tmp_path / "model"
     staging = staging_dir(output)
     staging.mkdir(parents=True)
@@ -97,13 +96,16 @@ def test_under_torchrun_the_main_process_alone_looks_at_the_lock(tmp_path, monke
     try:
         with pytest.raises(InputError, match="another run is writing into it"):
             check_not_in_use(output)
-        for name, value in {"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-                            "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        with pytest.raises(InputError, match="another run is writing into it"):
+            check_output_dir(output)
+        for name, value in {"RANK": "1", "LOCAL_RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
             monkeypatch.setenv(name, value)
         check_not_in_use(output)
         check_output_dir(output)
     finally:
         os.close(held)
+
 
 def test_the_commands_refuse_an_output_another_run_writes(tiny_model_dir, inaugural_corpus, tmp_path, capsys):
     """`finetune` and `pretrain train` started twice into one output: the second deleted the first's staging folder,

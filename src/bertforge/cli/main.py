@@ -31,7 +31,7 @@ from bertforge.cli import (
 from bertforge.cli.arguments import positive_int
 from bertforge.errors import BertforgeError, ConfigError
 from bertforge.runtime import is_out_of_memory, set_threads, tune_cpu_allocator
-from bertforge.training.distributed import read_environment
+from bertforge.training.distributed import launch_or_single
 from bertforge.training.stopping import Stopped
 
 SUBCOMMANDS = {
@@ -158,12 +158,8 @@ def out_of_memory(args: argparse.Namespace) -> str:
 
 
 def started_beside_other_processes() -> bool:
-    """Whether torchrun started this process as one of several. Variables that describe no valid launch (a stray
-    WORLD_SIZE) are left to the commands that launch processes to report: this one does not read them."""
-    try:
-        return read_environment().is_distributed
-    except ConfigError:
-        return False
+    """Whether torchrun started this process as one of several (not a stray WORLD_SIZE: launch_or_single)."""
+    return launch_or_single().is_distributed
 
 
 def fail(message: str) -> int:
