@@ -9,6 +9,7 @@ import torch
 
 from bertforge import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertforge.errors import ConfigError, InputError
+from bertforge.tasks.data import Columns
 from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, finetune
 from bertforge.tasks.question_answering import QASettings
 from bertforge.tasks.registry import TASKS
@@ -177,6 +178,21 @@ def test_rows_of_questions_read_and_score_as_the_squad_file(finetuned_qa, squad_
     reference = evaluate(finetuned_qa.output_dir, squad_slices[1])
     assert evaluate(finetuned_qa.output_dir, jsonl) == evaluate(finetuned_qa.output_dir, tmp_path / "dev.parquet") \
         == reference
+
+    # Other column names, as run_qa's --question_column_name, --context_column_name and --answer_column_name: the
+    # column flags name them (text: the question, text pair: the context, label: the answers).
+    renamed = tmp_path / "renamed.jsonl"
+    renamed.write_text("".join(json.dumps({"qid": row["id"], "query": row["question"], "passage": row["context"],
+                                           "gold": row["answers"]}) + "\n" for row in rows))
+    columns = Columns("query", "passage", "gold")
+    assert [(e.question, e.context, e.answers) for e in QA.read_examples(renamed, columns)] == \
+        [(e.question, e.context, e.answers) for e in expected]
+    assert evaluate(finetuned_qa.output_dir, renamed, text_column="query", text_pair_column="passage",
+                    label_column="gold") == reference
+    with pytest.raises(InputError, match=r"no column 'question' \(the questions\); the file has 'qid', 'query'"):
+        QA.read_examples(renamed, None)
+    with pytest.raises(InputError, match=r"no column 'passages' or 'context' \(the passages\)"):
+        QA.read_examples(renamed, Columns("query", "passages", "gold"))
 
     v2 = [rows[0], {**rows[1], "answers": {"text": [], "answer_start": []}}]
     read = QA.read_examples(v2, None, settings=QASettings(version_2=True))

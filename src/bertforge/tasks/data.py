@@ -289,6 +289,18 @@ def _plain(value: Any) -> Any:
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
+def find_column(table: Table, given: str | None, usual: Sequence[str], what: str) -> str:
+    """The column a flag names if the data has it, else the first usual one it has (tasks whose rows have their
+    own column names: the words and tags of NER, the question, context and answers of QA)."""
+    for name in (given, *usual):
+        if name is not None and name in table.columns:
+            return name
+    wanted = " or ".join(repr(name) for name in dict.fromkeys((given, *usual)) if name is not None)
+    where = "file" if isinstance(table.path, Path) else "data"
+    raise table.error(f"no column {wanted} ({what}); the {where} has {', '.join(map(repr, table.columns))}",
+                      table.header_line)
+
+
 def require_columns(table: Table, names: Sequence[str | None]) -> None:
     """A missing column is an error that lists the columns the file has (JSONL rows are checked one by one)."""
     for name in names:

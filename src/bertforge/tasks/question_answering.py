@@ -20,9 +20,9 @@ from bertforge.tasks.data import (
     ROW_FORMATS,
     EncodeSettings,
     Features,
+    find_column,
     listed,
     read_table,
-    require_columns,
     task_format,
     text_cell,
 )
@@ -285,12 +285,13 @@ def read_examples(path: str | Path | Any, columns=None, id2label=None, labelled:
                   settings=None, format: str | None = None) -> list[QAExample]:
     """Questions of a SQuAD JSON file, or of rows of question, context and answers (JSON lines, Parquet, a datasets
     folder or such rows in memory, as the Hub's squad has them: see read_question_rows); to predict, rows of
-    question and context alone."""
+    question and context alone. In rows, `columns` may name other columns for them: text (the question),
+    text_pair (the context) and label (the answers)."""
     version_2 = bool(settings and settings.version_2)
     kind = task_format(path, format, labelled, "question answering", ("squad", "SQuAD JSON"),
                        ("jsonl", "JSONL of question and context"), rows="questions, contexts and answers")
     if kind is None or kind in ROW_FORMATS:
-        return read_question_rows(path, labelled, version_2, kind)
+        return read_question_rows(path, labelled, version_2, kind, columns)
     examples = read_squad(path, version_2=version_2)
     if not examples:
         raise InputError("no questions", path)
@@ -298,29 +299,34 @@ def read_examples(path: str | Path | Any, columns=None, id2label=None, labelled:
 
 
 def read_question_rows(data: Any, labelled: bool = True, version_2: bool = False,
-                       format: str | None = None) -> list[QAExample]:
+                       format: str | None = None, columns=None) -> list[QAExample]:
     """Questions from rows of "question", "context" and, labelled, "answers": {"text": [...], "answer_start": [...]}
     (the Hub's squad and squad_v2, transformers' run_qa) or SQuAD's list of {"text", "answer_start"}; no answers
-    is an unanswerable question (SQuAD v2). An "id" column names each question (default: its row)."""
+    is an unanswerable question (SQuAD v2). An "id" column names each question (default: its row). `columns`
+    (data.Columns) may name others: text for the question, text_pair for the context, label for the answers, as
+    run_qa's question, context and answer column names do."""
     table = read_table(data, format)
-    require_columns(table, ["question", "context"] + (["answers"] if labelled else []))
+    question_column = find_column(table, columns and columns.text, ("question",), "the questions")
+    context_column = find_column(table, columns and columns.text_pair, ("context",), "the passages")
+    answers_column = find_column(table, columns and columns.label, ("answers",), "the answers") if labelled else None
     examples = []
     for line, row in table.rows:
         qid = str(row.get("id") if row.get("id") is not None else line)
-        question, context = text_cell(table, line, row, "question"), text_cell(table, line, row, "context")
+        question = text_cell(table, line, row, question_column)
+        context = text_cell(table, line, row, context_column)
         if not labelled:
             examples.append(QAExample(qid, question, context, []))
             continue
-        answers = listed(row.get("answers"))
+        answers = listed(row.get(answers_column))
         if isinstance(answers, dict):  # the Hub's columns of answers: {"text": [...], "answer_start": [...]}
             texts, starts = listed(answers.get("text")), listed(answers.get("answer_start"))
             if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
                 raise table.error("expected answers as {\"text\": [...], \"answer_start\": [...]}, lists of one "
-                                  "length", line, field="answers")
+                                  "length", line, field=answers_column)
             answers = [{"text": text, "answer_start": start} for text, start in zip(texts, starts)]
         if not isinstance(answers, list):
             raise table.error("expected answers as {\"text\": [...], \"answer_start\": [...]} or a list of "
-                              "{\"text\", \"answer_start\"}", line, field="answers")
+                              "{\"text\", \"answer_start\"}", line, field=answers_column)
         where = f"question {qid} ({table.unit} {line})"
         record = {"question": question, "answers": answers, "is_impossible": version_2 and not answers}
         examples.append(_example(record, qid, context, version_2, table.path, where))

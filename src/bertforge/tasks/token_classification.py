@@ -27,6 +27,7 @@ from bertforge.tasks.data import (
     ROW_FORMATS,
     EncodeSettings,
     Features,
+    find_column,
     listed,
     read_table,
     stored_label_names,
@@ -471,8 +472,8 @@ def read_tagged_rows(data: Any, columns=None, id2label: Mapping[int, str] | None
     IOBES or BILOU names, or numbers that the data's ClassLabel feature or the model's labels name). A row of the
     words ["-DOCSTART-"] starts a new document, as the line does in CoNLL."""
     table = read_table(data, format)
-    words_column = _row_column(table, columns.text if columns else None, WORD_COLUMNS, "the words of each sentence")
-    tags_column = _row_column(table, columns.label if columns else None, TAG_COLUMNS,
+    words_column = find_column(table, columns.text if columns else None, WORD_COLUMNS, "the words of each sentence")
+    tags_column = find_column(table, columns.label if columns else None, TAG_COLUMNS,
                               "the tag of each word") if labelled else None
     names = stored_label_names(data, format).get(tags_column) if labelled else None
     if names is None and id2label:
@@ -497,16 +498,6 @@ def read_tagged_rows(data: Any, columns=None, id2label: Mapping[int, str] | None
     if not sentences:
         raise table.error("no sentences")
     return sentences
-
-
-def _row_column(table, given: str | None, usual: Sequence[str], what: str) -> str:
-    """The column the flags name if the data has it, else the usual one it has."""
-    for name in (given, *usual):
-        if name is not None and name in table.columns:
-            return name
-    wanted = " or ".join(repr(name) for name in dict.fromkeys((given, *usual)) if name is not None)
-    raise table.error(f"no column {wanted} ({what}); the data has {', '.join(map(repr, table.columns))}",
-                      table.header_line)
 
 
 def _row_tags(table, line: int, tags: Any, count: int, names: Sequence[str] | None, column: str) -> list[str]:
