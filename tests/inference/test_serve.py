@@ -478,8 +478,15 @@ def test_settings_are_validated():
         ServeSettings(max_queue=0)
     with pytest.raises(BertforgeError, match="read_timeout"):
         ServeSettings(read_timeout=float("nan"))
-    with pytest.raises(BertforgeError, match="max_wait_ms must be a number from 0 to 60000"):
+    with pytest.raises(BertforgeError, match="max_wait_ms must be at most 60000"):
         ServeSettings(max_wait_ms=1e308)  # the worker's timed wait overflowed at the first request
+    with pytest.raises(BertforgeError, match="max_wait_ms must be at least 0"):
+        ServeSettings(max_wait_ms=-1)
+    with pytest.raises(BertforgeError, match="max_batch_size must be an integer, got True"):
+        ServeSettings(max_batch_size=True)
+    with pytest.raises(BertforgeError, match="idle_timeout must be above 0"):
+        ServeSettings(idle_timeout=0)
+    assert ServeSettings(max_wait_ms=0).max_wait_ms == 0
 
 
 TAGS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}

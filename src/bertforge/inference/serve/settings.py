@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from bertforge.errors import ConfigError
 from bertforge.inference.attention_view import DEFAULT_MAX_TOKENS
+from bertforge.validation import check_number
 
 LONG_TEXT_POLICIES = ("truncate", "refuse")
 # An encoder's pooling for the whole server (text-embeddings-inference's --pooling): a dense one, or SPLADE.
@@ -41,15 +41,10 @@ class ServeSettings:
     def __post_init__(self):
         for name in ("max_batch_size", "max_batch_tokens", "max_queue", "max_texts", "max_length",
                      "attention_max_length", "max_body_bytes"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{name} must be a whole number of at least 1, got {value!r}")
-        if not (isinstance(self.max_wait_ms, (int, float)) and 0 <= self.max_wait_ms <= MAX_WAIT_MS):
-            raise ConfigError(f"max_wait_ms must be a number from 0 to {MAX_WAIT_MS}, got {self.max_wait_ms!r}")
-        for name in ("read_timeout", "idle_timeout"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ConfigError(f"{name} must be a finite number of seconds above zero, got {value!r}")
+            check_number(name, getattr(self, name), minimum=1, integer=True)
+        check_number("max_wait_ms", self.max_wait_ms, minimum=0, maximum=MAX_WAIT_MS)
+        for name in ("read_timeout", "idle_timeout"):  # seconds
+            check_number(name, getattr(self, name), minimum=0, exclusive=True)
         if self.pooling is not None and self.pooling not in SERVER_POOLINGS:
             raise ConfigError(f"pooling must be one of {', '.join(SERVER_POOLINGS)}, got {self.pooling!r}")
         if self.long_text not in LONG_TEXT_POLICIES:
