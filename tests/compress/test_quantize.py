@@ -184,8 +184,20 @@ def test_the_layers_int8_changes_most_stay_float32_and_reload_so(minilm, minilm_
                               atol=1e-5)
 
 
+@pytest.mark.parametrize("key, value, message", [
+    ("smoothing", "0.5", "smoothing must be a number, got '0.5'"),  # was a TypeError out of a comparison
+    ("smoothing", 1.5, "smoothing must be at most 1, got 1.5"),
+    ("outlier_ratio", float("nan"), "outlier_ratio must be a finite number"),  # NaN passed `< 1`
+    ("outlier_channels", 2.0, "outlier_channels must be an integer, got 2.0"),
+])
+def test_a_saved_quantization_block_with_a_bad_number_is_named(key, value, message):
+    block = {**QuantizationConfig("int8").to_dict(), key: value}
+    with pytest.raises(ConfigError, match=f"^model/config.json: {message}"):
+        QuantizationConfig.from_dict(block, "model/config.json")
+
+
 def test_float_layers_must_leave_a_layer_to_quantize(minilm_dir, tokenizer, sentences):
-    with pytest.raises(ConfigError, match="float_layers must be a whole number >= 0, got -1"):
+    with pytest.raises(ConfigError, match="float_layers must be at least 0, got -1"):
         QuantizationConfig("int8", float_layers=-1)
     with pytest.raises(ConfigError, match="float_layers must be fewer than the model's 37 linear layers, got 37"):
         quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8", float_layers=37),

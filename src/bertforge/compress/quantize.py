@@ -106,13 +106,9 @@ class QuantizationConfig:
         check_choice(self.activations, ACTIVATION_RANGES, "activations")
         check_choice(self.outlier_folding, OUTLIER_FOLDING, "outlier_folding")
         for name in ("outlier_channels", "float_layers"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"{name} must be a whole number >= 0, got {value!r}")
-        if not isinstance(self.outlier_ratio, (int, float)) or self.outlier_ratio < 1:
-            raise ConfigError(f"outlier_ratio must be a number >= 1, got {self.outlier_ratio!r}")
-        if self.smoothing is not None and not 0.0 <= self.smoothing <= 1.0:
-            raise ConfigError(f"smoothing must be in [0, 1], got {self.smoothing!r}")
+            check_number(name, getattr(self, name), minimum=0, integer=True)
+        check_number("outlier_ratio", self.outlier_ratio, minimum=1)
+        check_number("smoothing", self.smoothing, minimum=0, maximum=1, optional=True)
 
     def to_dict(self) -> dict[str, Any]:
         return {"quant_method": QUANT_METHOD_PREFIX + self.precision, **dataclasses.asdict(self)}
