@@ -35,5 +35,5 @@ class InputError(BertforgeError):
 def check_choice(name: object, choices: Iterable[str], what: str, error: type[BertforgeError] = ConfigError) -> None:
     """Raise `error` unless `name` is one of `choices`, naming them: "unknown pooling 'avg'; choose from cls, mean,
     max". The one spelling of that message for every table of named variants."""
-    if name not in choices:
+    if not isinstance(name, str) or name not in choices:  # a list or dict from JSON can't be looked up in a table
         raise error(f"unknown {what} {name!r}; choose from {', '.join(choices)}")

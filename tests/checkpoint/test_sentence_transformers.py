@@ -136,6 +136,22 @@ def test_unsupported_modules_are_one_line_errors(tmp_path):
 
 
 
+@pytest.mark.parametrize("length, message", [
+    ("x", "max_seq_length must be an integer, got 'x'"),  # was a ValueError out of int()
+    (float("nan"), "max_seq_length must be an integer, got nan"),
+    (2.5, "max_seq_length must be an integer, got 2.5"),  # was read as 2
+    (0, "max_seq_length must be at least 1, got 0"),
+])
+def test_a_bad_max_seq_length_is_named_with_its_file(tmp_path, length, message):
+    (tmp_path / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]))
+    (tmp_path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": length}))
+    with pytest.raises(ConfigError, match=f"sentence_bert_config.json: {message}"):
+        read_sentence_embedding(tmp_path)
+    (tmp_path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128.0}))
+    assert read_sentence_embedding(tmp_path).max_length == 128
+
+
 def test_serve_embed_follows_the_layout(long_texts, reference):
     """/embed (bertforge's and text-embeddings-inference's form) and /v1/embeddings with no options give
     sentence-transformers' vectors of the default model: its pooling, max_seq_length and normalisation."""

@@ -189,6 +189,7 @@ def test_the_layers_int8_changes_most_stay_float32_and_reload_so(minilm, minilm_
     ("smoothing", 1.5, "smoothing must be at most 1, got 1.5"),
     ("outlier_ratio", float("nan"), "outlier_ratio must be a finite number"),  # NaN passed `< 1`
     ("outlier_channels", 2.0, "outlier_channels must be an integer, got 2.0"),
+    ("activations", ["static"], r"unknown activations \['static'\]; choose from"),  # was "unhashable type"
 ])
 def test_a_saved_quantization_block_with_a_bad_number_is_named(key, value, message):
     block = {**QuantizationConfig("int8").to_dict(), key: value}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -158,6 +159,40 @@ def test_loading_errors(tmp_path):
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n")
     (tmp_path / "tokenizer_config.json").write_text("{not json")
     with pytest.raises(BertforgeError, match="tokenizer_config.json: not valid JSON"):
+        BertTokenizer.from_pretrained(tmp_path)
+
+
+TOKENIZER_JSON_MISTAKES = [  # (file, where in it, the value there, what the error says)
+    ("tokenizer.json", ("added_tokens", 0, "id"), "x", r"added_tokens\[0\]'s id: expected a token id"),
+    ("tokenizer.json", ("added_tokens", 1), "[X]", r"added_tokens\[1\]'s id: expected a token id"),
+    ("tokenizer.json", ("added_tokens", 2, "content"), 5, r"added_tokens\[2\]: expected a token"),
+    ("tokenizer.json", ("added_tokens",), 7, "added_tokens must be a list of tokens, got 7"),
+    ("tokenizer.json", ("pre_tokenizer",), "x", "pre_tokenizer 'x' is not supported"),
+    ("tokenizer.json", ("model", "max_input_chars_per_word"), "x", "max_input_chars_per_word must be a whole number"),
+    ("tokenizer_config.json", ("added_tokens_decoder",), ["[X]"], "added_tokens_decoder must be an object"),
+    ("tokenizer_config.json", ("added_tokens_decoder",), {"one": {"content": "[X]"}},
+     r"added_tokens_decoder\['one'\]: expected a token id"),
+    ("tokenizer_config.json", ("additional_special_tokens",), 2.5, "additional_special_tokens must be a list"),
+    ("tokenizer_config.json", ("mask_token",), ["[X]"], r"mask_token: expected a token .*got \['\[X\]'\]"),
+    ("tokenizer_config.json", ("model_input_names",), None, "model_input_names must list input_ids"),
+    ("special_tokens_map.json", ("unk_token",), {"text": "[UNK]"}, "unk_token: expected a token"),
+    ("special_tokens_map.json", ("extra_special_tokens",), [{"content": 5}], "extra_special_tokens: expected"),
+]
+
+
+@pytest.mark.parametrize("file, where, value, message", TOKENIZER_JSON_MISTAKES)
+def test_a_malformed_tokenizer_file_is_a_one_line_error_naming_it(minilm_dir, tmp_path, file, where, value, message):
+    """Values of the wrong kind in the files transformers writes: each was a TypeError, KeyError or ValueError
+    from deep in the reading."""
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(minilm_dir / name, tmp_path / name)
+    data = json.loads((tmp_path / file).read_text())
+    node = data
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    (tmp_path / file).write_text(json.dumps(data))
+    with pytest.raises(BertforgeError, match=f"{file}: .*{message}"):
         BertTokenizer.from_pretrained(tmp_path)
 
 

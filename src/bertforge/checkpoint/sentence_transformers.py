@@ -25,6 +25,7 @@ from typing import Any
 
 from bertforge.atomic import write_text_atomic
 from bertforge.errors import ConfigError, InputError
+from bertforge.validation import check_number
 
 MODULES_FILE = "modules.json"
 TRANSFORMER_CONFIG_FILE = "sentence_bert_config.json"
@@ -210,8 +211,14 @@ def _transformer(folder: Path) -> dict[str, Any]:
     """A Transformer module's settings (sentence_bert_config.json): lower-casing, and max_length where given."""
     path = folder / TRANSFORMER_CONFIG_FILE
     config = _read(path) if path.is_file() else {}
-    return {"lowercase": bool(config.get("do_lower_case", False))} | (
-        {} if config.get("max_seq_length") is None else {"max_length": int(config["max_seq_length"])})
+    length = config.get("max_seq_length")
+    if isinstance(length, float) and length.is_integer():
+        length = int(length)  # 256.0, as a file written by hand may say
+    try:
+        check_number("max_seq_length", length, minimum=1, integer=True, optional=True)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
+    return {"lowercase": bool(config.get("do_lower_case", False))} | ({} if length is None else {"max_length": length})
 
 
 def _router_config(folder: Path) -> dict[str, Any]:

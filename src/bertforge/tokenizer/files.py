@@ -71,25 +71,40 @@ def read_tokenizer_files(directory: Path) -> TokenizerFiles:
         tokens, roles["unk_token"], max_word_chars = _wordpiece_model(data.get("model"), path)
         normalizer_settings, lowercase_first = _normalizer_settings(data.get("normalizer"), path)
         settings |= normalizer_settings
-        pre_tokenizer = (data.get("pre_tokenizer") or {}).get("type")
+        pre_tokenizer = data.get("pre_tokenizer")
+        pre_tokenizer = pre_tokenizer.get("type") if isinstance(pre_tokenizer, dict) else pre_tokenizer
         if pre_tokenizer != "BertPreTokenizer":
             raise ConfigError(f"{path}: pre_tokenizer {pre_tokenizer!r} is not supported (BERT's is BertPreTokenizer)")
         if data.get("truncation") or data.get("padding"):
             logger.info("%s: its truncation and padding sections are not adopted (bertforge truncates at "
                         "model_max_length and pads as each call asks)", path)
-        for entry in data.get("added_tokens") or []:
-            added[int(entry["id"])] = AddedToken.from_dict(entry)
+        entries = data.get("added_tokens") or []
+        if not isinstance(entries, list):
+            raise CheckpointError(f"{path}: added_tokens must be a list of tokens, got {entries!r:.60}")
+        for index, entry in enumerate(entries):
+            where = f"added_tokens[{index}]"
+            token_id = _token_id(entry.get("id") if isinstance(entry, dict) else None, path, f"{where}'s id")
+            added[token_id] = _added_token(entry, path, where)
         vocab = Vocab(tokens, path=path)
     else:
         vocab = Vocab.from_file(directory / VOCAB_FILE)
-    for source in (special_map, config):
-        roles |= {role: _content(source[role]) for role in SPECIAL_TOKENS if source.get(role)}
-    extra_special = list(dict.fromkeys(_content(token) for source in (special_map, config)
-                                       for key in EXTRA_SPECIAL_KEYS for token in _listed(source.get(key))))
+    sources = ((special_map, directory / SPECIAL_TOKENS_MAP_FILE), (config, directory / CONFIG_FILE))
+    for source, source_path in sources:
+        roles |= {role: _content(source[role], source_path, role) for role in SPECIAL_TOKENS if source.get(role)}
+    extra_special = list(dict.fromkeys(_content(token, source_path, key) for source, source_path in sources
+                                       for key in EXTRA_SPECIAL_KEYS
+                                       for token in _listed(source.get(key), source_path, key)))
     for content, token_id in _read_json(directory / ADDED_TOKENS_FILE).items():
-        added.setdefault(int(token_id), AddedToken.from_dict(content, special=content in extra_special))
-    for token_id, entry in (config.get("added_tokens_decoder") or {}).items():
-        added[int(token_id)] = AddedToken.from_dict(entry)
+        token_id = _token_id(token_id, directory / ADDED_TOKENS_FILE, f"the id of {content!r}")
+        added.setdefault(token_id, AddedToken.from_dict(content, special=content in extra_special))
+    decoder = config.get("added_tokens_decoder") or {}
+    if not isinstance(decoder, dict):
+        raise CheckpointError(f"{directory / CONFIG_FILE}: added_tokens_decoder must be an object of token ids to "
+                              f"tokens, got {decoder!r:.60}")
+    for token_id, entry in decoder.items():
+        where = f"added_tokens_decoder[{token_id!r}]"
+        added[_token_id(token_id, directory / CONFIG_FILE, where)] = _added_token(entry, directory / CONFIG_FILE,
+                                                                                   where)
     next_id = max([len(vocab), *(token_id + 1 for token_id in added)])
     listed = {token.content for token in added.values()}
     for content in [content for content in extra_special if content not in listed]:
@@ -201,8 +216,10 @@ def _wordpiece_model(model: Any, path: Path) -> tuple[list[str], str, int]:
             raise CheckpointError(f"{path}: the vocabulary's ids are not 0..{len(vocab) - 1}, each once "
                                   f"({token!r} has {index!r})")
         tokens[index] = token
-    return tokens, model.get("unk_token") or SPECIAL_TOKENS["unk_token"], \
-        int(model.get("max_input_chars_per_word") or MAX_WORD_CHARS)
+    longest = model.get("max_input_chars_per_word") or MAX_WORD_CHARS
+    if isinstance(longest, bool) or not isinstance(longest, int) or longest < 1:
+        raise CheckpointError(f"{path}: max_input_chars_per_word must be a whole number from 1, got {longest!r}")
+    return tokens, model.get("unk_token") or SPECIAL_TOKENS["unk_token"], longest
 
 
 def _normalizer_settings(normalizer: Any, path: Path) -> tuple[dict[str, Any], bool]:
@@ -256,13 +273,34 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _content(value: str | dict[str, Any]) -> str:
-    """A special token as transformers writes it: a string, or {"content": "[UNK]", ...}."""
-    return value["content"] if isinstance(value, dict) else value
+def _token_id(value: Any, path: Path, where: str) -> int:
+    """A token id as the files hold it: a whole number, or its digits (the keys of added_tokens_decoder)."""
+    if isinstance(value, str) and value.isdecimal():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise CheckpointError(f"{path}: {where}: expected a token id (a whole number from 0), got {value!r:.60}")
 
 
-def _listed(value: Any) -> list:
+def _added_token(entry: Any, path: Path, where: str) -> AddedToken:
+    """An added token as transformers writes it: {"content": text, "special": ..., ...} (or the bare text)."""
+    _content(entry, path, where)
+    return AddedToken.from_dict(entry)
+
+
+def _content(value: Any, path: Path, where: str) -> str:
+    """A token as transformers writes it: its text, or {"content": "[UNK]", ...}."""
+    content = value.get("content") if isinstance(value, dict) else value
+    if not isinstance(content, str) or not content:
+        raise CheckpointError(f"{path}: {where}: expected a token (its text, or {{\"content\": its text, ...}}), "
+                              f"got {value!r:.60}")
+    return content
+
+
+def _listed(value: Any, path: Path, key: str) -> list:
     """A list of tokens, or the values of transformers 5's named extra special tokens."""
     if isinstance(value, dict):
         return list(value.values())
-    return list(value or [])
+    if value is not None and not isinstance(value, list):
+        raise CheckpointError(f"{path}: {key} must be a list of tokens, got {value!r:.60}")
+    return value or []

@@ -763,7 +763,8 @@ def _pairs_like(texts: list[str], text_pair: str | Sequence[str] | None, is_batc
 
 
 def _input_names(names: Sequence[str]) -> list[str]:
-    if isinstance(names, str) or not set(names) <= set(MODEL_INPUT_NAMES) or "input_ids" not in names:
+    if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names) or \
+            not set(names) <= set(MODEL_INPUT_NAMES) or "input_ids" not in names:
         raise ConfigError(f"model_input_names must list input_ids and any of token_type_ids, attention_mask; got "
                           f"{names!r}")
     return list(names)
@@ -816,8 +817,10 @@ def _check_settings(settings: dict[str, Any], source: Path) -> None:
     for key in ("padding_side", "truncation_side"):
         if key in settings and settings[key] not in ("right", "left"):
             raise ConfigError(f"{source}: {key} must be 'right' or 'left', got {settings[key]!r}")
-    if "model_max_length" in settings:
-        try:
+    try:
+        if "model_max_length" in settings:
             check_number("model_max_length", settings["model_max_length"], minimum=1, integer=True)
-        except ConfigError as error:
-            raise ConfigError(f"{source}: {error}") from None
+        if "model_input_names" in settings:
+            _input_names(settings["model_input_names"])
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
