@@ -332,6 +332,14 @@ def read_json_object(path: str | Path, what: str) -> dict[str, Any]:
     return data
 
 
+def architectures_of(config: dict[str, Any], source: str | Path) -> list[str]:
+    """config.json's "architectures": the class names the model was saved from ([] when it says none)."""
+    names = config.get("architectures") or []
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise ConfigError(f"{source}: \"architectures\" must be a list of class names, got {names!r:.60}")
+    return names
+
+
 def bert_config(config: Any) -> BertConfig:
     """`config` itself, or another library's BERT config (transformers' BertConfig: anything with `to_dict`) read
     as its config.json would be, so that what bertforge can't honour (relative positions, a decoder, an activation

@@ -8,7 +8,7 @@ import torch
 
 from bertforge import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, BertModel
 from bertforge.cli.main import main
-from bertforge.errors import CheckpointError
+from bertforge.errors import BertforgeError, CheckpointError
 from bertforge.tasks.classification import ClassificationSettings
 from bertforge.tasks.finetune import FinetuneConfig
 from bertforge.tasks.registry import HEADS, RUN_CONFIG_FILE, TASKS, inspect_checkpoint, task_of_model
@@ -61,6 +61,18 @@ def test_a_multi_label_checkpoint_is_known_by_its_problem_type(tmp_path, tokeniz
     assert (checkpoint.head, checkpoint.task) == ("sequence_classification", "multi_label")
     assert task_of_model(model).name == "multi_label"
     assert checkpoint.settings().settings.threshold is None  # chosen on a dev set, else 0.5
+
+
+@pytest.mark.parametrize("architectures", [2.5, "BertModel", [["BertModel"]]])
+def test_architectures_that_are_not_a_list_of_names_are_named(tmp_path, tokenizer, tiny, architectures):
+    """config.json's "architectures" decides a checkpoint's head: a value of the wrong kind was a TypeError."""
+    save(BertModel(tiny), tokenizer, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(config | {"architectures": architectures}))
+    with pytest.raises(BertforgeError, match=r"config.json: \"architectures\" must be a list of class names"):
+        inspect_checkpoint(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps(config | {"architectures": None}))
+    assert inspect_checkpoint(tmp_path).head == "encoder"
 
 
 def test_a_run_config_without_the_head_it_trained_is_refused(tmp_path, tokenizer, tiny):

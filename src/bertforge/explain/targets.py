@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import config_path
-from bertforge.config import read_json_object
+from bertforge.config import architectures_of, read_json_object
 from bertforge.errors import InputError
 from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertforge.model import BertModel
@@ -264,7 +264,8 @@ def load_explainable(name_or_path: str | Path) -> tuple[torch.nn.Module, BertTok
     """The model of a directory (or 'default') as the class its config.json's "architectures" names, when that is
     one TARGET_BUILDERS explains (else the bare encoder), in eval mode, and its tokenizer."""
     directory = resolve_model_dir(name_or_path)
-    names = read_json_object(config_path(directory), "model config").get("architectures") or []
+    path = config_path(directory)
+    names = architectures_of(read_json_object(path, "model config"), path)
     by_name = {model_class.__name__: model_class for model_class in TARGET_BUILDERS}
     model_class = next((by_name[name] for name in names if name in by_name), BertModel)
     return model_class.from_pretrained(directory).eval(), BertTokenizer.from_pretrained(directory)

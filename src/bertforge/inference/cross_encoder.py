@@ -27,7 +27,7 @@ from bertforge.checkpoint.sentence_transformers import (
     SENTENCE_TRANSFORMERS_CONFIG_FILE,
     TRANSFORMER_CONFIG_FILE,
 )
-from bertforge.config import read_json_object
+from bertforge.config import architectures_of, read_json_object
 from bertforge.errors import ConfigError, InputError
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_encoder import (
@@ -133,9 +133,10 @@ class CrossEncoder(PoolMethods, nn.Module):
             model_options = {"device_map": device} | (model_kwargs or {})  # model_kwargs' device_map wins, as there
             config_options = dict(config_kwargs or {}) | ({} if num_labels is None else {"num_labels": num_labels})
             directory = resolve_model_dir(name_or_path, model_options.get("subfolder", ""), cache_folder, revision)
-            architectures = read_json_object(config_path(directory), "config").get("architectures") or []
+            path = config_path(directory)
+            architectures = architectures_of(read_json_object(path, "config"), path)
             if "num_labels" not in config_options and not any(
-                    str(name).endswith("ForSequenceClassification") for name in architectures):
+                    name.endswith("ForSequenceClassification") for name in architectures):
                 # An encoder without a trained classifier: sentence-transformers gives it one output, a score.
                 config_options["num_labels"] = 1
             model = BertForSequenceClassification.from_pretrained(name_or_path, cache_dir=cache_folder,

@@ -23,7 +23,7 @@ from torch import nn
 
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import SAFETENSORS_FILE, check_readable, config_path, read_state_dict
-from bertforge.config import BertConfig
+from bertforge.config import BertConfig, architectures_of
 from bertforge.errors import CheckpointError, ConfigError, check_choice
 from bertforge.heads import (
     BertForMultipleChoice,
@@ -346,7 +346,7 @@ def inspect_checkpoint(name_or_path: str | Path) -> Checkpoint:
     if not isinstance(config, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
     names = _weight_names(directory)
-    architectures = config.get("architectures") or []
+    architectures = architectures_of(config, path)
     if any(name in OTHER_MODELS for name in architectures):
         head = "encoder"  # a head no task runs (multiple choice's one-score classifier, pre-training's)
     elif any(name.startswith(HEADS["question_answering"].weights) for name in names):
@@ -373,4 +373,4 @@ def inspect_checkpoint(name_or_path: str | Path) -> Checkpoint:
         task = next((name for name, row in TASKS.items() if row.head == head), None)
     positions = config.get("max_position_embeddings", 512)
     return Checkpoint(directory, head, task, run, positions if isinstance(positions, int) else 512,
-                      tuple(name for name in architectures if isinstance(name, str)))
+                      tuple(architectures))
