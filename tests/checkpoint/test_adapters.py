@@ -132,7 +132,14 @@ def test_adapters_that_do_not_merge_are_one_line_errors(minilm_dir, tmp_path, ca
     cases = [
         (variant("dora", use_dora=True), ConfigError, "use_dora: DoRA"),
         (variant("prefix", peft_type="PREFIX_TUNING"), ConfigError, "only LoRA adapters merge"),
-        (variant("alpha", lora_alpha="big"), ConfigError, "lora_alpha must be a positive number"),
+        (variant("alpha", lora_alpha="big"), ConfigError, "lora_alpha must be a number, got 'big'"),
+        (variant("nan", lora_alpha=float("nan")), ConfigError, "lora_alpha must be a finite number"),  # merged NaNs
+        (variant("pattern", alpha_pattern=["query"]), ConfigError, "alpha_pattern must be an object of"),
+        (variant("pattern-value", alpha_pattern={"query": "x"}), ConfigError,
+         r"alpha_pattern\['query'\] must be a number"),
+        (variant("pattern-regex", alpha_pattern={"query(": 4}), ConfigError,
+         r"alpha_pattern: 'query\(' is not a regular expression"),
+        (variant("task-list", task_type=["SEQ_CLS"]), ConfigError, "task_type must be a name"),
         (variant("task", task_type="CAUSAL_LM"), ConfigError, "task_type 'CAUSAL_LM' is none of bertforge's"),
         (tmp_path / "nowhere", ConfigError, "adapter_config.json: no such adapter config file"),
     ]

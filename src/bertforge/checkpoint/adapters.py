@@ -22,6 +22,7 @@ from bertforge.checkpoint.hf_format import read_pytorch, read_safetensors
 from bertforge.checkpoint.key_map import ENCODER_PREFIX, from_hf
 from bertforge.config import read_json_object
 from bertforge.errors import CheckpointError, ConfigError
+from bertforge.validation import check_number
 
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_model.bin")
@@ -115,10 +116,24 @@ def check_mergeable(settings: dict, path: Path) -> None:
     for setting, what in UNMERGEABLE.items():
         if settings.get(setting):
             raise ConfigError(f"{path}: {setting}: {what} don't merge as a sum of B A")
-    for setting in ("r", "lora_alpha"):
-        value = settings.get(setting)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ConfigError(f"{path}: {setting} must be a positive number, got {value!r}")
+    try:
+        for setting in ("r", "lora_alpha"):  # NaN or infinity would merge as NaN weights
+            check_number(setting, settings.get(setting), minimum=0, exclusive=True)
+        patterns = settings.get("alpha_pattern") or {}  # layer-name pattern -> that layer's own alpha
+        if not isinstance(patterns, dict):
+            raise ConfigError(f"alpha_pattern must be an object of layer-name patterns to numbers, got "
+                              f"{patterns!r:.60}")
+        for pattern, value in patterns.items():
+            check_number(f"alpha_pattern[{pattern!r}]", value, minimum=0, exclusive=True)
+            try:
+                re.compile(pattern)
+            except re.error as error:
+                raise ConfigError(f"alpha_pattern: {pattern!r} is not a regular expression ({error})") from None
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
+    if not isinstance(settings.get("task_type"), str | None):
+        raise ConfigError(f"{path}: task_type must be a name ({', '.join(PEFT_TASKS)}) or null, got "
+                          f"{settings['task_type']!r:.60}")
 
 
 def read_adapter(directory: Path) -> tuple[dict, dict[str, torch.Tensor], Path]:
