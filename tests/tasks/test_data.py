@@ -60,6 +60,16 @@ def test_missing_column_lists_the_available_ones(tmp_path):
         f"{path}, line 1, field 'sentence': no column 'sentence'; the file has 'text', 'label'"
 
 
+def test_a_column_read_by_a_name_the_header_repeats_is_an_error(tmp_path):
+    """csv's rows keep the last of two same-named columns, pandas renames the second: neither says which it read."""
+    path = tmp_path / "train.csv"
+    path.write_text("sentence,sentence,label,notes,notes\nfirst,second,pos,a,b\n")
+    assert error_of(path) == f"{path}, line 1, field 'sentence': the header names 2 columns 'sentence'; rename all " \
+                             "but one"
+    path.write_text("sentence,label,notes,notes\nfirst,pos,a,b\n")  # a repeated column nothing reads is left alone
+    assert [(e.text, e.label) for e in read_text_examples(path, Columns(), "class")] == [("first", "pos")]
+
+
 def test_unknown_label(tmp_path):
     path = tmp_path / "dev.csv"
     path.write_text("sentence,label\ngood,positive\nbad,negtive\n")

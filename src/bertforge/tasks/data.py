@@ -39,6 +39,7 @@ class Table:
     columns: list[str]
     rows: list[tuple[int, dict[str, Any]]]
     unit: str = "line"
+    repeated: frozenset[str] = frozenset()  # header names given to more than one column (CSV, TSV)
 
     def error(self, message: str, line: int | None = None, field: str | None = None) -> InputError:
         return InputError(message, self.path, line, field, unit=self.unit)
@@ -71,7 +72,7 @@ def _read_delimited(path: Path, text: str, delimiter: str, quoting: int) -> Tabl
         reason = ("a quote opened in this row is never closed" if "end of data" in str(error)
                   else f"malformed quoting ({error})")
         raise InputError(reason, path, line) from None
-    return Table(path, header, rows)
+    return Table(path, header, rows, repeated=frozenset(name for name in header if header.count(name) > 1))
 
 
 def _read_jsonl(path: Path, text: str) -> Table:
@@ -294,6 +295,7 @@ def find_column(table: Table, given: str | None, usual: Sequence[str], what: str
     own column names: the words and tags of NER, the question, context and answers of QA)."""
     for name in (given, *usual):
         if name is not None and name in table.columns:
+            check_not_repeated(table, name)
             return name
     wanted = " or ".join(repr(name) for name in dict.fromkeys((given, *usual)) if name is not None)
     where = "file" if isinstance(table.path, Path) else "data"
@@ -308,6 +310,14 @@ def require_columns(table: Table, names: Sequence[str | None]) -> None:
             where = "file" if isinstance(table.path, Path) else "data"
             raise table.error(f"no column {name!r}; the {where} has {', '.join(map(repr, table.columns))}",
                               table.header_line, field=name)
+        check_not_repeated(table, name)
+
+
+def check_not_repeated(table: Table, name: str | None) -> None:
+    """A column read by a name the header gives two columns is an error: a reader would silently take one."""
+    if name in table.repeated:
+        raise table.error(f"the header names {table.columns.count(name)} columns {name!r}; rename all but one",
+                          table.header_line, field=name)
 
 
 def cell(table: Table, line: int, row: dict[str, Any], name: str) -> Any:
