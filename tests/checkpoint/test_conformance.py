@@ -234,6 +234,24 @@ def test_model_saved_by_transformers(tmp_path, vocab_files, texts, head, form, o
     assert torch.equal(back_tokenizer(texts, padding=True, return_tensors="pt")["input_ids"], expected["input_ids"])
 
 
+@pytest.mark.parametrize("change, message", [
+    (lambda index: index.pop("weight_map"), "not a checkpoint index"),
+    (lambda index: index.update(weight_map=["model-00001.safetensors"]), "not a checkpoint index"),
+    (lambda index: index["weight_map"].update(dict.fromkeys(index["weight_map"], 3)),  # was a TypeError
+     "the weight_map names a shard 3; expected a file name"),
+    (lambda index: index["weight_map"].update({next(iter(index["weight_map"])): "../elsewhere.safetensors"}),
+     "names the shard 'elsewhere.safetensors', which is not in"),
+])
+def test_a_malformed_shard_index_is_a_one_line_error(tmp_path, vocab_files, change, message):
+    _, _, directory = build(tmp_path, vocab_files, "encoder", "sharded_safetensors")
+    path = directory / "model.safetensors.index.json"
+    index = json.loads(path.read_text())
+    change(index)
+    path.write_text(json.dumps(index))
+    with pytest.raises(bertforge.CheckpointError, match=f"model.safetensors.index.json: {message}"):
+        bertforge.BertModel.from_pretrained(directory)
+
+
 @pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta", "distilbert", "gpt2"])
 def test_other_architectures_are_refused_by_name(tmp_path, vocab_files, model_type):
     """RoBERTa and its kin save BERT's tensor names but offset their positions: refused, not loaded wrongly."""

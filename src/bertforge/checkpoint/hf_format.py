@@ -84,6 +84,9 @@ def _shards(index: Path) -> list[Path]:
         files = list(dict.fromkeys(weight_map.values()))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
         raise CheckpointError(f"{index}: not a checkpoint index (a JSON object with a weight_map): {error}") from None
+    for name in files:
+        if not isinstance(name, str) or not name:
+            raise CheckpointError(f"{index}: the weight_map names a shard {name!r}; expected a file name")
     shards = [index.parent / name for name in files]
     for shard in shards:
         if not shard.is_file() or shard.parent != index.parent:
