@@ -487,6 +487,11 @@ def test_settings_are_validated():
     with pytest.raises(BertforgeError, match="idle_timeout must be above 0"):
         ServeSettings(idle_timeout=0)
     assert ServeSettings(max_wait_ms=0).max_wait_ms == 0
+    with pytest.raises(BertforgeError, match="the API key is empty or not text"):
+        ServeSettings(api_key=1234)  # was an AttributeError
+    with pytest.raises(BertforgeError, match="cors_allow_origins must be a list of origins, got 'https://a.example'"):
+        ServeSettings(cors_allow_origins="https://a.example")  # was read letter by letter
+    assert ServeSettings(cors_allow_origins=["https://a.example"]).cors_allow_origins == ("https://a.example",)
 
 
 TAGS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}

@@ -49,9 +49,13 @@ class ServeSettings:
             raise ConfigError(f"pooling must be one of {', '.join(SERVER_POOLINGS)}, got {self.pooling!r}")
         if self.long_text not in LONG_TEXT_POLICIES:
             raise ConfigError(f"long_text must be one of {', '.join(LONG_TEXT_POLICIES)}, got {self.long_text!r}")
-        if self.api_key is not None and not self.api_key.strip():
-            raise ConfigError("the API key is empty; give a key or none")
-        self.cors_allow_origins = tuple(self.cors_allow_origins)
+        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
+            raise ConfigError("the API key is empty or not text; give a key or none")
+        origins = self.cors_allow_origins
+        if isinstance(origins, str) or not isinstance(origins, (list, tuple)) or \
+                not all(isinstance(origin, str) for origin in origins):
+            raise ConfigError(f"cors_allow_origins must be a list of origins, got {origins!r:.60}")
+        self.cors_allow_origins = tuple(origins)
         for origin in self.cors_allow_origins:
             # what a browser sends as Origin: scheme://host[:port], no path and no trailing slash
             if origin != "*" and (not origin.startswith(("http://", "https://")) or "/" in origin.split("://", 1)[1]):
