@@ -298,19 +298,21 @@ def find_column(table: Table, given: str | None, usual: Sequence[str], what: str
             check_not_repeated(table, name)
             return name
     wanted = " or ".join(repr(name) for name in dict.fromkeys((given, *usual)) if name is not None)
-    where = "file" if isinstance(table.path, Path) else "data"
-    raise table.error(f"no column {wanted} ({what}); the {where} has {', '.join(map(repr, table.columns))}",
-                      table.header_line)
+    raise table.error(f"no column {wanted} ({what}); {_columns_it_has(table)}", table.header_line)
 
 
 def require_columns(table: Table, names: Sequence[str | None]) -> None:
     """A missing column is an error that lists the columns the file has (JSONL rows are checked one by one)."""
     for name in names:
         if name is not None and name not in table.columns:
-            where = "file" if isinstance(table.path, Path) else "data"
-            raise table.error(f"no column {name!r}; the {where} has {', '.join(map(repr, table.columns))}",
-                              table.header_line, field=name)
+            raise table.error(f"no column {name!r}; {_columns_it_has(table)}", table.header_line, field=name)
         check_not_repeated(table, name)
+
+
+def _columns_it_has(table: Table) -> str:
+    """What a missing-column error lists: "the file has 'text', 'label'" ("the data has" for rows in memory)."""
+    where = "file" if isinstance(table.path, Path) else "data"
+    return f"the {where} has {', '.join(map(repr, table.columns))}"
 
 
 def check_not_repeated(table: Table, name: str | None) -> None:

@@ -70,7 +70,6 @@ def read_environment(environ: Mapping[str, str] | None = None) -> ProcessInfo:
     return ProcessInfo(rank, world_size, local_rank)
 
 
-
 def launch_or_single() -> ProcessInfo:
     """read_environment's answer, or rank 0 of 1 where the variables describe no valid launch (a stray WORLD_SIZE):
     for code that only asks where it sits; the commands that launch processes report such variables."""
@@ -78,6 +77,7 @@ def launch_or_single() -> ProcessInfo:
         return read_environment()
     except ConfigError:
         return ProcessInfo()
+
 
 def select_device(requested: str | None, info: ProcessInfo) -> torch.device:
     """The device asked for (None: CUDA when available, else CPU); under torchrun, a bare "cuda" means this
