@@ -41,7 +41,9 @@ def test_sdpa_and_explicit_paths_agree_on_real_weights(minilm, tokenizer, real_s
         fast = minilm(**batch, output_hidden_states=True)
         explicit = minilm(**batch, output_hidden_states=True, output_attentions=True)
     for mine, theirs in zip(fast.hidden_states, explicit.hidden_states):
-        assert (mine - theirs).abs().max() < TOLERANCE
+        # The same sums in another order (SDPA's kernel splits them by the CPU's vector width): float32 rounding of
+        # the largest values, ~10 in MiniLM's states, so relative to them (measured: 1e-6 of it, an AMX Xeon).
+        assert (mine - theirs).abs().max() < 2e-6 * theirs.abs().max().clamp(min=1)
     assert (fast.pooler_output - explicit.pooler_output).abs().max() < TOLERANCE
 
 

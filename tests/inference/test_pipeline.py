@@ -38,7 +38,16 @@ TRICKY = "Jean-Luc Picard met Johanson in Washington, D.C. on 12/03 at café Mon
 
 def assert_same(ours, theirs, where="answer"):
     """Equal structure, keys and values; numbers within TOLERANCE (transformers' NER scores are numpy floats)."""
-    if isinstance(theirs, dict):
+    if isinstance(theirs, dict) and {"labels", "scores"} <= set(theirs):
+        # zero-shot labels by score: labels of equal scores may come in either order (transformers' sort puts the
+        # later first), so each label's score, and ours in order
+        assert isinstance(ours, dict) and list(ours) == list(theirs), f"{where}: {ours} vs {theirs}"
+        assert ours["scores"] == sorted(ours["scores"], reverse=True), where
+        assert_same(dict(sorted(zip(ours["labels"], ours["scores"]))), dict(sorted(zip(theirs["labels"],
+                                                                                    theirs["scores"]))), where)
+        assert_same({key: ours[key] for key in ours if key not in ("labels", "scores")},
+                    {key: theirs[key] for key in theirs if key not in ("labels", "scores")}, where)
+    elif isinstance(theirs, dict):
         assert isinstance(ours, dict) and list(ours) == list(theirs), f"{where}: {ours} vs {theirs}"
         for key in theirs:
             assert_same(ours[key], theirs[key], f"{where}.{key}")

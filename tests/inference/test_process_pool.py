@@ -44,8 +44,14 @@ def test_a_pool_gives_every_output_as_one_process(encoder, pool, texts):
                                atol=1e-6, rtol=0)
     # int8 and binary vectors scale each dimension over all the texts, not chunk by chunk
     for precision in ("int8", "ubinary"):
-        assert np.array_equal(encoder.encode(texts, pool=pool, chunk_size=4, precision=precision),
-                              encoder.encode(texts, precision=precision))
+        pooled, alone = (encoder.encode(texts, precision=precision, **options)
+                         for options in ({"pool": pool, "chunk_size": 4}, {}))
+        if precision == "ubinary":
+            pooled, alone = np.unpackbits(pooled), np.unpackbits(alone)
+        # The workers' float32 noise (another thread count) moves a value on a step's edge to either side of it,
+        # as it may the values that set a dimension's range (see test_sentence_transformers): 3 in 14,000 on a Xeon.
+        difference = np.abs(pooled.astype(np.int32) - alone.astype(np.int32))
+        assert difference.max() <= 1 and (difference == 0).mean() > 0.99
     tokens = encoder.encode(texts[:7], pool=pool, chunk_size=2, output_value="token_embeddings")
     for pooled, alone in zip(tokens, encoder.encode(texts[:7], output_value="token_embeddings"), strict=True):
         torch.testing.assert_close(pooled, alone, atol=1e-5, rtol=0)  # other batches, other padding

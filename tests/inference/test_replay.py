@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from bertforge import BertForSequenceClassification, BertForTokenClassification, BertModel
+from bertforge.activations import float32_lanes
 from bertforge.compress import QuantizationConfig, quantize
 from bertforge.compress.quantize import small_product_kernel_available
 from bertforge.inference import replay
@@ -65,6 +66,10 @@ def test_small_batches_replay_the_eager_numbers(int8, tokenizer, texts, first_to
     long = " ".join(texts[210:214])  # past the explicit attention's lengths: the graph with SDPA's kernel
     calls.append(dict(tokenizer(long, return_tensors="pt")))
     assert calls[-1]["input_ids"].shape[1] > 64
+    # rows shorter than one vector of the CPU (softmax's branch, on every CPU: 5 positions), and one past it
+    calls += [dict(tokenizer(min(texts, key=len), return_tensors="pt")),
+              dict(tokenizer(texts[218], return_tensors="pt"))]
+    assert calls[-2]["input_ids"].shape[1] <= 5 and 16 < calls[-1]["input_ids"].shape[1] <= 64
     for inputs in calls:
         eager = run(int8, True, **inputs, first_token_only=first_token_only)
         replayed = run(int8, False, **inputs, first_token_only=first_token_only)
@@ -75,7 +80,9 @@ def test_small_batches_replay_the_eager_numbers(int8, tokenizer, texts, first_to
             padding = inputs["attention_mask"] == 0
             assert padding.any() == (len(inputs["input_ids"]) == 3)
             assert not replayed.last_hidden_state[padding].any()
-    assert graphs(int8) >= {(first_token_only, False), (first_token_only, True)}
+    lengths = {replay.lengths_of(inputs["input_ids"].shape[1]) for inputs in calls}
+    assert lengths == {replay.SDPA, replay.EXPLICIT} | ({replay.SHORTER_THAN_A_VECTOR} if float32_lanes() else set())
+    assert graphs(int8) >= {(first_token_only, lengths) for lengths in lengths}
 
 
 def test_heads_replay_their_encoder(minilm_dir, calibration, tokenizer, texts):
@@ -159,4 +166,4 @@ def test_a_graph_is_recorded_once_per_way_of_calling(minilm_dir, calibration, to
     for text in texts[263:265]:
         run(model, False, **dict(tokenizer(text, return_tensors="pt")), first_token_only=True)
         run(model, False, **dict(tokenizer(text, return_tensors="pt")))
-    assert recorded == [(False, False), (True, False)]  # (first_token_only, long)
+    assert recorded == [(False, replay.EXPLICIT), (True, replay.EXPLICIT)]  # 21-48 positions each

@@ -949,7 +949,11 @@ def test_tei_predict_with_a_classifier(classifier_server, tagger_server):
     logits = torch.tensor([item["score"] for item in raw])
     probabilities = sorted(expected[0]["probabilities"].values(), reverse=True)
     assert torch.allclose(logits.softmax(-1), torch.tensor(probabilities), atol=1e-5)
-    assert classifier_server.request("/", {"inputs": TEXTS[0], "parameters": {"top_k": 1}})[1] == answers[0][:1]
+    top_one = classifier_server.request("/", {"inputs": TEXTS[0], "parameters": {"top_k": 1}})[1]
+    # one text alone against the same text in a batch of three: float32 noise apart (a matmul's blocking follows
+    # the number of rows)
+    assert [item["label"] for item in top_one] == [answers[0][0]["label"]]
+    assert top_one[0]["score"] == pytest.approx(answers[0][0]["score"], abs=1e-6)
     pair = classifier_server.request("/predict", {"inputs": [TEXTS[0], TEXTS[1]]})[1]
     offline_pair = classifier_server.request("/predict", {"texts": TEXTS[:1], "text_pairs": TEXTS[1:2]})[1]
     assert {item["label"]: item["score"] for item in pair} == \

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from bertforge import model as model_module
+from bertforge.activations import float32_lanes
 from bertforge.compress.quantize import has_forward_hooks, recorded_weights
 from bertforge.model import EXPLICIT_ATTENTION_MAX_SEQ, BertModel, EncoderOutput, broadcast_row, recording_graph
 from bertforge.model_output import returned
@@ -74,14 +75,14 @@ class Replays:
         self.recorded_from: tuple = ()
         self.lock = threading.Lock()  # a server's threads may ask for the same graph at once
 
-    def graph(self, model: BertModel, first_token_only: bool, long: bool) -> torch.jit.ScriptModule:
+    def graph(self, model: BertModel, first_token_only: bool, lengths: int) -> torch.jit.ScriptModule:
         with self.lock:
             if model_state(model) != self.recorded_from:
                 self.graphs = {}
-            if (first_token_only, long) not in self.graphs:
-                self.graphs[first_token_only, long] = record(model, first_token_only, long)
+            if (first_token_only, lengths) not in self.graphs:
+                self.graphs[first_token_only, lengths] = record(model, first_token_only, lengths)
                 self.recorded_from = model_state(model)  # recording made the prepacked weights it reads
-            return self.graphs[first_token_only, long]
+            return self.graphs[first_token_only, lengths]
 
     def __getstate__(self) -> dict:
         return {}
@@ -102,10 +103,23 @@ def recording_sample(length: int) -> dict[str, torch.Tensor]:
             "token_type_ids": torch.zeros(2, length, dtype=torch.long)}
 
 
-def record(model: BertModel, first_token_only: bool, long: bool) -> torch.jit.ScriptModule:
-    """The graph of `model`'s forward on (input_ids, attention_mask, token_type_ids), for sequences longer than
-    EXPLICIT_ATTENTION_MAX_SEQ (`long`: attention on SDPA's kernel) or not (the explicit products)."""
-    length = EXPLICIT_ATTENTION_MAX_SEQ + 8 if long else 8
+SHORTER_THAN_A_VECTOR, EXPLICIT, SDPA = range(3)  # the lengths one graph serves (see `lengths_of`)
+
+
+def lengths_of(length: int) -> int:
+    """Which graph serves sequences of `length` positions. The eager forward branches on the length twice (the
+    explicit attention up to EXPLICIT_ATTENTION_MAX_SEQ, model.py; softmax over rows shorter than a vector,
+    activations.py), and a graph keeps the side its recording took: one graph for each side of each."""
+    if length > EXPLICIT_ATTENTION_MAX_SEQ:
+        return SDPA
+    return SHORTER_THAN_A_VECTOR if length < float32_lanes() else EXPLICIT
+
+
+def record(model: BertModel, first_token_only: bool, lengths: int) -> torch.jit.ScriptModule:
+    """The graph of `model`'s forward on (input_ids, attention_mask, token_type_ids), for the sequences `lengths`
+    names (see `lengths_of`), recorded on a sample of such a length."""
+    length = {SHORTER_THAN_A_VECTOR: max(3, float32_lanes() // 2), EXPLICIT: float32_lanes() + 8,
+              SDPA: EXPLICIT_ATTENTION_MAX_SEQ + 8}[lengths]
     sample = recording_sample(min(length, model.config.max_position_embeddings))
     with torch.inference_mode(False), torch.no_grad():
         BertModel.forward(model, **sample, first_token_only=first_token_only)  # makes what is made on first use
@@ -172,8 +186,7 @@ def forward(self: BertModel, input_ids=None, attention_mask=None, token_type_ids
     inputs = {"input_ids": input_ids,
               "attention_mask": torch.ones_like(input_ids) if attention_mask is None else attention_mask,
               "token_type_ids": torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids}
-    long = input_ids.shape[1] > EXPLICIT_ATTENTION_MAX_SEQ
-    graph = vars(self)["replays"].graph(self, bool(first_token_only), long)
+    graph = vars(self)["replays"].graph(self, bool(first_token_only), lengths_of(input_ids.shape[1]))
     last_hidden_state, *pooled = graph(*inputs.values())
     if not first_token_only and attention_mask is not None:
         last_hidden_state = last_hidden_state.masked_fill(~attention_mask.bool()[..., None], 0.0)
