@@ -492,6 +492,16 @@ def test_zero_shot_classification_matches_transformers(call, nli_folder, reviews
     assert_same(call(ours, reviews), call(theirs, reviews))
 
 
+def test_zero_shot_labels_of_equal_scores_come_in_transformers_order(nli_folder, reviews):
+    # "film" and "film " make the same hypothesis tokens, so the same score exactly
+    labels = ["sport", "film", "music", "film "]
+    for multi_label in (False, True):
+        ours = pipeline("zero-shot-classification", nli_folder)(reviews[0], labels, multi_label=multi_label)
+        theirs = reference("zero-shot-classification", nli_folder)(reviews[0], labels, multi_label=multi_label)
+        assert ours["scores"][ours["labels"].index("film")] == ours["scores"][ours["labels"].index("film ")]
+        assert ours["labels"] == theirs["labels"]
+
+
 def test_zero_shot_classification_refuses_what_it_cannot_do(nli_folder, reviews):
     pipe = pipeline("zero-shot-classification", nli_folder)
     for kwargs, message in [({}, "candidate_labels must be one or more labels"),

@@ -424,7 +424,7 @@ def zero_shot(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[s
         scores = logits[..., entailment].softmax(-1)
     answers = []
     for text, row in zip(texts, scores):
-        order = row.argsort(descending=True, stable=True).tolist()
+        order = row.argsort(stable=True).flip(0).tolist()  # equal scores: the later label first, as transformers
         answers.append({"sequence": text, "labels": [labels[i] for i in order],
                         "scores": [row[i].item() for i in order]})
     return answers[0] if single else answers
