@@ -14,7 +14,8 @@ replayed only where the recorded graph gives what the eager forward would: in ev
 CPU, from input ids (no positions, embeddings, hooks, hidden states or attention weights asked for), each row's
 first position real (right padding); everything else runs eagerly. Replayed outputs hold zeros at padding
 positions, as eager ones do. A graph is recorded on first use (~0.5 s) for each way the model is called (all
-positions, or the first alone), and again after the model's layers are replaced or load new tensors.
+positions, or the first alone) and range of lengths the forward branches on (`lengths_of`), and again after the
+model's layers are replaced or load new tensors.
 """
 
 from __future__ import annotations
