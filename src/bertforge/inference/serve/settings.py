@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, check_choice
 from bertforge.inference.attention_view import DEFAULT_MAX_TOKENS
 from bertforge.validation import check_number
 
@@ -45,10 +45,9 @@ class ServeSettings:
         check_number("max_wait_ms", self.max_wait_ms, minimum=0, maximum=MAX_WAIT_MS)
         for name in ("read_timeout", "idle_timeout"):  # seconds
             check_number(name, getattr(self, name), minimum=0, exclusive=True)
-        if self.pooling is not None and self.pooling not in SERVER_POOLINGS:
-            raise ConfigError(f"pooling must be one of {', '.join(SERVER_POOLINGS)}, got {self.pooling!r}")
-        if self.long_text not in LONG_TEXT_POLICIES:
-            raise ConfigError(f"long_text must be one of {', '.join(LONG_TEXT_POLICIES)}, got {self.long_text!r}")
+        if self.pooling is not None:
+            check_choice(self.pooling, SERVER_POOLINGS, "pooling")
+        check_choice(self.long_text, LONG_TEXT_POLICIES, "long_text")
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
             raise ConfigError("the API key is empty or not text; give a key or none")
         origins = self.cors_allow_origins
