@@ -176,6 +176,31 @@ def test_unfinished_preparation_is_detected(corpus_files, tokenizer, tmp_path):
     assert read_back(tmp_path / "out") == expected_ids(tokenizer)
 
 
+@pytest.mark.parametrize("field, value, message", [
+    (["dtype"], "float16", "dtype: expected uint16 or uint32, got 'float16'"),
+    (["vocab_size"], "30522", "vocab_size: expected a whole number from 1, got '30522'"),
+    (["shards"], {}, "shards: expected a list, got {}"),
+    (["shards", 0], None, "shards[0]: expected an object, got None"),
+    (["shards", 0, "documents"], 2.5, "shards[0].documents: expected a whole number from 0, got 2.5"),
+    (["shards", 0, "tokens"], True, "shards[0].tokens: expected a whole number from 0, got True"),
+    (["tokenizer"], [], "tokenizer: expected an object, got []"),
+    (["tokenizer", "special_token_ids", "mask_token"], "103",
+     "tokenizer.special_token_ids.mask_token: expected a whole number from 0, got '103'"),
+    (["sources", 0, "path"], 7, "sources[0].path: expected a file's path, got"),
+    (["shards", 0, "documents"], 10**6, "shard 0 does not hold what manifest.json counts (1000000 documents"),
+], ids=lambda value: None if isinstance(value, str) and " " in value else str(value))
+def test_a_damaged_manifest_is_a_one_line_error_naming_the_field(corpus_files, tokenizer, tmp_path, field, value,
+                                                                  message):
+    prepare_corpus(corpus_files, tokenizer, tmp_path / "out", progress=False)
+    manifest = json.loads((tmp_path / "out" / MANIFEST).read_text())
+    holder = manifest
+    for key in field[:-1]:
+        holder = holder[key]
+    holder[field[-1]] = value
+    (tmp_path / "out" / MANIFEST).write_text(json.dumps(manifest))
+    assert message in one_line_error(lambda: read_back(tmp_path / "out"))
+
+
 def test_real_corpus_slice(data_dir, tokenizer, tmp_path):
     with open(data_dir / "pretrain_en" / "state_union.txt", encoding="utf-8") as handle:
         lines = [line for _, line in zip(range(2000), handle)]

@@ -247,7 +247,42 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     if manifest.get("version") != VERSION:
         raise InputError(f"corpus format version {manifest.get('version')} is not supported (expected {VERSION}); "
                          "prepare the corpus again", path)
+    _check_manifest_fields(manifest, path)
     return manifest
+
+
+def _check_manifest_fields(manifest: dict[str, Any], path: Path) -> None:
+    """The fields readers use, of the kinds prepare_corpus writes: a damaged or hand-edited manifest is a one-line
+    error naming the field, not a TypeError or an out-of-range read in the middle of training."""
+    def require(field: str, value: Any, holds: bool, expected: str) -> None:
+        if not holds:
+            raise InputError(f"{field}: expected {expected}, got {value!r:.60}; prepare the corpus again", path)
+
+    def count(field: str, value: Any, minimum: int = 0) -> None:
+        require(field, value, isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
+                f"a whole number from {minimum}")
+
+    def record(field: str, value: Any) -> dict[str, Any]:
+        require(field, value, isinstance(value, dict), "an object")
+        return value
+
+    dtype = manifest.get("dtype")
+    require("dtype", dtype, dtype in ("uint16", "uint32"), "uint16 or uint32")
+    count("vocab_size", manifest.get("vocab_size"), minimum=1)
+    shards = manifest.get("shards")
+    require("shards", shards, isinstance(shards, list), "a list")
+    for index, shard in enumerate(shards):
+        for name in ("documents", "sentences", "tokens"):
+            count(f"shards[{index}].{name}", record(f"shards[{index}]", shard).get(name))
+    tokenizer = record("tokenizer", manifest.get("tokenizer"))
+    special = record("tokenizer.special_token_ids", tokenizer.get("special_token_ids"))
+    for name, token_id in special.items():
+        count(f"tokenizer.special_token_ids.{name}", token_id)
+    sources = manifest.get("sources", [])
+    require("sources", sources, isinstance(sources, list), "a list")
+    for index, source in enumerate(sources):
+        require(f"sources[{index}].path", source, isinstance(record(f"sources[{index}]", source).get("path"), str),
+                "a file's path")
 
 
 # ---------------------------------------------------------------- reading shards
@@ -369,6 +404,13 @@ class CorpusReader:
                 if not path.is_file():
                     raise InputError("shard file missing: prepare the corpus again", path)
                 arrays.append(np.load(path, mmap_mode="r"))
+            tokens, sentences, documents = arrays
+            counts = self.manifest["shards"][index]
+            if (len(tokens), len(sentences), len(documents)) != \
+                    (counts["tokens"], counts["sentences"] + 1, counts["documents"] + 1):
+                raise InputError(f"shard {index} does not hold what manifest.json counts ({counts['documents']} "
+                                 f"documents, {counts['sentences']} sentences, {counts['tokens']} tokens): "
+                                 "prepare the corpus again", self.directory)
             self._shards[index] = tuple(arrays)
         return self._shards[index]
 
