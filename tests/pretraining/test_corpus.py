@@ -178,14 +178,14 @@ def test_unfinished_preparation_is_detected(corpus_files, tokenizer, tmp_path):
 
 @pytest.mark.parametrize("field, value, message", [
     (["dtype"], "float16", "dtype: expected uint16 or uint32, got 'float16'"),
-    (["vocab_size"], "30522", "vocab_size: expected a whole number from 1, got '30522'"),
+    (["vocab_size"], "30522", "vocab_size must be an integer, got '30522'"),
     (["shards"], {}, "shards: expected a list, got {}"),
     (["shards", 0], None, "shards[0]: expected an object, got None"),
-    (["shards", 0, "documents"], 2.5, "shards[0].documents: expected a whole number from 0, got 2.5"),
-    (["shards", 0, "tokens"], True, "shards[0].tokens: expected a whole number from 0, got True"),
+    (["shards", 0, "documents"], 2.5, "shards[0].documents must be an integer, got 2.5"),
+    (["shards", 0, "tokens"], True, "shards[0].tokens must be an integer, got True"),
     (["tokenizer"], [], "tokenizer: expected an object, got []"),
     (["tokenizer", "special_token_ids", "mask_token"], "103",
-     "tokenizer.special_token_ids.mask_token: expected a whole number from 0, got '103'"),
+     "tokenizer.special_token_ids.mask_token must be an integer, got '103'"),
     (["sources", 0, "path"], 7, "sources[0].path: expected a file's path, got"),
     (["shards", 0, "documents"], 10**6, "shard 0 does not hold what manifest.json counts (1000000 documents"),
 ], ids=lambda value: None if isinstance(value, str) and " " in value else str(value))

@@ -32,6 +32,7 @@ import numpy as np
 from bertforge.atomic import save_array, write_text_atomic
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.tokenizer.tokenizer import BertTokenizer
+from bertforge.validation import check_number
 
 logger = logging.getLogger("bertforge")
 
@@ -259,8 +260,10 @@ def _check_manifest_fields(manifest: dict[str, Any], path: Path) -> None:
             raise InputError(f"{field}: expected {expected}, got {value!r:.60}; prepare the corpus again", path)
 
     def count(field: str, value: Any, minimum: int = 0) -> None:
-        require(field, value, isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
-                f"a whole number from {minimum}")
+        try:
+            check_number(field, value, minimum=minimum, integer=True)
+        except ConfigError as error:
+            raise InputError(f"{error}; prepare the corpus again", path) from None
 
     def record(field: str, value: Any) -> dict[str, Any]:
         require(field, value, isinstance(value, dict), "an object")
