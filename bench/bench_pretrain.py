@@ -7,7 +7,9 @@ Work: one optimizer step = forward with masked-LM + next-sentence labels, backwa
 (lr 1e-4, weight decay 0.01, eps 1e-6, the fused kernel for both). The batch is real text (pretrain_en
 documents tokenized with the MiniLM vocabulary, 30,522 tokens), masked by bertforge's masker (15%, 80/10/10) with
 random next-sentence labels; both models start from the same random BERT initialisation (bertforge writes the
-checkpoint, transformers loads it). The engines alternate, one warm-up step each, then the median of `--steps`.
+checkpoint, transformers loads it). bertforge scores the batch as `bertforge pretrain train` does (the objective's
+loss: vocabulary logits at the masked positions alone), transformers as its own model does (logits at every
+position). The engines alternate, one warm-up step each, then the median of `--steps`.
 MFU counts 6 x parameters x tokens per step (forward 2, backward 4 FLOPs per parameter and token; the embedding
 tables are included, as the usual MFU convention does) against `--peak-gflops`. On a CUDA machine the same
 script measures the GPU (`--device cuda --bf16`), where NVIDIA's published BERT-base pre-training reaches ~45%.
@@ -27,6 +29,7 @@ import torch
 from bertforge import BertConfig, BertTokenizer, fast_cpu
 from bertforge.pretraining.heads import BertForPreTraining
 from bertforge.pretraining.masking import Masker
+from bertforge.pretraining.objectives import get_objective
 from bertforge.runtime import tune_cpu_allocator
 from bertforge.training import build_optimizer
 
@@ -52,10 +55,10 @@ def real_batch(tokenizer: BertTokenizer, batch_size: int, seq_len: int, seed: in
             "next_sentence_label": torch.randint(0, 2, (batch_size,), generator=generator)}
 
 
-def train_step(model, optimizer, batch, autocast) -> tuple[float, float]:
+def train_step(model, optimizer, batch, autocast, loss_of) -> tuple[float, float]:
     start = time.perf_counter()
     with autocast():
-        loss = model(**batch).loss
+        loss = loss_of(model, batch).loss
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
@@ -97,11 +100,13 @@ def main() -> None:
     autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if args.bf16 else \
         (lambda: torch.autocast(device.type, enabled=False))
 
+    # how each engine's own pre-training scores a batch: bertforge's through the objective `pretrain train` runs
+    losses = {"bertforge": get_objective("mlm+nsp").loss, "transformers": lambda model, batch: model(**batch)}
     times: dict[str, list[float]] = {name: [] for name in models}
     first_loss = {}
     for step in range(args.steps + 1):  # step 0 warms up
         for name in (list(models) if step % 2 == 0 else list(models)[::-1]):
-            seconds, loss = train_step(models[name], optimizers[name], batch, autocast)
+            seconds, loss = train_step(models[name], optimizers[name], batch, autocast, losses[name])
             first_loss.setdefault(name, loss)
             if step > 0:
                 times[name].append(seconds)
