@@ -217,3 +217,92 @@ def test_a_traced_model_serves_other_batches(ours_class, minilm_dir, tokenizer, 
             rows = batch["attention_mask"].bool() if eager.dim() == 3 else slice(None)
             assert (recorded[0] - eager)[rows].abs().max() < TOLERANCE
             assert (recorded[0] - theirs)[rows].abs().max() < 1e-4
+
+
+def packed_documents(tokenizer, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[list[int]]]:
+    """The texts' tokens side by side in one row, each document attending to itself alone (a block-diagonal mask
+    per query and key, (1, seq, seq)) and counting its positions from 0: what sequence packing for training does."""
+    documents = [tokenizer(text)["input_ids"] for text in texts]
+    length = sum(map(len, documents))
+    mask = torch.zeros(1, length, length, dtype=torch.bool)
+    start, positions = 0, []
+    for document in documents:
+        mask[0, start:start + len(document), start:start + len(document)] = True
+        positions += range(len(document))
+        start += len(document)
+    return torch.tensor([sum(documents, [])]), mask, torch.tensor([positions]), documents
+
+
+def mask_forms(mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """One (batch, seq, seq) boolean mask in each form a model takes: 3-D 0/1 and bool, transformers' 4-D bool and
+    its 4-D additive bias, and 4-D with a row per head."""
+    additive = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)[:, None]
+    return {"3-D 0/1": mask.long(), "3-D bool": mask, "4-D bool": mask[:, None], "4-D additive": additive,
+            "4-D per head": mask[:, None].expand(-1, 12, -1, -1)}
+
+
+def test_packed_documents_attend_as_each_document_alone_and_as_transformers(minilm, hf_minilm, tokenizer,
+                                                                          real_sentences):
+    """A mask per query and key, in every form: the packed documents' vectors are those of each document run alone,
+    and transformers' on its 4-D masks, at every position."""
+    texts = [real_sentences[0], real_sentences[6][:300], real_sentences[2]]
+    ids, mask, positions, documents = packed_documents(tokenizer, texts)
+    # a second row holding the same documents in the other order
+    order = list(range(len(texts)))[::-1]
+    ids2, mask2, positions2, _ = packed_documents(tokenizer, [texts[i] for i in order])
+    ids, mask, positions = torch.cat([ids, ids2]), torch.cat([mask, mask2]), torch.cat([positions, positions2])
+    with torch.inference_mode():
+        alone = [minilm(torch.tensor([document])).last_hidden_state[0] for document in documents]
+        expected = [torch.cat(alone), torch.cat([alone[i] for i in order])]
+        forms = mask_forms(mask)
+        # transformers' eager attention reads a 4-D mask as a bias only (a bool one is added as 0 and 1), so the
+        # reference is given the bias
+        reference = hf_minilm(input_ids=ids, attention_mask=forms["4-D additive"],
+                              position_ids=positions).last_hidden_state
+        for form, given in forms.items():
+            ours = minilm(ids, given, position_ids=positions).last_hidden_state
+            for row in range(2):
+                assert (ours[row] - expected[row]).abs().max() < TOLERANCE, form
+            assert (ours - reference).abs().max() < TOLERANCE, form
+
+
+@pytest.mark.parametrize("ours_class", [BertForSequenceClassification, BertForTokenClassification,
+                                        BertForQuestionAnswering], ids=lambda cls: cls.__name__)
+def test_task_models_take_a_mask_per_query_and_key_as_transformers_does(ours_class, minilm_dir, tokenizer,
+                                                                       real_sentences, tmp_path):
+    """Logits and losses with a causal mask over a batch of two, against transformers on the same 4-D mask: the
+    classifier computes its first token alone, and question answering scores every position (no padding)."""
+    torch.manual_seed(0)
+    ours = ours_class.from_pretrained(minilm_dir, output_attentions=True)
+    ours.save_pretrained(tmp_path)
+    reference = TASK_MODELS[ours_class].from_pretrained(tmp_path, output_attentions=True,
+                                                        attn_implementation="eager").eval()
+    batch = tokenizer(real_sentences[:2], padding=True, return_tensors="pt")
+    batch_size, seq = batch["input_ids"].shape
+    causal = torch.ones(seq, seq, dtype=torch.bool).tril().expand(batch_size, seq, seq)
+    labels = {BertForSequenceClassification: {"labels": torch.tensor([0, 1])},
+              BertForTokenClassification: {"labels": torch.randint(0, 2, (batch_size, seq))},
+              BertForQuestionAnswering: {"start_positions": torch.tensor([3, seq - 1]),
+                                         "end_positions": torch.tensor([5, seq - 1])}}[ours_class]
+    inputs = {"input_ids": batch["input_ids"], "token_type_ids": batch["token_type_ids"], **labels}
+    with torch.inference_mode():
+        mine = ours(**inputs, attention_mask=causal)
+        theirs = reference(**inputs, attention_mask=mask_forms(causal)["4-D additive"])
+        # without the attention weights the classifier's last layer computes its first token alone
+        quick = ours(**inputs, attention_mask=causal, output_attentions=False)
+    for output in (mine, quick):
+        assert abs(output.loss - theirs.loss) < 1e-4
+        assert (output.to_tuple()[1] - theirs.to_tuple()[1]).abs().max() < 1e-4  # the first logits
+    for a, b in zip(mine.attentions, theirs.attentions):
+        assert (a - b).abs().max() < TOLERANCE
+        assert a[causal[:, None].expand_as(a).logical_not()].max() == 0  # no weight on a later token
+
+
+def test_a_mask_per_query_and_key_of_the_wrong_shape_is_named(minilm):
+    ids = torch.tensor([[101, 7592, 2088, 102]])
+    with pytest.raises(BertforgeError, match=r"a mask per query and key must be \(1, 4, 4\) or \(1, 1 or 12 heads"):
+        minilm(ids, torch.ones(1, 4, 5))
+    with pytest.raises(BertforgeError, match=r"attention_mask has shape \(1, 3, 4, 4\)"):
+        minilm(ids, torch.ones(1, 3, 4, 4, dtype=torch.bool))
+    with pytest.raises(BertforgeError, match=r"attention_mask has shape \(2, 4, 4\)"):
+        minilm(ids, torch.ones(2, 4, 4))

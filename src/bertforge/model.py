@@ -23,7 +23,7 @@ from bertforge.checkpoint.pretrained import Pretrained
 from bertforge.config import BertConfig, bert_config
 from bertforge.errors import BertforgeError
 from bertforge.model_output import ModelOutput, returned
-from bertforge.packing import PackedBatch, pack_batch
+from bertforge.packing import PackedBatch, is_pairwise, pack_batch, pairwise_batch
 
 
 @dataclass
@@ -298,9 +298,12 @@ class BertModel(Pretrained, nn.Module):
                 inputs_embeds: torch.Tensor | None = None, output_hidden_states: bool | None = None,
                 output_attentions: bool | None = None, first_token_only: bool = False,
                 return_dict: bool | None = None) -> EncoderOutput:
-        """`output_hidden_states`, `output_attentions`: return every layer's output, every layer's attention
-        weights (None: as config says). `inputs_embeds` (batch, seq, hidden): token vectors in the place of
-        input_ids' lookup (attribution, adversarial training). `return_dict=False`: a tuple, as transformers.
+        """`attention_mask`: (batch, seq), 1 at real tokens and 0 at padding; or per query and key, (batch, seq, seq)
+        or transformers' 4-D (batch, 1 or heads, seq, seq), for packed documents and custom attention patterns
+        (every position is then computed; see packing.pairwise_batch). `output_hidden_states`, `output_attentions`:
+        return every layer's output, every layer's attention weights (None: as config says). `inputs_embeds`
+        (batch, seq, hidden): token vectors in the place of input_ids' lookup (attribution, adversarial training).
+        `return_dict=False`: a tuple, as transformers.
 
         `first_token_only`: last_hidden_state is (batch, 1, hidden), each sequence's first position ([CLS]) alone,
         all that the pooler and [CLS] pooling read. The last layer then computes only that position (its keys and
@@ -325,10 +328,13 @@ class BertModel(Pretrained, nn.Module):
         # graph computes every position (the same outputs at real tokens; padding positions then hold values, not
         # zeros).
         exporting = recording_graph()
-        batch = pack_batch(attention_mask, scores_dtype, pack=not exporting, keep_positions=output_attentions)
+        # A mask per query and key (batch, seq, seq) has no padding to leave out: every position is computed.
+        pairwise = is_pairwise(attention_mask)
+        batch = (pairwise_batch(attention_mask, scores_dtype) if pairwise else
+                 pack_batch(attention_mask, scores_dtype, pack=not exporting, keep_positions=output_attentions))
         # An exported graph computes every position, padding included, so its first position is always computed.
         first_token_only = (first_token_only and not (output_hidden_states or output_attentions)
-                            and (exporting or bool(attention_mask[:, 0].all())))
+                            and (exporting or pairwise or bool(attention_mask[:, 0].all())))
         # After the embeddings (whose output is the batch as given, as code that hooks them expects), everything
         # runs on the real tokens only: (tokens, hidden).
         x = batch.pack(self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds))
@@ -344,10 +350,19 @@ class BertModel(Pretrained, nn.Module):
 
     def check_inputs(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds=None) -> None:
         """Shape errors a user can make, caught here rather than deep inside an embedding lookup."""
-        check_input_shapes(("batch", "seq"), self.config.hidden_size, input_ids, attention_mask, token_type_ids,
-                           position_ids, inputs_embeds)
+        pairwise = is_pairwise(attention_mask)
+        check_input_shapes(("batch", "seq"), self.config.hidden_size, input_ids, None if pairwise else attention_mask,
+                           token_type_ids, position_ids, inputs_embeds)
         given = input_ids if inputs_embeds is None else inputs_embeds
         shape = tuple(given.shape[:2])
+        if pairwise:
+            batch, seq = shape
+            heads = {1, self.config.num_attention_heads}
+            if attention_mask.shape[0] != batch or attention_mask.shape[-2:] != (seq, seq) or (
+                    attention_mask.dim() == 4 and attention_mask.shape[1] not in heads):
+                raise BertforgeError(f"attention_mask has shape {tuple(attention_mask.shape)}; a mask per query and "
+                                     f"key must be ({batch}, {seq}, {seq}) or ({batch}, 1 or "
+                                     f"{self.config.num_attention_heads} heads, {seq}, {seq})")
         if shape[1] > self.config.max_position_embeddings:
             raise BertforgeError(f"sequence length {shape[1]} exceeds max_position_embeddings "
                                  f"({self.config.max_position_embeddings}); truncate the input")

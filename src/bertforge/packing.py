@@ -65,7 +65,8 @@ class AttentionBlock:
     stop: int
     batch: int
     seq: int
-    bias: torch.Tensor | None = None  # (batch, 1, 1, seq) key_bias; None: no padding in the rectangle
+    bias: torch.Tensor | None = None  # (batch, 1, 1, seq) key_bias, or (batch, 1 or heads, seq, seq) per query and
+    # key (pairwise_batch); None: no padding in the rectangle
     fill: torch.Tensor | None = None  # (batch * seq,) the token (from start) each slot reads; None: tokens in order
     slots: torch.Tensor | None = None  # (stop - start,) the slot of each token; None: tokens in order
 
@@ -128,7 +129,8 @@ class PackedBatch:
             contexts, first = [], 0
             for block in self.blocks:
                 queries = q[first:first + block.batch].view(block.batch, 1, -1)
-                contexts.append(attend(queries, block.gather(k), block.gather(v), block.bias)[0].squeeze(1))
+                bias = None if block.bias is None else block.bias[..., :1, :]  # the first query's row of a pairwise one
+                contexts.append(attend(queries, block.gather(k), block.gather(v), bias)[0].squeeze(1))
                 first += block.batch
             return (contexts[0] if len(contexts) == 1 else torch.cat(contexts)), None
         contexts, probs = [], None
@@ -165,6 +167,30 @@ def pack_batch(attention_mask: torch.Tensor, dtype: torch.dtype, pack: bool = Tr
         block = AttentionBlock(0, len(indices), batch, seq, key_bias(is_real, dtype), fill, indices)
         return PackedBatch(batch, seq, [block], fill.view(batch, seq)[:, 0], indices)
     return pack_in_blocks(is_real, lengths.tolist(), dtype)
+
+
+def is_pairwise(attention_mask: torch.Tensor | None) -> bool:
+    """Whether a mask says which keys each query sees, (batch, seq, seq) or (batch, 1 or heads, seq, seq), rather
+    than which positions are real, (batch, seq)."""
+    return attention_mask is not None and attention_mask.dim() in (3, 4)
+
+
+def pairwise_batch(attention_mask: torch.Tensor, dtype: torch.dtype) -> PackedBatch:
+    """The layout of a batch whose mask is per query and key (packed documents, custom attention patterns): every
+    position is computed, as there is no padding to leave out, and attention adds the mask's bias.
+
+    (batch, seq, seq): 1 (or True) where query i may attend to key j, as transformers' 3-D masks were read.
+    (batch, 1 or heads, seq, seq), as transformers 5 takes a 4-D mask: bool, True where i may attend to j; floating,
+    a bias added to the scores as it is (0 to attend, a large negative number not to); whole numbers, 1 to attend.
+    """
+    batch, seq = attention_mask.shape[0], attention_mask.shape[-1]
+    if attention_mask.dim() == 4 and attention_mask.is_floating_point():
+        bias = attention_mask.to(dtype)
+    else:
+        mask = attention_mask.bool() if attention_mask.dim() == 4 else attention_mask.bool()[:, None]
+        bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
+    first_tokens_at = torch.arange(batch, device=attention_mask.device) * seq
+    return PackedBatch(batch, seq, [AttentionBlock(0, batch * seq, batch, seq, bias)], first_tokens_at)
 
 
 def pack_in_blocks(is_real: torch.Tensor, lengths: list[int], dtype: torch.dtype) -> PackedBatch:
