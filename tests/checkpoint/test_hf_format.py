@@ -164,6 +164,16 @@ def test_missing_weights_file(saved_tiny):
         BertModel.from_pretrained(saved_tiny)
 
 
+@pytest.mark.parametrize(("weights", "flag"), [("tf_model.h5", "from_tf"), ("flax_model.msgpack", "from_flax")])
+def test_weights_of_another_framework_are_named_with_how_to_convert_them(saved_tiny, weights, flag):
+    """A hub folder whose only weights are Keras' or Flax's (transformers 5 reads neither): the error names the file
+    and the transformers 4 call that converts it."""
+    (saved_tiny / "model.safetensors").unlink()
+    (saved_tiny / weights).write_bytes(b"\x89HDF\r\n")
+    with pytest.raises(CheckpointError, match=rf"the weights are in {weights} \(.*{flag}=True\)\.save_pretrained"):
+        BertModel.from_pretrained(saved_tiny)
+
+
 def test_missing_directory(tmp_path):
     with pytest.raises(CheckpointError, match="no such model directory"):
         BertModel.from_pretrained(tmp_path / "nowhere")

@@ -23,6 +23,9 @@ GOOGLE_CONFIG_FILE = "bert_config.json"  # the original BERT release's (google-r
 SAFETENSORS_FILE = "model.safetensors"
 PYTORCH_FILE = "pytorch_model.bin"
 INDEX_SUFFIX = ".index.json"  # model.safetensors.index.json: {"weight_map": {tensor name: shard file}}
+# Weights files of the hub's other frameworks, which only transformers 4 converts: named when they are all there is.
+# file -> (what it holds, the from_pretrained flag of transformers 4 that converts it)
+UNREAD_WEIGHTS = {"tf_model.h5": ("Keras weights", "from_tf"), "flax_model.msgpack": ("Flax weights", "from_flax")}
 
 
 def config_path(directory: Path) -> Path:
@@ -69,6 +72,12 @@ def read_state_dict(directory: Path, use_safetensors: bool | None = None, varian
         if prefix is not None:
             source = prefix.with_name(prefix.name + ".index")
             return transformers_state_dict(read_tf_checkpoint(prefix), source), source
+        for name, (holding, flag) in UNREAD_WEIGHTS.items():
+            if (directory / name).is_file():
+                raise CheckpointError(f"{directory}: the weights are in {name} ({holding}), which bertforge does not "
+                                      f"read (nor does transformers 5); convert them to {SAFETENSORS_FILE} with "
+                                      f"transformers 4: BertModel.from_pretrained(folder, {flag}=True)"
+                                      f".save_pretrained(new_folder)")
         raise CheckpointError(f"{directory}: no {SAFETENSORS_FILE} or {PYTORCH_FILE} (or their {INDEX_SUFFIX} for "
                               f"a sharded checkpoint, or a TensorFlow checkpoint) in the model directory")
     wanted = " or ".join(with_variant(name, variant) for name, _ in formats)
