@@ -181,3 +181,18 @@ def test_a_classifier_fine_tuned_again_for_other_labels_gets_a_new_head(world, t
     assert "newly initialised" in caplog.text and "classifier.weight" in caplog.text
     assert json.loads((tmp_path / "three" / "config.json").read_text())["id2label"] == {
         "0": "mixed", "1": "neg", "2": "pos"}
+
+
+@pytest.mark.parametrize("flags, fragment", [(["--text-column", ""], "field '': no column ''"),
+                                             (["--label-column", ""], "no column ''"),
+                                             (["--label-separator", " "], "label_separator must be a visible")])
+def test_evaluate_reads_a_blank_column_or_separator_as_given_as_fine_tuning_does(world, tmp_path, run_cli, flags,
+                                                                                  fragment):
+    """An empty column name is a name the file lacks, not 'the training run's column'; a blank label separator is
+    refused. finetune says the same of both."""
+    evaluate = ["evaluate", "--model", world / "classification", "--data", world / "reviews.csv"]
+    assert_one_line_error(*run_cli(*evaluate, *flags, "--output", tmp_path / "m.json"), fragment)
+    assert not (tmp_path / "m.json").exists()
+    finetune = ["finetune", "--model", world / "classification", "--train", world / "reviews.csv"]
+    assert_one_line_error(*run_cli(*finetune, *flags, "--output", tmp_path / "run", "--max-steps", "1"), fragment)
+    assert not (tmp_path / "run").exists()

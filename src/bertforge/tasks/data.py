@@ -22,7 +22,7 @@ from torch import nn
 
 from bertforge.batching import MODEL_INPUTS, LengthGroupedBatches, collate, length_sorted_batches
 from bertforge.config import JsonConfig, check_number
-from bertforge.errors import InputError
+from bertforge.errors import ConfigError, InputError
 from bertforge.heads import IGNORE_INDEX
 from bertforge.tasks import arrow_files
 from bertforge.training.distributed import Shard
@@ -347,6 +347,15 @@ class Columns:
     text_pair: str | None = None
     label: str = "label"
     label_separator: str | None = None
+
+    def __post_init__(self):
+        check_label_separator(self.label_separator)
+
+
+def check_label_separator(separator: str | None) -> None:
+    """A label separator is visible text (or None: none given); blank, it would split every label apart."""
+    if separator is not None and not separator.strip():
+        raise ConfigError("label_separator must be a visible character or text, e.g. \"|\" or \";\"")
 
 
 @dataclass

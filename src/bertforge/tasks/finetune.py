@@ -49,6 +49,7 @@ from bertforge.tasks.data import (
     Columns,
     EncodeSettings,
     Features,
+    check_label_separator,
     data_format,
     inference_batches,
     row_outputs,
@@ -117,8 +118,7 @@ class FinetuneConfig(JsonConfig):
         elif type(self.settings) is not kind:
             raise ConfigError(f"settings: task {self.task!r} takes {kind.__name__}, got {type(self.settings).__name__}")
         check_paths(train=self.train, output=self.output, model=self.model, dev=self.dev)
-        if self.label_separator is not None and not self.label_separator.strip():
-            raise ConfigError("label_separator must be a visible character or text, e.g. \"|\" or \";\"")
+        check_label_separator(self.label_separator)
         dropout_overrides(self.dropout)  # validates it
         if self.format is not None:
             check_choice(self.format, DATA_FORMATS, "format")
@@ -488,12 +488,18 @@ class FinetunedModel:
     def columns(self, text: str | None = None, text_pair: str | None = None, label: str | None = None,
                 path: str | Path | None = None, format: str | None = None,
                 label_separator: str | None = None) -> Columns:
-        """The training run's columns, each replaced when given; a text file has only a text column."""
+        """The training run's columns, each replaced when given (None: not given; an empty name is a name, which
+        the file's header then lacks, as in fine-tuning); a text file has only a text column."""
         saved = self.run.columns
-        separator = label_separator or saved.label_separator
+
+        def given_or_saved(value: str | None, kept: str | None) -> str | None:
+            return kept if value is None else value
+
+        separator = given_or_saved(label_separator, saved.label_separator)
+        label = given_or_saved(label, saved.label)
         if path is not None and data_format(path, format) == "txt":
-            return Columns(PLAIN_TEXT_COLUMN, None, label or saved.label, separator)
-        return Columns(text or saved.text, text_pair or saved.text_pair, label or saved.label, separator)
+            return Columns(PLAIN_TEXT_COLUMN, None, label, separator)
+        return Columns(given_or_saved(text, saved.text), given_or_saved(text_pair, saved.text_pair), label, separator)
 
     def read(self, path: str | Path, columns: Columns, labelled: bool, format: str | None = None) -> list:
         """The examples of a data file, in `format` (a key of DATA_FORMATS) or the one data_format finds."""
