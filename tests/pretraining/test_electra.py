@@ -81,6 +81,26 @@ def test_sampling_follows_the_seed(electra, tiny_config):
     assert torch.equal(runs[0], runs[1]) and not torch.equal(runs[0], runs[2])
 
 
+def test_a_mask_per_query_and_key_counts_every_position(electra, tiny_config):
+    """A mask per query and key leaves no padding out: on an unpadded batch, the all-ones (batch, seq, seq) mask gives
+    what the (batch, seq) one does, and packed documents (a block-diagonal mask) score every position."""
+    input_ids, _, labels = masked_batch(tiny_config)
+    batch, seq = input_ids.shape
+    electra.eval()
+
+    def run(mask):
+        return electra(input_ids, mask, labels=labels, rng=torch.Generator().manual_seed(1))
+
+    flat, pairwise = run(torch.ones(batch, seq, dtype=torch.long)), run(torch.ones(batch, seq, seq, dtype=torch.long))
+    assert torch.equal(flat.corrupted_ids, pairwise.corrupted_ids)
+    assert torch.allclose(flat.loss, pairwise.loss, atol=1e-6)
+    documents = torch.zeros(batch, seq, seq, dtype=torch.bool)
+    documents[:, :4, :4] = documents[:, 4:, 4:] = True
+    packed = run(documents)
+    every_position = F.binary_cross_entropy_with_logits(packed.discriminator_logits, packed.replaced.float())
+    assert torch.allclose(packed.discriminator_loss, every_position)
+
+
 def test_generator_shares_the_embeddings(tiny_config):
     electra = ElectraForPreTraining(tiny_config)
     assert electra.generator_config.hidden_size == tiny_config.hidden_size // 4

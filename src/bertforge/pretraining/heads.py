@@ -23,6 +23,7 @@ from bertforge.errors import ConfigError
 from bertforge.heads import IGNORE_INDEX, ClassifierOutput, check_class_labels
 from bertforge.model import BertModel, Embeddings
 from bertforge.model_output import ModelOutput, returned
+from bertforge.packing import is_pairwise
 
 # ELECTRA's weight of the discriminator loss against the generator's MLM loss (Clark et al., 2020, λ = 50).
 DISCRIMINATOR_WEIGHT = 50.0
@@ -337,7 +338,9 @@ class ElectraForPreTraining(nn.Module):
 
         hidden = self.discriminator(corrupted_ids, attention_mask, token_type_ids).last_hidden_state
         discriminator_logits = self.replaced_token(hidden)  # (batch, seq)
-        discriminator_loss = self.replaced_token.loss(discriminator_logits, replaced, attention_mask)
+        # a mask per query and key leaves no padding out: every position is a real token
+        real = torch.ones_like(input_ids) if is_pairwise(attention_mask) else attention_mask
+        discriminator_loss = self.replaced_token.loss(discriminator_logits, replaced, real)
         return ElectraOutput(loss=generator_loss + self.discriminator_weight * discriminator_loss,
                              generator_loss=generator_loss, discriminator_loss=discriminator_loss,
                              generator_logits=generator_logits, discriminator_logits=discriminator_logits,
