@@ -24,7 +24,7 @@ from bertforge.config import PROBLEM_TYPES, BertConfig, bert_config
 from bertforge.errors import BertforgeError, ConfigError
 from bertforge.model import BertModel, check_input_shapes
 from bertforge.model_output import ModelOutput, returned
-from bertforge.packing import is_pairwise
+from bertforge.packing import real_token_mask
 
 # Label value that contributes nothing to a classification loss (padding, sub-word continuations);
 # PyTorch's and Hugging Face's default.
@@ -349,9 +349,8 @@ class BertForQuestionAnswering(Pretrained, nn.Module):
         start_logits, end_logits = self.qa_outputs(encoded.last_hidden_state)
         loss = None
         if start_positions is not None:
-            # a mask per query and key leaves no padding out: every position is a candidate, as in transformers
-            padding_mask = None if is_pairwise(attention_mask) else attention_mask
-            loss = self.qa_outputs.loss((start_logits, end_logits), (start_positions, end_positions), padding_mask)
+            loss = self.qa_outputs.loss((start_logits, end_logits), (start_positions, end_positions),
+                                        real_token_mask(attention_mask))
         return returned(SpanOutput(start_logits=start_logits, end_logits=end_logits, loss=loss,
                                    hidden_states=encoded.hidden_states, attentions=encoded.attentions), return_dict)
 

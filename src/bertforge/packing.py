@@ -157,9 +157,7 @@ def pack_batch(attention_mask: torch.Tensor, dtype: torch.dtype, pack: bool = Tr
     lengths = is_real.sum(1)
     all_real = pack and bool(is_real.all())  # asked only when packing: an exporter can't trace the answer
     if not pack or all_real or not bool(lengths.any()):
-        bias = None if all_real else key_bias(is_real, dtype)
-        first_tokens_at = torch.arange(batch, device=attention_mask.device) * seq
-        return PackedBatch(batch, seq, [AttentionBlock(0, batch * seq, batch, seq, bias)], first_tokens_at)
+        return unpacked_batch(batch, seq, None if all_real else key_bias(is_real, dtype), attention_mask.device)
     if keep_positions:
         flat = is_real.reshape(-1)
         indices = flat.nonzero().squeeze(1)
@@ -169,10 +167,22 @@ def pack_batch(attention_mask: torch.Tensor, dtype: torch.dtype, pack: bool = Tr
     return pack_in_blocks(is_real, lengths.tolist(), dtype)
 
 
+def unpacked_batch(batch: int, seq: int, bias: torch.Tensor | None, device: torch.device) -> PackedBatch:
+    """The layout that keeps every position of a (batch, seq) batch: one block, attention biased by `bias`."""
+    first_tokens_at = torch.arange(batch, device=device) * seq
+    return PackedBatch(batch, seq, [AttentionBlock(0, batch * seq, batch, seq, bias)], first_tokens_at)
+
+
 def is_pairwise(attention_mask: torch.Tensor | None) -> bool:
     """Whether a mask says which keys each query sees, (batch, seq, seq) or (batch, 1 or heads, seq, seq), rather
     than which positions are real, (batch, seq)."""
     return attention_mask is not None and attention_mask.dim() in (3, 4)
+
+
+def real_token_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The (batch, seq) mask of real tokens that a model's attention_mask gives, for losses over real tokens only;
+    None (every position real) for a mask per query and key, which leaves no padding out."""
+    return None if is_pairwise(attention_mask) else attention_mask
 
 
 def pairwise_batch(attention_mask: torch.Tensor, dtype: torch.dtype) -> PackedBatch:
@@ -183,14 +193,13 @@ def pairwise_batch(attention_mask: torch.Tensor, dtype: torch.dtype) -> PackedBa
     (batch, 1 or heads, seq, seq), as transformers 5 takes a 4-D mask: bool, True where i may attend to j; floating,
     a bias added to the scores as it is (0 to attend, a large negative number not to); whole numbers, 1 to attend.
     """
-    batch, seq = attention_mask.shape[0], attention_mask.shape[-1]
     if attention_mask.dim() == 4 and attention_mask.is_floating_point():
         bias = attention_mask.to(dtype)
     else:
-        mask = attention_mask.bool() if attention_mask.dim() == 4 else attention_mask.bool()[:, None]
+        mask = attention_mask.bool()
+        mask = mask if mask.dim() == 4 else mask[:, None]
         bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
-    first_tokens_at = torch.arange(batch, device=attention_mask.device) * seq
-    return PackedBatch(batch, seq, [AttentionBlock(0, batch * seq, batch, seq, bias)], first_tokens_at)
+    return unpacked_batch(attention_mask.shape[0], attention_mask.shape[-1], bias, attention_mask.device)
 
 
 def pack_in_blocks(is_real: torch.Tensor, lengths: list[int], dtype: torch.dtype) -> PackedBatch:

@@ -23,7 +23,7 @@ from bertforge.errors import ConfigError
 from bertforge.heads import IGNORE_INDEX, ClassifierOutput, check_class_labels
 from bertforge.model import BertModel, Embeddings
 from bertforge.model_output import ModelOutput, returned
-from bertforge.packing import is_pairwise
+from bertforge.packing import real_token_mask
 
 # ELECTRA's weight of the discriminator loss against the generator's MLM loss (Clark et al., 2020, λ = 50).
 DISCRIMINATOR_WEIGHT = 50.0
@@ -132,9 +132,10 @@ class ReplacedTokenHead(nn.Module):
         return self.prediction(self.activation(self.dense(x))).squeeze(-1)  # (batch, seq)
 
     @staticmethod
-    def loss(logits: torch.Tensor, replaced: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Mean binary cross-entropy over the real (non-padding) tokens, special tokens included as in ELECTRA."""
-        real = attention_mask.bool()
+    def loss(logits: torch.Tensor, replaced: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """Mean binary cross-entropy over the real (non-padding) tokens, special tokens included as in ELECTRA;
+        over every position without an `attention_mask`."""
+        real = attention_mask.bool() if attention_mask is not None else torch.ones_like(replaced)
         return F.binary_cross_entropy_with_logits(logits[real].float(), replaced[real].float())
 
 
@@ -338,9 +339,7 @@ class ElectraForPreTraining(nn.Module):
 
         hidden = self.discriminator(corrupted_ids, attention_mask, token_type_ids).last_hidden_state
         discriminator_logits = self.replaced_token(hidden)  # (batch, seq)
-        # a mask per query and key leaves no padding out: every position is a real token
-        real = torch.ones_like(input_ids) if is_pairwise(attention_mask) else attention_mask
-        discriminator_loss = self.replaced_token.loss(discriminator_logits, replaced, real)
+        discriminator_loss = self.replaced_token.loss(discriminator_logits, replaced, real_token_mask(attention_mask))
         return ElectraOutput(loss=generator_loss + self.discriminator_weight * discriminator_loss,
                              generator_loss=generator_loss, discriminator_loss=discriminator_loss,
                              generator_logits=generator_logits, discriminator_logits=discriminator_logits,
