@@ -29,6 +29,8 @@ KINDS = {
                     {"num_labels": 4, "problem_type": "multi_label_classification"}),
     "token_classification": (BertForTokenClassification, "BertForTokenClassification", "classifier",
                              {"num_labels": 5}),
+    # one score per token (a scorer trained with a loss of its own): transformers loads it, with cross-entropy
+    "token_scoring": (BertForTokenClassification, "BertForTokenClassification", "classifier", {"num_labels": 1}),
     "question_answering": (BertForQuestionAnswering, "BertForQuestionAnswering", "qa_outputs", {}),
 }
 
@@ -46,7 +48,7 @@ def labels_for(kind, attention_mask, num_labels, seed=1):
         return {"labels": torch.rand(batch, generator=generator) * 5}
     if kind == "multi_label":  # 0/1 per label, float as transformers' BCEWithLogitsLoss takes them
         return {"labels": torch.randint(0, 2, (batch, num_labels), generator=generator).float()}
-    if kind == "token_classification":
+    if kind.startswith("token"):
         labels = torch.randint(0, num_labels, (batch, seq), generator=generator)
         return {"labels": labels.masked_fill(attention_mask == 0, -100)}
     # One answer truncated out of the window (position past the end: ignored), one "no answer" (-1 -> [CLS]).
@@ -188,7 +190,7 @@ def test_head_sizes_are_checked():
     with pytest.raises(ConfigError):
         ClassificationHead(8, 0, 0.1)
     with pytest.raises(ConfigError):
-        TokenClassificationHead(8, 1, 0.1)
+        TokenClassificationHead(8, 0, 0.1)
 
 
 def test_span_loss_is_transformers_loss():

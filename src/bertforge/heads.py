@@ -109,13 +109,13 @@ class ClassificationHead(nn.Linear):
 class TokenClassificationHead(ClassificationHead):
     """The classification head applied to every token: (batch, seq, hidden) -> (batch, seq, labels).
 
-    Label tokens that have no tag (padding, special tokens, later sub-words of a word) with -100.
+    Label tokens that have no tag (padding, special tokens, later sub-words of a word) with -100. The loss is
+    cross-entropy whatever config.json's problem_type, and for one label too (a token scorer trained with a loss
+    of its own), as transformers' BertForTokenClassification has it.
     """
 
     def __init__(self, hidden_size: int, num_labels: int, dropout: float):
-        if num_labels < 2:
-            raise ConfigError(f"token classification needs at least two labels, got num_labels={num_labels}")
-        super().__init__(hidden_size, num_labels, dropout)
+        super().__init__(hidden_size, num_labels, dropout, problem_type="single_label_classification")
 
 
 class SpanHead(nn.Linear):

@@ -196,3 +196,21 @@ def test_evaluate_reads_a_blank_column_or_separator_as_given_as_fine_tuning_does
     finetune = ["finetune", "--model", world / "classification", "--train", world / "reviews.csv"]
     assert_one_line_error(*run_cli(*finetune, *flags, "--output", tmp_path / "run", "--max-steps", "1"), fragment)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("task, data, message", [
+    ("classification", "sentence,label\na joy,pos\ndull,pos\n", "needs at least two labels in the training data"),
+    ("ner", "EU B-ORG\nrejects O\n\nPeter B-PER\nsmiles O\n", None),  # learns: the control
+    ("ner", "EU O\nrejects O\n\nPeter O\nsmiles O\n", "needs tags other than O in the training data"),
+])
+def test_training_data_without_labels_to_learn_is_refused_naming_the_file(world, tmp_path, run_cli, task, data,
+                                                                         message):
+    train = tmp_path / ("train.csv" if task == "classification" else "train.conll")
+    train.write_text(data)
+    result = run_cli("finetune", "--task", task, "--model", world / "classification", "--random-init", "--train",
+                     train, "--output", tmp_path / "model", "--epochs", "1", "--max-length", "16", "--no-progress")
+    if message is None:
+        assert result[0] == 0, result[2]
+        return
+    assert_one_line_error(*result, f"{train}: ", message)
+    assert not (tmp_path / "model").exists()

@@ -196,6 +196,16 @@ def best_model_metrics(task: Task) -> list[str]:
     return list(dict.fromkeys([*task.metrics, task.main_metric, DEV_LOSS]))
 
 
+def training_labels(task: Task, examples: Sequence, source: str | Path | None) -> dict[int, str]:
+    """The task's labels of the training examples; an error about them names the file they came from."""
+    try:
+        return task.labels(examples)
+    except InputError as error:
+        if error.path is None and source is not None:
+            raise InputError(str(error), source) from None
+        raise
+
+
 def check_best_model_metric(task: Task, metric: str | None, id2label: dict[int, str]) -> None:
     """Before training: the metric that picks the kept model is one the evaluations of this model will give."""
     if metric is None or metric == DEV_LOSS or task.metric_names is None:
@@ -288,7 +298,7 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
         train_examples = task.read_examples(config.train, config.columns, known, settings=config.settings,
                                             format=config.format)
     train_examples = list(train_examples)[:config.max_train_examples]
-    id2label = known if known is not None else task.labels(train_examples)
+    id2label = known if known is not None else training_labels(task, train_examples, config.train)
     check_best_model_metric(task, config.metric_for_best_model, id2label)
     if dev_examples is None and config.dev is not None:
         dev_examples = task.read_examples(config.dev, config.columns, id2label, settings=config.settings,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.errors import ConfigError
-from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, finetune
+from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, finetune, training_labels
 from bertforge.tasks.registry import get_task
 
 logger = logging.getLogger("bertforge")
@@ -41,8 +41,9 @@ def fit(train: Any, dev: Any = None, output: str | Path | None = None, *, config
     if is_path(dev):
         changes["dev"] = str(dev)
     elif dev is not None:
-        labels = task.labels(train_examples if train_examples is not None else
-                             task.read_examples(train, config.columns, settings=config.settings))
+        examples = train_examples if train_examples is not None else \
+            task.read_examples(train, config.columns, settings=config.settings)
+        labels = training_labels(task, examples, train if is_path(train) else None)
         dev_examples = task.read_examples(dev, config.columns, labels, settings=config.settings)
     config = with_settings(config, changes)
     if seeds is not None:

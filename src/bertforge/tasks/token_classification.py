@@ -168,6 +168,9 @@ def read_conll(path: str | Path) -> list[TaggedSentence]:
 def collect_labels(sentences: Sequence[TaggedSentence]) -> dict[int, str]:
     """id2label of the tags in (training) sentences: "O" first, then sorted: {0: "O", 1: "B-LOC", 2: "B-PER", ...}."""
     tags = {tag for sentence in sentences for tag in sentence.tags} - {OUTSIDE}
+    if not tags:
+        raise InputError(f"ner needs tags other than {OUTSIDE} in the training data to learn from, found only "
+                         f"{OUTSIDE}")
     return dict(enumerate([OUTSIDE, *sorted(tags)]))
 
 
