@@ -127,8 +127,8 @@ def test_unsupported_modules_are_one_line_errors(tmp_path):
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
         {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]))
     (tmp_path / "1_Pooling").mkdir()
-    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_weightedmean_tokens": True}))
-    with pytest.raises(ConfigError, match=r"1_Pooling/config.json: pooling mode 'weightedmean' is not supported"):
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "attention"}))
+    with pytest.raises(ConfigError, match=r"1_Pooling/config.json: pooling mode 'attention' is not supported"):
         read_sentence_embedding(tmp_path)
     (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
     with pytest.raises(ConfigError, match=r"modules.json: module 'sentence_transformers.models.Dense' is not"):
@@ -223,13 +223,48 @@ def test_the_default_prompt_is_put_when_none_is_named(prompted_dir, long_texts, 
                                                                             "default_prompt_name": "nope"}))
     with pytest.raises(ConfigError, match="config_sentence_transformers.json: default_prompt_name 'nope' is not"):
         read_sentence_embedding(tmp_path)
-    # Pooling without the prompt's tokens is sentence-transformers' and not bertforge's: refused, not ignored.
-    pooling = json.loads((tmp_path / "1_Pooling" / "config.json").read_text())
-    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "include_prompt": False}))
-    (tmp_path / "config_sentence_transformers.json").write_text(json.dumps(config))
-    model = BertModel.from_pretrained(tmp_path)
-    with pytest.raises(ConfigError, match="include_prompt: false"):
-        extract_features(model, BertTokenizer.from_pretrained(tmp_path), long_texts[-2:], prompt_name="query")
+
+
+@pytest.fixture(scope="module")
+def pooled_texts(long_texts, data_dir):
+    """Texts of every length: real sentences, two paragraphs longer than the layouts' max_seq_length, one word."""
+    sentences = [line.split("\t")[0] for line in (data_dir / "sst2" / "dev.tsv").read_text().splitlines()[1:9]]
+    return sentences + long_texts[:2] + ["Short."]
+
+
+@pytest.mark.parametrize("mode", ["cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"])
+@pytest.mark.parametrize("include_prompt", [True, False])
+def test_every_pooling_mode_pools_as_sentence_transformers(mode, include_prompt, minilm_dir, pooled_texts, tmp_path):
+    """A layout sentence-transformers wrote with each of its pooling modes, with and without the prompt's tokens
+    (include_prompt false: [CLS] and the prompt are left out), through the API, the command line and the server."""
+    from fastapi.testclient import TestClient
+
+    from bertforge import SentenceEncoder
+    from bertforge.inference.serve.app import load_app
+    transformer = st_modules.Transformer(str(minilm_dir), max_seq_length=128)
+    pooling = st_modules.Pooling(transformer.get_embedding_dimension(), pooling_mode=mode,
+                                 include_prompt=include_prompt)
+    sentence_transformers.SentenceTransformer(modules=[transformer, pooling], device="cpu",
+                                              prompts={"query": "query: ", "long": "Represent this review: "}
+                                              ).save(str(tmp_path))
+    reference = sentence_transformers.SentenceTransformer(str(tmp_path), device="cpu")
+    encoder = SentenceEncoder(tmp_path)
+    for options in ({}, {"prompt_name": "query"}, {"prompt_name": "long"}, {"prompt": "Say: "}):
+        theirs = reference.encode(pooled_texts, **options)
+        assert cosines(encoder.encode(pooled_texts, **options), theirs).min() > 0.99999, options
+        assert np.abs(encoder.encode(pooled_texts, **options) - theirs).max() < 1e-4, options
+    theirs = reference.encode(pooled_texts, prompt_name="long")
+    (tmp_path / "texts.txt").write_text("\n".join(pooled_texts) + "\n", encoding="utf-8")
+    assert main(["embed", "--model", str(tmp_path), "--input", str(tmp_path / "texts.txt"), "--prompt-name", "long",
+                 "--output", str(tmp_path / "v.npy")]) == 0
+    assert cosines(np.load(tmp_path / "v.npy"), theirs).min() > 0.99999
+    with TestClient(load_app(tmp_path)) as client:
+        served = client.post("/embed", json={"inputs": pooled_texts, "prompt_name": "long", "normalize": False})
+    assert cosines(np.asarray(served.json(), dtype=np.float32), theirs).min() > 0.99999
+    if not include_prompt and mode != "lasttoken":  # the last token ([SEP]) is pooled either way
+        with_prompt = SentenceEncoder(tmp_path)
+        with_prompt._change(include_prompt=True)
+        assert cosines(with_prompt.encode(pooled_texts, prompt_name="long"), theirs).min() < 0.999
 
 
 def test_serve_puts_the_prompt_named(prompted_dir, long_texts):

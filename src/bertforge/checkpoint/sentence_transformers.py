@@ -33,7 +33,7 @@ SENTENCE_TRANSFORMERS_CONFIG_FILE = "config_sentence_transformers.json"
 POOLING_CONFIG_FILE = "config.json"
 ROUTER_CONFIG_FILE = "router_config.json"  # before sentence-transformers 5 (Asym): config.json
 # The pooling modes bertforge has (inference/features.py POOLINGS has the same names).
-SUPPORTED_POOLING_MODES = ("cls", "mean", "max")
+SUPPORTED_POOLING_MODES = ("cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 # Before sentence-transformers 6: one flag per mode -> the mode's name.
 # SPLADE's choices (inference/sparse_encoder.py has tables of the same names): over a text's tokens, and per logit.
 SPLADE_STRATEGIES = ("max", "sum")

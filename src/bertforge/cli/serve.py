@@ -40,7 +40,8 @@ FLAGS = {
     "--long-text": ("long_text", LONG_TEXT_POLICIES, "a text over the limit is cut (truncate; windows where the "
                                                      "model was trained with them) or answered with 413 (refuse)"),
     "--pooling": ("pooling", SERVER_POOLINGS,
-                  "an encoder's pooling for /embed and the routes built on it: cls, mean, max, or splade (a "
+                  "an encoder's pooling for /embed and the routes built on it: cls, mean, max (and "
+                  "sentence-transformers' other modes), or splade (a "
                   "masked-LM model's SPLADE vectors, for /embed_sparse); default: the checkpoint's "
                   "sentence-transformers layout, else mean"),
     "--max-body-bytes": ("max_body_bytes", positive_int, "request body size at most (larger gets 413 before it is "

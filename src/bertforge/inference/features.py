@@ -53,10 +53,35 @@ def _masked(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return mask[:, :, None].to(like.dtype)  # (batch, seq, 1)
 
 
+def _at(hidden: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Each row's vector at its position: (batch, seq, ...), (batch,) -> (batch, ...)."""
+    return hidden[torch.arange(len(hidden), device=hidden.device), positions]
+
+
+def _weighted_mean(hidden: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """sum_t w_t h_t / sum_t w_t per row, with (batch, seq) weights (0 at padding)."""
+    weights = _masked(weights, hidden)
+    return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)
+
+
+def _last(mask: torch.Tensor) -> torch.Tensor:
+    """Each row's last pooled position (with right padding, its [SEP]); the last position of a row with none."""
+    return mask.shape[1] - 1 - mask.flip(1).int().argmax(1)
+
+
+# How a text's token vectors become one, by sentence-transformers' names. `mask` (batch, seq) is 1 at the tokens
+# pooled: the real ones, less [CLS] and a prompt's where the layout leaves those out (see `pooling_mask`).
 POOLINGS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "cls": lambda hidden, mask: hidden[:, 0],
-    "mean": lambda hidden, mask: (hidden * _masked(mask, hidden)).sum(1) / _masked(mask, hidden).sum(1).clamp(min=1),
+    "cls": lambda hidden, mask: _at(hidden, mask.int().argmax(1)),  # the first pooled token: [CLS] unless left out
+    "mean": lambda hidden, mask: _weighted_mean(hidden, mask),
     "max": lambda hidden, mask: hidden.masked_fill(mask[:, :, None] == 0, torch.finfo(hidden.dtype).min).max(1).values,
+    # the sum over the square root of the count (sentence-transformers' early models)
+    "mean_sqrt_len_tokens": lambda hidden, mask: (hidden * _masked(mask, hidden)).sum(1) / _masked(
+        mask, hidden).sum(1).clamp(min=1e-9).sqrt(),
+    # position t (from 1) weighs t: the later tokens of a model that reads left to right know more (SGPT)
+    "weightedmean": lambda hidden, mask: _weighted_mean(hidden, mask * torch.arange(
+        1, mask.shape[1] + 1, device=mask.device)),
+    "lasttoken": lambda hidden, mask: _at(hidden, _last(mask)) * _at(_masked(mask, hidden), _last(mask)),
 }
 
 
@@ -81,9 +106,17 @@ def token_features(model, input_ids, attention_mask, token_type_ids=None, layers
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str = "mean") -> torch.Tensor:
-    """(batch, seq, hidden) -> (batch, hidden), over real tokens only."""
+    """(batch, seq, hidden) -> (batch, hidden), over the tokens `attention_mask` marks (real tokens only)."""
     check_choice(pooling, POOLINGS, "pooling")
     return POOLINGS[pooling](hidden, attention_mask)
+
+
+def pooling_mask(attention_mask: torch.Tensor, left_out: int | Sequence[int]) -> torch.Tensor:
+    """The attention mask with each row's first `left_out` positions 0 (one count, or one per row): [CLS] and a
+    prompt's tokens, which a layout with include_prompt false doesn't pool (see `prompt_length`)."""
+    left_out = torch.as_tensor(left_out, device=attention_mask.device).expand(len(attention_mask))
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    return attention_mask.masked_fill(positions[None, :] < left_out[:, None], 0)
 
 
 @dataclass
@@ -138,12 +171,17 @@ def sentence_embedding(model, pooling: str | None = None, max_length: int | None
 def embedding_texts(texts: Sequence[str], settings: SentenceEmbedding, prompt: str = "") -> list[str]:
     """The texts as the model's sentence-transformers pipeline tokenizes them: after `prompt` (see
     SentenceEmbedding.prompt), lower-cased when it says so."""
-    if prompt and not settings.include_prompt:
-        # sentence-transformers then pools without [CLS] and the prompt's tokens, which bertforge doesn't do
-        raise ConfigError("this model's pooling leaves the prompt's tokens out (include_prompt: false), which "
-                          "bertforge does not support; embed without a prompt")
     texts = [prompt + text for text in texts]
     return [text.lower() for text in texts] if settings.lowercase else texts
+
+
+def prompt_length(tokenizer, settings: SentenceEmbedding, prompt: str) -> int:
+    """How many first positions of a text after `prompt` pooling leaves out: none, or where the layout says so
+    (include_prompt false) [CLS] and the prompt's word pieces, counted as sentence-transformers counts them (the
+    prompt tokenized alone, less its [SEP])."""
+    if settings.include_prompt or not prompt:
+        return 0
+    return len(tokenizer(embedding_texts([prompt], settings)[0], truncation=False)["input_ids"]) - 1
 
 
 def fit_rows(rows: list[dict[str, list]], max_length: int | None) -> list[dict[str, list]]:
@@ -203,17 +241,20 @@ def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last
     if not texts:  # as wide as the recipe makes a vector (concat_last_four: 4 x hidden)
         config = model.config
         return LAYER_COMBINATIONS[layers]([torch.empty(0, config.hidden_size)] * (config.num_hidden_layers + 1))
-    rows, text_index = [], []
-    encoded = tokenizer(embedding_texts(texts, settings, settings.prompt(prompt_name, prompt)),
-                        truncation=False)["input_ids"]
+    rows, text_index, left_out = [], [], []
+    prompt = settings.prompt(prompt_name, prompt)
+    skipped = prompt_length(tokenizer, settings, prompt)
+    encoded = tokenizer(embedding_texts(texts, settings, prompt), truncation=False)["input_ids"]
     for index, ids in enumerate(encoded):
-        for part in LONG_TEXT[long_text](ids[1:-1], budget):
+        for window, part in enumerate(LONG_TEXT[long_text](ids[1:-1], budget)):
             rows.append({"input_ids": [tokenizer.cls_token_id, *part, tokenizer.sep_token_id]})
             text_index.append(index)
+            left_out.append(skipped if window == 0 else 0)  # the prompt opens a text's first window
     pooled: list[torch.Tensor | None] = [None] * len(rows)
     batches = _row_batches(model, rows, tokenizer.pad_token_id, layers, batch_size, progress,
-                           first_token_only=pooling == "cls")  # [CLS] pooling reads nothing else
+                           first_token_only=pooling == "cls" and not skipped)  # [CLS] pooling reads nothing else
     for indices, hidden, mask in batches:
+        mask = pooling_mask(mask, [left_out[i] for i in indices]) if skipped else mask
         for i, vector in zip(indices, pool(hidden, mask, pooling)):
             pooled[i] = vector
     vectors = combine_windows(pooled, [len(row["input_ids"]) for row in rows], text_index, len(texts))

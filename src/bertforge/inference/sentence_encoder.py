@@ -19,7 +19,7 @@ from bertforge.batching import length_sorted_batches
 from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, read_sentence_embedding
 from bertforge.errors import ConfigError, InputError, check_choice
-from bertforge.inference.features import embedding_texts, extract_features, pool, sentence_embedding
+from bertforge.inference.features import embedding_texts, extract_features, pool, pooling_mask, sentence_embedding
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_modules import modules_of
 from bertforge.inference.similarity import SIMILARITIES, as_matrix
@@ -352,7 +352,10 @@ class SentenceEncoder(PoolMethods, TextEncoder):
         inputs = {name: tensor.to(self.device) for name, tensor in features.items()
                   if name in ("input_ids", "attention_mask", "token_type_ids")}
         states = self.model(**inputs).last_hidden_state
-        vectors = pool(states, inputs["attention_mask"], self.settings.pooling)
+        mask = inputs["attention_mask"]
+        if not self.settings.include_prompt and "prompt_length" in features:  # sentence-transformers' trainer's
+            mask = pooling_mask(mask, int(torch.as_tensor(features["prompt_length"]).reshape(-1)[0]))
+        vectors = pool(states, mask, self.settings.pooling)
         return dict(features) | {"token_embeddings": states, "sentence_embedding": F.normalize(
             vectors, dim=-1) if self.settings.normalize else vectors}
 

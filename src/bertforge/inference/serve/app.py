@@ -32,7 +32,7 @@ from bertforge.inference.attention_view import (
     encode_for_attention,
     render_attention_map,
 )
-from bertforge.inference.features import embedding_texts, pool, sentence_embedding
+from bertforge.inference.features import embedding_texts, pool, pooling_mask, prompt_length, sentence_embedding
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.inference.serve.batcher import Job, MicroBatcher, QueueFull
 from bertforge.inference.serve.docs import render_docs
@@ -77,11 +77,13 @@ def encoder_of(model: torch.nn.Module) -> torch.nn.Module:
 # ---------------------------------------------------------------- what the batcher's worker runs per kind of job
 
 def pooled_vectors(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:
-    """One pooled last-layer vector per job (options: pooling, normalize)."""
+    """One pooled last-layer vector per job (options: pooling, normalize, and the first positions left out of
+    pooling: see features.prompt_length)."""
     hidden = forward_rows(encoder_of(model), [job.row for job in jobs], lambda output: (output.last_hidden_state,))
     vectors = []
     for job, (states,) in zip(jobs, hidden):  # states: (seq, hidden), this row's real tokens only
-        vector = pool(states[None], torch.ones(1, len(states), dtype=torch.long), job.options["pooling"])[0]
+        mask = pooling_mask(torch.ones(1, len(states), dtype=torch.long), job.options["left_out"])
+        vector = pool(states[None], mask, job.options["pooling"])[0]
         vectors.append(F.normalize(vector, dim=-1) if job.options["normalize"] else vector)
     return vectors
 
@@ -337,8 +339,10 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
             return vectors, sum(len(row["input_ids"]) for row in rows), used
         used = sentence_embedding(encoder_of(model), pooling, None, normalize)
         rows = await input_rows(texts, used, cut, side, prompt_name)
-        vectors = await run_jobs([Job(pooled_vectors, row, {"pooling": used.pooling, "normalize": used.normalize})
-                                  for row in rows])
+        left_out = 0 if texts and isinstance(texts[0], list) else prompt_length(tokenizer, used,
+                                                                                used.prompt(prompt_name))
+        options = {"pooling": used.pooling, "normalize": used.normalize, "left_out": left_out}
+        vectors = await run_jobs([Job(pooled_vectors, row, options) for row in rows])
         return vectors, sum(len(row["input_ids"]) for row in rows), used
 
     def first_dimensions(vectors: list[torch.Tensor], dimensions: int | None, normalized: bool) -> list:

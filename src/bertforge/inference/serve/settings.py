@@ -6,11 +6,12 @@ from dataclasses import dataclass
 
 from bertforge.errors import ConfigError, check_choice
 from bertforge.inference.attention_view import DEFAULT_MAX_TOKENS
+from bertforge.inference.features import POOLINGS
 from bertforge.validation import check_number
 
 LONG_TEXT_POLICIES = ("truncate", "refuse")
 # An encoder's pooling for the whole server (text-embeddings-inference's --pooling): a dense one, or SPLADE.
-SERVER_POOLINGS = ("cls", "mean", "max", "splade")
+SERVER_POOLINGS = (*POOLINGS, "splade")
 API_KEY_VARIABLE = "BERTFORGE_API_KEY"  # where `bertforge serve` reads the API key when --api-key isn't given
 # A text waits for company at most this long: a minute is already far past any client's patience, and 1e308 ms
 # overflowed the worker's timed wait (threading's timeouts end at about 292 years).
