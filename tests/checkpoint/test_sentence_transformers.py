@@ -131,8 +131,98 @@ def test_unsupported_modules_are_one_line_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"1_Pooling/config.json: pooling mode 'attention' is not supported"):
         read_sentence_embedding(tmp_path)
     (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
-    with pytest.raises(ConfigError, match=r"modules.json: module 'sentence_transformers.models.Dense' is not"):
+    assert read_sentence_embedding(tmp_path).pooling == "mean"  # the Dense module is read_dense_layers'
+    modules = json.loads((tmp_path / "modules.json").read_text())
+    (tmp_path / "modules.json").write_text(json.dumps(modules + [{"idx": 3, "name": "3", "path": "3_Mine",
+                                                                  "type": "my_package.Reranker"}]))
+    with pytest.raises(ConfigError, match=r"modules.json: module 'my_package.Reranker' is not supported"):
         read_sentence_embedding(tmp_path)
+    (tmp_path / "modules.json").write_text(json.dumps([modules[0], modules[2], modules[1]]))
+    with pytest.raises(ConfigError, match=r"modules.json: a Dense module on token vectors \(before Pooling\) is not"):
+        read_sentence_embedding(tmp_path)
+
+
+def dense_layout(folder, minilm_dir, dense_options, normalize=True, pooling="cls"):
+    """A layout sentence-transformers writes with Dense layers after pooling (LaBSE: [CLS], Dense 768 -> 768 with
+    Tanh, Normalize), their weights random."""
+    transformer = st_modules.Transformer(str(minilm_dir), max_seq_length=128)
+    modules = [transformer, st_modules.Pooling(384, pooling_mode=pooling)]
+    torch.manual_seed(0)
+    for options in dense_options:
+        modules.append(st_modules.Dense(**options))
+    if normalize:
+        modules.append(st_modules.Normalize())
+    sentence_transformers.SentenceTransformer(modules=modules, device="cpu").save(str(folder))
+    return sentence_transformers.SentenceTransformer(str(folder), device="cpu")
+
+
+@pytest.mark.parametrize("dense_options, normalize", [
+    ([{"in_features": 384, "out_features": 256}], True),  # LaBSE's kind: Tanh, bias
+    ([{"in_features": 384, "out_features": 384, "bias": False, "activation_function": torch.nn.Identity(),
+       "use_residual": True},
+      {"in_features": 384, "out_features": 96, "activation_function": torch.nn.GELU(), "use_residual": True}], False),
+])
+def test_dense_layers_project_as_sentence_transformers(dense_options, normalize, minilm_dir, pooled_texts, tmp_path):
+    """Dense layers after pooling, as sentence-transformers saved them: the API, the command line, the server and
+    a copy bertforge saves, which sentence-transformers reads back to the same vectors."""
+    from fastapi.testclient import TestClient
+
+    from bertforge import SentenceEncoder
+    from bertforge.inference.features import Dense
+    from bertforge.inference.serve.app import load_app
+    reference = dense_layout(tmp_path / "model", minilm_dir, dense_options, normalize)
+    theirs = reference.encode(pooled_texts)
+    width = dense_options[-1]["out_features"]
+    assert theirs.shape == (len(pooled_texts), width)
+    encoder = SentenceEncoder(tmp_path / "model")
+    assert np.abs(encoder.encode(pooled_texts) - theirs).max() < 1e-5
+    assert encoder.get_embedding_dimension() == reference.get_embedding_dimension() == width
+    assert isinstance(encoder[2], Dense) and len(encoder) == len(reference)
+    ours = extract_features(BertModel.from_pretrained(tmp_path / "model"), BertTokenizer.from_pretrained(
+        tmp_path / "model"), pooled_texts)
+    assert np.abs(ours.numpy() - theirs).max() < 1e-5
+    (tmp_path / "texts.txt").write_text("\n".join(pooled_texts) + "\n", encoding="utf-8")
+    assert main(["embed", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "texts.txt"),
+                 "--output", str(tmp_path / "v.npy")]) == 0
+    assert np.abs(np.load(tmp_path / "v.npy") - theirs).max() < 1e-5
+    with TestClient(load_app(tmp_path / "model")) as client:
+        served = client.post("/embed", json={"texts": pooled_texts}).json()
+        openai = client.post("/v1/embeddings", json={"input": pooled_texts[:2]}).json()
+    assert served["dimension"] == width and np.abs(np.asarray(served["embeddings"]) - theirs).max() < 1e-5
+    assert cosines(np.asarray([item["embedding"] for item in openai["data"]], dtype=np.float32),
+                   theirs[:2]).min() > 0.99999
+    # the BERT checkpoint holds BERT's tensors alone: the Dense weights are the layout's, in their own folders
+    assert not any(name.startswith("sentence_dense") for name in encoder.state_dict())
+    encoder.save(tmp_path / "copy")
+    assert sorted(path.name for path in (tmp_path / "copy").glob("*_Dense")) == sorted(
+        path.name for path in (tmp_path / "model").glob("*_Dense"))
+    copy = sentence_transformers.SentenceTransformer(str(tmp_path / "copy"), device="cpu")
+    assert np.abs(copy.encode(pooled_texts) - theirs).max() < 1e-5
+
+
+def test_sentence_transformers_losses_train_the_dense_layers(minilm_dir, tmp_path):
+    from bertforge import SentenceEncoder
+    dense_layout(tmp_path, minilm_dir, [{"in_features": 384, "out_features": 64}])
+    encoder = SentenceEncoder(tmp_path).train()
+    features = encoder.tokenize(["A man is eating food.", "A man eats."])
+    loss = encoder(features)["sentence_embedding"].sum()
+    loss.backward()
+    assert encoder[2].weight.grad is not None and encoder[2].weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"activation_function": "my_package.Swish"}, "activation_function 'my_package.Swish' is not supported"),
+    ({"in_features": "wide"}, "in_features must be an integer, got 'wide'"),
+    ({"in_features": 100}, r"linear.weight is \(64, 384\); config.json says \(64, 100\)"),
+    ({"bias": False}, "a Dense module's tensors are linear.weight; this file holds linear.bias, linear.weight"),
+    ({"module_input_name": "token_embeddings"}, "module_input_name 'token_embeddings' is not supported"),
+])
+def test_a_dense_layer_that_does_not_fit_is_named_with_its_file(minilm_dir, tmp_path, change, message):
+    dense_layout(tmp_path, minilm_dir, [{"in_features": 384, "out_features": 64}])
+    config_path = tmp_path / "2_Dense" / "config.json"
+    config_path.write_text(json.dumps(json.loads(config_path.read_text()) | change))
+    with pytest.raises(BertforgeError, match=r"2_Dense/(config.json|model.safetensors): " + message):
+        BertModel.from_pretrained(tmp_path)
 
 
 

@@ -15,7 +15,11 @@ import torch
 from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE, config_path, read_state_dict, write_state_dict
 from bertforge.checkpoint.key_map import ENCODER_PREFIX, IGNORED_HF_KEYS, TIED_HF_KEYS, from_hf, to_hf
-from bertforge.checkpoint.sentence_transformers import read_sentence_embedding, write_sentence_embedding
+from bertforge.checkpoint.sentence_transformers import (
+    read_dense_layers,
+    read_sentence_embedding,
+    write_sentence_embedding,
+)
 from bertforge.config import BertConfig, bert_config
 from bertforge.errors import CheckpointError, ConfigError, check_choice
 
@@ -227,6 +231,10 @@ class Pretrained:
         # How the checkpoint's publisher pools it into sentence vectors (sentence-transformers' modules.json),
         # which extract_features follows by default; None when the directory doesn't say.
         model.sentence_embedding = read_sentence_embedding(directory)
+        if not hasattr(model, "bert"):  # an encoder: its layout's projections of the pooled vector (LaBSE's)
+            dense = read_dense_layers(directory)
+            if dense:
+                model.sentence_dense = torch.nn.ModuleList(dense)
         if quantization is not None:
             if device is not None and device.type != "cpu":
                 raise ConfigError(f"device_map: {source} is int8, which runs on the CPU only")
@@ -439,7 +447,8 @@ class Pretrained:
         layout = getattr(self, "sentence_embedding", None)
         if layout is not None and layout.routes is None and (
                 not hasattr(self, "bert") or layout.splade and hasattr(self, "masked_lm")):
-            write_sentence_embedding(directory, layout, self.config.hidden_size, self.config.vocab_size)
+            write_sentence_embedding(directory, layout, self.config.hidden_size, self.config.vocab_size,
+                                     getattr(self, "sentence_dense", None) or ())
         return directory
 
 

@@ -1,6 +1,7 @@
 """The sentence-transformers layout: how a checkpoint's publisher turns token vectors into one sentence vector.
 
-modules.json lists the pipeline (Transformer -> Pooling -> Normalize); sentence_bert_config.json holds the
+modules.json lists the pipeline (Transformer -> Pooling -> Dense ... -> Normalize: Dense layers project the pooled
+vector, each from a folder of its own with its config.json and weights); sentence_bert_config.json holds the
 Transformer's max_seq_length (256 for all-MiniLM-L6-v2) and do_lower_case (sentence-transformers 6 keeps the length
 as the tokenizer's model_max_length instead); 1_Pooling/config.json the pooling mode, as "pooling_mode" or, before
 sentence-transformers 6, as one pooling_mode_* flag per mode, and whether a prompt's tokens are pooled
@@ -19,19 +20,22 @@ each module in a subfolder of its own.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bertforge.atomic import write_text_atomic
-from bertforge.errors import ConfigError, InputError
+from bertforge.checkpoint.hf_format import SAFETENSORS_FILE, read_state_dict, save_safetensors
+from bertforge.errors import CheckpointError, ConfigError, InputError
 from bertforge.validation import check_number
 
 MODULES_FILE = "modules.json"
 TRANSFORMER_CONFIG_FILE = "sentence_bert_config.json"
 SENTENCE_TRANSFORMERS_CONFIG_FILE = "config_sentence_transformers.json"
 POOLING_CONFIG_FILE = "config.json"
-ROUTER_CONFIG_FILE = "router_config.json"  # before sentence-transformers 5 (Asym): config.json
+ROUTER_CONFIG_FILE = "router_config.json"
+DENSE_CONFIG_FILE = "config.json"  # before sentence-transformers 5 (Asym): config.json
 # The pooling modes bertforge has (inference/features.py POOLINGS has the same names).
 SUPPORTED_POOLING_MODES = ("cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 # Before sentence-transformers 6: one flag per mode -> the mode's name.
@@ -170,10 +174,9 @@ def _prompts(path: Path) -> dict[str, Any]:
             "max_active_dims": active}
 
 
-def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
-    """The settings of a sentence-transformers checkpoint directory (None without modules.json); a module
-    bertforge can't run (Dense, a custom one) is a ConfigError naming it and the file."""
-    directory = Path(directory)
+def _layout(directory: Path) -> tuple[Path, Path, list] | None:
+    """The folder that holds a sentence-transformers layout, its modules.json and the modules it lists (None
+    without one)."""
     modules_path = directory / MODULES_FILE
     if not modules_path.is_file():
         # The layout of sentence-transformers before 1.0 keeps the model in a subfolder (0_Transformer/), which
@@ -185,9 +188,24 @@ def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
     modules = _read(modules_path)
     if not isinstance(modules, list):
         raise ConfigError(f"{modules_path}: expected a JSON list of modules")
+    return directory, modules_path, modules
+
+
+def _kind(module: Any) -> str | None:
+    return str(module.get("type", "")).rsplit(".", 1)[-1] if isinstance(module, dict) else None
+
+
+def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
+    """The settings of a sentence-transformers checkpoint directory (None without modules.json); a module
+    bertforge can't run (a custom one) is a ConfigError naming it and the file. Its Dense layers, which hold
+    weights, are read_dense_layers'."""
+    layout = _layout(Path(directory))
+    if layout is None:
+        return None
+    directory, modules_path, modules = layout
     settings: dict[str, Any] = {}
     for module in modules:
-        kind = str(module.get("type", "")).rsplit(".", 1)[-1] if isinstance(module, dict) else None
+        kind = _kind(module)
         folder = directory / str(module.get("path", "")) if isinstance(module, dict) else directory
         if kind in ("Transformer", "MLMTransformer"):
             settings |= _transformer(folder)
@@ -196,15 +214,68 @@ def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
             settings["include_prompt"] = _read(folder / POOLING_CONFIG_FILE).get("include_prompt", True) is not False
         elif kind == "SpladePooling":
             settings["splade"] = _splade(folder / POOLING_CONFIG_FILE)
+        elif kind == "Dense" and "pooling" in settings and "normalize" not in settings:
+            continue  # a projection of the pooled vector
+        elif kind == "Dense":
+            where = "after Normalize" if settings.get("normalize") else "on token vectors (before Pooling)"
+            raise ConfigError(f"{modules_path}: a Dense module {where} is not supported (bertforge projects the "
+                              f"pooled vector, before Normalize)")
         elif kind == "Normalize":
             settings["normalize"] = True
         elif kind in ("Router", "Asym"):
             settings |= _router(folder)
         else:
             raise ConfigError(f"{modules_path}: module {module.get('type') if isinstance(module, dict) else module!r}"
-                              f" is not supported (bertforge runs Transformer, Pooling, Normalize and SPLADE's "
-                              f"MLMTransformer and SpladePooling)")
+                              f" is not supported (bertforge runs Transformer, Pooling, Dense, Normalize and "
+                              f"SPLADE's MLMTransformer and SpladePooling)")
     return SentenceEmbedding(**settings, **_prompts(directory / SENTENCE_TRANSFORMERS_CONFIG_FILE))
+
+
+def read_dense_layers(directory: str | Path) -> list:
+    """The layout's Dense modules in order (inference/features.py's Dense), their weights loaded from their folders;
+    [] for none. Any problem with one is an error naming its file."""
+    from bertforge.inference.features import DEFAULT_DENSE_ACTIVATION, DENSE_ACTIVATIONS, Dense
+
+    layout = _layout(Path(directory))
+    layers = []
+    for module in layout[2] if layout is not None else []:
+        if _kind(module) != "Dense":
+            continue
+        folder = layout[0] / str(module.get("path", ""))
+        path = folder / DENSE_CONFIG_FILE
+        config = _read(path)
+        if not isinstance(config, dict):
+            raise ConfigError(f"{path}: expected a JSON object")
+        try:
+            for name in ("in_features", "out_features"):
+                check_number(name, config.get(name), minimum=1, integer=True)
+            for name in ("bias", "use_residual"):
+                if not isinstance(config.get(name, name == "bias"), bool):
+                    raise ConfigError(f"{name} must be true or false, got {config[name]!r}")
+            activation = config.get("activation_function", DEFAULT_DENSE_ACTIVATION)
+            if activation not in DENSE_ACTIVATIONS:
+                raise ConfigError(f"activation_function {activation!r} is not supported (bertforge runs "
+                                  f"{', '.join(name.rsplit('.', 1)[-1] for name in DENSE_ACTIVATIONS)})")
+            for name in ("module_input_name", "module_output_name"):
+                if config.get(name, "sentence_embedding") not in ("sentence_embedding", None):
+                    raise ConfigError(f"{name} {config[name]!r} is not supported (bertforge projects the "
+                                      f"sentence_embedding)")
+        except ConfigError as error:
+            raise ConfigError(f"{path}: {error}") from None
+        dense = Dense(config["in_features"], config["out_features"], config.get("bias", True), activation,
+                      config.get("use_residual", False))
+        state, source = read_state_dict(folder)
+        expected = dense.tensors()
+        if set(state) != set(expected):
+            raise CheckpointError(f"{source}: a Dense module's tensors are {', '.join(sorted(expected))}; this file "
+                                  f"holds {', '.join(sorted(state)) or 'none'}")
+        for name, tensor in expected.items():
+            if state[name].shape != tensor.shape:
+                raise CheckpointError(f"{source}: {name} is {tuple(state[name].shape)}; config.json says "
+                                      f"{tuple(tensor.shape)}")
+            tensor.data.copy_(state[name])
+        layers.append(dense)
+    return layers
 
 
 def _transformer(folder: Path) -> dict[str, Any]:
@@ -307,10 +378,11 @@ def transformer_folder(directory: str | Path) -> Path | None:
 
 
 def write_sentence_embedding(directory: str | Path, settings: SentenceEmbedding, hidden_size: int,
-                             vocab_size: int | None = None) -> None:
+                             vocab_size: int | None = None, dense: Sequence[Any] = ()) -> None:
     """Write the layout `read_sentence_embedding` reads, in the form every sentence-transformers version loads
     (one pooling_mode_* flag per mode; a SPLADE model's modules by their sentence-transformers 5 names), so that a
-    saved encoder pools as the one it was loaded from. `vocab_size`: a SPLADE model's width."""
+    saved encoder pools as the one it was loaded from. `vocab_size`: a SPLADE model's width; `dense`: the Dense
+    layers after its pooling (read_dense_layers'), each written to a folder of its own."""
     directory = Path(directory)
     if settings.splade is not None:
         pooling_folder, kinds = "1_SpladePooling", ("sparse_encoder.models.MLMTransformer",
@@ -321,7 +393,9 @@ def write_sentence_embedding(directory: str | Path, settings: SentenceEmbedding,
         pooling = {"word_embedding_dimension": hidden_size} | {
             flag: mode == settings.pooling for flag, mode in POOLING_MODE_FLAGS.items()} | {
             "include_prompt": settings.include_prompt}
-    modules = [("", kinds[0]), (pooling_folder, kinds[1])] + [("2_Normalize", "models.Normalize")] * settings.normalize
+    modules = [("", kinds[0]), (pooling_folder, kinds[1])] + [
+        (f"{2 + index}_Dense", "models.Dense") for index in range(len(dense))] + [
+        (f"{2 + len(dense)}_Normalize", "models.Normalize")] * settings.normalize
     listing = [{"idx": index, "name": str(index), "path": path, "type": f"sentence_transformers.{kind}"}
                for index, (path, kind) in enumerate(modules)]
     write_text_atomic(directory / MODULES_FILE, json.dumps(listing, indent=2) + "\n")
@@ -330,8 +404,17 @@ def write_sentence_embedding(directory: str | Path, settings: SentenceEmbedding,
                       json.dumps(_encoder_config(settings), indent=2) + "\n")
     (directory / pooling_folder).mkdir(exist_ok=True)
     write_text_atomic(directory / pooling_folder / POOLING_CONFIG_FILE, json.dumps(pooling, indent=2) + "\n")
+    for index, layer in enumerate(dense):
+        folder = directory / f"{2 + index}_Dense"
+        folder.mkdir(exist_ok=True)
+        config = {"in_features": layer.in_features, "out_features": layer.out_features,
+                  "bias": layer.bias is not None, "activation_function": layer.activation} | (
+            {"use_residual": True} if layer.use_residual else {})
+        write_text_atomic(folder / DENSE_CONFIG_FILE, json.dumps(config, indent=2) + "\n")
+        save_safetensors({name: tensor.detach().float().contiguous().cpu() for name, tensor in layer.tensors().items()},
+                         folder / SAFETENSORS_FILE)
     if settings.normalize:
-        (directory / "2_Normalize").mkdir(exist_ok=True)
+        (directory / f"{2 + len(dense)}_Normalize").mkdir(exist_ok=True)
 
 
 def _encoder_config(settings: SentenceEmbedding) -> dict[str, Any]:

@@ -111,6 +111,79 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str = "mea
     return POOLINGS[pooling](hidden, attention_mask)
 
 
+# The activations of sentence-transformers' Dense, by the class name its config.json gives (torch's modules only, as
+# sentence-transformers itself loads without trusting the folder's code); absent: Tanh, its default.
+DENSE_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "torch.nn.modules.activation.Tanh": torch.tanh,
+    "torch.nn.modules.linear.Identity": lambda x: x,
+    "torch.nn.modules.activation.ReLU": F.relu,
+    "torch.nn.modules.activation.GELU": F.gelu,
+    "torch.nn.modules.activation.Sigmoid": torch.sigmoid,
+    "torch.nn.modules.activation.SiLU": F.silu,
+}
+DEFAULT_DENSE_ACTIVATION = "torch.nn.modules.activation.Tanh"
+
+
+class Dense(nn.Module):
+    """sentence-transformers' Dense after pooling: activation(W v + b), plus v (or a projection of it: `residual`)
+    with use_residual. LaBSE projects its [CLS] vector so before normalising.
+
+    Its tensors belong to the sentence-transformers layout (its own folder, 2_Dense/, in sentence-transformers'
+    names: linear.weight, ...), not to the BERT checkpoint: the encoder's state dict leaves them out, and
+    save_pretrained writes them with the layout (checkpoint/sentence_transformers.py)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 activation: str = DEFAULT_DENSE_ACTIVATION, use_residual: bool = False):
+        super().__init__()
+        check_choice(activation, DENSE_ACTIVATIONS, "Dense activation_function")
+        self.activation, self.use_residual = activation, use_residual
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        # a residual between widths goes through a projection of its own, without bias
+        self.residual = nn.Parameter(torch.empty(out_features, in_features)) \
+            if use_residual and in_features != out_features else None
+
+    @property
+    def in_features(self) -> int:
+        return self.weight.shape[1]
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[0]
+
+    def get_embedding_dimension(self) -> int:  # sentence-transformers' name (get_sentence_embedding_dimension: 5's)
+        return self.out_features
+
+    get_sentence_embedding_dimension = get_embedding_dimension
+
+    def forward(self, vectors: torch.Tensor) -> torch.Tensor:
+        """(texts, in_features) -> (texts, out_features)."""
+        vectors = vectors.to(self.weight)
+        out = DENSE_ACTIVATIONS[self.activation](F.linear(vectors, self.weight, self.bias))
+        if self.use_residual:
+            out = out + (vectors if self.residual is None else F.linear(vectors, self.residual))
+        return out
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Its tensors in sentence-transformers' names."""
+        return {"linear.weight": self.weight} | ({} if self.bias is None else {"linear.bias": self.bias}) | (
+            {} if self.residual is None else {"residual.weight": self.residual})
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        pass  # the layout's, not the checkpoint's (see the class docstring)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args):
+        pass
+
+
+def after_pooling(model: nn.Module, vectors: torch.Tensor, normalize: bool) -> torch.Tensor:
+    """What the model's layout does to pooled vectors: its Dense layers (`model.sentence_dense`, from
+    sentence-transformers' Dense modules), then unit length where `normalize`; on the vectors' own device."""
+    for dense in getattr(model, "sentence_dense", None) or ():
+        vectors = dense(vectors).to(vectors.device)
+    return F.normalize(vectors, dim=-1) if normalize else vectors
+
+
 def pooling_mask(attention_mask: torch.Tensor, left_out: int | Sequence[int]) -> torch.Tensor:
     """The attention mask with each row's first `left_out` positions 0 (one count, or one per row): [CLS] and a
     prompt's tokens, which a layout with include_prompt false doesn't pool (see `prompt_length`)."""
@@ -240,7 +313,8 @@ def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last
         texts = [texts]
     if not texts:  # as wide as the recipe makes a vector (concat_last_four: 4 x hidden)
         config = model.config
-        return LAYER_COMBINATIONS[layers]([torch.empty(0, config.hidden_size)] * (config.num_hidden_layers + 1))
+        empty = LAYER_COMBINATIONS[layers]([torch.empty(0, config.hidden_size)] * (config.num_hidden_layers + 1))
+        return after_pooling(model, empty, False) if layers == "last" else empty
     rows, text_index, left_out = [], [], []
     prompt = settings.prompt(prompt_name, prompt)
     skipped = prompt_length(tokenizer, settings, prompt)
@@ -258,7 +332,9 @@ def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last
         for i, vector in zip(indices, pool(hidden, mask, pooling)):
             pooled[i] = vector
     vectors = combine_windows(pooled, [len(row["input_ids"]) for row in rows], text_index, len(texts))
-    return F.normalize(vectors, dim=-1) if normalize else vectors
+    if layers != "last":  # the layout's Dense layers read its own token vectors pooled, no other recipe's
+        return F.normalize(vectors, dim=-1) if normalize else vectors
+    return after_pooling(model, vectors, normalize)
 
 
 def combine_windows(pooled: Sequence[torch.Tensor], weights: Sequence[int], text_index: Sequence[int],

@@ -19,7 +19,14 @@ from bertforge.batching import length_sorted_batches
 from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, read_sentence_embedding
 from bertforge.errors import ConfigError, InputError, check_choice
-from bertforge.inference.features import embedding_texts, extract_features, pool, pooling_mask, sentence_embedding
+from bertforge.inference.features import (
+    after_pooling,
+    embedding_texts,
+    extract_features,
+    pool,
+    pooling_mask,
+    sentence_embedding,
+)
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_modules import modules_of
 from bertforge.inference.similarity import SIMILARITIES, as_matrix
@@ -355,13 +362,14 @@ class SentenceEncoder(PoolMethods, TextEncoder):
         mask = inputs["attention_mask"]
         if not self.settings.include_prompt and "prompt_length" in features:  # sentence-transformers' trainer's
             mask = pooling_mask(mask, int(torch.as_tensor(features["prompt_length"]).reshape(-1)[0]))
-        vectors = pool(states, mask, self.settings.pooling)
-        return dict(features) | {"token_embeddings": states, "sentence_embedding": F.normalize(
-            vectors, dim=-1) if self.settings.normalize else vectors}
+        vectors = after_pooling(self.model, pool(states, mask, self.settings.pooling), self.settings.normalize)
+        return dict(features) | {"token_embeddings": states, "sentence_embedding": vectors}
 
     def get_embedding_dimension(self) -> int:
         """Dimensions encode gives (sentence-transformers 6.2's name; get_sentence_embedding_dimension before)."""
-        return min(self.model.config.hidden_size, self.truncate_dim or self.model.config.hidden_size)
+        dense = getattr(self.model, "sentence_dense", None)
+        width = dense[-1].out_features if dense else self.model.config.hidden_size
+        return min(width, self.truncate_dim or width)
 
     get_sentence_embedding_dimension = get_embedding_dimension
 

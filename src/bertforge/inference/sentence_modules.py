@@ -1,6 +1,7 @@
-"""A SentenceEncoder seen as sentence-transformers' list of modules (Transformer, Pooling, Normalize), for code that
-reaches into it: `model[0].auto_model` (to wrap the BERT model, e.g. in LoRA adapters), `model[0].tokenizer`,
-`model[1].pooling_mode`. Each is a view: reading or setting through it reads or changes the encoder itself."""
+"""A SentenceEncoder seen as sentence-transformers' list of modules (Transformer, Pooling, Dense, Normalize), for
+code that reaches into it: `model[0].auto_model` (to wrap the BERT model, e.g. in LoRA adapters),
+`model[0].tokenizer`, `model[1].pooling_mode`. Each is a view: reading or setting through it reads or changes the
+encoder itself (a Dense layer is the encoder's own module)."""
 
 from __future__ import annotations
 
@@ -29,9 +30,11 @@ class Transformer(EncoderView):
     def auto_model(self, model: nn.Module) -> None:
         """A wrapped model (peft's get_peft_model(model[0].auto_model, ...)) takes the encoder's place, keeping
         how texts become vectors."""
-        settings = self._encoder.settings
+        settings, dense = self._encoder.settings, getattr(self._encoder.model, "sentence_dense", None)
         self._encoder.model = model
         self._encoder.model.sentence_embedding = settings
+        if dense is not None:
+            self._encoder.model.sentence_dense = dense
 
     model = auto_model
 
@@ -111,6 +114,8 @@ class Normalize(EncoderView):
         return "Normalize()"
 
 
-def modules_of(encoder: Any) -> list[Transformer | Pooling | Normalize]:
-    """The encoder's modules in sentence-transformers' order, Normalize only where its layout normalises."""
-    return [Transformer(encoder), Pooling(encoder)] + ([Normalize(encoder)] if encoder.settings.normalize else [])
+def modules_of(encoder: Any) -> list[Any]:
+    """The encoder's modules in sentence-transformers' order: its Dense layers themselves (features.Dense) where
+    its layout has them, Normalize only where it normalises."""
+    return [Transformer(encoder), Pooling(encoder), *(getattr(encoder.model, "sentence_dense", None) or ())] + (
+        [Normalize(encoder)] if encoder.settings.normalize else [])

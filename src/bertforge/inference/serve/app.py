@@ -32,7 +32,14 @@ from bertforge.inference.attention_view import (
     encode_for_attention,
     render_attention_map,
 )
-from bertforge.inference.features import embedding_texts, pool, pooling_mask, prompt_length, sentence_embedding
+from bertforge.inference.features import (
+    after_pooling,
+    embedding_texts,
+    pool,
+    pooling_mask,
+    prompt_length,
+    sentence_embedding,
+)
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.inference.serve.batcher import Job, MicroBatcher, QueueFull
 from bertforge.inference.serve.docs import render_docs
@@ -83,8 +90,8 @@ def pooled_vectors(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor
     vectors = []
     for job, (states,) in zip(jobs, hidden):  # states: (seq, hidden), this row's real tokens only
         mask = pooling_mask(torch.ones(1, len(states), dtype=torch.long), job.options["left_out"])
-        vector = pool(states[None], mask, job.options["pooling"])[0]
-        vectors.append(F.normalize(vector, dim=-1) if job.options["normalize"] else vector)
+        vector = pool(states[None], mask, job.options["pooling"])
+        vectors.append(after_pooling(encoder_of(model), vector, job.options["normalize"])[0])
     return vectors
 
 
