@@ -189,7 +189,7 @@ def test_no_pairs_as_sentence_transformers(reranker, reranker_reference):
 
 
 @pytest.mark.parametrize("folder, activation", [("reranker_dir", nn.Tanh()), ("reranker_dir", nn.Identity()),
-                                                ("nli_dir", None)])
+                                                ("nli_dir", None), ("nli_dir", nn.Softmax(dim=-1))])
 def test_saved_folder_loads_in_sentence_transformers(request, tmp_path, sentence_pairs, folder, activation):
     scorer = CrossEncoder(request.getfixturevalue(folder), max_length=96, activation_fn=activation)
     scorer.save(tmp_path / "saved")

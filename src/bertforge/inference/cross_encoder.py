@@ -41,8 +41,10 @@ from bertforge.tasks.data import forward_rows
 from bertforge.validation import check_counts
 
 # The activations a saved cross-encoder may name, by class; sentence-transformers writes the class's full path
-# (torch.nn.modules.activation.Sigmoid) and also reads the short one (torch.nn.Sigmoid).
-SCORE_ACTIVATIONS: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in (nn.Sigmoid, nn.Identity, nn.Tanh)}
+# (torch.nn.modules.activation.Sigmoid) and also reads the short one (torch.nn.Sigmoid). Softmax is over the labels,
+# where sentence-transformers' Softmax() finds that dimension by itself.
+SCORE_ACTIVATIONS: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in (nn.Sigmoid, nn.Identity, nn.Tanh,
+                                                                               nn.Softmax)}
 # config.json's keys for the activation: sentence-transformers 4 and later, and before 4.
 SETTINGS_KEY, OLD_ACTIVATION_KEY = "sentence_transformers", "sbert_ce_default_activation_function"
 
@@ -63,7 +65,7 @@ def activation_from_path(path: Any, source: str) -> nn.Module:
     if kind is None or path not in (f"{kind.__module__}.{name}", f"torch.nn.{name}"):
         raise ConfigError(f"{source}: activation_fn {path!r} is not supported; choose from "
                           f"{', '.join(f'torch.nn.{name}' for name in SCORE_ACTIVATIONS)}")
-    return kind()
+    return kind(dim=-1) if kind is nn.Softmax else kind()
 
 
 def _cross_encoder_layout(directory: Path) -> dict[str, Any]:
