@@ -153,7 +153,7 @@ def test_health_describes_the_model_and_limits(encoder_server):
     assert body["limits"]["max_texts"] == 8 and body["limits"]["max_length"] == 64  # the model's positions
 
 
-@pytest.mark.parametrize("pooling", ["cls", "mean", "max"])
+@pytest.mark.parametrize("pooling", ["cls", "mean", "max", "lasttoken"])
 @pytest.mark.parametrize("normalize", [False, True])
 def test_embed_equals_extract_features(encoder_server, pooling, normalize):
     status, body, _ = encoder_server.request("/embed", {"texts": TEXTS, "pooling": pooling, "normalize": normalize})
@@ -476,6 +476,7 @@ def test_settings_are_validated():
         ServeSettings(long_text="ignore")
     with pytest.raises(BertforgeError, match=r"unknown pooling \['mean'\]; choose from cls, mean, max, .*, splade"):
         ServeSettings(pooling=["mean"])
+    assert ServeSettings(pooling="last-token").pooling == "lasttoken"  # text-embeddings-inference's spelling
     with pytest.raises(BertforgeError, match="max_queue"):
         ServeSettings(max_queue=0)
     with pytest.raises(BertforgeError, match="read_timeout"):

@@ -10,8 +10,10 @@ from bertforge.inference.features import POOLINGS
 from bertforge.validation import check_number
 
 LONG_TEXT_POLICIES = ("truncate", "refuse")
+# text-embeddings-inference's spellings of poolings bertforge names otherwise (its --pooling last-token)
+TEI_POOLINGS = {"last-token": "lasttoken"}
 # An encoder's pooling for the whole server (text-embeddings-inference's --pooling): a dense one, or SPLADE.
-SERVER_POOLINGS = (*POOLINGS, "splade")
+SERVER_POOLINGS = (*POOLINGS, *TEI_POOLINGS, "splade")
 API_KEY_VARIABLE = "BERTFORGE_API_KEY"  # where `bertforge serve` reads the API key when --api-key isn't given
 # A text waits for company at most this long: a minute is already far past any client's patience, and 1e308 ms
 # overflowed the worker's timed wait (threading's timeouts end at about 292 years).
@@ -48,6 +50,7 @@ class ServeSettings:
             check_number(name, getattr(self, name), minimum=0, exclusive=True)
         if self.pooling is not None:
             check_choice(self.pooling, SERVER_POOLINGS, "pooling")
+            self.pooling = TEI_POOLINGS.get(self.pooling, self.pooling)
         check_choice(self.long_text, LONG_TEXT_POLICIES, "long_text")
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
             raise ConfigError("the API key is empty or not text; give a key or none")
