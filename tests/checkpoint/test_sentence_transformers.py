@@ -709,3 +709,44 @@ def test_the_encoder_is_indexed_as_sentence_transformers_modules(long_texts, min
     assert cosines(wrapped, SentenceEncoder(minilm_dir).encode(list(texts))).min() < 0.999  # the adapters act
     trainable = [name for name, parameter in ours.named_parameters() if parameter.requires_grad]
     assert trainable and all("lora_" in name for name in trainable)
+
+
+def test_sentence_transformers_trainer_trains_the_encoder_as_sentence_transformer(minilm_dir, data_dir, tmp_path):
+    """SentenceTransformerTrainer, sentence-transformers' way to train since v3 (its datasets, loss, arguments and
+    model card), trains SentenceEncoder as SentenceTransformer on MRPC paraphrases: the same losses step by step
+    (dropout set to 0 in both, so that neither draws), the same vectors afterwards, and save_model writes a folder
+    both load."""
+    import csv
+
+    datasets = pytest.importorskip("datasets")
+    from bertforge import SentenceEncoder
+
+    losses_module = importlib.import_module("sentence_transformers.losses")
+    with open(data_dir / "mrpc" / "train.tsv", encoding="utf-8-sig") as handle:
+        pairs = [(row["#1 String"], row["#2 String"]) for row in csv.DictReader(handle, delimiter="\t",
+                                                                                quoting=csv.QUOTE_NONE)
+                 if row["Quality"] == "1"][:48]
+    data = datasets.Dataset.from_dict({"anchor": [a for a, _ in pairs], "positive": [b for _, b in pairs]})
+    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    models = {"ours": SentenceEncoder(minilm_dir, config_kwargs=no_dropout),
+              "theirs": sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu",
+                                                                 config_kwargs=no_dropout)}
+    losses = {}
+    for name, model in models.items():
+        arguments = sentence_transformers.SentenceTransformerTrainingArguments(
+            output_dir=str(tmp_path / name), num_train_epochs=1, per_device_train_batch_size=16, learning_rate=1e-4,
+            logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=0)
+        trainer = sentence_transformers.SentenceTransformerTrainer(
+            model=model, args=arguments, train_dataset=data, loss=losses_module.MultipleNegativesRankingLoss(model))
+        trainer.train()
+        losses[name] = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        trainer.save_model(str(tmp_path / name / "final"))
+    assert len(losses["ours"]) == 3 and losses["ours"][-1] < losses["ours"][0]
+    torch.testing.assert_close(torch.tensor(losses["ours"]), torch.tensor(losses["theirs"]), atol=1e-4, rtol=0)
+    texts = [first for first, _ in pairs[:4]]
+    expected = models["theirs"].encode(texts)
+    assert cosines(models["ours"].encode(texts), expected).min() > 0.9999
+    assert models["ours"].model_card_data.model is models["ours"]  # the trainer recorded on sentence-transformers' card
+    saved = sentence_transformers.SentenceTransformer(str(tmp_path / "ours" / "final"), device="cpu")
+    assert cosines(saved.encode(texts), expected).min() > 0.9999
+    assert cosines(SentenceEncoder(tmp_path / "ours" / "final").encode(texts), expected).min() > 0.9999

@@ -31,7 +31,7 @@ from bertforge.config import architectures_of, read_json_object
 from bertforge.errors import ConfigError, InputError
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_encoder import (
-    EvaluationRecord,
+    ModelCardData,
     check_construction_options,
     evaluate_as_sentence_transformers,
     fit_as_sentence_transformers,
@@ -93,6 +93,8 @@ class CrossEncoder(PoolMethods, nn.Module):
     (2,)
     """
 
+    model_card_data = ModelCardData("CrossEncoderModelCardData")
+
     def __init__(self, model_name_or_path: str | Path | nn.Module | None = None, num_labels: Any = None,
                  max_length: int | None = None, activation_fn: Callable | None = None,
                  device: str | torch.device | None = None, *, tokenizer: Any = None,
@@ -148,7 +150,8 @@ class CrossEncoder(PoolMethods, nn.Module):
                                                       **(tokenizer_kwargs or {}) | (processor_kwargs or {}))
             layout = _cross_encoder_layout(directory)
         self.model, self.tokenizer = model.eval(), tokenizer
-        self.model_card_data = EvaluationRecord()  # sentence-transformers' evaluators leave their metrics here
+        if hub_options.get("model_card_data") is not None:
+            self.model_card_data = hub_options["model_card_data"]
         if max_length is None:
             max_length = layout.get("max_seq_length") or min(tokenizer.model_max_length,
                                                              model.config.max_position_embeddings)

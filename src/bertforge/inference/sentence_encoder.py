@@ -5,6 +5,7 @@ max_seq_length, normalisation, prompts, similarity function)."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +26,7 @@ from bertforge.inference.features import (
     extract_features,
     pool,
     pooling_mask,
+    prompt_length,
     sentence_embedding,
 )
 from bertforge.inference.process_pool import PoolMethods
@@ -78,12 +80,43 @@ class EvaluationRecord:
         self.eval_results_dict[evaluator] = dict(metrics)
 
 
+class ModelCardData:
+    """A model's `model_card_data`, where sentence-transformers' evaluators and trainer record what they did: an
+    EvaluationRecord, or the card data sentence-transformers' own model of the same kind keeps (`class_name`: its
+    trainer writes tags, losses, datasets and logs there) once sentence-transformers' code is loaded, the code that
+    asks; bertforge never imports it. A card data object given (`model_card_data=`) is used as it is."""
+
+    def __init__(self, class_name: str):
+        self.class_name = class_name
+
+    def __get__(self, owner: nn.Module | None, kind: type | None = None) -> Any:
+        if owner is None:
+            return self
+        record = owner.__dict__.get("_model_card_data")
+        library = sys.modules.get("sentence_transformers")
+        card_class = getattr(library, self.class_name, None) if library is not None else None
+        if card_class is not None and (record is None or isinstance(record, EvaluationRecord)):
+            card = card_class()
+            card.eval_results_dict.update(record.eval_results_dict if record is not None else {})
+            self.__set__(owner, card)
+            return card
+        if record is None:
+            record = owner.__dict__["_model_card_data"] = EvaluationRecord()
+        return record
+
+    def __set__(self, owner: nn.Module, card: Any) -> None:
+        owner.__dict__["_model_card_data"] = card
+        if hasattr(card, "register_model"):  # sentence-transformers' card data reads the model it describes
+            card.register_model(owner)
+
+
 class TextEncoder(nn.Module):
     """What sentence-transformers' dense and sparse encoders share: loading a checkpoint with its layout (prompts,
     max_seq_length, similarity function), tokenizing, prompts by role, saving, and comparing what `encode` gives.
     SentenceEncoder and SparseEncoder (inference/sparse_encoder.py) say how texts become vectors."""
 
     SUPPORTED_SIMILARITY_FN_NAMES = tuple(SIMILARITIES)
+    model_card_data = ModelCardData("SentenceTransformerModelCardData")
     DEFAULT_SIMILARITY = "cosine"  # similarity_fn_name when the checkpoint names none
 
     def __init__(self, model_name_or_path: str | Path | nn.Module | None = None, tokenizer: Any = None, *,
@@ -115,7 +148,8 @@ class TextEncoder(nn.Module):
             tokenizer = BertTokenizer.from_pretrained(name_or_path, **place, **(tokenizer_kwargs or {}),
                                                       **(processor_kwargs or {}))
         self.model, self.tokenizer = model.eval(), tokenizer
-        self.model_card_data = EvaluationRecord()
+        if hub_options.get("model_card_data") is not None:
+            self.model_card_data = hub_options["model_card_data"]
         self.check_layout()
         if prompts or default_prompt_name:
             self._change(prompts=self.settings.prompts | (prompts or {}),
@@ -211,15 +245,19 @@ class TextEncoder(nn.Module):
         return dict(self.tokenizer(*columns, padding=True, truncation=True, max_length=self.max_seq_length,
                                    return_tensors="pt"))
 
-    def preprocess(self, inputs: Sequence[str] | Sequence[tuple[str, str]], prompt: str | None = None
-                   ) -> dict[str, torch.Tensor]:
-        """sentence-transformers 6's name for tokenize; `prompt` goes before each text (a pair's first)."""
+    def preprocess(self, inputs: Sequence[str] | Sequence[tuple[str, str]], prompt: str | None = None,
+                   task: str | None = None) -> dict[str, torch.Tensor]:
+        """sentence-transformers 6's name for tokenize; `prompt` goes before each text (a pair's first), and where
+        the layout pools without it, `prompt_length` says how many first tokens to leave out. `task` names a
+        Router's route, which a dense encoder has none of."""
         if not inputs:
             return {}
         if prompt:
             inputs = [(prompt + item[0], *item[1:]) if isinstance(item, tuple | list) else prompt + item
                       for item in inputs]
-        return self.tokenize(inputs)
+        features = self.tokenize(inputs)
+        left_out = prompt_length(self.tokenizer, self.settings, prompt or "")
+        return features | ({"prompt_length": left_out} if left_out else {})
 
     def evaluate(self, evaluator: Callable, output_path: str | Path | None = None) -> Any:
         """sentence-transformers' evaluate (its evaluators score this model as their own)."""
@@ -227,6 +265,11 @@ class TextEncoder(nn.Module):
 
     def get_backend(self) -> str:
         return "torch"
+
+    @property
+    def modalities(self) -> list[str]:
+        """What it encodes (sentence-transformers 6, whose models may also take images or audio): text."""
+        return ["text"]
 
     @property
     def transformers_model(self) -> nn.Module:

@@ -28,7 +28,7 @@ from bertforge.config import read_json_object
 from bertforge.errors import ConfigError, InputError
 from bertforge.inference.features import embedding_texts
 from bertforge.inference.process_pool import PoolMethods
-from bertforge.inference.sentence_encoder import TextEncoder
+from bertforge.inference.sentence_encoder import ModelCardData, TextEncoder
 from bertforge.tokenizer.files import CONFIG_FILE as TOKENIZER_CONFIG_FILE
 from bertforge.tokenizer.files import NO_LENGTH_LIMIT, means_no_limit
 from bertforge.validation import check_counts
@@ -186,6 +186,8 @@ class SparseEncoder(PoolMethods, TextEncoder):
     >>> encoder.decode(encoder.encode("The cat sat on the mat."), top_k=3)
     [('mat', 2.37), ('cat', 2.30), ('sat', 1.96)]
     """
+
+    model_card_data = ModelCardData("SparseEncoderModelCardData")
 
     DEFAULT_SIMILARITY = "dot"
 
