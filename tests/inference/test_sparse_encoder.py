@@ -615,3 +615,34 @@ def test_a_multi_process_pool_gives_what_one_process_gives(inference_free_dir, s
     assert_same_vectors(documents, encoder.encode_document(texts))
     assert_same_vectors(queries, encoder.encode_query(questions, max_active_dims=4))
     assert_same_vectors(encoder.encode(texts[:4], device=["cpu", "cpu"]), encoder.encode(texts[:4]))
+
+
+def test_sparse_encoder_trainer_trains_it_as_sentence_transformers(splade_dir, squad_pairs, tmp_path):
+    """SparseEncoderTrainer with a SpladeLoss trains SparseEncoder as sentence-transformers' own SparseEncoder on
+    SQuAD question-paragraph pairs: the same losses step by step (dropout set to 0 in both, so that neither draws)
+    and the same vectors afterwards."""
+    datasets = pytest.importorskip("datasets")
+    from sentence_transformers.sparse_encoder import SparseEncoderTrainer, SparseEncoderTrainingArguments
+    from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss, SpladeLoss
+
+    pairs = squad_pairs[:24]
+    data = datasets.Dataset.from_dict({"query": [q for q, _ in pairs], "document": [p for _, p in pairs]})
+    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    models = {"ours": SparseEncoder(splade_dir, config_kwargs=no_dropout),
+              "theirs": sentence_transformers.SparseEncoder(str(splade_dir), device="cpu", config_kwargs=no_dropout)}
+    losses = {}
+    for name, model in models.items():
+        model.max_seq_length = 64
+        arguments = SparseEncoderTrainingArguments(
+            output_dir=str(tmp_path / name), num_train_epochs=1, per_device_train_batch_size=8, learning_rate=2e-5,
+            logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=0)
+        loss = SpladeLoss(model, SparseMultipleNegativesRankingLoss(model), query_regularizer_weight=5e-5,
+                          document_regularizer_weight=3e-5)
+        trainer = SparseEncoderTrainer(model=model, args=arguments, train_dataset=data, loss=loss)
+        trainer.train()
+        losses[name] = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses["ours"]) == 3
+    torch.testing.assert_close(torch.tensor(losses["ours"]), torch.tensor(losses["theirs"]), atol=1e-3, rtol=1e-4)
+    questions = [question for question, _ in pairs[:4]]
+    assert_same_vectors(dense(models["ours"].encode(questions)), dense(models["theirs"].encode(questions)))
+    assert [type(module).__name__ for module in models["ours"]] == ["Transformer", "SpladePooling"]

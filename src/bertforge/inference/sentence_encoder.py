@@ -263,6 +263,22 @@ class TextEncoder(nn.Module):
         """sentence-transformers' evaluate (its evaluators score this model as their own)."""
         return evaluate_as_sentence_transformers(self, evaluator, output_path)
 
+    # sentence-transformers' list of modules (inference/sentence_modules.py)
+    def __getitem__(self, index: int) -> Any:
+        return modules_of(self)[index]
+
+    def __len__(self) -> int:
+        return len(modules_of(self))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(modules_of(self))
+
+    def _first_module(self) -> Any:
+        return self[0]
+
+    def _last_module(self) -> Any:
+        return self[-1]
+
     def get_backend(self) -> str:
         return "torch"
 
@@ -429,21 +445,6 @@ class SentenceEncoder(PoolMethods, TextEncoder):
 
     # sentence-transformers' module list, as views onto this encoder (inference/sentence_modules.py):
     # model[0].auto_model, model[0].tokenizer, model[1].pooling_mode, len(model).
-    def __getitem__(self, index: int) -> Any:
-        return modules_of(self)[index]
-
-    def __len__(self) -> int:
-        return len(modules_of(self))
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(modules_of(self))
-
-    def _first_module(self) -> Any:
-        return self[0]
-
-    def _last_module(self) -> Any:
-        return self[-1]
-
     def encode(self, sentences: str | Sequence[str] | None = None, prompt_name: str | None = None,
                prompt: str | None = None, batch_size: int = 32, show_progress_bar: bool | None = None,
                output_value: str | None = "sentence_embedding", precision: str | None = "float32",

@@ -107,6 +107,31 @@ class Pooling(EncoderView):
                 f"{self.pooling_mode!r}, 'include_prompt': {self.include_prompt}}})")
 
 
+class SpladePooling(EncoderView):
+    """A sparse encoder's model[1]: how the masked-LM logits become one weight per vocabulary entry."""
+
+    @property
+    def pooling_strategy(self) -> str:
+        return self._encoder.settings.splade.strategy
+
+    @property
+    def activation_function(self) -> str:
+        return self._encoder.settings.splade.activation
+
+    @property
+    def word_embedding_dimension(self) -> int:
+        return self._encoder.model.config.vocab_size
+
+    def get_embedding_dimension(self) -> int:
+        return self.word_embedding_dimension
+
+    get_sentence_embedding_dimension = get_embedding_dimension
+
+    def __repr__(self) -> str:
+        return (f"SpladePooling({{'pooling_strategy': {self.pooling_strategy!r}, 'activation_function': "
+                f"{self.activation_function!r}, 'word_embedding_dimension': {self.word_embedding_dimension}}})")
+
+
 class Normalize(EncoderView):
     """model[2], where the layout normalises: each vector scaled to unit length."""
 
@@ -116,6 +141,8 @@ class Normalize(EncoderView):
 
 def modules_of(encoder: Any) -> list[Any]:
     """The encoder's modules in sentence-transformers' order: its Dense layers themselves (features.Dense) where
-    its layout has them, Normalize only where it normalises."""
+    its layout has them, Normalize only where it normalises; a sparse encoder's masked-LM model and SpladePooling."""
+    if encoder.settings.splade is not None:
+        return [Transformer(encoder), SpladePooling(encoder)]
     return [Transformer(encoder), Pooling(encoder), *(getattr(encoder.model, "sentence_dense", None) or ())] + (
         [Normalize(encoder)] if encoder.settings.normalize else [])
