@@ -160,6 +160,11 @@ def in_our_names(state: Mapping[str, torch.Tensor], model: torch.nn.Module) -> M
     return {from_hf(name): tensor for name, tensor in state.items() if not IGNORED_HF_KEYS.search(name)}
 
 
+# Where an encoder keeps its sentence-transformers layout's Dense layers (inference/features.py's Dense): tensors of
+# the layout, which save_pretrained writes in their own folders, not in the BERT checkpoint.
+DENSE_PREFIX = "sentence_dense."
+
+
 class Pretrained:
     """Mixin for models built from a BertConfig: load and save the ecosystem's checkpoint directory."""
 
@@ -252,7 +257,11 @@ class Pretrained:
     def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True, assign: bool = False):
         """nn.Module.load_state_dict, which also takes a state dict in transformers' names (`model.load_state_dict(
         transformers_model.state_dict())`, or torch.load of a pytorch_model.bin), as from_pretrained reads them."""
-        return super().load_state_dict(in_our_names(state_dict, self), strict=strict, assign=assign)
+        state = in_our_names(state_dict, self)
+        if not any(name.startswith(DENSE_PREFIX) for name in state):  # a BERT checkpoint's: the layout's Dense stays
+            state = dict(state) | {name: tensor for name, tensor in self.state_dict().items()
+                                   if name.startswith(DENSE_PREFIX)}
+        return super().load_state_dict(state, strict=strict, assign=assign)
 
     def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None, every_n_layers: int = 1,
                                       offload: bool = False) -> None:
@@ -435,7 +444,8 @@ class Pretrained:
         if not is_main_process:
             return directory
         directory.mkdir(parents=True, exist_ok=True)
-        state = {to_hf(name): tensor for name, tensor in (state_dict or self.state_dict()).items()}
+        state = {to_hf(name): tensor for name, tensor in (state_dict or self.state_dict()).items()
+                 if not name.startswith(DENSE_PREFIX)}  # the layout's Dense layers: written with the layout
         for copy, original in TIED_HF_KEYS.items():
             if copy.rsplit(".", 1)[0] + ".weight" in state and copy not in state and original in state:
                 state[copy] = state[original].clone()  # an untied decoder's bias, where transformers 5 reads it

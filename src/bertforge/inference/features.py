@@ -129,8 +129,8 @@ class Dense(nn.Module):
     with use_residual. LaBSE projects its [CLS] vector so before normalising.
 
     Its tensors belong to the sentence-transformers layout (its own folder, 2_Dense/, in sentence-transformers'
-    names: linear.weight, ...), not to the BERT checkpoint: the encoder's state dict leaves them out, and
-    save_pretrained writes them with the layout (checkpoint/sentence_transformers.py)."""
+    names: linear.weight, ...), not to the BERT checkpoint: save_pretrained writes them with the layout
+    (checkpoint/sentence_transformers.py), and a BERT state dict loaded into the encoder leaves them as they are."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  activation: str = DEFAULT_DENSE_ACTIVATION, use_residual: bool = False):
@@ -168,12 +168,6 @@ class Dense(nn.Module):
         """Its tensors in sentence-transformers' names."""
         return {"linear.weight": self.weight} | ({} if self.bias is None else {"linear.bias": self.bias}) | (
             {} if self.residual is None else {"residual.weight": self.residual})
-
-    def _save_to_state_dict(self, destination, prefix, keep_vars):
-        pass  # the layout's, not the checkpoint's (see the class docstring)
-
-    def _load_from_state_dict(self, state_dict, prefix, *args):
-        pass
 
 
 def after_pooling(model: nn.Module, vectors: torch.Tensor, normalize: bool) -> torch.Tensor:
