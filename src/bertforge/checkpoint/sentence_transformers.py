@@ -34,8 +34,8 @@ MODULES_FILE = "modules.json"
 TRANSFORMER_CONFIG_FILE = "sentence_bert_config.json"
 SENTENCE_TRANSFORMERS_CONFIG_FILE = "config_sentence_transformers.json"
 POOLING_CONFIG_FILE = "config.json"
-ROUTER_CONFIG_FILE = "router_config.json"
-DENSE_CONFIG_FILE = "config.json"  # before sentence-transformers 5 (Asym): config.json
+ROUTER_CONFIG_FILE = "router_config.json"  # before sentence-transformers 5 (Asym): config.json
+DENSE_CONFIG_FILE = "config.json"
 # The pooling modes bertforge has (inference/features.py POOLINGS has the same names).
 SUPPORTED_POOLING_MODES = ("cls", "mean", "max", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 # Before sentence-transformers 6: one flag per mode -> the mode's name.
@@ -393,9 +393,10 @@ def write_sentence_embedding(directory: str | Path, settings: SentenceEmbedding,
         pooling = {"word_embedding_dimension": hidden_size} | {
             flag: mode == settings.pooling for flag, mode in POOLING_MODE_FLAGS.items()} | {
             "include_prompt": settings.include_prompt}
-    modules = [("", kinds[0]), (pooling_folder, kinds[1])] + [
-        (f"{2 + index}_Dense", "models.Dense") for index in range(len(dense))] + [
-        (f"{2 + len(dense)}_Normalize", "models.Normalize")] * settings.normalize
+    dense_folders = [f"{2 + index}_Dense" for index in range(len(dense))]
+    normalize_folder = f"{2 + len(dense)}_Normalize"
+    modules = [("", kinds[0]), (pooling_folder, kinds[1])] + [(folder, "models.Dense") for folder in dense_folders] + [
+        (normalize_folder, "models.Normalize")] * settings.normalize
     listing = [{"idx": index, "name": str(index), "path": path, "type": f"sentence_transformers.{kind}"}
                for index, (path, kind) in enumerate(modules)]
     write_text_atomic(directory / MODULES_FILE, json.dumps(listing, indent=2) + "\n")
@@ -404,8 +405,8 @@ def write_sentence_embedding(directory: str | Path, settings: SentenceEmbedding,
                       json.dumps(_encoder_config(settings), indent=2) + "\n")
     (directory / pooling_folder).mkdir(exist_ok=True)
     write_text_atomic(directory / pooling_folder / POOLING_CONFIG_FILE, json.dumps(pooling, indent=2) + "\n")
-    for index, layer in enumerate(dense):
-        folder = directory / f"{2 + index}_Dense"
+    for name, layer in zip(dense_folders, dense):
+        folder = directory / name
         folder.mkdir(exist_ok=True)
         config = {"in_features": layer.in_features, "out_features": layer.out_features,
                   "bias": layer.bias is not None, "activation_function": layer.activation} | (
@@ -414,7 +415,7 @@ def write_sentence_embedding(directory: str | Path, settings: SentenceEmbedding,
         save_safetensors({name: tensor.detach().float().contiguous().cpu() for name, tensor in layer.tensors().items()},
                          folder / SAFETENSORS_FILE)
     if settings.normalize:
-        (directory / f"{2 + len(dense)}_Normalize").mkdir(exist_ok=True)
+        (directory / normalize_folder).mkdir(exist_ok=True)
 
 
 def _encoder_config(settings: SentenceEmbedding) -> dict[str, Any]:
