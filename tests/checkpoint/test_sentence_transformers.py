@@ -754,3 +754,46 @@ def test_sentence_transformers_trainer_trains_the_encoder_as_sentence_transforme
     saved = sentence_transformers.SentenceTransformer(str(tmp_path / "ours" / "final"), device="cpu")
     assert cosines(saved.encode(texts), expected).min() > 0.9999
     assert cosines(SentenceEncoder(tmp_path / "ours" / "final").encode(texts), expected).min() > 0.9999
+
+
+def test_sentence_transformers_trainer_resumes_and_keeps_the_best_checkpoint(minilm_dir, data_dir, tmp_path):
+    """The trainer reloads checkpoints it saved of SentenceEncoder as of its own model: resuming half-way ends
+    where training straight through ends, and load_best_model_at_end leaves the best checkpoint's weights (the
+    best here is the highest eval loss, so that it is not the last checkpoint)."""
+    import csv
+
+    datasets = pytest.importorskip("datasets")
+    from bertforge import SentenceEncoder
+
+    losses_module = importlib.import_module("sentence_transformers.losses")
+    with open(data_dir / "mrpc" / "train.tsv", encoding="utf-8-sig") as handle:
+        pairs = [(row["#1 String"], row["#2 String"]) for row in csv.DictReader(handle, delimiter="\t",
+                                                                                quoting=csv.QUOTE_NONE)
+                 if row["Quality"] == "1"][:40]
+    data = datasets.Dataset.from_dict({"anchor": [a for a, _ in pairs[:32]], "positive": [b for _, b in pairs[:32]]})
+    held_out = datasets.Dataset.from_dict({"anchor": [a for a, _ in pairs[32:]],
+                                           "positive": [b for _, b in pairs[32:]]})
+    texts = [first for first, _ in pairs[:4]]
+
+    def train(resume_from: str | None = None) -> tuple:
+        model = SentenceEncoder(minilm_dir, config_kwargs={"hidden_dropout_prob": 0.0,
+                                                           "attention_probs_dropout_prob": 0.0})
+        arguments = sentence_transformers.SentenceTransformerTrainingArguments(
+            output_dir=str(tmp_path / "run"), num_train_epochs=2, per_device_train_batch_size=8, learning_rate=1e-4,
+            save_strategy="steps", save_steps=2, eval_strategy="steps", eval_steps=2, report_to=[], use_cpu=True,
+            seed=0, load_best_model_at_end=True, metric_for_best_model="eval_loss", greater_is_better=True)
+        trainer = sentence_transformers.SentenceTransformerTrainer(
+            model=model, args=arguments, train_dataset=data, eval_dataset=held_out,
+            loss=losses_module.MultipleNegativesRankingLoss(model))
+        trainer.train(resume_from_checkpoint=resume_from)
+        return model, trainer
+
+    model, trainer = train()
+    best, last = trainer.state.best_model_checkpoint, str(tmp_path / "run" / "checkpoint-8")
+    assert best is not None and best != last
+    vectors = model.encode(texts)
+    np.testing.assert_allclose(vectors, SentenceEncoder(best).encode(texts), atol=1e-6)
+    assert cosines(vectors, SentenceEncoder(last).encode(texts)).min() < 0.99999  # training moved past the best
+
+    resumed, _ = train(resume_from=str(tmp_path / "run" / "checkpoint-4"))
+    np.testing.assert_allclose(resumed.encode(texts), vectors, atol=1e-5)

@@ -160,6 +160,15 @@ class TextEncoder(nn.Module):
         if similarity_fn_name is not None:
             self.similarity_fn_name = similarity_fn_name
 
+    trust_remote_code = False  # bertforge runs no code from a checkpoint (sentence-transformers' trainer asks)
+
+    @classmethod
+    def _load_with_module_classes(cls, path: str | Path, module_classes: Any = None, **options: Any) -> TextEncoder:
+        """The encoder of a folder it saved: how sentence-transformers' trainer reloads a checkpoint to resume from
+        or to keep as the best model (it then copies the state dict over). `module_classes` and the Hub's
+        options are unused here."""
+        return cls(path)
+
     @classmethod
     def load_model(cls, name_or_path: str | Path, **options: Any) -> nn.Module:
         """The model this encoder reads, from a folder or "default" (`options`: its from_pretrained's)."""
