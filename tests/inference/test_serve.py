@@ -69,6 +69,7 @@ class Server:
     """A uvicorn server in a thread on a free loopback port, with JSON helpers."""
 
     def __init__(self, model_dir, **settings):
+        self.directory = model_dir
         self.app = load_app(model_dir, ServeSettings(**settings))  # as `bertforge serve` builds it
         self.model, self.tokenizer = self.app.state.model, self.app.state.tokenizer
         self.batcher = self.app.state.batcher
@@ -977,6 +978,70 @@ def test_tei_predict_with_a_classifier(classifier_server, tagger_server):
     assert_error(tagger_server.request("/predict", {"inputs": "a"}), 409, "sequence classifier")
     assert classifier_server.request("/info")[1]["model_type"]["classifier"]["id2label"] == \
         {"0": "negative", "1": "positive"}
+
+
+def test_inference_client_tasks_answer_as_the_pipelines(tagger_server, qa_server, classifier_server, make_server):
+    """huggingface_hub's InferenceClient's token_classification, question_answering and zero_shot_classification
+    (the Hugging Face Inference API's requests at POST /) on served task models answer as transformers' pipeline
+    of the task (bertforge's, tested against transformers' in test_pipeline.py) answers offline on the same
+    model, the client's parameters included."""
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    from bertforge.inference.pipelines import pipeline
+
+    def client(server):
+        return huggingface_hub.InferenceClient(model=server.url)
+
+    def fields(elements) -> list[dict]:
+        return [{key: value for key, value in vars(element).items() if value is not None} for element in elements]
+
+    texts = ["  Jean-Luc Picard visited Zürich!", "Hi there"]
+    tagger = pipeline("token-classification", model=str(tagger_server.directory))
+    for options in ({}, {"aggregation_strategy": "simple"}, {"aggregation_strategy": "first"},
+                    {"aggregation_strategy": "none", "ignore_labels": ["O", "B-PER"]}):
+        served = fields(client(tagger_server).token_classification(texts[0], **options))
+        expected = tagger(texts[0], **options)
+        assert [{**item, "score": pytest.approx(item["score"], abs=1e-5)} for item in expected] == served
+        assert served  # every piece is I-PER: one entity of the whole text, or a piece each
+    status, both, _ = tagger_server.request("/", {"inputs": texts, "parameters": {"aggregation_strategy": "max"}})
+    assert status == 200 and len(both) == 2
+    assert [[item["word"] for item in row] for row in both] == \
+        [[item["word"] for item in row] for row in tagger(texts, aggregation_strategy="max")]
+
+    answerer = pipeline("question-answering", model=str(qa_server.directory))
+    question = QUESTIONS[0]
+    for options in ({}, {"top_k": 3}, {"max_answer_len": 3, "align_to_words": False, "doc_stride": 16},
+                    {"handle_impossible_answer": True}):
+        served = client(qa_server).question_answering(question["question"], question["context"], **options)
+        expected = answerer(question=question["question"], context=question["context"], max_seq_len=64, **options)
+        served, expected = (fields(served), expected) if isinstance(expected, list) else \
+            (fields([served]), [expected])
+        assert [{**item, "score": pytest.approx(item["score"], abs=1e-5)} for item in expected] == served
+    status, answers, _ = qa_server.request("/", {"inputs": QUESTIONS[:2]})
+    assert status == 200 and [answer["answer"] for answer in answers] == \
+        [answer["answer"] for answer in answerer(QUESTIONS[:2], max_seq_len=64)]
+
+    classifier = pipeline("zero-shot-classification", model=str(classifier_server.directory))
+    labels = ["cinema", "weather", "sports"]
+    for options in ({}, {"multi_label": True, "hypothesis_template": "It is about {}."}):
+        served = client(classifier_server).zero_shot_classification(TEXTS[0], labels, **options)
+        expected = classifier(TEXTS[0], candidate_labels=labels, **options)
+        assert [element.label for element in served] == expected["labels"]
+        assert [element.score for element in served] == pytest.approx(expected["scores"], abs=1e-5)
+
+    # what the pipelines can't take, and the server's limits, are one-line errors
+    assert_error(tagger_server.request("/", {"inputs": "a b", "parameters": {"stride": 8}}), 422, "stride")
+    assert_error(tagger_server.request("/", {"inputs": "a b", "parameters": {"top_k": 1}}), 422, "top_k")
+    assert_error(qa_server.request("/", {"inputs": QUESTIONS[0], "parameters": {"max_seq_len": 128}}), 400,
+                 "max_seq_len 128", "max_position_embeddings (64)")
+    shorter = make_server(qa_server.directory, max_length=32)  # windows of 32 tokens unless a request asks more
+    assert shorter.request("/", {"inputs": QUESTIONS[0]})[0] == 200
+    assert_error(shorter.request("/", {"inputs": QUESTIONS[0], "parameters": {"max_seq_len": 48}}), 413,
+                 "48 tokens", "limit is 32")
+    assert_error(qa_server.request("/", {"inputs": QUESTIONS[:1] * 5}), 413, "too many questions")
+    assert_error(classifier_server.request("/", {"inputs": "a", "parameters": {"candidate_labels": []}}), 422,
+                 "candidate_labels")
+    assert_error(classifier_server.request("/", {"inputs": "a", "parameters": {
+        "candidate_labels": ["x"], "hypothesis_template": "no place"}}), 400, "hypothesis_template")
 
 
 def test_tei_predict_reads_as_predict_does(task_model_dirs):

@@ -57,6 +57,10 @@ class Pipeline:
     definition: Task | None = field(default=None, repr=False)  # bertforge's task of a fine-tuned model (ner, ...)
     settings: EncodeSettings | None = field(default=None, repr=False)  # how it reads inputs: its training run's
     options: dict[str, Any] = field(default_factory=dict)  # given to pipeline(): the defaults of every call
+    # How rows reach the model: rows(features, read) -> each row's outputs. None: here, in length-sorted batches of
+    # the call's batch_size; the server gives its batcher's, the one thread that runs its model.
+    rows: Callable[[Features, Callable[[Any], tuple[torch.Tensor, ...]]], list[tuple[torch.Tensor, ...]]] | None = \
+        field(default=None, repr=False)
 
     def __call__(self, inputs: Any = None, *args: Any, **options: Any) -> Any:
         positional = PIPELINE_TASKS[self.task].positional
@@ -74,6 +78,13 @@ class Pipeline:
     @property
     def positions(self) -> int:
         return self.model.config.max_position_embeddings
+
+    def outputs(self, features: Features, read: Callable[[Any], tuple[torch.Tensor, ...]], batch_size: int
+                ) -> list[tuple[torch.Tensor, ...]]:
+        """Each row's outputs, `read` from the model's."""
+        if self.rows is not None:
+            return self.rows(features, read)
+        return row_outputs(self.model, features, batch_size, read)
 
 
 @dataclass(frozen=True)
@@ -284,8 +295,7 @@ def extract(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[str
     if longest > pipe.positions:
         raise InputError(f"a text is {longest} tokens long; the model reads at most {pipe.positions} "
                          "(truncation=True cuts it)")
-    states = row_outputs(pipe.model, Features(rows, list(range(len(rows)))), options["batch_size"],
-                         last_hidden_state)
+    states = pipe.outputs(Features(rows, list(range(len(rows)))), last_hidden_state, options["batch_size"])
     answers = [vectors[None] if options["return_tensors"] else [vectors.tolist()] for (vectors,) in states]
     return answers[0] if single else answers
 
@@ -395,7 +405,7 @@ def sequence_logits(pipe: Pipeline, items: list[tuple[str, str | None]], limit: 
         if chosen:
             examples = [task.example(*items[index]) for index in chosen]
             features = task.encode(pipe.tokenizer, examples, settings, pipe.model.config.id2label)
-            outputs = row_outputs(pipe.model, features, batch_size, task.outputs)
+            outputs = pipe.outputs(features, task.outputs, batch_size)
             logits[chosen] = classification.example_logits(features, outputs, len(examples))
     return logits
 
@@ -465,7 +475,7 @@ def tag(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[str]) -
     sentences = [piece_sentence(pipe.tokenizer, text, limit) for text in texts]
     settings = dataclasses.replace(pipe.settings, max_length=limit, context="sentence")
     features = pipe.definition.encode(pipe.tokenizer, sentences, settings, pipe.model.config.id2label)
-    outputs = row_outputs(pipe.model, features, options["batch_size"], pipe.definition.outputs)
+    outputs = pipe.outputs(features, pipe.definition.outputs, options["batch_size"])
     answers = [tagged(pipe, sentence, window, logits, strategy, ignored)
                for sentence, window, (logits,) in zip(sentences, features.extras, outputs, strict=True)]
     return answers[0] if single else answers
@@ -537,7 +547,7 @@ def answer(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[str]
     task = pipe.definition
     examples = [task.example(question, context) for question, context in pairs]
     features = task.encode(pipe.tokenizer, examples, settings, {})
-    outputs = row_outputs(pipe.model, features, options["batch_size"], task.outputs)
+    outputs = pipe.outputs(features, task.outputs, options["batch_size"])
     scored = [span_log_probabilities(starts, ends, window)
               for (starts, ends), window in zip(outputs, features.extras, strict=True)]
     decoded = task.decode(features, examples, scored, pipe.model.config)

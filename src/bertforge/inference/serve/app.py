@@ -5,7 +5,9 @@ decoding, doc stride), runs the rows through the micro-batcher and decodes with 
 answers are `bertforge predict`'s. Also /embed, OpenAI's /v1/embeddings and /v1/models, /rerank, /tokenize,
 /attention, /explain (bertforge.explain), /health, /metrics and an offline /docs page; and text-embeddings-inference's
 API for its clients (serve/tei.py): {"inputs": ...} on /embed, /predict and /tokenize, its /embed_all, /similarity,
-/decode and /info, and POST / (what huggingface_hub's InferenceClient sends to a server's URL).
+/decode and /info, and POST / (what huggingface_hub's InferenceClient sends to a server's URL; its token
+classification, question answering and zero-shot classification are the Hugging Face Inference API's, answered by
+transformers' pipelines of those tasks, inference/pipelines.py, whose rows the batcher runs).
 """
 
 import asyncio
@@ -15,6 +17,7 @@ import dataclasses
 import logging
 import math
 import socket
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,7 @@ from bertforge.inference.features import (
     sentence_embedding,
 )
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
+from bertforge.inference.pipelines import Pipeline
 from bertforge.inference.serve.batcher import Job, MicroBatcher, QueueFull
 from bertforge.inference.serve.docs import render_docs
 from bertforge.inference.serve.limits import (
@@ -63,8 +67,8 @@ from bertforge.inference.sparse_encoder import (
 )
 from bertforge.runtime import is_out_of_memory
 from bertforge.tasks import classification
-from bertforge.tasks.data import forward_rows
-from bertforge.tasks.registry import Checkpoint, Task, inspect_checkpoint, task_defaults, task_of_model
+from bertforge.tasks.data import Features, forward_rows
+from bertforge.tasks.registry import HEADS, Checkpoint, Task, inspect_checkpoint, task_defaults, task_of_model
 from bertforge.tokenizer import BertTokenizer
 
 logger = logging.getLogger("bertforge")
@@ -122,10 +126,11 @@ def explanations(model: torch.nn.Module, jobs: list[Job]) -> list[dict[str, Any]
         return [explained(model, **job.options) for job in jobs]
 
 
-def task_rows(task: Task):
-    """The worker's function for rows of `task`: the outputs its `decode` reads, per row."""
+def rows_read(read):
+    """The worker's function for rows whose outputs `read(model output)` picks (a task's: what its `decode`
+    reads), per row."""
     def run(model: torch.nn.Module, jobs: list[Job]) -> list[tuple[torch.Tensor, ...]]:
-        return forward_rows(model, [job.row for job in jobs], task.outputs)
+        return forward_rows(model, [job.row for job in jobs], read)
     return run
 
 
@@ -150,6 +155,10 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
 
     from bertforge.inference.serve import schemas
 
+    # The Inference API's requests at POST / of the tasks answered by transformers' pipelines, by pipeline task
+    pipeline_requests = {"token-classification": schemas.TokenClassificationRequest,
+                         "question-answering": schemas.QuestionAnsweringRequest,
+                         "zero-shot-classification": schemas.ZeroShotRequest}
     settings = settings or ServeSettings()
     if checkpoint is not None:
         task = checkpoint.task_for() if checkpoint.task is not None else None
@@ -173,7 +182,10 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     for side, sided in tokenizers.items():
         sided.truncation_side = side
     device = next(model.parameters()).device
-    run_rows = task_rows(task) if task is not None else None
+    run_rows = rows_read(task.outputs) if task is not None else None
+    # transformers' pipelines, for the Inference API's tasks at POST /, read texts as this server cuts them
+    pipeline_tokenizer = copy.copy(tokenizer)
+    pipeline_tokenizer.model_max_length = max_length
     # A SPLADE model (sentence-transformers' SparseEncoder layout): its vectors are the masked-LM head's weights per
     # vocabulary entry, compared by dot product and never normalized, as text-embeddings-inference serves them.
     layout = getattr(model, "sentence_embedding", None) if task is None else None
@@ -305,14 +317,23 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
             rows.append({"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids)})
         return rows
 
-    async def run_jobs(jobs: list[Job]) -> list[Any]:
+    def submitted(jobs: list[Job]) -> list[Future]:
         if len(jobs) > settings.max_queue:  # it could never be queued: 503 would mean "retry" forever
             raise HTTPError(413, f"the request makes {len(jobs)} model inputs; the limit is {settings.max_queue}")
         try:
-            futures = batcher.submit(jobs)
+            return batcher.submit(jobs)
         except QueueFull as problem:
             raise HTTPError(503, str(problem)) from None
-        return await asyncio.gather(*(asyncio.wrap_future(future) for future in futures))
+
+    async def run_jobs(jobs: list[Job]) -> list[Any]:
+        return await asyncio.gather(*(asyncio.wrap_future(future) for future in submitted(jobs)))
+
+    def batcher_rows(features: Features, read) -> list[tuple[torch.Tensor, ...]]:
+        """A pipeline's rows, run by the batcher (a pipeline runs in a worker thread, which waits for them)."""
+        longest = max(features.lengths(), default=0)
+        if longest > max_length:
+            raise HTTPError(413, f"the request makes model inputs of {longest} tokens; the limit is {max_length}")
+        return [future.result() for future in submitted([Job(rows_read(read), row) for row in features.rows])]
 
     def embedding_limit(used: SentenceEmbedding) -> int:
         """Where long texts are cut, or refused: the smaller of the server's and the layout's max_length."""
@@ -611,15 +632,44 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         except ValidationError as problem:
             raise RequestValidationError(problem.errors()) from None
 
+    async def inference_api(body: dict[str, Any]) -> Any:
+        """The Hugging Face Inference API's answer for a token classifier, a question answerer or, given
+        candidate_labels, zero-shot classification by a sequence classifier: transformers' pipeline of the task
+        (inference/pipelines.py) with the request's parameters, its rows run by the batcher."""
+        name = "zero-shot-classification" if task.head == "sequence_classification" else HEADS[task.head].onnx_task
+        request = validated(pipeline_requests[name], body)
+        inputs = request.model_dump()["inputs"]
+        count = 1 if isinstance(inputs, str | dict) else len(inputs)
+        check_count(count, "questions" if name == "question-answering" else "texts")
+        parameters = request.parameters.model_dump(exclude_none=True) if request.parameters is not None else {}
+        pipe = Pipeline(name, model, pipeline_tokenizer, device, task, run.settings, rows=batcher_rows)
+        answer = await asyncio.to_thread(pipe, inputs, **parameters)
+        if name != "zero-shot-classification":
+            return answer
+        ranked = [[{"label": label, "score": score} for label, score in zip(item["labels"], item["scores"])]
+                  for item in (answer if isinstance(answer, list) else [answer])]
+        return ranked if isinstance(answer, list) else ranked[0]
+
     @app.post("/", response_model=list[list[float]] | list[float] | list[schemas.Prediction]
-              | list[list[schemas.Prediction]], responses=errors)
-    async def tei_root(request: schemas.EmbedRequest | schemas.SimilarityRequest | schemas.PredictRequest):
-        """text-embeddings-inference's route for the model's task, which huggingface_hub's InferenceClient calls
-        given the server's URL: an encoder embeds {"inputs"} (as /embed) or compares {"inputs": {"source_sentence",
-        "sentences"}} (as /similarity); a sequence classifier predicts {"inputs"} (as /predict)."""
+              | list[list[schemas.Prediction]] | list[schemas.EntityGroup] | list[schemas.TokenPrediction]
+              | list[list[schemas.EntityGroup]] | list[list[schemas.TokenPrediction]] | schemas.SpanAnswer
+              | list[schemas.SpanAnswer] | list[list[schemas.SpanAnswer] | schemas.SpanAnswer], responses=errors)
+    async def tei_root(request: schemas.EmbedRequest | schemas.SimilarityRequest | schemas.PredictRequest
+                       | schemas.TokenClassificationRequest | schemas.QuestionAnsweringRequest
+                       | schemas.ZeroShotRequest):
+        """The route for the model's task that huggingface_hub's InferenceClient calls given the server's URL, as
+        text-embeddings-inference and the Hugging Face Inference API answer it: an encoder embeds {"inputs"} (as
+        /embed) or compares {"inputs": {"source_sentence", "sentences"}} (as /similarity); a sequence classifier
+        predicts {"inputs"} (as /predict), or with "parameters": {"candidate_labels"} classifies zero-shot ({label,
+        score} best first); a token classifier tags {"inputs"} (its "parameters": aggregation_strategy,
+        ignore_labels) and a question answerer answers {"inputs": {"question", "context"}}, as transformers'
+        pipelines of those tasks."""
         if isinstance(request, schemas.SimilarityRequest):
             return await similarity(request)
         body = request.model_dump(exclude_unset=True)
+        if task is not None and "inputs" in body and (task.head != "sequence_classification" or "candidate_labels"
+                                                      in (body.get("parameters") or {})):
+            return await inference_api(body)
         own, other = (schemas.EmbedRequest, schemas.PredictRequest) if task is None else \
             (schemas.PredictRequest, schemas.EmbedRequest)
         foreign = sorted(set(body) - set(own.model_fields))

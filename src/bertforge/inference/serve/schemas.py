@@ -139,6 +139,59 @@ class TextClassificationParameters(Strict):
     top_k: int | None = Field(None, ge=1, strict=True, description="keep the k highest scores")
 
 
+# The Hugging Face Inference API's tasks that huggingface_hub's InferenceClient sends to POST /, answered as
+# transformers' pipelines answer them (inference/pipelines.py).
+
+class TokenClassificationParameters(Strict):
+    aggregation_strategy: Literal["none", "simple", "first", "average", "max"] | None = Field(
+        None, description="every word piece (none, the default), or entities of pieces (simple) or of whole words")
+    ignore_labels: list[str] | None = Field(None, description="labels left out of the answer (default: O)")
+    stride: None = Field(None, description="transformers' overlapping windows of a long text; bertforge cuts a "
+                                           "text at the server's max_length, so only null")
+
+
+class TokenClassificationRequest(Strict):
+    inputs: Text | Texts = Field(description="a text, or a list of texts (then a list of answers)")
+    parameters: TokenClassificationParameters | None = None
+
+
+class QuestionContext(Strict):
+    question: Text
+    context: Text
+
+
+class QuestionAnsweringParameters(Strict):
+    top_k: int | None = Field(None, ge=1, strict=True, description="the k best answers, in a list when k > 1")
+    doc_stride: int | None = Field(None, ge=0, strict=True, description="tokens two windows of a long context "
+                                                                        "share")
+    max_answer_len: int | None = Field(None, ge=1, strict=True, description="tokens in an answer, at most")
+    max_seq_len: int | None = Field(None, ge=1, strict=True, description="tokens in a window, question included "
+                                                                         "(at most the server's max_length)")
+    max_question_len: int | None = Field(None, ge=1, strict=True)
+    handle_impossible_answer: bool | None = Field(None, strict=True, description="let \"no answer\" (\"\" at 0, "
+                                                                                 "0) win")
+    align_to_words: bool | None = Field(None, strict=True, description="stretch answers to whole words")
+
+
+class QuestionAnsweringRequest(Strict):
+    inputs: QuestionContext | Annotated[list[QuestionContext], Field(min_length=1)]
+    parameters: QuestionAnsweringParameters | None = None
+
+
+class ZeroShotParameters(Strict):
+    candidate_labels: Text | Texts = Field(description="the labels (or one text of them separated by commas)")
+    multi_label: bool | None = Field(None, strict=True, description="score each label alone (entailment against "
+                                                                    "contradiction) rather than against the others")
+    hypothesis_template: str | None = Field(None, description="the sentence a label is put in, at {} (default: "
+                                                              "\"This example is {}.\")")
+
+
+class ZeroShotRequest(Strict):
+    """Zero-shot classification by a natural-language-inference classifier (an entailment label among its labels)."""
+    inputs: Text | Texts
+    parameters: ZeroShotParameters
+
+
 class PredictRequest(Strict):
     texts: list[Text] | None = Field(None, min_length=1, description="the texts (at most max_texts), for a "
                                                                     "classifier, regression model or tagger")
@@ -294,6 +347,31 @@ class RerankResult(BaseModel):
 class Prediction(BaseModel):
     score: float
     label: str
+
+
+class TokenPrediction(BaseModel):
+    """A word piece's label (aggregation_strategy none); start and end: its characters in the text."""
+    entity: str
+    score: float
+    index: int
+    word: str
+    start: int
+    end: int
+
+
+class EntityGroup(BaseModel):
+    entity_group: str
+    score: float
+    word: str
+    start: int
+    end: int
+
+
+class SpanAnswer(BaseModel):
+    score: float
+    start: int
+    end: int
+    answer: str
 
 
 class SimpleToken(BaseModel):
