@@ -432,9 +432,20 @@ def test_sentence_encoder_options_as_sentence_transformer(long_texts, minilm_dir
         reference.encode(texts, output_value="token_embeddings")
     assert [m.shape for m in mine] == [t.shape for t in theirs]
     assert max(float((m - t).abs().max()) for m, t in zip(mine, theirs)) < 1e-4
+    for precision in ("int8", "binary"):  # every token of the call in one range, each text's a numpy array
+        mine, theirs = ours.encode(texts, output_value="token_embeddings", precision=precision), \
+            reference.encode(texts, output_value="token_embeddings", precision=precision)
+        assert [(m.shape, m.dtype, type(m)) for m in mine] == [(t.shape, t.dtype, type(t)) for t in theirs]
+        difference = np.abs(np.concatenate(mine).astype(np.int32) - np.concatenate(theirs).astype(np.int32))
+        assert difference.max() <= 1 and (difference == 0).mean() > 0.97
     everything = ours.encode(texts[:2], output_value=None)
-    assert {"input_ids", "attention_mask", "token_embeddings", "sentence_embedding"} <= set(everything[0])
+    assert list(everything[0]) == list(reference.encode(texts[:2], output_value=None)[0])
     assert everything[1]["token_embeddings"].shape[0] == len(everything[1]["input_ids"])
+    prompted = ours.encode(texts[:2], output_value=None, prompt="query: ")[0]
+    described = reference.encode(texts[:2], output_value=None, prompt="query: ")[0]
+    assert list(prompted) == list(described) and prompted["prompt_length"] == described["prompt_length"] == 3
+    with pytest.raises(InputError, match="precision 'int8' quantizes sentence or token embeddings"):
+        ours.encode(texts, output_value=None, precision="int8")
     # shapes of one text and of none, as sentence-transformers gives them
     single = ours.encode(texts[0], convert_to_numpy=False)
     assert isinstance(single, torch.Tensor) and single.shape == (384,)

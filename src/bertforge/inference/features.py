@@ -246,8 +246,12 @@ def prompt_length(tokenizer, settings: SentenceEmbedding, prompt: str) -> int:
     """How many first positions of a text after `prompt` pooling leaves out: none, or where the layout says so
     (include_prompt false) [CLS] and the prompt's word pieces, counted as sentence-transformers counts them (the
     prompt tokenized alone, less its [SEP])."""
-    if settings.include_prompt or not prompt:
-        return 0
+    return 0 if settings.include_prompt or not prompt else prompt_tokens(tokenizer, settings, prompt)
+
+
+def prompt_tokens(tokenizer, settings: SentenceEmbedding, prompt: str) -> int:
+    """[CLS] and the word pieces of `prompt`: the prompt tokenized alone, less its [SEP] (sentence-transformers'
+    prompt_length)."""
     return len(tokenizer(embedding_texts([prompt], settings)[0], truncation=False)["input_ids"]) - 1
 
 

@@ -27,6 +27,7 @@ from bertforge.inference.features import (
     pool,
     pooling_mask,
     prompt_length,
+    prompt_tokens,
     sentence_embedding,
 )
 from bertforge.inference.process_pool import PoolMethods
@@ -466,7 +467,9 @@ class SentenceEncoder(PoolMethods, TextEncoder):
         a tensor with `convert_to_tensor`, a list of tensors with neither. `truncate_dim` keeps the first
         dimensions, `normalize_embeddings` makes them unit length (after truncating), `precision` quantizes them
         (int8, uint8, binary, ubinary). output_value="token_embeddings": per text its tokens' (tokens, hidden)
-        last layer, [CLS] and [SEP] included; None: per text a dict of its inputs and both outputs. `pool` (from
+        last layer, [CLS] and [SEP] included (quantized by `precision`: numpy arrays, every token of the call in one
+        range); None: per text a dict of its inputs, modality, prompt_length (a prompt's [CLS] and pieces) and both
+        outputs. `pool` (from
         start_multi_process_pool), or a list of devices as `device`, shares the texts between processes in chunks
         of `chunk_size` (inference/process_pool.py), with the same answer."""
         self.eval()  # as sentence-transformers' encode: no dropout, whatever mode training left the model in
@@ -498,6 +501,14 @@ class SentenceEncoder(PoolMethods, TextEncoder):
             answers = self.pooled("_answers", texts, pool, devices, chunk_size, **options)
         else:
             answers = self._answers(texts, **options)
+        if output_value is None and precision != "float32":
+            raise InputError(f"precision {precision!r} quantizes sentence or token embeddings; output_value=None "
+                             "gives each text's inputs and outputs as they are")
+        if output_value == "token_embeddings" and precision != "float32":
+            # every token of the call in one range per dimension, as sentence-transformers scales them
+            lengths = [len(matrix) for matrix in answers]
+            whole = PRECISIONS[precision](torch.cat(answers).numpy())
+            answers = np.split(whole, np.cumsum(lengths)[:-1])
         if output_value != "sentence_embedding":
             return answers[0] if single else answers
         vectors = answers
@@ -519,7 +530,13 @@ class SentenceEncoder(PoolMethods, TextEncoder):
         tokens = self._token_embeddings(texts, prompt, batch_size)
         if output_value is None:
             vectors = self._sentence_vectors(texts, prompt, batch_size, progress, normalize, truncate_dim)
-            return [row | {"sentence_embedding": vector} for row, vector in zip(tokens, vectors)]
+            used = self.settings.prompt(None, prompt)  # the default prompt where none is given
+            described = {"modality": "text"} | (
+                {"prompt_length": prompt_tokens(self.tokenizer, self.settings, used)} if used else {})
+            # sentence-transformers' order: the inputs, what describes them, the outputs
+            return [{**{name: value for name, value in row.items() if name != "token_embeddings"}, **described,
+                     "token_embeddings": row["token_embeddings"], "sentence_embedding": vector}
+                    for row, vector in zip(tokens, vectors)]
         return [row["token_embeddings"] for row in tokens]
 
     def _sentence_vectors(self, texts: list[str], prompt: str | None, batch_size: int, progress: bool | None,
