@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.atomic import write_text_atomic
+from bertforge.compressed import read_bytes
 from bertforge.errors import InputError
 from bertforge.outputs import check_output_file
 from bertforge.validation import MAX_SEED
@@ -92,7 +93,8 @@ def read_standard_input() -> str:
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file (or of standard input, "-"), one text per line; an empty input is an error."""
+    """The lines of a UTF-8 text file (plain or compressed: bertforge.compressed) or of standard input ("-"), one
+    text per line; an empty input is an error."""
     if str(path) == STANDARD_STREAM:
         lines = read_standard_input().splitlines()
         if not any(line.strip() for line in lines):
@@ -100,7 +102,7 @@ def read_lines(path: str | Path) -> list[str]:
         return lines
     path = Path(path)
     try:
-        text = decode_text(path.read_bytes(), path)
+        text = decode_text(read_bytes(path), path)
     except FileNotFoundError:
         raise InputError("no such file", path) from None
     except IsADirectoryError:

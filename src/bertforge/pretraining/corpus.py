@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from bertforge.atomic import save_array, write_text_atomic
+from bertforge.compressed import byte_lines
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.tokenizer.tokenizer import BertTokenizer
 from bertforge.validation import check_number
@@ -84,18 +85,13 @@ def tokenizer_identity(tokenizer: BertTokenizer) -> dict[str, Any]:
 
 
 def text_lines(path: Path) -> Iterator[tuple[int, str, int]]:
-    """(line number, text without surrounding whitespace, bytes read) for each line, one at a time.
+    """(line number, text without surrounding whitespace, stored bytes read) for each line, one at a time, of a
+    plain or compressed file (bertforge.compressed).
 
     Bytes are decoded line by line so that bad UTF-8 is reported with its line, and no file is held in memory.
     """
     try:
-        handle = open(path, "rb")
-    except FileNotFoundError:
-        raise InputError("corpus file not found", path) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, expected a text file", path) from None
-    with handle:
-        for number, raw in enumerate(handle, 1):
+        for number, (raw, size) in enumerate(byte_lines(path), 1):
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as error:
@@ -103,7 +99,11 @@ def text_lines(path: Path) -> Iterator[tuple[int, str, int]]:
                                  path, line=number) from None
             if number == 1:
                 text = text.removeprefix("\ufeff")  # a byte-order mark is not text
-            yield number, text.strip(), len(raw)
+            yield number, text.strip(), size
+    except FileNotFoundError:
+        raise InputError("corpus file not found", path) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, expected a text file", path) from None
 
 
 # ---------------------------------------------------------------- writing shards

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from bertforge.batching import MODEL_INPUTS, LengthGroupedBatches, collate, length_sorted_batches
+from bertforge.compressed import COMPRESSED_NAMES, DAMAGED, content_suffix, opened, read_bytes
 from bertforge.config import JsonConfig, check_number
 from bertforge.errors import ConfigError, InputError
 from bertforge.heads import IGNORE_INDEX
@@ -152,14 +153,15 @@ def data_format(path: str | Path, given: str | None = None) -> str:
         return "hf_dataset"
     if path.is_dir():  # whatever its name says (dir.csv), a folder is not a data file
         raise InputError("is a directory, expected a data file", path)
-    name = EXTENSIONS.get(path.suffix.lower())
+    name = EXTENSIONS.get(content_suffix(path))
     if name == "squad" and holds_json_lines(path):
         return "jsonl"  # transformers' example scripts name JSON lines .json (run_ner's train.json)
     if name is None and looks_like_conll(path):
         return "conll"  # CoNLL-2003's own files: eng.train, eng.testa, eng.testb
     if name is None:
-        raise InputError(f"unknown file type {path.suffix!r}; use one of {', '.join(EXTENSIONS)} or say which "
-                         f"with --format ({', '.join(DATA_FORMATS)})", path)
+        raise InputError(f"unknown file type {content_suffix(path)!r}; use one of {', '.join(EXTENSIONS)} (or "
+                         f"any of them {COMPRESSED_NAMES}) or say which with --format ({', '.join(DATA_FORMATS)})",
+                         path)
     return "conll" if name in ("txt", "tsv") and looks_like_conll(path) else name
 
 
@@ -189,12 +191,12 @@ def holds_json_lines(path: Path) -> bool:
     """Whether a .json file holds rows: JSON lines (its first line one whole object, and not SQuAD's, which has
     "data") or a JSON array of objects, as datasets' JSON loader reads them."""
     try:
-        with open(path, "rb") as handle:
+        with opened(path) as (handle, _):
             first = handle.readline(1 << 20)
-            if first.lstrip().startswith(b"["):
-                return True
-            first = json.loads(first)
-    except (OSError, ValueError):
+        if first.lstrip().startswith(b"["):
+            return True
+        first = json.loads(first)
+    except (*DAMAGED, ValueError):
         return False  # SQuAD's reader reports it
     return isinstance(first, dict) and "data" not in first
 
@@ -203,9 +205,10 @@ def looks_like_conll(path: Path, lines: int = 100) -> bool:
     """Whether most of the first non-blank lines of a text file are CoNLL token lines: most, not all, so that a
     CoNLL file with a broken line is read as CoNLL and the reader names that line."""
     try:
-        with open(path, encoding="utf-8-sig", errors="replace") as handle:
-            head = [line.split() for line, _ in zip(handle, range(10 * lines)) if line.strip()][:lines]
-    except OSError:
+        with opened(path) as (handle, _):
+            text = io.TextIOWrapper(handle, encoding="utf-8-sig", errors="replace")
+            head = [line.split() for line, _ in zip(text, range(10 * lines)) if line.strip()][:lines]
+    except DAMAGED:
         return False  # the reader reports it
     token_lines = sum(columns[0] == "-DOCSTART-" or (len(columns) >= 2 and bool(_IOB_TAG.fullmatch(columns[-1])))
                       for columns in head)
@@ -219,23 +222,24 @@ def read_table(path: str | Path | Any, format: str | None = None) -> Table:
     if not isinstance(path, (str, os.PathLike)):
         return _nonempty(table_from_data(path))
     path = Path(path)
-    if format is None and path.suffix.lower() == ".json" and holds_json_lines(path):
+    if format is None and content_suffix(path) == ".json" and holds_json_lines(path):
         format = "jsonl"
     binary = format or _saved_format(path)
     if binary in arrow_files.READERS:
         columns, records = arrow_files.READERS[binary](path)
         return _nonempty(Table(path, columns, list(enumerate(records, start=1)), unit="row"))
-    kind = "." + format if format is not None else path.suffix.lower()
+    kind = "." + format if format is not None else content_suffix(path)
     if path.is_dir():  # a folder named like no data file would otherwise be an unsupported file type ''
         raise InputError("is a directory, expected a data file", path)
     if kind not in READERS:
         formats = [*(kind.lstrip(".") for kind in READERS), *arrow_files.READERS]
         if format is not None:
             raise InputError(f"unsupported format {format!r} here; use one of {', '.join(formats)}", path)
-        raise InputError(f"unsupported file type {path.suffix!r}; use one of {', '.join(READERS)}, .parquet or a "
-                         f"datasets folder, or say which with --format ({', '.join(formats)})", path)
+        raise InputError(f"unsupported file type {content_suffix(path)!r}; use one of {', '.join(READERS)} (or any "
+                         f"of them {COMPRESSED_NAMES}), .parquet or a datasets folder, or say which with --format "
+                         f"({', '.join(formats)})", path)
     try:
-        raw = path.read_bytes()
+        raw = read_bytes(path)
     except FileNotFoundError:
         raise InputError("no such file", path) from None
     except IsADirectoryError:
@@ -491,7 +495,7 @@ def stored_label_names(data: Any, format: str | None = None) -> dict[str, list[s
 
 def _saved_format(path: Path) -> str | None:
     """A datasets folder's format, else the one the file's extension names (None for an extension no reader has)."""
-    return "hf_dataset" if arrow_files.is_saved_dataset(path) else EXTENSIONS.get(path.suffix.lower())
+    return "hf_dataset" if arrow_files.is_saved_dataset(path) else EXTENSIONS.get(content_suffix(path))
 
 
 def listed(value: Any) -> Any:

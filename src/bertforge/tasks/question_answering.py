@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from bertforge.compressed import read_bytes
 from bertforge.errors import ConfigError, InputError
 from bertforge.tasks.data import (
     ROW_FORMATS,
@@ -71,7 +72,7 @@ def read_squad(path: str | Path, version_2: bool = False) -> list[QAExample]:
     """
     path = Path(path)
     try:
-        squad = json.loads(path.read_text(encoding="utf-8-sig"))  # as the other readers, a byte-order mark is dropped
+        squad = json.loads(read_bytes(path).decode("utf-8-sig"))  # as the other readers, a byte-order mark is dropped
     except FileNotFoundError:
         raise InputError("no such file", path) from None
     except json.JSONDecodeError as error:

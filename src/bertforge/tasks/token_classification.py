@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertforge.compressed import read_bytes
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import IGNORE_INDEX
 from bertforge.tasks.data import (
@@ -132,7 +133,7 @@ def read_conll(path: str | Path) -> list[TaggedSentence]:
     """
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()  # a byte-order mark is no part of the first word
+        lines = read_bytes(path).decode("utf-8-sig").splitlines()  # a byte-order mark is no part of the first word
     except FileNotFoundError:
         raise InputError("no such file", path) from None
     except (OSError, UnicodeDecodeError) as error:

@@ -15,6 +15,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
+from bertforge.compressed import byte_lines
 from bertforge.errors import ConfigError, InputError
 from bertforge.tokenizer.basic import BasicTokenizer
 from bertforge.tokenizer.vocab import SPECIAL_TOKENS, Vocab
@@ -29,17 +30,17 @@ Pair = tuple[str, str]
 
 
 def read_corpus(paths: Iterable[str | Path]) -> Iterator[str]:
-    """The lines of UTF-8 text files, streamed (a corpus need not fit in memory)."""
+    """The lines of UTF-8 text files (plain or compressed: bertforge.compressed), streamed (a corpus need not fit in
+    memory)."""
     for path in map(Path, paths):
         if not path.is_file():
             raise InputError("no such corpus file" if not path.exists() else "not a file", path)
         # Bytes decoded line by line, so that an encoding error names its line (text mode decodes in blocks).
-        with open(path, "rb") as handle:
-            for line_number, line in enumerate(handle, 1):
-                try:
-                    yield line.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise InputError("not valid UTF-8 text", path, line=line_number) from None
+        for line_number, (line, _) in enumerate(byte_lines(path), 1):
+            try:
+                yield line.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InputError("not valid UTF-8 text", path, line=line_number) from None
 
 
 def count_words(lines: Iterable[str], lowercase: bool = True, strip_accents: bool | None = None,

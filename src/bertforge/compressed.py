@@ -1,0 +1,84 @@
+"""Data files as users keep them: plain, or compressed with gzip, bzip2 or xz, told by the last suffix (train.csv.gz
+holds CSV). Every reader of text, tables, CoNLL, SQuAD and corpora opens files here, so any of them reads a
+compressed file as it reads the plain one, and bad compressed data is a one-line error naming the file."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
+
+from bertforge.errors import InputError
+
+# suffix -> (the compression's name, a reader of the plain bytes over the stored ones)
+COMPRESSIONS: dict[str, tuple[str, Callable[[BinaryIO], BinaryIO]]] = {
+    ".gz": ("gzip", lambda stored: gzip.GzipFile(fileobj=stored)),
+    ".bz2": ("bzip2", bz2.BZ2File),
+    ".xz": ("xz", lzma.LZMAFile),
+}
+COMPRESSED_NAMES = "compressed as .gz, .bz2 or .xz"  # how messages name what may wrap a data file
+
+# What a damaged or mislabelled compressed file raises while it is read (gzip's BadGzipFile is an OSError).
+DAMAGED = (OSError, EOFError, lzma.LZMAError)
+
+
+def content_suffix(path: str | Path) -> str:
+    """The suffix that says what a file holds, lower-cased: ".csv" for train.csv and for train.csv.gz."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    return Path(path.stem).suffix.lower() if suffix in COMPRESSIONS else suffix
+
+
+def is_compressed(path: str | Path) -> bool:
+    return Path(path).suffix.lower() in COMPRESSIONS
+
+
+@contextmanager
+def opened(path: str | Path) -> Iterator[tuple[BinaryIO, BinaryIO]]:
+    """(the file's plain bytes, the file as stored) open for reading; the stored file's tell() is how far reading
+    has got, for progress. Opening raises what open() raises (FileNotFoundError, IsADirectoryError); reading
+    damaged compressed data raises one of DAMAGED (see `damaged`)."""
+    with open(path, "rb") as stored:
+        compression = COMPRESSIONS.get(Path(path).suffix.lower())
+        if compression is None:
+            yield stored, stored
+            return
+        with compression[1](stored) as plain:
+            yield plain, stored
+
+
+def damaged(path: str | Path, error: BaseException) -> InputError:
+    """The one-line error for a file (compressed data, mostly) that could not be read."""
+    what = f"{COMPRESSIONS[Path(path).suffix.lower()][0]} data" if is_compressed(path) else "file"
+    return InputError(f"can't read the {what} ({error})", Path(path))
+
+
+def read_bytes(path: str | Path) -> bytes:
+    """All of a file's plain bytes."""
+    try:
+        with opened(path) as (plain, _):
+            return plain.read()
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        raise
+    except DAMAGED as error:
+        raise damaged(path, error) from None
+
+
+def byte_lines(path: str | Path) -> Iterator[tuple[bytes, int]]:
+    """Each line of a file's plain bytes, and how many stored bytes reading it took (0 for most lines of a
+    compressed file, which is read in blocks); one line at a time."""
+    try:
+        with opened(path) as (plain, stored):
+            position = 0
+            for line in plain:
+                now = stored.tell()
+                yield line, now - position
+                position = now
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        raise
+    except DAMAGED as error:
+        raise damaged(path, error) from None
