@@ -373,7 +373,21 @@ def test_serve_puts_the_prompt_named(prompted_dir, long_texts):
                                                                  "sentences": long_texts[-1:]},
                                                       "parameters": {"prompt_name": "query"}}).json()
         unknown = client.post("/embed", json={"inputs": "x", "prompt_name": "question"})
+        tokens = client.post("/tokenize", json={"inputs": long_texts[-2:], "prompt_name": "query"}).json()
+        (plain,) = client.post("/tokenize", json={"inputs": long_texts[-1], "add_special_tokens": False}).json()
+        refused = [client.post("/tokenize", json=body) for body in ({"inputs": "x", "prompt_name": "question"},
+                                                                   {"text": "x", "prompt_name": "query"})]
     assert cosines(np.asarray(tei, dtype=np.float32), theirs).min() > 0.99999
+    # TEI tokenizes the text after the prompt, and its tokens' offsets count from the prompt's first character
+    for text, row in zip(long_texts[-2:], tokens):
+        assert [token["id"] for token in row] == reference.tokenizer("query: " + text)["input_ids"]
+        assert row[1]["text"] == "query" and row[1]["start"] == 0
+        assert all(token["text"] == ("query: " + text)[token["start"]:token["stop"]] for token in row[1:-1])
+    assert [token["id"] for token in plain] == reference.tokenizer(long_texts[-1], add_special_tokens=False,
+                                                                   truncation=False)["input_ids"]
+    assert [(r.status_code, r.json()["error"]) for r in refused] == \
+        [(422, "prompt_name 'question': the model's sentence-transformers configuration has prompts 'passage', "
+               "'query'"), (422, '"prompt_name" goes with "inputs", not "text"')]
     assert similarity == pytest.approx([float(theirs[0] @ theirs[1])], abs=1e-5)
     assert unknown.status_code == 422 and "has prompts 'passage', 'query'" in unknown.json()["error"]
 

@@ -561,14 +561,20 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
               responses=errors)
     async def tokenize(request: schemas.TokenizeRequest):
         """Tokens, ids, segment ids and (start, end) character offsets ((0, 0) for special tokens). With
-        text-embeddings-inference's {"inputs": ...}, its list of tokens per text."""
+        text-embeddings-inference's {"inputs": ...}, its list of tokens per text, after the prompt /embed puts
+        before it (prompt_name, else the model's default prompt), as TEI tokenizes it."""
         if (request.text is None) == (request.inputs is None):
             raise HTTPError(422, 'send "text" (and "text_pair") or "inputs" (a text or a list), one of them')
+        if request.inputs is None and request.prompt_name is not None:
+            raise HTTPError(422, '"prompt_name" goes with "inputs", not "text"')
         if request.inputs is not None:
             if request.text_pair is not None:
                 raise HTTPError(422, '"text_pair" goes with "text", not "inputs"')
             texts = tei_inputs(request.inputs)
             check_count(len(texts))
+            prompt = sentence_embedding(model if splade is not None else encoder_of(model)).prompt(
+                request.prompt_name)
+            texts = [prompt + text for text in texts]
             # as TEI: every token, however long the text (tokenizing is not reading)
             rows = await asyncio.to_thread(encode_texts, texts, None, UNLIMITED, True, False, "right",
                                            request.add_special_tokens)

@@ -223,8 +223,9 @@ class TokenizeRequest(Strict):
     inputs: Text | Texts | None = Field(None, description="text-embeddings-inference's field: a text or a list; the "
                                                         "answer is then its list of tokens per text")
     add_special_tokens: bool = Field(True, strict=True, description="with inputs: [CLS] and [SEP] too")
-    prompt_name: None = Field(None, description="text-embeddings-inference's field; bertforge tokenizes the texts "
-                                               "as sent, so only null")
+    prompt_name: str | None = Field(None, description="text-embeddings-inference's field, with inputs: the prompt "
+                                                      "put before each text (null: the model's default prompt, "
+                                                      "if any), as /embed puts it; offsets count from the prompt")
 
 
 class DecodeRequest(Strict):
