@@ -81,6 +81,24 @@ def hf_minilm(minilm_dir):
 
 
 @pytest.fixture(scope="session")
+def seeded_classifier(minilm_dir):
+    """seeded_classifier(folder, id2label, seed) -> folder: MiniLM's real encoder with a classifier head drawn from
+    `seed`, wide enough that pair scores differ clearly, saved as a user has a cross-encoder."""
+    from bertforge import BertForSequenceClassification, BertTokenizer
+
+    def make(folder: Path, id2label: dict[int, str], seed: int) -> Path:
+        model = BertForSequenceClassification.from_pretrained(minilm_dir, id2label=id2label)
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            model.classifier.weight.copy_(torch.randn(model.classifier.weight.shape, generator=generator))
+            model.classifier.bias.copy_(torch.randn(len(id2label), generator=generator))
+        model.save_pretrained(folder)
+        BertTokenizer.from_pretrained(minilm_dir).save_pretrained(folder)
+        return folder
+    return make
+
+
+@pytest.fixture(scope="session")
 def tokenizer(minilm_dir):
     from bertforge import BertTokenizer
     return BertTokenizer.from_pretrained(minilm_dir)

@@ -26,27 +26,15 @@ def reference(folder: Path, **options) -> sentence_transformers.CrossEncoder:
     return sentence_transformers.CrossEncoder(str(folder), device="cpu", **options)
 
 
-def seeded_classifier_folder(folder: Path, minilm_dir: Path, id2label: dict[int, str], seed: int) -> Path:
-    """MiniLM's encoder with a classifier head drawn from `seed`, wide enough that pair scores differ clearly."""
-    model = BertForSequenceClassification.from_pretrained(minilm_dir, id2label=id2label)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        model.classifier.weight.copy_(torch.randn(model.classifier.weight.shape, generator=generator))
-        model.classifier.bias.copy_(torch.randn(len(id2label), generator=generator))
-    model.save_pretrained(folder)
-    BertTokenizer.from_pretrained(minilm_dir).save_pretrained(folder)
-    return folder
+@pytest.fixture(scope="module")
+def reranker_dir(tmp_path_factory, seeded_classifier) -> Path:
+    return seeded_classifier(tmp_path_factory.mktemp("reranker"), {0: "LABEL_0"}, seed=1)
 
 
 @pytest.fixture(scope="module")
-def reranker_dir(tmp_path_factory, minilm_dir) -> Path:
-    return seeded_classifier_folder(tmp_path_factory.mktemp("reranker"), minilm_dir, {0: "LABEL_0"}, seed=1)
-
-
-@pytest.fixture(scope="module")
-def nli_dir(tmp_path_factory, minilm_dir) -> Path:
+def nli_dir(tmp_path_factory, seeded_classifier) -> Path:
     labels = {0: "contradiction", 1: "entailment", 2: "neutral"}
-    return seeded_classifier_folder(tmp_path_factory.mktemp("nli"), minilm_dir, labels, seed=3)
+    return seeded_classifier(tmp_path_factory.mktemp("nli"), labels, seed=3)
 
 
 def read_tsv(path: Path) -> list[dict[str, str]]:

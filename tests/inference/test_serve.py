@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import socket
@@ -194,7 +195,7 @@ def test_attention_page(encoder_server):
 def test_openapi_and_docs(encoder_server):
     status, schema, _ = encoder_server.request("/openapi.json")
     paths = {"/embed", "/predict", "/tokenize", "/attention", "/health", "/v1/embeddings", "/v1/models", "/rerank",
-             "/metrics", "/", "/similarity", "/embed_all", "/decode", "/info"}
+             "/v1/rerank", "/v2/rerank", "/metrics", "/", "/similarity", "/embed_all", "/decode", "/info"}
     assert status == 200 and paths <= set(schema["paths"])
     # Typed answers: every JSON route names its response model, and its errors' {"error"} shape.
     predict = schema["paths"]["/predict"]["post"]["responses"]
@@ -1077,6 +1078,84 @@ def test_rerank_with_a_pair_classifier(task_model_dirs):
     scores = [answer["probabilities"]["positive"] for answer in expected]
     assert status == 200 and [item["index"] for item in ranked] == sorted(range(2), key=lambda i: -scores[i])
     assert [item["score"] for item in ranked] == pytest.approx(sorted(scores, reverse=True), abs=1e-5)
+
+
+@pytest.fixture(scope="module")
+def cross_encoder_server(tmp_path_factory, seeded_classifier):
+    """A cross-encoder as a user has one from elsewhere: MiniLM with a one-output head, no bertforge run config."""
+    folder = seeded_classifier(tmp_path_factory.mktemp("cross-encoder"), {0: "LABEL_0"}, seed=1)
+    yield from running(folder, max_texts=8)
+
+
+def stsb_rows(data_dir, count: int) -> list[dict[str, str]]:
+    with open(data_dir / "stsb" / "dev.tsv", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[::97][:count]
+
+
+def test_cohere_clients_rerank_as_sentence_transformers(cross_encoder_server, data_dir):
+    """Cohere's own clients, v1 and v2 APIs, against sentence-transformers' CrossEncoder.rank on the same folder, on
+    real STS-B sentences: the order, the scores (the sigmoid of the one output), top_n, the documents returned,
+    object documents, max_tokens_per_doc, and errors the clients raise with the server's message."""
+    cohere = pytest.importorskip("cohere")
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    transformers = pytest.importorskip("transformers")
+    rows = stsb_rows(data_dir, 6)
+    query, documents = rows[0]["sentence1"], [row["sentence2"] for row in rows]
+    reference = sentence_transformers.CrossEncoder(str(cross_encoder_server.directory), device="cpu")
+    v1 = cohere.Client(api_key="unused", base_url=cross_encoder_server.url, max_retries=0)
+    v2 = cohere.ClientV2(api_key="unused", base_url=cross_encoder_server.url, max_retries=0)
+
+    def assert_ranked(results, expected):
+        assert [result.index for result in results] == [item["corpus_id"] for item in expected]
+        assert [result.relevance_score for result in results] == \
+            pytest.approx([float(item["score"]) for item in expected], abs=1e-5)
+
+    answer = v1.rerank(query=query, documents=documents, top_n=3, return_documents=True)
+    expected = reference.rank(query, documents, top_k=3)
+    assert_ranked(answer.results, expected)
+    assert [result.document.text for result in answer.results] == [documents[i["corpus_id"]] for i in expected]
+    assert answer.id and answer.usage["total_tokens"] == sum(  # an extra field to Cohere: Jina's and vLLM's usage
+        len(reference.tokenizer(query, document)["input_ids"]) for document in documents)
+    answer = v2.rerank(model="bertforge", query=query, documents=documents)
+    assert_ranked(answer.results, reference.rank(query, documents))
+    assert all(getattr(result, "document", None) is None for result in answer.results)  # not asked for
+    # max_tokens_per_doc: each document cut after its first word pieces, where the reference tokenizer ends them
+    fast = transformers.AutoTokenizer.from_pretrained(str(cross_encoder_server.directory))
+    cut = [document[:fast(document, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"][4][1]]
+           for document in documents]
+    assert all(len(fast(text, add_special_tokens=False)["input_ids"]) == 5 for text in cut)
+    assert_ranked(v2.rerank(model="bertforge", query=query, documents=documents, max_tokens_per_doc=5).results,
+                  reference.rank(query, cut))
+    # Objects: their "text", or the rank_fields named, as "field: value" lines in that order
+    objects = [{"title": row["genre"], "text": row["sentence2"]} for row in rows]
+    assert_ranked(v1.rerank(query=query, documents=objects).results, reference.rank(query, documents))
+    answer = v1.rerank(query=query, documents=objects, rank_fields=["title", "text"], return_documents=True)
+    assert_ranked(answer.results, reference.rank(query, [f"title: {row['genre']}\ntext: {row['sentence2']}"
+                                                         for row in rows]))
+    assert answer.results[0].document.title == objects[answer.results[0].index]["title"]
+    with pytest.raises(cohere.errors.BadRequestError) as raised:
+        v1.rerank(query=query, documents=objects, rank_fields=["author"])
+    assert raised.value.body["error"]["message"] == "documents.0 has no field 'author'"
+    with pytest.raises(cohere.core.api_error.ApiError) as raised:
+        v2.rerank(model="bertforge", query=query, documents=documents * 2)
+    assert raised.value.status_code == 413 and "too many documents: 12" in raised.value.body["error"]["message"]
+    with pytest.raises(cohere.errors.BadRequestError, match="top_n"):
+        v2.rerank(model="bertforge", query=query, documents=documents, top_n=0)
+
+
+def test_cohere_rerank_with_an_encoder(encoder_server, task_model_dirs):
+    """An encoder ranks by the cosine similarity of the embeddings, as /rerank; a tagger is 409 in OpenAI's shape."""
+    status, answer, _ = encoder_server.request("/v2/rerank", {"model": "m", "query": TEXTS[0], "documents": TEXTS,
+                                                              "top_n": 2, "return_documents": True})
+    _, ranked, _ = encoder_server.request("/rerank", {"query": TEXTS[0], "texts": TEXTS})
+    assert status == 200 and set(answer) == {"id", "model", "results", "usage"}
+    assert answer["results"] == [{"index": item["index"], "relevance_score": pytest.approx(item["score"], abs=1e-6),
+                                  "document": {"text": TEXTS[item["index"]]}} for item in ranked[:2]]
+    server = Server(task_model_dirs["ner"])
+    try:
+        assert_error(server.request("/v1/rerank", {"query": "q", "documents": ["a"]}), 409, "wrong task")
+    finally:
+        server.stop()
 
 
 def test_api_key(make_server, encoder_dir):

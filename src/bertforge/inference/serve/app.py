@@ -17,6 +17,7 @@ import dataclasses
 import logging
 import math
 import socket
+import uuid
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -46,6 +47,7 @@ from bertforge.inference.features import (
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.inference.pipelines import Pipeline
 from bertforge.inference.serve.batcher import Job, MicroBatcher, QueueFull
+from bertforge.inference.serve.cohere import document_text, returned_document
 from bertforge.inference.serve.docs import render_docs
 from bertforge.inference.serve.limits import (
     HEALTH_PATH,
@@ -208,7 +210,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     app.state.settings, app.state.metrics, app.state.task = settings, metrics, task
     errors = {status: {"model": schemas.ErrorResponse, "description": text} for status, text in ERROR_STATUSES.items()}
     openai_errors = {400 if status == 422 else status: {"model": schemas.OpenAIErrorResponse, "description": text}
-                     for status, text in ERROR_STATUSES.items() if status != 409}
+                     for status, text in ERROR_STATUSES.items()}
     # An HTML page's errors are JSON all the same (a route's `model` would be published as its media type).
     page_errors = {status: {"description": text, "content": {"application/json": {"schema": {
         "$ref": "#/components/schemas/ErrorResponse"}}}} for status, text in ERROR_STATUSES.items()}
@@ -408,11 +410,45 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                           cut)
         return features, await run_jobs([Job(run_rows, row) for row in features.rows])
 
-    async def predict_examples(examples: list, cut: bool | None = None, side: str = "right") -> list[dict[str, Any]]:
-        """The task's answers for examples, each with its input, exactly as `bertforge predict` gives them."""
+    async def predict_examples(examples: list, cut: bool | None = None, side: str = "right"
+                               ) -> tuple[list[dict[str, Any]], int]:
+        """The task's answers for examples, each with its input, exactly as `bertforge predict` gives them, and how
+        many tokens the model read."""
         features, outputs = await task_outputs(examples, cut, side)
         answers = await asyncio.to_thread(task.decode, features, examples, outputs, model.config)
-        return [{**task.inputs(example), **answer} for example, answer in zip(examples, answers)]
+        return [{**task.inputs(example), **answer} for example, answer in zip(examples, answers)], \
+            sum(features.lengths())
+
+    async def relevance(query: str, texts: list[str], raw_scores: bool = False, cut: bool | None = None,
+                        side: str = "right") -> tuple[list[float], int]:
+        """Each text's relevance to the query, and how many tokens the model read: a pair classifier's probability
+        of its last label (or the sigmoid of a one-output model's score; raw_scores: the logit or score), or, for
+        an encoder, the cosine similarity of the texts' embeddings (a SPLADE model's dot product)."""
+        # A fine-tuned model that read single texts (its run config names no second column), or a multi-label one,
+        # has no relevance of a text to a query to give; a checkpoint from elsewhere may be a cross-encoder.
+        single_texts = checkpoint is not None and checkpoint.run is not None and \
+            checkpoint.run.columns.text_pair is None
+        if task is not None and (task.name == "multi_label" or single_texts):
+            raise HTTPError(409, f"wrong task: {model_name} was fine-tuned on "
+                                 f"{'single texts' if single_texts else 'labels to tag a text with'}; reranking "
+                                 f"needs a pair classifier (trained on text pairs) or an encoder")
+        if task is None:
+            vectors, tokens, _ = await embed([query, *texts], None, compared, cut, side)
+            return [float(vectors[0] @ vector) for vector in vectors[1:]], tokens
+        if task.head != "sequence_classification":
+            raise HTTPError(409, f"wrong task: {model_name} does {task.name}; reranking needs a pair classifier or "
+                                 f"an encoder")
+        answers, tokens = await predict_examples([task.example(query, text) for text in texts], cut, side)
+        if "score" in answers[0]:
+            return [a["score"] if raw_scores else 1 / (1 + math.exp(-a["score"])) for a in answers], tokens
+        last = model.config.id2label[model.config.num_labels - 1]
+        probabilities = [a["probabilities"][last] for a in answers]
+        return [math.log(p / max(1 - p, 1e-12)) if raw_scores else p for p in probabilities], tokens
+
+    def first_word_pieces(texts: list[str], count: int) -> list[str]:
+        """Each text cut after its first `count` word pieces (at the last one's end in the text)."""
+        offsets = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        return [text if len(spans) <= count else text[:spans[count - 1][1]] for text, spans in zip(texts, offsets)]
 
     # ------------------------------------------------------------ routes
 
@@ -450,7 +486,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                 raise HTTPError(422, f"got {len(given)} texts but {len(request.text_pairs)} text_pairs")
             pairs = request.text_pairs or [None] * len(given)
             examples = [current.example(text, pair) for text, pair in zip(given, pairs)]
-        return {"task": current.name, "predictions": await predict_examples(examples)}
+        return {"task": current.name, "predictions": (await predict_examples(examples))[0]}
 
     async def tei_predict(current: Task, request: schemas.PredictRequest) -> list:
         """TEI's answer for a sequence classifier: per input, {score, label} highest first; a bare list for one."""
@@ -529,33 +565,30 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         label (or the sigmoid of a one-output model's score; raw_scores: the logit or score), or, for an encoder,
         the cosine similarity of the texts' embeddings."""
         check_count(len(request.texts))
-        # A fine-tuned model that read single texts (its run config names no second column), or a multi-label one,
-        # has no relevance of a text to a query to give; a checkpoint from elsewhere may be a cross-encoder.
-        single_texts = checkpoint is not None and checkpoint.run is not None and \
-            checkpoint.run.columns.text_pair is None
-        if task is not None and (task.name == "multi_label" or single_texts):
-            raise HTTPError(409, f"wrong task: {model_name} was fine-tuned on "
-                                 f"{'single texts' if single_texts else 'labels to tag a text with'}; /rerank "
-                                 f"needs a pair classifier (trained on text pairs) or an encoder")
-        if task is not None and task.head == "sequence_classification":
-            answers = await predict_examples([task.example(request.query, text) for text in request.texts],
-                                             request.truncate, request.truncation_direction)
-            if "score" in answers[0]:
-                scores = [a["score"] if request.raw_scores else 1 / (1 + math.exp(-a["score"])) for a in answers]
-            else:
-                last = model.config.id2label[model.config.num_labels - 1]
-                probabilities = [a["probabilities"][last] for a in answers]
-                scores = [math.log(p / max(1 - p, 1e-12)) if request.raw_scores else p for p in probabilities]
-        elif task is None:
-            vectors, _, _ = await embed([request.query, *request.texts], None, compared, request.truncate,
-                                        request.truncation_direction)
-            scores = [float(vectors[0] @ vector) for vector in vectors[1:]]
-        else:
-            raise HTTPError(409, f"wrong task: {model_name} does {task.name}; /rerank needs a pair classifier or "
-                                 f"an encoder")
+        scores, _ = await relevance(request.query, request.texts, request.raw_scores, request.truncate,
+                                    request.truncation_direction)
         ranked = sorted(range(len(scores)), key=lambda i: -scores[i])
         return [{"index": i, "score": scores[i], **({"text": request.texts[i]} if request.return_text else {})}
                 for i in ranked]
+
+    @app.post("/v1/rerank", response_model=schemas.CohereRerankResponse, response_model_exclude_none=True,
+              responses=openai_errors)
+    @app.post("/v2/rerank", response_model=schemas.CohereRerankResponse, response_model_exclude_none=True,
+              responses=openai_errors)
+    async def cohere_rerank(request: schemas.CohereRerankRequest):
+        """Cohere's rerank API (Jina's and vLLM's clients send the same): the documents ranked by relevance to the
+        query, best first, scored as /rerank scores them; a long document is cut, as Cohere cuts it."""
+        check_count(len(request.documents), "documents")
+        texts = [document_text(document, request.rank_fields, index)
+                 for index, document in enumerate(request.documents)]
+        if request.max_tokens_per_doc is not None:
+            texts = await asyncio.to_thread(first_word_pieces, texts, request.max_tokens_per_doc)
+        scores, tokens = await relevance(request.query, texts, cut=True)
+        ranked = sorted(range(len(scores)), key=lambda i: -scores[i])[:request.top_n]
+        results = [{"index": i, "relevance_score": scores[i],
+                    "document": returned_document(request.documents[i]) if request.return_documents else None}
+                   for i in ranked]
+        return {"id": str(uuid.uuid4()), "model": model_name, "results": results, "usage": {"total_tokens": tokens}}
 
     @app.post("/tokenize", response_model=schemas.TokenizeResponse | list[list[schemas.SimpleToken]],
               responses=errors)

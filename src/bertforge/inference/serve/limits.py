@@ -9,7 +9,9 @@ import json
 import time
 
 HEALTH_PATH = "/health"  # answered without the API key, so that load balancers can probe it
-OPENAI_PREFIX = "/v1/"  # OpenAI's routes answer errors as OpenAI does, so that its clients read them
+# The hosted APIs' routes (OpenAI's embeddings, Cohere's rerank) answer errors as OpenAI does, so that their clients
+# read them (vLLM answers its Cohere-style rerank routes so too).
+HOSTED_API_PREFIXES = ("/v1/", "/v2/")
 OPENAI_ERROR_TYPES = {401: "authentication_error", 500: "server_error", 503: "server_error"}
 
 
@@ -22,9 +24,9 @@ class HTTPError(Exception):
 
 
 def error_answer(path: str, status: int, message: str) -> tuple[int, dict]:
-    """(status, body) of an error: {"error": message}; on OpenAI's routes, OpenAI's shape and its 400 for an
-    invalid request (where bertforge's own routes say 422)."""
-    if not path.startswith(OPENAI_PREFIX):
+    """(status, body) of an error: {"error": message}; on the hosted APIs' routes, OpenAI's shape and its 400 for
+    an invalid request (where bertforge's own routes say 422)."""
+    if not path.startswith(HOSTED_API_PREFIXES):
         return status, {"error": message}
     status = 400 if status == 422 else status
     kind = OPENAI_ERROR_TYPES.get(status, "invalid_request_error")

@@ -42,7 +42,7 @@ class OpenAIErrorDetail(BaseModel):
 
 
 class OpenAIErrorResponse(BaseModel):
-    """OpenAI's error shape, which its clients read (the routes under /v1/)."""
+    """OpenAI's error shape, which its clients read (the routes under /v1/ and /v2/)."""
     error: OpenAIErrorDetail
 
 
@@ -217,6 +217,21 @@ class RerankRequest(Strict):
     truncation_direction: TruncationDirection = Field("right", description=TRUNCATION_DIRECTION)
 
 
+class CohereRerankRequest(Strict):
+    """Cohere's rerank API, v1 and v2 (Jina's and vLLM's rerank routes take the same fields)."""
+    model: str | None = Field(None, description="ignored: the server has one model")
+    query: Text
+    documents: Annotated[list[Text | Annotated[dict[str, Text], Field(min_length=1)]], Field(min_length=1)] = Field(
+        description='texts, or objects read by their "text" field or by rank_fields (at most max_texts)')
+    top_n: int | None = Field(None, ge=1, strict=True, description="the N most relevant only (default: all)")
+    return_documents: bool = Field(False, strict=True, description="each result with its document, as sent")
+    rank_fields: Annotated[list[str], Field(min_length=1)] | None = Field(
+        None, description='v1, for object documents: the fields read, in order, as "field: value" lines')
+    max_tokens_per_doc: int | None = Field(None, ge=1, strict=True, description="v2: each document cut to its "
+                                                                                  "first N word pieces")
+    priority: int | None = Field(None, description="v2: ignored (one queue)")
+
+
 class TokenizeRequest(Strict):
     text: Text | None = Field(None, description="the text (or send inputs)")
     text_pair: Text | None = None
@@ -343,6 +358,24 @@ class RerankResult(BaseModel):
     index: int
     score: float
     text: str | None = None
+
+
+class CohereRerankResult(BaseModel):
+    index: int
+    relevance_score: float
+    document: dict[str, str] | None = Field(None, description='with return_documents: {"text": ...} for a text, '
+                                                              'else the object sent')
+
+
+class RerankUsage(BaseModel):
+    total_tokens: int
+
+
+class CohereRerankResponse(BaseModel):
+    id: str
+    model: str
+    results: list[CohereRerankResult]
+    usage: RerankUsage
 
 
 class Prediction(BaseModel):
