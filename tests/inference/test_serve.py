@@ -1158,6 +1158,63 @@ def test_cohere_rerank_with_an_encoder(encoder_server, task_model_dirs):
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def masked_lm_dir(tmp_path_factory, tokenizer):
+    """A tiny masked LM over MiniLM's vocabulary, its output bias peaked so that rankings are clear, saved as
+    transformers saves a BertForMaskedLM."""
+    from bertforge.pretraining import BertForMaskedLM
+
+    torch.manual_seed(0)
+    model = BertForMaskedLM(make_config(tokenizer))
+    with torch.no_grad():
+        model.masked_lm.bias.normal_(0, 3)
+    directory = tmp_path_factory.mktemp("masked_lm")
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def same_fill(ours, theirs):
+    """Equal answers of fill-mask: the same nesting, tokens and sequences, scores within float32 rounding."""
+    if isinstance(theirs, list):
+        assert isinstance(ours, list) and len(ours) == len(theirs), (ours, theirs)
+        return all(same_fill(mine, other) for mine, other in zip(ours, theirs))
+    assert {key: ours[key] for key in ("token", "token_str", "sequence")} == \
+        {key: theirs[key] for key in ("token", "token_str", "sequence")}
+    assert ours["score"] == pytest.approx(float(theirs["score"]), abs=1e-5)
+    return True
+
+
+def test_fill_mask_answers_as_the_transformers_pipeline(masked_lm_dir, encoder_server):
+    """/fill_mask of a masked-LM checkpoint, through huggingface_hub's InferenceClient and as JSON, against
+    transformers' fill-mask pipeline on the same folder: one mask, several, several texts, top_k and targets; the
+    rows run by the batcher. The checkpoint still embeds as an encoder; one without the head is 409."""
+    transformers = pytest.importorskip("transformers")
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    reference = transformers.pipeline("fill-mask", model=str(masked_lm_dir), device="cpu")
+    texts = ["Paris is the [MASK] of France.", "The [MASK] sat on the [MASK], purring.", "I [MASK] this film!"]
+    server = Server(masked_lm_dir, max_texts=3)
+    try:
+        client = huggingface_hub.InferenceClient(model=server.url + "/fill_mask")
+        served = [vars(element) for element in client.fill_mask(texts[0])]
+        assert same_fill(served, reference(texts[0])) and len(served) == 5
+        served = [vars(element) for element in client.fill_mask(texts[2], top_k=2, targets=["love", "hate", "ok"])]
+        assert same_fill(served, reference(texts[2], top_k=2, targets=["love", "hate", "ok"]))
+        status, answers, _ = server.request("/fill_mask", {"inputs": texts, "parameters": {"top_k": 3}})
+        assert status == 200 and same_fill(answers, reference(texts, top_k=3))  # texts, then masks, then tokens
+        status, answer, _ = server.request("/fill_mask", {"inputs": texts[1:2]})
+        assert status == 200 and same_fill(answer, reference(texts[1]))  # a list of one text: as the text alone
+        assert server.request("/embed", {"inputs": texts[0]})[0] == 200
+        assert_error(server.request("/fill_mask", {"inputs": [texts[0], "No mask here."]}), 422,
+                     "text 1 has no [MASK] token")
+        assert_error(server.request("/fill_mask", {"inputs": "word " * 70 + "[MASK]"}), 413, "text 0 is 73 tokens",
+                     "limit is 64")
+        assert_error(server.request("/fill_mask", {"inputs": texts + texts[:1]}), 413, "too many texts: 4")
+    finally:
+        server.stop()
+    assert_error(encoder_server.request("/fill_mask", {"inputs": texts[0]}), 409, "no trained masked-LM head")
+
+
 def test_api_key(make_server, encoder_dir):
     server = make_server(encoder_dir, api_key="s3cret")
     assert_error(server.request("/embed", {"texts": ["a"]}), 401, "API key")

@@ -268,6 +268,27 @@ def test_embed_and_similarity_commands_give_the_splade_weights(splade_dir, layou
     assert not (tmp_path / "n.npy").exists()
 
 
+def test_serve_fills_masks_with_the_real_checkpoints_head(splade_dir, layout_dir):
+    """/fill_mask on a real masked-LM checkpoint served both ways (as SPLADE, whose model is the masked LM, and
+    mean-pooled, whose head is loaded beside the encoder) answers as transformers' fill-mask pipeline."""
+    import transformers
+    from fastapi.testclient import TestClient
+
+    from bertforge.inference.serve.app import load_app
+    from bertforge.inference.serve.settings import ServeSettings
+    texts = ["Paris is the [MASK] of France.", "The [MASK] of the river rose after the [MASK] rain."]
+    expected = transformers.pipeline("fill-mask", model=str(splade_dir), device="cpu")(texts, top_k=4)
+    for folder, pooling in ((splade_dir, "splade"), (layout_dir, "mean")):
+        with TestClient(load_app(folder, ServeSettings(pooling=pooling))) as client:
+            answers = client.post("/fill_mask", json={"inputs": texts, "parameters": {"top_k": 4}}).json()
+        flat, theirs = ([item for text in nested for mask in (text if isinstance(text[0], list) else [text])
+                         for item in mask] for nested in (answers, expected))
+        assert [(item["token_str"], item["sequence"]) for item in flat] == \
+            [(item["token_str"], item["sequence"]) for item in theirs], pooling
+        assert [item["score"] for item in flat] == pytest.approx([float(item["score"]) for item in theirs],
+                                                                 abs=1e-5)
+
+
 def test_serve_pooling_flag_as_text_embeddings_inference(splade_dir, layout_dir, reference, texts):
     """--pooling splade serves a published masked-LM checkpoint (no layout) as SPLADE, as TEI's --pooling splade;
     --pooling mean serves the same weights' encoder, mean-pooled (transformers' BertModel the reference)."""

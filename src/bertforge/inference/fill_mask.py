@@ -20,15 +20,25 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[st
     limit = readable_length(model, tokenizer)
     if input_ids.shape[1] > limit:  # cut, it could lose its [MASK] or the words that decide it
         raise InputError(f"the text is {input_ids.shape[1]} tokens long; the model reads at most {limit}")
-    is_mask = input_ids[0] == tokenizer.mask_token_id
-    if not is_mask.any():
-        raise InputError(f"the text has no {tokenizer.vocab.special_tokens['mask_token']} token to fill in")
+    masks = mask_positions(tokenizer, input_ids[0].tolist())
     place = next(model.parameters()).device  # the inputs go where the model is
     with torch.inference_mode():
         logits = model(input_ids.to(place), encoding["attention_mask"].to(place),
                        encoding["token_type_ids"].to(place)).logits
-    probs = logits[0, is_mask.to(place)].float().softmax(-1).cpu()  # (masks, vocab)
-    top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+    return top_tokens(logits[0, masks].float().softmax(-1).cpu(), tokenizer, top_k)
+
+
+def mask_positions(tokenizer, ids: list[int], what: str = "the text") -> list[int]:
+    """Where the [MASK] tokens of a row of token ids are; none is a one-line error naming `what`."""
+    masks = [position for position, token_id in enumerate(ids) if token_id == tokenizer.mask_token_id]
+    if not masks:
+        raise InputError(f"{what} has no {tokenizer.vocab.special_tokens['mask_token']} token to fill in")
+    return masks
+
+
+def top_tokens(probabilities: torch.Tensor, tokenizer, top_k: int) -> list[list[tuple[str, float]]]:
+    """Per mask, its `top_k` likeliest tokens and their probabilities, of (masks, vocab) probabilities."""
+    top = probabilities.topk(min(top_k, probabilities.shape[-1]), dim=-1)
     return [[(tokenizer.convert_ids_to_tokens(i), p) for i, p in zip(ids.tolist(), values.tolist())]
             for ids, values in zip(top.indices, top.values)]
 

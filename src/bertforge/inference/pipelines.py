@@ -312,10 +312,17 @@ def fill(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[str]) 
 
 
 def filled(pipe: Pipeline, text: str, top_k: int, targets: set[int] | None) -> list:
-    tokenizer = pipe.tokenizer
     # With targets, every token's probability (softmax over the whole vocabulary), of which the targets' are kept.
-    predictions = fill_mask(pipe.model, tokenizer, text, top_k if targets is None else pipe.model.config.vocab_size)
-    ids = tokenizer(text, truncation=False)["input_ids"]  # what fill_mask read
+    kept = top_k if targets is None else pipe.model.config.vocab_size
+    predictions = fill_mask(pipe.model, pipe.tokenizer, text, kept)
+    return fill_answer(pipe.tokenizer, pipe.tokenizer(text, truncation=False)["input_ids"], predictions, top_k, targets)
+
+
+def fill_answer(tokenizer: BertTokenizer, ids: list[int], predictions: list[list[tuple[str, float]]], top_k: int,
+                targets: set[int] | None) -> list:
+    """transformers' answer for one text of token `ids` whose masks' likeliest tokens are `predictions` (every
+    token's, in order, when there are targets): per mask its top_k {score, token, token_str, sequence}, a mask's
+    list alone for a text of one."""
     masks = [position for position, token_id in enumerate(ids) if token_id == tokenizer.mask_token_id]
     one_mask = len(masks) == 1
     answers = []

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, SpladePooling
-from bertforge.errors import BertforgeError, ConfigError, InputError
+from bertforge.errors import BertforgeError, CheckpointError, ConfigError, InputError
 from bertforge.explain.methods import DEFAULT_STEPS
 from bertforge.explain.page import explained
 from bertforge.inference.attention_view import (
@@ -44,8 +44,9 @@ from bertforge.inference.features import (
     prompt_length,
     sentence_embedding,
 )
+from bertforge.inference.fill_mask import mask_positions, top_tokens
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
-from bertforge.inference.pipelines import Pipeline
+from bertforge.inference.pipelines import MASKED_LM_ARCHITECTURES, Pipeline, fill_answer, target_ids
 from bertforge.inference.serve.batcher import Job, MicroBatcher, QueueFull
 from bertforge.inference.serve.cohere import document_text, returned_document
 from bertforge.inference.serve.docs import render_docs
@@ -67,6 +68,7 @@ from bertforge.inference.sparse_encoder import (
     nonzero_weights,
     splade_rows,
 )
+from bertforge.pretraining import BertForMaskedLM
 from bertforge.runtime import is_out_of_memory
 from bertforge.tasks import classification
 from bertforge.tasks.data import Features, forward_rows
@@ -128,6 +130,18 @@ def explanations(model: torch.nn.Module, jobs: list[Job]) -> list[dict[str, Any]
         return [explained(model, **job.options) for job in jobs]
 
 
+def masked_token_probabilities(head: torch.nn.Module):
+    """/fill_mask's answer per job: every token's probability at the row's [MASK] positions (job.options["masks"]),
+    the masked-LM head applied there alone (not to every position of the batch, a vocabulary wide each)."""
+    def run(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:
+        encoder = encoder_of(model)
+        hidden = forward_rows(encoder, [job.row for job in jobs], lambda output: (output.last_hidden_state,))
+        words = encoder.embeddings.tokens.weight  # the decoder, tied (an untied head holds its own)
+        return [head(states[job.options["masks"]].to(words.device, words.dtype), words).float().softmax(-1).cpu()
+                for job, (states,) in zip(jobs, hidden)]
+    return run
+
+
 def rows_read(read):
     """The worker's function for rows whose outputs `read(model output)` picks (a task's: what its `decode`
     reads), per row."""
@@ -139,11 +153,13 @@ def rows_read(read):
 # ---------------------------------------------------------------- the application
 
 def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: ServeSettings | None = None,
-               model_name: str = "model", checkpoint: Checkpoint | None = None):
+               model_name: str = "model", checkpoint: Checkpoint | None = None,
+               masked_lm: torch.nn.Module | None = None):
     """The FastAPI application; its micro-batcher starts now and finishes its queue when the application stops.
 
     `checkpoint` (inspect_checkpoint of the model's directory) says the task and the settings it was trained with;
-    without it, an in-memory task model does its head's task with the task's default settings.
+    without it, an in-memory task model does its head's task with the task's default settings. `masked_lm`: an
+    encoder's trained masked-LM head, for /fill_mask (a masked-LM model's own, by default).
     """
     # FastAPI is imported here, so that the CLI and the rest of the library run without it. No postponed
     # annotations in this module: FastAPI must see the request classes as objects, not names.
@@ -184,6 +200,12 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     for side, sided in tokenizers.items():
         sided.truncation_side = side
     device = next(model.parameters()).device
+    if masked_lm is None and task is None:
+        masked_lm = getattr(model, "masked_lm", None)
+    if masked_lm is not None:
+        words = encoder_of(model).embeddings.tokens.weight
+        masked_lm = masked_lm.to(words.device, words.dtype).eval()
+    run_fill = masked_token_probabilities(masked_lm) if masked_lm is not None else None
     run_rows = rows_read(task.outputs) if task is not None else None
     # transformers' pipelines, for the Inference API's tasks at POST /, read texts as this server cuts them
     pipeline_tokenizer = copy.copy(tokenizer)
@@ -653,6 +675,34 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                                     request.prompt_name)
         return [[{"index": i, "value": v} for i, v in zip(*nonzero_weights(vector))] for vector in vectors]
 
+    @app.post("/fill_mask", response_model=list[schemas.FilledToken] | list[list[schemas.FilledToken]]
+              | list[list[schemas.FilledToken] | list[list[schemas.FilledToken]]], responses=errors)
+    async def fill_mask(request: schemas.FillMaskRequest):
+        """transformers' fill-mask pipeline over HTTP, as the Hugging Face Inference API answers fill-mask
+        (huggingface_hub's InferenceClient.fill_mask given this route's URL): per [MASK] of a text, its top_k
+        tokens {score, token, token_str, sequence}; a list per mask for a text of several, a list per text for
+        several texts. Needs a masked-LM checkpoint's trained head."""
+        if run_fill is None:
+            raise HTTPError(409, f"wrong model: {model_name} has no trained masked-LM head; /fill_mask needs a "
+                                 f"masked-LM checkpoint (BertForMaskedLM, BertForPreTraining)")
+        texts = [request.inputs] if isinstance(request.inputs, str) else request.inputs
+        check_count(len(texts))
+        parameters = request.parameters or schemas.FillMaskParameters()
+        targets = target_ids(tokenizer, parameters.targets)
+        rows = await asyncio.to_thread(encode_texts, texts, None, UNLIMITED, False, False)
+        masks = []
+        for index, row in enumerate(rows):
+            if len(row["input_ids"]) > max_length:  # not cut: that could lose a [MASK], or the words that decide it
+                raise HTTPError(413, f"text {index} is {len(row['input_ids'])} tokens long; the limit is "
+                                     f"{max_length}")
+            masks.append(mask_positions(tokenizer, row["input_ids"], f"text {index}"))
+        probabilities = await run_jobs([Job(run_fill, row, {"masks": positions})
+                                        for row, positions in zip(rows, masks)])
+        kept = parameters.top_k if targets is None else model.config.vocab_size  # targets: from every token
+        answers = [fill_answer(tokenizer, row["input_ids"], top_tokens(scores, tokenizer, kept), parameters.top_k,
+                               targets) for row, scores in zip(rows, probabilities)]
+        return answers[0] if len(answers) == 1 else answers
+
     @app.post("/similarity", response_model=list[float], responses=errors)
     async def similarity(request: schemas.SimilarityRequest):
         """text-embeddings-inference's (the Hugging Face sentence-similarity task): the cosine similarity of
@@ -861,8 +911,21 @@ def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
         if settings.pooling is not None:  # the server's pooling in place of the layout's (a SPLADE layout's too)
             layout = getattr(model, "sentence_embedding", None) or SentenceEmbedding()
             model.sentence_embedding = dataclasses.replace(layout, pooling=settings.pooling, splade=None)
+    masked_lm = masked_lm_head(checkpoint) if checkpoint.task is None and not hasattr(model, "masked_lm") else None
     model = inference.apply(model, tokenizer)
-    return create_app(model, tokenizer, settings, model_name=str(name_or_path), checkpoint=checkpoint)
+    return create_app(model, tokenizer, settings, model_name=str(name_or_path), checkpoint=checkpoint,
+                      masked_lm=masked_lm)
+
+
+def masked_lm_head(checkpoint: Checkpoint) -> torch.nn.Module | None:
+    """The trained masked-LM head of an encoder's checkpoint (BertForMaskedLM, BertForPreTraining), for /fill_mask;
+    None for one without (a sentence encoder, or a masked-LM config whose head was not saved)."""
+    if not MASKED_LM_ARCHITECTURES & set(checkpoint.architectures):
+        return None
+    try:
+        return BertForMaskedLM.from_pretrained(checkpoint.directory, require_heads=True).masked_lm
+    except CheckpointError:
+        return None
 
 
 def server_config(app, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None, **extra):

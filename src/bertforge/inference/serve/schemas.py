@@ -232,6 +232,19 @@ class CohereRerankRequest(Strict):
     priority: int | None = Field(None, description="v2: ignored (one queue)")
 
 
+class FillMaskParameters(Strict):
+    """The Hugging Face fill-mask task's parameters (huggingface_hub's InferenceClient.fill_mask sends them)."""
+    top_k: int = Field(5, ge=1, strict=True, description="tokens per [MASK]")
+    targets: Annotated[list[Text], Field(min_length=1)] | None = Field(
+        None, description="score these alone: tokens of the vocabulary, or a word's first word piece")
+
+
+class FillMaskRequest(Strict):
+    inputs: Text | Texts = Field(description="a text with one or more [MASK] tokens, or a list of them (at most "
+                                             "max_texts)")
+    parameters: FillMaskParameters | None = None
+
+
 class TokenizeRequest(Strict):
     text: Text | None = Field(None, description="the text (or send inputs)")
     text_pair: Text | None = None
@@ -376,6 +389,14 @@ class CohereRerankResponse(BaseModel):
     model: str
     results: list[CohereRerankResult]
     usage: RerankUsage
+
+
+class FilledToken(BaseModel):
+    """A token for a [MASK], as transformers' fill-mask pipeline gives it: the text with it is `sequence`."""
+    score: float
+    token: int
+    token_str: str
+    sequence: str
 
 
 class Prediction(BaseModel):
