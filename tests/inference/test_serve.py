@@ -1141,6 +1141,13 @@ def test_cohere_clients_rerank_as_sentence_transformers(cross_encoder_server, da
     assert raised.value.status_code == 413 and "too many documents: 12" in raised.value.body["error"]["message"]
     with pytest.raises(cohere.errors.BadRequestError, match="top_n"):
         v2.rerank(model="bertforge", query=query, documents=documents, top_n=0)
+    # vLLM's and Infinity's /rerank take the same shape (Infinity's raw_scores: the logit itself)
+    status, answer, _ = cross_encoder_server.request("/rerank", {"query": query, "documents": documents,
+                                                                 "raw_scores": True, "top_n": 2})
+    logits = reference.predict([(query, document) for document in documents], activation_fn=torch.nn.Identity())
+    best = sorted(range(len(documents)), key=lambda i: -logits[i])[:2]
+    assert status == 200 and [(item["index"], item["relevance_score"]) for item in answer["results"]] == \
+        [(i, pytest.approx(float(logits[i]), abs=1e-4)) for i in best]
 
 
 def test_cohere_rerank_with_an_encoder(encoder_server, task_model_dirs):

@@ -580,12 +580,15 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
                                             "owned_by": "bertforge"}]}
 
-    @app.post("/rerank", response_model=list[schemas.RerankResult], response_model_exclude_unset=True,
-              responses=errors)
-    async def rerank(request: schemas.RerankRequest):
+    @app.post("/rerank", response_model=list[schemas.RerankResult] | schemas.CohereRerankResponse,
+              response_model_exclude_unset=True, responses=errors)
+    async def rerank(request: schemas.RerankRequest | schemas.CohereRerankRequest):
         """The texts ranked by relevance to the query, best first: a pair classifier's probability of its last
         label (or the sigmoid of a one-output model's score; raw_scores: the logit or score), or, for an encoder,
-        the cosine similarity of the texts' embeddings."""
+        the cosine similarity of the texts' embeddings. Sent "documents" (as vLLM's and Infinity's /rerank take),
+        Cohere's answer, as /v1/rerank."""
+        if isinstance(request, schemas.CohereRerankRequest):
+            return await cohere_answer(request)
         check_count(len(request.texts))
         scores, _ = await relevance(request.query, request.texts, request.raw_scores, request.truncate,
                                     request.truncation_direction)
@@ -593,22 +596,26 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         return [{"index": i, "score": scores[i], **({"text": request.texts[i]} if request.return_text else {})}
                 for i in ranked]
 
-    @app.post("/v1/rerank", response_model=schemas.CohereRerankResponse, response_model_exclude_none=True,
+    @app.post("/v1/rerank", response_model=schemas.CohereRerankResponse, response_model_exclude_unset=True,
               responses=openai_errors)
-    @app.post("/v2/rerank", response_model=schemas.CohereRerankResponse, response_model_exclude_none=True,
+    @app.post("/v2/rerank", response_model=schemas.CohereRerankResponse, response_model_exclude_unset=True,
               responses=openai_errors)
     async def cohere_rerank(request: schemas.CohereRerankRequest):
         """Cohere's rerank API (Jina's and vLLM's clients send the same): the documents ranked by relevance to the
         query, best first, scored as /rerank scores them; a long document is cut, as Cohere cuts it."""
+        return await cohere_answer(request)
+
+    async def cohere_answer(request: schemas.CohereRerankRequest) -> dict[str, Any]:
+        """Cohere's answer to a request in its shape, at /v1/rerank, /v2/rerank or /rerank."""
         check_count(len(request.documents), "documents")
         texts = [document_text(document, request.rank_fields, index)
                  for index, document in enumerate(request.documents)]
         if request.max_tokens_per_doc is not None:
             texts = await asyncio.to_thread(first_word_pieces, texts, request.max_tokens_per_doc)
-        scores, tokens = await relevance(request.query, texts, cut=True)
+        scores, tokens = await relevance(request.query, texts, request.raw_scores, cut=True)
         ranked = sorted(range(len(scores)), key=lambda i: -scores[i])[:request.top_n]
         results = [{"index": i, "relevance_score": scores[i],
-                    "document": returned_document(request.documents[i]) if request.return_documents else None}
+                    **({"document": returned_document(request.documents[i])} if request.return_documents else {})}
                    for i in ranked]
         return {"id": str(uuid.uuid4()), "model": model_name, "results": results, "usage": {"total_tokens": tokens}}
 

@@ -225,6 +225,8 @@ class CohereRerankRequest(Strict):
         description='texts, or objects read by their "text" field or by rank_fields (at most max_texts)')
     top_n: int | None = Field(None, ge=1, strict=True, description="the N most relevant only (default: all)")
     return_documents: bool = Field(False, strict=True, description="each result with its document, as sent")
+    raw_scores: bool = Field(False, strict=True, description="Infinity's field: a pair classifier's logit instead "
+                                                             "of its probability")
     rank_fields: Annotated[list[str], Field(min_length=1)] | None = Field(
         None, description='v1, for object documents: the fields read, in order, as "field: value" lines')
     max_tokens_per_doc: int | None = Field(None, ge=1, strict=True, description="v2: each document cut to its "
