@@ -845,6 +845,13 @@ def test_openai_client_gets_the_embeddings_of_bertforge_embed(encoder_server, en
     with pytest.raises(openai.APIStatusError, match="too many inputs: 9") as raised:
         client.embeddings.create(model="bertforge", input=["x"] * 9)
     assert raised.value.status_code == 413 and raised.value.type == "invalid_request_error"
+    # Given the server's bare URL (as Infinity serves OpenAI's routes), the client reaches the same routes.
+    bare = openai.OpenAI(base_url=encoder_server.url, api_key="unused", max_retries=0)
+    response = bare.embeddings.create(model="bertforge", input=TEXTS, encoding_format="float")
+    numpy.testing.assert_allclose(numpy.array([item.embedding for item in response.data]), expected, atol=1e-5)
+    assert [model.id for model in bare.models.list()] == [str(encoder_dir)]
+    with pytest.raises(openai.BadRequestError, match="List should have at least 1 item"):
+        bare.embeddings.create(model="bertforge", input=[])
 
 
 def test_tei_embed_and_rerank(encoder_server):

@@ -555,6 +555,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                 "normalized": used.normalize}
 
     @app.post("/v1/embeddings", response_model=schemas.OpenAIEmbeddingResponse, responses=openai_errors)
+    @app.post("/embeddings", response_model=schemas.OpenAIEmbeddingResponse, responses=openai_errors)
     async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest):
         """OpenAI's embeddings API: unit-length vectors, pooled as the checkpoint says (`bertforge embed`)."""
         if splade is not None:
@@ -575,6 +576,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
     @app.get("/v1/models", response_model=schemas.ModelList, responses=openai_errors)
+    @app.get("/models", response_model=schemas.ModelList, responses=openai_errors)
     async def openai_models():
         """The one model this server holds, as OpenAI's model list."""
         return {"object": "list", "data": [{"id": model_name, "object": "model", "created": 0,
