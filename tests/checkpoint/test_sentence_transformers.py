@@ -556,8 +556,8 @@ def test_sentence_encoder_is_made_saved_and_called_as_sentence_transformer(long_
 def test_sentence_encoder_refuses_what_it_cannot_be_as_one_line_errors(minilm):
     from bertforge import SentenceEncoder
 
-    with pytest.raises(ConfigError, match="backend 'onnx': bertforge runs torch"):
-        SentenceEncoder("default", backend="onnx")
+    with pytest.raises(ConfigError, match="backend 'openvino': SentenceEncoder runs 'torch' or 'onnx'"):
+        SentenceEncoder("default", backend="openvino")
     with pytest.raises(ConfigError, match="a loaded model needs its tokenizer"):
         SentenceEncoder(minilm)
     with pytest.raises(ConfigError, match="default_prompt_name 'query2' is none of the prompts"):

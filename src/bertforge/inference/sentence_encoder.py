@@ -30,6 +30,7 @@ from bertforge.inference.features import (
     prompt_tokens,
     sentence_embedding,
 )
+from bertforge.inference.onnx_backend import BACKENDS, ONNX_OPTIONS, onnx_runtime_encoder
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_modules import modules_of
 from bertforge.inference.similarity import SIMILARITIES, as_matrix
@@ -60,14 +61,16 @@ def _steps(vectors: np.ndarray) -> np.ndarray:
     return np.clip(np.floor((vectors - low) / step), 0, 255)
 
 
-def check_construction_options(owner: str, hub_options: dict[str, Any], backend: str) -> None:
+def check_construction_options(owner: str, hub_options: dict[str, Any], backend: str,
+                               backends: Sequence[str] = ("torch",)) -> None:
     """sentence-transformers' constructor options beyond the named ones: the Hub's are accepted and unused here,
-    others refused by name; only the torch backend runs."""
+    others refused by name; `backends`: those this encoder runs."""
     unknown = sorted(set(hub_options) - HUB_OPTIONS - {"use_auth_token", "model_card_data"})
     if unknown:
         raise ConfigError(f"{owner} takes no option {unknown[0]!r}")
-    if backend != "torch":
-        raise ConfigError(f"backend {backend!r}: bertforge runs torch (`bertforge export onnx` makes ONNX)")
+    if backend not in backends:
+        raise ConfigError(f"backend {backend!r}: {owner} runs {' or '.join(map(repr, backends))} (`bertforge export "
+                          f"onnx` makes ONNX)")
 
 
 @dataclasses.dataclass
@@ -117,6 +120,7 @@ class TextEncoder(nn.Module):
     SentenceEncoder and SparseEncoder (inference/sparse_encoder.py) say how texts become vectors."""
 
     SUPPORTED_SIMILARITY_FN_NAMES = tuple(SIMILARITIES)
+    BACKENDS: tuple[str, ...] = ("torch",)  # what runs its model: sentence-transformers' `backend`
     model_card_data = ModelCardData("SentenceTransformerModelCardData")
     DEFAULT_SIMILARITY = "cosine"  # similarity_fn_name when the checkpoint names none
 
@@ -136,7 +140,11 @@ class TextEncoder(nn.Module):
 
         super().__init__()
         owner = type(self).__name__
-        check_construction_options(owner, hub_options, backend)
+        check_construction_options(owner, hub_options, backend, self.BACKENDS)
+        model_options = dict(model_kwargs or {})
+        onnx_options = {name: model_options.pop(name) for name in ONNX_OPTIONS if name in model_options} \
+            if backend == "onnx" else {}
+        folder = None
         if isinstance(model_name_or_path, nn.Module):
             if tokenizer is None:
                 raise ConfigError(f"a loaded model needs its tokenizer: {owner}(model, tokenizer)")
@@ -144,10 +152,13 @@ class TextEncoder(nn.Module):
         else:
             place = {"cache_dir": cache_folder, "revision": revision}
             name_or_path = "default" if model_name_or_path is None else model_name_or_path
-            model = self.load_model(name_or_path, device_map=device, **place, **(model_kwargs or {}),
-                                    **(config_kwargs or {}))
+            model = self.load_model(name_or_path, device_map=device, **place, **model_options, **(config_kwargs or {}))
             tokenizer = BertTokenizer.from_pretrained(name_or_path, **place, **(tokenizer_kwargs or {}),
                                                       **(processor_kwargs or {}))
+            folder = resolve_model_dir(name_or_path, **place)
+        if backend == "onnx":
+            model = onnx_runtime_encoder(model.eval(), tokenizer, folder, **onnx_options)
+        self.backend = backend
         self.model, self.tokenizer = model.eval(), tokenizer
         if hub_options.get("model_card_data") is not None:
             self.model_card_data = hub_options["model_card_data"]
@@ -290,7 +301,7 @@ class TextEncoder(nn.Module):
         return self[-1]
 
     def get_backend(self) -> str:
-        return "torch"
+        return self.backend
 
     @property
     def modalities(self) -> list[str]:
@@ -390,6 +401,8 @@ class SentenceEncoder(PoolMethods, TextEncoder):
     >>> encoder.encode(["A man is eating food.", "A man is riding a horse."]).shape
     (2, 384)
     """
+
+    BACKENDS = BACKENDS  # backend="onnx": ONNX Runtime runs the encoder (inference/onnx_backend.py)
 
     def __init__(self, model_name_or_path: str | Path | nn.Module | None = None, tokenizer: Any = None, *,
                  truncate_dim: int | None = None, **options: Any):
