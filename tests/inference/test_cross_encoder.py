@@ -250,7 +250,8 @@ def test_one_line_errors(tmp_path, reranker, reranker_reference, reranker_dir, m
     lambda_scorer = CrossEncoder(reranker_dir, activation_fn=lambda logits: logits * 2)
     failures = {
         "takes no option 'prompt_template'": (ConfigError, lambda: CrossEncoder(reranker_dir, prompt_template="q: ")),
-        "backend 'onnx'": (ConfigError, lambda: CrossEncoder(reranker_dir, backend="onnx")),
+        "backend 'openvino': CrossEncoder runs 'torch' or 'onnx'": (
+            ConfigError, lambda: CrossEncoder(reranker_dir, backend="openvino")),
         "a (text, pair) tuple": (InputError, lambda: reranker.predict("one text only")),
         "two strings": (InputError, lambda: reranker.predict([("a question", "a document"), ("lonely",)])),
         "batch_size": (InputError, lambda: reranker.predict(sentence_pairs, batch_size=0)),
@@ -380,3 +381,22 @@ def test_preprocess_gives_the_features_sentence_transformers_gives(reranker, rer
         reranker.preprocess(("a question", "a document"))
     with pytest.raises(InputError, match=r"^preprocess takes \(text, pair\) tuples of two strings"):
         reranker.preprocess([("a question", "a document"), ("lonely",)])
+
+
+def test_onnx_backend_scores_as_sentence_transformers(reranker_dir, reranker_reference, sentence_pairs, tmp_path):
+    """backend="onnx": the classifier exported and run by ONNX Runtime scores and ranks as sentence-transformers'
+    CrossEncoder (torch); save() writes onnx/model.onnx, which a reload runs without exporting again."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    scorer = CrossEncoder(reranker_dir, backend="onnx")
+    assert scorer.get_backend() == "onnx" and scorer.num_labels == 1
+    expected = reranker_reference.predict(sentence_pairs)
+    np.testing.assert_allclose(scorer.predict(sentence_pairs, batch_size=7), expected, atol=ATOL, rtol=0)
+    query, documents = sentence_pairs[0][0], [second for _, second in sentence_pairs[:8]]
+    assert [item["corpus_id"] for item in scorer.rank(query, documents)] == \
+        [item["corpus_id"] for item in reranker_reference.rank(query, documents)]
+    scorer.save(tmp_path / "saved")
+    assert (tmp_path / "saved" / "onnx" / "model.onnx").is_file()
+    again = CrossEncoder(tmp_path / "saved", backend="onnx", model_kwargs={"export": False})
+    np.testing.assert_allclose(again.predict(sentence_pairs), expected, atol=ATOL, rtol=0)
+    np.testing.assert_allclose(reference(tmp_path / "saved").predict(sentence_pairs), expected, atol=ATOL, rtol=0)

@@ -29,6 +29,7 @@ from bertforge.checkpoint.sentence_transformers import (
 )
 from bertforge.config import architectures_of, read_json_object
 from bertforge.errors import ConfigError, InputError
+from bertforge.inference.onnx_backend import BACKENDS, ONNX_OPTIONS, onnx_runtime_model
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_encoder import (
     ModelCardData,
@@ -115,7 +116,11 @@ class CrossEncoder(PoolMethods, nn.Module):
         from bertforge.checkpoint.hf_format import config_path
 
         super().__init__()
-        check_construction_options("CrossEncoder", hub_options, backend)
+        check_construction_options("CrossEncoder", hub_options, backend, BACKENDS)
+        model_kwargs = dict(model_kwargs or {})
+        onnx_options = {name: model_kwargs.pop(name) for name in ONNX_OPTIONS if name in model_kwargs} \
+            if backend == "onnx" else {}
+        directory = None
         if activation_fn is not None and not callable(activation_fn):
             raise ConfigError(f"activation_fn must be a function of the logits such as torch.nn.Sigmoid(), got "
                               f"{activation_fn!r}")
@@ -149,6 +154,9 @@ class CrossEncoder(PoolMethods, nn.Module):
             tokenizer = BertTokenizer.from_pretrained(name_or_path, cache_dir=cache_folder, revision=revision,
                                                       **(tokenizer_kwargs or {}) | (processor_kwargs or {}))
             layout = _cross_encoder_layout(directory)
+        if backend == "onnx":
+            model = onnx_runtime_model(model.eval(), tokenizer, directory, **onnx_options)
+        self.backend = backend
         self.model, self.tokenizer = model.eval(), tokenizer
         if hub_options.get("model_card_data") is not None:
             self.model_card_data = hub_options["model_card_data"]
@@ -206,7 +214,7 @@ class CrossEncoder(PoolMethods, nn.Module):
         return next(self.model.parameters()).device
 
     def get_backend(self) -> str:
-        return "torch"
+        return self.backend
 
     def save(self, path: str | Path, model_name: str | None = None, create_model_card: bool = True,
              train_datasets: list[str] | None = None, safe_serialization: bool = True) -> None:

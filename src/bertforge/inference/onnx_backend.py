@@ -1,7 +1,8 @@
-"""sentence-transformers' `backend="onnx"`: an encoder whose forward ONNX Runtime runs, from the ONNX file of its
-folder (onnx/model.onnx, where sentence-transformers saves one; `file_name` picks another) or, when there is none,
-from bertforge's own export of its weights. The torch model stays beside the session: its configuration, its
-sentence-transformers layout and its weights for saving (with the ONNX file) come from it."""
+"""sentence-transformers' `backend="onnx"`: a SentenceEncoder's or CrossEncoder's model whose forward ONNX Runtime
+runs, from the ONNX file of its folder (onnx/model.onnx, where sentence-transformers saves one; `file_name` picks
+another) or, when there is none, from bertforge's own export of its weights. The torch model stays beside the
+session: its configuration, its sentence-transformers layout and its weights for saving (with the ONNX file) come
+from it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 
 from bertforge.errors import ConfigError
+from bertforge.heads import ClassifierOutput
 from bertforge.model import EncoderOutput
 
 ONNX_FILE = "onnx/model.onnx"  # sentence-transformers' place for it in a model folder
@@ -22,9 +24,10 @@ BACKENDS = ("torch", "onnx")
 ONNX_OPTIONS = ("file_name", "provider", "export")
 
 
-class OnnxRuntimeEncoder(nn.Module):
-    """A BERT encoder's last layer computed by an ONNX Runtime session, read where bertforge reads a BertModel's:
-    `model(input_ids, attention_mask, token_type_ids).last_hidden_state`. Inference only."""
+class OnnxRuntimeModel(nn.Module):
+    """A bertforge model whose forward an ONNX Runtime session runs, read where bertforge reads the model's own
+    output: an encoder's `last_hidden_state`, a sequence classifier's `logits`. Everything else (the
+    configuration, the layout, the number of labels, the weights saved) is the torch model's. Inference only."""
 
     def __init__(self, model: nn.Module, onnx_model: bytes, provider: str = "CPUExecutionProvider"):
         from bertforge.inference.onnx import require
@@ -34,20 +37,33 @@ class OnnxRuntimeEncoder(nn.Module):
         if provider not in runtime.get_available_providers():
             raise ConfigError(f"provider {provider!r} is not in this ONNX Runtime; it has "
                               f"{', '.join(runtime.get_available_providers())}")
-        self.torch_model, self.config, self.onnx_model = model, model.config, onnx_model
-        self.sentence_embedding = getattr(model, "sentence_embedding", None)
-        if getattr(model, "sentence_dense", None) is not None:
-            self.sentence_dense = model.sentence_dense
+        self.torch_model, self.onnx_model = model, onnx_model
         self.session = runtime.InferenceSession(onnx_model, providers=[provider])
         self.input_names = {given.name for given in self.session.get_inputs()}
         outputs = [given.name for given in self.session.get_outputs()]
-        self.output_name = "last_hidden_state" if "last_hidden_state" in outputs else outputs[0]
+        wanted = "logits" if hasattr(model, "classifier") else "last_hidden_state"
+        self.output_name = wanted if wanted in outputs else outputs[0]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "torch_model" or "torch_model" not in self._modules:
+                raise
+            return getattr(self._modules["torch_model"], name)  # num_labels, sentence_dense, ...
+
+    # what the encoders read and change on their model: the torch model's own
+    config = property(lambda self: self.torch_model.config,
+                      lambda self, value: setattr(self.torch_model, "config", value))
+    sentence_embedding = property(lambda self: getattr(self.torch_model, "sentence_embedding", None),
+                                  lambda self, value: setattr(self.torch_model, "sentence_embedding", value))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, first_token_only: bool = False,
-                output_hidden_states: bool = False, **unused: Any) -> EncoderOutput:
+                output_hidden_states: bool = False, **unused: Any) -> EncoderOutput | ClassifierOutput:
         if output_hidden_states:
-            raise ConfigError("backend 'onnx' gives the last layer alone; other layer recipes need backend 'torch'")
+            raise ConfigError("backend 'onnx' gives the model's output alone; other layer recipes need backend "
+                              "'torch'")
         if self.training and torch.is_grad_enabled():
             raise ConfigError("backend 'onnx' runs ONNX Runtime, which does not train; load the model with "
                               "backend 'torch' to train it")
@@ -56,30 +72,31 @@ class OnnxRuntimeEncoder(nn.Module):
                  "token_type_ids": torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids}
         feeds = {name: tensor.cpu().numpy().astype(np.int64) for name, tensor in given.items()
                  if name in self.input_names}
-        states = torch.from_numpy(self.session.run([self.output_name], feeds)[0]).to(input_ids.device)
-        return EncoderOutput(last_hidden_state=states[:, :1] if first_token_only else states, pooler_output=None)
+        values = torch.from_numpy(self.session.run([self.output_name], feeds)[0]).to(input_ids.device)
+        if self.output_name == "logits":
+            return ClassifierOutput(logits=values)
+        return EncoderOutput(last_hidden_state=values[:, :1] if first_token_only else values, pooler_output=None)
 
     def save_pretrained(self, path: str | Path, **options: Any) -> None:
-        """The torch model's folder (its weights and layout, as this encoder has it) with the ONNX file beside."""
-        self.torch_model.sentence_embedding = self.sentence_embedding
+        """The torch model's folder (its weights and layout) with the ONNX file where sentence-transformers puts it."""
         self.torch_model.save_pretrained(path, **options)
         target = Path(path) / ONNX_FILE
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(self.onnx_model)
 
 
-def onnx_runtime_encoder(model: nn.Module, tokenizer, folder: Path | None, file_name: str = ONNX_FILE,
-                         provider: str = "CPUExecutionProvider", export: bool | None = None) -> OnnxRuntimeEncoder:
-    """The ONNX backend of a loaded encoder: `folder`'s `file_name`, else (or with export=True) the model exported
+def onnx_runtime_model(model: nn.Module, tokenizer, folder: Path | None, file_name: str = ONNX_FILE,
+                       provider: str = "CPUExecutionProvider", export: bool | None = None) -> OnnxRuntimeModel:
+    """The ONNX backend of a loaded model: `folder`'s `file_name`, else (or with export=True) the model exported
     here, checked against its torch forward (sentence-transformers exports too, and tells to save it)."""
-    from bertforge.inference.onnx import export_onnx
+    from bertforge.inference.onnx import export_onnx, task_of
 
     path = None if folder is None else folder / file_name
     if export is not True and path is not None and path.is_file():
-        return OnnxRuntimeEncoder(model, path.read_bytes(), provider)
+        return OnnxRuntimeModel(model, path.read_bytes(), provider)
     if export is False:
         raise ConfigError(f"{path or file_name}: no ONNX file, and export=False asks not to export one")
     with tempfile.TemporaryDirectory() as scratch:
         exported = Path(scratch) / "model.onnx"
-        export_onnx(model, tokenizer, exported, task="feature-extraction")
-        return OnnxRuntimeEncoder(model, exported.read_bytes(), provider)
+        export_onnx(model, tokenizer, exported, task=task_of(model))
+        return OnnxRuntimeModel(model, exported.read_bytes(), provider)

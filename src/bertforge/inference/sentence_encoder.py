@@ -30,7 +30,7 @@ from bertforge.inference.features import (
     prompt_tokens,
     sentence_embedding,
 )
-from bertforge.inference.onnx_backend import BACKENDS, ONNX_OPTIONS, onnx_runtime_encoder
+from bertforge.inference.onnx_backend import BACKENDS, ONNX_OPTIONS, onnx_runtime_model
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_modules import modules_of
 from bertforge.inference.similarity import SIMILARITIES, as_matrix
@@ -157,7 +157,7 @@ class TextEncoder(nn.Module):
                                                       **(processor_kwargs or {}))
             folder = resolve_model_dir(name_or_path, **place)
         if backend == "onnx":
-            model = onnx_runtime_encoder(model.eval(), tokenizer, folder, **onnx_options)
+            model = onnx_runtime_model(model.eval(), tokenizer, folder, **onnx_options)
         self.backend = backend
         self.model, self.tokenizer = model.eval(), tokenizer
         if hub_options.get("model_card_data") is not None:
