@@ -667,3 +667,17 @@ def test_sparse_encoder_trainer_trains_it_as_sentence_transformers(splade_dir, s
     questions = [question for question, _ in pairs[:4]]
     assert_same_vectors(dense(models["ours"].encode(questions)), dense(models["theirs"].encode(questions)))
     assert [type(module).__name__ for module in models["ours"]] == ["Transformer", "SpladePooling"]
+
+
+def test_onnx_backend_encodes_as_sentence_transformers(splade_dir, reference, texts, tmp_path):
+    """backend="onnx": the real SPLADE checkpoint's masked LM exported and run by ONNX Runtime gives
+    sentence-transformers' (torch) sparse vectors; save() writes onnx/model.onnx, which a reload runs."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    encoder = SparseEncoder(splade_dir, backend="onnx")
+    assert encoder.get_backend() == "onnx"
+    expected = reference.encode(texts)
+    assert_same_vectors(encoder.encode(texts, batch_size=4), expected)
+    encoder.save(tmp_path / "saved")
+    again = SparseEncoder(tmp_path / "saved", backend="onnx", model_kwargs={"export": False})
+    assert_same_vectors(again.encode(texts[:4]), rows(expected, 0, 4))

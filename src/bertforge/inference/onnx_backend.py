@@ -1,8 +1,8 @@
-"""sentence-transformers' `backend="onnx"`: a SentenceEncoder's or CrossEncoder's model whose forward ONNX Runtime
-runs, from the ONNX file of its folder (onnx/model.onnx, where sentence-transformers saves one; `file_name` picks
-another) or, when there is none, from bertforge's own export of its weights. The torch model stays beside the
-session: its configuration, its sentence-transformers layout and its weights for saving (with the ONNX file) come
-from it."""
+"""sentence-transformers' `backend="onnx"`: a SentenceEncoder's, CrossEncoder's or SparseEncoder's model whose
+forward ONNX Runtime runs, from the ONNX file of its folder (onnx/model.onnx, where sentence-transformers saves
+one; `file_name` picks another) or, when there is none, from bertforge's own export of its weights. The torch
+model stays beside the session: its configuration, its sentence-transformers layout and its weights for saving
+(with the ONNX file) come from it."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ ONNX_OPTIONS = ("file_name", "provider", "export")
 
 class OnnxRuntimeModel(nn.Module):
     """A bertforge model whose forward an ONNX Runtime session runs, read where bertforge reads the model's own
-    output: an encoder's `last_hidden_state`, a sequence classifier's `logits`. Everything else (the
+    output: an encoder's `last_hidden_state`, a classifier's or a masked LM's `logits`. Everything else (the
     configuration, the layout, the number of labels, the weights saved) is the torch model's. Inference only."""
 
     def __init__(self, model: nn.Module, onnx_model: bytes, provider: str = "CPUExecutionProvider"):
@@ -41,7 +41,7 @@ class OnnxRuntimeModel(nn.Module):
         self.session = runtime.InferenceSession(onnx_model, providers=[provider])
         self.input_names = {given.name for given in self.session.get_inputs()}
         outputs = [given.name for given in self.session.get_outputs()]
-        wanted = "logits" if hasattr(model, "classifier") else "last_hidden_state"
+        wanted = "logits" if hasattr(model, "bert") else "last_hidden_state"  # a task model's, or an encoder's
         self.output_name = wanted if wanted in outputs else outputs[0]
 
     def __getattr__(self, name: str) -> Any:
