@@ -24,7 +24,14 @@ from bertforge.heads import (
     ClassifierOutput,
     SpanOutput,
 )
-from bertforge.inference import CrossEncoder, SentenceEncoder, SparseEncoder, extract_features, pipeline
+from bertforge.inference import (
+    CrossEncoder,
+    SentenceEncoder,
+    SparseEncoder,
+    export_dynamic_quantized_onnx_model,
+    extract_features,
+    pipeline,
+)
 from bertforge.model import BertModel, EncoderOutput
 from bertforge.pretraining import (
     BertForMaskedLM,
@@ -45,6 +52,6 @@ __all__ = [
     "BertForQuestionAnswering", "BertForSequenceClassification", "BertForTokenClassification", "BertModel",
     "BertTokenizer", "BertforgeError", "CheckpointError", "ClassifierOutput", "ConfigError", "CrossEncoder",
     "ElectraForPreTraining", "EncoderOutput", "Explanation", "InputError", "SentenceEncoder", "SpanOutput",
-    "SparseEncoder", "explain",
+    "SparseEncoder", "explain", "export_dynamic_quantized_onnx_model",
     "extract_features", "FinetuneConfig", "FinetunedModel", "TextExample", "fit", "merge_lora", "pipeline",
 ]

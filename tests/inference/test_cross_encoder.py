@@ -388,6 +388,8 @@ def test_onnx_backend_scores_as_sentence_transformers(reranker_dir, reranker_ref
     CrossEncoder (torch); save() writes onnx/model.onnx, which a reload runs without exporting again."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
+    from bertforge import export_dynamic_quantized_onnx_model
+
     scorer = CrossEncoder(reranker_dir, backend="onnx")
     assert scorer.get_backend() == "onnx" and scorer.num_labels == 1
     expected = reranker_reference.predict(sentence_pairs)
@@ -400,3 +402,9 @@ def test_onnx_backend_scores_as_sentence_transformers(reranker_dir, reranker_ref
     again = CrossEncoder(tmp_path / "saved", backend="onnx", model_kwargs={"export": False})
     np.testing.assert_allclose(again.predict(sentence_pairs), expected, atol=ATOL, rtol=0)
     np.testing.assert_allclose(reference(tmp_path / "saved").predict(sentence_pairs), expected, atol=ATOL, rtol=0)
+    written = export_dynamic_quantized_onnx_model(again, "avx512", tmp_path / "saved")
+    int8 = CrossEncoder(tmp_path / "saved", backend="onnx", model_kwargs={"file_name": f"onnx/{written.name}"})
+    scores = int8.predict(sentence_pairs)
+    # int8 noise, which the seeded head's wide weights amplify: the file named is run, close to fp32
+    assert written.name == "model_qint8_avx512.onnx" and 1e-4 < np.abs(scores - expected).mean() < 0.03
+    assert np.corrcoef(scores, expected)[0, 1] > 0.95

@@ -272,7 +272,7 @@ def test_sentence_encoder_onnx_backend_encodes_as_sentence_transformers(minilm_o
 
     from onnxruntime.quantization import quantize_dynamic
 
-    from bertforge import ConfigError, SentenceEncoder
+    from bertforge import ConfigError, SentenceEncoder, export_dynamic_quantized_onnx_model
     sentence_transformers = pytest.importorskip("sentence_transformers")
     folder = tmp_path / "minilm"
     shutil.copytree(minilm_dir, folder)
@@ -294,6 +294,24 @@ def test_sentence_encoder_onnx_backend_encodes_as_sentence_transformers(minilm_o
     vectors = int8.encode(real_sentences)
     # the file named is the one run: ONNX Runtime's default int8 of MiniLM, cosines of 0.92 to 0.97 to fp32 here
     assert (vectors * expected).sum(1).min() > 0.9 and np.abs(vectors - expected).max() > 1e-3  # unit vectors
+
+    # sentence-transformers' export_dynamic_quantized_onnx_model: the file its name says, which file_name loads
+    written = export_dynamic_quantized_onnx_model(encoder, "avx512_vnni", folder)
+    assert written == folder / "onnx" / "model_qint8_avx512_vnni.onnx"
+    assert export_dynamic_quantized_onnx_model(encoder, "avx2", folder).name == "model_quint8_avx2.onnx"
+    vnni = SentenceEncoder(folder, backend="onnx", model_kwargs={"file_name": "onnx/model_qint8_avx512_vnni.onnx"})
+    vectors = vnni.encode(real_sentences)
+    # per-channel weight scales keep far closer than the default's per-tensor ones (0.99 here)
+    assert (vectors * expected).sum(1).min() > 0.98 and np.abs(vectors - expected).max() > 1e-3
+    assert written.stat().st_size < (folder / "onnx" / "model.onnx").stat().st_size / 3
+    for wrong, message in ((lambda: export_dynamic_quantized_onnx_model(SentenceEncoder(minilm_dir), "avx2", folder),
+                            "loaded with backend='onnx'; this SentenceEncoder runs 'torch'"),
+                           (lambda: export_dynamic_quantized_onnx_model(encoder, "avx3", folder),
+                            "unknown quantization_config 'avx3'"),
+                           (lambda: export_dynamic_quantized_onnx_model(encoder, "avx2", folder, push_to_hub=True),
+                            "local folder only")):
+        with pytest.raises(ConfigError, match=message):
+            wrong()
 
     encoder.save(tmp_path / "saved")
     assert (tmp_path / "saved" / "onnx" / "model.onnx").read_bytes() == (folder / "onnx" / "model.onnx").read_bytes()

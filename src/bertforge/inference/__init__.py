@@ -10,6 +10,7 @@ from bertforge.inference.features import (
     pool,
     token_features,
 )
+from bertforge.inference.onnx_backend import export_dynamic_quantized_onnx_model
 from bertforge.inference.optimize import PRECISIONS, InferenceOptions
 from bertforge.inference.pipelines import pipeline
 from bertforge.inference.sentence_encoder import SentenceEncoder
@@ -25,7 +26,7 @@ from bertforge.inference.sparse_encoder import SPLADE_ACTIVATIONS, SPLADE_STRATE
 __all__ = [
     "LAYER_COMBINATIONS", "POOLINGS", "PRECISIONS", "SIMILARITIES", "SPLADE_ACTIVATIONS", "SPLADE_STRATEGIES",
     "TOKEN_LEVELS", "CrossEncoder", "InferenceOptions", "ScalarMix", "SentenceEncoder", "SparseEncoder", "TokenVectors",
-    "community_detection",
+    "community_detection", "export_dynamic_quantized_onnx_model",
     "extract_features", "extract_token_features", "paraphrase_mining", "paraphrase_mining_embeddings", "pipeline",
     "pool", "semantic_search", "token_features",
 ]

@@ -7,6 +7,7 @@ model stays beside the session: its configuration, its sentence-transformers lay
 from __future__ import annotations
 
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +101,60 @@ def onnx_runtime_model(model: nn.Module, tokenizer, folder: Path | None, file_na
         exported = Path(scratch) / "model.onnx"
         export_onnx(model, tokenizer, exported, task=task_of(model))
         return OnnxRuntimeModel(model, exported.read_bytes(), provider)
+
+
+@dataclass(frozen=True)
+class DynamicQuantization:
+    """One of sentence-transformers' named int8 configurations for ONNX Runtime's dynamic quantization (optimum's
+    AutoQuantizationConfig as sentence-transformers calls it): weights of `weight_type` with one scale per output
+    channel, symmetric; activations uint8, their range found per call."""
+
+    weight_type: str  # ONNX Runtime's QuantType name: the kernels of that CPU family multiply these fastest
+
+    @property
+    def suffix(self) -> str:
+        return self.weight_type.lower()
+
+
+# sentence-transformers' names, by the CPU family they are for; the file of each is onnx/model_<type>_<name>.onnx
+DYNAMIC_QUANTIZATIONS = {
+    "arm64": DynamicQuantization("QInt8"),
+    "avx2": DynamicQuantization("QUInt8"),  # u8 x u8: AVX2's integer products without VNNI saturate s8 weights
+    "avx512": DynamicQuantization("QInt8"),
+    "avx512_vnni": DynamicQuantization("QInt8"),
+}
+
+
+def export_dynamic_quantized_onnx_model(model: nn.Module, quantization_config: str, model_name_or_path: str | Path,
+                                        push_to_hub: bool = False, create_pr: bool = False,
+                                        file_suffix: str | None = None) -> Path:
+    """sentence-transformers' function of that name: the ONNX model of an encoder loaded with backend="onnx"
+    (SentenceEncoder, CrossEncoder or SparseEncoder) quantized to int8 by ONNX Runtime, written to the folder
+    `model_name_or_path` as onnx/model_<suffix>.onnx (suffix: qint8_avx512_vnni, quint8_avx2, ...), which
+    `model_kwargs={"file_name": ...}` then loads. Returns the file's path."""
+    from bertforge.atomic import atomic_path
+    from bertforge.errors import check_choice
+    from bertforge.inference.onnx import require
+
+    runtime_model = getattr(model, "model", None)
+    if not isinstance(runtime_model, OnnxRuntimeModel):
+        raise ConfigError(f"export_dynamic_quantized_onnx_model quantizes an encoder loaded with backend='onnx'; "
+                          f"this {type(model).__name__} runs {getattr(model, 'backend', 'torch')!r}")
+    if push_to_hub or create_pr:
+        raise ConfigError("push_to_hub: bertforge writes to a local folder only (nothing is sent to a hub)")
+    if not isinstance(quantization_config, str):
+        raise ConfigError(f"quantization_config must be the name of a configuration, one of "
+                          f"{', '.join(DYNAMIC_QUANTIZATIONS)}; got a {type(quantization_config).__name__}")
+    check_choice(quantization_config, DYNAMIC_QUANTIZATIONS, "quantization_config")
+    chosen = DYNAMIC_QUANTIZATIONS[quantization_config]
+    quantization = require("onnxruntime.quantization")
+    suffix = file_suffix or f"{chosen.suffix}_{quantization_config}"
+    target = Path(model_name_or_path) / Path(ONNX_FILE).parent / f"model_{suffix}.onnx"
+    with tempfile.TemporaryDirectory() as scratch:
+        source = Path(scratch) / "model.onnx"
+        source.write_bytes(runtime_model.onnx_model)
+        with atomic_path(target) as temporary:
+            quantization.quantize_dynamic(source, temporary, weight_type=getattr(quantization.QuantType,
+                                                                                 chosen.weight_type),
+                                          per_channel=True, extra_options={"WeightSymmetric": True})
+    return target
