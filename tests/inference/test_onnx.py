@@ -268,6 +268,7 @@ def test_sentence_encoder_onnx_backend_encodes_as_sentence_transformers(minilm_o
     onnx/model.onnx (or the file_name given, here ONNX Runtime's own int8 quantization of it), or from an export
     when there is none. The vectors are sentence-transformers' (torch) to float32 rounding; save() writes the ONNX
     file beside the weights, in the folder sentence-transformers reads."""
+    import pickle
     import shutil
 
     from onnxruntime.quantization import quantize_dynamic
@@ -286,6 +287,9 @@ def test_sentence_encoder_onnx_backend_encodes_as_sentence_transformers(minilm_o
     for ours, theirs in zip(encoder.encode(real_sentences, output_value="token_embeddings"),
                             reference.encode(real_sentences, output_value="token_embeddings")):
         torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
+    # a copy for a multi-process pool's worker (pickled) makes its own session from the ONNX bytes
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(encoder)).encode(real_sentences[:3]),
+                                  encoder.encode(real_sentences[:3]))
     exported = SentenceEncoder(minilm_dir, backend="onnx")  # no ONNX file there: exported, as sentence-transformers
     np.testing.assert_allclose(exported.encode(real_sentences[:3]), expected[:3], atol=1e-5)
 

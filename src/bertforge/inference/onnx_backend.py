@@ -31,19 +31,22 @@ class OnnxRuntimeModel(nn.Module):
     configuration, the layout, the number of labels, the weights saved) is the torch model's. Inference only."""
 
     def __init__(self, model: nn.Module, onnx_model: bytes, provider: str = "CPUExecutionProvider"):
-        from bertforge.inference.onnx import require
-
         super().__init__()
-        runtime = require("onnxruntime")
-        if provider not in runtime.get_available_providers():
-            raise ConfigError(f"provider {provider!r} is not in this ONNX Runtime; it has "
-                              f"{', '.join(runtime.get_available_providers())}")
-        self.torch_model, self.onnx_model = model, onnx_model
-        self.session = runtime.InferenceSession(onnx_model, providers=[provider])
+        self.torch_model, self.onnx_model, self.provider = model, onnx_model, provider
+        self.session = inference_session(onnx_model, provider)
         self.input_names = {given.name for given in self.session.get_inputs()}
         outputs = [given.name for given in self.session.get_outputs()]
         wanted = "logits" if hasattr(model, "bert") else "last_hidden_state"  # a task model's, or an encoder's
         self.output_name = wanted if wanted in outputs else outputs[0]
+
+    # A copy for another process (a multi-process pool) or a deepcopy: the session, which does not pickle, is made
+    # again from the ONNX bytes there.
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: value for name, value in self.__dict__.items() if name != "session"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.session = inference_session(self.onnx_model, self.provider)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -84,6 +87,17 @@ class OnnxRuntimeModel(nn.Module):
         target = Path(path) / ONNX_FILE
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(self.onnx_model)
+
+
+def inference_session(onnx_model: bytes, provider: str):
+    """ONNX Runtime's session of a model's bytes on `provider`; a provider this installation lacks is one line."""
+    from bertforge.inference.onnx import require
+
+    runtime = require("onnxruntime")
+    if provider not in runtime.get_available_providers():
+        raise ConfigError(f"provider {provider!r} is not in this ONNX Runtime; it has "
+                          f"{', '.join(runtime.get_available_providers())}")
+    return runtime.InferenceSession(onnx_model, providers=[provider])
 
 
 def onnx_runtime_model(model: nn.Module, tokenizer, folder: Path | None, file_name: str = ONNX_FILE,
