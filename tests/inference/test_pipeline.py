@@ -492,6 +492,25 @@ def test_zero_shot_classification_matches_transformers(call, nli_folder, reviews
     assert_same(call(ours, reviews), call(theirs, reviews))
 
 
+@pytest.mark.parametrize("id2label", [{0: "entailment", 1: "neutral", 2: "contradiction"},
+                                      {0: "LABEL_0", 1: "LABEL_1"}, {0: "LABEL_0"}],
+                         ids=["entailment first", "no entailment label", "one output"])
+def test_zero_shot_reads_other_label_layouts_as_transformers(id2label, tmp_path, tokenizer, reviews):
+    """Which logits are entailment and contradiction when the labels are not MNLI's: contradiction is the last
+    label when entailment is the first; without an "entail" label, entailment is the last; a one-output model
+    (a reranker, a regression) gets 0.5 for every label, as transformers gives it."""
+    torch.manual_seed(2)
+    model = BertForSequenceClassification(tiny_config(tokenizer, id2label=id2label))
+    with torch.no_grad():
+        torch.nn.init.normal_(model.classifier.weight, std=1.0)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    for options in ({}, {"multi_label": True}):
+        labels = ["film", "music", "sport"]
+        assert_same(pipeline("zero-shot-classification", tmp_path)(reviews[:2], labels, **options),
+                    reference("zero-shot-classification", tmp_path)(reviews[:2], labels, **options))
+
+
 def test_zero_shot_labels_of_equal_scores_come_in_transformers_order(nli_folder, reviews):
     # "film" and "film " make the same hypothesis tokens, so the same score exactly
     labels = ["sport", "film", "music", "film "]

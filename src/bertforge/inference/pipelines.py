@@ -424,15 +424,16 @@ def zero_shot(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[s
     natural-language-inference classifier as the text's continuation. The labels compete in a softmax of their
     entailment logits; with multi_label (or one label) each label's score is entailment against contradiction. As
     transformers' zero-shot pipeline: the entailment label is the one whose name starts with "entail" (else the
-    last), contradiction the first (the second when entailment is the first)."""
+    last), contradiction the first (the last when entailment is the first; a one-output model's scores are so
+    0.5 each, as there)."""
     texts, single = text_batch(inputs, pipe.task)
     labels = candidate_labels(options["candidate_labels"])
     template = options["hypothesis_template"]
     if not isinstance(template, str) or template.format("x") == template:
         raise ConfigError(f"hypothesis_template must hold {{}} where the label goes, got {template!r}")
     names = [str(name).lower() for name in pipe.model.config.id2label.values()]
-    entailment = next((index for index, name in enumerate(names) if name.startswith("entail")), len(names) - 1)
-    contradiction = 1 if entailment == 0 else 0
+    entailment = next((index for index, name in enumerate(names) if name.startswith("entail")), -1)
+    contradiction = -1 if entailment == 0 else 0
     items = [(text, template.format(label)) for text in texts for label in labels]
     logits = sequence_logits(pipe, items, None, options["batch_size"]).view(len(texts), len(labels), -1)
     if options["multi_label"] or len(labels) == 1:
