@@ -1052,6 +1052,14 @@ def test_inference_client_tasks_answer_as_the_pipelines(tagger_server, qa_server
         "candidate_labels": ["x"], "hypothesis_template": "no place"}}), 400, "hypothesis_template")
 
 
+def test_root_takes_bertforge_own_forms_too(encoder_server, classifier_server):
+    """POST / given bertforge's own request ({"texts"}) answers as the model's own route does (it was a 500: the
+    answer was not among the route's declared shapes)."""
+    for server, route in ((encoder_server, "/embed"), (classifier_server, "/predict")):
+        status, answer, _ = server.request("/", {"texts": TEXTS})
+        assert status == 200 and answer == server.request(route, {"texts": TEXTS})[1], route
+
+
 def test_tei_predict_reads_as_predict_does(task_model_dirs):
     """Texts longer than the fine-tuned max_length (windows, their logits averaged) and a regression model: TEI's
     answers carry the same numbers as bertforge's own."""

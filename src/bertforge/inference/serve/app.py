@@ -751,7 +751,9 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     @app.post("/", response_model=list[list[float]] | list[float] | list[schemas.Prediction]
               | list[list[schemas.Prediction]] | list[schemas.EntityGroup] | list[schemas.TokenPrediction]
               | list[list[schemas.EntityGroup]] | list[list[schemas.TokenPrediction]] | schemas.SpanAnswer
-              | list[schemas.SpanAnswer] | list[list[schemas.SpanAnswer] | schemas.SpanAnswer], responses=errors)
+              | list[schemas.SpanAnswer] | list[list[schemas.SpanAnswer] | schemas.SpanAnswer]
+              | schemas.EmbedResponse | schemas.PredictResponse,  # the last two: bertforge's own forms' answers
+              response_model_exclude_unset=True, responses=errors)
     async def tei_root(request: schemas.EmbedRequest | schemas.SimilarityRequest | schemas.PredictRequest
                        | schemas.TokenClassificationRequest | schemas.QuestionAnsweringRequest
                        | schemas.ZeroShotRequest):
