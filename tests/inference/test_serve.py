@@ -1270,25 +1270,23 @@ def test_cors_lets_the_origins_given_call_from_a_browser(make_server, encoder_di
 # ---------------------------------------------------------------- schema conformance
 
 
-@pytest.fixture(scope="module")
-def api_schema(encoder_server):
-    schemathesis = pytest.importorskip("schemathesis")
-    return schemathesis.openapi.from_url(encoder_server.url + "/openapi.json")
-
-
-def test_schemathesis_finds_no_server_error_or_schema_break(api_schema, encoder_server):
-    """Bounded: a few generated requests per route, each checked for 5xx and against its response schema."""
+@pytest.mark.parametrize("served", ["encoder_server", "classifier_server", "tagger_server", "qa_server"])
+def test_schemathesis_finds_no_server_error_or_schema_break(served, request):
+    """Bounded: a few generated requests per route of each kind of model, each checked for 5xx and against its
+    response schema."""
     schemathesis = pytest.importorskip("schemathesis")
     from hypothesis import HealthCheck, given, settings
 
+    server = request.getfixturevalue(served)
     checks = [schemathesis.checks.not_a_server_error, schemathesis.checks.response_schema_conformance]
-    operations = [result.ok() for result in api_schema.get_all_operations()]
+    schema = schemathesis.openapi.from_url(server.url + "/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 9
     for operation in operations:
         @given(case=operation.as_strategy())
         @settings(max_examples=4, deadline=None, database=None, suppress_health_check=list(HealthCheck))
         def check(case):
-            case.call_and_validate(base_url=encoder_server.url, checks=checks)
+            case.call_and_validate(base_url=server.url, checks=checks)
 
         check()
 
