@@ -29,7 +29,7 @@ from bertforge.checkpoint.sentence_transformers import (
 )
 from bertforge.config import architectures_of, read_json_object
 from bertforge.errors import ConfigError, InputError
-from bertforge.inference.onnx_backend import BACKENDS, ONNX_OPTIONS, onnx_runtime_model
+from bertforge.inference.onnx_backend import onnx_runtime_model, split_model_kwargs
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_encoder import (
     ModelCardData,
@@ -116,10 +116,8 @@ class CrossEncoder(PoolMethods, nn.Module):
         from bertforge.checkpoint.hf_format import config_path
 
         super().__init__()
-        check_construction_options("CrossEncoder", hub_options, backend, BACKENDS)
-        model_kwargs = dict(model_kwargs or {})
-        onnx_options = {name: model_kwargs.pop(name) for name in ONNX_OPTIONS if name in model_kwargs} \
-            if backend == "onnx" else {}
+        check_construction_options("CrossEncoder", hub_options, backend)
+        model_kwargs, onnx_options = split_model_kwargs(backend, model_kwargs)
         directory = None
         if activation_fn is not None and not callable(activation_fn):
             raise ConfigError(f"activation_fn must be a function of the logits such as torch.nn.Sigmoid(), got "
@@ -139,7 +137,7 @@ class CrossEncoder(PoolMethods, nn.Module):
             model = model_name_or_path.to(device) if device is not None else model_name_or_path
         else:
             name_or_path = "default" if model_name_or_path is None else model_name_or_path
-            model_options = {"device_map": device} | (model_kwargs or {})  # model_kwargs' device_map wins, as there
+            model_options = {"device_map": device} | model_kwargs  # model_kwargs' device_map wins, as there
             config_options = dict(config_kwargs or {}) | ({} if num_labels is None else {"num_labels": num_labels})
             directory = resolve_model_dir(name_or_path, model_options.get("subfolder", ""), cache_folder, revision)
             path = config_path(directory)

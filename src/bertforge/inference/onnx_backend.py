@@ -89,6 +89,14 @@ class OnnxRuntimeModel(nn.Module):
         target.write_bytes(self.onnx_model)
 
 
+def split_model_kwargs(backend: str, model_kwargs: dict[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """sentence-transformers' model_kwargs as (the torch model's from_pretrained options, the ONNX backend's)."""
+    torch_options = dict(model_kwargs or {})
+    if backend != "onnx":
+        return torch_options, {}
+    return torch_options, {name: torch_options.pop(name) for name in ONNX_OPTIONS if name in torch_options}
+
+
 def inference_session(onnx_model: bytes, provider: str):
     """ONNX Runtime's session of a model's bytes on `provider`; a provider this installation lacks is one line."""
     from bertforge.inference.onnx import require

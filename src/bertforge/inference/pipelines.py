@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from bertforge.errors import ConfigError, InputError, check_choice
-from bertforge.inference.fill_mask import fill_mask, load_masked_lm
+from bertforge.inference.fill_mask import fill_mask, load_masked_lm, mask_positions
 from bertforge.inference.serve.tei import SCORE_FUNCTIONS, TASK_SCORES, ranked_scores
 from bertforge.model import BertModel
 from bertforge.pretraining import BertForMaskedLM
@@ -323,7 +323,7 @@ def fill_answer(tokenizer: BertTokenizer, ids: list[int], predictions: list[list
     """transformers' answer for one text of token `ids` whose masks' likeliest tokens are `predictions` (every
     token's, in order, when there are targets): per mask its top_k {score, token, token_str, sequence}, a mask's
     list alone for a text of one."""
-    masks = [position for position, token_id in enumerate(ids) if token_id == tokenizer.mask_token_id]
+    masks = mask_positions(tokenizer, ids)
     one_mask = len(masks) == 1
     answers = []
     for position, candidates in zip(masks, predictions):

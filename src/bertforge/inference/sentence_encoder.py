@@ -30,7 +30,7 @@ from bertforge.inference.features import (
     prompt_tokens,
     sentence_embedding,
 )
-from bertforge.inference.onnx_backend import BACKENDS, ONNX_OPTIONS, onnx_runtime_model
+from bertforge.inference.onnx_backend import BACKENDS, onnx_runtime_model, split_model_kwargs
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_modules import modules_of
 from bertforge.inference.similarity import SIMILARITIES, as_matrix
@@ -61,15 +61,14 @@ def _steps(vectors: np.ndarray) -> np.ndarray:
     return np.clip(np.floor((vectors - low) / step), 0, 255)
 
 
-def check_construction_options(owner: str, hub_options: dict[str, Any], backend: str,
-                               backends: Sequence[str] = ("torch",)) -> None:
+def check_construction_options(owner: str, hub_options: dict[str, Any], backend: str) -> None:
     """sentence-transformers' constructor options beyond the named ones: the Hub's are accepted and unused here,
-    others refused by name; `backends`: those this encoder runs."""
+    others refused by name; a backend other than torch's and ONNX Runtime's is refused."""
     unknown = sorted(set(hub_options) - HUB_OPTIONS - {"use_auth_token", "model_card_data"})
     if unknown:
         raise ConfigError(f"{owner} takes no option {unknown[0]!r}")
-    if backend not in backends:
-        raise ConfigError(f"backend {backend!r}: {owner} runs {' or '.join(map(repr, backends))} (`bertforge export "
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend {backend!r}: {owner} runs {' or '.join(map(repr, BACKENDS))} (`bertforge export "
                           f"onnx` makes ONNX)")
 
 
@@ -120,7 +119,6 @@ class TextEncoder(nn.Module):
     SentenceEncoder and SparseEncoder (inference/sparse_encoder.py) say how texts become vectors."""
 
     SUPPORTED_SIMILARITY_FN_NAMES = tuple(SIMILARITIES)
-    BACKENDS: tuple[str, ...] = ("torch",)  # what runs its model: sentence-transformers' `backend`
     model_card_data = ModelCardData("SentenceTransformerModelCardData")
     DEFAULT_SIMILARITY = "cosine"  # similarity_fn_name when the checkpoint names none
 
@@ -140,10 +138,8 @@ class TextEncoder(nn.Module):
 
         super().__init__()
         owner = type(self).__name__
-        check_construction_options(owner, hub_options, backend, self.BACKENDS)
-        model_options = dict(model_kwargs or {})
-        onnx_options = {name: model_options.pop(name) for name in ONNX_OPTIONS if name in model_options} \
-            if backend == "onnx" else {}
+        check_construction_options(owner, hub_options, backend)
+        model_options, onnx_options = split_model_kwargs(backend, model_kwargs)
         folder = None
         if isinstance(model_name_or_path, nn.Module):
             if tokenizer is None:
@@ -401,8 +397,6 @@ class SentenceEncoder(PoolMethods, TextEncoder):
     >>> encoder.encode(["A man is eating food.", "A man is riding a horse."]).shape
     (2, 384)
     """
-
-    BACKENDS = BACKENDS  # backend="onnx": ONNX Runtime runs the encoder (inference/onnx_backend.py)
 
     def __init__(self, model_name_or_path: str | Path | nn.Module | None = None, tokenizer: Any = None, *,
                  truncate_dim: int | None = None, **options: Any):

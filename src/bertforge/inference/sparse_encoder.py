@@ -27,7 +27,6 @@ from bertforge.checkpoint.sentence_transformers import (
 from bertforge.config import read_json_object
 from bertforge.errors import ConfigError, InputError
 from bertforge.inference.features import embedding_texts
-from bertforge.inference.onnx_backend import BACKENDS
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_encoder import ModelCardData, TextEncoder
 from bertforge.tokenizer.files import CONFIG_FILE as TOKENIZER_CONFIG_FILE
@@ -189,7 +188,6 @@ class SparseEncoder(PoolMethods, TextEncoder):
     """
 
     model_card_data = ModelCardData("SparseEncoderModelCardData")
-    BACKENDS = BACKENDS  # backend="onnx": ONNX Runtime gives the masked-LM logits (inference/onnx_backend.py)
 
     DEFAULT_SIMILARITY = "dot"
 
