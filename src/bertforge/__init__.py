@@ -26,6 +26,7 @@ from bertforge.heads import (
 )
 from bertforge.inference import (
     CrossEncoder,
+    MultiVectorEncoder,
     SentenceEncoder,
     SparseEncoder,
     export_dynamic_quantized_onnx_model,
@@ -51,7 +52,8 @@ __all__ = [
     "BertConfig", "BertForMaskedLM", "BertForMultipleChoice", "BertForNextSentencePrediction", "BertForPreTraining",
     "BertForQuestionAnswering", "BertForSequenceClassification", "BertForTokenClassification", "BertModel",
     "BertTokenizer", "BertforgeError", "CheckpointError", "ClassifierOutput", "ConfigError", "CrossEncoder",
-    "ElectraForPreTraining", "EncoderOutput", "Explanation", "InputError", "SentenceEncoder", "SpanOutput",
+    "ElectraForPreTraining", "EncoderOutput", "Explanation", "InputError", "MultiVectorEncoder",
+    "SentenceEncoder", "SpanOutput",
     "SparseEncoder", "explain", "export_dynamic_quantized_onnx_model",
     "extract_features", "FinetuneConfig", "FinetunedModel", "TextExample", "fit", "merge_lora", "pipeline",
 ]

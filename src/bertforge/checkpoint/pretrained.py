@@ -236,7 +236,8 @@ class Pretrained:
         # How the checkpoint's publisher pools it into sentence vectors (sentence-transformers' modules.json),
         # which extract_features follows by default; None when the directory doesn't say.
         model.sentence_embedding = read_sentence_embedding(directory)
-        if not hasattr(model, "bert"):  # an encoder: its layout's projections of the pooled vector (LaBSE's)
+        if not hasattr(model, "bert") and not (model.sentence_embedding and model.sentence_embedding.multi_vector):
+            # an encoder: its layout's projections of the pooled vector (LaBSE's)
             dense = read_dense_layers(directory)
             if dense:
                 model.sentence_dense = torch.nn.ModuleList(dense)
@@ -455,7 +456,7 @@ class Pretrained:
         # except a SPLADE model's masked-LM head, which its layout pools. An inference-free SPLADE model's Router
         # keeps this model in a folder of its own, beside the others: SparseEncoder.save writes that layout.
         layout = getattr(self, "sentence_embedding", None)
-        if layout is not None and layout.routes is None and (
+        if layout is not None and layout.routes is None and not layout.multi_vector and (
                 not hasattr(self, "bert") or layout.splade and hasattr(self, "masked_lm")):
             write_sentence_embedding(directory, layout, self.config.hidden_size, self.config.vocab_size,
                                      getattr(self, "sentence_dense", None) or ())

@@ -95,6 +95,7 @@ class SentenceEmbedding:
     splade: SpladePooling | None = None  # a sparse encoder's pooling of the masked-LM logits; None: a dense one
     max_active_dims: int | None = None  # a sparse encoder's cap on the weights kept per text; None: all
     routes: SparseRoutes | None = None  # an inference-free SPLADE model's Router; None: every text runs the model
+    multi_vector: bool = False  # a ColBERT model: one vector per token (checkpoint/multi_vector.py), none per text
 
     def prompt(self, name: str | None = None, text: str | None = None) -> str:
         """What goes before each text, as sentence-transformers' encode(prompt=, prompt_name=) chooses it: `text`
@@ -195,10 +196,31 @@ def _kind(module: Any) -> str | None:
     return str(module.get("type", "")).rsplit(".", 1)[-1] if isinstance(module, dict) else None
 
 
+def multi_vector_kind(directory: str | Path) -> str | None:
+    """Which ColBERT layout a checkpoint directory has (checkpoint/multi_vector.py): "native" (sentence-transformers'
+    MultiVectorEncoder), "pylate", "stanford", or None for none."""
+    directory = Path(directory)
+    config_path = directory / SENTENCE_TRANSFORMERS_CONFIG_FILE
+    if (directory / MODULES_FILE).is_file() and config_path.is_file():
+        try:
+            model_type = json.loads(config_path.read_text(encoding="utf-8")).get("model_type")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            return None  # read_sentence_embedding names the problem
+        return {"MultiVectorEncoder": "native", "ColBERT": "pylate"}.get(model_type)
+    try:
+        architectures = json.loads((directory / "config.json").read_text(encoding="utf-8")).get("architectures")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None
+    return "stanford" if isinstance(architectures, list) and "HF_ColBERT" in architectures else None
+
+
 def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
     """The settings of a sentence-transformers checkpoint directory (None without modules.json); a module
     bertforge can't run (a custom one) is a ConfigError naming it and the file. Its Dense layers, which hold
-    weights, are read_dense_layers'."""
+    weights, are read_dense_layers'. A ColBERT checkpoint's layout is checkpoint/multi_vector.py's: here it only
+    says that it is one."""
+    if multi_vector_kind(directory) is not None:
+        return SentenceEmbedding(multi_vector=True)
     layout = _layout(Path(directory))
     if layout is None:
         return None
@@ -231,9 +253,10 @@ def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
     return SentenceEmbedding(**settings, **_prompts(directory / SENTENCE_TRANSFORMERS_CONFIG_FILE))
 
 
-def read_dense_layers(directory: str | Path) -> list:
+def read_dense_layers(directory: str | Path, vectors: str = "sentence_embedding") -> list:
     """The layout's Dense modules in order (inference/features.py's Dense), their weights loaded from their folders;
-    [] for none. Any problem with one is an error naming its file."""
+    [] for none. Any problem with one is an error naming its file. `vectors`: what they project, the pooled
+    sentence_embedding, or a ColBERT model's token_embeddings (PyLate's Dense names neither)."""
     from bertforge.inference.features import DEFAULT_DENSE_ACTIVATION, DENSE_ACTIVATIONS, Dense
 
     layout = _layout(Path(directory))
@@ -257,9 +280,9 @@ def read_dense_layers(directory: str | Path) -> list:
                 raise ConfigError(f"activation_function {activation!r} is not supported (bertforge runs "
                                   f"{', '.join(name.rsplit('.', 1)[-1] for name in DENSE_ACTIVATIONS)})")
             for name in ("module_input_name", "module_output_name"):
-                if config.get(name, "sentence_embedding") not in ("sentence_embedding", None):
-                    raise ConfigError(f"{name} {config[name]!r} is not supported (bertforge projects the "
-                                      f"sentence_embedding)")
+                if config.get(name, vectors) not in (vectors, None):
+                    raise ConfigError(f"{name} {config[name]!r} is not supported here (bertforge projects the "
+                                      f"{vectors})")
         except ConfigError as error:
             raise ConfigError(f"{path}: {error}") from None
         dense = Dense(config["in_features"], config["out_features"], config.get("bias", True), activation,

@@ -10,6 +10,7 @@ from bertforge.inference.features import (
     pool,
     token_features,
 )
+from bertforge.inference.multi_vector_encoder import MultiVectorEncoder, maxsim, maxsim_pairwise
 from bertforge.inference.onnx_backend import export_dynamic_quantized_onnx_model
 from bertforge.inference.optimize import PRECISIONS, InferenceOptions
 from bertforge.inference.pipelines import pipeline
@@ -25,10 +26,10 @@ from bertforge.inference.sparse_encoder import SPLADE_ACTIVATIONS, SPLADE_STRATE
 
 __all__ = [
     "LAYER_COMBINATIONS", "POOLINGS", "PRECISIONS", "SIMILARITIES", "SPLADE_ACTIVATIONS", "SPLADE_STRATEGIES",
-    "TOKEN_LEVELS", "CrossEncoder", "InferenceOptions", "ScalarMix", "SentenceEncoder", "SparseEncoder", "TokenVectors",
-    "community_detection", "export_dynamic_quantized_onnx_model",
-    "extract_features", "extract_token_features", "paraphrase_mining", "paraphrase_mining_embeddings", "pipeline",
-    "pool", "semantic_search", "token_features",
+    "TOKEN_LEVELS", "CrossEncoder", "InferenceOptions", "MultiVectorEncoder", "ScalarMix", "SentenceEncoder",
+    "SparseEncoder", "TokenVectors", "community_detection", "export_dynamic_quantized_onnx_model",
+    "extract_features", "extract_token_features", "maxsim", "maxsim_pairwise", "paraphrase_mining",
+    "paraphrase_mining_embeddings", "pipeline", "pool", "semantic_search", "token_features",
 ]
 
 # onnx.py, serve.py and attention_view.py are imported from their modules: they need optional packages

@@ -296,6 +296,9 @@ def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last
     torch.Size([2, 384])
     """
     settings = sentence_embedding(model, pooling, max_length, normalize)
+    if settings.multi_vector and pooling is None:
+        raise ConfigError("this checkpoint is a multi-vector (ColBERT) model: one vector per token, which "
+                          "MultiVectorEncoder gives; name a pooling to pool its encoder's token vectors instead")
     if settings.splade is not None and pooling is None:  # a pooling asked for reads the encoder's token vectors
         raise ConfigError("this checkpoint is a sparse (SPLADE) encoder: its vectors come from the masked-LM head, "
                           "which SparseEncoder (and `bertforge serve`'s /embed_sparse) reads")

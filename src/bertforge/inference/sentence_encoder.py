@@ -384,6 +384,9 @@ class TextEncoder(nn.Module):
 
 
 def refuse_sparse_layout(layout: SentenceEmbedding | None) -> None:
+    if layout is not None and layout.multi_vector:
+        raise ConfigError("this checkpoint is a multi-vector (ColBERT) model, one vector per token: load it with "
+                          "MultiVectorEncoder")
     if layout is not None and layout.splade is not None:
         raise ConfigError("this checkpoint is a sparse (SPLADE) encoder: its vectors come from the masked-LM head; "
                           "load it with SparseEncoder")

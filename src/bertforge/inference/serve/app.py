@@ -919,9 +919,14 @@ def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
                               f"({routes.model!r}) only: use SparseEncoder")
     else:
         model = checkpoint.model_class.from_pretrained(checkpoint.directory)
-        if settings.pooling is not None:  # the server's pooling in place of the layout's (a SPLADE layout's too)
-            layout = getattr(model, "sentence_embedding", None) or SentenceEmbedding()
-            model.sentence_embedding = dataclasses.replace(layout, pooling=settings.pooling, splade=None)
+        layout = getattr(model, "sentence_embedding", None) or SentenceEmbedding()
+        if settings.pooling is not None:  # the server's pooling in place of the layout's (a SPLADE or ColBERT one's)
+            model.sentence_embedding = dataclasses.replace(layout, pooling=settings.pooling, splade=None,
+                                                           multi_vector=False)
+        elif layout.multi_vector:
+            raise ConfigError(f"{name_or_path}: a multi-vector (ColBERT) model, one vector per token, which the "
+                              f"server doesn't serve: use MultiVectorEncoder, or --pooling to pool its encoder's "
+                              f"token vectors")
     masked_lm = masked_lm_head(checkpoint) if checkpoint.task is None and not hasattr(model, "masked_lm") else None
     model = inference.apply(model, tokenizer)
     return create_app(model, tokenizer, settings, model_name=str(name_or_path), checkpoint=checkpoint,

@@ -1,0 +1,388 @@
+"""sentence-transformers' MultiVectorEncoder over a BERT checkpoint: ColBERT's late interaction (Khattab and Zaharia,
+2020). A text becomes one unit vector per token (BERT's last layer, projected to a smaller width); a query and a
+document are compared by MaxSim: for each query token, its best match among the document's tokens, summed.
+
+A query is padded with [MASK] up to a fixed width (query expansion), and those positions are scored: BERT fills
+them with what the query is about. Document tokens in the skiplist (punctuation, for classic checkpoints) are not
+scored. The checkpoint's layout says all of this (checkpoint/multi_vector.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertforge.batching import length_sorted_batches
+from bertforge.checkpoint.default_model import resolve_model_dir
+from bertforge.checkpoint.multi_vector import (
+    NEW_PROJECTION_WIDTH,
+    SIMILARITY_NAMES,
+    read_multi_vector_layout,
+    read_projection,
+    write_multi_vector_layout,
+)
+from bertforge.errors import ConfigError, InputError, check_choice
+from bertforge.inference.sentence_encoder import check_construction_options
+from bertforge.validation import check_counts
+
+# How many query x document token products one step of maxsim holds at most (float32: 400 MB).
+SCORE_CHUNK_ELEMENTS = 100_000_000
+
+
+def _padded(embeddings: Any, side: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(items, tokens, dim) float32 vectors and their (items, tokens) mask, from a list of (tokens_i, dim) tensors
+    or arrays (padded here), a padded 3D tensor or array, or one 2D one (a batch of one)."""
+    if isinstance(embeddings, (torch.Tensor, np.ndarray)):
+        embeddings = torch.as_tensor(embeddings)
+        if embeddings.dim() == 2:
+            embeddings = embeddings[None]
+        if embeddings.dim() != 3:
+            raise InputError(f"{side}: expected per-text token vectors (tokens, dim), or a batch of them; got a "
+                             f"tensor of shape {tuple(embeddings.shape)}")
+        return embeddings.float(), torch.ones(embeddings.shape[:2], dtype=torch.bool, device=embeddings.device)
+    items = [torch.as_tensor(item) for item in embeddings]
+    if not items or any(item.dim() != 2 for item in items) or len({item.shape[1] for item in items}) != 1:
+        raise InputError(f"{side}: expected a non-empty list of (tokens, dim) token vectors of one width")
+    vectors = nn.utils.rnn.pad_sequence([item.float() for item in items], batch_first=True)
+    lengths = torch.tensor([len(item) for item in items], device=vectors.device)
+    return vectors, torch.arange(vectors.shape[1], device=vectors.device)[None] < lengths[:, None]
+
+
+def maxsim(queries: Any, documents: Any, length_normalize: bool = False) -> torch.Tensor:
+    """(queries, documents) MaxSim scores: for each query token the largest dot product with a document token,
+    summed over the query's tokens (divided by their number with `length_normalize`: MeanMaxSim). Each side: a
+    list of (tokens, dim) vectors, as encode gives them, a padded 3D tensor, or one 2D one."""
+    query_vectors, query_mask = _padded(queries, "queries")
+    document_vectors, document_mask = _padded(documents, "documents")
+    query_vectors = query_vectors.to(document_vectors.device)
+    query_mask = query_mask.to(document_vectors.device)
+    per_document = query_vectors.shape[0] * query_vectors.shape[1] * document_vectors.shape[1]
+    step = max(1, SCORE_CHUNK_ELEMENTS // max(per_document, 1))
+    scores = []
+    for start in range(0, document_vectors.shape[0], step):
+        products = torch.einsum("qnd,bmd->qbnm", query_vectors, document_vectors[start:start + step])
+        products = products.masked_fill(~document_mask[None, start:start + step, None, :], float("-inf"))
+        best = products.amax(-1).masked_fill(~query_mask[:, None, :], 0)  # a masked query token adds nothing
+        scores.append(best.sum(-1))
+    scores = torch.cat(scores, dim=1)
+    return scores / query_mask.sum(-1, keepdim=True).clamp(min=1) if length_normalize else scores
+
+
+def maxsim_pairwise(queries: Any, documents: Any, length_normalize: bool = False) -> torch.Tensor:
+    """MaxSim of each query with the document at its position: (pairs,) scores."""
+    query_vectors, query_mask = _padded(queries, "queries")
+    document_vectors, document_mask = _padded(documents, "documents")
+    if len(query_vectors) != len(document_vectors):
+        raise InputError(f"similarity_pairwise: {len(query_vectors)} queries and {len(document_vectors)} documents; "
+                         f"it pairs them one to one")
+    query_vectors, query_mask = query_vectors.to(document_vectors.device), query_mask.to(document_vectors.device)
+    products = torch.einsum("pnd,pmd->pnm", query_vectors, document_vectors)
+    products = products.masked_fill(~document_mask[:, None, :], float("-inf"))
+    scores = products.amax(-1).masked_fill(~query_mask, 0).sum(-1)
+    return scores / query_mask.sum(-1).clamp(min=1) if length_normalize else scores
+
+
+# similarity_fn_name -> (all pairs, pairwise)
+SIMILARITIES = {
+    "maxsim": (maxsim, maxsim_pairwise),
+    "meanmaxsim": (lambda a, b: maxsim(a, b, length_normalize=True),
+                   lambda a, b: maxsim_pairwise(a, b, length_normalize=True)),
+}
+assert tuple(SIMILARITIES) == SIMILARITY_NAMES
+
+
+def new_projection(hidden_size: int, width: int = NEW_PROJECTION_WIDTH) -> nn.Module:
+    """A new model's token projection: hidden_size -> width, no bias, no activation, initialised as nn.Linear is
+    (torch's random generator: torch.manual_seed makes it repeatable)."""
+    from bertforge.inference.features import Dense
+
+    dense = Dense(hidden_size, width, bias=False, activation="torch.nn.modules.linear.Identity")
+    dense.weight.data.copy_(nn.Linear(hidden_size, width, bias=False).weight.data)
+    return dense
+
+
+class MultiVectorEncoder(nn.Module):
+    """Token vectors per text, as MultiVectorEncoder(name).encode_query / encode_document give them, and MaxSim.
+
+    >>> encoder = MultiVectorEncoder("path/to/colbert")
+    >>> queries = encoder.encode_query(["What is the capital of France?"])
+    >>> documents = encoder.encode_document(["Paris is the capital of France.", "Berlin is in Germany."])
+    >>> encoder.similarity(queries, documents)  # (1, 2) MaxSim scores
+    """
+
+    SUPPORTED_SIMILARITY_FN_NAMES = SIMILARITY_NAMES
+
+    def __init__(self, model_name_or_path: str | Path = "default", *, device: str | torch.device | None = None,
+                 prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
+                 similarity_fn_name: str | None = None, truncate_dim: int | None = None,
+                 cache_folder: str | Path | None = None, revision: str | None = None,
+                 model_kwargs: dict[str, Any] | None = None, tokenizer_kwargs: dict[str, Any] | None = None,
+                 processor_kwargs: dict[str, Any] | None = None, config_kwargs: dict[str, Any] | None = None,
+                 backend: str = "torch", **hub_options: Any):
+        """The constructor as sentence-transformers takes it, for a ColBERT checkpoint in any of the three layouts
+        (checkpoint/multi_vector.py), or a new ColBERT model over any other BERT checkpoint ("default" too), its
+        projection untrained unless the checkpoint's layout has Dense layers; the Hub's options are unused here.
+        Prompts given join the checkpoint's."""
+        from bertforge import BertModel, BertTokenizer
+
+        super().__init__()
+        check_construction_options("MultiVectorEncoder", hub_options, backend)
+        if backend != "torch":
+            raise ConfigError(f"backend {backend!r}: MultiVectorEncoder runs torch")
+        place = {"cache_dir": cache_folder, "revision": revision}
+        folder = resolve_model_dir(model_name_or_path, **place)
+        layout = read_multi_vector_layout(folder)
+        self.model = BertModel.from_pretrained(model_name_or_path, device_map=device, **place,
+                                               **(model_kwargs or {}), **(config_kwargs or {})).eval()
+        self.tokenizer = BertTokenizer.from_pretrained(model_name_or_path, **place, **(tokenizer_kwargs or {}),
+                                                       **(processor_kwargs or {}))
+        projection = read_projection(folder)
+        if layout.converted and not projection:  # a new ColBERT model: sentence-transformers' untrained projection
+            projection = [new_projection(self.model.config.hidden_size)]
+        self.projection = nn.ModuleList(projection).to(self.model.device)
+        self._register_markers(layout.markers)
+        self.layout = dataclasses.replace(layout, converted=False, prompts=layout.prompts | (prompts or {}),
+                                          default_prompt_name=default_prompt_name or layout.default_prompt_name)
+        if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
+            raise ConfigError(f"default_prompt_name {self.default_prompt_name!r} is none of the prompts "
+                              f"{', '.join(map(repr, self.prompts))}")
+        if similarity_fn_name is not None:
+            self.similarity_fn_name = similarity_fn_name
+        if truncate_dim is not None:
+            self.truncate_dim = truncate_dim
+        self.name_or_path = str(model_name_or_path)
+
+    def _register_markers(self, markers: Sequence[str]) -> None:
+        """A legacy checkpoint's markers ([unused0]) were inserted as one token each; the prompt puts them in the
+        text, so they are made special tokens, read whole and as written (sentence-transformers does the same)."""
+        from bertforge.tokenizer.added import AddedToken
+
+        vocab = self.tokenizer.get_vocab()
+        added = {token.content for token in self.tokenizer.added_tokens.values()}
+        for marker in markers:
+            for token in (marker, marker.split(None, 1)[0]):
+                if token in vocab or token in added:
+                    if self.tokenizer.tokenize(token) != [token]:
+                        self.tokenizer.add_special_tokens({"additional_special_tokens": [
+                            AddedToken(token, normalized=False, special=True)]})
+                    break
+
+    # ------------------------------------------------------------------ settings
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @property
+    def prompts(self) -> dict[str, str]:
+        return self.layout.prompts
+
+    @property
+    def default_prompt_name(self) -> str | None:
+        return self.layout.default_prompt_name
+
+    @property
+    def similarity_fn_name(self) -> str:
+        """maxsim, or meanmaxsim (MaxSim over the query's token count)."""
+        return self.layout.similarity_fn_name or "maxsim"
+
+    @similarity_fn_name.setter
+    def similarity_fn_name(self, value: str) -> None:
+        value = getattr(value, "value", value)  # sentence-transformers' SimilarityFunction
+        check_choice(value, SIMILARITY_NAMES, "similarity_fn_name")
+        self.layout = dataclasses.replace(self.layout, similarity_fn_name=value)
+
+    @property
+    def truncate_dim(self) -> int | None:
+        """Dimensions each token vector keeps (the first ones, then made unit length again); None: all."""
+        return self.layout.truncate_dim
+
+    @truncate_dim.setter
+    def truncate_dim(self, value: int | None) -> None:
+        if value is not None:
+            check_counts(truncate_dim=value)
+        self.layout = dataclasses.replace(self.layout, truncate_dim=value)
+
+    @property
+    def max_seq_length(self) -> int:
+        """Tokens of a text encoded with no role; queries and documents may have lengths of their own."""
+        limit = self.model.config.max_position_embeddings
+        return min(self.layout.max_length or self.tokenizer.model_max_length, limit)
+
+    def get_embedding_dimension(self) -> int:
+        width = self.projection[-1].out_features if len(self.projection) else self.model.config.hidden_size
+        return min(width, self.truncate_dim or width)
+
+    # ------------------------------------------------------------------ encoding
+
+    def _prompt(self, prompt_name: str | None, prompt: str | None) -> str:
+        if prompt is not None:
+            return prompt
+        name = self.default_prompt_name if prompt_name is None else prompt_name
+        if name is None:
+            return ""
+        if name not in self.prompts:
+            known = f"has prompts {', '.join(map(repr, sorted(self.prompts)))}" if self.prompts else "has no prompts"
+            raise InputError(f"prompt_name {name!r}: the model {known}")
+        return self.prompts[name]
+
+    def _max_length(self, task: str | None) -> int:
+        """Tokens a text of this role keeps ([CLS] and [SEP] included)."""
+        expansion = self.layout.query_expansion if task == "query" else None
+        own = {"query": self.layout.query_length, "document": self.layout.document_length}.get(task)
+        if expansion is not None and expansion.strategy == "fixed":
+            return expansion.length
+        length = own or self.max_seq_length
+        return max(length, expansion.length) if expansion is not None and own else length
+
+    def _skipped_ids(self) -> torch.Tensor | None:
+        """The skiplist's token ids: each word that is one token of the vocabulary (the others would skip [UNK])."""
+        unk = self.tokenizer.unk_token
+        ids = [self.tokenizer.convert_tokens_to_ids(word) for word in self.layout.skiplist_words
+               if word in self.tokenizer.get_vocab() or word == unk]
+        return torch.tensor(ids, dtype=torch.long) if ids else None
+
+    @torch.inference_mode()
+    def _rows(self, texts: list[str], task: str | None, batch_size: int) -> list[torch.Tensor]:
+        """Each text's scored token vectors, (tokens, dim), unit length where the layout says so."""
+        expansion = self.layout.query_expansion if task == "query" else None
+        encoded = self.tokenizer(texts, truncation=True, max_length=self._max_length(task))["input_ids"]
+        skipped = self._skipped_ids() if (task or "document") in self.layout.skiplist_tasks else None
+        expansion_id = None
+        if expansion is not None:
+            expansion_id = self.tokenizer.convert_tokens_to_ids(expansion.token or self.tokenizer.mask_token)
+        rows: list[torch.Tensor] = [torch.empty(0)] * len(texts)
+        for indices in length_sorted_batches([len(ids) for ids in encoded], batch_size):
+            width = max(len(encoded[i]) for i in indices)
+            if expansion is not None:
+                width = max(width, expansion.length)
+            ids = torch.full((len(indices), width), self.tokenizer.pad_token_id, dtype=torch.long)
+            attention = torch.zeros_like(ids)
+            for row, i in enumerate(indices):
+                ids[row, :len(encoded[i])] = torch.tensor(encoded[i])
+                attention[row, :len(encoded[i])] = 1
+            scored = attention.bool()
+            if expansion is not None:  # the padding up to the query width becomes [MASK]s, which are scored
+                expanded = ~scored & (torch.arange(width) < expansion.length)
+                ids = ids.masked_fill(expanded, expansion_id)
+                scored = scored | expanded
+                if expansion.attend:
+                    attention = attention.masked_fill(expanded, 1)
+            if skipped is not None:
+                scored = scored & ~torch.isin(ids, skipped)
+            if expansion is not None:
+                # The [MASK]s the encoder doesn't attend to still get vectors of their own, which are scored: a
+                # mask per query and key has every position computed, where (batch, seq) would leave padding out.
+                attention = attention[:, None, :].expand(-1, width, -1)
+            states = self.model(input_ids=ids.to(self.device), attention_mask=attention.to(self.device),
+                                token_type_ids=torch.zeros_like(ids).to(self.device)).last_hidden_state
+            for layer in self.projection:
+                states = layer(states)
+            if self.layout.normalize:
+                states = F.normalize(states.float(), dim=-1)
+            scored = scored.to(self.device)
+            for row, i in enumerate(indices):
+                rows[i] = states[row][scored[row]]
+        return rows
+
+    def encode(self, inputs: str | Sequence[str], prompt_name: str | None = None, prompt: str | None = None,
+               batch_size: int = 32, show_progress_bar: bool | None = None,
+               output_value: str | None = "token_embeddings", convert_to_numpy: bool = False,
+               device: str | torch.device | None = None, normalize_embeddings: bool = False,
+               truncate_dim: int | None = None, task: str | None = None, **options: Any) -> Any:
+        """Per text its scored token vectors, (tokens_i, dim): a list, or one for a single text; numpy arrays with
+        `convert_to_numpy`. `task` ("query" or "document") chooses the prompt-free settings of that role: prefer
+        encode_query and encode_document, which also choose the role's prompt. `truncate_dim` keeps the first
+        dimensions of each vector and makes it unit length again."""
+        if "convert_to_tensor" in options:
+            raise InputError("MultiVectorEncoder.encode has no convert_to_tensor: texts have different numbers of "
+                             "token vectors, so they stay a list (convert_to_numpy=True gives arrays)")
+        unused = sorted(name for name, value in options.items() if value is not None)
+        if unused:
+            raise InputError(f"MultiVectorEncoder.encode takes no option {unused[0]!r} here")
+        if output_value != "token_embeddings":
+            raise InputError(f"output_value {output_value!r}: MultiVectorEncoder gives token_embeddings")
+        if task not in (None, "query", "document"):
+            raise InputError(f"task {task!r}: choose from 'query', 'document'")
+        check_counts(batch_size=batch_size)
+        single = isinstance(inputs, str)
+        texts = [inputs] if single else list(inputs)
+        if not all(isinstance(text, str) for text in texts):
+            raise InputError("MultiVectorEncoder.encode takes texts: a string or a list of strings")
+        if device is not None:
+            self.to(device)
+        used = self._prompt(prompt_name, prompt)
+        rows = self._rows([used + text for text in texts], task, batch_size) if texts else []
+        if normalize_embeddings:
+            rows = [F.normalize(row, dim=-1) for row in rows]
+        truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
+        if truncate_dim is not None:
+            check_counts(truncate_dim=truncate_dim)
+            rows = [F.normalize(row[:, :truncate_dim], dim=-1) for row in rows]
+        if convert_to_numpy:
+            rows = [row.cpu().numpy() for row in rows]
+        return rows[0] if single else rows
+
+    def encode_query(self, inputs: str | Sequence[str], prompt_name: str | None = None, prompt: str | None = None,
+                     **options: Any) -> Any:
+        """encode as a query: the "query" prompt (the default prompt is not used), the query's width, [MASK]s."""
+        return self._encode_role("query", inputs, prompt_name, prompt, options)
+
+    def encode_document(self, inputs: str | Sequence[str], prompt_name: str | None = None, prompt: str | None = None,
+                        **options: Any) -> Any:
+        """encode as a document: the "document" prompt, the document length, the skiplist."""
+        return self._encode_role("document", inputs, prompt_name, prompt, options)
+
+    def _encode_role(self, role: str, inputs: Any, prompt_name: str | None, prompt: str | None,
+                     options: dict[str, Any]) -> Any:
+        if prompt_name is None and prompt is None:
+            prompt = self.prompts.get(role, "")
+        return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, task=role, **options)
+
+    def similarity(self, embeddings_1: Any, embeddings_2: Any) -> torch.Tensor:
+        """(queries, documents) scores by the model's similarity_fn_name."""
+        return SIMILARITIES[self.similarity_fn_name][0](embeddings_1, embeddings_2)
+
+    def similarity_pairwise(self, embeddings_1: Any, embeddings_2: Any) -> torch.Tensor:
+        """(pairs,) scores of each query with the document at its position."""
+        return SIMILARITIES[self.similarity_fn_name][1](embeddings_1, embeddings_2)
+
+    def rank(self, query: str, documents: Sequence[str], top_k: int | None = None, return_documents: bool = False,
+             batch_size: int = 32) -> list[dict[str, Any]]:
+        """The documents best first for `query`, as CrossEncoder.rank answers: {"corpus_id", "score"} (and
+        "text")."""
+        if top_k is not None:
+            check_counts(top_k=top_k)
+        documents = list(documents)
+        scores = self.similarity(self.encode_query([query], batch_size=batch_size),
+                                 self.encode_document(documents, batch_size=batch_size))[0].tolist()
+        order = sorted(range(len(documents)), key=lambda i: -scores[i])[:top_k]
+        return [{"corpus_id": i, "score": scores[i]} | ({"text": documents[i]} if return_documents else {})
+                for i in order]
+
+    # ------------------------------------------------------------------ saving
+
+    def save(self, path: str | Path, **options: Any) -> None:
+        """Write the model in sentence-transformers' MultiVectorEncoder layout, whichever layout it was loaded
+        from: the BERT checkpoint, the tokenizer (with any marker tokens), the projection and the settings."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        write_multi_vector_layout(path, self.layout, list(self.projection))
+
+    save_pretrained = save
+
+    def __repr__(self) -> str:
+        return (f"MultiVectorEncoder({self.name_or_path!r}, dim={self.get_embedding_dimension()}, "
+                f"similarity={self.similarity_fn_name})")
+
+
+

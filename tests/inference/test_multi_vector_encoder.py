@@ -1,0 +1,288 @@
+"""ColBERT: MultiVectorEncoder against sentence-transformers' MultiVectorEncoder, on the three layouts a ColBERT
+checkpoint comes in (sentence-transformers' own, PyLate's, Stanford's), on real text (SQuAD questions and
+paragraphs, SST-2 reviews).
+
+The encoder is the real all-MiniLM-L6-v2; its projection to 128 dimensions is seeded random (no ColBERT checkpoint
+ships in a wheel), which makes every vector depend on both. sentence-transformers writes its own layout; the PyLate
+and Stanford folders are written here in those projects' file formats, and sentence-transformers' loader, which
+reads both, is the reference for how they are read."""
+
+import json
+import shutil
+import string
+from pathlib import Path
+
+import numpy
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from bertforge import ConfigError, InputError, MultiVectorEncoder, SentenceEncoder, extract_features
+from bertforge.inference import maxsim, maxsim_pairwise
+
+sentence_transformers = pytest.importorskip("sentence_transformers")
+if not hasattr(sentence_transformers, "MultiVectorEncoder"):  # sentence-transformers 6.3 introduced it
+    pytest.skip("sentence-transformers without MultiVectorEncoder", allow_module_level=True)
+from sentence_transformers.base.modules import Dense, Normalize, Transformer  # noqa: E402
+from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask  # noqa: E402
+
+TOLERANCE = 2e-5
+
+
+def projection(seed: int, hidden: int = 384, width: int = 128) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(width, hidden, generator=generator) / hidden ** 0.5
+
+
+def copy_encoder(source: Path, folder: Path, prefix: str = "") -> dict:
+    folder.mkdir(parents=True)
+    for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (source / name).is_file():
+            shutil.copy(source / name, folder / name)
+    return {prefix + name: tensor for name, tensor in load_file(source / "model.safetensors").items()}
+
+
+def write_pylate(source: Path, folder: Path) -> Path:
+    """PyLate's layout: Transformer and its Dense; the ColBERT settings as top-level fields."""
+    save_file(copy_encoder(source, folder), folder / "model.safetensors")
+    (folder / "1_Dense").mkdir()
+    save_file({"linear.weight": projection(1)}, folder / "1_Dense" / "model.safetensors")
+    (folder / "1_Dense" / "config.json").write_text(json.dumps({
+        "in_features": 384, "out_features": 128, "bias": False,
+        "activation_function": "torch.nn.modules.linear.Identity"}))
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense.Dense"}]))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 179, "do_lower_case": False}))
+    (folder / "config_sentence_transformers.json").write_text(json.dumps({
+        "model_type": "ColBERT", "query_prefix": "[unused0]", "document_prefix": "[unused1]", "query_length": 24,
+        "document_length": 60, "attend_to_expansion_tokens": False, "skiplist_words": list(string.punctuation),
+        "similarity_fn_name": "MaxSim", "prompts": {}, "default_prompt_name": None}))
+    return folder
+
+
+def write_stanford(source: Path, folder: Path) -> Path:
+    """Stanford's ColBERT: BERT weights under bert., the projection as linear.weight, artifact.metadata."""
+    state = copy_encoder(source, folder, prefix="bert.") | {"linear.weight": projection(2)}
+    save_file(state, folder / "model.safetensors")
+    config = json.loads((folder / "config.json").read_text()) | {"architectures": ["HF_ColBERT"]}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "artifact.metadata").write_text(json.dumps({
+        "query_token_id": "[unused0]", "doc_token_id": "[unused1]", "query_maxlen": 32, "doc_maxlen": 180,
+        "mask_punctuation": True, "attend_to_mask_tokens": False, "dim": 128}))
+    return folder
+
+
+def write_native(source: Path, folder: Path, expansion: dict, mask: dict, seed: int, **settings) -> Path:
+    """sentence-transformers' own layout, as sentence-transformers writes it."""
+    torch.manual_seed(seed)
+    lengths = {key: settings.pop(key) for key in ("query_length", "document_length") if key in settings}
+    model = sentence_transformers.MultiVectorEncoder(modules=[
+        Transformer(str(source), query_expansion=expansion, **lengths),
+        Dense(384, 96, bias=True, activation_function=torch.nn.Identity(), module_input_name="token_embeddings"),
+        MultiVectorMask(**mask), Normalize(module_input_name="token_embeddings")], **settings)
+    model.save(str(folder))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def colbert_dirs(minilm_dir, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("colbert")
+    return {
+        "native": write_native(minilm_dir, root / "native", {"strategy": "fixed", "length": 32},
+                               {"skiplist_words": list(string.punctuation)}, seed=0, document_length=180,
+                               prompts={"query": "[Q] ", "document": "[D] "}),
+        # the other expansion: at least 16 tokens, attended to; the skiplist on both sides; MeanMaxSim
+        "native_min": write_native(minilm_dir, root / "native_min", {"strategy": "min", "attend": True, "length": 16},
+                                   {"skiplist_words": [",", ".", "?", "the"], "skiplist_tasks": ["query", "document"]},
+                                   seed=1, query_length=40, similarity_fn_name="meanmaxsim"),
+        "pylate": write_pylate(minilm_dir, root / "pylate"),
+        "stanford": write_stanford(minilm_dir, root / "stanford"),
+    }
+
+
+@pytest.fixture(scope="module")
+def squad_pairs(data_dir) -> list[tuple[str, str]]:
+    squad = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    paragraphs = [paragraph for article in squad["data"][:3] for paragraph in article["paragraphs"][:2]]
+    return [(paragraph["qas"][0]["question"], paragraph["context"]) for paragraph in paragraphs]
+
+
+@pytest.fixture(scope="module")
+def texts(squad_pairs, sst2_dev) -> dict[str, list[str]]:
+    questions = [question for question, _ in squad_pairs]
+    # a query longer than any query width (cut there), one of a single word
+    queries = questions + [" ".join(questions), "Normandy"]
+    # paragraphs longer than the document lengths, reviews full of punctuation, a one-word text
+    documents = [context for _, context in squad_pairs] + [text for text, _ in sst2_dev[:5]] + ["Normandy"]
+    return {"query": queries, "document": documents}
+
+
+def assert_same_vectors(ours, theirs):
+    assert len(ours) == len(theirs)
+    for mine, reference in zip(ours, theirs):
+        assert mine.shape == reference.shape
+        assert torch.allclose(torch.as_tensor(mine), torch.as_tensor(reference).cpu(), atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("layout", ["native", "native_min", "pylate", "stanford"])
+def test_matches_sentence_transformers(colbert_dirs, texts, layout):
+    reference = sentence_transformers.MultiVectorEncoder(str(colbert_dirs[layout]))
+    encoder = MultiVectorEncoder(colbert_dirs[layout])
+    assert encoder.get_embedding_dimension() == reference.get_embedding_dimension()
+    assert encoder.similarity_fn_name == reference.similarity_fn_name
+    encoded = {}
+    for role in ("query", "document"):
+        theirs = getattr(reference, f"encode_{role}")(texts[role], batch_size=4)
+        ours = getattr(encoder, f"encode_{role}")(texts[role], batch_size=4)
+        assert_same_vectors(ours, theirs)
+        encoded[role] = theirs
+    # a text of no role: no prompt, no [MASK]s, the skiplist of a document
+    assert_same_vectors(encoder.encode(texts["query"][:3]), reference.encode(texts["query"][:3]))
+    queries, documents = encoded["query"], encoded["document"]
+    assert torch.allclose(encoder.similarity(queries, documents), reference.similarity(queries, documents),
+                          atol=1e-4)
+    pairs = len(queries)
+    assert torch.allclose(encoder.similarity_pairwise(queries, documents[:pairs]),
+                          reference.similarity_pairwise(queries, documents[:pairs]), atol=1e-4)
+
+
+def test_the_right_paragraph_ranks_first(colbert_dirs, squad_pairs):
+    """MaxSim on these vectors is a retriever even with an untrained projection: each SQuAD question's own paragraph
+    is its best among the others, as the reference ranks them."""
+    encoder = MultiVectorEncoder(colbert_dirs["stanford"])
+    reference = sentence_transformers.MultiVectorEncoder(str(colbert_dirs["stanford"]))
+    questions = [question for question, _ in squad_pairs]
+    paragraphs = [context for _, context in squad_pairs]
+    scores = reference.similarity(reference.encode_query(questions), reference.encode_document(paragraphs))
+    for i, question in enumerate(questions):
+        ranked = encoder.rank(question, paragraphs, top_k=3, return_documents=True)
+        assert [hit["corpus_id"] for hit in ranked] == scores[i].argsort(descending=True)[:3].tolist()
+        assert ranked[0]["text"] == paragraphs[ranked[0]["corpus_id"]]
+        assert ranked[0]["score"] == pytest.approx(scores[i].max().item(), abs=1e-3)
+    assert (scores.argmax(1) == torch.arange(len(questions))).float().mean() >= 0.8
+
+
+@pytest.mark.parametrize("layout", ["stanford", "native_min"])
+def test_save_round_trip(colbert_dirs, texts, tmp_path, layout):
+    """save writes sentence-transformers' layout whatever the model came in (the markers in the tokenizer, so
+    [unused0] stays one token): both libraries load it and encode as the original."""
+    original = sentence_transformers.MultiVectorEncoder(str(colbert_dirs[layout]))
+    MultiVectorEncoder(colbert_dirs[layout]).save(tmp_path / "saved")
+    assert json.loads((tmp_path / "saved" / "config_sentence_transformers.json").read_text())[
+        "model_type"] == "MultiVectorEncoder"
+    for loaded in (sentence_transformers.MultiVectorEncoder(str(tmp_path / "saved")),
+                   MultiVectorEncoder(tmp_path / "saved")):
+        assert loaded.similarity_fn_name == original.similarity_fn_name
+        for role in ("query", "document"):
+            assert_same_vectors(getattr(loaded, f"encode_{role}")(texts[role][:4]),
+                                getattr(original, f"encode_{role}")(texts[role][:4]))
+
+
+def test_a_new_colbert_model(minilm_dir, texts, tmp_path):
+    """Another BERT checkpoint (here a sentence-transformers model) becomes a new ColBERT model as
+    sentence-transformers makes one: its pooling dropped, a new projection to 128 dimensions (random: the
+    reference's is copied over), no [MASK]s, no skiplist, its max_seq_length; saved, it is a ColBERT checkpoint."""
+    reference = sentence_transformers.MultiVectorEncoder(str(minilm_dir))
+    encoder = MultiVectorEncoder(minilm_dir)
+    assert encoder.get_embedding_dimension() == reference.get_embedding_dimension() == 128
+    assert encoder.max_seq_length == reference.max_seq_length == 256
+    encoder.projection[0].weight.data.copy_(reference[1].linear.weight.data)
+    for role in ("query", "document"):
+        assert_same_vectors(getattr(encoder, f"encode_{role}")(texts[role]),
+                            getattr(reference, f"encode_{role}")(texts[role]))
+    encoder.save(tmp_path / "new")
+    assert_same_vectors(sentence_transformers.MultiVectorEncoder(str(tmp_path / "new")).encode_query(texts["query"]),
+                        reference.encode_query(texts["query"]))
+    assert_same_vectors(MultiVectorEncoder(tmp_path / "new").encode_document(texts["document"]),
+                        reference.encode_document(texts["document"]))
+    torch.manual_seed(0)
+    first = MultiVectorEncoder("default").projection[0].weight
+    torch.manual_seed(0)
+    assert torch.equal(first, MultiVectorEncoder("default").projection[0].weight)
+
+
+def test_encode_options(colbert_dirs, texts):
+    """sentence-transformers' options: a single text, numpy, truncate_dim (then unit length again), prompts by name
+    and given, meanmaxsim set on the model."""
+    folder = str(colbert_dirs["native"])
+    reference = sentence_transformers.MultiVectorEncoder(folder)
+    encoder = MultiVectorEncoder(folder)
+    query = texts["query"][0]
+    single = encoder.encode_query(query)
+    assert isinstance(single, torch.Tensor) and single.dim() == 2
+    assert_same_vectors([single], [reference.encode_query(query)])
+    arrays = encoder.encode_document(texts["document"][:2], convert_to_numpy=True)
+    assert all(isinstance(array, numpy.ndarray) for array in arrays)
+    assert_same_vectors(arrays, reference.encode_document(texts["document"][:2], convert_to_numpy=True))
+    cut = encoder.encode_query(texts["query"][:2], truncate_dim=32)
+    assert_same_vectors(cut, reference.encode_query(texts["query"][:2], truncate_dim=32))
+    assert torch.allclose(cut[0].norm(dim=-1), torch.ones(len(cut[0])), atol=1e-5)
+    assert_same_vectors(encoder.encode(texts["query"][:2], prompt_name="document", task="query"),
+                        reference.encode(texts["query"][:2], prompt_name="document", task="query"))
+    assert_same_vectors(encoder.encode_query(texts["query"][:2], prompt="search: "),
+                        reference.encode_query(texts["query"][:2], prompt="search: "))
+    truncated = MultiVectorEncoder(folder, truncate_dim=64, similarity_fn_name="meanmaxsim")
+    reference = sentence_transformers.MultiVectorEncoder(folder, truncate_dim=64, similarity_fn_name="meanmaxsim")
+    queries, documents = truncated.encode_query(texts["query"][:3]), truncated.encode_document(texts["document"][:3])
+    assert queries[0].shape[1] == truncated.get_embedding_dimension() == 64
+    assert_same_vectors(documents, reference.encode_document(texts["document"][:3]))
+    assert torch.allclose(truncated.similarity(queries, documents), reference.similarity(queries, documents),
+                          atol=1e-5)
+
+
+def test_maxsim_matches_sentence_transformers():
+    """The scoring alone, on ragged lists, padded tensors and single texts, with and without length
+    normalisation."""
+    from sentence_transformers.util import similarity as reference
+
+    generator = torch.Generator().manual_seed(0)
+    queries = [torch.randn(length, 8, generator=generator) for length in (3, 7, 1)]
+    documents = [torch.randn(length, 8, generator=generator) for length in (5, 2, 9, 4)]
+    for normalize in (False, True):
+        assert torch.allclose(maxsim(queries, documents, length_normalize=normalize),
+                              reference.maxsim(queries, documents, length_normalize=normalize), atol=1e-5)
+        assert torch.allclose(maxsim_pairwise(queries, documents[:3], length_normalize=normalize),
+                              reference.maxsim_pairwise(queries, documents[:3], length_normalize=normalize), atol=1e-5)
+    padded = torch.randn(2, 6, 8, generator=generator)
+    assert torch.allclose(maxsim(padded, documents), reference.maxsim(padded, documents), atol=1e-5)
+    assert torch.allclose(maxsim(queries[0], documents[1].numpy()), reference.maxsim(queries[0], documents[1]),
+                          atol=1e-5)
+
+
+def test_refusals(colbert_dirs, run_cli, tmp_path):
+    """A checkpoint of the other kind, and options that don't apply, are one-line errors that name them."""
+    for layout in ("native", "pylate", "stanford"):
+        with pytest.raises(ConfigError, match="MultiVectorEncoder"):
+            SentenceEncoder(colbert_dirs[layout])
+    from bertforge import BertModel, BertTokenizer
+
+    model = BertModel.from_pretrained(colbert_dirs["pylate"])
+    with pytest.raises(ConfigError, match="multi-vector"):
+        extract_features(model, BertTokenizer.from_pretrained(colbert_dirs["pylate"]), ["a text"])
+    lines = tmp_path / "lines.txt"
+    lines.write_text("A text.\n")
+    code, _, err = run_cli("embed", "--model", colbert_dirs["native"], "--input", lines, "--output",
+                           tmp_path / "vectors.npy")
+    assert code != 0 and len(err.splitlines()) == 1 and "MultiVectorEncoder" in err and "Traceback" not in err
+    assert not (tmp_path / "vectors.npy").exists()
+    pytest.importorskip("fastapi")
+    from bertforge.inference.serve.app import load_app
+    from bertforge.inference.serve.settings import ServeSettings
+
+    with pytest.raises(ConfigError, match="ColBERT"):
+        load_app(colbert_dirs["stanford"])
+    assert load_app(colbert_dirs["stanford"], ServeSettings(pooling="mean")) is not None  # its encoder, pooled
+    encoder = MultiVectorEncoder(colbert_dirs["native"])
+    with pytest.raises(InputError, match="convert_to_tensor"):
+        encoder.encode(["a"], convert_to_tensor=True)
+    with pytest.raises(InputError, match="task 'passage'"):
+        encoder.encode(["a"], task="passage")
+    with pytest.raises(InputError, match="prompt_name 'title'"):
+        encoder.encode(["a"], prompt_name="title")
+    with pytest.raises(InputError, match="pairs them one to one"):
+        encoder.similarity_pairwise(encoder.encode_query(["a", "b"]), encoder.encode_document(["c"]))
+    with pytest.raises(ConfigError, match="similarity_fn_name"):
+        encoder.similarity_fn_name = "cosine"
+    with pytest.raises(ConfigError, match="backend"):
+        MultiVectorEncoder(colbert_dirs["native"], backend="onnx")
