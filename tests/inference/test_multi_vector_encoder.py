@@ -286,3 +286,63 @@ def test_refusals(colbert_dirs, run_cli, tmp_path):
         encoder.similarity_fn_name = "cosine"
     with pytest.raises(ConfigError, match="backend"):
         MultiVectorEncoder(colbert_dirs["native"], backend="onnx")
+
+
+@pytest.mark.parametrize("layout", ["native", "stanford"])
+def test_sentence_transformers_loss_trains_it(colbert_dirs, squad_pairs, layout):
+    """sentence-transformers' MaxSim in-batch-negatives loss, built on this model, gives the loss and gradients it
+    gives on its own MultiVectorEncoder with the same weights (the batch as each tokenizes it, role prompts)."""
+    from sentence_transformers.multi_vector_encoder.losses import MultiVectorMultipleNegativesRankingLoss
+
+    reference = sentence_transformers.MultiVectorEncoder(str(colbert_dirs[layout]))
+    encoder = MultiVectorEncoder(colbert_dirs[layout])
+    questions, paragraphs = [q for q, _ in squad_pairs[:4]], [c for _, c in squad_pairs[:4]]
+    losses = []
+    for model in (reference, encoder):
+        batch = [model.preprocess(texts, prompt=model.prompts.get(role), task=role) | {"task": role}
+                 for role, texts in (("query", questions), ("document", paragraphs))]
+        loss = MultiVectorMultipleNegativesRankingLoss(model)(batch, None)
+        loss.backward()
+        losses.append(loss.item())
+    assert losses[0] == pytest.approx(losses[1], rel=1e-4, abs=1e-6)
+    gradients = [(reference[1].linear.weight.grad, encoder.projection[0].weight.grad),
+                 (reference[0].auto_model.encoder.layer[3].intermediate.dense.weight.grad,
+                  encoder.model.encoder.layers[3].feed_forward.up.weight.grad)]
+    for theirs, ours in gradients:
+        assert torch.allclose(ours, theirs, atol=1e-6 + 1e-3 * theirs.abs().max().item())
+
+
+def test_fit_learns_to_retrieve(tiny_model_dir, data_dir):
+    """A new ColBERT model over a random tiny BERT, trained by fit with sentence-transformers' loss on 256 SQuAD
+    (question, paragraph) pairs, ranks the paragraphs of 100 other questions far better than before; and
+    sentence-transformers' own retrieval evaluator scores it."""
+    from sentence_transformers import InputExample
+    from sentence_transformers.multi_vector_encoder.evaluation import MultiVectorInformationRetrievalEvaluator
+    from sentence_transformers.multi_vector_encoder.losses import MultiVectorMultipleNegativesRankingLoss
+    from torch.utils.data import DataLoader
+
+    squad = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    pairs = [(paragraph["qas"][0]["question"], paragraph["context"]) for article in squad["data"]
+             for paragraph in article["paragraphs"]]
+    train, held_out = pairs[:256], pairs[-100:]
+
+    def mean_reciprocal_rank(encoder) -> float:
+        scores = encoder.similarity(encoder.encode_query([q for q, _ in held_out]),
+                                    encoder.encode_document([c for _, c in held_out]))
+        ranks = (scores > scores.diag()[:, None]).sum(1) + 1
+        return (1 / ranks.float()).mean().item()
+
+    torch.manual_seed(0)
+    encoder = MultiVectorEncoder(tiny_model_dir)
+    before = mean_reciprocal_rank(encoder)
+    loader = DataLoader([InputExample(texts=[q, c]) for q, c in train], batch_size=16, shuffle=True)
+    encoder.fit([(loader, MultiVectorMultipleNegativesRankingLoss(encoder))], epochs=2, warmup_steps=2,
+                optimizer_params={"lr": 1e-3}, show_progress_bar=False)
+    after = mean_reciprocal_rank(encoder)
+    assert before < 0.4 and after > before + 0.25, (before, after)
+    evaluator = MultiVectorInformationRetrievalEvaluator(
+        queries={str(i): q for i, (q, _) in enumerate(held_out)},
+        corpus={str(i): c for i, (_, c) in enumerate(held_out)},
+        relevant_docs={str(i): {str(i)} for i in range(len(held_out))}, mrr_at_k=[100], name="squad")
+    metrics = encoder.evaluate(evaluator)
+    assert metrics["squad_maxsim_mrr@100"] == pytest.approx(after, abs=0.02)

@@ -10,7 +10,7 @@ scored. The checkpoint's layout says all of this (checkpoint/multi_vector.py).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,24 +29,39 @@ from bertforge.checkpoint.multi_vector import (
     write_multi_vector_layout,
 )
 from bertforge.errors import ConfigError, InputError, check_choice
-from bertforge.inference.sentence_encoder import check_construction_options
+from bertforge.inference.sentence_encoder import (
+    ModelCardData,
+    check_construction_options,
+    evaluate_as_sentence_transformers,
+    fit_as_sentence_transformers,
+    summed,
+)
 from bertforge.validation import check_counts
 
 # How many query x document token products one step of maxsim holds at most (float32: 400 MB).
 SCORE_CHUNK_ELEMENTS = 100_000_000
 
 
-def _padded(embeddings: Any, side: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _padded(embeddings: Any, side: str, mask: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(items, tokens, dim) float32 vectors and their (items, tokens) mask, from a list of (tokens_i, dim) tensors
-    or arrays (padded here), a padded 3D tensor or array, or one 2D one (a batch of one)."""
+    or arrays (padded here), a padded 3D tensor or array (with its `mask`, else every token counts), or one 2D one
+    (a batch of one)."""
     if isinstance(embeddings, (torch.Tensor, np.ndarray)):
         embeddings = torch.as_tensor(embeddings)
         if embeddings.dim() == 2:
             embeddings = embeddings[None]
+            mask = None if mask is None else torch.as_tensor(mask).reshape(1, -1)
         if embeddings.dim() != 3:
             raise InputError(f"{side}: expected per-text token vectors (tokens, dim), or a batch of them; got a "
                              f"tensor of shape {tuple(embeddings.shape)}")
-        return embeddings.float(), torch.ones(embeddings.shape[:2], dtype=torch.bool, device=embeddings.device)
+        if mask is None:
+            return embeddings.float(), torch.ones(embeddings.shape[:2], dtype=torch.bool, device=embeddings.device)
+        mask = torch.as_tensor(mask, device=embeddings.device)
+        if mask.shape != embeddings.shape[:2]:
+            raise InputError(f"{side}: a mask of shape {tuple(mask.shape)} for vectors of {tuple(embeddings.shape)}")
+        return embeddings.float(), mask.bool()
+    if mask is not None:
+        raise InputError(f"{side}: a mask goes with padded vectors (a 3D tensor); a list is each text's own tokens")
     items = [torch.as_tensor(item) for item in embeddings]
     if not items or any(item.dim() != 2 for item in items) or len({item.shape[1] for item in items}) != 1:
         raise InputError(f"{side}: expected a non-empty list of (tokens, dim) token vectors of one width")
@@ -55,12 +70,14 @@ def _padded(embeddings: Any, side: str) -> tuple[torch.Tensor, torch.Tensor]:
     return vectors, torch.arange(vectors.shape[1], device=vectors.device)[None] < lengths[:, None]
 
 
-def maxsim(queries: Any, documents: Any, length_normalize: bool = False) -> torch.Tensor:
+def maxsim(queries: Any, documents: Any, length_normalize: bool = False, query_mask: Any = None,
+           document_mask: Any = None) -> torch.Tensor:
     """(queries, documents) MaxSim scores: for each query token the largest dot product with a document token,
     summed over the query's tokens (divided by their number with `length_normalize`: MeanMaxSim). Each side: a
-    list of (tokens, dim) vectors, as encode gives them, a padded 3D tensor, or one 2D one."""
-    query_vectors, query_mask = _padded(queries, "queries")
-    document_vectors, document_mask = _padded(documents, "documents")
+    list of (tokens, dim) vectors, as encode gives them, or a padded 3D tensor (with its (texts, tokens) mask), or
+    one 2D one."""
+    query_vectors, query_mask = _padded(queries, "queries", query_mask)
+    document_vectors, document_mask = _padded(documents, "documents", document_mask)
     query_vectors = query_vectors.to(document_vectors.device)
     query_mask = query_mask.to(document_vectors.device)
     per_document = query_vectors.shape[0] * query_vectors.shape[1] * document_vectors.shape[1]
@@ -75,10 +92,11 @@ def maxsim(queries: Any, documents: Any, length_normalize: bool = False) -> torc
     return scores / query_mask.sum(-1, keepdim=True).clamp(min=1) if length_normalize else scores
 
 
-def maxsim_pairwise(queries: Any, documents: Any, length_normalize: bool = False) -> torch.Tensor:
+def maxsim_pairwise(queries: Any, documents: Any, length_normalize: bool = False, query_mask: Any = None,
+                    document_mask: Any = None) -> torch.Tensor:
     """MaxSim of each query with the document at its position: (pairs,) scores."""
-    query_vectors, query_mask = _padded(queries, "queries")
-    document_vectors, document_mask = _padded(documents, "documents")
+    query_vectors, query_mask = _padded(queries, "queries", query_mask)
+    document_vectors, document_mask = _padded(documents, "documents", document_mask)
     if len(query_vectors) != len(document_vectors):
         raise InputError(f"similarity_pairwise: {len(query_vectors)} queries and {len(document_vectors)} documents; "
                          f"it pairs them one to one")
@@ -88,14 +106,6 @@ def maxsim_pairwise(queries: Any, documents: Any, length_normalize: bool = False
     scores = products.amax(-1).masked_fill(~query_mask, 0).sum(-1)
     return scores / query_mask.sum(-1).clamp(min=1) if length_normalize else scores
 
-
-# similarity_fn_name -> (all pairs, pairwise)
-SIMILARITIES = {
-    "maxsim": (maxsim, maxsim_pairwise),
-    "meanmaxsim": (lambda a, b: maxsim(a, b, length_normalize=True),
-                   lambda a, b: maxsim_pairwise(a, b, length_normalize=True)),
-}
-assert tuple(SIMILARITIES) == SIMILARITY_NAMES
 
 
 def new_projection(hidden_size: int, width: int = NEW_PROJECTION_WIDTH) -> nn.Module:
@@ -118,6 +128,7 @@ class MultiVectorEncoder(nn.Module):
     """
 
     SUPPORTED_SIMILARITY_FN_NAMES = SIMILARITY_NAMES
+    model_card_data = ModelCardData("MultiVectorEncoderModelCardData")  # where its evaluators record results
 
     def __init__(self, model_name_or_path: str | Path = "default", *, device: str | torch.device | None = None,
                  prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
@@ -249,47 +260,69 @@ class MultiVectorEncoder(nn.Module):
                if word in self.tokenizer.get_vocab() or word == unk]
         return torch.tensor(ids, dtype=torch.long) if ids else None
 
+    def preprocess(self, inputs: Sequence[str], prompt: str | None = None, task: str | None = None
+                   ) -> dict[str, torch.Tensor]:
+        """The model's input for a batch of texts of one role (sentence-transformers' name): input_ids,
+        attention_mask and token_type_ids, padded to the longest; a query's padding up to its width is [MASK]s,
+        marked in query_expansion_positions. `prompt` goes before each text."""
+        texts = [(prompt or "") + text for text in inputs]
+        return self._batch(self.tokenizer(texts, truncation=True, max_length=self._max_length(task))["input_ids"],
+                           task)
+
+    def _batch(self, encoded: Sequence[Sequence[int]], task: str | None) -> dict[str, torch.Tensor]:
+        expansion = self.layout.query_expansion if task == "query" else None
+        width = max(len(ids) for ids in encoded)
+        if expansion is not None:
+            width = max(width, expansion.length)
+        ids = torch.full((len(encoded), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        attention = torch.zeros_like(ids)
+        for row, tokens in enumerate(encoded):
+            ids[row, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+            attention[row, :len(tokens)] = 1
+        features = {"input_ids": ids, "attention_mask": attention, "token_type_ids": torch.zeros_like(ids)}
+        if expansion is None:
+            return features
+        expanded = (attention == 0) & (torch.arange(width) < expansion.length)
+        token = expansion.token or self.tokenizer.mask_token
+        features["input_ids"] = ids.masked_fill(expanded, self.tokenizer.convert_tokens_to_ids(token))
+        if expansion.attend:
+            features["attention_mask"] = attention.masked_fill(expanded, 1)
+        return features | {"query_expansion_positions": expanded}
+
+    def forward(self, features: dict[str, torch.Tensor], task: str | None = None) -> dict[str, torch.Tensor]:
+        """sentence-transformers' forward: `features` (preprocess's) with token_embeddings, (texts, tokens, dim),
+        and attention_mask become the scoring mask (real tokens, a query's [MASK]s, less the skiplist); with
+        gradients unless the caller turns them off, so that sentence-transformers' losses train the model."""
+        inputs = {name: features[name].to(self.device) for name in ("input_ids", "attention_mask", "token_type_ids")}
+        expanded = features.get("query_expansion_positions")
+        scored = inputs["attention_mask"].bool()
+        model_mask = inputs["attention_mask"]
+        if expanded is not None:
+            # The [MASK]s the encoder doesn't attend to still get vectors of their own, which are scored: a mask per
+            # query and key has every position computed, where (texts, tokens) would leave the padding out.
+            model_mask = model_mask[:, None, :].expand(-1, model_mask.shape[1], -1)
+            if task == "query":
+                scored = scored | expanded.to(self.device).bool()
+        states = self.model(input_ids=inputs["input_ids"], attention_mask=model_mask,
+                            token_type_ids=inputs["token_type_ids"]).last_hidden_state
+        for layer in self.projection:
+            states = layer(states)
+        if self.layout.normalize:
+            states = F.normalize(states, dim=-1)
+        skipped = self._skipped_ids() if (task or "document") in self.layout.skiplist_tasks else None
+        if skipped is not None:
+            scored = scored & ~torch.isin(inputs["input_ids"], skipped.to(self.device))
+        return dict(features) | {"token_embeddings": states, "attention_mask": scored}
+
     @torch.inference_mode()
     def _rows(self, texts: list[str], task: str | None, batch_size: int) -> list[torch.Tensor]:
         """Each text's scored token vectors, (tokens, dim), unit length where the layout says so."""
-        expansion = self.layout.query_expansion if task == "query" else None
         encoded = self.tokenizer(texts, truncation=True, max_length=self._max_length(task))["input_ids"]
-        skipped = self._skipped_ids() if (task or "document") in self.layout.skiplist_tasks else None
-        expansion_id = None
-        if expansion is not None:
-            expansion_id = self.tokenizer.convert_tokens_to_ids(expansion.token or self.tokenizer.mask_token)
         rows: list[torch.Tensor] = [torch.empty(0)] * len(texts)
         for indices in length_sorted_batches([len(ids) for ids in encoded], batch_size):
-            width = max(len(encoded[i]) for i in indices)
-            if expansion is not None:
-                width = max(width, expansion.length)
-            ids = torch.full((len(indices), width), self.tokenizer.pad_token_id, dtype=torch.long)
-            attention = torch.zeros_like(ids)
+            output = self.forward(self._batch([encoded[i] for i in indices], task), task)
             for row, i in enumerate(indices):
-                ids[row, :len(encoded[i])] = torch.tensor(encoded[i])
-                attention[row, :len(encoded[i])] = 1
-            scored = attention.bool()
-            if expansion is not None:  # the padding up to the query width becomes [MASK]s, which are scored
-                expanded = ~scored & (torch.arange(width) < expansion.length)
-                ids = ids.masked_fill(expanded, expansion_id)
-                scored = scored | expanded
-                if expansion.attend:
-                    attention = attention.masked_fill(expanded, 1)
-            if skipped is not None:
-                scored = scored & ~torch.isin(ids, skipped)
-            if expansion is not None:
-                # The [MASK]s the encoder doesn't attend to still get vectors of their own, which are scored: a
-                # mask per query and key has every position computed, where (batch, seq) would leave padding out.
-                attention = attention[:, None, :].expand(-1, width, -1)
-            states = self.model(input_ids=ids.to(self.device), attention_mask=attention.to(self.device),
-                                token_type_ids=torch.zeros_like(ids).to(self.device)).last_hidden_state
-            for layer in self.projection:
-                states = layer(states)
-            if self.layout.normalize:
-                states = F.normalize(states.float(), dim=-1)
-            scored = scored.to(self.device)
-            for row, i in enumerate(indices):
-                rows[i] = states[row][scored[row]]
+                rows[i] = output["token_embeddings"][row][output["attention_mask"][row]].float()
         return rows
 
     def encode(self, inputs: str | Sequence[str], prompt_name: str | None = None, prompt: str | None = None,
@@ -346,13 +379,28 @@ class MultiVectorEncoder(nn.Module):
             prompt = self.prompts.get(role, "")
         return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, task=role, **options)
 
-    def similarity(self, embeddings_1: Any, embeddings_2: Any) -> torch.Tensor:
-        """(queries, documents) scores by the model's similarity_fn_name."""
-        return SIMILARITIES[self.similarity_fn_name][0](embeddings_1, embeddings_2)
+    def similarity(self, embeddings_1: Any, embeddings_2: Any, a_mask: torch.Tensor | None = None,
+                   b_mask: torch.Tensor | None = None, length_normalize: bool | None = None,
+                   **scoring: Any) -> torch.Tensor:
+        """(queries, documents) scores by the model's similarity_fn_name (`length_normalize` in its place: True
+        is meanmaxsim). Padded 3D inputs take their (texts, tokens) masks, as sentence-transformers' losses pass
+        them; `chunk_elements` and `device` are accepted (maxsim chunks by itself)."""
+        return self._score(maxsim, embeddings_1, embeddings_2, a_mask, b_mask, length_normalize, scoring)
 
-    def similarity_pairwise(self, embeddings_1: Any, embeddings_2: Any) -> torch.Tensor:
-        """(pairs,) scores of each query with the document at its position."""
-        return SIMILARITIES[self.similarity_fn_name][1](embeddings_1, embeddings_2)
+    def similarity_pairwise(self, embeddings_1: Any, embeddings_2: Any, a_mask: torch.Tensor | None = None,
+                            b_mask: torch.Tensor | None = None, length_normalize: bool | None = None,
+                            **scoring: Any) -> torch.Tensor:
+        """(pairs,) scores of each query with the document at its position (options as similarity's)."""
+        return self._score(maxsim_pairwise, embeddings_1, embeddings_2, a_mask, b_mask, length_normalize, scoring)
+
+    def _score(self, score: Callable, queries: Any, documents: Any, a_mask: Any, b_mask: Any,
+               length_normalize: bool | None, scoring: dict[str, Any]) -> torch.Tensor:
+        unknown = sorted(set(scoring) - {"chunk_elements", "device"})
+        if unknown:
+            raise InputError(f"similarity takes no option {unknown[0]!r}")
+        if length_normalize is None:
+            length_normalize = self.similarity_fn_name == "meanmaxsim"
+        return score(queries, documents, length_normalize=length_normalize, query_mask=a_mask, document_mask=b_mask)
 
     def rank(self, query: str, documents: Sequence[str], top_k: int | None = None, return_documents: bool = False,
              batch_size: int = 32) -> list[dict[str, Any]]:
@@ -366,6 +414,39 @@ class MultiVectorEncoder(nn.Module):
         order = sorted(range(len(documents)), key=lambda i: -scores[i])[:top_k]
         return [{"corpus_id": i, "score": scores[i]} | ({"text": documents[i]} if return_documents else {})
                 for i in order]
+
+    # ------------------------------------------------------------------ training
+
+    def smart_batching_collate(self, batch: Sequence[Any]) -> tuple[list[dict[str, Any]], torch.Tensor]:
+        """sentence-transformers' collate of InputExample's (`.texts`, `.label`): the first text of each is a
+        query, the others documents, each with its role's prompt, as encode_query and encode_document read
+        them; one batch per text position (its `task` named, as sentence-transformers' collator names it)."""
+        texts = [example.texts for example in batch]
+        if not texts or len({len(row) for row in texts}) != 1 or len(texts[0]) < 2:
+            raise InputError("every example of a batch needs the same number of texts: a query and its documents")
+        roles = ["query"] + ["document"] * (len(texts[0]) - 1)
+        columns = [self.preprocess(list(column), prompt=self.prompts.get(role, ""), task=role) | {"task": role}
+                   for role, column in zip(roles, zip(*texts))]
+        labels = [0 if example.label is None else example.label for example in batch]
+        return columns, torch.tensor(labels)
+
+    def fit(self, train_objectives: Sequence[tuple[Any, nn.Module]], evaluator: Callable | None = None,
+            epochs: int = 1, steps_per_epoch: int | None = None, output_path: str | Path | None = None,
+            save_best_model: bool = True, **options: Any) -> None:
+        """SentenceEncoder's fit, for a loss of sentence-transformers' multi_vector_encoder.losses built on this
+        model (MultiVectorMultipleNegativesRankingLoss(encoder): in-batch negatives scored by MaxSim, ...): a
+        DataLoader of InputExample's (query, positive[, negatives...]) on bertforge's training loop."""
+        if len(train_objectives) != 1:
+            raise ConfigError(f"fit trains one (DataLoader, loss) objective here, got {len(train_objectives)}")
+        if steps_per_epoch not in (None, 0):
+            raise ConfigError("fit: steps_per_epoch is not supported here (bertforge trains whole epochs)")
+        dataloader, loss_model = train_objectives[0]
+        fit_as_sentence_transformers(self, loss_model, dataloader, lambda model, batch: summed(model(*batch)),
+                                     evaluator, output_path, save_best_model, epochs=epochs, **options)
+
+    def evaluate(self, evaluator: Callable, output_path: str | Path | None = None) -> Any:
+        """sentence-transformers' evaluate: its multi-vector evaluators score this model as their own."""
+        return evaluate_as_sentence_transformers(self, evaluator, output_path)
 
     # ------------------------------------------------------------------ saving
 
