@@ -346,3 +346,16 @@ def test_fit_learns_to_retrieve(tiny_model_dir, data_dir):
         relevant_docs={str(i): {str(i)} for i in range(len(held_out))}, mrr_at_k=[100], name="squad")
     metrics = encoder.evaluate(evaluator)
     assert metrics["squad_maxsim_mrr@100"] == pytest.approx(after, abs=0.02)
+
+
+def test_multi_process_pool(colbert_dirs, texts):
+    """A pool of two worker processes (started, or a list of devices for one call) gives what one process gives."""
+    encoder = MultiVectorEncoder(colbert_dirs["stanford"])
+    expected = encoder.encode_query(texts["query"])
+    pool = encoder.start_multi_process_pool(["cpu", "cpu"])
+    try:
+        assert_same_vectors(encoder.encode_query(texts["query"], pool=pool, chunk_size=3), expected)
+    finally:
+        encoder.stop_multi_process_pool(pool)
+    assert_same_vectors(encoder.encode_document(texts["document"], device=["cpu", "cpu"]),
+                        encoder.encode_document(texts["document"]))

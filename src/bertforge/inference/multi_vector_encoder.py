@@ -29,6 +29,7 @@ from bertforge.checkpoint.multi_vector import (
     write_multi_vector_layout,
 )
 from bertforge.errors import ConfigError, InputError, check_choice
+from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_encoder import (
     ModelCardData,
     check_construction_options,
@@ -118,7 +119,7 @@ def new_projection(hidden_size: int, width: int = NEW_PROJECTION_WIDTH) -> nn.Mo
     return dense
 
 
-class MultiVectorEncoder(nn.Module):
+class MultiVectorEncoder(PoolMethods, nn.Module):
     """Token vectors per text, as MultiVectorEncoder(name).encode_query / encode_document give them, and MaxSim.
 
     >>> encoder = MultiVectorEncoder("path/to/colbert")
@@ -329,11 +330,13 @@ class MultiVectorEncoder(nn.Module):
                batch_size: int = 32, show_progress_bar: bool | None = None,
                output_value: str | None = "token_embeddings", convert_to_numpy: bool = False,
                device: str | torch.device | None = None, normalize_embeddings: bool = False,
-               truncate_dim: int | None = None, task: str | None = None, **options: Any) -> Any:
+               truncate_dim: int | None = None, task: str | None = None, pool: dict[str, Any] | None = None,
+               chunk_size: int | None = None, **options: Any) -> Any:
         """Per text its scored token vectors, (tokens_i, dim): a list, or one for a single text; numpy arrays with
         `convert_to_numpy`. `task` ("query" or "document") chooses the prompt-free settings of that role: prefer
         encode_query and encode_document, which also choose the role's prompt. `truncate_dim` keeps the first
-        dimensions of each vector and makes it unit length again."""
+        dimensions of each vector and makes it unit length again. `pool` (start_multi_process_pool's) or a list of
+        devices as `device` shares the texts between processes."""
         if "convert_to_tensor" in options:
             raise InputError("MultiVectorEncoder.encode has no convert_to_tensor: texts have different numbers of "
                              "token vectors, so they stay a list (convert_to_numpy=True gives arrays)")
@@ -349,10 +352,15 @@ class MultiVectorEncoder(nn.Module):
         texts = [inputs] if single else list(inputs)
         if not all(isinstance(text, str) for text in texts):
             raise InputError("MultiVectorEncoder.encode takes texts: a string or a list of strings")
-        if device is not None:
-            self.to(device)
+        devices = self.place(device)
         used = self._prompt(prompt_name, prompt)
-        rows = self._rows([used + text for text in texts], task, batch_size) if texts else []
+        texts = [used + text for text in texts]
+        if not texts:
+            rows = []
+        elif pool is not None or devices is not None:
+            rows = self.pooled("_rows", texts, pool, devices, chunk_size, task=task, batch_size=batch_size)
+        else:
+            rows = self._rows(texts, task, batch_size)
         if normalize_embeddings:
             rows = [F.normalize(row, dim=-1) for row in rows]
         truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
