@@ -1,4 +1,5 @@
 from bertforge.inference.cross_encoder import CrossEncoder
+from bertforge.inference.embedding_precision import quantize_embeddings
 from bertforge.inference.features import (
     LAYER_COMBINATIONS,
     POOLINGS,
@@ -29,7 +30,8 @@ __all__ = [
     "TOKEN_LEVELS", "CrossEncoder", "InferenceOptions", "MultiVectorEncoder", "ScalarMix", "SentenceEncoder",
     "SparseEncoder", "TokenVectors", "community_detection", "export_dynamic_quantized_onnx_model",
     "extract_features", "extract_token_features", "maxsim", "maxsim_pairwise", "paraphrase_mining",
-    "paraphrase_mining_embeddings", "pipeline", "pool", "semantic_search", "token_features",
+    "paraphrase_mining_embeddings", "pipeline", "pool", "quantize_embeddings", "semantic_search",
+    "token_features",
 ]
 
 # onnx.py, serve.py and attention_view.py are imported from their modules: they need optional packages

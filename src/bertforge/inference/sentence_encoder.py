@@ -20,6 +20,7 @@ from bertforge.batching import length_sorted_batches
 from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, read_sentence_embedding
 from bertforge.errors import ConfigError, InputError, check_choice
+from bertforge.inference.embedding_precision import PRECISIONS, quantize_embeddings
 from bertforge.inference.features import (
     after_pooling,
     embedding_texts,
@@ -37,28 +38,8 @@ from bertforge.inference.similarity import SIMILARITIES, as_matrix
 from bertforge.tasks.data import forward_rows
 from bertforge.validation import check_counts
 
-# sentence-transformers' embedding precisions: name -> (texts, hidden) float32 -> the quantized array. The integer
-# ones scale each dimension's range over the texts encoded together onto 256 steps; the binary ones keep the sign
-# bits, eight dimensions to a byte.
-PRECISIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "float32": lambda vectors: vectors,
-    "int8": lambda vectors: (_steps(vectors) - 128).astype(np.int8),
-    "uint8": lambda vectors: _steps(vectors).astype(np.uint8),
-    "binary": lambda vectors: (np.packbits(vectors > 0, axis=-1).astype(np.int16) - 128).astype(np.int8),
-    "ubinary": lambda vectors: np.packbits(vectors > 0, axis=-1),
-}
 # sentence-transformers 5 and later give every model these prompts, empty unless its configuration fills them.
 ROLE_PROMPTS = {"query": "", "document": ""}
-
-
-def _steps(vectors: np.ndarray) -> np.ndarray:
-    """Each value's step, 0 to 255, in its dimension's range over the texts encoded together."""
-    if len(vectors) < 2:
-        raise InputError("int8 and uint8 embeddings take their range from the texts encoded together: encode more "
-                         "than one text")
-    low, high = vectors.min(0), vectors.max(0)
-    step = np.where(high > low, (high - low) / 255, 1.0)
-    return np.clip(np.floor((vectors - low) / step), 0, 255)
 
 
 def check_construction_options(owner: str, hub_options: dict[str, Any], backend: str) -> None:
@@ -517,13 +498,13 @@ class SentenceEncoder(PoolMethods, TextEncoder):
         if output_value == "token_embeddings" and precision != "float32":
             # every token of the call in one range per dimension, as sentence-transformers scales them
             lengths = [len(matrix) for matrix in answers]
-            whole = PRECISIONS[precision](torch.cat(answers).numpy())
+            whole = quantize_embeddings(torch.cat(answers).numpy(), precision)
             answers = np.split(whole, np.cumsum(lengths)[:-1])
         if output_value != "sentence_embedding":
             return answers[0] if single else answers
         vectors = answers
         if precision != "float32":
-            vectors = torch.from_numpy(PRECISIONS[precision](vectors.numpy()))
+            vectors = torch.from_numpy(quantize_embeddings(vectors.numpy(), precision))
         vectors = vectors[0] if single else vectors
         if convert_to_tensor:
             return vectors
