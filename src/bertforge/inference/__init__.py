@@ -11,6 +11,7 @@ from bertforge.inference.features import (
     pool,
     token_features,
 )
+from bertforge.inference.hard_negatives import mine_hard_negatives
 from bertforge.inference.multi_vector_encoder import MultiVectorEncoder, maxsim, maxsim_pairwise
 from bertforge.inference.onnx_backend import export_dynamic_quantized_onnx_model
 from bertforge.inference.optimize import PRECISIONS, InferenceOptions
@@ -29,9 +30,9 @@ __all__ = [
     "LAYER_COMBINATIONS", "POOLINGS", "PRECISIONS", "SIMILARITIES", "SPLADE_ACTIVATIONS", "SPLADE_STRATEGIES",
     "TOKEN_LEVELS", "CrossEncoder", "InferenceOptions", "MultiVectorEncoder", "ScalarMix", "SentenceEncoder",
     "SparseEncoder", "TokenVectors", "community_detection", "export_dynamic_quantized_onnx_model",
-    "extract_features", "extract_token_features", "maxsim", "maxsim_pairwise", "paraphrase_mining",
-    "paraphrase_mining_embeddings", "pipeline", "pool", "quantize_embeddings", "semantic_search",
-    "token_features",
+    "extract_features", "extract_token_features", "maxsim", "maxsim_pairwise", "mine_hard_negatives",
+    "paraphrase_mining", "paraphrase_mining_embeddings", "pipeline", "pool", "quantize_embeddings",
+    "semantic_search", "token_features",
 ]
 
 # onnx.py, serve.py and attention_view.py are imported from their modules: they need optional packages
