@@ -262,10 +262,14 @@ def test_refusals(colbert_dirs, run_cli, tmp_path):
         extract_features(model, BertTokenizer.from_pretrained(colbert_dirs["pylate"]), ["a text"])
     lines = tmp_path / "lines.txt"
     lines.write_text("A text.\n")
-    code, _, err = run_cli("embed", "--model", colbert_dirs["native"], "--input", lines, "--output",
-                           tmp_path / "vectors.npy")
-    assert code != 0 and len(err.splitlines()) == 1 and "MultiVectorEncoder" in err and "Traceback" not in err
-    assert not (tmp_path / "vectors.npy").exists()
+    for flags, named in ((["--output", tmp_path / "vectors.npy"], ".jsonl"),
+                         (["--output", tmp_path / "vectors.jsonl", "--level", "word"], "--level word"),
+                         (["--similar", "a", "--precision", "int8"], "--precision int8")):
+        code, _, err = run_cli("embed", "--model", colbert_dirs["native"], "--input", lines, *flags)
+        assert code != 0 and len(err.splitlines()) == 1 and named in err and "Traceback" not in err
+    assert not (tmp_path / "vectors.npy").exists() and not (tmp_path / "vectors.jsonl").exists()
+    code, _, err = run_cli("similarity", "--model", colbert_dirs["native"], "a cat", "a dog")
+    assert code != 0 and "MultiVectorEncoder" in err and len(err.splitlines()) == 1
     pytest.importorskip("fastapi")
     from bertforge.inference.serve.app import load_app
     from bertforge.inference.serve.settings import ServeSettings
@@ -359,3 +363,27 @@ def test_multi_process_pool(colbert_dirs, texts):
         encoder.stop_multi_process_pool(pool)
     assert_same_vectors(encoder.encode_document(texts["document"], device=["cpu", "cpu"]),
                         encoder.encode_document(texts["document"]))
+
+
+def test_embed_command(colbert_dirs, texts, run_cli, tmp_path):
+    """`bertforge embed` on a ColBERT folder: each line's token vectors as a document (JSON lines), or the lines
+    ranked by MaxSim with --similar, as MultiVectorEncoder gives them; --pool pools its encoder instead."""
+    folder = colbert_dirs["stanford"]
+    lines = tmp_path / "lines.txt"
+    lines.write_text("\n".join(texts["document"]) + "\n", encoding="utf-8")
+    code, _, err = run_cli("embed", "--model", folder, "--input", lines, "--output", tmp_path / "tokens.jsonl")
+    assert code == 0, err
+    written = [json.loads(line) for line in (tmp_path / "tokens.jsonl").read_text(encoding="utf-8").splitlines()]
+    encoder = MultiVectorEncoder(folder)
+    assert [row["text"] for row in written] == texts["document"]
+    assert_same_vectors([torch.tensor(row["embeddings"]) for row in written],
+                        encoder.encode_document(texts["document"]))
+    query = texts["query"][0]
+    code, out, err = run_cli("embed", "--model", folder, "--input", lines, "--similar", query, "--top-k", "3")
+    assert code == 0, err
+    ranked = encoder.rank(query, texts["document"], top_k=3)
+    assert [int(line.split("line ")[1].split(":")[0]) - 1 for line in out.splitlines()] == [
+        hit["corpus_id"] for hit in ranked]
+    code, _, err = run_cli("embed", "--model", folder, "--input", lines, "--pool", "mean", "--output",
+                           tmp_path / "pooled.npy")
+    assert code == 0 and numpy.load(tmp_path / "pooled.npy").shape == (len(texts["document"]), 384), err

@@ -1,6 +1,7 @@
 """`bertforge embed`: one vector per input line (or per token/word), written as .npy or JSON lines;
 `--similar QUERY` ranks the lines by cosine similarity to a query instead. A SPLADE model (`--pool splade`, or
-sentence-transformers' SparseEncoder layout) gives each line its word-piece weights, ranked by dot product."""
+sentence-transformers' SparseEncoder layout) gives each line its word-piece weights, ranked by dot product; a
+ColBERT model (checkpoint/multi_vector.py's layouts) its token vectors, ranked by MaxSim."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 import torch.nn.functional as F
 
 from bertforge.atomic import save_array
+from bertforge.checkpoint.default_model import resolve_model_dir
+from bertforge.checkpoint.sentence_transformers import multi_vector_kind
 from bertforge.cli.arguments import (
     STANDARD_STREAM,
     add_inference_arguments,
@@ -27,6 +30,7 @@ from bertforge.cli.arguments import (
 from bertforge.errors import InputError
 from bertforge.inference import LAYER_COMBINATIONS, POOLINGS, TOKEN_LEVELS, extract_features, extract_token_features
 from bertforge.inference.features import LONG_TEXT
+from bertforge.inference.multi_vector_encoder import MultiVectorEncoder
 from bertforge.inference.similarity import most_similar
 from bertforge.inference.sparse_encoder import (
     SPLADE,
@@ -96,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     texts = read_lines(args.input)
     if uses_splade(args):
         return run_splade(args, texts, output)
+    if uses_colbert(args):
+        return run_colbert(args, texts, output)
     model, tokenizer = load_encoder(args.model, inference_options(args))
     settings = dict(layers=args.layers, batch_size=args.batch_size, max_length=args.max_length)
     prompts = dict(prompt_name=args.prompt_name, prompt=args.prompt)
@@ -136,6 +142,39 @@ def run(args: argparse.Namespace) -> int:
 def uses_splade(args: argparse.Namespace) -> bool:
     """Whether the command reads a SPLADE model: --pool splade, or no --pool and a SparseEncoder folder."""
     return args.pool == SPLADE or args.pool is None and is_splade_checkpoint(args.model)
+
+
+def uses_colbert(args: argparse.Namespace) -> bool:
+    """Whether --model is a ColBERT checkpoint, and no --pool asks for its encoder's vectors pooled instead."""
+    return args.pool is None and multi_vector_kind(resolve_model_dir(args.model)) is not None
+
+
+def run_colbert(args: argparse.Namespace, texts: list[str], output: Path | None) -> int:
+    """embed with a ColBERT model: per line its token vectors as a document (JSON lines), or with --similar the
+    lines ranked by MaxSim with the query; the flags that don't apply are refused."""
+    for given, flag in ((args.level != "sentence", f"--level {args.level}"), (args.layers != "last",
+                        f"--layers {args.layers}"), (args.long_text != "truncate", f"--long-text {args.long_text}"),
+                        (args.normalize is not None, "--normalize"), (args.max_length is not None, "--max-length"),
+                        (args.precision != "fp32", f"--precision {args.precision}"), (args.compile, "--compile")):
+        if given:
+            raise InputError(f"{flag}: a ColBERT model gives its own unit vector per token, of texts cut at its "
+                             f"query and document lengths (--pool POOLING pools its encoder's vectors instead)")
+    if output is not None and output.suffix == ".npy":
+        raise InputError("a ColBERT model gives each line as many vectors as it has tokens: write them to a .jsonl "
+                         "file", output)
+    encoder = MultiVectorEncoder(args.model, device=inference_options(args).device)
+    options = dict(prompt_name=args.prompt_name, prompt=args.prompt, batch_size=args.batch_size)
+    documents = encoder.encode_document(texts, **options)
+    if args.similar is not None:
+        scores = encoder.similarity(encoder.encode_query([args.similar], batch_size=args.batch_size), documents)[0]
+        for rank, i in enumerate(scores.argsort(descending=True, stable=True)[:args.top_k].tolist(), 1):
+            print(f"{rank:>3}. {scores[i]:.3f}  line {i + 1}: {texts[i]}")
+        return 0
+    write_output(output, "".join(json.dumps({"text": text, "embeddings": vectors.tolist()}, ensure_ascii=False)
+                                 + "\n" for text, vectors in zip(texts, documents)))
+    report(output, f"wrote {sum(len(vectors) for vectors in documents)} ColBERT token vectors of size "
+                   f"{encoder.get_embedding_dimension()} for {len(texts)} lines to {output}")
+    return 0
 
 
 def splade_encoder(args: argparse.Namespace) -> SparseEncoder:
