@@ -387,3 +387,41 @@ def test_embed_command(colbert_dirs, texts, run_cli, tmp_path):
     code, _, err = run_cli("embed", "--model", folder, "--input", lines, "--pool", "mean", "--output",
                            tmp_path / "pooled.npy")
     assert code == 0 and numpy.load(tmp_path / "pooled.npy").shape == (len(texts["document"]), 384), err
+
+
+def test_sentence_transformers_trainer(tiny_model_dir, data_dir, tmp_path):
+    """sentence-transformers' MultiVectorEncoderTrainer trains MultiVectorEncoder as its own (model[0], the model
+    card, preprocess and forward by task): a random tiny ColBERT learns SQuAD retrieval, and a run resumed from its
+    first checkpoint ends where the whole run ended."""
+    from datasets import Dataset
+    from sentence_transformers.multi_vector_encoder import (
+        MultiVectorEncoderTrainer,
+        MultiVectorEncoderTrainingArguments,
+    )
+    from sentence_transformers.multi_vector_encoder.losses import MultiVectorMultipleNegativesRankingLoss
+
+    squad = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    pairs = [(paragraph["qas"][0]["question"], paragraph["context"]) for article in squad["data"]
+             for paragraph in article["paragraphs"]]
+    train = Dataset.from_dict({"query": [q for q, _ in pairs[:256]], "positive": [c for _, c in pairs[:256]]})
+    held_out = pairs[-100:]
+
+    def mean_reciprocal_rank(encoder) -> float:
+        scores = encoder.similarity(encoder.encode_query([q for q, _ in held_out]),
+                                    encoder.encode_document([c for _, c in held_out]))
+        return (1 / ((scores > scores.diag()[:, None]).sum(1) + 1).float()).mean().item()
+
+    arguments = MultiVectorEncoderTrainingArguments(
+        output_dir=str(tmp_path / "run"), num_train_epochs=2, per_device_train_batch_size=16, learning_rate=1e-3,
+        report_to=[], save_strategy="steps", save_steps=16, use_cpu=True, seed=0, disable_tqdm=True)
+    results = []
+    for resume in (None, str(tmp_path / "run" / "checkpoint-16")):
+        torch.manual_seed(0)
+        encoder = MultiVectorEncoder(tiny_model_dir)
+        before = mean_reciprocal_rank(encoder)
+        trainer = MultiVectorEncoderTrainer(model=encoder, args=arguments, train_dataset=train,
+                                            loss=MultiVectorMultipleNegativesRankingLoss(encoder))
+        trainer.train(resume_from_checkpoint=resume)
+        results.append(mean_reciprocal_rank(encoder))
+    assert before < 0.4 and results[0] > before + 0.25, (before, results)
+    assert results[1] == pytest.approx(results[0], abs=1e-4)

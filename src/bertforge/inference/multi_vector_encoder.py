@@ -37,6 +37,7 @@ from bertforge.inference.sentence_encoder import (
     fit_as_sentence_transformers,
     summed,
 )
+from bertforge.inference.sentence_modules import ModuleList, multi_vector_modules_of
 from bertforge.validation import check_counts
 
 # How many query x document token products one step of maxsim holds at most (float32: 400 MB).
@@ -119,7 +120,7 @@ def new_projection(hidden_size: int, width: int = NEW_PROJECTION_WIDTH) -> nn.Mo
     return dense
 
 
-class MultiVectorEncoder(PoolMethods, nn.Module):
+class MultiVectorEncoder(PoolMethods, ModuleList, nn.Module):
     """Token vectors per text, as MultiVectorEncoder(name).encode_query / encode_document give them, and MaxSim.
 
     >>> encoder = MultiVectorEncoder("path/to/colbert")
@@ -422,6 +423,10 @@ class MultiVectorEncoder(PoolMethods, nn.Module):
         order = sorted(range(len(documents)), key=lambda i: -scores[i])[:top_k]
         return [{"corpus_id": i, "score": scores[i]} | ({"text": documents[i]} if return_documents else {})
                 for i in order]
+
+    def module_views(self) -> list[Any]:
+        """sentence-transformers' list of modules (inference/sentence_modules.py): model[0].auto_model, ..."""
+        return multi_vector_modules_of(self)
 
     # ------------------------------------------------------------------ training
 

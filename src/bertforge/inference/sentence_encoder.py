@@ -33,7 +33,7 @@ from bertforge.inference.features import (
 )
 from bertforge.inference.onnx_backend import BACKENDS, onnx_runtime_model, split_model_kwargs
 from bertforge.inference.process_pool import PoolMethods
-from bertforge.inference.sentence_modules import modules_of
+from bertforge.inference.sentence_modules import ModuleList, modules_of
 from bertforge.inference.similarity import SIMILARITIES, as_matrix
 from bertforge.tasks.data import forward_rows
 from bertforge.validation import check_counts
@@ -94,7 +94,7 @@ class ModelCardData:
             card.register_model(owner)
 
 
-class TextEncoder(nn.Module):
+class TextEncoder(ModuleList, nn.Module):
     """What sentence-transformers' dense and sparse encoders share: loading a checkpoint with its layout (prompts,
     max_seq_length, similarity function), tokenizing, prompts by role, saving, and comparing what `encode` gives.
     SentenceEncoder and SparseEncoder (inference/sparse_encoder.py) say how texts become vectors."""
@@ -148,15 +148,6 @@ class TextEncoder(nn.Module):
                               f"{', '.join(map(repr, self.prompts))}")
         if similarity_fn_name is not None:
             self.similarity_fn_name = similarity_fn_name
-
-    trust_remote_code = False  # bertforge runs no code from a checkpoint (sentence-transformers' trainer asks)
-
-    @classmethod
-    def _load_with_module_classes(cls, path: str | Path, module_classes: Any = None, **options: Any) -> TextEncoder:
-        """The encoder of a folder it saved: how sentence-transformers' trainer reloads a checkpoint to resume from
-        or to keep as the best model (it then copies the state dict over). `module_classes` and the Hub's
-        options are unused here."""
-        return cls(path)
 
     @classmethod
     def load_model(cls, name_or_path: str | Path, **options: Any) -> nn.Module:
@@ -261,45 +252,9 @@ class TextEncoder(nn.Module):
         """sentence-transformers' evaluate (its evaluators score this model as their own)."""
         return evaluate_as_sentence_transformers(self, evaluator, output_path)
 
-    # sentence-transformers' list of modules (inference/sentence_modules.py)
-    def __getitem__(self, index: int) -> Any:
-        return modules_of(self)[index]
-
-    def __len__(self) -> int:
-        return len(modules_of(self))
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(modules_of(self))
-
-    def _first_module(self) -> Any:
-        return self[0]
-
-    def _last_module(self) -> Any:
-        return self[-1]
-
-    def get_backend(self) -> str:
-        return self.backend
-
-    @property
-    def modalities(self) -> list[str]:
-        """What it encodes (sentence-transformers 6, whose models may also take images or audio): text."""
-        return ["text"]
-
-    @property
-    def transformers_model(self) -> nn.Module:
-        """The BERT encoder (sentence-transformers' name for the model under its modules)."""
-        return self.model
-
-    @property
-    def processor(self) -> Any:
-        return self.tokenizer
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.model.dtype
-
-    def get_max_seq_length(self) -> int:
-        return self.max_seq_length
+    def module_views(self) -> list[Any]:
+        """sentence-transformers' list of modules (inference/sentence_modules.py): model[0], model[1], ..."""
+        return modules_of(self)
 
     def _prompt(self, name: str | None, text: str | None) -> str | None:
         """The prompt's text as sentence-transformers picks it: `text`, else the named prompt (the empty role

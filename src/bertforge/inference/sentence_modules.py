@@ -5,8 +5,10 @@ encoder itself (a Dense layer is the encoder's own module)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from bertforge.checkpoint.sentence_transformers import POOLING_MODE_FLAGS
@@ -55,7 +57,7 @@ class Transformer(EncoderView):
     @property
     def do_lower_case(self) -> bool:
         """Whether the text is lower-cased before tokenizing (the layout's setting; the tokenizer has its own)."""
-        return self._encoder.settings.lowercase
+        return getattr(getattr(self._encoder, "settings", None), "lowercase", False)
 
     def get_embedding_dimension(self) -> int:
         """The width of the token vectors."""
@@ -146,3 +148,81 @@ def modules_of(encoder: Any) -> list[Any]:
         return [Transformer(encoder), SpladePooling(encoder)]
     return [Transformer(encoder), Pooling(encoder), *(getattr(encoder.model, "sentence_dense", None) or ())] + (
         [Normalize(encoder)] if encoder.settings.normalize else [])
+
+
+class MultiVectorMask(EncoderView):
+    """A ColBERT model's scoring mask: which token vectors are scored (the skiplist, a query's [MASK]s)."""
+
+    @property
+    def skiplist_words(self) -> list[str]:
+        return list(self._encoder.layout.skiplist_words)
+
+    @property
+    def skiplist_tasks(self) -> list[str]:
+        return list(self._encoder.layout.skiplist_tasks)
+
+    def __repr__(self) -> str:
+        return f"MultiVectorMask({{'skiplist_words': {self.skiplist_words}, 'skiplist_tasks': {self.skiplist_tasks}}})"
+
+
+def multi_vector_modules_of(encoder: Any) -> list[Any]:
+    """A MultiVectorEncoder's modules in sentence-transformers' order: Transformer, its projection (the Dense
+    layers themselves), MultiVectorMask, and Normalize where its layout normalises."""
+    return [Transformer(encoder), *encoder.projection, MultiVectorMask(encoder)] + (
+        [Normalize(encoder)] if encoder.layout.normalize else [])
+
+
+class ModuleList:
+    """sentence-transformers' model API around its list of modules, for an encoder whose `module_views()` gives
+    them: indexing, iteration, and the attributes its trainer, model card and evaluators read."""
+
+    trust_remote_code = False  # bertforge runs no code from a checkpoint (sentence-transformers' trainer asks)
+
+    def module_views(self) -> list[Any]:
+        raise NotImplementedError
+
+    def __getitem__(self, index: int) -> Any:
+        return self.module_views()[index]
+
+    def __len__(self) -> int:
+        return len(self.module_views())
+
+    def __iter__(self) -> Any:
+        return iter(self.module_views())
+
+    def _first_module(self) -> Any:
+        return self[0]
+
+    def _last_module(self) -> Any:
+        return self[-1]
+
+    def get_backend(self) -> str:
+        return getattr(self, "backend", "torch")
+
+    @property
+    def modalities(self) -> list[str]:
+        """What it encodes (sentence-transformers 6, whose models may also take images or audio): text."""
+        return ["text"]
+
+    @property
+    def transformers_model(self) -> nn.Module:
+        """The BERT encoder (sentence-transformers' name for the model under its modules)."""
+        return self.model
+
+    @property
+    def processor(self) -> Any:
+        return self.tokenizer
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    def get_max_seq_length(self) -> int:
+        return self.max_seq_length
+
+    @classmethod
+    def _load_with_module_classes(cls, path: str | Path, module_classes: Any = None, **options: Any) -> Any:
+        """The encoder of a folder it saved: how sentence-transformers' trainer reloads a checkpoint to resume from
+        or to keep as the best model (it then copies the state dict over). `module_classes` and the Hub's
+        options are unused here."""
+        return cls(path)
