@@ -392,6 +392,26 @@ def test_serve_puts_the_prompt_named(prompted_dir, long_texts):
     assert unknown.status_code == 422 and "has prompts 'passage', 'query'" in unknown.json()["error"]
 
 
+def test_openai_input_type_puts_the_role_prompt(prompted_dir, long_texts):
+    """/v1/embeddings' input_type (Jina's role field; PyLate's is_query) puts the prompt that sentence-transformers'
+    encode_query / encode_document put ("query: " here; the document prompt, which sentence-transformers makes
+    empty where the checkpoint has none, before "passage"); without it, none, as encode."""
+    from fastapi.testclient import TestClient
+
+    from bertforge.inference.serve.app import load_app
+    reference = sentence_transformers.SentenceTransformer(str(prompted_dir), device="cpu")
+    texts = long_texts[-3:]
+    expected = {"query": reference.encode_query(texts), "document": reference.encode_document(texts),
+                None: reference.encode(texts)}
+    assert cosines(expected["query"], expected[None]).max() < 0.9999  # the "query: " prompt changes them
+    with TestClient(load_app(prompted_dir)) as client:
+        for body, role in (({"input_type": "query"}, "query"), ({"is_query": True}, "query"),
+                           ({"input_type": "document"}, "document"), ({"is_query": False}, "document"), ({}, None)):
+            answer = client.post("/v1/embeddings", json={"input": texts, **body}).json()
+            served = np.asarray([item["embedding"] for item in answer["data"]], dtype=np.float32)
+            assert cosines(served, expected[role]).min() > 0.99999, body
+
+
 def test_sentence_encoder_answers_as_sentence_transformer(long_texts, reference, prompted_dir):
     """Code written against SentenceTransformer runs on SentenceEncoder with the same vectors and shapes."""
     from bertforge import SentenceEncoder

@@ -274,8 +274,6 @@ def test_refusals(colbert_dirs, run_cli, tmp_path):
     from bertforge.inference.serve.app import load_app
     from bertforge.inference.serve.settings import ServeSettings
 
-    with pytest.raises(ConfigError, match="ColBERT"):
-        load_app(colbert_dirs["stanford"])
     assert load_app(colbert_dirs["stanford"], ServeSettings(pooling="mean")) is not None  # its encoder, pooled
     encoder = MultiVectorEncoder(colbert_dirs["native"])
     with pytest.raises(InputError, match="convert_to_tensor"):
@@ -290,6 +288,95 @@ def test_refusals(colbert_dirs, run_cli, tmp_path):
         encoder.similarity_fn_name = "cosine"
     with pytest.raises(ConfigError, match="backend"):
         MultiVectorEncoder(colbert_dirs["native"], backend="onnx")
+
+
+@pytest.mark.parametrize("layout", ["native", "pylate", "native_min"])
+def test_serve_gives_sentence_transformers_vectors_and_scores(colbert_dirs, texts, layout):
+    """`bertforge serve` on a ColBERT folder: PyLate's server's /v1/embeddings (queries unless is_query is false),
+    Jina's /v1/multi-vector (documents unless input_type says query), and MaxSim at /rerank, Cohere's /v1/rerank and
+    /similarity, each as sentence-transformers' MultiVectorEncoder gives them on the same folder."""
+    pytest.importorskip("fastapi")
+    import base64
+
+    from fastapi.testclient import TestClient
+
+    from bertforge.inference.serve.app import load_app
+
+    reference = sentence_transformers.MultiVectorEncoder(str(colbert_dirs[layout]), device="cpu")
+    queries, documents = texts["query"][:4], texts["document"]
+    their_queries, their_documents = reference.encode_query(queries), reference.encode_document(documents)
+    their_scores = reference.similarity(their_queries, their_documents)
+
+    def matrices(answer, key="embedding"):
+        assert answer.status_code == 200, answer.text
+        return [torch.tensor(item[key]) for item in answer.json()["data"]]
+
+    with TestClient(load_app(colbert_dirs[layout])) as client:
+        assert_same_vectors(matrices(client.post("/v1/embeddings", json={"input": queries, "model": "m"})),
+                            their_queries)
+        assert_same_vectors(matrices(client.post("/v1/embeddings", json={"input": documents, "is_query": False})),
+                            their_documents)
+        assert_same_vectors(matrices(client.post("/v1/embeddings", json={"input": documents,
+                                                                         "input_type": "document"})),
+                            their_documents)
+        assert_same_vectors(matrices(client.post("/v1/multi-vector", json={"input": documents}), "embeddings"),
+                            their_documents)
+        assert_same_vectors(matrices(client.post("/v1/multi-vector", json={"input": queries[0], "input_type": "query"}),
+                                     "embeddings"), their_queries[:1])
+        packed = client.post("/v1/multi-vector", json={"input": documents[:2], "embedding_type": "base64"}).json()
+        for item, theirs in zip(packed["data"], their_documents):  # float32, one token vector after the other
+            ours = numpy.frombuffer(base64.b64decode(item["embeddings"]), dtype="<f4").reshape(-1, theirs.shape[1])
+            assert_same_vectors([torch.from_numpy(ours.copy())], [theirs])
+        truncated = matrices(client.post("/v1/embeddings", json={"input": documents, "is_query": False,
+                                                                 "dimensions": 32}))
+        assert_same_vectors(truncated, reference.encode_document(documents, truncate_dim=32))
+        for query in range(len(queries)):
+            ranked = client.post("/rerank", json={"query": queries[query], "texts": documents}).json()
+            expected = their_scores[query].tolist()
+            assert [item["index"] for item in ranked] == sorted(range(len(documents)), key=lambda i: -expected[i])
+            assert [item["score"] for item in ranked] == pytest.approx(sorted(expected, reverse=True), abs=1e-4)
+        cohere = client.post("/v1/rerank", json={"query": queries[0], "documents": documents, "top_n": 2}).json()
+        assert [item["index"] for item in cohere["results"]] == their_scores[0].argsort(descending=True)[:2].tolist()
+        similar = client.post("/similarity", json={"inputs": {"source_sentence": queries[1],
+                                                               "sentences": documents}}).json()
+        assert similar == pytest.approx(their_scores[1].tolist(), abs=1e-4)
+        info = client.get("/info").json()
+        assert info["model_type"] == {"embedding": {"pooling": "multi_vector"}}
+        # the fixtures' document lengths (native_min has none: the reference's max_seq_length)
+        assert info["max_input_length"] == {"native": 180, "pylate": 60}.get(layout, reference.max_seq_length)
+        assert client.get("/health").json()["architecture"] == "MultiVectorEncoder"
+        pooled = client.post("/embed", json={"inputs": documents})
+        assert pooled.status_code == 409 and "/v1/multi-vector" in pooled.json()["error"]
+        too_wide = client.post("/v1/multi-vector", json={"input": documents, "dimensions": 4096})
+        assert too_wide.status_code == 400 and "dimensions: 4096" in too_wide.json()["error"]["message"]
+        unknown = client.post("/v1/multi-vector", json={"input": documents, "input_type": "passage"})
+        assert unknown.status_code == 400
+    with TestClient(load_app("default")) as client:
+        dense = client.post("/v1/multi-vector", json={"input": "A dense encoder."})
+    assert dense.status_code == 409 and "not a multi-vector" in dense.json()["error"]["message"]
+
+
+def test_openai_client_reads_the_token_vectors_of_a_served_colbert_model(colbert_dirs, texts):
+    """The official openai client, as PyLate's server is called: floats nested per token, or base64 (the client's
+    default), which it decodes into the token vectors one after the other."""
+    openai = pytest.importorskip("openai")
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from bertforge.inference.serve.app import load_app
+
+    reference = sentence_transformers.MultiVectorEncoder(str(colbert_dirs["native"]), device="cpu")
+    documents = texts["document"][:3]
+    theirs = reference.encode_document(documents)
+    with TestClient(load_app(colbert_dirs["native"])) as http:
+        client = openai.OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=http, max_retries=0)
+        nested = client.embeddings.create(input=documents, model="colbert", encoding_format="float",
+                                          extra_body={"is_query": False})
+        flat = client.embeddings.create(input=documents, model="colbert", extra_body={"input_type": "document"})
+    assert_same_vectors([torch.tensor(item.embedding) for item in nested.data], theirs)
+    assert_same_vectors([torch.tensor(item.embedding).reshape(-1, 96) for item in flat.data], theirs)
+    read = [min(len(reference.tokenizer("[D] " + text)["input_ids"]), 180) for text in documents]
+    assert nested.usage.total_tokens == sum(read)
 
 
 @pytest.mark.parametrize("layout", ["native", "stanford"])

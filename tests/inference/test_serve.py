@@ -24,6 +24,7 @@ from bertforge import (  # noqa: E402
     BertForTokenClassification,
     BertModel,
     BertTokenizer,
+    MultiVectorEncoder,
 )
 from bertforge.errors import BertforgeError, ConfigError  # noqa: E402
 from bertforge.inference import extract_features  # noqa: E402
@@ -116,6 +117,15 @@ def running(directory, **settings):
 @pytest.fixture(scope="module")
 def encoder_server(encoder_dir):
     yield from running(encoder_dir, max_texts=8)
+
+
+@pytest.fixture(scope="module")
+def colbert_server(encoder_dir, tmp_path_factory):
+    """A ColBERT model over the tiny encoder, as MultiVectorEncoder makes and saves one (a new projection)."""
+    torch.manual_seed(0)
+    directory = tmp_path_factory.mktemp("colbert")
+    MultiVectorEncoder(encoder_dir).save(directory)
+    yield from running(directory, max_texts=8)
 
 
 @pytest.fixture(scope="module")
@@ -1270,7 +1280,8 @@ def test_cors_lets_the_origins_given_call_from_a_browser(make_server, encoder_di
 # ---------------------------------------------------------------- schema conformance
 
 
-@pytest.mark.parametrize("served", ["encoder_server", "classifier_server", "tagger_server", "qa_server"])
+@pytest.mark.parametrize("served", ["encoder_server", "classifier_server", "tagger_server", "qa_server",
+                                    "colbert_server"])
 def test_schemathesis_finds_no_server_error_or_schema_break(served, request):
     """Bounded: a few generated requests per route of each kind of model, each checked for 5xx and against its
     response schema."""

@@ -110,6 +110,11 @@ def maxsim_pairwise(queries: Any, documents: Any, length_normalize: bool = False
 
 
 
+def first_dimensions(rows: Sequence[torch.Tensor], dimensions: int) -> list[torch.Tensor]:
+    """The first `dimensions` of each token vector, made unit length again (sentence-transformers' truncate_dim)."""
+    return [F.normalize(row[:, :dimensions], dim=-1) for row in rows]
+
+
 def new_projection(hidden_size: int, width: int = NEW_PROJECTION_WIDTH) -> nn.Module:
     """A new model's token projection: hidden_size -> width, no bias, no activation, initialised as nn.Linear is
     (torch's random generator: torch.manual_seed makes it repeatable)."""
@@ -246,8 +251,8 @@ class MultiVectorEncoder(PoolMethods, ModuleList, nn.Module):
             raise InputError(f"prompt_name {name!r}: the model {known}")
         return self.prompts[name]
 
-    def _max_length(self, task: str | None) -> int:
-        """Tokens a text of this role keeps ([CLS] and [SEP] included)."""
+    def role_max_length(self, task: str | None) -> int:
+        """Tokens a text of this role ("query", "document" or None) keeps ([CLS] and [SEP] included)."""
         expansion = self.layout.query_expansion if task == "query" else None
         own = {"query": self.layout.query_length, "document": self.layout.document_length}.get(task)
         if expansion is not None and expansion.strategy == "fixed":
@@ -268,7 +273,7 @@ class MultiVectorEncoder(PoolMethods, ModuleList, nn.Module):
         attention_mask and token_type_ids, padded to the longest; a query's padding up to its width is [MASK]s,
         marked in query_expansion_positions. `prompt` goes before each text."""
         texts = [(prompt or "") + text for text in inputs]
-        return self._batch(self.tokenizer(texts, truncation=True, max_length=self._max_length(task))["input_ids"],
+        return self._batch(self.tokenizer(texts, truncation=True, max_length=self.role_max_length(task))["input_ids"],
                            task)
 
     def _batch(self, encoded: Sequence[Sequence[int]], task: str | None) -> dict[str, torch.Tensor]:
@@ -319,13 +324,27 @@ class MultiVectorEncoder(PoolMethods, ModuleList, nn.Module):
     @torch.inference_mode()
     def _rows(self, texts: list[str], task: str | None, batch_size: int) -> list[torch.Tensor]:
         """Each text's scored token vectors, (tokens, dim), unit length where the layout says so."""
-        encoded = self.tokenizer(texts, truncation=True, max_length=self._max_length(task))["input_ids"]
+        encoded = self.tokenizer(texts, truncation=True, max_length=self.role_max_length(task))["input_ids"]
         rows: list[torch.Tensor] = [torch.empty(0)] * len(texts)
         for indices in length_sorted_batches([len(ids) for ids in encoded], batch_size):
-            output = self.forward(self._batch([encoded[i] for i in indices], task), task)
-            for row, i in enumerate(indices):
-                rows[i] = output["token_embeddings"][row][output["attention_mask"][row]].float()
+            for i, vectors in zip(indices, self.token_vectors([encoded[i] for i in indices], task)):
+                rows[i] = vectors
         return rows
+
+    def token_vectors(self, encoded: Sequence[Sequence[int]], task: str | None) -> list[torch.Tensor]:
+        """One batch of token id lists ([CLS] ... [SEP], cut to the role's length) as each one's scored token
+        vectors, (tokens, dim), float32: the query's [MASK]s added, the skiplist left out. The server's worker
+        runs this on the rows it batches."""
+        output = self.forward(self._batch(encoded, task), task)
+        return [vectors[scored].float() for vectors, scored in zip(output["token_embeddings"],
+                                                                   output["attention_mask"])]
+
+    def role_prompt(self, task: str | None, prompt_name: str | None = None) -> str:
+        """What goes before a text of this role: the named prompt, else the role's own ("query", "document"),
+        else the default prompt for a text of no role."""
+        if prompt_name is None and task is not None:
+            return self.prompts.get(task, "")
+        return self._prompt(prompt_name, None)
 
     def encode(self, inputs: str | Sequence[str], prompt_name: str | None = None, prompt: str | None = None,
                batch_size: int = 32, show_progress_bar: bool | None = None,
@@ -367,7 +386,7 @@ class MultiVectorEncoder(PoolMethods, ModuleList, nn.Module):
         truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
         if truncate_dim is not None:
             check_counts(truncate_dim=truncate_dim)
-            rows = [F.normalize(row[:, :truncate_dim], dim=-1) for row in rows]
+            rows = first_dimensions(rows, truncate_dim)
         if convert_to_numpy:
             rows = [row.cpu().numpy() for row in rows]
         return rows[0] if single else rows
@@ -385,7 +404,7 @@ class MultiVectorEncoder(PoolMethods, ModuleList, nn.Module):
     def _encode_role(self, role: str, inputs: Any, prompt_name: str | None, prompt: str | None,
                      options: dict[str, Any]) -> Any:
         if prompt_name is None and prompt is None:
-            prompt = self.prompts.get(role, "")
+            prompt = self.role_prompt(role)
         return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, task=role, **options)
 
     def similarity(self, embeddings_1: Any, embeddings_2: Any, a_mask: torch.Tensor | None = None,

@@ -64,6 +64,24 @@ class EvaluationRecord:
         self.eval_results_dict[evaluator] = dict(metrics)
 
 
+
+# The prompts a query's and a document's text take, the first the model has, as sentence-transformers 5 picks them
+# (encode_query, encode_document; the server's input_type).
+ROLE_PROMPT_NAMES = {"query": ("query",), "document": ("document", "passage", "corpus")}
+
+
+def role_prompt_name(names: Sequence[str], prompts: dict[str, str]) -> str | None:
+    """The first of `names` that the model has a prompt of; None: none of them."""
+    return next((name for name in names if name in prompts), None)
+
+
+def role_prompt(role: str, prompts: dict[str, str]) -> str:
+    """What encode_query ("query") or encode_document ("document") puts before each text, given the checkpoint's
+    prompts (the role's own, which sentence-transformers makes empty where the checkpoint has none)."""
+    named = ROLE_PROMPTS | prompts
+    return named[role_prompt_name(ROLE_PROMPT_NAMES[role], named)]
+
+
 class ModelCardData:
     """A model's `model_card_data`, where sentence-transformers' evaluators and trainer record what they did: an
     EvaluationRecord, or the card data sentence-transformers' own model of the same kind keeps (`class_name`: its
@@ -267,16 +285,16 @@ class TextEncoder(ModuleList, nn.Module):
 
     def encode_query(self, sentences: str | Sequence[str], **options: Any) -> Any:
         """encode with the "query" prompt (the checkpoint's, else none), as sentence-transformers 5."""
-        return self.encode(sentences, **self._role_prompt(("query",), options))
+        return self.encode(sentences, **self._role_prompt(ROLE_PROMPT_NAMES["query"], options))
 
     def encode_document(self, sentences: str | Sequence[str], **options: Any) -> Any:
         """encode with the first of the "document", "passage" and "corpus" prompts, as sentence-transformers 5
         (which gives every model a "document" prompt, empty unless the checkpoint fills it)."""
-        return self.encode(sentences, **self._role_prompt(("document", "passage", "corpus"), options))
+        return self.encode(sentences, **self._role_prompt(ROLE_PROMPT_NAMES["document"], options))
 
     def _role_prompt(self, names: tuple[str, ...], options: dict[str, Any]) -> dict[str, Any]:
         if "prompt_name" not in options and "prompt" not in options:
-            options["prompt_name"] = next((name for name in names if name in self.prompts), None)
+            options["prompt_name"] = role_prompt_name(names, self.prompts)
         return options
 
     def similarity(self, embeddings_1: Any, embeddings_2: Any) -> torch.Tensor:

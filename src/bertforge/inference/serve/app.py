@@ -2,7 +2,9 @@
 
 /predict encodes with the task's own `encode`, with the settings the model was trained with (max_length, windows,
 decoding, doc stride), runs the rows through the micro-batcher and decodes with the task's own `decode`, so its
-answers are `bertforge predict`'s. Also /embed, OpenAI's /v1/embeddings and /v1/models, /rerank, /tokenize,
+answers are `bertforge predict`'s. A ColBERT model's token vectors are MultiVectorEncoder's (at /v1/embeddings, as
+PyLate's server gives them, and Jina's /v1/multi-vector), and its MaxSim scores rank at /rerank and the Cohere
+routes. Also /embed, OpenAI's /v1/embeddings and /v1/models, /rerank, /tokenize,
 /attention, /explain (bertforge.explain), /health, /metrics and an offline /docs page; and text-embeddings-inference's
 API for its clients (serve/tei.py): {"inputs": ...} on /embed, /predict and /tokenize, its /embed_all, /similarity,
 /decode and /info, and POST / (what huggingface_hub's InferenceClient sends to a server's URL; its token
@@ -26,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, SpladePooling
+from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, SpladePooling, multi_vector_kind
 from bertforge.errors import BertforgeError, CheckpointError, ConfigError, InputError
 from bertforge.explain.methods import DEFAULT_STEPS
 from bertforge.explain.page import explained
@@ -45,8 +47,11 @@ from bertforge.inference.features import (
     sentence_embedding,
 )
 from bertforge.inference.fill_mask import mask_positions, top_tokens
+from bertforge.inference.multi_vector_encoder import MultiVectorEncoder
+from bertforge.inference.multi_vector_encoder import first_dimensions as first_token_dimensions
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.inference.pipelines import MASKED_LM_ARCHITECTURES, Pipeline, fill_answer, target_ids
+from bertforge.inference.sentence_encoder import role_prompt
 from bertforge.inference.serve.batcher import Job, MicroBatcher, QueueFull
 from bertforge.inference.serve.cohere import document_text, returned_document
 from bertforge.inference.serve.docs import render_docs
@@ -79,6 +84,7 @@ logger = logging.getLogger("bertforge")
 
 # Answers other than 200 that every JSON route may give, all as {"error": ...}.
 UNLIMITED = 1 << 30  # tokens: where nothing is cut (no text is this long)
+MULTI_VECTOR = "multi_vector"  # /info's pooling of a multi-vector (ColBERT) model: none, a vector per token
 ERROR_STATUSES = {400: "malformed request", 401: "missing or wrong API key", 409: "the model can't do this",
                   413: "too large: body, texts or tokens over the server's limits", 422: "invalid request",
                   503: "busy (the queue is full) or out of memory for the batch; retry"}
@@ -109,6 +115,14 @@ def splade_vectors(splade: SpladePooling, max_active_dims: int | None):
     def run(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:
         vectors = splade_rows(model, [job.row for job in jobs], splade)
         return list(keep_largest(vectors, max_active_dims).cpu())
+    return run
+
+
+def multi_vector_rows(encoder: MultiVectorEncoder, role: str):
+    """The worker's function for a multi-vector (ColBERT) model's rows of one role ("query" or "document"): each
+    row's scored token vectors, (tokens, dim), as `encoder` encodes a text of that role."""
+    def run(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:
+        return [vectors.cpu() for vectors in encoder.token_vectors([job.row["input_ids"] for job in jobs], role)]
     return run
 
 
@@ -159,7 +173,8 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
 
     `checkpoint` (inspect_checkpoint of the model's directory) says the task and the settings it was trained with;
     without it, an in-memory task model does its head's task with the task's default settings. `masked_lm`: an
-    encoder's trained masked-LM head, for /fill_mask (a masked-LM model's own, by default).
+    encoder's trained masked-LM head, for /fill_mask (a masked-LM model's own, by default). A MultiVectorEncoder
+    (ColBERT) is served as one: token vectors per query or document, MaxSim scores.
     """
     # FastAPI is imported here, so that the CLI and the rest of the library run without it. No postponed
     # annotations in this module: FastAPI must see the request classes as objects, not names.
@@ -178,6 +193,9 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                          "question-answering": schemas.QuestionAnsweringRequest,
                          "zero-shot-classification": schemas.ZeroShotRequest}
     settings = settings or ServeSettings()
+    colbert = model if isinstance(model, MultiVectorEncoder) else None
+    if colbert is not None:
+        model = colbert.model  # what the batcher runs; `colbert` adds its query [MASK]s, projection and skiplist
     if checkpoint is not None:
         task = checkpoint.task_for() if checkpoint.task is not None else None
         run = checkpoint.settings() if task is not None else None
@@ -216,6 +234,8 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     splade = layout.splade if layout is not None else None
     compared = None if splade is not None else True  # embed's `normalize` for vectors to compare: cosine, or dot
     run_splade = splade_vectors(splade, layout.max_active_dims) if splade is not None else None
+    run_multi_vector = {role: multi_vector_rows(colbert, role) for role in ("query", "document")} \
+        if colbert is not None else None
 
     metrics = ServerMetrics(lambda: batcher.pending)
     batcher = MicroBatcher(model, settings.max_batch_size, settings.max_batch_tokens, settings.max_wait_ms,
@@ -364,21 +384,27 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         return max_length if used.max_length is None else min(max_length, used.max_length)
 
     async def input_rows(inputs: list[str] | list[list[int]], used: SentenceEmbedding, cut: bool | None,
-                         side: str, prompt_name: str | None = None) -> list[dict[str, list]]:
+                         side: str, prompt_name: str | None = None, prompt: str | None = None
+                         ) -> list[dict[str, list]]:
         """Model rows of texts (after the prompt, as the sentence-transformers layout reads them) or of lists of
         token ids (as they are)."""
         limit = embedding_limit(used)
         if inputs and isinstance(inputs[0], list):
             return id_rows(inputs, limit, cut, side)
-        texts = embedding_texts(inputs, used, used.prompt(prompt_name))
+        texts = embedding_texts(inputs, used, used.prompt(prompt_name, prompt))
         return await asyncio.to_thread(encode_texts, texts, None, limit, False, cut, side)
 
     async def embed(texts: list[str] | list[list[int]], pooling: str | None, normalize: bool | None,
-                    cut: bool | None = None, side: str = "right", prompt_name: str | None = None
+                    cut: bool | None = None, side: str = "right", prompt_name: str | None = None,
+                    prompt: str | None = None
                     ) -> tuple[list[torch.Tensor], int, SentenceEmbedding]:
         """Vectors of texts (or of lists of token ids), how many tokens they had, and the settings used: those
         asked for, else the checkpoint's sentence-transformers layout (pooling, max_seq_length, normalisation,
         prompts), as `bertforge embed`."""
+        if colbert is not None:
+            raise HTTPError(409, f"wrong model: {model_name} is a multi-vector (ColBERT) model, a vector per token: "
+                                 f"/v1/embeddings or /v1/multi-vector give its vectors, /rerank and /similarity "
+                                 f"its MaxSim scores")
         if splade is not None:
             if pooling is not None:
                 raise HTTPError(422, f"pooling: {model_name} is a SPLADE model, which pools its masked-LM logits")
@@ -386,16 +412,48 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                 raise HTTPError(409, f"normalize: {model_name} is a SPLADE model, whose weights are compared "
                                      f"as they are (dot product); send \"normalize\": false")
             used = sentence_embedding(model)
-            rows = await input_rows(texts, used, cut, side, prompt_name)
+            rows = await input_rows(texts, used, cut, side, prompt_name, prompt)
             vectors = await run_jobs([Job(run_splade, row) for row in rows])
             return vectors, sum(len(row["input_ids"]) for row in rows), used
         used = sentence_embedding(encoder_of(model), pooling, None, normalize)
-        rows = await input_rows(texts, used, cut, side, prompt_name)
+        rows = await input_rows(texts, used, cut, side, prompt_name, prompt)
         left_out = 0 if texts and isinstance(texts[0], list) else prompt_length(tokenizer, used,
-                                                                                used.prompt(prompt_name))
+                                                                                used.prompt(prompt_name, prompt))
         options = {"pooling": used.pooling, "normalize": used.normalize, "left_out": left_out}
         vectors = await run_jobs([Job(pooled_vectors, row, options) for row in rows])
         return vectors, sum(len(row["input_ids"]) for row in rows), used
+
+    async def multi_vectors(inputs: list[str] | list[list[int]], role: str, cut: bool | None = None,
+                            side: str = "right", prompt_name: str | None = None, dimensions: int | None = None
+                            ) -> tuple[list[torch.Tensor], int]:
+        """A multi-vector model's token vectors of each text (or list of token ids, as it is) as it encodes one of
+        this role (MultiVectorEncoder.encode_query / encode_document: the role's prompt and length, a query's
+        [MASK]s, a document's skiplist), and how many tokens the model read."""
+        limit = min(max_length, colbert.role_max_length(role))
+        if inputs and isinstance(inputs[0], list):
+            rows = id_rows(inputs, limit, cut, side)
+        else:
+            prompt = colbert.role_prompt(role, prompt_name)
+            rows = await asyncio.to_thread(encode_texts, [prompt + text for text in inputs], None, limit, False, cut,
+                                           side)
+        vectors = await run_jobs([Job(run_multi_vector[role], row) for row in rows])
+        if colbert.truncate_dim is not None:
+            vectors = first_token_dimensions(vectors, colbert.truncate_dim)
+        if dimensions is not None:
+            if dimensions > vectors[0].shape[-1]:
+                raise HTTPError(422, f"dimensions: {dimensions} is more than the model's {vectors[0].shape[-1]}")
+            vectors = first_token_dimensions(vectors, dimensions)
+        return vectors, sum(len(row["input_ids"]) for row in rows)
+
+    async def late_interaction(query: str, texts: list[str], cut: bool | None = None, side: str = "right",
+                               prompt_name: str | None = None) -> tuple[list[float], int]:
+        """A multi-vector model's score of each text for the query (the query's token vectors against each
+        text's as a document's: MaxSim, or MeanMaxSim as its layout says), and how many tokens the model read."""
+        (queried, query_tokens), (documents, tokens) = await asyncio.gather(
+            multi_vectors([query], "query", cut, side, prompt_name),
+            multi_vectors(texts, "document", cut, side, prompt_name))
+        scores = await asyncio.to_thread(colbert.similarity, queried, documents)
+        return scores[0].tolist(), query_tokens + tokens
 
     def first_dimensions(vectors: list[torch.Tensor], dimensions: int | None, normalized: bool) -> list:
         """The first `dimensions` of each vector (Matryoshka-style), unit length again when they were; None: all."""
@@ -454,6 +512,8 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
             raise HTTPError(409, f"wrong task: {model_name} was fine-tuned on "
                                  f"{'single texts' if single_texts else 'labels to tag a text with'}; reranking "
                                  f"needs a pair classifier (trained on text pairs) or an encoder")
+        if colbert is not None:
+            return await late_interaction(query, texts, cut, side)
         if task is None:
             vectors, tokens, _ = await embed([query, *texts], None, compared, cut, side)
             return [float(vectors[0] @ vector) for vector in vectors[1:]], tokens
@@ -564,14 +624,41 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         given = request.input
         texts = [given] if isinstance(given, str) or isinstance(given[0], int) else given
         check_count(len(texts), "inputs")
-        vectors, tokens, _ = await embed(texts, None, True)
-        data = []
-        for index, vector in enumerate(first_dimensions(vectors, request.dimensions, normalized=True)):
-            if request.encoding_format == "base64":
-                encoded = base64.b64encode(vector.to(torch.float32).numpy().astype("<f4").tobytes()).decode()
-            else:
-                encoded = vector.tolist()
-            data.append({"object": "embedding", "index": index, "embedding": encoded})
+        role = request.input_type or (None if request.is_query is None else "query" if request.is_query
+                                      else "document")
+        if colbert is not None:  # as PyLate's server: queries unless asked for documents
+            vectors, tokens = await multi_vectors(texts, role or "query", dimensions=request.dimensions)
+        else:
+            # a query's or a document's prompt, as encode_query / encode_document pick it
+            prompt = role_prompt(role, sentence_embedding(encoder_of(model)).prompts) if role is not None else None
+            vectors, tokens, _ = await embed(texts, None, True, prompt=prompt)
+            vectors = first_dimensions(vectors, request.dimensions, normalized=True)
+        data = [{"object": "embedding", "index": index, "embedding": encoded(vector, request.encoding_format)}
+                for index, vector in enumerate(vectors)]
+        return {"object": "list", "data": data, "model": model_name,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+    def encoded(vectors: torch.Tensor, encoding_format: str) -> list | str:
+        """A vector (or a text's token vectors) as floats, or as base64 of its little-endian float32 values."""
+        if encoding_format == "base64":
+            return base64.b64encode(vectors.to(torch.float32).numpy().astype("<f4").tobytes()).decode()
+        return vectors.tolist()
+
+    @app.post("/v1/multi-vector", response_model=schemas.MultiVectorResponse, responses=openai_errors)
+    @app.post("/multi-vector", response_model=schemas.MultiVectorResponse, responses=openai_errors)
+    async def jina_multi_vector(request: schemas.MultiVectorRequest):
+        """Jina's multi-vector API, for a multi-vector (ColBERT) model: each text's token vectors as a query's or
+        a document's (input_type, by default document)."""
+        if colbert is None:
+            raise HTTPError(409, f"wrong model: {model_name} is not a multi-vector (ColBERT) model; "
+                                 f"/v1/embeddings gives its vectors")
+        given = request.input
+        texts = [given] if isinstance(given, str) or isinstance(given[0], int) else given
+        check_count(len(texts), "inputs")
+        vectors, tokens = await multi_vectors(texts, request.input_type, dimensions=request.dimensions)
+        encoding_format = request.encoding_format or request.embedding_type or "float"
+        data = [{"object": "embeddings", "index": index, "embeddings": encoded(rows, encoding_format)}
+                for index, rows in enumerate(vectors)]
         return {"object": "list", "data": data, "model": model_name,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
@@ -720,6 +807,10 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         texts = [request.inputs.source_sentence, *request.inputs.sentences]
         check_count(len(texts))
         check_not_empty(texts)
+        if colbert is not None:  # the source sentence as the query, the sentences as documents
+            scores, _ = await late_interaction(texts[0], texts[1:], parameters.truncate,
+                                               parameters.truncation_direction, parameters.prompt_name)
+            return scores
         vectors, _, _ = await embed(texts, None, compared, parameters.truncate, parameters.truncation_direction,
                                     parameters.prompt_name)
         return [float(vectors[0] @ vector) for vector in vectors[1:]]
@@ -788,7 +879,10 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         max_length)."""
         embedded = sentence_embedding(model if splade is not None else encoder_of(model))
         input_limit = embedding_limit(embedded) if task is None else run.max_length
-        if task is None:
+        if colbert is not None:
+            input_limit = min(max_length, colbert.role_max_length("document"))
+            model_type = {"embedding": {"pooling": MULTI_VECTOR}}
+        elif task is None:
             model_type = {"embedding": {"pooling": SPLADE if splade is not None else embedded.pooling}}
         elif task.head == "sequence_classification":
             id2label = {str(index): label for index, label in model.config.id2label.items()}
@@ -855,7 +949,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     @app.get(HEALTH_PATH, response_model=schemas.HealthResponse)
     async def health():
         """Liveness, what is loaded, and how requests have been batched (answered without the API key)."""
-        return {"status": "ok", "model": model_name, "architecture": type(model).__name__,
+        return {"status": "ok", "model": model_name, "architecture": type(colbert or model).__name__,
                 "task": task.name if task else None, "device": str(device), "queued": batcher.pending,
                 "batches": batcher.batches, "texts": batcher.rows, "largest_batch": batcher.largest_batch,
                 "limits": {"max_texts": settings.max_texts, "max_length": max_length, "long_text": settings.long_text,
@@ -901,7 +995,8 @@ def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
              inference: InferenceOptions = AS_TRAINED):
     """The application over a model directory or 'default': the model its checkpoint holds, with the task and
     settings it was trained with. An encoder is pooled as `settings.pooling` says, else as its layout says: a
-    SPLADE model (pooling "splade", or sentence-transformers' SparseEncoder layout) reads its masked-LM head."""
+    SPLADE model (pooling "splade", or sentence-transformers' SparseEncoder layout) reads its masked-LM head; a
+    ColBERT checkpoint (any layout MultiVectorEncoder loads) is served as MultiVectorEncoder."""
     settings = settings or ServeSettings()
     checkpoint = inspect_checkpoint(name_or_path)
     if checkpoint.task is not None:
@@ -917,16 +1012,17 @@ def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
             raise ConfigError(f"{name_or_path}: an inference-free SPLADE model whose default route is its static "
                               f"table ({routes.static!r}); the server runs the masked-LM model's route "
                               f"({routes.model!r}) only: use SparseEncoder")
+    elif settings.pooling is None and checkpoint.task is None and multi_vector_kind(checkpoint.directory):
+        colbert = MultiVectorEncoder(checkpoint.directory)
+        colbert.model = inference.apply(colbert.model, colbert.tokenizer)
+        colbert.projection.to(colbert.device)
+        return create_app(colbert, colbert.tokenizer, settings, model_name=str(name_or_path), checkpoint=checkpoint)
     else:
         model = checkpoint.model_class.from_pretrained(checkpoint.directory)
         layout = getattr(model, "sentence_embedding", None) or SentenceEmbedding()
         if settings.pooling is not None:  # the server's pooling in place of the layout's (a SPLADE or ColBERT one's)
             model.sentence_embedding = dataclasses.replace(layout, pooling=settings.pooling, splade=None,
                                                            multi_vector=False)
-        elif layout.multi_vector:
-            raise ConfigError(f"{name_or_path}: a multi-vector (ColBERT) model, one vector per token, which the "
-                              f"server doesn't serve: use MultiVectorEncoder, or --pooling to pool its encoder's "
-                              f"token vectors")
     masked_lm = masked_lm_head(checkpoint) if checkpoint.task is None and not hasattr(model, "masked_lm") else None
     model = inference.apply(model, tokenizer)
     return create_app(model, tokenizer, settings, model_name=str(name_or_path), checkpoint=checkpoint,

@@ -12,7 +12,7 @@ HEALTH_PATH = "/health"  # answered without the API key, so that load balancers 
 # The hosted APIs' routes (OpenAI's embeddings, Cohere's rerank) answer errors as OpenAI does, so that their clients
 # read them (vLLM answers its Cohere-style rerank routes so too); OpenAI's routes are also served without /v1, as
 # Infinity serves them and as the openai client calls them given the server's bare URL.
-HOSTED_API_PREFIXES = ("/v1/", "/v2/", "/embeddings", "/models")
+HOSTED_API_PREFIXES = ("/v1/", "/v2/", "/embeddings", "/models", "/multi-vector")
 OPENAI_ERROR_TYPES = {401: "authentication_error", 500: "server_error", 503: "server_error"}
 
 

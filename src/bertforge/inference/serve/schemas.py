@@ -112,15 +112,38 @@ class SimilarityRequest(Strict):
     parameters: SimilarityParameters | None = None
 
 
-class OpenAIEmbeddingRequest(BaseModel):
-    input: Text | Texts | TokenIds | Annotated[list[TokenIds], Field(min_length=1)] = Field(
+Role = Literal["query", "document"]
+INPUT_TYPE = ("a multi-vector (ColBERT) model encodes queries and documents differently (a query's [MASK]s, a "
+              "document's skiplist); a dense model puts its sentence-transformers prompt of this name, if it has "
+              "one, before each text")
+
+
+class HostedEmbeddingRequest(BaseModel):
+    """What OpenAI's and Jina's embedding requests share (extra fields are ignored, as those services ignore
+    them)."""
+    input: Text | Texts | TokenIds | TokenIdLists = Field(
         description="a text, a list of texts, or token ids of the model's vocabulary (one list, or a list of "
                     "lists), taken as they are: no [CLS] or [SEP] is added")
     model: str | None = Field(None, description="ignored: the server has one model (see /v1/models)")
+
+
+class OpenAIEmbeddingRequest(HostedEmbeddingRequest):
     dimensions: int | None = Field(None, ge=1, strict=True, description="keep the first N dimensions "
                                                                          "(re-normalized)")
     encoding_format: Literal["float", "base64"] = "float"
     user: str | None = None
+    input_type: Role | None = Field(None, description=INPUT_TYPE)
+    is_query: bool | None = Field(None, strict=True, description="PyLate's server's field: true (its default) as "
+                                                                  "input_type query, false as document")
+
+
+class MultiVectorRequest(HostedEmbeddingRequest):
+    """Jina's multi-vector request (its /v1/multi-vector), for a multi-vector (ColBERT) model."""
+    input_type: Role = Field("document", description=INPUT_TYPE)
+    dimensions: int | None = Field(None, ge=1, strict=True, description="keep the first N dimensions of each "
+                                                                        "token vector (re-normalized)")
+    encoding_format: Literal["float", "base64"] | None = None
+    embedding_type: Literal["float", "base64"] | None = Field(None, description="encoding_format's other name")
 
 
 class Question(Strict):
@@ -285,7 +308,9 @@ class EmbedResponse(BaseModel):
 class OpenAIEmbedding(BaseModel):
     object: Literal["embedding"] = "embedding"
     index: int
-    embedding: list[float] | str = Field(description="floats, or base64 of little-endian float32")
+    embedding: list[float] | list[list[float]] | str = Field(
+        description="floats, or base64 of little-endian float32; a multi-vector (ColBERT) model's: one vector per "
+                    "token, in base64 one after the other")
 
 
 class Usage(BaseModel):
@@ -296,6 +321,20 @@ class Usage(BaseModel):
 class OpenAIEmbeddingResponse(BaseModel):
     object: Literal["list"] = "list"
     data: list[OpenAIEmbedding]
+    model: str
+    usage: Usage
+
+
+class MultiVectorEmbedding(BaseModel):
+    object: Literal["embeddings"] = "embeddings"
+    index: int
+    embeddings: list[list[float]] | str = Field(
+        description="one vector per scored token; or base64 of them, little-endian float32, one after the other")
+
+
+class MultiVectorResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[MultiVectorEmbedding]
     model: str
     usage: Usage
 
