@@ -73,14 +73,15 @@ def write_stanford(source: Path, folder: Path) -> Path:
     return folder
 
 
-def write_native(source: Path, folder: Path, expansion: dict, mask: dict, seed: int, **settings) -> Path:
-    """sentence-transformers' own layout, as sentence-transformers writes it."""
+def write_native(source: Path, folder: Path, expansion: dict, mask: dict | None, seed: int, **settings) -> Path:
+    """sentence-transformers' own layout, as sentence-transformers writes it (mask None: no MultiVectorMask)."""
     torch.manual_seed(seed)
     lengths = {key: settings.pop(key) for key in ("query_length", "document_length") if key in settings}
     model = sentence_transformers.MultiVectorEncoder(modules=[
         Transformer(str(source), query_expansion=expansion, **lengths),
         Dense(384, 96, bias=True, activation_function=torch.nn.Identity(), module_input_name="token_embeddings"),
-        MultiVectorMask(**mask), Normalize(module_input_name="token_embeddings")], **settings)
+        *([] if mask is None else [MultiVectorMask(**mask)]), Normalize(module_input_name="token_embeddings")],
+        **settings)
     model.save(str(folder))
     return folder
 
@@ -96,6 +97,9 @@ def colbert_dirs(minilm_dir, tmp_path_factory) -> dict[str, Path]:
         "native_min": write_native(minilm_dir, root / "native_min", {"strategy": "min", "attend": True, "length": 16},
                                    {"skiplist_words": [",", ".", "?", "the"], "skiplist_tasks": ["query", "document"]},
                                    seed=1, query_length=40, similarity_fn_name="meanmaxsim"),
+        # no MultiVectorMask module: a query's [MASK]s are computed but not scored
+        "native_unmasked": write_native(minilm_dir, root / "native_unmasked", {"strategy": "fixed", "length": 24},
+                                        None, seed=2),
         "pylate": write_pylate(minilm_dir, root / "pylate"),
         "stanford": write_stanford(minilm_dir, root / "stanford"),
     }
@@ -125,7 +129,7 @@ def assert_same_vectors(ours, theirs):
         assert torch.allclose(torch.as_tensor(mine), torch.as_tensor(reference).cpu(), atol=TOLERANCE)
 
 
-@pytest.mark.parametrize("layout", ["native", "native_min", "pylate", "stanford"])
+@pytest.mark.parametrize("layout", ["native", "native_min", "native_unmasked", "pylate", "stanford"])
 def test_matches_sentence_transformers(colbert_dirs, texts, layout):
     reference = sentence_transformers.MultiVectorEncoder(str(colbert_dirs[layout]))
     encoder = MultiVectorEncoder(colbert_dirs[layout])
@@ -163,7 +167,7 @@ def test_the_right_paragraph_ranks_first(colbert_dirs, squad_pairs):
     assert (scores.argmax(1) == torch.arange(len(questions))).float().mean() >= 0.8
 
 
-@pytest.mark.parametrize("layout", ["stanford", "native_min"])
+@pytest.mark.parametrize("layout", ["stanford", "native_min", "native_unmasked"])
 def test_save_round_trip(colbert_dirs, texts, tmp_path, layout):
     """save writes sentence-transformers' layout whatever the model came in (the markers in the tokenizer, so
     [unused0] stays one token): both libraries load it and encode as the original."""
@@ -288,6 +292,12 @@ def test_refusals(colbert_dirs, run_cli, tmp_path):
         encoder.similarity_fn_name = "cosine"
     with pytest.raises(ConfigError, match="backend"):
         MultiVectorEncoder(colbert_dirs["native"], backend="onnx")
+    # token vectors normalized, then projected: sentence-transformers runs it, bertforge says it doesn't
+    sentence_transformers.MultiVectorEncoder(modules=[
+        Transformer(str(colbert_dirs["native"])), Normalize(module_input_name="token_embeddings"),
+        Dense(384, 64, module_input_name="token_embeddings")]).save(str(tmp_path / "late_dense"))
+    with pytest.raises(ConfigError, match="a Dense module after Normalize is not supported"):
+        MultiVectorEncoder(tmp_path / "late_dense")
 
 
 @pytest.mark.parametrize("layout", ["native", "pylate", "native_min"])

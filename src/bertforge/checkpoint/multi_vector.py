@@ -16,7 +16,8 @@ makes one: its encoder's token vectors, projected by its Dense layers if its lay
 128 dimensions, untrained (converted_layout).
 
 A query is the query marker (or prompt) and the text, padded with [MASK] to a fixed width (query expansion): the
-masks are scored, which is how ColBERT gives short queries more to match with. Document tokens in the skiplist
+masks are scored (in sentence-transformers' layout, by its MultiVectorMask module), which is how ColBERT gives short
+queries more to match with. Document tokens in the skiplist
 (punctuation, for the classic checkpoints) are not scored.
 """
 
@@ -74,6 +75,9 @@ class MultiVectorLayout:
     query_expansion: QueryExpansion | None = None
     skiplist_words: tuple[str, ...] = ()  # tokens not scored in the texts of skiplist_tasks
     skiplist_tasks: tuple[str, ...] = ("document",)  # a text of no role counts as a document
+    # sentence-transformers' MultiVectorMask module, which scores a query's [MASK]s and applies the skiplist; a
+    # layout without one scores the tokens attended to only
+    scoring_mask: bool = True
     normalize: bool = True  # unit-length token vectors
     similarity_fn_name: str | None = None  # maxsim (None) or meanmaxsim
     truncate_dim: int | None = None
@@ -169,6 +173,9 @@ def _native(directory: Path, modules: list) -> MultiVectorLayout:
     transformer = _object(transformer_path)
     kinds = [str(module.get("type", "")).rsplit(".", 1)[-1] for module in modules]
     mask: dict[str, Any] = {}
+    if "Normalize" in kinds and "Dense" in kinds[kinds.index("Normalize"):]:
+        raise ConfigError(f"{directory / MODULES_FILE}: a Dense module after Normalize is not supported in a "
+                          f"multi-vector model (bertforge normalizes the projected token vectors)")
     for module, kind in zip(modules, kinds):
         if kind == "MultiVectorMask":
             mask_path = directory / str(module.get("path", "")) / MASK_CONFIG_FILE
@@ -189,7 +196,8 @@ def _native(directory: Path, modules: list) -> MultiVectorLayout:
         query_expansion=_expansion(transformer.get("query_expansion"), transformer_path),
         skiplist_words=_words(mask.get("skiplist_words", []), "skiplist_words", directory),
         skiplist_tasks=(tasks,) if isinstance(tasks, str) else _words(tasks, "skiplist_tasks", directory),
-        normalize="Normalize" in kinds, similarity_fn_name=_similarity(config), truncate_dim=truncate_dim)
+        scoring_mask="MultiVectorMask" in kinds, normalize="Normalize" in kinds,
+        similarity_fn_name=_similarity(config), truncate_dim=truncate_dim)
 
 
 def _pylate(directory: Path) -> MultiVectorLayout:
@@ -279,8 +287,8 @@ def write_multi_vector_layout(directory: str | Path, layout: MultiVectorLayout, 
     mask_folder = f"{1 + len(dense)}_MultiVectorMask"
     modules = [("", "base.modules.transformer.Transformer")] + [
         (folder, "base.modules.dense.Dense") for folder in folders] + [
-        (mask_folder, "multi_vector_encoder.modules.multi_vector_mask.MultiVectorMask")] + [
-        (f"{2 + len(dense)}_Normalize", "base.modules.normalize.Normalize")] * layout.normalize
+        (mask_folder, "multi_vector_encoder.modules.multi_vector_mask.MultiVectorMask")] * layout.scoring_mask + [
+        (f"{1 + len(dense) + layout.scoring_mask}_Normalize", "base.modules.normalize.Normalize")] * layout.normalize
     listing = [{"idx": index, "name": str(index), "path": path, "type": f"sentence_transformers.{kind}"}
                for index, (path, kind) in enumerate(modules)]
     write_text_atomic(directory / MODULES_FILE, json.dumps(listing, indent=2) + "\n")
@@ -304,12 +312,13 @@ def write_multi_vector_layout(directory: str | Path, layout: MultiVectorLayout, 
         write_text_atomic(directory / folder / DENSE_CONFIG_FILE, json.dumps(layer_config, indent=2) + "\n")
         save_safetensors({name: tensor.detach().float().contiguous().cpu() for name, tensor in layer.tensors().items()},
                          directory / folder / SAFETENSORS_FILE)
-    (directory / mask_folder).mkdir(exist_ok=True)
-    mask = {"skiplist_words": list(layout.skiplist_words), "skiplist_tasks": list(layout.skiplist_tasks),
-            "keep_only_token_ids": None}
-    write_text_atomic(directory / mask_folder / MASK_CONFIG_FILE, json.dumps(mask, indent=2) + "\n")
+    if layout.scoring_mask:
+        (directory / mask_folder).mkdir(exist_ok=True)
+        mask = {"skiplist_words": list(layout.skiplist_words), "skiplist_tasks": list(layout.skiplist_tasks),
+                "keep_only_token_ids": None}
+        write_text_atomic(directory / mask_folder / MASK_CONFIG_FILE, json.dumps(mask, indent=2) + "\n")
     if layout.normalize:  # token vectors: without its config.json, Normalize would look for a sentence vector
-        folder = directory / f"{2 + len(dense)}_Normalize"
+        folder = directory / f"{1 + len(dense) + layout.scoring_mask}_Normalize"
         folder.mkdir(exist_ok=True)
         write_text_atomic(folder / MASK_CONFIG_FILE, json.dumps(
             {"module_input_name": "token_embeddings", "module_output_name": "token_embeddings"}, indent=2) + "\n")

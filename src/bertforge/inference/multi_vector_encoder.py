@@ -308,7 +308,7 @@ class MultiVectorEncoder(PoolMethods, ModuleList, nn.Module):
             # The [MASK]s the encoder doesn't attend to still get vectors of their own, which are scored: a mask per
             # query and key has every position computed, where (texts, tokens) would leave the padding out.
             model_mask = model_mask[:, None, :].expand(-1, model_mask.shape[1], -1)
-            if task == "query":
+            if task == "query" and self.layout.scoring_mask:
                 scored = scored | expanded.to(self.device).bool()
         states = self.model(input_ids=inputs["input_ids"], attention_mask=model_mask,
                             token_type_ids=inputs["token_type_ids"]).last_hidden_state
