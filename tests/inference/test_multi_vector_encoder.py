@@ -522,3 +522,55 @@ def test_sentence_transformers_trainer(tiny_model_dir, data_dir, tmp_path):
         results.append(mean_reciprocal_rank(encoder))
     assert before < 0.4 and results[0] > before + 0.25, (before, results)
     assert results[1] == pytest.approx(results[0], abs=1e-4)
+
+
+POOLINGS = [{"pool_factor": 2}, {"pool_factor": 3, "num_protected_tokens": 0}, {"pool_factor": 1.5},
+            {"max_tokens": 12}, {"distance_threshold": 0.25}, {"pool_factor": 2, "normalize_embeddings": False},
+            {"pool_factor": 2, "tasks": ["query", "document"]}]
+
+
+@pytest.mark.parametrize("options", POOLINGS, ids=lambda options: ",".join(f"{k}={v}" for k, v in options.items()))
+def test_token_pooling_is_sentence_transformers(colbert_dirs, texts, options):
+    """HierarchicalTokenPooling (Ward clustering of each document's token vectors, each cluster its mean) gives
+    sentence-transformers' pooled vectors, in its order, on real paragraphs and reviews, whether given to the
+    constructor or to encode; the roles it is not for are left alone, and sentence-transformers' own pooling
+    object works as ours."""
+    from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling as Theirs
+
+    from bertforge.inference import HierarchicalTokenPooling
+
+    reference = sentence_transformers.MultiVectorEncoder(str(colbert_dirs["native"]), device="cpu")
+    documents, queries = texts["document"], texts["query"][:4]
+    theirs = reference.encode_document(documents, token_pooling=Theirs(**options))
+    pooled = MultiVectorEncoder(colbert_dirs["native"], token_pooling=HierarchicalTokenPooling(**options))
+    assert_same_vectors(pooled.encode_document(documents), theirs)
+    assert sum(map(len, theirs)) < sum(map(len, reference.encode_document(documents)))  # it did pool
+    encoder = MultiVectorEncoder(colbert_dirs["native"])
+    assert_same_vectors(encoder.encode_document(documents, token_pooling=Theirs(**options)), theirs)
+    assert_same_vectors(pooled.encode_query(queries),
+                        reference.encode_query(queries, token_pooling=Theirs(**options)))
+
+
+def test_ward_clustering_is_scipys():
+    """The clustering under token pooling, merge for merge and cluster for cluster, as scipy's linkage(..., "ward")
+    and fcluster (maxclust and distance) give them, on unit vectors of real MiniLM tokens' shapes."""
+    scipy_hierarchy = pytest.importorskip("scipy.cluster.hierarchy")
+    from scipy.spatial.distance import squareform
+
+    from bertforge.inference.token_pooling import flat_clusters, ward_linkage
+
+    generator = torch.Generator().manual_seed(0)
+    for n in (2, 3, 5, 17, 64):
+        vectors = torch.nn.functional.normalize(torch.randn(n, 32, generator=generator), dim=-1)
+        distances = (1 - vectors @ vectors.T).clamp_(0, 2).numpy()
+        theirs = scipy_hierarchy.linkage(squareform(distances, checks=False), method="ward")
+        ours = ward_linkage(distances)
+        assert numpy.array_equal(ours, theirs)
+        for count in range(1, n + 1):
+            expected = numpy.unique(scipy_hierarchy.fcluster(theirs, t=count, criterion="maxclust"),
+                                    return_inverse=True)[1]
+            assert numpy.array_equal(flat_clusters(ours, max_clusters=count), expected), (n, count)
+        for height in (0.0, 0.3, 0.9, 2.0):
+            expected = numpy.unique(scipy_hierarchy.fcluster(theirs, t=height, criterion="distance"),
+                                    return_inverse=True)[1]
+            assert numpy.array_equal(flat_clusters(ours, threshold=height), expected), (n, height)

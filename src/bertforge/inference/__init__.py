@@ -25,14 +25,15 @@ from bertforge.inference.similarity import (
     semantic_search,
 )
 from bertforge.inference.sparse_encoder import SPLADE_ACTIVATIONS, SPLADE_STRATEGIES, SparseEncoder
+from bertforge.inference.token_pooling import HierarchicalTokenPooling
 
 __all__ = [
     "LAYER_COMBINATIONS", "POOLINGS", "PRECISIONS", "SIMILARITIES", "SPLADE_ACTIVATIONS", "SPLADE_STRATEGIES",
-    "TOKEN_LEVELS", "CrossEncoder", "InferenceOptions", "MultiVectorEncoder", "ScalarMix", "SentenceEncoder",
-    "SparseEncoder", "TokenVectors", "community_detection", "export_dynamic_quantized_onnx_model",
+    "TOKEN_LEVELS", "CrossEncoder", "HierarchicalTokenPooling", "InferenceOptions", "MultiVectorEncoder", "ScalarMix",
+    "SentenceEncoder", "SparseEncoder", "TokenVectors", "community_detection", "export_dynamic_quantized_onnx_model",
     "extract_features", "extract_token_features", "maxsim", "maxsim_pairwise", "mine_hard_negatives",
-    "paraphrase_mining", "paraphrase_mining_embeddings", "pipeline", "pool", "quantize_embeddings",
-    "semantic_search", "token_features",
+    "paraphrase_mining", "paraphrase_mining_embeddings", "pipeline", "pool", "quantize_embeddings", "semantic_search",
+    "token_features",
 ]
 
 # onnx.py, serve.py and attention_view.py are imported from their modules: they need optional packages

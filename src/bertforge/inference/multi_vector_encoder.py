@@ -140,14 +140,15 @@ class MultiVectorEncoder(PoolMethods, ModuleList, nn.Module):
     def __init__(self, model_name_or_path: str | Path = "default", *, device: str | torch.device | None = None,
                  prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
                  similarity_fn_name: str | None = None, truncate_dim: int | None = None,
-                 cache_folder: str | Path | None = None, revision: str | None = None,
+                 token_pooling: Any = None, cache_folder: str | Path | None = None, revision: str | None = None,
                  model_kwargs: dict[str, Any] | None = None, tokenizer_kwargs: dict[str, Any] | None = None,
                  processor_kwargs: dict[str, Any] | None = None, config_kwargs: dict[str, Any] | None = None,
                  backend: str = "torch", **hub_options: Any):
         """The constructor as sentence-transformers takes it, for a ColBERT checkpoint in any of the three layouts
         (checkpoint/multi_vector.py), or a new ColBERT model over any other BERT checkpoint ("default" too), its
         projection untrained unless the checkpoint's layout has Dense layers; the Hub's options are unused here.
-        Prompts given join the checkpoint's."""
+        Prompts given join the checkpoint's. `token_pooling` (HierarchicalTokenPooling, or sentence-transformers'
+        own) pools what encode gives, unless encode is given another."""
         from bertforge import BertModel, BertTokenizer
 
         super().__init__()
@@ -175,7 +176,14 @@ class MultiVectorEncoder(PoolMethods, ModuleList, nn.Module):
             self.similarity_fn_name = similarity_fn_name
         if truncate_dim is not None:
             self.truncate_dim = truncate_dim
+        self.token_pooling = token_pooling
         self.name_or_path = str(model_name_or_path)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "token_pooling":  # a setting (sentence-transformers' pooling is a module): not a part to save
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
 
     def _register_markers(self, markers: Sequence[str]) -> None:
         """A legacy checkpoint's markers ([unused0]) were inserted as one token each; the prompt puts them in the
@@ -351,12 +359,13 @@ class MultiVectorEncoder(PoolMethods, ModuleList, nn.Module):
                output_value: str | None = "token_embeddings", convert_to_numpy: bool = False,
                device: str | torch.device | None = None, normalize_embeddings: bool = False,
                truncate_dim: int | None = None, task: str | None = None, pool: dict[str, Any] | None = None,
-               chunk_size: int | None = None, **options: Any) -> Any:
+               chunk_size: int | None = None, token_pooling: Any = None, **options: Any) -> Any:
         """Per text its scored token vectors, (tokens_i, dim): a list, or one for a single text; numpy arrays with
         `convert_to_numpy`. `task` ("query" or "document") chooses the prompt-free settings of that role: prefer
         encode_query and encode_document, which also choose the role's prompt. `truncate_dim` keeps the first
-        dimensions of each vector and makes it unit length again. `pool` (start_multi_process_pool's) or a list of
-        devices as `device` shares the texts between processes."""
+        dimensions of each vector and makes it unit length again. `token_pooling` (by default the encoder's) pools
+        each document's vectors before that. `pool` (start_multi_process_pool's) or a list of devices as `device`
+        shares the texts between processes."""
         if "convert_to_tensor" in options:
             raise InputError("MultiVectorEncoder.encode has no convert_to_tensor: texts have different numbers of "
                              "token vectors, so they stay a list (convert_to_numpy=True gives arrays)")
@@ -383,6 +392,9 @@ class MultiVectorEncoder(PoolMethods, ModuleList, nn.Module):
             rows = self._rows(texts, task, batch_size)
         if normalize_embeddings:
             rows = [F.normalize(row, dim=-1) for row in rows]
+        token_pooling = self.token_pooling if token_pooling is None else token_pooling
+        if token_pooling is not None:  # anything with sentence-transformers' pool(embeddings, task=)
+            rows = token_pooling.pool(rows, task=task)
         truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
         if truncate_dim is not None:
             check_counts(truncate_dim=truncate_dim)
