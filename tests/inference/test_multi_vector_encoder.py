@@ -73,15 +73,19 @@ def write_stanford(source: Path, folder: Path) -> Path:
     return folder
 
 
-def write_native(source: Path, folder: Path, expansion: dict, mask: dict | None, seed: int, **settings) -> Path:
-    """sentence-transformers' own layout, as sentence-transformers writes it (mask None: no MultiVectorMask)."""
+def write_native(source: Path, folder: Path, expansion: dict, mask: dict | None, seed: int,
+                 pooling: dict | None = None, **settings) -> Path:
+    """sentence-transformers' own layout, as sentence-transformers writes it (mask None: no MultiVectorMask;
+    pooling: its HierarchicalTokenPooling module's settings, last)."""
+    from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
+
     torch.manual_seed(seed)
     lengths = {key: settings.pop(key) for key in ("query_length", "document_length") if key in settings}
     model = sentence_transformers.MultiVectorEncoder(modules=[
         Transformer(str(source), query_expansion=expansion, **lengths),
         Dense(384, 96, bias=True, activation_function=torch.nn.Identity(), module_input_name="token_embeddings"),
-        *([] if mask is None else [MultiVectorMask(**mask)]), Normalize(module_input_name="token_embeddings")],
-        **settings)
+        *([] if mask is None else [MultiVectorMask(**mask)]), Normalize(module_input_name="token_embeddings"),
+        *([] if pooling is None else [HierarchicalTokenPooling(**pooling)])], **settings)
     model.save(str(folder))
     return folder
 
@@ -100,6 +104,10 @@ def colbert_dirs(minilm_dir, tmp_path_factory) -> dict[str, Path]:
         # no MultiVectorMask module: a query's [MASK]s are computed but not scored
         "native_unmasked": write_native(minilm_dir, root / "native_unmasked", {"strategy": "fixed", "length": 24},
                                         None, seed=2),
+        # documents pooled by the checkpoint's own HierarchicalTokenPooling module
+        "native_pooled": write_native(minilm_dir, root / "native_pooled", {"strategy": "fixed", "length": 32},
+                                      {"skiplist_words": list(string.punctuation)}, seed=3,
+                                      pooling={"pool_factor": 2}, document_length=180),
         "pylate": write_pylate(minilm_dir, root / "pylate"),
         "stanford": write_stanford(minilm_dir, root / "stanford"),
     }
@@ -129,7 +137,8 @@ def assert_same_vectors(ours, theirs):
         assert torch.allclose(torch.as_tensor(mine), torch.as_tensor(reference).cpu(), atol=TOLERANCE)
 
 
-@pytest.mark.parametrize("layout", ["native", "native_min", "native_unmasked", "pylate", "stanford"])
+@pytest.mark.parametrize("layout", ["native", "native_min", "native_unmasked", "native_pooled", "pylate",
+                                    "stanford"])
 def test_matches_sentence_transformers(colbert_dirs, texts, layout):
     reference = sentence_transformers.MultiVectorEncoder(str(colbert_dirs[layout]))
     encoder = MultiVectorEncoder(colbert_dirs[layout])
@@ -167,7 +176,7 @@ def test_the_right_paragraph_ranks_first(colbert_dirs, squad_pairs):
     assert (scores.argmax(1) == torch.arange(len(questions))).float().mean() >= 0.8
 
 
-@pytest.mark.parametrize("layout", ["stanford", "native_min", "native_unmasked"])
+@pytest.mark.parametrize("layout", ["stanford", "native_min", "native_unmasked", "native_pooled"])
 def test_save_round_trip(colbert_dirs, texts, tmp_path, layout):
     """save writes sentence-transformers' layout whatever the model came in (the markers in the tokenizer, so
     [unused0] stays one token): both libraries load it and encode as the original."""
@@ -298,9 +307,22 @@ def test_refusals(colbert_dirs, run_cli, tmp_path):
         Dense(384, 64, module_input_name="token_embeddings")]).save(str(tmp_path / "late_dense"))
     with pytest.raises(ConfigError, match="a Dense module after Normalize is not supported"):
         MultiVectorEncoder(tmp_path / "late_dense")
+    # token pooling in the middle of the modules; a pooling config of the wrong kind
+    from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
+    sentence_transformers.MultiVectorEncoder(modules=[
+        Transformer(str(colbert_dirs["native"])), HierarchicalTokenPooling(pool_factor=2),
+        Normalize(module_input_name="token_embeddings")]).save(str(tmp_path / "early_pooling"))
+    with pytest.raises(ConfigError, match="HierarchicalTokenPooling before other modules is not supported"):
+        MultiVectorEncoder(tmp_path / "early_pooling")
+    pooled = tmp_path / "pooled"
+    shutil.copytree(colbert_dirs["native_pooled"], pooled)
+    config = next(pooled.glob("*_HierarchicalTokenPooling")) / "config.json"
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"pool_factor": 0.5}))
+    with pytest.raises(ConfigError, match=r"HierarchicalTokenPooling/config.json: pool_factor must be at least 1"):
+        MultiVectorEncoder(pooled)
 
 
-@pytest.mark.parametrize("layout", ["native", "pylate", "native_min"])
+@pytest.mark.parametrize("layout", ["native", "pylate", "native_min", "native_pooled"])
 def test_serve_gives_sentence_transformers_vectors_and_scores(colbert_dirs, texts, layout):
     """`bertforge serve` on a ColBERT folder: PyLate's server's /v1/embeddings (queries unless is_query is false),
     Jina's /v1/multi-vector (documents unless input_type says query), and MaxSim at /rerank, Cohere's /v1/rerank and
@@ -353,7 +375,8 @@ def test_serve_gives_sentence_transformers_vectors_and_scores(colbert_dirs, text
         info = client.get("/info").json()
         assert info["model_type"] == {"embedding": {"pooling": "multi_vector"}}
         # the fixtures' document lengths (native_min has none: the reference's max_seq_length)
-        assert info["max_input_length"] == {"native": 180, "pylate": 60}.get(layout, reference.max_seq_length)
+        lengths = {"native": 180, "native_pooled": 180, "pylate": 60}
+        assert info["max_input_length"] == lengths.get(layout, reference.max_seq_length)
         assert client.get("/health").json()["architecture"] == "MultiVectorEncoder"
         pooled = client.post("/embed", json={"inputs": documents})
         assert pooled.status_code == 409 and "/v1/multi-vector" in pooled.json()["error"]
@@ -389,7 +412,7 @@ def test_openai_client_reads_the_token_vectors_of_a_served_colbert_model(colbert
     assert nested.usage.total_tokens == sum(read)
 
 
-@pytest.mark.parametrize("layout", ["native", "stanford"])
+@pytest.mark.parametrize("layout", ["native", "stanford", "native_pooled"])
 def test_sentence_transformers_loss_trains_it(colbert_dirs, squad_pairs, layout):
     """sentence-transformers' MaxSim in-batch-negatives loss, built on this model, gives the loss and gradients it
     gives on its own MultiVectorEncoder with the same weights (the batch as each tokenizes it, role prompts)."""

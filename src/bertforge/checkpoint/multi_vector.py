@@ -3,7 +3,8 @@
 Three layouts hold such a model, and sentence-transformers' MultiVectorEncoder loads all three:
 - sentence-transformers' own (config_sentence_transformers.json: "model_type": "MultiVectorEncoder"): modules.json
   lists Transformer -> Dense (on token vectors) -> MultiVectorMask -> Normalize; sentence_bert_config.json holds
-  query_length, document_length and query_expansion; 2_MultiVectorMask/config.json the skiplist.
+  query_length, document_length and query_expansion; 2_MultiVectorMask/config.json the skiplist; a last
+  HierarchicalTokenPooling module, if any, how documents' token vectors are pooled (inference/token_pooling.py).
 - PyLate's ("model_type": "ColBERT"): Transformer -> Dense, with the rest as top-level fields of
   config_sentence_transformers.json (query_prefix "[unused0]", query_length, attend_to_expansion_tokens,
   skiplist_words, ...); masking and normalising were PyLate's code.
@@ -45,6 +46,9 @@ from bertforge.validation import check_number
 
 STANFORD_METADATA_FILE = "artifact.metadata"
 MASK_CONFIG_FILE = "config.json"
+POOLING_MODULE = "multi_vector_encoder.modules.token_pooling.HierarchicalTokenPooling"
+POOLING_KEYS = ("pool_factor", "max_tokens", "distance_threshold", "num_protected_tokens", "normalize_embeddings",
+                "tasks")
 EXPANSION_STRATEGIES = ("fixed", "min")  # fixed: every query is `length` tokens; min: at least that many
 SIMILARITY_NAMES = ("maxsim", "meanmaxsim")
 CLASSIC_QUERY_LENGTH = 32  # ColBERT's query width, where a checkpoint doesn't say
@@ -81,6 +85,8 @@ class MultiVectorLayout:
     normalize: bool = True  # unit-length token vectors
     similarity_fn_name: str | None = None  # maxsim (None) or meanmaxsim
     truncate_dim: int | None = None
+    # sentence-transformers' HierarchicalTokenPooling module, last: its settings (inference/token_pooling.py)
+    token_pooling: dict[str, Any] | None = None
     converted: bool = False  # made here from a checkpoint of another kind: its projection may be new
 
 
@@ -173,6 +179,7 @@ def _native(directory: Path, modules: list) -> MultiVectorLayout:
     transformer = _object(transformer_path)
     kinds = [str(module.get("type", "")).rsplit(".", 1)[-1] for module in modules]
     mask: dict[str, Any] = {}
+    pooling: dict[str, Any] | None = None
     if "Normalize" in kinds and "Dense" in kinds[kinds.index("Normalize"):]:
         raise ConfigError(f"{directory / MODULES_FILE}: a Dense module after Normalize is not supported in a "
                           f"multi-vector model (bertforge normalizes the projected token vectors)")
@@ -182,6 +189,19 @@ def _native(directory: Path, modules: list) -> MultiVectorLayout:
             mask = _object(mask_path)
             if mask.get("keep_only_token_ids"):
                 raise ConfigError(f"{mask_path}: keep_only_token_ids (image-patch documents) is not supported")
+        elif kind == "HierarchicalTokenPooling":
+            pooling_path = directory / str(module.get("path", "")) / MASK_CONFIG_FILE
+            if module is not modules[-1]:
+                raise ConfigError(f"{directory / MODULES_FILE}: HierarchicalTokenPooling before other modules is not "
+                                  f"supported (bertforge pools the finished token vectors)")
+            saved = _object(pooling_path)
+            # as sentence-transformers loads it: a config from before normalize_embeddings existed didn't normalize
+            pooling = {"normalize_embeddings": False} | {key: saved[key] for key in POOLING_KEYS if key in saved}
+            try:  # its settings checked now, naming the file
+                from bertforge.inference.token_pooling import HierarchicalTokenPooling
+                HierarchicalTokenPooling(**pooling)
+            except (ConfigError, TypeError) as problem:
+                raise ConfigError(f"{pooling_path}: {problem}") from None
         elif kind not in ("Transformer", "Dense", "Normalize"):
             raise ConfigError(f"{directory / MODULES_FILE}: module {module.get('type')!r} is not supported in a "
                               f"multi-vector model (bertforge runs Transformer, Dense, MultiVectorMask, Normalize)")
@@ -197,7 +217,7 @@ def _native(directory: Path, modules: list) -> MultiVectorLayout:
         skiplist_words=_words(mask.get("skiplist_words", []), "skiplist_words", directory),
         skiplist_tasks=(tasks,) if isinstance(tasks, str) else _words(tasks, "skiplist_tasks", directory),
         scoring_mask="MultiVectorMask" in kinds, normalize="Normalize" in kinds,
-        similarity_fn_name=_similarity(config), truncate_dim=truncate_dim)
+        similarity_fn_name=_similarity(config), truncate_dim=truncate_dim, token_pooling=pooling)
 
 
 def _pylate(directory: Path) -> MultiVectorLayout:
@@ -289,6 +309,9 @@ def write_multi_vector_layout(directory: str | Path, layout: MultiVectorLayout, 
         (folder, "base.modules.dense.Dense") for folder in folders] + [
         (mask_folder, "multi_vector_encoder.modules.multi_vector_mask.MultiVectorMask")] * layout.scoring_mask + [
         (f"{1 + len(dense) + layout.scoring_mask}_Normalize", "base.modules.normalize.Normalize")] * layout.normalize
+    pooling_folder = f"{len(modules)}_HierarchicalTokenPooling"
+    if layout.token_pooling is not None:
+        modules.append((pooling_folder, POOLING_MODULE))
     listing = [{"idx": index, "name": str(index), "path": path, "type": f"sentence_transformers.{kind}"}
                for index, (path, kind) in enumerate(modules)]
     write_text_atomic(directory / MODULES_FILE, json.dumps(listing, indent=2) + "\n")
@@ -317,6 +340,10 @@ def write_multi_vector_layout(directory: str | Path, layout: MultiVectorLayout, 
         mask = {"skiplist_words": list(layout.skiplist_words), "skiplist_tasks": list(layout.skiplist_tasks),
                 "keep_only_token_ids": None}
         write_text_atomic(directory / mask_folder / MASK_CONFIG_FILE, json.dumps(mask, indent=2) + "\n")
+    if layout.token_pooling is not None:
+        (directory / pooling_folder).mkdir(exist_ok=True)
+        write_text_atomic(directory / pooling_folder / MASK_CONFIG_FILE,
+                          json.dumps(layout.token_pooling, indent=2) + "\n")
     if layout.normalize:  # token vectors: without its config.json, Normalize would look for a sentence vector
         folder = directory / f"{1 + len(dense) + layout.scoring_mask}_Normalize"
         folder.mkdir(exist_ok=True)

@@ -38,6 +38,7 @@ from bertforge.inference.sentence_encoder import (
     summed,
 )
 from bertforge.inference.sentence_modules import ModuleList, multi_vector_modules_of
+from bertforge.inference.token_pooling import HierarchicalTokenPooling
 from bertforge.validation import check_counts
 
 # How many query x document token products one step of maxsim holds at most (float32: 400 MB).
@@ -327,6 +328,12 @@ class MultiVectorEncoder(PoolMethods, ModuleList, nn.Module):
         skipped = self._skipped_ids() if (task or "document") in self.layout.skiplist_tasks else None
         if skipped is not None:
             scored = scored & ~torch.isin(inputs["input_ids"], skipped.to(self.device))
+        if self.layout.token_pooling is not None:  # the checkpoint's own pooling, its last module
+            pooled = HierarchicalTokenPooling(**self.layout.token_pooling).pool(
+                [vectors[mask] for vectors, mask in zip(states, scored)], task=task)
+            states = nn.utils.rnn.pad_sequence(pooled, batch_first=True)
+            scored = torch.arange(states.shape[1], device=self.device) < torch.tensor(
+                [len(vectors) for vectors in pooled], device=self.device)[:, None]
         return dict(features) | {"token_embeddings": states, "attention_mask": scored}
 
     @torch.inference_mode()

@@ -184,7 +184,8 @@ class HierarchicalTokenPooling:
         if not len(rest):
             return kept
         if batch_targets == 1:
-            return torch.cat((kept, (values.sum(0, keepdim=True) / len(rest)).to(vectors.dtype)))
+            sums = values.sum(0, keepdim=True)
+            return torch.cat((kept, _through(sums / len(rest), sums).to(vectors.dtype)))
         target = self.max_tokens - protected if self.max_tokens is not None else int(len(rest) // self.pool_factor)
         target = min(max(target, 1), len(rest))
         if len(rest) <= 1 or (self.distance_threshold is None and target >= len(rest)):
@@ -198,4 +199,10 @@ class HierarchicalTokenPooling:
         count = int(labels.max()) + 1
         sums = values.new_zeros(count, values.shape[1]).scatter_add_(0, labels[:, None].expand_as(values), values)
         sizes = values.new_zeros(count).scatter_add_(0, labels, values.new_ones(len(values)))
-        return torch.cat((kept, (sums / sizes[:, None]).to(vectors.dtype)))
+        return torch.cat((kept, _through(sums / sizes[:, None], sums).to(vectors.dtype)))
+
+
+def _through(means: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
+    """The cluster means, whose gradient reaches each member whole (a straight-through estimator, as
+    sentence-transformers trains through its pooling), not divided by the cluster's size."""
+    return means.detach() + (sums - sums.detach()) if sums.requires_grad else means
