@@ -621,9 +621,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         if splade is not None:
             raise HTTPError(409, f"wrong model: {model_name} is a SPLADE model, whose vectors are sparse; use "
                                  f"/embed_sparse")
-        given = request.input
-        texts = [given] if isinstance(given, str) or isinstance(given[0], int) else given
-        check_count(len(texts), "inputs")
+        texts = hosted_inputs(request.input)
         role = request.input_type or (None if request.is_query is None else "query" if request.is_query
                                       else "document")
         if colbert is not None:  # as PyLate's server: queries unless asked for documents
@@ -637,6 +635,13 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                 for index, vector in enumerate(vectors)]
         return {"object": "list", "data": data, "model": model_name,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+    def hosted_inputs(given: str | list) -> list:
+        """OpenAI's and Jina's `input` (a text, texts, token ids, lists of token ids) as a list of texts or of id
+        lists, within max_texts."""
+        texts = [given] if isinstance(given, str) or isinstance(given[0], int) else given
+        check_count(len(texts), "inputs")
+        return texts
 
     def encoded(vectors: torch.Tensor, encoding_format: str) -> list | str:
         """A vector (or a text's token vectors) as floats, or as base64 of its little-endian float32 values."""
@@ -652,9 +657,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         if colbert is None:
             raise HTTPError(409, f"wrong model: {model_name} is not a multi-vector (ColBERT) model; "
                                  f"/v1/embeddings gives its vectors")
-        given = request.input
-        texts = [given] if isinstance(given, str) or isinstance(given[0], int) else given
-        check_count(len(texts), "inputs")
+        texts = hosted_inputs(request.input)
         vectors, tokens = await multi_vectors(texts, request.input_type, dimensions=request.dimensions)
         encoding_format = request.encoding_format or request.embedding_type or "float"
         data = [{"object": "embeddings", "index": index, "embeddings": encoded(rows, encoding_format)}
