@@ -110,7 +110,6 @@ def maxsim_pairwise(queries: Any, documents: Any, length_normalize: bool = False
     return scores / query_mask.sum(-1).clamp(min=1) if length_normalize else scores
 
 
-
 def first_dimensions(rows: Sequence[torch.Tensor], dimensions: int) -> list[torch.Tensor]:
     """The first `dimensions` of each token vector, made unit length again (sentence-transformers' truncate_dim)."""
     return [F.normalize(row[:, :dimensions], dim=-1) for row in rows]
