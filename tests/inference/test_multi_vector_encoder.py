@@ -597,3 +597,25 @@ def test_ward_clustering_is_scipys():
             expected = numpy.unique(scipy_hierarchy.fcluster(theirs, t=height, criterion="distance"),
                                     return_inverse=True)[1]
             assert numpy.array_equal(flat_clusters(ours, threshold=height), expected), (n, height)
+
+
+def test_calibrated_distance_threshold_is_sentence_transformers(colbert_dirs, texts):
+    """calibrate_distance_threshold picks the threshold sentence-transformers picks for a token budget on real
+    documents, and pooling with it keeps them within the budget on average."""
+    from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling as Theirs
+
+    from bertforge.inference import HierarchicalTokenPooling
+
+    encoder = MultiVectorEncoder(colbert_dirs["native"])
+    documents = encoder.encode_document(texts["document"])
+    average = sum(map(len, documents)) / len(documents)
+    for target, protected in ((average / 2, 1), (average / 4, 0), (8.0, 2)):
+        ours = HierarchicalTokenPooling.calibrate_distance_threshold(documents, target_tokens=target,
+                                                                     num_protected_tokens=protected)
+        theirs = Theirs.calibrate_distance_threshold(documents, target_tokens=target, num_protected_tokens=protected)
+        assert ours == pytest.approx(theirs, rel=1e-9, abs=1e-12)
+        pooling = HierarchicalTokenPooling(distance_threshold=ours, num_protected_tokens=protected)
+        assert sum(map(len, pooling.pool(documents))) / len(documents) <= target
+    assert HierarchicalTokenPooling.calibrate_distance_threshold(documents, target_tokens=average + 1) is None
+    with pytest.raises(ConfigError, match="target_tokens must be at least 2"):
+        HierarchicalTokenPooling.calibrate_distance_threshold(documents, target_tokens=1.0)

@@ -84,14 +84,28 @@ def _numbered(merges: np.ndarray, n: int) -> np.ndarray:
     return merges
 
 
+def subtree_heights(merges: np.ndarray) -> np.ndarray:
+    """The highest merge within each merge's subtree (scipy's maxdists): Ward's heights, where rounding leaves them
+    unordered."""
+    n = len(merges) + 1
+    highest = np.empty(n - 1)
+    for step, (first, second, height, _) in enumerate(merges):
+        highest[step] = max([height, *(highest[int(child) - n] for child in (first, second) if child >= n)])
+    return highest
+
+
+def cosine_linkage(vectors: torch.Tensor) -> np.ndarray:
+    """Ward's merges of unit vectors by cosine distance, as token pooling clusters them."""
+    vectors = vectors.detach().float().cpu()
+    return ward_linkage((1 - vectors @ vectors.T).clamp_(0, 2).numpy())
+
+
 def flat_clusters(merges: np.ndarray, max_clusters: int | None = None, threshold: float | None = None
                   ) -> np.ndarray:
     """Each point's flat cluster, numbered from 0 left to right in the tree: the tree cut at `threshold`, or at the
     lowest merge height that leaves at most `max_clusters` (searched as scipy's fcluster maxclust searches)."""
     n = len(merges) + 1
-    highest = np.empty(n - 1)  # the highest merge within each cluster's subtree
-    for step, (first, second, height, _) in enumerate(merges):
-        highest[step] = max([height, *(highest[int(child) - n] for child in (first, second) if child >= n)])
+    highest = subtree_heights(merges)
     if threshold is None:
         if max_clusters >= n:  # nothing to merge: every point alone, numbered in order (as scipy does)
             return np.arange(n)
@@ -159,6 +173,35 @@ class HierarchicalTokenPooling:
         self.num_protected_tokens, self.normalize_embeddings = num_protected_tokens, normalize_embeddings
         self.tasks = [tasks] if isinstance(tasks, str) else list(tasks or ["document"])
 
+    @staticmethod
+    def calibrate_distance_threshold(embeddings: Sequence[torch.Tensor], *, target_tokens: float,
+                                     num_protected_tokens: int = 1) -> float | None:
+        """A distance_threshold that leaves these documents (unit token vectors, as the index will hold them) at
+        most `target_tokens` vectors each on average, protected ones included; None: they are within it already.
+        As sentence-transformers' HierarchicalTokenPooling.calibrate_distance_threshold chooses it: the height of
+        the merge that brings the total down to the budget, among all the documents' merges."""
+        if not (math.isfinite(target_tokens) and target_tokens > 0):
+            raise ConfigError(f"target_tokens must be a finite number > 0, got {target_tokens}")
+        if num_protected_tokens < 0:
+            raise ConfigError(f"num_protected_tokens must be >= 0, got {num_protected_tokens}")
+        heights, count, total, least = [], 0, 0, 0
+        for vectors in embeddings:
+            if not isinstance(vectors, torch.Tensor) or vectors.ndim != 2:
+                raise ConfigError("calibration documents must be (tokens, dim) tensors")
+            protected = min(num_protected_tokens, len(vectors))
+            rest = vectors[protected:]
+            count, total, least = count + 1, total + len(vectors), least + protected + min(len(rest), 1)
+            if len(rest) > 1:
+                heights.append(subtree_heights(cosine_linkage(rest)))
+        if count == 0:
+            raise ConfigError("give at least one calibration document")
+        if target_tokens * count < least:
+            raise ConfigError(f"target_tokens must be at least {least / count:g} for these protected tokens")
+        merges = math.ceil(total - target_tokens * count)
+        if merges <= 0:
+            return None
+        return float(np.partition(np.concatenate(heights), merges - 1)[merges - 1])
+
     def applies_to(self, task: str | None) -> bool:
         return (task or "document") in self.tasks
 
@@ -191,10 +234,8 @@ class HierarchicalTokenPooling:
         if len(rest) <= 1 or (self.distance_threshold is None and target >= len(rest)):
             labels = torch.arange(len(rest))
         else:
-            clustered = values.detach().float().cpu()
-            distances = (1 - clustered @ clustered.T).clamp_(0, 2).numpy()
-            merges = ward_linkage(distances)
-            labels = torch.from_numpy(flat_clusters(merges, max_clusters=target, threshold=self.distance_threshold))
+            labels = torch.from_numpy(flat_clusters(cosine_linkage(values), max_clusters=target,
+                                                    threshold=self.distance_threshold))
         labels = labels.to(values.device)
         count = int(labels.max()) + 1
         sums = values.new_zeros(count, values.shape[1]).scatter_add_(0, labels[:, None].expand_as(values), values)
