@@ -8,6 +8,7 @@ and Stanford folders are written here in those projects' file formats, and sente
 reads both, is the reference for how they are read."""
 
 import json
+import re
 import shutil
 import string
 from pathlib import Path
@@ -281,8 +282,9 @@ def test_refusals(colbert_dirs, run_cli, tmp_path):
         code, _, err = run_cli("embed", "--model", colbert_dirs["native"], "--input", lines, *flags)
         assert code != 0 and len(err.splitlines()) == 1 and named in err and "Traceback" not in err
     assert not (tmp_path / "vectors.npy").exists() and not (tmp_path / "vectors.jsonl").exists()
-    code, _, err = run_cli("similarity", "--model", colbert_dirs["native"], "a cat", "a dog")
-    assert code != 0 and "MultiVectorEncoder" in err and len(err.splitlines()) == 1
+    code, _, err = run_cli("similarity", "--model", colbert_dirs["native"], "a cat", "a dog", "--layers",
+                           "sum_last_four")
+    assert code != 0 and "--layers sum_last_four" in err and len(err.splitlines()) == 1
     pytest.importorskip("fastapi")
     from bertforge.inference.serve.app import load_app
     from bertforge.inference.serve.settings import ServeSettings
@@ -507,6 +509,20 @@ def test_embed_command(colbert_dirs, texts, run_cli, tmp_path):
     code, _, err = run_cli("embed", "--model", folder, "--input", lines, "--pool", "mean", "--output",
                            tmp_path / "pooled.npy")
     assert code == 0 and numpy.load(tmp_path / "pooled.npy").shape == (len(texts["document"]), 384), err
+
+
+def test_similarity_command(colbert_dirs, texts, run_cli):
+    """`bertforge similarity` on a ColBERT folder: the MaxSim table, each row's sentence as the query and each
+    column's as the document, as sentence-transformers' MultiVectorEncoder scores them (printed to 2 decimals)."""
+    sentences = [texts["query"][0], texts["document"][0], texts["document"][5], texts["query"][1]]
+    code, out, err = run_cli("similarity", "--model", colbert_dirs["pylate"], *sentences)
+    assert code == 0, err
+    reference = sentence_transformers.MultiVectorEncoder(str(colbert_dirs["pylate"]), device="cpu")
+    expected = reference.similarity(reference.encode_query(sentences), reference.encode_document(sentences))
+    lines = out.splitlines()
+    assert lines[0].startswith("maxsim of each row's sentence as the query")
+    printed = [[float(cell) for cell in re.findall(r"(-?\d+\.\d\d)[* ]", line[52:])] for line in lines[2:]]
+    assert numpy.allclose(printed, expected.numpy(), atol=0.006)
 
 
 def test_sentence_transformers_trainer(tiny_model_dir, data_dir, tmp_path):

@@ -149,20 +149,27 @@ def uses_colbert(args: argparse.Namespace) -> bool:
     return args.pool is None and multi_vector_kind(resolve_model_dir(args.model)) is not None
 
 
-def run_colbert(args: argparse.Namespace, texts: list[str], output: Path | None) -> int:
-    """embed with a ColBERT model: per line its token vectors as a document (JSON lines), or with --similar the
-    lines ranked by MaxSim with the query; the flags that don't apply are refused."""
-    for given, flag in ((args.level != "sentence", f"--level {args.level}"), (args.layers != "last",
-                        f"--layers {args.layers}"), (args.long_text != "truncate", f"--long-text {args.long_text}"),
-                        (args.normalize is not None, "--normalize"), (args.max_length is not None, "--max-length"),
+def colbert_encoder(args: argparse.Namespace) -> MultiVectorEncoder:
+    """The ColBERT model of --model on the command's device; the flags that don't apply to it are refused."""
+    level = getattr(args, "level", "sentence")
+    for given, flag in ((level != "sentence", f"--level {level}"), (args.layers != "last", f"--layers {args.layers}"),
+                        (args.long_text != "truncate", f"--long-text {args.long_text}"),
+                        (getattr(args, "normalize", None) is not None, "--normalize"),
+                        (args.max_length is not None, "--max-length"),
                         (args.precision != "fp32", f"--precision {args.precision}"), (args.compile, "--compile")):
         if given:
             raise InputError(f"{flag}: a ColBERT model gives its own unit vector per token, of texts cut at its "
                              f"query and document lengths (--pool POOLING pools its encoder's vectors instead)")
+    return MultiVectorEncoder(args.model, device=inference_options(args).device)
+
+
+def run_colbert(args: argparse.Namespace, texts: list[str], output: Path | None) -> int:
+    """embed with a ColBERT model: per line its token vectors as a document (JSON lines), or with --similar the
+    lines ranked by MaxSim with the query; the flags that don't apply are refused."""
     if output is not None and output.suffix == ".npy":
         raise InputError("a ColBERT model gives each line as many vectors as it has tokens: write them to a .jsonl "
                          "file", output)
-    encoder = MultiVectorEncoder(args.model, device=inference_options(args).device)
+    encoder = colbert_encoder(args)
     options = dict(prompt_name=args.prompt_name, prompt=args.prompt, batch_size=args.batch_size)
     documents = encoder.encode_document(texts, **options)
     if args.similar is not None:

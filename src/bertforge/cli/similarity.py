@@ -1,5 +1,5 @@
 """`bertforge similarity`: embed a few sentences and print their cosine similarity table (a SPLADE model's: of
-its word-piece weights)."""
+its word-piece weights; a ColBERT model's: MaxSim, each row's sentence as the query)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import argparse
 import torch.nn.functional as F
 
 from bertforge.cli.arguments import inference_options, load_encoder, path_text, read_lines
-from bertforge.cli.embed import add_feature_arguments, splade_encoder, uses_splade
+from bertforge.cli.embed import add_feature_arguments, colbert_encoder, splade_encoder, uses_colbert, uses_splade
 from bertforge.errors import InputError
 from bertforge.inference.similarity import similarity_table
 
@@ -27,6 +27,13 @@ def run(args: argparse.Namespace) -> int:
         vectors = F.normalize(splade_encoder(args).encode(texts, prompt_name=args.prompt_name, prompt=args.prompt,
                                                           batch_size=args.batch_size, convert_to_sparse_tensor=False))
         print(format_table(texts, (vectors @ vectors.T).tolist()))
+        return 0
+    if uses_colbert(args):  # late interaction: not symmetric, so the table says which side is the query
+        encoder = colbert_encoder(args)
+        options = dict(prompt_name=args.prompt_name, prompt=args.prompt, batch_size=args.batch_size)
+        table = encoder.similarity(encoder.encode_query(texts, **options), encoder.encode_document(texts, **options))
+        print(f"{encoder.similarity_fn_name} of each row's sentence as the query with each column's as the document")
+        print(format_table(texts, table.tolist()))
         return 0
     model, tokenizer = load_encoder(args.model, inference_options(args))
     table = similarity_table(model, tokenizer, texts, layers=args.layers, pooling=args.pool,
