@@ -100,15 +100,24 @@ class SentenceEmbedding:
     def prompt(self, name: str | None = None, text: str | None = None) -> str:
         """What goes before each text, as sentence-transformers' encode(prompt=, prompt_name=) chooses it: `text`
         itself, else the prompt called `name`, else the default prompt, else nothing."""
-        if text is not None:
-            return text
-        name = self.default_prompt_name if name is None else name
-        if name is None:
-            return ""
-        if name not in self.prompts:
-            known = f"has prompts {', '.join(map(repr, sorted(self.prompts)))}" if self.prompts else "has no prompts"
-            raise InputError(f"prompt_name {name!r}: the model's sentence-transformers configuration {known}")
-        return self.prompts[name]
+        return chosen_prompt(self.prompts, self.default_prompt_name, name, text,
+                             "the model's sentence-transformers configuration")
+
+
+def chosen_prompt(prompts: dict[str, str], default_prompt_name: str | None, name: str | None, text: str | None,
+                  owner: str) -> str:
+    """What goes before each text, as sentence-transformers' encode(prompt=, prompt_name=) chooses it: `text`
+    itself, else the prompt called `name`, else the default prompt, else nothing; an unknown name is an error that
+    lists what `owner` (the model, its configuration) has."""
+    if text is not None:
+        return text
+    name = default_prompt_name if name is None else name
+    if name is None:
+        return ""
+    if name not in prompts:
+        known = f"has prompts {', '.join(map(repr, sorted(prompts)))}" if prompts else "has no prompts"
+        raise InputError(f"prompt_name {name!r}: {owner} {known}")
+    return prompts[name]
 
 
 def _read(path: Path) -> Any:

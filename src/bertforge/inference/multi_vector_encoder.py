@@ -28,15 +28,10 @@ from bertforge.checkpoint.multi_vector import (
     read_projection,
     write_multi_vector_layout,
 )
+from bertforge.checkpoint.sentence_transformers import chosen_prompt
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.inference.process_pool import PoolMethods
-from bertforge.inference.sentence_encoder import (
-    ModelCardData,
-    check_construction_options,
-    evaluate_as_sentence_transformers,
-    fit_as_sentence_transformers,
-    summed,
-)
+from bertforge.inference.sentence_encoder import ModelCardData, SentenceTransformersTraining, check_construction_options
 from bertforge.inference.sentence_modules import ModuleList, multi_vector_modules_of
 from bertforge.inference.token_pooling import HierarchicalTokenPooling
 from bertforge.validation import check_counts
@@ -125,7 +120,7 @@ def new_projection(hidden_size: int, width: int = NEW_PROJECTION_WIDTH) -> nn.Mo
     return dense
 
 
-class MultiVectorEncoder(PoolMethods, ModuleList, nn.Module):
+class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, nn.Module):
     """Token vectors per text, as MultiVectorEncoder(name).encode_query / encode_document give them, and MaxSim.
 
     >>> encoder = MultiVectorEncoder("path/to/colbert")
@@ -249,15 +244,7 @@ class MultiVectorEncoder(PoolMethods, ModuleList, nn.Module):
     # ------------------------------------------------------------------ encoding
 
     def _prompt(self, prompt_name: str | None, prompt: str | None) -> str:
-        if prompt is not None:
-            return prompt
-        name = self.default_prompt_name if prompt_name is None else prompt_name
-        if name is None:
-            return ""
-        if name not in self.prompts:
-            known = f"has prompts {', '.join(map(repr, sorted(self.prompts)))}" if self.prompts else "has no prompts"
-            raise InputError(f"prompt_name {name!r}: the model {known}")
-        return self.prompts[name]
+        return chosen_prompt(self.prompts, self.default_prompt_name, prompt_name, prompt, "the model")
 
     def role_max_length(self, task: str | None) -> int:
         """Tokens a text of this role ("query", "document" or None) keeps ([CLS] and [SEP] included)."""
@@ -479,24 +466,6 @@ class MultiVectorEncoder(PoolMethods, ModuleList, nn.Module):
                    for role, column in zip(roles, zip(*texts))]
         labels = [0 if example.label is None else example.label for example in batch]
         return columns, torch.tensor(labels)
-
-    def fit(self, train_objectives: Sequence[tuple[Any, nn.Module]], evaluator: Callable | None = None,
-            epochs: int = 1, steps_per_epoch: int | None = None, output_path: str | Path | None = None,
-            save_best_model: bool = True, **options: Any) -> None:
-        """SentenceEncoder's fit, for a loss of sentence-transformers' multi_vector_encoder.losses built on this
-        model (MultiVectorMultipleNegativesRankingLoss(encoder): in-batch negatives scored by MaxSim, ...): a
-        DataLoader of InputExample's (query, positive[, negatives...]) on bertforge's training loop."""
-        if len(train_objectives) != 1:
-            raise ConfigError(f"fit trains one (DataLoader, loss) objective here, got {len(train_objectives)}")
-        if steps_per_epoch not in (None, 0):
-            raise ConfigError("fit: steps_per_epoch is not supported here (bertforge trains whole epochs)")
-        dataloader, loss_model = train_objectives[0]
-        fit_as_sentence_transformers(self, loss_model, dataloader, lambda model, batch: summed(model(*batch)),
-                                     evaluator, output_path, save_best_model, epochs=epochs, **options)
-
-    def evaluate(self, evaluator: Callable, output_path: str | Path | None = None) -> Any:
-        """sentence-transformers' evaluate: its multi-vector evaluators score this model as their own."""
-        return evaluate_as_sentence_transformers(self, evaluator, output_path)
 
     # ------------------------------------------------------------------ saving
 

@@ -112,7 +112,32 @@ class ModelCardData:
             card.register_model(owner)
 
 
-class TextEncoder(ModuleList, nn.Module):
+class SentenceTransformersTraining:
+    """fit and evaluate as sentence-transformers' encoders have them (dense, sparse and multi-vector): its losses
+    and evaluators, on bertforge's training loop."""
+
+    def fit(self, train_objectives: Sequence[tuple[Any, nn.Module]], evaluator: Callable | None = None,
+            epochs: int = 1, steps_per_epoch: int | None = None, output_path: str | Path | None = None,
+            save_best_model: bool = True, **options: Any) -> None:
+        """sentence-transformers' fit (before its Trainer): a DataLoader of InputExample's and a
+        sentence-transformers loss built on this encoder (a sparse one's SpladeLoss for SparseEncoder, a
+        multi-vector one's MultiVectorMultipleNegativesRankingLoss for MultiVectorEncoder), trained as
+        `fit_as_sentence_transformers` says; the best model by `evaluator` is saved to `output_path`. One
+        objective."""
+        if len(train_objectives) != 1:
+            raise ConfigError(f"fit trains one (DataLoader, loss) objective here, got {len(train_objectives)}")
+        if steps_per_epoch not in (None, 0):
+            raise ConfigError("fit: steps_per_epoch is not supported here (bertforge trains whole epochs)")
+        dataloader, loss_model = train_objectives[0]
+        fit_as_sentence_transformers(self, loss_model, dataloader, lambda model, batch: summed(model(*batch)),
+                                     evaluator, output_path, save_best_model, epochs=epochs, **options)
+
+    def evaluate(self, evaluator: Callable, output_path: str | Path | None = None) -> Any:
+        """sentence-transformers' evaluate (its evaluators score this model as their own)."""
+        return evaluate_as_sentence_transformers(self, evaluator, output_path)
+
+
+class TextEncoder(ModuleList, SentenceTransformersTraining, nn.Module):
     """What sentence-transformers' dense and sparse encoders share: loading a checkpoint with its layout (prompts,
     max_seq_length, similarity function), tokenizing, prompts by role, saving, and comparing what `encode` gives.
     SentenceEncoder and SparseEncoder (inference/sparse_encoder.py) say how texts become vectors."""
@@ -266,10 +291,6 @@ class TextEncoder(ModuleList, nn.Module):
         left_out = prompt_length(self.tokenizer, self.settings, prompt or "")
         return features | ({"prompt_length": left_out} if left_out else {})
 
-    def evaluate(self, evaluator: Callable, output_path: str | Path | None = None) -> Any:
-        """sentence-transformers' evaluate (its evaluators score this model as their own)."""
-        return evaluate_as_sentence_transformers(self, evaluator, output_path)
-
     def module_views(self) -> list[Any]:
         """sentence-transformers' list of modules (inference/sentence_modules.py): model[0], model[1], ..."""
         return modules_of(self)
@@ -320,21 +341,6 @@ class TextEncoder(ModuleList, nn.Module):
         labels = [example.label for example in batch]
         labels = torch.from_numpy(np.stack(labels)) if isinstance(labels[0], np.ndarray) else torch.tensor(labels)
         return [self.tokenize(list(column)) for column in zip(*texts)], labels
-
-    def fit(self, train_objectives: Sequence[tuple[Any, nn.Module]], evaluator: Callable | None = None,
-            epochs: int = 1, steps_per_epoch: int | None = None, output_path: str | Path | None = None,
-            save_best_model: bool = True, **options: Any) -> None:
-        """sentence-transformers' fit (before its Trainer): a DataLoader of InputExample's and a
-        sentence-transformers loss built on this encoder (a sparse one's SpladeLoss for SparseEncoder), trained as
-        `fit_as_sentence_transformers` says; the best model by `evaluator` is saved to `output_path`. One
-        objective."""
-        if len(train_objectives) != 1:
-            raise ConfigError(f"fit trains one (DataLoader, loss) objective here, got {len(train_objectives)}")
-        if steps_per_epoch not in (None, 0):
-            raise ConfigError("fit: steps_per_epoch is not supported here (bertforge trains whole epochs)")
-        dataloader, loss_model = train_objectives[0]
-        fit_as_sentence_transformers(self, loss_model, dataloader, lambda model, batch: summed(model(*batch)),
-                                     evaluator, output_path, save_best_model, epochs=epochs, **options)
 
 
 def refuse_sparse_layout(layout: SentenceEmbedding | None) -> None:
