@@ -10,6 +10,7 @@ import math
 import os
 import resource
 import shutil
+import tempfile
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 
@@ -28,6 +29,17 @@ def pytest_configure(config):
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # Two workers on a 2-core machine: one intra-op thread each, not two that fight over both cores.
         torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temporary_folders_under_basetemp(tmp_path_factory):
+    """Temporary folders the code makes for itself (fit() without an output, a child process's) go under pytest's
+    base folder, removed with it, rather than into /tmp run after run until the disk is full."""
+    folder = tmp_path_factory.mktemp("tempfile")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(folder))
+        patch.setattr(tempfile, "tempdir", str(folder))
+        yield
 
 
 @pytest.fixture(scope="module")
