@@ -193,6 +193,38 @@ def test_save_round_trip(colbert_dirs, texts, tmp_path, layout):
                                 getattr(original, f"encode_{role}")(texts[role][:4]))
 
 
+def test_onnx_backend_encodes_as_sentence_transformers(colbert_dirs, texts, tmp_path):
+    """backend="onnx": the BERT encoder exported and run by ONNX Runtime, the projection, [MASK]s (attended to or
+    not) and skiplist as before, gives sentence-transformers' (torch) token vectors; save() writes onnx/model.onnx,
+    which a reload runs without exporting again, and its int8 file loads by file_name. It does not train."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    from bertforge import export_dynamic_quantized_onnx_model
+
+    for layout in ("native", "native_min"):
+        reference = sentence_transformers.MultiVectorEncoder(str(colbert_dirs[layout]))
+        encoder = MultiVectorEncoder(colbert_dirs[layout], backend="onnx")
+        assert encoder.get_backend() == "onnx"
+        for role in ("query", "document"):
+            assert_same_vectors(getattr(encoder, f"encode_{role}")(texts[role], batch_size=4),
+                                getattr(reference, f"encode_{role}")(texts[role], batch_size=4))
+    encoder.save(tmp_path / "saved")
+    assert (tmp_path / "saved" / "onnx" / "model.onnx").is_file()
+    again = MultiVectorEncoder(tmp_path / "saved", backend="onnx", model_kwargs={"export": False})
+    expected = reference.encode_query(texts["query"][:4])
+    assert_same_vectors(again.encode_query(texts["query"][:4]), expected)
+    written = export_dynamic_quantized_onnx_model(again, "avx512", tmp_path / "saved")
+    int8 = MultiVectorEncoder(tmp_path / "saved", backend="onnx", model_kwargs={"file_name": f"onnx/{written.name}"})
+    documents = reference.encode_document(texts["document"][:4])
+    scores, exact = int8.similarity(int8.encode_query(texts["query"][:4]), documents), reference.similarity(
+        expected, documents)
+    # int8's rounding, no more: each question still finds its own paragraph
+    assert 1e-4 < (scores - exact).abs().mean() < 0.03 and (scores.argmax(1) == exact.argmax(1)).all()
+    encoder.train()
+    with pytest.raises(ConfigError, match="does not train"):
+        encoder(encoder.preprocess(["a question"], task="query"), task="query")
+
+
 def test_a_new_colbert_model(minilm_dir, texts, tmp_path):
     """Another BERT checkpoint (here a sentence-transformers model) becomes a new ColBERT model as
     sentence-transformers makes one: its pooling dropped, a new projection to 128 dimensions (random: the
@@ -301,8 +333,8 @@ def test_refusals(colbert_dirs, run_cli, tmp_path):
         encoder.similarity_pairwise(encoder.encode_query(["a", "b"]), encoder.encode_document(["c"]))
     with pytest.raises(ConfigError, match="similarity_fn_name"):
         encoder.similarity_fn_name = "cosine"
-    with pytest.raises(ConfigError, match="backend"):
-        MultiVectorEncoder(colbert_dirs["native"], backend="onnx")
+    with pytest.raises(ConfigError, match="backend 'openvino': MultiVectorEncoder runs 'torch' or 'onnx'"):
+        MultiVectorEncoder(colbert_dirs["native"], backend="openvino")
     # token vectors normalized, then projected: sentence-transformers runs it, bertforge says it doesn't
     sentence_transformers.MultiVectorEncoder(modules=[
         Transformer(str(colbert_dirs["native"])), Normalize(module_input_name="token_embeddings"),

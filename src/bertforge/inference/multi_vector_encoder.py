@@ -30,6 +30,7 @@ from bertforge.checkpoint.multi_vector import (
 )
 from bertforge.checkpoint.sentence_transformers import chosen_prompt
 from bertforge.errors import ConfigError, InputError, check_choice
+from bertforge.inference.onnx_backend import onnx_runtime_model, split_model_kwargs
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_encoder import ModelCardData, SentenceTransformersTraining, check_construction_options
 from bertforge.inference.sentence_modules import ModuleList, multi_vector_modules_of
@@ -143,18 +144,18 @@ class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, 
         (checkpoint/multi_vector.py), or a new ColBERT model over any other BERT checkpoint ("default" too), its
         projection untrained unless the checkpoint's layout has Dense layers; the Hub's options are unused here.
         Prompts given join the checkpoint's. `token_pooling` (HierarchicalTokenPooling, or sentence-transformers'
-        own) pools what encode gives, unless encode is given another."""
+        own) pools what encode gives, unless encode is given another. backend="onnx" runs the BERT encoder in ONNX
+        Runtime, from the folder's onnx/model.onnx (model_kwargs file_name, provider, export: as SentenceEncoder's)."""
         from bertforge import BertModel, BertTokenizer
 
         super().__init__()
         check_construction_options("MultiVectorEncoder", hub_options, backend)
-        if backend != "torch":
-            raise ConfigError(f"backend {backend!r}: MultiVectorEncoder runs torch")
+        model_options, onnx_options = split_model_kwargs(backend, model_kwargs)
         place = {"cache_dir": cache_folder, "revision": revision}
         folder = resolve_model_dir(model_name_or_path, **place)
         layout = read_multi_vector_layout(folder)
-        self.model = BertModel.from_pretrained(model_name_or_path, device_map=device, **place,
-                                               **(model_kwargs or {}), **(config_kwargs or {})).eval()
+        self.model = BertModel.from_pretrained(model_name_or_path, device_map=device, **place, **model_options,
+                                               **(config_kwargs or {})).eval()
         self.tokenizer = BertTokenizer.from_pretrained(model_name_or_path, **place, **(tokenizer_kwargs or {}),
                                                        **(processor_kwargs or {}))
         projection = read_projection(folder)
@@ -162,6 +163,9 @@ class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, 
             projection = [new_projection(self.model.config.hidden_size)]
         self.projection = nn.ModuleList(projection).to(self.model.device)
         self._register_markers(layout.markers)
+        if backend == "onnx":  # the BERT encoder runs in ONNX Runtime; the projection and the rest stay here
+            self.model = onnx_runtime_model(self.model, self.tokenizer, folder, **onnx_options)
+        self.backend = backend
         self.layout = dataclasses.replace(layout, converted=False, prompts=layout.prompts | (prompts or {}),
                                           default_prompt_name=default_prompt_name or layout.default_prompt_name)
         if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
@@ -300,9 +304,11 @@ class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, 
         scored = inputs["attention_mask"].bool()
         model_mask = inputs["attention_mask"]
         if expanded is not None:
-            # The [MASK]s the encoder doesn't attend to still get vectors of their own, which are scored: a mask per
-            # query and key has every position computed, where (texts, tokens) would leave the padding out.
-            model_mask = model_mask[:, None, :].expand(-1, model_mask.shape[1], -1)
+            if self.backend == "torch":
+                # The [MASK]s the encoder doesn't attend to still get vectors of their own, which are scored: a mask
+                # per query and key has every position computed, where (texts, tokens) would leave the padding out.
+                # (ONNX Runtime's graph computes every position under either mask.)
+                model_mask = model_mask[:, None, :].expand(-1, model_mask.shape[1], -1)
             if task == "query" and self.layout.scoring_mask:
                 scored = scored | expanded.to(self.device).bool()
         states = self.model(input_ids=inputs["input_ids"], attention_mask=model_mask,

@@ -1,8 +1,8 @@
-"""sentence-transformers' `backend="onnx"`: a SentenceEncoder's, CrossEncoder's or SparseEncoder's model whose
-forward ONNX Runtime runs, from the ONNX file of its folder (onnx/model.onnx, where sentence-transformers saves
-one; `file_name` picks another) or, when there is none, from bertforge's own export of its weights. The torch
-model stays beside the session: its configuration, its sentence-transformers layout and its weights for saving
-(with the ONNX file) come from it."""
+"""sentence-transformers' `backend="onnx"`: a SentenceEncoder's, CrossEncoder's, SparseEncoder's or
+MultiVectorEncoder's model whose forward ONNX Runtime runs, from the ONNX file of its folder (onnx/model.onnx, where
+sentence-transformers saves one; `file_name` picks another) or, when there is none, from bertforge's own export of
+its weights. The torch model stays beside the session: its configuration, its sentence-transformers layout and its
+weights for saving (with the ONNX file) come from it."""
 
 from __future__ import annotations
 
@@ -151,9 +151,9 @@ def export_dynamic_quantized_onnx_model(model: nn.Module, quantization_config: s
                                         push_to_hub: bool = False, create_pr: bool = False,
                                         file_suffix: str | None = None) -> Path:
     """sentence-transformers' function of that name: the ONNX model of an encoder loaded with backend="onnx"
-    (SentenceEncoder, CrossEncoder or SparseEncoder) quantized to int8 by ONNX Runtime, written to the folder
-    `model_name_or_path` as onnx/model_<suffix>.onnx (suffix: qint8_avx512_vnni, quint8_avx2, ...), which
-    `model_kwargs={"file_name": ...}` then loads. Returns the file's path."""
+    (SentenceEncoder, CrossEncoder, SparseEncoder or MultiVectorEncoder) quantized to int8 by ONNX Runtime,
+    written to the folder `model_name_or_path` as onnx/model_<suffix>.onnx (suffix: qint8_avx512_vnni,
+    quint8_avx2, ...), which `model_kwargs={"file_name": ...}` then loads. Returns the file's path."""
     from bertforge.atomic import atomic_path
     from bertforge.errors import check_choice
     from bertforge.inference.onnx import require
