@@ -109,6 +109,12 @@ def colbert_dirs(minilm_dir, tmp_path_factory) -> dict[str, Path]:
         "native_pooled": write_native(minilm_dir, root / "native_pooled", {"strategy": "fixed", "length": 32},
                                       {"skiplist_words": list(string.punctuation)}, seed=3,
                                       pooling={"pool_factor": 2}, document_length=180),
+        # an allowlist of the tokens a document scores (here every word piece id not divisible by 7: [CLS], [SEP]
+        # and a seventh of the words dropped)
+        "native_kept": write_native(minilm_dir, root / "native_kept", {"strategy": "fixed", "length": 32},
+                                    {"skiplist_words": list(string.punctuation),
+                                     "keep_only_token_ids": [token for token in range(999, 30522) if token % 7]},
+                                    seed=4, document_length=180),
         "pylate": write_pylate(minilm_dir, root / "pylate"),
         "stanford": write_stanford(minilm_dir, root / "stanford"),
     }
@@ -138,8 +144,8 @@ def assert_same_vectors(ours, theirs):
         assert torch.allclose(torch.as_tensor(mine), torch.as_tensor(reference).cpu(), atol=TOLERANCE)
 
 
-@pytest.mark.parametrize("layout", ["native", "native_min", "native_unmasked", "native_pooled", "pylate",
-                                    "stanford"])
+@pytest.mark.parametrize("layout", ["native", "native_min", "native_unmasked", "native_pooled", "native_kept",
+                                    "pylate", "stanford"])
 def test_matches_sentence_transformers(colbert_dirs, texts, layout):
     reference = sentence_transformers.MultiVectorEncoder(str(colbert_dirs[layout]))
     encoder = MultiVectorEncoder(colbert_dirs[layout])
@@ -177,7 +183,7 @@ def test_the_right_paragraph_ranks_first(colbert_dirs, squad_pairs):
     assert (scores.argmax(1) == torch.arange(len(questions))).float().mean() >= 0.8
 
 
-@pytest.mark.parametrize("layout", ["stanford", "native_min", "native_unmasked", "native_pooled"])
+@pytest.mark.parametrize("layout", ["stanford", "native_min", "native_unmasked", "native_pooled", "native_kept"])
 def test_save_round_trip(colbert_dirs, texts, tmp_path, layout):
     """save writes sentence-transformers' layout whatever the model came in (the markers in the tokenizer, so
     [unused0] stays one token): both libraries load it and encode as the original."""
@@ -353,6 +359,10 @@ def test_refusals(colbert_dirs, run_cli, tmp_path):
     config = next(pooled.glob("*_HierarchicalTokenPooling")) / "config.json"
     config.write_text(json.dumps(json.loads(config.read_text()) | {"pool_factor": 0.5}))
     with pytest.raises(ConfigError, match=r"HierarchicalTokenPooling/config.json: pool_factor must be at least 1"):
+        MultiVectorEncoder(pooled)
+    config = next(pooled.glob("*_MultiVectorMask")) / "config.json"
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"keep_only_token_ids": ["[CLS]"]}))
+    with pytest.raises(ConfigError, match=r"MultiVectorMask/config.json: keep_only_token_ids must be a list of token"):
         MultiVectorEncoder(pooled)
 
 

@@ -79,6 +79,7 @@ class MultiVectorLayout:
     query_expansion: QueryExpansion | None = None
     skiplist_words: tuple[str, ...] = ()  # tokens not scored in the texts of skiplist_tasks
     skiplist_tasks: tuple[str, ...] = ("document",)  # a text of no role counts as a document
+    keep_only_token_ids: tuple[int, ...] = ()  # when given, the only tokens scored in a text that isn't a query
     # sentence-transformers' MultiVectorMask module, which scores a query's [MASK]s and applies the skiplist; a
     # layout without one scores the tokens attended to only
     scoring_mask: bool = True
@@ -187,8 +188,9 @@ def _native(directory: Path, modules: list) -> MultiVectorLayout:
         if kind == "MultiVectorMask":
             mask_path = directory / str(module.get("path", "")) / MASK_CONFIG_FILE
             mask = _object(mask_path)
-            if mask.get("keep_only_token_ids"):
-                raise ConfigError(f"{mask_path}: keep_only_token_ids (image-patch documents) is not supported")
+            kept = mask.get("keep_only_token_ids") or []
+            if not isinstance(kept, list) or not all(type(token) is int and token >= 0 for token in kept):
+                raise ConfigError(f"{mask_path}: keep_only_token_ids must be a list of token ids (or null)")
         elif kind == "HierarchicalTokenPooling":
             pooling_path = directory / str(module.get("path", "")) / MASK_CONFIG_FILE
             if module is not modules[-1]:
@@ -216,6 +218,7 @@ def _native(directory: Path, modules: list) -> MultiVectorLayout:
         query_expansion=_expansion(transformer.get("query_expansion"), transformer_path),
         skiplist_words=_words(mask.get("skiplist_words", []), "skiplist_words", directory),
         skiplist_tasks=(tasks,) if isinstance(tasks, str) else _words(tasks, "skiplist_tasks", directory),
+        keep_only_token_ids=tuple(mask.get("keep_only_token_ids") or ()),
         scoring_mask="MultiVectorMask" in kinds, normalize="Normalize" in kinds,
         similarity_fn_name=_similarity(config), truncate_dim=truncate_dim, token_pooling=pooling)
 
@@ -338,7 +341,7 @@ def write_multi_vector_layout(directory: str | Path, layout: MultiVectorLayout, 
     if layout.scoring_mask:
         (directory / mask_folder).mkdir(exist_ok=True)
         mask = {"skiplist_words": list(layout.skiplist_words), "skiplist_tasks": list(layout.skiplist_tasks),
-                "keep_only_token_ids": None}
+                "keep_only_token_ids": list(layout.keep_only_token_ids) or None}
         write_text_atomic(directory / mask_folder / MASK_CONFIG_FILE, json.dumps(mask, indent=2) + "\n")
     if layout.token_pooling is not None:
         (directory / pooling_folder).mkdir(exist_ok=True)

@@ -320,6 +320,9 @@ class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, 
         skipped = self._skipped_ids() if (task or "document") in self.layout.skiplist_tasks else None
         if skipped is not None:
             scored = scored & ~torch.isin(inputs["input_ids"], skipped.to(self.device))
+        if task != "query" and self.layout.keep_only_token_ids:
+            kept = torch.tensor(self.layout.keep_only_token_ids, device=self.device)
+            scored = scored & torch.isin(inputs["input_ids"], kept)
         if self.layout.token_pooling is not None:  # the checkpoint's own pooling, its last module
             pooled = HierarchicalTokenPooling(**self.layout.token_pooling).pool(
                 [vectors[mask] for vectors, mask in zip(states, scored)], task=task)
