@@ -3,8 +3,9 @@
 Three layouts hold such a model, and sentence-transformers' MultiVectorEncoder loads all three:
 - sentence-transformers' own (config_sentence_transformers.json: "model_type": "MultiVectorEncoder"): modules.json
   lists Transformer -> Dense (on token vectors) -> MultiVectorMask -> Normalize; sentence_bert_config.json holds
-  query_length, document_length and query_expansion; 2_MultiVectorMask/config.json the skiplist; a last
-  HierarchicalTokenPooling module, if any, how documents' token vectors are pooled (inference/token_pooling.py).
+  query_length, document_length and query_expansion; 2_MultiVectorMask/config.json the skiplist (and any
+  allowlist); a last HierarchicalTokenPooling module, if any, how documents' token vectors are pooled
+  (inference/token_pooling.py).
 - PyLate's ("model_type": "ColBERT"): Transformer -> Dense, with the rest as top-level fields of
   config_sentence_transformers.json (query_prefix "[unused0]", query_length, attend_to_expansion_tokens,
   skiplist_words, ...); masking and normalising were PyLate's code.
