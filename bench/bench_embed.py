@@ -16,8 +16,11 @@ MultiVectorEncoder vs sentence-transformers' MultiVectorEncoder, on a ColBERT mo
 makes over the default model (a seeded projection to 128 dimensions, queries of 32 tokens, documents of 180, the
 punctuation skiplist) and saves, both loading that folder.
 
---onnx: two rows more, SentenceEncoder(backend="onnx") (ONNX Runtime on bertforge's export) and the same with
-export_dynamic_quantized_onnx_model's int8 file for this CPU (avx512_vnni where it has VNNI, else avx2).
+--onnx: two rows more, the encoder with backend="onnx" (SentenceEncoder's, or with --colbert MultiVectorEncoder's:
+ONNX Runtime on bertforge's export) and the same with export_dynamic_quantized_onnx_model's int8 file for this CPU
+(avx512_vnni where it has VNNI, else avx2).
+
+The folders it writes (the ColBERT model, the ONNX files) are temporary, removed when it ends.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import argparse
 import csv
 import importlib.util
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,7 +37,7 @@ import torch
 from machine import machine  # bench/ is the script's folder, so on sys.path
 from real_text import DATA, read_sst2_dev
 
-from bertforge import BertModel, BertTokenizer, MultiVectorEncoder, SparseEncoder
+from bertforge import BertModel, BertTokenizer, MultiVectorEncoder, SentenceEncoder, SparseEncoder
 from bertforge.checkpoint import default_model_dir
 from bertforge.inference import extract_features
 from bertforge.runtime import tune_cpu_allocator
@@ -56,23 +60,31 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--splade", action="store_true", help="SPLADE vectors of splade-tiny (SparseEncoder)")
-    parser.add_argument("--onnx", action="store_true", help="also SentenceEncoder's ONNX backend, fp32 and int8")
+    parser.add_argument("--onnx", action="store_true",
+                        help="also the ONNX backend (with --colbert, MultiVectorEncoder's), fp32 and int8")
     parser.add_argument("--colbert", action="store_true", help="ColBERT token vectors (MultiVectorEncoder)")
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-embed-") as scratch:
+        measure(args, Path(scratch))
+
+
+def measure(args: argparse.Namespace, scratch: Path) -> None:
     import sentence_transformers
 
     torch.set_num_threads(args.threads)
     tune_cpu_allocator()  # what the bertforge command does at start-up; process-wide, so the reference gains too
     sentences = real_sentences(args.sentences)
     if args.colbert:
-        directory = colbert_folder()
+        directory = colbert_folder(scratch / "colbert")
         encoder, tokenizer = MultiVectorEncoder(directory), BertTokenizer.from_pretrained(directory)
         reference = sentence_transformers.MultiVectorEncoder(str(directory), device="cpu")
-        engines = {
-            "bertforge": lambda: torch.cat(encoder.encode_document(sentences, batch_size=args.batch_size)),
-            "sentence-transformers": lambda: torch.cat(reference.encode_document(sentences,
-                                                                                 batch_size=args.batch_size)),
-        }
+
+        def colbert(model) -> torch.Tensor:
+            return torch.cat(model.encode_document(sentences, batch_size=args.batch_size))
+
+        engines = {"bertforge": lambda: colbert(encoder), "sentence-transformers": lambda: colbert(reference)}
+        if args.onnx:
+            engines |= onnx_engines(MultiVectorEncoder, directory, scratch / "onnx", colbert)
     elif args.splade:
         directory = Path(importlib.util.find_spec("cognition").origin).parent / "model"
         encoder, tokenizer = SparseEncoder(directory), BertTokenizer.from_pretrained(directory)
@@ -94,7 +106,8 @@ def main() -> None:
                 sentences, batch_size=args.batch_size, normalize_embeddings=True)),
         }
         if args.onnx:
-            engines |= onnx_engines(directory, sentences, args.batch_size)
+            engines |= onnx_engines(SentenceEncoder, directory, scratch / "onnx", lambda model: torch.from_numpy(
+                model.encode(sentences, batch_size=args.batch_size, normalize_embeddings=True)))
     vectors = {name: run() for name, run in engines.items()}  # warm-up, and the vectors to compare
     times: dict[str, list[float]] = {name: [] for name in engines}
     for repeat in range(args.repeats):
@@ -108,23 +121,22 @@ def main() -> None:
     print(f"{len(sentences)} real sentences ({tokens} tokens), batch {args.batch_size}, {args.threads} threads, "
           f"median of {args.repeats}; each row's largest difference from sentence-transformers' vectors")
     reference_s = statistics.median(times["sentence-transformers"])
+    width = max(map(len, times)) + 2
     for name, measured in times.items():
         seconds = statistics.median(measured)
         difference = float((vectors[name] - vectors["sentence-transformers"]).abs().max())
-        print(f"{name:<24}{len(sentences) / seconds:>10.1f} sentences/s  x{reference_s / seconds:.2f}"
+        print(f"{name:<{width}}{len(sentences) / seconds:>10.1f} sentences/s  x{reference_s / seconds:.2f}"
               f"  difference {difference:.1e}")
 
 
-def colbert_folder() -> Path:
-    """A ColBERT model over the default model, as sentence-transformers makes and saves it (a temporary folder)."""
+def colbert_folder(folder: Path) -> Path:
+    """A ColBERT model over the default model, as sentence-transformers makes and saves it."""
     import string
-    import tempfile
 
     from sentence_transformers import MultiVectorEncoder as Reference
     from sentence_transformers.base.modules import Dense, Normalize, Transformer
     from sentence_transformers.multi_vector_encoder.modules import MultiVectorMask
 
-    folder = Path(tempfile.mkdtemp(prefix="bench-embed-colbert-"))
     torch.manual_seed(0)
     Reference(modules=[
         Transformer(str(default_model_dir()), query_expansion={"strategy": "fixed", "length": 32},
@@ -135,22 +147,17 @@ def colbert_folder() -> Path:
     return folder
 
 
-def onnx_engines(directory: Path, sentences: list[str], batch_size: int) -> dict:
-    """SentenceEncoder's ONNX backend on bertforge's export of the model, and on its int8 file for this CPU."""
-    import tempfile
+def onnx_engines(encoder_class: type, directory: Path, folder: Path, encode) -> dict:
+    """`encoder_class`'s ONNX backend on bertforge's export of the model, and on its int8 file for this CPU;
+    `encode(encoder)` gives the vectors."""
+    from bertforge import export_dynamic_quantized_onnx_model
 
-    from bertforge import SentenceEncoder, export_dynamic_quantized_onnx_model
-
-    folder = Path(tempfile.mkdtemp(prefix="bench-embed-onnx-"))
-    onnx = SentenceEncoder(directory, backend="onnx")
+    onnx = encoder_class(directory, backend="onnx")
     onnx.save(folder)
     config = "avx512_vnni" if "vnni" in machine() else "avx2"
     written = export_dynamic_quantized_onnx_model(onnx, config, folder)
-    int8 = SentenceEncoder(folder, backend="onnx", model_kwargs={"file_name": f"onnx/{written.name}"})
-    return {"bertforge onnx": lambda: torch.from_numpy(onnx.encode(sentences, batch_size=batch_size,
-                                                                   normalize_embeddings=True)),
-            f"bertforge onnx {config}": lambda: torch.from_numpy(int8.encode(sentences, batch_size=batch_size,
-                                                                             normalize_embeddings=True))}
+    int8 = encoder_class(folder, backend="onnx", model_kwargs={"file_name": f"onnx/{written.name}"})
+    return {"bertforge onnx": lambda: encode(onnx), f"bertforge onnx {config}": lambda: encode(int8)}
 
 
 if __name__ == "__main__":
