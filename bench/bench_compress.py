@@ -257,13 +257,16 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     tune_cpu_allocator()
     warnings.simplefilter("ignore")
-    folder = Path(tempfile.mkdtemp(prefix="bench_compress."))
+    if args.model and len(args.model) != len(args.dev):
+        parser.error("give one --dev per --model")
+    with tempfile.TemporaryDirectory(prefix="bench_compress.") as scratch:  # the models and ONNX files it writes
+        compare(args, Path(scratch))
 
+
+def compare(args: argparse.Namespace, folder: Path) -> None:
     if args.quick:
         models = [(("sst2-quick",) + quick_model(folder, args.quick_sentences))]
     elif args.model:
-        if len(args.model) != len(args.dev):
-            parser.error("give one --dev per --model")
         models = [(Path(model).name, Path(model), Path(dev)) for model, dev in zip(args.model, args.dev)]
     else:
         models = []
