@@ -760,11 +760,13 @@ def test_the_encoder_is_indexed_as_sentence_transformers_modules(long_texts, min
     assert trainable and all("lora_" in name for name in trainable)
 
 
-def test_sentence_transformers_trainer_trains_the_encoder_as_sentence_transformer(minilm_dir, data_dir, tmp_path):
+@pytest.mark.parametrize("gradient_checkpointing", [False, True])
+def test_sentence_transformers_trainer_trains_the_encoder_as_sentence_transformer(minilm_dir, data_dir, tmp_path,
+                                                                                  gradient_checkpointing):
     """SentenceTransformerTrainer, sentence-transformers' way to train since v3 (its datasets, loss, arguments and
     model card), trains SentenceEncoder as SentenceTransformer on MRPC paraphrases: the same losses step by step
     (dropout set to 0 in both, so that neither draws), the same vectors afterwards, and save_model writes a folder
-    both load."""
+    both load. With gradient_checkpointing=True in its arguments, the trainer turns recomputation on in both."""
     import csv
 
     datasets = pytest.importorskip("datasets")
@@ -784,7 +786,8 @@ def test_sentence_transformers_trainer_trains_the_encoder_as_sentence_transforme
     for name, model in models.items():
         arguments = sentence_transformers.SentenceTransformerTrainingArguments(
             output_dir=str(tmp_path / name), num_train_epochs=1, per_device_train_batch_size=16, learning_rate=1e-4,
-            logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=0)
+            logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=0,
+            gradient_checkpointing=gradient_checkpointing)
         trainer = sentence_transformers.SentenceTransformerTrainer(
             model=model, args=arguments, train_dataset=data, loss=losses_module.MultipleNegativesRankingLoss(model))
         trainer.train()
@@ -792,6 +795,7 @@ def test_sentence_transformers_trainer_trains_the_encoder_as_sentence_transforme
         trainer.save_model(str(tmp_path / name / "final"))
     assert len(losses["ours"]) == 3 and losses["ours"][-1] < losses["ours"][0]
     torch.testing.assert_close(torch.tensor(losses["ours"]), torch.tensor(losses["theirs"]), atol=1e-4, rtol=0)
+    assert models["ours"].model.is_gradient_checkpointing is gradient_checkpointing
     texts = [first for first, _ in pairs[:4]]
     expected = models["theirs"].encode(texts)
     assert cosines(models["ours"].encode(texts), expected).min() > 0.9999

@@ -320,7 +320,8 @@ def test_sentence_transformers_evaluators_score_it_as_their_cross_encoder(rerank
 def test_fit_trains_as_sentence_transformers_fit(minilm_dir, data_dir, tmp_path):
     """fit as sentence-transformers' tutorials call it (InputExample pairs with STS-B scores, the default binary
     cross-entropy) moves the weights as sentence-transformers' own loop (old_fit) does from the same start (dropout
-    off in both); with an evaluator and output_path the best model is saved where sentence-transformers loads it."""
+    off in both), ours recomputing its activations (gradient_checkpointing_enable, as transformers' models have it)
+    and theirs not; with an evaluator and output_path the best model is saved where sentence-transformers loads it."""
     from torch.utils.data import DataLoader
 
     evaluation = pytest.importorskip("sentence_transformers.cross_encoder.evaluation")
@@ -337,6 +338,8 @@ def test_fit_trains_as_sentence_transformers_fit(minilm_dir, data_dir, tmp_path)
         theirs.model.classifier.bias.copy_(ours.model.classifier.bias)
     pairs = [(row["sentence1"], row["sentence2"]) for row in rows[:8]]
     before = ours.predict(pairs)
+    ours.gradient_checkpointing_enable()
+    assert ours.is_gradient_checkpointing and ours.model.is_gradient_checkpointing
     settings = dict(epochs=1, warmup_steps=2, weight_decay=0.0, optimizer_params={"lr": 5e-5},
                     show_progress_bar=False)
     ours.fit(DataLoader(examples, batch_size=16), **settings)

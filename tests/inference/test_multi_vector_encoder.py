@@ -592,7 +592,8 @@ def test_sentence_transformers_trainer(tiny_model_dir, data_dir, tmp_path):
 
     arguments = MultiVectorEncoderTrainingArguments(
         output_dir=str(tmp_path / "run"), num_train_epochs=2, per_device_train_batch_size=16, learning_rate=1e-3,
-        report_to=[], save_strategy="steps", save_steps=16, use_cpu=True, seed=0, disable_tqdm=True)
+        report_to=[], save_strategy="steps", save_steps=16, use_cpu=True, seed=0, disable_tqdm=True,
+        gradient_checkpointing=True)  # recomputing activations gives the same gradients
     results = []
     for resume in (None, str(tmp_path / "run" / "checkpoint-16")):
         torch.manual_seed(0)
@@ -601,6 +602,7 @@ def test_sentence_transformers_trainer(tiny_model_dir, data_dir, tmp_path):
         trainer = MultiVectorEncoderTrainer(model=encoder, args=arguments, train_dataset=train,
                                             loss=MultiVectorMultipleNegativesRankingLoss(encoder))
         trainer.train(resume_from_checkpoint=resume)
+        assert encoder.model.is_gradient_checkpointing
         results.append(mean_reciprocal_rank(encoder))
     assert before < 0.4 and results[0] > before + 0.25, (before, results)
     assert results[1] == pytest.approx(results[0], abs=1e-4)

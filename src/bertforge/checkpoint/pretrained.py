@@ -165,7 +165,39 @@ def in_our_names(state: Mapping[str, torch.Tensor], model: torch.nn.Module) -> M
 DENSE_PREFIX = "sentence_dense."
 
 
-class Pretrained:
+class ActivationCheckpointing:
+    """transformers' gradient (activation) checkpointing switches, for any module holding BERT encoders: a bertforge
+    model, or an encoder of sentence-transformers' kinds (whose trainer calls them when its arguments ask)."""
+
+    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None, every_n_layers: int = 1,
+                                      offload: bool = False) -> None:
+        """Recompute each encoder layer's activations in the backward pass instead of keeping them (training
+        only): far less memory for long sequences and large models, for about a third more compute.
+        `every_n_layers`: only every n-th layer (the first, the n+1-th, ...) recomputes, the others keep theirs (less
+        memory saved, less compute spent); `offload`: on an accelerator, what recomputation starts from waits in
+        pinned host memory. `gradient_checkpointing_kwargs` is accepted for transformers' callers; bertforge always
+        recomputes non-reentrantly (use_reentrant=False), which needs no input to require gradients."""
+        set_gradient_checkpointing(self, True, every_n_layers, offload)
+
+    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None,
+                                        every_n_layers: int = 1, offload: bool = False) -> None:
+        """transformers 5's name for gradient_checkpointing_enable (what its Trainer calls)."""
+        set_gradient_checkpointing(self, True, every_n_layers, offload)
+
+    def gradient_checkpointing_disable(self) -> None:
+        set_gradient_checkpointing(self, False)
+
+    activation_checkpointing_disable = gradient_checkpointing_disable
+    supports_gradient_checkpointing = True
+
+    @property
+    def is_gradient_checkpointing(self) -> bool:
+        return any(encoder.gradient_checkpointing for encoder in encoders_of(self))
+
+    is_activation_checkpointing = is_gradient_checkpointing
+
+
+class Pretrained(ActivationCheckpointing):
     """Mixin for models built from a BertConfig: load and save the ecosystem's checkpoint directory."""
 
     # Parameter prefixes (without `bert.`) that may be absent from a checkpoint and keep their initialisation:
@@ -264,32 +296,6 @@ class Pretrained:
                                    if name.startswith(DENSE_PREFIX)}
         return super().load_state_dict(state, strict=strict, assign=assign)
 
-    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: dict | None = None, every_n_layers: int = 1,
-                                      offload: bool = False) -> None:
-        """Recompute each encoder layer's activations in the backward pass instead of keeping them (training
-        only): far less memory for long sequences and large models, for about a third more compute.
-        `every_n_layers`: only every n-th layer (the first, the n+1-th, ...) recomputes, the others keep theirs (less
-        memory saved, less compute spent); `offload`: on an accelerator, what recomputation starts from waits in
-        pinned host memory. `gradient_checkpointing_kwargs` is accepted for transformers' callers; bertforge always
-        recomputes non-reentrantly (use_reentrant=False), which needs no input to require gradients."""
-        set_gradient_checkpointing(self, True, every_n_layers, offload)
-
-    def activation_checkpointing_enable(self, activation_checkpointing_kwargs: dict | None = None,
-                                        every_n_layers: int = 1, offload: bool = False) -> None:
-        """transformers 5's name for gradient_checkpointing_enable (what its Trainer calls)."""
-        set_gradient_checkpointing(self, True, every_n_layers, offload)
-
-    def gradient_checkpointing_disable(self) -> None:
-        set_gradient_checkpointing(self, False)
-
-    activation_checkpointing_disable = gradient_checkpointing_disable
-    supports_gradient_checkpointing = True
-
-    @property
-    def is_gradient_checkpointing(self) -> bool:
-        return any(encoder.gradient_checkpointing for encoder in encoders_of(self))
-
-    is_activation_checkpointing = is_gradient_checkpointing
 
     # What transformers' PreTrainedModel says of a BERT model, for code that asks
     main_input_name = "input_ids"

@@ -22,6 +22,7 @@ from torch import nn
 
 from bertforge.atomic import write_text_atomic
 from bertforge.batching import length_sorted_batches
+from bertforge.checkpoint.pretrained import ActivationCheckpointing
 from bertforge.checkpoint.sentence_transformers import (
     MODULES_FILE,
     SENTENCE_TRANSFORMERS_CONFIG_FILE,
@@ -85,7 +86,7 @@ def _cross_encoder_layout(directory: Path) -> dict[str, Any]:
     return settings | {"max_seq_length": transformer.get("max_seq_length")}
 
 
-class CrossEncoder(PoolMethods, nn.Module):
+class CrossEncoder(PoolMethods, ActivationCheckpointing, nn.Module):
     """A score (or one per label) per text pair, as sentence-transformers' CrossEncoder(name).predict(pairs). A
     module, as sentence-transformers' is: its parameters are the classifier's.
 

@@ -28,6 +28,7 @@ from bertforge.checkpoint.multi_vector import (
     read_projection,
     write_multi_vector_layout,
 )
+from bertforge.checkpoint.pretrained import ActivationCheckpointing
 from bertforge.checkpoint.sentence_transformers import chosen_prompt
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.inference.onnx_backend import onnx_runtime_model, split_model_kwargs
@@ -121,7 +122,7 @@ def new_projection(hidden_size: int, width: int = NEW_PROJECTION_WIDTH) -> nn.Mo
     return dense
 
 
-class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, nn.Module):
+class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, ActivationCheckpointing, nn.Module):
     """Token vectors per text, as MultiVectorEncoder(name).encode_query / encode_document give them, and MaxSim.
 
     >>> encoder = MultiVectorEncoder("path/to/colbert")

@@ -18,6 +18,7 @@ from torch import nn
 
 from bertforge.batching import length_sorted_batches
 from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
+from bertforge.checkpoint.pretrained import ActivationCheckpointing
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, read_sentence_embedding
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.inference.embedding_precision import PRECISIONS, quantize_embeddings
@@ -137,7 +138,7 @@ class SentenceTransformersTraining:
         return evaluate_as_sentence_transformers(self, evaluator, output_path)
 
 
-class TextEncoder(ModuleList, SentenceTransformersTraining, nn.Module):
+class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpointing, nn.Module):
     """What sentence-transformers' dense and sparse encoders share: loading a checkpoint with its layout (prompts,
     max_seq_length, similarity function), tokenizing, prompts by role, saving, and comparing what `encode` gives.
     SentenceEncoder and SparseEncoder (inference/sparse_encoder.py) say how texts become vectors."""
