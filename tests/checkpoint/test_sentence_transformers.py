@@ -760,13 +760,14 @@ def test_the_encoder_is_indexed_as_sentence_transformers_modules(long_texts, min
     assert trainable and all("lora_" in name for name in trainable)
 
 
-@pytest.mark.parametrize("gradient_checkpointing", [False, True])
+@pytest.mark.parametrize("variant", ["plain", "gradient checkpointing", "matryoshka"])
 def test_sentence_transformers_trainer_trains_the_encoder_as_sentence_transformer(minilm_dir, data_dir, tmp_path,
-                                                                                  gradient_checkpointing):
+                                                                                  variant):
     """SentenceTransformerTrainer, sentence-transformers' way to train since v3 (its datasets, loss, arguments and
     model card), trains SentenceEncoder as SentenceTransformer on MRPC paraphrases: the same losses step by step
     (dropout set to 0 in both, so that neither draws), the same vectors afterwards, and save_model writes a folder
-    both load. With gradient_checkpointing=True in its arguments, the trainer turns recomputation on in both."""
+    both load. With gradient_checkpointing=True in its arguments, the trainer turns recomputation on in both;
+    MatryoshkaLoss (the loss at 384, 128 and 32 dimensions) trains both alike too."""
     import csv
 
     datasets = pytest.importorskip("datasets")
@@ -787,15 +788,18 @@ def test_sentence_transformers_trainer_trains_the_encoder_as_sentence_transforme
         arguments = sentence_transformers.SentenceTransformerTrainingArguments(
             output_dir=str(tmp_path / name), num_train_epochs=1, per_device_train_batch_size=16, learning_rate=1e-4,
             logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=0,
-            gradient_checkpointing=gradient_checkpointing)
-        trainer = sentence_transformers.SentenceTransformerTrainer(
-            model=model, args=arguments, train_dataset=data, loss=losses_module.MultipleNegativesRankingLoss(model))
+            gradient_checkpointing=variant == "gradient checkpointing")
+        loss = losses_module.MultipleNegativesRankingLoss(model)
+        if variant == "matryoshka":
+            loss = losses_module.MatryoshkaLoss(model, loss, [384, 128, 32])
+        trainer = sentence_transformers.SentenceTransformerTrainer(model=model, args=arguments, train_dataset=data,
+                                                                   loss=loss)
         trainer.train()
         losses[name] = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
         trainer.save_model(str(tmp_path / name / "final"))
     assert len(losses["ours"]) == 3 and losses["ours"][-1] < losses["ours"][0]
     torch.testing.assert_close(torch.tensor(losses["ours"]), torch.tensor(losses["theirs"]), atol=1e-4, rtol=0)
-    assert models["ours"].model.is_gradient_checkpointing is gradient_checkpointing
+    assert models["ours"].model.is_gradient_checkpointing is (variant == "gradient checkpointing")
     texts = [first for first, _ in pairs[:4]]
     expected = models["theirs"].encode(texts)
     assert cosines(models["ours"].encode(texts), expected).min() > 0.9999
@@ -846,3 +850,67 @@ def test_sentence_transformers_trainer_resumes_and_keeps_the_best_checkpoint(min
 
     resumed, _ = train(resume_from=str(tmp_path / "run" / "checkpoint-4"))
     np.testing.assert_allclose(resumed.encode(texts), vectors, atol=1e-5)
+
+
+# sentence-transformers' losses, each with the columns it reads: (loss, dataset kind, its options given the model)
+LOSSES = {
+    "MultipleNegativesSymmetricRankingLoss": ("pair", {}),
+    "CachedMultipleNegativesRankingLoss": ("pair", {"mini_batch_size": 2}),
+    "CachedMultipleNegativesSymmetricRankingLoss": ("pair", {"mini_batch_size": 2}),
+    "MegaBatchMarginLoss": ("pair", {"mini_batch_size": 2}),
+    "TripletLoss": ("triplet", {}),
+    "GlobalOrthogonalRegularizationLoss": ("triplet", {}),
+    "SoftmaxLoss": ("label", {"sentence_embedding_dimension": 32, "num_labels": 2}),
+    "ContrastiveLoss": ("label", {}),
+    "OnlineContrastiveLoss": ("label", {}),
+    "CosineSimilarityLoss": ("score", {}),
+    "CoSENTLoss": ("score", {}),
+    "AnglELoss": ("score", {}),
+    "BatchAllTripletLoss": ("classes", {}),
+    "BatchHardSoftMarginTripletLoss": ("classes", {}),
+    "MarginMSELoss": ("margin", {}),
+    "DistillKLDivLoss": ("teacher scores", {}),
+    "MSELoss": ("teacher vectors", {}),
+}
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_sentence_transformers_losses_train_it(tiny_model_dir, data_dir, tmp_path, name):
+    """The rest of sentence-transformers' losses for SentenceTransformer, each on the columns it reads (MRPC
+    sentences; labels, scores and teacher outputs made up), train SentenceEncoder through SentenceTransformerTrainer:
+    a finite loss, and every layer's weights move."""
+    import csv
+
+    datasets = pytest.importorskip("datasets")
+    from bertforge import SentenceEncoder
+
+    with open(data_dir / "mrpc" / "train.tsv", encoding="utf-8-sig") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[:8]
+    first, second = [row["#1 String"] for row in rows], [row["#2 String"] for row in rows]
+    third = second[1:] + second[:1]
+    labels = [int(row["Quality"]) for row in rows]
+    columns = {
+        "pair": {"anchor": first, "positive": second},
+        "triplet": {"anchor": first, "positive": second, "negative": third},
+        "label": {"sentence1": first, "sentence2": second, "label": labels},
+        "score": {"sentence1": first, "sentence2": second, "score": [i / 8 for i in range(8)]},
+        "classes": {"sentence": first, "label": [i % 3 for i in range(8)]},
+        "margin": {"query": first, "positive": second, "negative": third, "label": [0.5] * 8},
+        "teacher scores": {"query": first, "positive": second, "negative": third, "label": [[0.9, 0.1]] * 8},
+        "teacher vectors": {"sentence": first, "label": [[0.05] * 32] * 8},
+    }[LOSSES[name][0]]
+    torch.manual_seed(0)
+    model = SentenceEncoder(tiny_model_dir)
+    before = {key: value.clone() for key, value in model.state_dict().items()}
+    loss = getattr(importlib.import_module("sentence_transformers.losses"), name)(model, **LOSSES[name][1])
+    arguments = sentence_transformers.SentenceTransformerTrainingArguments(
+        output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, learning_rate=1e-3, logging_steps=1,
+        save_strategy="no", report_to=[], use_cpu=True, seed=0, disable_tqdm=True)
+    trainer = sentence_transformers.SentenceTransformerTrainer(
+        model=model, args=arguments, train_dataset=datasets.Dataset.from_dict(columns), loss=loss)
+    trainer.train()
+    logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logged) == 2 and all(np.isfinite(logged))
+    moved = {key.split(".layers.")[1].split(".")[0] for key, value in model.state_dict().items()
+             if ".layers." in key and not torch.equal(value, before[key])}
+    assert moved == {"0", "1"}

@@ -407,9 +407,13 @@ class SentenceEncoder(PoolMethods, TextEncoder):
 
     def get_embedding_dimension(self) -> int:
         """Dimensions encode gives (sentence-transformers 6.2's name; get_sentence_embedding_dimension before)."""
-        dense = getattr(self.model, "sentence_dense", None)
-        width = dense[-1].out_features if dense else self.model.config.hidden_size
+        width = self._get_untruncated_embedding_dimension()
         return min(width, self.truncate_dim or width)
+
+    def _get_untruncated_embedding_dimension(self) -> int:
+        """Dimensions of the model's own vectors, before truncate_dim (sentence-transformers' MatryoshkaLoss asks)."""
+        dense = getattr(self.model, "sentence_dense", None)
+        return dense[-1].out_features if dense else self.model.config.hidden_size
 
     get_sentence_embedding_dimension = get_embedding_dimension
 
