@@ -457,11 +457,27 @@ def test_openai_client_reads_the_token_vectors_of_a_served_colbert_model(colbert
     assert nested.usage.total_tokens == sum(read)
 
 
-@pytest.mark.parametrize("layout", ["native", "stanford", "native_pooled"])
-def test_sentence_transformers_loss_trains_it(colbert_dirs, squad_pairs, layout):
+@pytest.mark.parametrize("layout, wrapper", [("native", None), ("stanford", None), ("native_pooled", None),
+                                             ("native", "matryoshka"), ("native", "token pooling")])
+def test_sentence_transformers_loss_trains_it(colbert_dirs, squad_pairs, layout, wrapper):
     """sentence-transformers' MaxSim in-batch-negatives loss, built on this model, gives the loss and gradients it
-    gives on its own MultiVectorEncoder with the same weights (the batch as each tokenizes it, role prompts)."""
-    from sentence_transformers.multi_vector_encoder.losses import MultiVectorMultipleNegativesRankingLoss
+    gives on its own MultiVectorEncoder with the same weights (the batch as each tokenizes it, role prompts); so do
+    its MultiVectorMatryoshkaLoss (96 and 32 dimensions) and MultiVectorTokenPoolingLoss (unpooled, and pooled by
+    half) around it."""
+    from sentence_transformers.multi_vector_encoder.losses import (
+        MultiVectorMatryoshkaLoss,
+        MultiVectorMultipleNegativesRankingLoss,
+        MultiVectorTokenPoolingLoss,
+    )
+    from sentence_transformers.multi_vector_encoder.modules import HierarchicalTokenPooling
+
+    def built(model):
+        loss = MultiVectorMultipleNegativesRankingLoss(model)
+        if wrapper == "matryoshka":
+            return MultiVectorMatryoshkaLoss(model, loss, [96, 32])
+        if wrapper == "token pooling":
+            return MultiVectorTokenPoolingLoss(model, loss, [None, HierarchicalTokenPooling(pool_factor=2)])
+        return loss
 
     reference = sentence_transformers.MultiVectorEncoder(str(colbert_dirs[layout]))
     encoder = MultiVectorEncoder(colbert_dirs[layout])
@@ -470,7 +486,7 @@ def test_sentence_transformers_loss_trains_it(colbert_dirs, squad_pairs, layout)
     for model in (reference, encoder):
         batch = [model.preprocess(texts, prompt=model.prompts.get(role), task=role) | {"task": role}
                  for role, texts in (("query", questions), ("document", paragraphs))]
-        loss = MultiVectorMultipleNegativesRankingLoss(model)(batch, None)
+        loss = built(model)(batch, None)
         loss.backward()
         losses.append(loss.item())
     assert losses[0] == pytest.approx(losses[1], rel=1e-4, abs=1e-6)

@@ -133,6 +133,9 @@ class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, 
 
     SUPPORTED_SIMILARITY_FN_NAMES = SIMILARITY_NAMES
     model_card_data = ModelCardData("MultiVectorEncoderModelCardData")  # where its evaluators record results
+    # sentence-transformers' settings for kernels fetched from the Hub, which its token-pooling loss reads: none here
+    use_kernels = False
+    _token_pooling_kernel_config = None
 
     def __init__(self, model_name_or_path: str | Path = "default", *, device: str | torch.device | None = None,
                  prompts: dict[str, str] | None = None, default_prompt_name: str | None = None,
@@ -243,8 +246,12 @@ class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, 
         return min(self.layout.max_length or self.tokenizer.model_max_length, limit)
 
     def get_embedding_dimension(self) -> int:
-        width = self.projection[-1].out_features if len(self.projection) else self.model.config.hidden_size
+        width = self._get_untruncated_embedding_dimension()
         return min(width, self.truncate_dim or width)
+
+    def _get_untruncated_embedding_dimension(self) -> int:
+        """Dimensions of the model's own token vectors, before truncate_dim (MultiVectorMatryoshkaLoss asks)."""
+        return self.projection[-1].out_features if len(self.projection) else self.model.config.hidden_size
 
     # ------------------------------------------------------------------ encoding
 
