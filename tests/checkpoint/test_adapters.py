@@ -1,7 +1,7 @@
 """LoRA adapters in PEFT's format merge into bertforge's models: an adapter PEFT trained on transformers' BERT gives,
 merged by bertforge, the outputs of PEFT's own merge (merge_and_unload) on real text; one PEFT trained on a bertforge
 model gives PEFT's unmerged outputs; `export hf --adapter` writes the merged model transformers loads; adapters that
-don't merge are one-line errors."""
+don't merge are one-line errors; a folder holding an adapter alone loads as its base with the adapter merged."""
 
 import json
 import shutil
@@ -79,6 +79,55 @@ def test_a_transformers_adapter_merges_as_peft_merges_it(name, minilm_dir, batch
     base = ADAPTERS[name][3].from_pretrained(minilm_dir, **ADAPTERS[name][1])
     again = outputs(merge_lora(base, tmp_path / "adapter"), batch)
     torch.testing.assert_close(again[real] if again.dim() == 3 else again, got, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_an_adapter_folder_loads_as_transformers_loads_it(name, minilm_dir, real_sentences, batch, tmp_path):
+    """A folder holding a LoRA adapter alone (PEFT's save_pretrained; sentence-transformers saves an adapted model
+    so too) loads as transformers loads one: the base model adapter_config.json names, the adapter merged in (its
+    trained head, with its labels, in place of the base's); the tokenizer is the base's when the folder has none.
+    The commands read such a folder as what its base holds."""
+    from bertforge import SentenceEncoder
+    from bertforge.tasks.registry import inspect_checkpoint
+
+    merged = transformers_adapter(name, minilm_dir, tmp_path / "adapter")
+    assert not (tmp_path / "adapter" / "config.json").exists()
+    expected = outputs(merged, batch)
+    model_class = ADAPTERS[name][3]
+    got = outputs(model_class.from_pretrained(tmp_path / "adapter"), batch)
+    real = batch["attention_mask"].bool()
+    if got.dim() == 3:
+        got, expected = got[real], expected[real]
+    torch.testing.assert_close(got, expected, atol=TOLERANCE, rtol=0)
+    base_tokenizer = BertTokenizer.from_pretrained(minilm_dir)
+    assert BertTokenizer.from_pretrained(tmp_path / "adapter")(real_sentences)["input_ids"] == \
+        base_tokenizer(real_sentences)["input_ids"]
+    if model_class is BertModel:
+        # the base's sentence-transformers layout (mean pooling over its 256 tokens, unit length) over the adapted
+        # token vectors
+        long_batch = dict(base_tokenizer(real_sentences, padding=True, truncation=True, max_length=256,
+                                         return_tensors="pt"))
+        states, real = outputs(merged, long_batch), long_batch["attention_mask"].bool()
+        pooled = (states * real[..., None]).sum(1) / real.sum(1, keepdim=True)
+        vectors = SentenceEncoder(tmp_path / "adapter").encode(real_sentences, convert_to_tensor=True)
+        torch.testing.assert_close(vectors, torch.nn.functional.normalize(pooled, dim=-1), atol=TOLERANCE, rtol=0)
+        checkpoint = inspect_checkpoint(tmp_path / "adapter")
+        assert (checkpoint.head, checkpoint.directory) == ("encoder", tmp_path / "adapter")
+    else:  # a head the base (an encoder) lacks: `export hf --adapter` makes it
+        with pytest.raises(CheckpointError, match=r"adapter over .*: merge them first with `bertforge export hf"):
+            inspect_checkpoint(tmp_path / "adapter")
+
+
+def test_an_adapter_folder_whose_base_is_missing_is_a_one_line_error(minilm_dir, tmp_path):
+    transformers_adapter("classifier on every linear layer", minilm_dir, tmp_path / "adapter")
+    config = tmp_path / "adapter" / "adapter_config.json"
+    settings = json.loads(config.read_text())
+    config.write_text(json.dumps(settings | {"base_model_name_or_path": str(tmp_path / "gone")}))
+    with pytest.raises(CheckpointError, match=r"adapter_config.json: its base model .*gone.*: .*no such model"):
+        BertForSequenceClassification.from_pretrained(tmp_path / "adapter")
+    config.write_text(json.dumps(settings | {"base_model_name_or_path": None}))
+    with pytest.raises(CheckpointError, match="no base_model_name_or_path, so the model it adapts is unknown"):
+        BertForSequenceClassification.from_pretrained(tmp_path / "adapter")
 
 
 def test_an_adapter_peft_trained_on_bertforge_merges_to_peft_s_outputs(minilm_dir, batch, tmp_path):

@@ -5,7 +5,8 @@ the adapted layer computes W + (alpha / r) B A (alpha / sqrt(r) with rsLoRA). Me
 so the adapted model is an ordinary checkpoint: every command (predict, serve, quantize, ONNX export) runs it at
 the base model's speed, and nothing of PEFT is needed at run time. An adapter trained with PEFT on transformers'
 BERT names its layers as transformers does; one trained on a bertforge model, as bertforge does: both merge.
-The layers PEFT trained in full (`modules_to_save`, a task's classifier) are copied.
+The layers PEFT trained in full (`modules_to_save`, a task's classifier) are copied. A folder holding an adapter
+alone (adapter_config.json, no config.json) is a model: its base, the adapter merged in (load_adapter_folder).
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import logging
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
-from bertforge.checkpoint.hf_format import read_pytorch, read_safetensors
+from bertforge.checkpoint.default_model import resolve_model_dir
+from bertforge.checkpoint.hf_format import CONFIG_FILE, read_pytorch, read_safetensors
 from bertforge.checkpoint.key_map import ENCODER_PREFIX, from_hf
 from bertforge.config import read_json_object
 from bertforge.errors import CheckpointError, ConfigError
@@ -75,10 +78,47 @@ def merged(model: nn.Module, settings: dict, tensors: dict[str, torch.Tensor], s
     return model
 
 
+def is_adapter_folder(directory: Path) -> bool:
+    """A folder holding a LoRA adapter alone, as PEFT and sentence-transformers save an adapted model (no
+    config.json): the model is the base that adapter_config.json names, with the adapter."""
+    return (directory / ADAPTER_CONFIG_FILE).is_file() and not (directory / CONFIG_FILE).is_file()
+
+
+def adapter_base(directory: Path) -> str:
+    """The base model an adapter folder's adapter_config.json names (base_model_name_or_path)."""
+    base = read_json_object(directory / ADAPTER_CONFIG_FILE, "adapter config").get("base_model_name_or_path")
+    if not isinstance(base, str) or not base.strip():
+        raise CheckpointError(f"{directory / ADAPTER_CONFIG_FILE}: no base_model_name_or_path, so the model it "
+                              f"adapts is unknown: merge it with `bertforge export hf --model BASE --adapter "
+                              f"{directory} --output MERGED`")
+    return base
+
+
+def load_adapter_folder(model_class: type, directory: Path, options: dict[str, Any]) -> Any:
+    """`model_class` loaded from an adapter-only folder as transformers loads one: its base model (a folder,
+    'default', or a model in the local Hugging Face cache) with from_pretrained's `options`, the adapter merged in,
+    and the folder's sentence-transformers layout in place of the base's when it has one."""
+    from bertforge.checkpoint.sentence_transformers import read_sentence_embedding
+    from bertforge.tasks.registry import inspect_checkpoint
+
+    base = adapter_base(directory)
+    try:
+        checkpoint = inspect_checkpoint(resolve_model_dir(base, cache_dir=options.get("cache_dir"),
+                                                          revision=options.get("revision")))
+    except CheckpointError as error:
+        raise CheckpointError(f"{directory / ADAPTER_CONFIG_FILE}: its base model {base!r}: {error}") from None
+    loaded = adapted_model(model_class, checkpoint, *read_adapter(directory), options)
+    model = loaded[0] if isinstance(loaded, tuple) else loaded
+    layout = read_sentence_embedding(directory)
+    if layout is not None:
+        model.sentence_embedding = layout
+    model.name_or_path = str(directory)
+    return loaded
+
+
 def load_adapted(base: str | Path, adapter: str | Path, head: str | None = None) -> nn.Module:
     """The checkpoint `base` loaded as the model the adapter was trained on, the adapter merged in. The model is
-    `head` (a HEADS key), else PEFT's task_type (SEQ_CLS: a sequence classifier, ...), else what `base` holds; a head
-    the base lacks comes from the adapter (PEFT's `modules_to_save`), its labels counted there."""
+    `head` (a HEADS key), else PEFT's task_type (SEQ_CLS: a sequence classifier, ...), else what `base` holds."""
     from bertforge.tasks.registry import HEADS, inspect_checkpoint
 
     checkpoint = inspect_checkpoint(base)
@@ -89,23 +129,36 @@ def load_adapted(base: str | Path, adapter: str | Path, head: str | None = None)
         raise ConfigError(f"{directory / ADAPTER_CONFIG_FILE}: task_type {task_type!r} is none of bertforge's "
                           f"models ({', '.join(PEFT_TASKS)})")
     head = head or PEFT_TASKS.get(task_type, checkpoint.head)
-    options = {}
-    if head != checkpoint.head and HEADS[head].weights:
-        weight = next((tensor for key, tensor in tensors.items() if key.endswith(HEADS[head].weights + "weight")),
-                      None)
-        if weight is None:
-            raise CheckpointError(f"{source}: no trained {HEADS[head].weights.rstrip('.')} for the "
-                                  f"{HEADS[head].model_class.__name__} the adapter adapts, and {checkpoint.directory} "
-                                  f"holds none")
-        options["num_labels"] = weight.shape[0]
+    weights = HEADS[head].weights
+    if head != checkpoint.head and weights and not any(key.endswith(weights + "weight") for key in tensors):
+        raise CheckpointError(f"{source}: no trained {weights.rstrip('.')} for the "
+                              f"{HEADS[head].model_class.__name__} the adapter adapts, and {checkpoint.directory} "
+                              f"holds none")
+    return adapted_model(HEADS[head].model_class, checkpoint, settings, tensors, source, {})
+
+
+def adapted_model(model_class: type, base: Any, settings: dict, tensors: dict[str, torch.Tensor], source: Path,
+                  options: dict[str, Any]) -> Any:
+    """`model_class`.from_pretrained(base.directory, **options) (`base`: inspect_checkpoint's) with the adapter read
+    from `source` merged in. A head the base lacks comes from the adapter (PEFT's `modules_to_save`), its labels
+    counted there."""
+    from bertforge.tasks.registry import HEADS
+
+    head = next((name for name, row in HEADS.items() if row.model_class is model_class), None)
+    weights = HEADS[head].weights if head is not None and head != base.head else None
+    weight = next((tensor for key, tensor in tensors.items() if weights and key.endswith(weights + "weight")), None)
+    if weight is not None:
+        options = {"num_labels": weight.shape[0]} | options
     quiet = logging.getLogger("bertforge")
     level = quiet.level
-    quiet.setLevel(logging.ERROR)  # the head the base lacks is reported new, but the adapter's replaces it
+    if weight is not None:
+        quiet.setLevel(logging.ERROR)  # the head the base lacks is reported new, but the adapter's replaces it
     try:
-        model = HEADS[head].model_class.from_pretrained(checkpoint.directory, **options)
+        loaded = model_class.from_pretrained(base.directory, **options)
     finally:
         quiet.setLevel(level)
-    return merged(model, settings, tensors, source)
+    merged(loaded[0] if isinstance(loaded, tuple) else loaded, settings, tensors, source)
+    return loaded
 
 
 def check_mergeable(settings: dict, path: Path) -> None:

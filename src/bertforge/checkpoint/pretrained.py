@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from bertforge.checkpoint.adapters import is_adapter_folder, load_adapter_folder
 from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE, config_path, read_state_dict, write_state_dict
 from bertforge.checkpoint.key_map import ENCODER_PREFIX, IGNORED_HF_KEYS, TIED_HF_KEYS, from_hf, to_hf
@@ -232,6 +233,12 @@ class Pretrained(ActivationCheckpointing):
         classifier for other labels) a fresh initialisation instead of refusing it; the encoder must still fit.
         """
         directory = resolve_model_dir(name_or_path, subfolder, cache_dir, revision)
+        if config is None and is_adapter_folder(directory):  # a LoRA adapter alone: its base, the adapter merged in
+            return load_adapter_folder(cls, directory, dict(
+                require_heads=require_heads, ignore_mismatched_sizes=ignore_mismatched_sizes, dtype=dtype,
+                torch_dtype=torch_dtype, device_map=device_map, attn_implementation=attn_implementation,
+                output_loading_info=output_loading_info, cache_dir=cache_dir, revision=revision, variant=variant,
+                use_safetensors=use_safetensors, **config_overrides))
         has_config = config_path(directory).is_file()
         if config is None and not has_config and any(directory.glob("*.safetensors")):
             raise ConfigError(f"{config_path(directory)}: no such config file; weights saved without one (as "

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from bertforge.checkpoint.adapters import ADAPTER_CONFIG_FILE, PEFT_TASKS, adapter_base, is_adapter_folder
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import SAFETENSORS_FILE, check_readable, config_path, read_state_dict
-from bertforge.config import BertConfig, architectures_of
+from bertforge.config import BertConfig, architectures_of, read_json_object
 from bertforge.errors import CheckpointError, ConfigError, check_choice
 from bertforge.heads import (
     BertForMultipleChoice,
@@ -328,6 +329,20 @@ def _weight_names(directory: Path) -> set[str]:
     return set(read_state_dict(directory)[0])
 
 
+def adapted_checkpoint(directory: Path) -> Checkpoint:
+    """A LoRA adapter alone (PEFT's or sentence-transformers' save): what its base model holds, read from this
+    folder, where the models load the base with the adapter merged in. An adapter that gives the base another head
+    (PEFT's task_type) is merged with `export hf` first, which makes that head."""
+    base = inspect_checkpoint(adapter_base(directory))
+    task_type = read_json_object(directory / ADAPTER_CONFIG_FILE, "adapter config").get("task_type")
+    head = PEFT_TASKS.get(task_type, base.head) if isinstance(task_type, str) else base.head
+    if head != base.head:
+        raise CheckpointError(f"{directory}: a {task_type} adapter over {base.directory}, whose model is a "
+                              f"{HEADS[base.head].model_class.__name__}: merge them first with `bertforge export hf "
+                              f"--model {base.directory} --adapter {directory} --output MERGED`")
+    return dataclasses.replace(base, directory=directory)
+
+
 def inspect_checkpoint(name_or_path: str | Path) -> Checkpoint:
     """What a model directory (or "default") holds, read from its files without loading the model.
 
@@ -338,6 +353,8 @@ def inspect_checkpoint(name_or_path: str | Path) -> Checkpoint:
     (regression for a one-output sequence classifier).
     """
     directory = resolve_model_dir(name_or_path)
+    if is_adapter_folder(directory):
+        return adapted_checkpoint(directory)
     path = config_path(directory)
     try:
         config = json.loads(path.read_text(encoding="utf-8"))

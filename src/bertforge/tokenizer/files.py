@@ -54,6 +54,11 @@ class TokenizerFiles:
     max_word_chars: int = MAX_WORD_CHARS
 
 
+def has_tokenizer_files(directory: Path) -> bool:
+    """Whether the folder holds a vocabulary (tokenizer.json or vocab.txt)."""
+    return (directory / TOKENIZER_FILE).is_file() or (directory / VOCAB_FILE).is_file()
+
+
 def read_tokenizer_files(directory: Path) -> TokenizerFiles:
     """Every tokenizer layout transformers writes; an unreadable file or an unsupported setting is an error
     naming the file."""

@@ -41,6 +41,7 @@ from bertforge.tokenizer.files import (
     EXTRA_SPECIAL_KEYS,
     MODEL_INPUT_NAMES,
     SETTINGS,
+    has_tokenizer_files,
     read_tokenizer_files,
     write_tokenizer_files,
 )
@@ -207,10 +208,13 @@ class BertTokenizer:
         add_special_tokens). transformers' loading options are taken as the models take them (subfolder,
         cache_dir, revision; the Hub's own, and use_fast, unused).
         """
+        from bertforge.checkpoint.adapters import adapter_base, is_adapter_folder
         from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
 
-        directory = resolve_model_dir(name_or_path, settings.pop("subfolder", ""), settings.pop("cache_dir", None),
-                                      settings.pop("revision", None))
+        place = {"cache_dir": settings.pop("cache_dir", None), "revision": settings.pop("revision", None)}
+        directory = resolve_model_dir(name_or_path, settings.pop("subfolder", ""), **place)
+        if is_adapter_folder(directory) and not has_tokenizer_files(directory):  # PEFT saves no tokenizer: the base's
+            directory = resolve_model_dir(adapter_base(directory), **place)
         # transformers' options about fetching, and use_fast (this tokenizer is the fast one's equal): unused
         settings = {key: value for key, value in settings.items() if key not in HUB_OPTIONS | {"use_fast"}}
         special = _special_settings(settings, others=SETTINGS)
