@@ -14,18 +14,38 @@ class ModelOutput:
     orders them: `loss, logits = model(..., labels=labels)[:2]`); as a mapping, those fields by name."""
 
     def to_tuple(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, name) for name in self.keys())
+        return tuple(self[name] for name in self.keys())
 
     def keys(self) -> list[str]:
         names = [field.name for field in dataclasses.fields(self) if getattr(self, field.name) is not None]
-        return sorted(names, key=lambda name: name != "loss")  # stable: the loss first, the rest in order
+        # stable: the loss first, the rest in order, then keys the caller added
+        return sorted(names, key=lambda name: name != "loss") + list(self.__dict__.get("_added", {}))
 
     def __getitem__(self, key: int | slice | str) -> Any:
         if isinstance(key, str):
             if key not in self.keys():
                 raise KeyError(key)
-            return getattr(self, key)
+            return self.__dict__["_added"][key] if key in self.__dict__.get("_added", {}) else getattr(self, key)
         return self.to_tuple()[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        """A field set by name, or another key kept beside the fields (transformers' pipelines add input_ids)."""
+        if any(field.name == key for field in dataclasses.fields(self)):
+            setattr(self, key, value)
+        else:
+            self.__dict__.setdefault("_added", {})[key] = value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self.keys() else default
+
+    def values(self) -> list[Any]:
+        return [self[key] for key in self.keys()]
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(key, self[key]) for key in self.keys()]
 
     def __iter__(self):
         return iter(self.keys())
