@@ -64,6 +64,13 @@ PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_class
 WRITTEN_KEYS = ("model_type", "position_embedding_type", "architectures", "quantization_config")
 
 
+def is_config_key(key: str) -> bool:
+    """Whether BertConfig.with_overrides takes `key` (a field, a key of transformers' kept as it is, or one bertforge
+    writes or checks itself)."""
+    return key in {field.name for field in dataclasses.fields(BertConfig)} or key in TRANSFORMERS_KEYS or \
+        key in FIXED_VALUES or key in WRITTEN_KEYS or key in LABEL_COUNT_KEYS or key == FINETUNE_KEY
+
+
 def check_fixed_values(data: dict[str, Any], prefix: str = "") -> None:
     """A ConfigError for the first key of FIXED_VALUES that `data` gives another value (`prefix`: where from)."""
     for key, value in data.items():

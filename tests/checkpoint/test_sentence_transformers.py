@@ -914,3 +914,57 @@ def test_sentence_transformers_losses_train_it(tiny_model_dir, data_dir, tmp_pat
     moved = {key.split(".layers.")[1].split(".")[0] for key, value in model.state_dict().items()
              if ".layers." in key and not torch.equal(value, before[key])}
     assert moved == {"0", "1"}
+
+
+@pytest.mark.parametrize("saved", [
+    {"tokenizer_args": {"do_lower_case": False}},  # the names before sentence-transformers 5
+    {"processor_kwargs": {"model_max_length": 12}},  # wins over max_seq_length
+    {"config_args": {"hidden_act": "relu"}},
+    {"config_kwargs": {"layer_norm_eps": 1e-2}, "model_kwargs": {"add_pooling_layer": False}},
+    {"model_kwargs": {"torch_dtype": "bfloat16"}},
+], ids=["tokenizer_args", "processor_kwargs", "config_args", "config_kwargs", "model_kwargs"])
+def test_the_loading_options_a_folder_saves_apply_as_in_sentence_transformers(minilm_dir, squad_contexts, tmp_path,
+                                                                             saved):
+    """sentence_bert_config.json may hold the options sentence-transformers loads the model, its tokenizer and its
+    config with; SentenceEncoder applies them too (they were ignored), so both give the same vectors on real text
+    with capitals and long paragraphs, vectors that differ from the model's without them."""
+    import shutil
+
+    from bertforge import SentenceEncoder
+
+    folder = tmp_path / "model"
+    shutil.copytree(minilm_dir, folder)
+    config_file = folder / "sentence_bert_config.json"
+    config_file.write_text(json.dumps(json.loads(config_file.read_text()) | saved))
+    texts = ["Apollo Eleven Landed On The Moon In July 1969.", *squad_contexts[:3]]
+    ours = SentenceEncoder(folder)
+    expected = sentence_transformers.SentenceTransformer(str(folder), device="cpu").encode(texts)
+    without = SentenceEncoder(minilm_dir).encode(texts)
+    if "model_kwargs" in saved and "torch_dtype" in saved["model_kwargs"]:
+        assert ours.model.dtype == torch.bfloat16  # bfloat16's rounding, in two different orders
+        assert cosines(ours.encode(texts), expected).min() > 0.999
+    else:
+        np.testing.assert_allclose(ours.encode(texts), expected, atol=1e-5)
+        assert np.abs(ours.encode(texts) - without).max() > 1e-3
+
+
+def test_loading_options_bert_has_no_use_for_are_ignored_as_sentence_transformers_ignores_them(
+        minilm_dir, squad_contexts, tmp_path, caplog):
+    import shutil
+
+    from bertforge import SentenceEncoder
+
+    folder = tmp_path / "model"
+    shutil.copytree(minilm_dir, folder)
+    config_file = folder / "sentence_bert_config.json"
+    config_file.write_text(json.dumps(json.loads(config_file.read_text()) | {
+        "processor_kwargs": {"add_prefix_space": True}, "config_kwargs": {"rope_theta": 10000.0}}))
+    with caplog.at_level("WARNING", logger="bertforge"):
+        vectors = SentenceEncoder(folder).encode(squad_contexts[:2])
+    assert "add_prefix_space: no setting of BERT's tokenizer; ignored" in caplog.text
+    assert "rope_theta: no setting of BERT's; ignored" in caplog.text
+    expected = sentence_transformers.SentenceTransformer(str(folder), device="cpu").encode(squad_contexts[:2])
+    np.testing.assert_allclose(vectors, expected, atol=1e-5)
+    config_file.write_text(json.dumps({"model_kwargs": {"dtype": "int8"}}))
+    with pytest.raises(ConfigError, match=r"sentence_bert_config.json: dtype must be a floating-point torch dtype"):
+        SentenceEncoder(folder)

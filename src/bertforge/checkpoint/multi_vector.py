@@ -41,6 +41,7 @@ from bertforge.checkpoint.sentence_transformers import (
     TRANSFORMER_CONFIG_FILE,
     multi_vector_kind,
     read_dense_layers,
+    saved_max_length,
 )
 from bertforge.errors import CheckpointError, ConfigError
 from bertforge.validation import check_number
@@ -213,7 +214,8 @@ def _native(directory: Path, modules: list) -> MultiVectorLayout:
     check_number("truncate_dim", truncate_dim, minimum=1, integer=True, optional=True)
     return MultiVectorLayout(
         prompts=prompts, default_prompt_name=default,
-        max_length=_length(transformer, "max_seq_length", transformer_path),
+        max_length=_length({"max_seq_length": saved_max_length(transformer, transformer_path)}, "max_seq_length",
+                           transformer_path),
         query_length=_length(transformer, "query_length", transformer_path),
         document_length=_length(transformer, "document_length", transformer_path),
         query_expansion=_expansion(transformer.get("query_expansion"), transformer_path),

@@ -17,11 +17,13 @@ from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE, config_path, read_state_dict, write_state_dict
 from bertforge.checkpoint.key_map import ENCODER_PREFIX, IGNORED_HF_KEYS, TIED_HF_KEYS, from_hf, to_hf
 from bertforge.checkpoint.sentence_transformers import (
+    TRANSFORMER_CONFIG_FILE,
     read_dense_layers,
     read_sentence_embedding,
+    saved_loading_options,
     write_sentence_embedding,
 )
-from bertforge.config import BertConfig, bert_config
+from bertforge.config import BertConfig, bert_config, is_config_key
 from bertforge.errors import CheckpointError, ConfigError, check_choice
 
 logger = logging.getLogger("bertforge")
@@ -166,6 +168,12 @@ def in_our_names(state: Mapping[str, torch.Tensor], model: torch.nn.Module) -> M
 DENSE_PREFIX = "sentence_dense."
 
 
+# sentence-transformers' saved model options read as from_pretrained's own; the rest are config overrides, as
+# transformers takes them (a saved device_map is the saving machine's, not this one's)
+SAVED_MODEL_OPTIONS = frozenset({"dtype", "torch_dtype", "attn_implementation", "device_map"})
+CONSTRUCTOR_KEYS = frozenset({"add_pooling_layer"})  # options of a model's constructor, as transformers takes them
+
+
 class ActivationCheckpointing:
     """transformers' gradient (activation) checkpointing switches, for any module holding BERT encoders: a bertforge
     model, or an encoder of sentence-transformers' kinds (whose trainer calls them when its arguments ask)."""
@@ -239,6 +247,19 @@ class Pretrained(ActivationCheckpointing):
                 torch_dtype=torch_dtype, device_map=device_map, attn_implementation=attn_implementation,
                 output_loading_info=output_loading_info, cache_dir=cache_dir, revision=revision, variant=variant,
                 use_safetensors=use_safetensors, **config_overrides))
+        # the options sentence-transformers loads this model with (its sentence_bert_config.json), under the caller's
+        saved = saved_loading_options(directory, "model_kwargs")
+        saved_dtype = dtype is None and torch_dtype is None and saved.get("dtype", saved.get("torch_dtype"))
+        if saved_dtype:
+            dtype = saved_dtype
+        attn_implementation = attn_implementation or saved.get("attn_implementation")
+        saved = {key: value for key, value in saved.items() if key not in SAVED_MODEL_OPTIONS} | \
+            saved_loading_options(directory, "config_kwargs")
+        ignored = sorted(key for key in saved if not is_config_key(key) and key not in HUB_OPTIONS | CONSTRUCTOR_KEYS)
+        if ignored:  # transformers keeps them as attributes nothing of BERT's reads
+            logger.warning("%s: %s: no setting of BERT's; ignored", directory / TRANSFORMER_CONFIG_FILE,
+                           ", ".join(ignored))
+        config_overrides = {key: value for key, value in saved.items() if key not in ignored} | config_overrides
         has_config = config_path(directory).is_file()
         if config is None and not has_config and any(directory.glob("*.safetensors")):
             raise ConfigError(f"{config_path(directory)}: no such config file; weights saved without one (as "
@@ -264,7 +285,10 @@ class Pretrained(ActivationCheckpointing):
         if quantization is not None:  # int8 layers take the place of the float ones before the tensors load
             model = prepare_quantized(model, quantization)
         state, source = read_state_dict(directory, use_safetensors, variant)
-        dtype = parameter_dtype(dtype, config, state)
+        try:
+            dtype = parameter_dtype(dtype, config, state)
+        except ConfigError as error:
+            raise ConfigError(f"{directory / TRANSFORMER_CONFIG_FILE}: {error}") if saved_dtype else error from None
         report = load_hf_state_dict(model, state, source, cls.initialisable, ignore_mismatched_sizes)
         if require_heads and report.initialised:
             modules = {name.rsplit(".", 1)[0] for name in report.initialised}

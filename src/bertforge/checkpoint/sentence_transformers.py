@@ -310,11 +310,39 @@ def read_dense_layers(directory: str | Path, vectors: str = "sentence_embedding"
     return layers
 
 
+# sentence_bert_config.json's loading options, which sentence-transformers passes to from_pretrained (the model's,
+# the tokenizer's, the config's), by their names since v5 and before it
+LOADING_OPTIONS = {"model_kwargs": "model_args", "processor_kwargs": "tokenizer_args", "config_kwargs": "config_args"}
+
+
+def saved_loading_options(folder: str | Path, kind: str) -> dict[str, Any]:
+    """The `kind` options ("model_kwargs", "processor_kwargs" or "config_kwargs") the Transformer module's
+    sentence_bert_config.json in `folder` saves, as sentence-transformers applies them when it loads the model
+    (under a caller's own); {} where it saves none."""
+    path = Path(folder) / TRANSFORMER_CONFIG_FILE
+    return _loading_options(_read(path), kind, path) if path.is_file() else {}
+
+
+def _loading_options(config: Any, kind: str, path: Path) -> dict[str, Any]:
+    options = config.get(kind, config.get(LOADING_OPTIONS[kind])) if isinstance(config, dict) else None
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise ConfigError(f"{path}: {kind} must be an object of options, got {options!r:.60}")
+    return options
+
+
+def saved_max_length(config: dict[str, Any], path: Path) -> Any:
+    """A Transformer module's sequence length as sentence-transformers reads its sentence_bert_config.json: the
+    tokenizer's model_max_length where processor_kwargs gives one (it wins there), else max_seq_length."""
+    return _loading_options(config, "processor_kwargs", path).get("model_max_length", config.get("max_seq_length"))
+
+
 def _transformer(folder: Path) -> dict[str, Any]:
     """A Transformer module's settings (sentence_bert_config.json): lower-casing, and max_length where given."""
     path = folder / TRANSFORMER_CONFIG_FILE
     config = _read(path) if path.is_file() else {}
-    length = config.get("max_seq_length")
+    length = saved_max_length(config, path)
     if isinstance(length, float) and length.is_integer():
         length = int(length)  # 256.0, as a file written by hand may say
     try:
