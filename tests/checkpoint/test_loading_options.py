@@ -5,6 +5,7 @@ cache), on the real MiniLM checkpoint against transformers where it has an answe
 import json
 import shutil
 
+import numpy as np
 import pytest
 import torch
 import transformers
@@ -97,6 +98,34 @@ def test_cache_dir_revision_and_subfolder(minilm_dir, tmp_path, batch, minilm):
         BertModel.from_pretrained("someone/tiny", cache_dir=tmp_path / "cache", revision="v3", subfolder="model")
     with pytest.raises(BertforgeError, match="no such subfolder"):
         BertModel.from_pretrained("someone/tiny", cache_dir=tmp_path / "cache", subfolder="elsewhere")
+
+
+def test_the_cache_the_environment_names(minilm_dir, tmp_path, batch, minilm, monkeypatch):
+    """huggingface_hub's older $HUGGINGFACE_HUB_CACHE names the cache as $HF_HUB_CACHE does; sentence-transformers'
+    model classes look in $SENTENCE_TRANSFORMERS_HOME when no cache_folder is given, as there."""
+    from bertforge import CrossEncoder, SentenceEncoder
+
+    for cache in ("hub", "sentence-transformers"):
+        repository = tmp_path / cache / "models--someone--tiny"
+        shutil.copytree(minilm_dir, repository / "snapshots" / ("a" * 40))
+        (repository / "refs").mkdir()
+        (repository / "refs" / "main").write_text("a" * 40)
+    for variable in ("HF_HUB_CACHE", "HF_HOME", "HUGGINGFACE_HUB_CACHE", "SENTENCE_TRANSFORMERS_HOME"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "elsewhere"))
+    with pytest.raises(BertforgeError, match="not in the Hugging Face cache"):
+        BertModel.from_pretrained("someone/tiny")
+    monkeypatch.setenv("HUGGINGFACE_HUB_CACHE", str(tmp_path / "hub"))
+    with torch.inference_mode():
+        assert torch.equal(BertModel.from_pretrained("someone/tiny")(**batch).last_hidden_state,
+                           minilm(**batch).last_hidden_state)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE")
+    monkeypatch.setenv("SENTENCE_TRANSFORMERS_HOME", str(tmp_path / "sentence-transformers"))
+    texts = ["a cat sat on the mat"]
+    assert np.allclose(SentenceEncoder("someone/tiny").encode(texts), SentenceEncoder(minilm_dir).encode(texts))
+    assert CrossEncoder("someone/tiny").num_labels == 1
+    with pytest.raises(BertforgeError, match="not in the Hugging Face cache"):
+        BertModel.from_pretrained("someone/tiny")  # a model class of transformers' does not look there
 
 
 @pytest.mark.parametrize("ours_class,theirs_name", [(BertModel, "BertModel"),

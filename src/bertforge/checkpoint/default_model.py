@@ -69,11 +69,19 @@ def resolve_model_dir(name_or_path: str | Path, subfolder: str = "", cache_dir: 
 
 
 def hub_cache_dir() -> Path:
-    """Where huggingface_hub keeps downloads: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    """Where huggingface_hub keeps downloads: $HF_HUB_CACHE (or its older name $HUGGINGFACE_HUB_CACHE), else
+    $HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(variable):
+            return Path(os.environ[variable]).expanduser()
     home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface"
     return Path(home).expanduser() / "hub"
+
+
+def sentence_transformers_cache(cache_folder: str | Path | None) -> str | Path | None:
+    """The cache a sentence-transformers model class looks in: `cache_folder`, else $SENTENCE_TRANSFORMERS_HOME;
+    None: the Hugging Face cache (hub_cache_dir)."""
+    return cache_folder if cache_folder is not None else os.environ.get("SENTENCE_TRANSFORMERS_HOME") or None
 
 
 def cached_snapshot(name: str, cache: Path, revision: str | None = None) -> Path | None:

@@ -22,6 +22,7 @@ from torch import nn
 
 from bertforge.atomic import write_text_atomic
 from bertforge.batching import length_sorted_batches
+from bertforge.checkpoint.default_model import resolve_model_dir, sentence_transformers_cache
 from bertforge.checkpoint.pretrained import ActivationCheckpointing
 from bertforge.checkpoint.sentence_transformers import (
     MODULES_FILE,
@@ -113,12 +114,12 @@ class CrossEncoder(PoolMethods, ActivationCheckpointing, nn.Module):
         local_files_only, trust_remote_code, ...) are unused here. `prompts` (name -> text put before each pair's
         first text) join those of a sentence-transformers 6 folder, the given text winning."""
         from bertforge import BertForSequenceClassification, BertTokenizer
-        from bertforge.checkpoint.default_model import resolve_model_dir
         from bertforge.checkpoint.hf_format import config_path
 
         super().__init__()
         check_construction_options("CrossEncoder", hub_options, backend)
         model_kwargs, onnx_options = split_model_kwargs(backend, model_kwargs)
+        cache_folder = sentence_transformers_cache(cache_folder)
         directory = None
         if activation_fn is not None and not callable(activation_fn):
             raise ConfigError(f"activation_fn must be a function of the logits such as torch.nn.Sigmoid(), got "

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.batching import length_sorted_batches
-from bertforge.checkpoint.default_model import resolve_model_dir
+from bertforge.checkpoint.default_model import resolve_model_dir, sentence_transformers_cache
 from bertforge.checkpoint.multi_vector import (
     NEW_PROJECTION_WIDTH,
     SIMILARITY_NAMES,
@@ -155,7 +155,7 @@ class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, 
         super().__init__()
         check_construction_options("MultiVectorEncoder", hub_options, backend)
         model_options, onnx_options = split_model_kwargs(backend, model_kwargs)
-        place = {"cache_dir": cache_folder, "revision": revision}
+        place = {"cache_dir": sentence_transformers_cache(cache_folder), "revision": revision}
         folder = resolve_model_dir(model_name_or_path, **place)
         layout = read_multi_vector_layout(folder)
         self.model = BertModel.from_pretrained(model_name_or_path, device_map=device, **place, **model_options,

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertforge.batching import length_sorted_batches
-from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
+from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir, sentence_transformers_cache
 from bertforge.checkpoint.pretrained import ActivationCheckpointing
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, read_sentence_embedding
 from bertforge.errors import ConfigError, InputError, check_choice
@@ -171,7 +171,7 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
                 raise ConfigError(f"a loaded model needs its tokenizer: {owner}(model, tokenizer)")
             model = model_name_or_path.to(device) if device is not None else model_name_or_path
         else:
-            place = {"cache_dir": cache_folder, "revision": revision}
+            place = {"cache_dir": sentence_transformers_cache(cache_folder), "revision": revision}
             name_or_path = "default" if model_name_or_path is None else model_name_or_path
             model = self.load_model(name_or_path, device_map=device, **place, **model_options, **(config_kwargs or {}))
             tokenizer = BertTokenizer.from_pretrained(name_or_path, **place, **(tokenizer_kwargs or {}),

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from bertforge.batching import MODEL_INPUTS, collate, length_sorted_batches
-from bertforge.checkpoint.default_model import resolve_model_dir
+from bertforge.checkpoint.default_model import resolve_model_dir, sentence_transformers_cache
 from bertforge.checkpoint.sentence_transformers import (
     SentenceEmbedding,
     SpladePooling,
@@ -205,8 +205,8 @@ class SparseEncoder(PoolMethods, TextEncoder):
             if not source:
                 raise ConfigError("an inference-free SPLADE model (a Router with a SparseStaticEmbedding) loads from "
                                   "its folder: SparseEncoder(path), or its model's from_pretrained(path)")
-            router_folder = resolve_model_dir(source, cache_dir=options.get("cache_folder"),
-                                              revision=options.get("revision")).parent
+            cache = sentence_transformers_cache(options.get("cache_folder"))
+            router_folder = resolve_model_dir(source, cache_dir=cache, revision=options.get("revision")).parent
             self.static_weights = StaticWeights(router_folder / routes.static_folder, self.get_embedding_dimension())
 
     @classmethod
