@@ -28,6 +28,13 @@ def test_real_vocabulary(minilm_dir):
             vocab.mask_token_id) == (0, 100, 101, 102, 103)
 
 
+def test_a_vocabulary_saved_by_a_windows_editor(minilm_dir, tmp_path):
+    """A byte-order mark and CRLF line ends (Notepad's) change no token: [PAD] is still token 0 and read whole."""
+    text = (minilm_dir / "vocab.txt").read_text(encoding="utf-8")
+    (tmp_path / "vocab.txt").write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode("utf-8"))
+    assert Vocab.from_file(tmp_path / "vocab.txt").id_to_token == Vocab.from_file(minilm_dir / "vocab.txt").id_to_token
+
+
 def test_custom_special_tokens():
     vocab = Vocab(["<pad>", "<unk>", "<s>", "</s>", "<mask>"], special_tokens={
         "pad_token": "<pad>", "unk_token": "<unk>", "cls_token": "<s>", "sep_token": "</s>", "mask_token": "<mask>"})

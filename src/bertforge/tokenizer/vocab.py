@@ -59,7 +59,9 @@ class Vocab:
         if not path.is_file():
             raise InputError("vocabulary file not found", path=path)
         try:
-            with open(path, encoding="utf-8") as handle:
+            # utf-8-sig: a byte-order mark (a file saved by a Windows editor) is no part of the first token, which
+            # would otherwise be "\ufeff[PAD]" and no longer the padding token
+            with open(path, encoding="utf-8-sig") as handle:
                 # Only the newline is stripped: a token may legitimately end in other whitespace.
                 tokens = [line.rstrip("\n") for line in handle]
         except UnicodeDecodeError as error:
