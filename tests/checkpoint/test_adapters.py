@@ -118,13 +118,20 @@ def test_an_adapter_folder_loads_as_transformers_loads_it(name, minilm_dir, real
             inspect_checkpoint(tmp_path / "adapter")
 
 
-def test_an_adapter_folder_whose_base_is_missing_is_a_one_line_error(minilm_dir, tmp_path):
+def test_an_adapter_folder_whose_base_is_missing_is_a_one_line_error(minilm_dir, tmp_path, capsys):
     transformers_adapter("classifier on every linear layer", minilm_dir, tmp_path / "adapter")
     config = tmp_path / "adapter" / "adapter_config.json"
     settings = json.loads(config.read_text())
     config.write_text(json.dumps(settings | {"base_model_name_or_path": str(tmp_path / "gone")}))
     with pytest.raises(CheckpointError, match=r"adapter_config.json: its base model .*gone.*: .*no such model"):
         BertForSequenceClassification.from_pretrained(tmp_path / "adapter")
+    (tmp_path / "texts.txt").write_text("a first line\na second line\n")
+    capsys.readouterr()
+    for command in ("embed", "predict"):
+        assert main([command, "--model", str(tmp_path / "adapter"), "--input", str(tmp_path / "texts.txt"),
+                     "--output", str(tmp_path / f"{command}.jsonl")]) == 1
+        error = capsys.readouterr().err.strip()
+        assert "\n" not in error and "adapter_config.json: its base model" in error and "gone" in error, error
     config.write_text(json.dumps(settings | {"base_model_name_or_path": None}))
     with pytest.raises(CheckpointError, match="no base_model_name_or_path, so the model it adapts is unknown"):
         BertForSequenceClassification.from_pretrained(tmp_path / "adapter")

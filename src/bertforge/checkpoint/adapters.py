@@ -94,19 +94,24 @@ def adapter_base(directory: Path) -> str:
     return base
 
 
+def inspect_base(directory: Path, cache_dir: str | Path | None = None, revision: str | None = None) -> Any:
+    """inspect_checkpoint of the base model an adapter folder names; a base not found names the adapter's file."""
+    from bertforge.tasks.registry import inspect_checkpoint
+
+    base = adapter_base(directory)
+    try:
+        return inspect_checkpoint(resolve_model_dir(base, cache_dir=cache_dir, revision=revision))
+    except CheckpointError as error:
+        raise CheckpointError(f"{directory / ADAPTER_CONFIG_FILE}: its base model {base!r}: {error}") from None
+
+
 def load_adapter_folder(model_class: type, directory: Path, options: dict[str, Any]) -> Any:
     """`model_class` loaded from an adapter-only folder as transformers loads one: its base model (a folder,
     'default', or a model in the local Hugging Face cache) with from_pretrained's `options`, the adapter merged in,
     and the folder's sentence-transformers layout in place of the base's when it has one."""
     from bertforge.checkpoint.sentence_transformers import read_sentence_embedding
-    from bertforge.tasks.registry import inspect_checkpoint
 
-    base = adapter_base(directory)
-    try:
-        checkpoint = inspect_checkpoint(resolve_model_dir(base, cache_dir=options.get("cache_dir"),
-                                                          revision=options.get("revision")))
-    except CheckpointError as error:
-        raise CheckpointError(f"{directory / ADAPTER_CONFIG_FILE}: its base model {base!r}: {error}") from None
+    checkpoint = inspect_base(directory, options.get("cache_dir"), options.get("revision"))
     loaded = adapted_model(model_class, checkpoint, *read_adapter(directory), options)
     model = loaded[0] if isinstance(loaded, tuple) else loaded
     layout = read_sentence_embedding(directory)

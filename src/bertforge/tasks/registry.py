@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from bertforge.checkpoint.adapters import ADAPTER_CONFIG_FILE, PEFT_TASKS, adapter_base, is_adapter_folder
+from bertforge.checkpoint.adapters import ADAPTER_CONFIG_FILE, PEFT_TASKS, inspect_base, is_adapter_folder
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import SAFETENSORS_FILE, check_readable, config_path, read_state_dict
 from bertforge.config import BertConfig, architectures_of, read_json_object
@@ -333,7 +333,7 @@ def adapted_checkpoint(directory: Path) -> Checkpoint:
     """A LoRA adapter alone (PEFT's or sentence-transformers' save): what its base model holds, read from this
     folder, where the models load the base with the adapter merged in. An adapter that gives the base another head
     (PEFT's task_type) is merged with `export hf` first, which makes that head."""
-    base = inspect_checkpoint(adapter_base(directory))
+    base = inspect_base(directory)
     task_type = read_json_object(directory / ADAPTER_CONFIG_FILE, "adapter config").get("task_type")
     head = PEFT_TASKS.get(task_type, base.head) if isinstance(task_type, str) else base.head
     if head != base.head:
