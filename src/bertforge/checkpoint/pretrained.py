@@ -248,18 +248,11 @@ class Pretrained(ActivationCheckpointing):
                 output_loading_info=output_loading_info, cache_dir=cache_dir, revision=revision, variant=variant,
                 use_safetensors=use_safetensors, **config_overrides))
         # the options sentence-transformers loads this model with (its sentence_bert_config.json), under the caller's
-        saved = saved_loading_options(directory, "model_kwargs")
+        saved, saved_overrides = saved_model_options(directory)
         saved_dtype = dtype is None and torch_dtype is None and saved.get("dtype", saved.get("torch_dtype"))
-        if saved_dtype:
-            dtype = saved_dtype
+        dtype = saved_dtype or dtype
         attn_implementation = attn_implementation or saved.get("attn_implementation")
-        saved = {key: value for key, value in saved.items() if key not in SAVED_MODEL_OPTIONS} | \
-            saved_loading_options(directory, "config_kwargs")
-        ignored = sorted(key for key in saved if not is_config_key(key) and key not in HUB_OPTIONS | CONSTRUCTOR_KEYS)
-        if ignored:  # transformers keeps them as attributes nothing of BERT's reads
-            logger.warning("%s: %s: no setting of BERT's; ignored", directory / TRANSFORMER_CONFIG_FILE,
-                           ", ".join(ignored))
-        config_overrides = {key: value for key, value in saved.items() if key not in ignored} | config_overrides
+        config_overrides = saved_overrides | config_overrides
         has_config = config_path(directory).is_file()
         if config is None and not has_config and any(directory.glob("*.safetensors")):
             raise ConfigError(f"{config_path(directory)}: no such config file; weights saved without one (as "
@@ -498,6 +491,21 @@ class Pretrained(ActivationCheckpointing):
             write_sentence_embedding(directory, layout, self.config.hidden_size, self.config.vocab_size,
                                      getattr(self, "sentence_dense", None) or ())
         return directory
+
+
+def saved_model_options(directory: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What a sentence-transformers folder's sentence_bert_config.json saves for from_pretrained: (from_pretrained's
+    own options, SAVED_MODEL_OPTIONS; the config overrides, model_kwargs' others and config_kwargs), those BERT has
+    no use for logged and left out, as transformers keeps them as attributes nothing reads."""
+    model_options = saved_loading_options(directory, "model_kwargs")
+    overrides = {key: value for key, value in model_options.items() if key not in SAVED_MODEL_OPTIONS} | \
+        saved_loading_options(directory, "config_kwargs")
+    ignored = sorted(key for key in overrides if not is_config_key(key) and key not in HUB_OPTIONS | CONSTRUCTOR_KEYS)
+    if ignored:
+        logger.warning("%s: %s: no setting of BERT's; ignored", directory / TRANSFORMER_CONFIG_FILE,
+                       ", ".join(ignored))
+    return ({key: value for key, value in model_options.items() if key in SAVED_MODEL_OPTIONS},
+            {key: value for key, value in overrides.items() if key not in ignored})
 
 
 def encoders_of(model: torch.nn.Module) -> list[torch.nn.Module]:
