@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import csv
 import json
 import shutil
@@ -1412,3 +1413,63 @@ def test_shutdown_finishes_queued_work(make_server, encoder_dir):
     [(status, body, _)] = join()
     assert status == 200 and len(body["embeddings"]) == len(TEXTS)
     server.thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def prompted_server(minilm_dir, tmp_path_factory):
+    """MiniLM with a query's, a document's and a classification prompt, as a sentence-transformers user saves it."""
+    folder = tmp_path_factory.mktemp("prompted")
+    shutil.copytree(minilm_dir, folder, dirs_exist_ok=True)
+    config = folder / "config_sentence_transformers.json"
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"prompts": {
+        "query": "query: ", "document": "passage: ", "classification": "classify: "}}))
+    yield from running(folder, max_texts=8)
+
+
+def test_cohere_clients_embed_as_sentence_transformers(prompted_server, data_dir):
+    """Cohere's own clients, v1 and v2 APIs, get sentence-transformers' vectors of the same folder on real STS-B
+    sentences: input_type as the prompt (a query's, a document's, one named classification; none for clustering),
+    each embedding type (base64 of the floats, binary and ubinary as sentence-transformers packs them),
+    output_dimension, v2's content inputs, the tokens billed, and errors the clients raise with the message."""
+    import numpy
+
+    cohere = pytest.importorskip("cohere")
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    from sentence_transformers.quantization import quantize_embeddings
+
+    texts = [row["sentence1"] for row in stsb_rows(data_dir, 5)]
+    reference = sentence_transformers.SentenceTransformer(str(prompted_server.directory), device="cpu")
+    v1 = cohere.Client(api_key="unused", base_url=prompted_server.url, max_retries=0)
+    v2 = cohere.ClientV2(api_key="unused", base_url=prompted_server.url, max_retries=0)
+
+    answer = v1.embed(texts=texts, input_type="search_query")
+    assert answer.response_type == "embeddings_floats" and answer.texts == texts
+    numpy.testing.assert_allclose(answer.embeddings, reference.encode_query(texts), atol=1e-5)
+    assert answer.meta.billed_units.input_tokens == sum(
+        len(reference.tokenizer("query: " + text)["input_ids"]) for text in texts)
+    documents = reference.encode_document(texts)
+    answer = v2.embed(model="m", texts=texts, input_type="search_document",
+                      embedding_types=["float", "base64", "binary", "ubinary"])
+    numpy.testing.assert_allclose(answer.embeddings.float_, documents, atol=1e-5)
+    decoded = [numpy.frombuffer(base64.b64decode(text), dtype="<f4") for text in answer.embeddings.base64]
+    numpy.testing.assert_array_equal(decoded, numpy.array(answer.embeddings.float_, dtype=numpy.float32))
+    for kind in ("binary", "ubinary"):
+        assert getattr(answer.embeddings, kind) == quantize_embeddings(documents, kind).tolist()
+    for input_type, prompt_name in (("classification", "classification"), ("clustering", None)):
+        answer = v2.embed(model="m", texts=texts, input_type=input_type)
+        numpy.testing.assert_allclose(answer.embeddings.float_, reference.encode(texts, prompt_name=prompt_name),
+                                      atol=1e-5)
+    inputs = [{"content": [{"type": "text", "text": text}]} for text in texts]
+    answer = v2.embed(model="m", inputs=inputs, input_type="search_document", output_dimension=64)
+    shortened = torch.nn.functional.normalize(torch.tensor(documents[:, :64]), dim=-1)
+    numpy.testing.assert_allclose(answer.embeddings.float_, shortened.numpy(), atol=1e-5)
+    with pytest.raises(cohere.errors.BadRequestError, match="int8 and uint8 need calibration ranges"):
+        v2.embed(model="m", texts=texts, input_type="search_query", embedding_types=["int8"])
+    with pytest.raises(cohere.core.api_error.ApiError) as raised:
+        v2.embed(model="m", texts=[" ".join(texts) * 20], input_type="search_query", truncate="NONE")
+    assert raised.value.status_code == 413
+    assert v2.embed(model="m", texts=[" ".join(texts) * 20], input_type="search_query", truncate="START").texts
+    with pytest.raises(cohere.errors.BadRequestError, match="output_dimension: 500 is more than the model's 384"):
+        v2.embed(model="m", texts=texts, input_type="search_query", output_dimension=500)
+    status, answer, _ = prompted_server.request("/v2/embed", {"texts": texts, "input_type": "image"})
+    assert status == 400 and answer["error"]["message"] == "input_type image: this server embeds text"

@@ -4,7 +4,7 @@
 decoding, doc stride), runs the rows through the micro-batcher and decodes with the task's own `decode`, so its
 answers are `bertforge predict`'s. A ColBERT model's token vectors are MultiVectorEncoder's (at /v1/embeddings, as
 PyLate's server gives them, and Jina's /v1/multi-vector), and its MaxSim scores rank at /rerank and the Cohere
-routes. Also /embed, OpenAI's /v1/embeddings and /v1/models, /rerank, /tokenize,
+routes. Also /embed, OpenAI's /v1/embeddings and /v1/models, Cohere's /v1/embed and /v2/embed, /rerank, /tokenize,
 /attention, /explain (bertforge.explain), /health, /metrics and an offline /docs page; and text-embeddings-inference's
 API for its clients (serve/tei.py): {"inputs": ...} on /embed, /predict and /tokenize, its /embed_all, /similarity,
 /decode and /info, and POST / (what huggingface_hub's InferenceClient sends to a server's URL; its token
@@ -53,7 +53,13 @@ from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.inference.pipelines import MASKED_LM_ARCHITECTURES, Pipeline, fill_answer, target_ids
 from bertforge.inference.sentence_encoder import role_prompt
 from bertforge.inference.serve.batcher import Job, MicroBatcher, QueueFull
-from bertforge.inference.serve.cohere import document_text, returned_document
+from bertforge.inference.serve.cohere import (
+    TRUNCATION,
+    document_text,
+    embed_prompt,
+    returned_document,
+    typed_embeddings,
+)
 from bertforge.inference.serve.docs import render_docs
 from bertforge.inference.serve.limits import (
     HEALTH_PATH,
@@ -635,6 +641,44 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                 for index, vector in enumerate(vectors)]
         return {"object": "list", "data": data, "model": model_name,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+    @app.post("/v1/embed", response_model=schemas.CohereEmbedResponse, responses=openai_errors)
+    async def cohere_embed_v1(request: schemas.CohereEmbedRequest):
+        """Cohere's embed API, v1: unit vectors, as floats unless embedding_types names others."""
+        return await cohere_embeddings(request, version=1)
+
+    @app.post("/v2/embed", response_model=schemas.CohereEmbedResponse, responses=openai_errors)
+    async def cohere_embed_v2(request: schemas.CohereEmbedRequest):
+        """Cohere's embed API, v2: unit vectors by embedding type (floats by default)."""
+        return await cohere_embeddings(request, version=2)
+
+    async def cohere_embeddings(request: schemas.CohereEmbedRequest, version: int) -> dict[str, Any]:
+        if splade is not None:
+            raise HTTPError(409, f"wrong model: {model_name} is a SPLADE model, whose vectors are sparse; use "
+                                 f"/embed_sparse")
+        if request.images is not None:
+            raise HTTPError(422, "images: this server embeds text")
+        if request.max_tokens is not None:
+            raise HTTPError(422, "max_tokens is not supported; truncate says how a text over the model's length "
+                                 "is cut")
+        if (request.texts is None) == (request.inputs is None):
+            raise HTTPError(422, 'send "texts" or "inputs", one of them')
+        texts = request.texts or [" ".join(part.text for part in given.content) for given in request.inputs]
+        check_count(len(texts), "texts")
+        prompt = embed_prompt(request.input_type, sentence_embedding(encoder_of(model)).prompts)
+        cut, side = TRUNCATION[request.truncate or "END"]
+        vectors, tokens, _ = await embed(texts, None, True, cut, side, prompt=prompt)
+        if request.output_dimension is not None and request.output_dimension > len(vectors[0]):
+            raise HTTPError(422, f"output_dimension: {request.output_dimension} is more than the model's "
+                                 f"{len(vectors[0])}")
+        vectors = torch.stack(first_dimensions(vectors, request.output_dimension, normalized=True))
+        kinds = request.embedding_types or ["float"]
+        embeddings = {kind: typed_embeddings(vectors, kind) for kind in dict.fromkeys(kinds)}
+        answer = {"id": str(uuid.uuid4()), "texts": texts,
+                  "meta": {"api_version": {"version": str(version)}, "billed_units": {"input_tokens": tokens}}}
+        if version == 1 and request.embedding_types is None:
+            return answer | {"response_type": "embeddings_floats", "embeddings": embeddings["float"]}
+        return answer | {"response_type": "embeddings_by_type", "embeddings": embeddings}
 
     def hosted_inputs(given: str | list) -> list:
         """OpenAI's and Jina's `input` (a text, texts, token ids, lists of token ids) as a list of texts or of id

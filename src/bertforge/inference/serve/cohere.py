@@ -1,9 +1,22 @@
 """Cohere's rerank API (/v1/rerank, /v2/rerank), which Cohere's clients send and Jina's and vLLM's rerank clients
-send too: the routes are in app.py, these are the conversions between its documents and bertforge's texts."""
+send too, and its embed API (/v1/embed, /v2/embed): the routes are in app.py, these are the conversions between its
+documents, input types and embedding types and bertforge's texts, prompts and vectors."""
 
 from __future__ import annotations
 
+import base64
+
+import numpy as np
+import torch
+
 from bertforge.errors import InputError
+from bertforge.inference.embedding_precision import quantize_embeddings
+from bertforge.inference.sentence_encoder import role_prompt
+
+# Cohere's input_type -> the role whose prompt encode_query / encode_document would put; the others are prompt names
+INPUT_ROLES = {"search_query": "query", "search_document": "document"}
+# Cohere's truncate -> (cut a text over the model's length, from which side); NONE answers 413
+TRUNCATION = {"END": (True, "right"), "START": (True, "left"), "NONE": (False, "right")}
 
 DEFAULT_FIELD = "text"  # what an object document is read by when no rank_fields are named
 
@@ -26,3 +39,27 @@ def document_text(document: str | dict[str, str], rank_fields: list[str] | None,
 def returned_document(document: str | dict[str, str]) -> dict[str, str]:
     """A document as Cohere returns it with return_documents: a text as {"text": ...}, an object as sent."""
     return {DEFAULT_FIELD: document} if isinstance(document, str) else document
+
+
+def embed_prompt(input_type: str | None, prompts: dict[str, str]) -> str | None:
+    """What goes before each text for Cohere's input_type: a query's or a document's prompt as encode_query and
+    encode_document choose it, the model's prompt named classification or clustering, else nothing."""
+    if input_type == "image":
+        raise InputError("input_type image: this server embeds text")
+    if input_type in INPUT_ROLES:
+        return role_prompt(INPUT_ROLES[input_type], prompts)
+    return prompts.get(input_type) if input_type is not None else None
+
+
+def typed_embeddings(vectors: torch.Tensor, embedding_type: str) -> list:
+    """Unit vectors (texts, dim) as Cohere's embedding type gives them: floats, base64 of little-endian float32,
+    or packed sign bits (binary shifted to -128..127, ubinary 0..255, as sentence-transformers packs them)."""
+    if embedding_type == "float":
+        return vectors.tolist()
+    if embedding_type == "base64":
+        values = vectors.to(torch.float32).numpy().astype("<f4")
+        return [base64.b64encode(row.tobytes()).decode() for row in values]
+    if embedding_type in ("binary", "ubinary"):
+        return quantize_embeddings(np.asarray(vectors.to(torch.float32).numpy()), embedding_type).tolist()
+    raise InputError(f"embedding_types {embedding_type}: int8 and uint8 need calibration ranges, which this server "
+                     f"does not have; ask for float, base64, binary or ubinary")

@@ -3,7 +3,7 @@ publishes them in the OpenAPI document (/openapi.json, /docs)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -257,6 +257,39 @@ class CohereRerankRequest(Strict):
     priority: int | None = Field(None, description="v2: ignored (one queue)")
 
 
+class CohereEmbedContent(Strict):
+    type: Literal["text"] = Field(description="text: this server embeds text (Cohere's image_url parts are refused)")
+    text: Text
+
+
+class CohereEmbedInput(Strict):
+    content: Annotated[list[CohereEmbedContent], Field(min_length=1)] = Field(
+        description="its text parts, embedded as one text (joined by spaces)")
+
+
+class CohereEmbedRequest(Strict):
+    """Cohere's embed API, v1 and v2."""
+    model: str | None = Field(None, description="ignored: the server has one model")
+    texts: Texts | None = Field(None, description="the texts (at most max_texts)")
+    inputs: Annotated[list[CohereEmbedInput], Field(min_length=1)] | None = Field(
+        None, description="v2: the texts as content objects, in place of texts")
+    images: list[str] | None = Field(None, description="refused: this server embeds text")
+    input_type: Literal["search_document", "search_query", "classification", "clustering", "image"] | None = Field(
+        None, description="the prompt the model was trained with for it (encode_query's, encode_document's, or "
+                          "one named classification or clustering); none if it has none")
+    embedding_types: Annotated[list[Literal["float", "int8", "uint8", "binary", "ubinary", "base64"]],
+                               Field(min_length=1)] | None = Field(
+        None, description="float (default), base64 (of little-endian float32), binary or ubinary (sign bits, eight "
+                          "to a byte); int8 and uint8 need calibration ranges the server does not have")
+    truncate: Literal["NONE", "START", "END"] | None = Field(
+        None, description="a text over the model's length: cut at its end (END, default) or start, or 413 (NONE)")
+    output_dimension: int | None = Field(None, ge=1, strict=True, description="v2: each vector's first dimensions, "
+                                                                              "unit length again")
+    max_tokens: int | None = Field(None, ge=1, strict=True, description="v2: refused; truncate says how a text "
+                                                                        "over the model's length is cut")
+    priority: int | None = Field(None, description="v2: ignored (one queue)")
+
+
 class FillMaskParameters(Strict):
     """The Hugging Face fill-mask task's parameters (huggingface_hub's InferenceClient.fill_mask sends them)."""
     top_k: int = Field(5, ge=1, strict=True, description="tokens per [MASK]")
@@ -430,6 +463,14 @@ class CohereRerankResponse(BaseModel):
     model: str
     results: list[CohereRerankResult]
     usage: RerankUsage
+
+
+class CohereEmbedResponse(BaseModel):
+    id: str
+    response_type: Literal["embeddings_floats", "embeddings_by_type"]
+    embeddings: list[list[float]] | dict[str, list[list[float]] | list[list[int]] | list[str]]
+    texts: list[str]
+    meta: dict[str, Any]
 
 
 class FilledToken(BaseModel):
