@@ -1472,4 +1472,45 @@ def test_cohere_clients_embed_as_sentence_transformers(prompted_server, data_dir
     with pytest.raises(cohere.errors.BadRequestError, match="output_dimension: 500 is more than the model's 384"):
         v2.embed(model="m", texts=texts, input_type="search_query", output_dimension=500)
     status, answer, _ = prompted_server.request("/v2/embed", {"texts": texts, "input_type": "image"})
-    assert status == 400 and answer["error"]["message"] == "input_type image: this server embeds text"
+    assert status == 400 and answer["error"]["message"] == "images: this server embeds text"
+
+
+def test_jina_embedding_requests(prompted_server, encoder_server, data_dir):
+    """Jina's fields on /v1/embeddings: task as the prompt (retrieval.query and retrieval.passage those of
+    encode_query and encode_document, another task the model's prompt of its name, if any), embedding_type binary
+    and ubinary, normalized false, truncate; late_chunking is refused by name."""
+    import numpy
+
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    from sentence_transformers.quantization import quantize_embeddings
+
+    texts = [row["sentence1"] for row in stsb_rows(data_dir, 4)]
+    reference = sentence_transformers.SentenceTransformer(str(prompted_server.directory), device="cpu")
+
+    def vectors(**fields):
+        status, answer, _ = prompted_server.request("/v1/embeddings", {"input": texts, "model": "m", **fields})
+        assert status == 200, answer
+        return [item["embedding"] for item in answer["data"]]
+
+    numpy.testing.assert_allclose(vectors(task="retrieval.query"), reference.encode_query(texts), atol=1e-5)
+    documents = reference.encode_document(texts)
+    numpy.testing.assert_allclose(vectors(task="retrieval.passage"), documents, atol=1e-5)
+    numpy.testing.assert_allclose(vectors(task="classification"),
+                                  reference.encode(texts, prompt_name="classification"), atol=1e-5)
+    numpy.testing.assert_allclose(vectors(task="text-matching"), reference.encode(texts), atol=1e-5)  # no prompt
+    for kind in ("binary", "ubinary"):
+        assert vectors(task="retrieval.passage", embedding_type=kind) == quantize_embeddings(documents, kind).tolist()
+    long_text = " ".join(texts) * 20
+    status, answer, _ = prompted_server.request("/v1/embeddings", {"input": [long_text], "truncate": False})
+    assert status == 413
+    status, _, _ = prompted_server.request("/v1/embeddings", {"input": [long_text], "truncate": True})
+    assert status == 200
+    status, answer, _ = prompted_server.request("/v1/embeddings", {"input": texts, "late_chunking": True})
+    assert status == 400 and "late_chunking is not supported" in answer["error"]["message"]
+    # a model whose layout does not normalize: its own vectors with normalized false, unit ones by default
+    norms = {}
+    for normalized in (None, False):
+        status, answer, _ = encoder_server.request("/v1/embeddings", {"input": TEXTS, **(
+            {} if normalized is None else {"normalized": normalized})})
+        norms[normalized] = [numpy.linalg.norm(item["embedding"]) for item in answer["data"]]
+    assert norms[None] == pytest.approx([1.0] * len(TEXTS)) and all(abs(norm - 1) > 0.01 for norm in norms[False])

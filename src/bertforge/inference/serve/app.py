@@ -51,16 +51,10 @@ from bertforge.inference.multi_vector_encoder import MultiVectorEncoder
 from bertforge.inference.multi_vector_encoder import first_dimensions as first_token_dimensions
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.inference.pipelines import MASKED_LM_ARCHITECTURES, Pipeline, fill_answer, target_ids
-from bertforge.inference.sentence_encoder import role_prompt
 from bertforge.inference.serve.batcher import Job, MicroBatcher, QueueFull
-from bertforge.inference.serve.cohere import (
-    TRUNCATION,
-    document_text,
-    embed_prompt,
-    returned_document,
-    typed_embeddings,
-)
+from bertforge.inference.serve.cohere import TRUNCATION, document_text, returned_document, typed_embeddings
 from bertforge.inference.serve.docs import render_docs
+from bertforge.inference.serve.input_types import ROLES, input_prompt
 from bertforge.inference.serve.limits import (
     HEALTH_PATH,
     HTTPError,
@@ -623,22 +617,32 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     @app.post("/v1/embeddings", response_model=schemas.OpenAIEmbeddingResponse, responses=openai_errors)
     @app.post("/embeddings", response_model=schemas.OpenAIEmbeddingResponse, responses=openai_errors)
     async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest):
-        """OpenAI's embeddings API: unit-length vectors, pooled as the checkpoint says (`bertforge embed`)."""
+        """OpenAI's embeddings API (Jina's too): unit-length vectors, pooled as the checkpoint says (`bertforge
+        embed`)."""
         if splade is not None:
             raise HTTPError(409, f"wrong model: {model_name} is a SPLADE model, whose vectors are sparse; use "
                                  f"/embed_sparse")
+        if request.late_chunking:
+            raise HTTPError(422, "late_chunking is not supported: each input is embedded on its own")
         texts = hosted_inputs(request.input)
         role = request.input_type or (None if request.is_query is None else "query" if request.is_query
                                       else "document")
+        encoding = request.embedding_type or request.encoding_format
         if colbert is not None:  # as PyLate's server: queries unless asked for documents
-            vectors, tokens = await multi_vectors(texts, role or "query", dimensions=request.dimensions)
+            if encoding not in ("float", "base64"):
+                raise HTTPError(422, f"embedding_type {encoding}: a multi-vector model's token vectors come as float "
+                                     f"or base64")
+            vectors, tokens = await multi_vectors(texts, role or ROLES.get(request.task, "query"), request.truncate,
+                                                  dimensions=request.dimensions)
+            data = [encoded(vector, encoding) for vector in vectors]
         else:
-            # a query's or a document's prompt, as encode_query / encode_document pick it
-            prompt = role_prompt(role, sentence_embedding(encoder_of(model)).prompts) if role is not None else None
-            vectors, tokens, _ = await embed(texts, None, True, prompt=prompt)
-            vectors = first_dimensions(vectors, request.dimensions, normalized=True)
-        data = [{"object": "embedding", "index": index, "embedding": encoded(vector, request.encoding_format)}
-                for index, vector in enumerate(vectors)]
+            # the prompt for a query or a document (as encode_query / encode_document pick it), or Jina's task's
+            prompt = input_prompt(request.task or role, sentence_embedding(encoder_of(model)).prompts)
+            vectors, tokens, used = await embed(texts, None, True if request.normalized is not False else None,
+                                                request.truncate, prompt=prompt)
+            vectors = torch.stack(first_dimensions(vectors, request.dimensions, normalized=used.normalize))
+            data = typed_embeddings(vectors, encoding)
+        data = [{"object": "embedding", "index": index, "embedding": embedding} for index, embedding in enumerate(data)]
         return {"object": "list", "data": data, "model": model_name,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
@@ -656,7 +660,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         if splade is not None:
             raise HTTPError(409, f"wrong model: {model_name} is a SPLADE model, whose vectors are sparse; use "
                                  f"/embed_sparse")
-        if request.images is not None:
+        if request.images is not None or request.input_type == "image":
             raise HTTPError(422, "images: this server embeds text")
         if request.max_tokens is not None:
             raise HTTPError(422, "max_tokens is not supported; truncate says how a text over the model's length "
@@ -665,7 +669,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
             raise HTTPError(422, 'send "texts" or "inputs", one of them')
         texts = request.texts or [" ".join(part.text for part in given.content) for given in request.inputs]
         check_count(len(texts), "texts")
-        prompt = embed_prompt(request.input_type, sentence_embedding(encoder_of(model)).prompts)
+        prompt = input_prompt(request.input_type, sentence_embedding(encoder_of(model)).prompts)
         cut, side = TRUNCATION[request.truncate or "END"]
         vectors, tokens, _ = await embed(texts, None, True, cut, side, prompt=prompt)
         if request.output_dimension is not None and request.output_dimension > len(vectors[0]):

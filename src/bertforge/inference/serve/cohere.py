@@ -1,6 +1,6 @@
 """Cohere's rerank API (/v1/rerank, /v2/rerank), which Cohere's clients send and Jina's and vLLM's rerank clients
 send too, and its embed API (/v1/embed, /v2/embed): the routes are in app.py, these are the conversions between its
-documents, input types and embedding types and bertforge's texts, prompts and vectors."""
+documents and embedding types and bertforge's texts and vectors (Jina's embedding types are the same)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,7 @@ import torch
 
 from bertforge.errors import InputError
 from bertforge.inference.embedding_precision import quantize_embeddings
-from bertforge.inference.sentence_encoder import role_prompt
 
-# Cohere's input_type -> the role whose prompt encode_query / encode_document would put; the others are prompt names
-INPUT_ROLES = {"search_query": "query", "search_document": "document"}
 # Cohere's truncate -> (cut a text over the model's length, from which side); NONE answers 413
 TRUNCATION = {"END": (True, "right"), "START": (True, "left"), "NONE": (False, "right")}
 
@@ -39,16 +36,6 @@ def document_text(document: str | dict[str, str], rank_fields: list[str] | None,
 def returned_document(document: str | dict[str, str]) -> dict[str, str]:
     """A document as Cohere returns it with return_documents: a text as {"text": ...}, an object as sent."""
     return {DEFAULT_FIELD: document} if isinstance(document, str) else document
-
-
-def embed_prompt(input_type: str | None, prompts: dict[str, str]) -> str | None:
-    """What goes before each text for Cohere's input_type: a query's or a document's prompt as encode_query and
-    encode_document choose it, the model's prompt named classification or clustering, else nothing."""
-    if input_type == "image":
-        raise InputError("input_type image: this server embeds text")
-    if input_type in INPUT_ROLES:
-        return role_prompt(INPUT_ROLES[input_type], prompts)
-    return prompts.get(input_type) if input_type is not None else None
 
 
 def typed_embeddings(vectors: torch.Tensor, embedding_type: str) -> list:

@@ -135,6 +135,16 @@ class OpenAIEmbeddingRequest(HostedEmbeddingRequest):
     input_type: Role | None = Field(None, description=INPUT_TYPE)
     is_query: bool | None = Field(None, strict=True, description="PyLate's server's field: true (its default) as "
                                                                   "input_type query, false as document")
+    task: Literal["retrieval.query", "retrieval.passage", "text-matching", "classification", "separation"] | None = \
+        Field(None, description="Jina's: the model's prompt of that name, else for retrieval.query and "
+                                "retrieval.passage a query's or a document's prompt")
+    embedding_type: Literal["float", "base64", "binary", "ubinary"] | None = Field(
+        None, description="Jina's encoding_format, with its binary and ubinary (sign bits, eight to a byte)")
+    normalized: bool | None = Field(None, strict=True, description="Jina's: false gives the vectors as the "
+                                                                    "model's layout pools them (default: unit length)")
+    truncate: bool | None = Field(None, strict=True, description="Jina's: cut a text over the model's length (true) "
+                                                                  "or answer 413 (false); default: --long-text")
+    late_chunking: bool | None = Field(None, strict=True, description="Jina's: refused when true")
 
 
 class MultiVectorRequest(HostedEmbeddingRequest):
