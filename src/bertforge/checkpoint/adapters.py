@@ -15,7 +15,7 @@ import logging
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -26,6 +26,9 @@ from bertforge.checkpoint.key_map import ENCODER_PREFIX, from_hf
 from bertforge.config import read_json_object
 from bertforge.errors import CheckpointError, ConfigError
 from bertforge.validation import check_number
+
+if TYPE_CHECKING:
+    from bertforge.tasks.registry import Checkpoint
 
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_model.bin")
@@ -94,7 +97,7 @@ def adapter_base(directory: Path) -> str:
     return base
 
 
-def inspect_base(directory: Path, cache_dir: str | Path | None = None, revision: str | None = None) -> Any:
+def inspect_base(directory: Path, cache_dir: str | Path | None = None, revision: str | None = None) -> Checkpoint:
     """inspect_checkpoint of the base model an adapter folder names; a base not found names the adapter's file."""
     from bertforge.tasks.registry import inspect_checkpoint
 
@@ -142,8 +145,8 @@ def load_adapted(base: str | Path, adapter: str | Path, head: str | None = None)
     return adapted_model(HEADS[head].model_class, checkpoint, settings, tensors, source, {})
 
 
-def adapted_model(model_class: type, base: Any, settings: dict, tensors: dict[str, torch.Tensor], source: Path,
-                  options: dict[str, Any]) -> Any:
+def adapted_model(model_class: type, base: Checkpoint, settings: dict, tensors: dict[str, torch.Tensor],
+                  source: Path, options: dict[str, Any]) -> Any:
     """`model_class`.from_pretrained(base.directory, **options) (`base`: inspect_checkpoint's) with the adapter read
     from `source` merged in. A head the base lacks comes from the adapter (PEFT's `modules_to_save`), its labels
     counted there."""

@@ -52,7 +52,13 @@ from bertforge.inference.multi_vector_encoder import first_dimensions as first_t
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.inference.pipelines import MASKED_LM_ARCHITECTURES, Pipeline, fill_answer, target_ids
 from bertforge.inference.serve.batcher import Job, MicroBatcher, QueueFull
-from bertforge.inference.serve.cohere import TRUNCATION, document_text, returned_document, typed_embeddings
+from bertforge.inference.serve.cohere import (
+    TRUNCATION,
+    check_embedding_types,
+    document_text,
+    returned_document,
+    typed_embeddings,
+)
 from bertforge.inference.serve.docs import render_docs
 from bertforge.inference.serve.input_types import ROLES, input_prompt
 from bertforge.inference.serve.limits import (
@@ -669,6 +675,8 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
             raise HTTPError(422, 'send "texts" or "inputs", one of them')
         texts = request.texts or [" ".join(part.text for part in given.content) for given in request.inputs]
         check_count(len(texts), "texts")
+        kinds = list(dict.fromkeys(request.embedding_types or ["float"]))
+        check_embedding_types(kinds)
         prompt = input_prompt(request.input_type, sentence_embedding(encoder_of(model)).prompts)
         cut, side = TRUNCATION[request.truncate or "END"]
         vectors, tokens, _ = await embed(texts, None, True, cut, side, prompt=prompt)
@@ -676,8 +684,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
             raise HTTPError(422, f"output_dimension: {request.output_dimension} is more than the model's "
                                  f"{len(vectors[0])}")
         vectors = torch.stack(first_dimensions(vectors, request.output_dimension, normalized=True))
-        kinds = request.embedding_types or ["float"]
-        embeddings = {kind: typed_embeddings(vectors, kind) for kind in dict.fromkeys(kinds)}
+        embeddings = {kind: typed_embeddings(vectors, kind) for kind in kinds}
         answer = {"id": str(uuid.uuid4()), "texts": texts,
                   "meta": {"api_version": {"version": str(version)}, "billed_units": {"input_tokens": tokens}}}
         if version == 1 and request.embedding_types is None:

@@ -46,7 +46,14 @@ def typed_embeddings(vectors: torch.Tensor, embedding_type: str) -> list:
     if embedding_type == "base64":
         values = vectors.to(torch.float32).numpy().astype("<f4")
         return [base64.b64encode(row.tobytes()).decode() for row in values]
-    if embedding_type in ("binary", "ubinary"):
-        return quantize_embeddings(np.asarray(vectors.to(torch.float32).numpy()), embedding_type).tolist()
-    raise InputError(f"embedding_types {embedding_type}: int8 and uint8 need calibration ranges, which this server "
-                     f"does not have; ask for float, base64, binary or ubinary")
+    check_embedding_types([embedding_type])
+    return quantize_embeddings(np.asarray(vectors.to(torch.float32).numpy()), embedding_type).tolist()
+
+
+def check_embedding_types(kinds: list[str]) -> None:
+    """int8 and uint8 are refused: their steps need calibration ranges (per dimension), which a server has no data
+    to set; binary and ubinary need none."""
+    refused = [kind for kind in kinds if kind in ("int8", "uint8")]
+    if refused:
+        raise InputError(f"embedding_types {refused[0]}: int8 and uint8 need calibration ranges, which this server "
+                         f"does not have; ask for float, base64, binary or ubinary")
