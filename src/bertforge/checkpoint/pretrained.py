@@ -21,6 +21,7 @@ from bertforge.checkpoint.sentence_transformers import (
     read_dense_layers,
     read_sentence_embedding,
     saved_loading_options,
+    usable_options,
     write_sentence_embedding,
 )
 from bertforge.config import BertConfig, bert_config, is_config_key
@@ -496,16 +497,14 @@ class Pretrained(ActivationCheckpointing):
 def saved_model_options(directory: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """What a sentence-transformers folder's sentence_bert_config.json saves for from_pretrained: (from_pretrained's
     own options, SAVED_MODEL_OPTIONS; the config overrides, model_kwargs' others and config_kwargs), those BERT has
-    no use for logged and left out, as transformers keeps them as attributes nothing reads."""
-    model_options = saved_loading_options(directory, "model_kwargs")
+    no use for left out (usable_options)."""
+    saved = saved_loading_options(directory)
+    model_options = saved["model_kwargs"]
     overrides = {key: value for key, value in model_options.items() if key not in SAVED_MODEL_OPTIONS} | \
-        saved_loading_options(directory, "config_kwargs")
-    ignored = sorted(key for key in overrides if not is_config_key(key) and key not in HUB_OPTIONS | CONSTRUCTOR_KEYS)
-    if ignored:
-        logger.warning("%s: %s: no setting of BERT's; ignored", directory / TRANSFORMER_CONFIG_FILE,
-                       ", ".join(ignored))
-    return ({key: value for key, value in model_options.items() if key in SAVED_MODEL_OPTIONS},
-            {key: value for key, value in overrides.items() if key not in ignored})
+        saved["config_kwargs"]
+    overrides = usable_options(overrides, lambda key: is_config_key(key) or key in HUB_OPTIONS | CONSTRUCTOR_KEYS,
+                               directory, "BERT's")
+    return {key: value for key, value in model_options.items() if key in SAVED_MODEL_OPTIONS}, overrides
 
 
 def encoders_of(model: torch.nn.Module) -> list[torch.nn.Module]:

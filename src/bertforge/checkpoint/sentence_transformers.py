@@ -20,7 +20,8 @@ each module in a subfolder of its own.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.hf_format import SAFETENSORS_FILE, read_state_dict, save_safetensors
 from bertforge.errors import CheckpointError, ConfigError, InputError
 from bertforge.validation import check_number
+
+logger = logging.getLogger("bertforge")
 
 MODULES_FILE = "modules.json"
 TRANSFORMER_CONFIG_FILE = "sentence_bert_config.json"
@@ -315,12 +318,24 @@ def read_dense_layers(directory: str | Path, vectors: str = "sentence_embedding"
 LOADING_OPTIONS = {"model_kwargs": "model_args", "processor_kwargs": "tokenizer_args", "config_kwargs": "config_args"}
 
 
-def saved_loading_options(folder: str | Path, kind: str) -> dict[str, Any]:
-    """The `kind` options ("model_kwargs", "processor_kwargs" or "config_kwargs") the Transformer module's
-    sentence_bert_config.json in `folder` saves, as sentence-transformers applies them when it loads the model
-    (under a caller's own); {} where it saves none."""
+def saved_loading_options(folder: str | Path) -> dict[str, dict[str, Any]]:
+    """The options the Transformer module's sentence_bert_config.json in `folder` saves, by kind ("model_kwargs",
+    "processor_kwargs", "config_kwargs"), as sentence-transformers applies them when it loads the model (under a
+    caller's own); {} for a kind it saves none of."""
     path = Path(folder) / TRANSFORMER_CONFIG_FILE
-    return _loading_options(_read(path), kind, path) if path.is_file() else {}
+    config = _read(path) if path.is_file() else {}
+    return {kind: _loading_options(config, kind, path) for kind in LOADING_OPTIONS}
+
+
+def usable_options(options: dict[str, Any], usable: Callable[[str], bool], folder: str | Path,
+                   reader: str) -> dict[str, Any]:
+    """Saved options less those `reader` has no use for, which are logged with the file they came from and left
+    out, as transformers keeps them as attributes nothing reads."""
+    ignored = sorted(key for key in options if not usable(key))
+    if ignored:
+        logger.warning("%s: %s: no setting of %s; ignored", Path(folder) / TRANSFORMER_CONFIG_FILE,
+                       ", ".join(ignored), reader)
+    return {key: value for key, value in options.items() if key not in ignored}
 
 
 def _loading_options(config: Any, kind: str, path: Path) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import logging
 import numbers
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain
@@ -50,8 +49,6 @@ from bertforge.tokenizer.vocab import SPECIAL_TOKENS as SPECIAL_TOKEN_ROLES
 from bertforge.tokenizer.vocab import Vocab
 from bertforge.tokenizer.wordpiece import CONTINUATION, MAX_WORD_CHARS, WordPiece, WordPieceCache
 from bertforge.validation import check_number
-
-logger = logging.getLogger("bertforge")
 
 # The reference's WordPiece decoder glues these onto the previous token (applied token by token).
 DECODE_CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
@@ -213,20 +210,16 @@ class BertTokenizer:
         """
         from bertforge.checkpoint.adapters import adapter_base, is_adapter_folder
         from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir
-        from bertforge.checkpoint.sentence_transformers import TRANSFORMER_CONFIG_FILE, saved_loading_options
+        from bertforge.checkpoint.sentence_transformers import saved_loading_options, usable_options
 
         place = {"cache_dir": settings.pop("cache_dir", None), "revision": settings.pop("revision", None)}
         directory = resolve_model_dir(name_or_path, settings.pop("subfolder", ""), **place)
         if is_adapter_folder(directory) and not has_tokenizer_files(directory):  # PEFT saves no tokenizer: the base's
             directory = resolve_model_dir(adapter_base(directory), **place)
         # the options sentence-transformers loads this tokenizer with (sentence_bert_config.json), under the caller's
-        saved = saved_loading_options(directory, "processor_kwargs")
-        known = set(SETTINGS) | set(SPECIAL_TOKEN_ROLES) | set(EXTRA_SPECIAL_KEYS) | SLOW_ONLY_SETTINGS | HUB_OPTIONS
-        ignored = sorted(set(saved) - known - {"use_fast"})
-        if ignored:  # transformers keeps them as attributes nothing of BERT's tokenizer reads
-            logger.warning("%s: %s: no setting of BERT's tokenizer; ignored", directory / TRANSFORMER_CONFIG_FILE,
-                           ", ".join(ignored))
-        settings = {key: value for key, value in saved.items() if key not in ignored} | settings
+        known = {*SETTINGS, *SPECIAL_TOKEN_ROLES, *EXTRA_SPECIAL_KEYS, *SLOW_ONLY_SETTINGS, *HUB_OPTIONS, "use_fast"}
+        saved = saved_loading_options(directory)["processor_kwargs"]
+        settings = usable_options(saved, known.__contains__, directory, "BERT's tokenizer") | settings
         # transformers' options about fetching, and use_fast (this tokenizer is the fast one's equal): unused
         settings = {key: value for key, value in settings.items() if key not in HUB_OPTIONS | {"use_fast"}}
         special = _special_settings(settings, others=SETTINGS)

@@ -13,7 +13,6 @@ transformers' pipelines of those tasks, inference/pipelines.py, whose rows the b
 """
 
 import asyncio
-import base64
 import copy
 import dataclasses
 import logging
@@ -56,6 +55,7 @@ from bertforge.inference.serve.cohere import (
     TRUNCATION,
     check_embedding_types,
     document_text,
+    float32_base64,
     returned_document,
     typed_embeddings,
 )
@@ -461,12 +461,14 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         scores = await asyncio.to_thread(colbert.similarity, queried, documents)
         return scores[0].tolist(), query_tokens + tokens
 
-    def first_dimensions(vectors: list[torch.Tensor], dimensions: int | None, normalized: bool) -> list:
-        """The first `dimensions` of each vector (Matryoshka-style), unit length again when they were; None: all."""
+    def first_dimensions(vectors: list[torch.Tensor], dimensions: int | None, normalized: bool,
+                         field: str = "dimensions") -> list:
+        """The first `dimensions` of each vector (Matryoshka-style), unit length again when they were; None: all.
+        `field`: the request's name for them."""
         if dimensions is None:
             return vectors
         if dimensions > len(vectors[0]):
-            raise HTTPError(422, f"dimensions: {dimensions} is more than the model's {len(vectors[0])}")
+            raise HTTPError(422, f"{field}: {dimensions} is more than the model's {len(vectors[0])}")
         return [F.normalize(vector[:dimensions], dim=-1) if normalized else vector[:dimensions] for vector in vectors]
 
     def tei_inputs(inputs: str | list) -> list:
@@ -625,9 +627,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest):
         """OpenAI's embeddings API (Jina's too): unit-length vectors, pooled as the checkpoint says (`bertforge
         embed`)."""
-        if splade is not None:
-            raise HTTPError(409, f"wrong model: {model_name} is a SPLADE model, whose vectors are sparse; use "
-                                 f"/embed_sparse")
+        refuse_sparse()
         if request.late_chunking:
             raise HTTPError(422, "late_chunking is not supported: each input is embedded on its own")
         texts = hosted_inputs(request.input)
@@ -663,9 +663,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         return await cohere_embeddings(request, version=2)
 
     async def cohere_embeddings(request: schemas.CohereEmbedRequest, version: int) -> dict[str, Any]:
-        if splade is not None:
-            raise HTTPError(409, f"wrong model: {model_name} is a SPLADE model, whose vectors are sparse; use "
-                                 f"/embed_sparse")
+        refuse_sparse()
         if request.images is not None or request.input_type == "image":
             raise HTTPError(422, "images: this server embeds text")
         if request.max_tokens is not None:
@@ -680,16 +678,19 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
         prompt = input_prompt(request.input_type, sentence_embedding(encoder_of(model)).prompts)
         cut, side = TRUNCATION[request.truncate or "END"]
         vectors, tokens, _ = await embed(texts, None, True, cut, side, prompt=prompt)
-        if request.output_dimension is not None and request.output_dimension > len(vectors[0]):
-            raise HTTPError(422, f"output_dimension: {request.output_dimension} is more than the model's "
-                                 f"{len(vectors[0])}")
-        vectors = torch.stack(first_dimensions(vectors, request.output_dimension, normalized=True))
+        vectors = torch.stack(first_dimensions(vectors, request.output_dimension, True, "output_dimension"))
         embeddings = {kind: typed_embeddings(vectors, kind) for kind in kinds}
         answer = {"id": str(uuid.uuid4()), "texts": texts,
                   "meta": {"api_version": {"version": str(version)}, "billed_units": {"input_tokens": tokens}}}
         if version == 1 and request.embedding_types is None:
             return answer | {"response_type": "embeddings_floats", "embeddings": embeddings["float"]}
         return answer | {"response_type": "embeddings_by_type", "embeddings": embeddings}
+
+    def refuse_sparse() -> None:
+        """The hosted APIs' dense vectors are not a SPLADE model's."""
+        if splade is not None:
+            raise HTTPError(409, f"wrong model: {model_name} is a SPLADE model, whose vectors are sparse; use "
+                                 f"/embed_sparse")
 
     def hosted_inputs(given: str | list) -> list:
         """OpenAI's and Jina's `input` (a text, texts, token ids, lists of token ids) as a list of texts or of id
@@ -700,9 +701,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
 
     def encoded(vectors: torch.Tensor, encoding_format: str) -> list | str:
         """A vector (or a text's token vectors) as floats, or as base64 of its little-endian float32 values."""
-        if encoding_format == "base64":
-            return base64.b64encode(vectors.to(torch.float32).numpy().astype("<f4").tobytes()).decode()
-        return vectors.tolist()
+        return float32_base64(vectors) if encoding_format == "base64" else vectors.tolist()
 
     @app.post("/v1/multi-vector", response_model=schemas.MultiVectorResponse, responses=openai_errors)
     @app.post("/multi-vector", response_model=schemas.MultiVectorResponse, responses=openai_errors)

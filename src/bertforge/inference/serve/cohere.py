@@ -44,10 +44,15 @@ def typed_embeddings(vectors: torch.Tensor, embedding_type: str) -> list:
     if embedding_type == "float":
         return vectors.tolist()
     if embedding_type == "base64":
-        values = vectors.to(torch.float32).numpy().astype("<f4")
-        return [base64.b64encode(row.tobytes()).decode() for row in values]
+        return [float32_base64(vector) for vector in vectors]
     check_embedding_types([embedding_type])
     return quantize_embeddings(np.asarray(vectors.to(torch.float32).numpy()), embedding_type).tolist()
+
+
+def float32_base64(values: torch.Tensor) -> str:
+    """A vector (or a text's token vectors, one after the other) as base64 of its little-endian float32 values, as
+    OpenAI's, Jina's and Cohere's base64 encodings give them."""
+    return base64.b64encode(values.to(torch.float32).numpy().astype("<f4").tobytes()).decode()
 
 
 def check_embedding_types(kinds: list[str]) -> None:
