@@ -1,5 +1,5 @@
 """Cohere's rerank API (/v1/rerank, /v2/rerank), which Cohere's clients send and Jina's and vLLM's rerank clients
-send too, and its embed API (/v1/embed, /v2/embed): the routes are in app.py, these are the conversions between its
+send too, and its embed API (/v1/embed, /v2/embed): the routes are in routes/, these are the conversions between its
 documents and embedding types and bertforge's texts and vectors (Jina's embedding types are the same)."""
 
 from __future__ import annotations

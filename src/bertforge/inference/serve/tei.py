@@ -1,5 +1,5 @@
 """text-embeddings-inference's request and answer shapes, for the clients that speak them (huggingface_hub's
-InferenceClient given the server's URL, LangChain's and LlamaIndex's TEI classes): the routes are in app.py, these
+InferenceClient given the server's URL, LangChain's and LlamaIndex's TEI classes): the routes are in routes/, these
 are the conversions between TEI's shapes and bertforge's own."""
 
 from __future__ import annotations

@@ -1,0 +1,99 @@
+"""How the server answers what goes wrong: one line of {"error": ...} (OpenAI's shape on the hosted APIs' routes,
+limits.error_answer), the statuses every route may give as its OpenAPI document publishes them, and the handlers
+that turn each kind of failure into its status."""
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.routing import Match
+
+from bertforge.errors import BertforgeError, InputError
+from bertforge.inference.serve import schemas
+from bertforge.inference.serve.limits import HTTPError, error_answer
+from bertforge.runtime import is_out_of_memory
+
+logger = logging.getLogger("bertforge")
+
+# Answers other than 200 that every JSON route may give, all as {"error": ...}.
+ERROR_STATUSES = {400: "malformed request", 401: "missing or wrong API key", 409: "the model can't do this",
+                  413: "too large: body, texts or tokens over the server's limits", 422: "invalid request",
+                  503: "busy (the queue is full) or out of memory for the batch; retry"}
+ERRORS = {status: {"model": schemas.ErrorResponse, "description": text} for status, text in ERROR_STATUSES.items()}
+OPENAI_ERRORS = {400 if status == 422 else status: {"model": schemas.OpenAIErrorResponse, "description": text}
+                 for status, text in ERROR_STATUSES.items()}
+# An HTML page's errors are JSON all the same (a route's `model` would be published as its media type).
+PAGE_ERRORS = {status: {"description": text, "content": {"application/json": {"schema": {
+    "$ref": "#/components/schemas/ErrorResponse"}}}} for status, text in ERROR_STATUSES.items()}
+
+
+def error(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    status, body = error_answer(request.url.path, status, message)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method some route answers at the request's path (the framework names only the first route's: a path
+    served by two routes, GET and HEAD /health, would be said to take one of them)."""
+    methods = set()
+    for route in request.app.routes:
+        if route.matches(request.scope)[0] == Match.PARTIAL:  # the path matches, the method doesn't
+            methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))
+
+
+async def http_error(request: Request, problem: HTTPError):
+    headers = {"Retry-After": "1", **(problem.headers or {})} if problem.status == 503 else problem.headers
+    return error(request, problem.status, problem.message, headers)
+
+
+async def framework_error(request: Request, problem: StarletteHTTPException):  # 404, 405, ...
+    headers = getattr(problem, "headers", None)
+    if problem.status_code == 405:
+        headers = {**(headers or {}), "Allow": allowed_methods(request)}
+    return error(request, problem.status_code, str(problem.detail), headers)
+
+
+async def user_error(request: Request, problem: BertforgeError):
+    # What the task's own code finds wrong with a well-formed request (a target the model doesn't have, a pair for
+    # a tagger) is the same kind of fault as what the request checks find: 422 for both.
+    return error(request, 422 if isinstance(problem, InputError) else 400, str(problem))
+
+
+async def invalid_request(request: Request, problem: RequestValidationError):
+    problems = problem.errors()
+    if any(item["type"] == "json_invalid" for item in problems):
+        return error(request, 400, "the request body is not valid JSON")
+    if any(item["type"] == "missing" and tuple(item["loc"]) == ("body",) for item in problems):
+        return error(request, 400, "empty request body; send a JSON object")
+    messages = []
+    for item in problems:
+        where = ".".join(str(part) for part in item["loc"] if part != "body")
+        messages.append(f"{where}: {item['msg']}" if where else item["msg"])
+    return error(request, 422, "invalid request: " + "; ".join(messages))
+
+
+async def client_gone(request: Request, problem: ClientDisconnect):
+    return Response(status_code=400)  # nobody reads it; not an error of the server's
+
+
+async def unexpected_error(request: Request, problem: Exception):
+    if is_out_of_memory(problem):  # the batch this request was in, at this moment: it may fit later, or smaller
+        logger.warning("%s %s: out of memory", request.method, request.url.path)
+        return error(request, 503, "the server ran out of memory on this request's batch; retry, or send fewer or "
+                                   "shorter texts", {"Retry-After": "1"})
+    logger.error("%s %s failed", request.method, request.url.path, exc_info=problem)
+    return error(request, 500, "internal server error")
+
+
+# kind of failure -> its handler
+HANDLERS = {HTTPError: http_error, StarletteHTTPException: framework_error, BertforgeError: user_error,
+            RequestValidationError: invalid_request, ClientDisconnect: client_gone, Exception: unexpected_error}
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    for kind, handler in HANDLERS.items():
+        app.add_exception_handler(kind, handler)

@@ -1,0 +1,46 @@
+"""The server's routes, one module per concept: embeddings.py (vectors, by every API that asks for them),
+ranking.py (texts ranked for a query), tasks.py (a fine-tuned model's answers, masked words, POST /), tokens.py
+(tokenize, decode), pages.py (the attention and explanation pages, /docs) and status.py (health, metrics, the
+model's description). Each route reads the request, asks the ServedModel, and shapes the answer."""
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Request
+
+from bertforge.inference.serve.service import ServedModel
+
+
+def served_model(request: Request) -> ServedModel:
+    return request.app.state.served
+
+
+# A route's parameter for the model it serves (a FastAPI dependency: not part of the request's schema)
+Served = Annotated[ServedModel, Depends(served_model)]
+
+
+class Routes:
+    """A module's routes, declared once where they are written and added to each application with FastAPI's own
+    add_api_route (FastAPI's APIRouter includes routes differently from one version to the next)."""
+
+    def __init__(self):
+        self.declared: list[tuple[str, str, Callable, dict[str, Any]]] = []
+
+    def route(self, method: str, path: str, **options) -> Callable[[Callable], Callable]:
+        def declare(endpoint: Callable) -> Callable:
+            self.declared.append((method, path, endpoint, options))
+            return endpoint
+        return declare
+
+    def get(self, path: str, **options):
+        return self.route("GET", path, **options)
+
+    def post(self, path: str, **options):
+        return self.route("POST", path, **options)
+
+    def head(self, path: str, **options):
+        return self.route("HEAD", path, **options)
+
+    def add_to(self, app: FastAPI) -> None:
+        for method, path, endpoint, options in self.declared:
+            app.add_api_route(path, endpoint, methods=[method], **options)

@@ -1,0 +1,184 @@
+"""Vectors, by every API that asks for them: bertforge's and text-embeddings-inference's /embed, /embed_all,
+/embed_sparse and /similarity; OpenAI's (and Jina's) /v1/embeddings; Cohere's /v1/embed and /v2/embed; Jina's
+/v1/multi-vector for a ColBERT model. All pool, prompt and cut as `bertforge embed` does (ServedModel.embed)."""
+
+import uuid
+from typing import Any
+
+import torch
+
+from bertforge.inference.features import sentence_embedding
+from bertforge.inference.serve import schemas
+from bertforge.inference.serve.batcher import Job
+from bertforge.inference.serve.cohere import TRUNCATION, check_embedding_types, float32_base64, typed_embeddings
+from bertforge.inference.serve.errors import ERRORS, OPENAI_ERRORS
+from bertforge.inference.serve.input_types import ROLES, input_prompt
+from bertforge.inference.serve.jobs import encoder_of, token_vectors
+from bertforge.inference.serve.limits import HTTPError
+from bertforge.inference.serve.routes import Routes, Served
+from bertforge.inference.serve.service import ServedModel, check_not_empty, first_dimensions, tei_inputs
+from bertforge.inference.sparse_encoder import nonzero_weights
+
+router = Routes()
+
+
+@router.post("/embed", response_model=schemas.EmbedResponse | list[list[float]], responses=ERRORS)
+async def embed_texts(request: schemas.EmbedRequest, served: Served):
+    """One vector per text: the last layer pooled over its tokens (cls, mean or max). With
+    text-embeddings-inference's {"inputs": ...} the answer is a bare list of vectors, unit length unless
+    "normalize": false (TEI's default)."""
+    if (request.texts is None) == (request.inputs is None):
+        raise HTTPError(422, 'send "texts" (a list) or "inputs" (a text or a list), one of them')
+    tei = request.inputs is not None
+    texts = tei_inputs(request.inputs) if tei else request.texts
+    served.check_count(len(texts))
+    normalize = served.compared if tei and request.normalize is None else request.normalize
+    vectors, _, used = await served.embed(texts, request.pooling, normalize, request.truncate,
+                                          request.truncation_direction, request.prompt_name)
+    values = [vector.tolist() for vector in first_dimensions(vectors, request.dimensions, used.normalize)]
+    if tei:
+        return values
+    return {"embeddings": values, "dimension": len(values[0]), "pooling": used.pooling, "normalized": used.normalize}
+
+
+@router.post("/v1/embeddings", response_model=schemas.OpenAIEmbeddingResponse, responses=OPENAI_ERRORS)
+@router.post("/embeddings", response_model=schemas.OpenAIEmbeddingResponse, responses=OPENAI_ERRORS)
+async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest, served: Served):
+    """OpenAI's embeddings API (Jina's too): unit-length vectors, pooled as the checkpoint says (`bertforge
+    embed`)."""
+    served.refuse_sparse()
+    if request.late_chunking:
+        raise HTTPError(422, "late_chunking is not supported: each input is embedded on its own")
+    texts = hosted_inputs(request.input, served)
+    role = request.input_type or (None if request.is_query is None else "query" if request.is_query
+                                  else "document")
+    encoding = request.embedding_type or request.encoding_format
+    if served.colbert is not None:  # as PyLate's server: queries unless asked for documents
+        if encoding not in ("float", "base64"):
+            raise HTTPError(422, f"embedding_type {encoding}: a multi-vector model's token vectors come as float or "
+                                 f"base64")
+        vectors, tokens = await served.multi_vectors(texts, role or ROLES.get(request.task, "query"),
+                                                     request.truncate, dimensions=request.dimensions)
+        data = [encoded(vector, encoding) for vector in vectors]
+    else:
+        # the prompt for a query or a document (as encode_query / encode_document pick it), or Jina's task's
+        prompt = input_prompt(request.task or role, sentence_embedding(encoder_of(served.model)).prompts)
+        vectors, tokens, used = await served.embed(texts, None, True if request.normalized is not False else None,
+                                                   request.truncate, prompt=prompt)
+        vectors = torch.stack(first_dimensions(vectors, request.dimensions, normalized=used.normalize))
+        data = typed_embeddings(vectors, encoding)
+    data = [{"object": "embedding", "index": index, "embedding": embedding} for index, embedding in enumerate(data)]
+    return {"object": "list", "data": data, "model": served.model_name,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+@router.post("/v1/embed", response_model=schemas.CohereEmbedResponse, responses=OPENAI_ERRORS)
+async def cohere_embed_v1(request: schemas.CohereEmbedRequest, served: Served):
+    """Cohere's embed API, v1: unit vectors, as floats unless embedding_types names others."""
+    return await cohere_embeddings(request, served, version=1)
+
+
+@router.post("/v2/embed", response_model=schemas.CohereEmbedResponse, responses=OPENAI_ERRORS)
+async def cohere_embed_v2(request: schemas.CohereEmbedRequest, served: Served):
+    """Cohere's embed API, v2: unit vectors by embedding type (floats by default)."""
+    return await cohere_embeddings(request, served, version=2)
+
+
+async def cohere_embeddings(request: schemas.CohereEmbedRequest, served: ServedModel, version: int) -> dict[str, Any]:
+    served.refuse_sparse()
+    if request.images is not None or request.input_type == "image":
+        raise HTTPError(422, "images: this server embeds text")
+    if request.max_tokens is not None:
+        raise HTTPError(422, "max_tokens is not supported; truncate says how a text over the model's length is cut")
+    if (request.texts is None) == (request.inputs is None):
+        raise HTTPError(422, 'send "texts" or "inputs", one of them')
+    texts = request.texts or [" ".join(part.text for part in given.content) for given in request.inputs]
+    served.check_count(len(texts), "texts")
+    kinds = list(dict.fromkeys(request.embedding_types or ["float"]))
+    check_embedding_types(kinds)
+    prompt = input_prompt(request.input_type, sentence_embedding(encoder_of(served.model)).prompts)
+    cut, side = TRUNCATION[request.truncate or "END"]
+    vectors, tokens, _ = await served.embed(texts, None, True, cut, side, prompt=prompt)
+    vectors = torch.stack(first_dimensions(vectors, request.output_dimension, True, "output_dimension"))
+    embeddings = {kind: typed_embeddings(vectors, kind) for kind in kinds}
+    answer = {"id": str(uuid.uuid4()), "texts": texts,
+              "meta": {"api_version": {"version": str(version)}, "billed_units": {"input_tokens": tokens}}}
+    if version == 1 and request.embedding_types is None:
+        return answer | {"response_type": "embeddings_floats", "embeddings": embeddings["float"]}
+    return answer | {"response_type": "embeddings_by_type", "embeddings": embeddings}
+
+
+@router.post("/v1/multi-vector", response_model=schemas.MultiVectorResponse, responses=OPENAI_ERRORS)
+@router.post("/multi-vector", response_model=schemas.MultiVectorResponse, responses=OPENAI_ERRORS)
+async def jina_multi_vector(request: schemas.MultiVectorRequest, served: Served):
+    """Jina's multi-vector API, for a multi-vector (ColBERT) model: each text's token vectors as a query's or a
+    document's (input_type, by default document)."""
+    if served.colbert is None:
+        raise HTTPError(409, f"wrong model: {served.model_name} is not a multi-vector (ColBERT) model; "
+                             f"/v1/embeddings gives its vectors")
+    texts = hosted_inputs(request.input, served)
+    vectors, tokens = await served.multi_vectors(texts, request.input_type, dimensions=request.dimensions)
+    encoding_format = request.encoding_format or request.embedding_type or "float"
+    data = [{"object": "embeddings", "index": index, "embeddings": encoded(rows, encoding_format)}
+            for index, rows in enumerate(vectors)]
+    return {"object": "list", "data": data, "model": served.model_name,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+@router.post("/embed_all", response_model=list[list[list[float]]], responses=ERRORS)
+async def embed_all(request: schemas.EmbedAllRequest, served: Served):
+    """text-embeddings-inference's: the last layer's vector of every token of each text, [CLS] and [SEP] included
+    (not pooled, not normalized)."""
+    if served.splade is not None:
+        raise HTTPError(409, f"wrong model: {served.model_name} is a SPLADE model; /embed_all is for dense encoders "
+                             f"(/embed_sparse gives its weights)")
+    inputs = tei_inputs(request.inputs)
+    served.check_count(len(inputs))
+    rows = await served.input_rows(inputs, sentence_embedding(encoder_of(served.model)), request.truncate,
+                                   request.truncation_direction, request.prompt_name)
+    states = await served.run_jobs([Job(token_vectors, row) for row in rows])
+    return [vectors.tolist() for vectors in states]
+
+
+@router.post("/embed_sparse", response_model=list[list[schemas.SparseValue]], responses=ERRORS)
+async def embed_sparse(request: schemas.EmbedSparseRequest, served: Served):
+    """text-embeddings-inference's, for a SPLADE model: each text's nonzero weights as {index, value}, index being
+    the word piece's vocabulary id, in id order."""
+    if served.splade is None:
+        raise HTTPError(409, f"wrong model: {served.model_name} is not a SPLADE model (a masked-LM model with "
+                             f"sentence-transformers' SpladePooling); /embed_sparse needs one")
+    inputs = tei_inputs(request.inputs)
+    served.check_count(len(inputs))
+    vectors, _, _ = await served.embed(inputs, None, None, request.truncate, request.truncation_direction,
+                                       request.prompt_name)
+    return [[{"index": i, "value": v} for i, v in zip(*nonzero_weights(vector))] for vector in vectors]
+
+
+@router.post("/similarity", response_model=list[float], responses=ERRORS)
+async def similarity(request: schemas.SimilarityRequest, served: Served):
+    """text-embeddings-inference's (the Hugging Face sentence-similarity task): the cosine similarity of
+    source_sentence's embedding with each sentence's."""
+    parameters = request.parameters or schemas.SimilarityParameters()
+    texts = [request.inputs.source_sentence, *request.inputs.sentences]
+    served.check_count(len(texts))
+    check_not_empty(texts)
+    if served.colbert is not None:  # the source sentence as the query, the sentences as documents
+        scores, _ = await served.late_interaction(texts[0], texts[1:], parameters.truncate,
+                                                  parameters.truncation_direction, parameters.prompt_name)
+        return scores
+    vectors, _, _ = await served.embed(texts, None, served.compared, parameters.truncate,
+                                       parameters.truncation_direction, parameters.prompt_name)
+    return [float(vectors[0] @ vector) for vector in vectors[1:]]
+
+
+def hosted_inputs(given: str | list, served: ServedModel) -> list:
+    """OpenAI's and Jina's `input` (a text, texts, token ids, lists of token ids) as a list of texts or of id
+    lists, within max_texts."""
+    texts = [given] if isinstance(given, str) or isinstance(given[0], int) else given
+    served.check_count(len(texts), "inputs")
+    return texts
+
+
+def encoded(vectors: torch.Tensor, encoding_format: str) -> list | str:
+    """A vector (or a text's token vectors) as floats, or as base64 of its little-endian float32 values."""
+    return float32_base64(vectors) if encoding_format == "base64" else vectors.tolist()

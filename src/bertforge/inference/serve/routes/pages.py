@@ -1,0 +1,79 @@
+"""What a person reads in a browser: the attention viewer, the explanation of a prediction (also as JSON), and
+the offline /docs page."""
+
+import asyncio
+from typing import Any
+
+from fastapi import Query, Request
+from fastapi.responses import HTMLResponse
+
+from bertforge.errors import InputError
+from bertforge.explain.methods import DEFAULT_STEPS
+from bertforge.inference.attention_view import attention_map, encode_for_attention, render_attention_map
+from bertforge.inference.serve import schemas
+from bertforge.inference.serve.batcher import Job
+from bertforge.inference.serve.docs import render_docs
+from bertforge.inference.serve.errors import ERRORS, PAGE_ERRORS
+from bertforge.inference.serve.jobs import attentions, explanations
+from bertforge.inference.serve.limits import HTTPError
+from bertforge.inference.serve.routes import Routes, Served
+from bertforge.inference.serve.service import ServedModel
+
+router = Routes()
+
+
+@router.get("/attention", response_class=HTMLResponse, responses=PAGE_ERRORS)
+async def attention(served: Served, text: str = Query(min_length=1), pair: str | None = None) -> HTMLResponse:
+    """The attention viewer page (every layer and head) for a text, or a pair of texts."""
+    if not text.strip():
+        raise HTTPError(422, "text is empty: nothing to show attention over")
+    pair = pair if pair and pair.strip() else None  # an empty pair is no pair, as the query string can't omit it
+    try:
+        row = await asyncio.to_thread(encode_for_attention, served.tokenizer, text, pair,
+                                      served.attention_max_length, served.truncate)
+    except InputError as problem:  # over the viewer's limit, on a server that refuses long texts
+        raise HTTPError(413, str(problem)) from None
+    (weights,) = await served.run_jobs([Job(attentions, row)])
+    # Rendering writes layers * heads * seq^2 numbers: off the event loop.
+    page = await asyncio.to_thread(render_attention_map, attention_map(served.tokenizer, row, weights),
+                                   f"Attention: {text[:80]}")
+    return HTMLResponse(page)
+
+
+@router.post("/explain", responses=ERRORS)
+async def explain_json(request: schemas.ExplainRequest, served: Served) -> dict[str, Any]:
+    """Attributions of the model's prediction to the words of the text (bertforge.explain), as JSON."""
+    return await explanation(request, served, as_page=False)
+
+
+@router.get("/explain", response_class=HTMLResponse, responses=PAGE_ERRORS)
+async def explain_page(served: Served, text: str = Query(min_length=1), pair: str | None = None,
+                       target: str | None = None,
+                       method: schemas.ExplainMethod = "integrated_gradients") -> HTMLResponse:
+    """The explanation page: the words shaded by attribution, beside the attention views."""
+    request = schemas.ExplainRequest(text=text, text_pair=pair or None, target=target or None, method=method)
+    return HTMLResponse(await explanation(request, served, as_page=True))
+
+
+async def explanation(request: schemas.ExplainRequest, served: ServedModel, as_page: bool) -> dict[str, Any] | str:
+    """One job for the worker, the only code that touches the model (the explanation hooks it)."""
+    pairs = None if request.text_pair is None else [request.text_pair]
+    row = (await asyncio.to_thread(served.encode_texts, [request.text], pairs))[0]
+    # Integrated gradients runs the model `steps` times over the text; the worker, which every route shares, takes
+    # one explanation at a time: a request costs at most a default one on the longest text.
+    max_length = served.max_length
+    work, budget = request.steps * len(row["input_ids"]), DEFAULT_STEPS * max_length
+    if request.method == "integrated_gradients" and work > budget:
+        raise HTTPError(413, f"steps x tokens is {request.steps} x {len(row['input_ids'])} = {work}; the limit is "
+                             f"{budget} ({DEFAULT_STEPS} steps x max_length {max_length}): ask for fewer steps or "
+                             f"send a shorter text")
+    # As /predict reads the text: the fine-tuned task's max_length, else the server's.
+    reads = min(served.run.max_length, max_length) if served.run is not None else max_length
+    options = {**request.model_dump(), "tokenizer": served.tokenizer, "max_length": reads, "as_page": as_page}
+    (result,) = await served.run_jobs([Job(explanations, row, options)])
+    return result
+
+
+@router.get("/docs", response_class=HTMLResponse, include_in_schema=False)
+async def docs(request: Request):
+    return HTMLResponse(render_docs(request.app.openapi()))

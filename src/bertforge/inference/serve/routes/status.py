@@ -1,0 +1,82 @@
+"""What the server holds and how it is doing: /health (and HEAD for load balancers), Prometheus' /metrics,
+text-embeddings-inference's /info and OpenAI's /v1/models."""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from fastapi.responses import Response
+
+from bertforge.inference.serve import schemas
+from bertforge.inference.serve.errors import OPENAI_ERRORS
+from bertforge.inference.serve.limits import HEALTH_PATH
+from bertforge.inference.serve.routes import Routes, Served
+from bertforge.inference.sparse_encoder import SPLADE
+
+MULTI_VECTOR = "multi_vector"  # /info's pooling of a multi-vector (ColBERT) model: none, a vector per token
+
+router = Routes()
+
+
+@router.get("/info", response_model=schemas.InfoResponse, response_model_exclude_none=True)
+async def info(served: Served):
+    """text-embeddings-inference's description of the model and the server's limits (max_input_length: where the
+    model's inputs are cut or refused: an encoder's sentence-transformers max_seq_length, a task model's
+    max_length)."""
+    task, model, settings = served.task, served.model, served.settings
+    embedded = served.layout()
+    input_limit = served.embedding_limit(embedded) if task is None else served.run.max_length
+    if served.colbert is not None:
+        input_limit = min(served.max_length, served.colbert.role_max_length("document"))
+        model_type = {"embedding": {"pooling": MULTI_VECTOR}}
+    elif task is None:
+        model_type = {"embedding": {"pooling": SPLADE if served.splade is not None else embedded.pooling}}
+    elif task.head == "sequence_classification":
+        id2label = {str(index): label for index, label in model.config.id2label.items()}
+        model_type = {"classifier": {"id2label": id2label, "label2id": model.config.label2id}, "task": task.name}
+    else:
+        model_type = {"task": task.name}
+    return {"model_id": served.model_name, "model_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+            "model_type": model_type, "max_concurrent_requests": settings.max_queue,
+            "max_input_length": input_limit, "max_batch_tokens": settings.max_batch_tokens,
+            "max_batch_requests": settings.max_batch_size, "max_client_batch_size": settings.max_texts,
+            "auto_truncate": served.truncate, "tokenization_workers": 1, "version": bertforge_version()}
+
+
+@router.get("/v1/models", response_model=schemas.ModelList, responses=OPENAI_ERRORS)
+@router.get("/models", response_model=schemas.ModelList, responses=OPENAI_ERRORS)
+async def openai_models(served: Served):
+    """The one model this server holds, as OpenAI's model list."""
+    return {"object": "list", "data": [{"id": served.model_name, "object": "model", "created": 0,
+                                        "owned_by": "bertforge"}]}
+
+
+@router.head(HEALTH_PATH, include_in_schema=False)
+async def health_probe():  # load balancers that probe with HEAD
+    return Response(status_code=200)
+
+
+@router.get(HEALTH_PATH, response_model=schemas.HealthResponse)
+async def health(served: Served):
+    """Liveness, what is loaded, and how requests have been batched (answered without the API key)."""
+    batcher, settings = served.batcher, served.settings
+    return {"status": "ok", "model": served.model_name, "architecture": type(served.colbert or served.model).__name__,
+            "task": served.task.name if served.task else None, "device": str(served.device),
+            "queued": batcher.pending, "batches": batcher.batches, "texts": batcher.rows,
+            "largest_batch": batcher.largest_batch,
+            "limits": {"max_texts": settings.max_texts, "max_length": served.max_length,
+                       "long_text": settings.long_text, "max_queue": settings.max_queue,
+                       "max_batch_size": settings.max_batch_size, "max_batch_tokens": settings.max_batch_tokens,
+                       "max_body_bytes": settings.max_body_bytes}}
+
+
+@router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+async def prometheus_metrics(served: Served):
+    """Prometheus metrics: requests by route and status, latency, queue depth, batch sizes, tokens."""
+    body, content_type = served.metrics.render()
+    return Response(body, media_type=content_type)
+
+
+def bertforge_version() -> str:
+    try:
+        return version("bertforge")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"

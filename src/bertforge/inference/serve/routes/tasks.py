@@ -1,0 +1,189 @@
+"""A model's own answers: a fine-tuned model's at /predict (as `bertforge predict` gives them, or
+text-embeddings-inference's scores), a masked-LM model's at /fill_mask, and POST /, where huggingface_hub's
+InferenceClient sends every task as the Hugging Face Inference API takes it."""
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import torch
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+
+from bertforge.inference.fill_mask import mask_positions, top_tokens
+from bertforge.inference.pipelines import Pipeline, fill_answer, target_ids
+from bertforge.inference.serve import schemas
+from bertforge.inference.serve.batcher import Job
+from bertforge.inference.serve.errors import ERRORS
+from bertforge.inference.serve.limits import HTTPError
+from bertforge.inference.serve.routes import Routes, Served
+from bertforge.inference.serve.routes.embeddings import embed_texts, similarity
+from bertforge.inference.serve.routes.tokens import UNLIMITED
+from bertforge.inference.serve.service import ServedModel, check_not_empty
+from bertforge.inference.serve.tei import SCORE_FUNCTIONS, TASK_SCORES, predict_inputs, ranked_scores
+from bertforge.tasks import classification
+from bertforge.tasks.registry import HEADS, Task
+
+# The Inference API's requests at POST / of the tasks answered by transformers' pipelines, by pipeline task
+PIPELINE_REQUESTS = {"token-classification": schemas.TokenClassificationRequest,
+                     "question-answering": schemas.QuestionAnsweringRequest,
+                     "zero-shot-classification": schemas.ZeroShotRequest}
+
+router = Routes()
+
+
+@router.post("/predict", response_model=schemas.PredictResponse | list[schemas.Prediction]
+             | list[list[schemas.Prediction]], response_model_exclude_unset=True, responses=ERRORS)
+async def predict(request: schemas.PredictRequest, served: Served):
+    """The fine-tuned model's answers, as `bertforge predict` gives them: a label with probabilities, a score,
+    entities with character spans into each text, or per question the answer's span of its context. With
+    text-embeddings-inference's "inputs", a sequence classifier's scores in its shape."""
+    current = served.require_task()
+    if request.inputs is not None:
+        return await tei_predict(current, request, served)
+    takes_questions = current.name == "qa"
+    if request.questions is not None and (request.texts is not None or request.text_pairs is not None):
+        raise HTTPError(422, 'send either "texts" (and "text_pairs") or "questions", not both')
+    wanted = '"questions": [{"question", "context"}]' if takes_questions else '"texts" (and "text_pairs")'
+    given = request.questions if takes_questions else request.texts
+    if given is None:
+        other = request.texts if takes_questions else request.questions
+        status = 409 if other is not None else 422
+        raise HTTPError(status, f"{'wrong task' if other is not None else 'nothing to predict'}: "
+                                f"{served.model_name} does {current.name}, which takes {wanted}")
+    served.check_count(len(given), "questions" if takes_questions else "texts")
+    if takes_questions:
+        for index, item in enumerate(given):
+            for name in ("question", "context"):
+                if not getattr(item, name).strip():
+                    raise HTTPError(422, f"questions.{index}.{name} is empty")
+        # Each question's id: the client's, else its place in the request (1, 2, ...), as `predict` numbers the
+        # questions of a file.
+        examples = [dataclasses.replace(current.example(item.question, item.context), id=item.id or str(number))
+                    for number, item in enumerate(given, 1)]
+    else:
+        if request.text_pairs is not None and len(request.text_pairs) != len(given):
+            raise HTTPError(422, f"got {len(given)} texts but {len(request.text_pairs)} text_pairs")
+        pairs = request.text_pairs or [None] * len(given)
+        examples = [current.example(text, pair) for text, pair in zip(given, pairs)]
+    return {"task": current.name, "predictions": (await served.predict_examples(examples))[0]}
+
+
+async def tei_predict(current: Task, request: schemas.PredictRequest, served: ServedModel) -> list:
+    """TEI's answer for a sequence classifier: per input, {score, label} highest first; a bare list for one."""
+    if current.head != "sequence_classification":
+        raise HTTPError(409, f"wrong task: {served.model_name} does {current.name}; \"inputs\" (text-embeddings-"
+                             f"inference's) is for a sequence classifier: send "
+                             f"{'questions' if current.name == 'qa' else 'texts'}")
+    if request.texts is not None or request.text_pairs is not None or request.questions is not None:
+        raise HTTPError(422, 'send "inputs" (text-embeddings-inference\'s) or "texts", not both')
+    single, items = predict_inputs(request.inputs)
+    served.check_count(len(items), "inputs")
+    check_not_empty([text for item in items for text in item if text is not None])
+    config = served.model.config
+    # TEI takes single texts and pairs in one batch; the task encodes one kind at a time
+    logits = torch.empty(len(items), config.num_labels)
+    for paired in (False, True):
+        indices = [index for index, (_, pair) in enumerate(items) if (pair is not None) == paired]
+        if indices:
+            examples = [current.example(*items[index]) for index in indices]
+            features, outputs = await served.task_outputs(examples, request.truncate, request.truncation_direction)
+            logits[indices] = classification.example_logits(features, outputs, len(examples))
+    parameters = request.parameters or schemas.TextClassificationParameters()
+    function = "none" if request.raw_scores else parameters.function_to_apply or TASK_SCORES[current.name]
+    scores = SCORE_FUNCTIONS[function](logits)
+    answers = [ranked_scores(row, config.id2label, parameters.top_k) for row in scores]
+    return answers[0] if single else answers
+
+
+@router.post("/fill_mask", response_model=list[schemas.FilledToken] | list[list[schemas.FilledToken]]
+             | list[list[schemas.FilledToken] | list[list[schemas.FilledToken]]], responses=ERRORS)
+async def fill_mask(request: schemas.FillMaskRequest, served: Served):
+    """transformers' fill-mask pipeline over HTTP, as the Hugging Face Inference API answers fill-mask
+    (huggingface_hub's InferenceClient.fill_mask given this route's URL): per [MASK] of a text, its top_k tokens
+    {score, token, token_str, sequence}; a list per mask for a text of several, a list per text for several texts.
+    Needs a masked-LM checkpoint's trained head."""
+    if served.run_fill is None:
+        raise HTTPError(409, f"wrong model: {served.model_name} has no trained masked-LM head; /fill_mask needs a "
+                             f"masked-LM checkpoint (BertForMaskedLM, BertForPreTraining)")
+    tokenizer = served.tokenizer
+    texts = [request.inputs] if isinstance(request.inputs, str) else request.inputs
+    served.check_count(len(texts))
+    parameters = request.parameters or schemas.FillMaskParameters()
+    targets = target_ids(tokenizer, parameters.targets)
+    rows = await asyncio.to_thread(served.encode_texts, texts, None, UNLIMITED, False, False)
+    masks = []
+    for index, row in enumerate(rows):
+        if len(row["input_ids"]) > served.max_length:  # not cut: that could lose a [MASK], or the words deciding it
+            raise HTTPError(413, f"text {index} is {len(row['input_ids'])} tokens long; the limit is "
+                                 f"{served.max_length}")
+        masks.append(mask_positions(tokenizer, row["input_ids"], f"text {index}"))
+    probabilities = await served.run_jobs([Job(served.run_fill, row, {"masks": positions})
+                                           for row, positions in zip(rows, masks)])
+    kept = parameters.top_k if targets is None else served.model.config.vocab_size  # targets: from every token
+    answers = [fill_answer(tokenizer, row["input_ids"], top_tokens(scores, tokenizer, kept), parameters.top_k,
+                           targets) for row, scores in zip(rows, probabilities)]
+    return answers[0] if len(answers) == 1 else answers
+
+
+@router.post("/", response_model=list[list[float]] | list[float] | list[schemas.Prediction]
+             | list[list[schemas.Prediction]] | list[schemas.EntityGroup] | list[schemas.TokenPrediction]
+             | list[list[schemas.EntityGroup]] | list[list[schemas.TokenPrediction]] | schemas.SpanAnswer
+             | list[schemas.SpanAnswer] | list[list[schemas.SpanAnswer] | schemas.SpanAnswer]
+             | schemas.EmbedResponse | schemas.PredictResponse,  # the last two: bertforge's own forms' answers
+             response_model_exclude_unset=True, responses=ERRORS)
+async def tei_root(request: schemas.EmbedRequest | schemas.SimilarityRequest | schemas.PredictRequest
+                   | schemas.TokenClassificationRequest | schemas.QuestionAnsweringRequest
+                   | schemas.ZeroShotRequest, served: Served):
+    """The route for the model's task that huggingface_hub's InferenceClient calls given the server's URL, as
+    text-embeddings-inference and the Hugging Face Inference API answer it: an encoder embeds {"inputs"} (as
+    /embed) or compares {"inputs": {"source_sentence", "sentences"}} (as /similarity); a sequence classifier
+    predicts {"inputs"} (as /predict), or with "parameters": {"candidate_labels"} classifies zero-shot ({label,
+    score} best first); a token classifier tags {"inputs"} (its "parameters": aggregation_strategy, ignore_labels)
+    and a question answerer answers {"inputs": {"question", "context"}}, as transformers' pipelines of those
+    tasks."""
+    if isinstance(request, schemas.SimilarityRequest):
+        return await similarity(request, served)
+    task = served.task
+    body = request.model_dump(exclude_unset=True)
+    if task is not None and "inputs" in body and (task.head != "sequence_classification" or "candidate_labels"
+                                                  in (body.get("parameters") or {})):
+        return await inference_api(body, served)
+    own, other = (schemas.EmbedRequest, schemas.PredictRequest) if task is None else \
+        (schemas.PredictRequest, schemas.EmbedRequest)
+    foreign = sorted(set(body) - set(own.model_fields))
+    if foreign and set(foreign) <= set(other.model_fields):
+        doing = "is an encoder (it embeds)" if task is None else f"does {task.name}"
+        wanted = "a sequence classifier's" if task is None else "an encoder's"
+        raise HTTPError(409, f"wrong task: {served.model_name} {doing}; {', '.join(foreign)} are for {wanted} route")
+    if task is None:
+        return await embed_texts(validated(schemas.EmbedRequest, body), served)
+    return await predict(validated(schemas.PredictRequest, body), served)
+
+
+async def inference_api(body: dict[str, Any], served: ServedModel) -> Any:
+    """The Hugging Face Inference API's answer for a token classifier, a question answerer or, given
+    candidate_labels, zero-shot classification by a sequence classifier: transformers' pipeline of the task
+    (inference/pipelines.py) with the request's parameters, its rows run by the batcher."""
+    task = served.task
+    name = "zero-shot-classification" if task.head == "sequence_classification" else HEADS[task.head].onnx_task
+    request = validated(PIPELINE_REQUESTS[name], body)
+    inputs = request.model_dump()["inputs"]
+    count = 1 if isinstance(inputs, str | dict) else len(inputs)
+    served.check_count(count, "questions" if name == "question-answering" else "texts")
+    parameters = request.parameters.model_dump(exclude_none=True) if request.parameters is not None else {}
+    pipe = Pipeline(name, served.model, served.pipeline_tokenizer, served.device, task, served.run.settings,
+                    rows=served.batcher_rows)
+    answer = await asyncio.to_thread(pipe, inputs, **parameters)
+    if name != "zero-shot-classification":
+        return answer
+    ranked = [[{"label": label, "score": score} for label, score in zip(item["labels"], item["scores"])]
+              for item in (answer if isinstance(answer, list) else [answer])]
+    return ranked if isinstance(answer, list) else ranked[0]
+
+
+def validated(request_class, body: dict[str, Any]):
+    try:
+        return request_class.model_validate(body)
+    except ValidationError as problem:
+        raise RequestValidationError(problem.errors()) from None

@@ -1,0 +1,348 @@
+"""The served model: one model, its tokenizer and task, the server's limits, and the micro-batcher that runs it.
+Every route reads texts and runs the model through it, so that each API answers as `bertforge embed`, `predict`
+and `similarity` do, cut or refused at the same limits."""
+
+import asyncio
+import copy
+import math
+from concurrent.futures import Future
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
+from bertforge.errors import ConfigError
+from bertforge.inference.features import embedding_texts, prompt_length, sentence_embedding
+from bertforge.inference.multi_vector_encoder import MultiVectorEncoder
+from bertforge.inference.multi_vector_encoder import first_dimensions as first_token_dimensions
+from bertforge.inference.serve.batcher import Job, MicroBatcher, QueueFull
+from bertforge.inference.serve.jobs import (
+    encoder_of,
+    masked_token_probabilities,
+    multi_vector_rows,
+    pooled_vectors,
+    rows_read,
+    splade_vectors,
+)
+from bertforge.inference.serve.limits import HTTPError
+from bertforge.inference.serve.metrics import ServerMetrics
+from bertforge.inference.serve.settings import ServeSettings
+from bertforge.tasks.data import Features
+from bertforge.tasks.registry import Checkpoint, Task, task_defaults, task_of_model
+from bertforge.tokenizer import BertTokenizer
+
+
+class ServedModel:
+    """The model behind every route: what it is (an encoder, a SPLADE or ColBERT model, a task model), how texts
+    become its rows (the server's max_length and long-text policy, a request's truncate), and the batcher that runs
+    them. Its methods raise HTTPError for what a request asks beyond the model or the limits."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: BertTokenizer, settings: ServeSettings,
+                 model_name: str, checkpoint: Checkpoint | None, masked_lm: torch.nn.Module | None):
+        self.settings, self.model_name, self.checkpoint, self.tokenizer = settings, model_name, checkpoint, tokenizer
+        self.colbert = model if isinstance(model, MultiVectorEncoder) else None
+        if self.colbert is not None:
+            model = self.colbert.model  # what the batcher runs; `colbert` adds its query [MASK]s, projection, skiplist
+        self.model = model
+        self.task, self.run = self.task_and_settings()
+        self.max_length = min(settings.max_length, model.config.max_position_embeddings, tokenizer.model_max_length)
+        self.attention_max_length = min(settings.attention_max_length, self.max_length)
+        self.truncate = settings.long_text == "truncate"
+        # TEI's truncation_direction, per request: a tokenizer for each side (they share the vocabulary)
+        self.tokenizers = {"right": copy.copy(tokenizer), "left": copy.copy(tokenizer)}
+        for side, sided in self.tokenizers.items():
+            sided.truncation_side = side
+        self.device = next(model.parameters()).device
+        if masked_lm is None and self.task is None:
+            masked_lm = getattr(model, "masked_lm", None)
+        if masked_lm is not None:
+            words = encoder_of(model).embeddings.tokens.weight
+            masked_lm = masked_lm.to(words.device, words.dtype).eval()
+        self.run_fill = masked_token_probabilities(masked_lm) if masked_lm is not None else None
+        self.run_rows = rows_read(self.task.outputs) if self.task is not None else None
+        # transformers' pipelines, for the Inference API's tasks at POST /, read texts as this server cuts them
+        self.pipeline_tokenizer = copy.copy(tokenizer)
+        self.pipeline_tokenizer.model_max_length = self.max_length
+        # A SPLADE model (sentence-transformers' SparseEncoder layout): its vectors are the masked-LM head's weights
+        # per vocabulary entry, compared by dot product and never normalized, as text-embeddings-inference serves
+        # them.
+        layout = getattr(model, "sentence_embedding", None) if self.task is None else None
+        self.splade = layout.splade if layout is not None else None
+        self.compared = None if self.splade is not None else True  # embed's `normalize` to compare: cosine, or dot
+        self.run_splade = splade_vectors(self.splade, layout.max_active_dims) if self.splade is not None else None
+        self.run_multi_vector = {role: multi_vector_rows(self.colbert, role) for role in ("query", "document")} \
+            if self.colbert is not None else None
+        self.metrics = ServerMetrics(lambda: self.batcher.pending)
+        self.batcher = MicroBatcher(model, settings.max_batch_size, settings.max_batch_tokens, settings.max_wait_ms,
+                                    settings.max_queue,
+                                    on_batch=lambda jobs: self.metrics.count_batch([job.length for job in jobs]))
+
+    def task_and_settings(self) -> tuple[Task | None, Any]:
+        """The model's task and the settings it was trained with (the checkpoint's; an in-memory task model's
+        task defaults), checked against the model's positions now rather than failing every request."""
+        model, checkpoint = self.model, self.checkpoint
+        if checkpoint is not None:
+            task = checkpoint.task_for() if checkpoint.task is not None else None
+            run = checkpoint.settings() if task is not None else None
+        else:
+            task = task_of_model(model)
+            run = task_defaults(task.name, model.config.max_position_embeddings) if task is not None else None
+        if task is None:
+            return None, None
+        if run.max_length > model.config.max_position_embeddings:
+            raise ConfigError(f"{self.model_name}: trained with max_length {run.max_length}, more than the model's "
+                              f"{model.config.max_position_embeddings} positions")
+        try:  # encoding no examples checks the window sizes
+            task.encode(self.tokenizer, [], run.settings, model.config.id2label)
+        except ConfigError as error:
+            raise ConfigError(f"{self.model_name}: can't encode with its settings: {error}") from None
+        return task, run
+
+    # ------------------------------------------------------------ requests' limits
+
+    def check_count(self, count: int, what: str = "texts") -> None:
+        if count > self.settings.max_texts:
+            raise HTTPError(413, f"too many {what}: {count}; the limit is {self.settings.max_texts} per request")
+
+    def require_task(self) -> Task:
+        if self.task is None:
+            raise HTTPError(409, f"wrong task: {self.model_name} has no trained task head (an encoder); use /embed, "
+                                 f"/v1/embeddings or /rerank, or serve a fine-tuned model")
+        return self.task
+
+    def refuse_sparse(self) -> None:
+        """The hosted APIs' dense vectors are not a SPLADE model's."""
+        if self.splade is not None:
+            raise HTTPError(409, f"wrong model: {self.model_name} is a SPLADE model, whose vectors are sparse; use "
+                                 f"/embed_sparse")
+
+    # ------------------------------------------------------------ texts and token ids -> model rows
+
+    def encode_texts(self, texts: list[str], pairs: list[str] | None = None, limit: int | None = None,
+                     with_offsets: bool = False, cut: bool | None = None, side: str = "right",
+                     add_special_tokens: bool = True) -> list[dict[str, list]]:
+        """One row per text (or pair) within `limit` tokens (None: the server's max_length): truncated (`cut`, by
+        default the server's policy; at the end `side` says), or 413."""
+        limit = self.max_length if limit is None else limit
+        asked, cut = cut, self.truncate if cut is None else cut
+        encoded = self.tokenizers[side.lower()](texts, text_pair=pairs, truncation=cut, max_length=limit,
+                                                return_offsets_mapping=with_offsets,
+                                                return_special_tokens_mask=with_offsets,
+                                                add_special_tokens=add_special_tokens)
+        rows = [{name: values[i] for name, values in encoded.items()} for i in range(len(texts))]
+        for index, row in enumerate(rows):
+            if len(row["input_ids"]) > limit:
+                raise refused(f"text {index} is {len(row['input_ids'])} tokens long", limit, asked)
+        return rows
+
+    def check_ids(self, id_lists: list[list[int]]) -> None:
+        vocab_size = self.model.config.vocab_size
+        for index, ids in enumerate(id_lists):
+            unknown = next((i for i in ids if not 0 <= i < vocab_size), None)
+            if unknown is not None:
+                raise HTTPError(422, f"input {index}: token id {unknown} is not in the model's vocabulary "
+                                     f"(0 to {vocab_size - 1})")
+
+    def id_rows(self, id_lists: list[list[int]], limit: int, asked: bool | None, side: str = "right"
+                ) -> list[dict[str, list]]:
+        """Rows of token ids sent as they are (OpenAI's and text-embeddings-inference's token input), cut or
+        refused as `asked` (the request's truncate), else as the server's policy."""
+        self.check_ids(id_lists)
+        rows = []
+        for index, ids in enumerate(id_lists):
+            if len(ids) > limit and not (self.truncate if asked is None else asked):
+                raise refused(f"input {index} is {len(ids)} tokens long", limit, asked)
+            ids = ids[:limit] if side.lower() == "right" else ids[-limit:]
+            rows.append({"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids)})
+        return rows
+
+    def first_word_pieces(self, texts: list[str], count: int) -> list[str]:
+        """Each text cut after its first `count` word pieces (at the last one's end in the text)."""
+        offsets = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        return [text if len(spans) <= count else text[:spans[count - 1][1]] for text, spans in zip(texts, offsets)]
+
+    # ------------------------------------------------------------ running rows
+
+    def submitted(self, jobs: list[Job]) -> list[Future]:
+        if len(jobs) > self.settings.max_queue:  # it could never be queued: 503 would mean "retry" forever
+            raise HTTPError(413, f"the request makes {len(jobs)} model inputs; the limit is {self.settings.max_queue}")
+        try:
+            return self.batcher.submit(jobs)
+        except QueueFull as problem:
+            raise HTTPError(503, str(problem)) from None
+
+    async def run_jobs(self, jobs: list[Job]) -> list[Any]:
+        return await asyncio.gather(*(asyncio.wrap_future(future) for future in self.submitted(jobs)))
+
+    def batcher_rows(self, features: Features, read) -> list[tuple[torch.Tensor, ...]]:
+        """A pipeline's rows, run by the batcher (a pipeline runs in a worker thread, which waits for them)."""
+        longest = max(features.lengths(), default=0)
+        if longest > self.max_length:
+            raise HTTPError(413, f"the request makes model inputs of {longest} tokens; the limit is "
+                                 f"{self.max_length}")
+        return [future.result() for future in self.submitted([Job(rows_read(read), row) for row in features.rows])]
+
+    # ------------------------------------------------------------ embeddings
+
+    def embedding_limit(self, used: SentenceEmbedding) -> int:
+        """Where long texts are cut, or refused: the smaller of the server's and the layout's max_length."""
+        return self.max_length if used.max_length is None else min(self.max_length, used.max_length)
+
+    async def input_rows(self, inputs: list[str] | list[list[int]], used: SentenceEmbedding, cut: bool | None,
+                         side: str, prompt_name: str | None = None, prompt: str | None = None
+                         ) -> list[dict[str, list]]:
+        """Model rows of texts (after the prompt, as the sentence-transformers layout reads them) or of lists of
+        token ids (as they are)."""
+        limit = self.embedding_limit(used)
+        if inputs and isinstance(inputs[0], list):
+            return self.id_rows(inputs, limit, cut, side)
+        texts = embedding_texts(inputs, used, used.prompt(prompt_name, prompt))
+        return await asyncio.to_thread(self.encode_texts, texts, None, limit, False, cut, side)
+
+    async def embed(self, texts: list[str] | list[list[int]], pooling: str | None, normalize: bool | None,
+                    cut: bool | None = None, side: str = "right", prompt_name: str | None = None,
+                    prompt: str | None = None) -> tuple[list[torch.Tensor], int, SentenceEmbedding]:
+        """Vectors of texts (or of lists of token ids), how many tokens they had, and the settings used: those
+        asked for, else the checkpoint's sentence-transformers layout (pooling, max_seq_length, normalisation,
+        prompts), as `bertforge embed`."""
+        if self.colbert is not None:
+            raise HTTPError(409, f"wrong model: {self.model_name} is a multi-vector (ColBERT) model, a vector per "
+                                 f"token: /v1/embeddings or /v1/multi-vector give its vectors, /rerank and "
+                                 f"/similarity its MaxSim scores")
+        if self.splade is not None:
+            if pooling is not None:
+                raise HTTPError(422, f"pooling: {self.model_name} is a SPLADE model, which pools its masked-LM "
+                                     f"logits")
+            if normalize:
+                raise HTTPError(409, f"normalize: {self.model_name} is a SPLADE model, whose weights are compared "
+                                     f"as they are (dot product); send \"normalize\": false")
+            used = sentence_embedding(self.model)
+            rows = await self.input_rows(texts, used, cut, side, prompt_name, prompt)
+            vectors = await self.run_jobs([Job(self.run_splade, row) for row in rows])
+            return vectors, sum(len(row["input_ids"]) for row in rows), used
+        used = sentence_embedding(encoder_of(self.model), pooling, None, normalize)
+        rows = await self.input_rows(texts, used, cut, side, prompt_name, prompt)
+        left_out = 0 if texts and isinstance(texts[0], list) else \
+            prompt_length(self.tokenizer, used, used.prompt(prompt_name, prompt))
+        options = {"pooling": used.pooling, "normalize": used.normalize, "left_out": left_out}
+        vectors = await self.run_jobs([Job(pooled_vectors, row, options) for row in rows])
+        return vectors, sum(len(row["input_ids"]) for row in rows), used
+
+    def layout(self) -> SentenceEmbedding:
+        """The model's sentence-transformers layout (its pooling, prompts, max_seq_length): a SPLADE model's own."""
+        return sentence_embedding(self.model if self.splade is not None else encoder_of(self.model))
+
+    async def multi_vectors(self, inputs: list[str] | list[list[int]], role: str, cut: bool | None = None,
+                            side: str = "right", prompt_name: str | None = None, dimensions: int | None = None
+                            ) -> tuple[list[torch.Tensor], int]:
+        """A multi-vector model's token vectors of each text (or list of token ids, as it is) as it encodes one of
+        this role (MultiVectorEncoder.encode_query / encode_document: the role's prompt and length, a query's
+        [MASK]s, a document's skiplist), and how many tokens the model read."""
+        colbert = self.colbert
+        limit = min(self.max_length, colbert.role_max_length(role))
+        if inputs and isinstance(inputs[0], list):
+            rows = self.id_rows(inputs, limit, cut, side)
+        else:
+            prompt = colbert.role_prompt(role, prompt_name)
+            rows = await asyncio.to_thread(self.encode_texts, [prompt + text for text in inputs], None, limit, False,
+                                           cut, side)
+        vectors = await self.run_jobs([Job(self.run_multi_vector[role], row) for row in rows])
+        if colbert.truncate_dim is not None:
+            vectors = first_token_dimensions(vectors, colbert.truncate_dim)
+        if dimensions is not None:
+            if dimensions > vectors[0].shape[-1]:
+                raise HTTPError(422, f"dimensions: {dimensions} is more than the model's {vectors[0].shape[-1]}")
+            vectors = first_token_dimensions(vectors, dimensions)
+        return vectors, sum(len(row["input_ids"]) for row in rows)
+
+    async def late_interaction(self, query: str, texts: list[str], cut: bool | None = None, side: str = "right",
+                               prompt_name: str | None = None) -> tuple[list[float], int]:
+        """A multi-vector model's score of each text for the query (the query's token vectors against each
+        text's as a document's: MaxSim, or MeanMaxSim as its layout says), and how many tokens the model read."""
+        (queried, query_tokens), (documents, tokens) = await asyncio.gather(
+            self.multi_vectors([query], "query", cut, side, prompt_name),
+            self.multi_vectors(texts, "document", cut, side, prompt_name))
+        scores = await asyncio.to_thread(self.colbert.similarity, queried, documents)
+        return scores[0].tolist(), query_tokens + tokens
+
+    # ------------------------------------------------------------ a task model's answers
+
+    async def task_outputs(self, examples: list, cut: bool | None = None, side: str = "right"):
+        """(features, outputs per row) of examples, encoded with the task's own `encode` and its settings."""
+        features = await asyncio.to_thread(self.task.encode, self.tokenizers[side.lower()], examples,
+                                           self.run.settings, self.model.config.id2label)
+        if features.truncated and not (self.truncate if cut is None else cut):
+            raise refused(f"{features.truncated} of the inputs are longer than the model's max_length",
+                          self.run.max_length, cut)
+        return features, await self.run_jobs([Job(self.run_rows, row) for row in features.rows])
+
+    async def predict_examples(self, examples: list, cut: bool | None = None, side: str = "right"
+                               ) -> tuple[list[dict[str, Any]], int]:
+        """The task's answers for examples, each with its input, exactly as `bertforge predict` gives them, and how
+        many tokens the model read."""
+        features, outputs = await self.task_outputs(examples, cut, side)
+        answers = await asyncio.to_thread(self.task.decode, features, examples, outputs, self.model.config)
+        return [{**self.task.inputs(example), **answer} for example, answer in zip(examples, answers)], \
+            sum(features.lengths())
+
+    async def relevance(self, query: str, texts: list[str], raw_scores: bool = False, cut: bool | None = None,
+                        side: str = "right") -> tuple[list[float], int]:
+        """Each text's relevance to the query, and how many tokens the model read: a pair classifier's probability
+        of its last label (or the sigmoid of a one-output model's score; raw_scores: the logit or score), or, for
+        an encoder, the cosine similarity of the texts' embeddings (a SPLADE model's dot product)."""
+        task, config = self.task, self.model.config
+        # A fine-tuned model that read single texts (its run config names no second column), or a multi-label one,
+        # has no relevance of a text to a query to give; a checkpoint from elsewhere may be a cross-encoder.
+        single_texts = self.checkpoint is not None and self.checkpoint.run is not None and \
+            self.checkpoint.run.columns.text_pair is None
+        if task is not None and (task.name == "multi_label" or single_texts):
+            raise HTTPError(409, f"wrong task: {self.model_name} was fine-tuned on "
+                                 f"{'single texts' if single_texts else 'labels to tag a text with'}; reranking "
+                                 f"needs a pair classifier (trained on text pairs) or an encoder")
+        if self.colbert is not None:
+            return await self.late_interaction(query, texts, cut, side)
+        if task is None:
+            vectors, tokens, _ = await self.embed([query, *texts], None, self.compared, cut, side)
+            return [float(vectors[0] @ vector) for vector in vectors[1:]], tokens
+        if task.head != "sequence_classification":
+            raise HTTPError(409, f"wrong task: {self.model_name} does {task.name}; reranking needs a pair "
+                                 f"classifier or an encoder")
+        answers, tokens = await self.predict_examples([task.example(query, text) for text in texts], cut, side)
+        if "score" in answers[0]:
+            return [a["score"] if raw_scores else 1 / (1 + math.exp(-a["score"])) for a in answers], tokens
+        last = config.id2label[config.num_labels - 1]
+        probabilities = [a["probabilities"][last] for a in answers]
+        return [math.log(p / max(1 - p, 1e-12)) if raw_scores else p for p in probabilities], tokens
+
+
+def refused(what: str, limit: int, asked: bool | None) -> HTTPError:
+    """413 for input over `limit` tokens; `asked`: the request's own truncate, if it said."""
+    why = "the request asked not to truncate" if asked is False else "this server refuses long texts rather than " \
+                                                                     "truncating"
+    return HTTPError(413, f"{what}; the limit is {limit} ({why})")
+
+
+def first_dimensions(vectors: list[torch.Tensor], dimensions: int | None, normalized: bool,
+                     field: str = "dimensions") -> list:
+    """The first `dimensions` of each vector (Matryoshka-style), unit length again when they were; None: all.
+    `field`: the request's name for them."""
+    if dimensions is None:
+        return vectors
+    if dimensions > len(vectors[0]):
+        raise HTTPError(422, f"{field}: {dimensions} is more than the model's {len(vectors[0])}")
+    return [F.normalize(vector[:dimensions], dim=-1) if normalized else vector[:dimensions] for vector in vectors]
+
+
+def tei_inputs(inputs: str | list) -> list:
+    """TEI's `inputs` (a text, texts, token ids, lists of token ids) as a list of texts or of id lists."""
+    inputs = [inputs] if isinstance(inputs, str) or isinstance(inputs[0], int) else inputs
+    check_not_empty(inputs)
+    return inputs
+
+
+def check_not_empty(texts: list) -> None:
+    """text-embeddings-inference answers an empty text 422, as nothing to read."""
+    empty = next((index for index, text in enumerate(texts) if text == ""), None)
+    if empty is not None:
+        raise HTTPError(422, f"inputs cannot be empty: text {empty} is \"\"")
