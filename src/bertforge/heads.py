@@ -31,6 +31,11 @@ from bertforge.packing import real_token_mask
 IGNORE_INDEX = -100
 
 
+def encoder_of(model: nn.Module) -> BertModel:
+    """The bare encoder of a model: itself, or a task model's `.bert`."""
+    return getattr(model, "bert", model)
+
+
 @dataclass
 class ClassifierOutput(ModelOutput):
     logits: torch.Tensor  # (batch, labels) per sequence, (batch, seq, labels) per token, (batch, choices) per question

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertforge.explain.targets import Target, device_of, encoder_of
+from bertforge.explain.targets import Target, device_of
+from bertforge.heads import encoder_of
 
 DEFAULT_STEPS = 50
 # Gauss-Legendre's points come from an eigendecomposition of a steps x steps matrix: 2,000 take seconds here, 10^14

@@ -23,7 +23,12 @@ from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import config_path
 from bertforge.config import architectures_of, read_json_object
 from bertforge.errors import InputError
-from bertforge.heads import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from bertforge.heads import (
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    encoder_of,
+)
 from bertforge.model import BertModel
 from bertforge.pretraining.heads import BertForMaskedLM
 from bertforge.tasks.metrics import entities
@@ -65,10 +70,6 @@ def encode_row(tokenizer, text: str, pair: str | None, first_text: int = 0,
     kept = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id}
     baseline = [token if token in kept else tokenizer.pad_token_id for token in ids]
     return Row(ids, types, texts, offsets, words, baseline)
-
-
-def encoder_of(model: torch.nn.Module) -> BertModel:
-    return getattr(model, "bert", model)
 
 
 def device_of(model: torch.nn.Module) -> torch.device:

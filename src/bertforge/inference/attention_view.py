@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from bertforge.errors import ConfigError, InputError, check_choice
+from bertforge.heads import encoder_of
 from bertforge.validation import check_within_positions
 
 # Enough for a long sentence pair; the page holds layers * heads * seq^2 weights, which grows fast beyond it.
@@ -71,7 +72,7 @@ def encode_for_attention(tokenizer, text: str, pair: str | None = None, max_leng
 @torch.inference_mode()
 def attention_weights(model, input_ids: list[int], token_type_ids: list[int]) -> torch.Tensor:
     """(layers, heads, seq, seq) attention probabilities for one row; `model` is a BertModel or has `.bert`."""
-    encoder = getattr(model, "bert", model)
+    encoder = encoder_of(model)
     device = next(encoder.parameters()).device
     output = encoder(torch.tensor([input_ids], device=device), token_type_ids=torch.tensor([token_type_ids],
                      device=device), output_attentions=True)
@@ -82,7 +83,7 @@ def attention_weights(model, input_ids: list[int], token_type_ids: list[int]) ->
 def query_key_vectors(model, input_ids: list[int], token_type_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """Every layer's queries and keys for one row, each (layers, heads, seq, head_dim), read by forward hooks on the
     attention's query and key projections (their outputs are (tokens, hidden): one row has no padding to pack)."""
-    encoder = getattr(model, "bert", model)
+    encoder = encoder_of(model)
     captured: dict[str, list[torch.Tensor]] = {"query": [], "key": []}
     handles = [getattr(layer.attention, name).register_forward_hook(
                    lambda module, inputs, output, name=name: captured[name].append(output.float().cpu()))

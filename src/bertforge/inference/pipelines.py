@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from bertforge.errors import ConfigError, InputError, check_choice
+from bertforge.heads import encoder_of
 from bertforge.inference.fill_mask import fill_mask, load_masked_lm, mask_positions
 from bertforge.inference.serve.tei import SCORE_FUNCTIONS, TASK_SCORES, ranked_scores
 from bertforge.model import BertModel
@@ -238,7 +239,7 @@ def given_model(task: str, needs: str, model: Any) -> Pipeline:
         definition = task_of_model(model) if needs not in ("encoder", "masked_lm") else None
         settings = definition and task_defaults(definition.name, model.config.max_position_embeddings).settings
     if needs == "encoder":
-        model = getattr(model, "bert", model)  # a task model's encoder
+        model = encoder_of(model)  # a task model's encoder
         if not isinstance(model, BertModel):
             raise ConfigError(f"{task} needs a bertforge encoder; a {type(model).__name__} has none")
     elif needs == "masked_lm":

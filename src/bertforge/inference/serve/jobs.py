@@ -7,17 +7,13 @@ import torch
 
 from bertforge.checkpoint.sentence_transformers import SpladePooling
 from bertforge.explain.page import explained
+from bertforge.heads import encoder_of
 from bertforge.inference.attention_view import attention_weights
 from bertforge.inference.features import after_pooling, pool, pooling_mask
 from bertforge.inference.multi_vector_encoder import MultiVectorEncoder
 from bertforge.inference.serve.batcher import Job
 from bertforge.inference.sparse_encoder import keep_largest, splade_rows
 from bertforge.tasks.data import forward_rows
-
-
-def encoder_of(model: torch.nn.Module) -> torch.nn.Module:
-    """The bare encoder of a model: itself, or a task model's `.bert`."""
-    return getattr(model, "bert", model)
 
 
 def pooled_vectors(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]:

@@ -13,12 +13,12 @@ import torch.nn.functional as F
 
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
 from bertforge.errors import ConfigError
+from bertforge.heads import encoder_of
 from bertforge.inference.features import embedding_texts, prompt_length, sentence_embedding
 from bertforge.inference.multi_vector_encoder import MultiVectorEncoder
 from bertforge.inference.multi_vector_encoder import first_dimensions as first_token_dimensions
 from bertforge.inference.serve.batcher import Job, MicroBatcher, QueueFull
 from bertforge.inference.serve.jobs import (
-    encoder_of,
     masked_token_probabilities,
     multi_vector_rows,
     pooled_vectors,
@@ -31,6 +31,8 @@ from bertforge.inference.serve.settings import ServeSettings
 from bertforge.tasks.data import Features
 from bertforge.tasks.registry import Checkpoint, Task, task_defaults, task_of_model
 from bertforge.tokenizer import BertTokenizer
+
+UNLIMITED = 1 << 30  # tokens: where nothing is cut (no text is this long)
 
 
 class ServedModel:

@@ -7,13 +7,12 @@ from typing import Any
 
 import torch
 
-from bertforge.inference.features import sentence_embedding
 from bertforge.inference.serve import schemas
 from bertforge.inference.serve.batcher import Job
 from bertforge.inference.serve.cohere import TRUNCATION, check_embedding_types, float32_base64, typed_embeddings
 from bertforge.inference.serve.errors import ERRORS, OPENAI_ERRORS
 from bertforge.inference.serve.input_types import ROLES, input_prompt
-from bertforge.inference.serve.jobs import encoder_of, token_vectors
+from bertforge.inference.serve.jobs import token_vectors
 from bertforge.inference.serve.limits import HTTPError
 from bertforge.inference.serve.routes import Routes, Served
 from bertforge.inference.serve.service import ServedModel, check_not_empty, first_dimensions, tei_inputs
@@ -62,7 +61,7 @@ async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest, served: Ser
         data = [encoded(vector, encoding) for vector in vectors]
     else:
         # the prompt for a query or a document (as encode_query / encode_document pick it), or Jina's task's
-        prompt = input_prompt(request.task or role, sentence_embedding(encoder_of(served.model)).prompts)
+        prompt = input_prompt(request.task or role, served.layout().prompts)
         vectors, tokens, used = await served.embed(texts, None, True if request.normalized is not False else None,
                                                    request.truncate, prompt=prompt)
         vectors = torch.stack(first_dimensions(vectors, request.dimensions, normalized=used.normalize))
@@ -96,7 +95,7 @@ async def cohere_embeddings(request: schemas.CohereEmbedRequest, served: ServedM
     served.check_count(len(texts), "texts")
     kinds = list(dict.fromkeys(request.embedding_types or ["float"]))
     check_embedding_types(kinds)
-    prompt = input_prompt(request.input_type, sentence_embedding(encoder_of(served.model)).prompts)
+    prompt = input_prompt(request.input_type, served.layout().prompts)
     cut, side = TRUNCATION[request.truncate or "END"]
     vectors, tokens, _ = await served.embed(texts, None, True, cut, side, prompt=prompt)
     vectors = torch.stack(first_dimensions(vectors, request.output_dimension, True, "output_dimension"))
@@ -134,7 +133,7 @@ async def embed_all(request: schemas.EmbedAllRequest, served: Served):
                              f"(/embed_sparse gives its weights)")
     inputs = tei_inputs(request.inputs)
     served.check_count(len(inputs))
-    rows = await served.input_rows(inputs, sentence_embedding(encoder_of(served.model)), request.truncate,
+    rows = await served.input_rows(inputs, served.layout(), request.truncate,
                                    request.truncation_direction, request.prompt_name)
     states = await served.run_jobs([Job(token_vectors, row) for row in rows])
     return [vectors.tolist() for vectors in states]

@@ -18,8 +18,7 @@ from bertforge.inference.serve.errors import ERRORS
 from bertforge.inference.serve.limits import HTTPError
 from bertforge.inference.serve.routes import Routes, Served
 from bertforge.inference.serve.routes.embeddings import embed_texts, similarity
-from bertforge.inference.serve.routes.tokens import UNLIMITED
-from bertforge.inference.serve.service import ServedModel, check_not_empty
+from bertforge.inference.serve.service import UNLIMITED, ServedModel, check_not_empty
 from bertforge.inference.serve.tei import SCORE_FUNCTIONS, TASK_SCORES, predict_inputs, ranked_scores
 from bertforge.tasks import classification
 from bertforge.tasks.registry import HEADS, Task

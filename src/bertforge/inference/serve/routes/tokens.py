@@ -7,10 +7,8 @@ from bertforge.inference.serve import schemas
 from bertforge.inference.serve.errors import ERRORS
 from bertforge.inference.serve.limits import HTTPError
 from bertforge.inference.serve.routes import Routes, Served
-from bertforge.inference.serve.service import tei_inputs
+from bertforge.inference.serve.service import UNLIMITED, tei_inputs
 from bertforge.inference.serve.tei import simple_tokens
-
-UNLIMITED = 1 << 30  # tokens: where nothing is cut (no text is this long)
 
 router = Routes()
 
