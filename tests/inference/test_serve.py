@@ -1071,6 +1071,60 @@ def test_root_takes_bertforge_own_forms_too(encoder_server, classifier_server):
         assert status == 200 and answer == server.request(route, {"texts": TEXTS})[1], route
 
 
+def test_the_inference_apis_options_change_nothing(encoder_server, classifier_server, tagger_server):
+    """The Hugging Face Inference API's "options", which its clients send beside "inputs" (LangChain's
+    HuggingFaceInferenceAPIEmbeddings posts {"inputs": texts, "options": {"wait_for_model": true, "use_cache":
+    true}} to its api_url; Weaviate's text2vec-huggingface sends use_gpu too), are taken on each route of that
+    shape and change nothing; an option the API never had is refused by name. They were refused as extra fields."""
+    options = {"wait_for_model": True, "use_cache": True, "use_gpu": False}
+    expected = torch.nn.functional.normalize(
+        extract_features(encoder_server.model, encoder_server.tokenizer, TEXTS, max_length=64), dim=-1)
+    for route in ("/", "/embed"):
+        status, vectors, _ = encoder_server.request(route, {"inputs": TEXTS, "options": options})
+        assert status == 200 and torch.allclose(torch.tensor(vectors), expected, atol=1e-5), route
+    comparison = {"inputs": {"source_sentence": TEXTS[0], "sentences": TEXTS[1:]}}
+    for route in ("/", "/similarity"):
+        status, similarities, _ = encoder_server.request(route, {**comparison, "options": options})
+        assert status == 200 and similarities == pytest.approx(
+            [float(expected[0] @ vector) for vector in expected[1:]], abs=1e-5), route
+    for server, body in ((classifier_server, {"inputs": TEXTS[0]}),
+                         (classifier_server, {"inputs": TEXTS[0], "parameters": {"candidate_labels": ["a", "b"]}}),
+                         (tagger_server, {"inputs": TEXTS[0], "parameters": {"aggregation_strategy": "simple"}})):
+        status, answer, _ = server.request("/", {**body, "options": options})
+        assert status == 200 and answer == server.request("/", body)[1], body
+    status, answer, _ = classifier_server.request("/predict", {"inputs": TEXTS[1], "options": {"use_cache": False}})
+    assert status == 200 and answer == classifier_server.request("/predict", {"inputs": TEXTS[1]})[1]
+    assert_error(encoder_server.request("/embed", {"inputs": TEXTS, "options": {"wait_for_mode": True}}), 422,
+                 "options.wait_for_mode")
+    assert_error(encoder_server.request("/embed", {"inputs": TEXTS, "options": {"use_cache": "yes"}}), 422,
+                 "options.use_cache")
+
+def test_feature_extraction_parameters_where_older_clients_send_them(encoder_server, classifier_server):
+    """LangChain's HuggingFaceHubEmbeddings (and h2oGPT's) post {"inputs": texts, "parameters": model_kwargs},
+    {} by default, to the model's URL: an encoder reads the feature-extraction fields there as it reads them at the
+    top level (TEI ignores the field; bertforge answered 409, as if the parameters were a classifier's)."""
+    plain = encoder_server.request("/", {"inputs": TEXTS})[1]
+    assert encoder_server.request("/", {"inputs": TEXTS, "parameters": {}})[:2] == (200, plain)
+    raw = encoder_server.request("/embed", {"inputs": TEXTS, "normalize": False})[1]
+    for route in ("/", "/embed"):
+        assert encoder_server.request(route, {"inputs": TEXTS, "parameters": {"normalize": False}})[:2] == (200, raw)
+    long_text = " ".join(f"word{i}" for i in range(100))
+    left = {"truncate": True, "truncation_direction": "Left"}
+    expected = encoder_server.request("/", {"inputs": long_text, **left})[1]
+    assert expected != encoder_server.request("/", {"inputs": long_text, "truncate": True})[1]
+    assert encoder_server.request("/", {"inputs": long_text, "parameters": left})[:2] == (200, expected)
+    assert_error(encoder_server.request("/", {"inputs": long_text, "parameters": {"truncate": False}}), 413,
+                 "asked not to truncate")
+    assert_error(encoder_server.request("/embed", {"inputs": TEXTS, "normalize": True, "parameters": {
+        "normalize": False}}), 422, "normalize is given twice")
+    # a classifier's parameters sent to an encoder, and an encoder's to a classifier, are the wrong task
+    assert_error(encoder_server.request("/", {"inputs": "a", "parameters": {"top_k": 1}}), 409, "wrong task",
+                 "parameters.top_k", "sequence classifier")
+    assert_error(classifier_server.request("/", {"inputs": "a", "parameters": {"normalize": True}}), 409,
+                 "wrong task", "parameters.normalize", "encoder")
+    assert_error(encoder_server.request("/embed", {"inputs": "a", "parameters": {"pooling": "cls"}}), 422,
+                 "parameters.pooling")
+
 def test_tei_predict_reads_as_predict_does(task_model_dirs):
     """Texts longer than the fine-tuned max_length (windows, their logits averaged) and a regression model: TEI's
     answers carry the same numbers as bertforge's own."""

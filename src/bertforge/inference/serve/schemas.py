@@ -64,6 +64,29 @@ PROMPT_NAME = ("text-embeddings-inference's field: the model's sentence-transfor
 TEI_INPUTS = "text-embeddings-inference's field: a text, a list of texts, or token ids (one list, or a list of lists)"
 
 
+class InferenceAPIOptions(Strict):
+    """The Hugging Face Inference API's "options", which its clients still send beside "inputs" (LangChain's
+    HuggingFaceInferenceAPIEmbeddings, Weaviate's text2vec-huggingface). They steer the hosted service's cache,
+    cold starts and GPUs; a server that holds its model and keeps no cache has none of these, so they change
+    nothing here."""
+    use_cache: bool | None = Field(None, strict=True, description="the hosted API's answer cache: none here")
+    wait_for_model: bool | None = Field(None, strict=True, description="wait for a cold model: this one is loaded")
+    use_gpu: bool | None = Field(None, strict=True, description="the hosted API's GPU: the server's device is fixed")
+
+
+OPTIONS = "the Hugging Face Inference API's options, accepted for its clients; they change nothing here"
+
+
+class FeatureExtractionParameters(Strict):
+    """The Hugging Face feature-extraction task's parameters, where its older clients put them (LangChain's
+    HuggingFaceHubEmbeddings sends {"inputs": texts, "parameters": model_kwargs}, {} by default): the same as the
+    request's own fields of those names, given in one place or the other."""
+    normalize: bool | None = Field(None, strict=True)
+    truncate: bool | None = Field(None, strict=True, description=TRUNCATE)
+    truncation_direction: TruncationDirection | None = Field(None, description=TRUNCATION_DIRECTION)
+    prompt_name: str | None = Field(None, description=PROMPT_NAME)
+
+
 class EmbedRequest(Strict):
     texts: list[Text] | None = Field(None, min_length=1, description="the texts to embed (at most max_texts)")
     inputs: Text | Texts | TokenIds | TokenIdLists | None = Field(
@@ -77,6 +100,9 @@ class EmbedRequest(Strict):
     dimensions: int | None = Field(None, ge=1, strict=True, description="text-embeddings-inference's field: keep "
                                    "the first N dimensions (re-normalized when the vectors are)")
     prompt_name: str | None = Field(None, description=PROMPT_NAME)
+    parameters: FeatureExtractionParameters | None = Field(None, description="the feature-extraction task's "
+                                                           "parameters: these fields, given here instead")
+    options: InferenceAPIOptions | None = Field(None, description=OPTIONS)
 
 
 class EmbedAllRequest(Strict):
@@ -110,6 +136,7 @@ class SimilarityRequest(Strict):
     """text-embeddings-inference's (and the Hugging Face sentence-similarity task's) request."""
     inputs: SimilarityInput
     parameters: SimilarityParameters | None = None
+    options: InferenceAPIOptions | None = Field(None, description=OPTIONS)
 
 
 Role = Literal["query", "document"]
@@ -186,6 +213,7 @@ class TokenClassificationParameters(Strict):
 class TokenClassificationRequest(Strict):
     inputs: Text | Texts = Field(description="a text, or a list of texts (then a list of answers)")
     parameters: TokenClassificationParameters | None = None
+    options: InferenceAPIOptions | None = Field(None, description=OPTIONS)
 
 
 class QuestionContext(Strict):
@@ -209,6 +237,7 @@ class QuestionAnsweringParameters(Strict):
 class QuestionAnsweringRequest(Strict):
     inputs: QuestionContext | Annotated[list[QuestionContext], Field(min_length=1)]
     parameters: QuestionAnsweringParameters | None = None
+    options: InferenceAPIOptions | None = Field(None, description=OPTIONS)
 
 
 class ZeroShotParameters(Strict):
@@ -223,6 +252,7 @@ class ZeroShotRequest(Strict):
     """Zero-shot classification by a natural-language-inference classifier (an entailment label among its labels)."""
     inputs: Text | Texts
     parameters: ZeroShotParameters
+    options: InferenceAPIOptions | None = Field(None, description=OPTIONS)
 
 
 class PredictRequest(Strict):
@@ -239,6 +269,7 @@ class PredictRequest(Strict):
     truncate: bool | None = Field(None, strict=True, description=TRUNCATE)
     truncation_direction: TruncationDirection = Field("right", description=TRUNCATION_DIRECTION)
     parameters: TextClassificationParameters | None = None
+    options: InferenceAPIOptions | None = Field(None, description=OPTIONS)
 
 
 class RerankRequest(Strict):
@@ -311,6 +342,7 @@ class FillMaskRequest(Strict):
     inputs: Text | Texts = Field(description="a text with one or more [MASK] tokens, or a list of them (at most "
                                              "max_texts)")
     parameters: FillMaskParameters | None = None
+    options: InferenceAPIOptions | None = Field(None, description=OPTIONS)
 
 
 class TokenizeRequest(Strict):

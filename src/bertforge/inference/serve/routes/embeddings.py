@@ -28,6 +28,7 @@ async def embed_texts(request: schemas.EmbedRequest, served: Served):
     "normalize": false (TEI's default)."""
     if (request.texts is None) == (request.inputs is None):
         raise HTTPError(422, 'send "texts" (a list) or "inputs" (a text or a list), one of them')
+    request = with_parameters(request)
     tei = request.inputs is not None
     texts = tei_inputs(request.inputs) if tei else request.texts
     served.check_count(len(texts))
@@ -168,6 +169,18 @@ async def similarity(request: schemas.SimilarityRequest, served: Served):
     vectors, _, _ = await served.embed(texts, None, served.compared, parameters.truncate,
                                        parameters.truncation_direction, parameters.prompt_name)
     return [float(vectors[0] @ vector) for vector in vectors[1:]]
+
+
+def with_parameters(request: schemas.EmbedRequest) -> schemas.EmbedRequest:
+    """The request with the feature-extraction parameters it sent in "parameters" as its own fields (a field given
+    in both places is 422)."""
+    if request.parameters is None:
+        return request
+    given = request.parameters.model_dump(exclude_unset=True)
+    twice = sorted(set(given) & request.model_fields_set)
+    if twice:
+        raise HTTPError(422, f"{twice[0]} is given twice, in the request and in its parameters: send it once")
+    return request.model_copy(update={name: value for name, value in given.items() if value is not None})
 
 
 def hosted_inputs(given: str | list, served: ServedModel) -> list:

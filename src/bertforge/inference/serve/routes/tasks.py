@@ -28,6 +28,10 @@ PIPELINE_REQUESTS = {"token-classification": schemas.TokenClassificationRequest,
                      "question-answering": schemas.QuestionAnsweringRequest,
                      "zero-shot-classification": schemas.ZeroShotRequest}
 
+# What an encoder's and a sequence classifier's requests at POST / take as "parameters"
+PARAMETERS = {schemas.EmbedRequest: schemas.FeatureExtractionParameters,
+              schemas.PredictRequest: schemas.TextClassificationParameters}
+
 router = Routes()
 
 
@@ -150,8 +154,8 @@ async def tei_root(request: schemas.EmbedRequest | schemas.SimilarityRequest | s
         return await inference_api(body, served)
     own, other = (schemas.EmbedRequest, schemas.PredictRequest) if task is None else \
         (schemas.PredictRequest, schemas.EmbedRequest)
-    foreign = sorted(set(body) - set(own.model_fields))
-    if foreign and set(foreign) <= set(other.model_fields):
+    foreign = sorted(field_names(body) - request_fields(own))
+    if foreign and set(foreign) <= request_fields(other):
         doing = "is an encoder (it embeds)" if task is None else f"does {task.name}"
         wanted = "a sequence classifier's" if task is None else "an encoder's"
         raise HTTPError(409, f"wrong task: {served.model_name} {doing}; {', '.join(foreign)} are for {wanted} route")
@@ -179,6 +183,17 @@ async def inference_api(body: dict[str, Any], served: ServedModel) -> Any:
     ranked = [[{"label": label, "score": score} for label, score in zip(item["labels"], item["scores"])]
               for item in (answer if isinstance(answer, list) else [answer])]
     return ranked if isinstance(answer, list) else ranked[0]
+
+
+def field_names(body: dict[str, Any]) -> set[str]:
+    """A request body's fields, and those of its "parameters" as parameters.name."""
+    parameters = body.get("parameters")
+    return set(body) | {f"parameters.{name}" for name in (parameters if isinstance(parameters, dict) else ())}
+
+
+def request_fields(request_class) -> set[str]:
+    """The fields a request of this class takes, its parameters' as parameters.name."""
+    return set(request_class.model_fields) | {f"parameters.{name}" for name in PARAMETERS[request_class].model_fields}
 
 
 def validated(request_class, body: dict[str, Any]):
