@@ -877,6 +877,11 @@ def test_tei_embed_and_rerank(encoder_server):
     assert status == 200 and ranked[0] == {"index": 0, "score": pytest.approx(1.0, abs=1e-5), "text": TEXTS[0]}
     assert [item["index"] for item in ranked] == sorted(range(3), key=lambda i: -similarity[i])
     assert [item["score"] for item in ranked] == pytest.approx(sorted(similarity, reverse=True), abs=1e-5)
+    # Elasticsearch's Hugging Face rerank service sends top_n (and parses index, score and text alone)
+    status, best, _ = encoder_server.request("/rerank", {"texts": TEXTS, "query": TEXTS[0], "return_text": True,
+                                                         "top_n": 2})
+    assert status == 200 and best == ranked[:2]
+    assert_error(encoder_server.request("/rerank", {"texts": TEXTS, "query": "a", "top_n": 0}), 422, "top_n")
 
 
 def last_layer(model, ids: list[int]) -> torch.Tensor:

@@ -277,6 +277,8 @@ class RerankRequest(Strict):
     texts: list[Text] = Field(min_length=1, description="the texts to rank against the query (at most max_texts)")
     raw_scores: bool = Field(False, strict=True, description="a pair classifier's logit instead of its probability")
     return_text: bool = Field(False, strict=True)
+    top_n: int | None = Field(None, ge=1, strict=True, description="the N most relevant only (default: all; "
+                                                                  "Elasticsearch's Hugging Face rerank sends it)")
     truncate: bool | None = Field(None, strict=True, description=TRUNCATE)
     truncation_direction: TruncationDirection = Field("right", description=TRUNCATION_DIRECTION)
 
