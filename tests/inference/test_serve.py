@@ -902,6 +902,19 @@ def test_tei_clients_embed_and_compare(encoder_server):
     assert similarities == pytest.approx([float(expected[0] @ vector) for vector in expected[1:]], abs=1e-5)
     assert encoder_server.request("/similarity", {"inputs": {"source_sentence": TEXTS[0], "sentences": TEXTS[1:]},
                                                   "parameters": {"truncate": True}})[1] == similarities
+    # huggingface_hub 2's feature_extraction also sends dimensions and encoding_format (TEI ignores what it lacks)
+    shortened = client.feature_extraction(TEXTS, dimensions=8, encoding_format="float")
+    assert torch.allclose(torch.from_numpy(shortened), torch.nn.functional.normalize(expected[:, :8], dim=-1),
+                          atol=1e-5)
+    raw = extract_features(encoder_server.model, encoder_server.tokenizer, TEXTS, max_length=64)
+    # as floats: TEI's form unit length by default, bertforge's own as the checkpoint's layout says (here: not)
+    for route, body, floats in (("/", {"inputs": TEXTS}, expected), ("/embed", {"inputs": TEXTS}, expected),
+                                ("/embed", {"texts": TEXTS}, raw)):
+        status, answer, _ = encoder_server.request(route, {**body, "encoding_format": "base64"})
+        encoded = answer["embeddings"] if isinstance(answer, dict) else answer
+        decoded = torch.stack([torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.float32)
+                               for text in encoded])
+        assert status == 200 and torch.allclose(decoded, floats, atol=1e-5), (route, body)
 
     status, shortened, _ = encoder_server.request("/embed", {"inputs": TEXTS, "dimensions": 8})
     assert status == 200 and torch.allclose(torch.tensor(shortened),

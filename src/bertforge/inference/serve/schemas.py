@@ -99,6 +99,9 @@ class EmbedRequest(Strict):
     truncation_direction: TruncationDirection = Field("right", description=TRUNCATION_DIRECTION)
     dimensions: int | None = Field(None, ge=1, strict=True, description="text-embeddings-inference's field: keep "
                                    "the first N dimensions (re-normalized when the vectors are)")
+    encoding_format: Literal["float", "base64"] = Field(
+        "float", description="each vector as floats, or as base64 of its little-endian float32 values "
+                             "(huggingface_hub's InferenceClient.feature_extraction sends it)")
     prompt_name: str | None = Field(None, description=PROMPT_NAME)
     parameters: FeatureExtractionParameters | None = Field(None, description="the feature-extraction task's "
                                                            "parameters: these fields, given here instead")
@@ -376,7 +379,7 @@ class ExplainRequest(Strict):
 # --- responses ----------------------------------------------------------------------------------------------------
 
 class EmbedResponse(BaseModel):
-    embeddings: list[list[float]]
+    embeddings: list[list[float]] | list[str] = Field(description="floats, or base64 with encoding_format base64")
     dimension: int
     pooling: str
     normalized: bool

@@ -21,7 +21,7 @@ from bertforge.inference.sparse_encoder import nonzero_weights
 router = Routes()
 
 
-@router.post("/embed", response_model=schemas.EmbedResponse | list[list[float]], responses=ERRORS)
+@router.post("/embed", response_model=schemas.EmbedResponse | list[list[float]] | list[str], responses=ERRORS)
 async def embed_texts(request: schemas.EmbedRequest, served: Served):
     """One vector per text: the last layer pooled over its tokens (cls, mean or max). With
     text-embeddings-inference's {"inputs": ...} the answer is a bare list of vectors, unit length unless
@@ -35,10 +35,12 @@ async def embed_texts(request: schemas.EmbedRequest, served: Served):
     normalize = served.compared if tei and request.normalize is None else request.normalize
     vectors, _, used = await served.embed(texts, request.pooling, normalize, request.truncate,
                                           request.truncation_direction, request.prompt_name)
-    values = [vector.tolist() for vector in first_dimensions(vectors, request.dimensions, used.normalize)]
+    vectors = first_dimensions(vectors, request.dimensions, used.normalize)
+    values = [encoded(vector, request.encoding_format) for vector in vectors]
     if tei:
         return values
-    return {"embeddings": values, "dimension": len(values[0]), "pooling": used.pooling, "normalized": used.normalize}
+    return {"embeddings": values, "dimension": len(vectors[0]), "pooling": used.pooling,
+            "normalized": used.normalize}
 
 
 @router.post("/v1/embeddings", response_model=schemas.OpenAIEmbeddingResponse, responses=OPENAI_ERRORS)
