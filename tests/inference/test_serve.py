@@ -1502,7 +1502,8 @@ def test_cohere_clients_embed_as_sentence_transformers(prompted_server, data_dir
     """Cohere's own clients, v1 and v2 APIs, get sentence-transformers' vectors of the same folder on real STS-B
     sentences: input_type as the prompt (a query's, a document's, one named classification; none for clustering),
     each embedding type (base64 of the floats, binary and ubinary as sentence-transformers packs them),
-    output_dimension, v2's content inputs, the tokens billed, and errors the clients raise with the message."""
+    output_dimension, v2's content inputs, max_tokens, the tokens billed, and errors the clients raise with the
+    message."""
     import numpy
 
     cohere = pytest.importorskip("cohere")
@@ -1545,6 +1546,20 @@ def test_cohere_clients_embed_as_sentence_transformers(prompted_server, data_dir
         v2.embed(model="m", texts=texts, input_type="search_query", output_dimension=500)
     status, answer, _ = prompted_server.request("/v2/embed", {"texts": texts, "input_type": "image"})
     assert status == 400 and answer["error"]["message"] == "images: this server embeds text"
+    # max_tokens: each text's first (END) or last (START) word pieces, where the reference tokenizer ends them
+    spans = [reference.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+             for text in texts]
+    assert all(len(pieces) > 6 for pieces in spans)
+    firsts = [text[:pieces[5][1]] for text, pieces in zip(texts, spans)]
+    lasts = [text[pieces[-6][0]:] for text, pieces in zip(texts, spans)]
+    for truncate, kept in (("END", firsts), ("START", lasts)):
+        answer = v2.embed(model="m", texts=texts, input_type="search_query", max_tokens=6, truncate=truncate)
+        numpy.testing.assert_allclose(answer.embeddings.float_, reference.encode_query(kept), atol=1e-5)
+        assert answer.texts == texts
+    with pytest.raises(cohere.core.api_error.ApiError, match="8 word pieces long; the limit is 6") as raised:
+        v2.embed(model="m", texts=["one two three four five six seven eight"], input_type="search_query",
+                 max_tokens=6, truncate="NONE")
+    assert raised.value.status_code == 413
 
 
 def test_jina_embedding_requests(prompted_server, encoder_server, data_dir):

@@ -331,8 +331,8 @@ class CohereEmbedRequest(Strict):
         None, description="a text over the model's length: cut at its end (END, default) or start, or 413 (NONE)")
     output_dimension: int | None = Field(None, ge=1, strict=True, description="v2: each vector's first dimensions, "
                                                                               "unit length again")
-    max_tokens: int | None = Field(None, ge=1, strict=True, description="v2: refused; truncate says how a text "
-                                                                        "over the model's length is cut")
+    max_tokens: int | None = Field(None, ge=1, strict=True, description="v2: each text within N word pieces, cut "
+                                                                        "as truncate says (NONE: a longer one is 413)")
     priority: int | None = Field(None, description="v2: ignored (one queue)")
 
 

@@ -159,10 +159,20 @@ class ServedModel:
             rows.append({"input_ids": ids, "token_type_ids": [0] * len(ids), "attention_mask": [1] * len(ids)})
         return rows
 
-    def first_word_pieces(self, texts: list[str], count: int) -> list[str]:
-        """Each text cut after its first `count` word pieces (at the last one's end in the text)."""
+    def word_pieces_kept(self, texts: list[str], count: int, side: str = "right", cut: bool = True) -> list[str]:
+        """Each text within `count` word pieces (a client's own limit, below the model's): its first ones (side
+        "right", cut at the last one's end in the text) or its last ones ("left"); with `cut` false, a longer text
+        is 413."""
         offsets = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
-        return [text if len(spans) <= count else text[:spans[count - 1][1]] for text, spans in zip(texts, offsets)]
+        kept = []
+        for index, (text, spans) in enumerate(zip(texts, offsets)):
+            if len(spans) <= count:
+                kept.append(text)
+            elif not cut:
+                raise refused(f"text {index} is {len(spans)} word pieces long", count, False)
+            else:
+                kept.append(text[:spans[count - 1][1]] if side == "right" else text[spans[-count][0]:])
+        return kept
 
     # ------------------------------------------------------------ running rows
 

@@ -2,6 +2,7 @@
 /embed_sparse and /similarity; OpenAI's (and Jina's) /v1/embeddings; Cohere's /v1/embed and /v2/embed; Jina's
 /v1/multi-vector for a ColBERT model. All pool, prompt and cut as `bertforge embed` does (ServedModel.embed)."""
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -90,8 +91,6 @@ async def cohere_embeddings(request: schemas.CohereEmbedRequest, served: ServedM
     served.refuse_sparse()
     if request.images is not None or request.input_type == "image":
         raise HTTPError(422, "images: this server embeds text")
-    if request.max_tokens is not None:
-        raise HTTPError(422, "max_tokens is not supported; truncate says how a text over the model's length is cut")
     if (request.texts is None) == (request.inputs is None):
         raise HTTPError(422, 'send "texts" or "inputs", one of them')
     texts = request.texts or [" ".join(part.text for part in given.content) for given in request.inputs]
@@ -100,7 +99,9 @@ async def cohere_embeddings(request: schemas.CohereEmbedRequest, served: ServedM
     check_embedding_types(kinds)
     prompt = input_prompt(request.input_type, served.layout().prompts)
     cut, side = TRUNCATION[request.truncate or "END"]
-    vectors, tokens, _ = await served.embed(texts, None, True, cut, side, prompt=prompt)
+    read = texts if request.max_tokens is None else \
+        await asyncio.to_thread(served.word_pieces_kept, texts, request.max_tokens, side, cut)
+    vectors, tokens, _ = await served.embed(read, None, True, cut, side, prompt=prompt)
     vectors = torch.stack(first_dimensions(vectors, request.output_dimension, True, "output_dimension"))
     embeddings = {kind: typed_embeddings(vectors, kind) for kind in kinds}
     answer = {"id": str(uuid.uuid4()), "texts": texts,

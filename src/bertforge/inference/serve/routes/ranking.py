@@ -47,7 +47,7 @@ async def cohere_answer(request: schemas.CohereRerankRequest, served: ServedMode
     served.check_count(len(request.documents), "documents")
     texts = [document_text(document, request.rank_fields, index) for index, document in enumerate(request.documents)]
     if request.max_tokens_per_doc is not None:
-        texts = await asyncio.to_thread(served.first_word_pieces, texts, request.max_tokens_per_doc)
+        texts = await asyncio.to_thread(served.word_pieces_kept, texts, request.max_tokens_per_doc)
     scores, tokens = await served.relevance(request.query, texts, request.raw_scores, cut=True)
     ranked = sorted(range(len(scores)), key=lambda i: -scores[i])[:request.top_n]
     results = [{"index": i, "relevance_score": scores[i],
