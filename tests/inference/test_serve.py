@@ -842,6 +842,9 @@ def test_openai_client_gets_the_embeddings_of_bertforge_embed(encoder_server, en
     shortened = torch.nn.functional.normalize(torch.tensor(expected[0][:8]), dim=-1)
     assert torch.allclose(torch.tensor(one.data[0].embedding), shortened, atol=1e-5)
     assert [model.id for model in client.models.list()] == [str(encoder_dir)]
+    assert client.models.retrieve(str(encoder_dir)).id == str(encoder_dir)
+    with pytest.raises(openai.NotFoundError, match="The model 'gpt-4' does not exist"):
+        client.models.retrieve("gpt-4")
     # Token ids (of the model's vocabulary, taken as they are): one list, or a list of lists.
     ids = [encoder_server.tokenizer(text)["input_ids"] for text in TEXTS]
     for given in (ids[0], ids):

@@ -7,11 +7,14 @@ from fastapi.responses import Response
 
 from bertforge.inference.serve import schemas
 from bertforge.inference.serve.errors import OPENAI_ERRORS
-from bertforge.inference.serve.limits import HEALTH_PATH
+from bertforge.inference.serve.limits import HEALTH_PATH, HTTPError
 from bertforge.inference.serve.routes import Routes, Served
 from bertforge.inference.sparse_encoder import SPLADE
 
 MULTI_VECTOR = "multi_vector"  # /info's pooling of a multi-vector (ColBERT) model: none, a vector per token
+
+# models.retrieve of a model the server doesn't hold is 404, as OpenAI answers it
+MODEL_ERRORS = {**OPENAI_ERRORS, 404: {"model": schemas.OpenAIErrorResponse, "description": "no model of that name"}}
 
 router = Routes()
 
@@ -45,8 +48,21 @@ async def info(served: Served):
 @router.get("/models", response_model=schemas.ModelList, responses=OPENAI_ERRORS)
 async def openai_models(served: Served):
     """The one model this server holds, as OpenAI's model list."""
-    return {"object": "list", "data": [{"id": served.model_name, "object": "model", "created": 0,
-                                        "owned_by": "bertforge"}]}
+    return {"object": "list", "data": [model_card(served.model_name)]}
+
+
+@router.get("/v1/models/{model:path}", response_model=schemas.ModelCard, responses=MODEL_ERRORS)
+@router.get("/models/{model:path}", response_model=schemas.ModelCard, responses=MODEL_ERRORS)
+async def openai_model(model: str, served: Served):
+    """The model this server holds, as OpenAI's model object (the openai client's models.retrieve); another name
+    is 404."""
+    if model != served.model_name:
+        raise HTTPError(404, f"The model {model!r} does not exist: this server holds {served.model_name!r}")
+    return model_card(served.model_name)
+
+
+def model_card(name: str) -> dict:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "bertforge"}
 
 
 @router.head(HEALTH_PATH, include_in_schema=False)
