@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from bertforge import BertConfig, BertforgeError, BertModel
-from bertforge import model as model_module
+from bertforge import BertConfig, BertforgeError, BertModel, attention_kernels
 from bertforge.model import FeedForward, SelfAttention
 
 
@@ -27,7 +26,7 @@ def test_optional_outputs_are_off_by_default(tiny_config):
 
 @pytest.mark.parametrize("explicit_up_to", [0, 64])  # SDPA for every block; the explicit path for short ones
 def test_sdpa_and_explicit_attention_agree(tiny_config, random_batch, monkeypatch, explicit_up_to):
-    monkeypatch.setattr(model_module, "EXPLICIT_ATTENTION_MAX_SEQ", explicit_up_to)
+    monkeypatch.setattr(attention_kernels, "EXPLICIT_ATTENTION_MAX_SEQ", explicit_up_to)
     model = BertModel(tiny_config).eval()
     batch = random_batch(tiny_config, batch_size=4, seq_len=13)
     fast = model(*batch)

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bertforge import model as model_module
+from bertforge import attention_kernels
 
 TOLERANCE = 1e-5
 
@@ -35,7 +35,7 @@ def test_every_output_matches_the_reference(minilm, hf_minilm, tokenizer, real_s
 @pytest.mark.parametrize("explicit_up_to", [0, 64, 512])  # all SDPA, by length (the default), all explicit
 def test_sdpa_and_explicit_paths_agree_on_real_weights(minilm, tokenizer, real_sentences, monkeypatch,
                                                        explicit_up_to):
-    monkeypatch.setattr(model_module, "EXPLICIT_ATTENTION_MAX_SEQ", explicit_up_to)
+    monkeypatch.setattr(attention_kernels, "EXPLICIT_ATTENTION_MAX_SEQ", explicit_up_to)
     batch = tokenizer(real_sentences, padding=True, return_tensors="pt")
     with torch.inference_mode():
         fast = minilm(**batch, output_hidden_states=True)
@@ -63,7 +63,7 @@ def test_first_token_only_matches_the_reference(minilm, hf_minilm, tokenizer, re
                                                 explicit_up_to):
     """The last layer run for [CLS] alone (what a sequence classifier reads) gives the reference's [CLS] vector and
     pooled output, over a batch of short and long texts that attends in several blocks."""
-    monkeypatch.setattr(model_module, "EXPLICIT_ATTENTION_MAX_SEQ", explicit_up_to)
+    monkeypatch.setattr(attention_kernels, "EXPLICIT_ATTENTION_MAX_SEQ", explicit_up_to)
     texts = real_sentences + [real_sentences[0]]  # two equal lengths: a block without padding
     batch = tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
     asked = []  # the last layer's query rows: one per text

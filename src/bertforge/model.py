@@ -15,10 +15,11 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
+from bertforge import attention_kernels
 from bertforge.activations import Activation, softmax
+from bertforge.attention_kernels import recording_graph
 from bertforge.checkpoint.pretrained import Pretrained
 from bertforge.config import BertConfig, bert_config
 from bertforge.errors import BertforgeError
@@ -33,26 +34,6 @@ class EncoderOutput(ModelOutput):
     pooler_output: torch.Tensor | None  # (batch, hidden); None for a model built without the pooler
     hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings output + one per layer
     attentions: tuple[torch.Tensor, ...] | None = None  # one (batch, heads, seq, seq) per layer
-
-
-# On a CPU, SDPA's kernel has a large cost per (sequence, head) that dominates short sequences; up to this length
-# the explicit matmul-softmax-matmul path is faster (up to 2x at 8-16 tokens), beyond it SDPA is (2-3x at 256+).
-EXPLICIT_ATTENTION_MAX_SEQ = 64
-# On a GPU, SDPA's first choice for bf16 (cuDNN's kernel, recent torch and GPUs) builds a plan for every new shape:
-# ~8 ms a layer on an H200, paid again at each batch length, and batches come in many. The others need no plan.
-GPU_ATTENTION_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-
-
-# Set by inference/replay.py while it records a graph that it replays only for batches on the same side of the
-# length branches as the batch it records on: those branches may then be taken as in an eager forward (and int8
-# layers take the kernel a graph can hold: compress/quantize.py).
-recording_for_replay = False
-
-
-def recording_graph() -> bool:
-    """Whether the forward is being recorded as a graph (torch.export and the ONNX exporter, torch.jit.trace),
-    which fixes every branch taken on the data to the recorded input's side."""
-    return torch.compiler.is_exporting() or torch.jit.is_tracing()
 
 
 class Embeddings(nn.Module):
@@ -119,20 +100,17 @@ class SelfAttention(nn.Module):
         (batch, seq, hidden), and the probabilities (batch, heads, seq, seq) if `need_weights`."""
         q, k, v = (self.split_heads(t) for t in (q, k, v))  # (batch, heads, seq, head_dim) each
         dropout_p = self.dropout.p if self.training else 0.0
-        # A recorded graph takes SDPA for every length: a branch on the length would fix it to one side.
-        on_cpu = q.device.type == "cpu" and (recording_for_replay or not recording_graph())
-        if need_weights or (on_cpu and (dropout_p > 0.0 or q.shape[2] <= EXPLICIT_ATTENTION_MAX_SEQ)):
-            # The explicit path: for the weights themselves, for short sequences on a CPU, and for dropout on a CPU,
-            # where SDPA computes the same thing with a costlier random mask. Each head's rows laid out side by side
-            # let the products read them in place (matmul would copy them, the keys transposed: a slower copy).
+        if attention_kernels.explicit_attention(q, dropout_p, need_weights):
+            # Each head's rows laid out side by side let the products read them in place (matmul would copy them,
+            # the keys transposed: a slower copy).
             q, k, v = (t.contiguous() for t in (q, k, v))
             scores = q @ k.transpose(-1, -2)  # (batch, heads, seq, seq)
             scale = 1 / math.sqrt(self.head_dim)
             scores = scores.mul_(scale) if bias is None else torch.add(bias, scores, alpha=scale)  # one pass
             probs = softmax(scores)
             context = self.dropout(probs) @ v
-        else:
-            with sdpa_kernel(GPU_ATTENTION_KERNELS) if q.is_cuda else nullcontext():
+        else:  # the same, fused (attention_kernels.py says which kernel runs)
+            with attention_kernels.fused_kernels(q):
                 context, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p), None
         return self.merge_heads(context), probs if need_weights else None
 

@@ -31,10 +31,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertforge import model as model_module
+from bertforge import attention_kernels
 from bertforge.activations import float32_lanes
+from bertforge.attention_kernels import EXPLICIT_ATTENTION_MAX_SEQ, recording_graph
 from bertforge.compress.quantize import has_forward_hooks, recorded_weights
-from bertforge.model import EXPLICIT_ATTENTION_MAX_SEQ, BertModel, EncoderOutput, broadcast_row, recording_graph
+from bertforge.model import BertModel, EncoderOutput, broadcast_row
 from bertforge.model_output import returned
 
 # The most work a batch may hold to be replayed: its real tokens, and each padding position three times (the graph
@@ -109,7 +110,7 @@ SHORTER_THAN_A_VECTOR, EXPLICIT, SDPA = range(3)  # the lengths one graph serves
 
 def lengths_of(length: int) -> int:
     """Which graph serves sequences of `length` positions. The eager forward branches on the length twice (the
-    explicit attention up to EXPLICIT_ATTENTION_MAX_SEQ, model.py; softmax over rows shorter than a vector,
+    explicit attention up to EXPLICIT_ATTENTION_MAX_SEQ, attention_kernels.py; softmax over rows shorter than a vector,
     activations.py), and a graph keeps the side its recording took: one graph for each side of each."""
     if length > EXPLICIT_ATTENTION_MAX_SEQ:
         return SDPA
@@ -132,13 +133,13 @@ def record(model: BertModel, first_token_only: bool, lengths: int) -> torch.jit.
 
 @contextmanager
 def recording_for_replay() -> Iterator[None]:
-    """Within: the model takes its branches on the sequence length as it does eagerly (see model.py), and its int8
-    products run on the kernel a graph can record (compress/quantize.py)."""
-    model_module.recording_for_replay = True
+    """Within: the model takes its branches on the sequence length as it does eagerly (see attention_kernels.py),
+    and its int8 products run on the kernel a graph can record (compress/quantize.py)."""
+    attention_kernels.recording_for_replay = True
     try:
         yield
     finally:
-        model_module.recording_for_replay = False
+        attention_kernels.recording_for_replay = False
 
 
 def model_state(model: BertModel) -> tuple:

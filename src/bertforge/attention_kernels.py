@@ -1,0 +1,42 @@
+"""Which kernel computes attention, per call: the explicit matmul-softmax-matmul (the paper's formula, written out
+in model.py's SelfAttention.attend) or torch's fused scaled_dot_product_attention (SDPA). Speed machinery beside
+the model: the result is the same either way, to float rounding (tests/test_model.py checks it)."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+# On a CPU, SDPA's kernel has a large cost per (sequence, head) that dominates short sequences; up to this length
+# the explicit matmul-softmax-matmul path is faster (up to 2x at 8-16 tokens), beyond it SDPA is (2-3x at 256+).
+EXPLICIT_ATTENTION_MAX_SEQ = 64
+# On a GPU, SDPA's first choice for bf16 (cuDNN's kernel, recent torch and GPUs) builds a plan for every new shape:
+# ~8 ms a layer on an H200, paid again at each batch length, and batches come in many. The others need no plan.
+GPU_ATTENTION_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+# Set by inference/replay.py while it records a graph that it replays only for batches on the same side of the
+# length branches as the batch it records on: those branches may then be taken as in an eager forward (and int8
+# layers take the kernel a graph can hold: compress/quantize.py).
+recording_for_replay = False
+
+
+def recording_graph() -> bool:
+    """Whether the forward is being recorded as a graph (torch.export and the ONNX exporter, torch.jit.trace),
+    which fixes every branch taken on the data to the recorded input's side."""
+    return torch.compiler.is_exporting() or torch.jit.is_tracing()
+
+
+def explicit_attention(q: torch.Tensor, dropout_p: float, need_weights: bool) -> bool:
+    """Whether the explicit path computes attention over `q` (batch, heads, seq, head_dim): for the weights
+    themselves, and on a CPU for short sequences and for dropout (where SDPA computes the same thing with a
+    costlier random mask). A recorded graph takes SDPA for every length: a branch on the length would fix it to one
+    side."""
+    on_cpu = q.device.type == "cpu" and (recording_for_replay or not recording_graph())
+    return need_weights or (on_cpu and (dropout_p > 0.0 or q.shape[2] <= EXPLICIT_ATTENTION_MAX_SEQ))
+
+
+def fused_kernels(q: torch.Tensor):
+    """The SDPA kernels a call may choose among: on a GPU, those that need no plan per shape."""
+    return sdpa_kernel(GPU_ATTENTION_KERNELS) if q.is_cuda else nullcontext()
