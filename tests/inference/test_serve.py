@@ -305,6 +305,16 @@ def test_request_errors_are_one_json_line_without_traceback(encoder_server):
     assert_error(encoder_server.request("/embed", b'{"texts": ["ok", "a\\ud800b"]}'), 422, "texts.1",
                  "unpaired surrogate (U+D800)")
     assert encoder_server.request("/embed", {"texts": ["caf\u00e9 \U0001F600"]})[0] == 200  # a pair is fine
+    # A field of several forms says which it takes (not pydantic's tags of each form); a value of the right form
+    # that fails its constraints says why; a body that may be several requests, the closest one's problem.
+    status, answer, _ = encoder_server.request("/embed", {"inputs": [1, "a"]})
+    assert (status, answer) == (422, {"error": "invalid request: inputs: expected a text, a list of texts, a list "
+                                               "of integers or a list of lists of integers"})
+    assert_error(encoder_server.request("/embed", {"inputs": [[]]}), 422, "inputs.0: List should have at least 1")
+    status, answer, _ = encoder_server.request("/v2/rerank", {"query": "q", "documents": [3]})
+    assert status == 400 and answer["error"]["message"] == "invalid request: documents.0: expected a text or an object"
+    status, answer, _ = encoder_server.request("/rerank", {"query": "q", "texts": "one"})
+    assert (status, answer) == (422, {"error": "invalid request: texts: Input should be a valid list"})
     # The framework's own errors have the same shape.
     assert_error(encoder_server.request("/embed", method="GET"), 405, "Method Not Allowed")
     # Allow names every method the path answers, across the routes that serve it

@@ -69,11 +69,65 @@ async def invalid_request(request: Request, problem: RequestValidationError):
         return error(request, 400, "the request body is not valid JSON")
     if any(item["type"] == "missing" and tuple(item["loc"]) == ("body",) for item in problems):
         return error(request, 400, "empty request body; send a JSON object")
-    messages = []
+    return error(request, 422, "invalid request: " + "; ".join(readable(
+        [{**item, "loc": tuple(part for part in item["loc"] if part != "body")} for item in problems])))
+
+
+# How the tags pydantic gives the members of a union read in an error: each type, alone and in the plural
+TYPE_WORDS = {"str": ("a text", "texts"), "int": ("an integer", "integers"), "float": ("a number", "numbers"),
+              "bool": ("true or false", "booleans"), "dict": ("an object", "objects"), "none": ("null", "nulls")}
+
+
+def is_member(part) -> bool:
+    """Whether a part of an error's location names a union's member (list[int], function-after[...], a request
+    class) rather than a field or an index."""
+    return isinstance(part, str) and ("[" in part or part in TYPE_WORDS or part[:1].isupper())
+
+
+def is_type_error(error: dict) -> bool:
+    """Whether pydantic found a value of another type (not a value its type takes but its constraints refuse)."""
+    return error["type"].endswith(("_type", "_parsing"))
+
+
+def described(tag: str, plural: bool = False) -> str:
+    """A union member's tag in words: list[int] -> "a list of integers", function-after[unicode_text(), str] ->
+    "a text"."""
+    if tag.startswith("function-"):  # a validated type: function-after[validator, type]
+        return described(tag[tag.index("[") + 1:-1].rsplit(",", 1)[-1].strip(), plural)
+    if tag.startswith("list["):
+        return ("lists of " if plural else "a list of ") + described(tag[5:-1], plural=True)
+    base = tag.split("[", 1)[0].lower()
+    return TYPE_WORDS[base][plural] if base in TYPE_WORDS else tag
+
+
+def readable(problems: list[dict]) -> list[str]:
+    """A request's validation errors as one message each, by field path. Where a field may take several forms (a
+    union: a text, texts or token ids), one message says which forms it takes; where the whole body may be one
+    of several requests (POST /), the errors of the request it comes closest to."""
+    messages, unions = [], {}
     for item in problems:
-        where = ".".join(str(part) for part in item["loc"] if part != "body")
-        messages.append(f"{where}: {item['msg']}" if where else item["msg"])
-    return error(request, 422, "invalid request: " + "; ".join(messages))
+        loc = item["loc"]
+        at = next((index for index, part in enumerate(loc) if is_member(part)), None)
+        if at is None:
+            where = ".".join(map(str, loc))
+            messages.append(f"{where}: {item['msg']}" if where else item["msg"])
+        else:
+            members = unions.setdefault(loc[:at], {})
+            members.setdefault(loc[at], []).append({**item, "loc": loc[:at] + loc[at + 1:]})
+    for path, members in unions.items():
+        if not path and all(tag[:1].isupper() for tag in members):
+            # the body: the request it comes closest to (fewest problems; the first of equals)
+            messages.extend(min((readable(errors) for errors in members.values()), key=len))
+            continue
+        # members whose form the value has, but not their constraints (an empty list where one item is needed)
+        constrained = [errors for errors in members.values() if not any(map(is_type_error, errors))]
+        if constrained:
+            messages.extend(min((readable(errors) for errors in constrained), key=len))
+        else:
+            forms = [described(tag) for tag in members]
+            listed = forms[0] if len(forms) == 1 else ", ".join(forms[:-1]) + " or " + forms[-1]
+            messages.append(f"{'.'.join(map(str, path))}: expected {listed}")
+    return messages
 
 
 async def client_gone(request: Request, problem: ClientDisconnect):
