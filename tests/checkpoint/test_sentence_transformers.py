@@ -497,7 +497,7 @@ def test_sentence_encoder_options_as_sentence_transformer(long_texts, minilm_dir
     assert ours.encode(texts[0], output_value="token_embeddings").shape == (12, 384)
     with pytest.raises(InputError, match="got NoneType"):
         ours.encode(None)
-    with pytest.raises(InputError, match="prompt_name 'nope': the model has prompts 'query', 'document'"):
+    with pytest.raises(InputError, match="prompt_name 'nope': the model has prompts 'document', 'query'"):
         ours.encode("x", prompt_name="nope")
     with pytest.raises(InputError, match="unknown similarity_fn_name 'cos'"):
         ours.similarity_fn_name = "cos"

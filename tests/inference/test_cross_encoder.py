@@ -282,7 +282,7 @@ def test_prompts_go_before_each_first_text_as_sentence_transformers_puts_them(re
     query, documents = sentence_pairs[0][0], [second for _, second in sentence_pairs[:8]]
     ranked, expected = ours.rank(query, documents, prompt_name="nli"), theirs.rank(query, documents, prompt_name="nli")
     assert [r["corpus_id"] for r in ranked] == [r["corpus_id"] for r in expected]
-    with pytest.raises(InputError, match="prompt_name 'nope': the model has prompts 'retrieval', 'nli'"):
+    with pytest.raises(InputError, match="prompt_name 'nope': the model has prompts 'nli', 'retrieval'"):
         ours.predict(sentence_pairs[:1], prompt_name="nope")
     with pytest.raises(ConfigError, match="default_prompt_name 'nope' is none of the prompts"):
         CrossEncoder(reranker_dir, default_prompt_name="nope")

@@ -41,6 +41,7 @@ from bertforge.checkpoint.sentence_transformers import (
     TRANSFORMER_CONFIG_FILE,
     multi_vector_kind,
     read_dense_layers,
+    read_layout_json,
     saved_max_length,
 )
 from bertforge.errors import CheckpointError, ConfigError
@@ -107,17 +108,10 @@ def converted_layout(directory: Path) -> MultiVectorLayout:
                              max_length=settings.max_length, converted=True)
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ConfigError(f"{path}: unreadable ColBERT configuration: {error}") from None
-
-
 def _object(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
-    config = _read_json(path)
+    config = read_layout_json(path, "ColBERT configuration")
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: expected a JSON object")
     return config
@@ -280,7 +274,7 @@ def read_multi_vector_layout(directory: str | Path) -> MultiVectorLayout:
         return _stanford(directory)
     if kind == "pylate":
         return _pylate(directory)
-    return _native(directory, _read_json(directory / MODULES_FILE))
+    return _native(directory, read_layout_json(directory / MODULES_FILE, "ColBERT configuration"))
 
 
 def read_projection(directory: str | Path) -> list:

@@ -123,17 +123,19 @@ def chosen_prompt(prompts: dict[str, str], default_prompt_name: str | None, name
     return prompts[name]
 
 
-def _read(path: Path) -> Any:
+def read_layout_json(path: Path, what: str = "sentence-transformers file") -> Any:
+    """A JSON file of a sentence-transformers (or ColBERT) layout; a one-line ConfigError naming the file, and
+    `what` it is, when it is missing or unreadable."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: missing (the sentence-transformers modules.json names it)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ConfigError(f"{path}: unreadable sentence-transformers file: {error}") from None
+        raise ConfigError(f"{path}: unreadable {what}: {error}") from None
 
 
 def _pooling(path: Path) -> str:
-    config = _read(path)
+    config = read_layout_json(path)
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: expected a JSON object")
     modes = config.get("pooling_mode")
@@ -151,7 +153,7 @@ def _pooling(path: Path) -> str:
 
 
 def _splade(path: Path) -> SpladePooling:
-    config = _read(path)
+    config = read_layout_json(path)
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: expected a JSON object")
     splade = SpladePooling(config.get("pooling_strategy", "max"), config.get("activation_function", "relu"))
@@ -167,7 +169,7 @@ def _prompts(path: Path) -> dict[str, Any]:
     """The prompt settings of config_sentence_transformers.json (none when the file is absent)."""
     if not path.is_file():
         return {}
-    config = _read(path)
+    config = read_layout_json(path)
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: expected a JSON object")
     prompts = config.get("prompts") or {}
@@ -198,7 +200,7 @@ def _layout(directory: Path) -> tuple[Path, Path, list] | None:
         if transformer_folder(parent) != directory.resolve():
             return None
         directory, modules_path = parent, parent / MODULES_FILE
-    modules = _read(modules_path)
+    modules = read_layout_json(modules_path)
     if not isinstance(modules, list):
         raise ConfigError(f"{modules_path}: expected a JSON list of modules")
     return directory, modules_path, modules
@@ -245,7 +247,8 @@ def read_sentence_embedding(directory: str | Path) -> SentenceEmbedding | None:
             settings |= _transformer(folder)
         elif kind == "Pooling":
             settings["pooling"] = _pooling(folder / POOLING_CONFIG_FILE)
-            settings["include_prompt"] = _read(folder / POOLING_CONFIG_FILE).get("include_prompt", True) is not False
+            pooling_config = read_layout_json(folder / POOLING_CONFIG_FILE)
+            settings["include_prompt"] = pooling_config.get("include_prompt", True) is not False
         elif kind == "SpladePooling":
             settings["splade"] = _splade(folder / POOLING_CONFIG_FILE)
         elif kind == "Dense" and "pooling" in settings and "normalize" not in settings:
@@ -278,7 +281,7 @@ def read_dense_layers(directory: str | Path, vectors: str = "sentence_embedding"
             continue
         folder = layout[0] / str(module.get("path", ""))
         path = folder / DENSE_CONFIG_FILE
-        config = _read(path)
+        config = read_layout_json(path)
         if not isinstance(config, dict):
             raise ConfigError(f"{path}: expected a JSON object")
         try:
@@ -323,7 +326,7 @@ def saved_loading_options(folder: str | Path) -> dict[str, dict[str, Any]]:
     "processor_kwargs", "config_kwargs"), as sentence-transformers applies them when it loads the model (under a
     caller's own); {} for a kind it saves none of."""
     path = Path(folder) / TRANSFORMER_CONFIG_FILE
-    config = _read(path) if path.is_file() else {}
+    config = read_layout_json(path) if path.is_file() else {}
     return {kind: _loading_options(config, kind, path) for kind in LOADING_OPTIONS}
 
 
@@ -356,7 +359,7 @@ def saved_max_length(config: dict[str, Any], path: Path) -> Any:
 def _transformer(folder: Path) -> dict[str, Any]:
     """A Transformer module's settings (sentence_bert_config.json): lower-casing, and max_length where given."""
     path = folder / TRANSFORMER_CONFIG_FILE
-    config = _read(path) if path.is_file() else {}
+    config = read_layout_json(path) if path.is_file() else {}
     length = saved_max_length(config, path)
     if isinstance(length, float) and length.is_integer():
         length = int(length)  # 256.0, as a file written by hand may say
@@ -369,7 +372,7 @@ def _transformer(folder: Path) -> dict[str, Any]:
 
 def _router_config(folder: Path) -> dict[str, Any]:
     path = folder / ROUTER_CONFIG_FILE if (folder / ROUTER_CONFIG_FILE).is_file() else folder / "config.json"
-    config = _read(path)
+    config = read_layout_json(path)
     if not (isinstance(config, dict) and isinstance(config.get("types"), dict)
             and isinstance(config.get("structure"), dict)):
         raise ConfigError(f"{path}: expected a Router's \"types\" and \"structure\" objects")

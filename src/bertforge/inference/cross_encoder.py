@@ -28,6 +28,7 @@ from bertforge.checkpoint.sentence_transformers import (
     MODULES_FILE,
     SENTENCE_TRANSFORMERS_CONFIG_FILE,
     TRANSFORMER_CONFIG_FILE,
+    chosen_prompt,
 )
 from bertforge.config import architectures_of, read_json_object
 from bertforge.errors import ConfigError, InputError
@@ -242,13 +243,7 @@ class CrossEncoder(PoolMethods, ActivationCheckpointing, nn.Module):
     def _prompt(self, name: str | None, text: str | None) -> str:
         """What goes before each pair's first text, as sentence-transformers picks it: `text`, else the prompt
         called `name`, else the default prompt, else nothing."""
-        if text is not None:
-            return text
-        if name is not None and name not in self.prompts:
-            raise InputError(f"prompt_name {name!r}: the model has "
-                             f"{'prompts ' + ', '.join(map(repr, self.prompts)) if self.prompts else 'no prompts'}")
-        name = self.default_prompt_name if name is None else name
-        return "" if name is None else self.prompts[name]
+        return chosen_prompt(self.prompts, self.default_prompt_name, name, text, "the model")
 
     def predict(self, sentences: Any = None, prompt_name: str | None = None, prompt: str | None = None,
                 batch_size: int = 32, show_progress_bar: bool | None = None,

@@ -19,7 +19,7 @@ from torch import nn
 from bertforge.batching import length_sorted_batches
 from bertforge.checkpoint.default_model import HUB_OPTIONS, resolve_model_dir, sentence_transformers_cache
 from bertforge.checkpoint.pretrained import ActivationCheckpointing
-from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, read_sentence_embedding
+from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, chosen_prompt, read_sentence_embedding
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.inference.embedding_precision import PRECISIONS, quantize_embeddings
 from bertforge.inference.features import (
@@ -301,9 +301,7 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
         prompts included); None: extract_features puts the checkpoint's default prompt, if any."""
         if text is not None or name is None:
             return text
-        if name not in self.prompts:
-            raise InputError(f"prompt_name {name!r}: the model has prompts {', '.join(map(repr, self.prompts))}")
-        return self.prompts[name]
+        return chosen_prompt(self.prompts, None, name, None, "the model")
 
     def encode_query(self, sentences: str | Sequence[str], **options: Any) -> Any:
         """encode with the "query" prompt (the checkpoint's, else none), as sentence-transformers 5."""
