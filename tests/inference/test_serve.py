@@ -74,8 +74,8 @@ class Server:
     def __init__(self, model_dir, **settings):
         self.directory = model_dir
         self.app = load_app(model_dir, ServeSettings(**settings))  # as `bertforge serve` builds it
-        self.model, self.tokenizer = self.app.state.model, self.app.state.tokenizer
-        self.batcher = self.app.state.batcher
+        served = self.app.state.served
+        self.model, self.tokenizer, self.batcher = served.model, served.tokenizer, served.batcher
         listener = socket.socket()
         listener.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{listener.getsockname()[1]}"

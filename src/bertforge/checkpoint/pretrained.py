@@ -321,7 +321,6 @@ class Pretrained(ActivationCheckpointing):
                                    if name.startswith(DENSE_PREFIX)}
         return super().load_state_dict(state, strict=strict, assign=assign)
 
-
     # What transformers' PreTrainedModel says of a BERT model, for code that asks
     main_input_name = "input_ids"
     base_model_prefix = "bert"

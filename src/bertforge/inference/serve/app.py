@@ -64,9 +64,7 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
 
     app = FastAPI(title="bertforge", summary=f"BERT inference over {model_name}", lifespan=lifespan,
                   docs_url=None, redoc_url=None)
-    app.state.served = served
-    app.state.model, app.state.tokenizer, app.state.batcher = served.model, tokenizer, served.batcher
-    app.state.settings, app.state.metrics, app.state.task = served.settings, served.metrics, served.task
+    app.state.served = served  # what the routes serve (routes.served_model), and the tests inspect
     add_error_handlers(app)
     for routes in (tasks, embeddings, ranking, tokens, pages, status):
         routes.router.add_to(app)
@@ -135,7 +133,7 @@ def masked_lm_head(checkpoint: Checkpoint) -> torch.nn.Module | None:
 def server_config(app, host: str = "127.0.0.1", port: int = 8000, settings: ServeSettings | None = None, **extra):
     """uvicorn's configuration for the application: the read deadline and idle timeout of `settings`."""
     import uvicorn
-    settings = settings or app.state.settings
+    settings = settings or app.state.served.settings
     return uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
                           http=protocol_with_read_timeout(settings.read_timeout),
                           timeout_keep_alive=max(1, math.ceil(settings.idle_timeout)), **extra)
@@ -154,7 +152,7 @@ def serve(name_or_path: str | Path, host: str = "127.0.0.1", port: int = 8000,
     listener = listening_socket(host, port)  # a port in use is the user's error, found before the model loads
     app = load_app(name_or_path, settings, inference)
     logger.warning("serving %s (%s) on http://%s:%d (API docs at /docs)", name_or_path,
-                   type(app.state.model).__name__, host, port)
+                   type(app.state.served.model).__name__, host, port)
     uvicorn.Server(server_config(app, host, port, settings)).run(sockets=[listener])
 
 

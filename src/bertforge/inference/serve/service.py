@@ -229,7 +229,7 @@ class ServedModel:
             if normalize:
                 raise HTTPError(409, f"normalize: {self.model_name} is a SPLADE model, whose weights are compared "
                                      f"as they are (dot product); send \"normalize\": false")
-            used = sentence_embedding(self.model)
+            used = self.layout()
             rows = await self.input_rows(texts, used, cut, side, prompt_name, prompt)
             vectors = await self.run_jobs([Job(self.run_splade, row) for row in rows])
             return vectors, sum(len(row["input_ids"]) for row in rows), used
@@ -346,9 +346,15 @@ def first_dimensions(vectors: list[torch.Tensor], dimensions: int | None, normal
     return [F.normalize(vector[:dimensions], dim=-1) if normalized else vector[:dimensions] for vector in vectors]
 
 
+def input_list(inputs: str | list) -> list:
+    """An API's input (TEI's `inputs`, OpenAI's and Jina's `input`: a text, texts, token ids, lists of token ids)
+    as a list of texts or of id lists."""
+    return [inputs] if isinstance(inputs, str) or isinstance(inputs[0], int) else inputs
+
+
 def tei_inputs(inputs: str | list) -> list:
-    """TEI's `inputs` (a text, texts, token ids, lists of token ids) as a list of texts or of id lists."""
-    inputs = [inputs] if isinstance(inputs, str) or isinstance(inputs[0], int) else inputs
+    """TEI's `inputs` as a list of texts or of id lists, none of them empty (TEI refuses an empty text)."""
+    inputs = input_list(inputs)
     check_not_empty(inputs)
     return inputs
 

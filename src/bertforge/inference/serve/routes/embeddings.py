@@ -16,7 +16,13 @@ from bertforge.inference.serve.input_types import ROLES, input_prompt
 from bertforge.inference.serve.jobs import token_vectors
 from bertforge.inference.serve.limits import HTTPError
 from bertforge.inference.serve.routes import Routes, Served
-from bertforge.inference.serve.service import ServedModel, check_not_empty, first_dimensions, tei_inputs
+from bertforge.inference.serve.service import (
+    ServedModel,
+    check_not_empty,
+    first_dimensions,
+    input_list,
+    tei_inputs,
+)
 from bertforge.inference.sparse_encoder import nonzero_weights
 
 router = Routes()
@@ -189,7 +195,7 @@ def with_parameters(request: schemas.EmbedRequest) -> schemas.EmbedRequest:
 def hosted_inputs(given: str | list, served: ServedModel) -> list:
     """OpenAI's and Jina's `input` (a text, texts, token ids, lists of token ids) as a list of texts or of id
     lists, within max_texts."""
-    texts = [given] if isinstance(given, str) or isinstance(given[0], int) else given
+    texts = input_list(given)
     served.check_count(len(texts), "inputs")
     return texts
 
