@@ -162,6 +162,8 @@ def test_every_task_has_targets(tokenizer, tiny_config, minilm):
     assert answer.target.startswith("start: ") and [w.word for w in answer.words][-3:] == ["cat", "sat", "."]
     with pytest.raises(InputError, match="give the pair"):
         explain(reader, tokenizer, "Who sat?")
+    with pytest.raises(InputError, match="keeps no token to answer from"):  # it was a TypeError
+        explain(reader, tokenizer, "Who sat?", "\x1b ")
 
     fill = BertForMaskedLM(config).eval()
     guess = explain(fill, tokenizer, "The cat [MASK] on the mat.", method="gradient_x_input")

@@ -192,6 +192,8 @@ def answer_target(model, tokenizer, text, pair, target, max_length) -> Target:
     start_logits, end_logits = output.start_logits[0].float().cpu(), output.end_logits[0].float().cpu()
     seq = len(row.input_ids)
     in_context = torch.tensor([source == 1 for source in row.texts])
+    if not in_context.any():  # a context of spaces and control characters, or one truncation took all of
+        raise InputError("the context (pair) keeps no token to answer from: give a context with words in it")
     span_scores = start_logits[:, None] + end_logits[None, :]  # (seq, seq): start x end
     ordered = torch.ones(seq, seq, dtype=torch.bool).triu()  # end >= start
     short = ~torch.ones(seq, seq, dtype=torch.bool).triu(MAX_ANSWER_TOKENS)  # end - start < MAX_ANSWER_TOKENS
