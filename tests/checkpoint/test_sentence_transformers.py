@@ -568,9 +568,59 @@ def test_sentence_encoder_is_made_saved_and_called_as_sentence_transformer(long_
     loaded = sentence_transformers.SentenceTransformer(str(tmp_path / "saved"), device="cpu")
     assert (loaded.max_seq_length, loaded.similarity_fn_name) == (64, "manhattan")
     assert loaded.prompts == ours.prompts and loaded.default_prompt_name == "short"
+    assert loaded.truncate_dim == SentenceEncoder(tmp_path / "saved").truncate_dim == 128  # saved, as there
     mine = SentenceEncoder(tmp_path / "saved").encode(texts)
-    assert cosines(mine, loaded.encode(texts)).min() > 0.99999
-    assert cosines(mine, ours.encode(texts, truncate_dim=384)).min() > 0.99999
+    assert mine.shape == (3, 128) and cosines(mine, loaded.encode(texts)).min() > 0.99999
+    assert cosines(mine, ours.encode(texts)).min() > 0.99999
+
+
+def test_sentence_encoder_settings_are_set_saved_and_compared_as_sentence_transformer(long_texts, minilm_dir,
+                                                                                     tmp_path):
+    """What sentence-transformers' own tests do with a model's settings: prompts and default_prompt_name
+    assigned, "query" as the default prompt of a model without prompts, a truncate_dim it saved, similarity's
+    keywords and a pair of single vectors, tokenize's features."""
+    from bertforge import SentenceEncoder
+
+    texts = long_texts[:3]
+    ours, theirs = SentenceEncoder(minilm_dir), sentence_transformers.SentenceTransformer(str(minilm_dir))
+    for model in (ours, theirs):
+        model.prompts = {"query": "query: ", "passage": "passage: "}
+        model.default_prompt_name = "passage"
+    assert ours.default_prompt_name == theirs.default_prompt_name == "passage"
+    for call in ({}, {"prompt_name": "query"}, {"prompt_name": None}):
+        assert cosines(ours.encode(texts, **call), theirs.encode(texts, **call)).min() > 0.99999, call
+    assert cosines(ours.encode(texts), ours.encode(texts, prompt="passage: ")).min() > 0.99999
+    ours.default_prompt_name = None
+    assert cosines(ours.encode(texts), theirs.encode(texts, prompt="")).min() > 0.99999
+    with pytest.raises(ConfigError, match="default_prompt_name 'nope' is none of the prompts"):
+        ours.default_prompt_name = "nope"
+    with pytest.raises(ConfigError, match="prompts must be a dict of prompt names to texts"):
+        ours.prompts = {"query": 1}
+
+    # every model has an empty "query" prompt, so naming it the default changes nothing
+    plain = SentenceEncoder(minilm_dir, default_prompt_name="query")
+    reference = sentence_transformers.SentenceTransformer(str(minilm_dir), default_prompt_name="query")
+    assert cosines(plain.encode(texts), reference.encode(texts)).min() > 0.99999
+
+    sentence_transformers.SentenceTransformer(str(minilm_dir), truncate_dim=64).save(str(tmp_path / "matryoshka"))
+    assert SentenceEncoder(tmp_path / "matryoshka").encode(texts).shape == (3, 64)
+    assert SentenceEncoder(tmp_path / "matryoshka", truncate_dim=32).encode(texts).shape == (3, 32)
+
+    vectors = theirs.encode(texts)
+    torch.testing.assert_close(ours.similarity(embeddings1=vectors, embeddings2=vectors[:1]),
+                               theirs.similarity(embeddings1=vectors, embeddings2=vectors[:1]))
+    for name in ("cosine", "dot", "euclidean", "manhattan"):
+        ours.similarity_fn_name, theirs.similarity_fn_name = name, name
+        mine, reference = ours.similarity_pairwise(vectors[0], vectors[1]), \
+            theirs.similarity_pairwise(vectors[0], vectors[1])
+        assert mine.shape == reference.shape == ()
+        torch.testing.assert_close(mine, reference)
+
+    features, reference_features = ours.tokenize(texts), theirs.tokenize(texts)
+    assert list(features) == list(reference_features) and features["modality"] == "text"
+    assert torch.equal(features.to("cpu")["input_ids"], reference_features["input_ids"])
+    assert ours.tokenize([]) == theirs.tokenize([]) == {}
+    assert list(ours(features)) == list(theirs(reference_features))
 
 
 def test_sentence_encoder_refuses_what_it_cannot_be_as_one_line_errors(minilm):

@@ -288,6 +288,35 @@ def test_prompts_go_before_each_first_text_as_sentence_transformers_puts_them(re
         CrossEncoder(reranker_dir, default_prompt_name="nope")
 
 
+def test_saved_prompts_load_in_both(reranker_dir, sentence_pairs, tmp_path):
+    """A save keeps the prompts in sentence-transformers 6's layout, which both libraries read back."""
+    options = {"prompts": {"retrieval": "Judge the relevance: "}, "default_prompt_name": "retrieval"}
+    CrossEncoder(reranker_dir, max_length=64, **options).save(tmp_path / "prompted")
+    ours, theirs = CrossEncoder(tmp_path / "prompted"), reference(tmp_path / "prompted")
+    for loaded in (ours, theirs):
+        assert (loaded.prompts, loaded.default_prompt_name, loaded.max_seq_length) == (
+            options["prompts"], "retrieval", 64)
+    expected = reference(reranker_dir, max_length=64, **options).predict(sentence_pairs[:8])
+    for loaded in (ours, theirs):
+        np.testing.assert_allclose(loaded.predict(sentence_pairs[:8]), expected, atol=ATOL, rtol=0)
+
+
+def test_older_keywords_as_sentence_transformers_still_takes_them(reranker_dir, sentence_pairs):
+    """sentence-transformers 4's names (automodel_args, default_activation_function, classifier_dropout; predict's
+    activation_fct and num_workers) still work there, with a warning."""
+    old_style = {"automodel_args": {}, "tokenizer_args": {}, "config_args": {}, "classifier_dropout": 0.25,
+                 "default_activation_function": nn.Identity()}
+    with pytest.warns(FutureWarning, match="'automodel_args' is now 'model_kwargs'"):
+        ours = CrossEncoder(reranker_dir, **old_style)
+    theirs = reference(reranker_dir, **old_style)
+    assert ours.config.classifier_dropout == theirs.config.classifier_dropout == 0.25
+    assert type(ours.activation_fn) is type(theirs.activation_fn) is nn.Identity
+    with pytest.warns(FutureWarning, match="'activation_fct' is now 'activation_fn'"):
+        mine = ours.predict(sentence_pairs[:8], activation_fct=nn.Tanh(), num_workers=0)
+    np.testing.assert_allclose(mine, theirs.predict(sentence_pairs[:8], activation_fct=nn.Tanh(), num_workers=0),
+                               atol=ATOL, rtol=0)
+
+
 def test_sentence_transformers_evaluators_score_it_as_their_cross_encoder(reranker, reranker_reference, data_dir,
                                                                          squad_paragraphs, tmp_path):
     """The cross-encoder evaluators (correlation on STS-B, classification on MRPC, reranking SQuAD questions'

@@ -6,8 +6,9 @@ Transformer's max_seq_length (256 for all-MiniLM-L6-v2) and do_lower_case (sente
 as the tokenizer's model_max_length instead); 1_Pooling/config.json the pooling mode, as "pooling_mode" or, before
 sentence-transformers 6, as one pooling_mode_* flag per mode, and whether a prompt's tokens are pooled
 (include_prompt); config_sentence_transformers.json the prompts put before texts by name ("query": "query: ") and
-the one used when none is named (default_prompt_name), and the similarity its vectors are compared with
-(similarity_fn_name: cosine when absent).
+the one used when none is named (default_prompt_name), the similarity its vectors are compared with
+(similarity_fn_name: cosine when absent), and the dimensions sentence-transformers' encode keeps (truncate_dim, for a
+Matryoshka model; all when absent).
 
 A sparse encoder (SPLADE, sentence-transformers' SparseEncoder) lists an MLMTransformer, or a Transformer whose task
 is fill-mask, and a SpladePooling whose config.json says how the masked-LM head's logits become one weight per
@@ -99,6 +100,7 @@ class SentenceEmbedding:
     max_active_dims: int | None = None  # a sparse encoder's cap on the weights kept per text; None: all
     routes: SparseRoutes | None = None  # an inference-free SPLADE model's Router; None: every text runs the model
     multi_vector: bool = False  # a ColBERT model: one vector per token (checkpoint/multi_vector.py), none per text
+    truncate_dim: int | None = None  # the first dimensions SentenceEncoder.encode keeps; None: all
 
     def prompt(self, name: str | None = None, text: str | None = None) -> str:
         """What goes before each text, as sentence-transformers' encode(prompt=, prompt_name=) chooses it: `text`
@@ -182,11 +184,11 @@ def _prompts(path: Path) -> dict[str, Any]:
     similarity = config.get("similarity_fn_name")
     if similarity is not None and not isinstance(similarity, str):
         raise ConfigError(f"{path}: \"similarity_fn_name\" must be a name (cosine, dot, euclidean, manhattan)")
-    active = config.get("max_active_dims")
-    if active is not None and (not isinstance(active, int) or isinstance(active, bool) or active < 1):
-        raise ConfigError(f"{path}: \"max_active_dims\" must be a whole number of at least 1, or null")
-    return {"prompts": prompts, "default_prompt_name": default, "similarity_fn_name": similarity,
-            "max_active_dims": active}
+    counts = {name: config.get(name) for name in ("max_active_dims", "truncate_dim")}
+    for name, count in counts.items():
+        if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 1):
+            raise ConfigError(f"{path}: \"{name}\" must be a whole number of at least 1, or null")
+    return {"prompts": prompts, "default_prompt_name": default, "similarity_fn_name": similarity} | counts
 
 
 def _layout(directory: Path) -> tuple[Path, Path, list] | None:
@@ -497,9 +499,11 @@ def write_sentence_embedding(directory: str | Path, settings: SentenceEmbedding,
 
 
 def _encoder_config(settings: SentenceEmbedding) -> dict[str, Any]:
-    """config_sentence_transformers.json: prompts, similarity, and a sparse encoder's kind and max_active_dims."""
+    """config_sentence_transformers.json: prompts, similarity, truncate_dim, and a sparse encoder's kind and
+    max_active_dims."""
     config = {"prompts": settings.prompts, "default_prompt_name": settings.default_prompt_name} | (
-        {} if settings.similarity_fn_name is None else {"similarity_fn_name": settings.similarity_fn_name})
+        {} if settings.similarity_fn_name is None else {"similarity_fn_name": settings.similarity_fn_name}) | (
+        {} if settings.truncate_dim is None else {"truncate_dim": settings.truncate_dim})
     if settings.splade is not None:
         config = {"model_type": "SparseEncoder"} | config | (
             {} if settings.max_active_dims is None else {"max_active_dims": settings.max_active_dims})

@@ -11,7 +11,9 @@ else its older "sbert_ce_default_activation_function"; the token budget in token
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,37 @@ SCORE_ACTIVATIONS: dict[str, type[nn.Module]] = {cls.__name__: cls for cls in (n
                                                                                nn.Softmax)}
 # config.json's keys for the activation: sentence-transformers 4 and later, and before 4.
 SETTINGS_KEY, OLD_ACTIVATION_KEY = "sentence_transformers", "sbert_ce_default_activation_function"
+# The one module of sentence-transformers 6's CrossEncoder folder, and how it reads the classifier's scores.
+CROSS_ENCODER_MODULES = [{"idx": 0, "name": "0", "path": "",
+                          "type": "sentence_transformers.base.modules.transformer.Transformer"}]
+CROSS_ENCODER_TRANSFORMER = {"transformer_task": "sequence-classification",
+                             "modality_config": {"text": {"method": "forward", "method_output_name": "logits"}},
+                             "module_output_name": "scores"}
+
+# Keywords of earlier sentence-transformers releases that CrossEncoder still takes (with a FutureWarning), by their
+# names now; None: no longer has an effect.
+RENAMED_CONSTRUCTION_OPTIONS = {"model_name": "model_name_or_path", "automodel_args": "model_kwargs",
+                                "tokenizer_args": "tokenizer_kwargs", "config_args": "config_kwargs",
+                                "cache_dir": "cache_folder", "default_activation_function": "activation_fn"}
+RENAMED_PREDICT_OPTIONS = {"activation_fct": "activation_fn", "num_workers": None}
+
+
+def renamed_keywords(renamed: dict[str, str | None]) -> Callable:
+    """A method that also takes the older names of its keywords, as sentence-transformers still does: each is
+    passed on under its new name (unless that is given too), or dropped where it no longer has an effect."""
+    def wrap(method: Callable) -> Callable:
+        @functools.wraps(method)
+        def call(self, *args: Any, **options: Any) -> Any:
+            for old, new in renamed.items():
+                if old in options:
+                    value = options.pop(old)
+                    warnings.warn(f"CrossEncoder's {old!r} is " + (f"now {new!r}" if new else "no longer used"),
+                                  FutureWarning, stacklevel=2)
+                    if new is not None:
+                        options.setdefault(new, value)
+            return method(self, *args, **options)
+        return call
+    return wrap
 
 
 def activation_path(activation: Callable) -> str:
@@ -99,6 +132,7 @@ class CrossEncoder(PoolMethods, ActivationCheckpointing, nn.Module):
 
     model_card_data = ModelCardData("CrossEncoderModelCardData")
 
+    @renamed_keywords(RENAMED_CONSTRUCTION_OPTIONS)
     def __init__(self, model_name_or_path: str | Path | nn.Module | None = None, num_labels: Any = None,
                  max_length: int | None = None, activation_fn: Callable | None = None,
                  device: str | torch.device | None = None, *, tokenizer: Any = None,
@@ -118,6 +152,10 @@ class CrossEncoder(PoolMethods, ActivationCheckpointing, nn.Module):
         from bertforge.checkpoint.hf_format import config_path
 
         super().__init__()
+        if "classifier_dropout" in hub_options:  # sentence-transformers 4's keyword for config.json's field
+            warnings.warn("CrossEncoder's 'classifier_dropout' is now config_kwargs={'classifier_dropout': ...}",
+                          FutureWarning, stacklevel=2)
+            config_kwargs = {"classifier_dropout": hub_options.pop("classifier_dropout")} | (config_kwargs or {})
         check_construction_options("CrossEncoder", hub_options, backend)
         model_kwargs, onnx_options = split_model_kwargs(backend, model_kwargs)
         cache_folder = sentence_transformers_cache(cache_folder)
@@ -220,7 +258,8 @@ class CrossEncoder(PoolMethods, ActivationCheckpointing, nn.Module):
     def save(self, path: str | Path, model_name: str | None = None, create_model_card: bool = True,
              train_datasets: list[str] | None = None, safe_serialization: bool = True) -> None:
         """A folder sentence-transformers' CrossEncoder (4 and later) and bertforge load as this one: the weights,
-        config.json with the activation, the tokenizer with max_length. No model card is written."""
+        config.json with the activation, the tokenizer with max_length, and sentence-transformers 6's layout with the
+        activation and the prompts. No model card is written."""
         path = Path(path)
         activation = activation_path(self.activation_fn)
         config = self.model.config
@@ -232,11 +271,14 @@ class CrossEncoder(PoolMethods, ActivationCheckpointing, nn.Module):
         finally:
             self.model.config = config
         self.tokenizer.save_pretrained(path, model_max_length=self.max_length)
-        # sentence-transformers 6's own settings in this folder (an earlier save of it) would win over config.json.
-        if _cross_encoder_layout(path):
-            settings_path = path / SENTENCE_TRANSFORMERS_CONFIG_FILE
-            layout = read_json_object(settings_path, "sentence-transformers config") | {"activation_fn": activation}
-            write_text_atomic(settings_path, json.dumps(layout, indent=2, sort_keys=True) + "\n")
+        settings_path = path / SENTENCE_TRANSFORMERS_CONFIG_FILE
+        layout = read_json_object(settings_path, "sentence-transformers config") if _cross_encoder_layout(path) else {}
+        layout |= {"model_type": "CrossEncoder", "activation_fn": activation, "prompts": self.prompts,
+                   "default_prompt_name": self.default_prompt_name}
+        transformer = CROSS_ENCODER_TRANSFORMER | {"max_seq_length": self.max_length}
+        for name, content in ((MODULES_FILE, CROSS_ENCODER_MODULES), (TRANSFORMER_CONFIG_FILE, transformer),
+                              (SENTENCE_TRANSFORMERS_CONFIG_FILE, layout)):
+            write_text_atomic(path / name, json.dumps(content, indent=2, sort_keys=True) + "\n")
 
     save_pretrained = save
 
@@ -245,6 +287,7 @@ class CrossEncoder(PoolMethods, ActivationCheckpointing, nn.Module):
         called `name`, else the default prompt, else nothing."""
         return chosen_prompt(self.prompts, self.default_prompt_name, name, text, "the model")
 
+    @renamed_keywords(RENAMED_PREDICT_OPTIONS)
     def predict(self, sentences: Any = None, prompt_name: str | None = None, prompt: str | None = None,
                 batch_size: int = 32, show_progress_bar: bool | None = None,
                 activation_fn: Callable | None = None, apply_softmax: bool = False, convert_to_numpy: bool = True,
@@ -371,6 +414,7 @@ class CrossEncoder(PoolMethods, ActivationCheckpointing, nn.Module):
         fit_as_sentence_transformers(self, self.model, train_dataloader, loss, evaluator, output_path,
                                      save_best_model, epochs=epochs, **options)
 
+    @renamed_keywords(RENAMED_PREDICT_OPTIONS)
     def rank(self, query: str, documents: Sequence[str], top_k: int | None = None, return_documents: bool = False,
              prompt_name: str | None = None, prompt: str | None = None, batch_size: int = 32,
              show_progress_bar: bool | None = None, activation_fn: Callable | None = None,

@@ -184,12 +184,10 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
         if hub_options.get("model_card_data") is not None:
             self.model_card_data = hub_options["model_card_data"]
         self.check_layout()
-        if prompts or default_prompt_name:
-            self._change(prompts=self.settings.prompts | (prompts or {}),
-                         default_prompt_name=default_prompt_name or self.settings.default_prompt_name)
-        if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
-            raise ConfigError(f"default_prompt_name {self.default_prompt_name!r} is none of the prompts "
-                              f"{', '.join(map(repr, self.prompts))}")
+        if prompts:
+            self.prompts = self.settings.prompts | prompts
+        if default_prompt_name:
+            self.default_prompt_name = default_prompt_name
         if similarity_fn_name is not None:
             self.similarity_fn_name = similarity_fn_name
 
@@ -236,12 +234,31 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
 
     @property
     def prompts(self) -> dict[str, str]:
-        """The checkpoint's prompts, with "query" and "document" (empty) where it has none of those names."""
+        """The checkpoint's prompts, with "query" and "document" (empty) where it has none of those names;
+        settable, as SentenceTransformer's (the new prompts replace the old)."""
         return ROLE_PROMPTS | self.settings.prompts
+
+    @prompts.setter
+    def prompts(self, value: dict[str, str]) -> None:
+        if not isinstance(value, dict) or not all(isinstance(name, str) and isinstance(text, str)
+                                                  for name, text in value.items()):
+            raise ConfigError(f"prompts must be a dict of prompt names to texts, got {value!r}")
+        self._change(prompts=dict(value))
 
     @property
     def default_prompt_name(self) -> str | None:
+        """The prompt encode puts before each text when the call names none; settable (None: no prompt)."""
         return self.settings.default_prompt_name
+
+    @default_prompt_name.setter
+    def default_prompt_name(self, name: str | None) -> None:
+        if name is not None and name not in self.prompts:
+            raise ConfigError(f"default_prompt_name {name!r} is none of the prompts "
+                              f"{', '.join(map(repr, self.prompts))}")
+        # "query" or "document" where the checkpoint has neither becomes one of its prompts (empty), as encode
+        # and a save read the checkpoint's own
+        named = {} if name is None else {name: self.prompts[name]}
+        self._change(prompts=named | self.settings.prompts, default_prompt_name=name)
 
     @property
     def similarity_fn_name(self) -> str:
@@ -265,18 +282,23 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
 
     save_pretrained = save
 
-    def tokenize(self, texts: Sequence[str] | Sequence[tuple[str, str]]) -> dict[str, torch.Tensor]:
+    def tokenize(self, texts: Sequence[str] | Sequence[tuple[str, str]]) -> dict[str, Any]:
         """A padded batch of texts (or (text, pair) tuples) as the model reads them: stripped, lower-cased where
-        the layout says so, cut to max_seq_length."""
+        the layout says so, cut to max_seq_length; tensors in a BatchEncoding (`.to(device)`) with the modality,
+        as sentence-transformers 6 gives them. No texts: an empty dict."""
+        if not len(texts):
+            return {}
         pairs = [tuple(text) if isinstance(text, tuple | list) else (text,) for text in texts]
-        if not pairs or any(len(pair) not in (1, 2) or not all(isinstance(t, str) for t in pair) for pair in pairs):
-            raise InputError("tokenize takes a non-empty list of texts or of (text, pair) tuples")
+        if any(len(pair) not in (1, 2) or not all(isinstance(t, str) for t in pair) for pair in pairs):
+            raise InputError("tokenize takes a list of texts or of (text, pair) tuples")
         columns = [embedding_texts([t.strip() for t in column], self.settings) for column in zip(*pairs)] \
             if len({len(pair) for pair in pairs}) == 1 else None
         if columns is None:
             raise InputError("tokenize takes texts or (text, pair) tuples, not both in one list")
-        return dict(self.tokenizer(*columns, padding=True, truncation=True, max_length=self.max_seq_length,
-                                   return_tensors="pt"))
+        features = self.tokenizer(*columns, padding=True, truncation=True, max_length=self.max_seq_length,
+                                  return_tensors="pt")
+        features["modality"] = "text"
+        return features
 
     def preprocess(self, inputs: Sequence[str] | Sequence[tuple[str, str]], prompt: str | None = None,
                    task: str | None = None) -> dict[str, torch.Tensor]:
@@ -290,7 +312,9 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
                       for item in inputs]
         features = self.tokenize(inputs)
         left_out = prompt_length(self.tokenizer, self.settings, prompt or "")
-        return features | ({"prompt_length": left_out} if left_out else {})
+        if left_out:
+            features["prompt_length"] = left_out
+        return features
 
     def module_views(self) -> list[Any]:
         """sentence-transformers' list of modules (inference/sentence_modules.py): model[0], model[1], ..."""
@@ -317,19 +341,21 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
             options["prompt_name"] = role_prompt_name(names, self.prompts)
         return options
 
-    def similarity(self, embeddings_1: Any, embeddings_2: Any) -> torch.Tensor:
+    def similarity(self, embeddings1: Any, embeddings2: Any) -> torch.Tensor:
         """(n, m) similarities of two sets of vectors (arrays, tensors, lists of vectors, or one vector each) by
         similarity_fn_name."""
-        first, second = (as_matrix(e) for e in (embeddings_1, embeddings_2))
+        first, second = (as_matrix(e) for e in (embeddings1, embeddings2))
         return SIMILARITIES[self.similarity_fn_name].table(first, second)
 
-    def similarity_pairwise(self, embeddings_1: Any, embeddings_2: Any) -> torch.Tensor:
-        """(n,) similarities of the i-th vector of one set with the i-th of the other."""
-        first, second = (as_matrix(e) for e in (embeddings_1, embeddings_2))
+    def similarity_pairwise(self, embeddings1: Any, embeddings2: Any) -> torch.Tensor:
+        """(n,) similarities of the i-th vector of one set with the i-th of the other; of two single vectors, one
+        (a 0-dimensional tensor)."""
+        first, second = (as_matrix(e) for e in (embeddings1, embeddings2))
         if first.shape != second.shape:
             raise InputError(f"similarity_pairwise needs two sets of the same shape, got {tuple(first.shape)} and "
                              f"{tuple(second.shape)}")
-        return SIMILARITIES[self.similarity_fn_name].pairwise(first, second)
+        scores = SIMILARITIES[self.similarity_fn_name].pairwise(first, second)
+        return scores[0] if all(np.ndim(e) == 1 for e in (embeddings1, embeddings2)) else scores
 
     def smart_batching_collate(self, batch: Sequence[Any]) -> tuple[list[dict[str, torch.Tensor]], torch.Tensor]:
         """sentence-transformers' collate of InputExample's (`.texts`, `.label`): one tokenized batch per text
@@ -363,9 +389,10 @@ class SentenceEncoder(PoolMethods, TextEncoder):
     def __init__(self, model_name_or_path: str | Path | nn.Module | None = None, tokenizer: Any = None, *,
                  truncate_dim: int | None = None, **options: Any):
         """SentenceTransformer(name_or_path, device=..., prompts=..., truncate_dim=..., ...): TextEncoder's
-        options, and the dimensions encode keeps by default."""
+        options, and the dimensions encode keeps by default (else those the checkpoint saved, if any)."""
         super().__init__(model_name_or_path, tokenizer, **options)
-        self.truncate_dim = truncate_dim
+        if truncate_dim is not None:
+            self.truncate_dim = truncate_dim
 
     @classmethod
     def load_model(cls, name_or_path: str | Path, **options: Any) -> nn.Module:
@@ -381,14 +408,15 @@ class SentenceEncoder(PoolMethods, TextEncoder):
 
     @property
     def truncate_dim(self) -> int | None:
-        """Dimensions encode keeps (the first ones) when its call names none; None: all."""
-        return self._truncate_dim
+        """Dimensions encode keeps (the first ones) when its call names none; None: all. Saved with the encoder,
+        as sentence-transformers saves it."""
+        return self.settings.truncate_dim
 
     @truncate_dim.setter
     def truncate_dim(self, value: int | None) -> None:
         if value is not None:
             check_counts(truncate_dim=value)
-        self._truncate_dim = value
+        self._change(truncate_dim=value)
 
     def forward(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """SentenceTransformer's forward: `features` (tokenize's) with token_embeddings (the last layer) and

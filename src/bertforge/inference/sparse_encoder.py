@@ -341,11 +341,11 @@ class SparseEncoder(PoolMethods, TextEncoder):
             vectors[indices] = splade_rows(self.model, [rows[i] for i in indices], self.splade)
         return vectors
 
-    def similarity(self, embeddings_1: Any, embeddings_2: Any) -> torch.Tensor:
-        return super().similarity(*(self._dense(e) for e in (embeddings_1, embeddings_2)))
+    def similarity(self, embeddings1: Any, embeddings2: Any) -> torch.Tensor:
+        return super().similarity(*(self._dense(e) for e in (embeddings1, embeddings2)))
 
-    def similarity_pairwise(self, embeddings_1: Any, embeddings_2: Any) -> torch.Tensor:
-        return super().similarity_pairwise(*(self._dense(e) for e in (embeddings_1, embeddings_2)))
+    def similarity_pairwise(self, embeddings1: Any, embeddings2: Any) -> torch.Tensor:
+        return super().similarity_pairwise(*(self._dense(e) for e in (embeddings1, embeddings2)))
 
     @staticmethod
     def _dense(embeddings: Any) -> Any:
