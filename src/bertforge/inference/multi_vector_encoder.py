@@ -429,19 +429,19 @@ class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, 
             prompt = self.role_prompt(role)
         return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, task=role, **options)
 
-    def similarity(self, embeddings_1: Any, embeddings_2: Any, a_mask: torch.Tensor | None = None,
+    def similarity(self, embeddings1: Any, embeddings2: Any, a_mask: torch.Tensor | None = None,
                    b_mask: torch.Tensor | None = None, length_normalize: bool | None = None,
                    **scoring: Any) -> torch.Tensor:
         """(queries, documents) scores by the model's similarity_fn_name (`length_normalize` in its place: True
         is meanmaxsim). Padded 3D inputs take their (texts, tokens) masks, as sentence-transformers' losses pass
         them; `chunk_elements` and `device` are accepted (maxsim chunks by itself)."""
-        return self._score(maxsim, embeddings_1, embeddings_2, a_mask, b_mask, length_normalize, scoring)
+        return self._score(maxsim, embeddings1, embeddings2, a_mask, b_mask, length_normalize, scoring)
 
-    def similarity_pairwise(self, embeddings_1: Any, embeddings_2: Any, a_mask: torch.Tensor | None = None,
+    def similarity_pairwise(self, embeddings1: Any, embeddings2: Any, a_mask: torch.Tensor | None = None,
                             b_mask: torch.Tensor | None = None, length_normalize: bool | None = None,
                             **scoring: Any) -> torch.Tensor:
         """(pairs,) scores of each query with the document at its position (options as similarity's)."""
-        return self._score(maxsim_pairwise, embeddings_1, embeddings_2, a_mask, b_mask, length_normalize, scoring)
+        return self._score(maxsim_pairwise, embeddings1, embeddings2, a_mask, b_mask, length_normalize, scoring)
 
     def _score(self, score: Callable, queries: Any, documents: Any, a_mask: Any, b_mask: Any,
                length_normalize: bool | None, scoring: dict[str, Any]) -> torch.Tensor:

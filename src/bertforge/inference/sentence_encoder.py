@@ -464,7 +464,8 @@ class SentenceEncoder(PoolMethods, TextEncoder):
                normalize_embeddings: bool = False, truncate_dim: int | None = None,
                pool: dict[str, Any] | None = None, chunk_size: int | None = None, *,
                inputs: str | Sequence[str] | None = None) -> Any:
-        """SentenceTransformer.encode: (texts, hidden) float32 vectors, (hidden,) for a single string; a numpy array,
+        """SentenceTransformer.encode: (texts, hidden) vectors, (hidden,) for a single string, in the model's dtype
+        (float32; float16 or bfloat16 for a model cast to one, bfloat16 as float32 in numpy); a numpy array,
         a tensor with `convert_to_tensor`, a list of tensors with neither. `truncate_dim` keeps the first
         dimensions, `normalize_embeddings` makes them unit length (after truncating), `precision` quantizes them
         (int8, uint8, binary, ubinary). output_value="token_embeddings": per text its tokens' (tokens, hidden)
@@ -510,17 +511,26 @@ class SentenceEncoder(PoolMethods, TextEncoder):
             lengths = [len(matrix) for matrix in answers]
             whole = quantize_embeddings(torch.cat(answers).numpy(), precision)
             answers = np.split(whole, np.cumsum(lengths)[:-1])
+        elif output_value == "token_embeddings":
+            answers = [matrix.to(self.model_output_dtype) for matrix in answers]
         if output_value != "sentence_embedding":
             return answers[0] if single else answers
-        vectors = answers
+        vectors = answers.to(self.model_output_dtype)
         if precision != "float32":
-            vectors = torch.from_numpy(quantize_embeddings(vectors.numpy(), precision))
+            vectors = torch.from_numpy(quantize_embeddings(answers.numpy(), precision))
         vectors = vectors[0] if single else vectors
         if convert_to_tensor:
             return vectors
         if convert_to_numpy:
-            return vectors.numpy()
+            return (vectors.float() if vectors.dtype == torch.bfloat16 else vectors).numpy()  # numpy has no bfloat16
         return vectors if single else list(vectors)
+
+    @property
+    def model_output_dtype(self) -> torch.dtype:
+        """What encode's vectors come as: the model's float16 or bfloat16 where it was cast to one, as
+        sentence-transformers gives them, else float32."""
+        dtype = getattr(self.model, "dtype", torch.float32)
+        return dtype if dtype in (torch.float16, torch.bfloat16) else torch.float32
 
     def _answers(self, texts: list[str], prompt: str | None, batch_size: int, progress: bool | None,
                  normalize: bool, truncate_dim: int | None, output_value: str | None) -> torch.Tensor | list:
