@@ -9,12 +9,19 @@ from typing import Any
 import torch
 
 
+def by_name_only(default: Any = None) -> Any:
+    """A field of bertforge's own beside transformers' (PreTrainingOutput's two losses): read by name, left out of
+    the tuple, where it would move the fields after it from the positions transformers gives them."""
+    return dataclasses.field(default=default, metadata={"in_tuple": False})
+
+
 class ModelOutput:
     """Mixed into the output dataclasses. As a tuple, the fields that are set, the loss first (as transformers
     orders them: `loss, logits = model(..., labels=labels)[:2]`); as a mapping, those fields by name."""
 
     def to_tuple(self) -> tuple[Any, ...]:
-        return tuple(self[name] for name in self.keys())
+        by_name = {field.name for field in dataclasses.fields(self) if not field.metadata.get("in_tuple", True)}
+        return tuple(self[name] for name in self.keys() if name not in by_name)
 
     def keys(self) -> list[str]:
         names = [field.name for field in dataclasses.fields(self) if getattr(self, field.name) is not None]

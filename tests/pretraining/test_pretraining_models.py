@@ -182,3 +182,26 @@ def test_labels_need_the_pair_label_too(tiny_config):
     model = BertForPreTraining(tiny_config)
     with pytest.raises(ValueError, match="labels and next_sentence_label"):
         model(torch.ones(1, 4, dtype=torch.long), labels=torch.ones(1, 4, dtype=torch.long))
+
+
+def test_the_tuple_lines_up_with_transformers(tiny_config, random_batch, tmp_path):
+    """return_dict=False (and to_tuple, and torch.jit.trace) give transformers' positions: the two losses of
+    bertforge's own are read by name only."""
+    torch.manual_seed(0)
+    transformers.BertForPreTraining(hf_config(tiny_config)).save_pretrained(tmp_path)
+    ours = BertForPreTraining.from_pretrained(tmp_path, require_heads=True)
+    reference = transformers.BertForPreTraining.from_pretrained(tmp_path).eval()
+    input_ids, attention_mask, token_type_ids = random_batch(tiny_config, batch_size=4, seq_len=12)
+    full = torch.ones_like(attention_mask)  # every position real: padding is zeros here, not there
+    targets = targets_for(BertForPreTraining, input_ids, full)
+    with torch.inference_mode():
+        mine = ours(input_ids, full, token_type_ids, **targets, output_hidden_states=True, return_dict=False)
+        theirs = reference(input_ids, attention_mask=full, token_type_ids=token_type_ids, **targets,
+                           output_hidden_states=True, return_dict=False)
+        named = ours(input_ids, full, token_type_ids, **targets)
+    assert len(mine) == len(theirs) == 4
+    for position in range(3):
+        torch.testing.assert_close(mine[position], theirs[position], atol=1e-5, rtol=0)
+    assert len(mine[3]) == len(theirs[3]) == tiny_config.num_hidden_layers + 1
+    torch.testing.assert_close(named.masked_lm_loss + named.sentence_pair_loss, named.loss)
+    assert named["masked_lm_loss"] is named.masked_lm_loss

@@ -22,7 +22,7 @@ from bertforge.config import BertConfig, bert_config
 from bertforge.errors import ConfigError
 from bertforge.heads import IGNORE_INDEX, ClassifierOutput, check_class_labels
 from bertforge.model import BertModel, Embeddings
-from bertforge.model_output import ModelOutput, returned
+from bertforge.model_output import ModelOutput, by_name_only, returned
 from bertforge.packing import real_token_mask
 
 # ELECTRA's weight of the discriminator loss against the generator's MLM loss (Clark et al., 2020, λ = 50).
@@ -44,8 +44,8 @@ class PreTrainingOutput(ModelOutput):
     prediction_logits: torch.Tensor  # as MaskedLMOutput.logits
     seq_relationship_logits: torch.Tensor  # (batch, 2)
     loss: torch.Tensor | None = None  # masked_lm_loss + sentence_pair_loss
-    masked_lm_loss: torch.Tensor | None = None
-    sentence_pair_loss: torch.Tensor | None = None
+    masked_lm_loss: torch.Tensor | None = by_name_only()
+    sentence_pair_loss: torch.Tensor | None = by_name_only()
     hidden_states: tuple[torch.Tensor, ...] | None = None  # as EncoderOutput's, when asked for
     attentions: tuple[torch.Tensor, ...] | None = None
 
