@@ -252,6 +252,14 @@ def test_float_targets_of_several_labels_are_multi_label_as_in_transformers(tiny
     targets = labels_for("multi_label", attention_mask, 3)
     mine, theirs = run_both(ours, reference, input_ids, attention_mask, token_type_ids, targets)
     torch.testing.assert_close(mine.loss, theirs.loss, atol=1e-5, rtol=0)
+    # the first labels decide the problem type for good, and the saved config.json says it, as transformers' does
+    assert ours.config.problem_type == reference.config.problem_type == "multi_label_classification"
+    ours.save_pretrained(tmp_path / "trained")
+    assert transformers.BertForSequenceClassification.from_pretrained(
+        tmp_path / "trained").config.problem_type == "multi_label_classification"
+    single = BertForSequenceClassification.from_pretrained(tmp_path)
+    single(input_ids, attention_mask, token_type_ids, labels=torch.tensor([0, 2, 1, 1]))
+    assert single.config.problem_type == "single_label_classification"
 
 
 def test_a_transformers_config_object_is_read_as_its_config_json(tiny_config):

@@ -103,12 +103,13 @@ class ClassificationHead(nn.Linear):
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The problem type's loss: class ids (-100 ignored), float scores, or (batch, labels) 0/1 targets. With
         no problem_type configured, per-sequence float targets shaped like the logits (several labels) are
-        multi-label, as transformers reads them."""
-        problem_type = self.problem_type
-        if (not self.problem_type_given and self.out_features > 1 and logits.dim() == 2
-                and labels.is_floating_point() and labels.shape == logits.shape):
-            problem_type = "multi_label_classification"
-        return LOSSES[problem_type](logits, labels)
+        multi-label, as transformers reads them; the first labels decide it for good, as there."""
+        if not self.problem_type_given:
+            if (self.out_features > 1 and logits.dim() == 2 and labels.is_floating_point()
+                    and labels.shape == logits.shape):
+                self.problem_type = "multi_label_classification"
+            self.problem_type_given = True
+        return LOSSES[self.problem_type](logits, labels)
 
 
 class TokenClassificationHead(ClassificationHead):
@@ -278,6 +279,9 @@ class BertForSequenceClassification(LabelledModel):
                             **encoder_options)
         logits = self.classifier(encoded.pooler_output)  # (batch, labels)
         loss = None if labels is None else self.classifier.loss(logits, labels)
+        if labels is not None and self.config.problem_type is None:
+            # saved with the model, so that what reads config.json (transformers' pipeline) scores as it was trained
+            self.config.problem_type = self.classifier.problem_type
         return returned(ClassifierOutput(logits=logits, loss=loss, hidden_states=encoded.hidden_states,
                                          attentions=encoded.attentions), return_dict)
 
