@@ -64,9 +64,17 @@ def test_loading_info_names_what_transformers_names(minilm_dir):
     model, info = BertForSequenceClassification.from_pretrained(minilm_dir, output_loading_info=True)
     _, reference = transformers.BertForSequenceClassification.from_pretrained(minilm_dir, output_loading_info=True)
     assert isinstance(model, BertForSequenceClassification)
-    assert sorted(info["missing_keys"]) == sorted(reference["missing_keys"]) == ["classifier.bias",
-                                                                                 "classifier.weight"]
-    assert info["unexpected_keys"] == [] and info["mismatched_keys"] == []
+    assert info == reference and info["missing_keys"] == {"classifier.bias", "classifier.weight"}
+    assert info["unexpected_keys"] == info["mismatched_keys"] == set()
+
+
+def test_loading_info_names_a_head_of_another_size_as_transformers_does(minilm_dir, tmp_path):
+    transformers.BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2).save_pretrained(tmp_path)
+    options = {"num_labels": 3, "ignore_mismatched_sizes": True, "output_loading_info": True}
+    _, info = BertForSequenceClassification.from_pretrained(tmp_path, **options)
+    _, reference = transformers.BertForSequenceClassification.from_pretrained(tmp_path, **options)
+    assert info == reference
+    assert info["mismatched_keys"] == {("classifier.weight", (2, 384), (3, 384)), ("classifier.bias", (2,), (3,))}
 
 
 def test_no_pooling_layer(minilm, minilm_dir, batch):

@@ -40,9 +40,14 @@ def test_new_tokens_start_at_the_mean_and_match_transformers(minilm_dir):
 
 
 def test_a_masked_lm_head_and_a_classifier_follow_and_save(minilm_dir, tmp_path):
+    transformers = pytest.importorskip("transformers")
     masked_lm = BertForMaskedLM.from_pretrained(minilm_dir)
     masked_lm.resize_token_embeddings(30522 + 3, pad_to_multiple_of=8)  # 30528
     assert masked_lm.masked_lm.bias.shape == (30528,)
+    reference = transformers.BertForMaskedLM.from_pretrained(minilm_dir)
+    reference.resize_token_embeddings(30522 + 3, pad_to_multiple_of=8)
+    # the tied decoder's bias for the new words: zeros, as transformers pads it
+    torch.testing.assert_close(masked_lm.masked_lm.bias.detach(), reference.cls.predictions.bias.detach())
     ids = torch.tensor([[101, 30525, 102]])
     assert masked_lm(ids).logits.shape == (1, 3, 30528)
 
@@ -103,3 +108,13 @@ def test_init_weights_draws_a_layer_afresh(minilm_dir):
     norm = ours.bert.encoder.layers[5].output_norm
     assert torch.equal(norm.weight.detach(), torch.ones(384)) and not norm.bias.any()
     assert torch.equal(ours.bert.encoder.layers[4].feed_forward.up.weight, below)
+
+
+def test_new_rows_drawn_as_new_weights_without_mean_resizing(minilm_dir):
+    model = BertModel.from_pretrained(minilm_dir)
+    old = model.get_input_embeddings().weight.detach().clone()
+    torch.manual_seed(0)
+    new_rows = model.resize_token_embeddings(30522 + 2000, mean_resizing=False).weight[30522:].detach()
+    assert torch.equal(model.get_input_embeddings().weight[:30522], old)
+    # drawn around zero with the initializer's spread (0.02), not at the old rows' mean
+    assert new_rows.mean().abs() < 1e-3 and abs(new_rows.std().item() - model.config.initializer_range) < 1e-3

@@ -39,7 +39,9 @@ class LoadReport:
     """What a checkpoint load did besides the one-to-one copy."""
 
     skipped: list[str] = field(default_factory=list)  # checkpoint tensors this model has no place for
-    initialised: list[str] = field(default_factory=list)  # model parameters the checkpoint lacked
+    initialised: list[str] = field(default_factory=list)  # model parameters the checkpoint lacked (or mismatched)
+    # heads of another size left to their fresh initialisation: (name, the checkpoint's shape, the model's)
+    mismatched: list[tuple[str, torch.Size, torch.Size]] = field(default_factory=list)
 
     def log(self, source: Path) -> None:
         """Say what was skipped (info) and what kept its fresh initialisation (warning)."""
@@ -116,6 +118,7 @@ def load_hf_state_dict(model: torch.nn.Module, state: dict[str, torch.Tensor], s
             continue
         name = by_key[key]
         if tensor.shape != current[name].shape and ignore_mismatched_heads and key.startswith(initialisable):
+            report.mismatched.append((hf_name, tensor.shape, current[name].shape))
             continue  # left to its fresh initialisation, and reported so
         if tensor.shape != current[name].shape:
             raise CheckpointError(f"{source}: tensor {hf_name!r} has shape {tuple(tensor.shape)}, "
@@ -307,9 +310,10 @@ class Pretrained(ActivationCheckpointing):
         if device is not None:
             model = model.to(device)
         model.name_or_path = str(name_or_path)
-        if output_loading_info:  # bertforge's parameter names for the missing ones, the checkpoint's for the rest
-            return model, {"missing_keys": list(report.initialised), "unexpected_keys": list(report.skipped),
-                           "mismatched_keys": [], "error_msgs": []}
+        if output_loading_info:  # as transformers 5 reports them: sets, a mismatched head not among the missing
+            mismatched = {name for name, _, _ in report.mismatched}
+            return model, {"missing_keys": set(report.initialised) - mismatched, "unexpected_keys": set(report.skipped),
+                           "mismatched_keys": set(report.mismatched), "error_msgs": []}
         return model
 
     def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True, assign: bool = False):
@@ -423,13 +427,15 @@ class Pretrained(ActivationCheckpointing):
         tensors = [*self.parameters(), *(self.buffers() if return_buffers else ())]
         return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
 
-    def resize_token_embeddings(self, new_num_tokens: int | None = None,
-                                pad_to_multiple_of: int | None = None) -> torch.nn.Embedding:
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
+                                mean_resizing: bool = True) -> torch.nn.Embedding:
         """Give the word embeddings (and a masked-LM head's decoder and bias) `new_num_tokens` rows, after
         `tokenizer.add_tokens`: model.resize_token_embeddings(len(tokenizer)).
 
         New rows start at the mean of the old ones (transformers' default since 4.46: a new token starts as an
-        average word, not as noise the model never saw); fewer rows drop the last ones.
+        average word, not as noise the model never saw), or with `mean_resizing=False` as a new model's weights
+        start; fewer rows drop the last ones. A decoder tied to the embeddings gets a bias of zero for its new
+        words, as transformers pads it.
         """
         table = self.get_input_embeddings()
         rows = table.num_embeddings if new_num_tokens is None else new_num_tokens
@@ -442,16 +448,19 @@ class Pretrained(ActivationCheckpointing):
         padding_idx = table.padding_idx if table.padding_idx is not None and table.padding_idx < rows else None
         resized = torch.nn.Embedding(rows, table.embedding_dim, padding_idx=padding_idx,
                                      device=table.weight.device, dtype=table.weight.dtype)
+        new_rows = "mean" if mean_resizing else self.config.initializer_range
         with torch.no_grad():
-            resized.weight.copy_(_resized(table.weight, rows))
+            resized.weight.copy_(_resized(table.weight, rows, new_rows))
         self._put_word_embeddings(resized)
         from bertforge.pretraining.heads import MaskedLMHead  # the heads build on this module
 
         for head in self.modules():  # a masked-LM head scores every word: its bias (and own decoder) follow
             if isinstance(head, MaskedLMHead):
-                head.bias = torch.nn.Parameter(_resized(head.bias.detach(), rows))
-                if head.decoder is not None:
-                    head.decoder.weight = torch.nn.Parameter(_resized(head.decoder.weight.detach(), rows))
+                tied = head.decoder is None
+                head.bias = torch.nn.Parameter(_resized(head.bias.detach(), rows, 0.0 if tied or not mean_resizing
+                                                        else "mean"))
+                if not tied:
+                    head.decoder.weight = torch.nn.Parameter(_resized(head.decoder.weight.detach(), rows, new_rows))
                     head.decoder.out_features = rows
         return resized
 
@@ -540,11 +549,16 @@ def parameter_dtype(dtype: torch.dtype | str | None, config: BertConfig, state: 
     return chosen
 
 
-def _resized(table: torch.Tensor, rows: int) -> torch.Tensor:
-    """The first `rows` rows of a (vocabulary, ...) tensor, or all of them and then rows of their mean."""
+def _resized(table: torch.Tensor, rows: int, new_rows: str | float = "mean") -> torch.Tensor:
+    """The first `rows` rows of a (vocabulary, ...) tensor, or all of them and then new rows: their mean
+    ("mean"), zeros (0.0), or drawn as a new model's weights are, with that standard deviation."""
     if rows <= table.shape[0]:
         return table[:rows].clone()
-    extra = table.float().mean(dim=0, keepdim=True).to(table.dtype).expand(rows - table.shape[0], *table.shape[1:])
+    shape = (rows - table.shape[0], *table.shape[1:])
+    if new_rows == "mean":
+        extra = table.float().mean(dim=0, keepdim=True).to(table.dtype).expand(shape)
+    else:
+        extra = torch.randn(shape, device=table.device).mul(new_rows).to(table.dtype)
     return torch.cat([table, extra])
 
 
