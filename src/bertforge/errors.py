@@ -6,8 +6,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 
-class BertforgeError(Exception):
-    """Base class: a problem with the user's input, files or settings, described in one line."""
+class BertforgeError(ValueError):
+    """Base class: a problem with the user's input, files or settings, described in one line. A ValueError, as
+    transformers and sentence-transformers raise for the same problems, so that code catching theirs catches it."""
 
 
 class ConfigError(BertforgeError):

@@ -118,6 +118,59 @@ def test_padding_past_the_truncation_length_is_refused_as_in_transformers(fresh,
         ours(texts, padding=True, pad_to_multiple_of=0)
 
 
+def test_padding_to_a_multiple_without_truncation_asked_for_cuts_where_both_hold(fresh, corpora):
+    """bertforge cuts rows to fit the model when no truncation is named; padding to a multiple that 512 is not one
+    of then cuts at the multiple below it. transformers, which cuts nothing then, pads as both do."""
+    ours, reference = fresh
+    short = corpora["sst2"][:6]
+    assert ours(short, padding=True, pad_to_multiple_of=24)["input_ids"] == \
+        reference(short, padding=True, pad_to_multiple_of=24)["input_ids"]
+    longest = sorted(corpora["squad_contexts"], key=len)[-3:]  # over 512 tokens each
+    long = ours(longest, padding=True, pad_to_multiple_of=24)
+    lengths = {len(row) for row in long["input_ids"]}
+    assert lengths == {504}  # 21 x 24: the multiple below 512
+
+
+def test_truncation_that_leaves_a_side_nothing_and_a_stride_where_nothing_is_cut(fresh):
+    """Edge cases of transformers' test suite: a sequence cut away entirely keeps its [SEP]; a stride as long as
+    the room for text is only refused when a text is cut."""
+    ours, reference = fresh
+    for text, pair, max_length in (("a b c d", None, 2), ("a b c", "x", 4), ("one two three four", "five six", 5)):
+        assert ours(text, pair, max_length=max_length, truncation=True)["input_ids"] == \
+            reference(text, pair, max_length=max_length, truncation=True)["input_ids"]
+    options = dict(max_length=5, truncation="only_second", stride=3, return_overflowing_tokens=True)
+    assert ours("dogs barked", **options)["input_ids"] == reference("dogs barked", **options)["input_ids"]
+
+
+def test_an_encoding_is_pickled_and_read_as_transformers_reads_one(fresh, corpora):
+    """A DataLoader's workers pickle what they tokenize; an encoding is indexed by row, converted to tensors and
+    padded without its attention mask as transformers' are."""
+    import pickle
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    ours, reference = fresh
+    texts = corpora["sst2"][:4]
+    encoding = ours(texts, padding=True)
+    copy = pickle.loads(pickle.dumps(encoding))
+    assert copy == encoding and [copy.word_ids(i) for i in range(4)] == [encoding.word_ids(i) for i in range(4)]
+    expected = reference(texts, padding=True)
+    assert encoding[1].ids == expected[1].ids and encoding[1].offsets == expected[1].offsets
+    assert [row.tokens for row in encoding[:2]] == [row.tokens for row in expected[:2]]
+    assert encoding.data == dict(expected.data)
+    assert torch.equal(encoding.convert_to_tensors("pt")["input_ids"], expected.convert_to_tensors("pt")["input_ids"])
+    rows = [{"input_ids": ours(text)["input_ids"]} for text in texts]
+    padded = ours.pad(rows, return_attention_mask=False)
+    assert "attention_mask" not in padded and dict(padded) == dict(reference.pad(rows, return_attention_mask=False))
+
+    def tokenized(batch):
+        return ours(batch, padding=True, return_tensors="pt")
+
+    batches = list(DataLoader(texts, batch_size=2, num_workers=1, collate_fn=tokenized, timeout=120))
+    assert torch.equal(batches[1]["input_ids"], ours(texts[2:], padding=True, return_tensors="pt")["input_ids"])
+
+
 def test_stride_must_leave_room(ours):
     with pytest.raises(BertforgeError, match="stride=20 must be smaller than the 8 tokens"):
         ours("one two three four five six seven eight nine ten eleven", max_length=10, stride=20,
@@ -408,3 +461,12 @@ def test_tokens_of_pairs_targets_and_added_tokens_as_in_transformers(fresh, glue
     assert set(reference.save_pretrained(tmp_path / "theirs")) <= {str(tmp_path / "theirs" / Path(path).name)
                                                                     for path in written}
     assert "vocab_size=30522" in repr(ours) and "'pad_token': '[UNK]'" in repr(ours)
+
+
+def test_errors_are_value_errors_as_transformers_raises_them(ours, fresh_reference):
+    """Code (and test suites) written for transformers catch ValueError: bertforge's errors are ones."""
+    for call in (lambda tokenizer: tokenizer("a", padding="sideways"),
+                 lambda tokenizer: tokenizer(["a", "b"], ["c"])):
+        for tokenizer in (ours, fresh_reference):
+            with pytest.raises(ValueError):
+                call(tokenizer)

@@ -208,5 +208,7 @@ def _table_entries(table: bytes, source: Path):
         index = _block(table, footer[position:], source)
         for _, handle in _block_entries(index):
             yield from _block_entries(_block(table, handle, source))
+    except CheckpointError:
+        raise  # already names the file and the problem
     except (ValueError, struct.error, IndexError) as error:
         raise CheckpointError(f"{source}: unreadable TensorFlow checkpoint index: {error}") from None

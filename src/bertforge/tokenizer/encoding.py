@@ -89,10 +89,11 @@ class Truncation:
 
 
 def truncation_strategy(truncation: bool | str | None) -> str | None:
-    """True -> 'longest_first', False/None -> no truncation; names are checked against the table."""
-    if truncation is True:
+    """True (and None, bertforge's default: rows fit the model) -> 'longest_first', False -> no truncation; names are
+    checked against the table."""
+    if truncation is True or truncation is None:
         return "longest_first"
-    if truncation is False or truncation is None or truncation == "do_not_truncate":
+    if truncation is False or truncation == "do_not_truncate":
         return None
     if truncation not in TRUNCATION_STRATEGIES:
         raise ConfigError(f"unknown truncation {truncation!r}; expected True, False or one of "
@@ -122,6 +123,8 @@ def _windows(tokens: Tokens | None, keep: int | None, truncation: Truncation) ->
     neighbours (transformers' order: from the kept end outwards)."""
     if tokens is None or keep is None or len(tokens) <= keep:
         return [tokens]
+    if keep == 0 and not truncation.overflow:  # the other sequence took the room: this one is cut away
+        return [tokens.part(0, 0)]
     if truncation.stride >= keep:  # (without overflow too: the reference refuses it, by a panic)
         raise InputError(f"stride={truncation.stride} must be smaller than the {keep} tokens a window keeps of "
                          f"a sequence (max_length={truncation.max_length})")
@@ -142,7 +145,8 @@ def truncated_pairs(first: Tokens, second: Tokens | None, truncation: Truncation
     budget = truncation.max_length - n_special
     if budget < 0:
         raise InputError(f"max_length={truncation.max_length} leaves no room for the {n_special} special tokens")
-    if truncation.stride and truncation.stride >= budget:
+    # A stride as long as the room is refused only where a text is cut (by _windows), as transformers does.
+    if truncation.stride > budget:
         raise InputError(f"stride={truncation.stride} must be smaller than the {budget} tokens max_length="
                          f"{truncation.max_length} leaves for text")
     n_first, n_second = len(first), (len(second) if second is not None else None)
@@ -338,6 +342,31 @@ class BatchEncoding(dict):
         self._align = align
         self._alignment: dict[str, list] | None = None
 
+    def __getitem__(self, key: str | int | slice) -> Any:
+        """A column by name; by position, as transformers' fast encodings answer it, row i's Encoding (a slice: a
+        list of them)."""
+        if isinstance(key, int | slice):
+            return self.encodings[key]
+        return super().__getitem__(key)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The columns as a plain dict (transformers' BatchEncoding.data)."""
+        return dict(self)
+
+    def convert_to_tensors(self, tensor_type: str | None = None) -> BatchEncoding:
+        """The columns as tensors in place ('pt': torch, 'np': numpy), as return_tensors would have made them."""
+        check_tensor_kind(tensor_type)
+        lists = {name: value.tolist() if hasattr(value, "tolist") else value for name, value in self.items()}
+        self.update(to_tensors(lists, tensor_type))
+        return self
+
+    def __reduce__(self) -> tuple:
+        """Pickled (as a DataLoader's worker processes send their batches) with where its tokens came from worked
+        out first: the function that works it out on first use is the tokenizer's own and stays behind."""
+        alignment = self._aligned() if self._align is not None or self._alignment is not None else None
+        return _unpickled_encoding, (dict(self), self._word_ids, alignment)
+
     def _aligned(self) -> dict[str, list]:
         """Per row: tokens, offset_mapping, word_ids and sequence_ids."""
         if self._alignment is None:
@@ -432,6 +461,13 @@ class BatchEncoding(dict):
         """Tensors moved to `device` (model(**encoding.to("cuda")))."""
         moved = {name: value.to(device) if hasattr(value, "to") else value for name, value in self.items()}
         return BatchEncoding(moved, self._word_ids, self._align)
+
+
+def _unpickled_encoding(data: dict[str, Any], word_ids: list[list[int | None]] | None,
+                        alignment: dict[str, list] | None) -> BatchEncoding:
+    encoding = BatchEncoding(data, word_ids)
+    encoding._alignment = alignment
+    return encoding
 
 
 def _row_and_index(row_or_index: int, index: int | None) -> tuple[int, int]:

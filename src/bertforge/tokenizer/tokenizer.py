@@ -7,6 +7,7 @@ transformers does (tokenizer/files.py).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import numbers
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -583,7 +584,7 @@ class BertTokenizer:
     # ---------------------------------------------------------------- encoding
 
     def __call__(self, text: str | Sequence[str] | None = None, text_pair: str | Sequence[str] | None = None,
-                 max_length: int | None = None, truncation: bool | str = True, padding: bool | str = False,
+                 max_length: int | None = None, truncation: bool | str | None = None, padding: bool | str = False,
                  return_offsets_mapping: bool = False, return_word_ids: bool = False,
                  return_tensors: str | None = None, is_split_into_words: bool = False,
                  return_overflowing_tokens: bool = False, stride: int = 0, pad_to_multiple_of: int | None = None,
@@ -595,7 +596,8 @@ class BertTokenizer:
         """Encode one text (flat lists) or a batch (lists of lists); pairs become [CLS] A [SEP] B [SEP].
 
         max_length defaults to model_max_length; truncation is True/'longest_first', 'only_first',
-        'only_second' or False, from the tokenizer's `truncation_side`; padding is False, True/'longest' or
+        'only_second' or False, from the tokenizer's `truncation_side` (not given: 'longest_first', so that rows fit
+        the model, at a multiple of `pad_to_multiple_of` where one is asked for); padding is False, True/'longest' or
         'max_length', on `padding_side`; return_tensors='pt' gives torch.long tensors ('np': numpy). Offsets are
         (start, end) character positions in the original text, (0, 0) for [CLS], [SEP] and padding. With
         `return_overflowing_tokens`, what truncation cuts off becomes further rows, each repeating `stride`
@@ -644,9 +646,12 @@ class BertTokenizer:
             check_number("pad_to_multiple_of", pad_to_multiple_of, minimum=1, integer=True)
             if padding != "do_not_pad" and fit.strategy and fit.max_length % pad_to_multiple_of:
                 # Padding past the truncation length would give rows longer than max_length (the model's 512).
-                raise ConfigError(f"truncation to {fit.max_length} tokens and padding to a multiple of "
-                                  f"{pad_to_multiple_of} can't both hold: give a max_length that is a multiple of "
-                                  f"pad_to_multiple_of, or truncation=False")
+                if truncation is not None:
+                    raise ConfigError(f"truncation to {fit.max_length} tokens and padding to a multiple of "
+                                      f"{pad_to_multiple_of} can't both hold: give a max_length that is a multiple "
+                                      f"of pad_to_multiple_of, or truncation=False")
+                # Not asked for (transformers would cut nothing): cut where both hold.
+                fit = dataclasses.replace(fit, max_length=fit.max_length - fit.max_length % pad_to_multiple_of)
         side = self.padding_side if padding_side is None else check_side("padding_side", padding_side)
         check_tensor_kind(return_tensors)
 
@@ -717,10 +722,12 @@ class BertTokenizer:
 
     def pad(self, encoded_inputs: Any, padding: bool | str = True, max_length: int | None = None,
             pad_to_multiple_of: int | None = None, return_tensors: str | None = None,
-            padding_side: str | None = None) -> BatchEncoding:
+            padding_side: str | None = None, return_attention_mask: bool | None = None,
+            verbose: bool = True) -> BatchEncoding:
         """Pad encodings made without padding into one batch, as a data collator does: a list of encodings
         (dicts of flat lists, e.g. dataset rows) or one dict of lists of rows. Per-token columns are padded;
-        other values (labels of a sequence) are kept as they are."""
+        other values (labels of a sequence) are kept as they are. `return_attention_mask=False` leaves the mask
+        out; `verbose` is accepted and unused, as in __call__."""
         check_tensor_kind(return_tensors)
         single = False
         if isinstance(encoded_inputs, dict):
@@ -748,6 +755,8 @@ class BertTokenizer:
             max_length = self.model_max_length
         pad_columns(per_token, self.pad_token_id, padding, max_length, pad_to_multiple_of, side)
         columns |= per_token
+        if return_attention_mask is False:
+            del columns["attention_mask"]
         if single and return_tensors is None:
             columns = {name: values[0] for name, values in columns.items()}
         return BatchEncoding(to_tensors(columns, return_tensors))
