@@ -470,3 +470,8 @@ def test_errors_are_value_errors_as_transformers_raises_them(ours, fresh_referen
         for tokenizer in (ours, fresh_reference):
             with pytest.raises(ValueError):
                 call(tokenizer)
+
+
+def test_no_beginning_or_end_of_text_token_as_in_transformers(ours, fresh_reference):
+    for name in ("bos_token", "bos_token_id", "eos_token", "eos_token_id"):
+        assert getattr(ours, name) is getattr(fresh_reference, name) is None, name

@@ -316,6 +316,9 @@ class BertTokenizer:
     pad_token = _special_token_property("pad_token")
     mask_token = _special_token_property("mask_token")
     unk_token = _special_token_property("unk_token")
+    # BERT marks no beginning or end of text beyond [CLS] and [SEP]: None, as transformers' BERT tokenizers answer
+    # code written for every model (generation, collators) that asks.
+    bos_token = bos_token_id = eos_token = eos_token_id = None
 
     @property
     def special_tokens_map(self) -> dict[str, Any]:
