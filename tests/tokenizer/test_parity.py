@@ -184,8 +184,13 @@ def test_decoding_helpers_match(ours, reference, corpora):
     assert ours.convert_tokens_to_string(tokens) == reference.convert_tokens_to_string(tokens)
     assert ours.encode(texts[0], texts[1]) == reference.encode(texts[0], texts[1])
     assert ours.get_vocab() == reference.get_vocab()
-    with pytest.raises(InputError, match="batch_decode"):
-        ours.decode(batch.tolist())
+    # transformers 5's forms: several sequences to decode, one sequence to batch_decode, several texts to encode
+    for several in (batch.tolist()[:3], batch[:3]):
+        assert ours.decode(several) == reference.decode(several)
+    assert ours.batch_decode(batch[0].tolist()) == reference.batch_decode(batch[0].tolist())
+    assert ours.encode(texts[:3]) == reference.encode(texts[:3])
+    with pytest.raises(InputError, match="decode takes token ids"):
+        ours.decode(["hello"])
 
 
 @pytest.mark.parametrize("cased", [False, True])

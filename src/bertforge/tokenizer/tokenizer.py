@@ -429,19 +429,22 @@ class BertTokenizer:
         return self.convert_ids_to_tokens(row["input_ids"])
 
     def decode(self, ids: int | Sequence[int], skip_special_tokens: bool = False,
-               clean_up_tokenization_spaces: bool | None = None) -> str:
+               clean_up_tokenization_spaces: bool | None = None) -> str | list[str]:
         """Ids -> text, "##" pieces glued to their word: [101, 7592, 999, 102] -> '[CLS] hello! [SEP]', or 'hello!'
-        with `skip_special_tokens`. Takes one id, a list or a 1-d tensor (a batch: `batch_decode`).
+        with `skip_special_tokens`. Takes one id, a list or a 1-d tensor; a list of lists or a 2-d tensor gives a
+        text per row, as batch_decode and transformers 5's decode.
 
         Matches transformers' decode for BERT (its WordPiece decoder with clean-up): words are joined by
         spaces and '.', '?', '!', ',' attach to the word before; lower-casing and accents are not undone.
         `clean_up_tokenization_spaces` (default: the tokenizer's setting) also glues "it ' s" into "it's".
         """
         ids = ids.tolist() if hasattr(ids, "tolist") else ids
-        if isinstance(ids, int):
+        if isinstance(ids, numbers.Integral):
             ids = [ids]
+        if ids and all(isinstance(row, Sequence) and not isinstance(row, str) for row in ids):
+            return self.batch_decode(ids, skip_special_tokens, clean_up_tokenization_spaces)
         if any(not isinstance(token_id, numbers.Integral) for token_id in ids):
-            raise InputError("decode takes one sequence of token ids; for several, use batch_decode")
+            raise InputError("decode takes token ids: one sequence of them, or a list of sequences")
         text = self.convert_tokens_to_string(self.convert_ids_to_tokens(ids), skip_special_tokens)
         if self.clean_up_tokenization_spaces if clean_up_tokenization_spaces is None else clean_up_tokenization_spaces:
             return self.clean_up_tokenization(text)
@@ -457,9 +460,12 @@ class BertTokenizer:
 
     def batch_decode(self, sequences: Sequence[Sequence[int]], skip_special_tokens: bool = False,
                      clean_up_tokenization_spaces: bool | None = None) -> list[str]:
-        """One text per row of ids (lists, or a 2-d tensor)."""
+        """One text per row of ids (lists, or a 2-d tensor); one sequence of ids is one row, as transformers reads
+        it."""
         sequences = sequences.tolist() if hasattr(sequences, "tolist") else sequences
-        return [self.decode(ids, skip_special_tokens, clean_up_tokenization_spaces) for ids in sequences]
+        if sequences and all(isinstance(token_id, numbers.Integral) for token_id in sequences):
+            sequences = [sequences]
+        return [self.decode(list(ids), skip_special_tokens, clean_up_tokenization_spaces) for ids in sequences]
 
     def convert_tokens_to_string(self, tokens: Sequence[str], skip_special_tokens: bool = False) -> str:
         """['hello', '##s', '!'] -> 'hellos!' (decode's joining, on tokens)."""
@@ -475,10 +481,10 @@ class BertTokenizer:
             pieces.append(token)
         return "".join(pieces)
 
-    def encode(self, text: str, text_pair: str | None = None, **options: Any) -> list[int]:
-        """The input ids of one text (or pair), [CLS] and [SEP] included: `self(text, text_pair)["input_ids"]`."""
-        if not isinstance(text, str):
-            raise InputError("encode takes one text; for a batch, call the tokenizer")
+    def encode(self, text: str | Sequence[str], text_pair: str | Sequence[str] | None = None,
+               **options: Any) -> list[int] | list[list[int]]:
+        """The input ids of one text (or pair), [CLS] and [SEP] included: `self(text, text_pair)["input_ids"]`; a
+        list of texts gives a list per text, as there."""
         return self(text, text_pair, **options)["input_ids"]
 
     def encode_plus(self, text: Any, text_pair: Any = None, *, pad_to_max_length: bool = False,
