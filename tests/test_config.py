@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from bertforge import BertConfig, ConfigError
+from bertforge import BertConfig, BertModel, ConfigError
 
 
 @pytest.mark.parametrize("name, layers, hidden, heads", [
@@ -31,8 +31,10 @@ def test_the_real_minilm_config_loads(minilm_dir):
 
 
 def test_hidden_size_must_divide_into_heads():
+    """Checked when a model is built (tests/test_config_api.py), as transformers does: the config may hold it."""
+    config = BertConfig(hidden_size=100)
     with pytest.raises(ConfigError, match=r"hidden_size \(100\) must be divisible by num_attention_heads \(12\)"):
-        BertConfig(hidden_size=100)
+        BertModel(config)
 
 
 def write(tmp_path, data):

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from bertforge.activations import ACTIVATIONS
 from bertforge.atomic import write_text_atomic
 from bertforge.errors import ConfigError
@@ -62,6 +64,18 @@ PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_class
 # Keys bertforge writes itself: the fixed ones, the class of the model being saved (`save`'s architecture), and
 # quantization_config, which only bertforge.compress.quantize's save may write (checkpoint loading reads it).
 WRITTEN_KEYS = ("model_type", "position_embedding_type", "architectures", "quantization_config")
+
+# What transformers' configs (5.x: PreTrainedConfig and BertConfig) answer for attributes an encoder's user reads
+# that aren't BertConfig fields, when config.json leaves them out; a key kept in `extra` answers its own value.
+# (`dtype` / `torch_dtype` and `name_or_path` are properties of BertConfig: transformers renames them.)
+TRANSFORMERS_DEFAULTS = {
+    "architectures": None, "transformers_version": None, "_name_or_path": "", "return_dict": True,
+    "use_cache": True, "is_decoder": False, "add_cross_attention": False, "is_encoder_decoder": False,
+    "chunk_size_feed_forward": 0, "bos_token_id": None, "eos_token_id": None,
+}
+
+# config.json's names for the parameters' dtype: transformers 5 writes `dtype`, older versions `torch_dtype`.
+DTYPE_KEYS = ("dtype", "torch_dtype")
 
 
 def is_config_key(key: str) -> bool:
@@ -116,9 +130,6 @@ class BertConfigFields:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        if self.hidden_size % self.num_attention_heads:
-            raise ConfigError(f"hidden_size ({self.hidden_size}) must be divisible by "
-                              f"num_attention_heads ({self.num_attention_heads})")
         if self.hidden_act not in ACTIVATIONS:
             raise ConfigError(f"hidden_act {self.hidden_act!r} is not supported; choose from {', '.join(ACTIVATIONS)}")
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
@@ -210,9 +221,30 @@ class BertConfigFields:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> BertConfig:
+    def from_dict(cls, config_dict: dict[str, Any], *, source: str = "config", return_unused_kwargs: bool = False,
+                  **kwargs: Any) -> BertConfig | tuple[BertConfig, dict[str, Any]]:
         """Build from a config.json dict. Keys that aren't fields are kept in `extra` (those unknown to
-        transformers too are logged); values bertforge can't honour are errors naming key, value and `source`."""
+        transformers too are logged); values bertforge can't honour are errors naming key, value and `source`.
+
+        Keyword arguments replace values, as transformers' from_dict takes them: those with_overrides takes
+        (num_labels=3, use_cache=False, ...) and the config's other attributes (a key of config_dict's,
+        name_or_path); with `return_unused_kwargs=True` the others come back, `(config, {key: value})`, and
+        without it they are refused by name. dtype="auto" names no dtype (from_pretrained reads the weights')."""
+        config = cls._from_config_json(config_dict, source)
+        kwargs = {key: value for key, value in kwargs.items() if not (key in DTYPE_KEYS and value == "auto")}
+        taken = {key: kwargs.pop(key) for key in list(kwargs) if is_config_key(key)}
+        config.update(taken)
+        for key in [key for key in kwargs if hasattr(config, key)]:
+            setattr(config, key, kwargs.pop(key))
+        if return_unused_kwargs:
+            return config, kwargs
+        if kwargs:
+            raise ConfigError(f"unknown config field {next(iter(kwargs))!r}; BertConfig has "
+                              f"{', '.join(sorted(FIELD_NAMES - {'extra'}))}")
+        return config
+
+    @classmethod
+    def _from_config_json(cls, data: dict[str, Any], source: str) -> BertConfig:
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         values: dict[str, Any] = {"extra": {}}
         check_fixed_values(data, f"{source}: ")
@@ -237,9 +269,20 @@ class BertConfigFields:
 
     model_type = "bert"  # transformers' name for the family (a class attribute, not a field)
 
-    def to_json_string(self) -> str:
-        """config.json's text, as transformers' to_json_string gives it."""
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+    def to_diff_dict(self) -> dict[str, Any]:
+        """transformers' to_diff_dict: config.json without the defaults. to_dict is that already: it holds the
+        fields and the keys given, never a default of transformers' that nobody set (those are read as
+        attributes, see TRANSFORMERS_DEFAULTS), so dropping any key would lose it on the way back."""
+        return self.to_dict()
+
+    def to_json_string(self, use_diff: bool = True) -> str:
+        """config.json's text, as transformers' to_json_string gives it (`use_diff`: see to_diff_dict)."""
+        return json.dumps(self.to_diff_dict() if use_diff else self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def to_json_file(self, json_file_path: str | Path, use_diff: bool = True) -> None:
+        """Write config.json's text to a file, as transformers' to_json_file does (BertConfig.from_json_file reads
+        it back)."""
+        write_text_atomic(json_file_path, self.to_json_string(use_diff))
 
     def save_pretrained(self, directory: str | Path) -> None:
         """config.json in `directory` (made if needed), as transformers' save_pretrained writes it."""
@@ -265,8 +308,8 @@ class BertConfigFields:
             overrides.pop(key, None)
         if "_num_labels" in overrides:  # older transformers' name
             overrides.setdefault("num_labels", overrides.pop("_num_labels"))
-        extra = {key: overrides.pop(key) for key in list(overrides)
-                 if key not in fields and (key in TRANSFORMERS_KEYS or key == FINETUNE_KEY)}
+        extra = {key: dtype_name(overrides.pop(key)) if key in DTYPE_KEYS else overrides.pop(key)
+                 for key in list(overrides) if key not in fields and (key in TRANSFORMERS_KEYS or key == FINETUNE_KEY)}
         if "num_labels" in overrides:
             count = overrides.pop("num_labels")
             check_number("num_labels", count, minimum=1, integer=True)
@@ -293,6 +336,8 @@ class BertConfigFields:
     def load(cls, path: str | Path) -> BertConfig:
         return cls.from_dict(read_json_object(path, "config"), source=str(path))
 
+    from_json_file = load  # transformers' name
+
 
 FIELD_NAMES = frozenset(field.name for field in dataclasses.fields(BertConfigFields))
 
@@ -302,7 +347,9 @@ class BertConfig(BertConfigFields):
 
     Takes transformers' keywords beside the fields, as its BertConfig does: `BertConfig(num_labels=3)` names three
     labels, and `BertConfig(**config.to_dict())` reads config.json's other keys (metadata kept in `extra`); a key
-    that is neither is refused by name.
+    that is neither is refused by name. As in transformers, the keys kept in `extra` read as attributes
+    (`config.use_cache`), with transformers' defaults where config.json has none (TRANSFORMERS_DEFAULTS), and an
+    attribute set that is no field (`config.num_choices = 4`) is kept in `extra`, so that to_dict and save write it.
     """
 
     def __init__(self, *args: Any, **keywords: Any):
@@ -310,6 +357,57 @@ class BertConfig(BertConfigFields):
         super().__init__(*args, **keywords)
         if others:
             self.update(others)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when no field, method or property has `name`. `extra` is looked up in __dict__, where
+        # copy and pickle haven't put it yet while they rebuild the object.
+        extra = self.__dict__.get("extra", {})
+        if name in extra:
+            return extra[name]
+        if name in TRANSFORMERS_DEFAULTS:
+            return TRANSFORMERS_DEFAULTS[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in FIELD_NAMES:
+            super().__setattr__(name, value)
+            return
+        check_fixed_values({name: value})  # config.is_decoder = True can't be honoured
+        if hasattr(type(self), name):  # num_labels, dtype, name_or_path, model_type
+            super().__setattr__(name, value)
+            return
+        if name not in TRANSFORMERS_KEYS:
+            logger.info("keeping config key bertforge does not use: %s", name)
+        self.extra = self.extra | {name: value}  # a new dict: configs made by dataclasses.replace share `extra`
+
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """transformers' config.dtype (`torch_dtype`, its older name): the dtype config.json names, a torch dtype."""
+        name = self.extra.get("dtype") or self.extra.get("torch_dtype")
+        chosen = getattr(torch, name, None) if isinstance(name, str) else None
+        return chosen if isinstance(chosen, torch.dtype) else name
+
+    @dtype.setter
+    def dtype(self, value: torch.dtype | str | None) -> None:
+        # One attribute under both names, as in transformers 5, written under the names config.json already has.
+        keys = [key for key in DTYPE_KEYS if key in self.extra] or ["dtype"]
+        self.extra = self.extra | dict.fromkeys(keys, dtype_name(value))
+
+    torch_dtype = dtype
+
+    @property
+    def name_or_path(self) -> str:
+        """transformers' config.name_or_path, kept in config.json as `_name_or_path`."""
+        return self._name_or_path
+
+    @name_or_path.setter
+    def name_or_path(self, value: str | Path) -> None:
+        self.extra = self.extra | {"_name_or_path": str(value)}
+
+
+def dtype_name(value: Any) -> Any:
+    """A dtype as config.json names it (torch.bfloat16 -> "bfloat16"); a name, None or "auto" as it is."""
+    return str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else value
 
 
 def dropout_overrides(dropout: float | None) -> dict[str, float]:
@@ -348,14 +446,21 @@ def architectures_of(config: dict[str, Any], source: str | Path) -> list[str]:
 
 
 def bert_config(config: Any) -> BertConfig:
-    """`config` itself, or another library's BERT config (transformers' BertConfig: anything with `to_dict`) read
-    as its config.json would be, so that what bertforge can't honour (relative positions, a decoder, an activation
-    it lacks) is refused by name instead of built as something else."""
-    if isinstance(config, BertConfig):
-        return config
-    if callable(getattr(config, "to_dict", None)):
-        return BertConfig.from_dict(config.to_dict(), source=type(config).__name__)
-    raise ConfigError(f"expected a BertConfig, got {type(config).__name__}")
+    """The config a model is built from: `config` itself, or another library's BERT config (transformers'
+    BertConfig: anything with `to_dict`) read as its config.json would be, so that what bertforge can't honour
+    (relative positions, a decoder, an activation it lacks) is refused by name instead of built as something else.
+
+    Every model assembler calls this first, so it also checks what only a model needs: hidden_size split evenly
+    into heads. Like transformers, a config of any sizes can be made, saved and read (its ConfigTester makes
+    hidden_size=37 with 12 heads); the model refuses it, before from_pretrained reads any weights."""
+    if not isinstance(config, BertConfig):
+        if not callable(getattr(config, "to_dict", None)):
+            raise ConfigError(f"expected a BertConfig, got {type(config).__name__}")
+        config = BertConfig.from_dict(config.to_dict(), source=type(config).__name__)
+    if config.hidden_size % config.num_attention_heads:
+        raise ConfigError(f"hidden_size ({config.hidden_size}) must be divisible by "
+                          f"num_attention_heads ({config.num_attention_heads})")
+    return config
 
 
 def _sized(layers: int, hidden: int, heads: int) -> dict[str, int]:
