@@ -597,6 +597,10 @@ def test_sentence_encoder_settings_are_set_saved_and_compared_as_sentence_transf
     with pytest.raises(ConfigError, match="prompts must be a dict of prompt names to texts"):
         ours.prompts = {"query": 1}
 
+    shorter = {"tokenizer_kwargs": {"model_max_length": 64}}
+    assert SentenceEncoder(minilm_dir, **shorter).max_seq_length == \
+        sentence_transformers.SentenceTransformer(str(minilm_dir), **shorter).max_seq_length == 64
+
     # every model has an empty "query" prompt, so naming it the default changes nothing
     plain = SentenceEncoder(minilm_dir, default_prompt_name="query")
     reference = sentence_transformers.SentenceTransformer(str(minilm_dir), default_prompt_name="query")

@@ -184,6 +184,9 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
         if hub_options.get("model_card_data") is not None:
             self.model_card_data = hub_options["model_card_data"]
         self.check_layout()
+        tokenizer_options = (tokenizer_kwargs or {}) | (processor_kwargs or {})
+        if "model_max_length" in tokenizer_options:  # sentence-transformers 6: max_seq_length
+            self.max_seq_length = tokenizer_options["model_max_length"]
         if prompts:
             self.prompts = self.settings.prompts | prompts
         if default_prompt_name:
