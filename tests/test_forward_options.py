@@ -10,6 +10,8 @@ import transformers
 
 from bertforge import (
     BertConfig,
+    BertForMultipleChoice,
+    BertForNextSentencePrediction,
     BertForQuestionAnswering,
     BertForSequenceClassification,
     BertForTokenClassification,
@@ -199,8 +201,8 @@ def test_what_transformers_code_asks_of_a_model(minilm_dir):
                          ids=lambda cls: cls.__name__)
 def test_a_traced_model_serves_other_batches(ours_class, minilm_dir, tokenizer, real_sentences, tmp_path):
     """torch.jit.trace (transformers' TorchScript recipe) records tuples and no packing, so the graph traced on one
-    batch gives on batches of other sizes, lengths and padding what the model gives eagerly, and what transformers'
-    model of the same weights gives."""
+    batch gives on batches of other sizes, lengths and padding (left padding too) what the model gives eagerly, and
+    what transformers' model of the same weights gives."""
     torch.manual_seed(0)
     ours = ours_class.from_pretrained(minilm_dir).eval()
     ours.save_pretrained(tmp_path)
@@ -209,8 +211,9 @@ def test_a_traced_model_serves_other_batches(ours_class, minilm_dir, tokenizer, 
     example = tokenizer(real_sentences[:2], padding=True, return_tensors="pt")
     with torch.inference_mode():
         traced = torch.jit.trace(ours, tuple(example[name] for name in names))
-        for texts in (real_sentences[2:7], real_sentences[7:8], real_sentences[:2]):
-            batch = tokenizer(texts, padding=True, return_tensors="pt")
+        for texts, side in ((real_sentences[2:7], "right"), (real_sentences[7:8], "right"),
+                            (real_sentences[:2], "right"), (real_sentences[2:7], "left")):
+            batch = tokenizer(texts, padding=True, padding_side=side, return_tensors="pt")
             recorded = traced(*(batch[name] for name in names))
             assert isinstance(recorded, tuple)
             eager, theirs = ours(**batch).to_tuple()[0], reference(**batch).to_tuple()[0]
@@ -264,6 +267,65 @@ def test_packed_documents_attend_as_each_document_alone_and_as_transformers(mini
             for row in range(2):
                 assert (ours[row] - expected[row]).abs().max() < TOLERANCE, form
             assert (ours - reference).abs().max() < TOLERANCE, form
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_position_ids_alone_keep_packed_documents_apart_as_in_transformers(minilm, minilm_dir, tokenizer,
+                                                                         real_sentences, attn_implementation):
+    """transformers 5 reads position_ids given without an attention_mask as documents packed into rows (its
+    DataCollatorWithFlattening's batches): a new document wherever a position is not the one before it plus one.
+    Each document then gets the vectors it gets alone; a row of one document, and any row given an attention_mask
+    (which says nothing of documents), attends whole. Against transformers at every position."""
+    reference = transformers.BertModel.from_pretrained(minilm_dir, attn_implementation=attn_implementation).eval()
+    texts = [real_sentences[0], real_sentences[6][:300], real_sentences[2]]
+    ids, _, positions, documents = packed_documents(tokenizer, texts)
+    order = [2, 1, 0]
+    reordered, _, reordered_positions, _ = packed_documents(tokenizer, [texts[i] for i in order])
+    # the same documents in the other order, and the first row again as one document (positions counting on)
+    ids = torch.cat([ids, reordered, ids])
+    positions = torch.cat([positions, reordered_positions, torch.arange(ids.shape[1])[None]])
+    with torch.inference_mode():
+        alone = [minilm(torch.tensor([document])).last_hidden_state[0] for document in documents]
+        ours = minilm(ids, position_ids=positions)
+        theirs = reference(input_ids=ids, position_ids=positions)
+        whole = minilm(ids, torch.ones_like(ids), position_ids=positions)
+        theirs_whole = reference(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=positions)
+        one_document = minilm(ids[2:]).last_hidden_state[0]
+    assert (ours.last_hidden_state[0] - torch.cat(alone)).abs().max() < TOLERANCE
+    assert (ours.last_hidden_state[1] - torch.cat([alone[i] for i in order])).abs().max() < TOLERANCE
+    assert (ours.last_hidden_state[2] - one_document).abs().max() < TOLERANCE
+    assert (whole.last_hidden_state[0] - torch.cat(alone)).abs().max() > 0.1  # the documents see each other
+    for mine, reference_output in ((ours, theirs), (whole, theirs_whole)):
+        assert (mine.last_hidden_state - reference_output.last_hidden_state).abs().max() < TOLERANCE
+        assert (mine.pooler_output - reference_output.pooler_output).abs().max() < TOLERANCE
+
+
+@pytest.mark.parametrize("ours_class", [BertForSequenceClassification, BertForMultipleChoice,
+                                        BertForNextSentencePrediction], ids=lambda cls: cls.__name__)
+def test_first_token_heads_read_a_padding_first_position_as_transformers_does(ours_class, minilm_dir, tokenizer,
+                                                                             real_sentences, tmp_path):
+    """The heads that read [CLS] (through the pooler), on left padding and on a mask with 0 at the first position:
+    transformers computes that position (it attends to the row's real keys) and reads it, so logits and losses are
+    transformers', against its default (SDPA) attention and its eager one."""
+    torch.manual_seed(0)
+    ours = ours_class.from_pretrained(minilm_dir).eval()  # a new head, drawn from the seed
+    ours.save_pretrained(tmp_path)
+    encode = dict(padding=True, truncation=True, max_length=96, return_tensors="pt")
+    left = tokenizer(real_sentences[:6], padding_side="left", **encode)
+    masked = tokenizer(real_sentences[:6], **encode)
+    masked["attention_mask"][::2, 0] = 0  # every other row's [CLS] masked out
+    labels = torch.tensor([0, 1, 1, 0, 1, 0])
+    if ours_class is BertForMultipleChoice:  # two questions of three choices each
+        left, masked = ({name: tensor.view(2, 3, -1) for name, tensor in batch.items()} for batch in (left, masked))
+        labels = torch.tensor([2, 0])
+    for attn_implementation in ("sdpa", "eager"):
+        reference = getattr(transformers, ours_class.__name__).from_pretrained(
+            tmp_path, attn_implementation=attn_implementation).eval()
+        for batch in (left, masked):
+            with torch.inference_mode():
+                mine, theirs = ours(**batch, labels=labels), reference(**batch, labels=labels)
+            assert (mine.logits - theirs.logits).abs().max() < TOLERANCE, attn_implementation
+            assert abs(mine.loss - theirs.loss) < TOLERANCE, attn_implementation
 
 
 @pytest.mark.parametrize("ours_class", [BertForSequenceClassification, BertForTokenClassification,

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from bertforge import BertConfig, BertforgeError, BertModel, attention_kernels
+from bertforge import BertConfig, BertforgeError, BertForTokenClassification, BertModel, attention_kernels
 from bertforge.model import FeedForward, SelfAttention
+from bertforge.packing import documents_by_position
 
 
 def test_output_shapes(tiny_config, random_batch):
@@ -61,7 +62,8 @@ def test_a_batch_without_real_tokens_is_computed_whole(tiny_config):
     assert torch.allclose(out.attentions[0], torch.full((2, 4, 5, 5), 0.2))
 
 
-def test_any_mask_layout_gives_the_outputs_of_each_sequence_alone(tiny_config):
+@pytest.mark.parametrize("first_real", [False, True])  # rows that start with padding: computed whole; else packed
+def test_any_mask_layout_gives_the_outputs_of_each_sequence_alone(tiny_config, first_real):
     model = BertModel(tiny_config).eval()
     generator = torch.Generator().manual_seed(0)
     input_ids = torch.randint(1, tiny_config.vocab_size, (4, 40), generator=generator)
@@ -70,6 +72,7 @@ def test_any_mask_layout_gives_the_outputs_of_each_sequence_alone(tiny_config):
     mask[1, 30:] = 1  # left padded
     mask[2, :3] = 1
     mask[3, 5:25] = 1  # padding on both sides
+    mask[:, 0] |= first_real  # with a real first position, padding in the middle of a row
     position_ids = (mask.cumsum(1) - 1).clamp(min=0)
     grouped = model(input_ids, mask, position_ids=position_ids, output_hidden_states=True)
     for row in range(4):
@@ -79,6 +82,61 @@ def test_any_mask_layout_gives_the_outputs_of_each_sequence_alone(tiny_config):
     in_place = model(input_ids, mask, position_ids=position_ids, output_hidden_states=True, output_attentions=True)
     for ours, positions_kept in zip(grouped.hidden_states, in_place.hidden_states):
         assert torch.allclose(ours, positions_kept, atol=1e-5)
+
+
+def test_a_row_that_starts_with_padding_is_computed_as_every_query_sees_the_real_keys(tiny_config):
+    """Left padding, a masked first position, a row without a real token: every position is computed, as the same
+    keys given per query and key compute it (transformers' reading; the pooler reads the first position), with
+    first_token_only too."""
+    model = BertModel(tiny_config).eval()
+    input_ids = torch.randint(1, tiny_config.vocab_size, (3, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[0, :4] = 0  # left padded
+    mask[1, 0] = 0
+    mask[2] = 0
+    expected = model(input_ids, mask.bool()[:, None, :].expand(3, 9, 9))  # each query sees its row's real keys
+    ours = model(input_ids, mask)
+    first = model(input_ids, mask, first_token_only=True)
+    assert torch.allclose(ours.last_hidden_state, expected.last_hidden_state, atol=1e-6)
+    assert torch.allclose(first.last_hidden_state[:, 0], expected.last_hidden_state[:, 0], atol=1e-6)
+    for output in (ours, first):
+        assert torch.allclose(output.pooler_output, expected.pooler_output, atol=1e-6)
+
+
+def test_positions_that_do_not_count_on_start_a_new_document():
+    positions = torch.tensor([[0, 1, 2, 0, 1, 0], [3, 4, 5, 6, 7, 8], [0, 1, 5, 6, 6, 7]])
+    documents = torch.tensor([[0, 0, 0, 1, 1, 2], [0, 0, 0, 0, 0, 0], [0, 0, 1, 1, 2, 2]])
+    assert torch.equal(documents_by_position(positions), documents[:, :, None] == documents[:, None, :])
+    assert documents_by_position(positions[1:2]) is None  # one document a row: nothing to mask
+    assert documents_by_position(positions[1:2], always=True).all()
+
+
+def test_documents_told_apart_by_positions_alone_attend_to_themselves(tiny_config):
+    """Without an attention_mask, each run of positions counting on from the one before is a document of its own;
+    a traced graph (recorded on one document) tells them apart too."""
+    model = BertModel(tiny_config).eval()
+    input_ids = torch.randint(1, tiny_config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(0))
+    packed = torch.tensor([[0, 1, 2, 3, 0, 1, 0, 1, 2]])
+    alone = torch.cat([model(input_ids[:, start:stop]).last_hidden_state for start, stop in ((0, 4), (4, 6), (6, 9))],
+                      dim=1)
+    assert torch.allclose(model(input_ids, position_ids=packed).last_hidden_state, alone, atol=1e-6)
+    with_mask = model(input_ids, torch.ones_like(input_ids), position_ids=packed).last_hidden_state
+    assert not torch.allclose(with_mask, alone, atol=1e-3)  # a mask given says nothing of documents
+    one_document = torch.arange(9)[None]
+    traced = torch.jit.trace(model, example_kwarg_inputs={"input_ids": input_ids, "position_ids": one_document})
+    for positions in (packed, one_document):
+        eager = model(input_ids, position_ids=positions).last_hidden_state
+        assert torch.allclose(traced(input_ids=input_ids, position_ids=positions)[0], eager, atol=1e-6)
+
+
+def test_the_pooler_is_left_out_by_either_name(tiny_config):
+    """transformers' add_pooling_layer=False, bertforge's add_pooler=False, or by position as in either."""
+    assert BertModel(tiny_config).pooler is not None
+    assert BertModel(tiny_config, add_pooling_layer=True).pooler is not None
+    for model in (BertModel(tiny_config, add_pooling_layer=False), BertModel(tiny_config, add_pooler=False),
+                  BertModel(tiny_config, False)):
+        assert model.pooler is None and model(torch.tensor([[5, 6, 7]])).pooler_output is None
+    assert BertForTokenClassification(tiny_config).bert.pooler is None  # a head that reads every token
 
 
 def test_gradients_flow_through_the_unpadded_path(tiny_config, random_batch):

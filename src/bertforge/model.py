@@ -24,13 +24,13 @@ from bertforge.checkpoint.pretrained import Pretrained
 from bertforge.config import BertConfig, bert_config
 from bertforge.errors import BertforgeError
 from bertforge.model_output import ModelOutput, returned
-from bertforge.packing import PackedBatch, is_pairwise, pack_batch, pairwise_batch
+from bertforge.packing import PackedBatch, documents_by_position, is_pairwise, pack_batch, pairwise_batch
 
 
 @dataclass
 class EncoderOutput(ModelOutput):
-    last_hidden_state: torch.Tensor  # (batch, seq, hidden); zeros at padding positions; (batch, 1, hidden) for
-    # first_token_only
+    last_hidden_state: torch.Tensor  # (batch, seq, hidden); zeros at padding positions, except where every position
+    # is computed (see BertModel.forward); (batch, 1, hidden) for first_token_only
     pooler_output: torch.Tensor | None  # (batch, hidden); None for a model built without the pooler
     hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings output + one per layer
     attentions: tuple[torch.Tensor, ...] | None = None  # one (batch, heads, seq, seq) per layer
@@ -245,11 +245,14 @@ def broadcast_row(ids: torch.Tensor | None, given: torch.Tensor | None) -> torch
 class BertModel(Pretrained, nn.Module):
     """The bare BERT encoder: input ids in, contextual vectors and the pooled [CLS] vector out.
 
-    `add_pooler=False` leaves the pooler out, for heads that read every token (as transformers does for them).
+    `add_pooler=False` leaves the pooler out, for heads that read every token (as transformers does for them);
+    `add_pooling_layer`, transformers' name for it, is taken too (and wins where both are given).
     """
 
-    def __init__(self, config: BertConfig, add_pooler: bool = True):
+    def __init__(self, config: BertConfig, add_pooler: bool = True, add_pooling_layer: bool | None = None):
         super().__init__()
+        if add_pooling_layer is not None:
+            add_pooler = add_pooling_layer
         self.config = config = bert_config(config)
         self.embeddings = Embeddings(config.vocab_size, config.hidden_size, config.max_position_embeddings,
                                      config.type_vocab_size, config.pad_token_id, config.hidden_dropout_prob,
@@ -278,7 +281,11 @@ class BertModel(Pretrained, nn.Module):
                 return_dict: bool | None = None) -> EncoderOutput:
         """`attention_mask`: (batch, seq), 1 at real tokens and 0 at padding; or per query and key, (batch, seq, seq)
         or transformers' 4-D (batch, 1 or heads, seq, seq), for packed documents and custom attention patterns
-        (every position is then computed; see packing.pairwise_batch). `output_hidden_states`, `output_attentions`:
+        (every position is then computed; see packing.pairwise_batch). A batch packs its real tokens and gives zeros
+        at padding, unless a row starts with padding (left padding, a row without a real token): then every
+        position is computed, as transformers computes it. `position_ids` without an attention_mask: wherever a
+        position is not the one before it plus one, a new document starts, which attends to itself alone (as
+        transformers reads them: packing.documents_by_position). `output_hidden_states`, `output_attentions`:
         return every layer's output, every layer's attention weights (None: as config says). `inputs_embeds`
         (batch, seq, hidden): token vectors in the place of input_ids' lookup (attribution, adversarial training).
         `return_dict=False`: a tuple, as transformers.
@@ -286,8 +293,7 @@ class BertModel(Pretrained, nn.Module):
         `first_token_only`: last_hidden_state is (batch, 1, hidden), each sequence's first position ([CLS]) alone,
         all that the pooler and [CLS] pooling read. The last layer then computes only that position (its keys and
         values are still every token's, so the result is the same): most of one layer's work, 10-15% of MiniLM's
-        forward. Ignored when every layer's output is asked for, and when a row starts with padding (its first
-        position is then zeros, as the full path gives)."""
+        forward. Ignored when every layer's output or attention weights are asked for."""
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         if output_attentions is None:
@@ -297,22 +303,25 @@ class BertModel(Pretrained, nn.Module):
         token_type_ids, position_ids = (broadcast_row(ids, given) for ids in (token_type_ids, position_ids))
         self.check_inputs(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
         batch_size, seq_len, device = *given.shape[:2], given.device
+        # Packing asks the data where its padding is (and where documents start), which a traced graph can't branch
+        # on: an exported or traced graph computes every position (the same outputs at real tokens; padding
+        # positions then hold values, not zeros).
+        exporting = recording_graph()
+        if attention_mask is None and position_ids is not None:
+            attention_mask = documents_by_position(position_ids, always=exporting)
         if attention_mask is None:
             attention_mask = torch.ones(batch_size, seq_len, dtype=torch.long, device=device)
 
         scores_dtype = (torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type)
                         else next(self.embeddings.parameters()).dtype)
-        # Packing asks the data where its padding is, which a traced graph can't branch on: an exported or traced
-        # graph computes every position (the same outputs at real tokens; padding positions then hold values, not
-        # zeros).
-        exporting = recording_graph()
-        # A mask per query and key (batch, seq, seq) has no padding to leave out: every position is computed.
-        pairwise = is_pairwise(attention_mask)
-        batch = (pairwise_batch(attention_mask, scores_dtype) if pairwise else
-                 pack_batch(attention_mask, scores_dtype, pack=not exporting, keep_positions=output_attentions))
-        # An exported graph computes every position, padding included, so its first position is always computed.
-        first_token_only = (first_token_only and not (output_hidden_states or output_attentions)
-                            and (exporting or pairwise or bool(attention_mask[:, 0].all())))
+        if is_pairwise(attention_mask):  # (batch, seq, seq): no padding to leave out, every position is computed
+            batch = pairwise_batch(attention_mask, scores_dtype)
+        else:
+            # transformers computes every position, padding too, and its pooler and [CLS] heads read the first: a
+            # batch with a row that starts with padding is computed whole, so that they read the same vector here.
+            pack = not exporting and bool(attention_mask[:, 0].all())
+            batch = pack_batch(attention_mask, scores_dtype, pack=pack, keep_positions=output_attentions)
+        first_token_only = first_token_only and not (output_hidden_states or output_attentions)
         # After the embeddings (whose output is the batch as given, as code that hooks them expects), everything
         # runs on the real tokens only: (tokens, hidden).
         x = batch.pack(self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds))

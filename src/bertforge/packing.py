@@ -185,6 +185,18 @@ def real_token_mask(attention_mask: torch.Tensor | None) -> torch.Tensor | None:
     return None if is_pairwise(attention_mask) else attention_mask
 
 
+def documents_by_position(position_ids: torch.Tensor, always: bool = False) -> torch.Tensor | None:
+    """The (batch, seq, seq) mask per query and key of documents packed into rows and told apart by their positions
+    alone (transformers' DataCollatorWithFlattening): True where query and key are in one document. As transformers
+    reads position_ids given without an attention_mask, a document starts wherever a position is not the one before
+    it plus one. None where each row is one document, unless `always` (a recorded graph can't branch on that)."""
+    starts = position_ids.diff(dim=1, prepend=position_ids[:, :1] - 1) != 1  # (batch, seq); never a row's first
+    if not always and not bool(starts.any()):
+        return None
+    document = starts.cumsum(1)  # (batch, seq): each position's document, numbered from 0 in its row
+    return document[:, :, None] == document[:, None, :]
+
+
 def pairwise_batch(attention_mask: torch.Tensor, dtype: torch.dtype) -> PackedBatch:
     """The layout of a batch whose mask is per query and key (packed documents, custom attention patterns): every
     position is computed, as there is no padding to leave out, and attention adds the mask's bias.

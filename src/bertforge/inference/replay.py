@@ -168,7 +168,7 @@ def replayable(model: BertModel, input_ids, attention_mask, token_type_ids, posi
             return False
     if attention_mask is not None:
         if attention_mask.shape != input_ids.shape or not bool(attention_mask[:, 0].all()):
-            return False  # left padding: the eager forward's first positions are zeros there, not computed
+            return False  # left padding: the eager forward computes every position then, as transformers does
         padding = input_ids.numel() - int(attention_mask.count_nonzero())
         if input_ids.numel() + 2 * padding > REPLAY_MAX_WORK:
             return False
