@@ -262,6 +262,7 @@ class Pretrained(ActivationCheckpointing):
             raise ConfigError(f"{config_path(directory)}: no such config file; weights saved without one (as "
                               f"transformers' Trainer saves a bertforge model) load with config= (the model's "
                               f"BertConfig, or the folder it was loaded from)")
+        given = config
         config = given_config(config) if config is not None else BertConfig.load(config_path(directory))
         dtype = dtype if dtype is not None else torch_dtype
         device = placement(device_map)
@@ -277,7 +278,10 @@ class Pretrained(ActivationCheckpointing):
         # compress builds on the models, so it is imported here, not at the top
         from bertforge.compress.quantize import finish_loading, prepare_quantized, read_quantization
 
-        model = cls(config, **constructor)
+        try:
+            model = cls(config, **constructor)
+        except ConfigError as error:  # sizes a config may hold but a model can't use (config.bert_config)
+            raise (ConfigError(f"{config_path(directory)}: {error}") if given is None else error) from None
         quantization = read_quantization(directory) if has_config else None
         if quantization is not None:  # int8 layers take the place of the float ones before the tensors load
             model = prepare_quantized(model, quantization)
