@@ -368,3 +368,19 @@ def test_a_mask_per_query_and_key_of_the_wrong_shape_is_named(minilm):
         minilm(ids, torch.ones(1, 3, 4, 4, dtype=torch.bool))
     with pytest.raises(BertforgeError, match=r"attention_mask has shape \(2, 4, 4\)"):
         minilm(ids, torch.ones(2, 4, 4))
+
+
+def test_a_decoders_options_that_ask_nothing_are_taken_as_transformers_takes_them(tiny_config):
+    """Code written for any transformers model passes use_cache and a decoder's inputs as None to an encoder."""
+    ids = torch.tensor([[2, 5, 7, 3]])
+    for model in (BertModel(tiny_config), BertForSequenceClassification(tiny_config), BertForMaskedLM(tiny_config)):
+        model.eval()
+        plain = model(ids).to_tuple()[0]
+        for options in ({"use_cache": False}, {"use_cache": True, "encoder_hidden_states": None,
+                                               "encoder_attention_mask": None, "past_key_values": None,
+                                               "head_mask": None}):
+            torch.testing.assert_close(model(ids, **options).to_tuple()[0], plain)
+        with pytest.raises(BertforgeError, match="head_mask: bertforge's BERT is an encoder"):
+            model(ids, head_mask=torch.ones(tiny_config.num_hidden_layers, tiny_config.num_attention_heads))
+        with pytest.raises(TypeError, match="unexpected keyword argument 'not_an_option'"):
+            model(ids, not_an_option=1)

@@ -233,6 +233,22 @@ def check_input_shapes(axes: tuple[str, ...], hidden: int, input_ids, attention_
             raise BertforgeError(f"{other} has shape {tuple(tensor.shape)}, {name} has {shape}")
 
 
+# transformers' BertModel.forward arguments for BERT as a decoder (cross-attention, a cache of keys and values) and
+# the head mask of transformers 4: code written for any model passes them to an encoder as None (use_cache as
+# anything: an encoder keeps no cache), which asks for nothing; a value is refused by name.
+DECODER_OPTIONS = ("use_cache", "encoder_hidden_states", "encoder_attention_mask", "past_key_values", "cache",
+                   "cache_position", "head_mask")
+
+
+def check_decoder_options(options: dict[str, object]) -> None:
+    for name, value in options.items():
+        if name not in DECODER_OPTIONS:
+            raise TypeError(f"forward() got an unexpected keyword argument {name!r}")
+        if value is not None and name != "use_cache":
+            raise BertforgeError(f"{name}: bertforge's BERT is an encoder, without cross-attention, a cache or a "
+                                 f"head mask")
+
+
 def broadcast_row(ids: torch.Tensor | None, given: torch.Tensor | None) -> torch.Tensor | None:
     """`ids` given for one row, (seq,) or (1, seq), expanded to the batch of `given` (input ids or embeddings)."""
     if ids is None or given is None or given.dim() < 2 or ids.shape[-1:] != given.shape[1:2]:
@@ -278,7 +294,7 @@ class BertModel(Pretrained, nn.Module):
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 inputs_embeds: torch.Tensor | None = None, output_hidden_states: bool | None = None,
                 output_attentions: bool | None = None, first_token_only: bool = False,
-                return_dict: bool | None = None) -> EncoderOutput:
+                return_dict: bool | None = None, **decoder_options) -> EncoderOutput:
         """`attention_mask`: (batch, seq), 1 at real tokens and 0 at padding; or per query and key, (batch, seq, seq)
         or transformers' 4-D (batch, 1 or heads, seq, seq), for packed documents and custom attention patterns
         (every position is then computed; see packing.pairwise_batch). A batch packs its real tokens and gives zeros
@@ -288,12 +304,14 @@ class BertModel(Pretrained, nn.Module):
         transformers reads them: packing.documents_by_position). `output_hidden_states`, `output_attentions`:
         return every layer's output, every layer's attention weights (None: as config says). `inputs_embeds`
         (batch, seq, hidden): token vectors in the place of input_ids' lookup (attribution, adversarial training).
-        `return_dict=False`: a tuple, as transformers.
+        `return_dict=False`: a tuple, as transformers. `decoder_options`: transformers' for a decoder and its cache,
+        taken where they ask nothing of an encoder (see check_decoder_options).
 
         `first_token_only`: last_hidden_state is (batch, 1, hidden), each sequence's first position ([CLS]) alone,
         all that the pooler and [CLS] pooling read. The last layer then computes only that position (its keys and
         values are still every token's, so the result is the same): most of one layer's work, 10-15% of MiniLM's
         forward. Ignored when every layer's output or attention weights are asked for."""
+        check_decoder_options(decoder_options)
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         if output_attentions is None:

@@ -35,7 +35,7 @@ from bertforge import attention_kernels
 from bertforge.activations import float32_lanes
 from bertforge.attention_kernels import EXPLICIT_ATTENTION_MAX_SEQ, recording_graph
 from bertforge.compress.quantize import has_forward_hooks, recorded_weights
-from bertforge.model import BertModel, EncoderOutput, broadcast_row
+from bertforge.model import BertModel, EncoderOutput, broadcast_row, check_decoder_options
 from bertforge.model_output import returned
 
 # The most work a batch may hold to be replayed: its real tokens, and each padding position three times (the graph
@@ -177,8 +177,9 @@ def replayable(model: BertModel, input_ids, attention_mask, token_type_ids, posi
 
 def forward(self: BertModel, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
             inputs_embeds=None, output_hidden_states=None, output_attentions=None, first_token_only=False,
-            return_dict=None):
+            return_dict=None, **decoder_options):
     """BertModel.forward, replaying a recorded graph for small batches (see the module docstring)."""
+    check_decoder_options(decoder_options)
     token_type_ids = broadcast_row(token_type_ids, input_ids)
     if not replayable(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                       output_hidden_states, output_attentions):
