@@ -384,3 +384,16 @@ def test_a_decoders_options_that_ask_nothing_are_taken_as_transformers_takes_the
             model(ids, head_mask=torch.ones(tiny_config.num_hidden_layers, tiny_config.num_attention_heads))
         with pytest.raises(TypeError, match="unexpected keyword argument 'not_an_option'"):
             model(ids, not_an_option=1)
+
+
+def test_torch_export_reads_the_outputs_as_trees(tiny_config, random_batch):
+    """torch.export (what torch.compile and the exporters build on) takes the output dataclasses as it takes
+    transformers' ModelOutput: the exported program gives the eager model's outputs."""
+    input_ids, attention_mask, token_type_ids = random_batch(tiny_config, batch_size=2, seq_len=7)
+    full = torch.ones_like(attention_mask)  # a graph computes every position: compare where eager computes them
+    for model in (BertModel(tiny_config), BertForSequenceClassification(tiny_config)):
+        model.eval()
+        program = torch.export.export(model, (input_ids,), {"attention_mask": full})
+        exported, eager = program.module()(input_ids, attention_mask=full), model(input_ids, attention_mask=full)
+        assert type(exported) is type(eager)
+        torch.testing.assert_close(exported[0], eager[0])

@@ -4,9 +4,11 @@ that code written for it (`outputs[0]`, `outputs["logits"]`, `outputs.to_tuple()
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 
 def by_name_only(default: Any = None) -> Any:
@@ -17,7 +19,14 @@ def by_name_only(default: Any = None) -> Any:
 
 class ModelOutput:
     """Mixed into the output dataclasses. As a tuple, the fields that are set, the loss first (as transformers
-    orders them: `loss, logits = model(..., labels=labels)[:2]`); as a mapping, those fields by name."""
+    orders them: `loss, logits = model(..., labels=labels)[:2]`); as a mapping, those fields by name. torch.export
+    and torch.compile read each output as a tree of its fields, as they read transformers' outputs."""
+
+    def __init_subclass__(cls, **options: Any) -> None:
+        super().__init_subclass__(**options)
+        # The fields are read when an output is flattened: the dataclass decorator makes them after this runs.
+        pytree.register_pytree_node(cls, _fields_of, partial(_output_of, cls),
+                                    serialized_type_name=f"{cls.__module__}.{cls.__qualname__}")
 
     def to_tuple(self) -> tuple[Any, ...]:
         by_name = {field.name for field in dataclasses.fields(self) if not field.metadata.get("in_tuple", True)}
@@ -59,6 +68,15 @@ class ModelOutput:
 
     def __len__(self) -> int:
         return len(self.keys())
+
+
+def _fields_of(output: ModelOutput) -> tuple[list[Any], list[str]]:
+    names = [field.name for field in dataclasses.fields(output)]
+    return [getattr(output, name) for name in names], names
+
+
+def _output_of(cls: type, values: list[Any], names: list[str]) -> ModelOutput:
+    return cls(**dict(zip(names, values)))
 
 
 def returned(output: ModelOutput, return_dict: bool | None) -> ModelOutput | tuple[Any, ...]:
