@@ -23,9 +23,10 @@ recording_for_replay = False
 
 
 def recording_graph() -> bool:
-    """Whether the forward is being recorded as a graph (torch.export and the ONNX exporter, torch.jit.trace),
-    which fixes every branch taken on the data to the recorded input's side."""
-    return torch.compiler.is_exporting() or torch.jit.is_tracing()
+    """Whether the forward is being recorded as a graph (torch.compile, torch.export and the ONNX exporter,
+    torch.jit.trace), which fixes every branch taken on the data to the recorded input's side: the model then
+    computes every position, as transformers' does, and torch.compile(fullgraph=True) has no break to make."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
 
 
 def explicit_attention(q: torch.Tensor, dropout_p: float, need_weights: bool) -> bool:

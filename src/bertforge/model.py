@@ -373,7 +373,7 @@ class BertModel(Pretrained, nn.Module):
                                  f"({self.config.max_position_embeddings}); truncate the input")
         # Ids past an embedding table (a tokenizer with tokens the model was never resized for, a pair for a model
         # of one segment) would fail deep in the lookup; checked where it costs nothing (CPU, eager).
-        if given.device.type != "cpu" or torch.compiler.is_compiling() or recording_graph() or not given.numel():
+        if given.device.type != "cpu" or recording_graph() or not given.numel():
             return
         tables = (("token id", input_ids, "vocab_size", "is the tokenizer larger than the model?"),
                   ("segment id", token_type_ids, "type_vocab_size", "the model reads single texts, not pairs"))

@@ -154,7 +154,7 @@ def model_state(model: BertModel) -> tuple:
 def replayable(model: BertModel, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                output_hidden_states, output_attentions) -> bool:
     """Whether the recorded graph gives this call's outputs (see the module docstring)."""
-    if (model.training or torch.is_grad_enabled() or recording_graph() or torch.compiler.is_compiling()
+    if (model.training or torch.is_grad_enabled() or recording_graph()
             or inputs_embeds is not None or position_ids is not None or not isinstance(input_ids, torch.Tensor)):
         return False
     hidden_states = model.config.output_hidden_states if output_hidden_states is None else output_hidden_states
