@@ -451,6 +451,34 @@ def test_mistakes_are_one_line_errors(folders, make, error, message):
     assert isinstance(raised.value, BertforgeError) and "\n" not in str(raised.value)
 
 
+def test_streams_enums_defaults_and_loading_options_as_transformers_takes_them(folders, reviews, ner_texts):
+    """transformers' pipeline test suite's forms: a generator or a dataset of inputs (an iterator of answers), its
+    enums for a choice, None for an option's default, and the model-loading options dtype and framework."""
+    from transformers.pipelines import AggregationStrategy
+
+    ours, theirs = pipeline("text-classification", model=folders["classifier"]), \
+        reference("text-classification", folders["classifier"])
+    streamed = ours(text for text in reviews)
+    assert iter(streamed) is streamed
+    assert_same(list(streamed), list(theirs(text for text in reviews)))
+    dataset = torch.utils.data.Subset(reviews, range(3))  # indexed, not iterable by itself: a torch Dataset
+    assert_same(list(ours(dataset)), list(theirs(dataset)))
+    assert_same(ours(reviews, batch_size=None), theirs(reviews, batch_size=None))
+    tagger, reference_tagger = pipeline("ner", model=folders["ner"]), reference("ner", folders["ner"])
+    for options in ({"ignore_labels": None}, {"aggregation_strategy": AggregationStrategy.SIMPLE},
+                    {"aggregation_strategy": None}):
+        assert_same(tagger(ner_texts[:3], **options), reference_tagger(ner_texts[:3], **options), str(options))
+    assert_same(pipeline("fill-mask", model=folders["masked_lm"])("A [MASK] film.", top_k=None),
+                reference("fill-mask", folders["masked_lm"])("A [MASK] film.", top_k=None))
+    halved = pipeline("text-classification", model=folders["classifier"], dtype=torch.bfloat16, framework="pt")
+    assert halved.model.dtype == torch.bfloat16
+    with pytest.raises(ConfigError, match="framework 'tf': bertforge runs PyTorch"):
+        pipeline("text-classification", model=folders["classifier"], framework="tf")
+    with pytest.raises(ConfigError, match="give tokenizer="):
+        pipeline("text-classification", model=BertForSequenceClassification.from_pretrained(folders["classifier"]),
+                 tokenizer=transformers.AutoTokenizer.from_pretrained(folders["classifier"]))
+
+
 def test_bertforge_runs_pipelines_without_transformers(folders):
     """transformers is the tests' reference only: a pipeline imports none of the Hugging Face libraries."""
     code = (f"import sys; from bertforge import pipeline; "

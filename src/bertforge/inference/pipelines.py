@@ -11,6 +11,7 @@ question-answering pipeline; that task follows transformers 4's, the last one.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 import math
 import os
@@ -72,9 +73,14 @@ class Pipeline:
             if name in options:
                 raise ConfigError(f"{name} given twice, by position and by name")
             options[name] = value
-        check_options(self.task, options)
+        options = given_options(self.task, options)
         defaults = {name: option.default for name, option in task_options(self.task).items()}
-        return PIPELINE_TASKS[self.task].run(self, inputs, {**defaults, **self.options, **options}, set(options))
+        streamed = not isinstance(inputs, (str, bytes, Mapping, list, tuple)) and inputs is not None and (
+            hasattr(inputs, "__iter__") or hasattr(inputs, "__getitem__"))
+        if streamed:  # a generator, or a dataset of inputs (datasets' KeyDataset, a torch Dataset)
+            inputs = list(inputs) if hasattr(inputs, "__iter__") else [inputs[i] for i in range(len(inputs))]
+        answers = PIPELINE_TASKS[self.task].run(self, inputs, {**defaults, **self.options, **options}, set(options))
+        return iter(answers) if streamed else answers  # an iterator of answers, as transformers streams them
 
     @property
     def positions(self) -> int:
@@ -94,6 +100,7 @@ class Option:
 
     default: Any
     check: Callable[[str, Any], None] = lambda name, value: None
+    none_is_default: bool = False  # None given means the default, as transformers reads it (batch_size=None)
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,8 @@ def positive_or_none(name: str, value: Any) -> None:
 
 
 def one_of(choices: Sequence[str]) -> Callable[[str, Any], None]:
-    """A check of a name among `choices`, in any case, as transformers reads "SIMPLE" or "Sigmoid"."""
+    """A check of a name among `choices`, in any case, as transformers reads "SIMPLE" or "Sigmoid" (its enums are
+    read as their values by given_options)."""
     return lambda name, value: value is None or check_choice(str(value).lower(), choices, name)
 
 
@@ -128,7 +136,7 @@ def text_or_texts(name: str, value: Any) -> None:
 
 
 # Every task's option: inputs run together (transformers' default of 1 gives the same numbers).
-COMMON_OPTIONS = {"batch_size": Option(32, positive)}
+COMMON_OPTIONS = {"batch_size": Option(32, positive, none_is_default=True)}
 
 
 def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | FinetunedModel = "default",
@@ -149,18 +157,44 @@ def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | Fin
     task = task_for(model) if task is None else task
     check_choice(task, [*PIPELINE_TASKS, *TASK_ALIASES], "pipeline task")
     task = TASK_ALIASES.get(task, task)
-    check_options(task, options)  # when given, as transformers checks them
+    loading = {name: options.pop(name) for name in list(options) if name in LOADING_OPTIONS}
+    dtype = loaded_dtype(loading)
+    options = given_options(task, options)  # when given, as transformers checks them
     needs = PIPELINE_TASKS[task].needs
-    place = pipeline_device(device)
+    place = pipeline_device(device if device is not None else loading.get("device_map"))
     pipe = given_model(task, needs, model) if not isinstance(model, (str, os.PathLike)) else loaded_model(
         task, needs, model)
     if tokenizer is not None:
         pipe.tokenizer = tokenizer if isinstance(tokenizer, BertTokenizer) else load_tokenizer(tokenizer)
     elif isinstance(model, nn.Module):
         raise ConfigError(f"a loaded {type(model).__name__} needs its tokenizer: pipeline(..., tokenizer=...)")
-    pipe.model.to(place).eval()
+    pipe.model.to(place, dtype).eval()
     pipe.device, pipe.options = place, dict(options)
     return pipe
+
+
+# transformers' pipeline() options for loading the model: dtype (torch_dtype: its older name; "auto": as saved),
+# framework (PyTorch's, "pt", alone here), device_map (one device, as `device`), model_kwargs (from_pretrained's:
+# its dtype is taken, anything else refused by name).
+LOADING_OPTIONS = ("dtype", "torch_dtype", "framework", "device_map", "model_kwargs")
+
+
+def loaded_dtype(loading: dict[str, Any]) -> torch.dtype | None:
+    """The dtype pipeline() loads the model in (None: as loaded, float32), from transformers' loading options."""
+    if loading.get("framework") not in (None, "pt"):
+        raise ConfigError(f"framework {loading['framework']!r}: bertforge runs PyTorch ('pt')")
+    model_kwargs = dict(loading.get("model_kwargs") or {})
+    unknown = sorted(set(model_kwargs) - {"dtype", "torch_dtype"})
+    if unknown:
+        raise ConfigError(f"model_kwargs: pipeline() takes the dtype from them, not {unknown[0]!r}")
+    dtype = next((given for given in (loading.get("dtype"), loading.get("torch_dtype"), model_kwargs.get("dtype"),
+                                      model_kwargs.get("torch_dtype")) if given is not None), None)
+    if dtype is None or dtype == "auto":
+        return None
+    chosen = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    if not isinstance(chosen, torch.dtype) or not chosen.is_floating_point:
+        raise ConfigError(f"dtype must be a floating-point torch dtype or its name, got {dtype!r}")
+    return chosen
 
 
 def task_for(model: Any) -> str:
@@ -184,12 +218,19 @@ def task_options(task: str) -> dict[str, Option]:
     return {**COMMON_OPTIONS, **PIPELINE_TASKS[task].options}
 
 
-def check_options(task: str, options: Mapping[str, Any]) -> None:
-    """Each option is one of the task's and a value it takes, else a one-line ConfigError naming it."""
-    known = task_options(task)
+def given_options(task: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options a call (or pipeline()) gives, checked: each one of the task's and a value it takes, else a
+    one-line ConfigError naming it. transformers' enums (AggregationStrategy.SIMPLE) are read as their values, and
+    None where it means the default is left out."""
+    known, given = task_options(task), {}
     for name, value in options.items():
         check_choice(name, known, f"{task} option")
+        value = value.value if isinstance(value, enum.Enum) else value
+        if value is None and known[name].none_is_default:
+            continue
         known[name].check(name, value)
+        given[name] = value
+    return given
 
 
 def pipeline_device(device: int | str | torch.device | None) -> torch.device:
@@ -204,7 +245,9 @@ def pipeline_device(device: int | str | torch.device | None) -> torch.device:
 
 def load_tokenizer(name_or_path: Any) -> BertTokenizer:
     if not isinstance(name_or_path, (str, os.PathLike)):
-        raise ConfigError(f"tokenizer must be a BertTokenizer or a folder, got a {type(name_or_path).__name__}")
+        kind, folder = type(name_or_path), getattr(name_or_path, "name_or_path", None) or "its folder"
+        raise ConfigError(f"tokenizer must be bertforge's BertTokenizer or a folder, got {kind.__module__}."
+                          f"{kind.__name__}: give tokenizer={str(folder)!r}")
     return BertTokenizer.from_pretrained(name_or_path)
 
 
@@ -667,16 +710,16 @@ CUTTING = {"truncation": Option(False), "max_length": Option(None, lambda name, 
 
 PIPELINE_TASKS: dict[str, PipelineTask] = {
     "feature-extraction": PipelineTask("encoder", {**CUTTING, "return_tensors": Option(False)}, extract),
-    "fill-mask": PipelineTask("masked_lm", {"top_k": Option(5, positive), "targets": Option(None, text_or_texts)},
-                              fill),
+    "fill-mask": PipelineTask("masked_lm", {"top_k": Option(5, positive, none_is_default=True),
+                                            "targets": Option(None, text_or_texts)}, fill),
     "text-classification": PipelineTask("sequence_classification", {
         # top_k=None: every label; not given at all, the best label alone and not in a list (see classify)
         "top_k": Option(NOT_GIVEN, lambda name, value: value is NOT_GIVEN or positive_or_none(name, value)),
         "function_to_apply": Option(None, one_of(list(SCORE_FUNCTIONS))),
         "return_all_scores": Option(False), **CUTTING}, classify),
     "token-classification": PipelineTask("token_classification", {
-        "aggregation_strategy": Option("none", one_of(AGGREGATIONS)),
-        "ignore_labels": Option([OUTSIDE], text_or_texts)}, tag),
+        "aggregation_strategy": Option("none", one_of(AGGREGATIONS), none_is_default=True),
+        "ignore_labels": Option([OUTSIDE], text_or_texts, none_is_default=True)}, tag),
     "question-answering": PipelineTask("question_answering", {
         "question": Option(None), "context": Option(None), "top_k": Option(1, positive),
         "max_answer_len": Option(15, positive), "max_seq_len": Option(None, positive_or_none),
