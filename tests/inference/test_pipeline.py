@@ -470,6 +470,9 @@ def test_streams_enums_defaults_and_loading_options_as_transformers_takes_them(f
         assert_same(tagger(ner_texts[:3], **options), reference_tagger(ner_texts[:3], **options), str(options))
     assert_same(pipeline("fill-mask", model=folders["masked_lm"])("A [MASK] film.", top_k=None),
                 reference("fill-mask", folders["masked_lm"])("A [MASK] film.", top_k=None))
+    cut = {"tokenize_kwargs": {"truncation": True, "max_length": 6}}  # feature-extraction's way to say how to cut
+    assert_same(pipeline("feature-extraction", model=folders["classifier"])(reviews[:2], **cut),
+                reference("feature-extraction", folders["classifier"])(reviews[:2], **cut))
     halved = pipeline("text-classification", model=folders["classifier"], dtype=torch.bfloat16, framework="pt")
     assert halved.model.dtype == torch.bfloat16
     with pytest.raises(ConfigError, match="framework 'tf': bertforge runs PyTorch"):

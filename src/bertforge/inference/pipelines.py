@@ -331,7 +331,7 @@ def extract(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[str
     """Per text, the last layer's vectors of every token, [CLS] and [SEP] included: a [1][tokens][hidden] list, or
     with return_tensors=True a (1, tokens, hidden) tensor."""
     texts, single = text_batch(inputs, pipe.task)
-    limit = token_limit(pipe, options)
+    limit = token_limit(pipe, options | (options["tokenize_kwargs"] or {}))  # transformers' way to say how to cut
     encoded = pipe.tokenizer(texts, truncation=limit is not None, max_length=limit)
     rows = [{"input_ids": ids, "token_type_ids": segments}
             for ids, segments in zip(encoded["input_ids"], encoded["token_type_ids"])]
@@ -708,8 +708,22 @@ def widened(words: list[tuple[int, int]], start: int, end: int) -> tuple[int, in
 CUTTING = {"truncation": Option(False), "max_length": Option(None, lambda name, value: check_number(
     name, value, minimum=3, integer=True, optional=True))}
 
+
+
+def cutting_options(name: str, value: Any) -> None:
+    """transformers' tokenize_kwargs: the CUTTING options as a dict, each checked as given by name."""
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{name} must be a dict of {' and '.join(CUTTING)}, got {value!r:.60}")
+    for key, given in value.items():
+        check_choice(key, CUTTING, f"{name} key")
+        CUTTING[key].check(key, given)
+
+
 PIPELINE_TASKS: dict[str, PipelineTask] = {
-    "feature-extraction": PipelineTask("encoder", {**CUTTING, "return_tensors": Option(False)}, extract),
+    "feature-extraction": PipelineTask("encoder", {**CUTTING, "return_tensors": Option(False),
+                                                   "tokenize_kwargs": Option(None, cutting_options)}, extract),
     "fill-mask": PipelineTask("masked_lm", {"top_k": Option(5, positive, none_is_default=True),
                                             "targets": Option(None, text_or_texts)}, fill),
     "text-classification": PipelineTask("sequence_classification", {
