@@ -372,6 +372,8 @@ def test_questions_in_transformers_forms(folders, squad_questions):
     assert ours([{"question": q1, "context": c1}]) == one  # a list of one answers alone, as transformers 4
     assert ours(question=[q1, q2], context=[c1, c2]) == [one, ours(question=q2, context=c2)]
     assert ours(question=[q1, q2], context=c1) == [one, ours(question=q2, context=c1)]
+    assert ours(q1, c1) == ours(q1, context=c1) == one  # transformers 4's question and context by position
+    assert ours([q1, q2], c1) == [one, ours(question=q2, context=c1)]
     assert 0 < one["score"] <= 1
 
 

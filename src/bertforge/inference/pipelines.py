@@ -610,7 +610,11 @@ def answer(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[str]
 
 def question_pairs(inputs: Any, question: Any, context: Any) -> list[tuple[str, str]]:
     """(question, context) pairs from transformers' forms: question= and context= (texts; several questions about
-    one context; or lists of both), a {"question", "context"} dict, or a list of them."""
+    one context; or lists of both; or the two by position, `qa(question, context)`), a {"question", "context"}
+    dict, or a list of them."""
+    if question is None and context is not None and (isinstance(inputs, str) or (
+            isinstance(inputs, (list, tuple)) and all(isinstance(item, str) for item in inputs))):
+        inputs, question = None, inputs  # the question(s) by position, the context after them
     if inputs is not None and (question is not None or context is not None):
         raise InputError("give the questions either as question= and context=, or as dicts, not both")
     if inputs is None:
@@ -740,7 +744,7 @@ PIPELINE_TASKS: dict[str, PipelineTask] = {
         "doc_stride": Option(None, lambda name, value: check_number(name, value, minimum=0, integer=True,
                                                                     optional=True)),
         "max_question_len": Option(None, positive_or_none), "handle_impossible_answer": Option(False),
-        "align_to_words": Option(True)}, answer),
+        "align_to_words": Option(True)}, answer, positional=("context",)),
     "zero-shot-classification": PipelineTask("sequence_classification", {
         "candidate_labels": Option(None), "hypothesis_template": Option("This example is {}."),
         "multi_label": Option(False)}, zero_shot, positional=("candidate_labels",)),
