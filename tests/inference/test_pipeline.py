@@ -475,6 +475,13 @@ def test_streams_enums_defaults_and_loading_options_as_transformers_takes_them(f
     cut = {"tokenize_kwargs": {"truncation": True, "max_length": 6}}  # feature-extraction's way to say how to cut
     assert_same(pipeline("feature-extraction", model=folders["classifier"])(reviews[:2], **cut),
                 reference("feature-extraction", folders["classifier"])(reviews[:2], **cut))
+    long_text = "A [MASK] film. " + "It runs on and on. " * 150  # past the 512 tokens the model reads
+    fill, reference_fill = pipeline("fill-mask", model=folders["masked_lm"]), reference("fill-mask",
+                                                                                      folders["masked_lm"])
+    with pytest.raises(InputError, match="tokenizer_kwargs"):
+        fill(long_text)
+    cut = {"tokenizer_kwargs": {"truncation": True}}
+    assert_same(fill(long_text, **cut), reference_fill(long_text, **cut))
     halved = pipeline("text-classification", model=folders["classifier"], dtype=torch.bfloat16, framework="pt")
     assert halved.model.dtype == torch.bfloat16
     with pytest.raises(ConfigError, match="framework 'tf': bertforge runs PyTorch"):

@@ -9,17 +9,20 @@ from bertforge.errors import InputError
 from bertforge.validation import readable_length
 
 
-def fill_mask(model, tokenizer, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
+def fill_mask(model, tokenizer, text: str, top_k: int = 5, max_length: int | None = None
+              ) -> list[list[tuple[str, float]]]:
     """For each [MASK] of `text`, in order, the `top_k` likeliest tokens and their probabilities.
 
     Each mask is predicted on its own (the others stay masked), as transformers' fill-mask pipeline does:
-    fill_mask(model, tokenizer, "Paris is the [MASK] of France.") -> [[("capital", 0.99), ...]].
+    fill_mask(model, tokenizer, "Paris is the [MASK] of France.") -> [[("capital", 0.99), ...]]. A text longer
+    than the model reads is refused, unless `max_length` says where to cut it (the masks it keeps are filled).
     """
-    encoding = tokenizer(text, truncation=False, return_tensors="pt")
+    encoding = tokenizer(text, truncation=max_length is not None, max_length=max_length, return_tensors="pt")
     input_ids = encoding["input_ids"]
     limit = readable_length(model, tokenizer)
     if input_ids.shape[1] > limit:  # cut, it could lose its [MASK] or the words that decide it
-        raise InputError(f"the text is {input_ids.shape[1]} tokens long; the model reads at most {limit}")
+        raise InputError(f"the text is {input_ids.shape[1]} tokens long; the model reads at most {limit} "
+                         f"(the fill-mask pipeline's tokenizer_kwargs={{'truncation': True}} cuts it there)")
     masks = mask_positions(tokenizer, input_ids[0].tolist())
     place = next(model.parameters()).device  # the inputs go where the model is
     with torch.inference_mode():

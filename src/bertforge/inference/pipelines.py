@@ -351,15 +351,17 @@ def fill(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[str]) 
     per mask for several; a list of those for several texts (a list of one text answers as the text alone)."""
     texts, single = text_batch(inputs, pipe.task)
     targets = target_ids(pipe.tokenizer, options["targets"])
-    answers = [filled(pipe, text, options["top_k"], targets) for text in texts]
+    limit = token_limit(pipe, {**CUTTING_DEFAULTS, **(options["tokenizer_kwargs"] or {})})
+    answers = [filled(pipe, text, options["top_k"], targets, limit) for text in texts]
     return answers[0] if single or len(answers) == 1 else answers
 
 
-def filled(pipe: Pipeline, text: str, top_k: int, targets: set[int] | None) -> list:
+def filled(pipe: Pipeline, text: str, top_k: int, targets: set[int] | None, limit: int | None) -> list:
     # With targets, every token's probability (softmax over the whole vocabulary), of which the targets' are kept.
     kept = top_k if targets is None else pipe.model.config.vocab_size
-    predictions = fill_mask(pipe.model, pipe.tokenizer, text, kept)
-    return fill_answer(pipe.tokenizer, pipe.tokenizer(text, truncation=False)["input_ids"], predictions, top_k, targets)
+    predictions = fill_mask(pipe.model, pipe.tokenizer, text, kept, limit)
+    ids = pipe.tokenizer(text, truncation=limit is not None, max_length=limit)["input_ids"]
+    return fill_answer(pipe.tokenizer, ids, predictions, top_k, targets)
 
 
 def fill_answer(tokenizer: BertTokenizer, ids: list[int], predictions: list[list[tuple[str, float]]], top_k: int,
@@ -711,11 +713,13 @@ def widened(words: list[tuple[int, int]], start: int, end: int) -> tuple[int, in
 # Cut inputs (transformers' tokenizer options): to max_length tokens, or with truncation=True to model_max_length.
 CUTTING = {"truncation": Option(False), "max_length": Option(None, lambda name, value: check_number(
     name, value, minimum=3, integer=True, optional=True))}
+CUTTING_DEFAULTS = {name: option.default for name, option in CUTTING.items()}
 
 
 
 def cutting_options(name: str, value: Any) -> None:
-    """transformers' tokenize_kwargs: the CUTTING options as a dict, each checked as given by name."""
+    """transformers' tokenize_kwargs (feature-extraction) and tokenizer_kwargs (fill-mask): the CUTTING options as
+    a dict, each checked as given by name."""
     if value is None:
         return
     if not isinstance(value, Mapping):
@@ -729,7 +733,8 @@ PIPELINE_TASKS: dict[str, PipelineTask] = {
     "feature-extraction": PipelineTask("encoder", {**CUTTING, "return_tensors": Option(False),
                                                    "tokenize_kwargs": Option(None, cutting_options)}, extract),
     "fill-mask": PipelineTask("masked_lm", {"top_k": Option(5, positive, none_is_default=True),
-                                            "targets": Option(None, text_or_texts)}, fill),
+                                            "targets": Option(None, text_or_texts),
+                                            "tokenizer_kwargs": Option(None, cutting_options)}, fill),
     "text-classification": PipelineTask("sequence_classification", {
         # top_k=None: every label; not given at all, the best label alone and not in a list (see classify)
         "top_k": Option(NOT_GIVEN, lambda name, value: value is NOT_GIVEN or positive_or_none(name, value)),
