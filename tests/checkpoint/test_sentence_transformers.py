@@ -620,6 +620,10 @@ def test_sentence_encoder_settings_are_set_saved_and_compared_as_sentence_transf
         assert mine.shape == reference.shape == ()
         torch.testing.assert_close(mine, reference)
 
+    for inputs in ({"text": texts[0]}, [{"text": text} for text in texts]):  # sentence-transformers 6's by modality
+        mine, reference = ours.encode(inputs, prompt=""), theirs.encode(inputs, prompt="")
+        assert cosines(np.atleast_2d(mine), np.atleast_2d(reference)).min() > 0.99999
+
     features, reference_features = ours.tokenize(texts), theirs.tokenize(texts)
     assert list(features) == list(reference_features) and features["modality"] == "text"
     assert torch.equal(features.to("cpu")["input_ids"], reference_features["input_ids"])

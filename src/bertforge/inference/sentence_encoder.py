@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -371,6 +371,22 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
         return [self.tokenize(list(column)) for column in zip(*texts)], labels
 
 
+def encode_inputs(inputs: Any) -> str | list[str]:
+    """What encode takes, as a text or a list of texts: those, a numpy column of texts (as pandas gives one), and
+    sentence-transformers 6's inputs by modality, {"text": ...}, one or a list, of which a text model reads text."""
+    if isinstance(inputs, np.ndarray) and inputs.ndim == 1:
+        inputs = inputs.tolist()
+    if isinstance(inputs, Mapping) and set(inputs) == {"text"}:
+        inputs = inputs["text"]
+    elif isinstance(inputs, list | tuple) and inputs and all(
+            isinstance(item, Mapping) and set(item) == {"text"} for item in inputs):
+        inputs = [item["text"] for item in inputs]
+    if isinstance(inputs, str) or (isinstance(inputs, Sequence) and all(isinstance(text, str) for text in inputs)):
+        return inputs if isinstance(inputs, str) else list(inputs)
+    raise InputError(f"encode takes a text, a list of texts or {{\"text\": ...}} inputs, got {type(inputs).__name__}"
+                     f"{' holding other things' if isinstance(inputs, Sequence) else ''}")
+
+
 def refuse_sparse_layout(layout: SentenceEmbedding | None) -> None:
     if layout is not None and layout.multi_vector:
         raise ConfigError("this checkpoint is a multi-vector (ColBERT) model, one vector per token: load it with "
@@ -478,13 +494,7 @@ class SentenceEncoder(PoolMethods, TextEncoder):
         start_multi_process_pool), or a list of devices as `device`, shares the texts between processes in chunks
         of `chunk_size` (inference/process_pool.py), with the same answer."""
         self.eval()  # as sentence-transformers' encode: no dropout, whatever mode training left the model in
-        sentences = inputs if sentences is None else sentences
-        if isinstance(sentences, np.ndarray) and sentences.ndim == 1:  # a column of texts, as pandas gives one
-            sentences = sentences.tolist()
-        if not isinstance(sentences, str) and not (isinstance(sentences, Sequence) and all(
-                isinstance(text, str) for text in sentences)):
-            raise InputError(f"encode takes a text or a list of texts, got {type(sentences).__name__}"
-                             f"{' holding other things' if isinstance(sentences, Sequence) else ''}")
+        sentences = encode_inputs(inputs if sentences is None else sentences)
         if output_value is not None:
             check_choice(output_value, ("sentence_embedding", "token_embeddings"), "output_value", error=InputError)
         precision = "float32" if precision is None else precision  # what sentence-transformers' evaluators pass

@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -28,7 +27,7 @@ from bertforge.config import read_json_object
 from bertforge.errors import ConfigError, InputError
 from bertforge.inference.features import embedding_texts
 from bertforge.inference.process_pool import PoolMethods
-from bertforge.inference.sentence_encoder import ModelCardData, TextEncoder
+from bertforge.inference.sentence_encoder import ModelCardData, TextEncoder, encode_inputs
 from bertforge.tokenizer.files import CONFIG_FILE as TOKENIZER_CONFIG_FILE
 from bertforge.tokenizer.files import NO_LENGTH_LIMIT, means_no_limit
 from bertforge.validation import check_counts
@@ -263,12 +262,7 @@ class SparseEncoder(PoolMethods, TextEncoder):
         `pool` (from start_multi_process_pool), or a list of devices as `device`, shares the texts between
         processes in chunks of `chunk_size` (inference/process_pool.py), with the same answer."""
         self.eval()
-        texts = sentences if inputs is None else inputs
-        if isinstance(texts, np.ndarray) and texts.ndim == 1:
-            texts = texts.tolist()
-        if not isinstance(texts, str) and not (isinstance(texts, Sequence) and all(
-                isinstance(text, str) for text in texts)):
-            raise InputError(f"encode takes a text or a list of texts, got {type(texts).__name__}")
+        texts = encode_inputs(sentences if inputs is None else inputs)
         check_counts(batch_size=batch_size)
         max_active_dims = self.max_active_dims if max_active_dims is None else max_active_dims
         if max_active_dims is not None:
