@@ -545,10 +545,13 @@ def parameter_dtype(dtype: torch.dtype | str | None, config: BertConfig, state: 
     if dtype == "auto":
         stored = next((tensor.dtype for tensor in state.values() if tensor.is_floating_point()), torch.float32)
         dtype = config.extra.get("dtype") or config.extra.get("torch_dtype") or stored
-    if dtype is None or isinstance(dtype, torch.dtype):
-        return dtype
-    chosen = getattr(torch, str(dtype), None)
-    if not isinstance(chosen, torch.dtype) or not chosen.is_floating_point:
+    return named_dtype(dtype)
+
+
+def named_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
+    """A floating-point torch dtype, given as itself or by its name ("bfloat16"); None as it is."""
+    chosen = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    if dtype is not None and (not isinstance(chosen, torch.dtype) or not chosen.is_floating_point):
         raise ConfigError(f"dtype must be a floating-point torch dtype or 'auto', got {dtype!r}")
     return chosen
 

@@ -271,8 +271,8 @@ class CrossEncoder(PoolMethods, ActivationCheckpointing, nn.Module):
         finally:
             self.model.config = config
         self.tokenizer.save_pretrained(path, model_max_length=self.max_length)
-        settings_path = path / SENTENCE_TRANSFORMERS_CONFIG_FILE
-        layout = read_json_object(settings_path, "sentence-transformers config") if _cross_encoder_layout(path) else {}
+        layout = _cross_encoder_layout(path)  # an earlier save's settings, which keep the keys not written here
+        layout.pop("max_seq_length", None)  # sentence_bert_config.json's, below
         layout |= {"model_type": "CrossEncoder", "activation_fn": activation, "prompts": self.prompts,
                    "default_prompt_name": self.default_prompt_name}
         transformer = CROSS_ENCODER_TRANSFORMER | {"max_seq_length": self.max_length}

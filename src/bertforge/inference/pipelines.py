@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from bertforge.checkpoint.pretrained import named_dtype
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import encoder_of
 from bertforge.inference.fill_mask import fill_mask, load_masked_lm, mask_positions
@@ -76,7 +77,7 @@ class Pipeline:
         options = given_options(self.task, options)
         defaults = {name: option.default for name, option in task_options(self.task).items()}
         streamed = not isinstance(inputs, (str, bytes, Mapping, list, tuple)) and inputs is not None and (
-            hasattr(inputs, "__iter__") or hasattr(inputs, "__getitem__"))
+            hasattr(inputs, "__iter__") or hasattr(inputs, "__getitem__") and hasattr(inputs, "__len__"))
         if streamed:  # a generator, or a dataset of inputs (datasets' KeyDataset, a torch Dataset)
             inputs = list(inputs) if hasattr(inputs, "__iter__") else [inputs[i] for i in range(len(inputs))]
         answers = PIPELINE_TASKS[self.task].run(self, inputs, {**defaults, **self.options, **options}, set(options))
@@ -189,12 +190,7 @@ def loaded_dtype(loading: dict[str, Any]) -> torch.dtype | None:
         raise ConfigError(f"model_kwargs: pipeline() takes the dtype from them, not {unknown[0]!r}")
     dtype = next((given for given in (loading.get("dtype"), loading.get("torch_dtype"), model_kwargs.get("dtype"),
                                       model_kwargs.get("torch_dtype")) if given is not None), None)
-    if dtype is None or dtype == "auto":
-        return None
-    chosen = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
-    if not isinstance(chosen, torch.dtype) or not chosen.is_floating_point:
-        raise ConfigError(f"dtype must be a floating-point torch dtype or its name, got {dtype!r}")
-    return chosen
+    return None if dtype == "auto" else named_dtype(dtype)
 
 
 def task_for(model: Any) -> str:
