@@ -528,9 +528,8 @@ class SentenceEncoder(PoolMethods, TextEncoder):
             answers = [matrix.to(self.model_output_dtype) for matrix in answers]
         if output_value != "sentence_embedding":
             return answers[0] if single else answers
-        vectors = answers.to(self.model_output_dtype)
-        if precision != "float32":
-            vectors = torch.from_numpy(quantize_embeddings(answers.numpy(), precision))
+        vectors = answers.to(self.model_output_dtype) if precision == "float32" else \
+            torch.from_numpy(quantize_embeddings(answers.numpy(), precision))
         vectors = vectors[0] if single else vectors
         if convert_to_tensor:
             return vectors
