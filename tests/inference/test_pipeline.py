@@ -374,6 +374,7 @@ def test_questions_in_transformers_forms(folders, squad_questions):
     assert ours(question=[q1, q2], context=c1) == [one, ours(question=q2, context=c1)]
     assert ours(q1, c1) == ours(q1, context=c1) == one  # transformers 4's question and context by position
     assert ours([q1, q2], c1) == [one, ours(question=q2, context=c1)]
+    assert list(ours(item for item in [{"question": q1, "context": c1}])) == [one]  # a stream of one
     assert 0 < one["score"] <= 1
 
 
@@ -475,6 +476,10 @@ def test_streams_enums_defaults_and_loading_options_as_transformers_takes_them(f
     cut = {"tokenize_kwargs": {"truncation": True, "max_length": 6}}  # feature-extraction's way to say how to cut
     assert_same(pipeline("feature-extraction", model=folders["classifier"])(reviews[:2], **cut),
                 reference("feature-extraction", folders["classifier"])(reviews[:2], **cut))
+    for count in (1, 2):  # a stream of one answers one input too, where a list of one answers it alone
+        masked = ["A [MASK] film."] * count
+        assert_same(list(pipeline("fill-mask", model=folders["masked_lm"])(text for text in masked)),
+                    list(reference("fill-mask", folders["masked_lm"])(text for text in masked)))
     long_text = "A [MASK] film. " + "It runs on and on. " * 150  # past the 512 tokens the model reads
     fill, reference_fill = pipeline("fill-mask", model=folders["masked_lm"]), reference("fill-mask",
                                                                                       folders["masked_lm"])

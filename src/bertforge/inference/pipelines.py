@@ -81,7 +81,11 @@ class Pipeline:
         if streamed:  # a generator, or a dataset of inputs (datasets' KeyDataset, a torch Dataset)
             inputs = list(inputs) if hasattr(inputs, "__iter__") else [inputs[i] for i in range(len(inputs))]
         answers = PIPELINE_TASKS[self.task].run(self, inputs, {**defaults, **self.options, **options}, set(options))
-        return iter(answers) if streamed else answers  # an iterator of answers, as transformers streams them
+        if not streamed:
+            return answers
+        if len(inputs) == 1 and PIPELINE_TASKS[self.task].list_of_one_alone:
+            answers = [answers]  # the one input's answer, which the task gave alone
+        return iter(answers)  # an iterator of answers, one per input, as transformers streams them
 
     @property
     def positions(self) -> int:
@@ -114,6 +118,7 @@ class PipelineTask:
     options: dict[str, Option]
     run: Callable[[Pipeline, Any, dict[str, Any], set[str]], Any]
     positional: tuple[str, ...] = ()  # options a call may also give by position, after the inputs
+    list_of_one_alone: bool = False  # a list of one input answers as that input alone (transformers 4's tasks)
 
 
 def positive(name: str, value: Any) -> None:
@@ -730,7 +735,8 @@ PIPELINE_TASKS: dict[str, PipelineTask] = {
                                                    "tokenize_kwargs": Option(None, cutting_options)}, extract),
     "fill-mask": PipelineTask("masked_lm", {"top_k": Option(5, positive, none_is_default=True),
                                             "targets": Option(None, text_or_texts),
-                                            "tokenizer_kwargs": Option(None, cutting_options)}, fill),
+                                            "tokenizer_kwargs": Option(None, cutting_options)}, fill,
+                              list_of_one_alone=True),
     "text-classification": PipelineTask("sequence_classification", {
         # top_k=None: every label; not given at all, the best label alone and not in a list (see classify)
         "top_k": Option(NOT_GIVEN, lambda name, value: value is NOT_GIVEN or positive_or_none(name, value)),
@@ -745,7 +751,7 @@ PIPELINE_TASKS: dict[str, PipelineTask] = {
         "doc_stride": Option(None, lambda name, value: check_number(name, value, minimum=0, integer=True,
                                                                     optional=True)),
         "max_question_len": Option(None, positive_or_none), "handle_impossible_answer": Option(False),
-        "align_to_words": Option(True)}, answer, positional=("context",)),
+        "align_to_words": Option(True)}, answer, positional=("context",), list_of_one_alone=True),
     "zero-shot-classification": PipelineTask("sequence_classification", {
         "candidate_labels": Option(None), "hypothesis_template": Option("This example is {}."),
         "multi_label": Option(False)}, zero_shot, positional=("candidate_labels",)),
