@@ -267,6 +267,68 @@ def test_a_text_longer_than_the_model_reads_is_cut_as_transformers_cuts_it(folde
                 reference("ner", folders["ner"])(text, aggregation_strategy="first"))
 
 
+@pytest.fixture(scope="module")
+def conll_document(data_dir):
+    """The first 59 sentences of CoNLL-2003's test file as one text of ~1,300 word pieces, and as its words."""
+    words = [word for sentence in read_conll(data_dir / "conll2003" / "eng.testb")[1:60] for word in sentence.words]
+    return " ".join(words), words
+
+
+@pytest.mark.parametrize("strategy", ["simple", "first", "average", "max"])
+def test_stride_tags_every_window_of_a_long_text_as_transformers(folders, conll_document, strategy):
+    """transformers' `stride`: windows of model_max_length tokens sharing `stride` pieces, each window's entities,
+    and where two overlap the longer (the surer of equal ones)."""
+    ours, theirs = pipeline("ner", model=folders["ner"]), reference("ner", folders["ner"])
+    text, _ = conll_document
+    assert len(ours.tokenizer(text, truncation=False)["input_ids"]) > 2 * 512
+    cut = ours(text, aggregation_strategy=strategy)
+    for stride in (0, 16, 200):
+        answers = ours(text, aggregation_strategy=strategy, stride=stride)
+        assert_same(answers, theirs(text, aggregation_strategy=strategy, stride=stride), f"stride {stride}")
+        assert answers[-1]["end"] > cut[-1]["end"] + 2000  # the text's end is tagged, not cut away
+    assert_same(ours([text, TRICKY], aggregation_strategy=strategy, stride=8),
+                theirs([text, TRICKY], aggregation_strategy=strategy, stride=8))
+
+
+def test_stride_needs_entities_and_room(folders):
+    ours = pipeline("ner", model=folders["ner"])
+    with pytest.raises(ConfigError, match="stride tags every window.*aggregation_strategy"):
+        ours(TRICKY, stride=8)
+    with pytest.raises(ConfigError, match="stride=510 must be less than the 510 word pieces"):
+        ours(TRICKY, aggregation_strategy="first", stride=510)
+    with pytest.raises(ConfigError, match="stride"):
+        ours(TRICKY, aggregation_strategy="first", stride=-1)
+
+
+@pytest.mark.parametrize("delimiter", [None, " ", "\t", "", " | "])
+@pytest.mark.parametrize("strategy", ["none", "simple", "first"])
+def test_words_already_split_are_tagged_as_transformers(folders, ner_texts, conll_document, strategy, delimiter):
+    """is_split_into_words: spans in the words joined by `delimiter`; one list of words answered in a list of
+    one, a list of them answered each, as transformers answers."""
+    ours, theirs = pipeline("ner", model=folders["ner"]), reference("ner", folders["ner"])
+    options = {"aggregation_strategy": strategy, "is_split_into_words": True}
+    if delimiter is not None:
+        options["delimiter"] = delimiter
+    word_lists = [text.split() for text in ner_texts]
+    answers = ours(word_lists[0], **options)
+    assert len(answers) == 1 and answers[0]
+    assert_same(answers, theirs(word_lists[0], **options))
+    assert_same(ours(word_lists, **options), theirs(word_lists, **options))
+    if strategy != "none":
+        _, words = conll_document
+        assert_same(ours(words, stride=32, **options), theirs(words, stride=32, **options))
+
+
+def test_words_already_split_must_be_words(folders):
+    ours = pipeline("ner", model=folders["ner"])
+    with pytest.raises(InputError, match="is_split_into_words takes a list of words"):
+        ours("Johanson met Picard", is_split_into_words=True)
+    with pytest.raises(InputError, match="is_split_into_words takes a list of words"):
+        ours([["Johanson", 3]], is_split_into_words=True)
+    with pytest.raises(ConfigError, match="delimiter must be a text"):
+        ours(["Johanson"], is_split_into_words=True, delimiter=[" "])
+
+
 def test_first_strategy_entities_are_bertforge_predict_s(folders, ner_texts):
     """One decoding: where CoNLL's words are the tokenizer's (no inner punctuation), "first" is the ner task's
     own decoding, and its entities are FinetunedModel.predict's."""

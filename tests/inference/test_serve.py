@@ -1079,7 +1079,12 @@ def test_inference_client_tasks_answer_as_the_pipelines(tagger_server, qa_server
         assert [element.score for element in served] == pytest.approx(expected["scores"], abs=1e-5)
 
     # what the pipelines can't take, and the server's limits, are one-line errors
-    assert_error(tagger_server.request("/", {"inputs": "a b", "parameters": {"stride": 8}}), 422, "stride")
+    long_text = " ".join([texts[0]] * 40)  # 480 tokens, the server's windows 64
+    served = fields(client(tagger_server).token_classification(long_text, aggregation_strategy="first", stride=8))
+    expected = tagger(long_text, aggregation_strategy="first", stride=8)
+    assert served and [{**item, "score": pytest.approx(item["score"], abs=1e-5)} for item in expected] == served
+    assert_error(tagger_server.request("/", {"inputs": "a b", "parameters": {"stride": 8}}), 400, "stride",
+                 "aggregation_strategy")
     assert_error(tagger_server.request("/", {"inputs": "a b", "parameters": {"top_k": 1}}), 422, "top_k")
     assert_error(qa_server.request("/", {"inputs": QUESTIONS[0], "parameters": {"max_seq_len": 128}}), 400,
                  "max_seq_len 128", "max_position_embeddings (64)")

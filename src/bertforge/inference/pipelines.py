@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import logging
 import math
 import os
@@ -139,6 +140,11 @@ def text_or_texts(name: str, value: Any) -> None:
     if value is not None and not isinstance(value, str) and not (
             isinstance(value, (list, tuple, set)) and all(isinstance(item, str) for item in value)):
         raise ConfigError(f"{name} must be a text or a list of texts, got {value!r:.60}")
+
+
+def a_text(name: str, value: Any) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{name} must be a text, got {value!r:.60}")
 
 
 # Every task's option: inputs run together (transformers' default of 1 gives the same numbers).
@@ -519,27 +525,88 @@ AGGREGATIONS = ("none", "simple", *WORD_SCORES)  # "none": every piece; "simple"
 def tag(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[str]) -> Any:
     """Per text, with aggregation_strategy "none" each word piece whose label isn't ignored {entity, score, index,
     word, start, end}; otherwise entities {entity_group, score, word, start, end} of pieces ("simple") or of whole
-    words labelled as WORD_SCORES says. Texts are cut at the tokenizer's model_max_length, as transformers cuts."""
-    texts, single = text_batch(inputs, pipe.task)
+    words labelled as WORD_SCORES says. Texts are cut at the tokenizer's model_max_length, as transformers cuts,
+    unless `stride` asks for every window of that length, consecutive windows sharing `stride` pieces (where
+    windows' entities overlap, the longer is kept, of equal ones the surer). With is_split_into_words, a text is a
+    list of words, joined by `delimiter` where the answer's spans point."""
     strategy = str(options["aggregation_strategy"]).lower()
     ignored = {options["ignore_labels"]} if isinstance(options["ignore_labels"], str) else set(options["ignore_labels"])
     if strategy != "none" and OUTSIDE not in ignored:
         raise ConfigError(f"aggregation_strategy={strategy!r} never makes {OUTSIDE!r} entities; keep it in "
                           "ignore_labels, or see every piece with aggregation_strategy='none'")
     limit = readable_length(pipe.model, pipe.tokenizer)
-    sentences = [piece_sentence(pipe.tokenizer, text, limit) for text in texts]
-    settings = dataclasses.replace(pipe.settings, max_length=limit, context="sentence")
+    stride = options["stride"]
+    if stride is not None and strategy == "none":
+        raise ConfigError("stride tags every window of a long text and joins their entities: choose an "
+                          "aggregation_strategy other than 'none'")
+    if stride is not None and stride >= limit - 2:
+        raise ConfigError(f"stride={stride} must be less than the {limit - 2} word pieces a window of the model's "
+                          f"{limit} tokens holds")
+    if options["is_split_into_words"]:
+        word_lists, single = word_batch(inputs, pipe.task)
+        texts = [" ".join(words) for words in word_lists]  # the tokenizer reads words split at spaces as given
+    else:
+        texts, single = text_batch(inputs, pipe.task)
+    sentences = [piece_sentence(pipe.tokenizer, text, None if stride is not None else limit) for text in texts]
+    settings = dataclasses.replace(pipe.settings, max_length=limit, context="sentence", doc_stride=stride or 0)
     features = pipe.definition.encode(pipe.tokenizer, sentences, settings, pipe.model.config.id2label)
     outputs = pipe.outputs(features, pipe.definition.outputs, options["batch_size"])
-    answers = [tagged(pipe, sentence, window, logits, strategy, ignored)
-               for sentence, window, (logits,) in zip(sentences, features.extras, outputs, strict=True)]
+    windows: list[list[list[dict[str, Any]]]] = [[] for _ in sentences]
+    for window, (logits,) in zip(features.extras, outputs, strict=True):
+        windows[window.sentence].append(tagged(pipe, sentences[window.sentence], window, logits, strategy, ignored))
+    answers = [found[0] if len(found) == 1 else longest_of_overlaps([item for part in found for item in part])
+               for found in windows]
+    if options["is_split_into_words"]:
+        delimiter = " " if options["delimiter"] is None else options["delimiter"]
+        answers = [[{**item, "start": moved(item["start"]), "end": moved(item["end"], end=True)} for item in answer]
+                   for answer, moved in ((answer, delimited(words, delimiter))
+                                         for answer, words in zip(answers, word_lists))]
     return answers[0] if single else answers
 
 
-def piece_sentence(tokenizer: BertTokenizer, text: str, limit: int) -> TaggedSentence:
+def word_batch(inputs: Any, task: str) -> tuple[list[list[str]], bool]:
+    """(texts as word lists, whether one text was given) of is_split_into_words inputs: a list of words, or a
+    list of them. One list of words is answered in a list of one, as transformers answers it."""
+    if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(word, str) for word in inputs):
+        return [list(inputs)], False
+    if isinstance(inputs, (list, tuple)) and all(
+            isinstance(words, (list, tuple)) and all(isinstance(word, str) for word in words) for words in inputs):
+        return [list(words) for words in inputs], False
+    raise InputError(f"{task} with is_split_into_words takes a list of words or a list of them, got "
+                     f"{describe(inputs)}")
+
+
+def delimited(words: Sequence[str], delimiter: str) -> Callable[..., int]:
+    """moved(position[, end]): a character position in the words joined by spaces, in the words joined by
+    `delimiter` (an end position: the word it ends)."""
+    spaced = list(itertools.accumulate((len(word) + 1 for word in words[:-1]), initial=0))
+    joined = list(itertools.accumulate((len(word) + len(delimiter) for word in words[:-1]), initial=0))
+
+    def moved(position: int, end: bool = False) -> int:
+        word = bisect_right(spaced, position - end) - 1
+        return joined[word] + position - spaced[word]
+
+    return moved
+
+
+def longest_of_overlaps(entities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entity where windows' entities overlap, in order of start: of entities starting within the one before,
+    the longer (of equal lengths the higher score) is kept, as transformers joins its windows."""
+    kept: list[dict[str, Any]] = []
+    for entity in sorted(entities, key=lambda item: item["start"]):
+        if kept and kept[-1]["start"] <= entity["start"] < kept[-1]["end"]:
+            length, kept_length = entity["end"] - entity["start"], kept[-1]["end"] - kept[-1]["start"]
+            if length > kept_length or length == kept_length and entity["score"] > kept[-1]["score"]:
+                kept[-1] = entity
+        else:
+            kept.append(entity)
+    return kept
+
+
+def piece_sentence(tokenizer: BertTokenizer, text: str, limit: int | None) -> TaggedSentence:
     """The text as the ner task reads a sentence, each word piece of its first `limit` tokens ([CLS] and [SEP]
-    counted) a word of its own: the task then gives every piece a place of its own in one window."""
-    encoded = tokenizer(text, truncation=True, max_length=limit, return_offsets_mapping=True)
+    counted; None: all) a word of its own: the task then gives every piece a place of its own in a window."""
+    encoded = tokenizer(text, truncation=limit is not None, max_length=limit, return_offsets_mapping=True)
     spans = [(start, end) for start, end in encoded["offset_mapping"][1:-1]]
     return TaggedSentence([text[start:end] for start, end in spans], [], source=text, spans=spans)
 
@@ -744,7 +811,9 @@ PIPELINE_TASKS: dict[str, PipelineTask] = {
         "return_all_scores": Option(False), **CUTTING}, classify),
     "token-classification": PipelineTask("token_classification", {
         "aggregation_strategy": Option("none", one_of(AGGREGATIONS), none_is_default=True),
-        "ignore_labels": Option([OUTSIDE], text_or_texts, none_is_default=True)}, tag),
+        "ignore_labels": Option([OUTSIDE], text_or_texts, none_is_default=True),
+        "stride": Option(None, lambda name, value: check_number(name, value, minimum=0, integer=True, optional=True)),
+        "is_split_into_words": Option(False), "delimiter": Option(None, a_text)}, tag),
     "question-answering": PipelineTask("question_answering", {
         "question": Option(None), "context": Option(None), "top_k": Option(1, positive),
         "max_answer_len": Option(15, positive), "max_seq_len": Option(None, positive_or_none),

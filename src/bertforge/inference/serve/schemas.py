@@ -209,8 +209,10 @@ class TokenClassificationParameters(Strict):
     aggregation_strategy: Literal["none", "simple", "first", "average", "max"] | None = Field(
         None, description="every word piece (none, the default), or entities of pieces (simple) or of whole words")
     ignore_labels: list[str] | None = Field(None, description="labels left out of the answer (default: O)")
-    stride: None = Field(None, description="transformers' overlapping windows of a long text; bertforge cuts a "
-                                           "text at the server's max_length, so only null")
+    stride: int | None = Field(None, ge=0, strict=True, description=(
+        "tag every window of the server's max_length tokens of a long text, consecutive windows sharing this many "
+        "word pieces, and join their entities (needs an aggregation_strategy other than none); null: the text is "
+        "cut at max_length"))
 
 
 class TokenClassificationRequest(Strict):
