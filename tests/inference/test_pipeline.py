@@ -257,8 +257,22 @@ def test_outside_pieces_are_answered_when_not_ignored(folders, ner_texts):
     assert any(answer["entity"] == "O" for answer in answers)
     assert_same(ours(text, ignore_labels=["O", "B-PER"]),
                 reference("token-classification", folders["ner"])(text, ignore_labels=["O", "B-PER"]))
-    with pytest.raises(ConfigError, match="never makes 'O' entities"):
-        ours(text, aggregation_strategy="simple", ignore_labels=[])
+
+
+@pytest.mark.parametrize("strategy", ["simple", "first", "average", "max"])
+def test_outside_runs_are_groups_when_not_ignored(folders, tokenizer, ner_texts, tmp_path, strategy):
+    """With an aggregation and O not ignored, each run of O words is a group of its own, as transformers gives."""
+    model = BertForTokenClassification.from_pretrained(folders["ner"])
+    with torch.no_grad():
+        model.classifier.bias[0] += 12.0  # most words O: runs of several
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    ours, theirs = pipeline("ner", model=tmp_path), reference("ner", tmp_path)
+    for ignored in ([], ["PER"], ["B-PER", "LOC"]):
+        answers = ours(ner_texts, aggregation_strategy=strategy, ignore_labels=ignored)
+        assert_same(answers, theirs(ner_texts, aggregation_strategy=strategy, ignore_labels=ignored), str(ignored))
+        runs = [entity for answer in answers for entity in answer if entity["entity_group"] == "O"]
+        assert len(runs) > 10 and any(" " in entity["word"] for entity in runs)
 
 
 def test_a_text_longer_than_the_model_reads_is_cut_as_transformers_cuts_it(folders, tokenizer):

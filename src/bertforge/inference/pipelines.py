@@ -531,9 +531,6 @@ def tag(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[str]) -
     list of words, joined by `delimiter` where the answer's spans point."""
     strategy = str(options["aggregation_strategy"]).lower()
     ignored = {options["ignore_labels"]} if isinstance(options["ignore_labels"], str) else set(options["ignore_labels"])
-    if strategy != "none" and OUTSIDE not in ignored:
-        raise ConfigError(f"aggregation_strategy={strategy!r} never makes {OUTSIDE!r} entities; keep it in "
-                          "ignore_labels, or see every piece with aggregation_strategy='none'")
     limit = readable_length(pipe.model, pipe.tokenizer)
     stride = options["stride"]
     if stride is not None and strategy == "none":
@@ -640,10 +637,23 @@ def tagged(pipe: Pipeline, sentence: TaggedSentence, window: TokenFeatures, logi
     first = {start: unit for unit, (start, _) in enumerate(unit_spans)}
     last = {end: unit for unit, (_, end) in enumerate(unit_spans)}
     entities = tagged_entities(TaggedSentence(units, [], source=sentence.text, spans=unit_spans), tags, scores)
+    if OUTSIDE not in ignored:  # the runs of units outside entities, as transformers groups them when asked
+        entities = sorted(entities + outside_runs(tags, scores, unit_spans), key=lambda entity: entity["start"])
     return [{"entity_group": entity["type"], "score": entity["score"],
              "word": tokenizer.convert_tokens_to_string(units[first[entity["start"]]:last[entity["end"]] + 1]),
              "start": entity["start"], "end": entity["end"]}
             for entity in entities if entity["type"] not in ignored]
+
+
+def outside_runs(tags: list[str], scores: list[float], spans: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """Each run of consecutive units tagged O as one group {type, score (their mean), start, end}."""
+    runs = []
+    for outside, group in itertools.groupby(range(len(tags)), key=lambda unit: tags[unit] == OUTSIDE):
+        units = list(group)
+        if outside:
+            runs.append({"type": OUTSIDE, "score": sum(scores[unit] for unit in units) / len(units),
+                         "start": spans[units[0]][0], "end": spans[units[-1]][1]})
+    return runs
 
 
 def word_groups(words: list[str], spans: list[tuple[int, int]], ids: list[int], unk_token_id: int
