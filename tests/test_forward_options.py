@@ -122,6 +122,34 @@ def test_inputs_embeds_carry_gradients_to_the_vectors(minilm_dir, batch):
     assert vectors.grad[~real].abs().max() == 0  # padding is never read
 
 
+@pytest.mark.parametrize("ours_class", [BertModel, BertForSequenceClassification, BertForTokenClassification],
+                         ids=lambda cls: cls.__name__)
+def test_hidden_states_and_attentions_are_on_the_gradient_path(ours_class, minilm_dir, batch, tmp_path):
+    """transformers' retain_grad check on a padded (packed) batch: every layer's returned state and attention
+    weights get the gradient of the first output (at real tokens: transformers' padding positions hold values too),
+    the same as transformers' at real tokens."""
+    torch.manual_seed(0)
+    ours = ours_class.from_pretrained(minilm_dir)
+    ours.save_pretrained(tmp_path)
+    theirs = getattr(transformers, ours_class.__name__).from_pretrained(tmp_path, attn_implementation="eager")
+    real = batch["attention_mask"].bool()
+    gradients = []
+    for model in (ours.train(False), theirs.eval()):
+        outputs = model(**batch, output_hidden_states=True, output_attentions=True)
+        for tensor in (*outputs.hidden_states, *outputs.attentions):
+            tensor.retain_grad()
+        first = outputs[0]
+        (first * real[..., None] if first.dim() == 3 else first).sum().backward()
+        gradients.append(outputs)
+    mine, reference = gradients
+    assert mine[0] is mine.hidden_states[-1] or ours_class is not BertModel  # the last state is the output itself
+    for layer, (a, b) in enumerate(zip(mine.hidden_states, reference.hidden_states)):
+        assert a.grad is not None, f"hidden state {layer}"
+        assert (a.grad - b.grad)[real].abs().max() < 1e-4 * b.grad[real].abs().max(), f"hidden state {layer}"
+    for layer, attention in enumerate(mine.attentions):
+        assert attention.grad is not None and attention.grad.abs().sum() > 0, f"attention {layer}"
+
+
 def test_return_dict_false_gives_tuples_in_transformers_order(minilm_dir, batch):
     torch.manual_seed(0)
     model = BertForSequenceClassification.from_pretrained(minilm_dir)

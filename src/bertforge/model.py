@@ -179,20 +179,23 @@ class Encoder(nn.Module):
     def forward(self, x: torch.Tensor, batch: PackedBatch, output_hidden_states: bool, output_attentions: bool,
                 first_token_only: bool = False):
         """`first_token_only`: the last layer computes each sequence's first token alone (see BertModel)."""
-        hidden_states = [x] if output_hidden_states else None
+        hidden_states = [] if output_hidden_states else None
         attentions = [] if output_attentions else None
         recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled()
         for i, layer in enumerate(self.layers):
+            if output_hidden_states:  # the layer reads the (batch, seq) state it is given, so gradients reach it
+                hidden_states.append(batch.unpack(x))
+                x = batch.pack(hidden_states[-1])
             last = first_token_only and i == len(self.layers) - 1
             if recompute and i % self.checkpoint_every == 0:
                 with offloaded(x.device, self.offload_checkpoints):
                     x, probs = checkpoint(layer, x, batch, output_attentions, last, use_reentrant=False)
             else:
                 x, probs = layer(x, batch, need_weights=output_attentions, first_token_only=last)
-            if output_hidden_states:
-                hidden_states.append(x)
             if output_attentions:
                 attentions.append(probs)
+        if output_hidden_states:
+            hidden_states.append(batch.unpack(x))
         return x, hidden_states, attentions
 
 
@@ -345,11 +348,12 @@ class BertModel(Pretrained, nn.Module):
         x = batch.pack(self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds))
         x, hidden_states, attentions = self.encoder(x, batch, output_hidden_states, output_attentions,
                                                     first_token_only)
-        last_hidden_state = batch.unpack_first_tokens(x) if first_token_only else batch.unpack(x)
+        last_hidden_state = batch.unpack_first_tokens(x) if first_token_only else \
+            hidden_states[-1] if output_hidden_states else batch.unpack(x)
         return returned(EncoderOutput(
             last_hidden_state=last_hidden_state,
             pooler_output=self.pooler(last_hidden_state) if self.pooler is not None else None,
-            hidden_states=tuple(batch.unpack(h) for h in hidden_states) if output_hidden_states else None,
+            hidden_states=tuple(hidden_states) if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None,
         ), return_dict)
 
