@@ -172,6 +172,10 @@ def test_fill_mask_matches_transformers(folders, text, options):
     ("texts", {"top_k": None}),  # every label, best first
     ("text", {"function_to_apply": "sigmoid"}),
     ("texts", {"function_to_apply": "none", "top_k": 1}),
+    ("text", {"top_k": 0}),  # no label: []
+    ("texts", {"top_k": 0}),
+    ("texts", {"padding": "max_length", "max_length": 24, "truncation": True}),  # fills batches, changes no score
+    ("pairs", {"padding": True, "num_workers": 2, "batch_size": 2}),
 ])
 def test_text_classification_matches_transformers(folders, reviews, form, options):
     inputs = {"text": reviews[0], "texts": reviews, "pair": {"text": reviews[0], "text_pair": reviews[1]},

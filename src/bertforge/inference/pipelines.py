@@ -148,7 +148,10 @@ def a_text(name: str, value: Any) -> None:
 
 
 # Every task's option: inputs run together (transformers' default of 1 gives the same numbers).
-COMMON_OPTIONS = {"batch_size": Option(32, positive, none_is_default=True)}
+# num_workers: transformers' DataLoader workers, which change no answer; bertforge tokenizes in the calling process.
+COMMON_OPTIONS = {"batch_size": Option(32, positive, none_is_default=True),
+                  "num_workers": Option(None, lambda name, value: check_number(name, value, minimum=0, integer=True,
+                                                                               optional=True))}
 
 
 def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | FinetunedModel = "default",
@@ -816,8 +819,12 @@ PIPELINE_TASKS: dict[str, PipelineTask] = {
                               list_of_one_alone=True),
     "text-classification": PipelineTask("sequence_classification", {
         # top_k=None: every label; not given at all, the best label alone and not in a list (see classify)
-        "top_k": Option(NOT_GIVEN, lambda name, value: value is NOT_GIVEN or positive_or_none(name, value)),
+        "top_k": Option(NOT_GIVEN, lambda name, value: value is NOT_GIVEN or check_number(
+            name, value, minimum=0, integer=True, optional=True)),
         "function_to_apply": Option(None, one_of(list(SCORE_FUNCTIONS))),
+        # padding: how transformers' tokenizer fills its batches, which changes no score
+        "padding": Option(False, lambda name, value: isinstance(value, bool) or check_choice(
+            str(value).lower(), ("longest", "max_length", "do_not_pad"), name)),
         "return_all_scores": Option(False), **CUTTING}, classify),
     "token-classification": PipelineTask("token_classification", {
         "aggregation_strategy": Option("none", one_of(AGGREGATIONS), none_is_default=True),
