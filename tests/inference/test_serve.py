@@ -1619,3 +1619,60 @@ def test_jina_embedding_requests(prompted_server, encoder_server, data_dir):
             {} if normalized is None else {"normalized": normalized})})
         norms[normalized] = [numpy.linalg.norm(item["embedding"]) for item in answer["data"]]
     assert norms[None] == pytest.approx([1.0] * len(TEXTS)) and all(abs(norm - 1) > 0.01 for norm in norms[False])
+
+
+def weaviate_request(text, **config) -> dict:
+    """The body Weaviate's text2vec-transformers module sends (its Go struct, answer fields included and empty)."""
+    return {"text": text, "dims": 0, "vector": None, "error": "", "config": config}
+
+
+def test_weaviate_text2vec_transformers_gets_sentence_transformers_vectors(prompted_server, encoder_server,
+                                                                          make_server, data_dir):
+    """Weaviate's text2vec-transformers module, as its client and its inference image's tests call it: the probes,
+    /meta, and /vectors (one text, or the batch format) giving what the image's sentence-transformers vectorizer
+    gives, encode_document or encode_query (task_type) with unit length and truncate_dim (dimensions)."""
+    import numpy
+
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    reference = sentence_transformers.SentenceTransformer(str(prompted_server.directory), device="cpu")
+    texts = [row["sentence1"] for row in stsb_rows(data_dir, 4)]
+    for path in ("/vectors", "/vectors/"):
+        status, body, _ = prompted_server.request(path, weaviate_request(texts[0], pooling_strategy="masked_mean",
+                                                                         task_type="passage"))
+        assert status == 200 and body["text"] == texts[0] and body["dim"] == body["dims"] == 384
+        numpy.testing.assert_allclose(body["vector"], reference.encode_document(texts[0], normalize_embeddings=True),
+                                      atol=1e-5)
+    status, body, _ = prompted_server.request("/vectors", weaviate_request(texts[1], task_type="query",
+                                                                           dimensions=64))
+    assert status == 200 and body["dims"] == 64
+    numpy.testing.assert_allclose(body["vector"], reference.encode_query(
+        texts[1], normalize_embeddings=True, truncate_dim=64), atol=1e-5)
+    # the module's batch format; a checkpoint with a pooling of its own keeps it whatever pooling_strategy says
+    status, body, _ = prompted_server.request("/vectors", {"texts": texts, "config": {
+        "pooling_strategy": "cls", "task_type": "passage"}})
+    assert status == 200 and body["dims"] == 384
+    numpy.testing.assert_allclose(body["vectors"], reference.encode_document(texts, normalize_embeddings=True),
+                                  atol=1e-5)
+    # a plain BERT checkpoint pools as pooling_strategy says: masked_mean (the module's default) or cls
+    plain = {}
+    for strategy, pooling in (("masked_mean", "mean"), ("cls", "cls"), (None, "mean")):
+        config = {} if strategy is None else {"pooling_strategy": strategy}
+        status, body, _ = encoder_server.request("/vectors", weaviate_request(texts[2], **config))
+        expected = encoder_server.request("/embed", {"texts": [texts[2]], "pooling": pooling, "normalize": True})
+        assert status == 200 and body["vector"] == pytest.approx(expected[1]["embeddings"][0], abs=1e-6)
+        plain[strategy] = body["vector"]
+    assert plain["cls"] != pytest.approx(plain["masked_mean"], abs=1e-3)
+
+    keyed = make_server(prompted_server.directory, api_key="secret")
+    for path in ("/.well-known/live", "/.well-known/ready"):  # probed without the key
+        status, body, _ = keyed.request(path)
+        assert status == 204 and body == ""
+    assert keyed.request("/meta")[0] == 401
+    status, body, _ = prompted_server.request("/meta")
+    assert status == 200 and body["model"]["hidden_size"] == 384 and body["model"]["model_type"] == "bert"
+
+    # errors come as {"error": ...}, which the module reports
+    assert_error(prompted_server.request("/vectors", {"text": "a", "texts": ["b"]}), 422, '"text"', '"texts"')
+    assert_error(prompted_server.request("/vectors", weaviate_request("a", pooling_strategy="max")), 422,
+                 "pooling_strategy")
+    assert_error(prompted_server.request("/vectors", {"texts": ["a"] * 9}), 413, "too many texts")

@@ -9,6 +9,8 @@ import json
 import time
 
 HEALTH_PATH = "/health"  # answered without the API key, so that load balancers can probe it
+# The probes of Weaviate's text2vec-transformers module (and of orchestrators that use its paths), keyless as well.
+PROBE_PATHS = (HEALTH_PATH, "/.well-known/live", "/.well-known/ready")
 # The hosted APIs' routes (OpenAI's embeddings, Cohere's rerank) answer errors as OpenAI does, so that their clients
 # read them (vLLM answers its Cohere-style rerank routes so too); OpenAI's routes are also served without /v1, as
 # Infinity serves them and as the openai client calls them given the server's bare URL.
@@ -74,7 +76,7 @@ class RequestGuard:
 
     async def guard(self, scope, receive, send):
         headers, path = dict(scope["headers"]), scope["path"]
-        if self.api_key is not None and path != HEALTH_PATH and not self.authorized(headers):
+        if self.api_key is not None and path not in PROBE_PATHS and not self.authorized(headers):
             return await send_error(send, path, 401, "missing or wrong API key: send the header "
                                                      "'Authorization: Bearer KEY'", {"www-authenticate": "Bearer"})
         declared = headers.get(b"content-length")

@@ -177,6 +177,37 @@ class OpenAIEmbeddingRequest(HostedEmbeddingRequest):
     late_chunking: bool | None = Field(None, strict=True, description="Jina's: refused when true")
 
 
+class VectorsConfig(BaseModel):
+    """What Weaviate's text2vec-transformers module sends with each text (extra fields ignored)."""
+    pooling_strategy: Literal["masked_mean", "cls", ""] | None = Field(
+        None, description="a checkpoint without a sentence-transformers layout: masked_mean (the default) or cls; "
+                          "one with a layout pools as it says, as the module's sentence-transformers image does")
+    task_type: str | None = Field(None, description="query: a query's prompt; anything else (passage): a "
+                                                    "document's")
+    dimensions: int | None = Field(None, ge=1, strict=True, description="keep the first N dimensions "
+                                                                        "(re-normalized)")
+
+
+class VectorsRequest(BaseModel):
+    """Weaviate's text2vec-transformers inference API: one text, or a batch of texts (the module's newer batch
+    format). The module sends its answer's fields (dims, vector, error) empty; they are ignored."""
+    text: Text | None = Field(None, description="one text: the answer is {text, vector, dim, dims}")
+    texts: Texts | None = Field(None, description="a batch of texts: the answer is {vectors, dims}")
+    config: VectorsConfig | None = None
+
+
+class VectorResponse(BaseModel):
+    text: str
+    vector: list[float] = Field(description="unit length")
+    dim: int = Field(description="the vector's dimensions (text2vec-transformers' name)")
+    dims: int = Field(description="the same, under the name Weaviate's module reads")
+
+
+class VectorsResponse(BaseModel):
+    vectors: list[list[float]]
+    dims: int
+
+
 class MultiVectorRequest(HostedEmbeddingRequest):
     """Jina's multi-vector request (its /v1/multi-vector), for a multi-vector (ColBERT) model."""
     input_type: Role = Field("document", description=INPUT_TYPE)

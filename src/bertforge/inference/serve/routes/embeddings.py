@@ -1,6 +1,7 @@
 """Vectors, by every API that asks for them: bertforge's and text-embeddings-inference's /embed, /embed_all,
 /embed_sparse and /similarity; OpenAI's (and Jina's) /v1/embeddings; Cohere's /v1/embed and /v2/embed; Jina's
-/v1/multi-vector for a ColBERT model. All pool, prompt and cut as `bertforge embed` does (ServedModel.embed)."""
+/v1/multi-vector for a ColBERT model; Weaviate's text2vec-transformers /vectors. All pool, prompt and cut as
+`bertforge embed` does (ServedModel.embed)."""
 
 import asyncio
 import uuid
@@ -8,6 +9,7 @@ from typing import Any
 
 import torch
 
+from bertforge.heads import encoder_of
 from bertforge.inference.serve import schemas
 from bertforge.inference.serve.batcher import Job
 from bertforge.inference.serve.cohere import TRUNCATION, check_embedding_types, float32_base64, typed_embeddings
@@ -48,6 +50,32 @@ async def embed_texts(request: schemas.EmbedRequest, served: Served):
         return values
     return {"embeddings": values, "dimension": len(vectors[0]), "pooling": used.pooling,
             "normalized": used.normalize}
+
+
+# text2vec-transformers' pooling strategies, by bertforge's names
+WEAVIATE_POOLINGS = {"masked_mean": "mean", "cls": "cls"}
+
+
+@router.post("/vectors", response_model=schemas.VectorResponse | schemas.VectorsResponse, responses=ERRORS)
+@router.post("/vectors/", response_model=schemas.VectorResponse | schemas.VectorsResponse, responses=ERRORS,
+             include_in_schema=False)
+async def weaviate_vectors(request: schemas.VectorsRequest, served: Served):
+    """Weaviate's text2vec-transformers inference API: unit-length vectors with a query's or a document's prompt
+    (the config's task_type), pooled as the checkpoint's layout says or, without one, as its pooling_strategy."""
+    served.refuse_sparse()
+    if (request.text is None) == (request.texts is None):
+        raise HTTPError(422, 'send "text" (one text) or "texts" (a list), one of them')
+    config = request.config or schemas.VectorsConfig()
+    has_layout = getattr(encoder_of(served.model), "sentence_embedding", None) is not None
+    pooling = None if has_layout else WEAVIATE_POOLINGS[config.pooling_strategy or "masked_mean"]
+    role = "query" if config.task_type == "query" else "document"
+    texts = [request.text] if request.texts is None else request.texts
+    served.check_count(len(texts))
+    vectors, _, _ = await served.embed(texts, pooling, True, prompt=input_prompt(role, served.layout().prompts))
+    vectors = [vector.tolist() for vector in first_dimensions(vectors, config.dimensions, normalized=True)]
+    if request.texts is not None:
+        return {"vectors": vectors, "dims": len(vectors[0])}
+    return {"text": request.text, "vector": vectors[0], "dim": len(vectors[0]), "dims": len(vectors[0])}
 
 
 @router.post("/v1/embeddings", response_model=schemas.OpenAIEmbeddingResponse, responses=OPENAI_ERRORS)

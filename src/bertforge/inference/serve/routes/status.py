@@ -1,5 +1,5 @@
 """What the server holds and how it is doing: /health (and HEAD for load balancers), Prometheus' /metrics,
-text-embeddings-inference's /info and OpenAI's /v1/models."""
+text-embeddings-inference's /info, OpenAI's /v1/models, and Weaviate's text2vec-transformers probes and /meta."""
 
 from importlib.metadata import PackageNotFoundError, version
 
@@ -82,6 +82,19 @@ async def health(served: Served):
                        "long_text": settings.long_text, "max_queue": settings.max_queue,
                        "max_batch_size": settings.max_batch_size, "max_batch_tokens": settings.max_batch_tokens,
                        "max_body_bytes": settings.max_body_bytes}}
+
+
+@router.get("/.well-known/live", status_code=204, response_class=Response)
+@router.get("/.well-known/ready", status_code=204, response_class=Response)
+async def weaviate_probe():
+    """Weaviate's text2vec-transformers probes: 204 once the model is loaded (answered without the API key)."""
+    return Response(status_code=204)
+
+
+@router.get("/meta")
+async def weaviate_meta(served: Served) -> dict:
+    """Weaviate's text2vec-transformers description of the model: {"model": its config.json}."""
+    return {"model": served.model.config.to_dict()}
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
