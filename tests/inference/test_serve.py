@@ -147,11 +147,22 @@ def make_server():
         server.stop()
 
 
-def assert_error(response, status: int, *fragments: str):
+# text-embeddings-inference's error_type by status: an error of the model (its 424) or the server, being busy
+TEI_KINDS = {409: "Backend", 500: "Backend", 503: "Overloaded"}
+
+
+def assert_error(response, status: int, *fragments: str, kind: str | None = None):
+    """One line naming the problem: OpenAI's {"error": {"message", ...}} on its routes, else TEI's {"error",
+    "error_type"} (`kind`, else Validation or what TEI_KINDS says for the status)."""
     code, body, _ = response
     assert code == status, body
-    assert set(body) == {"error"}, body
-    message = body["error"]["message"] if isinstance(body["error"], dict) else body["error"]  # OpenAI's, or ours
+    if isinstance(body["error"], dict):
+        assert set(body) == {"error"}, body
+        message = body["error"]["message"]
+    else:
+        assert set(body) == {"error", "error_type"}, body
+        assert body["error_type"] == (kind or TEI_KINDS.get(status, "Validation")), body
+        message = body["error"]
     assert all(fragment in message for fragment in fragments), body
     assert not any(marker in message for marker in TRACEBACK_MARKERS), body
 
@@ -293,7 +304,7 @@ def test_request_errors_are_one_json_line_without_traceback(encoder_server):
     assert_error(encoder_server.request("/embed", {"texts": ["x"] * 9}), 413, "too many texts", "8")
     assert_error(encoder_server.request("/embed", b'{"texts": ["unclosed'), 400, "not valid JSON")
     assert_error(encoder_server.request("/embed", b""), 400, "empty request body")
-    assert_error(encoder_server.request("/embed", {"texts": []}), 422, "texts")
+    assert_error(encoder_server.request("/embed", {"texts": []}), 400, "texts", kind="Empty")  # TEI's answer
     assert_error(encoder_server.request("/embed", {"texts": "one string"}), 422, "texts")
     assert_error(encoder_server.request("/embed", {"texts": [1, 2]}), 422, "texts.0")
     assert_error(encoder_server.request("/embed", {"texts": ["a"], "pooling": "median"}), 422, "pooling")
@@ -309,12 +320,14 @@ def test_request_errors_are_one_json_line_without_traceback(encoder_server):
     # that fails its constraints says why; a body that may be several requests, the closest one's problem.
     status, answer, _ = encoder_server.request("/embed", {"inputs": [1, "a"]})
     assert (status, answer) == (422, {"error": "invalid request: inputs: expected a text, a list of texts, a list "
-                                               "of integers or a list of lists of integers"})
+                                               "of integers or a list of lists of integers",
+                                      "error_type": "Validation"})
     assert_error(encoder_server.request("/embed", {"inputs": [[]]}), 422, "inputs.0: List should have at least 1")
     status, answer, _ = encoder_server.request("/v2/rerank", {"query": "q", "documents": [3]})
     assert status == 400 and answer["error"]["message"] == "invalid request: documents.0: expected a text or an object"
     status, answer, _ = encoder_server.request("/rerank", {"query": "q", "texts": "one"})
-    assert (status, answer) == (422, {"error": "invalid request: texts: Input should be a valid list"})
+    assert (status, answer) == (422, {"error": "invalid request: texts: Input should be a valid list",
+                                      "error_type": "Validation"})
     # The framework's own errors have the same shape.
     assert_error(encoder_server.request("/embed", method="GET"), 405, "Method Not Allowed")
     # Allow names every method the path answers, across the routes that serve it
@@ -669,7 +682,7 @@ def test_qa_request_errors(qa_server, classifier_server, encoder_server):
     assert_error(qa_server.request("/predict", {}), 422, "nothing to predict", '"questions"')
     assert_error(qa_server.request("/predict", {"questions": [question], "texts": ["Who?"]}), 422, "not both")
     assert_error(qa_server.request("/predict", {"questions": [question], "text_pairs": ["x"]}), 422, "not both")
-    assert_error(qa_server.request("/predict", {"questions": []}), 422, "questions")
+    assert_error(qa_server.request("/predict", {"questions": []}), 400, "questions", kind="Empty")
     assert_error(qa_server.request("/predict", {"questions": [{"question": "Who?"}]}), 422, "questions.0.context",
                  "required")
     assert_error(qa_server.request("/predict", {"questions": ["Who?"]}), 422, "questions.0")
@@ -895,6 +908,10 @@ def test_tei_embed_and_rerank(encoder_server):
                                                          "top_n": 2})
     assert status == 200 and best == ranked[:2]
     assert_error(encoder_server.request("/rerank", {"texts": TEXTS, "query": "a", "top_n": 0}), 422, "top_n")
+    # TEI's own rerank test: of equal scores, the later text first
+    status, ranked, _ = encoder_server.request("/rerank", {"query": "test", "texts": ["test", "other", "test"]})
+    assert status == 200 and [item["index"] for item in ranked][:2] == [2, 0]
+    assert ranked[0]["score"] == ranked[1]["score"]
 
 
 def last_layer(model, ids: list[int]) -> torch.Tensor:
@@ -981,7 +998,7 @@ def test_tei_tokenize_decode_embed_all_and_info(encoder_server, tokenizer):
     for route, body in (("/embed", {"inputs": ["a", ""]}), ("/tokenize", {"inputs": ""}),
                         ("/embed_all", {"inputs": ""}), ("/", {"inputs": ""}),
                         ("/similarity", {"inputs": {"source_sentence": "", "sentences": ["a"]}})):
-        assert_error(encoder_server.request(route, body), 422, "inputs cannot be empty")
+        assert_error(encoder_server.request(route, body), 400, "inputs cannot be empty", kind="Empty")
     assert_error(encoder_server.request("/", {"inputs": "a", "parameters": {"top_k": 1}}), 409, "wrong task",
                  "parameters", "sequence classifier")
 
@@ -1019,8 +1036,8 @@ def test_tei_predict_with_a_classifier(classifier_server, tagger_server):
     assert [item["score"] for item in mixed[0]] == pytest.approx([item["score"] for item in pair], abs=1e-5)
     assert [item["score"] for item in mixed[1]] == pytest.approx([item["score"] for item in answers[2]], abs=1e-5)
     assert_error(classifier_server.request("/predict", {"inputs": ["a", "b", "c"]}), 422, "inputs")
-    assert_error(classifier_server.request("/predict", {"inputs": [["a"], [""]]}), 422, "inputs cannot be empty",
-                 "text 1")
+    assert_error(classifier_server.request("/predict", {"inputs": [["a"], [""]]}), 400, "inputs cannot be empty",
+                 "text 1", kind="Empty")
     # the other kind of model's fields on POST / are the wrong task, not a malformed request
     assert_error(classifier_server.request("/", {"inputs": "a", "normalize": False}), 409, "wrong task",
                  "normalize", "encoder")

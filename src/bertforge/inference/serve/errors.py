@@ -13,14 +13,15 @@ from starlette.routing import Match
 
 from bertforge.errors import BertforgeError, InputError
 from bertforge.inference.serve import schemas
-from bertforge.inference.serve.limits import HTTPError, error_answer
+from bertforge.inference.serve.limits import EMPTY, HTTPError, error_answer
 from bertforge.runtime import is_out_of_memory
 
 logger = logging.getLogger("bertforge")
 
-# Answers other than 200 that every JSON route may give, all as {"error": ...}.
-ERROR_STATUSES = {400: "malformed request", 401: "missing or wrong API key", 409: "the model can't do this",
-                  413: "too large: body, texts or tokens over the server's limits", 422: "invalid request",
+# Answers other than 200 that every JSON route may give, all as {"error": ..., "error_type": ...}.
+ERROR_STATUSES = {400: "malformed request, or empty inputs", 401: "missing or wrong API key",
+                  409: "the model can't do this", 413: "too large: body, texts or tokens over the server's limits",
+                  422: "invalid request",
                   503: "busy (the queue is full) or out of memory for the batch; retry"}
 ERRORS = {status: {"model": schemas.ErrorResponse, "description": text} for status, text in ERROR_STATUSES.items()}
 OPENAI_ERRORS = {400 if status == 422 else status: {"model": schemas.OpenAIErrorResponse, "description": text}
@@ -30,8 +31,9 @@ PAGE_ERRORS = {status: {"description": text, "content": {"application/json": {"s
     "$ref": "#/components/schemas/ErrorResponse"}}}} for status, text in ERROR_STATUSES.items()}
 
 
-def error(request: Request, status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    status, body = error_answer(request.url.path, status, message)
+def error(request: Request, status: int, message: str, headers: dict[str, str] | None = None,
+          kind: str | None = None) -> JSONResponse:
+    status, body = error_answer(request.url.path, status, message, kind)
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -47,7 +49,7 @@ def allowed_methods(request: Request) -> str:
 
 async def http_error(request: Request, problem: HTTPError):
     headers = {"Retry-After": "1", **(problem.headers or {})} if problem.status == 503 else problem.headers
-    return error(request, problem.status, problem.message, headers)
+    return error(request, problem.status, problem.message, headers, problem.kind)
 
 
 async def framework_error(request: Request, problem: StarletteHTTPException):  # 404, 405, ...
@@ -69,6 +71,10 @@ async def invalid_request(request: Request, problem: RequestValidationError):
         return error(request, 400, "the request body is not valid JSON")
     if any(item["type"] == "missing" and tuple(item["loc"]) == ("body",) for item in problems):
         return error(request, 400, "empty request body; send a JSON object")
+    if all(item["type"] == "too_short" for item in problems):  # an empty list of inputs: TEI's 400, Empty
+        return error(request, 400, "inputs cannot be empty: " + "; ".join(readable(
+            [{**item, "loc": tuple(part for part in item["loc"] if part != "body")} for item in problems])),
+            kind=EMPTY)
     return error(request, 422, "invalid request: " + "; ".join(readable(
         [{**item, "loc": tuple(part for part in item["loc"] if part != "body")} for item in problems])))
 

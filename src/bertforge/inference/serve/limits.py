@@ -18,19 +18,26 @@ HOSTED_API_PREFIXES = ("/v1/", "/v2/", "/embeddings", "/models", "/multi-vector"
 OPENAI_ERROR_TYPES = {401: "authentication_error", 500: "server_error", 503: "server_error"}
 
 
+# text-embeddings-inference's error_type of an error answered with this status (else Validation; an empty input is
+# Empty, said where it is found).
+TEI_ERROR_TYPES = {409: "Backend", 500: "Backend", 503: "Overloaded"}
+EMPTY = "Empty"
+
+
 class HTTPError(Exception):
-    """An error answered with its status and {"error": message}."""
+    """An error answered with its status and {"error": message, "error_type": kind (TEI's; by status if None)}."""
 
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None, kind: str | None = None):
         super().__init__(message)
-        self.status, self.message, self.headers = status, message, headers
+        self.status, self.message, self.headers, self.kind = status, message, headers, kind
 
 
-def error_answer(path: str, status: int, message: str) -> tuple[int, dict]:
-    """(status, body) of an error: {"error": message}; on the hosted APIs' routes, OpenAI's shape and its 400 for
-    an invalid request (where bertforge's own routes say 422)."""
+def error_answer(path: str, status: int, message: str, kind: str | None = None) -> tuple[int, dict]:
+    """(status, body) of an error: {"error": message, "error_type": kind}, as text-embeddings-inference answers;
+    on the hosted APIs' routes, OpenAI's shape and its 400 for an invalid request (where bertforge's own routes
+    say 422)."""
     if not path.startswith(HOSTED_API_PREFIXES):
-        return status, {"error": message}
+        return status, {"error": message, "error_type": kind or TEI_ERROR_TYPES.get(status, "Validation")}
     status = 400 if status == 422 else status
     kind = OPENAI_ERROR_TYPES.get(status, "invalid_request_error")
     return status, {"error": {"message": message, "type": kind, "param": None, "code": None}}

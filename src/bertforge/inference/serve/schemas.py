@@ -32,6 +32,9 @@ class Strict(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: str = Field(description="what was wrong, in one line")
+    error_type: Literal["Unhealthy", "Backend", "Overloaded", "Validation", "Tokenizer", "Empty"] = Field(
+        description="text-embeddings-inference's kind of error: Empty for an empty input, Overloaded when busy, "
+                    "Backend when the model can't do it or failed, Validation for the rest")
 
 
 class OpenAIErrorDetail(BaseModel):

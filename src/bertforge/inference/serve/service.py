@@ -25,7 +25,7 @@ from bertforge.inference.serve.jobs import (
     rows_read,
     splade_vectors,
 )
-from bertforge.inference.serve.limits import HTTPError
+from bertforge.inference.serve.limits import EMPTY, HTTPError
 from bertforge.inference.serve.metrics import ServerMetrics
 from bertforge.inference.serve.settings import ServeSettings
 from bertforge.tasks.data import Features
@@ -360,7 +360,7 @@ def tei_inputs(inputs: str | list) -> list:
 
 
 def check_not_empty(texts: list) -> None:
-    """text-embeddings-inference answers an empty text 422, as nothing to read."""
+    """text-embeddings-inference answers an empty text 400, error_type Empty: nothing to read."""
     empty = next((index for index, text in enumerate(texts) if text == ""), None)
     if empty is not None:
-        raise HTTPError(422, f"inputs cannot be empty: text {empty} is \"\"")
+        raise HTTPError(400, f"inputs cannot be empty: text {empty} is \"\"", kind=EMPTY)

@@ -27,7 +27,8 @@ async def rerank(request: schemas.RerankRequest | schemas.CohereRerankRequest, s
     served.check_count(len(request.texts))
     scores, _ = await served.relevance(request.query, request.texts, request.raw_scores, request.truncate,
                                        request.truncation_direction)
-    ranked = sorted(range(len(scores)), key=lambda i: -scores[i])[:request.top_n]
+    # best first; of equal scores the later text first, as text-embeddings-inference orders them
+    ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], -i))[:request.top_n]
     return [{"index": i, "score": scores[i], **({"text": request.texts[i]} if request.return_text else {})}
             for i in ranked]
 
