@@ -1047,6 +1047,25 @@ def test_tei_predict_with_a_classifier(classifier_server, tagger_server):
         {"0": "negative", "1": "positive"}
 
 
+def test_tei_model_types_and_the_root_route_of_a_reranker(cross_encoder_server, classifier_server, tagger_server,
+                                                          encoder_server):
+    """TEI's /info names one kind of model (a one-output classifier is its reranker), and its POST / of a reranker
+    ranks {"query", "texts"} as /rerank does; bertforge's task sits beside the kind."""
+    status, info, _ = cross_encoder_server.request("/info")
+    assert status == 200 and info["model_type"] == {"reranker": {"id2label": {"0": "LABEL_0"},
+                                                                 "label2id": {"LABEL_0": 0}}}
+    assert info["task"] == "regression"
+    assert list(classifier_server.request("/info")[1]["model_type"]) == ["classifier"]
+    status, info, _ = tagger_server.request("/info")
+    assert status == 200 and info["model_type"] == {} and info["task"] == "ner"
+    assert "task" not in encoder_server.request("/info")[1]
+    body = {"query": "What is the capital of France?", "texts": ["Paris is the capital.", "I like cheese.", "test"],
+            "return_text": True}
+    for server in (cross_encoder_server, encoder_server):
+        status, ranked, _ = server.request("/", body)
+        assert status == 200 and ranked == server.request("/rerank", body)[1] and len(ranked) == 3
+
+
 def test_inference_client_tasks_answer_as_the_pipelines(tagger_server, qa_server, classifier_server, make_server):
     """huggingface_hub's InferenceClient's token_classification, question_answering and zero_shot_classification
     (the Hugging Face Inference API's requests at POST /) on served task models answer as transformers' pipeline

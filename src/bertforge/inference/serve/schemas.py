@@ -642,9 +642,11 @@ class ClassifierModelType(BaseModel):
 
 
 class ModelType(BaseModel):
+    """TEI's kind of model, one key: an embedding model, a classifier, or a reranker (one output); none for a task
+    TEI doesn't serve (see InfoResponse.task)."""
     embedding: EmbeddingModelType | None = None
     classifier: ClassifierModelType | None = None
-    task: str | None = Field(None, description="bertforge's task, for a fine-tuned model")
+    reranker: ClassifierModelType | None = None
 
 
 class InfoResponse(BaseModel):
@@ -653,6 +655,7 @@ class InfoResponse(BaseModel):
     model_sha: str | None = None
     model_dtype: str
     model_type: ModelType
+    task: str | None = Field(None, description="bertforge's task, for a fine-tuned model")
     max_concurrent_requests: int
     max_input_length: int
     max_batch_tokens: int

@@ -32,13 +32,15 @@ async def info(served: Served):
         model_type = {"embedding": {"pooling": MULTI_VECTOR}}
     elif task is None:
         model_type = {"embedding": {"pooling": SPLADE if served.splade is not None else embedded.pooling}}
-    elif task.head == "sequence_classification":
+    elif task.head == "sequence_classification":  # TEI's reranker: one output; else its classifier
         id2label = {str(index): label for index, label in model.config.id2label.items()}
-        model_type = {"classifier": {"id2label": id2label, "label2id": model.config.label2id}, "task": task.name}
-    else:
-        model_type = {"task": task.name}
-    return {"model_id": served.model_name, "model_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-            "model_type": model_type, "max_concurrent_requests": settings.max_queue,
+        kind = "reranker" if len(id2label) == 1 else "classifier"
+        model_type = {kind: {"id2label": id2label, "label2id": model.config.label2id}}
+    else:  # tasks TEI doesn't serve: bertforge's task alone
+        model_type = {}
+    return {"model_id": served.model_name, "task": task.name if task is not None else None,
+            "model_dtype": str(next(model.parameters()).dtype).removeprefix("torch."), "model_type": model_type,
+            "max_concurrent_requests": settings.max_queue,
             "max_input_length": input_limit, "max_batch_tokens": settings.max_batch_tokens,
             "max_batch_requests": settings.max_batch_size, "max_client_batch_size": settings.max_texts,
             "auto_truncate": served.truncate, "tokenization_workers": 1, "version": bertforge_version()}

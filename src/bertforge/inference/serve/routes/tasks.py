@@ -17,7 +17,8 @@ from bertforge.inference.serve.batcher import Job
 from bertforge.inference.serve.errors import ERRORS
 from bertforge.inference.serve.limits import HTTPError
 from bertforge.inference.serve.routes import Routes, Served
-from bertforge.inference.serve.routes.embeddings import embed_texts, similarity
+from bertforge.inference.serve.routes.embeddings import embed_sparse, embed_texts, similarity
+from bertforge.inference.serve.routes.ranking import rerank
 from bertforge.inference.serve.service import UNLIMITED, ServedModel, check_not_empty
 from bertforge.inference.serve.tei import SCORE_FUNCTIONS, TASK_SCORES, predict_inputs, ranked_scores
 from bertforge.tasks import classification
@@ -133,20 +134,24 @@ async def fill_mask(request: schemas.FillMaskRequest, served: Served):
              | list[list[schemas.Prediction]] | list[schemas.EntityGroup] | list[schemas.TokenPrediction]
              | list[list[schemas.EntityGroup]] | list[list[schemas.TokenPrediction]] | schemas.SpanAnswer
              | list[schemas.SpanAnswer] | list[list[schemas.SpanAnswer] | schemas.SpanAnswer]
+             | list[schemas.RerankResult] | list[list[schemas.SparseValue]]
              | schemas.EmbedResponse | schemas.PredictResponse,  # the last two: bertforge's own forms' answers
              response_model_exclude_unset=True, responses=ERRORS)
-async def tei_root(request: schemas.EmbedRequest | schemas.SimilarityRequest | schemas.PredictRequest
-                   | schemas.TokenClassificationRequest | schemas.QuestionAnsweringRequest
-                   | schemas.ZeroShotRequest, served: Served):
+async def tei_root(request: schemas.EmbedRequest | schemas.SimilarityRequest | schemas.RerankRequest
+                   | schemas.PredictRequest | schemas.TokenClassificationRequest
+                   | schemas.QuestionAnsweringRequest | schemas.ZeroShotRequest, served: Served):
     """The route for the model's task that huggingface_hub's InferenceClient calls given the server's URL, as
     text-embeddings-inference and the Hugging Face Inference API answer it: an encoder embeds {"inputs"} (as
     /embed) or compares {"inputs": {"source_sentence", "sentences"}} (as /similarity); a sequence classifier
     predicts {"inputs"} (as /predict), or with "parameters": {"candidate_labels"} classifies zero-shot ({label,
     score} best first); a token classifier tags {"inputs"} (its "parameters": aggregation_strategy, ignore_labels)
     and a question answerer answers {"inputs": {"question", "context"}}, as transformers' pipelines of those
-    tasks."""
+    tasks. As in TEI, {"query", "texts"} ranks the texts (as /rerank) and a SPLADE model's {"inputs"} gives its
+    sparse weights (as /embed_sparse)."""
     if isinstance(request, schemas.SimilarityRequest):
         return await similarity(request, served)
+    if isinstance(request, schemas.RerankRequest):
+        return await rerank(request, served)
     task = served.task
     body = request.model_dump(exclude_unset=True)
     if task is not None and "inputs" in body and (task.head != "sequence_classification" or "candidate_labels"
@@ -159,6 +164,8 @@ async def tei_root(request: schemas.EmbedRequest | schemas.SimilarityRequest | s
         doing = "is an encoder (it embeds)" if task is None else f"does {task.name}"
         wanted = "a sequence classifier's" if task is None else "an encoder's"
         raise HTTPError(409, f"wrong task: {served.model_name} {doing}; {', '.join(foreign)} are for {wanted} route")
+    if task is None and served.splade is not None and "inputs" in body:
+        return await embed_sparse(validated(schemas.EmbedSparseRequest, body), served)
     if task is None:
         return await embed_texts(validated(schemas.EmbedRequest, body), served)
     return await predict(validated(schemas.PredictRequest, body), served)
