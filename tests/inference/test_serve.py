@@ -1064,6 +1064,10 @@ def test_tei_model_types_and_the_root_route_of_a_reranker(cross_encoder_server, 
     for server in (cross_encoder_server, encoder_server):
         status, ranked, _ = server.request("/", body)
         assert status == 200 and ranked == server.request("/rerank", body)[1] and len(ranked) == 3
+        assert server.request("/invocations", body)[1] == ranked  # SageMaker's route, as TEI serves it
+    for path in ("/", "/ping"):  # TEI's other health routes
+        status, health, _ = encoder_server.request(path)
+        assert status == 200 and health["status"] == "ok"
 
 
 def test_inference_client_tasks_answer_as_the_pipelines(tagger_server, qa_server, classifier_server, make_server):

@@ -9,8 +9,8 @@ import json
 import time
 
 HEALTH_PATH = "/health"  # answered without the API key, so that load balancers can probe it
-# The probes of Weaviate's text2vec-transformers module (and of orchestrators that use its paths), keyless as well.
-PROBE_PATHS = (HEALTH_PATH, "/.well-known/live", "/.well-known/ready")
+# The probes of Weaviate's text2vec-transformers module and SageMaker's /ping (TEI serves it), keyless as well.
+PROBE_PATHS = (HEALTH_PATH, "/ping", "/.well-known/live", "/.well-known/ready")
 # The hosted APIs' routes (OpenAI's embeddings, Cohere's rerank) answer errors as OpenAI does, so that their clients
 # read them (vLLM answers its Cohere-style rerank routes so too); OpenAI's routes are also served without /v1, as
 # Infinity serves them and as the openai client calls them given the server's bare URL.

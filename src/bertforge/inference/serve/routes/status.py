@@ -73,6 +73,8 @@ async def health_probe():  # load balancers that probe with HEAD
 
 
 @router.get(HEALTH_PATH, response_model=schemas.HealthResponse)
+@router.get("/", response_model=schemas.HealthResponse, include_in_schema=False)  # TEI's health routes too,
+@router.get("/ping", response_model=schemas.HealthResponse, include_in_schema=False)  # /ping SageMaker's
 async def health(served: Served):
     """Liveness, what is loaded, and how requests have been batched (answered without the API key)."""
     batcher, settings = served.batcher, served.settings

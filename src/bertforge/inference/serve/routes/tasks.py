@@ -137,6 +137,7 @@ async def fill_mask(request: schemas.FillMaskRequest, served: Served):
              | list[schemas.RerankResult] | list[list[schemas.SparseValue]]
              | schemas.EmbedResponse | schemas.PredictResponse,  # the last two: bertforge's own forms' answers
              response_model_exclude_unset=True, responses=ERRORS)
+@router.post("/invocations", response_model_exclude_unset=True, include_in_schema=False)  # SageMaker's, as TEI
 async def tei_root(request: schemas.EmbedRequest | schemas.SimilarityRequest | schemas.RerankRequest
                    | schemas.PredictRequest | schemas.TokenClassificationRequest
                    | schemas.QuestionAnsweringRequest | schemas.ZeroShotRequest, served: Served):
