@@ -77,3 +77,21 @@ def test_refusals(vectors):
         quantize_embeddings(quantize_embeddings(vectors["queries"], "int8"), "binary")
     with pytest.raises(InputError, match="precision"):
         quantize_embeddings(vectors["queries"], "int4")
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_empty_matrices_as_sentence_transformers_gives_them(vectors, precision):
+    """A (0, dim) matrix (a multi-vector document with every token masked) has nothing to calibrate: each precision
+    gives its empty array, alone, in a list of its own, or beside real token matrices."""
+    dim = vectors["queries"].shape[1]
+    empty = np.zeros((0, dim), dtype=np.float32)
+    tokens = [torch.as_tensor(vectors["tokens"][0]), torch.from_numpy(empty), torch.as_tensor(vectors["tokens"][1])]
+    for embeddings in (empty, [empty], [empty, empty], tokens, torch.from_numpy(empty)):
+        mine, theirs = quantize_embeddings(embeddings, precision), quantization.quantize_embeddings(embeddings,
+                                                                                                    precision)
+        assert_same(mine, theirs)
+    assert quantize_embeddings(empty, precision).shape == (0, dim if precision in ("float32", "int8", "uint8")
+                                                           else dim // 8)
+    ranges = np.vstack([vectors["corpus"].min(0), vectors["corpus"].max(0)])
+    assert_same(quantize_embeddings([empty], precision, ranges=ranges),
+                quantization.quantize_embeddings([empty], precision, ranges=ranges))

@@ -94,3 +94,42 @@ def test_refusals(squad_rows, encoder):
         mine_hard_negatives(rows, encoder, use_faiss=True, verbose=False)
     with pytest.raises(InputError, match="empty"):
         mine_hard_negatives({"question": [], "paragraph": []}, encoder, verbose=False)
+
+
+DEPRECATED_CASES = {
+    "margin": {"margin": 0.05, "num_negatives": 2},
+    "n-tuple-scores": {"output_format": "n-tuple-scores", "num_negatives": 2},
+    "as_triplets=False": {"as_triplets": False, "num_negatives": 2},
+    "as_triplets=True": {"as_triplets": True, "output_format": "labeled-pair"},
+    "include_positives over n-tuple-scores": {"include_positives": True, "output_format": "n-tuple-scores"},
+}
+
+
+@pytest.mark.parametrize("case", list(DEPRECATED_CASES))
+def test_deprecated_options_as_sentence_transformers_reads_them(squad_rows, encoder, case, caplog):
+    """margin is absolute_margin, "n-tuple-scores" is "n-tuple" with scores, as_triplets picks triplet or n-tuple;
+    each with a warning."""
+    rows = {"question": squad_rows["question"][:12], "paragraph": squad_rows["paragraph"][:12]}
+    options = dict(DEPRECATED_CASES[case], verbose=False)
+    with caplog.at_level("WARNING", logger="bertforge"):
+        mine = mine_hard_negatives(rows, encoder, **options)
+    assert any(record.name == "bertforge" for record in caplog.records)
+    theirs = reference(datasets.Dataset.from_dict(rows), encoder, **options).to_dict()
+    assert len(next(iter(mine.values()))) > 0
+    assert_same_table(mine, theirs)
+    if "margin" in options:  # the same as absolute_margin
+        assert mine == mine_hard_negatives(rows, encoder, absolute_margin=0.05, num_negatives=2, verbose=False)
+
+
+def test_include_positives_warns_that_filters_may_drop_them(squad_rows, encoder, caplog):
+    rows = {"question": squad_rows["question"][:12], "paragraph": squad_rows["paragraph"][:12]}
+    for options, warned in (({"max_score": 0.9}, True), ({"range_min": 1}, True), ({"absolute_margin": 0.1}, True),
+                            ({"sampling_strategy": "random"}, True), ({}, False)):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            mine = mine_hard_negatives(rows, encoder, include_positives=True, verbose=False, **options)
+            theirs = reference(datasets.Dataset.from_dict(rows), encoder, include_positives=True, verbose=False,
+                               **options).to_dict()
+        assert list(mine) == list(theirs)
+        messages = {record.name: record.getMessage() for record in caplog.records if "discard" in record.getMessage()}
+        assert ("bertforge" in messages) is warned and ("bertforge" in messages) == (len(messages) == 2), options

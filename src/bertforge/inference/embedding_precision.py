@@ -60,15 +60,17 @@ def quantize_embeddings(embeddings: Any, precision: str, ranges: Any = None,
     check_choice(precision, PRECISIONS, "precision", error=InputError)
     if isinstance(embeddings, list) and embeddings and _as_array(embeddings[0]).ndim == 2:
         matrices = [_as_array(matrix) for matrix in embeddings]
-        if precision in RANGED and ranges is None:
+        calibration = np.concatenate(matrices) if calibration_embeddings is None else calibration_embeddings
+        if precision in RANGED and ranges is None and len(calibration):  # nothing to calibrate: every matrix empty
             ranges = quantization_ranges(np.concatenate(matrices), calibration_embeddings)
-        return [quantize_embeddings(matrix, precision, ranges) if len(matrix) else
-                PRECISIONS[precision](matrix, ranges) for matrix in matrices]
+        return [quantize_embeddings(matrix, precision, ranges) for matrix in matrices]
     if isinstance(embeddings, list) and not embeddings:
         return []
     vectors = _as_array([_as_array(vector) for vector in embeddings] if isinstance(embeddings, list) else embeddings)
     if vectors.dtype in (np.int8, np.uint8):
         raise InputError("embeddings to quantize must be floats, not int8 or uint8")
-    if precision in RANGED and not (vectors.ndim == 2 and len(vectors) == 0):
+    if precision in RANGED and vectors.ndim == 2 and len(vectors) == 0:  # no vectors: no steps to take
+        return np.zeros(vectors.shape, dtype=np.int8 if precision == "int8" else np.uint8)
+    if precision in RANGED:
         ranges = quantization_ranges(vectors, calibration_embeddings) if ranges is None else _as_array(ranges)
     return PRECISIONS[precision](vectors, ranges)

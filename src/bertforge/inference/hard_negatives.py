@@ -11,6 +11,7 @@ sentence-transformers' losses read.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import torch
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.validation import check_number
 
+logger = logging.getLogger("bertforge")
 SAMPLING_STRATEGIES = ("top", "random")
 NEGATIVE = float("-inf")  # a candidate that can't be a negative
 
@@ -77,14 +79,19 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
                         corpus_prompt_name: str | None = None, corpus_prompt: str | None = None,
                         include_positives: bool = False, output_format: str = "triplet",
                         output_scores: bool = False, batch_size: int = 32, faiss_batch_size: int = 16384,
-                        use_multi_process: bool | list[str] = False, verbose: bool = True, **unused: Any) -> Any:
+                        use_faiss: bool = False, use_multi_process: bool | list[str] = False, verbose: bool = True,
+                        cache_folder: str | None = None, as_triplets: bool | None = None, margin: float | None = None,
+                        **unused: Any) -> Any:
     """(anchor, positive) pairs with hard negatives added, as sentence-transformers' mine_hard_negatives gives
     them (its options by the same names; see the module's docstring). `model`: a SentenceEncoder (or any encoder
     with encode_query, encode_document, similarity and similarity_pairwise); the anchor and positive columns are the
     first two unless named. output_format: "triplet" (a row per negative), "n-tuple" (negative_1..n columns; rows
     without enough negatives dropped), "labeled-pair" (a row per document, label 1 or 0) or "labeled-list" (the
     documents of an anchor in one list, and their labels); output_scores puts the scores in place of the labels (or
-    beside the texts). `random` sampling draws from Python's random module (random.seed makes it repeatable)."""
+    beside the texts). `random` sampling draws from Python's random module (random.seed makes it repeatable).
+    sentence-transformers' deprecated options are read as it reads them: as_triplets (True: "triplet", False:
+    "n-tuple"), output_format="n-tuple-scores" ("n-tuple" with output_scores) and margin (absolute_margin)."""
+    unused.update(use_faiss=use_faiss, cache_folder=cache_folder)
     refused = sorted(name for name, value in unused.items() if value not in (None, False))
     if refused:
         raise ConfigError(f"mine_hard_negatives: {refused[0]} is not supported here (no FAISS index, no cache)")
@@ -97,8 +104,10 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
         if len(names) < 2:
             raise InputError("mine_hard_negatives: the dataset needs an anchor and a positive column")
         positive_column_name = names[1]
-    if include_positives:
-        output_format = "n-tuple"  # the positive then stays in its ranked place among the negatives
+    output_format, output_scores, absolute_margin = _read_deprecated_options(
+        output_format, output_scores, absolute_margin, as_triplets, margin, include_positives,
+        range_min != 0 or range_max is not None or sampling_strategy != "top" or
+        any(value is not None for value in (max_score, min_score, absolute_margin, relative_margin, margin)))
     check_choice(output_format, LAYOUTS, "output_format")
     check_choice(sampling_strategy, SAMPLING_STRATEGIES, "sampling_strategy")
     check_number("num_negatives", num_negatives, minimum=1, integer=True)
@@ -198,6 +207,36 @@ def mine_hard_negatives(dataset: Any, model: Any, anchor_column_name: str | None
         print(f"mine_hard_negatives: {len(queries)} anchors, {int(mined.found.sum())} negatives found (ranks "
               f"{range_min} to {range_max}, {sampling_strategy}); {len(table[anchor_name])} {output_format} rows")
     return _like(dataset, table)
+
+
+def _read_deprecated_options(output_format: str, output_scores: bool, absolute_margin: float | None,
+                             as_triplets: bool | None, margin: float | None, include_positives: bool,
+                             filtered: bool) -> tuple[str, bool, float | None]:
+    """output_format, output_scores and absolute_margin once sentence-transformers' deprecated options and
+    include_positives are applied, in its order (so include_positives overrules "n-tuple-scores"), each change
+    logged as it logs it. `filtered`: options other than their defaults that may drop a positive."""
+    if as_triplets is not None:
+        output_format = "triplet" if as_triplets else "n-tuple"
+        logger.warning(f"mine_hard_negatives: as_triplets is deprecated, use output_format; output_format is now "
+                       f"{output_format!r}")
+    if include_positives:
+        if filtered:
+            logger.warning("mine_hard_negatives: with include_positives=True, range_min, range_max, max_score, "
+                           "min_score, absolute_margin, relative_margin or sampling_strategy other than their "
+                           "defaults may still discard the positive values")
+        if output_format != "n-tuple":  # the positive then stays in its ranked place among the negatives
+            logger.warning(f"mine_hard_negatives: include_positives=True makes output_format 'n-tuple' (not "
+                           f"{output_format!r}), to keep the positives' ranked places")
+            output_format = "n-tuple"
+    if output_format == "n-tuple-scores":
+        logger.warning('mine_hard_negatives: output_format="n-tuple-scores" is deprecated, use "n-tuple" with '
+                       "output_scores=True")
+        output_format, output_scores = "n-tuple", True
+    if margin is not None:
+        logger.warning(f"mine_hard_negatives: margin is deprecated, use absolute_margin or relative_margin; "
+                       f"absolute_margin is now {margin}")
+        absolute_margin = margin
+    return output_format, output_scores, absolute_margin
 
 
 @dataclass
