@@ -100,7 +100,8 @@ def test_sparse_vectors_score_as_in_sentence_transformers(embeddings, scoring_en
             ours, reference = scoring_encoder.similarity(first, second), table(first, second)
             assert not ours.is_sparse and ours.dtype == reference.dtype
             assert torch.allclose(ours, reference, atol=1e-4), name
-        for first, second in ((sparse_queries, sparse_documents), (queries, sparse_documents)):
+        for first, second in ((sparse_queries, sparse_documents), (queries, sparse_documents),
+                              (list(sparse_queries), list(sparse_documents))):
             ours = scoring_encoder.similarity_pairwise(first, second)
             reference = getattr(st_util, pairwise_name)(first, second)
             assert not ours.is_sparse and ours.shape == reference.shape

@@ -5,6 +5,7 @@ max_seq_length, normalisation, prompts, similarity function)."""
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -358,7 +359,7 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
             raise InputError(f"similarity_pairwise needs two sets of the same shape, got {tuple(first.shape)} and "
                              f"{tuple(second.shape)}")
         scores = SIMILARITIES[self.similarity_fn_name].pairwise(first, second)
-        return scores[0] if all(np.ndim(e) == 1 for e in (embeddings1, embeddings2)) else scores
+        return scores[0] if all(map(is_one_vector, (embeddings1, embeddings2))) else scores
 
     def smart_batching_collate(self, batch: Sequence[Any]) -> tuple[list[dict[str, torch.Tensor]], torch.Tensor]:
         """sentence-transformers' collate of InputExample's (`.texts`, `.label`): one tokenized batch per text
@@ -385,6 +386,15 @@ def encode_inputs(inputs: Any) -> str | list[str]:
         return inputs if isinstance(inputs, str) else list(inputs)
     raise InputError(f"encode takes a text, a list of texts or {{\"text\": ...}} inputs, got {type(inputs).__name__}"
                      f"{' holding other things' if isinstance(inputs, Sequence) else ''}")
+
+
+def is_one_vector(embeddings: Any) -> bool:
+    """Whether similarity_pairwise was given one vector (a 1-D tensor or array, or a list of numbers) rather than a
+    set of them (which may be a list of sparse tensors, that numpy can't read)."""
+    if isinstance(embeddings, torch.Tensor | np.ndarray):
+        return embeddings.ndim == 1
+    return isinstance(embeddings, list | tuple) and len(embeddings) > 0 and all(
+        isinstance(value, numbers.Real) for value in embeddings)
 
 
 def refuse_sparse_layout(layout: SentenceEmbedding | None) -> None:
