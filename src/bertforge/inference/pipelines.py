@@ -38,6 +38,7 @@ from bertforge.tasks.question_answering import SpanFeatures
 from bertforge.tasks.registry import HEADS, Task, head_of, inspect_checkpoint, task_defaults, task_of_model
 from bertforge.tasks.token_classification import OUTSIDE, TaggedSentence, TokenFeatures, tagged_entities
 from bertforge.tokenizer import BertTokenizer
+from bertforge.tokenizer.tokenizer import SplitWords
 from bertforge.validation import check_number, check_within_positions, readable_length
 
 if TYPE_CHECKING:
@@ -544,7 +545,8 @@ def tag(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[str]) -
                           f"{limit} tokens holds")
     if options["is_split_into_words"]:
         word_lists, single = word_batch(inputs, pipe.task)
-        texts = [" ".join(words) for words in word_lists]  # the tokenizer reads words split at spaces as given
+        split = [SplitWords.of(words) for words in word_lists]
+        texts = [str(text) for text in split]  # plain text: the tokenizer reads words split at spaces as given
     else:
         texts, single = text_batch(inputs, pipe.task)
     sentences = [piece_sentence(pipe.tokenizer, text, None if stride is not None else limit) for text in texts]
@@ -559,8 +561,7 @@ def tag(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[str]) -
     if options["is_split_into_words"]:
         delimiter = " " if options["delimiter"] is None else options["delimiter"]
         answers = [[{**item, "start": moved(item["start"]), "end": moved(item["end"], end=True)} for item in answer]
-                   for answer, moved in ((answer, delimited(words, delimiter))
-                                         for answer, words in zip(answers, word_lists))]
+                   for answer, moved in ((answer, delimited(text, delimiter)) for answer, text in zip(answers, split))]
     return answers[0] if single else answers
 
 
@@ -576,15 +577,13 @@ def word_batch(inputs: Any, task: str) -> tuple[list[list[str]], bool]:
                      f"{describe(inputs)}")
 
 
-def delimited(words: Sequence[str], delimiter: str) -> Callable[..., int]:
-    """moved(position[, end]): a character position in the words joined by spaces, in the words joined by
-    `delimiter` (an end position: the word it ends)."""
-    spaced = list(itertools.accumulate((len(word) + 1 for word in words[:-1]), initial=0))
-    joined = list(itertools.accumulate((len(word) + len(delimiter) for word in words[:-1]), initial=0))
+def delimited(text: SplitWords, delimiter: str) -> Callable[..., int]:
+    """moved(position[, end]): a character position in the words joined by spaces (`text`), in the words joined by
+    `delimiter`: shifted by the delimiter's extra length once per word before it (an end position: the word it
+    ends)."""
 
     def moved(position: int, end: bool = False) -> int:
-        word = bisect_right(spaced, position - end) - 1
-        return joined[word] + position - spaced[word]
+        return position + text.word_at(position - end) * (len(delimiter) - 1)
 
     return moved
 
@@ -795,7 +794,6 @@ def widened(words: list[tuple[int, int]], start: int, end: int) -> tuple[int, in
 CUTTING = {"truncation": Option(False), "max_length": Option(None, lambda name, value: check_number(
     name, value, minimum=3, integer=True, optional=True))}
 CUTTING_DEFAULTS = {name: option.default for name, option in CUTTING.items()}
-
 
 
 def cutting_options(name: str, value: Any) -> None:
