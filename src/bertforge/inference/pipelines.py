@@ -131,6 +131,10 @@ def positive_or_none(name: str, value: Any) -> None:
     check_number(name, value, minimum=1, integer=True, optional=True)
 
 
+def zero_or_more_or_none(name: str, value: Any) -> None:
+    check_number(name, value, minimum=0, integer=True, optional=True)
+
+
 def one_of(choices: Sequence[str]) -> Callable[[str, Any], None]:
     """A check of a name among `choices`, in any case, as transformers reads "SIMPLE" or "Sigmoid" (its enums are
     read as their values by given_options)."""
@@ -151,8 +155,7 @@ def a_text(name: str, value: Any) -> None:
 # Every task's option: inputs run together (transformers' default of 1 gives the same numbers).
 # num_workers: transformers' DataLoader workers, which change no answer; bertforge tokenizes in the calling process.
 COMMON_OPTIONS = {"batch_size": Option(32, positive, none_is_default=True),
-                  "num_workers": Option(None, lambda name, value: check_number(name, value, minimum=0, integer=True,
-                                                                               optional=True))}
+                  "num_workers": Option(None, zero_or_more_or_none)}
 
 
 def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | FinetunedModel = "default",
@@ -817,8 +820,7 @@ PIPELINE_TASKS: dict[str, PipelineTask] = {
                               list_of_one_alone=True),
     "text-classification": PipelineTask("sequence_classification", {
         # top_k=None: every label; not given at all, the best label alone and not in a list (see classify)
-        "top_k": Option(NOT_GIVEN, lambda name, value: value is NOT_GIVEN or check_number(
-            name, value, minimum=0, integer=True, optional=True)),
+        "top_k": Option(NOT_GIVEN, lambda name, value: value is NOT_GIVEN or zero_or_more_or_none(name, value)),
         "function_to_apply": Option(None, one_of(list(SCORE_FUNCTIONS))),
         # padding: how transformers' tokenizer fills its batches, which changes no score
         "padding": Option(False, lambda name, value: isinstance(value, bool) or check_choice(
@@ -827,13 +829,12 @@ PIPELINE_TASKS: dict[str, PipelineTask] = {
     "token-classification": PipelineTask("token_classification", {
         "aggregation_strategy": Option("none", one_of(AGGREGATIONS), none_is_default=True),
         "ignore_labels": Option([OUTSIDE], text_or_texts, none_is_default=True),
-        "stride": Option(None, lambda name, value: check_number(name, value, minimum=0, integer=True, optional=True)),
+        "stride": Option(None, zero_or_more_or_none),
         "is_split_into_words": Option(False), "delimiter": Option(None, a_text)}, tag),
     "question-answering": PipelineTask("question_answering", {
         "question": Option(None), "context": Option(None), "top_k": Option(1, positive),
         "max_answer_len": Option(15, positive), "max_seq_len": Option(None, positive_or_none),
-        "doc_stride": Option(None, lambda name, value: check_number(name, value, minimum=0, integer=True,
-                                                                    optional=True)),
+        "doc_stride": Option(None, zero_or_more_or_none),
         "max_question_len": Option(None, positive_or_none), "handle_impossible_answer": Option(False),
         "align_to_words": Option(True)}, answer, positional=("context",), list_of_one_alone=True),
     "zero-shot-classification": PipelineTask("sequence_classification", {
