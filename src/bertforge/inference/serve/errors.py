@@ -71,12 +71,11 @@ async def invalid_request(request: Request, problem: RequestValidationError):
         return error(request, 400, "the request body is not valid JSON")
     if any(item["type"] == "missing" and tuple(item["loc"]) == ("body",) for item in problems):
         return error(request, 400, "empty request body; send a JSON object")
+    message = "; ".join(readable([{**item, "loc": tuple(part for part in item["loc"] if part != "body")}
+                                  for item in problems]))
     if all(item["type"] == "too_short" for item in problems):  # an empty list of inputs: TEI's 400, Empty
-        return error(request, 400, "inputs cannot be empty: " + "; ".join(readable(
-            [{**item, "loc": tuple(part for part in item["loc"] if part != "body")} for item in problems])),
-            kind=EMPTY)
-    return error(request, 422, "invalid request: " + "; ".join(readable(
-        [{**item, "loc": tuple(part for part in item["loc"] if part != "body")} for item in problems])))
+        return error(request, 400, "inputs cannot be empty: " + message, kind=EMPTY)
+    return error(request, 422, "invalid request: " + message)
 
 
 # How the tags pydantic gives the members of a union read in an error: each type, alone and in the plural
