@@ -60,9 +60,10 @@ def quantize_embeddings(embeddings: Any, precision: str, ranges: Any = None,
     check_choice(precision, PRECISIONS, "precision", error=InputError)
     if isinstance(embeddings, list) and embeddings and _as_array(embeddings[0]).ndim == 2:
         matrices = [_as_array(matrix) for matrix in embeddings]
-        calibration = np.concatenate(matrices) if calibration_embeddings is None else calibration_embeddings
+        every = np.concatenate(matrices)
+        calibration = every if calibration_embeddings is None else calibration_embeddings
         if precision in RANGED and ranges is None and len(calibration):  # nothing to calibrate: every matrix empty
-            ranges = quantization_ranges(np.concatenate(matrices), calibration_embeddings)
+            ranges = quantization_ranges(every, calibration_embeddings)
         return [quantize_embeddings(matrix, precision, ranges) for matrix in matrices]
     if isinstance(embeddings, list) and not embeddings:
         return []
