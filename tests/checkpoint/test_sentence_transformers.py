@@ -631,6 +631,38 @@ def test_sentence_encoder_settings_are_set_saved_and_compared_as_sentence_transf
     assert list(ours(features)) == list(theirs(reference_features))
 
 
+def test_sentence_encoder_reads_text_pairs_as_sentence_transformer(long_texts, minilm_dir):
+    """(text, pair) inputs, alone or among texts: one input [CLS] text [SEP] pair [SEP] with its token types, the
+    prompt before the first text, a long pair cut longer side first; against SentenceTransformer.encode."""
+    from bertforge import SentenceEncoder
+    from bertforge.errors import InputError
+
+    reference = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu")
+    ours = SentenceEncoder.from_pretrained("default")
+    inputs = [(long_texts[-2], long_texts[-1]), [long_texts[0], long_texts[1]], long_texts[2],
+              ("A man is eating food.", long_texts[3]), ("", "x")]
+    for options in ({}, {"prompt": "query: "}, {"normalize_embeddings": True, "batch_size": 2}):
+        mine, theirs = ours.encode(inputs, **options), reference.encode(inputs, **options)
+        assert mine.shape == theirs.shape == (5, 384)
+        np.testing.assert_allclose(mine, theirs, atol=2e-6, rtol=0)
+    mine, theirs = ours.encode(inputs, output_value="token_embeddings"), \
+        reference.encode(inputs, output_value="token_embeddings")
+    assert [m.shape for m in mine] == [t.shape for t in theirs] and mine[1].shape == (256, 384)
+    assert max(float((m - t).abs().max()) for m, t in zip(mine, theirs)) < 1e-4
+    for row, described in zip(ours.encode(inputs, output_value=None, prompt="query: "),
+                               reference.encode(inputs, output_value=None, prompt="query: ")):
+        real = len(row["input_ids"])  # sentence-transformers pads each row to its batch's longest
+        assert list(row) == list(described) and row["prompt_length"] == described["prompt_length"]
+        assert row["token_type_ids"].tolist() == described["token_type_ids"][:real].tolist()
+        assert described["attention_mask"][real:].sum() == 0
+    ours.max_seq_length, reference.max_seq_length = 40, 40
+    np.testing.assert_allclose(ours.encode(inputs), reference.encode(inputs), atol=2e-6, rtol=0)
+    with pytest.raises(InputError, match=r"a \(text, pair\) of two texts, got a tuple of \(str, str, str\)"):
+        ours.encode([("a", "b", "c")])
+    with pytest.raises(InputError, match=r"got a list of \(str, int\)"):
+        ours.encode(["a", ["b", 3]])
+
+
 def test_sentence_encoder_refuses_what_it_cannot_be_as_one_line_errors(minilm):
     from bertforge import SentenceEncoder
 

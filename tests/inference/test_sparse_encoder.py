@@ -96,6 +96,12 @@ def test_encode_is_sentence_transformers(folder, splade_dir, layout_dir, referen
     assert encoder.max_seq_length == reference.max_seq_length
 
 
+def test_text_pairs_are_encoded_as_sentence_transformers_encodes_them(splade_dir, reference, texts, squad_pairs):
+    """(question, paragraph) pairs among single texts: one input each, a long pair cut longer side first."""
+    inputs = [squad_pairs[0], texts[0], list(squad_pairs[1]), (texts[-1], texts[-2])]
+    assert_same_vectors(SparseEncoder(splade_dir).encode(inputs), reference.encode(inputs))
+
+
 def test_decode_sparsity_similarity_and_intersection_are_sentence_transformers(splade_dir, reference, texts):
     encoder = SparseEncoder(splade_dir)
     ours, theirs = encoder.encode(texts), reference.encode(texts)
@@ -524,6 +530,8 @@ def test_inference_free_splade_saves_as_sentence_transformers_does(inference_fre
 
 def test_routers_other_than_inference_free_splade_are_refused_by_name(inference_free_dir, tmp_path):
     encoder = SparseEncoder(inference_free_dir)
+    with pytest.raises(InputError, match="the 'query' route weighs the word pieces of single texts"):
+        encoder.encode_query([("a question", "and a pair")])
     with pytest.raises(InputError, match="task 'passage'.*routes 'query' and 'document'"):
         encoder.encode(["A text."], task="passage")
     with pytest.raises(ConfigError, match="training an inference-free SPLADE model"):

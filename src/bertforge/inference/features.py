@@ -15,7 +15,7 @@ from torch import nn
 
 from bertforge.batching import MODEL_INPUTS, collate, length_sorted_batches
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
-from bertforge.errors import BertforgeError, ConfigError, check_choice
+from bertforge.errors import BertforgeError, ConfigError, InputError, check_choice
 from bertforge.validation import check_within_positions
 from bertforge.windows import half_overlap_starts
 
@@ -242,6 +242,40 @@ def embedding_texts(texts: Sequence[str], settings: SentenceEmbedding, prompt: s
     return [text.lower() for text in texts] if settings.lowercase else texts
 
 
+# A text, or a (text, pair) read together as one input ([CLS] text [SEP] pair [SEP]), as sentence-transformers'
+# encode takes either.
+TextOrPair = str | tuple[str, str]
+
+
+def text_and_pair(item: TextOrPair) -> tuple[str, str | None]:
+    """(text, pair) of an input, the pair None for a single text; a pair is a tuple or list of two texts."""
+    if isinstance(item, str):
+        return item, None
+    if isinstance(item, tuple | list) and len(item) == 2 and all(isinstance(text, str) for text in item):
+        return item[0], item[1]
+    held = f" of ({', '.join(type(part).__name__ for part in item)})" if isinstance(item, tuple | list) else ""
+    raise InputError(f"an input is a text or a (text, pair) of two texts, got a {type(item).__name__}{held}")
+
+
+def model_rows(tokenizer, items: Sequence[TextOrPair], settings: SentenceEmbedding, prompt: str = "",
+               max_length: int | None = None) -> list[dict[str, list[int]]]:
+    """Per input, its input_ids and token_type_ids as the model reads them: the prompt before the text (a pair's
+    first), lower-cased where the layout says so, cut to max_length tokens (a pair longest first, as
+    sentence-transformers cuts it; None: not cut)."""
+    texts, pairs = zip(*map(text_and_pair, items)) if items else ((), ())
+    rows: list[dict[str, list[int]]] = [{}] * len(items)
+    cut = {"truncation": max_length is not None, "max_length": max_length}
+    singles = [i for i, pair in enumerate(pairs) if pair is None]
+    paired = [i for i, pair in enumerate(pairs) if pair is not None]
+    for indices, columns in ((singles, [texts]), (paired, [texts, pairs])):
+        if indices:
+            encoded = tokenizer(*[embedding_texts([column[i] for i in indices], settings, prompt if first else "")
+                                  for first, column in zip((True, False), columns)], **cut)
+            for position, i in enumerate(indices):
+                rows[i] = {name: encoded[name][position] for name in ("input_ids", "token_type_ids")}
+    return rows
+
+
 def prompt_length(tokenizer, settings: SentenceEmbedding, prompt: str) -> int:
     """How many first positions of a text after `prompt` pooling leaves out: none, or where the layout says so
     (include_prompt false) [CLS] and the prompt's word pieces, counted as sentence-transformers counts them (the
@@ -275,11 +309,12 @@ LONG_TEXT: dict[str, Callable[[list[int], int], list[list[int]]]] = {
 
 
 @torch.inference_mode()
-def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last", pooling: str | None = None,
+def extract_features(model, tokenizer, texts: Sequence[TextOrPair], layers: str = "last", pooling: str | None = None,
                      batch_size: int = 32, max_length: int | None = None, normalize: bool | None = None,
                      progress: bool = False, long_text: str = "truncate", prompt_name: str | None = None,
                      prompt: str | None = None) -> torch.Tensor:
-    """One vector per text: (len(texts), hidden), in the order of `texts` (a single string is one text).
+    """One vector per text: (len(texts), hidden), in the order of `texts` (a single string is one text; a
+    (text, pair) tuple is read as one input, [CLS] text [SEP] pair [SEP], as sentence-transformers' encode reads it).
 
     pooling, max_length and normalize default to the checkpoint's sentence-transformers settings (modules.json)
     when it has them, so that the default model gives sentence-transformers' vectors; else mean, the tokenizer's
@@ -290,7 +325,7 @@ def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last
     max_length tokens (advancing by half a window): its vector is the mean of the windows' pooled vectors, each
     weighted by its tokens ([CLS] and [SEP] included, as pooling counts them; a token in two windows counts in
     both), normalised afterwards when normalize is set. With mean pooling that is the mean of every token vector
-    of every window.
+    of every window. A pair is always cut, the longer side first.
 
     >>> extract_features(model, tokenizer, ["A cat.", "A dog."], pooling="mean", normalize=True).shape
     torch.Size([2, 384])
@@ -319,10 +354,20 @@ def extract_features(model, tokenizer, texts: Sequence[str], layers: str = "last
     rows, text_index, left_out = [], [], []
     prompt = settings.prompt(prompt_name, prompt)
     skipped = prompt_length(tokenizer, settings, prompt)
-    encoded = tokenizer(embedding_texts(texts, settings, prompt), truncation=False)["input_ids"]
-    for index, ids in enumerate(encoded):
-        for window, part in enumerate(LONG_TEXT[long_text](ids[1:-1], budget)):
-            rows.append({"input_ids": [tokenizer.cls_token_id, *part, tokenizer.sep_token_id]})
+    # a pair is one input, cut as the tokenizer cuts pairs; a text is read whole, then cut or windowed
+    pairs = [index for index, text in enumerate(texts) if text_and_pair(text)[1] is not None]
+    singles = sorted(set(range(len(texts))) - set(pairs))
+    cut_pairs = dict(zip(pairs, model_rows(tokenizer, [texts[i] for i in pairs], settings, prompt, budget + 2)))
+    whole_texts = dict(zip(singles, model_rows(tokenizer, [texts[i] for i in singles], settings, prompt)))
+    for index in range(len(texts)):
+        if index in cut_pairs:
+            rows.append(cut_pairs[index])
+            text_index.append(index)
+            left_out.append(skipped)
+            continue
+        for window, part in enumerate(LONG_TEXT[long_text](whole_texts[index]["input_ids"][1:-1], budget)):
+            ids = [tokenizer.cls_token_id, *part, tokenizer.sep_token_id]
+            rows.append({"input_ids": ids, "token_type_ids": [0] * len(ids)})  # one key set for every row
             text_index.append(index)
             left_out.append(skipped if window == 0 else 0)  # the prompt opens a text's first window
     pooled: list[torch.Tensor | None] = [None] * len(rows)

@@ -24,14 +24,17 @@ from bertforge.checkpoint.sentence_transformers import SentenceEmbedding, chosen
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.inference.embedding_precision import PRECISIONS, quantize_embeddings
 from bertforge.inference.features import (
+    TextOrPair,
     after_pooling,
     embedding_texts,
     extract_features,
+    model_rows,
     pool,
     pooling_mask,
     prompt_length,
     prompt_tokens,
     sentence_embedding,
+    text_and_pair,
 )
 from bertforge.inference.onnx_backend import BACKENDS, onnx_runtime_model, split_model_kwargs
 from bertforge.inference.process_pool import PoolMethods
@@ -372,9 +375,10 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
         return [self.tokenize(list(column)) for column in zip(*texts)], labels
 
 
-def encode_inputs(inputs: Any) -> str | list[str]:
-    """What encode takes, as a text or a list of texts: those, a numpy column of texts (as pandas gives one), and
-    sentence-transformers 6's inputs by modality, {"text": ...}, one or a list, of which a text model reads text."""
+def encode_inputs(inputs: Any) -> str | list[TextOrPair]:
+    """What encode takes, as a text or a list of texts and (text, pair)s: those, a numpy column of texts (as pandas
+    gives one), and sentence-transformers 6's inputs by modality, {"text": ...}, one or a list, of which a text
+    model reads text."""
     if isinstance(inputs, np.ndarray) and inputs.ndim == 1:
         inputs = inputs.tolist()
     if isinstance(inputs, Mapping) and set(inputs) == {"text"}:
@@ -384,8 +388,12 @@ def encode_inputs(inputs: Any) -> str | list[str]:
         inputs = [item["text"] for item in inputs]
     if isinstance(inputs, str) or (isinstance(inputs, Sequence) and all(isinstance(text, str) for text in inputs)):
         return inputs if isinstance(inputs, str) else list(inputs)
-    raise InputError(f"encode takes a text, a list of texts or {{\"text\": ...}} inputs, got {type(inputs).__name__}"
-                     f"{' holding other things' if isinstance(inputs, Sequence) else ''}")
+    if isinstance(inputs, list) and inputs:  # texts and (text, pair)s, as sentence-transformers' encode reads them
+        for item in inputs:
+            text_and_pair(item)
+        return inputs
+    raise InputError(f"encode takes a text, a list of texts or (text, pair)s, or {{\"text\": ...}} inputs, got "
+                     f"{type(inputs).__name__}{' holding other things' if isinstance(inputs, Sequence) else ''}")
 
 
 def is_one_vector(embeddings: Any) -> bool:
@@ -495,7 +503,8 @@ class SentenceEncoder(PoolMethods, TextEncoder):
                inputs: str | Sequence[str] | None = None) -> Any:
         """SentenceTransformer.encode: (texts, hidden) vectors, (hidden,) for a single string, in the model's dtype
         (float32; float16 or bfloat16 for a model cast to one, bfloat16 as float32 in numpy); a numpy array,
-        a tensor with `convert_to_tensor`, a list of tensors with neither. `truncate_dim` keeps the first
+        a tensor with `convert_to_tensor`, a list of tensors with neither. A (text, pair) among the texts is one
+        input, [CLS] text [SEP] pair [SEP], as sentence-transformers reads it. `truncate_dim` keeps the first
         dimensions, `normalize_embeddings` makes them unit length (after truncating), `precision` quantizes them
         (int8, uint8, binary, ubinary). output_value="token_embeddings": per text its tokens' (tokens, hidden)
         last layer, [CLS] and [SEP] included (quantized by `precision`: numpy arrays, every token of the call in one
@@ -583,12 +592,10 @@ class SentenceEncoder(PoolMethods, TextEncoder):
 
     @torch.inference_mode()
     def _token_embeddings(self, texts: list[str], prompt: str | None, batch_size: int) -> list[dict[str, Any]]:
-        """Per text: its input ids, attention mask and last-layer token vectors, cut at max_seq_length."""
-        settings = dataclasses.replace(self.settings, max_length=self.max_seq_length)
-        encoded = self.tokenizer(embedding_texts(texts, settings, settings.prompt(None, prompt)), truncation=True,
-                                 max_length=self.max_seq_length)
-        rows = [{name: encoded[name][i] for name in ("input_ids", "token_type_ids", "attention_mask")}
-                for i in range(len(texts))]
+        """Per text (or pair): its input ids, token types, attention mask and last-layer token vectors, cut at
+        max_seq_length."""
+        rows = [row | {"attention_mask": [1] * len(row["input_ids"])} for row in model_rows(
+            self.tokenizer, texts, self.settings, self.settings.prompt(None, prompt), self.max_seq_length)]
         answers: list[dict[str, Any]] = [{}] * len(rows)
         for indices in length_sorted_batches([len(row["input_ids"]) for row in rows], batch_size):
             outputs = forward_rows(self.model, [rows[i] for i in indices], lambda output: (output.last_hidden_state,))

@@ -25,7 +25,7 @@ from bertforge.checkpoint.sentence_transformers import (
 )
 from bertforge.config import read_json_object
 from bertforge.errors import ConfigError, InputError
-from bertforge.inference.features import embedding_texts
+from bertforge.inference.features import model_rows, text_and_pair
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_encoder import ModelCardData, TextEncoder, encode_inputs
 from bertforge.tokenizer.files import CONFIG_FILE as TOKENIZER_CONFIG_FILE
@@ -322,10 +322,11 @@ class SparseEncoder(PoolMethods, TextEncoder):
         settings = self.settings
         prompt = settings.prompt(None, prompt)  # None: the default prompt, if any
         if settings.routes is not None and settings.routes.route(task) == settings.routes.static:
+            if any(text_and_pair(text)[1] is not None for text in texts):
+                raise InputError(f"the {task!r} route weighs the word pieces of single texts: give it texts, "
+                                 "not (text, pair)s")
             return self.static_weights.vectors(texts, prompt).to(self.device)
-        encoded = self.tokenizer(embedding_texts(texts, settings, prompt), truncation=True,
-                                 max_length=self.max_seq_length)
-        rows = [{name: encoded[name][i] for name in ("input_ids", "token_type_ids")} for i in range(len(texts))]
+        rows = model_rows(self.tokenizer, texts, settings, prompt, self.max_seq_length)
         vectors = torch.zeros(len(texts), self.get_embedding_dimension(), device=self.device)
         batches = length_sorted_batches([len(row["input_ids"]) for row in rows], batch_size)
         if progress:
