@@ -17,6 +17,7 @@ def attributions_of(explanation) -> torch.Tensor:
 
 
 REVIEW = "a gripping, beautifully acted film that never quite earns its ending."
+MASKED_REVIEW = "a gripping, beautifully acted film that never quite [MASK] its ending."
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +35,14 @@ def test_classifier_learned_the_slice(sst2_classifier, tokenizer, sst2_dev):
     assert (predicted == torch.tensor(labels)).float().mean() > 0.7
 
 
-@pytest.mark.parametrize("label", ["positive", "negative"])
+@pytest.mark.parametrize(("label", "text"), [("positive", REVIEW), ("negative", REVIEW), ("positive", MASKED_REVIEW)])
 def test_integrated_gradients_equal_captums_layer_integrated_gradients(sst2_classifier, hf_classifier, tokenizer,
-                                                                       label):
+                                                                       label, text):
+    """Captum's BERT recipe: a baseline of [PAD] but for [CLS] and [SEP]. A [MASK] in a classifier's text is text
+    like any other (it stayed in the baseline, so it got 0 and shifted the rest)."""
     captum_attr = pytest.importorskip("captum.attr")
-    ours = explain(sst2_classifier, tokenizer, REVIEW, target=label, steps=50)
-    encoding = tokenizer(REVIEW, return_tensors="pt")
+    ours = explain(sst2_classifier, tokenizer, text, target=label, steps=50)
+    encoding = tokenizer(text, return_tensors="pt")
     input_ids = encoding["input_ids"]
     baseline = torch.where((input_ids == tokenizer.cls_token_id) | (input_ids == tokenizer.sep_token_id),
                            input_ids, torch.full_like(input_ids, tokenizer.pad_token_id))
@@ -52,6 +55,8 @@ def test_integrated_gradients_equal_captums_layer_integrated_gradients(sst2_clas
     assert [token.token for token in ours.tokens] == tokenizer.convert_ids_to_tokens(input_ids[0])
     assert torch.allclose(attributions_of(ours), expected, atol=1e-4, rtol=0)
     assert ours.completeness_gap == pytest.approx(-float(delta), abs=1e-4)
+    masks = [token.attribution for token in ours.tokens if token.token == tokenizer.mask_token]
+    assert all(abs(value) > 1e-3 for value in masks) and len(masks) == (text == MASKED_REVIEW)
 
 
 @pytest.mark.parametrize("layer", ["embeddings", "embeddings.word_embeddings"])
@@ -85,6 +90,49 @@ def test_completeness_gap_is_under_one_percent_at_the_default_steps(sst2_classif
         assert abs(explanation.completeness_gap) < 0.01 * abs(difference)
         total = sum(token.attribution for token in explanation.tokens)
         assert total + explanation.completeness_gap == pytest.approx(difference, abs=1e-9)
+
+
+@pytest.mark.parametrize("pair", ["Someone plays music.", "A man is playing a guitar."])
+def test_an_encoder_explains_each_text_against_the_other_as_captum_does(minilm, hf_minilm, tokenizer, pair):
+    """Each text's words are integrated from its baseline with the other text as given: per text, Captum's
+    IntegratedGradients on a forward that takes its word embeddings, the other's pooled vector fixed. Identical texts
+    (whose empty baselines are identical too: f was 1 at both ends of a path moving both, and every word got 0) get
+    attributions."""
+    captum_attr = pytest.importorskip("captum.attr")
+    text = "A man is playing a guitar."
+    ours = explain(minilm, tokenizer, text, pair, steps=50)
+    table = hf_minilm.embeddings.word_embeddings
+    encodings = [tokenizer(value, return_tensors="pt")["input_ids"] for value in (text, pair)]
+    with torch.no_grad():
+        pooled = [hf_minilm(input_ids).last_hidden_state.mean(1) for input_ids in encodings]
+    expected, baseline_scores, deltas = [], [], []
+    for side, input_ids in enumerate(encodings):
+        def similarity(embeddings, other=pooled[1 - side]):
+            return torch.cosine_similarity(hf_minilm(inputs_embeds=embeddings).last_hidden_state.mean(1), other)
+        special = (input_ids == tokenizer.cls_token_id) | (input_ids == tokenizer.sep_token_id)
+        baseline_ids = torch.where(special, input_ids, torch.full_like(input_ids, tokenizer.pad_token_id))
+        with torch.no_grad():
+            inputs, baselines = table(input_ids), table(baseline_ids)
+            baseline_scores.append(float(similarity(baselines)))
+        attributions, delta = captum_attr.IntegratedGradients(similarity).attribute(
+            inputs, baselines=baselines, n_steps=50, method="gausslegendre", return_convergence_delta=True)
+        expected.append(attributions.sum(-1)[0].double())
+        deltas.append(float(delta))
+    assert [token.token for token in ours.tokens] == tokenizer.convert_ids_to_tokens(torch.cat(encodings, 1)[0])
+    assert torch.allclose(attributions_of(ours), torch.cat(expected), atol=1e-5, rtol=0)
+    assert ours.inner["baseline_scores"] == pytest.approx(baseline_scores, abs=1e-5)
+    assert ours.completeness_gap == pytest.approx(-sum(deltas), abs=1e-5)
+    # Completeness per text, and as the README states it: f(x) - baseline_score = the sum of all attributions + gap.
+    for side in (0, 1):
+        words = sum(word.attribution for word in ours.words if word.text == side)
+        difference = ours.score - ours.inner["baseline_scores"][side]
+        assert abs(words - difference) < 0.01 * abs(difference)
+    assert ours.baseline_score == pytest.approx(sum(ours.inner["baseline_scores"]) - ours.score, abs=1e-12)
+    total = sum(token.attribution for token in ours.tokens)
+    assert total + ours.completeness_gap == pytest.approx(ours.score - ours.baseline_score, abs=1e-9)
+    if pair == text:  # the two sides mirror each other
+        halves = [[word.attribution for word in ours.words if word.text == side] for side in (0, 1)]
+        assert halves[0] == pytest.approx(halves[1], abs=1e-6) and min(map(abs, halves[0])) > 1e-3
 
 
 def test_gradient_x_input_equals_direct_autograd(sst2_classifier, hf_classifier, tokenizer):
@@ -162,7 +210,7 @@ def test_every_task_has_targets(tokenizer, tiny_config, minilm):
     assert answer.target.startswith("start: ") and [w.word for w in answer.words][-3:] == ["cat", "sat", "."]
     with pytest.raises(InputError, match="give the pair"):
         explain(reader, tokenizer, "Who sat?")
-    with pytest.raises(InputError, match="keeps no token to answer from"):  # it was a TypeError
+    with pytest.raises(InputError, match="the pair to explain is empty"):  # it was a TypeError
         explain(reader, tokenizer, "Who sat?", "\x1b ")
 
     fill = BertForMaskedLM(config).eval()
@@ -183,6 +231,18 @@ def test_bad_requests_are_one_line_errors(sst2_classifier, tokenizer):
         explain(sst2_classifier, tokenizer, REVIEW, method="lime")
     with pytest.raises(InputError, match="empty"):
         explain(sst2_classifier, tokenizer, "   ")
+
+
+@pytest.mark.parametrize(("text", "pair", "empty"), [
+    ("\x1b", None, "text"), ("\u200b\u200d \x00\ufeff", None, "text"), ("", None, "text"),
+    ("Is it good?", "\x1b\t", "pair"), ("Is it good?", "", "pair")])
+def test_a_text_that_tokenizes_to_nothing_is_refused(sst2_classifier, minilm, tokenizer, text, pair, empty):
+    """Control and zero-width characters tokenize to no piece, as spaces do: such a text was explained as [CLS] [SEP]
+    with no word and every attribution 0."""
+    for model in (sst2_classifier, minilm) if pair is not None else (sst2_classifier,):
+        with pytest.raises(InputError, match=f"^the {empty} to explain is empty after tokenization") as error:
+            explain(model, tokenizer, text, pair)
+        assert "\n" not in str(error.value)
 
 
 def test_an_int8_model_is_explained_by_rollout_and_refused_by_gradients(sst2_classifier_dir, tokenizer, sst2_dev):

@@ -68,6 +68,15 @@ def test_masked_lm_page_shows_each_layers_guess_and_vector_changes(tokenizer, ti
     assert 'class="inner layer-predictions"' in page and page.count("<tr><th>layer ") >= 2
 
 
+def test_encoder_page_shows_each_texts_baseline(minilm, tokenizer):
+    """An encoder's texts are explained one against the other: two baselines, and no masked-LM tables."""
+    explanation = explain(minilm, tokenizer, "A man is playing a guitar.", "Someone plays music.", steps=8)
+    empty_text, empty_pair = explanation.inner["baseline_scores"]
+    page = explanation_page(minilm, tokenizer, explanation)
+    assert f"f(empty text, pair) = {empty_text:.4g}, f(text, empty pair) = {empty_pair:.4g}" in page
+    assert 'id="inner"' not in page
+
+
 def bertforge(*arguments: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "bertforge", *arguments], capture_output=True, text=True,
                           timeout=600)

@@ -19,7 +19,9 @@ def explain(model, tokenizer, text: str, text_pair: str | None = None, target: s
     `target` names what to explain (a label, an entity, "start", a token at [MASK]; default: the prediction);
     `method` is a name in METHODS; `steps` are integrated gradients' interpolation points; `max_length` defaults
     to what the model was fine-tuned with (its tokenizer's model_max_length), as `predict` reads. A masked-LM model's
-    explanation also holds, in `inner`, what each layer would predict at the [MASK] (see inner.py).
+    explanation also holds, in `inner`, what each layer would predict at the [MASK] (see inner.py); an encoder's,
+    explained by integrated gradients one text against the other, "baseline_scores": f(empty text, pair) and
+    f(text, empty pair), whose sum less f(text, pair) is `baseline_score`.
     >>> explain(classifier, tokenizer, "a gripping, funny film").top_words(1)[0].word  # e.g. 'funny'
     """
     check_choice(method, METHODS, "method", error=InputError)
@@ -37,6 +39,8 @@ def explain(model, tokenizer, text: str, text_pair: str | None = None, target: s
         chosen = build_target(model, tokenizer, text, text_pair, target, max_length)
         attributions = METHODS[method](model, chosen, steps)
         inner = masked_lm_views(model, tokenizer, chosen.rows[0]) if isinstance(model, BertForMaskedLM) else {}
+        if attributions.baseline_scores is not None:  # one baseline per text: each text against the other
+            inner["baseline_scores"] = attributions.baseline_scores
     finally:
         model.train(was_training)
     texts = [text] if text_pair is None else [text, text_pair]

@@ -32,6 +32,7 @@ class Attributions:
     baseline_score: float | None = None
     completeness_gap: float | None = None
     steps: int | None = None
+    baseline_scores: list[float] | None = None  # rows integrated one at a time: f(x with row i at its baseline)
 
 
 def word_embeddings(model, ids: list[int]) -> torch.Tensor:
@@ -55,25 +56,35 @@ def score_at(target: Target, embeddings: list[torch.Tensor]) -> float:
 def integrated_gradients(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:
     """(x - b) * the average gradient of f on the straight path from the baseline b to x, per token.
 
-    Completeness: the attributions sum to f(x) - f(b) up to the integration error, reported as the gap.
+    Completeness: the attributions sum to f(x) - f(b) up to the integration error, reported as the gap. Where the
+    target's rows are integrated one at a time, row i's attributions sum to f(x) - f(x with row i at its baseline):
+    the baseline score reported is f(x) minus the sum of those differences, so that completeness reads the same.
     """
     inputs = [word_embeddings(model, row.input_ids) for row in target.rows]
     baselines = [word_embeddings(model, row.baseline_ids) for row in target.rows]
+    rows = range(len(inputs))
+    paths = [[i] for i in rows] if target.rows_one_at_a_time else [list(rows)]  # the rows that move on each path
     alphas, weights = (values.to(inputs[0].device) for values in gauss_legendre(steps))
     totals = [torch.zeros(x.shape, dtype=torch.float64, device=x.device) for x in inputs]  # weighted sum of gradients
-    batch = max(1, TOKENS_PER_BATCH // sum(len(row.input_ids) for row in target.rows))
+    batch = max(1, TOKENS_PER_BATCH // (len(paths) * sum(len(row.input_ids) for row in target.rows)))
     with torch.enable_grad():
         for begin in range(0, steps, batch):
             alpha = alphas[begin:begin + batch].to(inputs[0].dtype)[:, None, None]  # (steps, 1, 1)
-            scaled = [(b + alpha * (x - b)).requires_grad_() for x, b in zip(inputs, baselines)]
-            gradients = torch.autograd.grad(target.score(scaled).sum(), scaled)
+            moving = {(p, i): (baselines[i] + alpha * (inputs[i] - baselines[i])).requires_grad_()
+                      for p, path in enumerate(paths) for i in path}
+            # Every path in one batch: per row, its points on the first path, then on the next.
+            held = [x.expand(len(alpha), -1, -1) for x in inputs]
+            scaled = [torch.cat([moving.get((p, i), held[i]) for p in range(len(paths))]) for i in rows]
+            gradients = torch.autograd.grad(target.score(scaled).sum(), list(moving.values()))
             weight = weights[begin:begin + batch][:, None, None]
-            for total, gradient in zip(totals, gradients):
-                total += (gradient.double() * weight).sum(0)
+            for (_, i), gradient in zip(moving, gradients):
+                totals[i] += (gradient.double() * weight).sum(0)
     per_token = [((x - b).double() * total).sum(-1).cpu() for x, b, total in zip(inputs, baselines, totals)]
-    score, baseline_score = score_at(target, inputs), score_at(target, baselines)
+    score = score_at(target, inputs)
+    path_baselines = [score_at(target, [baselines[i] if i in path else inputs[i] for i in rows]) for path in paths]
+    baseline_score = path_baselines[0] if len(paths) == 1 else score - sum(score - value for value in path_baselines)
     gap = score - baseline_score - float(sum(values.sum() for values in per_token))
-    return Attributions(per_token, score, baseline_score, gap, steps)
+    return Attributions(per_token, score, baseline_score, gap, steps, path_baselines if len(paths) > 1 else None)
 
 
 def gradient_x_input(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:

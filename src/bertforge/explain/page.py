@@ -53,7 +53,10 @@ def summary(explanation: Explanation) -> str:
     facts = [f"explained: <b>{html.escape(explanation.target)}</b>", f"method: {explanation.method}"]
     if explanation.score is not None:
         facts.append(f"f(x) = {explanation.score:.4g}")
-    if explanation.baseline_score is not None:
+    if "baseline_scores" in explanation.inner:  # each text against the other: one baseline per text
+        empty_text, empty_pair = explanation.inner["baseline_scores"]
+        facts.append(f"f(empty text, pair) = {empty_text:.4g}, f(text, empty pair) = {empty_pair:.4g}")
+    elif explanation.baseline_score is not None:
         facts.append(f"f(baseline) = {explanation.baseline_score:.4g}")
     if explanation.completeness_gap is not None:
         facts.append(f"completeness gap = {explanation.completeness_gap:.3g} ({explanation.steps} steps)")
@@ -74,7 +77,7 @@ def attribution_section(explanation: Explanation) -> str:
 
 def inner_section(inner: dict) -> str:
     """Tables of the masked-LM views; empty for other models."""
-    if not inner:
+    if "layer_predictions" not in inner:
         return ""
     parts = ['<section id="inner"><h2>Inside the model</h2>']
     tokens = inner["tokens"]

@@ -6,7 +6,8 @@ in place of the embedding lookup and returns f, (steps,). Each model class has o
   token classifier: one predicted entity, the sum of its tokens' logits for their tags;
   question answering (text = question, text_pair = context): the best answer's start + end logits, or either;
   masked LM: the logit of a token at the first [MASK] (default: the predicted one);
-  bare encoder: the cosine similarity of the two texts' mean-pooled embeddings (which words make them alike).
+  bare encoder: the cosine similarity of the two texts' mean-pooled embeddings (which words make them alike), each
+    text's words explained against the other text as given (rows_one_at_a_time).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class Row:
     texts: list[int | None]  # per token: index into the user's texts (0 text, 1 pair); None for special tokens
     offsets: list[tuple[int, int] | None]  # per token: characters of its text; None for special tokens
     word_ids: list[int | None]  # per token: word index within its text
-    baseline_ids: list[int]  # the uninformative input: [PAD] for every token but [CLS], [SEP] and [MASK]
+    baseline_ids: list[int]  # the uninformative input: [PAD] for all but [CLS], [SEP] (and a masked LM's [MASK])
 
     def tensors(self, copies: int = 1, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         return (torch.tensor([self.input_ids], device=device).expand(copies, -1),
@@ -55,10 +56,14 @@ class Row:
 
 
 def encode_row(tokenizer, text: str, pair: str | None, first_text: int = 0,
-               max_length: int = DEFAULT_MAX_LENGTH) -> Row:
-    """[CLS] text [SEP] (pair [SEP]), truncated to max_length; `first_text` numbers `text` among the user's texts."""
-    if not text or not text.strip() or (pair is not None and not pair.strip()):
-        raise InputError("the text to explain is empty")
+               max_length: int = DEFAULT_MAX_LENGTH, keep_mask: bool = False) -> Row:
+    """[CLS] text [SEP] (pair [SEP]), truncated to max_length; `first_text` numbers `text` among the user's texts;
+    `keep_mask` keeps [MASK] in the baseline (for a masked LM)."""
+    for number, value in enumerate((text, pair), first_text):
+        # Control and zero-width characters tokenize to nothing, as spaces do: there would be no word to explain.
+        if value is not None and not tokenizer.tokenize(value):
+            raise InputError(f"the {('text', 'pair')[number]} to explain is empty after tokenization (no word "
+                             "piece: only spaces, control or zero-width characters)")
     encoding = tokenizer(text, text_pair=pair, truncation=True, max_length=max_length,
                          return_offsets_mapping=True, return_word_ids=True)
     ids, types = encoding["input_ids"], encoding["token_type_ids"]
@@ -66,8 +71,9 @@ def encode_row(tokenizer, text: str, pair: str | None, first_text: int = 0,
     texts = [None if token in special else first_text + segment for token, segment in zip(ids, types)]
     offsets = [tuple(span) if source is not None else None for span, source in zip(encoding["offset_mapping"], texts)]
     words = [word if source is not None else None for word, source in zip(encoding["word_ids"], texts)]
-    # [MASK] stays: for a masked LM it is the question asked, not evidence for the answer.
-    kept = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id}
+    kept = {tokenizer.cls_token_id, tokenizer.sep_token_id}
+    if keep_mask:  # for a masked LM [MASK] is the question asked, not evidence for the answer; elsewhere it is text
+        kept.add(tokenizer.mask_token_id)
     baseline = [token if token in kept else tokenizer.pad_token_id for token in ids]
     return Row(ids, types, texts, offsets, words, baseline)
 
@@ -109,6 +115,9 @@ class Target:
     rows: list[Row]  # the inputs f reads: one, or two for the similarity of two texts
     score: Callable[[list[torch.Tensor]], torch.Tensor]  # word embeddings per row -> f, (steps,)
     readout: list[torch.Tensor]  # per row, (seq,) weights of the positions whose outputs f reads
+    # Integrated gradients moves each row from its baseline on a path of its own, the other rows held at their input
+    # (one text against the other), in place of all rows at once: two empty texts look alike to an encoder.
+    rows_one_at_a_time: bool = False
 
 
 def _pick(choices: list[str], target: str | int | None, default: int, what: str) -> int:
@@ -192,7 +201,7 @@ def answer_target(model, tokenizer, text, pair, target, max_length) -> Target:
     start_logits, end_logits = output.start_logits[0].float().cpu(), output.end_logits[0].float().cpu()
     seq = len(row.input_ids)
     in_context = torch.tensor([source == 1 for source in row.texts])
-    if not in_context.any():  # a context of spaces and control characters, or one truncation took all of
+    if not in_context.any():  # one truncation took all of (a long question, a short max_length)
         raise InputError("the context (pair) keeps no token to answer from: give a context with words in it")
     span_scores = start_logits[:, None] + end_logits[None, :]  # (seq, seq): start x end
     ordered = torch.ones(seq, seq, dtype=torch.bool).triu()  # end >= start
@@ -214,7 +223,7 @@ def answer_target(model, tokenizer, text, pair, target, max_length) -> Target:
 
 
 def masked_token_target(model, tokenizer, text, pair, target, max_length) -> Target:
-    row = encode_row(tokenizer, text, pair, max_length=max_length)
+    row = encode_row(tokenizer, text, pair, max_length=max_length, keep_mask=True)
     if tokenizer.mask_token_id not in row.input_ids:
         raise InputError("a masked-LM model explains its guess at a [MASK]: put [MASK] in the text")
     position = row.input_ids.index(tokenizer.mask_token_id)
@@ -241,7 +250,7 @@ def similarity_target(model, tokenizer, text, pair, target, max_length) -> Targe
         pooled = [run_with(model, row, values).last_hidden_state.mean(1) for row, values in zip(rows, embeddings)]
         return F.cosine_similarity(pooled[0], pooled[1], dim=-1)
     readouts = [torch.full((len(row.input_ids),), 1 / len(row.input_ids)) for row in rows]
-    return Target("similarity", ["similarity"], rows, score, readouts)
+    return Target("similarity", ["similarity"], rows, score, readouts, rows_one_at_a_time=True)
 
 
 # Most specific first: every task model holds a BertModel, but is not one.
