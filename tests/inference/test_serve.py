@@ -1274,7 +1274,10 @@ def test_cohere_clients_rerank_as_sentence_transformers(cross_encoder_server, da
         len(reference.tokenizer(query, document)["input_ids"]) for document in documents)
     answer = v2.rerank(model="bertforge", query=query, documents=documents)
     assert_ranked(answer.results, reference.rank(query, documents))
-    assert all(getattr(result, "document", None) is None for result in answer.results)  # not asked for
+    # each with its document unless told not to (vLLM always returns it, Jina by default)
+    assert [result.document["text"] for result in answer.results] == [documents[r.index] for r in answer.results]
+    answer = v1.rerank(query=query, documents=documents, return_documents=False)
+    assert all(getattr(result, "document", None) is None for result in answer.results)
     # max_tokens_per_doc: each document cut after its first word pieces, where the reference tokenizer ends them
     fast = transformers.AutoTokenizer.from_pretrained(str(cross_encoder_server.directory))
     cut = [document[:fast(document, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"][4][1]]
@@ -1296,7 +1299,7 @@ def test_cohere_clients_rerank_as_sentence_transformers(cross_encoder_server, da
         v2.rerank(model="bertforge", query=query, documents=documents * 2)
     assert raised.value.status_code == 413 and "too many documents: 12" in raised.value.body["error"]["message"]
     with pytest.raises(cohere.errors.BadRequestError, match="top_n"):
-        v2.rerank(model="bertforge", query=query, documents=documents, top_n=0)
+        v2.rerank(model="bertforge", query=query, documents=documents, top_n=-1)
     # vLLM's and Infinity's /rerank take the same shape (Infinity's raw_scores: the logit itself)
     status, answer, _ = cross_encoder_server.request("/rerank", {"query": query, "documents": documents,
                                                                  "raw_scores": True, "top_n": 2})
@@ -1304,6 +1307,154 @@ def test_cohere_clients_rerank_as_sentence_transformers(cross_encoder_server, da
     best = sorted(range(len(documents)), key=lambda i: -logits[i])[:2]
     assert status == 200 and [(item["index"], item["relevance_score"]) for item in answer["results"]] == \
         [(i, pytest.approx(float(logits[i]), abs=1e-4)) for i in best]
+
+
+def test_vllm_score_and_rerank_as_sentence_transformers(cross_encoder_server, data_dir):
+    """vLLM's /score (its four pairs of field names, 1:N and N:N) and its rerank body (its own fields: model, user,
+    request_id, use_activation, truncate_prompt_tokens, top_n 0) on a cross-encoder, against sentence-transformers'
+    CrossEncoder on the same folder and real STS-B sentences; answers in vLLM's shapes."""
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    rows = stsb_rows(data_dir, 6)
+    query, documents = rows[0]["sentence1"], [row["sentence2"] for row in rows]
+    firsts = [row["sentence1"] for row in rows]
+    reference = sentence_transformers.CrossEncoder(str(cross_encoder_server.directory), device="cpu")
+    expected = reference.predict([(query, document) for document in documents])
+    for first, second in (("text_1", "text_2"), ("queries", "documents"), ("queries", "items"), ("data_1", "data_2")):
+        status, answer, _ = cross_encoder_server.request("/score", {"model": "m", first: query, second: documents})
+        assert status == 200 and set(answer) == {"id", "object", "created", "model", "data", "usage"}, answer
+        assert [item["index"] for item in answer["data"]] == list(range(6))
+        assert {item["object"] for item in answer["data"]} == {"score"} and answer["object"] == "list"
+        assert [item["score"] for item in answer["data"]] == pytest.approx(expected.tolist(), abs=1e-5)
+    tokens = sum(len(reference.tokenizer(query, document)["input_ids"]) for document in documents)
+    assert answer["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
+    # N:N pair by pair; logits with use_activation false
+    status, answer, _ = cross_encoder_server.request("/v1/score", {"text_1": firsts, "text_2": documents,
+                                                                   "use_activation": False})
+    logits = reference.predict(list(zip(firsts, documents)), activation_fn=torch.nn.Identity())
+    assert status == 200 and [item["score"] for item in answer["data"]] == pytest.approx(logits.tolist(), abs=1e-4)
+    # truncate_prompt_tokens: each pair cut to 12 tokens, longer text first, as a CrossEncoder of max_length 12
+    short = sentence_transformers.CrossEncoder(str(cross_encoder_server.directory), device="cpu", max_length=12)
+    status, answer, _ = cross_encoder_server.request("/score", {"text_1": query, "text_2": documents,
+                                                                "truncate_prompt_tokens": 12})
+    assert status == 200 and [item["score"] for item in answer["data"]] == pytest.approx(
+        short.predict([(query, document) for document in documents]).tolist(), abs=1e-5)
+    # vLLM's rerank body: its fields are taken, and each result has its document, usage its prompt_tokens
+    status, answer, _ = cross_encoder_server.request("/rerank", {
+        "model": "m", "query": query, "documents": documents, "top_n": 0, "user": "u", "request_id": "r1",
+        "priority": 0, "use_activation": None, "max_tokens_per_doc": 0, "truncate_prompt_tokens": -1})
+    ranked = reference.rank(query, documents)
+    assert status == 200 and [(item["index"], item["document"]["text"]) for item in answer["results"]] == \
+        [(item["corpus_id"], documents[item["corpus_id"]]) for item in ranked]
+    assert answer["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
+    status, answer, _ = cross_encoder_server.request("/v1/rerank", {"query": query, "documents": documents,
+                                                                    "use_activation": False, "top_n": 2})
+    assert [item["relevance_score"] for item in answer["results"]] == pytest.approx(
+        sorted(reference.predict([(query, d) for d in documents], activation_fn=torch.nn.Identity()).tolist(),
+               reverse=True)[:2], abs=1e-4)
+    # SageMaker's /invocations tells vLLM's bodies apart as vLLM does
+    assert cross_encoder_server.request("/invocations", {"text_1": query, "text_2": documents})[1]["data"][0][
+        "score"] == pytest.approx(float(expected[0]), abs=1e-5)
+    assert len(cross_encoder_server.request("/invocations", {"query": query, "documents": documents})[1][
+        "results"]) == 6
+    assert_error(cross_encoder_server.request("/score", {"text_1": firsts[:2], "text_2": documents}), 400,
+                 "text_1 has 2 texts and text_2 6: score one against many (1:N) or as many of each")
+    assert_error(cross_encoder_server.request("/score", {"text_1": query, "documents": documents}), 400,
+                 "send the two sides of the pairs under one of vLLM's names: text_1 and text_2, queries and documents")
+    assert_error(cross_encoder_server.request("/v1/score", {"text_1": query, "text_2": documents,
+                                                            "truncate_prompt_tokens": 100000}), 400,
+                 "truncate_prompt_tokens: 100000 tokens; a model input takes from 2")
+
+
+def test_vllm_classify_as_transformers(make_server, seeded_classifier, sst2_dev, tmp_path):
+    """vLLM's /classify on a sequence classifier (MiniLM with a seeded head): each label's probability (or logit
+    with use_activation false) and the most probable label, against transformers' model on the same folder and
+    real SST-2 reviews; an encoder is 409 in OpenAI's shape."""
+    transformers = pytest.importorskip("transformers")
+    folder = seeded_classifier(tmp_path / "clf", {0: "negative", 1: "positive"}, seed=3)
+    server = make_server(folder)
+    reference = transformers.AutoModelForSequenceClassification.from_pretrained(str(folder)).eval()
+    fast = transformers.AutoTokenizer.from_pretrained(str(folder))
+    texts = [text for text, _ in sst2_dev[:5]]
+    with torch.no_grad():
+        logits = reference(**fast(texts, padding=True, return_tensors="pt")).logits
+    status, answer, _ = server.request("/classify", {"model": "m", "input": texts, "user": "u"})
+    assert status == 200 and set(answer) == {"id", "object", "created", "model", "data", "usage"}, answer
+    assert [item["num_classes"] for item in answer["data"]] == [2] * 5
+    assert [item["label"] for item in answer["data"]] == [["negative", "positive"][int(row.argmax())]
+                                                          for row in logits]
+    torch.testing.assert_close(torch.tensor([item["probs"] for item in answer["data"]]), logits.softmax(-1),
+                               atol=1e-5, rtol=0)
+    tokens = sum(len(ids) for ids in fast(texts)["input_ids"])
+    assert answer["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
+    status, answer, _ = server.request("/v1/classify", {"input": texts[0], "use_activation": False})
+    torch.testing.assert_close(torch.tensor(answer["data"][0]["probs"]), logits[0], atol=1e-4, rtol=0)
+    invoked = server.request("/invocations", {"input": texts[:2]})[1]  # the body vLLM's /invocations classifies
+    torch.testing.assert_close(torch.tensor([item["probs"] for item in invoked["data"]]), logits[:2].softmax(-1),
+                               atol=1e-5, rtol=0)
+    assert_error(server.request("/classify", {"input": texts[0], "add_special_tokens": False}), 400,
+                 "add_special_tokens: false leaves out the [CLS]")
+    assert_error(make_server("default").request("/classify", {"input": "x"}), 409, "wrong task")
+
+
+def test_vllm_embedding_options_and_tokenizer_routes(make_server, tokenizer):
+    """vLLM's /v1/embeddings options on the default model (truncate_prompt_tokens, add_special_tokens,
+    normalize, embed_dtype and endianness of base64), against sentence-transformers and transformers; its
+    /tokenize and /detokenize; /version and POST /ping."""
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    transformers = pytest.importorskip("transformers")
+    import numpy as np
+
+    from bertforge.checkpoint.default_model import resolve_model_dir
+
+    server = make_server("default")
+    folder = str(resolve_model_dir("default"))
+    reference = sentence_transformers.SentenceTransformer(folder, device="cpu")
+    texts = list(TEXTS)
+
+    def vectors(body):
+        status, answer, _ = server.request("/v1/embeddings", {"model": "m", "input": texts, **body})
+        assert status == 200, answer
+        return answer
+
+    reference.max_seq_length = 6
+    answer = vectors({"truncate_prompt_tokens": 6})
+    np.testing.assert_allclose([item["embedding"] for item in answer["data"]], reference.encode(texts), atol=1e-5)
+    assert answer["usage"]["prompt_tokens"] == sum(min(6, len(reference.tokenizer(text)["input_ids"]))
+                                                   for text in texts)
+    reference.max_seq_length = 256
+    expected = reference.encode(texts)
+    for dtype, endianness, numpy_type in (("float16", "little", "<f2"), ("float16", "big", ">f2"),
+                                          ("float32", "big", ">f4"), ("float32", "native", "=f4")):
+        answer = vectors({"encoding_format": "base64", "embed_dtype": dtype, "endianness": endianness})
+        decoded = [np.frombuffer(base64.b64decode(item["embedding"]), dtype=numpy_type) for item in answer["data"]]
+        np.testing.assert_allclose(decoded, expected, atol=1e-3 if dtype == "float16" else 1e-5)
+    answer = vectors({"encoding_format": "base64", "embed_dtype": "bfloat16"})
+    raw = np.stack([np.frombuffer(base64.b64decode(item["embedding"]), dtype="<i2") for item in answer["data"]])
+    decoded = torch.from_numpy(raw.copy()).view(torch.bfloat16).float().numpy()
+    np.testing.assert_allclose(decoded, expected, atol=4e-3)
+    # without [CLS] and [SEP]: the mean of the word pieces' vectors alone, as transformers' model gives them
+    model = transformers.AutoModel.from_pretrained(folder).eval()
+    answer = vectors({"add_special_tokens": False, "normalize": False})
+    for text, item in zip(texts, answer["data"]):
+        ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            mean = model(input_ids=ids).last_hidden_state[0].mean(0)
+        np.testing.assert_allclose(item["embedding"], torch.nn.functional.normalize(mean, dim=0), atol=1e-5)
+    # vLLM's tokenizer routes, as its tests ask them
+    fast = transformers.AutoTokenizer.from_pretrained(folder)
+    for add_special in (True, False):
+        status, answer, _ = server.request("/tokenize", {"model": "m", "prompt": texts[2],
+                                                         "add_special_tokens": add_special})
+        ids = fast(texts[2], add_special_tokens=add_special)["input_ids"]
+        assert status == 200 and answer == {"count": len(ids), "max_model_len": 512, "tokens": ids,
+                                            "token_strs": None}
+    status, answer, _ = server.request("/tokenize", {"prompt": texts[0], "return_token_strs": True})
+    assert answer["token_strs"] == fast.convert_ids_to_tokens(fast(texts[0])["input_ids"])
+    ids = fast(texts[0], add_special_tokens=False)["input_ids"]
+    assert server.request("/detokenize", {"model": "m", "tokens": ids})[1] == {"prompt": fast.decode(ids)}
+    assert_error(server.request("/detokenize", {"tokens": [10 ** 6]}), 422, "token id 1000000 is not in the model's")
+    assert_error(server.request("/tokenize", {"prompt": "a", "text": "b"}), 422, '"prompt", one of them')
+    assert server.request("/version")[1]["version"] and server.request("/ping", {})[0] == 200
 
 
 def test_cohere_rerank_with_an_encoder(encoder_server, task_model_dirs):

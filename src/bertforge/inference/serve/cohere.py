@@ -49,10 +49,16 @@ def typed_embeddings(vectors: torch.Tensor, embedding_type: str) -> list:
     return quantize_embeddings(np.asarray(vectors.to(torch.float32).numpy()), embedding_type).tolist()
 
 
-def float32_base64(values: torch.Tensor) -> str:
+def float32_base64(values: torch.Tensor, dtype: str = "float32", endianness: str = "little") -> str:
     """A vector (or a text's token vectors, one after the other) as base64 of its little-endian float32 values, as
-    OpenAI's, Jina's and Cohere's base64 encodings give them."""
-    return base64.b64encode(values.to(torch.float32).numpy().astype("<f4").tobytes()).decode()
+    OpenAI's, Jina's and Cohere's base64 encodings give them; or of vLLM's `embed_dtype` (float16, bfloat16) in
+    its `endianness` (little, big, or native: this machine's)."""
+    order = {"little": "<", "big": ">", "native": "="}[endianness]
+    if dtype == "bfloat16":  # numpy has no bfloat16: its 16 bits, as integers
+        raw = values.to(torch.bfloat16).view(torch.int16).numpy().astype(order + "i2")
+    else:
+        raw = values.to(torch.float32).numpy().astype(order + {"float32": "f4", "float16": "f2"}[dtype])
+    return base64.b64encode(raw.tobytes()).decode()
 
 
 def check_embedding_types(kinds: list[str]) -> None:

@@ -30,6 +30,12 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# The model a request names, which clients of servers of several models send (vLLM's, Infinity's)
+MODEL = "ignored: the server has one model"
+TRUNCATE_PROMPT_TOKENS = ("vLLM's field: each model input cut to its first N tokens ([CLS] and [SEP] included; a "
+                          "pair's longer text first); -1: the model's length")
+
+
 class ErrorResponse(BaseModel):
     error: str = Field(description="what was wrong, in one line")
     error_type: Literal["Unhealthy", "Backend", "Overloaded", "Validation", "Tokenizer", "Empty"] = Field(
@@ -91,6 +97,7 @@ class FeatureExtractionParameters(Strict):
 
 
 class EmbedRequest(Strict):
+    model: str | None = Field(None, description=MODEL)
     texts: list[Text] | None = Field(None, min_length=1, description="the texts to embed (at most max_texts)")
     inputs: Text | Texts | TokenIds | TokenIdLists | None = Field(
         None, description=TEI_INPUTS + "; the answer is then a bare list of vectors")
@@ -112,6 +119,7 @@ class EmbedRequest(Strict):
 
 
 class EmbedAllRequest(Strict):
+    model: str | None = Field(None, description=MODEL)
     inputs: Text | Texts | TokenIds | TokenIdLists = Field(description=TEI_INPUTS)
     truncate: bool | None = Field(None, strict=True, description=TRUNCATE)
     truncation_direction: TruncationDirection = Field("right", description=TRUNCATION_DIRECTION)
@@ -140,6 +148,7 @@ class SimilarityParameters(Strict):
 
 class SimilarityRequest(Strict):
     """text-embeddings-inference's (and the Hugging Face sentence-similarity task's) request."""
+    model: str | None = Field(None, description=MODEL)
     inputs: SimilarityInput
     parameters: SimilarityParameters | None = None
     options: InferenceAPIOptions | None = Field(None, description=OPTIONS)
@@ -178,6 +187,14 @@ class OpenAIEmbeddingRequest(HostedEmbeddingRequest):
     truncate: bool | None = Field(None, strict=True, description="Jina's: cut a text over the model's length (true) "
                                                                   "or answer 413 (false); default: --long-text")
     late_chunking: bool | None = Field(None, strict=True, description="Jina's: refused when true")
+    normalize: bool | None = Field(None, strict=True, description="vLLM's name for normalized")
+    truncate_prompt_tokens: int | None = Field(None, ge=-1, strict=True, description=TRUNCATE_PROMPT_TOKENS)
+    add_special_tokens: bool = Field(True, strict=True, description="vLLM's: false reads a text's word pieces "
+                                                                    "without [CLS] and [SEP]")
+    embed_dtype: Literal["float32", "float16", "bfloat16"] = Field(
+        "float32", description="vLLM's: the numbers base64 holds (float encoding is unaffected)")
+    endianness: Literal["native", "little", "big"] = Field(
+        "native", description="vLLM's: their byte order in base64 (native: the server's)")
 
 
 class VectorsConfig(BaseModel):
@@ -295,6 +312,7 @@ class ZeroShotRequest(Strict):
 
 
 class PredictRequest(Strict):
+    model: str | None = Field(None, description=MODEL)
     texts: list[Text] | None = Field(None, min_length=1, description="the texts (at most max_texts), for a "
                                                                     "classifier, regression model or tagger")
     text_pairs: list[Text] | None = Field(None, description="a second text per text, for pair tasks")
@@ -311,7 +329,30 @@ class PredictRequest(Strict):
     options: InferenceAPIOptions | None = Field(None, description=OPTIONS)
 
 
+class VLLMFields(BaseModel):
+    """The fields vLLM's pooling requests share, which its clients send to every route (extra fields are refused
+    by name on bertforge's own routes, so these are named)."""
+    model: str | None = Field(None, description=MODEL)
+    user: str | None = Field(None, description="ignored")
+    request_id: str | None = Field(None, description="vLLM's: ignored (each answer has an id of its own)")
+    priority: int | None = Field(None, strict=True, description="ignored (one queue)")
+    truncate_prompt_tokens: int | None = Field(None, ge=-1, strict=True, description=TRUNCATE_PROMPT_TOKENS)
+
+
+class VLLMActivation(BaseModel):
+    """vLLM's switch between a classifier's probabilities and its logits, under its current name and its two
+    older ones."""
+    use_activation: bool | None = Field(None, strict=True, description="vLLM's: false gives logits (raw scores)")
+    activation: bool | None = Field(None, strict=True, description="vLLM's older name for use_activation")
+    softmax: bool | None = Field(None, strict=True, description="vLLM's older name for use_activation")
+
+    @property
+    def raw(self) -> bool:
+        return False in (self.use_activation, self.activation, self.softmax)
+
+
 class RerankRequest(Strict):
+    model: str | None = Field(None, description=MODEL)
     query: Text
     texts: list[Text] = Field(min_length=1, description="the texts to rank against the query (at most max_texts)")
     raw_scores: bool = Field(False, strict=True, description="a pair classifier's logit instead of its probability")
@@ -322,21 +363,45 @@ class RerankRequest(Strict):
     truncation_direction: TruncationDirection = Field("right", description=TRUNCATION_DIRECTION)
 
 
-class CohereRerankRequest(Strict):
-    """Cohere's rerank API, v1 and v2 (Jina's and vLLM's rerank routes take the same fields)."""
-    model: str | None = Field(None, description="ignored: the server has one model")
+class CohereRerankRequest(VLLMFields, VLLMActivation, Strict):
+    """Cohere's rerank API, v1 and v2 (Jina's and vLLM's rerank routes take the same fields, and vLLM's own)."""
     query: Text
     documents: Annotated[list[Text | Annotated[dict[str, Text], Field(min_length=1)]], Field(min_length=1)] = Field(
         description='texts, or objects read by their "text" field or by rank_fields (at most max_texts)')
-    top_n: int | None = Field(None, ge=1, strict=True, description="the N most relevant only (default: all)")
-    return_documents: bool = Field(False, strict=True, description="each result with its document, as sent")
+    top_n: int | None = Field(None, ge=0, strict=True, description="the N most relevant only (default, and 0 as "
+                                                                  "vLLM says: all)")
+    return_documents: bool | None = Field(None, strict=True, description="each result with its document, as sent "
+                                          "(default, as vLLM and Jina answer; false: none)")
     raw_scores: bool = Field(False, strict=True, description="Infinity's field: a pair classifier's logit instead "
                                                              "of its probability")
     rank_fields: Annotated[list[str], Field(min_length=1)] | None = Field(
         None, description='v1, for object documents: the fields read, in order, as "field: value" lines')
-    max_tokens_per_doc: int | None = Field(None, ge=1, strict=True, description="v2: each document cut to its "
-                                                                                  "first N word pieces")
-    priority: int | None = Field(None, description="v2: ignored (one queue)")
+    max_tokens_per_doc: int | None = Field(None, ge=0, strict=True, description="each document cut to its first N "
+                                                                                  "word pieces (0: not cut)")
+    max_tokens_per_query: int | None = Field(None, ge=0, strict=True, description="vLLM's: the query cut to its "
+                                                                                    "first N word pieces (0: not cut)")
+
+
+class ScoreRequest(VLLMFields, VLLMActivation, Strict):
+    """vLLM's score API: the first texts against the second, one against each (1:N) or pair by pair (N:N), under
+    any of its field names."""
+    text_1: Text | Texts | None = None
+    text_2: Text | Texts | None = None
+    queries: Text | Texts | None = Field(None, description="text_1's other name")
+    documents: Text | Texts | None = Field(None, description="text_2's other name")
+    items: Text | Texts | None = Field(None, description="text_2's other name")
+    data_1: Text | Texts | None = Field(None, description="text_1's other name")
+    data_2: Text | Texts | None = Field(None, description="text_2's other name")
+    max_tokens_per_query: int | None = Field(None, ge=0, strict=True, description="the first texts cut to their "
+                                                                                    "first N word pieces (0: not cut)")
+    max_tokens_per_doc: int | None = Field(None, ge=0, strict=True, description="the second texts cut to their "
+                                                                                  "first N word pieces (0: not cut)")
+
+
+class ClassifyRequest(VLLMFields, VLLMActivation, Strict):
+    """vLLM's classify API, for a sequence classifier."""
+    input: Text | Texts = Field(description="a text, or a list of texts (at most max_texts)")
+    add_special_tokens: bool = Field(True, strict=True, description="false is refused: the classifier reads [CLS]")
 
 
 class CohereEmbedContent(Strict):
@@ -387,19 +452,42 @@ class FillMaskRequest(Strict):
 
 
 class TokenizeRequest(Strict):
-    text: Text | None = Field(None, description="the text (or send inputs)")
+    model: str | None = Field(None, description=MODEL)
+    text: Text | None = Field(None, description="the text (or send inputs, or prompt)")
     text_pair: Text | None = None
     inputs: Text | Texts | None = Field(None, description="text-embeddings-inference's field: a text or a list; the "
                                                         "answer is then its list of tokens per text")
-    add_special_tokens: bool = Field(True, strict=True, description="with inputs: [CLS] and [SEP] too")
+    prompt: Text | None = Field(None, description="vLLM's field: a text; the answer is then vLLM's {count, "
+                                                 "max_model_len, tokens, token_strs}")
+    return_token_strs: bool | None = Field(None, strict=True, description="vLLM's, with prompt: each token's "
+                                                                          "string too")
+    add_special_tokens: bool = Field(True, strict=True, description="with inputs or prompt: [CLS] and [SEP] too")
     prompt_name: str | None = Field(None, description="text-embeddings-inference's field, with inputs: the prompt "
                                                       "put before each text (null: the model's default prompt, "
                                                       "if any), as /embed puts it; offsets count from the prompt")
 
 
 class DecodeRequest(Strict):
+    model: str | None = Field(None, description=MODEL)
     ids: TokenIds | TokenIdLists = Field(description="token ids: one list, or a list of lists")
     skip_special_tokens: bool = Field(True, strict=True)
+
+
+class DetokenizeRequest(Strict):
+    """vLLM's /detokenize request."""
+    model: str | None = Field(None, description=MODEL)
+    tokens: list[Annotated[int, Field(strict=True)]] = Field(description="token ids")
+
+
+class VLLMTokenizeResponse(BaseModel):
+    count: int
+    max_model_len: int = Field(description="the server's max_length")
+    tokens: list[int]
+    token_strs: list[str] | None
+
+
+class DetokenizeResponse(BaseModel):
+    prompt: str
 
 
 class ExplainRequest(Strict):
@@ -538,7 +626,8 @@ class CohereRerankResult(BaseModel):
 
 
 class RerankUsage(BaseModel):
-    total_tokens: int
+    prompt_tokens: int = Field(description="the tokens the model read (vLLM's and Infinity's name)")
+    total_tokens: int = Field(description="the same (Jina's and Cohere's name)")
 
 
 class CohereRerankResponse(BaseModel):
@@ -546,6 +635,40 @@ class CohereRerankResponse(BaseModel):
     model: str
     results: list[CohereRerankResult]
     usage: RerankUsage
+
+
+class ScoreData(BaseModel):
+    index: int
+    object: Literal["score"] = "score"
+    score: float
+
+
+class ScoreResponse(BaseModel):
+    """vLLM's score answer: a score per pair, in the order of the pairs."""
+    id: str
+    object: Literal["list"] = "list"
+    created: int
+    model: str
+    data: list[ScoreData]
+    usage: Usage
+
+
+class ClassificationData(BaseModel):
+    index: int
+    label: str = Field(description="the most probable label")
+    probs: list[float] = Field(description="per label, in the model's label order: probabilities (softmax, or "
+                                           "sigmoid for a multi-label model), or logits with use_activation false")
+    num_classes: int
+
+
+class ClassifyResponse(BaseModel):
+    """vLLM's classify answer."""
+    id: str
+    object: Literal["list"] = "list"
+    created: int
+    model: str
+    data: list[ClassificationData]
+    usage: Usage
 
 
 class CohereEmbedResponse(BaseModel):
@@ -630,6 +753,10 @@ class HealthResponse(BaseModel):
     texts: int
     largest_batch: int
     limits: Limits
+
+
+class VersionResponse(BaseModel):
+    version: str
 
 
 class EmbeddingModelType(BaseModel):

@@ -4,6 +4,7 @@ and `similarity` do, cut or refused at the same limits."""
 
 import asyncio
 import copy
+import dataclasses
 import math
 from concurrent.futures import Future
 from typing import Any
@@ -138,6 +139,16 @@ class ServedModel:
                 raise refused(f"text {index} is {len(row['input_ids'])} tokens long", limit, asked)
         return rows
 
+    def prompt_limit(self, truncate_prompt_tokens: int | None) -> int | None:
+        """vLLM's truncate_prompt_tokens as the tokens each model input is cut to: None where it was not sent, the
+        server's max_length for -1."""
+        if truncate_prompt_tokens is None or truncate_prompt_tokens == -1:
+            return None if truncate_prompt_tokens is None else self.max_length
+        if not 2 <= truncate_prompt_tokens <= self.max_length:
+            raise HTTPError(422, f"truncate_prompt_tokens: {truncate_prompt_tokens} tokens; a model input takes from 2 "
+                                 f"([CLS] and [SEP]) to the server's max_length {self.max_length}, or -1 for that")
+        return truncate_prompt_tokens
+
     def check_ids(self, id_lists: list[list[int]]) -> None:
         vocab_size = self.model.config.vocab_size
         for index, ids in enumerate(id_lists):
@@ -202,19 +213,21 @@ class ServedModel:
         return self.max_length if used.max_length is None else min(self.max_length, used.max_length)
 
     async def input_rows(self, inputs: list[str] | list[list[int]], used: SentenceEmbedding, cut: bool | None,
-                         side: str, prompt_name: str | None = None, prompt: str | None = None
-                         ) -> list[dict[str, list]]:
+                         side: str, prompt_name: str | None = None, prompt: str | None = None,
+                         max_tokens: int | None = None, add_special_tokens: bool = True) -> list[dict[str, list]]:
         """Model rows of texts (after the prompt, as the sentence-transformers layout reads them) or of lists of
-        token ids (as they are)."""
-        limit = self.embedding_limit(used)
+        token ids (as they are); `max_tokens` (a request's own limit) cuts them shorter."""
+        limit = self.embedding_limit(used) if max_tokens is None else min(self.embedding_limit(used), max_tokens)
+        cut = True if max_tokens is not None else cut
         if inputs and isinstance(inputs[0], list):
             return self.id_rows(inputs, limit, cut, side)
         texts = embedding_texts(inputs, used, used.prompt(prompt_name, prompt))
-        return await asyncio.to_thread(self.encode_texts, texts, None, limit, False, cut, side)
+        return await asyncio.to_thread(self.encode_texts, texts, None, limit, False, cut, side, add_special_tokens)
 
     async def embed(self, texts: list[str] | list[list[int]], pooling: str | None, normalize: bool | None,
                     cut: bool | None = None, side: str = "right", prompt_name: str | None = None,
-                    prompt: str | None = None) -> tuple[list[torch.Tensor], int, SentenceEmbedding]:
+                    prompt: str | None = None, max_tokens: int | None = None, add_special_tokens: bool = True
+                    ) -> tuple[list[torch.Tensor], int, SentenceEmbedding]:
         """Vectors of texts (or of lists of token ids), how many tokens they had, and the settings used: those
         asked for, else the checkpoint's sentence-transformers layout (pooling, max_seq_length, normalisation,
         prompts), as `bertforge embed`."""
@@ -230,11 +243,11 @@ class ServedModel:
                 raise HTTPError(409, f"normalize: {self.model_name} is a SPLADE model, whose weights are compared "
                                      f"as they are (dot product); send \"normalize\": false")
             used = self.layout()
-            rows = await self.input_rows(texts, used, cut, side, prompt_name, prompt)
+            rows = await self.input_rows(texts, used, cut, side, prompt_name, prompt, max_tokens, add_special_tokens)
             vectors = await self.run_jobs([Job(self.run_splade, row) for row in rows])
             return vectors, sum(len(row["input_ids"]) for row in rows), used
         used = sentence_embedding(encoder_of(self.model), pooling, None, normalize)
-        rows = await self.input_rows(texts, used, cut, side, prompt_name, prompt)
+        rows = await self.input_rows(texts, used, cut, side, prompt_name, prompt, max_tokens, add_special_tokens)
         left_out = 0 if texts and isinstance(texts[0], list) else \
             prompt_length(self.tokenizer, used, used.prompt(prompt_name, prompt))
         options = {"pooling": used.pooling, "normalize": used.normalize, "left_out": left_out}
@@ -246,13 +259,14 @@ class ServedModel:
         return sentence_embedding(self.model if self.splade is not None else encoder_of(self.model))
 
     async def multi_vectors(self, inputs: list[str] | list[list[int]], role: str, cut: bool | None = None,
-                            side: str = "right", prompt_name: str | None = None, dimensions: int | None = None
-                            ) -> tuple[list[torch.Tensor], int]:
+                            side: str = "right", prompt_name: str | None = None, dimensions: int | None = None,
+                            max_tokens: int | None = None) -> tuple[list[torch.Tensor], int]:
         """A multi-vector model's token vectors of each text (or list of token ids, as it is) as it encodes one of
         this role (MultiVectorEncoder.encode_query / encode_document: the role's prompt and length, a query's
         [MASK]s, a document's skiplist), and how many tokens the model read."""
         colbert = self.colbert
-        limit = min(self.max_length, colbert.role_max_length(role))
+        limit = min(self.max_length, colbert.role_max_length(role), max_tokens or self.max_length)
+        cut = True if max_tokens is not None else cut
         if inputs and isinstance(inputs[0], list):
             rows = self.id_rows(inputs, limit, cut, side)
         else:
@@ -269,40 +283,52 @@ class ServedModel:
         return vectors, sum(len(row["input_ids"]) for row in rows)
 
     async def late_interaction(self, query: str, texts: list[str], cut: bool | None = None, side: str = "right",
-                               prompt_name: str | None = None) -> tuple[list[float], int]:
+                               prompt_name: str | None = None, max_tokens: int | None = None
+                               ) -> tuple[list[float], int]:
         """A multi-vector model's score of each text for the query (the query's token vectors against each
         text's as a document's: MaxSim, or MeanMaxSim as its layout says), and how many tokens the model read."""
         (queried, query_tokens), (documents, tokens) = await asyncio.gather(
-            self.multi_vectors([query], "query", cut, side, prompt_name),
-            self.multi_vectors(texts, "document", cut, side, prompt_name))
+            self.multi_vectors([query], "query", cut, side, prompt_name, max_tokens=max_tokens),
+            self.multi_vectors(texts, "document", cut, side, prompt_name, max_tokens=max_tokens))
         scores = await asyncio.to_thread(self.colbert.similarity, queried, documents)
         return scores[0].tolist(), query_tokens + tokens
 
     # ------------------------------------------------------------ a task model's answers
 
-    async def task_outputs(self, examples: list, cut: bool | None = None, side: str = "right"):
-        """(features, outputs per row) of examples, encoded with the task's own `encode` and its settings."""
-        features = await asyncio.to_thread(self.task.encode, self.tokenizers[side.lower()], examples,
-                                           self.run.settings, self.model.config.id2label)
+    async def task_outputs(self, examples: list, cut: bool | None = None, side: str = "right",
+                           max_tokens: int | None = None):
+        """(features, outputs per row) of examples, encoded with the task's own `encode` and its settings;
+        `max_tokens` (a request's own limit) cuts them shorter."""
+        settings = self.run.settings
+        if max_tokens is not None:
+            settings, cut = dataclasses.replace(settings, max_length=min(max_tokens, settings.max_length)), True
+        try:
+            features = await asyncio.to_thread(self.task.encode, self.tokenizers[side.lower()], examples, settings,
+                                               self.model.config.id2label)
+        except ConfigError as error:
+            if max_tokens is None:
+                raise
+            raise HTTPError(422, f"truncate_prompt_tokens: {error}") from None  # the task's windows don't fit it
         if features.truncated and not (self.truncate if cut is None else cut):
             raise refused(f"{features.truncated} of the inputs are longer than the model's max_length",
                           self.run.max_length, cut)
         return features, await self.run_jobs([Job(self.run_rows, row) for row in features.rows])
 
-    async def predict_examples(self, examples: list, cut: bool | None = None, side: str = "right"
-                               ) -> tuple[list[dict[str, Any]], int]:
+    async def predict_examples(self, examples: list, cut: bool | None = None, side: str = "right",
+                               max_tokens: int | None = None) -> tuple[list[dict[str, Any]], int]:
         """The task's answers for examples, each with its input, exactly as `bertforge predict` gives them, and how
         many tokens the model read."""
-        features, outputs = await self.task_outputs(examples, cut, side)
+        features, outputs = await self.task_outputs(examples, cut, side, max_tokens)
         answers = await asyncio.to_thread(self.task.decode, features, examples, outputs, self.model.config)
         return [{**self.task.inputs(example), **answer} for example, answer in zip(examples, answers)], \
             sum(features.lengths())
 
     async def relevance(self, query: str, texts: list[str], raw_scores: bool = False, cut: bool | None = None,
-                        side: str = "right") -> tuple[list[float], int]:
+                        side: str = "right", max_tokens: int | None = None) -> tuple[list[float], int]:
         """Each text's relevance to the query, and how many tokens the model read: a pair classifier's probability
         of its last label (or the sigmoid of a one-output model's score; raw_scores: the logit or score), or, for
-        an encoder, the cosine similarity of the texts' embeddings (a SPLADE model's dot product)."""
+        an encoder, the cosine similarity of the texts' embeddings (a SPLADE model's dot product). `max_tokens`
+        cuts each model input (a pair, or a text) shorter."""
         task, config = self.task, self.model.config
         # A fine-tuned model that read single texts (its run config names no second column), or a multi-label one,
         # has no relevance of a text to a query to give; a checkpoint from elsewhere may be a cross-encoder.
@@ -313,14 +339,16 @@ class ServedModel:
                                  f"{'single texts' if single_texts else 'labels to tag a text with'}; reranking "
                                  f"needs a pair classifier (trained on text pairs) or an encoder")
         if self.colbert is not None:
-            return await self.late_interaction(query, texts, cut, side)
+            return await self.late_interaction(query, texts, cut, side, max_tokens=max_tokens)
         if task is None:
-            vectors, tokens, _ = await self.embed([query, *texts], None, self.compared, cut, side)
+            vectors, tokens, _ = await self.embed([query, *texts], None, self.compared, cut, side,
+                                                  max_tokens=max_tokens)
             return [float(vectors[0] @ vector) for vector in vectors[1:]], tokens
         if task.head != "sequence_classification":
             raise HTTPError(409, f"wrong task: {self.model_name} does {task.name}; reranking needs a pair "
                                  f"classifier or an encoder")
-        answers, tokens = await self.predict_examples([task.example(query, text) for text in texts], cut, side)
+        answers, tokens = await self.predict_examples([task.example(query, text) for text in texts], cut, side,
+                                                      max_tokens)
         if "score" in answers[0]:
             return [a["score"] if raw_scores else 1 / (1 + math.exp(-a["score"])) for a in answers], tokens
         last = config.id2label[config.num_labels - 1]

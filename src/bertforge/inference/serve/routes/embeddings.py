@@ -94,16 +94,23 @@ async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest, served: Ser
         if encoding not in ("float", "base64"):
             raise HTTPError(422, f"embedding_type {encoding}: a multi-vector model's token vectors come as float or "
                                  f"base64")
+        if not request.add_special_tokens:
+            raise HTTPError(422, "add_special_tokens: a multi-vector model reads its [CLS] (and a query's marker)")
         vectors, tokens = await served.multi_vectors(texts, role or ROLES.get(request.task, "query"),
-                                                     request.truncate, dimensions=request.dimensions)
-        data = [encoded(vector, encoding) for vector in vectors]
+                                                     request.truncate, dimensions=request.dimensions,
+                                                     max_tokens=served.prompt_limit(request.truncate_prompt_tokens))
+        data = [encoded(vector, encoding, request.embed_dtype, request.endianness) for vector in vectors]
     else:
         # the prompt for a query or a document (as encode_query / encode_document pick it), or Jina's task's
         prompt = input_prompt(request.task or role, served.layout().prompts)
-        vectors, tokens, used = await served.embed(texts, None, True if request.normalized is not False else None,
-                                                   request.truncate, prompt=prompt)
+        unit = request.normalized is not False and request.normalize is not False  # Jina's name, and vLLM's
+        vectors, tokens, used = await served.embed(texts, None, True if unit else None, request.truncate,
+                                                   prompt=prompt,
+                                                   max_tokens=served.prompt_limit(request.truncate_prompt_tokens),
+                                                   add_special_tokens=request.add_special_tokens)
         vectors = torch.stack(first_dimensions(vectors, request.dimensions, normalized=used.normalize))
-        data = typed_embeddings(vectors, encoding)
+        data = [encoded(vector, encoding, request.embed_dtype, request.endianness) for vector in vectors] \
+            if encoding == "base64" else typed_embeddings(vectors, encoding)
     data = [{"object": "embedding", "index": index, "embedding": embedding} for index, embedding in enumerate(data)]
     return {"object": "list", "data": data, "model": served.model_name,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
@@ -228,6 +235,8 @@ def hosted_inputs(given: str | list, served: ServedModel) -> list:
     return texts
 
 
-def encoded(vectors: torch.Tensor, encoding_format: str) -> list | str:
-    """A vector (or a text's token vectors) as floats, or as base64 of its little-endian float32 values."""
-    return float32_base64(vectors) if encoding_format == "base64" else vectors.tolist()
+def encoded(vectors: torch.Tensor, encoding_format: str, dtype: str = "float32", endianness: str = "little"
+            ) -> list | str:
+    """A vector (or a text's token vectors) as floats, or as base64 of its little-endian float32 values (or of
+    vLLM's embed_dtype and endianness)."""
+    return float32_base64(vectors, dtype, endianness) if encoding_format == "base64" else vectors.tolist()

@@ -1,14 +1,17 @@
 """Texts ranked by relevance to a query, best first: bertforge's and text-embeddings-inference's /rerank, and
-Cohere's /v1/rerank and /v2/rerank (which Jina's and vLLM's clients send too). A pair classifier, an encoder and a
-ColBERT model each score relevance their own way (ServedModel.relevance)."""
+Cohere's /v1/rerank and /v2/rerank (which Jina's and vLLM's clients send too); and vLLM's /score, pairs of texts
+scored. A pair classifier, an encoder and a ColBERT model each score relevance their own way
+(ServedModel.relevance)."""
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
 from bertforge.inference.serve import schemas
 from bertforge.inference.serve.cohere import document_text, returned_document
 from bertforge.inference.serve.errors import ERRORS, OPENAI_ERRORS
+from bertforge.inference.serve.limits import HTTPError
 from bertforge.inference.serve.routes import Routes, Served
 from bertforge.inference.serve.service import ServedModel
 
@@ -44,14 +47,63 @@ async def cohere_rerank(request: schemas.CohereRerankRequest, served: Served):
 
 
 async def cohere_answer(request: schemas.CohereRerankRequest, served: ServedModel) -> dict[str, Any]:
-    """Cohere's answer to a request in its shape, at /v1/rerank, /v2/rerank or /rerank."""
+    """Cohere's answer to a request in its shape, at /v1/rerank, /v2/rerank or /rerank; each result with its
+    document unless return_documents is false (vLLM always returns it, Jina by default)."""
     served.check_count(len(request.documents), "documents")
     texts = [document_text(document, request.rank_fields, index) for index, document in enumerate(request.documents)]
-    if request.max_tokens_per_doc is not None:
-        texts = await asyncio.to_thread(served.word_pieces_kept, texts, request.max_tokens_per_doc)
-    scores, tokens = await served.relevance(request.query, texts, request.raw_scores, cut=True)
-    ranked = sorted(range(len(scores)), key=lambda i: -scores[i])[:request.top_n]
-    results = [{"index": i, "relevance_score": scores[i],
-                **({"document": returned_document(request.documents[i])} if request.return_documents else {})}
-               for i in ranked]
-    return {"id": str(uuid.uuid4()), "model": served.model_name, "results": results, "usage": {"total_tokens": tokens}}
+    texts = await word_pieces_kept(served, texts, request.max_tokens_per_doc)
+    [query] = await word_pieces_kept(served, [request.query], request.max_tokens_per_query)
+    scores, tokens = await served.relevance(query, texts, request.raw_scores or request.raw, cut=True,
+                                            max_tokens=served.prompt_limit(request.truncate_prompt_tokens))
+    ranked = sorted(range(len(scores)), key=lambda i: -scores[i])[:request.top_n or None]
+    results = [{"index": i, "relevance_score": scores[i], **(
+                {"document": returned_document(request.documents[i])} if request.return_documents is not False
+                else {})} for i in ranked]
+    return {"id": str(uuid.uuid4()), "model": served.model_name, "results": results,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+async def word_pieces_kept(served: ServedModel, texts: list[str], count: int | None) -> list[str]:
+    """Each text within a request's `count` word pieces (None or 0: as it is)."""
+    return await asyncio.to_thread(served.word_pieces_kept, texts, count) if count else texts
+
+
+# vLLM's names for the two sides of its score request: the first texts, and those each is scored against
+SCORE_FIELDS = (("text_1", "text_2"), ("queries", "documents"), ("queries", "items"), ("data_1", "data_2"))
+
+
+@router.post("/score", response_model=schemas.ScoreResponse, responses=OPENAI_ERRORS)
+@router.post("/v1/score", response_model=schemas.ScoreResponse, responses=OPENAI_ERRORS)
+async def score(request: schemas.ScoreRequest, served: Served):
+    """vLLM's score API: each pair of texts scored as /rerank scores a text for a query (a pair classifier's
+    probability, its logit with use_activation false; an encoder's cosine similarity): one first text against
+    every second one (1:N), or the two lists pair by pair (N:N)."""
+    sent = {name for pair in SCORE_FIELDS for name in pair if getattr(request, name) is not None}
+    names = next((pair for pair in SCORE_FIELDS if set(pair) == sent), None)
+    if names is None:
+        forms = ", ".join(" and ".join(pair) for pair in SCORE_FIELDS)
+        raise HTTPError(422, f"send the two sides of the pairs under one of vLLM's names: {forms}")
+    firsts, seconds = ([value] if isinstance(value, str) else value for value in (getattr(request, name)
+                                                                                  for name in names))
+    if len(firsts) not in (1, len(seconds)):
+        raise HTTPError(422, f"{names[0]} has {len(firsts)} texts and {names[1]} {len(seconds)}: score one against "
+                             f"many (1:N) or as many of each, pair by pair (N:N)")
+    served.check_count(len(seconds), "pairs")
+    firsts = await word_pieces_kept(served, firsts, request.max_tokens_per_query)
+    seconds = await word_pieces_kept(served, seconds, request.max_tokens_per_doc)
+    limit = served.prompt_limit(request.truncate_prompt_tokens)
+    # one relevance call per distinct first text, all at once: the batcher runs their rows together
+    by_first: dict[str, list[int]] = {}
+    for index in range(len(seconds)):
+        by_first.setdefault(firsts[index if len(firsts) > 1 else 0], []).append(index)
+    answers = await asyncio.gather(*(served.relevance(first, [seconds[i] for i in indices], request.raw, cut=True,
+                                                      max_tokens=limit) for first, indices in by_first.items()))
+    scores = [0.0] * len(seconds)
+    for indices, (values, _) in zip(by_first.values(), answers):
+        for index, value in zip(indices, values):
+            scores[index] = value
+    tokens = sum(count for _, count in answers)
+    return {"id": f"score-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
+            "model": served.model_name, "data": [{"index": i, "object": "score", "score": value}
+                                                 for i, value in enumerate(scores)],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}

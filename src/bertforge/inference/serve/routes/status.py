@@ -1,5 +1,6 @@
 """What the server holds and how it is doing: /health (and HEAD for load balancers), Prometheus' /metrics,
-text-embeddings-inference's /info, OpenAI's /v1/models, and Weaviate's text2vec-transformers probes and /meta."""
+text-embeddings-inference's /info, OpenAI's /v1/models, vLLM's /version, and Weaviate's text2vec-transformers
+probes and /meta."""
 
 from importlib.metadata import PackageNotFoundError, version
 
@@ -75,6 +76,7 @@ async def health_probe():  # load balancers that probe with HEAD
 @router.get(HEALTH_PATH, response_model=schemas.HealthResponse)
 @router.get("/", response_model=schemas.HealthResponse, include_in_schema=False)  # TEI's health routes too,
 @router.get("/ping", response_model=schemas.HealthResponse, include_in_schema=False)  # /ping SageMaker's
+@router.post("/ping", response_model=schemas.HealthResponse, include_in_schema=False)  # vLLM's takes POST too
 async def health(served: Served):
     """Liveness, what is loaded, and how requests have been batched (answered without the API key)."""
     batcher, settings = served.batcher, served.settings
@@ -86,6 +88,12 @@ async def health(served: Served):
                        "long_text": settings.long_text, "max_queue": settings.max_queue,
                        "max_batch_size": settings.max_batch_size, "max_batch_tokens": settings.max_batch_tokens,
                        "max_body_bytes": settings.max_body_bytes}}
+
+
+@router.get("/version", response_model=schemas.VersionResponse)
+async def server_version():
+    """The server's version, as vLLM's /version gives its own."""
+    return {"version": bertforge_version()}
 
 
 @router.get("/.well-known/live", status_code=204, response_class=Response)

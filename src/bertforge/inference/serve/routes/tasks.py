@@ -1,25 +1,29 @@
 """A model's own answers: a fine-tuned model's at /predict (as `bertforge predict` gives them, or
-text-embeddings-inference's scores), a masked-LM model's at /fill_mask, and POST /, where huggingface_hub's
-InferenceClient sends every task as the Hugging Face Inference API takes it."""
+text-embeddings-inference's scores), a sequence classifier's at vLLM's /classify, a masked-LM model's at /fill_mask,
+and POST /, where huggingface_hub's InferenceClient sends every task as the Hugging Face Inference API takes it."""
 
 import asyncio
 import dataclasses
+import json
+import time
+import uuid
 from typing import Any
 
 import torch
+from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from bertforge.inference.fill_mask import mask_positions, top_tokens
 from bertforge.inference.pipelines import Pipeline, fill_answer, target_ids
 from bertforge.inference.serve import schemas
 from bertforge.inference.serve.batcher import Job
-from bertforge.inference.serve.errors import ERRORS
+from bertforge.inference.serve.errors import ERRORS, OPENAI_ERRORS
 from bertforge.inference.serve.limits import HTTPError
 from bertforge.inference.serve.routes import Routes, Served
-from bertforge.inference.serve.routes.embeddings import embed_sparse, embed_texts, similarity
-from bertforge.inference.serve.routes.ranking import rerank
-from bertforge.inference.serve.service import UNLIMITED, ServedModel, check_not_empty
+from bertforge.inference.serve.routes.embeddings import embed_sparse, embed_texts, openai_embeddings, similarity
+from bertforge.inference.serve.routes.ranking import SCORE_FIELDS, cohere_answer, rerank, score
+from bertforge.inference.serve.service import UNLIMITED, ServedModel, check_not_empty, input_list
 from bertforge.inference.serve.tei import SCORE_FUNCTIONS, TASK_SCORES, predict_inputs, ranked_scores
 from bertforge.tasks import classification
 from bertforge.tasks.registry import HEADS, Task
@@ -28,6 +32,10 @@ from bertforge.tasks.registry import HEADS, Task
 PIPELINE_REQUESTS = {"token-classification": schemas.TokenClassificationRequest,
                      "question-answering": schemas.QuestionAnsweringRequest,
                      "zero-shot-classification": schemas.ZeroShotRequest}
+
+# What POST / takes: text-embeddings-inference's requests, and the Hugging Face Inference API's
+RootRequest = schemas.EmbedRequest | schemas.SimilarityRequest | schemas.RerankRequest | schemas.PredictRequest \
+    | schemas.TokenClassificationRequest | schemas.QuestionAnsweringRequest | schemas.ZeroShotRequest
 
 # What an encoder's and a sequence classifier's requests at POST / take as "parameters"
 PARAMETERS = {schemas.EmbedRequest: schemas.FeatureExtractionParameters,
@@ -85,19 +93,53 @@ async def tei_predict(current: Task, request: schemas.PredictRequest, served: Se
     served.check_count(len(items), "inputs")
     check_not_empty([text for item in items for text in item if text is not None])
     config = served.model.config
-    # TEI takes single texts and pairs in one batch; the task encodes one kind at a time
-    logits = torch.empty(len(items), config.num_labels)
-    for paired in (False, True):
-        indices = [index for index, (_, pair) in enumerate(items) if (pair is not None) == paired]
-        if indices:
-            examples = [current.example(*items[index]) for index in indices]
-            features, outputs = await served.task_outputs(examples, request.truncate, request.truncation_direction)
-            logits[indices] = classification.example_logits(features, outputs, len(examples))
+    logits, _ = await classifier_logits(current, items, served, request.truncate, request.truncation_direction)
     parameters = request.parameters or schemas.TextClassificationParameters()
     function = "none" if request.raw_scores else parameters.function_to_apply or TASK_SCORES[current.name]
     scores = SCORE_FUNCTIONS[function](logits)
     answers = [ranked_scores(row, config.id2label, parameters.top_k) for row in scores]
     return answers[0] if single else answers
+
+
+async def classifier_logits(current: Task, items: list[tuple[str, str | None]], served: ServedModel,
+                            cut: bool | None = None, side: str = "right", max_tokens: int | None = None
+                            ) -> tuple[torch.Tensor, int]:
+    """A sequence classifier's (items, labels) logits of (text, pair or None) items, and the tokens it read."""
+    logits, tokens = torch.empty(len(items), served.model.config.num_labels), 0
+    # single texts and pairs may come in one batch; the task encodes one kind at a time
+    for paired in (False, True):
+        indices = [index for index, (_, pair) in enumerate(items) if (pair is not None) == paired]
+        if indices:
+            examples = [current.example(*items[index]) for index in indices]
+            features, outputs = await served.task_outputs(examples, cut, side, max_tokens)
+            logits[indices] = classification.example_logits(features, outputs, len(examples))
+            tokens += sum(features.lengths())
+    return logits, tokens
+
+
+@router.post("/classify", response_model=schemas.ClassifyResponse, responses=OPENAI_ERRORS)
+@router.post("/v1/classify", response_model=schemas.ClassifyResponse, responses=OPENAI_ERRORS)
+async def classify(request: schemas.ClassifyRequest, served: Served):
+    """vLLM's classify API, for a sequence classifier: per text its most probable label and every label's
+    probability in the model's label order (softmax; sigmoid for a multi-label model; a regression model's score
+    as it is), or with use_activation false the logits, as /predict's "inputs" scores them."""
+    current = served.require_task()
+    if current.head != "sequence_classification":
+        raise HTTPError(409, f"wrong task: {served.model_name} does {current.name}; /classify is for a sequence "
+                             f"classifier: use /predict")
+    if not request.add_special_tokens:
+        raise HTTPError(422, "add_special_tokens: false leaves out the [CLS] the classifier reads its answer from")
+    texts = input_list(request.input)
+    served.check_count(len(texts))
+    check_not_empty(texts)
+    logits, tokens = await classifier_logits(current, [(text, None) for text in texts], served, cut=True,
+                                             max_tokens=served.prompt_limit(request.truncate_prompt_tokens))
+    scores = SCORE_FUNCTIONS["none" if request.raw else TASK_SCORES[current.name]](logits)
+    id2label = served.model.config.id2label
+    data = [{"index": index, "label": id2label[int(row.argmax())], "probs": row.tolist(), "num_classes": len(row)}
+            for index, row in enumerate(scores)]
+    return {"id": f"classify-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
+            "model": served.model_name, "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
 
 @router.post("/fill_mask", response_model=list[schemas.FilledToken] | list[list[schemas.FilledToken]]
@@ -137,10 +179,7 @@ async def fill_mask(request: schemas.FillMaskRequest, served: Served):
              | list[schemas.RerankResult] | list[list[schemas.SparseValue]]
              | schemas.EmbedResponse | schemas.PredictResponse,  # the last two: bertforge's own forms' answers
              response_model_exclude_unset=True, responses=ERRORS)
-@router.post("/invocations", response_model_exclude_unset=True, include_in_schema=False)  # SageMaker's, as TEI
-async def tei_root(request: schemas.EmbedRequest | schemas.SimilarityRequest | schemas.RerankRequest
-                   | schemas.PredictRequest | schemas.TokenClassificationRequest
-                   | schemas.QuestionAnsweringRequest | schemas.ZeroShotRequest, served: Served):
+async def tei_root(request: RootRequest, served: Served):
     """The route for the model's task that huggingface_hub's InferenceClient calls given the server's URL, as
     text-embeddings-inference and the Hugging Face Inference API answer it: an encoder embeds {"inputs"} (as
     /embed) or compares {"inputs": {"source_sentence", "sentences"}} (as /similarity); a sequence classifier
@@ -170,6 +209,28 @@ async def tei_root(request: schemas.EmbedRequest | schemas.SimilarityRequest | s
     if task is None:
         return await embed_texts(validated(schemas.EmbedRequest, body), served)
     return await predict(validated(schemas.PredictRequest, body), served)
+
+
+@router.post("/invocations", include_in_schema=False)
+async def invocations(raw: Request, served: Served):
+    """SageMaker's route, as text-embeddings-inference and vLLM serve it: TEI's bodies answered as POST / answers
+    them, and vLLM's as its routes answer them, told apart by their fields as vLLM tells them: "input" (an
+    encoder's embeddings, a classifier's classes), "query" with "documents" (rerank), or the two sides of score."""
+    try:
+        body = json.loads(await raw.body())
+    except ValueError:
+        raise HTTPError(400, "the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise HTTPError(422, "invalid request: the body is a JSON object of the request's fields")
+    if "input" in body:
+        if served.task is None:
+            return await openai_embeddings(validated(schemas.OpenAIEmbeddingRequest, body), served)
+        return await classify(validated(schemas.ClassifyRequest, body), served)
+    if {"query", "documents"} <= set(body):
+        return await cohere_answer(validated(schemas.CohereRerankRequest, body), served)
+    if set(body) & {name for pair in SCORE_FIELDS for name in pair} - {"documents"}:
+        return await score(validated(schemas.ScoreRequest, body), served)
+    return await tei_root(validated(RootRequest, body), served)
 
 
 async def inference_api(body: dict[str, Any], served: ServedModel) -> Any:
@@ -204,8 +265,9 @@ def request_fields(request_class) -> set[str]:
     return set(request_class.model_fields) | {f"parameters.{name}" for name in PARAMETERS[request_class].model_fields}
 
 
-def validated(request_class, body: dict[str, Any]):
+def validated(request_type, body: dict[str, Any]):
+    """The body as a request of this type (a class, or a union of them), or the errors FastAPI would answer."""
     try:
-        return request_class.model_validate(body)
+        return TypeAdapter(request_type).validate_python(body)
     except ValidationError as problem:
         raise RequestValidationError(problem.errors()) from None

@@ -1,5 +1,5 @@
-"""The tokenizer over HTTP: /tokenize (bertforge's form, and text-embeddings-inference's token lists) and TEI's
-/decode."""
+"""The tokenizer over HTTP: /tokenize (bertforge's form, text-embeddings-inference's token lists and vLLM's ids),
+TEI's /decode and vLLM's /detokenize."""
 
 import asyncio
 
@@ -13,17 +13,26 @@ from bertforge.inference.serve.tei import simple_tokens
 router = Routes()
 
 
-@router.post("/tokenize", response_model=schemas.TokenizeResponse | list[list[schemas.SimpleToken]],
-             responses=ERRORS)
+@router.post("/tokenize", response_model=schemas.TokenizeResponse | list[list[schemas.SimpleToken]]
+             | schemas.VLLMTokenizeResponse, responses=ERRORS)
 async def tokenize(request: schemas.TokenizeRequest, served: Served):
     """Tokens, ids, segment ids and (start, end) character offsets ((0, 0) for special tokens). With
     text-embeddings-inference's {"inputs": ...}, its list of tokens per text, after the prompt /embed puts before
-    it (prompt_name, else the model's default prompt), as TEI tokenizes it."""
-    if (request.text is None) == (request.inputs is None):
-        raise HTTPError(422, 'send "text" (and "text_pair") or "inputs" (a text or a list), one of them')
+    it (prompt_name, else the model's default prompt), as TEI tokenizes it. With vLLM's {"prompt": ...}, its
+    ids, their count and the server's max_length (every token, however long the text)."""
+    if sum(given is not None for given in (request.text, request.inputs, request.prompt)) != 1:
+        raise HTTPError(422, 'send "text" (and "text_pair"), "inputs" (a text or a list) or "prompt", one of them')
     if request.inputs is None and request.prompt_name is not None:
         raise HTTPError(422, '"prompt_name" goes with "inputs", not "text"')
+    if request.prompt is None and request.return_token_strs is not None:
+        raise HTTPError(422, '"return_token_strs" goes with "prompt"')
     tokenizer = served.tokenizer
+    if request.prompt is not None:
+        row = (await asyncio.to_thread(served.encode_texts, [request.prompt], None, UNLIMITED, False, False, "right",
+                                       request.add_special_tokens))[0]
+        ids = row["input_ids"]
+        return {"count": len(ids), "max_model_len": served.max_length, "tokens": ids,
+                "token_strs": tokenizer.convert_ids_to_tokens(ids) if request.return_token_strs else None}
     if request.inputs is not None:
         if request.text_pair is not None:
             raise HTTPError(422, '"text_pair" goes with "text", not "inputs"')
@@ -49,3 +58,10 @@ async def decode(request: schemas.DecodeRequest, served: Served):
     served.check_count(len(id_lists), "id lists")
     served.check_ids(id_lists)
     return served.tokenizer.batch_decode(id_lists, skip_special_tokens=request.skip_special_tokens)
+
+
+@router.post("/detokenize", response_model=schemas.DetokenizeResponse, responses=ERRORS)
+async def detokenize(request: schemas.DetokenizeRequest, served: Served):
+    """vLLM's: the text of the token ids, special tokens kept (as vLLM decodes them)."""
+    served.check_ids([request.tokens])
+    return {"prompt": served.tokenizer.decode(request.tokens)}
