@@ -84,3 +84,20 @@ def test_explain_page_and_errors_over_http(server_url):
     # Bounded work: the worker every route shares takes one explanation at a time.
     status, _, body = fetch(server_url + "/explain", {"text": REVIEW * 40, "steps": 1000})
     assert status == 413 and "steps x tokens is 1000 x" in json.loads(body)["error"]
+
+
+def test_an_encoders_explanation_counts_a_path_per_text():
+    """An encoder explains each of its two texts against the other: the work bound counts both integrations."""
+    from fastapi.testclient import TestClient
+
+    client = TestClient(load_app("default", ServeSettings()))
+    pair = {"text": "A man is playing an old acoustic guitar on the stage of a small club, late at night.",
+            "text_pair": "Someone plays music for a crowd in a bar."}
+    tokens = len(client.post("/tokenize", json={"text": pair["text"], "text_pair": pair["text_pair"]}).json()["ids"])
+    steps = 50 * 512 // tokens  # one path of these fits the bound (50 steps x max_length 512); two don't
+    assert steps <= 1000  # steps' own limit
+    answer = client.post("/explain", json=pair | {"steps": steps})
+    assert answer.status_code == 413 and f"{steps} x {tokens} x 2 (each text against the other)" in \
+        answer.json()["error"]
+    answer = client.post("/explain", json=pair | {"steps": 8})
+    assert answer.status_code == 200 and len(answer.json()["inner"]["baseline_scores"]) == 2

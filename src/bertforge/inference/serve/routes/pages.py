@@ -18,6 +18,7 @@ from bertforge.inference.serve.jobs import attentions, explanations
 from bertforge.inference.serve.limits import HTTPError
 from bertforge.inference.serve.routes import Routes, Served
 from bertforge.inference.serve.service import ServedModel
+from bertforge.model import BertModel
 
 router = Routes()
 
@@ -62,11 +63,14 @@ async def explanation(request: schemas.ExplainRequest, served: ServedModel, as_p
     # Integrated gradients runs the model `steps` times over the text; the worker, which every route shares, takes
     # one explanation at a time: a request costs at most a default one on the longest text.
     max_length = served.max_length
-    work, budget = request.steps * len(row["input_ids"]), DEFAULT_STEPS * max_length
+    # an encoder integrates each of its two texts against the other: a path per text
+    paths = 2 if isinstance(served.model, BertModel) and request.text_pair is not None else 1
+    work, budget = request.steps * len(row["input_ids"]) * paths, DEFAULT_STEPS * max_length
     if request.method == "integrated_gradients" and work > budget:
-        raise HTTPError(413, f"steps x tokens is {request.steps} x {len(row['input_ids'])} = {work}; the limit is "
-                             f"{budget} ({DEFAULT_STEPS} steps x max_length {max_length}): ask for fewer steps or "
-                             f"send a shorter text")
+        per_text = " x 2 (each text against the other)" if paths == 2 else ""
+        raise HTTPError(413, f"steps x tokens is {request.steps} x {len(row['input_ids'])}{per_text} = {work}; the "
+                             f"limit is {budget} ({DEFAULT_STEPS} steps x max_length {max_length}): ask for fewer "
+                             f"steps or send a shorter text")
     # As /predict reads the text: the fine-tuned task's max_length, else the server's.
     reads = min(served.run.max_length, max_length) if served.run is not None else max_length
     options = {**request.model_dump(), "tokenizer": served.tokenizer, "max_length": reads, "as_page": as_page}
