@@ -879,6 +879,16 @@ def test_openai_client_gets_the_embeddings_of_bertforge_embed(encoder_server, en
         client.embeddings.create(model="bertforge", input=[])
     with pytest.raises(openai.BadRequestError, match="token id 99999 is not in the model's vocabulary"):
         client.embeddings.create(model="bertforge", input=[[101, 99999, 102]])
+    # another tokenizer's ids (tiktoken's, as LangChain's OpenAIEmbeddings sends them to check lengths) are refused,
+    # rather than read as this vocabulary's
+    with pytest.raises(openai.BadRequestError, match=r"input 1: token ids are read as the model's own, a whole input "
+                                                     r"from \[CLS\] \(101\) to \[SEP\] \(102\).*"
+                                                     r"check_embedding_ctx_length=False"):
+        client.embeddings.create(model="bertforge", input=[ids[0], [1820, 8415, 7731, 389, 279, 5634]])
+    # Infinity's client sends dimensions 0 for all of them
+    status, answer, _ = encoder_server.request("/embeddings", {"input": TEXTS, "model": "m", "dimensions": 0,
+                                                              "modality": "text"})
+    numpy.testing.assert_allclose([item["embedding"] for item in answer["data"]], expected, atol=1e-5)
     with pytest.raises(openai.APIStatusError, match="too many inputs: 9") as raised:
         client.embeddings.create(model="bertforge", input=["x"] * 9)
     assert raised.value.status_code == 413 and raised.value.type == "invalid_request_error"
@@ -1006,10 +1016,14 @@ def test_tei_tokenize_decode_embed_all_and_info(encoder_server, tokenizer):
 def test_tei_predict_with_a_classifier(classifier_server, tagger_server):
     expected = classifier_server.request("/predict", {"texts": TEXTS})[1]["predictions"]
     huggingface_hub = pytest.importorskip("huggingface_hub")
-    top = huggingface_hub.InferenceClient(model=classifier_server.url).text_classification(TEXTS[0])
-    top = top[0] if isinstance(top, list) else top  # TEI answers one input with a bare list; the client takes [0]
-    assert top.label == expected[0]["label"]
-    assert top.score == pytest.approx(expected[0]["probabilities"][expected[0]["label"]], abs=1e-5)
+    client = huggingface_hub.InferenceClient(model=classifier_server.url)
+    # every label, best first, as the Inference API answers the client (which reads the first of a list of lists)
+    ranked = client.text_classification(TEXTS[0])
+    assert [(item.label, item.score) for item in ranked] == [
+        (label, pytest.approx(score, abs=1e-5)) for label, score in sorted(
+            expected[0]["probabilities"].items(), key=lambda item: -item[1])]
+    assert [item.label for item in client.text_classification(TEXTS[0], top_k=1)] == [expected[0]["label"]]
+    assert isinstance(classifier_server.request("/predict", {"inputs": TEXTS[0]})[1][0], dict)  # TEI's: bare
 
     status, answers, _ = classifier_server.request("/predict", {"inputs": [[text] for text in TEXTS]})
     assert status == 200 and len(answers) == 3
@@ -1020,7 +1034,7 @@ def test_tei_predict_with_a_classifier(classifier_server, tagger_server):
     logits = torch.tensor([item["score"] for item in raw])
     probabilities = sorted(expected[0]["probabilities"].values(), reverse=True)
     assert torch.allclose(logits.softmax(-1), torch.tensor(probabilities), atol=1e-5)
-    top_one = classifier_server.request("/", {"inputs": TEXTS[0], "parameters": {"top_k": 1}})[1]
+    top_one = classifier_server.request("/", {"inputs": TEXTS[0], "parameters": {"top_k": 1}})[1][0]  # a list of one
     # one text alone against the same text in a batch of three: float32 noise apart (a matmul's blocking follows
     # the number of rows)
     assert [item["label"] for item in top_one] == [answers[0][0]["label"]]
@@ -1391,6 +1405,14 @@ def test_vllm_classify_as_transformers(make_server, seeded_classifier, sst2_dev,
     invoked = server.request("/invocations", {"input": texts[:2]})[1]  # the body vLLM's /invocations classifies
     torch.testing.assert_close(torch.tensor([item["probs"] for item in invoked["data"]]), logits[:2].softmax(-1),
                                atol=1e-5, rtol=0)
+    # Infinity's client sends raw_scores, and reads its own shape: per text {score, label}, highest first
+    for raw, scores in ((False, logits.softmax(-1)), (True, logits)):
+        status, answer, _ = server.request("/classify", {"input": texts, "model": "m", "raw_scores": raw})
+        assert status == 200 and answer["object"] == "classify"
+        for row, expected in zip(answer["data"], scores):
+            order = expected.argsort(descending=True).tolist()
+            assert [item["label"] for item in row] == [["negative", "positive"][i] for i in order]
+            assert [item["score"] for item in row] == pytest.approx(expected[order].tolist(), abs=1e-4)
     assert_error(server.request("/classify", {"input": texts[0], "add_special_tokens": False}), 400,
                  "add_special_tokens: false leaves out the [CLS]")
     assert_error(make_server("default").request("/classify", {"input": "x"}), 409, "wrong task")

@@ -165,13 +165,14 @@ class HostedEmbeddingRequest(BaseModel):
     them)."""
     input: Text | Texts | TokenIds | TokenIdLists = Field(
         description="a text, a list of texts, or token ids of the model's vocabulary (one list, or a list of "
-                    "lists), taken as they are: no [CLS] or [SEP] is added")
+                    "lists), each a whole input from [CLS] to [SEP], read as they are")
     model: str | None = Field(None, description="ignored: the server has one model (see /v1/models)")
 
 
 class OpenAIEmbeddingRequest(HostedEmbeddingRequest):
-    dimensions: int | None = Field(None, ge=1, strict=True, description="keep the first N dimensions "
-                                                                         "(re-normalized)")
+    dimensions: int | None = Field(None, ge=0, strict=True, description="keep the first N dimensions "
+                                                                         "(re-normalized); 0, Infinity's client's "
+                                                                         "default: all")
     encoding_format: Literal["float", "base64"] = "float"
     user: str | None = None
     input_type: Role | None = Field(None, description=INPUT_TYPE)
@@ -399,8 +400,10 @@ class ScoreRequest(VLLMFields, VLLMActivation, Strict):
 
 
 class ClassifyRequest(VLLMFields, VLLMActivation, Strict):
-    """vLLM's classify API, for a sequence classifier."""
+    """vLLM's classify API, for a sequence classifier; Infinity's, which its client sends with raw_scores."""
     input: Text | Texts = Field(description="a text, or a list of texts (at most max_texts)")
+    raw_scores: bool | None = Field(None, strict=True, description="Infinity's: sent (true: logits), the answer is "
+                                    "Infinity's, per text its {score, label} highest first")
     add_special_tokens: bool = Field(True, strict=True, description="false is refused: the classifier reads [CLS]")
 
 
@@ -662,12 +665,12 @@ class ClassificationData(BaseModel):
 
 
 class ClassifyResponse(BaseModel):
-    """vLLM's classify answer."""
+    """vLLM's classify answer, or Infinity's (object "classify": per text its labels' scores)."""
     id: str
-    object: Literal["list"] = "list"
+    object: Literal["list", "classify"] = "list"
     created: int
     model: str
-    data: list[ClassificationData]
+    data: list[ClassificationData] | list[list[Prediction]]
     usage: Usage
 
 

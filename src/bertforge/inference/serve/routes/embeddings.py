@@ -97,7 +97,7 @@ async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest, served: Ser
         if not request.add_special_tokens:
             raise HTTPError(422, "add_special_tokens: a multi-vector model reads its [CLS] (and a query's marker)")
         vectors, tokens = await served.multi_vectors(texts, role or ROLES.get(request.task, "query"),
-                                                     request.truncate, dimensions=request.dimensions,
+                                                     request.truncate, dimensions=request.dimensions or None,
                                                      max_tokens=served.prompt_limit(request.truncate_prompt_tokens))
         data = [encoded(vector, encoding, request.embed_dtype, request.endianness) for vector in vectors]
     else:
@@ -108,7 +108,7 @@ async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest, served: Ser
                                                    prompt=prompt,
                                                    max_tokens=served.prompt_limit(request.truncate_prompt_tokens),
                                                    add_special_tokens=request.add_special_tokens)
-        vectors = torch.stack(first_dimensions(vectors, request.dimensions, normalized=used.normalize))
+        vectors = torch.stack(first_dimensions(vectors, request.dimensions or None, normalized=used.normalize))
         data = [encoded(vector, encoding, request.embed_dtype, request.endianness) for vector in vectors] \
             if encoding == "base64" else typed_embeddings(vectors, encoding)
     data = [{"object": "embedding", "index": index, "embedding": embedding} for index, embedding in enumerate(data)]
@@ -229,9 +229,20 @@ def with_parameters(request: schemas.EmbedRequest) -> schemas.EmbedRequest:
 
 def hosted_inputs(given: str | list, served: ServedModel) -> list:
     """OpenAI's and Jina's `input` (a text, texts, token ids, lists of token ids) as a list of texts or of id
-    lists, within max_texts."""
+    lists, within max_texts. Token ids are a whole model input, [CLS] first and [SEP] last: OpenAI's clients may
+    send another tokenizer's ids (LangChain's OpenAIEmbeddings sends tiktoken's to check lengths), which read as
+    this vocabulary's would give wrong vectors without a word."""
     texts = input_list(given)
     served.check_count(len(texts), "inputs")
+    if texts and isinstance(texts[0], list):
+        served.check_ids(texts)
+        tokenizer = served.tokenizer
+        for index, ids in enumerate(texts):
+            if ids[0] != tokenizer.cls_token_id or ids[-1] != tokenizer.sep_token_id:
+                raise HTTPError(422, f"input {index}: token ids are read as the model's own, a whole input from "
+                                     f"[CLS] ({tokenizer.cls_token_id}) to [SEP] ({tokenizer.sep_token_id}); send "
+                                     f"text where a client sends another tokenizer's ids (LangChain's "
+                                     f"OpenAIEmbeddings: check_embedding_ctx_length=False)")
     return texts
 
 

@@ -122,7 +122,8 @@ async def classifier_logits(current: Task, items: list[tuple[str, str | None]], 
 async def classify(request: schemas.ClassifyRequest, served: Served):
     """vLLM's classify API, for a sequence classifier: per text its most probable label and every label's
     probability in the model's label order (softmax; sigmoid for a multi-label model; a regression model's score
-    as it is), or with use_activation false the logits, as /predict's "inputs" scores them."""
+    as it is), or with use_activation false the logits, as /predict's "inputs" scores them. Sent Infinity's
+    raw_scores, Infinity's answer: per text its {score, label}, highest first."""
     current = served.require_task()
     if current.head != "sequence_classification":
         raise HTTPError(409, f"wrong task: {served.model_name} does {current.name}; /classify is for a sequence "
@@ -134,12 +135,15 @@ async def classify(request: schemas.ClassifyRequest, served: Served):
     check_not_empty(texts)
     logits, tokens = await classifier_logits(current, [(text, None) for text in texts], served, cut=True,
                                              max_tokens=served.prompt_limit(request.truncate_prompt_tokens))
-    scores = SCORE_FUNCTIONS["none" if request.raw else TASK_SCORES[current.name]](logits)
+    scores = SCORE_FUNCTIONS["none" if request.raw or request.raw_scores else TASK_SCORES[current.name]](logits)
     id2label = served.model.config.id2label
+    answer = {"id": f"classify-{uuid.uuid4().hex}", "created": int(time.time()), "model": served.model_name,
+              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+    if request.raw_scores is not None:  # Infinity's client (it always sends raw_scores): its shape
+        return answer | {"object": "classify", "data": [ranked_scores(row, id2label, None) for row in scores]}
     data = [{"index": index, "label": id2label[int(row.argmax())], "probs": row.tolist(), "num_classes": len(row)}
             for index, row in enumerate(scores)]
-    return {"id": f"classify-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
-            "model": served.model_name, "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+    return answer | {"object": "list", "data": data}
 
 
 @router.post("/fill_mask", response_model=list[schemas.FilledToken] | list[list[schemas.FilledToken]]
@@ -208,7 +212,10 @@ async def tei_root(request: RootRequest, served: Served):
         return await embed_sparse(validated(schemas.EmbedSparseRequest, body), served)
     if task is None:
         return await embed_texts(validated(schemas.EmbedRequest, body), served)
-    return await predict(validated(schemas.PredictRequest, body), served)
+    answer = await predict(validated(schemas.PredictRequest, body), served)
+    # The Inference API, whose "parameters" huggingface_hub's text_classification always sends, answers one text
+    # in a list of one (TEI's bare list would read as the first label alone)
+    return [answer] if "parameters" in body and isinstance(body.get("inputs"), str) else answer
 
 
 @router.post("/invocations", include_in_schema=False)
