@@ -1462,6 +1462,8 @@ def test_vllm_embedding_options_and_tokenizer_routes(make_server, tokenizer):
         with torch.no_grad():
             mean = model(input_ids=ids).last_hidden_state[0].mean(0)
         np.testing.assert_allclose(item["embedding"], torch.nn.functional.normalize(mean, dim=0), atol=1e-5)
+    assert_error(server.request("/v1/embeddings", {"input": ["a", " "], "add_special_tokens": False}), 400,
+                 "input 1 has no word piece to read without [CLS] and [SEP]")
     # vLLM's tokenizer routes, as its tests ask them
     fast = transformers.AutoTokenizer.from_pretrained(folder)
     for add_special in (True, False):

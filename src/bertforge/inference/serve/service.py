@@ -222,7 +222,12 @@ class ServedModel:
         if inputs and isinstance(inputs[0], list):
             return self.id_rows(inputs, limit, cut, side)
         texts = embedding_texts(inputs, used, used.prompt(prompt_name, prompt))
-        return await asyncio.to_thread(self.encode_texts, texts, None, limit, False, cut, side, add_special_tokens)
+        rows = await asyncio.to_thread(self.encode_texts, texts, None, limit, False, cut, side, add_special_tokens)
+        empty = next((index for index, row in enumerate(rows) if not row["input_ids"]), None)
+        if empty is not None:  # no [CLS] and no word piece: nothing for the model to read
+            raise HTTPError(400, f"input {empty} has no word piece to read without [CLS] and [SEP] "
+                                 f"(add_special_tokens false)", kind=EMPTY)
+        return rows
 
     async def embed(self, texts: list[str] | list[list[int]], pooling: str | None, normalize: bool | None,
                     cut: bool | None = None, side: str = "right", prompt_name: str | None = None,
