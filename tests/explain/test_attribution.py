@@ -231,6 +231,11 @@ def test_bad_requests_are_one_line_errors(sst2_classifier, tokenizer):
         explain(sst2_classifier, tokenizer, REVIEW, method="lime")
     with pytest.raises(InputError, match="empty"):
         explain(sst2_classifier, tokenizer, "   ")
+    # a max_length that leaves one of the texts no word piece (it was explained with none of its words)
+    with pytest.raises(InputError, match="max_length 4 keeps no word piece of the pair: give a larger max_length"):
+        explain(sst2_classifier, tokenizer, REVIEW, "A pair.", max_length=4)
+    with pytest.raises(InputError, match="max_length 2 keeps no word piece of the text"):
+        explain(sst2_classifier, tokenizer, REVIEW, max_length=2)
 
 
 @pytest.mark.parametrize(("text", "pair", "empty"), [

@@ -71,6 +71,10 @@ def encode_row(tokenizer, text: str, pair: str | None, first_text: int = 0,
     texts = [None if token in special else first_text + segment for token, segment in zip(ids, types)]
     offsets = [tuple(span) if source is not None else None for span, source in zip(encoding["offset_mapping"], texts)]
     words = [word if source is not None else None for word, source in zip(encoding["word_ids"], texts)]
+    for number, value in enumerate((text, pair), first_text):
+        if value is not None and number not in texts:  # a max_length too short for both texts
+            raise InputError(f"max_length {max_length} keeps no word piece of the {('text', 'pair')[number]}: "
+                             f"give a larger max_length")
     kept = {tokenizer.cls_token_id, tokenizer.sep_token_id}
     if keep_mask:  # for a masked LM [MASK] is the question asked, not evidence for the answer; elsewhere it is text
         kept.add(tokenizer.mask_token_id)
@@ -201,8 +205,6 @@ def answer_target(model, tokenizer, text, pair, target, max_length) -> Target:
     start_logits, end_logits = output.start_logits[0].float().cpu(), output.end_logits[0].float().cpu()
     seq = len(row.input_ids)
     in_context = torch.tensor([source == 1 for source in row.texts])
-    if not in_context.any():  # one truncation took all of (a long question, a short max_length)
-        raise InputError("the context (pair) keeps no token to answer from: give a context with words in it")
     span_scores = start_logits[:, None] + end_logits[None, :]  # (seq, seq): start x end
     ordered = torch.ones(seq, seq, dtype=torch.bool).triu()  # end >= start
     short = ~torch.ones(seq, seq, dtype=torch.bool).triu(MAX_ANSWER_TOKENS)  # end - start < MAX_ANSWER_TOKENS
