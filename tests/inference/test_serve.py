@@ -1405,6 +1405,11 @@ def test_vllm_classify_as_transformers(make_server, seeded_classifier, sst2_dev,
     invoked = server.request("/invocations", {"input": texts[:2]})[1]  # the body vLLM's /invocations classifies
     torch.testing.assert_close(torch.tensor([item["probs"] for item in invoked["data"]]), logits[:2].softmax(-1),
                                atol=1e-5, rtol=0)
+    # vLLM's /pooling: a classifier's task is classify, its answer /classify's probabilities
+    status, answer, _ = server.request("/pooling", {"model": "m", "input": texts})
+    torch.testing.assert_close(torch.tensor([item["data"] for item in answer["data"]]), logits.softmax(-1),
+                               atol=1e-5, rtol=0)
+    assert_error(server.request("/pooling", {"input": texts[0], "task": "token_embed"}), 409, "not a dense encoder")
     # Infinity's client sends raw_scores, and reads its own shape: per text {score, label}, highest first
     for raw, scores in ((False, logits.softmax(-1)), (True, logits)):
         status, answer, _ = server.request("/classify", {"input": texts, "model": "m", "raw_scores": raw})
@@ -1464,8 +1469,21 @@ def test_vllm_embedding_options_and_tokenizer_routes(make_server, tokenizer):
         np.testing.assert_allclose(item["embedding"], torch.nn.functional.normalize(mean, dim=0), atol=1e-5)
     assert_error(server.request("/v1/embeddings", {"input": ["a", " "], "add_special_tokens": False}), 400,
                  "input 1 has no word piece to read without [CLS] and [SEP]")
-    # vLLM's tokenizer routes, as its tests ask them
+    # vLLM's /pooling: embed as /v1/embeddings, token_embed every token's vector, unit length unless normalize false
     fast = transformers.AutoTokenizer.from_pretrained(folder)
+    status, answer, _ = server.request("/pooling", {"model": "m", "input": texts})  # an encoder's task: embed
+    assert status == 200 and {item["object"] for item in answer["data"]} == {"pooling"} and answer["object"] == "list"
+    np.testing.assert_allclose([item["data"] for item in answer["data"]], expected, atol=1e-5)
+    for normalize in (True, False):
+        status, answer, _ = server.request("/pooling", {"input": texts, "task": "token_embed", "normalize": normalize})
+        for text, item in zip(texts, answer["data"]):
+            with torch.no_grad():
+                states = model(**fast(text, return_tensors="pt")).last_hidden_state[0]
+            states = torch.nn.functional.normalize(states, dim=-1) if normalize else states
+            np.testing.assert_allclose(item["data"], states, atol=1e-4)
+    assert answer["usage"]["prompt_tokens"] == sum(len(fast(text)["input_ids"]) for text in texts)
+    assert_error(server.request("/pooling", {"input": "x", "task": "classify"}), 409, "wrong task")
+    # vLLM's tokenizer routes, as its tests ask them
     for add_special in (True, False):
         status, answer, _ = server.request("/tokenize", {"model": "m", "prompt": texts[2],
                                                          "add_special_tokens": add_special})

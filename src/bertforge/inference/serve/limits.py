@@ -13,9 +13,10 @@ HEALTH_PATH = "/health"  # answered without the API key, so that load balancers 
 PROBE_PATHS = (HEALTH_PATH, "/ping", "/.well-known/live", "/.well-known/ready")
 # The hosted APIs' routes (OpenAI's embeddings, Cohere's rerank) answer errors as OpenAI does, so that their clients
 # read them (vLLM answers its Cohere-style rerank routes so too); OpenAI's routes are also served without /v1, as
-# Infinity serves them and as the openai client calls them given the server's bare URL; vLLM's own /score and
-# /classify answer in OpenAI's shape too.
-HOSTED_API_PREFIXES = ("/v1/", "/v2/", "/embeddings", "/models", "/multi-vector", "/score", "/classify")
+# Infinity serves them and as the openai client calls them given the server's bare URL; vLLM's own /score,
+# /classify and /pooling answer in OpenAI's shape too.
+HOSTED_API_PREFIXES = ("/v1/", "/v2/", "/embeddings", "/models", "/multi-vector", "/score", "/classify",
+                       "/pooling")
 OPENAI_ERROR_TYPES = {401: "authentication_error", 500: "server_error", 503: "server_error"}
 
 

@@ -399,6 +399,23 @@ class ScoreRequest(VLLMFields, VLLMActivation, Strict):
                                                                                   "first N word pieces (0: not cut)")
 
 
+class PoolingRequest(VLLMFields, VLLMActivation, Strict):
+    """vLLM's pooling API: a task's raw output per input."""
+    input: Text | Texts | TokenIds | TokenIdLists = Field(description="texts, or token ids as /v1/embeddings "
+                                                                     "takes them")
+    task: Literal["embed", "token_embed", "classify"] | None = Field(
+        None, description="embed: a vector per input, as /v1/embeddings; token_embed: every token's vector; "
+                          "classify: every label's probability, as /classify (default: the model's: an encoder "
+                          "embeds, a sequence classifier classifies)")
+    encoding_format: Literal["float", "base64"] = "float"
+    embed_dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    endianness: Literal["native", "little", "big"] = "native"
+    dimensions: int | None = Field(None, ge=0, strict=True, description="embed: the first N dimensions (0: all)")
+    normalize: bool | None = Field(None, strict=True, description="embed and token_embed: false leaves the "
+                                                                  "vectors as the model gives them")
+    add_special_tokens: bool = Field(True, strict=True, description="embed: false reads the word pieces alone")
+
+
 class ClassifyRequest(VLLMFields, VLLMActivation, Strict):
     """vLLM's classify API, for a sequence classifier; Infinity's, which its client sends with raw_scores."""
     input: Text | Texts = Field(description="a text, or a list of texts (at most max_texts)")
@@ -653,6 +670,23 @@ class ScoreResponse(BaseModel):
     created: int
     model: str
     data: list[ScoreData]
+    usage: Usage
+
+
+class PoolingData(BaseModel):
+    index: int
+    object: Literal["pooling"] = "pooling"
+    data: list[float] | list[list[float]] | str = Field(description="the task's output; base64 with "
+                                                                     "encoding_format base64")
+
+
+class PoolingResponse(BaseModel):
+    """vLLM's pooling answer."""
+    id: str
+    object: Literal["list"] = "list"
+    created: int
+    model: str
+    data: list[PoolingData]
     usage: Usage
 
 

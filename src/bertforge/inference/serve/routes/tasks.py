@@ -19,9 +19,17 @@ from bertforge.inference.pipelines import Pipeline, fill_answer, target_ids
 from bertforge.inference.serve import schemas
 from bertforge.inference.serve.batcher import Job
 from bertforge.inference.serve.errors import ERRORS, OPENAI_ERRORS
+from bertforge.inference.serve.jobs import token_vectors
 from bertforge.inference.serve.limits import HTTPError
 from bertforge.inference.serve.routes import Routes, Served
-from bertforge.inference.serve.routes.embeddings import embed_sparse, embed_texts, openai_embeddings, similarity
+from bertforge.inference.serve.routes.embeddings import (
+    embed_sparse,
+    embed_texts,
+    encoded,
+    hosted_inputs,
+    openai_embeddings,
+    similarity,
+)
 from bertforge.inference.serve.routes.ranking import SCORE_FIELDS, cohere_answer, rerank, score
 from bertforge.inference.serve.service import UNLIMITED, ServedModel, check_not_empty, input_list
 from bertforge.inference.serve.tei import SCORE_FUNCTIONS, TASK_SCORES, predict_inputs, ranked_scores
@@ -144,6 +152,45 @@ async def classify(request: schemas.ClassifyRequest, served: Served):
     data = [{"index": index, "label": id2label[int(row.argmax())], "probs": row.tolist(), "num_classes": len(row)}
             for index, row in enumerate(scores)]
     return answer | {"object": "list", "data": data}
+
+
+@router.post("/pooling", response_model=schemas.PoolingResponse, responses=OPENAI_ERRORS)
+async def pooling(request: schemas.PoolingRequest, served: Served):
+    """vLLM's pooling API: per input its task's output as the task's own route gives it (embed: /v1/embeddings'
+    vector; classify: /classify's probabilities), or for token_embed every token's last-layer vector, [CLS] and
+    [SEP] included, unit length unless normalize or use_activation is false, as vLLM's token_embed gives them. The
+    default task is the model's: an encoder embeds, a sequence classifier classifies."""
+    task = request.task or ("embed" if served.task is None else "classify")
+    shared = {"model": request.model, "truncate_prompt_tokens": request.truncate_prompt_tokens}
+    unit = not request.raw and request.normalize is not False
+    if task == "classify":
+        if not all(isinstance(item, str) for item in input_list(request.input)):
+            raise HTTPError(422, "task classify: input is a text or texts (the classifier's task reads words)")
+        answer = await classify(schemas.ClassifyRequest(input=request.input, use_activation=not request.raw,
+                                                        add_special_tokens=request.add_special_tokens, **shared),
+                                served)
+        outputs, tokens = [item["probs"] for item in answer["data"]], answer["usage"]["prompt_tokens"]
+    elif task == "embed":
+        answer = await openai_embeddings(schemas.OpenAIEmbeddingRequest(
+            input=request.input, dimensions=request.dimensions, normalize=unit,
+            add_special_tokens=request.add_special_tokens, encoding_format=request.encoding_format,
+            embed_dtype=request.embed_dtype, endianness=request.endianness, **shared), served)
+        outputs, tokens = [item["embedding"] for item in answer["data"]], answer["usage"]["prompt_tokens"]
+    else:
+        if served.task is not None or served.splade is not None or served.colbert is not None:
+            raise HTTPError(409, f"task token_embed: {served.model_name} is not a dense encoder, whose token "
+                                 f"vectors it gives (a ColBERT model's are at /v1/embeddings)")
+        inputs = hosted_inputs(request.input, served)
+        rows = await served.input_rows(inputs, served.layout(), None, "right",
+                                       max_tokens=served.prompt_limit(request.truncate_prompt_tokens),
+                                       add_special_tokens=request.add_special_tokens)
+        states = await served.run_jobs([Job(token_vectors, row) for row in rows])
+        outputs = [encoded(torch.nn.functional.normalize(vectors, dim=-1) if unit else vectors,
+                           request.encoding_format, request.embed_dtype, request.endianness) for vectors in states]
+        tokens = sum(len(row["input_ids"]) for row in rows)
+    return {"id": f"pool-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
+            "model": served.model_name, "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            "data": [{"index": index, "object": "pooling", "data": output} for index, output in enumerate(outputs)]}
 
 
 @router.post("/fill_mask", response_model=list[schemas.FilledToken] | list[list[schemas.FilledToken]]
