@@ -1423,7 +1423,18 @@ def test_vllm_classify_as_transformers(make_server, seeded_classifier, sst2_dev,
     assert_error(make_server("default").request("/classify", {"input": "x"}), 409, "wrong task")
 
 
-def test_vllm_embedding_options_and_tokenizer_routes(make_server, tokenizer):
+def make_prompt_excluded(folder: str, tmp_path) -> str:
+    """A copy of a sentence-transformers folder with a "query: " prompt that mean pooling leaves out."""
+    copy = tmp_path / "prompt-excluded"
+    shutil.copytree(folder, copy)
+    config = json.loads((copy / "config_sentence_transformers.json").read_text())
+    (copy / "config_sentence_transformers.json").write_text(json.dumps(config | {"prompts": {"query": "query: "}}))
+    pooling = json.loads((copy / "1_Pooling" / "config.json").read_text())
+    (copy / "1_Pooling" / "config.json").write_text(json.dumps(pooling | {"include_prompt": False}))
+    return str(copy)
+
+
+def test_vllm_embedding_options_and_tokenizer_routes(make_server, tokenizer, tmp_path):
     """vLLM's /v1/embeddings options on the default model (truncate_prompt_tokens, add_special_tokens,
     normalize, embed_dtype and endianness of base64), against sentence-transformers and transformers; its
     /tokenize and /detokenize; /version and POST /ping."""
@@ -1461,6 +1472,7 @@ def test_vllm_embedding_options_and_tokenizer_routes(make_server, tokenizer):
     np.testing.assert_allclose(decoded, expected, atol=4e-3)
     # without [CLS] and [SEP]: the mean of the word pieces' vectors alone, as transformers' model gives them
     model = transformers.AutoModel.from_pretrained(folder).eval()
+    fast = transformers.AutoTokenizer.from_pretrained(folder)
     answer = vectors({"add_special_tokens": False, "normalize": False})
     for text, item in zip(texts, answer["data"]):
         ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
@@ -1469,8 +1481,17 @@ def test_vllm_embedding_options_and_tokenizer_routes(make_server, tokenizer):
         np.testing.assert_allclose(item["embedding"], torch.nn.functional.normalize(mean, dim=0), atol=1e-5)
     assert_error(server.request("/v1/embeddings", {"input": ["a", " "], "add_special_tokens": False}), 400,
                  "input 1 has no word piece to read without [CLS] and [SEP]")
+    # ... and with a query prompt the layout leaves out of the pooling (include_prompt false): its pieces alone
+    prompted = make_server(make_prompt_excluded(folder, tmp_path))
+    status, answer, _ = prompted.request("/v1/embeddings", {"input": texts, "input_type": "query",
+                                                            "add_special_tokens": False})
+    skipped = len(fast.tokenize("query: "))
+    for text, item in zip(texts, answer["data"]):
+        ids = fast("query: " + text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            mean = model(input_ids=ids).last_hidden_state[0, skipped:].mean(0)
+        np.testing.assert_allclose(item["embedding"], torch.nn.functional.normalize(mean, dim=0), atol=1e-5)
     # vLLM's /pooling: embed as /v1/embeddings, token_embed every token's vector, unit length unless normalize false
-    fast = transformers.AutoTokenizer.from_pretrained(folder)
     status, answer, _ = server.request("/pooling", {"model": "m", "input": texts})  # an encoder's task: embed
     assert status == 200 and {item["object"] for item in answer["data"]} == {"pooling"} and answer["object"] == "list"
     np.testing.assert_allclose([item["data"] for item in answer["data"]], expected, atol=1e-5)

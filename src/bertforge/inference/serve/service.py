@@ -255,6 +255,8 @@ class ServedModel:
         rows = await self.input_rows(texts, used, cut, side, prompt_name, prompt, max_tokens, add_special_tokens)
         left_out = 0 if texts and isinstance(texts[0], list) else \
             prompt_length(self.tokenizer, used, used.prompt(prompt_name, prompt))
+        if left_out and not add_special_tokens:  # [CLS] was counted among the first positions left out
+            left_out -= 1
         options = {"pooling": used.pooling, "normalize": used.normalize, "left_out": left_out}
         vectors = await self.run_jobs([Job(pooled_vectors, row, options) for row in rows])
         return vectors, sum(len(row["input_ids"]) for row in rows), used
