@@ -44,12 +44,12 @@ def typed_embeddings(vectors: torch.Tensor, embedding_type: str) -> list:
     if embedding_type == "float":
         return vectors.tolist()
     if embedding_type == "base64":
-        return [float32_base64(vector) for vector in vectors]
+        return [base64_values(vector) for vector in vectors]
     check_embedding_types([embedding_type])
     return quantize_embeddings(np.asarray(vectors.to(torch.float32).numpy()), embedding_type).tolist()
 
 
-def float32_base64(values: torch.Tensor, dtype: str = "float32", endianness: str = "little") -> str:
+def base64_values(values: torch.Tensor, dtype: str = "float32", endianness: str = "little") -> str:
     """A vector (or a text's token vectors, one after the other) as base64 of its little-endian float32 values, as
     OpenAI's, Jina's and Cohere's base64 encodings give them; or of vLLM's `embed_dtype` (float16, bfloat16) in
     its `endianness` (little, big, or native: this machine's)."""

@@ -169,7 +169,15 @@ class HostedEmbeddingRequest(BaseModel):
     model: str | None = Field(None, description="ignored: the server has one model (see /v1/models)")
 
 
-class OpenAIEmbeddingRequest(HostedEmbeddingRequest):
+class VLLMEncoding(BaseModel):
+    """vLLM's base64 vectors: the numbers they hold and their byte order (float encoding is unaffected)."""
+    embed_dtype: Literal["float32", "float16", "bfloat16"] = Field(
+        "float32", description="vLLM's: the numbers base64 holds (float encoding is unaffected)")
+    endianness: Literal["native", "little", "big"] = Field(
+        "native", description="vLLM's: their byte order in base64 (native: the server's)")
+
+
+class OpenAIEmbeddingRequest(HostedEmbeddingRequest, VLLMEncoding):
     dimensions: int | None = Field(None, ge=0, strict=True, description="keep the first N dimensions "
                                                                          "(re-normalized); 0, Infinity's client's "
                                                                          "default: all")
@@ -192,10 +200,6 @@ class OpenAIEmbeddingRequest(HostedEmbeddingRequest):
     truncate_prompt_tokens: int | None = Field(None, ge=-1, strict=True, description=TRUNCATE_PROMPT_TOKENS)
     add_special_tokens: bool = Field(True, strict=True, description="vLLM's: false reads a text's word pieces "
                                                                     "without [CLS] and [SEP]")
-    embed_dtype: Literal["float32", "float16", "bfloat16"] = Field(
-        "float32", description="vLLM's: the numbers base64 holds (float encoding is unaffected)")
-    endianness: Literal["native", "little", "big"] = Field(
-        "native", description="vLLM's: their byte order in base64 (native: the server's)")
 
 
 class VectorsConfig(BaseModel):
@@ -352,6 +356,14 @@ class VLLMActivation(BaseModel):
         return False in (self.use_activation, self.activation, self.softmax)
 
 
+class VLLMScoring(VLLMFields, VLLMActivation):
+    """What vLLM's rerank and score requests share: its fields, and each side cut to its first word pieces."""
+    max_tokens_per_query: int | None = Field(None, ge=0, strict=True, description="vLLM's: the query (score's first "
+                                             "texts) cut to its first N word pieces (0: not cut)")
+    max_tokens_per_doc: int | None = Field(None, ge=0, strict=True, description="each document (score's second "
+                                           "texts) cut to its first N word pieces (0: not cut)")
+
+
 class RerankRequest(Strict):
     model: str | None = Field(None, description=MODEL)
     query: Text
@@ -364,7 +376,7 @@ class RerankRequest(Strict):
     truncation_direction: TruncationDirection = Field("right", description=TRUNCATION_DIRECTION)
 
 
-class CohereRerankRequest(VLLMFields, VLLMActivation, Strict):
+class CohereRerankRequest(VLLMScoring, Strict):
     """Cohere's rerank API, v1 and v2 (Jina's and vLLM's rerank routes take the same fields, and vLLM's own)."""
     query: Text
     documents: Annotated[list[Text | Annotated[dict[str, Text], Field(min_length=1)]], Field(min_length=1)] = Field(
@@ -377,13 +389,9 @@ class CohereRerankRequest(VLLMFields, VLLMActivation, Strict):
                                                              "of its probability")
     rank_fields: Annotated[list[str], Field(min_length=1)] | None = Field(
         None, description='v1, for object documents: the fields read, in order, as "field: value" lines')
-    max_tokens_per_doc: int | None = Field(None, ge=0, strict=True, description="each document cut to its first N "
-                                                                                  "word pieces (0: not cut)")
-    max_tokens_per_query: int | None = Field(None, ge=0, strict=True, description="vLLM's: the query cut to its "
-                                                                                    "first N word pieces (0: not cut)")
 
 
-class ScoreRequest(VLLMFields, VLLMActivation, Strict):
+class ScoreRequest(VLLMScoring, Strict):
     """vLLM's score API: the first texts against the second, one against each (1:N) or pair by pair (N:N), under
     any of its field names."""
     text_1: Text | Texts | None = None
@@ -393,13 +401,9 @@ class ScoreRequest(VLLMFields, VLLMActivation, Strict):
     items: Text | Texts | None = Field(None, description="text_2's other name")
     data_1: Text | Texts | None = Field(None, description="text_1's other name")
     data_2: Text | Texts | None = Field(None, description="text_2's other name")
-    max_tokens_per_query: int | None = Field(None, ge=0, strict=True, description="the first texts cut to their "
-                                                                                    "first N word pieces (0: not cut)")
-    max_tokens_per_doc: int | None = Field(None, ge=0, strict=True, description="the second texts cut to their "
-                                                                                  "first N word pieces (0: not cut)")
 
 
-class PoolingRequest(VLLMFields, VLLMActivation, Strict):
+class PoolingRequest(VLLMFields, VLLMActivation, VLLMEncoding, Strict):
     """vLLM's pooling API: a task's raw output per input."""
     input: Text | Texts | TokenIds | TokenIdLists = Field(description="texts, or token ids as /v1/embeddings "
                                                                      "takes them")
@@ -408,8 +412,6 @@ class PoolingRequest(VLLMFields, VLLMActivation, Strict):
                           "classify: every label's probability, as /classify (default: the model's: an encoder "
                           "embeds, a sequence classifier classifies)")
     encoding_format: Literal["float", "base64"] = "float"
-    embed_dtype: Literal["float32", "float16", "bfloat16"] = "float32"
-    endianness: Literal["native", "little", "big"] = "native"
     dimensions: int | None = Field(None, ge=0, strict=True, description="embed: the first N dimensions (0: all)")
     normalize: bool | None = Field(None, strict=True, description="embed and token_embed: false leaves the "
                                                                   "vectors as the model gives them")

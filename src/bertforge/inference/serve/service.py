@@ -142,8 +142,10 @@ class ServedModel:
     def prompt_limit(self, truncate_prompt_tokens: int | None) -> int | None:
         """vLLM's truncate_prompt_tokens as the tokens each model input is cut to: None where it was not sent, the
         server's max_length for -1."""
-        if truncate_prompt_tokens is None or truncate_prompt_tokens == -1:
-            return None if truncate_prompt_tokens is None else self.max_length
+        if truncate_prompt_tokens is None:
+            return None
+        if truncate_prompt_tokens == -1:
+            return self.max_length
         if not 2 <= truncate_prompt_tokens <= self.max_length:
             raise HTTPError(422, f"truncate_prompt_tokens: {truncate_prompt_tokens} tokens; a model input takes from 2 "
                                  f"([CLS] and [SEP]) to the server's max_length {self.max_length}, or -1 for that")

@@ -12,7 +12,7 @@ import torch
 from bertforge.heads import encoder_of
 from bertforge.inference.serve import schemas
 from bertforge.inference.serve.batcher import Job
-from bertforge.inference.serve.cohere import TRUNCATION, check_embedding_types, float32_base64, typed_embeddings
+from bertforge.inference.serve.cohere import TRUNCATION, base64_values, check_embedding_types, typed_embeddings
 from bertforge.inference.serve.errors import ERRORS, OPENAI_ERRORS
 from bertforge.inference.serve.input_types import ROLES, input_prompt
 from bertforge.inference.serve.jobs import token_vectors
@@ -250,4 +250,4 @@ def encoded(vectors: torch.Tensor, encoding_format: str, dtype: str = "float32",
             ) -> list | str:
     """A vector (or a text's token vectors) as floats, or as base64 of its little-endian float32 values (or of
     vLLM's embed_dtype and endianness)."""
-    return float32_base64(vectors, dtype, endianness) if encoding_format == "base64" else vectors.tolist()
+    return base64_values(vectors, dtype, endianness) if encoding_format == "base64" else vectors.tolist()
