@@ -59,11 +59,6 @@ def encode_row(tokenizer, text: str, pair: str | None, first_text: int = 0,
                max_length: int = DEFAULT_MAX_LENGTH, keep_mask: bool = False) -> Row:
     """[CLS] text [SEP] (pair [SEP]), truncated to max_length; `first_text` numbers `text` among the user's texts;
     `keep_mask` keeps [MASK] in the baseline (for a masked LM)."""
-    for number, value in enumerate((text, pair), first_text):
-        # Control and zero-width characters tokenize to nothing, as spaces do: there would be no word to explain.
-        if value is not None and not tokenizer.tokenize(value):
-            raise InputError(f"the {('text', 'pair')[number]} to explain is empty after tokenization (no word "
-                             "piece: only spaces, control or zero-width characters)")
     encoding = tokenizer(text, text_pair=pair, truncation=True, max_length=max_length,
                          return_offsets_mapping=True, return_word_ids=True)
     ids, types = encoding["input_ids"], encoding["token_type_ids"]
@@ -72,9 +67,12 @@ def encode_row(tokenizer, text: str, pair: str | None, first_text: int = 0,
     offsets = [tuple(span) if source is not None else None for span, source in zip(encoding["offset_mapping"], texts)]
     words = [word if source is not None else None for word, source in zip(encoding["word_ids"], texts)]
     for number, value in enumerate((text, pair), first_text):
-        if value is not None and number not in texts:  # a max_length too short for both texts
-            raise InputError(f"max_length {max_length} keeps no word piece of the {('text', 'pair')[number]}: "
-                             f"give a larger max_length")
+        if value is not None and number not in texts:  # no word of it to explain
+            name = ("text", "pair")[number]
+            if not tokenizer.tokenize(value):  # control and zero-width characters tokenize to nothing, as spaces do
+                raise InputError(f"the {name} to explain is empty after tokenization (no word piece: only spaces, "
+                                 f"control or zero-width characters)")
+            raise InputError(f"max_length {max_length} keeps no word piece of the {name}: give a larger max_length")
     kept = {tokenizer.cls_token_id, tokenizer.sep_token_id}
     if keep_mask:  # for a masked LM [MASK] is the question asked, not evidence for the answer; elsewhere it is text
         kept.add(tokenizer.mask_token_id)
