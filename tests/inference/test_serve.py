@@ -1013,6 +1013,47 @@ def test_tei_tokenize_decode_embed_all_and_info(encoder_server, tokenizer):
                  "parameters", "sequence classifier")
 
 
+COST_HEADERS = ("x-compute-type", "x-compute-time", "x-compute-characters", "x-compute-tokens", "x-total-time",
+                "x-tokenization-time", "x-queue-time", "x-inference-time")
+
+
+def test_answers_say_what_they_cost_in_tei_headers(encoder_server, encoder_dir, qa_server):
+    """text-embeddings-inference's x-compute-* headers: the characters sent, the tokens the model read (counted
+    here by transformers' tokenizer), and times in whole milliseconds; none where the model did not run."""
+    transformers = pytest.importorskip("transformers")
+    reference = transformers.BertTokenizerFast.from_pretrained(encoder_dir)
+    texts = ["Héllo, wörld!", TEXTS[2]]
+    for route, body in (("/embed", {"inputs": texts}), ("/v1/embeddings", {"input": texts}),
+                        ("/rerank", {"query": texts[0], "texts": texts[1:]})):
+        status, _, headers = encoder_server.request(route, body)
+        assert status == 200 and headers["x-compute-type"] == "cpu"
+        assert int(headers["x-compute-characters"]) == sum(len(text) for text in texts), route
+        assert int(headers["x-compute-tokens"]) == sum(len(ids) for ids in reference(texts)["input_ids"]), route
+        times = {name: int(headers[name]) for name in COST_HEADERS[4:]}
+        assert min(times.values()) >= 0 and int(headers["x-compute-time"]) == times["x-total-time"]
+        assert times["x-total-time"] >= times["x-inference-time"]
+    ids = reference(texts)["input_ids"]
+    headers = encoder_server.request("/embed", {"inputs": ids})[2]  # token ids count as TEI counts them: each one
+    assert int(headers["x-compute-characters"]) == int(headers["x-compute-tokens"]) == sum(map(len, ids))
+    question = {"question": "What is the story?", "context": TEXTS[2]}
+    status, _, headers = qa_server.request("/predict", {"questions": [question]})
+    assert status == 200 and int(headers["x-compute-characters"]) == len(question["question"] + TEXTS[2])
+    for route, body in (("/health", None), ("/tokenize", {"inputs": texts}), ("/embed", {"inputs": ""})):
+        assert not set(COST_HEADERS) & set(encoder_server.request(route, body)[2]), route
+
+
+def test_served_model_name_and_tei_openapi_path(make_server, encoder_dir, encoder_server):
+    server = make_server(encoder_dir, served_model_name="tiny-encoder")
+    assert server.request("/info")[1]["model_id"] == "tiny-encoder"
+    assert [model["id"] for model in server.request("/v1/models")[1]["data"]] == ["tiny-encoder"]
+    assert server.request("/v1/models/tiny-encoder")[0] == 200
+    assert server.request("/v1/embeddings", {"input": "a", "model": "tiny-encoder"})[1]["model"] == "tiny-encoder"
+    assert encoder_server.request("/info")[1]["model_id"] == str(encoder_dir)  # without it: the path it loaded
+    assert encoder_server.request("/api-doc/openapi.json")[1] == encoder_server.request("/openapi.json")[1]
+    with pytest.raises(ConfigError, match="served_model_name must be a name"):
+        ServeSettings(served_model_name=" ")
+
+
 def test_tei_predict_with_a_classifier(classifier_server, tagger_server):
     expected = classifier_server.request("/predict", {"texts": TEXTS})[1]["predictions"]
     huggingface_hub = pytest.importorskip("huggingface_hub")
@@ -1612,6 +1653,7 @@ def test_cors_lets_the_origins_given_call_from_a_browser(make_server, encoder_di
     status, body, headers = server.request("/embed", {"inputs": "a"},
                                            headers={**page, "Authorization": "Bearer s3cret"})
     assert status == 200 and headers["Access-Control-Allow-Origin"] == "https://app.example"
+    assert "x-inference-time" in headers["Access-Control-Expose-Headers"]  # the page may read what it cost
     status, _, headers = server.request("/embed", {"inputs": "a"}, headers=page)  # the page can read its error
     assert status == 401 and headers["Access-Control-Allow-Origin"] == "https://app.example"
     other = server.request("/embed", {"inputs": "a"}, headers={"Origin": "https://elsewhere.example",

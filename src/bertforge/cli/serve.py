@@ -49,6 +49,8 @@ FLAGS = {
     "--read-timeout": ("read_timeout", positive_float, "seconds a client has to send a whole request; slower ones "
                                                        "are disconnected"),
     "--idle-timeout": ("idle_timeout", positive_float, "seconds an idle keep-alive connection stays open"),
+    "--served-model-name": ("served_model_name", str, "the model's name in answers (/info, /v1/models, the "
+                                                             "OpenAI APIs' model field; default: --model)"),
 }
 
 

@@ -29,6 +29,7 @@ from bertforge.inference.multi_vector_encoder import MultiVectorEncoder
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.inference.pipelines import MASKED_LM_ARCHITECTURES
 from bertforge.inference.serve.limits import RequestGuard, protocol_with_read_timeout
+from bertforge.inference.serve.metrics import COST_HEADERS
 from bertforge.inference.serve.service import ServedModel
 from bertforge.inference.serve.settings import ServeSettings
 from bertforge.inference.sparse_encoder import SPLADE, is_splade_checkpoint, load_splade_model
@@ -69,14 +70,15 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
     for routes in (tasks, embeddings, ranking, tokens, pages, status):
         routes.router.add_to(app)
     app.add_middleware(RequestGuard, max_body_bytes=served.settings.max_body_bytes, api_key=served.settings.api_key,
-                       metrics=served.metrics, routes={route.path for route in app.routes})
+                       metrics=served.metrics, routes={route.path for route in app.routes},
+                       compute_type="cpu" if served.device.type == "cpu" else "gpu")
     if served.settings.cors_allow_origins:
         # Outside the guard: a browser's preflight carries no API key, and an error answer (401, 413) needs the
         # CORS headers too, or the page can't read it.
         from starlette.middleware.cors import CORSMiddleware
 
         app.add_middleware(CORSMiddleware, allow_origins=list(served.settings.cors_allow_origins),
-                           allow_methods=["GET", "POST", "HEAD"], expose_headers=["Retry-After"],
+                           allow_methods=["GET", "POST", "HEAD"], expose_headers=["Retry-After", *COST_HEADERS],
                            allow_headers=["Authorization", "Content-Type", "X-API-Key"])
     return app
 
@@ -89,6 +91,7 @@ def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
     ColBERT checkpoint (any layout MultiVectorEncoder loads) is served as MultiVectorEncoder."""
     settings = settings or ServeSettings()
     checkpoint = inspect_checkpoint(name_or_path)
+    model_name = settings.served_model_name or str(name_or_path)
     if checkpoint.task is not None:
         checkpoint.task_for()  # a run config whose head was never saved is refused here, naming the folder
         if settings.pooling is not None:
@@ -106,7 +109,7 @@ def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
         colbert = MultiVectorEncoder(checkpoint.directory)
         colbert.model = inference.apply(colbert.model, colbert.tokenizer)
         colbert.projection.to(colbert.device)
-        return create_app(colbert, colbert.tokenizer, settings, model_name=str(name_or_path), checkpoint=checkpoint)
+        return create_app(colbert, colbert.tokenizer, settings, model_name=model_name, checkpoint=checkpoint)
     else:
         model = checkpoint.model_class.from_pretrained(checkpoint.directory)
         layout = getattr(model, "sentence_embedding", None) or SentenceEmbedding()
@@ -115,7 +118,7 @@ def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
                                                            multi_vector=False)
     masked_lm = masked_lm_head(checkpoint) if checkpoint.task is None and not hasattr(model, "masked_lm") else None
     model = inference.apply(model, tokenizer)
-    return create_app(model, tokenizer, settings, model_name=str(name_or_path), checkpoint=checkpoint,
+    return create_app(model, tokenizer, settings, model_name=model_name, checkpoint=checkpoint,
                       masked_lm=masked_lm)
 
 

@@ -31,6 +31,8 @@ class Job:
     options: dict[str, Any] = field(default_factory=dict)
     future: Future = field(default_factory=Future)
     enqueued: float = field(default_factory=time.monotonic)
+    started: float | None = None  # when the worker began its forward pass, and when that ended
+    finished: float | None = None
 
     @property
     def length(self) -> int:
@@ -124,6 +126,7 @@ class MicroBatcher:
             for run, jobs in by_run.items():
                 # Longest first: the padded batch then reads like evaluation's length-sorted ones.
                 jobs.sort(key=lambda job: job.length, reverse=True)
+                started = time.monotonic()
                 try:
                     with torch.inference_mode():
                         results = run(self.model, jobs)
@@ -133,5 +136,7 @@ class MicroBatcher:
                     for job in jobs:
                         job.future.set_exception(error)
                     continue
+                finished = time.monotonic()
                 for job, result in zip(jobs, results):
+                    job.started, job.finished = started, finished
                     job.future.set_result(result)

@@ -8,6 +8,8 @@ import hmac
 import json
 import time
 
+from bertforge.inference.serve.metrics import REQUEST_COST, RequestCost
+
 HEALTH_PATH = "/health"  # answered without the API key, so that load balancers can probe it
 # The probes of Weaviate's text2vec-transformers module and SageMaker's /ping (TEI serves it), keyless as well.
 PROBE_PATHS = (HEALTH_PATH, "/ping", "/.well-known/live", "/.well-known/ready")
@@ -56,11 +58,14 @@ async def send_error(send, path: str, status: int, message: str, headers: dict[s
 
 
 class RequestGuard:
-    """ASGI middleware: the API key, the body size, and metrics per request (route, status, seconds)."""
+    """ASGI middleware: the API key, the body size, and metrics per request (route, status, seconds); an answer
+    for which the model ran says what it cost in text-embeddings-inference's headers."""
 
-    def __init__(self, app, max_body_bytes: int, api_key: str | None, metrics, routes: set[str]):
+    def __init__(self, app, max_body_bytes: int, api_key: str | None, metrics, routes: set[str],
+                 compute_type: str = "cpu"):
         self.app, self.max_body_bytes, self.api_key, self.metrics = app, max_body_bytes, api_key, metrics
         self.routes = routes  # metric labels: the application's own paths, "other" for the rest
+        self.compute_type = compute_type  # x-compute-type: cpu or gpu
 
     def authorized(self, headers: dict[bytes, bytes]) -> bool:
         given = headers.get(b"authorization", b"").decode("latin-1")
@@ -72,15 +77,21 @@ class RequestGuard:
             return await self.app(scope, receive, send)
         started, status = time.monotonic(), [500]
         route = scope["path"] if scope["path"] in self.routes else "other"
+        cost = RequestCost()
+        token = REQUEST_COST.set(cost)  # this request's task and the threads it starts see it
 
         async def recording_send(message):
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+                if status[0] == 200 and cost.rows:
+                    headers = cost.headers(time.monotonic() - started, self.compute_type)
+                    message = {**message, "headers": [*message.get("headers", ()), *headers]}
             await send(message)
 
         try:
             await self.guard(scope, receive, recording_send)
         finally:
+            REQUEST_COST.reset(token)
             self.metrics.count_request(route, status[0], time.monotonic() - started)
 
     async def guard(self, scope, receive, send):

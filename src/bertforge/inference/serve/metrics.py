@@ -1,9 +1,15 @@
 """Prometheus metrics of one server (prometheus-client, a registry of its own): requests by route and status,
-latency, queue depth, batch sizes and the tokens run through the model."""
+latency, queue depth, batch sizes and the tokens run through the model. Also what one request cost, answered in
+text-embeddings-inference's response headers (x-compute-*)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
 
 from bertforge.errors import BertforgeError
 
@@ -47,3 +53,83 @@ class ServerMetrics:
     def render(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+@dataclass
+class RequestCost:
+    """What one request cost: the characters it sent, the tokens the model read, and the seconds spent tokenizing,
+    waiting in the batcher's queue and in forward passes (the last two summed over its model inputs)."""
+
+    characters: int = 0
+    tokens: int = 0
+    rows: int = 0
+    tokenizing: float = 0.0
+    waiting: float = 0.0
+    running: float = 0.0
+
+    def count_jobs(self, jobs: Sequence) -> None:
+        """Jobs of the request that the batcher has run (their `started` and `finished` set)."""
+        for job in jobs:
+            self.rows += 1
+            self.tokens += job.length
+            self.waiting += job.started - job.enqueued
+            self.running += job.finished - job.started
+
+    def headers(self, seconds: float, compute_type: str) -> list[tuple[bytes, bytes]]:
+        """text-embeddings-inference's headers, in whole milliseconds: the request's time, its characters and
+        tokens, the time spent tokenizing, and the average queue and inference time of its model inputs."""
+        rows = max(self.rows, 1)
+        values = {"x-compute-type": compute_type, "x-compute-time": milliseconds(seconds),
+                  "x-compute-characters": self.characters, "x-compute-tokens": self.tokens,
+                  "x-total-time": milliseconds(seconds), "x-tokenization-time": milliseconds(self.tokenizing),
+                  "x-queue-time": milliseconds(self.waiting / rows),
+                  "x-inference-time": milliseconds(self.running / rows)}
+        return [(name.encode(), str(value).encode()) for name, value in values.items()]
+
+
+COST_HEADERS = ("x-compute-type", "x-compute-time", "x-compute-characters", "x-compute-tokens", "x-total-time",
+                "x-tokenization-time", "x-queue-time", "x-inference-time")
+# The cost of the request being answered: set by the request guard, added to where the server tokenizes and runs
+# the model (worker threads started with asyncio.to_thread see the same one).
+REQUEST_COST: ContextVar[RequestCost | None] = ContextVar("request_cost", default=None)
+
+
+def milliseconds(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
+def characters(value: Any) -> int:
+    """The characters of the texts in a request's input: a text, texts, pairs, {"question": ..., "context": ...};
+    a list of token ids counts its ids, as text-embeddings-inference counts them."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(characters(item) for item in value.values())
+    if isinstance(value, list | tuple):
+        return sum(characters(item) for item in value)
+    return 1 if isinstance(value, int) else 0  # a token id; None (no pair) is nothing
+
+
+@contextmanager
+def tokenizing(texts: Any = None) -> Iterator[None]:
+    """Count the time spent in the block, and the texts' characters (the request's input, counted once), towards
+    the request's cost."""
+    started = time.monotonic()
+    yield
+    cost = REQUEST_COST.get()
+    if cost is not None:
+        cost.characters += characters(texts)
+        cost.tokenizing += time.monotonic() - started
+
+
+def count_characters(texts: Any) -> None:
+    """Count texts that are tokenized where the server can't time it (inside a pipeline)."""
+    cost = REQUEST_COST.get()
+    if cost is not None:
+        cost.characters += characters(texts)
+
+
+def count_jobs(jobs: Sequence) -> None:
+    cost = REQUEST_COST.get()
+    if cost is not None:
+        cost.count_jobs(jobs)

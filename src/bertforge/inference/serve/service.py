@@ -27,7 +27,7 @@ from bertforge.inference.serve.jobs import (
     splade_vectors,
 )
 from bertforge.inference.serve.limits import EMPTY, HTTPError
-from bertforge.inference.serve.metrics import ServerMetrics
+from bertforge.inference.serve.metrics import ServerMetrics, count_jobs, tokenizing
 from bertforge.inference.serve.settings import ServeSettings
 from bertforge.tasks.data import Features
 from bertforge.tasks.registry import Checkpoint, Task, task_defaults, task_of_model
@@ -129,10 +129,11 @@ class ServedModel:
         default the server's policy; at the end `side` says), or 413."""
         limit = self.max_length if limit is None else limit
         asked, cut = cut, self.truncate if cut is None else cut
-        encoded = self.tokenizers[side.lower()](texts, text_pair=pairs, truncation=cut, max_length=limit,
-                                                return_offsets_mapping=with_offsets,
-                                                return_special_tokens_mask=with_offsets,
-                                                add_special_tokens=add_special_tokens)
+        with tokenizing([texts, pairs]):
+            encoded = self.tokenizers[side.lower()](texts, text_pair=pairs, truncation=cut, max_length=limit,
+                                                    return_offsets_mapping=with_offsets,
+                                                    return_special_tokens_mask=with_offsets,
+                                                    add_special_tokens=add_special_tokens)
         rows = [{name: values[i] for name, values in encoded.items()} for i in range(len(texts))]
         for index, row in enumerate(rows):
             if len(row["input_ids"]) > limit:
@@ -163,7 +164,8 @@ class ServedModel:
                 ) -> list[dict[str, list]]:
         """Rows of token ids sent as they are (OpenAI's and text-embeddings-inference's token input), cut or
         refused as `asked` (the request's truncate), else as the server's policy."""
-        self.check_ids(id_lists)
+        with tokenizing(id_lists):  # none to do, but TEI counts the ids as the input's characters
+            self.check_ids(id_lists)
         rows = []
         for index, ids in enumerate(id_lists):
             if len(ids) > limit and not (self.truncate if asked is None else asked):
@@ -176,7 +178,8 @@ class ServedModel:
         """Each text within `count` word pieces (a client's own limit, below the model's): its first ones (side
         "right", cut at the last one's end in the text) or its last ones ("left"); with `cut` false, a longer text
         is 413."""
-        offsets = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        with tokenizing():  # the texts kept are tokenized again, and counted, as model inputs
+            offsets = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
         kept = []
         for index, (text, spans) in enumerate(zip(texts, offsets)):
             if len(spans) <= count:
@@ -198,7 +201,9 @@ class ServedModel:
             raise HTTPError(503, str(problem)) from None
 
     async def run_jobs(self, jobs: list[Job]) -> list[Any]:
-        return await asyncio.gather(*(asyncio.wrap_future(future) for future in self.submitted(jobs)))
+        results = await asyncio.gather(*(asyncio.wrap_future(future) for future in self.submitted(jobs)))
+        count_jobs(jobs)
+        return results
 
     def batcher_rows(self, features: Features, read) -> list[tuple[torch.Tensor, ...]]:
         """A pipeline's rows, run by the batcher (a pipeline runs in a worker thread, which waits for them)."""
@@ -206,7 +211,10 @@ class ServedModel:
         if longest > self.max_length:
             raise HTTPError(413, f"the request makes model inputs of {longest} tokens; the limit is "
                                  f"{self.max_length}")
-        return [future.result() for future in self.submitted([Job(rows_read(read), row) for row in features.rows])]
+        jobs = [Job(rows_read(read), row) for row in features.rows]
+        results = [future.result() for future in self.submitted(jobs)]
+        count_jobs(jobs)
+        return results
 
     # ------------------------------------------------------------ embeddings
 
@@ -312,8 +320,7 @@ class ServedModel:
         if max_tokens is not None:
             settings, cut = dataclasses.replace(settings, max_length=min(max_tokens, settings.max_length)), True
         try:
-            features = await asyncio.to_thread(self.task.encode, self.tokenizers[side.lower()], examples, settings,
-                                               self.model.config.id2label)
+            features = await asyncio.to_thread(self.encode_examples, examples, settings, side)
         except ConfigError as error:
             if max_tokens is None:
                 raise
@@ -322,6 +329,13 @@ class ServedModel:
             raise refused(f"{features.truncated} of the inputs are longer than the model's max_length",
                           self.run.max_length, cut)
         return features, await self.run_jobs([Job(self.run_rows, row) for row in features.rows])
+
+    def encode_examples(self, examples: list, settings: Any, side: str) -> Features:
+        """The task's model rows of examples (its own `encode`), counted towards the request's cost."""
+        texts = [{field: value for field, value in self.task.inputs(example).items() if field != "id"}
+                 for example in examples]
+        with tokenizing(texts):
+            return self.task.encode(self.tokenizers[side.lower()], examples, settings, self.model.config.id2label)
 
     async def predict_examples(self, examples: list, cut: bool | None = None, side: str = "right",
                                max_tokens: int | None = None) -> tuple[list[dict[str, Any]], int]:

@@ -40,6 +40,8 @@ class ServeSettings:
     cors_allow_origins: tuple[str, ...] = ()
     # an encoder's pooling (SERVER_POOLINGS; "splade": a masked-LM model's SPLADE vectors); None: its layout's
     pooling: str | None = None
+    # the model's name in answers (/info's model_id, the OpenAI APIs' model, /v1/models); None: its path
+    served_model_name: str | None = None
 
     def __post_init__(self):
         for name in ("max_batch_size", "max_batch_tokens", "max_queue", "max_texts", "max_length",
@@ -52,6 +54,9 @@ class ServeSettings:
             check_choice(self.pooling, SERVER_POOLINGS, "pooling")
             self.pooling = TEI_POOLINGS.get(self.pooling, self.pooling)
         check_choice(self.long_text, LONG_TEXT_POLICIES, "long_text")
+        if self.served_model_name is not None and (not isinstance(self.served_model_name, str)
+                                                   or not self.served_model_name.strip()):
+            raise ConfigError(f"served_model_name must be a name, got {self.served_model_name!r:.60}")
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
             raise ConfigError("the API key is empty or not text; give a key or none")
         origins = self.cors_allow_origins

@@ -81,3 +81,9 @@ async def explanation(request: schemas.ExplainRequest, served: ServedModel, as_p
 @router.get("/docs", response_class=HTMLResponse, include_in_schema=False)
 async def docs(request: Request):
     return HTMLResponse(render_docs(request.app.openapi()))
+
+
+@router.get("/api-doc/openapi.json", include_in_schema=False)
+async def openapi_document(request: Request) -> dict:
+    """The OpenAPI document where text-embeddings-inference publishes its own (also at /openapi.json)."""
+    return request.app.openapi()

@@ -21,6 +21,7 @@ from bertforge.inference.serve.batcher import Job
 from bertforge.inference.serve.errors import ERRORS, OPENAI_ERRORS
 from bertforge.inference.serve.jobs import token_vectors
 from bertforge.inference.serve.limits import HTTPError
+from bertforge.inference.serve.metrics import count_characters
 from bertforge.inference.serve.routes import Routes, Served
 from bertforge.inference.serve.routes.embeddings import (
     embed_sparse,
@@ -300,6 +301,7 @@ async def inference_api(body: dict[str, Any], served: ServedModel) -> Any:
     parameters = request.parameters.model_dump(exclude_none=True) if request.parameters is not None else {}
     pipe = Pipeline(name, served.model, served.pipeline_tokenizer, served.device, task, served.run.settings,
                     rows=served.batcher_rows)
+    count_characters(inputs)
     answer = await asyncio.to_thread(pipe, inputs, **parameters)
     if name != "zero-shot-classification":
         return answer
