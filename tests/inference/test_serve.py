@@ -1054,6 +1054,47 @@ def test_served_model_name_and_tei_openapi_path(make_server, encoder_dir, encode
         ServeSettings(served_model_name=" ")
 
 
+def assert_same_json(answer, expected):
+    """JSON answers equal but for float rounding (computed in different batches)."""
+    if isinstance(expected, float):
+        assert answer == pytest.approx(expected, abs=1e-6)
+    elif isinstance(expected, list | dict):
+        assert type(answer) is type(expected) and len(answer) == len(expected)
+        keys = expected.keys() if isinstance(expected, dict) else range(len(expected))
+        for key in keys:
+            assert_same_json(answer[key], expected[key])
+    else:
+        assert answer == expected
+
+
+def test_vertex_instances_are_answered_as_their_routes_answer(encoder_server, classifier_server, qa_server):
+    """text-embeddings-inference's Vertex AI route: each instance answered as the route of its kind answers it."""
+    query = {"query": TEXTS[0], "texts": TEXTS[1:], "return_text": True}
+    instances = [{"inputs": TEXTS[0]}, {"inputs": TEXTS, "normalize": False}, query]
+    status, answer, _ = encoder_server.request("/vertex", {"instances": instances})
+    one, several, ranked = answer["predictions"]  # the instances share forward passes: equal to float precision
+    assert status == 200 and torch.allclose(torch.tensor(one),
+                                            torch.tensor(encoder_server.request("/embed", instances[0])[1]), atol=1e-6)
+    assert torch.allclose(torch.tensor(several),
+                          extract_features(encoder_server.model, encoder_server.tokenizer, TEXTS, max_length=64),
+                          atol=1e-5)
+    alone = encoder_server.request("/rerank", query)[1]
+    assert [(item["index"], item["text"]) for item in ranked] == [(item["index"], item["text"]) for item in alone]
+    assert [item["score"] for item in ranked] == pytest.approx([item["score"] for item in alone], abs=1e-6)
+    instances = [{"inputs": [[TEXTS[0]], [TEXTS[1], TEXTS[2]]]}, {"texts": TEXTS[:2]}]
+    status, answer, _ = classifier_server.request("/vertex", {"instances": instances})
+    assert status == 200
+    assert_same_json(answer["predictions"], [classifier_server.request("/predict", body)[1] for body in instances])
+    question = {"questions": [{"question": "What is the story?", "context": TEXTS[2]}]}
+    assert qa_server.request("/vertex", {"instances": [question]})[1]["predictions"] == \
+        [qa_server.request("/predict", question)[1]]
+    assert_error(encoder_server.request("/vertex", {"instances": [{"inputs": "a"}, {"inputs": 3.5}]}), 422,
+                 "instances.1.inputs")
+    assert_error(encoder_server.request("/vertex", {"instances": [{"inputs": "a"}, {"inputs": ""}]}), 400,
+                 "cannot be empty", kind="Empty")
+    assert_error(encoder_server.request("/vertex", {"instances": [{"inputs": "a"}] * 9}), 413, "too many instances")
+
+
 def test_tei_predict_with_a_classifier(classifier_server, tagger_server):
     expected = classifier_server.request("/predict", {"texts": TEXTS})[1]["predictions"]
     huggingface_hub = pytest.importorskip("huggingface_hub")

@@ -215,8 +215,10 @@ def test_serve_embed_sparse_is_sentence_transformers(layout_dir, reference, text
         every_token = client.post("/embed_all", json={"inputs": texts[:1]})
         ranked = client.post("/rerank", json={"query": texts[5], "texts": texts[6:8]}).json()
         root = client.post("/", json={"inputs": texts[:2]})  # TEI's POST / of a SPLADE model: its sparse weights
+        vertex = client.post("/vertex", json={"instances": [{"inputs": texts[:2]}]})  # and its Vertex AI route's
     assert answer.status_code == 200
     assert root.status_code == 200 and root.json() == answer.json()[:2]
+    assert vertex.status_code == 200 and vertex.json() == {"predictions": [answer.json()[:2]]}
     served = torch.zeros_like(theirs)
     for row, values in enumerate(answer.json()):
         assert [item["index"] for item in values] == sorted(item["index"] for item in values)

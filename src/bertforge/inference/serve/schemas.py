@@ -524,6 +524,16 @@ class ExplainRequest(Strict):
 
 # --- responses ----------------------------------------------------------------------------------------------------
 
+class VertexRequest(Strict):
+    instances: list[dict[str, Any]] = Field(min_length=1, description="text-embeddings-inference requests: "
+                                            "{query, texts} to rerank, else the model's /embed, /embed_sparse "
+                                            "or /predict request (at most max_texts)")
+
+
+class VertexResponse(BaseModel):
+    predictions: list[Any] = Field(description="each instance's answer, in order")
+
+
 class EmbedResponse(BaseModel):
     embeddings: list[list[float]] | list[str] = Field(description="floats, or base64 with encoding_format base64")
     dimension: int

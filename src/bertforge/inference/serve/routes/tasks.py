@@ -288,6 +288,25 @@ async def invocations(raw: Request, served: Served):
     return await tei_root(validated(RootRequest, body), served)
 
 
+@router.post("/vertex", response_model=schemas.VertexResponse, responses=ERRORS)
+async def vertex(request: schemas.VertexRequest, served: Served):
+    """Google Vertex AI's prediction route, as text-embeddings-inference serves it: each instance is a request,
+    {"query", "texts"} a rerank, else what the model answers at /embed (an encoder), /embed_sparse (a SPLADE
+    model) or /predict (a fine-tuned model); the answers in order as "predictions"."""
+    served.check_count(len(request.instances), "instances")
+    routes = []  # every instance is read before any runs
+    for index, instance in enumerate(request.instances):
+        if {"query", "texts"} <= set(instance):
+            route, kind = rerank, schemas.RerankRequest
+        elif served.task is not None:
+            route, kind = predict, schemas.PredictRequest
+        else:
+            route, kind = (embed_sparse, schemas.EmbedSparseRequest) if served.splade is not None else \
+                (embed_texts, schemas.EmbedRequest)
+        routes.append((route, validated(kind, instance, ("body", "instances", index))))
+    return {"predictions": await asyncio.gather(*(route(read, served) for route, read in routes))}
+
+
 async def inference_api(body: dict[str, Any], served: ServedModel) -> Any:
     """The Hugging Face Inference API's answer for a token classifier, a question answerer or, given
     candidate_labels, zero-shot classification by a sequence classifier: transformers' pipeline of the task
@@ -321,9 +340,11 @@ def request_fields(request_class) -> set[str]:
     return set(request_class.model_fields) | {f"parameters.{name}" for name in PARAMETERS[request_class].model_fields}
 
 
-def validated(request_type, body: dict[str, Any]):
-    """The body as a request of this type (a class, or a union of them), or the errors FastAPI would answer."""
+def validated(request_type, body: dict[str, Any], where: tuple = ()):
+    """The body as a request of this type (a class, or a union of them), or the errors FastAPI would answer;
+    `where`: the body's place in the request, before each error's location."""
     try:
         return TypeAdapter(request_type).validate_python(body)
     except ValidationError as problem:
-        raise RequestValidationError(problem.errors()) from None
+        raise RequestValidationError([{**error, "loc": (*where, *error["loc"])} for error in problem.errors()]
+                                     ) from None
