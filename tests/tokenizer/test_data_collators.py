@@ -1,6 +1,8 @@
 """transformers' data collators (what its Trainer recipes batch with) take bertforge's tokenizer and make the batches
 they make with transformers' own: padding, masked-LM masking (the same draws from the same seed), token labels."""
 
+import csv
+
 import pytest
 import torch
 
@@ -39,6 +41,27 @@ def test_padding_collator(tokenizers, texts):
     for options in ({}, {"pad_to_multiple_of": 8}, {"padding": "max_length", "max_length": 64}):
         assert_same_batch(collate(transformers.DataCollatorWithPadding, ours, features(ours, texts), **options),
                           collate(transformers.DataCollatorWithPadding, theirs, features(theirs, texts), **options))
+
+
+def test_labels_pass_through_padding_as_transformers_keeps_them(tokenizers, data_dir):
+    """A regression target stays a float (STS-B's scores), and a label list that happens to be as long as the
+    text's tokens (multi-hot labels) is not padded as if it were one per token."""
+    ours, theirs = tokenizers
+    with open(data_dir / "stsb" / "dev.tsv", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[:16]
+    texts, scores = [row["sentence1"] for row in rows], [float(row["score"]) for row in rows]
+    mine, reference = (collate(transformers.DataCollatorWithPadding, tokenizer,
+                               [dict(row, labels=score) for row, score in zip(features(tokenizer, texts), scores)])
+                       for tokenizer in (ours, theirs))
+    assert_same_batch(mine, reference)
+    assert mine["labels"].dtype == torch.float32 and mine["labels"].tolist() == pytest.approx(scores)
+    row = {"input_ids": ours("a b c")["input_ids"], "labels": [0.0, 1.0, 1.0, 0.0, 1.0]}  # five labels, five tokens
+    for kind in ("pt", "np"):
+        mine = ours.pad([row], padding="max_length", max_length=8, return_tensors=kind)
+        reference = theirs.pad([dict(row)], padding="max_length", max_length=8, return_tensors=kind)
+        assert mine["labels"].tolist() == reference["labels"].tolist() == [row["labels"]]
+        assert mine["labels"].dtype == reference["labels"].dtype
+        assert mine["input_ids"].tolist() == reference["input_ids"].tolist()
 
 
 @pytest.mark.parametrize("options", [{}, {"mlm_probability": 0.3, "pad_to_multiple_of": 8}])

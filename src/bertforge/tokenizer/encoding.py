@@ -217,9 +217,16 @@ def check_tensor_kind(return_tensors: str | None) -> None:
         raise ConfigError(f"return_tensors must be None, 'pt' (torch) or 'np' (numpy), got {return_tensors!r}")
 
 
+# The columns the tokenizer makes: per-token ones (padded with the others) and per-row counts, all integers.
+TOKEN_COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "special_tokens_mask", "offset_mapping",
+                 "word_ids")
+INTEGER_COLUMNS = (*TOKEN_COLUMNS, "overflow_to_sample_mapping", "length")
+
+
 def to_tensors(columns: dict[str, list], kind: str | None = "pt") -> dict[str, Any]:
-    """return_tensors='pt' or 'np': every column a torch.long tensor or an int64 array (word ids, which hold None,
-    stay lists); None: the lists as they are."""
+    """return_tensors='pt' or 'np': the tokenizer's columns torch.long tensors or int64 arrays (word ids, which
+    hold None, stay lists), any other (a data collator's labels) of the type its values have, as transformers makes
+    them (a regression target stays a float); None: the lists as they are."""
     if kind is None:
         return columns
     lengths = {len(row) for row in columns.get("input_ids", [])}
@@ -229,12 +236,19 @@ def to_tensors(columns: dict[str, list], kind: str | None = "pt") -> dict[str, A
     if kind == "np":
         import numpy
 
-        make = lambda rows: numpy.array(rows, dtype=numpy.int64)
+        make = lambda rows, integers: numpy.array(rows, dtype=numpy.int64 if integers else None)
     else:
         import torch
 
-        make = lambda rows: torch.tensor(rows, dtype=torch.long)
-    return {name: rows if name == "word_ids" else make(rows) for name, rows in columns.items()}
+        make = lambda rows, integers: torch.tensor(rows, dtype=torch.long if integers else None)
+    tensors = {}
+    for name, rows in columns.items():
+        try:
+            tensors[name] = rows if name == "word_ids" else make(rows, name in INTEGER_COLUMNS)
+        except (TypeError, ValueError) as error:
+            raise BertforgeError(f"return_tensors={kind!r}: can't make one tensor of the {name!r} values "
+                                 f"(rows of several lengths?): {error}") from None
+    return tensors
 
 
 class CharSpan(NamedTuple):

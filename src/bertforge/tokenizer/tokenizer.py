@@ -21,6 +21,7 @@ from bertforge.tokenizer.added import AddedToken, AddedTokens
 from bertforge.tokenizer.basic import BasicTokenizer
 from bertforge.tokenizer.encoding import (
     ENCODING_COLUMNS,
+    TOKEN_COLUMNS,
     BatchEncoding,
     Tokens,
     Truncation,
@@ -734,13 +735,15 @@ class BertTokenizer:
             padding_side: str | None = None, return_attention_mask: bool | None = None,
             verbose: bool = True) -> BatchEncoding:
         """Pad encodings made without padding into one batch, as a data collator does: a list of encodings
-        (dicts of flat lists, e.g. dataset rows) or one dict of lists of rows. Per-token columns are padded;
-        other values (labels of a sequence) are kept as they are. `return_attention_mask=False` leaves the mask
-        out; `verbose` is accepted and unused, as in __call__."""
+        (dicts of flat lists, e.g. dataset rows) or one dict of lists of rows. The tokenizer's per-token columns
+        are padded; other values (labels) are kept as they are, as transformers keeps them, and become tensors of
+        their own type. `return_attention_mask=False` leaves the mask out; `verbose` is accepted and unused, as in
+        __call__."""
         check_tensor_kind(return_tensors)
         single = False
         if isinstance(encoded_inputs, dict):
-            columns = {name: rows_of(values) for name, values in encoded_inputs.items()}
+            columns = {name: rows_of(values) if isinstance(values, list | tuple) or hasattr(values, "tolist") else
+                       values for name, values in encoded_inputs.items()}
             ids = columns.get("input_ids") or [[]]
             single = not isinstance(ids[0], (list, tuple))
             if single:  # one encoding, flat lists: padded and given back flat
@@ -754,8 +757,10 @@ class BertTokenizer:
         if "input_ids" not in columns:
             raise InputError(f"pad needs input_ids among the encodings' keys, got {sorted(columns)}")
         lengths = [len(ids) for ids in columns["input_ids"]]
-        per_token = {name: [list(row) for row in rows] for name, rows in columns.items()
-                     if all(isinstance(row, (list, tuple)) and len(row) == n for row, n in zip(rows, lengths))}
+        per_token = {name: [list(row) for row in rows] for name, rows in columns.items() if name in TOKEN_COLUMNS}
+        for name, rows in per_token.items():
+            if any(len(row) != n for row, n in zip(rows, lengths)):
+                raise InputError(f"pad: the {name} of an encoding is not as long as its input_ids")
         if "attention_mask" not in per_token:
             per_token["attention_mask"] = [[1] * n for n in lengths]
         side = self.padding_side if padding_side is None else check_side("padding_side", padding_side)
