@@ -250,6 +250,32 @@ def test_added_tokens_encode_decode_and_save_as_in_transformers(fresh, corpora, 
     assert ours.add_tokens(["covid19", ""]) == 0  # nothing new
 
 
+def test_tokenizers_added_tokens_keep_their_flags_as_in_transformers(fresh, corpora, tmp_path):
+    """transformers' AddedToken (the tokenizers library's) with its flags: added, made special, or given again
+    to a token there already (a RoBERTa-style [MASK] that takes the space before it), as transformers adds it."""
+    AddedToken = pytest.importorskip("tokenizers").AddedToken
+    steps = [lambda t: t.add_special_tokens({"mask_token": AddedToken("[MASK]", lstrip=True, rstrip=True)}),
+             lambda t: t.add_special_tokens({"additional_special_tokens": [AddedToken("[E1]", normalized=True)]}),
+             lambda t: t.add_tokens([AddedToken("[E2]")], special_tokens=True),
+             lambda t: t.add_tokens([AddedToken("covid", single_word=True)]),
+             lambda t: t.add_tokens([AddedToken("covid", single_word=True, lstrip=True)]),
+             lambda t: t.add_tokens([AddedToken("[SEP]", normalized=True, special=True)])]
+    ours, theirs = fresh
+    texts = [f"{text[:50]} [MASK]  [E1] [e1] [E2] [e2] covid covidness COVID [sep] [SEP]" for text in
+             corpora["sst2"][:20]]
+    for step in steps:
+        assert step(ours) == step(theirs)
+        options = dict(return_offsets_mapping=True, return_special_tokens_mask=True)
+        assert_same_rows(ours(texts, **options), theirs(texts, **options))
+        ids = ours(texts)["input_ids"]
+        # (skip_special_tokens=True differs on purpose: transformers keeps the normalized special [e1], bertforge
+        # drops it as the special token it is)
+        assert ours.batch_decode(ids) == theirs.batch_decode(ids)
+    ours.save_pretrained(tmp_path)
+    transformers = pytest.importorskip("transformers")
+    assert transformers.AutoTokenizer.from_pretrained(tmp_path)(texts)["input_ids"] == ours(texts)["input_ids"]
+
+
 def test_a_special_role_can_be_replaced(fresh):
     ours, _ = fresh
     assert ours.add_special_tokens({"sep_token": "<sep>"}) == 1

@@ -222,5 +222,12 @@ def test_words_given_split_match(ours, reference, data_dir):
     pair = ours(["Hello", "world"], ["New", "York"], is_split_into_words=True)
     assert pair["input_ids"] == reference(["Hello", "world"], ["New", "York"], is_split_into_words=True)["input_ids"]
     assert pair.word_ids() == [None, 0, 1, None, 0, 1, None]
+    pairs = list(zip(sentences[:8], sentences[8:16]))  # a batch of (words, words) items, as a QA recipe gives
+    encoded = ours(pairs, is_split_into_words=True, return_offsets_mapping=True, truncation=False)
+    expected = reference(pairs, is_split_into_words=True, return_offsets_mapping=True)
+    assert (encoded["input_ids"], encoded["token_type_ids"]) == (expected["input_ids"], expected["token_type_ids"])
+    for row in range(len(pairs)):
+        assert (encoded.word_ids(row), encoded.sequence_ids(row)) == (expected.word_ids(row),
+                                                                      expected.sequence_ids(row))
     with pytest.raises(InputError, match="a list of words"):
         ours("not split", is_split_into_words=True)

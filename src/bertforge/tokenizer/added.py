@@ -7,11 +7,14 @@ text, so "COVID19" finds the added "covid19". Either kind is found inside words 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from bertforge.errors import InputError
 
 # (start, end, id): a span of the text, with the id of the added token it is, or None for ordinary text.
 Segment = tuple[int, int, int | None]
@@ -23,10 +26,30 @@ class AddedToken:
 
     content: str
     special: bool = False  # dropped by decode(skip_special_tokens=True)
-    normalized: bool = True  # matched in the normalised text rather than as written
+    normalized: bool | None = None  # matched in the normalised text rather than as written; default: not special
     single_word: bool = False  # matched only where no letter or digit touches it
     lstrip: bool = False  # takes the whitespace on its left with it
     rstrip: bool = False  # and on its right
+
+    def __post_init__(self):
+        if self.normalized is None:  # the tokenizers library's default
+            object.__setattr__(self, "normalized", not self.special)
+
+    @classmethod
+    def of(cls, token: Any, special: bool = False) -> AddedToken:
+        """A token as add_tokens takes it: a string (transformers' defaults: special ones matched as written), this
+        class, or the tokenizers library's AddedToken (transformers'), whose flags it keeps. Added as `special`,
+        the token becomes special, as the tokenizers library makes it (its normalized then defaults to False)."""
+        if isinstance(token, str):
+            return cls(token, special=special)
+        if isinstance(token, AddedToken):
+            return dataclasses.replace(token, special=True) if special and not token.special else token
+        flags = ("special", "normalized", "single_word", "lstrip", "rstrip")
+        if not isinstance(getattr(token, "content", None), str) or not all(hasattr(token, name) for name in flags):
+            raise InputError(f"tokens to add must be strings or AddedTokens, got {type(token).__name__}")
+        if special and not token.special:
+            token.special = True  # as the tokenizers library marks the token it is given, which settles normalized
+        return cls(token.content, **{name: bool(getattr(token, name)) for name in flags})
 
     @classmethod
     def from_dict(cls, data: str | dict[str, Any], special: bool = False) -> AddedToken:

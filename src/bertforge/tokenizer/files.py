@@ -201,7 +201,7 @@ def _tokenizer_json(tokenizer, added: dict[int, AddedToken]) -> dict[str, Any]:
         "decoder": {"type": "WordPiece", "prefix": CONTINUATION, "cleanup": True},
         "model": {"type": "WordPiece", "unk_token": vocab.special_tokens["unk_token"],
                   "continuing_subword_prefix": CONTINUATION, "max_input_chars_per_word": tokenizer.max_word_chars,
-                  "vocab": {token: index for index, token in enumerate(vocab.id_to_token[:vocab.num_pieces])}},
+                  "vocab": {token: index for index, token in enumerate(vocab.lines)}},
     }
 
 

@@ -159,26 +159,27 @@ class BertTokenizer:
 
         Plain strings become transformers' defaults: matched after normalisation (case-insensitively on an
         uncased vocabulary), or, with `special_tokens`, as written and dropped by decode's skip_special_tokens.
-        A token the vocabulary has already keeps its id and is from now on matched whole.
+        An AddedToken (the tokenizers library's, which transformers exports, or bertforge's) keeps its flags
+        (lstrip, rstrip, single_word, normalized). A token the vocabulary has already keeps its id and is from now
+        on matched whole; an added token given again as a string stays as it is, given as an AddedToken takes its
+        flags.
         """
-        tokens = [tokens] if isinstance(tokens, (str, AddedToken)) else list(tokens)
-        known = {token.content for token in self.added_tokens.values()}
+        given = [tokens] if isinstance(tokens, str) or hasattr(tokens, "content") else list(tokens)
+        known = {token.content: token_id for token_id, token in self.added_tokens.items()}
         added = 0
-        for token in tokens:
-            if not isinstance(token, AddedToken):
-                if not isinstance(token, str):
-                    raise InputError(f"tokens to add must be strings, got {type(token).__name__}")
-                token = AddedToken(token, special=special_tokens, normalized=not special_tokens)
-            if not token.content or token.content in known:
+        for item in given:
+            token = AddedToken.of(item, special_tokens)
+            if not token.content or token.content in known and (isinstance(item, str)
+                                                                or self.added_tokens[known[token.content]] == token):
                 continue
-            token_id = self.vocab.token_to_id.get(token.content)
+            token_id = known.get(token.content, self.vocab.token_to_id.get(token.content))
             if token_id is None:
                 token_id = len(self.vocab)
             added += 1
             shown = self.basic.normalize(token.content)[0] if token.normalized else token.content
             self.vocab.add(token.content, token_id, shown)
             self.added_tokens[token_id] = token
-            known.add(token.content)
+            known[token.content] = token_id
         self._match_added_tokens()
         return added
 
@@ -190,7 +191,7 @@ class BertTokenizer:
             if role in ("additional_special_tokens", "extra_special_tokens"):
                 added += self.add_tokens(list(value), special_tokens=True)
             elif role in self.vocab.special_tokens:
-                content = value.content if isinstance(value, AddedToken) else value
+                content = getattr(value, "content", value)  # a string or an AddedToken
                 added += self.add_tokens([value], special_tokens=True)
                 self.vocab.special_tokens[role] = content
             else:
@@ -636,12 +637,15 @@ class BertTokenizer:
         if not is_batch and not text_pair:
             text_pair = None  # one text with an empty pair is one text, as transformers reads it
         if is_split_into_words:
-            texts = [SplitWords.of(words) for words in (text if is_batch else [text])]
-            pairs = None
-            if text_pair is not None:
-                pairs = [SplitWords.of(words) for words in (text_pair if is_batch else [text_pair])]
-                if len(pairs) != len(texts):
-                    raise InputError(f"got {len(texts)} texts but {len(pairs)} text pairs")
+            items = list(text) if is_batch else [text]
+            pair_items = None if text_pair is None else list(text_pair) if is_batch else [text_pair]
+            if pair_items is None and is_batch and all(isinstance(item, (tuple, list)) and len(item) == 2 and
+                                                       not isinstance(item[0], str) for item in items):
+                items, pair_items = [item[0] for item in items], [item[1] for item in items]  # (words, words)
+            texts = [SplitWords.of(words) for words in items]
+            pairs = None if pair_items is None else [SplitWords.of(words) for words in pair_items]
+            if pairs is not None and len(pairs) != len(texts):
+                raise InputError(f"got {len(texts)} texts but {len(pairs)} text pairs")
         else:
             texts, second_texts = [text] if not is_batch else list(text), text_pair
             if is_batch and text_pair is None and texts and all(isinstance(item, (tuple, list)) and len(item) == 2

@@ -45,6 +45,7 @@ class Vocab:
         self.token_to_id: dict[str, int] = {token: index for index, token in enumerate(self.id_to_token)}
         self.pieces: dict[str, int] = dict(self.token_to_id)
         self.num_pieces = len(self.id_to_token)
+        self.lines = list(self.id_to_token)  # vocab.txt as read (an added token may show one of them otherwise)
         self.special_tokens = dict(SPECIAL_TOKENS)
         for role, token in (special_tokens or {}).items():
             if role not in SPECIAL_TOKENS:
@@ -103,7 +104,7 @@ class Vocab:
 
     def to_text(self) -> str:
         """vocab.txt's contents: one WordPiece token a line, in id order."""
-        return "".join(token + "\n" for token in self.id_to_token[:self.num_pieces])
+        return "".join(token + "\n" for token in self.lines)
 
     def __len__(self) -> int:
         return len(self.id_to_token)
