@@ -280,8 +280,28 @@ def test_a_special_role_can_be_replaced(fresh):
     ours, _ = fresh
     assert ours.add_special_tokens({"sep_token": "<sep>"}) == 1
     assert ours("a b")["input_ids"][-1] == ours.sep_token_id == 30522
-    with pytest.raises(BertforgeError, match="unknown special token role 'eos_token'"):
-        ours.add_special_tokens({"eos_token": "</s>"})
+    with pytest.raises(BertforgeError, match="unknown special token role 'end_token'"):
+        ours.add_special_tokens({"end_token": "</s>"})
+
+
+def test_bos_and_eos_tokens_are_set_saved_and_read_as_in_transformers(fresh, tmp_path):
+    """BERT's template has no bos or eos token, but bert2bert recipes name [CLS] and [SEP] so, or add their own:
+    the ids, special tokens and saved files transformers gives, the encoding unchanged."""
+    transformers = pytest.importorskip("transformers")
+    ours, theirs = fresh
+    assert (ours.bos_token, ours.bos_token_id, ours.eos_token_id) == (theirs.bos_token, theirs.bos_token_id,
+                                                                     theirs.eos_token_id) == (None, None, None)
+    for tokenizer in (ours, theirs):
+        tokenizer.bos_token = tokenizer.cls_token
+        assert tokenizer.add_special_tokens({"eos_token": "</s>"}) == 1
+    assert (ours.bos_token_id, ours.eos_token_id) == (theirs.bos_token_id, theirs.eos_token_id) == (101, 30522)
+    assert ours.all_special_ids == theirs.all_special_ids and ours.special_tokens_map == theirs.special_tokens_map
+    text = "a b </s>"
+    assert ours(text)["input_ids"] == theirs(text)["input_ids"] == [101, 1037, 1038, 30522, 102]
+    ours.save_pretrained(tmp_path)
+    for reloaded in (BertTokenizer.from_pretrained(tmp_path), transformers.AutoTokenizer.from_pretrained(tmp_path)):
+        assert (reloaded.bos_token, reloaded.eos_token, reloaded.eos_token_id) == ("[CLS]", "</s>", 30522)
+        assert reloaded(text)["input_ids"] == ours(text)["input_ids"]
 
 
 def test_bertforge_pads_its_own_batches_on_the_right(fresh, corpora):

@@ -17,7 +17,7 @@ from typing import Any
 from bertforge.atomic import write_text_atomic
 from bertforge.errors import CheckpointError, ConfigError
 from bertforge.tokenizer.added import AddedToken
-from bertforge.tokenizer.vocab import SPECIAL_TOKENS, Vocab
+from bertforge.tokenizer.vocab import SPECIAL_TOKENS, UNUSED_ROLES, Vocab
 from bertforge.tokenizer.wordpiece import CONTINUATION, MAX_WORD_CHARS
 
 logger = logging.getLogger("bertforge")
@@ -95,7 +95,8 @@ def read_tokenizer_files(directory: Path) -> TokenizerFiles:
         vocab = Vocab.from_file(directory / VOCAB_FILE)
     sources = ((special_map, directory / SPECIAL_TOKENS_MAP_FILE), (config, directory / CONFIG_FILE))
     for source, source_path in sources:
-        roles |= {role: _content(source[role], source_path, role) for role in SPECIAL_TOKENS if source.get(role)}
+        roles |= {role: _content(source[role], source_path, role) for role in (*SPECIAL_TOKENS, *UNUSED_ROLES)
+                  if source.get(role)}
     extra_special = list(dict.fromkeys(_content(token, source_path, key) for source, source_path in sources
                                        for key in EXTRA_SPECIAL_KEYS
                                        for token in _listed(source.get(key), source_path, key)))

@@ -47,11 +47,11 @@ from bertforge.tokenizer.files import (
     read_tokenizer_files,
     write_tokenizer_files,
 )
-from bertforge.tokenizer.vocab import SPECIAL_TOKENS as SPECIAL_TOKEN_ROLES
-from bertforge.tokenizer.vocab import Vocab
+from bertforge.tokenizer.vocab import SPECIAL_TOKENS, UNUSED_ROLES, Vocab
 from bertforge.tokenizer.wordpiece import CONTINUATION, MAX_WORD_CHARS, WordPiece, WordPieceCache
 from bertforge.validation import check_number
 
+SPECIAL_TOKEN_ROLES = (*SPECIAL_TOKENS, *UNUSED_ROLES)  # what a tokenizer's settings may name
 # The reference's WordPiece decoder glues these onto the previous token (applied token by token).
 DECODE_CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
                   (" 'm", "'m"), (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
@@ -244,7 +244,7 @@ class BertTokenizer:
 
         if options:
             raise ConfigError(f"train_new_from_iterator takes no option {sorted(options)[0]!r} here")
-        if self.vocab.special_tokens != SPECIAL_TOKEN_ROLES:
+        if {role: self.vocab.special_tokens[role] for role in SPECIAL_TOKENS} != SPECIAL_TOKENS:
             raise ConfigError("train_new_from_iterator learns BERT's special tokens ([PAD], [UNK], [CLS], [SEP], "
                               "[MASK]); this tokenizer has others")
 
@@ -319,8 +319,18 @@ class BertTokenizer:
     mask_token = _special_token_property("mask_token")
     unk_token = _special_token_property("unk_token")
     # BERT marks no beginning or end of text beyond [CLS] and [SEP]: None, as transformers' BERT tokenizers answer
-    # code written for every model (generation, collators) that asks.
-    bos_token = bos_token_id = eos_token = eos_token_id = None
+    # code written for every model (generation, collators) that asks, unless set (tokenizer.bos_token =
+    # tokenizer.cls_token, as bert2bert recipes do); the encoding doesn't change.
+    bos_token = _special_token_property("bos_token")
+    eos_token = _special_token_property("eos_token")
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self.vocab.token_to_id[self.bos_token] if self.bos_token is not None else None
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.vocab.token_to_id[self.eos_token] if self.eos_token is not None else None
 
     @property
     def special_tokens_map(self) -> dict[str, Any]:
@@ -346,8 +356,9 @@ class BertTokenizer:
     def all_special_ids(self) -> list[int]:
         """In transformers' order: [UNK], [SEP], [PAD], [CLS], [MASK] (those the vocabulary has), then the
         added special tokens."""
-        roles = [self.vocab.special_id(role) for role in ("unk_token", "sep_token", "pad_token", "cls_token",
-                                                           "mask_token") if self.vocab.has_special(role)]
+        roles = list(dict.fromkeys(self.vocab.special_id(role) for role in (
+            "bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+            if self.vocab.has_special(role)))
         return roles + [token_id for token_id, token in sorted(self.added_tokens.items())
                         if token.special and token_id not in roles]
 

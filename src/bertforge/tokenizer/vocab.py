@@ -17,6 +17,9 @@ SPECIAL_TOKENS = {
     "sep_token": "[SEP]",
     "mask_token": "[MASK]",
 }
+# Roles transformers also names, which BERT's template doesn't use: unset unless a user sets them (bert2bert
+# recipes set bos_token to [CLS] and eos_token to [SEP]), then saved and read back as the others.
+UNUSED_ROLES = ("bos_token", "eos_token")
 NEEDED_FOR = {
     "pad_token": "padding",
     "unk_token": "words the vocabulary can't spell",
@@ -46,11 +49,11 @@ class Vocab:
         self.pieces: dict[str, int] = dict(self.token_to_id)
         self.num_pieces = len(self.id_to_token)
         self.lines = list(self.id_to_token)  # vocab.txt as read (an added token may show one of them otherwise)
-        self.special_tokens = dict(SPECIAL_TOKENS)
+        self.special_tokens: dict[str, str | None] = dict(SPECIAL_TOKENS) | dict.fromkeys(UNUSED_ROLES)
         for role, token in (special_tokens or {}).items():
-            if role not in SPECIAL_TOKENS:
-                raise InputError(f"unknown special token role {role!r}; expected one of {sorted(SPECIAL_TOKENS)}",
-                                 path=path)
+            if role not in self.special_tokens:
+                raise InputError(f"unknown special token role {role!r}; expected one of "
+                                 f"{sorted(self.special_tokens)}", path=path)
             self.special_tokens[role] = token
 
     @classmethod
@@ -132,7 +135,7 @@ class Vocab:
         return self.token_to_id.items()
 
     def has_special(self, role: str) -> bool:
-        return self.special_tokens[role] in self.token_to_id
+        return self.special_tokens[role] is not None and self.special_tokens[role] in self.token_to_id
 
     def special_id(self, role: str) -> int:
         """'cls_token' -> 101 on the usual uncased vocabulary; a token the vocabulary lacks is an InputError
