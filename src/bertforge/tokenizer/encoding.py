@@ -294,7 +294,7 @@ class Encoding:
 
     @property
     def n_sequences(self) -> int:
-        return max((sequence for sequence in self.sequence_ids if sequence is not None), default=0) + 1
+        return self._batch._row_sequences(self._row)
 
     @property
     def overflowing(self) -> list[Encoding]:
@@ -407,21 +407,39 @@ class BatchEncoding(dict):
     @property
     def n_sequences(self) -> int:
         """1 for texts, 2 for pairs (the most of any row)."""
-        return max((max((s for s in row if s is not None), default=0) + 1 for row in self._aligned()["sequence_ids"]),
-                   default=1)
+        return max(map(self._row_sequences, range(len(self._aligned()["sequence_ids"]))), default=1)
+
+    def _row_sequences(self, row: int) -> int:
+        """1 for a text, 2 for a pair, even one whose text gave no tokens: as the tokenizer's alignment says it
+        ("n_sequences"), else as the segments show it. A pair's last [SEP] is in segment 1; without special tokens
+        a pair whose second text gave no tokens looks like one text."""
+        aligned = self._aligned()
+        if "n_sequences" in aligned:
+            return aligned["n_sequences"][row]
+        return 2 if 1 in aligned["token_type_ids"][row] else 1
+
+    def _token(self, row: int, token: int) -> int | None:
+        """The row's token at `token`, a negative one counted from the end (as transformers' BatchEncoding reads
+        it); None past either end, where the tokenizers library answers None rather than failing."""
+        length = len(self.sequence_ids(row))
+        token += length if token < 0 else 0
+        return token if 0 <= token < length else None
 
     def token_to_sequence(self, batch_or_token_index: int, token_index: int | None = None) -> int | None:
         row, token = _row_and_index(batch_or_token_index, token_index)
-        return self.sequence_ids(row)[token]
+        token = self._token(row, token)
+        return None if token is None else self.sequence_ids(row)[token]
 
     def token_to_word(self, batch_or_token_index: int, token_index: int | None = None) -> int | None:
         row, token = _row_and_index(batch_or_token_index, token_index)
-        return self.word_ids(row)[token]
+        token = self._token(row, token)
+        return None if token is None else self.word_ids(row)[token]
 
     def token_to_chars(self, batch_or_token_index: int, token_index: int | None = None) -> CharSpan | None:
         """The characters a token came from; None for a special token or padding."""
         row, token = _row_and_index(batch_or_token_index, token_index)
-        if self.sequence_ids(row)[token] is None:
+        token = self._token(row, token)
+        if token is None or self.sequence_ids(row)[token] is None:
             return None
         return CharSpan(*self._aligned()["offset_mapping"][row][token])
 
@@ -429,24 +447,28 @@ class BatchEncoding(dict):
                       sequence_index: int = 0) -> int | None:
         """The token of the sequence's character; None where no token holds it (a space)."""
         row, char = _row_and_index(batch_or_char_index, char_index)
-        offsets, sequences = self._aligned()["offset_mapping"][row], self._sequences(row, sequence_index)
-        return next((token for token, ((start, end), sequence) in enumerate(zip(offsets, sequences))
-                     if sequence == sequence_index and start <= char < end), None)
+        offsets = self._aligned()["offset_mapping"][row]
+        return next((token for token in self._sequence_tokens(row, sequence_index)
+                     if offsets[token][0] <= char < offsets[token][1]), None)
 
-    def _sequences(self, row: int, sequence_index: int) -> list[int | None]:
-        """The row's sequence ids as the alignment methods match them: where the row has no sequence
-        `sequence_index` (a single text asked about its pair), every token counts as in it, as in the tokenizers
-        library."""
+    def _sequence_tokens(self, row: int, sequence_index: int) -> list[int] | range:
+        """The tokens of the row's sequence `sequence_index`, none for a pair's text that gave no tokens. A sequence
+        the row doesn't have (a single text asked about its pair) is the whole row, as in the tokenizers library."""
         sequences = self.sequence_ids(row)
-        return sequences if sequence_index in sequences else [sequence_index] * len(sequences)
+        if not 0 <= sequence_index < self._row_sequences(row):
+            return range(len(sequences))
+        return [token for token, sequence in enumerate(sequences) if sequence == sequence_index]
 
     def word_to_tokens(self, batch_or_word_index: int, word_index: int | None = None,
                        sequence_index: int = 0) -> TokenSpan | None:
         """The tokens a word of the sequence became; None for a word the row doesn't hold (cut off)."""
         row, word = _row_and_index(batch_or_word_index, word_index)
-        tokens = [token for token, (word_id, sequence) in enumerate(zip(self.word_ids(row),
-                                                                        self._sequences(row, sequence_index)))
-                  if word_id == word and sequence == sequence_index]
+        word_ids, tokens = self.word_ids(row), []
+        for token in self._sequence_tokens(row, sequence_index):
+            if word_ids[token] is not None and word_ids[token] > word:
+                break  # the tokenizers library reads up to the first later word (a whole pair: its first text)
+            if word_ids[token] == word:
+                tokens.append(token)
         return TokenSpan(tokens[0], tokens[-1] + 1) if tokens else None
 
     def word_to_chars(self, batch_or_word_index: int, word_index: int | None = None,

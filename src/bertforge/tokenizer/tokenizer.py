@@ -728,7 +728,9 @@ class BertTokenizer:
                     "offset_mapping": [[tuple(span) for span in row] for row in rows["offset_mapping"]],
                     "word_ids": rows["word_ids"],
                     "sequence_ids": [sequence_ids(mask, segments) for mask, segments in
-                                     zip(rows["special_tokens_mask"], rows["token_type_ids"])]}
+                                     zip(rows["special_tokens_mask"], rows["token_type_ids"])],
+                    # a pair is two sequences even where a text gave no token (and no [SEP] says so)
+                    "n_sequences": [1 if pairs is None else 2] * len(rows["input_ids"])}
 
         return BatchEncoding(columns, word_ids, align)
 
