@@ -33,6 +33,7 @@ from bertforge.atomic import save_array, write_text_atomic
 from bertforge.compressed import byte_lines
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.tokenizer.tokenizer import BertTokenizer
+from bertforge.tokenizer.vocab import SPECIAL_TOKENS
 from bertforge.validation import check_number
 
 logger = logging.getLogger("bertforge")
@@ -77,7 +78,7 @@ def tokenizer_identity(tokenizer: BertTokenizer) -> dict[str, Any]:
         "do_lower_case": tokenizer.do_lower_case,
         "strip_accents": tokenizer.strip_accents,
         "tokenize_chinese_chars": tokenizer.tokenize_chinese_chars,
-        "special_token_ids": {role: tokenizer.vocab.special_id(role) for role in tokenizer.vocab.special_tokens},
+        "special_token_ids": {role: tokenizer.vocab.special_id(role) for role in SPECIAL_TOKENS},
     }
 
 
