@@ -25,6 +25,7 @@ from bertforge.inference.serve.jobs import (
     pooled_vectors,
     rows_read,
     splade_vectors,
+    token_vectors,
 )
 from bertforge.inference.serve.limits import EMPTY, HTTPError
 from bertforge.inference.serve.metrics import ServerMetrics, count_jobs, tokenizing
@@ -270,6 +271,16 @@ class ServedModel:
         options = {"pooling": used.pooling, "normalize": used.normalize, "left_out": left_out}
         vectors = await self.run_jobs([Job(pooled_vectors, row, options) for row in rows])
         return vectors, sum(len(row["input_ids"]) for row in rows), used
+
+    async def token_states(self, inputs: list[str] | list[list[int]], cut: bool | None = None, side: str = "right",
+                           prompt_name: str | None = None, max_tokens: int | None = None,
+                           add_special_tokens: bool = True) -> tuple[list[torch.Tensor], int]:
+        """Every token's last-layer vector of each input, [CLS] and [SEP] included (texts read as the layout reads
+        them), and how many tokens the model read."""
+        rows = await self.input_rows(inputs, self.layout(), cut, side, prompt_name, max_tokens=max_tokens,
+                                     add_special_tokens=add_special_tokens)
+        states = await self.run_jobs([Job(token_vectors, row) for row in rows])
+        return states, sum(len(row["input_ids"]) for row in rows)
 
     def layout(self) -> SentenceEmbedding:
         """The model's sentence-transformers layout (its pooling, prompts, max_seq_length): a SPLADE model's own."""

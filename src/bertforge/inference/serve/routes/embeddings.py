@@ -11,11 +11,9 @@ import torch
 
 from bertforge.heads import encoder_of
 from bertforge.inference.serve import schemas
-from bertforge.inference.serve.batcher import Job
 from bertforge.inference.serve.cohere import TRUNCATION, base64_values, check_embedding_types, typed_embeddings
 from bertforge.inference.serve.errors import ERRORS, OPENAI_ERRORS
 from bertforge.inference.serve.input_types import ROLES, input_prompt
-from bertforge.inference.serve.jobs import token_vectors
 from bertforge.inference.serve.limits import HTTPError
 from bertforge.inference.serve.routes import Routes, Served
 from bertforge.inference.serve.service import (
@@ -178,9 +176,7 @@ async def embed_all(request: schemas.EmbedAllRequest, served: Served):
                              f"(/embed_sparse gives its weights)")
     inputs = tei_inputs(request.inputs)
     served.check_count(len(inputs))
-    rows = await served.input_rows(inputs, served.layout(), request.truncate,
-                                   request.truncation_direction, request.prompt_name)
-    states = await served.run_jobs([Job(token_vectors, row) for row in rows])
+    states, _ = await served.token_states(inputs, request.truncate, request.truncation_direction, request.prompt_name)
     return [vectors.tolist() for vectors in states]
 
 
@@ -234,8 +230,7 @@ def hosted_inputs(given: str | list, served: ServedModel) -> list:
     this vocabulary's would give wrong vectors without a word."""
     texts = input_list(given)
     served.check_count(len(texts), "inputs")
-    if texts and isinstance(texts[0], list):
-        served.check_ids(texts)
+    if texts and isinstance(texts[0], list):  # (the vocabulary's ids: checked as the rows are made)
         tokenizer = served.tokenizer
         for index, ids in enumerate(texts):
             if ids[0] != tokenizer.cls_token_id or ids[-1] != tokenizer.sep_token_id:

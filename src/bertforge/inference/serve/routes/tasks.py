@@ -4,6 +4,7 @@ and POST /, where huggingface_hub's InferenceClient sends every task as the Hugg
 
 import asyncio
 import dataclasses
+import functools
 import json
 import time
 import uuid
@@ -19,7 +20,6 @@ from bertforge.inference.pipelines import Pipeline, fill_answer, target_ids
 from bertforge.inference.serve import schemas
 from bertforge.inference.serve.batcher import Job
 from bertforge.inference.serve.errors import ERRORS, OPENAI_ERRORS
-from bertforge.inference.serve.jobs import token_vectors
 from bertforge.inference.serve.limits import HTTPError
 from bertforge.inference.serve.metrics import count_characters
 from bertforge.inference.serve.routes import Routes, Served
@@ -181,14 +181,11 @@ async def pooling(request: schemas.PoolingRequest, served: Served):
         if served.task is not None or served.splade is not None or served.colbert is not None:
             raise HTTPError(409, f"task token_embed: {served.model_name} is not a dense encoder, whose token "
                                  f"vectors it gives (a ColBERT model's are at /v1/embeddings)")
-        inputs = hosted_inputs(request.input, served)
-        rows = await served.input_rows(inputs, served.layout(), None, "right",
-                                       max_tokens=served.prompt_limit(request.truncate_prompt_tokens),
-                                       add_special_tokens=request.add_special_tokens)
-        states = await served.run_jobs([Job(token_vectors, row) for row in rows])
+        states, tokens = await served.token_states(hosted_inputs(request.input, served),
+                                                   max_tokens=served.prompt_limit(request.truncate_prompt_tokens),
+                                                   add_special_tokens=request.add_special_tokens)
         outputs = [encoded(torch.nn.functional.normalize(vectors, dim=-1) if unit else vectors,
                            request.encoding_format, request.embed_dtype, request.endianness) for vectors in states]
-        tokens = sum(len(row["input_ids"]) for row in rows)
     return {"id": f"pool-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()),
             "model": served.model_name, "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
             "data": [{"index": index, "object": "pooling", "data": output} for index, output in enumerate(outputs)]}
@@ -340,11 +337,17 @@ def request_fields(request_class) -> set[str]:
     return set(request_class.model_fields) | {f"parameters.{name}" for name in PARAMETERS[request_class].model_fields}
 
 
+@functools.cache
+def adapter(request_type) -> TypeAdapter:
+    """pydantic's validator of a request type (a class, or a union of them), built once."""
+    return TypeAdapter(request_type)
+
+
 def validated(request_type, body: dict[str, Any], where: tuple = ()):
     """The body as a request of this type (a class, or a union of them), or the errors FastAPI would answer;
     `where`: the body's place in the request, before each error's location."""
     try:
-        return TypeAdapter(request_type).validate_python(body)
+        return adapter(request_type).validate_python(body)
     except ValidationError as problem:
         raise RequestValidationError([{**error, "loc": (*where, *error["loc"])} for error in problem.errors()]
                                      ) from None
