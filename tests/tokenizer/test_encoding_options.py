@@ -431,6 +431,10 @@ def test_transformers_4_names_encode_as_calls_do(ours, reference, glue_pairs, mi
     singles = [first for first, _ in pairs]
     assert dict(ours.batch_encode_plus(singles, pad_to_max_length=True, max_length=40)) == dict(
         reference(singles, padding="max_length", max_length=40, truncation=True))
+    # a transformers 4 tutorial's call: tokenizer(text, max_length=..., pad_to_max_length=True)
+    assert ours(singles[0], max_length=40, truncation=True, pad_to_max_length=True)["input_ids"] == \
+        ours.encode(singles[0], max_length=40, truncation=True, pad_to_max_length=True) == \
+        reference(singles[0], padding="max_length", max_length=40, truncation=True)["input_ids"]
     with pytest.raises(BertforgeError, match="batch_encode_plus takes a list"):
         ours.batch_encode_plus("one text")
 

@@ -500,21 +500,15 @@ class BertTokenizer:
         list of texts gives a list per text, as there."""
         return self(text, text_pair, **options)["input_ids"]
 
-    def encode_plus(self, text: Any, text_pair: Any = None, *, pad_to_max_length: bool = False,
-                    **options: Any) -> BatchEncoding:
+    def encode_plus(self, text: Any, text_pair: Any = None, **options: Any) -> BatchEncoding:
         """transformers 4's encode_plus (gone from 5), as code written for it calls it: one text or pair, as a call
-        encodes it; its old `pad_to_max_length=True` is padding="max_length"."""
-        if pad_to_max_length:
-            options.setdefault("padding", "max_length")
+        encodes it."""
         return self(text, text_pair, **options)
 
-    def batch_encode_plus(self, batch_text_or_text_pairs: Sequence[Any], *, pad_to_max_length: bool = False,
-                          **options: Any) -> BatchEncoding:
+    def batch_encode_plus(self, batch_text_or_text_pairs: Sequence[Any], **options: Any) -> BatchEncoding:
         """transformers 4's batch_encode_plus: a list of texts or of (text, pair) tuples, as a call encodes it."""
         if isinstance(batch_text_or_text_pairs, str):
             raise InputError("batch_encode_plus takes a list of texts or of (text, pair) tuples, not one text")
-        if pad_to_max_length:
-            options.setdefault("padding", "max_length")
         return self(list(batch_text_or_text_pairs), **options)
 
     def build_inputs_with_special_tokens(self, token_ids_0: Sequence[int],
@@ -614,7 +608,8 @@ class BertTokenizer:
                  return_attention_mask: bool | None = None, return_special_tokens_mask: bool = False,
                  return_length: bool = False, split_special_tokens: bool | None = None,
                  add_special_tokens: bool = True, text_target: str | Sequence[str] | None = None,
-                 text_pair_target: str | Sequence[str] | None = None, verbose: bool = True) -> BatchEncoding:
+                 text_pair_target: str | Sequence[str] | None = None, verbose: bool = True,
+                 pad_to_max_length: bool = False) -> BatchEncoding:
         """Encode one text (flat lists) or a batch (lists of lists); pairs become [CLS] A [SEP] B [SEP].
 
         max_length defaults to model_max_length; truncation is True/'longest_first', 'only_first',
@@ -630,8 +625,11 @@ class BertTokenizer:
         `add_special_tokens=False`: no [CLS] and [SEP] (the second text's tokens are still segment 1).
         `text_target` (and `text_pair_target`), as transformers takes them: encoded with the same options, their
         input ids become the `labels` of the texts' encoding, or the encoding itself without a `text`. `verbose`
-        is accepted and unused (the errors here are exceptions, not warnings).
+        is accepted and unused (the errors here are exceptions, not warnings). `pad_to_max_length=True` is
+        transformers 4's padding="max_length", for code written for it.
         """
+        if pad_to_max_length and padding is False:
+            padding = "max_length"
         if text_target is not None or text_pair_target is not None:
             # the same options for the targets as for the texts: every parameter but the four texts
             options = {name: value for name, value in locals().items()
