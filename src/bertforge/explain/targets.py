@@ -263,13 +263,23 @@ TARGET_BUILDERS: dict[type, Callable[..., Target]] = {
 }
 
 
-def build_target(model, tokenizer, text: str, text_pair: str | None = None, target: str | int | None = None,
-                 max_length: int = DEFAULT_MAX_LENGTH) -> Target:
+def target_builder(model) -> Callable[..., Target]:
     for model_class, builder in TARGET_BUILDERS.items():
         if isinstance(model, model_class):
-            return builder(model, tokenizer, text, text_pair, target, max_length)
+            return builder
     raise InputError(f"can't explain a {type(model).__name__}; explainable: "
                      f"{', '.join(cls.__name__ for cls in TARGET_BUILDERS)}")
+
+
+def build_target(model, tokenizer, text: str, text_pair: str | None = None, target: str | int | None = None,
+                 max_length: int = DEFAULT_MAX_LENGTH) -> Target:
+    return target_builder(model)(model, tokenizer, text, text_pair, target, max_length)
+
+
+def integration_paths(model, text_pair: str | None) -> int:
+    """How many paths integrated gradients runs, known before the model runs: an encoder's similarity integrates
+    each text against the other (its target's rows_one_at_a_time), every other target one path."""
+    return 2 if target_builder(model) is similarity_target and text_pair is not None else 1
 
 
 def load_explainable(name_or_path: str | Path) -> tuple[torch.nn.Module, BertTokenizer]:

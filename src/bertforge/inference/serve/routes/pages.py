@@ -9,6 +9,7 @@ from fastapi.responses import HTMLResponse
 
 from bertforge.errors import InputError
 from bertforge.explain.methods import DEFAULT_STEPS
+from bertforge.explain.targets import integration_paths
 from bertforge.inference.attention_view import attention_map, encode_for_attention, render_attention_map
 from bertforge.inference.serve import schemas
 from bertforge.inference.serve.batcher import Job
@@ -18,7 +19,6 @@ from bertforge.inference.serve.jobs import attentions, explanations
 from bertforge.inference.serve.limits import HTTPError
 from bertforge.inference.serve.routes import Routes, Served
 from bertforge.inference.serve.service import ServedModel
-from bertforge.model import BertModel
 
 router = Routes()
 
@@ -63,8 +63,7 @@ async def explanation(request: schemas.ExplainRequest, served: ServedModel, as_p
     # Integrated gradients runs the model `steps` times over the text; the worker, which every route shares, takes
     # one explanation at a time: a request costs at most a default one on the longest text.
     max_length = served.max_length
-    # an encoder integrates each of its two texts against the other: a path per text
-    paths = 2 if isinstance(served.model, BertModel) and request.text_pair is not None else 1
+    paths = integration_paths(served.model, request.text_pair)
     work, budget = request.steps * len(row["input_ids"]) * paths, DEFAULT_STEPS * max_length
     if request.method == "integrated_gradients" and work > budget:
         per_text = " x 2 (each text against the other)" if paths == 2 else ""
