@@ -50,7 +50,7 @@ FLAGS = {
                                                        "are disconnected"),
     "--idle-timeout": ("idle_timeout", positive_float, "seconds an idle keep-alive connection stays open"),
     "--served-model-name": ("served_model_name", str, "the model's name in answers (/info, /v1/models, the "
-                                                             "OpenAI APIs' model field; default: --model)"),
+                                                      "OpenAI APIs' model field; default: --model)"),
 }
 
 

@@ -292,9 +292,7 @@ class Encoding:
     words = word_ids  # the tokenizers library's older name
     sequence_ids = property(lambda self: self._get("sequence_ids"))
 
-    @property
-    def n_sequences(self) -> int:
-        return self._batch._row_sequences(self._row)
+    n_sequences = property(lambda self: self._get("n_sequences"))
 
     @property
     def overflowing(self) -> list[Encoding]:
@@ -407,16 +405,7 @@ class BatchEncoding(dict):
     @property
     def n_sequences(self) -> int:
         """1 for texts, 2 for pairs (the most of any row)."""
-        return max(map(self._row_sequences, range(len(self._aligned()["sequence_ids"]))), default=1)
-
-    def _row_sequences(self, row: int) -> int:
-        """1 for a text, 2 for a pair, even one whose text gave no tokens: as the tokenizer's alignment says it
-        ("n_sequences"), else as the segments show it. A pair's last [SEP] is in segment 1; without special tokens
-        a pair whose second text gave no tokens looks like one text."""
-        aligned = self._aligned()
-        if "n_sequences" in aligned:
-            return aligned["n_sequences"][row]
-        return 2 if 1 in aligned["token_type_ids"][row] else 1
+        return max(self._aligned()["n_sequences"], default=1)
 
     def _token(self, row: int, token: int) -> int | None:
         """The row's token at `token`, a negative one counted from the end (as transformers' BatchEncoding reads
@@ -455,7 +444,7 @@ class BatchEncoding(dict):
         """The tokens of the row's sequence `sequence_index`, none for a pair's text that gave no tokens. A sequence
         the row doesn't have (a single text asked about its pair) is the whole row, as in the tokenizers library."""
         sequences = self.sequence_ids(row)
-        if not 0 <= sequence_index < self._row_sequences(row):
+        if not 0 <= sequence_index < self._aligned()["n_sequences"][row]:
             return range(len(sequences))
         return [token for token, sequence in enumerate(sequences) if sequence == sequence_index]
 

@@ -354,8 +354,8 @@ class BertTokenizer:
 
     @property
     def all_special_ids(self) -> list[int]:
-        """In transformers' order: [UNK], [SEP], [PAD], [CLS], [MASK] (those the vocabulary has), then the
-        added special tokens."""
+        """In transformers' order: the bos and eos tokens where set, [UNK], [SEP], [PAD], [CLS], [MASK] (those the
+        vocabulary has), each once, then the added special tokens."""
         roles = list(dict.fromkeys(self.vocab.special_id(role) for role in (
             "bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
             if self.vocab.has_special(role)))

@@ -47,7 +47,6 @@ class Vocab:
         # A token listed twice maps to its last line, as transformers' load_vocab does.
         self.token_to_id: dict[str, int] = {token: index for index, token in enumerate(self.id_to_token)}
         self.pieces: dict[str, int] = dict(self.token_to_id)
-        self.num_pieces = len(self.id_to_token)
         self.lines = list(self.id_to_token)  # vocab.txt as read (an added token may show one of them otherwise)
         self.special_tokens: dict[str, str | None] = dict(SPECIAL_TOKENS) | dict.fromkeys(UNUSED_ROLES)
         for role, token in (special_tokens or {}).items():
@@ -111,6 +110,11 @@ class Vocab:
 
     def __len__(self) -> int:
         return len(self.id_to_token)
+
+    @property
+    def num_pieces(self) -> int:
+        """The WordPiece vocabulary's size (vocab.txt's lines), added tokens left out."""
+        return len(self.lines)
 
     def __contains__(self, token: str) -> bool:
         return token in self.token_to_id

@@ -124,7 +124,8 @@ def tokenizing(texts: Any = None) -> Iterator[None]:
 
 
 def count_characters(texts: Any) -> None:
-    """Count texts that are tokenized where the server can't time it (inside a pipeline)."""
+    """Count a request's input where there is no tokenizing for the server to time: inside a pipeline, which
+    tokenizes its texts itself, or token ids."""
     cost = REQUEST_COST.get()
     if cost is not None:
         cost.characters += characters(texts)

@@ -28,7 +28,7 @@ from bertforge.inference.serve.jobs import (
     token_vectors,
 )
 from bertforge.inference.serve.limits import EMPTY, HTTPError
-from bertforge.inference.serve.metrics import ServerMetrics, count_jobs, tokenizing
+from bertforge.inference.serve.metrics import ServerMetrics, count_characters, count_jobs, tokenizing
 from bertforge.inference.serve.settings import ServeSettings
 from bertforge.tasks.data import Features
 from bertforge.tasks.registry import Checkpoint, Task, task_defaults, task_of_model
@@ -165,8 +165,8 @@ class ServedModel:
                 ) -> list[dict[str, list]]:
         """Rows of token ids sent as they are (OpenAI's and text-embeddings-inference's token input), cut or
         refused as `asked` (the request's truncate), else as the server's policy."""
-        with tokenizing(id_lists):  # none to do, but TEI counts the ids as the input's characters
-            self.check_ids(id_lists)
+        count_characters(id_lists)  # nothing to tokenize, but TEI counts the ids as the input's characters
+        self.check_ids(id_lists)
         rows = []
         for index, ids in enumerate(id_lists):
             if len(ids) > limit and not (self.truncate if asked is None else asked):
