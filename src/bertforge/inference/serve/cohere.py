@@ -38,13 +38,15 @@ def returned_document(document: str | dict[str, str]) -> dict[str, str]:
     return {DEFAULT_FIELD: document} if isinstance(document, str) else document
 
 
-def typed_embeddings(vectors: torch.Tensor, embedding_type: str) -> list:
-    """Unit vectors (texts, dim) as Cohere's embedding type gives them: floats, base64 of little-endian float32,
-    or packed sign bits (binary shifted to -128..127, ubinary 0..255, as sentence-transformers packs them)."""
+def typed_embeddings(vectors: torch.Tensor, embedding_type: str, dtype: str = "float32", endianness: str = "little"
+                     ) -> list:
+    """Unit vectors (texts, dim) as Cohere's embedding type gives them: floats, base64 of little-endian float32
+    (or of vLLM's embed_dtype and endianness), or packed sign bits (binary shifted to -128..127, ubinary 0..255, as
+    sentence-transformers packs them)."""
     if embedding_type == "float":
         return vectors.tolist()
     if embedding_type == "base64":
-        return [base64_values(vector) for vector in vectors]
+        return [base64_values(vector, dtype, endianness) for vector in vectors]
     check_embedding_types([embedding_type])
     return quantize_embeddings(np.asarray(vectors.to(torch.float32).numpy()), embedding_type).tolist()
 

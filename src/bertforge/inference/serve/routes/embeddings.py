@@ -107,8 +107,7 @@ async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest, served: Ser
                                                    max_tokens=served.prompt_limit(request.truncate_prompt_tokens),
                                                    add_special_tokens=request.add_special_tokens)
         vectors = torch.stack(first_dimensions(vectors, request.dimensions or None, normalized=used.normalize))
-        data = [encoded(vector, encoding, request.embed_dtype, request.endianness) for vector in vectors] \
-            if encoding == "base64" else typed_embeddings(vectors, encoding)
+        data = typed_embeddings(vectors, encoding, request.embed_dtype, request.endianness)
     data = [{"object": "embedding", "index": index, "embedding": embedding} for index, embedding in enumerate(data)]
     return {"object": "list", "data": data, "model": served.model_name,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
