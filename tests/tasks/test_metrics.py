@@ -94,6 +94,33 @@ def test_correlations_by_hand():
     assert math.isnan(spearman([0.1, float("nan"), 0.5, 0.7], [1, 2, 3, 4])), "NaN is no rank (scipy: nan)"
 
 
+def test_binary_f1_reads_labels_written_as_numbers_and_refuses_a_positive_label_of_another_kind():
+    sklearn_metrics = pytest.importorskip("sklearn.metrics")
+    predictions, labels = random_classes(2, seed=3)
+    expected = sklearn_metrics.f1_score(labels, predictions)
+    assert binary_f1([str(p) for p in predictions], [str(y) for y in labels]) == pytest.approx(expected)
+    assert binary_f1(predictions, [f"{y}.0" for y in labels]) == pytest.approx(expected)
+    assert compute_metrics("classification", [str(p) for p in predictions], [str(y) for y in labels],
+                           names=["f1"]) == {"f1": pytest.approx(expected)}
+    with pytest.raises(ValueError, match="positive label 1 is not among labels such as 'no'"):
+        binary_f1(["no", "yes"], ["no", "no"])
+
+
+def test_pearson_at_any_scale_and_never_past_one():
+    stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(1)
+    labels = [rng.uniform(0, 5) for _ in range(50)]
+    predictions = [y + rng.gauss(0, 1) for y in labels]
+    expected = stats.pearsonr(predictions, labels)[0]
+    for scale in (1e-200, 1e-160, 1.0, 1e160):  # the sums of squares under- or overflow unscaled
+        assert pearson([p * scale for p in predictions], labels) == pytest.approx(expected, rel=1e-12)
+    for _ in range(200):  # exactly linear: 1 or -1, which rounding carried past 1 in about a fifth of these
+        x = [rng.uniform(-10, 10) for _ in range(rng.randint(2, 30))]
+        slope = rng.choice([-1, 1]) * rng.uniform(0.1, 10)
+        r = pearson(x, [slope * value + 3 for value in x])
+        assert -1.0 <= r <= 1.0 and abs(r) == pytest.approx(1.0)
+
+
 def test_correlations_match_scipy():
     stats = pytest.importorskip("scipy.stats")
     rng = random.Random(0)
@@ -289,6 +316,30 @@ def test_squad_v2_scores_equal_the_official_scripts_on_real_questions_with_abste
     assert as_official(got, examples) == pytest.approx(expected, abs=1e-10)
     # The v1.1 rule (an empty answer scores 0) would score every correct abstention as wrong.
     assert squad_f1(predictions, [[t for t, _ in e.answers] or [""] for e in examples]) < got["f1"]
+
+
+def test_squad_v2_drops_gold_answers_that_normalise_to_nothing_as_the_official_script(data_dir):
+    """Real SQuAD questions one of whose annotators answered with a bare "." or article: v2.0's script drops such
+    answers, so an abstention is wrong on them (v1.1's keeps them: "" equals "." once normalised)."""
+    from bertforge.tasks.question_answering import QAExample, score
+
+    squad = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    questions = [(paragraph["context"], question) for article in squad["data"] for paragraph in article["paragraphs"]
+                 for question in paragraph["qas"] if not all(normalize_answer(a["text"]) for a in question["answers"])]
+    assert len(questions) >= 3
+    examples = [QAExample(q["id"], q["question"], context, [(a["text"], a["answer_start"]) for a in q["answers"]])
+                for context, q in questions]
+    references = [[text for text, _ in e.answers] for e in examples]
+    for guesses in ([""] * len(examples), [answers[0] for answers in references],
+                    [answers[-1] for answers in references], ["the"] * len(examples)):
+        expected = official_v2_evaluation(as_squad_data(examples), dict(zip((e.id for e in examples), guesses)))
+        got = compute_metrics("question_answering_v2", guesses, references)
+        assert (100 * got["exact_match"], 100 * got["f1"]) == pytest.approx((expected["exact"], expected["f1"]))
+    # A v2.0 model that abstains on data where every question has an answer is scored by v2.0's rules too.
+    abstentions = [""] * len(examples)
+    got = score([{"answer": guess} for guess in abstentions], examples)
+    expected = official_v2_evaluation(as_squad_data(examples), dict(zip((e.id for e in examples), abstentions)))
+    assert as_official(got, examples) == pytest.approx(expected) and got["exact_match"] == 0.0
 
 
 def squad_v2_file(articles: list[dict], path, shift: int):

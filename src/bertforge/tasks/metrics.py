@@ -35,8 +35,26 @@ def _f1(predictions: np.ndarray, labels: np.ndarray, positive) -> float:
 
 
 def binary_f1(predictions: Sequence, labels: Sequence, positive=1) -> float:
-    """F1 of the positive class (label 1), as GLUE reports for MRPC and QQP."""
-    return _f1(*_paired(predictions, labels), positive)
+    """F1 of the positive class (label 1), as GLUE reports for MRPC and QQP. Labels written as numbers ("0", "1")
+    count as those numbers, as GLUE casts them; the positive label must be of the labels' kind."""
+    predictions, labels = _paired(predictions, labels)
+    if isinstance(positive, (int, float)) and not isinstance(positive, bool):
+        predictions, labels = _as_numbers(predictions), _as_numbers(labels)
+        if predictions.dtype.kind in "US" or labels.dtype.kind in "US":
+            # scikit-learn refuses such a pos_label too; 0.0 here would read as a model that never finds it
+            raise ValueError(f"f1: the positive label {positive!r} is not among labels such as "
+                             f"{str(labels[0])!r}; give binary_f1 the positive label, or class ids")
+    return _f1(predictions, labels, positive)
+
+
+def _as_numbers(values: np.ndarray) -> np.ndarray:
+    """Labels written as numbers ("1", "0") as numbers; any others as they are."""
+    if values.dtype.kind not in "US":
+        return values
+    try:
+        return values.astype(np.float64)
+    except ValueError:
+        return values
 
 
 def macro_f1(predictions: Sequence, labels: Sequence) -> float:
@@ -69,9 +87,12 @@ def pearson(predictions: Sequence[float], labels: Sequence[float]) -> float:
     x, y = (np.asarray(values, dtype=np.float64) for values in _paired(predictions, labels))
     if np.ptp(x) == 0 or np.ptp(y) == 0:  # x - mean would leave rounding noise, not zeros, and a ~1e-16 "correlation"
         return float("nan")
-    x, y = x - x.mean(), y - y.mean()
-    denominator = np.sqrt((x @ x) * (y @ y))
-    return float(x @ y / denominator) if denominator else float("nan")
+    # Each side centred and scaled to at most 1 first, so that the sums of squares neither overflow nor underflow
+    # at any scale the floats hold; rounding may still carry a perfect correlation just past 1.
+    x, y = ((values - values.mean()) for values in (x, y))
+    x, y = x / np.abs(x).max(), y / np.abs(y).max()
+    correlation = (x @ y) / np.sqrt((x @ x) * (y @ y))  # each sum of squares is in [1, len]
+    return float(np.clip(correlation, -1.0, 1.0))
 
 
 def average_ranks(values: Sequence[float]) -> np.ndarray:
@@ -178,19 +199,28 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
-def answer_exact_match(prediction: str, answers: Sequence[str]) -> float:
-    """1.0 if the normalised prediction equals any normalised gold answer, else 0.0."""
+def answer_exact_match(prediction: str, answers: Sequence[str], version_2: bool = False) -> float:
+    """1.0 if the normalised prediction equals any normalised gold answer, else 0.0. With `version_2`, gold
+    answers are first read as the official v2.0 script reads them (`v2_gold_answers`)."""
+    answers = v2_gold_answers(answers) if version_2 else answers
     return float(any(normalize_answer(prediction) == normalize_answer(answer) for answer in answers))
+
+
+def v2_gold_answers(answers: Sequence[str]) -> list[str]:
+    """The gold answers the official SQuAD v2.0 script scores against: those that normalise to something (not
+    "the", not "."), or [""] (unanswerable) if none does."""
+    return [answer for answer in answers if normalize_answer(answer)] or [""]
 
 
 def answer_f1(prediction: str, answers: Sequence[str], version_2: bool = False) -> float:
     """Best F1 over the gold answers of the bags of normalised words.
 
     "Denver Broncos won" vs "the Denver Broncos": 2 shared words, precision 2/3, recall 1 -> F1 0.8.
-    With `version_2`, an empty side (no answer) scores 1 against another empty side and 0 otherwise, as the
-    official v2.0 script does (v1.1's scores 0 whenever a side is empty).
+    With `version_2`, the gold answers of `v2_gold_answers`, and an empty side (no answer) scores 1 against
+    another empty side and 0 otherwise, as the official v2.0 script does (v1.1's scores 0 whenever a side is empty).
     """
     predicted = normalize_answer(prediction).split()
+    answers = v2_gold_answers(answers) if version_2 else answers
     best = 0.0
     for answer in answers:
         gold = normalize_answer(answer).split()
@@ -215,8 +245,17 @@ def squad_f1(predictions: Sequence[str], references: Sequence[Sequence[str]]) ->
     return float(np.mean([answer_f1(p, answers) for p, answers in zip(predictions, references)]))
 
 
+def squad_v2_exact_match(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> float:
+    """SQuAD v2.0 exact match: an unanswerable question's reference is [] or [""], and the empty prediction
+    matches it."""
+    _paired_lengths(predictions, references)
+    return float(np.mean([answer_exact_match(p, answers, version_2=True)
+                          for p, answers in zip(predictions, references)]))
+
+
 def squad_v2_f1(predictions: Sequence[str], references: Sequence[Sequence[str]]) -> float:
-    """SQuAD v2.0 F1: an unanswerable question's reference is [""], and the empty prediction scores 1 on it."""
+    """SQuAD v2.0 F1: an unanswerable question's reference is [] or [""], and the empty prediction scores 1 on
+    it."""
     _paired_lengths(predictions, references)
     return float(np.mean([answer_f1(p, answers, version_2=True) for p, answers in zip(predictions, references)]))
 
@@ -267,7 +306,7 @@ METRICS: dict[str, dict[str, Metric]] = {
                     "subset_accuracy": subset_accuracy},
     "token_classification": {"precision": entity_precision, "recall": entity_recall, "f1": entity_f1},
     "question_answering": {"exact_match": exact_match, "f1": squad_f1},
-    "question_answering_v2": {"exact_match": exact_match, "f1": squad_v2_f1},
+    "question_answering_v2": {"exact_match": squad_v2_exact_match, "f1": squad_v2_f1},
 }
 
 

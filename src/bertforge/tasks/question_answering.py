@@ -27,7 +27,7 @@ from bertforge.tasks.data import (
     task_format,
     text_cell,
 )
-from bertforge.tasks.metrics import compute_metrics, normalize_answer
+from bertforge.tasks.metrics import compute_metrics
 from bertforge.validation import check_number
 from bertforge.windows import window_starts
 
@@ -246,12 +246,8 @@ def best_answers(ranked: Sequence[Sequence[Answer]]) -> list[str]:
 
 
 def gold_answers(examples: Sequence[QAExample]) -> list[list[str]]:
-    """Each example's gold answer texts, the references of exact_match and squad_f1; [""] if unanswerable. In SQuAD
-    v2.0 data (some questions unanswerable) answers that normalise to nothing (say "the") are dropped, as the
-    official v2.0 script does; v1.1 keeps every answer, as its script does."""
-    version_2 = any(example.is_impossible for example in examples)
-    return [[text for text, _ in example.answers if normalize_answer(text) or not version_2] or [""]
-            for example in examples]
+    """Each example's gold answer texts, the references of the SQuAD metrics; [""] if unanswerable."""
+    return [[text for text, _ in example.answers] or [""] for example in examples]
 
 
 # --- the "qa" task (registry row): files -> examples -> Features -> answers -> metrics -------------------------
@@ -381,12 +377,13 @@ def decode(features: Features, examples: Sequence[QAExample], outputs: Sequence[
 
 
 def score(answers: Sequence[dict], examples: Sequence[QAExample], id2label=None) -> dict[str, float]:
-    """SQuAD exact match and F1 of the best answers against every gold answer. When some questions are unanswerable,
-    SQuAD v2.0's rules and its official script's breakdown: the same scores over the questions that have an answer
-    (has_answer_exact_match, has_answer_f1) and over those that have none (no_answer_*: the share of abstentions),
-    each only when the data has such questions."""
+    """SQuAD exact match and F1 of the best answers against every gold answer. When some questions are
+    unanswerable, or the model abstains (an empty answer, which only a v2.0 model gives), SQuAD v2.0's rules and its
+    official script's breakdown: the same scores over the questions that have an answer (has_answer_exact_match,
+    has_answer_f1) and over those that have none (no_answer_*: the share of abstentions), each only when the data
+    has such questions."""
     predictions, references = [a["answer"] for a in answers], gold_answers(examples)
-    if not any(example.is_impossible for example in examples):
+    if not any(example.is_impossible for example in examples) and all(predictions):
         return compute_metrics("question_answering", predictions, references)
     scores = compute_metrics("question_answering_v2", predictions, references)
     for part, unanswerable in (("has_answer", False), ("no_answer", True)):
