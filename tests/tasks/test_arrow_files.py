@@ -109,3 +109,56 @@ def test_class_label_numbers_are_read_as_their_names(sst2_rows, tmp_path, tiny_m
     wrong = wrong.cast_column("label", datasets.ClassLabel(names=["negative"]))
     with pytest.raises(InputError, match="row 1, field 'label': label 1 is not one of the data's label numbers"):
         read_text_examples(wrong, columns, "class")
+
+
+# Hugging Face's numbering of GLUE MRPC's labels and CoNLL-2003's tags (its glue and conll2003 datasets' features)
+MRPC_NAMES = ["not_equivalent", "equivalent"]
+CONLL_NAMES = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
+
+
+def test_a_model_keeps_the_datas_label_numbering(data_dir, tmp_path, tiny_model_dir, run_command):
+    """Data whose ClassLabel feature numbers its labels trains a model numbered the same way, every name included,
+    as transformers' run_glue and run_ner number theirs (sorted, MRPC's label 1 would be not_equivalent, so the F1
+    of "label 1" another class's), and the same rows written without the names (Dataset.to_json's numbers) are
+    read through the model's labels as the data meant them."""
+    from bertforge.cli import evaluate as evaluate_cli
+    from bertforge.tasks.token_classification import read_conll
+
+    with open(data_dir / "mrpc" / "train.tsv", encoding="utf-8-sig") as handle:
+        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[1:25]
+    mrpc = datasets.Dataset.from_dict(
+        {"sentence1": [row[3] for row in rows], "sentence2": [row[4] for row in rows],
+         "label": [int(row[0]) for row in rows]},
+        features=datasets.Features({"sentence1": datasets.Value("string"), "sentence2": datasets.Value("string"),
+                                    "label": datasets.ClassLabel(names=MRPC_NAMES)}))
+    mrpc.save_to_disk(str(tmp_path / "mrpc"))
+    code, _ = run_command(finetune_cli, "--model", tiny_model_dir, "--train", tmp_path / "mrpc", "--text-column",
+                          "sentence1", "--text-pair-column", "sentence2", "--output", tmp_path / "mrpc_model",
+                          "--max-steps", "1", "--batch-size", "8", "--max-length", "32", "--no-progress",
+                          "--device", "cpu")
+    config = json.loads((tmp_path / "mrpc_model" / "config.json").read_text())
+    assert code == 0 and config["id2label"] == {"0": "not_equivalent", "1": "equivalent"}
+
+    sentences = read_conll(data_dir / "conll2003" / "eng.train")[:40]
+    conll = datasets.Dataset.from_dict(
+        {"tokens": [s.words for s in sentences],
+         "ner_tags": [[CONLL_NAMES.index(tag) for tag in s.tags] for s in sentences]},
+        features=datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")),
+                                    "ner_tags": datasets.Sequence(datasets.ClassLabel(names=CONLL_NAMES))}))
+    train = conll.select(range(3))  # lacks some of the tags the dev rows have
+    assert {CONLL_NAMES[t] for row in train["ner_tags"] for t in row} != set(CONLL_NAMES)
+    train.save_to_disk(str(tmp_path / "ner_train"))
+    conll.save_to_disk(str(tmp_path / "ner_dev"))
+    conll.to_json(str(tmp_path / "ner_dev.jsonl"))  # the numbers alone
+    code, _ = run_command(finetune_cli, "--task", "ner", "--model", tiny_model_dir, "--train", tmp_path / "ner_train",
+                          "--dev", tmp_path / "ner_dev", "--output", tmp_path / "ner_model", "--max-steps", "3",
+                          "--batch-size", "8", "--max-length", "64", "--lr", "1e-3", "--no-progress",
+                          "--device", "cpu")
+    config = json.loads((tmp_path / "ner_model" / "config.json").read_text())
+    assert code == 0 and config["id2label"] == {str(i): name for i, name in enumerate(CONLL_NAMES)}
+    results = []
+    for data in (tmp_path / "ner_dev", tmp_path / "ner_dev.jsonl"):
+        code, _ = run_command(evaluate_cli, "--model", tmp_path / "ner_model", "--data", data)
+        assert code == 0
+        results.append(json.loads((tmp_path / "ner_model" / "eval_results.json").read_text()))
+    assert results[0]["f1"] == results[1]["f1"] and results[0]["precision"] == results[1]["precision"]

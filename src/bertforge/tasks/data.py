@@ -381,6 +381,9 @@ class TextExample:
     # unlabelled.
     label: str | float | tuple[str, ...] | None = None
     line: int = 0  # where the example came from, for messages
+    # The names the data's ClassLabel feature gives its label numbers, in their order (a datasets folder's, a
+    # Parquet file's): a model trained on it numbers its labels so. None: the data names no label numbers.
+    label_names: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
 
 
 def class_label(value: Any, separator: str | None = None) -> str:
@@ -463,6 +466,7 @@ def read_text_examples(path: str | Path, columns: Columns, label_kind: str | Non
                          "tsv", path)
     require_columns(table, [columns.text, columns.text_pair] + ([columns.label] if label_kind else []))
     known = set(label_names) if label_names is not None else None
+    declared = tuple(names) if names else None
     examples = []
     for line, row in table.rows:
         text = text_cell(table, line, row, columns.text)
@@ -480,7 +484,7 @@ def read_text_examples(path: str | Path, columns: Columns, label_kind: str | Non
             if unknown:
                 raise table.error(f"label {unknown[0]!r} is not one of the model's labels ({', '.join(sorted(known))})",
                                   line, field=columns.label)
-        examples.append(TextExample(text, pair, label, line))
+        examples.append(TextExample(text, pair, label, line, declared))
     return examples
 
 

@@ -197,13 +197,19 @@ def best_model_metrics(task: Task) -> list[str]:
 
 
 def training_labels(task: Task, examples: Sequence, source: str | Path | None) -> dict[int, str]:
-    """The task's labels of the training examples; an error about them names the file they came from."""
+    """The task's labels of the training examples; an error about them names the file they came from. Data that
+    names its label numbers (a ClassLabel feature) keeps that numbering, every name included, as transformers'
+    run_glue and run_ner keep it: the model's label ids are the data's, even for a name the sample lacks."""
     try:
-        return task.labels(examples)
+        labels = task.labels(examples)
     except InputError as error:
         if error.path is None and source is not None:
             raise InputError(str(error), source) from None
         raise
+    declared = {getattr(example, "label_names", None) for example in examples}
+    if len(declared) == 1 and (names := declared.pop()) and set(labels.values()) <= set(names):
+        return dict(enumerate(names))
+    return labels
 
 
 def check_best_model_metric(task: Task, metric: str | None, id2label: dict[int, str]) -> None:

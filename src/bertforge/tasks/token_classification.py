@@ -71,6 +71,8 @@ class TaggedSentence:
     spans: list[tuple[int, int]] | None = None  # (start, end) of each word in `source`
     # The file line of each word (CoNLL), for messages; not part of what the sentence is.
     lines: list[int] | None = field(default=None, compare=False, repr=False)
+    # The names the data's ClassLabel feature gives its tag numbers, in their order (see TextExample.label_names).
+    label_names: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
 
     @property
     def text(self) -> str:
@@ -480,6 +482,7 @@ def read_tagged_rows(data: Any, columns=None, id2label: Mapping[int, str] | None
     tags_column = find_column(table, columns.label if columns else None, TAG_COLUMNS,
                               "the tag of each word") if labelled else None
     names = stored_label_names(data, format).get(tags_column) if labelled else None
+    declared = tuple(names) if names else None
     if names is None and id2label:
         names = [id2label[index] for index in sorted(id2label)]
     known = set(id2label.values()) if id2label is not None else None
@@ -498,7 +501,8 @@ def read_tagged_rows(data: Any, columns=None, id2label: Mapping[int, str] | None
             if tag not in known:
                 raise table.error(f"tag {tag!r} is not one of the model's labels ({', '.join(known)})", line,
                                   field=tags_column)
-        sentences.append(TaggedSentence([word.strip() for word in words], tags, document, lines=[line] * len(words)))
+        sentences.append(TaggedSentence([word.strip() for word in words], tags, document, lines=[line] * len(words),
+                                        label_names=declared))
     if not sentences:
         raise table.error("no sentences")
     return sentences
