@@ -155,3 +155,66 @@ def test_features_lengths():
     features = Features([{"input_ids": [1, 2, 3]}, {"input_ids": [1]}], [0, 0])
     assert features.lengths() == [3, 1] and len(features) == 2
     json.dumps(features.rows)  # plain data
+
+
+def test_tsv_files_pandas_and_datasets_quote_read_as_they_read_them(data_dir, tmp_path):
+    """pandas' and datasets' to_csv(sep="\\t") quote a text holding a quote or a line break (doubling its quotes);
+    such a file reads as pandas reads it back, while GLUE's unquoted files, stray quotes and all, read as they are."""
+    pd = pytest.importorskip("pandas")
+    mrpc = data_dir / "mrpc" / "dev.tsv"
+    columns = Columns("#1 String", "#2 String", "Quality")
+    glue = read_text_examples(mrpc, columns, "class")
+    frame = pd.DataFrame({"#1 String": [e.text for e in glue], "#2 String": [e.text_pair for e in glue],
+                          "Quality": [e.label for e in glue]})
+    assert frame["#1 String"].str.contains('"').any()
+    frame.to_csv(tmp_path / "mrpc.tsv", sep="\t", index=False)
+    written = read_text_examples(tmp_path / "mrpc.tsv", columns, "class")
+    assert [(e.text, e.text_pair, e.label) for e in written] == [(e.text, e.text_pair, e.label) for e in glue]
+    back = pd.read_csv(tmp_path / "mrpc.tsv", sep="\t", dtype=str, keep_default_na=False)
+    assert [e.text for e in written] == list(back["#1 String"])
+    lines = pd.DataFrame({"sentence": ["one\nline break", "plain"], "label": [1, 0]})
+    lines.to_csv(tmp_path / "lines.tsv", sep="\t", index=False)
+    assert [(e.text, e.label, e.line) for e in read_text_examples(tmp_path / "lines.tsv", Columns(), "class")] == [
+        ("one\nline break", "1", 2), ("plain", "0", 4)]
+    (tmp_path / "short.tsv").write_text("sentence\tlabel\nno label here\n", encoding="utf-8")
+    with pytest.raises(InputError, match=r"short.tsv, line 2: the row has 1 fields, the header has 2"):
+        read_text_examples(tmp_path / "short.tsv", Columns(), "class")
+
+
+def test_json_files_of_rows_as_datasets_json_loader_reads_them(tmp_path):
+    """A .json file of rows: a JSON array (with a byte-order mark too), JSON lines after a blank line, or an object
+    whose "data" holds the rows (run_qa's and load_dataset's field="data"); one object over several lines that
+    holds no rows is a one-line error."""
+    rows = [{"sentence": "fine", "label": 1}, {"sentence": "awful", "label": 0}]
+    expected = [("fine", "1"), ("awful", "0")]
+    files = {"array.json": "\ufeff" + json.dumps(rows, indent=2),
+             "lines.json": "\n" + "\n".join(json.dumps(row) for row in rows) + "\n",
+             "field.json": json.dumps({"version": "1", "data": rows}, indent=1),
+             "field_line.json": json.dumps({"data": rows})}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        examples = read_text_examples(tmp_path / name, Columns(), "class")
+        assert [(e.text, e.label) for e in examples] == expected, name
+    (tmp_path / "columns.json").write_text(json.dumps({"sentence": {"0": "fine"}, "label": {"0": 1}}, indent=1))
+    with pytest.raises(InputError, match=r"columns.json: holds no rows: a .json file of data is JSON lines, a JSON "
+                                         r"array of objects, or an object whose \"data\" is one"):
+        read_text_examples(tmp_path / "columns.json", Columns(), "class")
+    (tmp_path / "columns.jsonl").write_text(json.dumps({"sentence": {"0": "fine"}, "label": {"0": 1}}, indent=1))
+    with pytest.raises(InputError, match=r"columns.jsonl: expected JSON lines .* got one object over several lines"):
+        read_text_examples(tmp_path / "columns.jsonl", Columns(), "class")
+
+
+def test_a_nan_label_and_a_list_as_pandas_writes_it(tmp_path):
+    """Python's json writes a missing value as NaN: an error, not a class named "nan". pandas writes a list of
+    labels into a CSV cell as Python writes it: read as that list."""
+    (tmp_path / "nan.jsonl").write_text('{"sentence": "fine", "label": 1}\n{"sentence": "odd", "label": NaN}\n')
+    with pytest.raises(InputError, match=r"nan.jsonl, line 2, field 'label': the label is NaN \(a missing label\?\)"):
+        read_text_examples(tmp_path / "nan.jsonl", Columns(), "class")
+    pd = pytest.importorskip("pandas")
+    pd.DataFrame({"sentence": ["wheat up", "quiet"], "label": [["grain", "trade"], []]}).to_csv(
+        tmp_path / "topics.csv", index=False)
+    examples = read_text_examples(tmp_path / "topics.csv", Columns(), "classes")
+    assert [e.label for e in examples] == [("grain", "trade"), ()]
+    (tmp_path / "broken.csv").write_text('sentence,label\nwheat,"[grain, trade"\n')
+    with pytest.raises(InputError, match=r"broken.csv, line 2, field 'label': not a JSON list of labels"):
+        read_text_examples(tmp_path / "broken.csv", Columns(), "classes")

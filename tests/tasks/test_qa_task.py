@@ -199,7 +199,8 @@ def test_rows_of_questions_read_and_score_as_the_squad_file(finetuned_qa, squad_
     assert [(e.id, e.is_impossible, e.answers) for e in read] == [
         (rows[0]["id"], False, list(zip(rows[0]["answers"]["text"], rows[0]["answers"]["answer_start"]))),
         (rows[1]["id"], True, [])]
-    with pytest.raises(InputError, match=r"has no answers \(SQuAD v2 needs version_2=True\)"):
+    with pytest.raises(InputError, match=r"has no answers \(unanswerable questions are SQuAD v2.0's, which a model "
+                                         r"fine-tuned with --version-2 reads\)"):
         QA.read_examples(v2, None)
     moved = [{**rows[0], "answers": {"text": ["Victoria"], "answer_start": [3]}}]
     with pytest.raises(InputError, match=f"question {rows[0]['id']} \\(row 1\\), answer 0: answer_start 3 points at"):

@@ -144,9 +144,9 @@ def test_settings_that_leave_no_window(tokenizer):
         span_features([], tokenizer, max_length=192, stride=128, max_query_length=64)
 
 
-def squad_file(tmp_path, question, version="1.1"):
+def squad_file(tmp_path, *questions, version="1.1"):
     path = tmp_path / "squad.json"
-    paragraph = {"context": "Denver Broncos won.", "qas": [question]}
+    paragraph = {"context": "Denver Broncos won.", "qas": list(questions)}
     path.write_text(json.dumps({"version": version, "data": [{"title": "SB", "paragraphs": [paragraph]}]}))
     return path
 
@@ -156,8 +156,25 @@ def test_read_squad_v2(tmp_path):
     [example] = read_squad(path, version_2=True)
     assert example.is_impossible and example.answers == []
     assert gold_answers([example]) == [[""]]
-    with pytest.raises(InputError, match="unanswerable; read SQuAD v2 files with version_2=True"):
+    with pytest.raises(InputError, match=r"unanswerable: SQuAD v2.0 data, which a model fine-tuned with "
+                                         r"--version-2 \(version_2=True\) reads"):
         read_squad(path)
+
+
+def test_read_squad_to_predict_needs_no_answers(tmp_path):
+    """A SQuAD file of questions alone (answers left out, or a v2.0 file read by a v1.1 model) is what predict
+    reads: its questions and contexts."""
+    path = squad_file(tmp_path, {"id": "q1", "question": "Who lost?"},
+                      {"id": "q2", "question": "Who won?", "answers": [], "is_impossible": True})
+    read = read_squad(path, labelled=False)
+    assert [(e.id, e.question, e.answers, e.is_impossible) for e in read] == [
+        ("q1", "Who lost?", [], False), ("q2", "Who won?", [], False)]
+    assert read[0].context == read[1].context and read[0].context
+    with pytest.raises(InputError, match=r"question q1 .* has no 'answers'"):
+        read_squad(path)
+    no_question = squad_file(tmp_path, {"id": "q3"})
+    with pytest.raises(InputError, match=r"question q3 .* has no 'question'"):
+        read_squad(no_question, labelled=False)
 
 
 def test_read_squad_real_dev(squad_dev):
@@ -192,3 +209,16 @@ def test_read_squad_bad_json(tmp_path):
         read_squad(path)
     with pytest.raises(InputError, match="no such file"):
         read_squad(tmp_path / "absent.json")
+
+
+def test_run_qa_json_of_rows_under_data(tmp_path, squad_dev):
+    """transformers' run_qa reads a custom .json file as load_dataset("json", field="data"): rows of id, question,
+    context and answers under "data". Read as such, the same questions as the SQuAD file."""
+    from bertforge.tasks.question_answering import read_examples
+
+    chosen = squad_dev[:5]
+    rows = [{"id": e.id, "title": "t", "question": e.question, "context": e.context,
+             "answers": {"text": [text for text, _ in e.answers], "answer_start": [start for _, start in e.answers]}}
+            for e in chosen]
+    (tmp_path / "run_qa.json").write_text(json.dumps({"version": "0.1.0", "data": rows}), encoding="utf-8")
+    assert read_examples(tmp_path / "run_qa.json") == chosen

@@ -283,3 +283,31 @@ def test_read_conll_missing_file(tmp_path):
 def test_unknown_tag_is_an_input_error(tokenizer):
     with pytest.raises(InputError, match="tag 'B-ORG' is not among the model's labels"):
         token_features([TaggedSentence(["EU"], ["B-ORG"])], tokenizer, LABEL2ID)
+
+
+def test_conll_words_alone_to_predict_and_tab_separated_words_with_spaces(data_dir, tmp_path):
+    """To predict, a CoNLL file may be its words alone, a word a line (the tags of a labelled file are ignored);
+    in a tab-separated file a word may hold a space or a no-break space, and stays whole."""
+    real = read_conll(data_dir / "conll2003" / "eng.testb")[:30]
+    words_only = tmp_path / "words.conll"
+    words_only.write_text("\n\n".join("\n".join(s.words) for s in real) + "\n", encoding="utf-8")
+    read = read_sentences(words_only, labelled=False)
+    assert [s.words for s in read] == [s.words for s in real] and all(s.tags == [] for s in read)
+    assert [s.words for s in read_sentences(data_dir / "conll2003" / "eng.testb", labelled=False)][:30] == [
+        s.words for s in real]
+    with pytest.raises(InputError, match=r"words.conll, line 1: expected a word and its tag"):
+        read_sentences(words_only, labelled=True)
+    spaced = tmp_path / "spaced.conll"
+    spaced.write_text("New York\tB-LOC\nrejects\tO\nS\u00e3o\u00a0Paulo\tB-LOC\n\nEU B-ORG\n", encoding="utf-8")
+    assert read_conll(spaced) == [
+        TaggedSentence(["New York", "rejects", "S\u00e3o\u00a0Paulo"], ["B-LOC", "O", "B-LOC"], 0),
+        TaggedSentence(["EU"], ["B-ORG"], 0)]
+
+
+def test_a_latin_1_conll_file_names_its_line(tmp_path):
+    """CoNLL-2002's files are Latin-1: the error says where the first byte UTF-8 can't read is."""
+    path = tmp_path / "esp.train"
+    path.write_bytes("Melbourne B-LOC\n( O\nAustralia B-LOC\n\nEl O\nAbogado O\nGeneral O\nTestigo\u00f1 O\n"
+                     .encode("latin-1"))
+    with pytest.raises(InputError, match=r"esp.train, line 8: not valid UTF-8 text"):
+        read_conll(path)

@@ -6,6 +6,7 @@ GLUE's .tsv files are read as they are: tab-separated with no quoting (their tex
 
 from __future__ import annotations
 
+import ast
 import csv
 import io
 import json
@@ -76,9 +77,41 @@ def _read_delimited(path: Path, text: str, delimiter: str, quoting: int) -> Tabl
     return Table(path, header, rows, repeated=frozenset(name for name in header if header.count(name) > 1))
 
 
+def _read_delimited_or_quoted(path: Path, text: str) -> Table:
+    """A .tsv file: GLUE's have no quoting (their texts hold stray quotes, read as they are); pandas' and datasets'
+    to_csv(sep="\\t") quote a text that holds a quote, tab or line break, doubling its quotes. The file is read
+    with that quoting where it shows it (a doubled quote, or rows that only quoting makes whole) and reads whole."""
+    try:
+        unquoted = _read_delimited(path, text, "\t", csv.QUOTE_NONE)
+    except InputError as error:
+        unquoted, failure = None, error
+    if unquoted is not None and '""' not in text:
+        return unquoted
+    try:
+        return _read_delimited(path, text, "\t", csv.QUOTE_MINIMAL)
+    except InputError:
+        if unquoted is None:
+            raise failure from None
+        return unquoted
+
+
 def _read_jsonl(path: Path, text: str) -> Table:
-    if text.lstrip().startswith("["):
+    """JSON lines; also a JSON array of objects, and an object whose "data" holds them (transformers' run_qa and
+    datasets' JSON loader read those with field="data")."""
+    start = text.lstrip()
+    if start.startswith("["):
         return _read_json_array(path, text)
+    if start.startswith("{"):
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError:
+            document = None  # several objects: JSON lines
+        records = document.get("data") if isinstance(document, dict) else None
+        if isinstance(records, list) and records and all(isinstance(record, dict) for record in records):
+            return _json_records(path, records)
+        if isinstance(document, dict) and len(start.rstrip().splitlines()) > 1:
+            raise InputError("expected JSON lines (an object per line), a JSON array of objects, or an object "
+                             "whose \"data\" is one; got one object over several lines", path)
     rows, columns = [], {}
     # Split at \n only: a JSON string may hold U+2028, which str.splitlines would break on.
     for line, raw in enumerate(text.split("\n"), start=1):
@@ -103,6 +136,10 @@ def _read_json_array(path: Path, text: str) -> Table:
         raise InputError(f"not valid JSON: {error.msg} (column {error.colno})", path, error.lineno) from None
     if not isinstance(records, list):
         raise InputError("expected a JSON array of objects", path)
+    return _json_records(path, records)
+
+
+def _json_records(path: Path, records: list) -> Table:
     for row, record in enumerate(records, start=1):
         if not isinstance(record, dict):
             raise InputError(f"expected a JSON object per row, got {type(record).__name__}", path, row, unit="row")
@@ -119,7 +156,7 @@ def _read_plain_text(path: Path, text: str) -> Table:
 # File suffix -> reader of the file's text.
 READERS: dict[str, Callable[[Path, str], Table]] = {
     ".csv": lambda path, text: _read_delimited(path, text, ",", csv.QUOTE_MINIMAL),
-    ".tsv": lambda path, text: _read_delimited(path, text, "\t", csv.QUOTE_NONE),
+    ".tsv": _read_delimited_or_quoted,
     ".jsonl": _read_jsonl,
     ".txt": _read_plain_text,
 }
@@ -127,7 +164,7 @@ READERS: dict[str, Callable[[Path, str], Table]] = {
 
 # Data file formats (--format); without one, the file's extension says which (see data_format).
 DATA_FORMATS = {
-    "csv": "comma-separated, with a header", "tsv": "tab-separated, with a header, no quoting",
+    "csv": "comma-separated, with a header", "tsv": "tab-separated, with a header (GLUE's, unquoted; pandas')",
     "jsonl": "one JSON object per line (or a JSON array of them)", "txt": "one text per line",
     "conll": "a `word ... tag` line per token, a blank line between sentences (ner)", "squad": "SQuAD JSON (qa)",
     "parquet": "Apache Parquet (needs pyarrow: bertforge[arrow])",
@@ -187,18 +224,36 @@ def task_format(path: str | Path | Any, given: str | None, labelled: bool, task:
     return kind
 
 
+_SQUAD_ARTICLE = re.compile(rb'"paragraphs"\s*:')
+_ROWS_UNDER_DATA = re.compile(rb'"data"\s*:\s*\[\s*\{')
+
+
 def holds_json_lines(path: Path) -> bool:
     """Whether a .json file holds rows: JSON lines (its first line one whole object, and not SQuAD's, which has
-    "data") or a JSON array of objects, as datasets' JSON loader reads them."""
+    "data"), a JSON array of objects, or an object whose "data" holds them, as datasets' JSON loader reads them;
+    SQuAD's articles have "paragraphs"."""
     try:
         with opened(path) as (handle, _):
-            first = handle.readline(1 << 20)
-        if first.lstrip().startswith(b"["):
+            first = b""
+            while not first.strip():
+                first = handle.readline(1 << 20)
+                if not first:
+                    return False  # an empty file: SQuAD's reader reports it
+        first = first.removeprefix(b"\xef\xbb\xbf").strip()
+        if first.startswith(b"["):
             return True
-        first = json.loads(first)
-    except (*DAMAGED, ValueError):
+        try:
+            row = json.loads(first)
+        except ValueError:
+            row = None  # not one line: a document over several lines
+        if isinstance(row, dict) and "data" not in row:
+            return True
+        if not first.startswith(b"{"):
+            return False
+        document = read_bytes(path)
+        return bool(_ROWS_UNDER_DATA.search(document)) and not _SQUAD_ARTICLE.search(document)
+    except (*DAMAGED, OSError):
         return False  # SQuAD's reader reports it
-    return isinstance(first, dict) and "data" not in first
 
 
 def looks_like_conll(path: Path, lines: int = 100) -> bool:
@@ -235,6 +290,9 @@ def read_table(path: str | Path | Any, format: str | None = None) -> Table:
         formats = [*(kind.lstrip(".") for kind in READERS), *arrow_files.READERS]
         if format is not None:
             raise InputError(f"unsupported format {format!r} here; use one of {', '.join(formats)}", path)
+        if kind == ".json":
+            raise InputError("holds no rows: a .json file of data is JSON lines, a JSON array of objects, or an "
+                             "object whose \"data\" is one (a SQuAD file is the qa task's)", path)
         raise InputError(f"unsupported file type {content_suffix(path)!r}; use one of {', '.join(READERS)} (or any "
                          f"of them {COMPRESSED_NAMES}), .parquet or a datasets folder, or say which with --format "
                          f"({', '.join(formats)})", path)
@@ -392,6 +450,8 @@ def class_label(value: Any, separator: str | None = None) -> str:
     if isinstance(value, (list, dict)):
         several = " (several labels per example: --task multi_label)" if isinstance(value, list) else ""
         raise ValueError(f"expected one label, got {json.dumps(value)[:40]}{several}")
+    if isinstance(value, float) and math.isnan(value):  # JSON's NaN, as Python's json writes a missing value
+        raise ValueError("the label is NaN (a missing label?)")
     label = str(value).strip()
     if not label:
         raise ValueError("empty label")
@@ -424,7 +484,9 @@ def label_set(value: Any, separator: str | None = None) -> tuple[str, ...]:
         try:
             value = json.loads(value)
         except json.JSONDecodeError as error:
-            raise ValueError(f"not a JSON list of labels: {error.msg} (column {error.colno})") from None
+            value = _python_list(value)  # a list as pandas writes one in a CSV cell: ['grain', 'trade']
+            if value is None:
+                raise ValueError(f"not a JSON list of labels: {error.msg} (column {error.colno})") from None
     if isinstance(value, str):
         if not value.strip():
             raise ValueError("empty label; write [] for an example with no labels")
@@ -440,6 +502,15 @@ def label_set(value: Any, separator: str | None = None) -> tuple[str, ...]:
             raise ValueError("an empty label in the list")
         labels.append(label)
     return tuple(dict.fromkeys(labels))
+
+
+def _python_list(text: str) -> list | None:
+    """A list of texts and numbers written as Python writes it (pandas' to_csv of a list), else None."""
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, list) else None
 
 
 # Label kind -> parser of one raw label value (and the separator of several labels in a text cell).

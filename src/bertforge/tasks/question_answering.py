@@ -65,19 +65,23 @@ class Answer:
 
 # --- reading ------------------------------------------------------------------------------------------------
 
-def read_squad(path: str | Path, version_2: bool = False) -> list[QAExample]:
+def read_squad(path: str | Path, version_2: bool = False, labelled: bool = True) -> list[QAExample]:
     """The questions of a SQuAD JSON file, in file order; `version_2` allows unanswerable questions.
 
     Every answer is checked against its context: context[answer_start:answer_start + len(text)] == text.
+    `labelled=False` (to predict) reads the questions and contexts alone: answers may be absent.
     """
     path = Path(path)
     try:
-        squad = json.loads(read_bytes(path).decode("utf-8-sig"))  # as the other readers, a byte-order mark is dropped
+        raw = read_bytes(path)
+        squad = json.loads(raw.decode("utf-8-sig"))  # as the other readers, a byte-order mark is dropped
     except FileNotFoundError:
         raise InputError("no such file", path) from None
     except json.JSONDecodeError as error:
         raise InputError(f"not valid JSON ({error})", path, error.lineno) from None
-    except (OSError, UnicodeDecodeError) as error:
+    except UnicodeDecodeError as error:
+        raise InputError("not valid UTF-8 text", path, raw[:error.start].count(b"\n") + 1) from None
+    except OSError as error:
         raise InputError(f"can't read the file ({error})", path) from None
 
     examples = []
@@ -88,7 +92,9 @@ def read_squad(path: str | Path, version_2: bool = False) -> list[QAExample]:
             context = _field(paragraph, "context", str, path, where)
             for question in _field(paragraph, "qas", list, path, where):
                 qid = _field(question, "id", str, path, where)
-                examples.append(_example(question, qid, context, version_2, path, f"question {qid} ({where})"))
+                asked = f"question {qid} ({where})"
+                examples.append(_example(question, qid, context, version_2, path, asked) if labelled else
+                                QAExample(qid, _field(question, "question", str, path, asked), context, []))
     return examples
 
 
@@ -104,8 +110,8 @@ def _field(record, name: str, kind: type, path: Path, where: str):
 def _example(question: dict, qid: str, context: str, version_2: bool, path: Path | str, where: str) -> QAExample:
     is_impossible = bool(question.get("is_impossible", False))
     if is_impossible and not version_2:
-        raise InputError(f"{where} is unanswerable; read SQuAD v2 files with version_2=True", path,
-                         field="is_impossible")
+        raise InputError(f"{where} is unanswerable: SQuAD v2.0 data, which a model fine-tuned with --version-2 "
+                         f"(version_2=True) reads", path, field="is_impossible")
     answers = []
     for i, answer in enumerate(_field(question, "answers", list, path, where)):
         text = _field(answer, "text", str, path, f"{where}, answer {i}")
@@ -119,8 +125,8 @@ def _example(question: dict, qid: str, context: str, version_2: bool, path: Path
                              f"{context[start:start + len(text)]!r}, not {text!r}", path, field="answer_start")
         answers.append((text, start))
     if not answers and not is_impossible:
-        raise InputError(f"{where} has no answers" + ("" if version_2 else " (SQuAD v2 needs version_2=True)"),
-                         path, field="answers")
+        raise InputError(f"{where} has no answers" + ("" if version_2 else " (unanswerable questions are SQuAD "
+                         "v2.0's, which a model fine-tuned with --version-2 reads)"), path, field="answers")
     if answers and is_impossible:
         raise InputError(f"{where} is marked unanswerable but has answers", path, field="answers")
     _field(question, "question", str, path, where)
@@ -289,7 +295,7 @@ def read_examples(path: str | Path | Any, columns=None, id2label=None, labelled:
                        ("jsonl", "JSONL of question and context"), rows="questions, contexts and answers")
     if kind is None or kind in ROW_FORMATS:
         return read_question_rows(path, labelled, version_2, kind, columns)
-    examples = read_squad(path, version_2=version_2)
+    examples = read_squad(path, version_2=version_2, labelled=labelled)
     if not examples:
         raise InputError("no questions", path)
     return examples

@@ -126,19 +126,23 @@ def _is_iob(tag: str) -> bool:
     return tag == OUTSIDE or (tag[:1] in ENTITY_PREFIXES and tag[1:2] == "-" and len(tag) > 2)
 
 
-def read_conll(path: str | Path) -> list[TaggedSentence]:
+def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
     """Sentences of a CoNLL file: one `word ... tag` line per token (the tag is the last column), a blank line
     between sentences, -DOCSTART- lines start a new document. IOB1 tags (the original CoNLL-2003 files), IOBES and
-    BILOU become IOB2.
+    BILOU become IOB2. Columns are separated by tabs in a line that has one (a word may then hold spaces), else by
+    spaces. `labelled=False` (to predict) reads the words alone: a line may be just its word.
 
     "EU NNP B-NP I-ORG\\nrejects VBZ B-VP O\\n" -> [TaggedSentence(["EU", "rejects"], ["B-ORG", "O"])].
     """
     path = Path(path)
     try:
-        lines = read_bytes(path).decode("utf-8-sig").splitlines()  # a byte-order mark is no part of the first word
+        raw = read_bytes(path)
+        lines = raw.decode("utf-8-sig").splitlines()  # a byte-order mark is no part of the first word
     except FileNotFoundError:
         raise InputError("no such file", path) from None
-    except (OSError, UnicodeDecodeError) as error:
+    except UnicodeDecodeError as error:  # CoNLL-2002's files are Latin-1: say where, as the table readers do
+        raise InputError("not valid UTF-8 text", path, raw[:error.start].count(b"\n") + 1) from None
+    except OSError as error:
         raise InputError(f"can't read the file ({error})", path) from None
 
     sentences: list[TaggedSentence] = []
@@ -147,7 +151,7 @@ def read_conll(path: str | Path) -> list[TaggedSentence]:
     numbers: list[int] = []
     document = 0
     for number, line in enumerate(lines, start=1):
-        columns = line.split()
+        columns = [column.strip() for column in line.split("\t" if "\t" in line else " ") if column.strip()]
         if not columns or columns[0] == DOCUMENT_START:
             if words:
                 sentences.append(TaggedSentence(words, to_iob2(tags), document, lines=numbers))
@@ -155,14 +159,16 @@ def read_conll(path: str | Path) -> list[TaggedSentence]:
             if columns and sentences and sentences[-1].document == document:
                 document += 1
             continue
+        words.append(columns[0])
+        numbers.append(number)
+        if not labelled:
+            continue
         if len(columns) < 2:
             raise InputError(f"expected a word and its tag separated by whitespace, got {line.strip()!r}",
                              path, number)
         if not _is_iob(columns[-1]):
             raise InputError(NOT_A_TAG.format(tag=columns[-1]), path, number)
-        words.append(columns[0])
         tags.append(columns[-1])
-        numbers.append(number)
     if words:
         sentences.append(TaggedSentence(words, to_iob2(tags), document, lines=numbers))
     return sentences
@@ -452,18 +458,18 @@ def read_sentences(path: str | Path | Any, columns=None, id2label: Mapping[int, 
     if kind == "txt":
         lines = read_table(path, "txt").rows
         return [sentence_from_text(row[PLAIN_TEXT_COLUMN]) for _, row in lines]
-    sentences = read_conll(path)
+    sentences = read_conll(path, labelled)
     if not sentences:
         raise InputError("the file has no sentences", path)
     if not labelled:
-        return [TaggedSentence(sentence.words, [], sentence.document) for sentence in sentences]
+        return sentences
     if id2label is not None:
         known = set(id2label.values())
         for sentence in sentences:
             unknown = [word for word, tag in enumerate(sentence.tags) if tag not in known]
             if unknown:
                 raise InputError(f"tag {sentence.tags[unknown[0]]!r} is not one of the model's labels "
-                                 f"({', '.join(known)})", path, line=sentence.lines[unknown[0]])
+                                 f"({', '.join(id2label.values())})", path, line=sentence.lines[unknown[0]])
     return sentences
 
 
@@ -499,8 +505,8 @@ def read_tagged_rows(data: Any, columns=None, id2label: Mapping[int, str] | None
         tags = _row_tags(table, line, listed(row.get(tags_column)), len(words), names, tags_column) if labelled else []
         for tag in tags if known is not None else ():
             if tag not in known:
-                raise table.error(f"tag {tag!r} is not one of the model's labels ({', '.join(known)})", line,
-                                  field=tags_column)
+                raise table.error(f"tag {tag!r} is not one of the model's labels ({', '.join(id2label.values())})",
+                                  line, field=tags_column)
         sentences.append(TaggedSentence([word.strip() for word in words], tags, document, lines=[line] * len(words),
                                         label_names=declared))
     if not sentences:
