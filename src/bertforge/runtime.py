@@ -24,6 +24,9 @@ logger = logging.getLogger("bertforge")
 # mallopt parameters from glibc's malloc.h
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
 MAX_MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's ceiling on 64-bit systems
+# A fixed ceiling, not one tied to this machine's cores: several times the cores of the largest servers (so never
+# in the way), far below the counts at which torch crashes instead of refusing.
+MAX_THREADS = 4096
 
 
 def tune_cpu_allocator(keep_free_bytes: int = 1 << 30) -> bool:
@@ -43,8 +46,10 @@ def tune_cpu_allocator(keep_free_bytes: int = 1 << 30) -> bool:
 
 
 def set_threads(num_threads: int | None) -> None:
-    """Intra-op threads for torch; None keeps torch's default (one per physical core)."""
+    """Intra-op threads for torch (the CLI's --threads); None keeps torch's default (one per physical core)."""
     if num_threads is not None:
+        if num_threads > MAX_THREADS:  # torch's thread pool crashes the process (SIGSEGV) from about 32768
+            raise ConfigError(f"--threads must be at most {MAX_THREADS}, got {num_threads}")
         torch.set_num_threads(num_threads)
 
 

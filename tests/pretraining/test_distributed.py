@@ -172,7 +172,7 @@ def test_torchrun_environment_is_read_and_checked():
         read_environment({"RANK": "0", "WORLD_SIZE": "2"})
     with pytest.raises(ConfigError, match="RANK must be an integer, got 'one'"):
         read_environment({**launch, "RANK": "one"})
-    with pytest.raises(ConfigError, match="inconsistent"):
+    with pytest.raises(ConfigError, match=r"RANK must be in 0\.\.3 \(WORLD_SIZE=4\), got 4"):
         read_environment({**launch, "RANK": "4"})
     assert select_device("cpu", ProcessInfo(1, 2, 1)) == torch.device("cpu")
     assert select_device("cuda", ProcessInfo(3, 4, 1)) == torch.device("cuda", 1)  # this process's own GPU

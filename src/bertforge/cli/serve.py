@@ -18,6 +18,7 @@ from bertforge.cli.arguments import (
     positive_float,
     positive_int,
 )
+from bertforge.errors import ConfigError
 from bertforge.inference.serve.settings import (
     API_KEY_VARIABLE,
     LONG_TEXT_POLICIES,
@@ -74,7 +75,20 @@ def run(args: argparse.Namespace) -> int:
     given = {field: getattr(args, field) for field, _, _ in FLAGS.values() if getattr(args, field) is not None}
     origins = tuple(origin.strip() for flag in args.cors_allow_origin or () for origin in flag.split(",")
                     if origin.strip())
-    settings = ServeSettings(**given, api_key=args.api_key if args.api_key is not None
-                             else os.environ.get(API_KEY_VARIABLE), cors_allow_origins=origins)
+    settings = ServeSettings(**given, api_key=api_key(args.api_key), cors_allow_origins=origins)
     serve(args.model, host=args.host, port=args.port, settings=settings, inference=inference_options(args))
     return 0
+
+
+def api_key(flag: str | None) -> str | None:
+    """--api-key, else $BERTFORGE_API_KEY, else None (no key). An empty one is refused rather than read as none
+    (docker-compose's KEY=${X:-} sets it empty): serving without a key by accident is worse than not starting."""
+    if flag is not None:
+        if not flag.strip():
+            raise ConfigError("--api-key is empty; give a key, or leave the flag out to serve without one")
+        return flag
+    key = os.environ.get(API_KEY_VARIABLE)
+    if key is not None and not key.strip():
+        raise ConfigError(f"the environment variable {API_KEY_VARIABLE} is empty; give a key, or unset it to serve "
+                          "without one")
+    return key

@@ -407,7 +407,10 @@ class CorpusReader:
                 path = shard_path(self.directory, index, name)
                 if not path.is_file():
                     raise InputError("shard file missing: prepare the corpus again", path)
-                arrays.append(np.load(path, mmap_mode="r"))
+                try:
+                    arrays.append(np.load(path, mmap_mode="r"))
+                except (ValueError, OSError) as error:  # a partial copy: cut-off header or data, or not an .npy file
+                    raise InputError(f"damaged shard ({error}): prepare the corpus again", path) from None
             tokens, sentences, documents = arrays
             counts = self.manifest["shards"][index]
             if (len(tokens), len(sentences), len(documents)) != \

@@ -39,14 +39,21 @@ class ProcessInfo:
         return self.world_size > 1
 
 
-def _environment_int(environ: Mapping[str, str], name: str, default: int) -> int:
+def _environment_int(environ: Mapping[str, str], name: str, default: int, minimum: int = 0,
+                     maximum: int | None = None, why: str = "") -> int:
+    """The integer the variable `name` holds, within [minimum, maximum]; `default` when it is not set.
+    `why` says where the maximum comes from ("WORLD_SIZE=4")."""
     text = environ.get(name)
     if text is None:
         return default
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise ConfigError(f"the environment variable {name} must be an integer, got {text!r}") from None
+    if value < minimum or maximum is not None and value > maximum:
+        allowed = f"at least {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+        raise ConfigError(f"the environment variable {name} must be {allowed}{why}, got {value}")
+    return value
 
 
 def read_environment(environ: Mapping[str, str] | None = None) -> ProcessInfo:
@@ -56,17 +63,17 @@ def read_environment(environ: Mapping[str, str] | None = None) -> ProcessInfo:
     -> ProcessInfo(rank=3, world_size=4, local_rank=1)
     """
     environ = os.environ if environ is None else environ
-    world_size = _environment_int(environ, "WORLD_SIZE", 1)
-    rank = _environment_int(environ, "RANK", 0)
-    local_rank = _environment_int(environ, "LOCAL_RANK", 0)
-    if world_size < 1 or not 0 <= rank < world_size or local_rank < 0:
-        raise ConfigError(f"inconsistent torchrun environment: RANK={rank}, WORLD_SIZE={world_size}, "
-                          f"LOCAL_RANK={local_rank}")
+    world_size = _environment_int(environ, "WORLD_SIZE", 1, minimum=1)
+    of_world = f" (WORLD_SIZE={world_size})"
+    rank = _environment_int(environ, "RANK", 0, maximum=world_size - 1, why=of_world)
+    local_rank = _environment_int(environ, "LOCAL_RANK", 0, maximum=world_size - 1, why=of_world)
     if world_size > 1:
         missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not environ.get(name)]
         if missing:
             raise ConfigError(f"WORLD_SIZE={world_size} but {missing[0]} is not set: start multi-process runs "
                               "with torchrun")
+        # checked here, not left to the rendezvous, which fails with a bare int() traceback
+        _environment_int(environ, "MASTER_PORT", 0, minimum=1, maximum=65535, why=" (a TCP port)")
     return ProcessInfo(rank, world_size, local_rank)
 
 

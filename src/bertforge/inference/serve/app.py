@@ -154,9 +154,15 @@ def serve(name_or_path: str | Path, host: str = "127.0.0.1", port: int = 8000,
                              f"install them with: pip install 'bertforge[serve]'") from None
     listener = listening_socket(host, port)  # a port in use is the user's error, found before the model loads
     app = load_app(name_or_path, settings, inference)
-    logger.warning("serving %s (%s) on http://%s:%d (API docs at /docs)", name_or_path,
-                   type(app.state.served.model).__name__, host, port)
+    port = listener.getsockname()[1]  # the port the system chose for --port 0
+    logger.warning("serving %s (%s) on %s (API docs at /docs)", name_or_path,
+                   type(app.state.served.model).__name__, server_url(host, port))
     uvicorn.Server(server_config(app, host, port, settings)).run(sockets=[listener])
+
+
+def server_url(host: str, port: int) -> str:
+    """The URL clients reach host:port at: an IPv6 address goes in brackets ("http://[::1]:8000")."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
