@@ -425,12 +425,15 @@ def read_json_object(path: str | Path, what: str) -> dict[str, Any]:
     """A JSON object from a file; a missing, unreadable or malformed file is a ConfigError naming it."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        # utf-8-sig: a byte-order mark (Windows editors and PowerShell write one) is no part of the JSON
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such {what} file") from None
     except json.JSONDecodeError as error:
         raise ConfigError(f"{path}, line {error.lineno}: invalid JSON: {error.msg}") from None
     except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read {what}: {error}") from None
+    except (ValueError, RecursionError) as error:  # an integer of over 4300 digits; nesting deeper than Python's stack
         raise ConfigError(f"{path}: cannot read {what}: {error}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a {what} must be a JSON object")
@@ -571,7 +574,9 @@ def value_description(value: Any) -> str:
         text = json.dumps(value, ensure_ascii=False)
         return f"{kind} ({text if len(text) <= 40 else text[:37] + '...'})"
     if isinstance(value, (list, tuple)):
-        return f"{kind} of {len(value)}"
+        # what the items are, where that is what is wrong: "a list of 2 lists" where 2 numbers belong
+        items = {value_description(item).split(" (")[0].split(" ", 1)[-1].split(" of ")[0] for item in value}
+        return f"{kind} of {len(value)}" + (f" {items.pop()}{'s' * (len(value) > 1)}" if len(items) == 1 else "")
     return kind
 
 

@@ -26,6 +26,10 @@ INCOMPLETE_SUFFIX = ".incomplete"
 # Files whose presence makes a folder a model (or a training run): replacing it loses someone's work.
 MODEL_MARKERS = ("config.json", "model.safetensors", "pytorch_model.bin", "finetune_config.json",
                  "pretrain_config.json", "checkpoint")
+# The other files a run or an export writes beside its model: in a folder that holds no model they would replace
+# the user's own files of these names, which is refused unless asked (--overwrite).
+RUN_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "metrics.json",
+             "train_log.jsonl", "curves.png", "eval_results.json", "seeds.json", "modules.json")
 
 
 def _check_parent(path: Path, what: str) -> None:
@@ -68,6 +72,10 @@ def check_output_dir(path: str | Path, overwrite: bool = False, what: str = "out
                           "start again, or choose another output folder")
     if holds_model(path) and not overwrite:
         raise ConfigError(f"{path}: already holds a model; choose another {what}, or pass --overwrite to replace it")
+    taken = [name for name in RUN_FILES if (path / name).exists()] if path.is_dir() and not overwrite else []
+    if taken:
+        raise ConfigError(f"{path}: holds {', '.join(taken)}, which the model's files would replace; choose another "
+                          f"{what}, or pass --overwrite to replace {'it' if len(taken) == 1 else 'them'}")
     if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
         raise InputError(f"the {what} is not writable", path)
     _check_parent(path, what)

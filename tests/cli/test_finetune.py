@@ -296,3 +296,72 @@ def test_format_flag_reads_data_files_whatever_their_names(tmp_path, tiny_model_
                           "--student-layers", "1", "--max-drop", "100",
                           "--output", str(tmp_path / "student_csv"), "--no-progress")
     assert code == 0 and (tmp_path / "student_csv" / "model.safetensors").is_file()
+
+
+def test_an_output_that_is_the_input_or_not_json_lines_is_refused_before_any_work(finetuned, data, run_cli, tmp_path):
+    """`--output` naming the file being read (by another name or a link too) would replace the user's data with
+    the command's output; predictions are JSON lines, whatever the name says. Both refused, the files unchanged."""
+    _, _, model = finetuned
+    dev = tmp_path / "dev.jsonl"
+    dev.write_text(data[1].read_text())
+    (tmp_path / "link.jsonl").symlink_to(dev)
+    corpus = tmp_path / "corpus.jsonl"  # text lines, under a name embed may write
+    corpus.write_text("a small corpus\nof two lines\n")
+    for argv, path in ((("predict", "--model", model, "--input", dev, "--output", tmp_path / "link.jsonl"), dev),
+                       (("evaluate", "--model", model, "--data", dev, "--output", dev), dev),
+                       (("embed", "--model", model, "--input", corpus, "--output", corpus), corpus),
+                       (("vocab", "--corpus", corpus, "--output", corpus, "--vocab-size", "120"), corpus)):
+        before = path.read_bytes()
+        code, out, err = run_cli(*argv)
+        assert code == 1 and "is the input file too: writing the output there would replace what it holds" in err
+        assert path.read_bytes() == before and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli("predict", "--model", model, "--input", dev, "--output", tmp_path / "preds.csv")
+    assert code == 1 and "preds.csv: the predictions are JSON lines (an object per input): name the output" in err
+    assert not (tmp_path / "preds.csv").exists()
+
+
+def test_evaluate_writes_its_record_to_standard_output(finetuned, data, run_cli, tmp_path, monkeypatch):
+    _, _, model = finetuned
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("evaluate", "--model", model, "--data", data[1], "--output", "-")
+    record = json.loads(out)
+    assert code == 0 and record["examples"] == 6 and f"accuracy: {record['accuracy']:.4f}" in err
+    assert not (tmp_path / "-").exists()
+
+
+def test_a_folder_with_the_users_own_files_of_a_models_names_is_not_written_over(tiny_model_dir, data, run_cli,
+                                                                                 tmp_path):
+    """A folder that holds no model but a vocab.txt (or metrics.json, ...) of the user's: the run would replace
+    them, so it is refused before training, unless --overwrite says to."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "vocab.txt").write_text("my own vocabulary\n")
+    (folder / "notes.md").write_text("notes\n")
+    argv = ("finetune", "--model", tiny_model_dir, "--train", data[0], "--text-column", "review", "--label-column",
+            "sentiment", "--output", folder, "--max-steps", "1", "--max-length", "16", "--no-progress")
+    code, _, err = run_cli(*argv)
+    assert code == 1 and "mine: holds vocab.txt, which the model's files would replace" in err and "--overwrite" in err
+    assert (folder / "vocab.txt").read_text() == "my own vocabulary\n" and not (folder / "config.json").exists()
+    code, _, _ = run_cli(*argv, "--overwrite")
+    assert code == 0 and (folder / "config.json").is_file() and (folder / "notes.md").read_text() == "notes\n"
+
+
+def test_a_mistyped_flag_names_its_commands_help_and_the_flag_meant(run_cli):
+    code, _, err = run_cli("embed", "--input", "x.txt", "--outptu", "x.npy")
+    assert code == 2 and err.strip() == ("bertforge embed: error: unrecognized arguments: --outptu x.npy; did you "
+                                         "mean --output? (see bertforge embed --help)")
+
+
+def test_a_run_config_with_a_byte_order_mark_reads_and_a_wrong_list_is_named(tmp_path):
+    from bertforge import ConfigError
+    from bertforge.tasks.finetune import FinetuneConfig
+
+    path = tmp_path / "run.json"
+    path.write_text('\ufeff{"max_length": 16, "training": {"lr": 0.001}}', encoding="utf-8")  # as PowerShell writes
+    assert FinetuneConfig.load(path).training.lr == 0.001
+    path.write_text(json.dumps({"training": {"betas": [[0.9], [0.9]]}}))
+    with pytest.raises(ConfigError, match=r"betas: expected a list of 2 numbers, got a list of 2 lists"):
+        FinetuneConfig.load(path)
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ConfigError, match=r"run.json: cannot read run config: maximum recursion depth"):
+        FinetuneConfig.load(path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Collection, Iterator
@@ -193,10 +194,24 @@ def load_encoder(name_or_path: str, inference=None):
     return (inference or AS_TRAINED).apply(model, tokenizer), tokenizer
 
 
-def check_writable(path: str | Path) -> Path:
-    """Fail before any slow work when the file `path` can't be written (see outputs.check_output_file); standard
-    output ("-") always can."""
-    return Path(path) if str(path) == STANDARD_STREAM else check_output_file(path)
+def check_writable(path: str | Path, *inputs: str | Path | None) -> Path:
+    """Fail before any slow work when the file `path` can't be written (see outputs.check_output_file), or is one
+    of the command's `inputs`, which writing it would replace; standard output ("-") always can be written."""
+    if str(path) == STANDARD_STREAM:
+        return Path(path)
+    for given in inputs:
+        if given is not None and str(given) != STANDARD_STREAM and _same_file(path, given):
+            raise InputError("is the input file too: writing the output there would replace what it holds; choose "
+                             "another output file", Path(path))
+    return check_output_file(path)
+
+
+def _same_file(path: str | Path, other: str | Path) -> bool:
+    """Whether two names are one file (a link, a relative and an absolute name alike); False if either is absent."""
+    try:
+        return os.path.samefile(path, other)
+    except OSError:
+        return False
 
 
 def add_flag_table(parser: argparse.ArgumentParser, flags: dict[str, tuple[Any, Any, str]],

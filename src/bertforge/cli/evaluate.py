@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from bertforge.checkpoint.default_model import DEFAULT_MODEL_NAMES
-from bertforge.cli.arguments import check_writable, inference_options, path_text
+from bertforge.cli.arguments import STANDARD_STREAM, check_writable, inference_options, path_text, report
 from bertforge.cli.finetune import add_trained_model_arguments
 from bertforge.tasks.finetune import EVAL_RESULTS_FILE
 from bertforge.tasks.registry import TASKS
@@ -18,8 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="labelled data (.csv, .tsv, .jsonl; CoNLL for ner; SQuAD .json for qa)")
     parser.add_argument("--task", choices=list(TASKS), default=None, help="default: the model's own")
     parser.add_argument("--output", "-o", type=path_text, default=None,
-                        help=f"metrics JSON file (default: {EVAL_RESULTS_FILE} in the model directory; none for "
-                             "'default')")
+                        help=f"metrics JSON file, or - for standard output (default: {EVAL_RESULTS_FILE} in the model "
+                             "directory; none for 'default' or a cached model's name)")
     add_trained_model_arguments(parser)
 
 
@@ -32,20 +32,21 @@ def run(args: argparse.Namespace) -> int:
     inspect_checkpoint(args.model).task_for(args.task)
     output = args.output or default_output(args.model)
     if output is not None:
-        check_writable(output)
+        check_writable(output, args.data)
     metrics = evaluate(args.model, args.data, args.text_column, args.text_pair_column, args.label_column,
                        task=args.task, batch_size=args.batch_size, max_length=args.max_length, output=output,
                        inference=inference, decoding=args.decoding, format=args.format,
                        label_separator=args.label_separator)
-    for name, value in metrics.items():
-        print(f"{name}: {value:.4f}")
-    if output is not None:
+    for name, value in metrics.items():  # on standard error when the JSON record went to standard output
+        report(str(output), f"{name}: {value:.4f}")
+    if output is not None and str(output) != STANDARD_STREAM:
         print(f"saved to {output}")
     return 0
 
 
 def default_output(model: str) -> Path | None:
-    """The model folder's eval_results.json; a named model (say 'default') is no folder of the user's to write in."""
-    if model in DEFAULT_MODEL_NAMES:
+    """The model folder's eval_results.json; a named model ('default', or one of the Hugging Face cache) is no
+    folder of the user's to write in."""
+    if model in DEFAULT_MODEL_NAMES or not Path(model).is_dir():
         return None
     return Path(model) / EVAL_RESULTS_FILE

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import importlib.metadata
 import logging
@@ -63,6 +64,16 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and " " in self.prog:  # a command's own parser: its help lists the options it knows
+            flags = [flag for action in self._actions for flag in action.option_strings]
+            near = [close[0] for extra in extras if extra.startswith("--")
+                    for close in [difflib.get_close_matches(extra.split("=")[0], flags, n=1)] if close]
+            hint = f"; did you mean {', '.join(dict.fromkeys(near))}?" if near else ""
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed, extras
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):

@@ -4,11 +4,22 @@ scores), entities (ner), or answer spans (qa)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from bertforge.cli.arguments import check_writable, inference_options, input_file, path_text, report, write_output
+from bertforge.cli.arguments import (
+    STANDARD_STREAM,
+    check_writable,
+    inference_options,
+    input_file,
+    path_text,
+    report,
+    write_output,
+)
 from bertforge.cli.finetune import add_trained_model_arguments
 from bertforge.errors import ConfigError, InputError
 from bertforge.outputs import to_json
+
+JSON_LINES_SUFFIXES = (".jsonl", ".json")  # transformers' example scripts name JSON lines .json too
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +54,10 @@ def run(args: argparse.Namespace) -> int:
     if args.input is not None and args.output is None:
         raise InputError("--input needs --output FILE.jsonl")
     if args.output is not None:
-        check_writable(args.output)
+        check_writable(args.output, args.input)
+        if str(args.output) != STANDARD_STREAM and Path(args.output).suffix.lower() not in JSON_LINES_SUFFIXES:
+            raise InputError("the predictions are JSON lines (an object per input): name the output .jsonl (or "
+                             ".json), or - for standard output", args.output)
     if args.question is not None:
         # any other model would read the question and passage as a text pair and answer with a label or a score
         task = inspect_checkpoint(args.model).task_for()

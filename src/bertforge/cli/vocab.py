@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.tokenizer import BertTokenizer
     from bertforge.tokenizer.learn_vocab import learn_vocab, read_corpus
 
-    output = check_writable(args.output)
+    output = check_writable(args.output, *args.corpus)
     for path in map(Path, args.corpus):  # before the progress bar is drawn
         if not path.is_file():
             raise InputError("no such corpus file" if not path.exists() else "is not a file", path)

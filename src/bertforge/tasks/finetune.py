@@ -12,6 +12,7 @@ import importlib.util
 import logging
 import os
 import shutil
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -585,9 +586,9 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
              batch_size: int = 64, max_length: int | None = None, output: str | Path | None = None,
              inference: InferenceOptions = AS_TRAINED, decoding: str | None = None,
              format: str | None = None, label_separator: str | None = None) -> dict[str, float]:
-    """Metrics of a fine-tuned model on a labelled file, also written to `output` (JSON) when given; `inference`
-    (e.g. InferenceOptions(precision="int8")) measures what a speed option costs on the task's metric.
-    `label_separator` (multi_label) replaces the training run's."""
+    """Metrics of a fine-tuned model on a labelled file, also written to `output` (a JSON file, "-" for standard
+    output) when given; `inference` (e.g. InferenceOptions(precision="int8")) measures what a speed option costs
+    on the task's metric. `label_separator` (multi_label) replaces the training run's."""
     finetuned = FinetunedModel.load(model, task, inference)
     columns = finetuned.columns(text_column, text_pair_column, label_column, path=data, format=format,
                                 label_separator=label_separator)
@@ -598,7 +599,11 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
         record = {"model": str(model), "data": str(data), "examples": len(examples),
                   "inference": dataclasses.asdict(inference), **decoding_setting(finetuned.settings, decoding),
                   **metrics}
-        write_text_atomic(output, to_json(record, indent=2) + "\n")
+        text = to_json(record, indent=2) + "\n"
+        if str(output) == "-":  # standard output, as the command line names it
+            sys.stdout.write(text)
+        else:
+            write_text_atomic(output, text)
     return metrics
 
 

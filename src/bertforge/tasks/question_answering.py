@@ -158,7 +158,8 @@ def span_features(examples: Sequence[QAExample], tokenizer, max_length: int = 38
     """
     if max_length - 3 - max_query_length <= stride:
         raise ConfigError(f"max_length={max_length} with max_query_length={max_query_length} leaves windows "
-                          f"no longer than stride={stride}; lower the stride or raise max_length")
+                          f"no longer than stride={stride}; lower the stride (--doc-stride when fine-tuning) or "
+                          f"raise max_length (--max-length)")
     if stride < 0:
         raise ConfigError(f"stride must be at least 0 tokens, got {stride}")
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id

@@ -271,7 +271,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark is no part of the JSON
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise CheckpointError(f"{path}: not valid JSON ({error})") from None
     if not isinstance(data, dict):
