@@ -1,7 +1,8 @@
 """Task data: CSV/TSV/JSONL/Parquet files, datasets folders or rows in memory -> examples (errors name the file,
 line or row, and column), features -> batches (made by bertforge.batching) and the model's outputs on them.
 
-GLUE's .tsv files are read as they are: tab-separated with no quoting (their texts contain stray quotes).
+GLUE's .tsv files are read as they are: tab-separated with no quoting (their texts contain stray quotes); a .tsv
+that pandas or datasets wrote, quoting some texts, as they read it back.
 """
 
 from __future__ import annotations
@@ -164,8 +165,10 @@ READERS: dict[str, Callable[[Path, str], Table]] = {
 
 # Data file formats (--format); without one, the file's extension says which (see data_format).
 DATA_FORMATS = {
-    "csv": "comma-separated, with a header", "tsv": "tab-separated, with a header (GLUE's, unquoted; pandas')",
-    "jsonl": "one JSON object per line (or a JSON array of them)", "txt": "one text per line",
+    "csv": "comma-separated, with a header",
+    "tsv": "tab-separated, with a header (GLUE's unquoted, or quoted as pandas writes it)",
+    "jsonl": "one JSON object per line (or a JSON array of them, or an object whose \"data\" is one)",
+    "txt": "one text per line",
     "conll": "a `word ... tag` line per token, a blank line between sentences (ner)", "squad": "SQuAD JSON (qa)",
     "parquet": "Apache Parquet (needs pyarrow: bertforge[arrow])",
     "hf_dataset": "a folder written by Hugging Face datasets' save_to_disk, one split (needs pyarrow)",
