@@ -57,6 +57,14 @@ def damaged(path: str | Path, error: BaseException) -> InputError:
     return InputError(f"can't read the {what} ({error})", Path(path))
 
 
+def decode_text(raw: bytes, where: str | Path) -> str:
+    """UTF-8 bytes as text, without a byte-order mark; invalid bytes are an error naming `where` and their line."""
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise InputError("not valid UTF-8 text", where, line=raw[:error.start].count(b"\n") + 1) from None
+
+
 def read_bytes(path: str | Path) -> bytes:
     """All of a file's plain bytes."""
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.atomic import write_text_atomic
-from bertforge.compressed import read_bytes
+from bertforge.compressed import decode_text, read_bytes
 from bertforge.errors import InputError
 from bertforge.outputs import check_output_file
 from bertforge.validation import MAX_SEED
@@ -78,14 +78,6 @@ def path_text(text: str) -> str:
 
 STANDARD_STREAM = "-"  # a file argument that means standard input (to read) or standard output (to write)
 STANDARD_INPUT_NAME = "<stdin>"  # what messages call standard input
-
-
-def decode_text(raw: bytes, where: str | Path) -> str:
-    """UTF-8 bytes as text, without a byte-order mark; invalid bytes are an error naming `where` and their line."""
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise InputError("not valid UTF-8 text", where, line=raw[:error.start].count(b"\n") + 1) from None
 
 
 def read_standard_input() -> str:

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from bertforge.batching import MODEL_INPUTS, LengthGroupedBatches, collate, length_sorted_batches
-from bertforge.compressed import COMPRESSED_NAMES, DAMAGED, content_suffix, opened, read_bytes
+from bertforge.compressed import COMPRESSED_NAMES, DAMAGED, content_suffix, decode_text, opened, read_bytes
 from bertforge.config import JsonConfig, check_number
 from bertforge.errors import ConfigError, InputError
 from bertforge.heads import IGNORE_INDEX
@@ -305,11 +305,7 @@ def read_table(path: str | Path | Any, format: str | None = None) -> Table:
         raise InputError("no such file", path) from None
     except IsADirectoryError:
         raise InputError("is a directory, expected a data file", path) from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise InputError("not valid UTF-8 text", path, raw[:error.start].count(b"\n") + 1) from None
-    return _nonempty(READERS[kind](path, text))
+    return _nonempty(READERS[kind](path, decode_text(raw, path)))
 
 
 def _nonempty(table: Table) -> Table:

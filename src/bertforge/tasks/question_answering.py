@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from bertforge.compressed import read_bytes
+from bertforge.compressed import decode_text, read_bytes
 from bertforge.errors import ConfigError, InputError
 from bertforge.tasks.data import (
     ROW_FORMATS,
@@ -73,14 +73,11 @@ def read_squad(path: str | Path, version_2: bool = False, labelled: bool = True)
     """
     path = Path(path)
     try:
-        raw = read_bytes(path)
-        squad = json.loads(raw.decode("utf-8-sig"))  # as the other readers, a byte-order mark is dropped
+        squad = json.loads(decode_text(read_bytes(path), path))  # as the other readers, a byte-order mark is dropped
     except FileNotFoundError:
         raise InputError("no such file", path) from None
     except json.JSONDecodeError as error:
         raise InputError(f"not valid JSON ({error})", path, error.lineno) from None
-    except UnicodeDecodeError as error:
-        raise InputError("not valid UTF-8 text", path, raw[:error.start].count(b"\n") + 1) from None
     except OSError as error:
         raise InputError(f"can't read the file ({error})", path) from None
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertforge.compressed import read_bytes
+from bertforge.compressed import decode_text, read_bytes
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import IGNORE_INDEX
 from bertforge.tasks.data import (
@@ -136,12 +136,10 @@ def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
     """
     path = Path(path)
     try:
-        raw = read_bytes(path)
-        lines = raw.decode("utf-8-sig").splitlines()  # a byte-order mark is no part of the first word
+        # a byte-order mark is no part of the first word; CoNLL-2002's files are Latin-1: an error naming the line
+        lines = decode_text(read_bytes(path), path).splitlines()
     except FileNotFoundError:
         raise InputError("no such file", path) from None
-    except UnicodeDecodeError as error:  # CoNLL-2002's files are Latin-1: say where, as the table readers do
-        raise InputError("not valid UTF-8 text", path, raw[:error.start].count(b"\n") + 1) from None
     except OSError as error:
         raise InputError(f"can't read the file ({error})", path) from None
 
