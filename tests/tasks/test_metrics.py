@@ -171,6 +171,8 @@ def test_entity_scores_match_seqeval():
     assert entity_precision(predictions, references) == pytest.approx(seqeval.precision_score(references, predictions))
     assert entity_recall(predictions, references) == pytest.approx(seqeval.recall_score(references, predictions))
     assert entity_f1(predictions, references) == pytest.approx(seqeval.f1_score(references, predictions))
+    assert compute_metrics("token_classification", predictions, references)["accuracy"] == pytest.approx(
+        seqeval.accuracy_score(references, predictions))
 
 
 @pytest.mark.parametrize("text, normalised", [

@@ -73,7 +73,7 @@ def test_encode_labels_first_pieces_and_predictions_give_entities_with_spans(tok
         for entity in answer["entities"]:
             assert sentence.text[entity["start"]:entity["end"]] == entity["text"] and 0 < entity["score"] <= 1
     perfect = NER.score([{"tags": s.tags} for s in sentences], sentences, id2label)
-    assert perfect == {"precision": 1.0, "recall": 1.0, "f1": 1.0}
+    assert perfect == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "accuracy": 1.0}
 
 
 def test_short_finetune_finds_entities(finetuned_ner):

@@ -20,7 +20,10 @@ from bertforge.tasks.metrics import (
     pearson,
     spearman,
     squad_f1,
+    squad_v2_exact_match,
+    squad_v2_f1,
     subset_accuracy,
+    tag_accuracy,
 )
 from bertforge.tasks.registry import TASKS, Task, get_task
 
@@ -30,5 +33,5 @@ __all__ = [
     "METRICS", "accuracy", "answer_exact_match", "answer_f1", "average_ranks", "binary_f1", "compute_metrics",
     "entities", "entity_f1", "entity_precision", "entity_recall", "exact_match", "macro_f1",
     "matthews_correlation", "multi_label_macro_f1", "multi_label_micro_f1", "normalize_answer", "pearson", "spearman",
-    "squad_f1", "subset_accuracy",
+    "squad_f1", "squad_v2_exact_match", "squad_v2_f1", "subset_accuracy", "tag_accuracy",
 ]

@@ -178,6 +178,18 @@ def entity_recall(predictions: Sequence[Sequence[str]], references: Sequence[Seq
     return correct / true if true else 0.0
 
 
+def tag_accuracy(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> float:
+    """Fraction of words whose tag is right, over every sentence (seqeval's accuracy_score, which transformers'
+    run_ner reports beside the entity scores); "O" words count, so it reads high on CoNLL-2003."""
+    _paired_lengths(predictions, references)
+    right = total = 0
+    for predicted_tags, true_tags in zip(predictions, references):
+        _paired_lengths(predicted_tags, true_tags)
+        right += sum(map(str.__eq__, predicted_tags, true_tags))
+        total += len(true_tags)
+    return right / total if total else 0.0
+
+
 def entity_f1(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> float:
     """Micro-averaged entity F1 over all types (CoNLL-2003's metric, seqeval's `f1_score`)."""
     correct, predicted, true = _entity_counts(predictions, references)
@@ -304,7 +316,8 @@ METRICS: dict[str, dict[str, Metric]] = {
     "regression": {"pearson": pearson, "spearman": spearman},
     "multi_label": {"micro_f1": multi_label_micro_f1, "macro_f1": multi_label_macro_f1,
                     "subset_accuracy": subset_accuracy},
-    "token_classification": {"precision": entity_precision, "recall": entity_recall, "f1": entity_f1},
+    "token_classification": {"precision": entity_precision, "recall": entity_recall, "f1": entity_f1,
+                             "accuracy": tag_accuracy},
     "question_answering": {"exact_match": exact_match, "f1": squad_f1},
     "question_answering_v2": {"exact_match": squad_v2_exact_match, "f1": squad_v2_f1},
 }

@@ -563,7 +563,7 @@ def decode(features: Features, sentences: Sequence[TaggedSentence], outputs: Seq
 
 
 def score(answers: Sequence[dict], sentences: Sequence[TaggedSentence], id2label=None) -> dict[str, float]:
-    """Entity precision, recall and F1 (CoNLL's, seqeval's default mode)."""
+    """Entity precision, recall and F1 (CoNLL's, seqeval's default mode), and the words' tag accuracy."""
     return compute_metrics("token_classification", [a["tags"] for a in answers], [s.tags for s in sentences])
 
 
