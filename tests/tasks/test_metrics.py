@@ -19,14 +19,17 @@ from bertforge.tasks.metrics import (
     answer_f1,
     average_ranks,
     binary_f1,
+    class_scores,
     compute_metrics,
     entities,
     entity_f1,
     entity_precision,
     entity_recall,
+    entity_scores,
     exact_match,
     macro_f1,
     matthews_correlation,
+    multi_label_scores,
     normalize_answer,
     pearson,
     spearman,
@@ -173,6 +176,70 @@ def test_entity_scores_match_seqeval():
     assert entity_f1(predictions, references) == pytest.approx(seqeval.f1_score(references, predictions))
     assert compute_metrics("token_classification", predictions, references)["accuracy"] == pytest.approx(
         seqeval.accuracy_score(references, predictions))
+
+
+def as_report(scores):
+    """Our per-label scores as classification_report's rows flattened: {(label, "f1-score"): value, ...}."""
+    spelling = {"precision": "precision", "recall": "recall", "f1": "f1-score", "support": "support"}
+    return {(label, spelling[key]): value for label, row in scores.items() for key, value in row.items()}
+
+
+def report_rows(report, labels):
+    return {(label, key): float(value) for label in labels for key, value in report[label].items()}
+
+
+def test_per_label_scores_by_hand():
+    # pos (1): predicted 4 times (3 right), true 5; neg (0): predicted 6 (4 right), true 5; neutral (2): never.
+    scores = class_scores(PREDICTIONS, LABELS, ["neg", "pos", "neutral"])
+    assert scores["pos"] == {"precision": 3 / 4, "recall": 3 / 5, "f1": 6 / 9, "support": 5}
+    assert scores["neg"] == {"precision": 4 / 6, "recall": 4 / 5, "f1": 8 / 11, "support": 5}
+    assert scores["neutral"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0}
+    # The same sentences as test_entity_scores_by_hand: PER right; LOC missed (typed ORG); ORG's span short.
+    references = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "B-ORG", "I-ORG", "I-ORG"], ["B-MISC"]]
+    predictions = [["B-PER", "I-PER", "O", "B-ORG"], ["O", "B-ORG", "I-ORG", "O"], ["I-MISC"]]
+    assert entity_scores(predictions, references) == {
+        "LOC": {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1},
+        "MISC": {"precision": 1.0, "recall": 1.0, "f1": 1.0, "support": 1},
+        "ORG": {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1},
+        "PER": {"precision": 1.0, "recall": 1.0, "f1": 1.0, "support": 1}}
+    assert multi_label_scores([[1, 0], [1, 1]], [[1, 1], [0, 1]], ["a", "b"]) == {
+        "a": {"precision": 0.5, "recall": 1.0, "f1": 2 / 3, "support": 1},
+        "b": {"precision": 1.0, "recall": 0.5, "f1": 2 / 3, "support": 2}}
+    with pytest.raises(ValueError, match="3 label names for 2 columns"):
+        multi_label_scores([[1, 0]], [[1, 1]], ["a", "b", "c"])
+
+
+@pytest.mark.parametrize("num_classes", [2, 5])
+def test_class_and_multi_label_scores_match_scikit_learns_report(num_classes):
+    sklearn_metrics = pytest.importorskip("sklearn.metrics")
+    predictions, labels = random_classes(num_classes, seed=num_classes)
+    names = [f"class {i}" for i in range(num_classes + 1)]  # one class of the model's never seen nor predicted
+    expected = sklearn_metrics.classification_report(labels, predictions, labels=range(num_classes + 1),
+                                                     target_names=names, output_dict=True, zero_division=0)
+    assert as_report(class_scores(predictions, labels, names)) == pytest.approx(report_rows(expected, names))
+    rng = random.Random(num_classes)
+    true = [[int(rng.random() < 0.3) for _ in range(num_classes)] for _ in range(120)]
+    predicted = [[bit if rng.random() < 0.8 else 1 - bit for bit in row] for row in true]
+    names = names[:num_classes]
+    expected = sklearn_metrics.classification_report(true, predicted, target_names=names, output_dict=True,
+                                                     zero_division=0)
+    assert as_report(multi_label_scores(predicted, true, names)) == pytest.approx(report_rows(expected, names))
+
+
+def test_entity_scores_match_seqevals_report_on_real_conll_tags(data_dir):
+    """Real CoNLL-2003 tags (IOB1, as the files spell them) against a corrupted copy, type by type."""
+    seqeval = pytest.importorskip("seqeval.metrics")
+    from bertforge.tasks.token_classification import read_conll
+    references = [sentence.tags for sentence in read_conll(data_dir / "conll2003" / "eng.testa")[:600]]
+    rng = random.Random(0)
+    tags = sorted({tag for sentence in references for tag in sentence})
+    predictions = [[tag if rng.random() < 0.85 else rng.choice(tags) for tag in sentence]
+                   for sentence in references]
+    expected = seqeval.classification_report(references, predictions, output_dict=True, zero_division=0)
+    ours = entity_scores(predictions, references)
+    assert list(ours) == ["LOC", "MISC", "ORG", "PER"]
+    assert as_report(ours) == pytest.approx(report_rows(expected, list(ours)))
+    assert sum(row["support"] for row in ours.values()) == sum(map(len, map(entities, references)))
 
 
 @pytest.mark.parametrize("text, normalised", [

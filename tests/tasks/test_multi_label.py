@@ -257,7 +257,14 @@ def test_minilm_learns_which_entity_types_a_sentence_mentions(tmp_path, data_dir
     # Predicting every type scores micro-F1 0.48 on these sentences, predicting none 0; this run gave 0.83
     # (320 sentences for 2 epochs at lr 1e-4 stayed at 0.49: too few steps for the new head).
     assert result.best["micro_f1"] >= 0.75, result.best
-    assert evaluate(result.output_dir, folder / "dev.jsonl")["micro_f1"] == pytest.approx(result.best["micro_f1"])
+    metrics = evaluate(result.output_dir, folder / "dev.jsonl", per_label=True)
+    assert metrics["micro_f1"] == pytest.approx(result.best["micro_f1"])
+    # Each type's scores: its dev sentences as support, and the types' mean F1 the macro-F1.
+    dev_rows = entity_type_rows(data_dir / "conll2003" / "eng.testa", 160)
+    supports = {label: row["support"] for label, row in metrics["per_label"].items()}
+    assert supports == {label: sum(label in row["types"] for row in dev_rows)
+                        for label in ("LOC", "MISC", "ORG", "PER")}
+    assert sum(row["f1"] for row in metrics["per_label"].values()) / 4 == pytest.approx(metrics["macro_f1"])
 
 
 def test_the_command_line_says_a_bad_label_in_one_line(finetuned, tmp_path, run_cli):

@@ -1,4 +1,5 @@
-"""`bertforge evaluate`: a fine-tuned model's metrics on a labelled file, printed and saved as JSON."""
+"""`bertforge evaluate`: a fine-tuned model's metrics on a labelled file, and each label's scores where its answers
+are labels (classes, entity types), printed and saved as JSON."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from bertforge.checkpoint.default_model import DEFAULT_MODEL_NAMES
 from bertforge.cli.arguments import STANDARD_STREAM, check_writable, inference_options, path_text, report
 from bertforge.cli.finetune import add_trained_model_arguments
-from bertforge.tasks.finetune import EVAL_RESULTS_FILE
+from bertforge.tasks.finetune import EVAL_RESULTS_FILE, PER_LABEL
 from bertforge.tasks.registry import TASKS
 
 
@@ -36,12 +37,24 @@ def run(args: argparse.Namespace) -> int:
     metrics = evaluate(args.model, args.data, args.text_column, args.text_pair_column, args.label_column,
                        task=args.task, batch_size=args.batch_size, max_length=args.max_length, output=output,
                        inference=inference, decoding=args.decoding, format=args.format,
-                       label_separator=args.label_separator)
+                       label_separator=args.label_separator, per_label=True)
+    per_label = metrics.pop(PER_LABEL, None)
     for name, value in metrics.items():  # on standard error when the JSON record went to standard output
         report(str(output), f"{name}: {value:.4f}")
+    if per_label:
+        report(str(output), label_table(per_label))
     if output is not None and str(output) != STANDARD_STREAM:
         print(f"saved to {output}")
     return 0
+
+
+def label_table(per_label: dict[str, dict[str, float]]) -> str:
+    """Each label's scores as a table, as scikit-learn's and seqeval's classification_report print them."""
+    width = max(len("label"), *map(len, per_label))
+    rows = [f"{'label':<{width}}  precision  recall      f1  support"]
+    rows += [f"{label:<{width}}  {s['precision']:9.4f}  {s['recall']:6.4f}  {s['f1']:6.4f}  {s['support']:7d}"
+             for label, s in per_label.items()]
+    return "\n".join(rows)
 
 
 def default_output(model: str) -> Path | None:

@@ -16,7 +16,7 @@ import torch
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import default_labels
 from bertforge.tasks.data import EncodeSettings, Features, TextExample
-from bertforge.tasks.metrics import compute_metrics
+from bertforge.tasks.metrics import LabelScores, class_scores, compute_metrics
 from bertforge.windows import half_overlap_starts
 
 logger = logging.getLogger("bertforge")
@@ -184,6 +184,14 @@ def score(predictions: Sequence[dict[str, Any]], examples: Sequence[TextExample]
     predicted = [label2id[p["label"]] for p in predictions]
     true = [label2id[e.label] for e in examples]
     return compute_metrics("classification", predicted, true, metric_names(id2label))
+
+
+def per_label(predictions: Sequence[dict[str, Any]], examples: Sequence[TextExample],
+              id2label: dict[int, str]) -> dict[str, LabelScores]:
+    """Each class's precision, recall, F1 and support, every class of the model listed."""
+    names = list(id2label.values())
+    position = {name: i for i, name in enumerate(names)}
+    return class_scores([position[p["label"]] for p in predictions], [position[e.label] for e in examples], names)
 
 
 def metric_names(id2label: dict[int, str]) -> list[str]:

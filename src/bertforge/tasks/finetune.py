@@ -75,6 +75,8 @@ from bertforge.validation import check_paths, check_within_positions
 logger = logging.getLogger("bertforge")
 
 EVAL_RESULTS_FILE = "eval_results.json"
+# The key of each label's scores among an evaluation's metrics (FinetunedModel.evaluate(per_label=True)).
+PER_LABEL = "per_label"
 DEV_LOSS = "loss"  # the name of the dev-set loss among the metrics
 
 
@@ -554,10 +556,16 @@ class FinetunedModel:
         return self.task.predict(self.model, features, examples, batch_size)
 
     def evaluate(self, examples: Any, batch_size: int = 64, max_length: int | None = None,
-                 decoding: str | None = None) -> dict[str, float]:
-        """The task's metrics (those of `bertforge evaluate`) on labelled examples or data (see `examples`)."""
+                 decoding: str | None = None, per_label: bool = False) -> dict[str, Any]:
+        """The task's metrics (those of `bertforge evaluate`) on labelled examples or data (see `examples`); with
+        `per_label`, also each label's (class's, entity type's) precision, recall, F1 and support under
+        "per_label", for a task whose answers are labels."""
         examples = self.examples(examples, labelled=True)
-        return self.task.score(self.predict(examples, batch_size, max_length, decoding), examples, self.id2label)
+        answers = self.predict(examples, batch_size, max_length, decoding)
+        metrics = self.task.score(answers, examples, self.id2label)
+        if per_label and self.task.per_label is not None:
+            metrics[PER_LABEL] = self.task.per_label(answers, examples, self.id2label)
+        return metrics
 
     def save(self, directory: str | Path, overwrite: bool = False) -> Path:
         """Write the model folder (weights, config, tokenizer, finetune_config.json) that FinetunedModel.load,
@@ -585,15 +593,17 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
              text_pair_column: str | None = None, label_column: str | None = None, task: str | None = None,
              batch_size: int = 64, max_length: int | None = None, output: str | Path | None = None,
              inference: InferenceOptions = AS_TRAINED, decoding: str | None = None,
-             format: str | None = None, label_separator: str | None = None) -> dict[str, float]:
+             format: str | None = None, label_separator: str | None = None,
+             per_label: bool = False) -> dict[str, Any]:
     """Metrics of a fine-tuned model on a labelled file, also written to `output` (a JSON file, "-" for standard
     output) when given; `inference` (e.g. InferenceOptions(precision="int8")) measures what a speed option costs
-    on the task's metric. `label_separator` (multi_label) replaces the training run's."""
+    on the task's metric. `label_separator` (multi_label) replaces the training run's. `per_label` adds each
+    label's scores (see FinetunedModel.evaluate)."""
     finetuned = FinetunedModel.load(model, task, inference)
     columns = finetuned.columns(text_column, text_pair_column, label_column, path=data, format=format,
                                 label_separator=label_separator)
     examples = finetuned.read(data, columns, labelled=True, format=format)
-    metrics = finetuned.evaluate(examples, batch_size, max_length, decoding)
+    metrics = finetuned.evaluate(examples, batch_size, max_length, decoding, per_label)
     if output is not None:
         # The inference options under their own key: a metric may share a name with one (NER's "precision").
         record = {"model": str(model), "data": str(data), "examples": len(examples),

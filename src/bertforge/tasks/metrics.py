@@ -2,8 +2,10 @@
 plain Python/numpy.
 
 Every metric is `metric(predictions, references) -> float` in [0, 1] (correlations in [-1, 1]); METRICS groups
-them by task kind. Definitions follow the references users compare with: scikit-learn for classification,
-scipy for correlations, seqeval's default mode (conlleval rules) for entities, the official SQuAD scripts.
+them by task kind. The per-label scores (`class_scores`, `multi_label_scores`, `entity_scores`) say where a task's
+metric was won or lost, as classification_report does. Definitions follow the references users compare with:
+scikit-learn for classification, scipy for correlations, seqeval's default mode (conlleval rules) for entities,
+the official SQuAD scripts.
 """
 
 from __future__ import annotations
@@ -156,13 +158,19 @@ def entities(tags: Sequence[str]) -> list[tuple[str, int, int]]:
     return chunks
 
 
-def _entity_counts(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]):
+def _entity_sets(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]):
+    """The predicted and the true chunks of every sentence, as sets of (type, sentence, first, last)."""
     _paired_lengths(predictions, references)
     predicted, true = set(), set()
     for sentence, (predicted_tags, true_tags) in enumerate(zip(predictions, references)):
         _paired_lengths(predicted_tags, true_tags)
-        predicted.update((sentence, *chunk) for chunk in entities(predicted_tags))
-        true.update((sentence, *chunk) for chunk in entities(true_tags))
+        predicted.update((type_, sentence, first, last) for type_, first, last in entities(predicted_tags))
+        true.update((type_, sentence, first, last) for type_, first, last in entities(true_tags))
+    return predicted, true
+
+
+def _entity_counts(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]):
+    predicted, true = _entity_sets(predictions, references)
     return len(predicted & true), len(predicted), len(true)
 
 
@@ -304,6 +312,48 @@ def subset_accuracy(predictions: Sequence[Sequence[int]], labels: Sequence[Seque
     """Fraction of examples whose predicted label set is exactly the true one (exact match)."""
     predictions, labels = _indicators(predictions, labels)
     return float(np.mean(np.all(predictions == labels, axis=1)))
+
+
+# --- per-label scores: where a task's metric was won or lost ----------------------------------------------------
+
+LabelScores = dict[str, float | int]
+
+
+def label_scores(correct: int, predicted: int, true: int) -> LabelScores:
+    """One label's precision, recall, F1 and support (its true count); 0 where there is nothing to divide by, as
+    scikit-learn's and seqeval's zero_division=0."""
+    return {"precision": correct / predicted if predicted else 0.0, "recall": correct / true if true else 0.0,
+            "f1": 2 * correct / (predicted + true) if predicted + true else 0.0, "support": true}
+
+
+def class_scores(predictions: Sequence[int], labels: Sequence[int], names: Sequence[str]) -> dict[str, LabelScores]:
+    """Each class's scores by its name, class i being names[i], every class listed (scikit-learn's
+    classification_report with labels=range(len(names)))."""
+    predictions, labels = _paired(predictions, labels)
+    return {name: label_scores(int(np.sum((predictions == i) & (labels == i))), int(np.sum(predictions == i)),
+                               int(np.sum(labels == i))) for i, name in enumerate(names)}
+
+
+def multi_label_scores(predictions: Sequence[Sequence[int]], labels: Sequence[Sequence[int]],
+                       names: Sequence[str]) -> dict[str, LabelScores]:
+    """Each label's scores by its name (column i is names[i]) over the examples' 0/1 rows: classification_report
+    of the indicator matrices."""
+    predictions, labels = _indicators(predictions, labels)
+    if labels.shape[1] != len(names):
+        raise ValueError(f"{len(names)} label names for {labels.shape[1]} columns")
+    return {name: label_scores(int(np.sum(predictions[:, i] & labels[:, i])), int(np.sum(predictions[:, i])),
+                               int(np.sum(labels[:, i]))) for i, name in enumerate(names)}
+
+
+def entity_scores(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]
+                  ) -> dict[str, LabelScores]:
+    """Each entity type's scores, types in name order, those predicted or true anywhere (seqeval's
+    classification_report); one tag list a sentence."""
+    predicted, true = _entity_sets(predictions, references)
+    types = sorted({chunk[0] for chunk in predicted | true})
+    right = Counter(chunk[0] for chunk in predicted & true)
+    predicted_count, true_count = Counter(chunk[0] for chunk in predicted), Counter(chunk[0] for chunk in true)
+    return {type_: label_scores(right[type_], predicted_count[type_], true_count[type_]) for type_ in types}
 
 
 # --- the table the CLI reads ----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import torch
 from bertforge.errors import ConfigError, InputError
 from bertforge.tasks import classification
 from bertforge.tasks.data import Features, TextExample
-from bertforge.tasks.metrics import compute_metrics, multi_label_micro_f1
+from bertforge.tasks.metrics import LabelScores, compute_metrics, multi_label_micro_f1, multi_label_scores
 from bertforge.validation import check_number
 
 PROBLEM_TYPE = "multi_label_classification"  # config.json's problem_type, which transformers reads
@@ -114,6 +114,14 @@ def score(predictions: Sequence[dict[str, Any]], examples: Sequence[TextExample]
     predicted = indicator_rows([list(p["labels"]) for p in predictions], id2label)
     true = indicator_rows([e.label for e in examples], id2label)
     return compute_metrics("multi_label", predicted, true)
+
+
+def per_label(predictions: Sequence[dict[str, Any]], examples: Sequence[TextExample],
+              id2label: dict[int, str]) -> dict[str, LabelScores]:
+    """Each label's precision, recall, F1 and support (the examples that carry it), every label listed."""
+    predicted = indicator_rows([list(p["labels"]) for p in predictions], id2label)
+    true = indicator_rows([e.label for e in examples], id2label)
+    return multi_label_scores(predicted, true, list(id2label.values()))
 
 
 def choose_threshold(features: Features, examples: Sequence[TextExample],

@@ -84,6 +84,8 @@ class Task:
     decode(features, examples, outputs per row, model config) -> one JSON-ready answer per example.
     score(answers, examples, id2label) -> {metric: value}; `main_metric` (higher is better) picks the best model
         unless the run names another of `metrics` (those score may give) or "loss".
+    per_label(answers, examples, id2label) -> {label: {"precision", "recall", "f1", "support"}}, for a task whose
+        answers are labels (classes, entity types); None for the others.
     problem_type: config.json's problem_type of its models (a key of heads.LOSSES), when the head needs one.
     calibrate(features, examples, outputs per row, model config) -> EncodeSettings fields chosen on the dev set
         at each evaluation (multi-label's decision threshold), saved with the model they were chosen for.
@@ -103,6 +105,8 @@ class Task:
     decode: Callable[[Features, Sequence[Any], Sequence[tuple[torch.Tensor, ...]], Any], list[dict[str, Any]]]
     score: Callable[[Sequence[dict[str, Any]], Sequence[Any], dict[int, str]], dict[str, float]]
     problem_type: str | None = None
+    per_label: Callable[[Sequence[dict[str, Any]], Sequence[Any], dict[int, str]],
+                        dict[str, dict[str, float | int]]] | None = None
     calibrate: Callable[[Features, Sequence[Any], Sequence[tuple[torch.Tensor, ...]], Any],
                         dict[str, Any]] | None = None
     metrics: tuple[str, ...] = ()
@@ -146,6 +150,7 @@ TASKS: dict[str, Task] = {
         outputs=classification.outputs,
         decode=classification.decode,
         score=classification.score,
+        per_label=classification.per_label,
         metrics=tuple(METRICS["classification"]),
         metric_names=classification.metric_names,
     ),
@@ -180,6 +185,7 @@ TASKS: dict[str, Task] = {
         outputs=classification.outputs,
         decode=multi_label.decode,
         score=multi_label.score,
+        per_label=multi_label.per_label,
         problem_type=multi_label.PROBLEM_TYPE,
         calibrate=multi_label.choose_threshold,
         metrics=tuple(METRICS["multi_label"]),
@@ -198,6 +204,7 @@ TASKS: dict[str, Task] = {
         outputs=token_classification.outputs,
         decode=token_classification.decode,
         score=token_classification.score,
+        per_label=token_classification.per_label,
         metrics=tuple(METRICS["token_classification"]),
     ),
     "qa": Task(

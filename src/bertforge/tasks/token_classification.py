@@ -34,7 +34,7 @@ from bertforge.tasks.data import (
     stored_label_names,
     task_format,
 )
-from bertforge.tasks.metrics import compute_metrics, entities
+from bertforge.tasks.metrics import LabelScores, compute_metrics, entities, entity_scores
 from bertforge.validation import check_number
 
 OUTSIDE = "O"
@@ -565,6 +565,12 @@ def decode(features: Features, sentences: Sequence[TaggedSentence], outputs: Seq
 def score(answers: Sequence[dict], sentences: Sequence[TaggedSentence], id2label=None) -> dict[str, float]:
     """Entity precision, recall and F1 (CoNLL's, seqeval's default mode), and the words' tag accuracy."""
     return compute_metrics("token_classification", [a["tags"] for a in answers], [s.tags for s in sentences])
+
+
+def per_label(answers: Sequence[dict], sentences: Sequence[TaggedSentence],
+              id2label=None) -> dict[str, LabelScores]:
+    """Each entity type's precision, recall, F1 and support (its true entities), as seqeval's report."""
+    return entity_scores([a["tags"] for a in answers], [s.tags for s in sentences])
 
 
 def inputs(sentence: TaggedSentence) -> dict:
