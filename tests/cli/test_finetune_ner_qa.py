@@ -78,6 +78,43 @@ def test_qa_finetune_evaluate_predict(tiny_model_dir, tmp_path, run_command):
     assert len(row["n_best"]) >= 1
 
 
+def test_a_v1_model_is_scored_on_v2_data_with_version_2(tiny_model_dir, tmp_path, run_command, run_cli):
+    """A SQuAD v1.1 model on v2.0 data (run_qa's --version_2_with_negative at evaluation): refused as trained,
+    scored by v2.0's rules with --version-2, where it may abstain; evaluate's scores are those of predict's answers."""
+    from bertforge.tasks.metrics import squad_v2_exact_match, squad_v2_f1
+    squad = tmp_path / "train.json"
+    squad.write_text(json.dumps(SQUAD))
+    model = tmp_path / "qa"
+    code, _ = run_command(finetune_cli, "--task", "qa", "--model", tiny_model_dir, "--train", squad, "--output",
+                          model, "--max-steps", "2", "--max-length", "32", "--doc-stride", "8",
+                          "--max-query-length", "8", "--no-progress")
+    v2 = json.loads(json.dumps(SQUAD))
+    questions = v2["data"][0]["paragraphs"][0]["qas"]
+    questions.append({"id": "3", "question": "Who was king?", "answers": [], "is_impossible": True})
+    dev = tmp_path / "dev-v2.json"
+    dev.write_text(json.dumps(v2))
+    code, _, err = run_cli("evaluate", "--model", model, "--data", dev)
+    assert code == 1 and "question 3 (article" in err and "is unanswerable" in err and "evaluate --version-2" in err
+    code, _, _ = run_cli("evaluate", "--model", model, "--data", dev, "--version-2", "--output", tmp_path / "v2.json")
+    record = json.loads((tmp_path / "v2.json").read_text())
+    assert code == 0 and record["version_2"] is True and record["examples"] == 3
+    code, _, _ = run_cli("predict", "--model", model, "--input", dev, "--version-2", "--output", tmp_path / "p.jsonl")
+    answers = [json.loads(line)["answer"] for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    gold = [[answer["text"] for answer in question["answers"]] for question in questions]
+    assert record["exact_match"] == pytest.approx(squad_v2_exact_match(answers, gold))
+    assert record["f1"] == pytest.approx(squad_v2_f1(answers, gold))
+    assert record["no_answer_exact_match"] == float(answers[2] == "")  # its one unanswerable question
+    # --no-version-2 reads as v1.1 whatever the model; a task without the setting says so.
+    code, _, err = run_cli("evaluate", "--model", model, "--data", dev, "--no-version-2")
+    assert code == 1 and "is unanswerable" in err
+    conll = tmp_path / "train.conll"
+    conll.write_text(CONLL)
+    run_command(finetune_cli, "--task", "ner", "--model", tiny_model_dir, "--train", conll, "--output",
+                tmp_path / "ner", "--max-steps", "1", "--max-length", "16", "--no-progress")
+    code, _, err = run_cli("evaluate", "--model", tmp_path / "ner", "--data", conll, "--version-2")
+    assert code == 1 and "version_2 is no setting of task ner: its settings are" in err
+
+
 def test_errors_are_one_line(run_command, tiny_model_dir, tmp_path, capsys):
     bad = tmp_path / "bad.conll"
     bad.write_text("John BPER\n")

@@ -43,6 +43,8 @@ def resolve_model_dir(name_or_path: str | Path, subfolder: str = "", cache_dir: 
     'bert-base-uncased' or 'org/name' -> its snapshot in the local Hugging Face cache (`cache_dir`, else the
     default one; at `revision`, a branch or commit, else main). A sentence-transformers folder that keeps its model
     in a subfolder (before 1.0: 0_Transformer/) resolves to that subfolder; `subfolder` names one."""
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise CheckpointError(f"a model is a directory, a cached model's name or 'default', got {name_or_path!r}")
     if not str(name_or_path).strip():  # Path("") is the current folder, which nobody names this way
         raise CheckpointError("the model path is empty: give a model directory, a cached model's name, or 'default'")
     directory = Path(name_or_path)

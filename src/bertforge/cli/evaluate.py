@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     metrics = evaluate(args.model, args.data, args.text_column, args.text_pair_column, args.label_column,
                        task=args.task, batch_size=args.batch_size, max_length=args.max_length, output=output,
                        inference=inference, decoding=args.decoding, format=args.format,
-                       label_separator=args.label_separator, per_label=True)
+                       label_separator=args.label_separator, per_label=True,
+                       version_2=args.version_2)
     per_label = metrics.pop(PER_LABEL, None)
     for name, value in metrics.items():  # on standard error when the JSON record went to standard output
         report(str(output), f"{name}: {value:.4f}")

@@ -138,6 +138,9 @@ def add_trained_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tokens per input (default: the training run's)")
     parser.add_argument("--decoding", choices=list(DECODINGS), default=None,
                         help=f"{DECODING_HELP} (default: the training run's)")
+    parser.add_argument("--version-2", action=argparse.BooleanOptionalAction, default=None,
+                        help="qa: read and answer as SQuAD v2.0, where questions may have no answer and the model may "
+                             "abstain; --no-version-2 as v1.1 (default: the training run's)")
     add_inference_arguments(parser)
 
 

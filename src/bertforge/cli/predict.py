@@ -67,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     if text is not None:
         pairs = [text_pair] if text_pair is not None else None
         answers = predict(args.model, texts=[text], text_pairs=pairs, max_length=args.max_length,
-                          inference=inference_options(args), decoding=args.decoding)
+                          inference=inference_options(args), decoding=args.decoding,
+                          version_2=args.version_2)
         if args.output is None:
             print(format_answer(answers[0]))
             return 0
@@ -75,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
         with input_file(args.input, args.format) as path:
             answers = predict(args.model, path, text_column=args.text_column, text_pair_column=args.text_pair_column,
                               batch_size=args.batch_size, max_length=args.max_length,
-                              inference=inference_options(args), decoding=args.decoding, format=args.format)
+                              inference=inference_options(args), decoding=args.decoding, format=args.format,
+                              version_2=args.version_2)
     write_output(args.output, "".join(to_json(answer, ensure_ascii=False) + "\n" for answer in answers))
     report(args.output, f"wrote {len(answers)} predictions to {args.output}")
     return 0

@@ -419,6 +419,10 @@ def check_label_separator(separator: str | None) -> None:
         raise ConfigError("label_separator must be a visible character or text, e.g. \"|\" or \";\"")
 
 
+# The shortest input that holds any text: [CLS], one token, [SEP].
+MIN_LENGTH = 3
+
+
 @dataclass
 class EncodeSettings(JsonConfig):
     """How examples become model inputs: the token budget every task has. Each task's settings extend it with its
@@ -428,6 +432,8 @@ class EncodeSettings(JsonConfig):
 
     def __post_init__(self):
         check_number("max_length", self.max_length, minimum=1, integer=True)
+        if self.max_length < MIN_LENGTH:  # a model that reads no text would still train and predict
+            raise ConfigError(f"max_length={self.max_length} leaves no room for text between [CLS] and [SEP]")
 
 
 @dataclass

@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,7 +70,7 @@ from bertforge.training.trainer import (
     model_loss,
     read_log,
 )
-from bertforge.validation import check_paths, check_within_positions
+from bertforge.validation import check_counts, check_paths, check_within_positions
 
 logger = logging.getLogger("bertforge")
 
@@ -111,6 +111,9 @@ class FinetuneConfig(JsonConfig):
     training: TrainConfig = field(default_factory=TrainConfig)
 
     def __post_init__(self):
+        # A config built in Python (fit's, a notebook's) gets the type checks a JSON file gets in from_dict.
+        check_field_types(type(self), {f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+                          type(self).__name__)
         if isinstance(self.training, dict):
             self.training = TrainConfig.from_dict(self.training, "training")
         kind = get_task(self.task).settings
@@ -141,6 +144,7 @@ class FinetuneConfig(JsonConfig):
         line's flags arrive), which wins over the same key in "settings"."""
         if isinstance(data, dict):  # the types first: a "task" or "settings" of the wrong kind is read below
             check_field_types(cls, data, source)
+            get_task(data.get("task", "classification"))  # before its settings, which an unknown task has none of
         if isinstance(data, dict) and data.get("task", "classification") in TASKS:
             data = dict(data)
             flat = {key: data.pop(key) for key in list(data) if key in SETTING_DEFAULTS}
@@ -324,6 +328,9 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
     if model is None:
         model = load_task_model(task, config.model, id2label, config.random_init, config.training.seed,
                                 config.dropout)
+    if config.max_length != SETTING_DEFAULTS["max_length"][config.task]:  # a choice, not the task's default,
+        # which a small model with fewer positions still reads short texts with
+        check_within_positions(config.max_length, model.config.max_position_embeddings)
     is_main = launch.rank == 0
     distributed.barrier()  # every process has checked the output folder before the main one changes it
     if is_main:
@@ -500,6 +507,17 @@ class FinetunedModel:
         """The task settings inputs are read and answers decoded with: the training run's."""
         return self.run.settings
 
+    def with_settings(self, **changes: Any) -> FinetunedModel:
+        """This model reading and decoding with some of its task's settings changed, e.g. a SQuAD v1.1 model on
+        v2.0 data: model.with_settings(version_2=True).evaluate("dev-v2.0.json")."""
+        own = {f.name for f in dataclasses.fields(self.settings)}
+        for name in changes:
+            if name not in own:
+                raise ConfigError(f"{name} is no setting of task {self.task.name}: its settings are "
+                                  f"{', '.join(sorted(own))}")
+        settings = dataclasses.replace(self.settings, **changes)
+        return dataclasses.replace(self, run=dataclasses.replace(self.run, settings=settings))
+
     @property
     def id2label(self) -> dict[int, str]:
         return self.model.config.id2label
@@ -528,11 +546,18 @@ class FinetunedModel:
     def examples(self, data: Any, labelled: bool) -> list:
         """Examples from texts (a list of strings, or of (text, text_pair) tuples: for qa (question, context)),
         examples, or data as the training run read it: a file, a dict of columns, a DataFrame, rows as dicts."""
+        if isinstance(data, str) and not os.path.exists(data):  # a text meant as a list of one, or a typo
+            raise InputError(f"{data[:80]!r} is no file: texts go in a list ([text]), a data file by its path")
         if isinstance(data, (str, os.PathLike)):
             return self.read(data, self.columns(path=data), labelled)
         if isinstance(data, Mapping) or hasattr(data, "columns") or hasattr(data, "column_names"):
             return self.read(data, self.columns(), labelled)
+        if not isinstance(data, Iterable) or isinstance(data, (bytes, bytearray)):
+            raise InputError(f"expected texts (a list), a data file or a table, got {data!r:.80}")
         items = list(data)  # a list, or any iterable of texts (a pandas Series)
+        for number, item in enumerate(items):
+            if not (isinstance(item, str) or is_text_pair(item) or dataclasses.is_dataclass(item)):
+                raise InputError(f"item {number}: expected a text or a (text, text_pair) tuple, got {item!r:.80}")
         if items and isinstance(items[0], Mapping):
             return self.read(items, self.columns(), labelled)
         made = [self.task.example(item, None) if isinstance(item, str) else
@@ -546,12 +571,13 @@ class FinetunedModel:
                 decoding: str | None = None) -> list[dict[str, Any]]:
         """Answers for texts or examples (see `examples`), one per input, as `bertforge predict` gives them;
         `max_length` and `decoding` (ner) replace the training run's when given."""
+        check_counts(batch_size=batch_size)
         examples = self.examples(examples, labelled=False)
         if not examples:
             return []
         check_within_positions(max_length, self.model.config.max_position_embeddings)
-        settings = dataclasses.replace(self.settings, max_length=max_length or self.settings.max_length,
-                                       **decoding_setting(self.settings, decoding))
+        settings = dataclasses.replace(self.settings, **decoding_setting(self.settings, decoding),
+                                       max_length=self.settings.max_length if max_length is None else max_length)
         features = self.task.encode(self.tokenizer, examples, settings, self.id2label)
         return self.task.predict(self.model, features, examples, batch_size)
 
@@ -570,12 +596,24 @@ class FinetunedModel:
     def save(self, directory: str | Path, overwrite: bool = False) -> Path:
         """Write the model folder (weights, config, tokenizer, finetune_config.json) that FinetunedModel.load,
         the CLI and transformers read; a folder holding a model is replaced only with `overwrite`."""
+        check_paths(directory=directory)
         output = check_output_dir(directory, overwrite)
         staging = start_staging(output)
         self.model.save_pretrained(staging)
         self.tokenizer.save_pretrained(staging, model_max_length=self.run.max_length)
         self.run.save(staging / RUN_CONFIG_FILE)
         return finish_staging(output)
+
+
+def given(**settings: Any) -> dict[str, Any]:
+    """The settings given a value (None: not given, the training run's stays)."""
+    return {name: value for name, value in settings.items() if value is not None}
+
+
+def is_text_pair(item: Any) -> bool:
+    """(text, text_pair), or (question, context) for qa; a pair of None is a text alone."""
+    return (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+            and (item[1] is None or isinstance(item[1], str)))
 
 
 def decoding_setting(settings: EncodeSettings, decoding: str | None) -> dict[str, str]:
@@ -594,12 +632,13 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
              batch_size: int = 64, max_length: int | None = None, output: str | Path | None = None,
              inference: InferenceOptions = AS_TRAINED, decoding: str | None = None,
              format: str | None = None, label_separator: str | None = None,
-             per_label: bool = False) -> dict[str, Any]:
+             per_label: bool = False, version_2: bool | None = None) -> dict[str, Any]:
     """Metrics of a fine-tuned model on a labelled file, also written to `output` (a JSON file, "-" for standard
     output) when given; `inference` (e.g. InferenceOptions(precision="int8")) measures what a speed option costs
     on the task's metric. `label_separator` (multi_label) replaces the training run's. `per_label` adds each
-    label's scores (see FinetunedModel.evaluate)."""
-    finetuned = FinetunedModel.load(model, task, inference)
+    label's scores (see FinetunedModel.evaluate). `version_2` (qa) reads and scores as SQuAD v2.0 (True) or v1.1
+    (False) whatever the model was trained on."""
+    finetuned = FinetunedModel.load(model, task, inference).with_settings(**given(version_2=version_2))
     columns = finetuned.columns(text_column, text_pair_column, label_column, path=data, format=format,
                                 label_separator=label_separator)
     examples = finetuned.read(data, columns, labelled=True, format=format)
@@ -608,7 +647,7 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
         # The inference options under their own key: a metric may share a name with one (NER's "precision").
         record = {"model": str(model), "data": str(data), "examples": len(examples),
                   "inference": dataclasses.asdict(inference), **decoding_setting(finetuned.settings, decoding),
-                  **metrics}
+                  **({} if version_2 is None else {"version_2": version_2}), **metrics}
         text = to_json(record, indent=2) + "\n"
         if str(output) == "-":  # standard output, as the command line names it
             sys.stdout.write(text)
@@ -621,10 +660,11 @@ def predict(model: str | Path, path: str | Path | None = None, texts: Sequence[s
             text_pairs: Sequence[str] | None = None, text_column: str | None = None,
             text_pair_column: str | None = None, batch_size: int = 64, max_length: int | None = None,
             inference: InferenceOptions = AS_TRAINED, decoding: str | None = None,
-            format: str | None = None) -> list[dict[str, Any]]:
+            format: str | None = None, version_2: bool | None = None) -> list[dict[str, Any]]:
     """Answers for the examples of a file (or given `texts`, and `text_pairs`: for qa the questions and their
-    contexts), each with its input: {"text", "label", ...}, {"text", "entities", "tags"}, {"question", "answer"...}."""
-    finetuned = FinetunedModel.load(model, inference=inference)
+    contexts), each with its input: {"text", "label", ...}, {"text", "entities", "tags"}, {"question", "answer"...}.
+    `version_2` (qa): True lets the model abstain (answer ""), as a SQuAD v2.0 model does."""
+    finetuned = FinetunedModel.load(model, inference=inference).with_settings(**given(version_2=version_2))
     if path is not None:
         columns = finetuned.columns(text_column, text_pair_column, path=path, format=format)
         examples = finetuned.read(path, columns, labelled=False, format=format)

@@ -108,7 +108,8 @@ def _example(question: dict, qid: str, context: str, version_2: bool, path: Path
     is_impossible = bool(question.get("is_impossible", False))
     if is_impossible and not version_2:
         raise InputError(f"{where} is unanswerable: SQuAD v2.0 data, which a model fine-tuned with --version-2 "
-                         f"(version_2=True) reads", path, field="is_impossible")
+                         f"(version_2=True) reads, and evaluate --version-2 scores any model on", path,
+                         field="is_impossible")
     answers = []
     for i, answer in enumerate(_field(question, "answers", list, path, where)):
         text = _field(answer, "text", str, path, f"{where}, answer {i}")

@@ -76,7 +76,9 @@ def finetune_seeds(config: FinetuneConfig, seeds: Sequence[int], train_examples:
     if config.output is None:
         raise ConfigError("an output directory is required (--output, or \"output\" in the run config)")
     if config.dev is None and dev_examples is None:
-        raise ConfigError("--seeds compares the seeds on dev data: give --dev")
+        raise ConfigError("seeds are compared on dev data: give dev data (--dev)")
+    if not isinstance(seeds, (list, tuple)) or not all(type(seed) is int for seed in seeds):
+        raise ConfigError(f"seeds must be a list of integer seeds, e.g. [1, 2, 3], got {seeds!r}")
     seeds = list(seeds)
     if len(seeds) < 2 or len(set(seeds)) != len(seeds):
         raise ConfigError(f"seeds must be two or more different seeds, got {seeds}")
