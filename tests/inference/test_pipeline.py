@@ -525,6 +525,8 @@ def test_devices_as_transformers_names_them(folders):
     (lambda f: pipeline("question-answering", model=f["qa"])(), InputError, "needs question= and context="),
     (lambda f: pipeline("question-answering", model=f["qa"])(question="Who?", context=" "), InputError,
      "each context must be a non-empty text"),
+    (lambda f: pipeline("question-answering", model=f["qa"])(question=5, context="Me."), InputError,
+     "question= and context= take a text or a list of texts each"),
     (lambda f: pipeline("question-answering", model=f["qa"])(question="Who?", context="Me.", max_seq_len=600),
      ConfigError, "max_seq_len 600 is more than the model's max_position_embeddings"),
 ])
@@ -651,7 +653,11 @@ def test_zero_shot_classification_refuses_what_it_cannot_do(nli_folder, reviews)
     for kwargs, message in [({}, "candidate_labels must be one or more labels"),
                             ({"candidate_labels": []}, "candidate_labels must be one or more labels"),
                             ({"candidate_labels": ["a"], "hypothesis_template": "No slot."},
-                             "hypothesis_template must hold {} where the label goes")]:
+                             "hypothesis_template must hold one {} where the label goes"),
+                            # str.format can't fill these with one label (transformers: IndexError, KeyError)
+                            ({"candidate_labels": ["a"], "hypothesis_template": "{} and {}"}, "must hold one {}"),
+                            ({"candidate_labels": ["a"], "hypothesis_template": "About {topic}."}, "must hold one {}"),
+                            ({"candidate_labels": ["a"], "hypothesis_template": "About {"}, "must hold one {}")]:
         with pytest.raises(ConfigError, match=message):
             pipe(reviews[0], **kwargs)
     with pytest.raises(ConfigError, match="takes 1 option\\(s\\) after the inputs by position"):

@@ -489,8 +489,8 @@ def zero_shot(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[s
     texts, single = text_batch(inputs, pipe.task)
     labels = candidate_labels(options["candidate_labels"])
     template = options["hypothesis_template"]
-    if not isinstance(template, str) or template.format("x") == template:
-        raise ConfigError(f"hypothesis_template must hold {{}} where the label goes, got {template!r}")
+    if not isinstance(template, str) or fills(template) in (None, template):
+        raise ConfigError(f"hypothesis_template must hold one {{}} where the label goes, got {template!r}")
     names = [str(name).lower() for name in pipe.model.config.id2label.values()]
     entailment = next((index for index, name in enumerate(names) if name.startswith("entail")), -1)
     contradiction = -1 if entailment == 0 else 0
@@ -706,9 +706,9 @@ def question_pairs(inputs: Any, question: Any, context: Any) -> list[tuple[str, 
         if question is None or context is None:
             raise InputError("question-answering needs question= and context= (or {\"question\", \"context\"} dicts)")
         questions = [question] if isinstance(question, str) else question
-        contexts = [context] * len(questions) if isinstance(context, str) else context
-        if not isinstance(questions, (list, tuple)) or not isinstance(contexts, (list, tuple)):
+        if not isinstance(questions, (list, tuple)) or not isinstance(context, (str, list, tuple)):
             raise InputError("question= and context= take a text or a list of texts each")
+        contexts = [context] * len(questions) if isinstance(context, str) else context
         if len(questions) != len(contexts):
             raise InputError(f"got {len(questions)} questions but {len(contexts)} contexts")
         pairs = list(zip(questions, contexts))
@@ -722,6 +722,15 @@ def question_pairs(inputs: Any, question: Any, context: Any) -> list[tuple[str, 
             if not isinstance(text, str) or not text.strip():
                 raise InputError(f"each {name} must be a non-empty text, got {text!r:.60}")
     return pairs
+
+
+def fills(template: str) -> str | None:
+    """The template with a label in its {} (the template unchanged without one); None where str.format can't fill
+    it with one label ("{} and {}", "{name}")."""
+    try:
+        return template.format("x")
+    except (IndexError, KeyError, ValueError):
+        return None
 
 
 def qa_settings(pipe: Pipeline, options: dict[str, Any]) -> EncodeSettings:
