@@ -311,3 +311,63 @@ def test_a_head_for_other_labels_is_refused_unless_mismatched_sizes_are_ignored(
         BertForSequenceClassification.from_pretrained(tmp_path, ignore_mismatched_sizes=True, hidden_size=64,
                                                       num_attention_heads=2, intermediate_size=64)
 
+
+
+@pytest.mark.parametrize("num_labels", [0, -1, 2.0, "3", True])
+def test_num_labels_must_be_a_positive_whole_number(num_labels, tiny_config, tmp_path, minilm_dir):
+    """Not read as "no labels given" (0 and below became 2 labels) nor a TypeError deep in the label names."""
+    from bertforge import CrossEncoder
+
+    BertForSequenceClassification(tiny_config).save_pretrained(tmp_path)
+    message = rf"num_labels must be (an integer|at least 1), got {num_labels!r}"
+    for model_class in (BertForSequenceClassification, BertForTokenClassification):
+        with pytest.raises(ConfigError, match=message):
+            model_class.from_pretrained(tmp_path, num_labels=num_labels)
+    if num_labels == 0:  # a CrossEncoder's classifier is loaded by the same from_pretrained
+        with pytest.raises(ConfigError, match=message):
+            CrossEncoder(minilm_dir, num_labels=num_labels)
+
+
+def test_labels_that_do_not_fit_the_logits_are_one_line_errors(tiny_config, random_batch):
+    """Class ids out of range (other than -100), of the wrong type or count are refused before cross-entropy's own
+    errors (an IndexError, a device-side assert on a GPU); float targets of regression and multi-label still train."""
+    from bertforge import BertforgeError
+    from bertforge.pretraining.heads import BertForMaskedLM, BertForPreTraining
+
+    input_ids, attention_mask, _ = random_batch(tiny_config, batch_size=2, seq_len=7)
+    config = BertConfig(**{**vars(tiny_config), "id2label": {0: "a", 1: "b", 2: "c"}})
+    cases = [
+        (BertForSequenceClassification(config), {"labels": torch.tensor([0, 3])},
+         r"label 3 is no class id: they run from 0 to 2 \(-100: ignored\)"),
+        (BertForSequenceClassification(config), {"labels": torch.tensor([0.0, 1.0])},
+         r"labels must be \(2,\) class ids \(int64\), one per example; got torch.float32 of shape \(2,\)"),
+        (BertForSequenceClassification(config), {"labels": [0, 1]}, "labels must be a tensor, got a list"),
+        (BertForSequenceClassification(config), {"labels": torch.tensor([0, 1, 1])},
+         r"labels must be \(2,\) class ids \(int64\), one per example; got torch.int64 of shape \(3,\)"),
+        (BertForTokenClassification(config), {"labels": torch.full((2, 7), 3)}, "label 3 is no class id"),
+        (BertForTokenClassification(config), {"labels": torch.zeros(2, 8, dtype=torch.long)},
+         r"labels must be \(2, 7\) class ids \(int64\), one per token; got torch.int64 of shape \(2, 8\)"),
+        (BertForMaskedLM(config), {"labels": torch.full((2, 7), 99)},
+         "label 99 is no token id: they run from 0 to 98"),
+        (BertForMaskedLM(config), {"labels": torch.full((2, 7), 99), "masked_logits_only": True},
+         "label 99 is no token id"),
+        (BertForMaskedLM(config), {"labels": torch.zeros(2, 6, dtype=torch.long), "masked_logits_only": True},
+         r"labels must be \(2, 7\) token ids"),
+        (BertForPreTraining(config), {"labels": torch.full((2, 7), -100), "next_sentence_label": torch.tensor([0, 2])},
+         "label 2 is no next-sentence id"),
+    ]
+    for model, targets, message in cases:
+        with pytest.raises(BertforgeError, match=message) as caught:
+            model(input_ids, attention_mask, **targets)
+        assert "\n" not in str(caught.value)
+
+    ignored = torch.tensor([2, -100])
+    assert BertForSequenceClassification(config)(input_ids, attention_mask, labels=ignored).loss.isfinite()
+    regression = BertConfig(**{**vars(tiny_config), "num_labels": 1})
+    assert BertForSequenceClassification(regression)(input_ids, attention_mask,
+                                                     labels=torch.tensor([0.5, 4.2])).loss.isfinite()
+    # a fresh config: the models above wrote the problem type their labels decided into theirs
+    multi_label = BertForSequenceClassification(BertConfig(**{**vars(tiny_config), "num_labels": 3}))
+    assert multi_label(input_ids, attention_mask, labels=torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]])).loss \
+        .isfinite()
+    assert multi_label.config.problem_type == "multi_label_classification"

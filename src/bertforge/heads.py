@@ -8,6 +8,7 @@ Each head is a Linear subclass, so a head attribute named `classifier` holds exa
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,10 +22,11 @@ from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import config_path
 from bertforge.checkpoint.pretrained import Pretrained
 from bertforge.config import PROBLEM_TYPES, BertConfig, bert_config
-from bertforge.errors import BertforgeError, ConfigError
+from bertforge.errors import ConfigError, InputError
 from bertforge.model import BertModel, check_input_shapes
 from bertforge.model_output import ModelOutput, returned
 from bertforge.packing import real_token_mask
+from bertforge.validation import check_number
 
 # Label value that contributes nothing to a classification loss (padding, sub-word continuations);
 # PyTorch's and Hugging Face's default.
@@ -104,11 +106,15 @@ class ClassificationHead(nn.Linear):
         """The problem type's loss: class ids (-100 ignored), float scores, or (batch, labels) 0/1 targets. With
         no problem_type configured, per-sequence float targets shaped like the logits (several labels) are
         multi-label, as transformers reads them; the first labels decide it for good, as there."""
+        if not isinstance(labels, torch.Tensor):
+            raise InputError(f"labels must be a tensor, got a {type(labels).__name__}")
         if not self.problem_type_given:
             if (self.out_features > 1 and logits.dim() == 2 and labels.is_floating_point()
                     and labels.shape == logits.shape):
                 self.problem_type = "multi_label_classification"
             self.problem_type_given = True
+        if self.problem_type == "single_label_classification":
+            check_class_labels(labels, logits.shape, "class", per="example" if logits.dim() == 2 else "token")
         return LOSSES[self.problem_type](logits, labels)
 
 
@@ -174,19 +180,24 @@ class MultipleChoiceHead(nn.Linear):
         return F.cross_entropy(logits.float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
-def check_class_labels(labels: torch.Tensor, logits: torch.Tensor, what: str) -> None:
-    """One-line errors for labels that don't fit (batch, classes) logits, instead of cross-entropy's own: one id per
-    example, each a class (or -100, ignored). Values are checked where it costs nothing (CPU, eager)."""
-    batch_size, num_classes = logits.shape
-    if labels.is_floating_point() or labels.numel() != batch_size:
-        raise BertforgeError(f"labels must be ({batch_size},) {what} ids, one per example; got "
-                             f"{labels.dtype} of shape {tuple(labels.shape)}")
+def check_class_labels(labels: torch.Tensor, shape: torch.Size | tuple[int, ...], what: str,
+                       per: str = "example") -> None:
+    """One-line errors for labels that don't fit logits of `shape` (..., classes), instead of cross-entropy's own:
+    a tensor of one id per `per` (an example of (batch, classes) logits, a token of (batch, seq, classes)), each a
+    class (or -100, ignored). Values are checked where it costs nothing (CPU, eager): a GPU would have to wait."""
+    *positions, num_classes = shape
+    if not isinstance(labels, torch.Tensor):
+        raise InputError(f"labels must be a tensor of {what} ids, got a {type(labels).__name__}")
+    # cross-entropy takes int64 (or uint8) targets alone
+    if labels.dtype not in (torch.int64, torch.uint8) or labels.numel() != math.prod(positions):
+        raise InputError(f"labels must be {tuple(positions)} {what} ids (int64), one per {per}; got "
+                         f"{labels.dtype} of shape {tuple(labels.shape)}")
     if labels.device.type != "cpu" or torch.compiler.is_compiling():
         return
     wrong = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= num_classes))
     if wrong.any():
-        raise BertforgeError(f"label {int(labels[wrong][0])} is no {what} id: they run from 0 to {num_classes - 1} "
-                             f"(-100: ignored)")
+        raise InputError(f"label {int(labels[wrong][0])} is no {what} id: they run from 0 to {num_classes - 1} "
+                         f"(-100: ignored)")
 
 
 def classifier_dropout(config: BertConfig) -> float:
@@ -234,6 +245,7 @@ class LabelledModel(Pretrained, nn.Module):
 
         Example: BertForSequenceClassification.from_pretrained("default", id2label={0: "neg", 1: "pos"}).
         """
+        check_number("num_labels", num_labels, minimum=1, integer=True, optional=True)
         id2label = config_overrides.get("id2label")
         if id2label is None and config_overrides.get("label2id") is not None:  # names given the other way round
             id2label = {i: label for label, i in config_overrides["label2id"].items()}
@@ -396,7 +408,7 @@ class BertForMultipleChoice(Pretrained, nn.Module):
         logits = self.classifier(encoded.pooler_output).view(batch_size, num_choices)
         loss = None
         if labels is not None:
-            check_class_labels(labels, logits, "choice")
+            check_class_labels(labels, logits.shape, "choice")
             loss = self.classifier.loss(logits, labels)
         return returned(ClassifierOutput(logits=logits, loss=loss, hidden_states=encoded.hidden_states,
                                          attentions=encoded.attentions), return_dict)

@@ -233,3 +233,20 @@ def test_merging_refuses_a_quantized_model(minilm_dir, tmp_path):
     quantized = quantize(model, QuantizationConfig(precision="int8"), calibration_batches(tokenizer)[:1])
     with pytest.raises(BertforgeError, match="already quantized"):
         merge_lora(quantized, tmp_path / "adapter")
+
+
+def test_an_adapter_that_does_not_fit_leaves_the_model_as_it_was(minilm_dir, tmp_path):
+    """Every name and shape is checked before any weight changes: an adapter that fails late (its classifier has
+    other labels; its layers go deeper than the model's) leaves no layer merged, so a corrected call merges once."""
+    from bertforge import BertConfig
+
+    transformers_adapter("classifier on every linear layer", minilm_dir, tmp_path / "adapter")
+    two_labels = BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2)
+    shallow = BertForSequenceClassification(BertConfig.from_pretrained(minilm_dir, num_hidden_layers=2, num_labels=3))
+    for model, message in ((two_labels, r"classifier\.\w+ has shape \(3.*\), the model's is \(2.*\)"),
+                           (shallow, r"encoder\.layer\.2\.\S+ has no place in this model")):
+        before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+        with pytest.raises(CheckpointError, match=message):
+            merge_lora(model, tmp_path / "adapter")
+        changed = [name for name, tensor in model.state_dict().items() if not torch.equal(tensor, before[name])]
+        assert changed == []

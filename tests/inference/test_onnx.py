@@ -331,3 +331,35 @@ def test_sentence_encoder_onnx_backend_encodes_as_sentence_transformers(minilm_o
     encoder.train()
     with pytest.raises(ConfigError, match="ONNX Runtime, which does not train"):
         encoder(encoder.tokenize(real_sentences[:2]))
+
+
+def test_quantized_export_refuses_a_folder_or_suffix_it_would_misread(minilm_onnx, minilm_dir, tmp_path,
+                                                                        monkeypatch):
+    """export_dynamic_quantized_onnx_model: an empty or missing folder is refused (not read as the current one), a
+    suffix is one file name's part (no folders), and a folder it can't write is a one-line error naming the file;
+    nothing is written anywhere."""
+    import shutil
+
+    from bertforge import ConfigError, InputError, SentenceEncoder, export_dynamic_quantized_onnx_model
+
+    folder = tmp_path / "minilm"
+    shutil.copytree(minilm_dir, folder)
+    (folder / "onnx").mkdir()
+    shutil.copy(minilm_onnx[0], folder / "onnx" / "model.onnx")
+    encoder = SentenceEncoder(folder, backend="onnx")
+    (tmp_path / "current").mkdir()
+    monkeypatch.chdir(tmp_path / "current")
+    (tmp_path / "a-file").write_text("the user's")
+    cases = [("", {}, ConfigError, "model_name_or_path is an empty path"),
+             (None, {}, ConfigError, "model_name_or_path must be the folder to write the quantized model into"),
+             (folder, {"file_suffix": "../../escaped"}, ConfigError, "file_suffix must be a plain name"),
+             (folder, {"file_suffix": ""}, ConfigError, "file_suffix must be a plain name"),
+             (tmp_path / "a-file", {}, InputError,
+              r"a-file/onnx/model_quint8_avx2\.onnx: can't write the quantized ONNX model: ")]
+    for where, options, error, message in cases:
+        with pytest.raises(error, match=message):
+            export_dynamic_quantized_onnx_model(encoder, "avx2", where, **options)
+    assert list((tmp_path / "current").iterdir()) == []
+    assert [path.name for path in (folder / "onnx").iterdir()] == ["model.onnx"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a-file", "current", "minilm"]
+    assert (tmp_path / "a-file").read_text() == "the user's"

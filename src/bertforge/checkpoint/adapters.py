@@ -65,19 +65,24 @@ def merged(model: nn.Module, settings: dict, tensors: dict[str, torch.Tensor], s
             pairs.setdefault(match["module"], {})[match["side"]] = tensor
         else:
             copied[own_name(f"{name}", parameters, source, key)] = tensor
+    # Every name and shape is checked before any weight changes, so an adapter that doesn't fit leaves the model
+    # as it was, not half merged.
+    merges = []
+    for saved_module, sides in pairs.items():
+        if set(sides) != {"A", "B"}:
+            raise CheckpointError(f"{source}: {saved_module} has lora_{next(iter(sides))} without its other half")
+        module = modules[own_name(f"{saved_module}.weight", parameters, source, saved_module).removesuffix(".weight")]
+        check_pair(module, sides["A"], sides["B"], f"{source}: {saved_module}")
+        merges.append((module, sides["A"], sides["B"], scale(settings, saved_module, sides["A"])))
+    for name, tensor in copied.items():
+        if parameters[name].shape != tensor.shape:
+            raise CheckpointError(f"{source}: {name} has shape {tuple(tensor.shape)}, the model's is "
+                                  f"{tuple(parameters[name].shape)} (a base model with other labels?)")
     with torch.no_grad():
-        for saved_module, sides in pairs.items():
-            if set(sides) != {"A", "B"}:
-                raise CheckpointError(f"{source}: {saved_module} has lora_{next(iter(sides))} without its other half")
-            module_name = own_name(f"{saved_module}.weight", parameters, source, saved_module).removesuffix(".weight")
-            merge_pair(modules[module_name], sides["A"], sides["B"], scale(settings, saved_module, sides["A"]),
-                       f"{source}: {saved_module}")
+        for module, lora_a, lora_b, factor in merges:
+            merge_pair(module, lora_a, lora_b, factor)
         for name, tensor in copied.items():
-            parameter = parameters[name]
-            if parameter.shape != tensor.shape:
-                raise CheckpointError(f"{source}: {name} has shape {tuple(tensor.shape)}, the model's is "
-                                      f"{tuple(parameter.shape)} (a base model with other labels?)")
-            parameter.copy_(tensor)
+            parameters[name].copy_(tensor)
     return model
 
 
@@ -229,16 +234,25 @@ def scale(settings: dict, saved_module: str, lora_a: torch.Tensor) -> float:
     return alpha / (math.sqrt(rank) if settings.get("use_rslora") else rank)
 
 
-def merge_pair(module: nn.Module, lora_a: torch.Tensor, lora_b: torch.Tensor, factor: float, where: str) -> None:
-    """W += factor * B A: for a Linear, A (r, in) and B (out, r); for an Embedding, PEFT's lora_embedding_A
-    (r, rows) and lora_embedding_B (dim, r), whose product is the table's transpose."""
-    if isinstance(module, nn.Linear):
-        delta = lora_b.float() @ lora_a.float()
-    elif isinstance(module, nn.Embedding):
-        delta = (lora_b.float() @ lora_a.float()).t()
-    else:
+def check_pair(module: nn.Module, lora_a: torch.Tensor, lora_b: torch.Tensor, where: str) -> None:
+    """A one-line error unless `module` is a Linear or an Embedding whose weight B A fits: for a Linear, A (r, in)
+    and B (out, r); for an Embedding, PEFT's lora_embedding_A (r, rows) and lora_embedding_B (dim, r), whose product
+    is the table's transpose."""
+    if not isinstance(module, nn.Linear | nn.Embedding):
         raise CheckpointError(f"{where}: a LoRA adapter on a {type(module).__name__}, which doesn't merge here")
-    if delta.shape != module.weight.shape:
-        raise CheckpointError(f"{where}: B A has shape {tuple(delta.shape)}, the layer's weight "
-                              f"{tuple(module.weight.shape)}")
+    if lora_a.dim() != 2 or lora_b.dim() != 2 or lora_b.shape[1] != lora_a.shape[0]:
+        raise CheckpointError(f"{where}: lora_A has shape {tuple(lora_a.shape)} and lora_B {tuple(lora_b.shape)}, "
+                              f"which don't multiply as B A")
+    product = (lora_b.shape[0], lora_a.shape[1])
+    if isinstance(module, nn.Embedding):
+        product = product[::-1]
+    if product != tuple(module.weight.shape):
+        raise CheckpointError(f"{where}: B A has shape {product}, the layer's weight {tuple(module.weight.shape)}")
+
+
+def merge_pair(module: nn.Module, lora_a: torch.Tensor, lora_b: torch.Tensor, factor: float) -> None:
+    """W += factor * B A, `module` and its pair checked by check_pair."""
+    delta = lora_b.float() @ lora_a.float()
+    if isinstance(module, nn.Embedding):
+        delta = delta.t()
     module.weight.add_((factor * delta).to(module.weight.dtype))

@@ -6,6 +6,7 @@ weights for saving (with the ONNX file) come from it."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, InputError
 from bertforge.heads import ClassifierOutput
 from bertforge.model import EncoderOutput
 
@@ -157,6 +158,7 @@ def export_dynamic_quantized_onnx_model(model: nn.Module, quantization_config: s
     from bertforge.atomic import atomic_path
     from bertforge.errors import check_choice
     from bertforge.inference.onnx import require
+    from bertforge.validation import check_paths
 
     runtime_model = getattr(model, "model", None)
     if not isinstance(runtime_model, OnnxRuntimeModel):
@@ -168,6 +170,15 @@ def export_dynamic_quantized_onnx_model(model: nn.Module, quantization_config: s
         raise ConfigError(f"quantization_config must be the name of a configuration, one of "
                           f"{', '.join(DYNAMIC_QUANTIZATIONS)}; got a {type(quantization_config).__name__}")
     check_choice(quantization_config, DYNAMIC_QUANTIZATIONS, "quantization_config")
+    if not isinstance(model_name_or_path, str | os.PathLike):
+        raise ConfigError(f"model_name_or_path must be the folder to write the quantized model into, got "
+                          f"{model_name_or_path!r:.60}")
+    check_paths(model_name_or_path=model_name_or_path)
+    # the suffix is part of one file name, onnx/model_<suffix>.onnx: a separator would write elsewhere
+    if file_suffix is not None and (not isinstance(file_suffix, str) or not file_suffix.strip()
+                                    or any(character in file_suffix for character in "/\\\0")):
+        raise ConfigError(f"file_suffix must be a plain name for onnx/model_<file_suffix>.onnx (no folders), got "
+                          f"{file_suffix!r:.60}")
     chosen = DYNAMIC_QUANTIZATIONS[quantization_config]
     quantization = require("onnxruntime.quantization")
     suffix = file_suffix or f"{chosen.suffix}_{quantization_config}"
@@ -175,8 +186,11 @@ def export_dynamic_quantized_onnx_model(model: nn.Module, quantization_config: s
     with tempfile.TemporaryDirectory() as scratch:
         source = Path(scratch) / "model.onnx"
         source.write_bytes(runtime_model.onnx_model)
-        with atomic_path(target) as temporary:
-            quantization.quantize_dynamic(source, temporary, weight_type=getattr(quantization.QuantType,
-                                                                                 chosen.weight_type),
-                                          per_channel=True, extra_options={"WeightSymmetric": True})
+        try:
+            with atomic_path(target) as temporary:
+                quantization.quantize_dynamic(source, temporary, weight_type=getattr(quantization.QuantType,
+                                                                                     chosen.weight_type),
+                                              per_channel=True, extra_options={"WeightSymmetric": True})
+        except OSError as error:  # a file where a folder should be, a folder not writable, a full disk
+            raise InputError(f"can't write the quantized ONNX model: {error.strerror or error}", target) from None
     return target

@@ -90,6 +90,7 @@ class MaskedLMHead(nn.Module):
         position, or with `masked_logits_only` (and labels) for the labelled ones alone, (masked, vocab)."""
         if labels is None:
             return self(hidden, word_embeddings), None
+        check_class_labels(labels, (*hidden.shape[:-1], self.bias.shape[0]), "token", per="token")
         if masked_logits_only:
             is_masked = labels != IGNORE_INDEX
             logits = self(hidden[is_masked], word_embeddings)
@@ -185,6 +186,7 @@ class BertForPreTraining(Pretrained, nn.Module):
         if labels is None:
             return returned(PreTrainingOutput(prediction_logits=logits, seq_relationship_logits=pair_logits,
                                               **states), return_dict)
+        check_class_labels(next_sentence_label, pair_logits.shape, "next-sentence")
         pair_loss = self.next_sentence.loss(pair_logits, next_sentence_label)
         return returned(PreTrainingOutput(prediction_logits=logits, seq_relationship_logits=pair_logits,
                                           loss=masked_lm_loss + pair_loss, masked_lm_loss=masked_lm_loss,
@@ -222,7 +224,7 @@ class BertForNextSentencePrediction(Pretrained, nn.Module):
         logits = self.next_sentence(encoded.pooler_output)  # (batch, 2)
         loss = None
         if labels is not None:
-            check_class_labels(labels, logits, "next-sentence")
+            check_class_labels(labels, logits.shape, "next-sentence")
             loss = self.next_sentence.loss(logits, labels)
         return returned(ClassifierOutput(logits=logits, loss=loss, hidden_states=encoded.hidden_states,
                                          attentions=encoded.attentions), return_dict)
@@ -322,6 +324,7 @@ class ElectraForPreTraining(nn.Module):
         elsewhere); `rng` draws the generator's samples."""
         if labels is None:
             raise ValueError("ELECTRA needs labels: the original ids at the masked positions")
+        check_class_labels(labels, (*input_ids.shape, self.config.vocab_size), "token", per="token")
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         is_masked = labels != IGNORE_INDEX
