@@ -117,3 +117,28 @@ def test_transformers_keywords_in_the_constructor():
     assert ours.hidden_dropout_prob == 0.2 and ours.extra["use_cache"] is False
     with pytest.raises(ConfigError, match="hidden_dropout_prob must be in"):
         ours.update({"hidden_dropout_prob": 1.5})
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("vocab_size", 0, "vocab_size must be a positive integer, got 0"),
+    ("hidden_act", "bogus", "hidden_act 'bogus' is not supported"),
+    ("num_attention_heads", 0, "num_attention_heads must be a positive integer, got 0"),
+    ("hidden_dropout_prob", 5.0, r"hidden_dropout_prob must be in \[0, 1\), got 5.0"),
+])
+def test_a_field_set_after_the_config_was_made_is_checked_when_a_model_is_built(field, value, message):
+    """transformers lets config.vocab_size = 0 be set; the model built from it then names the field, where it raised
+    an IndexError, a KeyError or a ZeroDivisionError from inside the layers."""
+    config = BertConfig.tiny(vocab_size=100)
+    setattr(config, field, value)
+    with pytest.raises(ConfigError, match=message):
+        BertModel(config)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: BertConfig.from_dict(None), "a config is an object of fields, got null"),
+    (lambda: BertConfig.from_dict([]), "a config is an object of fields, got an empty list"),
+    (lambda: BertConfig(id2label=["neg", "pos"]), "id2label must be a dict of label ids and names"),
+])
+def test_a_config_of_the_wrong_shape_is_refused_by_name(make, message):
+    with pytest.raises(ConfigError, match=message):
+        make()

@@ -125,6 +125,16 @@ class BertConfigFields:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
+        self.check()
+        if self.label2id and not self.id2label:  # label names given one way round only, as transformers allows
+            self.id2label = {int(i): label for label, i in self.label2id.items()}
+        self.id2label = {int(i): str(label) for i, label in self.id2label.items()}
+        if self.id2label and not self.label2id:
+            self.label2id = {label: i for i, label in self.id2label.items()}
+
+    def check(self) -> None:
+        """A ConfigError naming the first field out of range; run when the config is made, and again when a model
+        is built from it, since a field may have been set since (config.vocab_size = 0, as transformers allows)."""
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                      "intermediate_size", "max_position_embeddings", "type_vocab_size"):
             value = getattr(self, name)
@@ -152,11 +162,9 @@ class BertConfigFields:
             check_number("classifier_dropout", self.classifier_dropout)
             if not 0.0 <= self.classifier_dropout < 1.0:
                 raise ConfigError(f"classifier_dropout must be in [0, 1), got {self.classifier_dropout!r}")
-        if self.label2id and not self.id2label:  # label names given one way round only, as transformers allows
-            self.id2label = {int(i): label for label, i in self.label2id.items()}
-        self.id2label = {int(i): str(label) for i, label in self.id2label.items()}
-        if self.id2label and not self.label2id:
-            self.label2id = {label: i for i, label in self.id2label.items()}
+        for name in ("id2label", "label2id"):
+            if not isinstance(getattr(self, name), dict):
+                raise ConfigError(f"{name} must be a dict of label ids and names, got {getattr(self, name)!r:.60}")
 
     @property
     def num_labels(self) -> int:
@@ -245,6 +253,8 @@ class BertConfigFields:
 
     @classmethod
     def _from_config_json(cls, data: dict[str, Any], source: str) -> BertConfig:
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: a config is an object of fields, got {value_description(data)}")
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         values: dict[str, Any] = {"extra": {}}
         check_fixed_values(data, f"{source}: ")
@@ -459,6 +469,7 @@ def bert_config(config: Any) -> BertConfig:
         if not callable(getattr(config, "to_dict", None)):
             raise ConfigError(f"expected a BertConfig, got {type(config).__name__}")
         config = BertConfig.from_dict(config.to_dict(), source=type(config).__name__)
+    config.check()  # again: a field may have been set since the config was made
     if config.hidden_size % config.num_attention_heads:
         raise ConfigError(f"hidden_size ({config.hidden_size}) must be divisible by "
                           f"num_attention_heads ({config.num_attention_heads})")
@@ -580,8 +591,11 @@ def value_description(value: Any) -> str:
         return f"{kind} ({text if len(text) <= 40 else text[:37] + '...'})"
     if isinstance(value, (list, tuple)):
         # what the items are, where that is what is wrong: "a list of 2 lists" where 2 numbers belong
+        if not value:
+            return f"an empty {kind.split(' ')[-1]}"
         items = {value_kind(item).split(" ")[-1] for item in value}
-        return f"{kind} of {len(value)}" + (f" {items.pop()}{'s' * (len(value) > 1)}" if len(items) == 1 else "")
+        item = items.pop() if len(items) == 1 else "item"
+        return f"{kind} of {len(value)} {item}{'s' * (len(value) > 1)}"
     return kind
 
 
