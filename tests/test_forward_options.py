@@ -425,3 +425,39 @@ def test_torch_export_reads_the_outputs_as_trees(tiny_config, random_batch):
         exported, eager = program.module()(input_ids, attention_mask=full), model(input_ids, attention_mask=full)
         assert type(exported) is type(eager)
         torch.testing.assert_close(exported[0], eager[0])
+
+
+def test_inputs_of_the_wrong_kind_are_named(tiny_config):
+    """Lists, numpy arrays, ids that are no integer ids and empty batches get a one-line error, not torch's from
+    inside the embedding lookup or the packing."""
+    model = BertModel(tiny_config).eval()
+    ids = torch.tensor([[2, 5, 7, 3], [2, 8, 3, 0]])
+    with pytest.raises(BertforgeError, match=r"^input_ids must be a torch tensor, got a list \(.*return_tensors='pt'"):
+        model(ids.tolist())
+    with pytest.raises(BertforgeError, match=r"^input_ids must be a torch tensor, got a numpy array"):
+        model(ids.numpy())
+    with pytest.raises(BertforgeError, match=r"^attention_mask must be a torch tensor, got a numpy array"):
+        model(ids, attention_mask=torch.ones_like(ids).numpy())
+    for dtype in (torch.float32, torch.int16, torch.uint8, torch.bool):
+        with pytest.raises(BertforgeError, match=f"^input_ids must hold integer ids .*, got {dtype}$"):
+            model(ids.to(dtype))
+        for name in ("token_type_ids", "position_ids"):
+            with pytest.raises(BertforgeError, match=f"^{name} must hold integer ids .*, got {dtype}$"):
+                model(ids, **{name: torch.zeros_like(ids, dtype=dtype)})
+    with pytest.raises(BertforgeError, match=r"^input_ids is empty, shape \(0, 4\)"):
+        model(ids[:0])
+    with pytest.raises(BertforgeError, match=r"^input_ids is empty, shape \(2, 0\)"):
+        model(ids[:, :0])
+    with pytest.raises(BertforgeError, match=r"^input_ids is empty, shape \(1, 0, 4\)"):
+        BertForMultipleChoice(tiny_config)(ids[None, :0])
+    assert model(ids.int()).last_hidden_state.shape == (2, 4, 32)  # int32 ids, which the lookup takes, still work
+
+
+def test_position_ids_outside_the_table_are_named(tiny_config):
+    model = BertModel(tiny_config).eval()
+    ids = torch.tensor([[2, 5, 7, 3]])
+    with pytest.raises(BertforgeError, match="^position id 64 is outside the model's max_position_embeddings of 64"):
+        model(ids, position_ids=torch.tensor([[0, 1, 2, 64]]))
+    with pytest.raises(BertforgeError, match="^position id -1 is outside the model's max_position_embeddings"):
+        model(ids, position_ids=torch.tensor([[-1, 0, 1, 2]]))
+    model(ids, position_ids=torch.tensor([[60, 61, 62, 63]]))  # the last positions are the table's

@@ -217,12 +217,34 @@ class Pooler(nn.Module):
         return torch.tanh(self.dense(last_hidden_state[:, 0]))
 
 
+# The index types an embedding lookup takes.
+ID_DTYPES = (torch.long, torch.int)
+
+
+def check_input_types(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds) -> None:
+    """Every given input a torch tensor, the ids of a type the embeddings look up and the token vectors floating
+    point: a one-line error rather than torch's from deep inside the lookup."""
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids,
+              "position_ids": position_ids, "inputs_embeds": inputs_embeds}
+    for name, value in inputs.items():
+        if value is not None and not isinstance(value, torch.Tensor):
+            kind = "a numpy array" if type(value).__module__ == "numpy" else f"a {type(value).__name__}"
+            raise BertforgeError(f"{name} must be a torch tensor, got {kind} (the tokenizer gives tensors with "
+                                 f"return_tensors='pt')")
+    for name in ("input_ids", "token_type_ids", "position_ids"):
+        if inputs[name] is not None and inputs[name].dtype not in ID_DTYPES:
+            raise BertforgeError(f"{name} must hold integer ids (torch.long or torch.int32), got {inputs[name].dtype}")
+    if inputs_embeds is not None and not inputs_embeds.is_floating_point():
+        raise BertforgeError(f"inputs_embeds must be floating point, got {inputs_embeds.dtype}")
+
+
 def check_input_shapes(axes: tuple[str, ...], hidden: int, input_ids, attention_mask, token_type_ids, position_ids,
                        inputs_embeds) -> None:
-    """input_ids or inputs_embeds (one of the two) shaped (*axes) or (*axes, hidden), and the other inputs shaped
-    as they are: a one-line error naming what is wrong otherwise."""
+    """input_ids or inputs_embeds (one of the two) tensors shaped (*axes) or (*axes, hidden), none of them empty,
+    and the other inputs shaped as they are: a one-line error naming what is wrong otherwise."""
     if (input_ids is None) == (inputs_embeds is None):
         raise BertforgeError("give input_ids or inputs_embeds, one of the two")
+    check_input_types(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
     layout = ", ".join(axes)
     if input_ids is not None and input_ids.dim() != len(axes):
         raise BertforgeError(f"input_ids must be ({layout}), got shape {tuple(input_ids.shape)}")
@@ -230,6 +252,9 @@ def check_input_shapes(axes: tuple[str, ...], hidden: int, input_ids, attention_
         raise BertforgeError(f"inputs_embeds must be ({layout}, {hidden}), got shape {tuple(inputs_embeds.shape)}")
     name, given = ("input_ids", input_ids) if inputs_embeds is None else ("inputs_embeds", inputs_embeds)
     shape = tuple(given.shape[:len(axes)])
+    if 0 in shape:  # nothing to encode, and nothing a pooler or [CLS] head could read
+        raise BertforgeError(f"{name} is empty, shape {tuple(given.shape)}: give at least one sequence of at least "
+                             f"one token")
     for other, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids),
                           ("position_ids", position_ids)):
         if tensor is not None and tuple(tensor.shape) != shape:
@@ -254,8 +279,9 @@ def check_decoder_options(options: dict[str, object]) -> None:
 
 def broadcast_row(ids: torch.Tensor | None, given: torch.Tensor | None) -> torch.Tensor | None:
     """`ids` given for one row, (seq,) or (1, seq), expanded to the batch of `given` (input ids or embeddings)."""
-    if ids is None or given is None or given.dim() < 2 or ids.shape[-1:] != given.shape[1:2]:
-        return ids  # nothing to broadcast, or a shape check_inputs will name
+    if not isinstance(ids, torch.Tensor) or not isinstance(given, torch.Tensor) or given.dim() < 2 or \
+            ids.shape[-1:] != given.shape[1:2]:
+        return ids  # nothing to broadcast, or a type or shape check_inputs will name
     if ids.dim() == 1 or (ids.dim() == 2 and ids.shape[0] == 1):
         return ids.reshape(1, -1).expand(given.shape[0], -1)
     return ids
@@ -358,8 +384,8 @@ class BertModel(Pretrained, nn.Module):
         ), return_dict)
 
     def check_inputs(self, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds=None) -> None:
-        """Shape errors a user can make, caught here rather than deep inside an embedding lookup."""
-        pairwise = is_pairwise(attention_mask)
+        """Type, shape and range errors a user can make, caught here rather than deep inside an embedding lookup."""
+        pairwise = isinstance(attention_mask, torch.Tensor) and is_pairwise(attention_mask)  # else checked below
         check_input_shapes(("batch", "seq"), self.config.hidden_size, input_ids, None if pairwise else attention_mask,
                            token_type_ids, position_ids, inputs_embeds)
         given = input_ids if inputs_embeds is None else inputs_embeds
@@ -380,7 +406,8 @@ class BertModel(Pretrained, nn.Module):
         if given.device.type != "cpu" or recording_graph() or not given.numel():
             return
         tables = (("token id", input_ids, "vocab_size", "is the tokenizer larger than the model?"),
-                  ("segment id", token_type_ids, "type_vocab_size", "the model reads single texts, not pairs"))
+                  ("segment id", token_type_ids, "type_vocab_size", "the model reads single texts, not pairs"),
+                  ("position id", position_ids, "max_position_embeddings", "positions count from 0"))
         for name, ids, field, hint in tables:
             if ids is None:
                 continue

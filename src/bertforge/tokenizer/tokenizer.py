@@ -164,11 +164,15 @@ class BertTokenizer:
         on matched whole; an added token given again as a string stays as it is, given as an AddedToken takes its
         flags.
         """
-        given = [tokens] if isinstance(tokens, str) or hasattr(tokens, "content") else list(tokens)
+        if isinstance(tokens, str) or hasattr(tokens, "content"):
+            tokens = [tokens]
+        elif not isinstance(tokens, Iterable):
+            raise InputError(f"add_tokens takes a token (a string or an AddedToken) or a list of them, got "
+                             f"{type(tokens).__name__}")
+        given = [(item, AddedToken.of(item, special_tokens)) for item in tokens]  # every one checked, then added
         known = {token.content: token_id for token_id, token in self.added_tokens.items()}
         added = 0
-        for item in given:
-            token = AddedToken.of(item, special_tokens)
+        for item, token in given:
             if not token.content or token.content in known and (isinstance(item, str)
                                                                 or self.added_tokens[known[token.content]] == token):
                 continue
@@ -407,6 +411,8 @@ class BertTokenizer:
         unk = self.unk_token_id
         if isinstance(tokens, str):
             return self.vocab.token_to_id.get(tokens, unk)
+        if not isinstance(tokens, Iterable):
+            raise InputError(f"convert_tokens_to_ids takes a token or a list of tokens, got {type(tokens).__name__}")
         return [self.vocab.token_to_id.get(token, unk) for token in tokens]
 
     def convert_ids_to_tokens(self, ids: int | Sequence[int], skip_special_tokens: bool = False) -> str | list[str]:
@@ -433,10 +439,11 @@ class BertTokenizer:
                  split_special_tokens: bool | None = None) -> list[str]:
         """'Unaffable café owners!' -> ['una', '##ffa', '##ble', 'cafe', 'owners', '!'] (no [CLS]/[SEP] unless
         `add_special_tokens`); with a `pair`, its tokens follow (as transformers 5 lists them), untruncated."""
+        if not isinstance(text, str):
+            raise InputError(f"tokenize takes one text (and one pair), got {type(text).__name__}; for a batch, call "
+                             f"the tokenizer")
         if pair is None and not add_special_tokens:
             return [self.vocab.id_to_token[i] for i in self._encode_ids(text, split_special_tokens)]
-        if not isinstance(text, str):
-            raise InputError("tokenize takes one text (and one pair); for a batch, call the tokenizer")
         row = self(text, pair, truncation=False, add_special_tokens=add_special_tokens,
                    split_special_tokens=split_special_tokens)
         return self.convert_ids_to_tokens(row["input_ids"])
@@ -454,6 +461,9 @@ class BertTokenizer:
         ids = ids.tolist() if hasattr(ids, "tolist") else ids
         if isinstance(ids, numbers.Integral):
             ids = [ids]
+        if not isinstance(ids, Iterable):
+            raise InputError(f"decode takes token ids (one, a sequence of them or a list of sequences), got "
+                             f"{type(ids).__name__}")
         if ids and all(isinstance(row, Sequence) and not isinstance(row, str) for row in ids):
             return self.batch_decode(ids, skip_special_tokens, clean_up_tokenization_spaces)
         if any(not isinstance(token_id, numbers.Integral) for token_id in ids):
@@ -476,6 +486,8 @@ class BertTokenizer:
         """One text per row of ids (lists, or a 2-d tensor); one sequence of ids is one row, as transformers reads
         it."""
         sequences = sequences.tolist() if hasattr(sequences, "tolist") else sequences
+        if not isinstance(sequences, Iterable):
+            raise InputError(f"batch_decode takes sequences of token ids, got {type(sequences).__name__}")
         if sequences and all(isinstance(token_id, numbers.Integral) for token_id in sequences):
             sequences = [sequences]
         return [self.decode(list(ids), skip_special_tokens, clean_up_tokenization_spaces) for ids in sequences]
@@ -642,6 +654,8 @@ class BertTokenizer:
             return encoding
         if text is None:
             raise InputError("nothing to encode: give a text (or a text_target)")
+        text = _text_or_texts(text, "text")
+        text_pair = None if text_pair is None else _text_or_texts(text_pair, "text_pair")
         is_batch = _is_batch_input(text, is_split_into_words)
         if not is_batch and not text_pair:
             text_pair = None  # one text with an empty pair is one text, as transformers reads it
@@ -660,7 +674,16 @@ class BertTokenizer:
             if is_batch and text_pair is None and texts and all(isinstance(item, (tuple, list)) and len(item) == 2
                                                                  for item in texts):
                 texts, second_texts = [item[0] for item in texts], [item[1] for item in texts]  # (text, pair) items
+                item_names = ("text[{}][0]", "text[{}][1]")
+            else:
+                item_names = ("text[{}]", "text_pair[{}]")
             pairs = _pairs_like(texts, second_texts, is_batch)
+            _check_strings(texts, item_names[0])
+            if pairs is not None:  # a None among them would be dropped: that row encoded as one text
+                _check_strings(pairs, item_names[1])
+        if isinstance(max_length, numbers.Integral) and not isinstance(max_length, bool):
+            max_length = int(max_length)  # numpy's integers too
+        check_number("max_length", max_length, integer=True, optional=True)
         check_number("stride", stride, minimum=0, integer=True)
         fit = Truncation(self.model_max_length if max_length is None else max_length,
                          truncation_strategy(truncation), self.truncation_side, return_overflowing_tokens, stride)
@@ -734,10 +757,8 @@ class BertTokenizer:
 
     def _encode_rows(self, text: str, pair: str | None, fit: Truncation, details: bool,
                      split: bool | None = None, add_special_tokens: bool = True) -> list[dict[str, list]]:
-        """The [CLS] A [SEP] (B [SEP]) rows of one text or pair: one, truncated to fit, or one per window."""
-        for value in (text, pair):
-            if value is not None and not isinstance(value, str):
-                raise InputError(f"texts must be strings, got {type(value).__name__}")
+        """The [CLS] A [SEP] (B [SEP]) rows of one text or pair (strings, as __call__ checked): one, truncated to
+        fit, or one per window."""
         encode = (lambda value: Tokens(*self._encode_details(value, split))) if details else \
             (lambda value: Tokens(self._encode_ids(value, split)))
         first = encode(text)
@@ -756,7 +777,7 @@ class BertTokenizer:
         __call__."""
         check_tensor_kind(return_tensors)
         single = False
-        if isinstance(encoded_inputs, dict):
+        if isinstance(encoded_inputs, Mapping):
             columns = {name: rows_of(values) if isinstance(values, list | tuple) or hasattr(values, "tolist") else
                        values for name, values in encoded_inputs.items()}
             ids = columns.get("input_ids") or [[]]
@@ -764,9 +785,14 @@ class BertTokenizer:
             if single:  # one encoding, flat lists: padded and given back flat
                 columns = {name: [values] for name, values in columns.items()}
         else:
-            encodings = list(encoded_inputs)
-            if not encodings or not all(isinstance(encoding, dict) for encoding in encodings):
-                raise InputError("pad takes a list of encodings (dicts of input_ids, ...) or one dict of lists")
+            encodings = list(encoded_inputs) if isinstance(encoded_inputs, Iterable) else []
+            if not encodings or not all(isinstance(encoding, Mapping) for encoding in encodings):
+                raise InputError(f"pad takes a list of encodings (dicts of input_ids, ...) or one dict of lists, got "
+                                 f"{encoded_inputs!r:.60}")
+            for index, encoding in enumerate(encodings):
+                missing = [name for name in encodings[0] if name not in encoding]
+                if missing:
+                    raise InputError(f"pad: encoding {index} has no {missing[0]!r}, which the first has")
             columns = {name: [rows_of(encoding[name]) if hasattr(encoding[name], "tolist") else encoding[name]
                               for encoding in encodings] for name in encodings[0]}
         if "input_ids" not in columns:
@@ -789,6 +815,28 @@ class BertTokenizer:
         if single and return_tensors is None:
             columns = {name: values[0] for name, values in columns.items()}
         return BatchEncoding(to_tensors(columns, return_tensors))
+
+
+def _text_or_texts(value: Any, name: str) -> str | list | tuple:
+    """A call's `text` or `text_pair`: one string, or a batch as a list or tuple; a numpy array or an iterator
+    (a generator) is read into a list, once (alignment calls the tokenizer again with it). A dict, a set, bytes or
+    a number is refused by name rather than read as a batch of its keys, items, byte values or nothing."""
+    if isinstance(value, (str, list, tuple)):
+        return value
+    if isinstance(value, (bytes, bytearray)):
+        raise InputError(f"{name} must be a string or a list of strings, got bytes: decode them first")
+    if isinstance(value, (Mapping, set, frozenset)) or not isinstance(value, Iterable):
+        raise InputError(f"{name} must be a string or a list of strings, got {type(value).__name__}")
+    return list(value)
+
+
+def _check_strings(values: list, name: str) -> None:
+    """A one-line error naming the first of `values` that is not a string; `name` takes its index ("text[{}]")."""
+    for index, value in enumerate(values):
+        if not isinstance(value, str):
+            kind = "None" if value is None else "bytes: decode them first" if isinstance(value, (bytes, bytearray)) \
+                else type(value).__name__
+            raise InputError(f"{name.format(index)} must be a string, got {kind}")
 
 
 def _is_batch_input(text: str | Sequence, is_split_into_words: bool) -> bool:
