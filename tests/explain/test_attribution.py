@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bertforge import BertConfig, BertForQuestionAnswering, BertForTokenClassification
-from bertforge.errors import InputError
+from bertforge.errors import ConfigError, InputError
 from bertforge.explain import METHODS, explain
 from bertforge.pretraining import BertForMaskedLM
 
@@ -236,6 +236,18 @@ def test_bad_requests_are_one_line_errors(sst2_classifier, tokenizer):
         explain(sst2_classifier, tokenizer, REVIEW, "A pair.", max_length=4)
     with pytest.raises(InputError, match="max_length 2 keeps no word piece of the text"):
         explain(sst2_classifier, tokenizer, REVIEW, max_length=2)
+
+
+def test_arguments_of_the_wrong_type_are_named(sst2_classifier, minilm, tokenizer):
+    """steps "5" failed comparing an int with a str and 1.5 was taken; a pair of 5 was blamed on `text`, and an
+    encoder's text None was asked for a second text."""
+    for steps in ("5", 1.5):
+        with pytest.raises(ConfigError, match=f"steps must be an integer, got {steps!r}"):
+            explain(sst2_classifier, tokenizer, REVIEW, steps=steps)
+    with pytest.raises(InputError, match="^text_pair must be a string, got int$"):
+        explain(sst2_classifier, tokenizer, REVIEW, text_pair=5)
+    with pytest.raises(InputError, match="^text must be a string, got NoneType$"):
+        explain(minilm, tokenizer, text=None)
 
 
 @pytest.mark.parametrize(("text", "pair", "empty"), [

@@ -271,6 +271,22 @@ def test_one_line_errors(tmp_path, reranker, reranker_reference, reranker_dir, m
         sentence_pairs[:4], activation_fn=lambda logits: logits * 2), atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("top_k", [0, -1, 1.5, "2"])
+def test_rank_refuses_a_top_k_that_is_not_a_count(reranker, top_k):
+    """-1 dropped the last document (a slice's end), 1.5 and "2" failed in the slicing."""
+    with pytest.raises(InputError, match=re.escape(f"top_k must be a positive whole number, got {top_k!r}")):
+        reranker.rank("a query", ["a document", "another", "a third"], top_k=top_k)
+
+
+def test_prompt_options_of_the_wrong_type_are_named(reranker, reranker_dir):
+    with pytest.raises(InputError, match="prompt must be a text, got 5"):
+        reranker.predict([("a query", "a document")], prompt=5)
+    for options, message in (({"prompts": "x"}, "CrossEncoder: prompts must be a dict, got 'x'"),
+                             ({"model_kwargs": 5}, "CrossEncoder: model_kwargs must be a dict, got 5")):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            CrossEncoder(reranker_dir, **options)
+
+
 def test_prompts_go_before_each_first_text_as_sentence_transformers_puts_them(reranker_dir, sentence_pairs):
     options = {"prompts": {"retrieval": "Judge the relevance: ", "nli": "Entailment? "},
                "default_prompt_name": "retrieval"}

@@ -1,9 +1,19 @@
 """Feature extraction: each layer recipe and pooling against a direct computation, sentence-transformers parity."""
 
+import re
+
 import pytest
 import torch
 
-from bertforge import BertforgeError, BertModel
+from bertforge import (
+    BertforgeError,
+    BertForMaskedLM,
+    BertModel,
+    ConfigError,
+    InputError,
+    SentenceEncoder,
+    SparseEncoder,
+)
 from bertforge.batching import length_sorted_batches
 from bertforge.inference import LAYER_COMBINATIONS, extract_features, pool, token_features
 
@@ -220,3 +230,89 @@ def test_embed_command_writes_windowed_vectors(wikitext_article, tmp_path, run_c
     code, _, err = run_cli("embed", "--input", source, "--output", tmp_path / "t.jsonl", "--level", "token",
                            "--long-text", "windows")
     assert code != 0 and "--long-text windows makes one vector per line" in err
+
+
+@pytest.mark.parametrize("texts, named", [(None, "got NoneType"), ({"a text": 1}, "got dict"), ({"a text"}, "got set"),
+                                          (b"a text", "got bytes (decode the bytes first)")])
+def test_inputs_that_are_not_texts_are_refused(minilm, tokenizer, texts, named):
+    """None gave no vectors, a dict and a set failed deep in the batching, bytes were read as a list of numbers."""
+    with pytest.raises(InputError, match=re.escape(f"texts must be a text or a list of texts, {named}")):
+        extract_features(minilm, tokenizer, texts)
+
+
+def test_a_generator_or_a_pandas_column_of_texts_is_read_as_its_list(minilm, tokenizer, minilm_dir):
+    pandas = pytest.importorskip("pandas")
+    texts = ["A man is playing a guitar.", "A cat sleeps."]
+    expected = extract_features(minilm, tokenizer, texts)
+    assert torch.equal(extract_features(minilm, tokenizer, (text for text in texts)), expected)
+    column = pandas.Series(texts, index=[7, 3])  # a DataFrame's filtered column: its labels aren't positions
+    assert torch.equal(extract_features(minilm, tokenizer, column), expected)
+    from bertforge import SentenceEncoder
+    encoder = SentenceEncoder(str(minilm_dir))
+    assert (encoder.encode(column) == encoder.encode(texts)).all()
+
+
+def test_a_model_or_tokenizer_that_is_not_one_is_named(minilm, tokenizer):
+    with pytest.raises(InputError, match=r"model must be a bertforge model .*got BertTokenizer \(model and tokenizer "
+                                         r"swapped\?\)"):
+        extract_features(tokenizer, minilm, ["a text"])
+    with pytest.raises(InputError, match="model must be a bertforge model .*got NoneType"):
+        extract_features(None, tokenizer, ["a text"])
+    with pytest.raises(InputError, match="tokenizer must be a tokenizer .*got NoneType"):
+        extract_features(minilm, None, ["a text"])
+
+
+def test_max_length_0_is_refused_as_a_negative_one_is(minilm, tokenizer):
+    """0 was read as "not given" and gave the untruncated vectors."""
+    for max_length in (0, -5):
+        with pytest.raises(BertforgeError, match=f"max_length={max_length} leaves no room for text"):
+            extract_features(minilm, tokenizer, ["a text"], max_length=max_length)
+    with pytest.raises(ConfigError, match="max_length must be an integer, got '8'"):
+        extract_features(minilm, tokenizer, ["a text"], max_length="8")
+
+
+@pytest.mark.parametrize("batch_size", [1.5, "2", None])
+def test_a_batch_size_that_is_not_a_count_is_named(minilm, minilm_dir, tokenizer, batch_size):
+    message = re.escape(f"batch_size must be a positive whole number, got {batch_size!r}")
+    with pytest.raises(InputError, match=message):
+        extract_features(minilm, tokenizer, ["a text"], batch_size=batch_size)
+    with pytest.raises(InputError, match=message):
+        SentenceEncoder(minilm_dir).encode(["a text"], batch_size=batch_size)
+
+
+def test_encoder_options_of_the_wrong_type_are_named(minilm_dir):
+    encoder = SentenceEncoder(minilm_dir)
+    with pytest.raises(InputError, match="prompt must be a text, got 5"):
+        encoder.encode(["a text"], prompt=5)
+    with pytest.raises(InputError, match="prompt must be a text, got 5"):
+        extract_features(encoder.model, encoder.tokenizer, ["a text"], prompt=5)
+    for options, message in (({"prompts": "x"}, "SentenceEncoder: prompts must be a dict, got 'x'"),
+                             ({"prompts": {"query": 5}}, "prompts must be a dict of prompt names to texts"),
+                             ({"model_kwargs": 5}, "SentenceEncoder: model_kwargs must be a dict, got 5")):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            SentenceEncoder(minilm_dir, **options)
+
+
+def test_similarity_of_vectors_that_do_not_compare_is_named(minilm_dir, tiny_config, tokenizer):
+    dense = SentenceEncoder(minilm_dir)
+    vectors = dense.encode(["A cat.", "A dog."])
+    failures = {
+        "embeddings1 has vectors of 384 dimensions, embeddings2 of 10": lambda: dense.similarity(vectors,
+                                                                                                 vectors[:, :10]),
+        "embeddings1 must be one vector or a (vectors, dimensions) matrix, got shape (1, 2, 384)": lambda: (
+            dense.similarity(vectors[None], vectors[None])),
+        "embeddings1 must be vectors (a tensor, an array or a list of vectors), got NoneType": lambda: (
+            dense.similarity(None, vectors)),
+        "embeddings2 of 10": lambda: dense.similarity_pairwise(vectors, vectors[:, :10]),
+    }
+    sparse = SparseEncoder(BertForMaskedLM(tiny_config), tokenizer)  # a vocabulary of 99
+    failures |= {
+        "embeddings1 has vectors of 99 dimensions, embeddings2 of 10": lambda: sparse.similarity(
+            torch.ones(2, 99).to_sparse(), torch.ones(3, 10)),
+        "embeddings2 must be vectors": lambda: sparse.similarity(torch.ones(2, 99), None),
+        "decode takes vectors as wide as the vocabulary (99), got 10": lambda: sparse.decode(torch.ones(10), top_k=3),
+    }
+    for message, call in failures.items():
+        with pytest.raises(InputError, match=re.escape(message)):
+            call()
+    assert dense.similarity(vectors[:0], vectors).shape == (0, 2)  # no vectors are of any width

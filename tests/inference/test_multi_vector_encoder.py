@@ -367,6 +367,30 @@ def test_refusals(colbert_dirs, run_cli, tmp_path):
         MultiVectorEncoder(pooled)
 
 
+def test_arguments_of_the_wrong_kind_are_named(colbert_dirs):
+    """A string of documents was ranked character by character; the others failed deep in torch or Python."""
+    encoder = MultiVectorEncoder(colbert_dirs["native"])
+    queries, documents = encoder.encode_query(["a cat"]), encoder.encode_document(["a cat sat.", "a dog ran."])
+    failures = {
+        "rank takes a query text and a list of document texts": lambda: encoder.rank("a", "abc"),
+        "inputs must be a text or a list of texts, got NoneType": lambda: encoder.encode_query(None),
+        "token_pooling must pool token vectors, such as HierarchicalTokenPooling(...), got 'x'": lambda: (
+            encoder.encode_document(["a text"], token_pooling="x")),
+        "prompt must be a text, got 5": lambda: encoder.encode_query(["a text"], prompt=5),
+        f"queries have token vectors of {encoder.get_embedding_dimension()} dimensions, documents of 10": lambda: (
+            encoder.similarity(queries, [vectors[:, :10] for vectors in documents])),
+        "queries: expected per-text token vectors, as encode gives them; got NoneType": lambda: (
+            encoder.similarity(None, documents)),
+    }
+    for message, call in failures.items():
+        with pytest.raises(InputError, match=re.escape(message)):
+            call()
+    with pytest.raises(ConfigError, match=re.escape("MultiVectorEncoder: prompts must be a dict, got 'x'")):
+        MultiVectorEncoder(colbert_dirs["native"], prompts="x")
+    with pytest.raises(InputError, match="token_pooling must pool token vectors"):
+        MultiVectorEncoder(colbert_dirs["native"], token_pooling="x")
+
+
 @pytest.mark.parametrize("layout", ["native", "pylate", "native_min", "native_pooled"])
 def test_serve_gives_sentence_transformers_vectors_and_scores(colbert_dirs, texts, layout):
     """`bertforge serve` on a ColBERT folder: PyLate's server's /v1/embeddings (queries unless is_query is false),

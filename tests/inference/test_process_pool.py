@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from bertforge import CrossEncoder, SentenceEncoder
-from bertforge.errors import BertforgeError, InputError
+from bertforge.errors import BertforgeError, ConfigError, InputError
 from bertforge.inference import process_pool
 
 
@@ -107,3 +107,22 @@ def test_bad_pool_arguments_are_named(encoder, pool, texts):
         encoder.encode(texts, pool=pool, chunk_size=0)
     with pytest.raises(InputError, match="pool must be what start_multi_process_pool returned"):
         encoder.encode(texts, pool={"input": None})
+
+
+def test_a_device_this_machine_lacks_is_refused_before_the_model_moves(minilm_dir, texts):
+    """A call's device: "meta" threw the weights away (every later call failed), and one the machine lacks failed
+    halfway through the move with torch's AssertionError or RuntimeError."""
+    encoder, reranker = SentenceEncoder(minilm_dir), CrossEncoder(minilm_dir)
+    expected = encoder.encode(texts[:3])
+    weights = {name: tensor.clone() for name, tensor in encoder.state_dict().items()}
+    missing = ["meta", "tpu"] + ([] if torch.cuda.is_available() else ["cuda", "cuda:1"])
+    for device in missing:
+        with pytest.raises(ConfigError, match=f"^device '{device}'"):
+            encoder.encode(texts[:3], device=device)
+        with pytest.raises(ConfigError, match=f"^device '{device}'"):
+            reranker.predict([(texts[0], texts[1])], device=device)
+    assert encoder.device.type == "cpu" and reranker.device.type == "cpu"
+    for name, tensor in encoder.state_dict().items():
+        assert torch.equal(tensor, weights[name]), name
+    np.testing.assert_array_equal(encoder.encode(texts[:3]), expected)
+    np.testing.assert_array_equal(encoder.encode(texts[:3], device="cpu"), expected)

@@ -8,7 +8,7 @@ from bertforge.explain.methods import DEFAULT_STEPS, MAX_STEPS, METHODS, USES_GR
 from bertforge.explain.result import Explanation, TokenAttribution, WordAttribution
 from bertforge.explain.targets import Row, build_target
 from bertforge.pretraining.heads import BertForMaskedLM
-from bertforge.validation import check_within_positions, readable_length
+from bertforge.validation import check_number, check_within_positions, readable_length
 
 
 def explain(model, tokenizer, text: str, text_pair: str | None = None, target: str | int | None = None,
@@ -25,6 +25,11 @@ def explain(model, tokenizer, text: str, text_pair: str | None = None, target: s
     >>> explain(classifier, tokenizer, "a gripping, funny film").top_words(1)[0].word  # e.g. 'funny'
     """
     check_choice(method, METHODS, "method", error=InputError)
+    if not isinstance(text, str):
+        raise InputError(f"text must be a string, got {type(text).__name__}")
+    if text_pair is not None and not isinstance(text_pair, str):
+        raise InputError(f"text_pair must be a string, got {type(text_pair).__name__}")
+    check_number("steps", steps, integer=True)
     if not 1 <= steps <= MAX_STEPS:
         raise InputError(f"steps must be from 1 to {MAX_STEPS}, got {steps}")
     quantization = getattr(model, "quantization", None)

@@ -34,6 +34,7 @@ from bertforge.checkpoint.sentence_transformers import (
 )
 from bertforge.config import architectures_of, read_json_object
 from bertforge.errors import ConfigError, InputError
+from bertforge.inference.features import check_prompt
 from bertforge.inference.onnx_backend import onnx_runtime_model, split_model_kwargs
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_encoder import (
@@ -156,7 +157,9 @@ class CrossEncoder(PoolMethods, ActivationCheckpointing, nn.Module):
             warnings.warn("CrossEncoder's 'classifier_dropout' is now config_kwargs={'classifier_dropout': ...}",
                           FutureWarning, stacklevel=2)
             config_kwargs = {"classifier_dropout": hub_options.pop("classifier_dropout")} | (config_kwargs or {})
-        check_construction_options("CrossEncoder", hub_options, backend)
+        check_construction_options("CrossEncoder", hub_options, backend, prompts=prompts, model_kwargs=model_kwargs,
+                                   tokenizer_kwargs=tokenizer_kwargs, processor_kwargs=processor_kwargs,
+                                   config_kwargs=config_kwargs)
         model_kwargs, onnx_options = split_model_kwargs(backend, model_kwargs)
         cache_folder = sentence_transformers_cache(cache_folder)
         directory = None
@@ -285,6 +288,7 @@ class CrossEncoder(PoolMethods, ActivationCheckpointing, nn.Module):
     def _prompt(self, name: str | None, text: str | None) -> str:
         """What goes before each pair's first text, as sentence-transformers picks it: `text`, else the prompt
         called `name`, else the default prompt, else nothing."""
+        check_prompt(text)
         return chosen_prompt(self.prompts, self.default_prompt_name, name, text, "the model")
 
     @renamed_keywords(RENAMED_PREDICT_OPTIONS)
@@ -424,6 +428,8 @@ class CrossEncoder(PoolMethods, ActivationCheckpointing, nn.Module):
         """CrossEncoder.rank: [{"corpus_id", "score"[, "text"]}] of the documents, best first, the first `top_k`
         (all for None); scores are floats. One-output models only. apply_softmax and convert_to_tensor are
         accepted and change nothing, as in sentence-transformers 6."""
+        if top_k is not None:  # a slice's negative or fractional end would drop documents or fail
+            check_counts(top_k=top_k)
         if self.num_labels != 1:
             raise ConfigError(f"rank needs a model with one output (num_labels=1), this one has {self.num_labels}: "
                               f"use predict with (query, document) pairs")

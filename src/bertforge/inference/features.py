@@ -6,8 +6,9 @@ Shapes: batch, seq, hidden; `states` is the tuple of the embeddings output and e
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +17,7 @@ from torch import nn
 from bertforge.batching import MODEL_INPUTS, collate, length_sorted_batches
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
 from bertforge.errors import BertforgeError, ConfigError, InputError, check_choice
-from bertforge.validation import check_within_positions
+from bertforge.validation import check_counts, check_number, check_within_positions
 from bertforge.windows import half_overlap_starts
 
 # The feature-based recipes of the BERT paper's NER study (section 5.3), by name.
@@ -200,8 +201,7 @@ def _row_batches(model, rows: Sequence[dict[str, list[int]]], pad_token_id: int,
     """Yield (row indices, token features (batch, seq, hidden), attention mask) per length-sorted batch of rows of
     model inputs (input_ids, and token_type_ids unless all 0); (batch, 1, hidden) where `first_token_only` allows."""
     check_choice(layers, LAYER_COMBINATIONS, "layer recipe")
-    if batch_size < 1:
-        raise BertforgeError(f"batch size must be at least 1, got {batch_size}")
+    check_counts(batch_size=batch_size)
     batches = length_sorted_batches([len(row["input_ids"]) for row in rows], batch_size)
     if progress:
         from tqdm import tqdm
@@ -219,7 +219,8 @@ def _encoded_batches(model, tokenizer, texts: Sequence[str], layers: str, batch_
                      progress: bool):
     """Yield (text indices, token features (batch, seq, hidden), attention mask, encoding) per length-sorted batch,
     each text truncated to max_length tokens."""
-    encoded = tokenizer(list(texts), truncation=True, max_length=max_length or tokenizer.model_max_length,
+    encoded = tokenizer(list(texts), truncation=True,
+                        max_length=tokenizer.model_max_length if max_length is None else max_length,
                         return_offsets_mapping=True, return_word_ids=True)
     rows = [{key: encoded[key][i] for key in MODEL_INPUTS} for i in range(len(texts))]
     for indices, hidden, mask in _row_batches(model, rows, tokenizer.pad_token_id, layers, batch_size, progress):
@@ -231,7 +232,8 @@ def sentence_embedding(model, pooling: str | None = None, max_length: int | None
     """The settings for sentence vectors: those given, else the checkpoint's sentence-transformers layout
     (model.sentence_embedding, read by from_pretrained), else mean pooling of untruncated, unnormalised vectors."""
     saved = getattr(model, "sentence_embedding", None) or SentenceEmbedding()
-    return dataclasses.replace(saved, pooling=pooling or saved.pooling, max_length=max_length or saved.max_length,
+    return dataclasses.replace(saved, pooling=pooling or saved.pooling,
+                               max_length=saved.max_length if max_length is None else max_length,
                                normalize=saved.normalize if normalize is None else normalize)
 
 
@@ -240,6 +242,35 @@ def embedding_texts(texts: Sequence[str], settings: SentenceEmbedding, prompt: s
     SentenceEmbedding.prompt), lower-cased when it says so."""
     texts = [prompt + text for text in texts]
     return [text.lower() for text in texts] if settings.lowercase else texts
+
+
+def input_list(texts: Any, name: str = "texts") -> list:
+    """The inputs of a call as a list: a string is one text; a list, tuple, numpy array or pandas Series holds
+    them, and an iterator (a generator) is read once. None, bytes (text not yet decoded), and a dict or a set
+    (whose keys or order would be read) are refused, naming `name`."""
+    if isinstance(texts, str):
+        return [texts]
+    if isinstance(texts, Iterable) and not isinstance(texts, bytes | bytearray | Mapping | set | frozenset):
+        return list(texts)
+    raise InputError(f"{name} must be a text or a list of texts, got {type(texts).__name__}"
+                     + (" (decode the bytes first)" if isinstance(texts, bytes | bytearray) else ""))
+
+
+def check_prompt(prompt: Any) -> None:
+    """InputError for a prompt that is not text; None (not given) passes."""
+    if prompt is not None and not isinstance(prompt, str):
+        raise InputError(f"prompt must be a text, got {prompt!r}")
+
+
+def check_model_and_tokenizer(model: Any, tokenizer: Any) -> None:
+    """A one-line error where `model` or `tokenizer` is not one (None, or the two given the other way round)."""
+    if not isinstance(model, nn.Module) or not hasattr(model, "config"):
+        raise InputError(f"model must be a bertforge model such as BertModel.from_pretrained(...), got "
+                         f"{type(model).__name__}"
+                         + (" (model and tokenizer swapped?)" if hasattr(model, "model_max_length") else ""))
+    if isinstance(tokenizer, nn.Module) or not callable(tokenizer) or not hasattr(tokenizer, "model_max_length"):
+        raise InputError(f"tokenizer must be a tokenizer such as BertTokenizer.from_pretrained(...), got "
+                         f"{type(tokenizer).__name__}")
 
 
 # A text, or a (text, pair) read together as one input ([CLS] text [SEP] pair [SEP]), as sentence-transformers'
@@ -330,6 +361,11 @@ def extract_features(model, tokenizer, texts: Sequence[TextOrPair], layers: str 
     >>> extract_features(model, tokenizer, ["A cat.", "A dog."], pooling="mean", normalize=True).shape
     torch.Size([2, 384])
     """
+    check_model_and_tokenizer(model, tokenizer)
+    texts = input_list(texts)
+    check_number("max_length", max_length, integer=True, optional=True)
+    check_counts(batch_size=batch_size)
+    check_prompt(prompt)
     settings = sentence_embedding(model, pooling, max_length, normalize)
     if settings.multi_vector and pooling is None:
         raise ConfigError("this checkpoint is a multi-vector (ColBERT) model: one vector per token, which "
@@ -340,13 +376,12 @@ def extract_features(model, tokenizer, texts: Sequence[TextOrPair], layers: str 
     pooling, max_length, normalize = settings.pooling, settings.max_length, settings.normalize
     check_choice(pooling, POOLINGS, "pooling")
     check_choice(long_text, LONG_TEXT, "long_text")
-    budget = (max_length or tokenizer.model_max_length) - 2  # [CLS] and [SEP] around each part
+    # [CLS] and [SEP] around each part
+    budget = (tokenizer.model_max_length if max_length is None else max_length) - 2
     if budget < 1:
         raise BertforgeError(f"max_length={max_length} leaves no room for text between [CLS] and [SEP]")
     check_choice(layers, LAYER_COMBINATIONS, "layer recipe")
     check_within_positions(max_length, model.config.max_position_embeddings)
-    if isinstance(texts, str):  # one text, as sentence-transformers' encode takes it, not its characters
-        texts = [texts]
     if not texts:  # as wide as the recipe makes a vector (concat_last_four: 4 x hidden)
         config = model.config
         empty = LAYER_COMBINATIONS[layers]([torch.empty(0, config.hidden_size)] * (config.num_hidden_layers + 1))
@@ -414,8 +449,10 @@ def extract_token_features(model, tokenizer, texts: Sequence[str], layers: str =
     Texts are cut at max_length tokens: by default the checkpoint's sentence-transformers max_seq_length (what
     its token embeddings read there), else the tokenizer's model_max_length.
     """
+    check_model_and_tokenizer(model, tokenizer)
+    texts = input_list(texts)
     check_choice(level, TOKEN_LEVELS, "level", error=BertforgeError)
-    max_length = max_length or sentence_embedding(model).max_length
+    max_length = sentence_embedding(model).max_length if max_length is None else max_length
     results: list[TokenVectors | None] = [None] * len(texts)
     for indices, hidden, _, encoded in _encoded_batches(model, tokenizer, texts, layers, batch_size, max_length,
                                                          progress):

@@ -10,7 +10,7 @@ scored. The checkpoint's layout says all of this (checkpoint/multi_vector.py).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from bertforge.checkpoint.multi_vector import (
 from bertforge.checkpoint.pretrained import ActivationCheckpointing
 from bertforge.checkpoint.sentence_transformers import chosen_prompt
 from bertforge.errors import ConfigError, InputError, check_choice
+from bertforge.inference.features import check_prompt, input_list
 from bertforge.inference.onnx_backend import onnx_runtime_model, split_model_kwargs
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_encoder import ModelCardData, SentenceTransformersTraining, check_construction_options
@@ -46,6 +47,9 @@ def _padded(embeddings: Any, side: str, mask: Any = None) -> tuple[torch.Tensor,
     """(items, tokens, dim) float32 vectors and their (items, tokens) mask, from a list of (tokens_i, dim) tensors
     or arrays (padded here), a padded 3D tensor or array (with its `mask`, else every token counts), or one 2D one
     (a batch of one)."""
+    if not isinstance(embeddings, torch.Tensor | np.ndarray | list | tuple):
+        raise InputError(f"{side}: expected per-text token vectors, as encode gives them; got "
+                         f"{type(embeddings).__name__}")
     if isinstance(embeddings, (torch.Tensor, np.ndarray)):
         embeddings = torch.as_tensor(embeddings)
         if embeddings.dim() == 2:
@@ -70,14 +74,25 @@ def _padded(embeddings: Any, side: str, mask: Any = None) -> tuple[torch.Tensor,
     return vectors, torch.arange(vectors.shape[1], device=vectors.device)[None] < lengths[:, None]
 
 
+def _padded_pair(queries: Any, documents: Any, query_mask: Any, document_mask: Any
+                 ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """_padded's queries and documents, refused unless their token vectors are of one width."""
+    padded = _padded(queries, "queries", query_mask), _padded(documents, "documents", document_mask)
+    widths = [vectors.shape[-1] for vectors, _ in padded]
+    if widths[0] != widths[1]:
+        raise InputError(f"queries have token vectors of {widths[0]} dimensions, documents of {widths[1]}: they "
+                         f"compare only at one width")
+    return padded
+
+
 def maxsim(queries: Any, documents: Any, length_normalize: bool = False, query_mask: Any = None,
            document_mask: Any = None) -> torch.Tensor:
     """(queries, documents) MaxSim scores: for each query token the largest dot product with a document token,
     summed over the query's tokens (divided by their number with `length_normalize`: MeanMaxSim). Each side: a
     list of (tokens, dim) vectors, as encode gives them, or a padded 3D tensor (with its (texts, tokens) mask), or
     one 2D one."""
-    query_vectors, query_mask = _padded(queries, "queries", query_mask)
-    document_vectors, document_mask = _padded(documents, "documents", document_mask)
+    (query_vectors, query_mask), (document_vectors, document_mask) = _padded_pair(queries, documents, query_mask,
+                                                                                  document_mask)
     query_vectors = query_vectors.to(document_vectors.device)
     query_mask = query_mask.to(document_vectors.device)
     per_document = query_vectors.shape[0] * query_vectors.shape[1] * document_vectors.shape[1]
@@ -95,8 +110,8 @@ def maxsim(queries: Any, documents: Any, length_normalize: bool = False, query_m
 def maxsim_pairwise(queries: Any, documents: Any, length_normalize: bool = False, query_mask: Any = None,
                     document_mask: Any = None) -> torch.Tensor:
     """MaxSim of each query with the document at its position: (pairs,) scores."""
-    query_vectors, query_mask = _padded(queries, "queries", query_mask)
-    document_vectors, document_mask = _padded(documents, "documents", document_mask)
+    (query_vectors, query_mask), (document_vectors, document_mask) = _padded_pair(queries, documents, query_mask,
+                                                                                  document_mask)
     if len(query_vectors) != len(document_vectors):
         raise InputError(f"similarity_pairwise: {len(query_vectors)} queries and {len(document_vectors)} documents; "
                          f"it pairs them one to one")
@@ -110,6 +125,14 @@ def maxsim_pairwise(queries: Any, documents: Any, length_normalize: bool = False
 def first_dimensions(rows: Sequence[torch.Tensor], dimensions: int) -> list[torch.Tensor]:
     """The first `dimensions` of each token vector, made unit length again (sentence-transformers' truncate_dim)."""
     return [F.normalize(row[:, :dimensions], dim=-1) for row in rows]
+
+
+def check_token_pooling(token_pooling: Any) -> None:
+    """InputError unless `token_pooling` is None or pools token vectors (sentence-transformers' pool(embeddings,
+    task=))."""
+    if token_pooling is not None and not callable(getattr(token_pooling, "pool", None)):
+        raise InputError(f"token_pooling must pool token vectors, such as HierarchicalTokenPooling(...), got "
+                         f"{token_pooling!r:.80}")
 
 
 def new_projection(hidden_size: int, width: int = NEW_PROJECTION_WIDTH) -> nn.Module:
@@ -153,7 +176,10 @@ class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, 
         from bertforge import BertModel, BertTokenizer
 
         super().__init__()
-        check_construction_options("MultiVectorEncoder", hub_options, backend)
+        check_construction_options("MultiVectorEncoder", hub_options, backend, prompts=prompts,
+                                   model_kwargs=model_kwargs, tokenizer_kwargs=tokenizer_kwargs,
+                                   processor_kwargs=processor_kwargs, config_kwargs=config_kwargs)
+        check_token_pooling(token_pooling)
         model_options, onnx_options = split_model_kwargs(backend, model_kwargs)
         place = {"cache_dir": sentence_transformers_cache(cache_folder), "revision": revision}
         folder = resolve_model_dir(model_name_or_path, **place)
@@ -256,6 +282,7 @@ class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, 
     # ------------------------------------------------------------------ encoding
 
     def _prompt(self, prompt_name: str | None, prompt: str | None) -> str:
+        check_prompt(prompt)
         return chosen_prompt(self.prompts, self.default_prompt_name, prompt_name, prompt, "the model")
 
     def role_max_length(self, task: str | None) -> int:
@@ -387,8 +414,9 @@ class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, 
         if task not in (None, "query", "document"):
             raise InputError(f"task {task!r}: choose from 'query', 'document'")
         check_counts(batch_size=batch_size)
+        check_token_pooling(token_pooling)
         single = isinstance(inputs, str)
-        texts = [inputs] if single else list(inputs)
+        texts = input_list(inputs, "inputs")
         if not all(isinstance(text, str) for text in texts):
             raise InputError("MultiVectorEncoder.encode takes texts: a string or a list of strings")
         devices = self.place(device)
@@ -458,7 +486,9 @@ class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, 
         "text")."""
         if top_k is not None:
             check_counts(top_k=top_k)
-        documents = list(documents)
+        documents = list(documents) if isinstance(documents, Iterable) and not isinstance(documents, str) else None
+        if not isinstance(query, str) or documents is None or not all(isinstance(text, str) for text in documents):
+            raise InputError("rank takes a query text and a list of document texts")
         scores = self.similarity(self.encode_query([query], batch_size=batch_size),
                                  self.encode_document(documents, batch_size=batch_size))[0].tolist()
         order = sorted(range(len(documents)), key=lambda i: -scores[i])[:top_k]

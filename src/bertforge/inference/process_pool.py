@@ -23,6 +23,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from bertforge.errors import BertforgeError, InputError
+from bertforge.runtime import resolve_device
 from bertforge.validation import check_counts
 
 # How long the caller waits on the results queue before it checks that every worker is still alive.
@@ -168,11 +169,12 @@ class PoolMethods:
 
     def place(self, device: Any) -> list | None:
         """A call's `device`: a list of devices is returned, for a pool of that call; one device moves the model
-        there (and None leaves it where it is)."""
+        there (and None leaves it where it is), once this machine is known to have it: a move to a device it
+        lacks fails halfway, and one to "meta" throws the weights away."""
         if isinstance(device, Sequence) and not isinstance(device, str):
             return list(device)
         if device is not None:
-            self.to(device)
+            self.to(resolve_device(device))
         return None
 
     def start_multi_process_pool(self, target_devices: Sequence[str | torch.device] | None = None

@@ -26,6 +26,7 @@ from bertforge.inference.embedding_precision import PRECISIONS, quantize_embeddi
 from bertforge.inference.features import (
     TextOrPair,
     after_pooling,
+    check_prompt,
     embedding_texts,
     extract_features,
     model_rows,
@@ -39,7 +40,7 @@ from bertforge.inference.features import (
 from bertforge.inference.onnx_backend import BACKENDS, onnx_runtime_model, split_model_kwargs
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_modules import ModuleList, modules_of
-from bertforge.inference.similarity import SIMILARITIES, as_matrix
+from bertforge.inference.similarity import SIMILARITIES, as_matrices
 from bertforge.tasks.data import forward_rows
 from bertforge.validation import check_counts
 
@@ -47,15 +48,30 @@ from bertforge.validation import check_counts
 ROLE_PROMPTS = {"query": "", "document": ""}
 
 
-def check_construction_options(owner: str, hub_options: dict[str, Any], backend: str) -> None:
+def check_construction_options(owner: str, hub_options: dict[str, Any], backend: str,
+                               **option_dicts: dict[str, Any] | None) -> None:
     """sentence-transformers' constructor options beyond the named ones: the Hub's are accepted and unused here,
-    others refused by name; a backend other than torch's and ONNX Runtime's is refused."""
+    others refused by name; a backend other than torch's and ONNX Runtime's is refused, and so is one of the
+    `option_dicts` (model_kwargs, prompts, ...) given as anything but a dict. Checked before any loading."""
     unknown = sorted(set(hub_options) - HUB_OPTIONS - {"use_auth_token", "model_card_data"})
     if unknown:
         raise ConfigError(f"{owner} takes no option {unknown[0]!r}")
     if backend not in BACKENDS:
         raise ConfigError(f"backend {backend!r}: {owner} runs {' or '.join(map(repr, BACKENDS))} (`bertforge export "
                           f"onnx` makes ONNX)")
+    for name, value in option_dicts.items():
+        if value is not None and not isinstance(value, dict):
+            raise ConfigError(f"{owner}: {name} must be a dict, got {value!r}")
+    prompts = option_dicts.get("prompts")
+    if prompts is not None:
+        check_prompts(prompts)
+
+
+def check_prompts(prompts: Any) -> None:
+    """ConfigError unless `prompts` is a dict of prompt names to their texts."""
+    if not isinstance(prompts, dict) or not all(isinstance(name, str) and isinstance(text, str)
+                                                for name, text in prompts.items()):
+        raise ConfigError(f"prompts must be a dict of prompt names to texts, got {prompts!r}")
 
 
 @dataclasses.dataclass
@@ -167,7 +183,9 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
 
         super().__init__()
         owner = type(self).__name__
-        check_construction_options(owner, hub_options, backend)
+        check_construction_options(owner, hub_options, backend, prompts=prompts, model_kwargs=model_kwargs,
+                                   tokenizer_kwargs=tokenizer_kwargs, processor_kwargs=processor_kwargs,
+                                   config_kwargs=config_kwargs)
         model_options, onnx_options = split_model_kwargs(backend, model_kwargs)
         folder = None
         if isinstance(model_name_or_path, nn.Module):
@@ -247,9 +265,7 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
 
     @prompts.setter
     def prompts(self, value: dict[str, str]) -> None:
-        if not isinstance(value, dict) or not all(isinstance(name, str) and isinstance(text, str)
-                                                  for name, text in value.items()):
-            raise ConfigError(f"prompts must be a dict of prompt names to texts, got {value!r}")
+        check_prompts(value)
         self._change(prompts=dict(value))
 
     @property
@@ -330,6 +346,7 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
     def _prompt(self, name: str | None, text: str | None) -> str | None:
         """The prompt's text as sentence-transformers picks it: `text`, else the named prompt (the empty role
         prompts included); None: extract_features puts the checkpoint's default prompt, if any."""
+        check_prompt(text)
         if text is not None or name is None:
             return text
         return chosen_prompt(self.prompts, None, name, None, "the model")
@@ -351,13 +368,13 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
     def similarity(self, embeddings1: Any, embeddings2: Any) -> torch.Tensor:
         """(n, m) similarities of two sets of vectors (arrays, tensors, lists of vectors, or one vector each) by
         similarity_fn_name."""
-        first, second = (as_matrix(e) for e in (embeddings1, embeddings2))
+        first, second = as_matrices(embeddings1, embeddings2)
         return SIMILARITIES[self.similarity_fn_name].table(first, second)
 
     def similarity_pairwise(self, embeddings1: Any, embeddings2: Any) -> torch.Tensor:
         """(n,) similarities of the i-th vector of one set with the i-th of the other; of two single vectors, one
         (a 0-dimensional tensor)."""
-        first, second = (as_matrix(e) for e in (embeddings1, embeddings2))
+        first, second = as_matrices(embeddings1, embeddings2)
         if first.shape != second.shape:
             raise InputError(f"similarity_pairwise needs two sets of the same shape, got {tuple(first.shape)} and "
                              f"{tuple(second.shape)}")
@@ -376,10 +393,10 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
 
 
 def encode_inputs(inputs: Any) -> str | list[TextOrPair]:
-    """What encode takes, as a text or a list of texts and (text, pair)s: those, a numpy column of texts (as pandas
-    gives one), and sentence-transformers 6's inputs by modality, {"text": ...}, one or a list, of which a text
-    model reads text."""
-    if isinstance(inputs, np.ndarray) and inputs.ndim == 1:
+    """What encode takes, as a text or a list of texts and (text, pair)s: those, a column of texts (a numpy array
+    or a pandas Series, as sentence-transformers reads them), and sentence-transformers 6's inputs by modality,
+    {"text": ...}, one or a list, of which a text model reads text."""
+    if isinstance(inputs, np.ndarray) and inputs.ndim == 1 or type(inputs).__name__ == "Series":
         inputs = inputs.tolist()
     if isinstance(inputs, Mapping) and set(inputs) == {"text"}:
         inputs = inputs["text"]
@@ -518,6 +535,7 @@ class SentenceEncoder(PoolMethods, TextEncoder):
             check_choice(output_value, ("sentence_embedding", "token_embeddings"), "output_value", error=InputError)
         precision = "float32" if precision is None else precision  # what sentence-transformers' evaluators pass
         check_choice(precision, PRECISIONS, "precision", error=InputError)
+        check_counts(batch_size=batch_size)
         devices = self.place(device)
         single = isinstance(sentences, str)
         texts = [sentences] if single else list(sentences)

@@ -43,7 +43,7 @@ def semantic_search(query_embeddings: Any, corpus_embeddings: Any, query_chunk_s
     sentence-transformers' util.semantic_search gives (the same arguments, in its order). The embeddings: tensors
     (dense or sparse), arrays, or lists of vectors. `score_function`: a SIMILARITIES name or a function
     (queries, corpus) -> (n, m) scores. The corpus is read in chunks, so the score table never holds all of it."""
-    queries, corpus = as_matrix(query_embeddings), as_matrix(corpus_embeddings)
+    queries, corpus = as_matrices(query_embeddings, corpus_embeddings, ("query_embeddings", "corpus_embeddings"))
     queries = queries.to(corpus.device)
     if isinstance(score_function, str) and score_function not in SIMILARITIES:
         raise InputError(f"unknown score_function {score_function!r}; choose from {', '.join(SIMILARITIES)}")
@@ -131,9 +131,13 @@ def community_detection(embeddings: Any, threshold: float = 0.75, min_community_
     return sorted(communities, key=len, reverse=True)
 
 
-def as_matrix(embeddings: Any) -> torch.Tensor:
+def as_matrix(embeddings: Any, name: str = "embeddings") -> torch.Tensor:
     """(n, d) tensor of a tensor (dense or sparse), an array, a list of vectors (tensors, arrays or lists), or one
-    vector; in scoring_dtype. An empty vector or list is (0, 0): no vectors."""
+    vector; in scoring_dtype. An empty vector or list is (0, 0): no vectors. Anything else (None, text, a 3D
+    tensor) is refused, naming `name`."""
+    if embeddings is None or isinstance(embeddings, str | bytes):
+        raise InputError(f"{name} must be vectors (a tensor, an array or a list of vectors), got "
+                         f"{type(embeddings).__name__}")
     if isinstance(embeddings, list | tuple) and embeddings and all(isinstance(e, torch.Tensor) for e in embeddings):
         matrix = torch.stack([e.coalesce() if e.is_sparse else e for e in embeddings])
     elif isinstance(embeddings, list | tuple) and embeddings and all(isinstance(e, np.ndarray) for e in embeddings):
@@ -144,10 +148,24 @@ def as_matrix(embeddings: Any) -> torch.Tensor:
         matrix = torch.tensor(embeddings)  # Python floats: float32, as sentence-transformers reads them
     else:
         matrix = torch.as_tensor(np.asarray(embeddings))
+    if matrix.dim() > 2:
+        raise InputError(f"{name} must be one vector or a (vectors, dimensions) matrix, got shape "
+                         f"{tuple(matrix.shape)}")
     matrix = matrix.to(scoring_dtype(matrix))
     if matrix.dim() == 1:
         return matrix.unsqueeze(0) if len(matrix) else matrix.reshape(0, 0)
     return matrix
+
+
+def as_matrices(first: Any, second: Any, names: tuple[str, str] = ("embeddings1", "embeddings2")
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two sets of vectors to compare, each as_matrix's (n, d), refused unless their vectors are of one width."""
+    matrices = as_matrix(first, names[0]), as_matrix(second, names[1])
+    widths = [matrix.shape[-1] for matrix in matrices]
+    if all(len(matrix) for matrix in matrices) and widths[0] != widths[1]:
+        raise InputError(f"{names[0]} has vectors of {widths[0]} dimensions, {names[1]} of {widths[1]}: they "
+                         f"compare only at one width")
+    return matrices
 
 
 def scoring_dtype(matrix: torch.Tensor) -> torch.dtype:

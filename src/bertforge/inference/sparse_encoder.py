@@ -355,6 +355,9 @@ class SparseEncoder(PoolMethods, TextEncoder):
         if top_k is not None:
             check_counts(top_k=top_k)
         matrix = self._matrix(embeddings, "decode")
+        if matrix.shape[-1] != self.get_embedding_dimension():  # else ids of another vocabulary are named here
+            raise InputError(f"decode takes vectors as wide as the vocabulary ({self.get_embedding_dimension()}), "
+                             f"got {matrix.shape[-1]}")
         answers = []
         for row in matrix:
             ids, weights = nonzero_weights(row)
