@@ -138,6 +138,8 @@ def test_a_field_set_after_the_config_was_made_is_checked_when_a_model_is_built(
     (lambda: BertConfig.from_dict(None), "a config is an object of fields, got null"),
     (lambda: BertConfig.from_dict([]), "a config is an object of fields, got an empty list"),
     (lambda: BertConfig(id2label=["neg", "pos"]), "id2label must be a dict of label ids and names"),
+    (lambda: BertConfig.load(None), "a config file is named by its path, got None"),
+    (lambda: BertConfig.load(""), "a config file is named by its path, got ''"),
 ])
 def test_a_config_of_the_wrong_shape_is_refused_by_name(make, message):
     with pytest.raises(ConfigError, match=message):

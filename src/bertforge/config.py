@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -433,6 +434,8 @@ def dropout_overrides(dropout: float | None) -> dict[str, float]:
 
 def read_json_object(path: str | Path, what: str) -> dict[str, Any]:
     """A JSON object from a file; a missing, unreadable or malformed file is a ConfigError naming it."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+        raise ConfigError(f"a {what} file is named by its path, got {path!r:.60}")
     path = Path(path)
     try:
         # utf-8-sig: a byte-order mark (Windows editors and PowerShell write one) is no part of the JSON
