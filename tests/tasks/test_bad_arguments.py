@@ -67,5 +67,12 @@ def test_predict_options_are_checked_not_read_as_not_given(model):
         model.predict(["a film"], max_length=2)
     assert [answer["label"] for answer in model.predict(["a film", ("a film", None)], max_length=3)] == \
         [answer["label"] for answer in model.predict(["a film"] * 2, max_length=3)]
+    # Rows as dicts, a pandas column and a generator are read as they were.
+    rows = [{"sentence": text, "label": label} for text, label in zip(TRAIN["sentence"], TRAIN["label"])]
+    assert model.evaluate(rows) == model.evaluate(TRAIN)
+    pandas = pytest.importorskip("pandas")
+    texts = TRAIN["sentence"][:3]
+    assert model.predict(pandas.Series(texts, index=[9, 4, 1])) == model.predict(text for text in texts) == \
+        model.predict(texts)
     with pytest.raises(ConfigError, match="directory is an empty path"):
         model.save("")

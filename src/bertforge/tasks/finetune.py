@@ -555,11 +555,11 @@ class FinetunedModel:
         if not isinstance(data, Iterable) or isinstance(data, (bytes, bytearray)):
             raise InputError(f"expected texts (a list), a data file or a table, got {data!r:.80}")
         items = list(data)  # a list, or any iterable of texts (a pandas Series)
+        if items and isinstance(items[0], Mapping):
+            return self.read(items, self.columns(), labelled)
         for number, item in enumerate(items):
             if not (isinstance(item, str) or is_text_pair(item) or dataclasses.is_dataclass(item)):
                 raise InputError(f"item {number}: expected a text or a (text, text_pair) tuple, got {item!r:.80}")
-        if items and isinstance(items[0], Mapping):
-            return self.read(items, self.columns(), labelled)
         made = [self.task.example(item, None) if isinstance(item, str) else
                 self.task.example(*item) if isinstance(item, tuple) else item for item in items]
         # Questions made here are numbered by their place (1, 2, ...), as those of a file and the server's are.
