@@ -468,11 +468,12 @@ def bert_config(config: Any) -> BertConfig:
     Every model assembler calls this first, so it also checks what only a model needs: hidden_size split evenly
     into heads. Like transformers, a config of any sizes can be made, saved and read (its ConfigTester makes
     hidden_size=37 with 12 heads); the model refuses it, before from_pretrained reads any weights."""
-    if not isinstance(config, BertConfig):
-        if not callable(getattr(config, "to_dict", None)):
-            raise ConfigError(f"expected a BertConfig, got {type(config).__name__}")
+    if isinstance(config, BertConfig):
+        config.check()  # again: a field may have been set since the config was made
+    elif callable(getattr(config, "to_dict", None)):  # read, and so checked, as its config.json would be
         config = BertConfig.from_dict(config.to_dict(), source=type(config).__name__)
-    config.check()  # again: a field may have been set since the config was made
+    else:
+        raise ConfigError(f"expected a BertConfig, got {type(config).__name__}")
     if config.hidden_size % config.num_attention_heads:
         raise ConfigError(f"hidden_size ({config.hidden_size}) must be divisible by "
                           f"num_attention_heads ({config.num_attention_heads})")

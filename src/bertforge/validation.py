@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bertforge.errors import ConfigError, InputError
@@ -45,6 +46,17 @@ def check_counts(**counts: Any) -> None:
     for name, value in counts.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise InputError(f"{name} must be a positive whole number, got {value!r}")
+
+
+def listed_inputs(value: Any, name: str) -> list:
+    """A batch of inputs as a list: a list, a tuple, a numpy array, a pandas Series or an iterator (a generator,
+    read once). A text alone is the caller's to take; bytes (text not yet decoded), a dict or a set (whose keys or
+    order would be read), None and a number are an InputError naming `name`: the tokenizer and the encoders say the
+    same."""
+    if isinstance(value, Iterable) and not isinstance(value, str | bytes | bytearray | Mapping | set | frozenset):
+        return list(value)
+    kind = "bytes: decode them first" if isinstance(value, bytes | bytearray) else type(value).__name__
+    raise InputError(f"{name} must be a string or a list of strings, got {kind}")
 
 
 def check_within_positions(max_length: int | None, positions: int, name: str = "max_length") -> None:

@@ -233,10 +233,10 @@ def test_embed_command_writes_windowed_vectors(wikitext_article, tmp_path, run_c
 
 
 @pytest.mark.parametrize("texts, named", [(None, "got NoneType"), ({"a text": 1}, "got dict"), ({"a text"}, "got set"),
-                                          (b"a text", "got bytes (decode the bytes first)")])
+                                          (b"a text", "got bytes: decode them first")])
 def test_inputs_that_are_not_texts_are_refused(minilm, tokenizer, texts, named):
     """None gave no vectors, a dict and a set failed deep in the batching, bytes were read as a list of numbers."""
-    with pytest.raises(InputError, match=re.escape(f"texts must be a text or a list of texts, {named}")):
+    with pytest.raises(InputError, match=re.escape(f"texts must be a string or a list of strings, {named}")):
         extract_features(minilm, tokenizer, texts)
 
 

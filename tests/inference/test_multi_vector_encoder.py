@@ -373,7 +373,7 @@ def test_arguments_of_the_wrong_kind_are_named(colbert_dirs):
     queries, documents = encoder.encode_query(["a cat"]), encoder.encode_document(["a cat sat.", "a dog ran."])
     failures = {
         "rank takes a query text and a list of document texts": lambda: encoder.rank("a", "abc"),
-        "inputs must be a text or a list of texts, got NoneType": lambda: encoder.encode_query(None),
+        "inputs must be a string or a list of strings, got NoneType": lambda: encoder.encode_query(None),
         "token_pooling must pool token vectors, such as HierarchicalTokenPooling(...), got 'x'": lambda: (
             encoder.encode_document(["a text"], token_pooling="x")),
         "prompt must be a text, got 5": lambda: encoder.encode_query(["a text"], prompt=5),

@@ -6,7 +6,7 @@ Shapes: batch, seq, hidden; `states` is the tuple of the embeddings output and e
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,7 @@ from torch import nn
 from bertforge.batching import MODEL_INPUTS, collate, length_sorted_batches
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
 from bertforge.errors import BertforgeError, ConfigError, InputError, check_choice
-from bertforge.validation import check_counts, check_number, check_within_positions
+from bertforge.validation import check_counts, check_number, check_within_positions, listed_inputs
 from bertforge.windows import half_overlap_starts
 
 # The feature-based recipes of the BERT paper's NER study (section 5.3), by name.
@@ -245,15 +245,8 @@ def embedding_texts(texts: Sequence[str], settings: SentenceEmbedding, prompt: s
 
 
 def input_list(texts: Any, name: str = "texts") -> list:
-    """The inputs of a call as a list: a string is one text; a list, tuple, numpy array or pandas Series holds
-    them, and an iterator (a generator) is read once. None, bytes (text not yet decoded), and a dict or a set
-    (whose keys or order would be read) are refused, naming `name`."""
-    if isinstance(texts, str):
-        return [texts]
-    if isinstance(texts, Iterable) and not isinstance(texts, bytes | bytearray | Mapping | set | frozenset):
-        return list(texts)
-    raise InputError(f"{name} must be a text or a list of texts, got {type(texts).__name__}"
-                     + (" (decode the bytes first)" if isinstance(texts, bytes | bytearray) else ""))
+    """The inputs of a call as a list: a string is one text, else validation.listed_inputs' batch."""
+    return [texts] if isinstance(texts, str) else listed_inputs(texts, name)
 
 
 def check_prompt(prompt: Any) -> None:

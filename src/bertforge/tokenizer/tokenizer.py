@@ -49,7 +49,7 @@ from bertforge.tokenizer.files import (
 )
 from bertforge.tokenizer.vocab import SPECIAL_TOKENS, UNUSED_ROLES, Vocab
 from bertforge.tokenizer.wordpiece import CONTINUATION, MAX_WORD_CHARS, WordPiece, WordPieceCache
-from bertforge.validation import check_number
+from bertforge.validation import check_number, listed_inputs
 
 SPECIAL_TOKEN_ROLES = (*SPECIAL_TOKENS, *UNUSED_ROLES)  # what a tokenizer's settings may name
 # The reference's WordPiece decoder glues these onto the previous token (applied token by token).
@@ -654,8 +654,11 @@ class BertTokenizer:
             return encoding
         if text is None:
             raise InputError("nothing to encode: give a text (or a text_target)")
-        text = _text_or_texts(text, "text")
-        text_pair = None if text_pair is None else _text_or_texts(text_pair, "text_pair")
+        # A batch as a list, read once: alignment calls the tokenizer again with it (a generator would be empty).
+        if not isinstance(text, str | list | tuple):
+            text = listed_inputs(text, "text")
+        if text_pair is not None and not isinstance(text_pair, str | list | tuple):
+            text_pair = listed_inputs(text_pair, "text_pair")
         is_batch = _is_batch_input(text, is_split_into_words)
         if not is_batch and not text_pair:
             text_pair = None  # one text with an empty pair is one text, as transformers reads it
@@ -815,19 +818,6 @@ class BertTokenizer:
         if single and return_tensors is None:
             columns = {name: values[0] for name, values in columns.items()}
         return BatchEncoding(to_tensors(columns, return_tensors))
-
-
-def _text_or_texts(value: Any, name: str) -> str | list | tuple:
-    """A call's `text` or `text_pair`: one string, or a batch as a list or tuple; a numpy array or an iterator
-    (a generator) is read into a list, once (alignment calls the tokenizer again with it). A dict, a set, bytes or
-    a number is refused by name rather than read as a batch of its keys, items, byte values or nothing."""
-    if isinstance(value, (str, list, tuple)):
-        return value
-    if isinstance(value, (bytes, bytearray)):
-        raise InputError(f"{name} must be a string or a list of strings, got bytes: decode them first")
-    if isinstance(value, (Mapping, set, frozenset)) or not isinstance(value, Iterable):
-        raise InputError(f"{name} must be a string or a list of strings, got {type(value).__name__}")
-    return list(value)
 
 
 def _check_strings(values: list, name: str) -> None:
