@@ -152,9 +152,18 @@ def built_and_loaded(model: torch.nn.Module, build: Callable[[], torch.nn.Module
     and where nothing is left new it gets uninitialised memory that the checkpoint fills. A checkpoint that leaves
     a head new gets the model built and initialised in full, so a seed gives that head what it always gave."""
     loaded, report = matched_state(model, state, source, initialisable, ignore_mismatched_heads)
-    model = build() if report.initialised else model.to_empty(device="cpu")
+    shared = distinct_tensors(model)
+    if not report.initialised:
+        model.to_empty(device="cpu")
+    if report.initialised or distinct_tensors(model) != shared:  # a tensor two modules share would come apart
+        model = build()
     model.load_state_dict({**model.state_dict(), **loaded})
     return model, report
+
+
+def distinct_tensors(model: torch.nn.Module) -> int:
+    """How many distinct parameters and buffers `model` holds (a tensor shared by two modules counts once)."""
+    return len({id(tensor) for tensor in (*model.parameters(), *model.buffers())})
 
 
 def _resolve_tied_copies(state: dict[str, torch.Tensor], source: Path | str, model_names: set[str]
