@@ -71,6 +71,21 @@ def test_evaluate_prints_and_saves_metrics(finetuned, data, run_command, tmp_pat
         assert f"{label:<5}  {row['precision']:9.4f}  {row['recall']:6.4f}  {row['f1']:6.4f}        3" in out
     # The classes' recalls are the accuracy's parts: each class is half the file.
     assert (per_label["neg"]["recall"] + per_label["pos"]["recall"]) / 2 == pytest.approx(saved["accuracy"])
+    # The confusion matrix: a row per true class (3 each), a column per predicted one, as predict labels the file.
+    confusion = saved["confusion_matrix"]
+    predictions = tmp_path / "predictions.jsonl"
+    code, _ = run_command(predict_cli, "--model", str(model), "--input", str(data[1]), "--output", str(predictions))
+    assert code == 0
+    given = [json.loads(line)["label"] for line in predictions.read_text().splitlines()]
+    true = [json.loads(line)["sentiment"] for line in data[1].read_text().splitlines()]
+    assert confusion == {"labels": ["neg", "pos"],
+                         "matrix": [[sum(t == a and g == b for t, g in zip(true, given)) for b in ("neg", "pos")]
+                                    for a in ("neg", "pos")]}
+    assert [sum(row) for row in confusion["matrix"]] == [3, 3]
+    table = out[out.index("confusion matrix (rows: true label, columns: predicted)"):].splitlines()
+    assert table[1].split() == ["true", "neg", "pos"]
+    assert [line.split() for line in table[2:4]] == [[label, *map(str, row)]
+                                                     for label, row in zip(("neg", "pos"), confusion["matrix"])]
 
 
 def test_evaluate_at_int8_records_the_precision(finetuned, data, run_command, tmp_path):

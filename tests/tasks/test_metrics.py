@@ -21,6 +21,7 @@ from bertforge.tasks.metrics import (
     binary_f1,
     class_scores,
     compute_metrics,
+    confusion_matrix,
     entities,
     entity_f1,
     entity_precision,
@@ -224,6 +225,21 @@ def test_class_and_multi_label_scores_match_scikit_learns_report(num_classes):
     expected = sklearn_metrics.classification_report(true, predicted, target_names=names, output_dict=True,
                                                      zero_division=0)
     assert as_report(multi_label_scores(predicted, true, names)) == pytest.approx(report_rows(expected, names))
+
+
+def test_confusion_matrix_by_hand_and_as_scikit_learn_counts():
+    # tp 3, fn 2, fp 1, tn 4 (above): rows are the true class, columns the predicted one.
+    assert confusion_matrix(PREDICTIONS, LABELS, 2) == [[4, 1], [2, 3]]
+    assert confusion_matrix(PREDICTIONS, LABELS, 3) == [[4, 1, 0], [2, 3, 0], [0, 0, 0]]
+    sklearn_metrics = pytest.importorskip("sklearn.metrics")
+    for num_classes in (2, 5):
+        predictions, labels = random_classes(num_classes, seed=num_classes)
+        expected = sklearn_metrics.confusion_matrix(labels, predictions, labels=range(num_classes + 1))
+        assert confusion_matrix(predictions, labels, num_classes + 1) == expected.tolist()
+    with pytest.raises(ValueError, match="label 2 is no class of 2"):
+        confusion_matrix([0, 1], [0, 2], 2)
+    with pytest.raises(ValueError, match="prediction -1 is no class of 2"):
+        confusion_matrix([0, -1], [0, 1], 2)
 
 
 def test_entity_scores_match_seqevals_report_on_real_conll_tags(data_dir):

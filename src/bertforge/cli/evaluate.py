@@ -9,7 +9,7 @@ from pathlib import Path
 from bertforge.checkpoint.default_model import DEFAULT_MODEL_NAMES
 from bertforge.cli.arguments import STANDARD_STREAM, check_writable, inference_options, path_text, report
 from bertforge.cli.finetune import add_trained_model_arguments
-from bertforge.tasks.finetune import EVAL_RESULTS_FILE, PER_LABEL
+from bertforge.tasks.finetune import CONFUSION_MATRIX, EVAL_RESULTS_FILE, PER_LABEL
 from bertforge.tasks.registry import TASKS
 
 
@@ -39,11 +39,13 @@ def run(args: argparse.Namespace) -> int:
                        inference=inference, decoding=args.decoding, format=args.format,
                        label_separator=args.label_separator, per_label=True,
                        version_2=args.version_2)
-    per_label = metrics.pop(PER_LABEL, None)
+    per_label, confusion = metrics.pop(PER_LABEL, None), metrics.pop(CONFUSION_MATRIX, None)
     for name, value in metrics.items():  # on standard error when the JSON record went to standard output
         report(str(output), f"{name}: {value:.4f}")
     if per_label:
         report(str(output), label_table(per_label))
+    if confusion:
+        report(str(output), confusion_table(confusion["labels"], confusion["matrix"]))
     if output is not None and str(output) != STANDARD_STREAM:
         print(f"saved to {output}")
     return 0
@@ -55,6 +57,17 @@ def label_table(per_label: dict[str, dict[str, float]]) -> str:
     rows = [f"{'label':<{width}}  precision  recall      f1  support"]
     rows += [f"{label:<{width}}  {s['precision']:9.4f}  {s['recall']:6.4f}  {s['f1']:6.4f}  {s['support']:7d}"
              for label, s in per_label.items()]
+    return "\n".join(rows)
+
+
+def confusion_table(labels: list[str], matrix: list[list[int]]) -> str:
+    """The confusion matrix as a table: a row per true label, a column per predicted one."""
+    width = max(len("true"), *map(len, labels))
+    columns = [max(len(label), *(len(str(row[j])) for row in matrix)) for j, label in enumerate(labels)]
+    rows = ["confusion matrix (rows: true label, columns: predicted)",
+            f"{'true':<{width}}" + "".join(f"  {label:>{w}}" for label, w in zip(labels, columns))]
+    rows += [f"{label:<{width}}" + "".join(f"  {count:>{w}}" for count, w in zip(row, columns))
+             for label, row in zip(labels, matrix)]
     return "\n".join(rows)
 
 

@@ -16,7 +16,7 @@ import torch
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import default_labels
 from bertforge.tasks.data import EncodeSettings, Features, TextExample
-from bertforge.tasks.metrics import LabelScores, class_scores, compute_metrics
+from bertforge.tasks.metrics import LabelScores, class_scores, compute_metrics, confusion_matrix
 from bertforge.windows import half_overlap_starts
 
 logger = logging.getLogger("bertforge")
@@ -192,6 +192,17 @@ def per_label(predictions: Sequence[dict[str, Any]], examples: Sequence[TextExam
     names = list(id2label.values())
     position = {name: i for i, name in enumerate(names)}
     return class_scores([position[p["label"]] for p in predictions], [position[e.label] for e in examples], names)
+
+
+def confusion(predictions: Sequence[dict[str, Any]], examples: Sequence[TextExample],
+              id2label: dict[int, str]) -> dict[str, list]:
+    """Which class each class's examples were given: {"labels": the model's classes, "matrix": a row per true class,
+    a column per predicted one}, as scikit-learn's confusion_matrix counts them."""
+    names = list(id2label.values())
+    position = {name: i for i, name in enumerate(names)}
+    matrix = confusion_matrix([position[p["label"]] for p in predictions], [position[e.label] for e in examples],
+                              len(names))
+    return {"labels": names, "matrix": matrix}
 
 
 def metric_names(id2label: dict[int, str]) -> list[str]:

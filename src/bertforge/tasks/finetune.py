@@ -77,6 +77,8 @@ logger = logging.getLogger("bertforge")
 EVAL_RESULTS_FILE = "eval_results.json"
 # The key of each label's scores among an evaluation's metrics (FinetunedModel.evaluate(per_label=True)).
 PER_LABEL = "per_label"
+# ... and the confusion matrix of a task with one label per example (with per_label=True too).
+CONFUSION_MATRIX = "confusion_matrix"
 DEV_LOSS = "loss"  # the name of the dev-set loss among the metrics
 
 
@@ -585,12 +587,15 @@ class FinetunedModel:
                  decoding: str | None = None, per_label: bool = False) -> dict[str, Any]:
         """The task's metrics (those of `bertforge evaluate`) on labelled examples or data (see `examples`); with
         `per_label`, also each label's (class's, entity type's) precision, recall, F1 and support under
-        "per_label", for a task whose answers are labels."""
+        "per_label", for a task whose answers are labels, and for classification the confusion matrix under
+        "confusion_matrix" ({"labels": [...], "matrix": a row per true label, a column per predicted one})."""
         examples = self.examples(examples, labelled=True)
         answers = self.predict(examples, batch_size, max_length, decoding)
         metrics = self.task.score(answers, examples, self.id2label)
         if per_label and self.task.per_label is not None:
             metrics[PER_LABEL] = self.task.per_label(answers, examples, self.id2label)
+        if per_label and self.task.confusion is not None:
+            metrics[CONFUSION_MATRIX] = self.task.confusion(answers, examples, self.id2label)
         return metrics
 
     def save(self, directory: str | Path, overwrite: bool = False) -> Path:

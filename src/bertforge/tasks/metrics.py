@@ -334,6 +334,19 @@ def class_scores(predictions: Sequence[int], labels: Sequence[int], names: Seque
                                int(np.sum(labels == i))) for i, name in enumerate(names)}
 
 
+def confusion_matrix(predictions: Sequence[int], labels: Sequence[int], num_classes: int) -> list[list[int]]:
+    """How many examples of each true class (a row) were predicted as each class (a column), classes 0 to
+    num_classes - 1 (scikit-learn's confusion_matrix with labels=range(num_classes))."""
+    predictions, labels = _paired(predictions, labels)
+    for name, values in (("prediction", predictions), ("label", labels)):
+        outside = values[(values < 0) | (values >= num_classes)]
+        if outside.size:
+            raise ValueError(f"{name} {outside[0]} is no class of {num_classes}")
+    matrix = np.zeros((num_classes, num_classes), dtype=np.int64)
+    np.add.at(matrix, (labels, predictions), 1)
+    return matrix.tolist()
+
+
 def multi_label_scores(predictions: Sequence[Sequence[int]], labels: Sequence[Sequence[int]],
                        names: Sequence[str]) -> dict[str, LabelScores]:
     """Each label's scores by its name (column i is names[i]) over the examples' 0/1 rows: classification_report

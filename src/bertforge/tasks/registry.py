@@ -86,6 +86,8 @@ class Task:
         unless the run names another of `metrics` (those score may give) or "loss".
     per_label(answers, examples, id2label) -> {label: {"precision", "recall", "f1", "support"}}, for a task whose
         answers are labels (classes, entity types); None for the others.
+    confusion(answers, examples, id2label) -> {"labels": [...], "matrix": [[count, ...], ...]}, a row per true
+        label and a column per predicted one, for a task with one label per example; None for the others.
     problem_type: config.json's problem_type of its models (a key of heads.LOSSES), when the head needs one.
     calibrate(features, examples, outputs per row, model config) -> EncodeSettings fields chosen on the dev set
         at each evaluation (multi-label's decision threshold), saved with the model they were chosen for.
@@ -107,6 +109,7 @@ class Task:
     problem_type: str | None = None
     per_label: Callable[[Sequence[dict[str, Any]], Sequence[Any], dict[int, str]],
                         dict[str, dict[str, float | int]]] | None = None
+    confusion: Callable[[Sequence[dict[str, Any]], Sequence[Any], dict[int, str]], dict[str, list]] | None = None
     calibrate: Callable[[Features, Sequence[Any], Sequence[tuple[torch.Tensor, ...]], Any],
                         dict[str, Any]] | None = None
     metrics: tuple[str, ...] = ()
@@ -151,6 +154,7 @@ TASKS: dict[str, Task] = {
         decode=classification.decode,
         score=classification.score,
         per_label=classification.per_label,
+        confusion=classification.confusion,
         metrics=tuple(METRICS["classification"]),
         metric_names=classification.metric_names,
     ),

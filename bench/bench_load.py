@@ -1,0 +1,87 @@
+"""Loading a checkpoint: bertforge's from_pretrained vs transformers' and sentence-transformers', one run.
+
+    python bench/bench_load.py [--threads 1] [--repeats 7] [--model DIR] [--random-init]
+
+Each row loads the same folder (the default model, all-MiniLM-L6-v2, unless --model names another) into a model
+ready to run: the bare encoder, a classifier whose head the checkpoint lacks (so it is initialised), and the
+sentence encoder each library offers. Timed interleaved after a warm-up load each (the file is in the page cache
+for all); seconds are medians, the ratio is the reference's time over bertforge's. This is what a command, a
+server or a worker pays at start, on top of importing the library.
+
+--random-init adds bertforge's old way of loading as a row: the model built with its random initialisation, then
+every tensor overwritten from the checkpoint, which is what from_pretrained now skips for a checkpoint that holds
+every tensor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+from machine import machine  # bench/ is the script's folder, so on sys.path
+from safetensors.torch import load_file
+
+from bertforge import BertConfig, BertForSequenceClassification, BertModel, SentenceEncoder
+from bertforge.checkpoint import default_model_dir
+from bertforge.checkpoint.pretrained import load_hf_state_dict
+
+
+def median_seconds(load: Callable[[], object], repeats: int) -> float:
+    load()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        load()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--model", default=None, help="a checkpoint folder (default: the embedded default model)")
+    parser.add_argument("--random-init", action="store_true", help="also time the build-then-overwrite load")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    logging.disable(logging.WARNING)  # the "newly initialised" notes of the classifier rows, from all three
+    import sentence_transformers
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    folder = args.model or str(default_model_dir())
+
+    def old_bertforge_load() -> BertModel:
+        model = BertModel(BertConfig.from_pretrained(folder))
+        load_hf_state_dict(model, load_file(f"{folder}/model.safetensors"), folder)
+        return model.eval()
+
+    rows = [
+        ("encoder", lambda: BertModel.from_pretrained(folder), lambda: transformers.BertModel.from_pretrained(folder)),
+        ("classifier, new head", lambda: BertForSequenceClassification.from_pretrained(folder, num_labels=3),
+         lambda: transformers.BertForSequenceClassification.from_pretrained(folder, num_labels=3)),
+        ("sentence encoder", lambda: SentenceEncoder(folder, device="cpu"),
+         lambda: sentence_transformers.SentenceTransformer(folder, device="cpu")),
+    ]
+    print(machine())
+    print(f"{folder}, {args.threads} thread(s), median of {args.repeats} loads after one warm-up each")
+    print(f"{'':<24}{'bertforge':>12}{'reference':>12}{'ratio':>9}   reference")
+    for name, ours, theirs in rows:
+        mine, reference = median_seconds(ours, args.repeats), median_seconds(theirs, args.repeats)
+        library = "sentence-transformers" if name == "sentence encoder" else "transformers"
+        print(f"{name:<24}{mine:>11.3f}s{reference:>11.3f}s{reference / mine:>8.2f}x   {library} "
+              f"{(sentence_transformers if name == 'sentence encoder' else transformers).__version__}")
+    if args.random_init:
+        old = median_seconds(old_bertforge_load, args.repeats)
+        new = median_seconds(lambda: BertModel.from_pretrained(folder), args.repeats)
+        print(f"{'encoder, built at random':<24}{old:>11.3f}s{'':>12}{old / new:>8.2f}x   (bertforge before: its "
+              f"time over from_pretrained's)")
+
+
+if __name__ == "__main__":
+    main()
