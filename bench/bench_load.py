@@ -14,6 +14,9 @@ forward pass first touches them, where bertforge reads them into the model's own
 file overwritten in place can't take a loaded model down with a bus error); the second column compares the two
 with every weight read.
 
+A last row loads the encoder once in a new process (the library already imported, not timed), as a command or a
+worker process does: a load's one-time costs, such as imports torch makes at first use, show there.
+
 --random-init adds bertforge's old way of loading as a row: the model built with its random initialisation, then
 every tensor overwritten from the checkpoint, which is what from_pretrained now skips for a checkpoint that holds
 every tensor.
@@ -24,6 +27,8 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 
@@ -57,6 +62,22 @@ def run_once(model) -> None:
             model.encode(["A short sentence."])
         else:
             model(IDS)
+
+
+FIRST_LOAD = """
+import sys, time
+import {module}
+start = time.perf_counter()
+{module}.BertModel.from_pretrained(sys.argv[1])
+print(time.perf_counter() - start)
+"""
+
+
+def first_load_seconds(module: str, folder: str, repeats: int) -> float:
+    """The median time of a process's first load of the encoder, `module` (bertforge, transformers) imported."""
+    return statistics.median(float(subprocess.run([sys.executable, "-c", FIRST_LOAD.format(module=module), folder],
+                                                  capture_output=True, text=True, check=True).stdout.split()[-1])
+                             for _ in range(repeats))
 
 
 def main() -> None:
@@ -99,6 +120,9 @@ def main() -> None:
             figures.append(f"{mine:>11.3f}s{reference:>11.3f}s{reference / mine:>8.2f}x")
         library = sentence_transformers if name == "sentence encoder" else transformers
         print(f"{name:<24}{''.join(figures)}   {library.__name__.replace('_', '-')} {library.__version__}")
+    mine, reference = first_load_seconds("bertforge", folder, 3), first_load_seconds("transformers", folder, 3)
+    print(f"{'encoder, new process':<24}{mine:>11.3f}s{reference:>11.3f}s{reference / mine:>8.2f}x"
+          f"{'':>33}   transformers, first load in a process (median of 3 processes)")
     if args.random_init:
         old = median_seconds(old_bertforge_load, args.repeats)
         new = median_seconds(lambda: BertModel.from_pretrained(folder), args.repeats)

@@ -308,8 +308,6 @@ class BertModel(Pretrained, nn.Module):
 
     def init_weights(self, module: nn.Module) -> None:
         """BERT's initialisation: normal(0, initializer_range) weights, zero biases, LayerNorm 1 and 0."""
-        if any(parameter.is_meta for parameter in module.parameters(recurse=False)):
-            return  # built for its shapes only, to be filled from a checkpoint (checkpoint/pretrained.py)
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, std=self.config.initializer_range)
         if isinstance(module, nn.Linear) and module.bias is not None:

@@ -58,3 +58,19 @@ def test_a_saved_masked_lm_model_reloads_tied_as_it_was(tmp_path, tied):
         torch.testing.assert_close(again(ids).logits, model.eval()(ids).logits)
     decoder, table = again.get_output_embeddings().weight, again.bert.embeddings.tokens.weight
     assert (decoder.data_ptr() == table.data_ptr()) == tied
+
+
+def test_shapes_only_leaves_real_tensors_and_other_threads_to_their_initialisers():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bertforge.checkpoint.pretrained import shapes_only
+
+    originals = {name: getattr(torch.nn.init, name) for name in ("normal_", "uniform_", "kaiming_uniform_")}
+    with shapes_only():
+        skeleton = torch.nn.Linear(4, 3)
+        real = torch.nn.init.normal_(torch.zeros(5, device="cpu"))
+        elsewhere = ThreadPoolExecutor(1).submit(lambda: torch.nn.Linear(4, 3).weight.detach()).result()
+    assert skeleton.weight.is_meta and skeleton.bias.is_meta
+    assert real.device.type == "cpu" and bool((real != 0).all())
+    assert elsewhere.device.type == "cpu" and bool((elsewhere != 0).all())
+    assert all(getattr(torch.nn.init, name) is function for name, function in originals.items())

@@ -6,7 +6,8 @@ import dataclasses
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -154,11 +155,42 @@ def built_and_loaded(model: torch.nn.Module, build: Callable[[], torch.nn.Module
     loaded, report = matched_state(model, state, source, initialisable, ignore_mismatched_heads)
     shared = distinct_tensors(model)
     if not report.initialised:
-        model.to_empty(device="cpu")
+        # Module.to_empty's empty_like of a meta tensor runs torch's Python reference code (0.45 s of imports
+        # at first use); a new tensor of the same shape is the same memory without it.
+        model._apply(lambda tensor: torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu"))
     if report.initialised or distinct_tensors(model) != shared:  # a tensor two modules share would come apart
         model = build()
     model.load_state_dict({**model.state_dict(), **loaded})
     return model, report
+
+
+# torch.nn.init's initialisers, which the modules' constructors call (nn.Linear's, nn.Embedding's, BERT's own)
+INITIALISERS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_", "dirac_",
+                "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_")
+
+
+@contextmanager
+def shapes_only() -> Iterator[None]:
+    """Modules built here get tensors on the meta device (shapes, no memory, no numbers), and torch.nn.init leaves
+    meta tensors as they are: drawing "numbers" for one runs torch's Python reference code, whose first use in a
+    process costs about 0.7 s of imports, for numbers that do not exist. Other tensors, in other threads too, are
+    initialised as ever."""
+    originals = {name: getattr(torch.nn.init, name) for name in INITIALISERS if hasattr(torch.nn.init, name)}
+
+    def real_only(initialise: Callable) -> Callable:
+        @functools.wraps(initialise)
+        def initialise_real(tensor: torch.Tensor, *args, **kwargs):
+            return tensor if tensor.is_meta else initialise(tensor, *args, **kwargs)
+        return initialise_real
+
+    for name, initialise in originals.items():
+        setattr(torch.nn.init, name, real_only(initialise))
+    try:
+        with torch.device("meta"):
+            yield
+    finally:
+        for name, initialise in originals.items():
+            setattr(torch.nn.init, name, initialise)
 
 
 def distinct_tensors(model: torch.nn.Module) -> int:
@@ -313,7 +345,7 @@ class Pretrained(ActivationCheckpointing):
 
         build = functools.partial(cls, config, **constructor)
         try:
-            with torch.device("meta"):  # shapes only, see built_and_loaded
+            with shapes_only():  # see built_and_loaded
                 skeleton = build()
         except ConfigError as error:  # sizes a config may hold but a model can't use (config.bert_config)
             raise (ConfigError(f"{config_path(directory)}: {error}") if given is None else error) from None
