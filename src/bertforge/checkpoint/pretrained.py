@@ -153,13 +153,15 @@ def built_and_loaded(model: torch.nn.Module, build: Callable[[], torch.nn.Module
     and where nothing is left new it gets uninitialised memory that the checkpoint fills. A checkpoint that leaves
     a head new gets the model built and initialised in full, so a seed gives that head what it always gave."""
     loaded, report = matched_state(model, state, source, initialisable, ignore_mismatched_heads)
-    shared = distinct_tensors(model)
-    if not report.initialised:
+    if report.initialised:
+        model = build()
+    else:
+        shared = distinct_tensors(model)
         # Module.to_empty's empty_like of a meta tensor runs torch's Python reference code (0.45 s of imports
         # at first use); a new tensor of the same shape is the same memory without it.
         model._apply(lambda tensor: torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu"))
-    if report.initialised or distinct_tensors(model) != shared:  # a tensor two modules share would come apart
-        model = build()
+        if distinct_tensors(model) != shared:  # a tensor two modules shared came apart
+            model = build()
     model.load_state_dict({**model.state_dict(), **loaded})
     return model, report
 

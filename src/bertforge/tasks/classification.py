@@ -189,20 +189,24 @@ def score(predictions: Sequence[dict[str, Any]], examples: Sequence[TextExample]
 def per_label(predictions: Sequence[dict[str, Any]], examples: Sequence[TextExample],
               id2label: dict[int, str]) -> dict[str, LabelScores]:
     """Each class's precision, recall, F1 and support, every class of the model listed."""
-    names = list(id2label.values())
-    position = {name: i for i, name in enumerate(names)}
-    return class_scores([position[p["label"]] for p in predictions], [position[e.label] for e in examples], names)
+    names, predicted, true = class_places(predictions, examples, id2label)
+    return class_scores(predicted, true, names)
 
 
 def confusion(predictions: Sequence[dict[str, Any]], examples: Sequence[TextExample],
               id2label: dict[int, str]) -> dict[str, list]:
     """Which class each class's examples were given: {"labels": the model's classes, "matrix": a row per true class,
     a column per predicted one}, as scikit-learn's confusion_matrix counts them."""
+    names, predicted, true = class_places(predictions, examples, id2label)
+    return {"labels": names, "matrix": confusion_matrix(predicted, true, len(names))}
+
+
+def class_places(predictions: Sequence[dict[str, Any]], examples: Sequence[TextExample],
+                 id2label: dict[int, str]) -> tuple[list[str], list[int], list[int]]:
+    """The model's classes in its order, and each example's predicted and true class as a place among them."""
     names = list(id2label.values())
-    position = {name: i for i, name in enumerate(names)}
-    matrix = confusion_matrix([position[p["label"]] for p in predictions], [position[e.label] for e in examples],
-                              len(names))
-    return {"labels": names, "matrix": matrix}
+    place = {name: i for i, name in enumerate(names)}
+    return names, [place[p["label"]] for p in predictions], [place[e.label] for e in examples]
 
 
 def metric_names(id2label: dict[int, str]) -> list[str]:
