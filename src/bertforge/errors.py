@@ -33,6 +33,15 @@ class InputError(BertforgeError):
         self.path, self.line, self.field = path, line, field
 
 
+def no_such_file(path: str | Path, what: str = "file") -> InputError:
+    """The error for a data file that isn't there; "-" is named as what it would be elsewhere (standard input),
+    which the commands that read a file more than once, or keep its name, don't take."""
+    if str(path) == "-":
+        return InputError(f"standard input is read by predict, embed, similarity and tokenize; this {what} must be "
+                          "a file: save the data to one and name it", path)
+    return InputError(f"no such {what}", path)
+
+
 def check_choice(name: object, choices: Iterable[str], what: str, error: type[BertforgeError] = ConfigError) -> None:
     """Raise `error` unless `name` is one of `choices`, naming them: "unknown pooling 'avg'; choose from cls, mean,
     max". The one spelling of that message for every table of named variants."""

@@ -30,6 +30,12 @@ MODEL_MARKERS = ("config.json", "model.safetensors", "pytorch_model.bin", "finet
 # the user's own files of these names, which is refused unless asked (--overwrite).
 RUN_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "metrics.json",
              "train_log.jsonl", "curves.png", "eval_results.json", "seeds.json", "modules.json")
+# A command's reports, which it may write again into the model folder it reads (evaluate, pretrain eval and plot).
+REPORT_FILES = ("eval_results.json", "curves.png")
+# What else makes up a model or corpus folder that commands read: replacing one of these with a report would break it.
+FOLDER_FILES = ("log.jsonl", "manifest.json", "compression.json", "adapter_config.json", "sentence_bert_config.json",
+                "config_sentence_transformers.json", "added_tokens.json")
+TENSOR_SUFFIXES = (".safetensors", ".bin", ".npy", ".pt", ".pth", ".ckpt", ".index.json")
 
 
 def _check_parent(path: Path, what: str) -> None:
@@ -57,16 +63,47 @@ def check_output_file(path: str | Path, what: str = "output file") -> Path:
     return path
 
 
+def is_within(path: str | Path, folder: str | Path) -> bool:
+    """Whether `path` is `folder` or lies inside it (links and relative names resolved)."""
+    path, folder = Path(path).resolve(), Path(folder).resolve()
+    return path == folder or folder in path.parents
+
+
+def is_part_of(path: str | Path, folder: str | Path) -> bool:
+    """Whether the existing file `path` is one of those that make up the model or corpus folder `folder` (or a
+    sub-folder's: a checkpoint, a sentence-transformers module): its weights, config, tokenizer, logs or shards,
+    not a report or an export a command writes there again."""
+    path = Path(path)
+    if not path.is_file() or not is_within(path, folder):
+        return False
+    name = path.name
+    if name in REPORT_FILES:
+        return False
+    return name in MODEL_MARKERS + RUN_FILES + FOLDER_FILES or name.endswith(TENSOR_SUFFIXES)
+
+
+def check_not_holding(output: Path, inputs: tuple[str | Path | None, ...], what: str) -> None:
+    """Refuse an output folder that is, or holds, one of the files or folders the run reads: the folder is replaced
+    whole when a model in it is overwritten (by this run or a later one), which would delete them."""
+    for given in inputs:
+        if given is not None and str(given) != "-" and Path(given).exists() and is_within(given, output):
+            held = "is what this run reads" if is_within(output, given) else f"holds {given}, which this run reads"
+            raise InputError(f"{held}: replacing the {what} (by this run or a later one given --overwrite) would "
+                             f"delete it; choose another {what}", output)
+
+
 def holds_model(directory: Path) -> bool:
     return directory.is_dir() and any((directory / name).exists() for name in MODEL_MARKERS)
 
 
-def check_output_dir(path: str | Path, overwrite: bool = False, what: str = "output folder") -> Path:
-    """Fail before any slow work when the model folder `path` can't be written, or holds a model (or a training
-    run) and `overwrite` is not set."""
+def check_output_dir(path: str | Path, overwrite: bool = False, what: str = "output folder",
+                     inputs: tuple[str | Path | None, ...] = ()) -> Path:
+    """Fail before any slow work when the model folder `path` can't be written, holds a model (or a training
+    run) and `overwrite` is not set, or holds one of the run's `inputs` (data files, a corpus)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise InputError(f"exists and is not a folder; the {what} is a model folder", path)
+    check_not_holding(path, inputs, what)
     if (path / "checkpoint").is_dir() and not overwrite:
         raise ConfigError(f"{path}: already holds a training run; pass --resume to continue it, --overwrite to "
                           "start again, or choose another output folder")
@@ -89,6 +126,10 @@ def check_output_dir(path: str | Path, overwrite: bool = False, what: str = "out
 def staging_dir(output: str | Path) -> Path:
     """Where a run into `output` writes until it ends: beside it, so that the final move is a rename."""
     output = Path(output)
+    if output.name in ("", ".."):  # "." (whose name is empty) and ".." have no name of their own to suffix
+        output = Path(os.path.abspath(output))
+    if not output.name:
+        raise InputError("is the file system's root; a model needs a folder of its own", output)
     return output.with_name(output.name + INCOMPLETE_SUFFIX)
 
 
@@ -157,10 +198,10 @@ def finish_staging(output: str | Path) -> Path:
     """Move the staging folder into place. A model folder being replaced (the run was told to overwrite it) is
     set aside, the new one renamed in, then the old one removed: a crash in between leaves one of the two whole
     under a clear name. Into an existing folder that holds no model, the new files are moved one by one, so that
-    the user's other files stay."""
+    the user's other files stay (and the folder, which may be the current one, stays where it is)."""
     output = Path(output)
     staging = staging_dir(output)
-    if output.is_dir() and not holds_model(output) and any(output.iterdir()):
+    if output.is_dir() and not holds_model(output):
         for entry in staging.iterdir():
             target = output / entry.name
             if target.is_dir() and not target.is_symlink():

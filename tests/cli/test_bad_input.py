@@ -194,7 +194,36 @@ FLAG_AND_OUTPUT_CASES = [
     ("distill-hidden-weight-nan", ["distill", "--teacher", "{M}", "--train", "{D}/train.csv", "--output", "{T}/out",
                                    "--hidden-weight", "nan"], 2, ["--hidden-weight", "finite"]),
     ("distill-student-as-deep", ["distill", "--teacher", "{M}", "--train", "{D}/train.csv", "--output", "{T}/out",
-                                 "--student-layers", "9"], 1, ["not smaller than its teacher"]),
+                                 "--student-layers", "9"], 1, ["has more than its teacher"]),
+    # an output among the files of the model or data the command reads would replace them
+    ("predict-output-is-model-config", ["predict", "--model", "{M}", "--input", "{D}/lines.txt", "--output",
+                                        "{M}/config.json"], 1, ["config.json: is part of", "which this command reads"]),
+    ("evaluate-output-is-model-weights", ["evaluate", "--model", "{M}", "--data", "{D}/train.csv", "--output",
+                                          "{M}/model.safetensors"], 1, ["model.safetensors: is part of"]),
+    ("explain-output-is-tokenizer", ["explain", "--model", "{M}", "--text", "fine", "--output",
+                                     "{M}/tokenizer_config.json"], 1, ["tokenizer_config.json: is part of"]),
+    ("finetune-output-holds-its-data", ["finetune", "--model", "{E}", "--train", "{D}/train.csv", "--text-column",
+                                        "review", "--label-column", "sentiment", "--output", "{D}"], 1,
+     ["train.csv, which this run reads", "choose another output folder"]),
+    ("finetune-output-is-root", ["finetune", "--model", "{E}", "--train", "{D}/train.csv", "--text-column", "review",
+                                 "--label-column", "sentiment", "--output", "/"], 1, ["file system's root"]),
+    # options that would be ignored
+    ("predict-decoding-of-a-classifier", ["predict", "--model", "{M}", "--text", "fine", "--decoding", "viterbi"], 1,
+     ["decoding 'viterbi' is a setting of ner"]),
+    ("predict-pair-to-a-single-text-model", ["predict", "--model", "{M}", "--text", "fine", "--text-pair", "two"], 1,
+     ["--text-pair", "fine-tuned on single texts (column 'review')"]),
+    ("finetune-early-stopping-without-dev", ["finetune", "--model", "{E}", "--train", "{D}/train.csv",
+                                             "--text-column", "review", "--label-column", "sentiment",
+                                             "--early-stopping", "2", "--output", "{T}/out"], 1,
+     ["--early-stopping 2", "give --dev too"]),
+    ("finetune-label-separator-of-classification", ["finetune", "--model", "{E}", "--train", "{D}/train.csv",
+                                                    "--text-column", "review", "--label-column", "sentiment",
+                                                    "--label-separator", "|", "--output", "{T}/out"], 1,
+     ["label_separator", "multi_label"]),
+    ("evaluate-data-from-standard-input", ["evaluate", "--model", "{M}", "--data", "-", "--format", "csv"], 1,
+     ["-: standard input is read by predict, embed, similarity and tokenize"]),
+    ("vocab-corpus-from-standard-input", ["vocab", "--corpus", "-", "--output", "{T}/vocab.txt"], 1,
+     ["-: standard input is read by", "corpus file must be a file"]),
 ]
 
 
@@ -406,13 +435,68 @@ def test_a_format_the_file_is_not(world, tmp_path, capsys, format_, fragments):
     ([{"text": "", "answer_start": 99}], ["answer_start 99 is outside the context"]),
     ([{"text": "Denver", "answer_start": 1}], ["points at 'enver '"]),
     ([{"text": "Denver", "answer_start": "0"}], ["expected int, got str"]),
-], ids=["negative", "beyond", "empty-beyond", "elsewhere", "string"])
+    ([{"text": "Denver", "answer_start": True}], ["expected int, got bool"]),
+    ([{"text": SQUAD_CONTEXT + " and more", "answer_start": 0}],
+     ["answer's", "characters are more than the context's"]),
+], ids=["negative", "beyond", "empty-beyond", "elsewhere", "string", "boolean", "longer-than-the-context"])
 def test_squad_offsets(world, tmp_path, capsys, answers, fragments):
     root, encoder, data, earlier = world
     path = squad_file(tmp_path / "squad.json", answers)
     result = run_cli(capsys, "finetune", "--task", "qa", "--model", encoder, "--train", path, "--output",
                      tmp_path / "out")
     assert_one_line_error(*result, 1, "squad.json", *fragments)
+
+
+def test_is_impossible_is_true_or_false(world, tmp_path, capsys):
+    """The string "false" would read as true (and then as "unanswerable but has answers")."""
+    root, encoder, data, earlier = world
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps({"data": [{"title": "t", "paragraphs": [{"context": SQUAD_CONTEXT, "qas": [
+        {"id": "q1", "question": "Who won?", "is_impossible": "false",
+         "answers": [{"text": "Denver", "answer_start": 0}]}]}]}]}))
+    result = run_cli(capsys, "finetune", "--task", "qa", "--version-2", "--model", encoder, "--train", path,
+                     "--output", tmp_path / "out")
+    assert_one_line_error(*result, 1, "squad.json", "is_impossible must be true or false, got 'false'")
+
+
+def test_a_pair_model_given_one_text_is_refused(world, tmp_path, capsys):
+    """A model fine-tuned on text pairs would read a text alone as no training example was, and answer anyway."""
+    root, encoder, data, earlier = world
+    (tmp_path / "pairs.csv").write_text("first,second,label\n" + "".join(f'"{text}","{text} indeed",{label}\n'
+                                                                       for text, label in REVIEWS))
+    assert run_cli(capsys, "finetune", "--model", encoder, "--train", tmp_path / "pairs.csv", "--text-column",
+                   "first", "--text-pair-column", "second", "--max-steps", "1", "--output", tmp_path / "model",
+                   "--no-progress")[0] == 0
+    assert_one_line_error(*run_cli(capsys, "predict", "--model", tmp_path / "model", "--text", "fine"), 1,
+                          "fine-tuned on text pairs (columns 'first' and 'second'): give --text-pair too")
+    code, out, err = run_cli(capsys, "predict", "--model", tmp_path / "model", "--text", "fine", "--text-pair", "yes")
+    assert code == 0 and out.split()[0] in ("pos", "neg"), err
+
+
+def test_an_output_of_the_current_folder(world, tmp_path, capsys, monkeypatch):
+    """`--output .` writes into the folder it names (its staging folder beside it), and the folder stays itself."""
+    root, encoder, data, earlier = world
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.md").write_text("the user's own file")
+    code, out, err = run_cli(capsys, "export", "hf", "--model", encoder, "--output", ".")
+    assert code == 0, err
+    assert (tmp_path / "model.safetensors").is_file() and (tmp_path / "notes.md").read_text() == "the user's own file"
+    assert not (tmp_path.parent / (tmp_path.name + ".incomplete")).exists()
+    assert_one_line_error(*run_cli(capsys, "export", "hf", "--model", encoder, "--output", "."), 1,
+                          "already holds a model")
+
+
+def test_predictions_of_a_text_file_are_one_per_line(world, tmp_path, capsys):
+    """Blank lines are texts too, so the n-th prediction is the n-th line's (as embed's vectors are); a form feed or
+    U+2028 inside a line breaks no line."""
+    root, encoder, data, earlier = world
+    lines = ["a joy from start to finish", "", "dull and lifeless", "   ", "witty\u2028and\x0cwise"]
+    path = tmp_path / "texts.txt"
+    path.write_text("\r\n".join(lines) + "\r\n", encoding="utf-8")
+    for command in (["predict", "--model", earlier / "model"], ["embed", "--model", encoder]):
+        code, out, err = run_cli(capsys, *command, "--input", path, "--output", "-")
+        assert code == 0, err
+        assert [json.loads(row)["text"] for row in out.split("\n")[:-1]] == lines  # JSON lines end at "\n" alone
 
 
 def test_a_long_csv_field_is_read_like_the_same_text_in_jsonl(world, tmp_path, capsys):

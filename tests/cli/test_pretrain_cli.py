@@ -49,6 +49,23 @@ def test_train_then_eval(corpus, tmp_path, capsys):
     assert json.loads(captured.out) == metrics and "wrote -" in captured.err
     assert main(["pretrain", "plot", str(tmp_path / "model"), "--output", "-"]) == 1
     assert "--output -: the plot is an image; give a file name" in capsys.readouterr().err
+    # by default the run's own settings (length, batch size, masking, seed): the last held-out figures its log
+    # shows, here over the batches training scored
+    logged = [json.loads(line) for line in (tmp_path / "model" / "log.jsonl").read_text().splitlines()]
+    last = [record for record in logged if record["event"] == "eval"][-1]
+    assert main(["pretrain", "eval", "--model", str(tmp_path / "model"), "--data", str(corpus),
+                 "--max-batches", str(last["batches"]), "--output", "-"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert (metrics["loss"], metrics["accuracy"], metrics["masked_tokens"]) == \
+        (pytest.approx(last["loss"], rel=1e-6), last["accuracy"], last["masked_tokens"])
+    # an --output among the files it reads would destroy the model or the corpus
+    for reads in (tmp_path / "model" / "config.json", tmp_path / "model" / "model.safetensors",
+                  corpus / "manifest.json", next(corpus.glob("shard-*.npy"))):
+        before = reads.read_bytes()
+        assert main(["pretrain", "eval", "--model", str(tmp_path / "model"), "--data", str(corpus),
+                     "--output", str(reads)]) == 1
+        err = capsys.readouterr().err.strip()
+        assert "which this command reads" in err and "\n" not in err and reads.read_bytes() == before
     # a count of held-out documents rather than a fraction
     assert main(["pretrain", "eval", "--model", str(tmp_path / "model"), "--data", str(corpus), "--holdout", "2",
                  "--batch-size", "4", "--max-batches", "1", "--max-length", "32", "--output", "-"]) == 0
@@ -78,6 +95,15 @@ def test_errors_are_one_line(corpus, tmp_path, capsys, change, message):
     assert main(args) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("bertforge: error:") and message in err and "\n" not in err
+
+
+def test_an_output_that_is_or_holds_the_corpus_is_refused(corpus, tmp_path, capsys):
+    """A later --overwrite would replace the folder, and the corpus in it, whole."""
+    for output in (corpus, corpus.parent):
+        assert main(train_args(corpus, output)) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("bertforge: error:") and "this run reads" in err and "\n" not in err
+        assert (corpus / "manifest.json").is_file() and not (corpus / "config.json").exists()
 
 
 def test_eval_of_an_encoder_without_masked_lm_head_is_one_line(corpus, tmp_path, capsys, minilm_dir):

@@ -193,3 +193,29 @@ def test_the_gate_warms_up_on_one_batch_on_a_cpu_and_on_every_example_elsewhere(
     assert warm_up_examples(finetuned, examples, batch_size=4) == [0, 1, 2, 3]
     finetuned.model.to("meta")  # any device but the CPU
     assert warm_up_examples(finetuned, examples, batch_size=4) == examples
+
+
+def test_a_dev_set_whose_metric_is_not_a_number_is_refused_before_any_candidate(tiny_model_dir, data_dir, tmp_path,
+                                                                                capsys):
+    """Spearman's correlation of scores that are all the same is NaN: no drop can be measured against it. quantize
+    says so after scoring the original alone, distill before training; neither writes anything."""
+    rows = [line.split("\t") for line in (data_dir / "stsb" / "dev.tsv").read_text().splitlines()[1:41]]
+    header = "sentence1,sentence2,score\n"
+    quoted = [f'"{row[-3]}","{row[-2]}",' for row in rows if '"' not in row[-3] + row[-2]]
+    (tmp_path / "train.csv").write_text(header + "".join(f"{pair}{i % 5}\n" for i, pair in enumerate(quoted)))
+    (tmp_path / "flat.csv").write_text(header + "".join(f"{pair}2.5\n" for pair in quoted))
+    assert main(["finetune", "--task", "regression", "--model", str(tiny_model_dir), "--train",
+                 str(tmp_path / "train.csv"), "--text-column", "sentence1", "--text-pair-column", "sentence2",
+                 "--label-column", "score", "--max-steps", "2", "--batch-size", "8", "--max-length", "32",
+                 "--output", str(tmp_path / "model"), "--no-progress"]) == 0
+    capsys.readouterr()
+    for argv in (["quantize", "--model", str(tmp_path / "model")],
+                 ["distill", "--teacher", str(tmp_path / "model"), "--train", str(tmp_path / "train.csv"),
+                  "--student-layers", "1", "--no-progress"]):
+        flag = "--dev"
+        assert main([*argv, flag, str(tmp_path / "flat.csv"), "--output", str(tmp_path / "small")]) == 1
+        captured = capsys.readouterr()
+        assert captured.err.strip().endswith("flat.csv: spearman is not a number on this dev set (for a correlation: "
+                                             "every score the same), so no drop can be measured; give a dev set the "
+                                             "metric can score"), captured.err
+        assert "fp32" not in captured.out and "step" not in captured.err and not (tmp_path / "small").exists()

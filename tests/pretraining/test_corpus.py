@@ -100,6 +100,21 @@ def test_preparing_again_replaces_the_same_corpus(corpus_files, tokenizer, tmp_p
     prepare_corpus(corpus_files, tokenizer, tmp_path / "out", shard_tokens=7, progress=False)
     prepare_corpus(corpus_files, tokenizer, tmp_path / "out", progress=False)
     assert len(list((tmp_path / "out").glob("shard-*"))) == 3  # the earlier, smaller shards are gone
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([*(path.name for path in corpus_files), "out"])
+    assert read_back(tmp_path / "out") == expected_ids(tokenizer)
+
+
+def test_a_failed_preparation_leaves_the_corpus_it_would_replace(corpus_files, tokenizer, tmp_path):
+    prepare_corpus(corpus_files, tokenizer, tmp_path / "out", progress=False)
+    before = {path.name: path.read_bytes() for path in (tmp_path / "out").rglob("*") if path.is_file()}
+    (tmp_path / "out" / "notes.md").write_text("the user's own file")
+    with corpus_files[1].open("ab") as handle:
+        handle.write(b"\ncaf\xe9\n")  # bad UTF-8 late in the last file: found after every shard of the first
+    with pytest.raises(InputError, match="not valid UTF-8"):
+        prepare_corpus(corpus_files, tokenizer, tmp_path / "out", shard_tokens=7, progress=False)
+    after = {path.name: path.read_bytes() for path in (tmp_path / "out").rglob("*") if path.is_file()}
+    assert after == before | {"notes.md": b"the user's own file"}
+    assert not (tmp_path / "out.incomplete").exists()
     assert read_back(tmp_path / "out") == expected_ids(tokenizer)
 
 

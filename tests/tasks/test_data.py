@@ -196,7 +196,8 @@ def test_json_files_of_rows_as_datasets_json_loader_reads_them(tmp_path):
         examples = read_text_examples(tmp_path / name, Columns(), "class")
         assert [(e.text, e.label) for e in examples] == expected, name
     (tmp_path / "columns.json").write_text(json.dumps({"sentence": {"0": "fine"}, "label": {"0": 1}}, indent=1))
-    with pytest.raises(InputError, match=r"columns.json: holds no rows: a .json file of data is JSON lines, a JSON "
+    with pytest.raises(InputError, match=r"columns.json: holds no rows this reads: a .json file of data is JSON "
+                                         r"lines \(one object a line, not objects spread over several\), a JSON "
                                          r"array of objects, or an object whose \"data\" is one"):
         read_text_examples(tmp_path / "columns.json", Columns(), "class")
     (tmp_path / "columns.jsonl").write_text(json.dumps({"sentence": {"0": "fine"}, "label": {"0": 1}}, indent=1))

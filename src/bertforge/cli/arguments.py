@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.atomic import write_text_atomic
-from bertforge.compressed import decode_text, read_bytes
+from bertforge.compressed import decode_text, read_bytes, text_lines
 from bertforge.errors import InputError
-from bertforge.outputs import check_output_file
+from bertforge.outputs import check_output_file, is_part_of
 from bertforge.validation import MAX_SEED
 
 
@@ -89,7 +89,7 @@ def read_lines(path: str | Path) -> list[str]:
     """The lines of a UTF-8 text file (plain or compressed: bertforge.compressed) or of standard input ("-"), one
     text per line; an empty input is an error."""
     if str(path) == STANDARD_STREAM:
-        lines = read_standard_input().splitlines()
+        lines = text_lines(read_standard_input())
         if not any(line.strip() for line in lines):
             raise InputError("the input is empty: expected one text per line", STANDARD_INPUT_NAME)
         return lines
@@ -100,7 +100,7 @@ def read_lines(path: str | Path) -> list[str]:
         raise InputError("no such file", path) from None
     except IsADirectoryError:
         raise InputError("is a directory, expected a text file", path) from None
-    lines = text.splitlines()
+    lines = text_lines(text)
     if not any(line.strip() for line in lines):
         raise InputError("the input is empty: expected one text per line", path)
     return lines
@@ -187,14 +187,20 @@ def load_encoder(name_or_path: str, inference=None):
 
 
 def check_writable(path: str | Path, *inputs: str | Path | None) -> Path:
-    """Fail before any slow work when the file `path` can't be written (see outputs.check_output_file), or is one
-    of the command's `inputs`, which writing it would replace; standard output ("-") always can be written."""
+    """Fail before any slow work when the file `path` can't be written (see outputs.check_output_file), is one of
+    the command's input files, or is part of an input folder (a model's weights or config, a corpus's manifest),
+    which writing it would replace; standard output ("-") always can be written."""
     if str(path) == STANDARD_STREAM:
         return Path(path)
     for given in inputs:
-        if given is not None and str(given) != STANDARD_STREAM and _same_file(path, given):
+        if given is None or str(given) == STANDARD_STREAM:
+            continue
+        if _same_file(path, given):
             raise InputError("is the input file too: writing the output there would replace what it holds; choose "
                              "another output file", Path(path))
+        if Path(given).is_dir() and is_part_of(path, given):
+            raise InputError(f"is part of {given}, which this command reads: writing the output there would "
+                             "replace it; choose another output file", Path(path))
     return check_output_file(path)
 
 

@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     output = Path(args.output)
     if output.suffix.lower() not in (".html", ".htm"):
         raise InputError("the output must be an .html file", output)
-    check_writable(output)
+    check_writable(output, args.model)
     if not args.text.strip():
         raise InputError("the text is empty")
     model, tokenizer = load_encoder(args.model)  # a task checkpoint's encoder loads too; heads are skipped

@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if output is not None and args.level != "sentence" and output.suffix not in (".jsonl", ""):
         raise InputError(f"{args.level}-level vectors vary in number per line: write them to a .jsonl file", output)
     if output is not None:
-        check_writable(output, args.input)
+        check_writable(output, args.input, args.model)
     texts = read_lines(args.input)
     if uses_splade(args):
         return run_splade(args, texts, output)

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     inspect_checkpoint(args.model).task_for(args.task)
     output = args.output or default_output(args.model)
     if output is not None:
-        check_writable(output, args.data)
+        check_writable(output, args.data, args.model)
     metrics = evaluate(args.model, args.data, args.text_column, args.text_pair_column, args.label_column,
                        task=args.task, batch_size=args.batch_size, max_length=args.max_length, output=output,
                        inference=inference, decoding=args.decoding, format=args.format,

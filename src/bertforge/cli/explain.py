@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if output is not None:
         if output.suffix.lower() not in OUTPUT_FORMATS:
             raise InputError(f"the output must be a {' or '.join(OUTPUT_FORMATS)} file", output)
-        check_writable(output)
+        check_writable(output, args.model)
     model, tokenizer = load_explainable(args.model)
     # What `predict` reads of the text: the fine-tuned task's max_length (else explain's own default).
     checkpoint = inspect_checkpoint(args.model)

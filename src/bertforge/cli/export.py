@@ -51,7 +51,7 @@ def run_onnx(args: argparse.Namespace) -> int:
     output = Path(args.output)
     if output.suffix != ".onnx":
         raise InputError("the output must be a .onnx file", output)
-    check_writable(output)
+    check_writable(output, args.model, getattr(args, "adapter", None))
     # the models outside the task registry that an ONNX task exports (BertForMultipleChoice)
     model, tokenizer = load_for_task(args, {spec.other_model for spec in ONNX_TASKS.values() if spec.other_model})
     report = export_onnx(model, tokenizer, output, task=args.task, opset=args.opset)
@@ -72,7 +72,7 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_hf(args: argparse.Namespace) -> int:
-    output = check_output_dir(args.output, args.overwrite)
+    output = check_output_dir(args.output, args.overwrite, inputs=(args.adapter,))
     if args.adapter is not None:
         from bertforge import BertTokenizer
         from bertforge.checkpoint.adapters import load_adapted

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if args.input is not None and args.output is None:
         raise InputError("--input needs --output FILE.jsonl")
     if args.output is not None:
-        check_writable(args.output, args.input)
+        check_writable(args.output, args.input, args.model)
         if str(args.output) != STANDARD_STREAM and Path(args.output).suffix.lower() not in JSON_LINES_SUFFIXES:
             raise InputError("the predictions are JSON lines (an object per input): name the output .jsonl (or "
                              ".json), or - for standard output", args.output)
@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"wrong task: {args.model} does {task.name}, which takes --text (and --text-pair); "
                               "--question and --context are for a question-answering (qa) model")
     if text is not None:
+        check_pairing(args.model, text_pair is not None)
         pairs = [text_pair] if text_pair is not None else None
         answers = predict(args.model, texts=[text], text_pairs=pairs, max_length=args.max_length,
                           inference=inference_options(args), decoding=args.decoding,
@@ -81,6 +82,22 @@ def run(args: argparse.Namespace) -> int:
     write_output(args.output, "".join(to_json(answer, ensure_ascii=False) + "\n" for answer in answers))
     report(args.output, f"wrote {len(answers)} predictions to {args.output}")
     return 0
+
+
+def check_pairing(model: str, paired: bool) -> None:
+    """A text pair for a model fine-tuned on single texts, or a text alone for one fine-tuned on pairs, would be
+    read as no training example was, and answered with confidence: refused, where the training run is known."""
+    from bertforge.tasks.registry import inspect_checkpoint
+
+    run = inspect_checkpoint(model).run
+    if run is None or run.task == "qa":
+        return
+    if paired and run.text_pair_column is None:
+        raise InputError(f"--text-pair: {model} was fine-tuned on single texts (column {run.text_column!r}); give "
+                         "--text alone")
+    if not paired and run.text_pair_column is not None:
+        raise InputError(f"{model} was fine-tuned on text pairs (columns {run.text_column!r} and "
+                         f"{run.text_pair_column!r}): give --text-pair too")
 
 
 def format_answer(answer: dict) -> str:

@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     log_path = run_dir if run_dir.is_file() else run_dir / LOG_FILE
     if args.output == STANDARD_STREAM:  # a PNG is no text to print: name a file
         raise InputError("the plot is an image; give a file name (e.g. curves.png)", "--output -")
-    output = check_writable(args.output or log_path.parent / DEFAULT_IMAGE)
+    output = check_writable(args.output or log_path.parent / DEFAULT_IMAGE, log_path, log_path.parent)
     plot_log(read_log(log_path), output, title=str(log_path.parent))
     print(f"wrote {output}")
     return 0

@@ -47,6 +47,7 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
     "--save-every": ("save_every", positive_int, "steps between checkpoints"),
     "--log-every": ("log_every", positive_int, "steps between log lines"),
     "--eval-every": ("eval_every", positive_int, "steps between held-out evaluations (default: at the end only)"),
+    "--eval-batches": ("eval_batches", positive_int, "batches of the held-out split each evaluation scores"),
     "--bf16": ("bf16", bool, "bf16 autocast where the hardware supports it"),
     "--fp16": ("fp16", bool, "fp16 autocast with dynamic loss scaling, for CUDA GPUs without bf16 (an error on CPU)"),
     "--compile": ("compile", bool, "torch.compile the model (needs a C++ compiler on CPU; the first steps are slow)"),

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from bertforge.cli.arguments import check_writable, path_text, positive_int, report, write_output
-from bertforge.errors import InputError
+from bertforge.errors import InputError, no_such_file
 
 logger = logging.getLogger("bertforge")
 
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     output = check_writable(args.output, *args.corpus)
     for path in map(Path, args.corpus):  # before the progress bar is drawn
         if not path.is_file():
-            raise InputError("no such corpus file" if not path.exists() else "is not a file", path)
+            raise no_such_file(path, "corpus file") if not path.exists() else InputError("is not a file", path)
     with tqdm(total=args.vocab_size, desc="learning vocabulary", unit="token", disable=args.no_progress) as bar:
         vocab = learn_vocab(args.corpus, args.vocab_size, lowercase=not args.cased, min_pair_count=args.min_pair_count,
                             progress=lambda size: bar.update(size - bar.n))

@@ -21,7 +21,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertforge.compress.gate import DEFAULT_MAX_DROP, GateReport, check_output, measure, write_if_accepted
+from bertforge.compress.gate import (
+    DEFAULT_MAX_DROP,
+    GateReport,
+    check_measurable,
+    check_output,
+    measure,
+    write_if_accepted,
+)
 from bertforge.compress.quantize import check_not_quantized
 from bertforge.config import check_number
 from bertforge.errors import BertforgeError, ConfigError, InputError
@@ -67,9 +74,9 @@ class DistillConfig:
 def teacher_layers(teacher_count: int, student_count: int) -> list[int]:
     """The teacher layer each student layer starts from: every k-th, ending with the last (whose output the task
     head was trained on). 6 -> 3: [1, 3, 5]; 12 -> 4: [2, 5, 8, 11]."""
-    if student_count > teacher_count:
-        raise ConfigError(f"a student of {student_count} layers is not smaller than its teacher "
-                          f"({teacher_count} layers)")
+    if student_count > teacher_count:  # as many is self-distillation (a "born-again" network), which may gain
+        raise ConfigError(f"a student of {student_count} layers has more than its teacher ({teacher_count} layers): "
+                          f"a student is cut from the teacher's layers")
     return [(i + 1) * teacher_count // student_count - 1 for i in range(student_count)]
 
 
@@ -192,6 +199,10 @@ def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, m
     settings = config.settings if type(config.settings) is teacher.task.settings else teacher.settings
     config = dataclasses.replace(config, task=teacher.task.name, settings=settings)
     student = student_from_teacher(teacher.model, distillation.student_layers)
+    examples = None
+    if config.dev is not None:  # read and scored before training: a dev set the gate can't use is known at once
+        examples = teacher.read(config.dev, config.columns, labelled=True, format=config.format)
+        check_measurable(teacher.task.main_metric, teacher.evaluate(examples, config.eval_batch_size), config.dev)
     loss_fn = DistillationLoss(teacher.model, student, distillation) if distillation.use_teacher else model_loss
     output.parent.mkdir(parents=True, exist_ok=True)
     training_dir = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}.training."))
@@ -209,8 +220,7 @@ def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, m
         if launch.rank != 0:  # rank 0 saved the student into its own training folder, and measures it there
             return DistillResult(result, None, written=False)
         report = None
-        if config.dev is not None:
-            examples = teacher.read(config.dev, config.columns, labelled=True, format=config.format)
+        if examples is not None:
             # Both where the student was trained (the teacher went there to teach it; the control's stayed put).
             placement = InferenceOptions(device=str(parse_device(config.training.device)))
             placement.apply(teacher.model)

@@ -5,6 +5,7 @@ metric drops by no more than the points allowed.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -98,6 +99,14 @@ def measure(name: str, finetuned: FinetunedModel, examples: Sequence[Any], batch
     predictions = finetuned.predict(examples, batch_size)
     seconds = time.perf_counter() - start
     return Measurement(name, finetuned.task.score(predictions, examples, finetuned.id2label), seconds)
+
+
+def check_measurable(metric: str, metrics: dict[str, float], dev: str | Path | None) -> None:
+    """Refuse a dev set on which the original model's main metric is not a number (a correlation of scores that
+    are all the same): no drop could be measured against it, and every candidate would be refused as NaN."""
+    if not math.isfinite(metrics[metric]):
+        raise InputError(f"{metric} is not a number on this dev set (for a correlation: every score the same), so "
+                         "no drop can be measured; give a dev set the metric can score", dev)
 
 
 def warm_up_examples(finetuned: FinetunedModel, examples: Sequence[Any], batch_size: int) -> Sequence[Any]:

@@ -54,6 +54,7 @@ from bertforge.compress.gate import (
     DEFAULT_MAX_DROP,
     GateReport,
     Measurement,
+    check_measurable,
     check_output,
     measure,
     write_if_accepted,
@@ -990,6 +991,7 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
                                          reference.settings, reference.id2label)
         batches = [batch for _, batch in inference_batches(features, batch_size, reference.tokenizer.pad_token_id)]
     fp32 = measure("fp32", reference, examples, batch_size)
+    check_measurable(reference.task.main_metric, fp32.metrics, dev)
     rejected: list[Measurement] = []
     for recipe in fallback_recipes(config) if fallback else [config]:
         candidate = FinetunedModel.load(model, inference=placement)

@@ -21,6 +21,8 @@ import functools
 import hashlib
 import json
 import logging
+import os
+import shutil
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -31,7 +33,7 @@ import numpy as np
 
 from bertforge.atomic import save_array, write_text_atomic
 from bertforge.compressed import byte_lines
-from bertforge.errors import ConfigError, InputError, check_choice
+from bertforge.errors import ConfigError, InputError, check_choice, no_such_file
 from bertforge.tokenizer.tokenizer import BertTokenizer
 from bertforge.tokenizer.vocab import SPECIAL_TOKENS
 from bertforge.validation import check_number
@@ -102,7 +104,7 @@ def text_lines(path: Path) -> Iterator[tuple[int, str, int]]:
                 text = text.removeprefix("\ufeff")  # a byte-order mark is not text
             yield number, text.strip(), size
     except FileNotFoundError:
-        raise InputError("corpus file not found", path) from None
+        raise no_such_file(path, "corpus file") from None
     except IsADirectoryError:
         raise InputError("is a directory, expected a text file", path) from None
 
@@ -162,10 +164,11 @@ def prepare_corpus(paths: Sequence[str | Path], tokenizer: BertTokenizer, output
     """Tokenize text files into shards of token ids in `output_dir` (see the module docstring for the layout).
 
     Lines are read and tokenized one at a time and shards written as they fill, so the corpus never has to fit
-    in memory. Re-preparing into a folder that holds the same corpus (same files, same tokenizer) replaces it;
-    a folder holding a different one is refused.
+    in memory. Re-preparing into a folder that holds the same corpus (same files, same tokenizer) replaces it
+    once the new one is complete (it is written into `output_dir.incomplete/` first, so a failure or an
+    interruption leaves the old one as it was); a folder holding a different one is refused.
     """
-    from tqdm import tqdm
+    from bertforge.outputs import release_staging, start_staging  # outputs imports training, which imports this
 
     if shard_tokens < 1:
         raise ConfigError(f"shard_tokens must be at least 1, got {shard_tokens}")
@@ -174,11 +177,27 @@ def prepare_corpus(paths: Sequence[str | Path], tokenizer: BertTokenizer, output
         raise InputError("no corpus files given")
     for path in paths:
         if not path.is_file():
-            raise InputError("corpus file not found" if not path.exists() else "is not a file", path)
+            raise no_such_file(path, "corpus file") if not path.exists() else InputError("is not a file", path)
     output_dir = Path(output_dir)
     sources = [{"path": str(path.resolve()), "bytes": path.stat().st_size} for path in paths]
     identity = tokenizer_identity(tokenizer)
-    _claim_output_dir(output_dir, sources, identity)
+    _check_output_dir(output_dir, sources, identity)
+    staging = start_staging(output_dir)
+    try:
+        summary = _write_corpus(paths, tokenizer, staging, shard_tokens, sources, identity, progress)
+    except BaseException:
+        release_staging(output_dir)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _replace_corpus(staging, output_dir)
+    release_staging(output_dir)
+    logger.info("prepared %s into %s", summary, output_dir)
+    return summary
+
+
+def _write_corpus(paths: list[Path], tokenizer: BertTokenizer, output_dir: Path, shard_tokens: int,
+                  sources: list[dict[str, Any]], identity: dict[str, Any], progress: bool) -> CorpusSummary:
+    from tqdm import tqdm
 
     dtype = token_dtype(len(tokenizer))
     writer = ShardWriter(output_dir, dtype, shard_tokens)
@@ -218,12 +237,13 @@ def prepare_corpus(paths: Sequence[str | Path], tokenizer: BertTokenizer, output
                 "shards": writer.shards, "content_sha256": writer.content.hexdigest(), "sources": sources,
                 "tokenizer": identity}
     write_text_atomic(output_dir / MANIFEST, json.dumps(manifest, indent=2) + "\n")
-    logger.info("prepared %s into %s", summary, output_dir)
     return summary
 
 
-def _claim_output_dir(directory: Path, sources: list[dict[str, Any]], identity: dict[str, Any]) -> None:
-    """Refuse a folder holding another corpus; clear one holding this corpus, or an unfinished preparation."""
+def _check_output_dir(directory: Path, sources: list[dict[str, Any]], identity: dict[str, Any]) -> None:
+    """Refuse a folder holding another corpus (the user's other files may stay beside this one)."""
+    if directory.exists() and not directory.is_dir():
+        raise InputError("exists and is not a folder; the output is the corpus folder", directory)
     manifest_path = directory / MANIFEST
     if manifest_path.exists():
         manifest = _read_manifest(manifest_path)
@@ -232,11 +252,20 @@ def _claim_output_dir(directory: Path, sources: list[dict[str, Any]], identity: 
         if not (same_sources and manifest.get("tokenizer") == identity):
             raise InputError("the output folder already holds a corpus prepared from other files or with another "
                              "tokenizer; choose another output folder or delete it", manifest_path)
-        # Removed first, so that an interruption from here on leaves a folder recognisably unfinished.
-        manifest_path.unlink()
+
+
+def _replace_corpus(staging: Path, directory: Path) -> None:
+    """Move a complete corpus from `staging` into `directory`, in place of the one it may hold; the user's other
+    files there stay. The manifest goes first and comes last, so that an interruption in between leaves a folder
+    recognisably unfinished (no manifest), never a manifest over the wrong shards."""
     directory.mkdir(parents=True, exist_ok=True)
+    (directory / MANIFEST).unlink(missing_ok=True)
     for stale in directory.glob("shard-*.npy"):
         stale.unlink()
+    shutil.rmtree(directory / TOKENIZER_DIR, ignore_errors=True)
+    for entry in sorted(staging.iterdir(), key=lambda entry: entry.name == MANIFEST):
+        os.replace(entry, directory / entry.name)
+    staging.rmdir()
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:

@@ -290,7 +290,7 @@ def pretrain(config: PretrainConfig, resume: bool = False, overwrite: bool = Fal
             logger.warning("%s: the run was killed before its first checkpoint; it starts again", work)
         resume = False
     if not resume:
-        check_output_dir(config.output, overwrite or config.rank > 0)
+        check_output_dir(config.output, overwrite or config.rank > 0, inputs=(config.data,))
     if config.fp16 and device.type != "cuda":
         raise ConfigError(f"fp16 training needs a CUDA device (this run is on {device.type}); "
                           "use bf16, or neither for float32")
@@ -485,16 +485,21 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
 
 
 def evaluate_pretrained(model: str | Path, data: str | Path, holdout: int | float | None = None,
-                        batch_size: int = 32, max_batches: int | None = None, seq_len: int = 128,
-                        masking: str = "token", seed: int = 0) -> dict[str, float]:
-    """Held-out masked-LM metrics (evaluate_mlm) of a pre-trained model directory on the corpus it was trained on:
-    the held-out split is the training run's (`holdout`, else its pretrain_config.json's, else 0.01) and the
-    tokenizer must be the corpus's."""
+                        batch_size: int | None = None, max_batches: int | None = None, seq_len: int | None = None,
+                        masking: str | None = None, seed: int | None = None) -> dict[str, float]:
+    """Held-out masked-LM metrics (evaluate_mlm) of a pre-trained model directory on the corpus it was trained on;
+    the tokenizer must be the corpus's. Each setting left None is the training run's (its pretrain_config.json),
+    so that the figures are those its log shows at the end (over the whole split, where training scores
+    `eval_batches` of it); a model without one gets PretrainConfig's defaults."""
     from bertforge.inference.fill_mask import load_masked_lm
 
-    if holdout is None:
-        run_config = Path(model) / RUN_CONFIG_FILE
-        holdout = PretrainConfig.load(run_config).holdout if run_config.is_file() else 0.01
+    run_config = Path(model) / RUN_CONFIG_FILE
+    trained = PretrainConfig.load(run_config) if run_config.is_file() else PretrainConfig(str(data), str(model))
+    holdout = trained.holdout if holdout is None else holdout
+    batch_size = trained.batch_size if batch_size is None else batch_size
+    seq_len = trained.seq_len if seq_len is None else seq_len
+    masking = trained.masking if masking is None else masking
+    seed = trained.seed if seed is None else seed
     reader = CorpusReader(data, split="eval", holdout=holdout)
     masked_lm, tokenizer = load_masked_lm(str(model))
     check_tokenizer(tokenizer, reader, str(model))

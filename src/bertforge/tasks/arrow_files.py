@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bertforge.errors import InputError
+from bertforge.errors import InputError, no_such_file
 
 STATE_FILE = "state.json"  # a Dataset folder: its Arrow files, in order
 DATASET_INFO_FILE = "dataset_info.json"
@@ -44,7 +44,7 @@ def read_parquet(path: Path) -> Records:
     if path.is_dir():
         raise InputError("is a folder, expected a Parquet file", path)
     if not path.exists():
-        raise InputError("no such file", path)
+        raise no_such_file(path)
     try:
         return _records(pyarrow.parquet.read_table(path))
     except (pyarrow.ArrowException, OSError) as error:
@@ -89,7 +89,7 @@ def _json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InputError("no such file", path) from None
+        raise no_such_file(path) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise InputError(f"unreadable JSON ({error})", path) from None
     if not isinstance(data, dict):

@@ -23,9 +23,9 @@ import torch
 from torch import nn
 
 from bertforge.batching import MODEL_INPUTS, LengthGroupedBatches, collate, length_sorted_batches
-from bertforge.compressed import COMPRESSED_NAMES, DAMAGED, content_suffix, decode_text, opened, read_bytes
+from bertforge.compressed import COMPRESSED_NAMES, DAMAGED, content_suffix, decode_text, opened, read_bytes, text_lines
 from bertforge.config import JsonConfig, check_number
-from bertforge.errors import ConfigError, InputError
+from bertforge.errors import ConfigError, InputError, no_such_file
 from bertforge.heads import IGNORE_INDEX
 from bertforge.tasks import arrow_files
 from bertforge.training.distributed import Shard
@@ -149,9 +149,11 @@ def _json_records(path: Path, records: list) -> Table:
 
 
 def _read_plain_text(path: Path, text: str) -> Table:
-    rows = [(line, {PLAIN_TEXT_COLUMN: raw.rstrip("\r")}) for line, raw in enumerate(text.split("\n"), start=1)
-            if raw.strip()]
-    return Table(path, [PLAIN_TEXT_COLUMN], rows)
+    """A text a line, blank lines too, so that the n-th prediction is the n-th line's (a file of blank lines
+    alone holds no rows)."""
+    lines = text_lines(text)
+    rows = [(number, {PLAIN_TEXT_COLUMN: line}) for number, line in enumerate(lines, start=1)]
+    return Table(path, [PLAIN_TEXT_COLUMN], rows if any(line.strip() for line in lines) else [])
 
 
 # File suffix -> reader of the file's text.
@@ -294,15 +296,16 @@ def read_table(path: str | Path | Any, format: str | None = None) -> Table:
         if format is not None:
             raise InputError(f"unsupported format {format!r} here; use one of {', '.join(formats)}", path)
         if kind == ".json":
-            raise InputError("holds no rows: a .json file of data is JSON lines, a JSON array of objects, or an "
-                             "object whose \"data\" is one (a SQuAD file is the qa task's)", path)
+            raise InputError("holds no rows this reads: a .json file of data is JSON lines (one object a line, not "
+                             "objects spread over several), a JSON array of objects, or an object whose \"data\" is "
+                             "one (a SQuAD file is the qa task's)", path)
         raise InputError(f"unsupported file type {content_suffix(path)!r}; use one of {', '.join(READERS)} (or any "
                          f"of them {COMPRESSED_NAMES}), .parquet or a datasets folder, or say which with --format "
                          f"({', '.join(formats)})", path)
     try:
         raw = read_bytes(path)
     except FileNotFoundError:
-        raise InputError("no such file", path) from None
+        raise no_such_file(path) from None
     except IsADirectoryError:
         raise InputError("is a directory, expected a data file", path) from None
     return _nonempty(READERS[kind](path, decode_text(raw, path)))

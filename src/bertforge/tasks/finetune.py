@@ -127,6 +127,9 @@ class FinetuneConfig(JsonConfig):
             raise ConfigError(f"settings: task {self.task!r} takes {kind.__name__}, got {type(self.settings).__name__}")
         check_paths(train=self.train, output=self.output, model=self.model, dev=self.dev)
         check_label_separator(self.label_separator)
+        if self.label_separator is not None and self.task != "multi_label":
+            raise ConfigError(f"label_separator splits a cell into several labels (multi_label); task {self.task} "
+                              "reads one label per example")
         dropout_overrides(self.dropout)  # validates it
         if self.format is not None:
             check_choice(self.format, DATA_FORMATS, "format")
@@ -289,6 +292,9 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
         # without dev data there is nothing to pick by: the last model is kept, whatever the metric
         raise ConfigError(f"--metric-for-best-model {config.metric_for_best_model} picks the kept model on the dev "
                           "set: give --dev too (without one the last model is kept)")
+    if config.training.early_stopping_patience is not None and dev_examples is None and config.dev is None:
+        raise ConfigError(f"--early-stopping {config.training.early_stopping_patience} stops when the dev metric "
+                          "stops improving: give --dev too")
     resolve_device(config.training.device)
     output = Path(config.output)
     staging = staging_dir(output)
@@ -301,7 +307,7 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
             return finished
         resume = check_resumable(config, staging)
     else:
-        check_output_dir(output, overwrite)
+        check_output_dir(output, overwrite, inputs=(config.train, config.dev))
         if (staging / CHECKPOINT_DIR).exists() and not overwrite:
             raise InputError(f"holds a killed run into {output}; pass --resume to continue it, or --overwrite to "
                              "start again", staging)
@@ -624,6 +630,9 @@ def is_text_pair(item: Any) -> bool:
 def decoding_setting(settings: EncodeSettings, decoding: str | None) -> dict[str, str]:
     """{"decoding": `decoding`, else the saved one} for a task that decodes one way or another (ner), else {}."""
     saved = getattr(settings, "decoding", None)
+    if decoding is not None and saved is None:
+        raise ConfigError(f"decoding {decoding!r} is a setting of ner (how a sentence's tags are chosen); this "
+                          "model's task has one way to decode its answers")
     return {"decoding": decoding or saved} if saved is not None else {}
 
 

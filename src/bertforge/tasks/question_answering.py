@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from bertforge.compressed import decode_text, read_bytes
-from bertforge.errors import ConfigError, InputError
+from bertforge.errors import ConfigError, InputError, no_such_file
 from bertforge.tasks.data import (
     ROW_FORMATS,
     EncodeSettings,
@@ -75,7 +75,7 @@ def read_squad(path: str | Path, version_2: bool = False, labelled: bool = True)
     try:
         squad = json.loads(decode_text(read_bytes(path), path))  # as the other readers, a byte-order mark is dropped
     except FileNotFoundError:
-        raise InputError("no such file", path) from None
+        raise no_such_file(path) from None
     except json.JSONDecodeError as error:
         raise InputError(f"not valid JSON ({error})", path, error.lineno) from None
     except OSError as error:
@@ -99,13 +99,16 @@ def _field(record, name: str, kind: type, path: Path, where: str):
     """record[name], which must be a `kind`; the error names what's missing and where."""
     if not isinstance(record, dict) or name not in record:
         raise InputError(f"{where} has no {name!r}", path, field=name)
-    if not isinstance(record[name], kind):
+    if not isinstance(record[name], kind) or isinstance(record[name], bool) and kind is not bool:
         raise InputError(f"{where}: expected {kind.__name__}, got {type(record[name]).__name__}", path, field=name)
     return record[name]
 
 
 def _example(question: dict, qid: str, context: str, version_2: bool, path: Path | str, where: str) -> QAExample:
-    is_impossible = bool(question.get("is_impossible", False))
+    is_impossible = question.get("is_impossible", False) if isinstance(question, dict) else False
+    if not isinstance(is_impossible, bool):  # "false", a string, would read as true
+        raise InputError(f"{where}: is_impossible must be true or false, got {is_impossible!r:.40}", path,
+                         field="is_impossible")
     if is_impossible and not version_2:
         raise InputError(f"{where} is unanswerable: SQuAD v2.0 data, which a model fine-tuned with --version-2 "
                          f"(version_2=True) reads, and evaluate --version-2 scores any model on", path,
@@ -114,7 +117,10 @@ def _example(question: dict, qid: str, context: str, version_2: bool, path: Path
     for i, answer in enumerate(_field(question, "answers", list, path, where)):
         text = _field(answer, "text", str, path, f"{where}, answer {i}")
         start = _field(answer, "answer_start", int, path, f"{where}, answer {i}")
-        if isinstance(start, bool) or not 0 <= start <= len(context) - len(text):
+        if len(text) > len(context):
+            raise InputError(f"{where}, answer {i}: the answer's {len(text)} characters are more than the context's "
+                             f"{len(context)}", path, field="text")
+        if not 0 <= start <= len(context) - len(text):
             raise InputError(f"{where}, answer {i}: answer_start {start} is outside the context (0 to "
                              f"{len(context) - len(text)} for an answer of {len(text)} characters)", path,
                              field="answer_start")

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertforge.compressed import decode_text, read_bytes
-from bertforge.errors import ConfigError, InputError, check_choice
+from bertforge.compressed import decode_text, read_bytes, text_lines
+from bertforge.errors import ConfigError, InputError, check_choice, no_such_file
 from bertforge.heads import IGNORE_INDEX
 from bertforge.tasks.data import (
     PLAIN_TEXT_COLUMN,
@@ -137,9 +137,9 @@ def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
     path = Path(path)
     try:
         # a byte-order mark is no part of the first word; CoNLL-2002's files are Latin-1: an error naming the line
-        lines = decode_text(read_bytes(path), path).splitlines()
+        lines = text_lines(decode_text(read_bytes(path), path))
     except FileNotFoundError:
-        raise InputError("no such file", path) from None
+        raise no_such_file(path) from None
     except OSError as error:
         raise InputError(f"can't read the file ({error})", path) from None
 

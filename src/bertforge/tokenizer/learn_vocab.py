@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from bertforge.compressed import byte_lines
-from bertforge.errors import ConfigError, InputError
+from bertforge.errors import ConfigError, InputError, no_such_file
 from bertforge.tokenizer.basic import BasicTokenizer
 from bertforge.tokenizer.vocab import SPECIAL_TOKENS, Vocab
 from bertforge.tokenizer.wordpiece import CONTINUATION, MAX_WORD_CHARS
@@ -34,7 +34,7 @@ def read_corpus(paths: Iterable[str | Path]) -> Iterator[str]:
     memory)."""
     for path in map(Path, paths):
         if not path.is_file():
-            raise InputError("no such corpus file" if not path.exists() else "not a file", path)
+            raise no_such_file(path, "corpus file") if not path.exists() else InputError("not a file", path)
         # Bytes decoded line by line, so that an encoding error names its line (text mode decodes in blocks).
         for line_number, (line, _) in enumerate(byte_lines(path), 1):
             try:
