@@ -196,9 +196,9 @@ def test_the_gate_warms_up_on_one_batch_on_a_cpu_and_on_every_example_elsewhere(
 
 
 def test_a_dev_set_whose_metric_is_not_a_number_is_refused_before_any_candidate(tiny_model_dir, data_dir, tmp_path,
-                                                                                capsys):
+                                                                                capsys, caplog):
     """Spearman's correlation of scores that are all the same is NaN: no drop can be measured against it. quantize
-    says so after scoring the original alone, distill before training; neither writes anything."""
+    says so after scoring the original alone, distill before training; neither writes anything. Fine-tuning warns."""
     rows = [line.split("\t") for line in (data_dir / "stsb" / "dev.tsv").read_text().splitlines()[1:41]]
     header = "sentence1,sentence2,score\n"
     quoted = [f'"{row[-3]}","{row[-2]}",' for row in rows if '"' not in row[-3] + row[-2]]
@@ -207,8 +207,14 @@ def test_a_dev_set_whose_metric_is_not_a_number_is_refused_before_any_candidate(
     assert main(["finetune", "--task", "regression", "--model", str(tiny_model_dir), "--train",
                  str(tmp_path / "train.csv"), "--text-column", "sentence1", "--text-pair-column", "sentence2",
                  "--label-column", "score", "--max-steps", "2", "--batch-size", "8", "--max-length", "32",
-                 "--output", str(tmp_path / "model"), "--no-progress"]) == 0
+                 "--dev", str(tmp_path / "flat.csv"), "--eval-every", "1", "--output", str(tmp_path / "model"),
+                 "--no-progress"]) == 0
+    # fine-tuning says so once, and keeps the first model
+    assert [record.getMessage() for record in caplog.records].count(
+        "spearman is not a number on the dev set (for a correlation: every score the same): an evaluation where it is "
+        "NaN is kept as the best only when every one is (the first)") == 1
     capsys.readouterr()
+    assert json.loads((tmp_path / "model" / "metrics.json").read_text())["best"]["step"] == 1
     for argv in (["quantize", "--model", str(tmp_path / "model")],
                  ["distill", "--teacher", str(tmp_path / "model"), "--train", str(tmp_path / "train.csv"),
                   "--student-layers", "1", "--no-progress"]):

@@ -127,9 +127,6 @@ class FinetuneConfig(JsonConfig):
             raise ConfigError(f"settings: task {self.task!r} takes {kind.__name__}, got {type(self.settings).__name__}")
         check_paths(train=self.train, output=self.output, model=self.model, dev=self.dev)
         check_label_separator(self.label_separator)
-        if self.label_separator is not None and self.task != "multi_label":
-            raise ConfigError(f"label_separator splits a cell into several labels (multi_label); task {self.task} "
-                              "reads one label per example")
         dropout_overrides(self.dropout)  # validates it
         if self.format is not None:
             check_choice(self.format, DATA_FORMATS, "format")
@@ -292,6 +289,10 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
         # without dev data there is nothing to pick by: the last model is kept, whatever the metric
         raise ConfigError(f"--metric-for-best-model {config.metric_for_best_model} picks the kept model on the dev "
                           "set: give --dev too (without one the last model is kept)")
+    # Checked when a run starts, not where a config is read: a model saved by an earlier run still loads.
+    if config.label_separator is not None and config.task != "multi_label":
+        raise ConfigError(f"label_separator splits a cell into several labels (multi_label); task {config.task} "
+                          "reads one label per example")
     if config.training.early_stopping_patience is not None and dev_examples is None and config.dev is None:
         raise ConfigError(f"--early-stopping {config.training.early_stopping_patience} stops when the dev metric "
                           "stops improving: give --dev too")

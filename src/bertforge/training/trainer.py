@@ -162,6 +162,11 @@ def model_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor
     return model(**batch).loss
 
 
+def not_a_number(value: Any) -> bool:
+    """NaN, or the null a NaN becomes in JSON (a resumed run's history)."""
+    return value is None or isinstance(value, float) and math.isnan(value)
+
+
 def is_better(value: float, best: float | None, greater_is_better: bool) -> bool:
     """A NaN (e.g. a correlation of constant predictions) is worse than any number."""
     if best is None or (math.isnan(best) and not math.isnan(value)):
@@ -375,6 +380,11 @@ class Trainer:
         if self.main_metric not in metrics:
             raise BertforgeError(f"the evaluator gave no {self.main_metric!r} metric (it gave {', '.join(metrics)})")
         record = {"step": step, "epoch": epoch, **metrics}
+        if not_a_number(metrics[self.main_metric]) and not any(not_a_number(r.get(self.main_metric))
+                                                               for r in self.history):  # said once
+            logger.warning("%s is not a number on the dev set (for a correlation: every score the same): an "
+                           "evaluation where it is NaN is kept as the best only when every one is (the first)",
+                           self.main_metric)
         self.history.append(record)
         best_value = None if self.best is None else self.best[self.main_metric]
         if is_better(metrics[self.main_metric], best_value, self.greater_is_better):
