@@ -65,7 +65,7 @@ def decode_text(raw: bytes, where: str | Path) -> str:
         raise InputError("not valid UTF-8 text", where, line=raw[:error.start].count(b"\n") + 1) from None
 
 
-def text_lines(text: str) -> list[str]:
+def split_lines(text: str) -> list[str]:
     """A one-text-per-line file's lines, blank ones too, as `wc -l` and a text editor count them: split at "\n"
     (with "\r\n"), not at the other breaks str.splitlines knows (a form feed or U+2028 inside a line is text)."""
     lines = text.split("\n")

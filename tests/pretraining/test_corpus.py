@@ -242,11 +242,22 @@ def test_cli_with_a_model_and_with_a_bare_vocab(corpus_files, tokenizer, minilm_
                           "--no-progress") == 0
     out = capsys.readouterr().out
     assert "5 documents, 11 sentences" in out and "training sequences of 128 tokens" in out
+    assert "[UNK]: 0.00% of the tokens\n" in out
     assert read_back(tmp_path / "model") == expected_ids(tokenizer)
 
     assert run_subcommand("--corpus", str(corpus_files[1]), "--vocab", str(minilm_dir / "vocab.txt"),
                           "--cased", "--output", str(tmp_path / "cased"), "--no-progress") == 0
     manifest = json.loads((tmp_path / "cased" / MANIFEST).read_text())
     assert manifest["tokenizer"]["do_lower_case"] is False
+    # MiniLM's vocabulary is uncased: read with case kept, capitals are [UNK] ("Second", "Naïve")
+    ids = [token for line in DOCUMENTS[3] + DOCUMENTS[4] for token in
+           type(tokenizer)(str(minilm_dir / "vocab.txt"), do_lower_case=False)(line)["input_ids"][1:-1]]
+    share = ids.count(tokenizer.unk_token_id) / len(ids)
+    assert share > 0.01 and f"[UNK]: {share:.2%} of the tokens; the vocabulary lacks many of this text's " \
+        "characters\n" in capsys.readouterr().out
+    (tmp_path / "small.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n")
+    assert run_subcommand("--corpus", str(corpus_files[1]), "--vocab", str(tmp_path / "small.txt"), "--output",
+                          str(tmp_path / "small"), "--no-progress") == 0
+    assert "(a cased vocab.txt needs --cased)" in capsys.readouterr().out
     with pytest.raises(ConfigError):
         run_subcommand("--corpus", str(corpus_files[1]), "--cased", "--output", str(tmp_path / "x"))

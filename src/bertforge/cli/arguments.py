@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.atomic import write_text_atomic
-from bertforge.compressed import decode_text, read_bytes, text_lines
+from bertforge.compressed import decode_text, read_bytes, split_lines
 from bertforge.errors import InputError
 from bertforge.outputs import check_output_file, is_part_of
 from bertforge.validation import MAX_SEED
@@ -89,7 +89,7 @@ def read_lines(path: str | Path) -> list[str]:
     """The lines of a UTF-8 text file (plain or compressed: bertforge.compressed) or of standard input ("-"), one
     text per line; an empty input is an error."""
     if str(path) == STANDARD_STREAM:
-        lines = text_lines(read_standard_input())
+        lines = split_lines(read_standard_input())
         if not any(line.strip() for line in lines):
             raise InputError("the input is empty: expected one text per line", STANDARD_INPUT_NAME)
         return lines
@@ -100,7 +100,7 @@ def read_lines(path: str | Path) -> list[str]:
         raise InputError("no such file", path) from None
     except IsADirectoryError:
         raise InputError("is a directory, expected a text file", path) from None
-    lines = text_lines(text)
+    lines = split_lines(text)
     if not any(line.strip() for line in lines):
         raise InputError("the input is empty: expected one text per line", path)
     return lines

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from bertforge.cli.arguments import check_writable, path_text, positive_int
 
+UNKNOWN_WARNING = 0.01  # a share of [UNK] above which the vocabulary is said not to fit the text
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", type=path_text, nargs="+", required=True, metavar="FILE",
@@ -47,5 +49,10 @@ def run(args: argparse.Namespace) -> int:
     # A pair sequence holds max_length - 3 tokens of text; short_seq_prob and truncation make it a bit more.
     sequences = summary.tokens // max(1, args.max_length - 3)
     print(f"wrote {summary} to {args.output}")
+    share = summary.unknown / summary.tokens
+    print(f"[UNK]: {share:.2%} of the tokens" + (
+        "; the vocabulary lacks many of this text's characters" + ("" if args.cased or Path(args.vocab).is_dir() else
+                                                                   " (a cased vocab.txt needs --cased)")
+        if share > UNKNOWN_WARNING else ""))
     print(f"about {sequences:,} training sequences of {args.max_length} tokens per epoch")
     return 0

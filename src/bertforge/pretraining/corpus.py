@@ -56,6 +56,7 @@ class CorpusSummary:
     sentences: int
     tokens: int
     shards: int
+    unknown: int = 0  # [UNK] tokens: characters (or a case) the vocabulary lacks
 
     def __str__(self) -> str:
         return (f"{self.documents:,} documents, {self.sentences:,} sentences, {self.tokens:,} tokens "
@@ -205,6 +206,7 @@ def _write_corpus(paths: list[Path], tokenizer: BertTokenizer, output_dir: Path,
     # A "[SEP]" or "[MASK]" written in the raw text is text, as in BERT's own data preparation: a special id there
     # would pass for the structure masking and sentence pairs build.
     encode: Callable[[str], list[int]] = functools.partial(tokenizer._encode_ids, split_special_tokens=True)
+    unknown_id, unknown = tokenizer.unk_token_id, 0
     with tqdm(total=sum(source["bytes"] for source in sources), unit="B", unit_scale=True,
               desc="tokenizing corpus", disable=not progress) as bar:
         for path in paths:
@@ -214,6 +216,7 @@ def _write_corpus(paths: list[Path], tokenizer: BertTokenizer, output_dir: Path,
                     ids = encode(text)
                     if ids:  # a line of only control or zero-width characters holds no tokens
                         writer.add_sentence(ids)
+                        unknown += ids.count(unknown_id)
                 else:
                     writer.end_document()
                 read += size
@@ -226,7 +229,8 @@ def _write_corpus(paths: list[Path], tokenizer: BertTokenizer, output_dir: Path,
 
     summary = CorpusSummary(documents=sum(shard["documents"] for shard in writer.shards),
                             sentences=sum(shard["sentences"] for shard in writer.shards),
-                            tokens=sum(shard["tokens"] for shard in writer.shards), shards=len(writer.shards))
+                            tokens=sum(shard["tokens"] for shard in writer.shards), shards=len(writer.shards),
+                            unknown=unknown)
     if summary.tokens == 0:
         raise InputError("the corpus is empty: no line produced any token "
                          "(expected one sentence per line, blank lines between documents)",

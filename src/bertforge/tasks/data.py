@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from bertforge.batching import MODEL_INPUTS, LengthGroupedBatches, collate, length_sorted_batches
-from bertforge.compressed import COMPRESSED_NAMES, DAMAGED, content_suffix, decode_text, opened, read_bytes, text_lines
+from bertforge.compressed import COMPRESSED_NAMES, DAMAGED, content_suffix, decode_text, opened, read_bytes, split_lines
 from bertforge.config import JsonConfig, check_number
 from bertforge.errors import ConfigError, InputError, no_such_file
 from bertforge.heads import IGNORE_INDEX
@@ -151,7 +151,7 @@ def _json_records(path: Path, records: list) -> Table:
 def _read_plain_text(path: Path, text: str) -> Table:
     """A text a line, blank lines too, so that the n-th prediction is the n-th line's (a file of blank lines
     alone holds no rows)."""
-    lines = text_lines(text)
+    lines = split_lines(text)
     rows = [(number, {PLAIN_TEXT_COLUMN: line}) for number, line in enumerate(lines, start=1)]
     return Table(path, [PLAIN_TEXT_COLUMN], rows if any(line.strip() for line in lines) else [])
 

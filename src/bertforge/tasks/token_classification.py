@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertforge.compressed import decode_text, read_bytes, text_lines
+from bertforge.compressed import decode_text, read_bytes, split_lines
 from bertforge.errors import ConfigError, InputError, check_choice, no_such_file
 from bertforge.heads import IGNORE_INDEX
 from bertforge.tasks.data import (
@@ -137,7 +137,7 @@ def read_conll(path: str | Path, labelled: bool = True) -> list[TaggedSentence]:
     path = Path(path)
     try:
         # a byte-order mark is no part of the first word; CoNLL-2002's files are Latin-1: an error naming the line
-        lines = text_lines(decode_text(read_bytes(path), path))
+        lines = split_lines(decode_text(read_bytes(path), path))
     except FileNotFoundError:
         raise no_such_file(path) from None
     except OSError as error:
