@@ -38,7 +38,8 @@ def test_unlabelled_reading_needs_no_label_column(tmp_path):
     path = tmp_path / "texts.txt"
     path.write_text("first text\n\nsecond text\n", encoding="utf-8")
     examples = read_text_examples(path, Columns("text"), None)
-    assert [(e.text, e.label, e.line) for e in examples] == [("first text", None, 1), ("second text", None, 3)]
+    assert [(e.text, e.label, e.line) for e in examples] == [("first text", None, 1), ("", None, 2),
+                                                             ("second text", None, 3)]  # an answer per line
 
 
 def error_of(path, columns=None, kind="class", labels=None) -> str:

@@ -53,7 +53,7 @@ def test_reading_checks_tags_against_the_model_and_reads_text_for_prediction(tmp
     text = tmp_path / "a.txt"
     text.write_text("U.S. troops left Paris, fine.\n\nSecond line\n")
     assert [s.words for s in NER.read_examples(text, None, labelled=False)] == [
-        ["U.S.", "troops", "left", "Paris", ",", "fine", "."], ["Second", "line"]]
+        ["U.S.", "troops", "left", "Paris", ",", "fine", "."], [], ["Second", "line"]]  # a prediction per line
     with pytest.raises(InputError, match="one text, not a pair"):
         sentence_from_text("a", "b")
 
@@ -183,8 +183,9 @@ def test_a_conll_txt_file_is_read_as_conll_unless_told(finetuned_ner, tmp_path):
     assert as_conll["text"] == "EU rejects German" and len(as_conll["tags"]) == 3
     assert "f1" in evaluate(finetuned_ner.output_dir, path)  # evaluate reads the same file the same way
     as_lines = predict(finetuned_ner.output_dir, path, format="txt")
-    assert [answer["text"] for answer in as_lines] == ["-DOCSTART- -X- -X- O", "EU NNP B-NP B-ORG",
-                                                       "rejects VBZ B-VP O", "German JJ B-NP B-MISC"]
+    assert [answer["text"] for answer in as_lines] == ["-DOCSTART- -X- -X- O", "", "EU NNP B-NP B-ORG",
+                                                       "rejects VBZ B-VP O", "German JJ B-NP B-MISC", ""]
+    assert as_lines[1]["entities"] == [] and as_lines[1]["tags"] == []  # a blank line: a sentence of no words
 
 
 def rewritten(tags, scheme):
