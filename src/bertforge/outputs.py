@@ -35,7 +35,8 @@ REPORT_FILES = ("eval_results.json", "curves.png")
 # What else makes up a model or corpus folder that commands read: replacing one of these with a report would break it.
 FOLDER_FILES = ("log.jsonl", "manifest.json", "compression.json", "adapter_config.json", "sentence_bert_config.json",
                 "config_sentence_transformers.json", "added_tokens.json")
-TENSOR_SUFFIXES = (".safetensors", ".bin", ".npy", ".pt", ".pth", ".ckpt", ".index.json")
+TENSOR_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".index.json")
+SHARD_PREFIX = "shard-"  # a prepared corpus's token arrays (shard-00000.tokens.npy); other .npy files are embed's
 
 
 def _check_parent(path: Path, what: str) -> None:
@@ -79,7 +80,8 @@ def is_part_of(path: str | Path, folder: str | Path) -> bool:
     name = path.name
     if name in REPORT_FILES:
         return False
-    return name in MODEL_MARKERS + RUN_FILES + FOLDER_FILES or name.endswith(TENSOR_SUFFIXES)
+    return (name in MODEL_MARKERS + RUN_FILES + FOLDER_FILES or name.endswith(TENSOR_SUFFIXES)
+            or name.startswith(SHARD_PREFIX) and name.endswith(".npy"))
 
 
 def check_not_holding(output: Path, inputs: tuple[str | Path | None, ...], what: str) -> None:

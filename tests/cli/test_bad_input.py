@@ -459,6 +459,23 @@ def test_is_impossible_is_true_or_false(world, tmp_path, capsys):
     assert_one_line_error(*result, 1, "squad.json", "is_impossible must be true or false, got 'false'")
 
 
+def test_outputs_may_go_into_the_model_folder_and_be_written_again(world, tmp_path, capsys):
+    """Only the model's own files are refused as outputs: predictions, vectors and the evaluation report may be
+    written beside them, and written again."""
+    root, encoder, data, earlier = world
+    model = shutil.copytree(earlier / "model", tmp_path / "model")
+    model_files = digest(model)
+    for _ in range(2):
+        for argv in (["predict", "--model", model, "--input", data / "lines.txt", "--output", model / "preds.jsonl"],
+                     ["embed", "--model", model, "--input", data / "lines.txt", "--output", model / "vectors.npy"],
+                     ["evaluate", "--model", model, "--data", data / "train.csv", "--output",
+                      model / "eval_results.json"]):
+            code, out, err = run_cli(capsys, *argv)
+            assert code == 0, err
+    assert {name: value for name, value in digest(model).items()
+            if name not in ("preds.jsonl", "vectors.npy", "eval_results.json")} == model_files
+
+
 def test_a_pair_model_given_one_text_is_refused(world, tmp_path, capsys):
     """A model fine-tuned on text pairs would read a text alone as no training example was, and answer anyway."""
     root, encoder, data, earlier = world
