@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.errors import ConfigError, InputError
-from bertforge.training.distributed import launch_or_single
 
 INCOMPLETE_SUFFIX = ".incomplete"
 # Files whose presence makes a folder a model (or a training run): replacing it loses someone's work.
@@ -165,6 +164,8 @@ def check_not_in_use(output: str | Path) -> None:
     Under torchrun the main process (rank 0) alone writes the folder, takes its lock and looks at it here: the
     others' looks, each a brief lock of its own, would collide with its lock and with one another."""
     staging = staging_dir(output)
+    from bertforge.training.distributed import launch_or_single  # training imports this module
+
     if os.path.abspath(staging) in _held or not staging.is_dir() or launch_or_single().rank != 0:
         return
     descriptor = _lock(staging)

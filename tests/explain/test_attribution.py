@@ -188,6 +188,38 @@ def test_pair_words_index_the_pair(sst2_classifier, tokenizer):
     assert all(explanation.texts[1][w.start:w.end] == w.word for w in pair_words)
 
 
+def test_a_taggers_entities_are_those_predict_gives(tokenizer, tiny_config, data_dir, tmp_path):
+    """Words as the task reads them ("Anne-Gaelle", "U.S.", "Germany's" are one word each, tagged at their first
+    piece), decoded its one way (here Viterbi, as the run saved it): explain offers predict's entities, not a
+    tag read off every piece the tokenizer splits at punctuation."""
+    from bertforge.config import FINETUNE_KEY
+    from bertforge.tasks import predict
+    from bertforge.tasks.token_classification import read_conll
+
+    labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    config = BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size,
+                           "id2label": dict(enumerate(labels)), "label2id": {tag: i for i, tag in enumerate(labels)}})
+    torch.manual_seed(0)
+    tagger = BertForTokenClassification(config).eval()
+    with torch.no_grad():  # entities everywhere, their tags left to each token's random logits
+        tagger.classifier.weight.mul_(40)
+        tagger.classifier.bias.copy_(torch.tensor([-2.0, 0.0, 0.0, 0.0, 0.0]))
+    tagger.config.extra[FINETUNE_KEY] = {"max_length": 64, "decoding": "viterbi"}
+    tagger.save_pretrained(tmp_path / "tagger")
+    tokenizer.save_pretrained(tmp_path / "tagger")
+    sentences = [" ".join(sentence.words) for sentence in read_conll(data_dir / "conll2003" / "eng.testa")
+                 if any("-" in word or "." in word[:-1] or "'" in word for word in sentence.words)][:12]
+    answers = predict(tmp_path / "tagger", texts=sentences)
+    hyphenated = 0
+    for text, answer in zip(sentences, answers):
+        expected = [f"{entity['type']}: {entity['text']}" for entity in answer["entities"]]
+        if not expected:
+            continue
+        assert explain(tagger, tokenizer, text, max_length=64).targets == expected, text
+        hyphenated += any("-" in entity["text"] or "." in entity["text"] for entity in answer["entities"])
+    assert hyphenated >= 3
+
+
 def test_every_task_has_targets(tokenizer, tiny_config, minilm):
     config = BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size,
                            "id2label": {0: "O", 1: "B-PER", 2: "I-PER"},

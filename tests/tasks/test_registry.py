@@ -127,3 +127,24 @@ def test_a_question_answering_checkpoint_of_few_positions_reads_contexts(tmp_pat
                  "--output", str(tmp_path / "answers.jsonl")]) == 0
     [answer] = [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text().splitlines()]
     assert context[answer["start"]:answer["end"]] == answer["answer"] and answer["end"] > answer["start"]
+
+
+def test_a_copy_without_its_run_config_reads_the_settings_config_json_recorded(tiny, tokenizer, tmp_path):
+    """`export hf` writes config.json (with the run's record, "bertforge_finetune") and no finetune_config.json:
+    the copy decodes as the run did, not with the task's defaults."""
+    from bertforge import BertForTokenClassification
+
+    config = BertConfig(**{**tiny.__dict__, "id2label": {0: "O", 1: "B-PER", 2: "I-PER"}})
+    model = BertForTokenClassification(config)
+    model.config.extra |= {"finetuning_task": "ner", "bertforge_finetune": {"max_length": 48, "decoding": "viterbi",
+                                                                           "doc_stride": 8}}
+    save(model, tokenizer, tmp_path / "copy")
+    settings = inspect_checkpoint(tmp_path / "copy").settings().settings
+    assert (settings.max_length, settings.decoding, settings.doc_stride) == (48, "viterbi", 8)
+    model.config.extra["finetuning_task"] = "classification"  # another task's record: the defaults
+    save(model, tokenizer, tmp_path / "other")
+    assert inspect_checkpoint(tmp_path / "other").settings().settings.decoding == "argmax"
+    model.config.extra |= {"finetuning_task": "ner", "bertforge_finetune": {"decoding": "beam"}}
+    save(model, tokenizer, tmp_path / "damaged")
+    with pytest.raises(CheckpointError, match=r"config.json: bertforge_finetune: unknown decoding 'beam'"):
+        inspect_checkpoint(tmp_path / "damaged").settings()

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import config_path
-from bertforge.config import architectures_of, read_json_object
+from bertforge.config import FINETUNE_KEY, architectures_of, read_json_object
 from bertforge.errors import InputError
 from bertforge.heads import (
     BertForQuestionAnswering,
@@ -32,10 +32,10 @@ from bertforge.heads import (
 )
 from bertforge.model import BertModel
 from bertforge.pretraining.heads import BertForMaskedLM
-from bertforge.tasks.metrics import entities
 from bertforge.tokenizer import BertTokenizer
 
 DEFAULT_MAX_LENGTH = 512
+NER_SETTINGS = ("doc_stride", "context", "decoding")  # a tagger's saved settings that decide its entities
 MAX_ANSWER_TOKENS = 30  # the longest answer span considered, as in the SQuAD evaluation scripts
 
 
@@ -165,25 +165,32 @@ def sequence_target(model, tokenizer, text, pair, target, max_length) -> Target:
 
 
 def entity_target(model, tokenizer, text, pair, target, max_length) -> Target:
+    """The entities `predict` finds, found as it finds them (the task's words, windows and decoding: its one way);
+    each is scored over the tokens of its words, every token with its word's tag. An entity beyond the tokens the
+    row keeps (a text longer than max_length) can't be explained, and is not offered."""
+    from bertforge.tasks.registry import TASKS
+    from bertforge.tasks.token_classification import NerSettings, sentence_from_text
+
+    sentence = sentence_from_text(text, pair)
     row = encode_row(tokenizer, text, pair, max_length=max_length)
-    predicted = _plain_output(model, row).logits[0].argmax(-1).tolist()  # (seq,)
-    # A word's tag is its first piece's, as in training; the entity scores every piece of its words with that tag.
-    first_token: dict[tuple[int, int], int] = {}  # (text, word) -> its first token, in reading order
-    for i, key in enumerate(zip(row.texts, row.word_ids)):
-        if key[0] is not None:
-            first_token.setdefault(key, i)
-    words = list(first_token)
-    tags = [model.config.id2label[predicted[first_token[key]]] for key in words]
+    saved = model.config.extra.get(FINETUNE_KEY) or {}  # the settings the model was fine-tuned with
+    settings = NerSettings(**{name: value for name, value in saved.items() if name in NER_SETTINGS},
+                           max_length=max_length)
+    task = TASKS["ner"]
+    [answer] = task.predict(model, task.encode(tokenizer, [sentence], settings, model.config.id2label), [sentence])
+    label_ids = {label: i for i, label in model.config.id2label.items()}
+    word_of = {}  # token -> the word its characters lie in
+    for token, span in enumerate(row.offsets):
+        if span is not None and span[1] > span[0]:
+            word_of[token] = next((w for w, (start, end) in enumerate(sentence.spans) if start <= span[0] < end), None)
     found, choices = [], []
-    for type_, first, last in entities(tags):
-        keys = set(words[first:last + 1])
-        if len({source for source, _ in keys}) != 1:
-            continue  # an entity can't run from the text into the pair
-        tokens = [i for i, key in enumerate(zip(row.texts, row.word_ids)) if key in keys]
-        labels = [predicted[first_token[(row.texts[i], row.word_ids[i])]] for i in tokens]
-        start, end = row.offsets[tokens[0]][0], row.offsets[tokens[-1]][1]
-        found.append((tokens, labels))
-        choices.append(f"{type_}: {(text, pair)[row.texts[tokens[0]]][start:end]}")
+    for entity in answer["entities"]:
+        tokens = [i for i, span in enumerate(row.offsets)
+                  if word_of.get(i) is not None and entity["start"] <= span[0] < entity["end"]]
+        if not tokens or row.offsets[tokens[-1]][1] < entity["end"]:
+            continue  # cut off by max_length
+        found.append((tokens, [label_ids[answer["tags"][word_of[i]]] for i in tokens]))
+        choices.append(f"{entity['type']}: {entity['text']}")
     if not found:
         raise InputError("the model finds no entity in the text, so there is none to explain")
     index = _pick(choices, target, 0, "entity")

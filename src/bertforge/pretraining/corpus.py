@@ -34,6 +34,7 @@ import numpy as np
 from bertforge.atomic import save_array, write_text_atomic
 from bertforge.compressed import byte_lines
 from bertforge.errors import ConfigError, InputError, check_choice, no_such_file
+from bertforge.outputs import release_staging, start_staging
 from bertforge.tokenizer.tokenizer import BertTokenizer
 from bertforge.tokenizer.vocab import SPECIAL_TOKENS
 from bertforge.validation import check_number
@@ -169,8 +170,6 @@ def prepare_corpus(paths: Sequence[str | Path], tokenizer: BertTokenizer, output
     once the new one is complete (it is written into `output_dir.incomplete/` first, so a failure or an
     interruption leaves the old one as it was); a folder holding a different one is refused.
     """
-    from bertforge.outputs import release_staging, start_staging  # outputs imports training, which imports this
-
     if shard_tokens < 1:
         raise ConfigError(f"shard_tokens must be at least 1, got {shard_tokens}")
     paths = [Path(path) for path in paths]

@@ -24,7 +24,7 @@ from torch import nn
 from bertforge.checkpoint.adapters import ADAPTER_CONFIG_FILE, PEFT_TASKS, inspect_base, is_adapter_folder
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import SAFETENSORS_FILE, check_readable, config_path, read_state_dict
-from bertforge.config import BertConfig, architectures_of, read_json_object
+from bertforge.config import FINETUNE_KEY, BertConfig, architectures_of, read_json_object
 from bertforge.errors import CheckpointError, ConfigError, check_choice
 from bertforge.heads import (
     BertForMultipleChoice,
@@ -276,6 +276,9 @@ class Checkpoint:
     run: FinetuneConfig | None  # its finetune_config.json
     positions: int = 512  # max_position_embeddings: no input may be longer
     architectures: tuple[str, ...] = ()  # config.json's: the classes it was saved from (BertForMaskedLM, ...)
+    # config.json's record of a bertforge run ("finetuning_task", "bertforge_finetune"): the settings a copy without
+    # finetune_config.json (`export hf`'s) decodes with, as the run did
+    recorded: tuple[str, dict[str, Any]] | None = None
 
     @property
     def model_class(self) -> type[nn.Module]:
@@ -309,7 +312,16 @@ class Checkpoint:
         name = task or self.task
         if self.run is not None:
             return self.run if name in (None, self.run.task) else dataclasses.replace(self.run, task=name)
-        return task_defaults(name or "classification", self.positions)
+        defaults = task_defaults(name or "classification", self.positions)
+        if self.recorded is None or self.recorded[0] not in (None, defaults.task):
+            return defaults
+        known = {field.name for field in dataclasses.fields(defaults.settings)}
+        try:
+            settings = dataclasses.replace(defaults.settings, **{key: value for key, value in self.recorded[1].items()
+                                                                 if key in known})
+        except (ConfigError, TypeError) as error:
+            raise CheckpointError(f"{config_path(self.directory)}: {FINETUNE_KEY}: {error}") from None
+        return dataclasses.replace(defaults, settings=settings)
 
 
 WINDOW_SHARES = ("max_query_length", "doc_stride")  # settings measured in tokens of a window
@@ -400,5 +412,7 @@ def inspect_checkpoint(name_or_path: str | Path) -> Checkpoint:
     else:
         task = next((name for name, row in TASKS.items() if row.head == head), None)
     positions = config.get("max_position_embeddings", 512)
+    record = config.get(FINETUNE_KEY)
+    recorded = (config.get("finetuning_task"), record) if isinstance(record, dict) else None
     return Checkpoint(directory, head, task, run, positions if isinstance(positions, int) else 512,
-                      tuple(architectures))
+                      tuple(architectures), recorded)
