@@ -220,6 +220,31 @@ def test_a_taggers_entities_are_those_predict_gives(tokenizer, tiny_config, data
     assert hyphenated >= 3
 
 
+def test_an_encoders_similarity_is_the_one_its_sentence_vectors_give(minilm, minilm_dir, tokenizer, sst2_dev):
+    """Read as its sentence-transformers layout reads (256 tokens for MiniLM, where the tokenizer allows 512) and
+    pooled as it pools: the score explained is `bertforge similarity`'s, for a text longer than the layout reads
+    and for [CLS] pooling too."""
+    import dataclasses
+
+    from bertforge import SentenceEncoder
+
+    long_text = " ".join(text for text, _ in sst2_dev[:40])
+    vectors = SentenceEncoder(str(minilm_dir)).encode([long_text, "a great movie"], convert_to_tensor=True)
+    explanation = explain(minilm, tokenizer, long_text, "a great movie", steps=4)
+    assert explanation.score == pytest.approx(torch.cosine_similarity(vectors[:1], vectors[1:]).item(), abs=1e-5)
+    assert len([token for token in explanation.tokens if token.text == 0]) == 256 - 2
+    layout = minilm.sentence_embedding
+    try:
+        minilm.sentence_embedding = dataclasses.replace(layout, pooling="cls")
+        by_cls = explain(minilm, tokenizer, "A man plays a guitar.", "Someone is making music.", steps=4)
+        with torch.inference_mode():
+            first = [minilm(**tokenizer(text, return_tensors="pt")).last_hidden_state[:, 0]
+                     for text in ("A man plays a guitar.", "Someone is making music.")]
+        assert by_cls.score == pytest.approx(torch.cosine_similarity(*first).item(), abs=1e-5)
+    finally:
+        minilm.sentence_embedding = layout
+
+
 def test_every_task_has_targets(tokenizer, tiny_config, minilm):
     config = BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size,
                            "id2label": {0: "O", 1: "B-PER", 2: "I-PER"},

@@ -6,9 +6,9 @@ from bertforge.errors import InputError, check_choice
 from bertforge.explain.inner import masked_lm_views
 from bertforge.explain.methods import DEFAULT_STEPS, MAX_STEPS, METHODS, USES_GRADIENTS, Attributions
 from bertforge.explain.result import Explanation, TokenAttribution, WordAttribution
-from bertforge.explain.targets import Row, build_target
+from bertforge.explain.targets import Row, build_target, explained_length
 from bertforge.pretraining.heads import BertForMaskedLM
-from bertforge.validation import check_number, check_within_positions, readable_length
+from bertforge.validation import check_number, check_within_positions
 
 
 def explain(model, tokenizer, text: str, text_pair: str | None = None, target: str | int | None = None,
@@ -37,7 +37,7 @@ def explain(model, tokenizer, text: str, text_pair: str | None = None, target: s
         raise InputError(f"{method} follows gradients, which int8 layers don't pass on (every attribution would "
                          "be 0): explain the fp32 model it was made from, or use attention_rollout")
     check_within_positions(max_length, model.config.max_position_embeddings)
-    max_length = max_length or readable_length(model, tokenizer)
+    max_length = max_length or explained_length(model, tokenizer)
     was_training = model.training
     model.eval()  # dropout off: f must be a function of the input
     try:

@@ -10,9 +10,9 @@ import html
 from bertforge.explain.attribute import explain
 from bertforge.explain.methods import DEFAULT_STEPS
 from bertforge.explain.result import Explanation
+from bertforge.explain.targets import explained_length
 from bertforge.inference.attention_view import compute_attention, render_attention_map
 from bertforge.model import BertModel
-from bertforge.validation import readable_length
 
 STYLE = """<style>
   #explanation .summary { font-size: 14px; margin-bottom: 6px; }
@@ -101,7 +101,7 @@ def inner_section(inner: dict) -> str:
 def explanation_page(model, tokenizer, explanation: Explanation, max_length: int | None = None) -> str:
     """One self-contained HTML page: the attributions, then the attention views of the explained input (for two
     texts compared by an encoder, of the first), read as `explain` read it (see its `max_length`)."""
-    max_length = max_length or readable_length(model, tokenizer)
+    max_length = max_length or explained_length(model, tokenizer)
     pair = None if type(model) is BertModel or len(explanation.texts) == 1 else explanation.texts[1]
     attention = compute_attention(model, tokenizer, explanation.texts[0], pair, max_length=max_length)
     title = f"Why {explanation.target}? {explanation.texts[0][:60]}"

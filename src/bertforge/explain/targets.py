@@ -30,9 +30,11 @@ from bertforge.heads import (
     BertForTokenClassification,
     encoder_of,
 )
+from bertforge.inference.features import after_pooling, pool, pooling_mask, sentence_embedding
 from bertforge.model import BertModel
 from bertforge.pretraining.heads import BertForMaskedLM
 from bertforge.tokenizer import BertTokenizer
+from bertforge.validation import readable_length
 
 DEFAULT_MAX_LENGTH = 512
 NER_SETTINGS = ("doc_stride", "context", "decoding")  # a tagger's saved settings that decide its entities
@@ -252,12 +254,28 @@ def similarity_target(model, tokenizer, text, pair, target, max_length) -> Targe
         raise InputError("an encoder explains the similarity of two texts: give the second as the pair")
     _pick(["similarity"], target, 0, "target")
     rows = [encode_row(tokenizer, text, None, 0, max_length), encode_row(tokenizer, pair, None, 1, max_length)]
+    # pooled as the model's sentence-transformers layout pools (mean without one), its Dense layers after
+    layout = sentence_embedding(model)
+    masks = [pooling_mask(torch.ones(1, len(row.input_ids)), 0 if layout.include_prompt else 1) for row in rows]
 
     def score(embeddings):
-        pooled = [run_with(model, row, values).last_hidden_state.mean(1) for row, values in zip(rows, embeddings)]
+        pooled = [after_pooling(model, pool(run_with(model, row, values).last_hidden_state,
+                                            mask.expand(len(values), -1).to(values.device), layout.pooling), False)
+                  for row, values, mask in zip(rows, embeddings, masks)]
         return F.cosine_similarity(pooled[0], pooled[1], dim=-1)
-    readouts = [torch.full((len(row.input_ids),), 1 / len(row.input_ids)) for row in rows]
+    # what attention rollout follows back: the pooled token for cls pooling, else every pooled one alike
+    readouts = [F.one_hot(mask[0].argmax(), mask.shape[1]).float() if layout.pooling == "cls" else mask[0] / mask.sum()
+                for mask in masks]
     return Target("similarity", ["similarity"], rows, score, readouts, rows_one_at_a_time=True)
+
+
+def explained_length(model, tokenizer) -> int:
+    """The tokens `explain` reads of a text by default: as `predict` reads it (the fine-tuned length), and for a bare
+    encoder as its sentence vectors read it (the sentence-transformers layout's max_seq_length, where it has one)."""
+    length = readable_length(model, tokenizer)
+    if target_builder(model) is similarity_target and sentence_embedding(model).max_length:
+        length = min(length, sentence_embedding(model).max_length)
+    return length
 
 
 # Most specific first: every task model holds a BertModel, but is not one.
