@@ -170,6 +170,29 @@ def test_a_graph_off_by_more_than_the_tolerance_is_not_written(tmp_path, tiny_co
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_model_of_one_segment_type_exports_and_matches_pytorch(tmp_path, tiny_config, tokenizer, real_sentences):
+    """type_vocab_size 1 (a model that reads single texts): the export's check leaves text pairs out."""
+    torch.manual_seed(0)
+    model = BertModel(dataclasses.replace(tiny_config, vocab_size=tokenizer.vocab_size, type_vocab_size=1)).eval()
+    report = export_onnx(model, tokenizer, tmp_path / "single.onnx")
+    assert report.max_difference <= 1e-4
+    session = onnx_session(tmp_path / "single.onnx")
+    batch = tokenizer(real_sentences[:5], padding=True, return_tensors="pt")
+    assert max_difference_at_real_tokens(session, model, batch, ["last_hidden_state"], {"last_hidden_state"}) <= 1e-4
+
+
+def test_an_opset_the_exporter_can_not_convert_to_is_one_line(tmp_path, tiny_config, tokenizer, capfd):
+    """Its version converter logs a traceback and falls back to its own opset: either the graph asked for is
+    written, or a one-line error names the opset asked for; no traceback, no file."""
+    model = BertModel(dataclasses.replace(tiny_config, vocab_size=tokenizer.vocab_size)).eval()
+    try:
+        assert export_onnx(model, tokenizer, tmp_path / "model.onnx", opset=26).opset == 26
+    except BertforgeError as error:
+        assert str(error).startswith("the exporter could not convert its opset ") and " to opset 26;" in str(error)
+        assert not (tmp_path / "model.onnx").exists()
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_wrong_task_and_missing_packages_are_clear_errors(monkeypatch, tmp_path, tiny_config, tokenizer):
     model = BertModel(tiny_config)
     with pytest.raises(BertforgeError, match="task 'question-answering' exports a BertForQuestionAnswering"):

@@ -170,30 +170,37 @@ def float32_weights(model: nn.Module) -> Iterator[nn.Module]:
 
 @contextmanager
 def _quiet_exporter() -> Iterator[None]:
-    """Silence the exporter's notes about its own internals (missing torchvision ops, deprecations)."""
-    exporter_logger = logging.getLogger("torch.onnx")
-    level = exporter_logger.level
-    exporter_logger.setLevel(logging.ERROR)
+    """Silence the exporter's notes about its own internals (missing torchvision ops, deprecations, and onnxscript's
+    tracebacks of an opset conversion it gave up, which export_onnx reports in one line)."""
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "onnxscript")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL if logger.name == "onnxscript" else logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        exporter_logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def check_batches(tokenizer, max_length: int, texts: Sequence[str] = CHECK_TEXTS,
-                  spec: OnnxTask = ONNX_TASKS["feature-extraction"]) -> list[dict[str, torch.Tensor]]:
-    """Padded real batches of three shapes: all texts, the first one alone (batch 1), and text pairs; for a task
-    of (batch, choices, seq) inputs, questions with their choices: two with three choices each, one with two."""
+                  spec: OnnxTask = ONNX_TASKS["feature-extraction"],
+                  pairs: bool = True) -> list[dict[str, torch.Tensor]]:
+    """Padded real batches of three shapes: all texts, the first one alone (batch 1), and text pairs (unless not
+    `pairs`: a model of one segment type reads no pair); for a task of (batch, choices, seq) inputs, questions with
+    their choices: two with three choices each, one with two."""
     # On the right whatever the tokenizer's padding_side: BERT reads [CLS] at position 0.
     encode = dict(truncation=True, max_length=max_length, padding=True, padding_side="right", return_tensors="pt")
     if "choices" in spec.input_axes:
         return [choice_batch(tokenizer, texts[:2], texts[2:5], encode), choice_batch(tokenizer, texts[5:6],
                                                                                       texts[:2], encode)]
     half = len(texts) // 2
-    return [dict(tokenizer(list(texts), **encode)), dict(tokenizer(texts[:1], **encode)),
-            dict(tokenizer(list(texts[:half]), list(texts[half:2 * half]), **encode))]
+    batches = [dict(tokenizer(list(texts), **encode)), dict(tokenizer(texts[:1], **encode))]
+    if pairs:
+        batches.append(dict(tokenizer(list(texts[:half]), list(texts[half:2 * half]), **encode)))
+    return batches
 
 
 def choice_batch(tokenizer, questions: Sequence[str], choices: Sequence[str], encode: dict) -> dict[str, torch.Tensor]:
@@ -250,7 +257,11 @@ def export_onnx(model: nn.Module, tokenizer, path: str | Path, task: str | None 
                                                             for name in INPUT_NAMES},
                                             opset_version=opset, dynamo=True, verbose=False,
                                             custom_translation_table=qdq_translations())
-        opset = next(entry.version for entry in program.model_proto.opset_import if entry.domain in ("", "ai.onnx"))
+        asked, opset = opset, next(entry.version for entry in program.model_proto.opset_import
+                                   if entry.domain in ("", "ai.onnx"))
+        if asked is not None and opset != asked:  # the exporter writes its own opset, then converts, or gives up
+            raise BertforgeError(f"the exporter could not convert its opset {opset} graph to opset {asked}; nothing "
+                                 f"was written to {path}: try another --opset, or leave it to the exporter")
         if tolerance is None:
             quantization = getattr(model, "quantization", None)
             tolerance = INT8_TOLERANCE if quantization is not None and quantization.precision == "int8" else \
@@ -261,8 +272,9 @@ def export_onnx(model: nn.Module, tokenizer, path: str | Path, task: str | None 
                 program.save(temporary, external_data=False)
                 keep_inferable_shapes(temporary)
                 try:
-                    compare_with_pytorch(model, temporary, check_batches(tokenizer, max_length, check_texts, spec),
-                                         spec, report)
+                    batches = check_batches(tokenizer, max_length, check_texts, spec,
+                                            pairs=model.config.type_vocab_size > 1)
+                    compare_with_pytorch(model, temporary, batches, spec, report)
                 except Exception as error:
                     if not type(error).__module__.startswith("onnxruntime"):
                         raise
@@ -331,6 +343,7 @@ def onnx_session(path: str | Path, threads: int | None = None, spinning: bool = 
     # beside a spinning session), and ORT itself ran no slower without it (1.08 s against 1.11 s alone).
     if not spinning:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 4  # fatal only: a graph it can't load or run raises, and the caller says so once
     return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
