@@ -319,6 +319,16 @@ def test_a_text_that_tokenizes_to_nothing_is_refused(sst2_classifier, minilm, to
         assert "\n" not in str(error.value)
 
 
+def test_special_tokens_alone_and_a_mask_out_of_reach_are_named(sst2_classifier, tokenizer, tiny_config):
+    """Both were told to give a larger max_length (or to put a [MASK] in the text), which could not help."""
+    for text, pair, name in (("[CLS] [SEP]", None, "text"), ("[PAD]", None, "text"), ("Is it good?", "[SEP]", "pair")):
+        with pytest.raises(InputError, match=rf"^the {name} to explain holds special tokens alone \("):
+            explain(sst2_classifier, tokenizer, text, pair)
+    fill = BertForMaskedLM(BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size})).eval()
+    with pytest.raises(InputError, match="^the \\[MASK\\] is beyond the first 16 tokens the model reads"):
+        explain(fill, tokenizer, "word " * 30 + "[MASK].", max_length=16)
+
+
 def test_an_int8_model_is_explained_by_rollout_and_refused_by_gradients(sst2_classifier_dir, tokenizer, sst2_dev):
     """No gradient flows through an int8 layer's kernel: the gradient methods would give every word 0, so they
     are refused; attention rollout reads the attention probabilities, which int8 computes as fp32 does (nearly)."""

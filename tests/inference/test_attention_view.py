@@ -101,6 +101,12 @@ def test_wrong_shapes_and_long_texts_are_user_errors(tokenizer, tiny_config):
     with pytest.raises(InputError, match="the limit is 5"):
         compute_attention(model, tokenizer, "one two three four five six", max_length=5, truncate=False)
     assert len(compute_attention(model, tokenizer, "one two three four five six", max_length=5).tokens_a) == 5
+    # a max_length that cuts a text away entirely would draw [CLS] and [SEP] alone (an unknown word still counts)
+    for text, pair, max_length, name in (("hello", "world", 3, "text"), ("hello", None, 2, "text"),
+                                         ("hello there", "world", 4, "pair")):
+        with pytest.raises(InputError, match=f"^max_length {max_length} keeps no token of the {name}"):
+            compute_attention(model, tokenizer, text, pair, max_length=max_length)
+    assert compute_attention(model, tokenizer, "\u2603 \u2603 \u2603", max_length=3).tokens_a[1] == "[UNK]"
 
 
 # ---------------------------------------------------------------- in the browser (tests/conftest.py's browser)
@@ -230,14 +236,16 @@ def test_model_and_neuron_views_in_headless_chromium(browser, tmp_path, minilm, 
     assert painted[0] == seq and painted[1] > 0
     browser.save_screenshot(str(tmp_path / "model_view.png"))
 
-    # Neuron view: for a chosen token, the weights recomputed in the page from its (8-bit) queries and keys.
+    # Neuron view: for a chosen token, the weights the head view holds (the model's, to 4 decimals), and the faint
+    # ones it leaves out recomputed in the page from its (8-bit) queries and keys.
     for name, value in (("layer", "2"), ("head", "5"), ("token", "4")):
         Select(browser.find_element(By.ID, f"neuron-{name}")).select_by_value(value)
     neuron = browser.find_element(By.ID, "neuron")
     assert neuron.get_attribute("data-token") == "4" and neuron.get_attribute("data-head") == "5"
-    weights = torch.tensor(json.loads(neuron.get_attribute("data-weights")))
-    expected = attention.attentions[2, 5, 4]
-    assert (weights - expected).abs().max() < 0.03 and int(weights.argmax()) == int(expected.argmax())
+    weights = torch.tensor(json.loads(neuron.get_attribute("data-weights")), dtype=torch.float64)
+    expected = attention.attentions[2, 5, 4].double()
+    kept = visible(expected) > 0
+    assert (weights[kept] - expected[kept]).abs().max() < 1e-4 and (weights - expected).abs().max() < 0.01
     assert int(neuron.get_attribute("height")) > 14 * seq
     browser.execute_script("document.getElementById('neuron').scrollIntoView()")
     browser.save_screenshot(str(tmp_path / "neuron_view.png"))
@@ -374,6 +382,8 @@ def test_view_displays_in_a_notebook(pair_attentions, monkeypatch):
     assert model_view(attentions, tokens) is None
     assert len(shown) == 1 and page_data(shown[0].data)["views"] == ["model"]
     assert "<iframe" in shown[0]._repr_html_()
+    # outside a notebook IPython's display prints the repr: a line, not the page (bertviz prints its object's)
+    assert repr(shown[0]) == f"<AttentionPage: {len(shown[0].data):,} characters of HTML in .data>"
 
 
 def test_bertviz_calls_in_headless_chromium(browser, tmp_path, pair_attentions, minilm, tokenizer):

@@ -71,9 +71,13 @@ def encode_row(tokenizer, text: str, pair: str | None, first_text: int = 0,
     for number, value in enumerate((text, pair), first_text):
         if value is not None and number not in texts:  # no word of it to explain
             name = ("text", "pair")[number]
-            if not tokenizer.tokenize(value):  # control and zero-width characters tokenize to nothing, as spaces do
+            pieces = tokenizer.tokenize(value)
+            if not pieces:  # control and zero-width characters tokenize to nothing, as spaces do
                 raise InputError(f"the {name} to explain is empty after tokenization (no word piece: only spaces, "
                                  f"control or zero-width characters)")
+            if set(pieces) <= set(tokenizer.all_special_tokens):
+                raise InputError(f"the {name} to explain holds special tokens alone ({' '.join(pieces[:5])}): no "
+                                 "word of it to explain")
             raise InputError(f"max_length {max_length} keeps no word piece of the {name}: give a larger max_length")
     kept = {tokenizer.cls_token_id, tokenizer.sep_token_id}
     if keep_mask:  # for a masked LM [MASK] is the question asked, not evidence for the answer; elsewhere it is text
@@ -234,6 +238,9 @@ def answer_target(model, tokenizer, text, pair, target, max_length) -> Target:
 def masked_token_target(model, tokenizer, text, pair, target, max_length) -> Target:
     row = encode_row(tokenizer, text, pair, max_length=max_length, keep_mask=True)
     if tokenizer.mask_token_id not in row.input_ids:
+        if tokenizer.mask_token in tokenizer.tokenize(text) + (tokenizer.tokenize(pair) if pair else []):
+            raise InputError(f"the [MASK] is beyond the first {max_length} tokens the model reads: move it nearer "
+                             "the start, or give a larger max_length")
         raise InputError("a masked-LM model explains its guess at a [MASK]: put [MASK] in the text")
     position = row.input_ids.index(tokenizer.mask_token_id)
     logits = _plain_output(model, row).logits[0, position].cpu()
