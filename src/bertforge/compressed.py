@@ -7,6 +7,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,8 @@ COMPRESSIONS: dict[str, tuple[str, Callable[[BinaryIO], BinaryIO]]] = {
     ".xz": ("xz", lzma.LZMAFile),
 }
 COMPRESSED_NAMES = "compressed as .gz, .bz2 or .xz"  # how messages name what may wrap a data file
+
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 # What a damaged or mislabelled compressed file raises while it is read (gzip's BadGzipFile is an OSError).
 DAMAGED = (OSError, EOFError, lzma.LZMAError)
@@ -66,12 +69,13 @@ def decode_text(raw: bytes, where: str | Path) -> str:
 
 
 def split_lines(text: str) -> list[str]:
-    """A one-text-per-line file's lines, blank ones too, as `wc -l` and a text editor count them: split at "\n"
-    (with "\r\n"), not at the other breaks str.splitlines knows (a form feed or U+2028 inside a line is text)."""
-    lines = text.split("\n")
+    """A one-text-per-line file's lines, blank ones too, as Python's text files and editors read them: split at
+    "\n", "\r\n" or "\r" alone (an old Mac file), not at the other breaks str.splitlines knows (a form feed or
+    U+2028 inside a line is text)."""
+    lines = LINE_BREAK.split(text)
     if lines[-1] == "":
         lines.pop()  # after the last line's newline
-    return [line.removesuffix("\r") for line in lines]
+    return lines
 
 
 def read_bytes(path: str | Path) -> bytes:

@@ -33,7 +33,8 @@ RUN_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_to
 REPORT_FILES = ("eval_results.json", "curves.png")
 # What else makes up a model or corpus folder that commands read: replacing one of these with a report would break it.
 FOLDER_FILES = ("log.jsonl", "manifest.json", "compression.json", "adapter_config.json", "sentence_bert_config.json",
-                "config_sentence_transformers.json", "added_tokens.json")
+                "config_sentence_transformers.json", "added_tokens.json", "distill_config.json", "router_config.json",
+                "bert_config.json")
 TENSOR_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".index.json")
 SHARD_PREFIX = "shard-"  # a prepared corpus's token arrays (shard-00000.tokens.npy); other .npy files are embed's
 
@@ -70,11 +71,12 @@ def is_within(path: str | Path, folder: str | Path) -> bool:
 
 
 def is_part_of(path: str | Path, folder: str | Path) -> bool:
-    """Whether the existing file `path` is one of those that make up the model or corpus folder `folder` (or a
-    sub-folder's: a checkpoint, a sentence-transformers module): its weights, config, tokenizer, logs or shards,
-    not a report or an export a command writes there again."""
+    """Whether the file `path` is, or by its name would be, one of those that make up the model or corpus folder
+    `folder` (or a sub-folder's: a checkpoint, a sentence-transformers module): its weights, config, tokenizer,
+    logs or shards (a modules.json written there would change how the folder loads), not a report or an export a
+    command writes there again."""
     path = Path(path)
-    if not path.is_file() or not is_within(path, folder):
+    if path.is_dir() or not is_within(path, folder):
         return False
     name = path.name
     if name in REPORT_FILES:
@@ -83,10 +85,14 @@ def is_part_of(path: str | Path, folder: str | Path) -> bool:
             or name.startswith(SHARD_PREFIX) and name.endswith(".npy"))
 
 
-def check_not_holding(output: Path, inputs: tuple[str | Path | None, ...], what: str) -> None:
-    """Refuse an output folder that is, or holds, one of the files or folders the run reads: the folder is replaced
-    whole when a model in it is overwritten (by this run or a later one), which would delete them."""
-    for given in inputs:
+def check_not_holding(output: Path, inputs: tuple[str | Path | None, ...], what: str,
+                      models: tuple[str | Path | None, ...] = ()) -> None:
+    """Refuse an output folder that is, or holds, one of the files or folders the run reads (or holds one of its
+    `models`: a model may be its own output, replaced by the run with --overwrite): the folder is replaced whole when
+    a model in it is overwritten (by this run or a later one), which would delete them."""
+    inside = [model for model in models if model is not None and Path(model).exists()
+              and Path(model).resolve() != Path(output).resolve()]
+    for given in (*inputs, *inside):
         if given is not None and str(given) != "-" and Path(given).exists() and is_within(given, output):
             held = "is what this run reads" if is_within(output, given) else f"holds {given}, which this run reads"
             raise InputError(f"{held}: replacing the {what} (by this run or a later one given --overwrite) would "
@@ -98,13 +104,17 @@ def holds_model(directory: Path) -> bool:
 
 
 def check_output_dir(path: str | Path, overwrite: bool = False, what: str = "output folder",
-                     inputs: tuple[str | Path | None, ...] = ()) -> Path:
+                     inputs: tuple[str | Path | None, ...] = (), models: tuple[str | Path | None, ...] = ()) -> Path:
     """Fail before any slow work when the model folder `path` can't be written, holds a model (or a training
-    run) and `overwrite` is not set, or holds one of the run's `inputs` (data files, a corpus)."""
+    run) and `overwrite` is not set, or holds one of the run's `inputs` (data files, a corpus) or, inside it, one
+    of its `models` (see check_not_holding)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise InputError(f"exists and is not a folder; the {what} is a model folder", path)
-    check_not_holding(path, inputs, what)
+    check_not_holding(path, inputs, what, models)
+    if overwrite and holds_model(path) and is_within(os.getcwd(), path):
+        raise InputError(f"is the current folder (or holds it): replacing the model in it would pull the folder "
+                         f"from under this shell; run from elsewhere, or choose another {what}", path)
     if (path / "checkpoint").is_dir() and not overwrite:
         raise ConfigError(f"{path}: already holds a training run; pass --resume to continue it, --overwrite to "
                           "start again, or choose another output folder")
@@ -120,6 +130,9 @@ def check_output_dir(path: str | Path, overwrite: bool = False, what: str = "out
     staging = staging_dir(path)
     if staging.exists() and not staging.is_dir():
         raise InputError("exists and is not a folder; it is where this run stages its output", staging)
+    if staging.parent.is_dir() and not os.access(staging.parent, os.W_OK | os.X_OK):
+        raise InputError(f"is not writable, and this run stages its output beside the {what}, in {staging.name}",
+                         staging.parent)
     check_not_in_use(path)
     return path
 

@@ -207,6 +207,11 @@ FLAG_AND_OUTPUT_CASES = [
      ["train.csv, which this run reads", "choose another output folder"]),
     ("finetune-output-is-root", ["finetune", "--model", "{E}", "--train", "{D}/train.csv", "--text-column", "review",
                                  "--label-column", "sentiment", "--output", "/"], 1, ["file system's root"]),
+    ("predict-output-would-be-a-layout-file", ["predict", "--model", "{M}", "--input", "{D}/lines.txt", "--output",
+                                               "{M}/modules.json"], 1, ["modules.json: is part of"]),
+    ("finetune-output-holds-its-model", ["finetune", "--model", "{O}/model", "--train", "{D}/train.csv",
+                                         "--text-column", "review", "--label-column", "sentiment", "--output", "{O}",
+                                         "--overwrite"], 1, ["model, which this run reads"]),
     # options that would be ignored
     ("predict-decoding-of-a-classifier", ["predict", "--model", "{M}", "--text", "fine", "--decoding", "viterbi"], 1,
      ["decoding 'viterbi' is a setting of ner"]),
@@ -501,6 +506,10 @@ def test_an_output_of_the_current_folder(world, tmp_path, capsys, monkeypatch):
     assert not (tmp_path.parent / (tmp_path.name + ".incomplete")).exists()
     assert_one_line_error(*run_cli(capsys, "export", "hf", "--model", encoder, "--output", "."), 1,
                           "already holds a model")
+    # replacing it would pull the current folder from under the shell (and `.` has no name to set it aside by)
+    assert_one_line_error(*run_cli(capsys, "export", "hf", "--model", encoder, "--output", ".", "--overwrite"), 1,
+                          "is the current folder (or holds it)")
+    assert (tmp_path / "model.safetensors").is_file()
 
 
 def test_predictions_of_a_text_file_are_one_per_line(world, tmp_path, capsys):
@@ -508,12 +517,13 @@ def test_predictions_of_a_text_file_are_one_per_line(world, tmp_path, capsys):
     U+2028 inside a line breaks no line."""
     root, encoder, data, earlier = world
     lines = ["a joy from start to finish", "", "dull and lifeless", "   ", "witty\u2028and\x0cwise"]
-    path = tmp_path / "texts.txt"
-    path.write_text("\r\n".join(lines) + "\r\n", encoding="utf-8")
-    for command in (["predict", "--model", earlier / "model"], ["embed", "--model", encoder]):
-        code, out, err = run_cli(capsys, *command, "--input", path, "--output", "-")
-        assert code == 0, err
-        assert [json.loads(row)["text"] for row in out.split("\n")[:-1]] == lines  # JSON lines end at "\n" alone
+    for ending in ("\r\n", "\n", "\r"):  # Windows, Unix and old Mac files
+        path = tmp_path / "texts.txt"
+        path.write_text(ending.join(lines) + ending, encoding="utf-8", newline="")
+        for command in (["predict", "--model", earlier / "model"], ["embed", "--model", encoder]):
+            code, out, err = run_cli(capsys, *command, "--input", path, "--output", "-")
+            assert code == 0, err
+            assert [json.loads(row)["text"] for row in out.split("\n")[:-1]] == lines  # JSON lines end at "\n"
 
 
 def test_a_long_csv_field_is_read_like_the_same_text_in_jsonl(world, tmp_path, capsys):

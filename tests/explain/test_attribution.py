@@ -204,7 +204,7 @@ def test_a_taggers_entities_are_those_predict_gives(tokenizer, tiny_config, data
     with torch.no_grad():  # entities everywhere, their tags left to each token's random logits
         tagger.classifier.weight.mul_(40)
         tagger.classifier.bias.copy_(torch.tensor([-2.0, 0.0, 0.0, 0.0, 0.0]))
-    tagger.config.extra[FINETUNE_KEY] = {"max_length": 64, "decoding": "viterbi"}
+    tagger.config.extra |= {"finetuning_task": "ner", FINETUNE_KEY: {"max_length": 64, "decoding": "viterbi"}}
     tagger.save_pretrained(tmp_path / "tagger")
     tokenizer.save_pretrained(tmp_path / "tagger")
     sentences = [" ".join(sentence.words) for sentence in read_conll(data_dir / "conll2003" / "eng.testa")

@@ -101,3 +101,18 @@ def test_an_encoders_explanation_counts_a_path_per_text():
         answer.json()["error"]
     answer = client.post("/explain", json=pair | {"steps": 8})
     assert answer.status_code == 200 and len(answer.json()["inner"]["baseline_scores"]) == 2
+
+
+def test_an_encoders_explanation_over_http_is_its_similarity(minilm_dir, sst2_dev):
+    """/explain reads an encoder's texts as /similarity does (the layout's 256 tokens, where the server allows 512):
+    the same score, and a long text within the default budget."""
+    from fastapi.testclient import TestClient
+
+    long_text = " ".join(text for text, _ in sst2_dev[:40])
+    with TestClient(load_app(minilm_dir, ServeSettings())) as client:
+        explained = client.post("/explain", json={"text": long_text, "text_pair": "a great movie", "steps": 4})
+        similar = client.post("/similarity", json={"inputs": {"source_sentence": long_text,
+                                                              "sentences": ["a great movie"]}})
+        assert explained.status_code == 200 and similar.status_code == 200, (explained.text, similar.text)
+        assert explained.json()["score"] == pytest.approx(similar.json()[0], abs=1e-5)
+        assert client.post("/explain", json={"text": long_text, "text_pair": "a great movie"}).status_code == 200

@@ -107,6 +107,8 @@ def test_wrong_shapes_and_long_texts_are_user_errors(tokenizer, tiny_config):
         with pytest.raises(InputError, match=f"^max_length {max_length} keeps no token of the {name}"):
             compute_attention(model, tokenizer, text, pair, max_length=max_length)
     assert compute_attention(model, tokenizer, "\u2603 \u2603 \u2603", max_length=3).tokens_a[1] == "[UNK]"
+    with pytest.raises(InputError, match="^the pair is empty after tokenization"):  # no max_length would help
+        compute_attention(model, tokenizer, "hello", "\u200b\x1b", max_length=3)
 
 
 # ---------------------------------------------------------------- in the browser (tests/conftest.py's browser)

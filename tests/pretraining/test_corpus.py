@@ -118,6 +118,18 @@ def test_a_failed_preparation_leaves_the_corpus_it_would_replace(corpus_files, t
     assert read_back(tmp_path / "out") == expected_ids(tokenizer)
 
 
+def test_a_corpus_folder_that_is_a_link_is_prepared_again_in_place(corpus_files, tokenizer, tmp_path):
+    """A link to a data disk: the new corpus is staged inside the folder (one file system), the link stays."""
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "corpus").symlink_to(tmp_path / "disk")
+    prepare_corpus(corpus_files, tokenizer, tmp_path / "corpus", shard_tokens=7, progress=False)
+    prepare_corpus(corpus_files, tokenizer, tmp_path / "corpus", progress=False)
+    assert (tmp_path / "corpus").is_symlink() and len(list((tmp_path / "disk").glob("shard-*"))) == 3
+    assert read_back(tmp_path / "corpus") == expected_ids(tokenizer)
+    assert sorted(path.name for path in (tmp_path / "disk").iterdir()) == [
+        "manifest.json", *(f"shard-00000.{name}.npy" for name in ("documents", "sentences", "tokens")), "tokenizer"]
+
+
 def test_held_out_mask_is_exact_and_spread():
     assert np.flatnonzero(held_out_mask(10, 3)).tolist() == [3, 6, 9]
     for documents, held_out in itertools.product([1, 7, 100, 101], [0, 1, 3, 50]):

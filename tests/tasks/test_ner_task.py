@@ -56,6 +56,11 @@ def test_reading_checks_tags_against_the_model_and_reads_text_for_prediction(tmp
         ["U.S.", "troops", "left", "Paris", ",", "fine", "."], [], ["Second", "line"]]  # a prediction per line
     with pytest.raises(InputError, match="one text, not a pair"):
         sentence_from_text("a", "b")
+    # decomposed letters (macOS writes names so): a combining mark belongs to its letter, not a word break
+    decomposed = sentence_from_text("Peter visited Zu\u0308rich, Mu\u0308nchen and Sa\u0303o Paulo.")
+    assert decomposed.words == ["Peter", "visited", "Zu\u0308rich", ",", "Mu\u0308nchen", "and", "Sa\u0303o",
+                                "Paulo", "."]
+    assert [decomposed.source[start:end] for start, end in decomposed.spans] == decomposed.words
 
 
 def test_encode_labels_first_pieces_and_predictions_give_entities_with_spans(tokenizer):

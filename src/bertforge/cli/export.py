@@ -72,7 +72,7 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_hf(args: argparse.Namespace) -> int:
-    output = check_output_dir(args.output, args.overwrite, inputs=(args.adapter,))
+    output = check_output_dir(args.output, args.overwrite, inputs=(args.adapter,), models=(args.model,))
     if args.adapter is not None:
         from bertforge import BertTokenizer
         from bertforge.checkpoint.adapters import load_adapted

@@ -90,7 +90,7 @@ def check_pairing(model: str, paired: bool) -> None:
     from bertforge.tasks.registry import inspect_checkpoint
 
     run = inspect_checkpoint(model).run
-    if run is None or run.task == "qa":
+    if run is None or run.task == "qa" or run.train is None:  # trained on examples in memory: columns unknown
         return
     if paired and run.text_pair_column is None:
         raise InputError(f"--text-pair: {model} was fine-tuned on single texts (column {run.text_column!r}); give "

@@ -951,6 +951,12 @@ def replace_module(model: nn.Module, name: str, module: nn.Module) -> None:
     setattr(model.get_submodule(parent) if parent else model, child, module)
 
 
+def is_blank(example: Any) -> bool:
+    """An example with nothing to read: a blank line's text, or a sentence of no words."""
+    text = getattr(example, "text", None)
+    return (isinstance(text, str) and not text.strip()) or getattr(example, "words", None) == []
+
+
 def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, precision: str = "int8",
                        max_drop: float = DEFAULT_MAX_DROP, calibration: str | Path | None = None,
                        calibration_examples: int = 256, outlier_channels: int = 8, smoothing: float | None = None,
@@ -987,6 +993,7 @@ def quantize_finetuned(model: str | Path, dev: str | Path, output: str | Path, p
         # calibration needs inputs only: unlabelled files (a plain .txt, one text a line) do
         sample = examples if calibration is None else reference.read(calibration, reference.columns(path=calibration),
                                                                      labelled=False)
+        sample = [example for example in sample if not is_blank(example)]  # a .txt file's blank lines
         features = reference.task.encode(reference.tokenizer, sample[:calibration_examples],
                                          reference.settings, reference.id2label)
         batches = [batch for _, batch in inference_batches(features, batch_size, reference.tokenizer.pad_token_id)]

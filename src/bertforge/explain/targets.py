@@ -30,7 +30,7 @@ from bertforge.heads import (
     BertForTokenClassification,
     encoder_of,
 )
-from bertforge.inference.features import after_pooling, pool, pooling_mask, sentence_embedding
+from bertforge.inference.features import after_pooling, pool, sentence_embedding
 from bertforge.model import BertModel
 from bertforge.pretraining.heads import BertForMaskedLM
 from bertforge.tokenizer import BertTokenizer
@@ -179,7 +179,9 @@ def entity_target(model, tokenizer, text, pair, target, max_length) -> Target:
 
     sentence = sentence_from_text(text, pair)
     row = encode_row(tokenizer, text, pair, max_length=max_length)
-    saved = model.config.extra.get(FINETUNE_KEY) or {}  # the settings the model was fine-tuned with
+    saved = model.config.extra.get(FINETUNE_KEY)  # the settings the model was fine-tuned with, as predict reads them
+    if not isinstance(saved, dict) or model.config.extra.get("finetuning_task") != "ner":
+        saved = {}
     settings = NerSettings(**{name: value for name, value in saved.items() if name in NER_SETTINGS},
                            max_length=max_length)
     task = TASKS["ner"]
@@ -198,7 +200,9 @@ def entity_target(model, tokenizer, text, pair, target, max_length) -> Target:
         found.append((tokens, [label_ids[answer["tags"][word_of[i]]] for i in tokens]))
         choices.append(f"{entity['type']}: {entity['text']}")
     if not found:
-        raise InputError("the model finds no entity in the text, so there is none to explain")
+        raise InputError("the model finds no entity in the text, so there is none to explain" if not answer["entities"]
+                         else f"the model's entities all lie beyond the first {max_length} tokens explain reads: give "
+                              "a larger max_length, or the part of the text they are in")
     index = _pick(choices, target, 0, "entity")
     tokens, labels = found[index]
 
@@ -261,18 +265,20 @@ def similarity_target(model, tokenizer, text, pair, target, max_length) -> Targe
         raise InputError("an encoder explains the similarity of two texts: give the second as the pair")
     _pick(["similarity"], target, 0, "target")
     rows = [encode_row(tokenizer, text, None, 0, max_length), encode_row(tokenizer, pair, None, 1, max_length)]
-    # pooled as the model's sentence-transformers layout pools (mean without one), its Dense layers after
+    # pooled as the model's sentence-transformers layout pools (mean without one), its Dense layers after; the
+    # texts as given (no prompt: include_prompt false leaves out a prompt's tokens, and there are none)
     layout = sentence_embedding(model)
-    masks = [pooling_mask(torch.ones(1, len(row.input_ids)), 0 if layout.include_prompt else 1) for row in rows]
+    masks = [torch.ones(1, len(row.input_ids)) for row in rows]
 
     def score(embeddings):
         pooled = [after_pooling(model, pool(run_with(model, row, values).last_hidden_state,
                                             mask.expand(len(values), -1).to(values.device), layout.pooling), False)
                   for row, values, mask in zip(rows, embeddings, masks)]
         return F.cosine_similarity(pooled[0], pooled[1], dim=-1)
-    # what attention rollout follows back: the pooled token for cls pooling, else every pooled one alike
-    readouts = [F.one_hot(mask[0].argmax(), mask.shape[1]).float() if layout.pooling == "cls" else mask[0] / mask.sum()
-                for mask in masks]
+    # what attention rollout follows back: the one token cls and lasttoken pooling read, else every token alike
+    readouts = [F.one_hot(torch.tensor(0 if layout.pooling == "cls" else len(row.input_ids) - 1),
+                          len(row.input_ids)).float() if layout.pooling in ("cls", "lasttoken")
+                else torch.full((len(row.input_ids),), 1 / len(row.input_ids)) for row in rows]
     return Target("similarity", ["similarity"], rows, score, readouts, rows_one_at_a_time=True)
 
 

@@ -61,6 +61,10 @@ def encode_for_attention(tokenizer, text: str, pair: str | None = None, max_leng
     """The tokenizer's row for a text (or pair), cut to `max_length` tokens (an InputError if not `truncate`)."""
     if not text.strip() or (pair is not None and not pair.strip()):
         raise InputError(f"the {'text' if not text.strip() else 'pair'} is empty: nothing to show attention over")
+    for name, value in (("text", text), ("pair", pair)):
+        if value is not None and not tokenizer.tokenize(value):  # control and zero-width characters alone
+            raise InputError(f"the {name} is empty after tokenization (only spaces, control or zero-width "
+                             "characters): nothing to show attention over")
     encoding = tokenizer(text, text_pair=pair, truncation=False)
     if len(encoding["input_ids"]) > max_length:
         if not truncate:

@@ -34,7 +34,6 @@ import numpy as np
 from bertforge.atomic import save_array, write_text_atomic
 from bertforge.compressed import byte_lines
 from bertforge.errors import ConfigError, InputError, check_choice, no_such_file
-from bertforge.outputs import release_staging, start_staging
 from bertforge.tokenizer.tokenizer import BertTokenizer
 from bertforge.tokenizer.vocab import SPECIAL_TOKENS
 from bertforge.validation import check_number
@@ -43,6 +42,7 @@ logger = logging.getLogger("bertforge")
 
 MANIFEST = "manifest.json"
 TOKENIZER_DIR = "tokenizer"  # the corpus's own tokenizer, so that training needs no --vocab
+STAGING_DIR = ".incomplete"  # where a preparation writes, inside the corpus folder, until the corpus is complete
 FORMAT = "bertforge-pretraining-corpus"
 VERSION = 1
 DEFAULT_SHARD_TOKENS = 1 << 26  # 64M tokens: 128 MiB of uint16 per shard
@@ -167,7 +167,7 @@ def prepare_corpus(paths: Sequence[str | Path], tokenizer: BertTokenizer, output
 
     Lines are read and tokenized one at a time and shards written as they fill, so the corpus never has to fit
     in memory. Re-preparing into a folder that holds the same corpus (same files, same tokenizer) replaces it
-    once the new one is complete (it is written into `output_dir.incomplete/` first, so a failure or an
+    once the new one is complete (it is written into `output_dir/.incomplete/` first, so a failure or an
     interruption leaves the old one as it was); a folder holding a different one is refused.
     """
     if shard_tokens < 1:
@@ -182,15 +182,16 @@ def prepare_corpus(paths: Sequence[str | Path], tokenizer: BertTokenizer, output
     sources = [{"path": str(path.resolve()), "bytes": path.stat().st_size} for path in paths]
     identity = tokenizer_identity(tokenizer)
     _check_output_dir(output_dir, sources, identity)
-    staging = start_staging(output_dir)
+    # Inside the folder, so that the final moves are renames on one file system (the folder may be a link to a data
+    # disk, or a mount point), hidden from the user's listing.
+    staging = output_dir / STAGING_DIR
+    shutil.rmtree(staging, ignore_errors=True)  # a killed preparation's
+    staging.mkdir(parents=True)
     try:
         summary = _write_corpus(paths, tokenizer, staging, shard_tokens, sources, identity, progress)
-    except BaseException:
-        release_staging(output_dir)
+        _replace_corpus(staging, output_dir)
+    finally:
         shutil.rmtree(staging, ignore_errors=True)
-        raise
-    _replace_corpus(staging, output_dir)
-    release_staging(output_dir)
     logger.info("prepared %s into %s", summary, output_dir)
     return summary
 
@@ -258,17 +259,21 @@ def _check_output_dir(directory: Path, sources: list[dict[str, Any]], identity: 
 
 
 def _replace_corpus(staging: Path, directory: Path) -> None:
-    """Move a complete corpus from `staging` into `directory`, in place of the one it may hold; the user's other
-    files there stay. The manifest goes first and comes last, so that an interruption in between leaves a folder
-    recognisably unfinished (no manifest), never a manifest over the wrong shards."""
-    directory.mkdir(parents=True, exist_ok=True)
+    """Move a complete corpus from `staging` (inside `directory`) into `directory`, in place of the one it may hold;
+    the user's other files there stay, in tokenizer/ too. The manifest goes first and comes last, so that an
+    interruption in between leaves a folder recognisably unfinished (no manifest), never a manifest over the wrong
+    shards."""
     (directory / MANIFEST).unlink(missing_ok=True)
+    new = {entry.name for entry in staging.glob("shard-*.npy")}
+    for name in sorted(new):
+        os.replace(staging / name, directory / name)
     for stale in directory.glob("shard-*.npy"):
-        stale.unlink()
-    shutil.rmtree(directory / TOKENIZER_DIR, ignore_errors=True)
-    for entry in sorted(staging.iterdir(), key=lambda entry: entry.name == MANIFEST):
-        os.replace(entry, directory / entry.name)
-    staging.rmdir()
+        if stale.name not in new:
+            stale.unlink()
+    (directory / TOKENIZER_DIR).mkdir(exist_ok=True)
+    for entry in (staging / TOKENIZER_DIR).iterdir():
+        os.replace(entry, directory / TOKENIZER_DIR / entry.name)
+    os.replace(staging / MANIFEST, directory / MANIFEST)
 
 
 def _read_manifest(path: Path) -> dict[str, Any]:

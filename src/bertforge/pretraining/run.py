@@ -290,7 +290,7 @@ def pretrain(config: PretrainConfig, resume: bool = False, overwrite: bool = Fal
             logger.warning("%s: the run was killed before its first checkpoint; it starts again", work)
         resume = False
     if not resume:
-        check_output_dir(config.output, overwrite or config.rank > 0, inputs=(config.data,))
+        check_output_dir(config.output, overwrite or config.rank > 0, inputs=(config.data,), models=(config.init_from,))
     if config.fp16 and device.type != "cuda":
         raise ConfigError(f"fp16 training needs a CUDA device (this run is on {device.type}); "
                           "use bf16, or neither for float32")
@@ -503,5 +503,6 @@ def evaluate_pretrained(model: str | Path, data: str | Path, holdout: int | floa
     reader = CorpusReader(data, split="eval", holdout=holdout)
     masked_lm, tokenizer = load_masked_lm(str(model))
     check_tokenizer(tokenizer, reader, str(model))
-    return evaluate_mlm(masked_lm, reader, Masker(tokenizer.vocab, masking), tokenizer.vocab.pad_token_id,
+    return evaluate_mlm(masked_lm, reader, Masker(tokenizer.vocab, masking, trained.mask_probability),
+                        tokenizer.vocab.pad_token_id,
                         batch_size=batch_size, seq_len=seq_len, max_batches=max_batches, seed=seed)

@@ -308,7 +308,7 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
             return finished
         resume = check_resumable(config, staging)
     else:
-        check_output_dir(output, overwrite, inputs=(config.train, config.dev))
+        check_output_dir(output, overwrite, inputs=(config.train, config.dev), models=(config.model,))
         if (staging / CHECKPOINT_DIR).exists() and not overwrite:
             raise InputError(f"holds a killed run into {output}; pass --resume to continue it, or --overwrite to "
                              "start again", staging)

@@ -313,7 +313,7 @@ class Checkpoint:
         if self.run is not None:
             return self.run if name in (None, self.run.task) else dataclasses.replace(self.run, task=name)
         defaults = task_defaults(name or "classification", self.positions)
-        if self.recorded is None or self.recorded[0] not in (None, defaults.task):
+        if self.recorded is None or self.recorded[0] != defaults.task:  # bertforge writes both; another's: unread
             return defaults
         known = {field.name for field in dataclasses.fields(defaults.settings)}
         try:

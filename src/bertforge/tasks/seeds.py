@@ -82,7 +82,8 @@ def finetune_seeds(config: FinetuneConfig, seeds: Sequence[int], train_examples:
     seeds = list(seeds)
     if len(seeds) < 2 or len(set(seeds)) != len(seeds):
         raise ConfigError(f"seeds must be two or more different seeds, got {seeds}")
-    output = check_output_dir(config.output, overwrite or resume, inputs=(config.train, config.dev))
+    output = check_output_dir(config.output, overwrite or resume, inputs=(config.train, config.dev),
+                              models=(config.model,))
     launch = distributed.read_environment() if launch is None else launch
     runs = {}
     # One process group for all the seeds: the runs inside it join this one rather than meeting again.

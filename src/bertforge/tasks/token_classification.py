@@ -427,7 +427,10 @@ def tagged_entities(sentence: TaggedSentence | Sequence[str], tags: Sequence[str
 
 # Words, initialisms, numbers with points or slashes, and single punctuation marks, as CoNLL-2003 writes them:
 # "U.S. troops' start-up rose 25.76 on 12/03, fine." -> U.S. troops ' start-up rose 25.76 on 12/03 , fine .
-_WORD = re.compile(r"(?:\w\.){2,}|\d+(?:[.,:/]\d+)+|\w+(?:[-'&]\w+)*|\S")
+# A letter with the combining marks after it ("u\u0308" of a decomposed "ü", as macOS writes names) is one letter.
+_MARKS = "[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]*"
+_LETTER = rf"\w{_MARKS}"
+_WORD = re.compile(rf"(?:{_LETTER}\.){{2,}}|\d+(?:[.,:/]\d+)+|(?:{_LETTER})+(?:[-'&](?:{_LETTER})+)*|\S{_MARKS}")
 
 
 def sentence_from_text(text: str, text_pair: str | None = None) -> TaggedSentence:

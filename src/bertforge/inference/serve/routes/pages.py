@@ -9,7 +9,7 @@ from fastapi.responses import HTMLResponse
 
 from bertforge.errors import InputError
 from bertforge.explain.methods import DEFAULT_STEPS
-from bertforge.explain.targets import integration_paths
+from bertforge.explain.targets import explained_length, integration_paths
 from bertforge.inference.attention_view import attention_map, encode_for_attention, render_attention_map
 from bertforge.inference.serve import schemas
 from bertforge.inference.serve.batcher import Job
@@ -63,15 +63,18 @@ async def explanation(request: schemas.ExplainRequest, served: ServedModel, as_p
     # Integrated gradients runs the model `steps` times over the text; the worker, which every route shares, takes
     # one explanation at a time: a request costs at most a default one on the longest text.
     max_length = served.max_length
+    # As /predict reads the text (the fine-tuned task's max_length), and an encoder as /embed and /similarity do
+    # (its sentence-transformers layout's), within the server's.
+    reads = min(served.run.max_length if served.run is not None else
+                explained_length(served.model, served.tokenizer), max_length)
     paths = integration_paths(served.model, request.text_pair)
-    work, budget = request.steps * len(row["input_ids"]) * paths, DEFAULT_STEPS * max_length
+    tokens = min(len(row["input_ids"]), reads)
+    work, budget = request.steps * tokens * paths, DEFAULT_STEPS * max_length
     if request.method == "integrated_gradients" and work > budget:
         per_text = " x 2 (each text against the other)" if paths == 2 else ""
-        raise HTTPError(413, f"steps x tokens is {request.steps} x {len(row['input_ids'])}{per_text} = {work}; the "
-                             f"limit is {budget} ({DEFAULT_STEPS} steps x max_length {max_length}): ask for fewer "
-                             f"steps or send a shorter text")
-    # As /predict reads the text: the fine-tuned task's max_length, else the server's.
-    reads = min(served.run.max_length, max_length) if served.run is not None else max_length
+        raise HTTPError(413, f"steps x tokens is {request.steps} x {tokens}{per_text} = {work}; the limit is "
+                             f"{budget} ({DEFAULT_STEPS} steps x max_length {max_length}): ask for fewer steps or "
+                             f"send a shorter text")
     options = {**request.model_dump(), "tokenizer": served.tokenizer, "max_length": reads, "as_page": as_page}
     (result,) = await served.run_jobs([Job(explanations, row, options)])
     return result
