@@ -1131,7 +1131,12 @@ def test_tei_predict_with_a_classifier(classifier_server, tagger_server):
     assert status == 200 and [item["label"] for item in mixed[0]] == [item["label"] for item in pair]
     assert [item["score"] for item in mixed[0]] == pytest.approx([item["score"] for item in pair], abs=1e-5)
     assert [item["score"] for item in mixed[1]] == pytest.approx([item["score"] for item in answers[2]], abs=1e-5)
-    assert_error(classifier_server.request("/predict", {"inputs": ["a", "b", "c"]}), 422, "inputs")
+    # three texts or more can be no pair: a batch of single texts, as TEI reads them (two are a pair, above)
+    for route in ("/predict", "/"):
+        status, flat, _ = classifier_server.request(route, {"inputs": TEXTS})
+        assert status == 200 and len(flat) == 3
+        assert [[item["score"] for item in answer] for answer in flat] == [
+            pytest.approx([item["score"] for item in answer], abs=1e-5) for answer in answers]
     assert_error(classifier_server.request("/predict", {"inputs": [["a"], [""]]}), 400, "inputs cannot be empty",
                  "text 1", kind="Empty")
     # the other kind of model's fields on POST / are the wrong task, not a malformed request
@@ -1681,6 +1686,8 @@ def test_api_key(make_server, encoder_dir):
     assert server.request("/embed", {"texts": ["a"]}, headers={"Authorization": "Bearer s3cret"})[0] == 200
     assert server.request("/metrics", headers={"X-API-Key": "s3cret"})[0] == 200
     assert server.request("/health")[0] == 200  # for load balancers
+    assert server.request("/")[0] == 200  # GET / is /health too, where TEI's probes ask
+    assert_error(server.request("/", {"inputs": "a"}), 401, "API key")  # POST / predicts: the key is needed
 
 
 def test_cors_lets_the_origins_given_call_from_a_browser(make_server, encoder_dir, encoder_server):

@@ -96,7 +96,9 @@ class RequestGuard:
 
     async def guard(self, scope, receive, send):
         headers, path = dict(scope["headers"]), scope["path"]
-        if self.api_key is not None and path not in PROBE_PATHS and not self.authorized(headers):
+        # GET / is /health too (TEI's probes ask there); POST / is a prediction, and needs the key
+        probe = path in PROBE_PATHS or path == "/" and scope.get("method") in ("GET", "HEAD")
+        if self.api_key is not None and not probe and not self.authorized(headers):
             return await send_error(send, path, 401, "missing or wrong API key: send the header "
                                                      "'Authorization: Bearer KEY'", {"www-authenticate": "Bearer"})
         declared = headers.get(b"content-length")

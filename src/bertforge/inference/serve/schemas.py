@@ -323,10 +323,12 @@ class PredictRequest(Strict):
     text_pairs: list[Text] | None = Field(None, description="a second text per text, for pair tasks")
     questions: list[Question] | None = Field(None, min_length=1, description="for a question-answering model, "
                                                                              "instead of texts")
-    inputs: Text | TextOrPair | Annotated[list[TextOrPair], Field(min_length=1)] | None = Field(
+    inputs: Text | TextOrPair | Annotated[list[TextOrPair], Field(min_length=1)] | Annotated[
+        list[Text], Field(min_length=3)] | None = Field(
         None, description="text-embeddings-inference's field, for a sequence classifier: a text, a pair [text, "
-                          "text], or a batch of [text] and [text, text]; the answer is then its list of {score, "
-                          "label} per input, highest first (a bare list for a single input)")
+                          "text], a batch of [text] and [text, text], or of three texts or more (no pair); the "
+                          "answer is then its list of {score, label} per input, highest first (a bare list for a "
+                          "single input)")
     raw_scores: bool = Field(False, strict=True, description="with inputs: the logits rather than probabilities")
     truncate: bool | None = Field(None, strict=True, description=TRUNCATE)
     truncation_direction: TruncationDirection = Field("right", description=TRUNCATION_DIRECTION)

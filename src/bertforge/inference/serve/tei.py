@@ -20,10 +20,13 @@ TASK_SCORES = {"classification": "softmax", "multi_label": "sigmoid", "regressio
 
 
 def predict_inputs(inputs: str | list) -> tuple[bool, list[tuple[str, str | None]]]:
-    """TEI's predict `inputs` -> (one input?, its (text, pair or None) items): a text; [text] or [text, pair]; or a
-    batch of [text] and [text, pair] lists (the schema has checked the shapes)."""
+    """TEI's predict `inputs` -> (one input?, its (text, pair or None) items): a text; [text] or [text, pair]; a
+    batch of [text] and [text, pair] lists; or three texts or more, which can be no pair: a batch of single texts,
+    as TEI reads them (the schema has checked the shapes)."""
     if isinstance(inputs, str):
         return True, [(inputs, None)]
+    if isinstance(inputs[0], str) and len(inputs) > 2:
+        return False, [(text, None) for text in inputs]
     if isinstance(inputs[0], str):
         return True, [(inputs[0], inputs[1] if len(inputs) == 2 else None)]
     return False, [(item[0], item[1] if len(item) == 2 else None) for item in inputs]
