@@ -305,6 +305,10 @@ def test_request_errors_are_one_json_line_without_traceback(encoder_server):
     assert_error(encoder_server.request("/embed", b'{"texts": ["unclosed'), 400, "not valid JSON")
     assert_error(encoder_server.request("/embed", b""), 400, "empty request body")
     assert_error(encoder_server.request("/embed", {"texts": []}), 400, "texts", kind="Empty")  # TEI's answer
+    # where a field takes a text or a list (inputs), or a route two request forms (/rerank's and Cohere's), too
+    assert_error(encoder_server.request("/embed", {"inputs": []}), 400, "inputs", kind="Empty")
+    assert_error(encoder_server.request("/rerank", {"query": "q", "texts": []}), 400, "texts", kind="Empty")
+    assert_error(encoder_server.request("/rerank", {"query": 5, "texts": []}), 422, "query")  # and another fault
     assert_error(encoder_server.request("/embed", {"texts": "one string"}), 422, "texts")
     assert_error(encoder_server.request("/embed", {"texts": [1, 2]}), 422, "texts.0")
     assert_error(encoder_server.request("/embed", {"texts": ["a"], "pooling": "median"}), 422, "pooling")

@@ -73,7 +73,10 @@ async def invalid_request(request: Request, problem: RequestValidationError):
         return error(request, 400, "empty request body; send a JSON object")
     message = "; ".join(readable([{**item, "loc": tuple(part for part in item["loc"] if part != "body")}
                                   for item in problems]))
-    if all(item["type"] == "too_short" for item in problems):  # an empty list of inputs: TEI's 400, Empty
+    # An empty list of inputs: TEI's 400, Empty. A field that takes a text or a list has each member refuse it, and
+    # a route that takes two request forms (/rerank's own and Cohere's) has the other form's refusals beside it.
+    empty = any(item["type"] == "too_short" and item.get("input") == [] for item in problems)
+    if empty and not any(is_type_error(item) and item.get("input") != [] for item in problems):
         return error(request, 400, "inputs cannot be empty: " + message, kind=EMPTY)
     return error(request, 422, "invalid request: " + message)
 
