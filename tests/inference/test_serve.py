@@ -305,6 +305,11 @@ def test_request_errors_are_one_json_line_without_traceback(encoder_server):
     assert_error(encoder_server.request("/embed", b'{"texts": ["unclosed'), 400, "not valid JSON")
     assert_error(encoder_server.request("/embed", b""), 400, "empty request body")
     assert_error(encoder_server.request("/embed", {"texts": []}), 400, "texts", kind="Empty")  # TEI's answer
+    for content_type in ("application/x-www-form-urlencoded", "text/plain"):  # curl -d's, and a text's: TEI's 415
+        assert_error(encoder_server.request("/embed", b'{"inputs": "hi"}', headers={"Content-Type": content_type}),
+                     415, "Content-Type: application/json")
+    assert encoder_server.request("/embed", b'{"inputs": "hi"}', headers={
+        "Content-Type": "application/json; charset=utf-8"})[0] == 200
     # where a field takes a text or a list (inputs), or a route two request forms (/rerank's and Cohere's), too
     assert_error(encoder_server.request("/embed", {"inputs": []}), 400, "inputs", kind="Empty")
     assert_error(encoder_server.request("/rerank", {"query": "q", "texts": []}), 400, "texts", kind="Empty")

@@ -21,7 +21,7 @@ logger = logging.getLogger("bertforge")
 # Answers other than 200 that every JSON route may give, all as {"error": ..., "error_type": ...}.
 ERROR_STATUSES = {400: "malformed request, or empty inputs", 401: "missing or wrong API key",
                   409: "the model can't do this", 413: "too large: body, texts or tokens over the server's limits",
-                  422: "invalid request",
+                  415: "the body is not JSON (Content-Type)", 422: "invalid request",
                   503: "busy (the queue is full) or out of memory for the batch; retry"}
 ERRORS = {status: {"model": schemas.ErrorResponse, "description": text} for status, text in ERROR_STATUSES.items()}
 OPENAI_ERRORS = {400 if status == 422 else status: {"model": schemas.OpenAIErrorResponse, "description": text}

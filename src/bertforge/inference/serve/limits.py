@@ -12,6 +12,15 @@ from bertforge.inference.serve.metrics import REQUEST_COST, RequestCost
 
 HEALTH_PATH = "/health"  # answered without the API key, so that load balancers can probe it
 # The probes of Weaviate's text2vec-transformers module and SageMaker's /ping (TEI serves it), keyless as well.
+def is_json(content_type: bytes | None) -> bool:
+    """Whether a request's Content-Type lets its body be read as JSON: none given (the framework reads JSON then),
+    application/json, or a JSON-based type (application/problem+json)."""
+    if content_type is None:
+        return True
+    media = content_type.split(b";")[0].strip().lower()
+    return media in (b"", b"application/json", b"*/*") or media.endswith(b"+json")
+
+
 PROBE_PATHS = (HEALTH_PATH, "/ping", "/.well-known/live", "/.well-known/ready")
 # The hosted APIs' routes (OpenAI's embeddings, Cohere's rerank) answer errors as OpenAI does, so that their clients
 # read them (vLLM answers its Cohere-style rerank routes so too); OpenAI's routes are also served without /v1, as
@@ -101,6 +110,10 @@ class RequestGuard:
         if self.api_key is not None and not probe and not self.authorized(headers):
             return await send_error(send, path, 401, "missing or wrong API key: send the header "
                                                      "'Authorization: Bearer KEY'", {"www-authenticate": "Bearer"})
+        if scope.get("method") in ("POST", "PUT") and not is_json(headers.get(b"content-type")):
+            # as TEI answers: a form or plain text would otherwise read as no JSON object at all (422)
+            return await send_error(send, path, 415, "the body must be JSON: send the header 'Content-Type: "
+                                                     "application/json'")
         declared = headers.get(b"content-length")
         if declared is not None:
             if not declared.isdigit():
