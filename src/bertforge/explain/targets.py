@@ -12,6 +12,7 @@ in place of the embedding lookup and returns f, (steps,). Each model class has o
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,7 +38,6 @@ from bertforge.tokenizer import BertTokenizer
 from bertforge.validation import readable_length
 
 DEFAULT_MAX_LENGTH = 512
-NER_SETTINGS = ("doc_stride", "context", "decoding")  # a tagger's saved settings that decide its entities
 MAX_ANSWER_TOKENS = 30  # the longest answer span considered, as in the SQuAD evaluation scripts
 
 
@@ -174,16 +174,14 @@ def entity_target(model, tokenizer, text, pair, target, max_length) -> Target:
     """The entities `predict` finds, found as it finds them (the task's words, windows and decoding: its one way);
     each is scored over the tokens of its words, every token with its word's tag. An entity beyond the tokens the
     row keeps (a text longer than max_length) can't be explained, and is not offered."""
-    from bertforge.tasks.registry import TASKS
+    from bertforge.tasks.registry import TASKS, recorded_settings
     from bertforge.tasks.token_classification import NerSettings, sentence_from_text
 
     sentence = sentence_from_text(text, pair)
     row = encode_row(tokenizer, text, pair, max_length=max_length)
-    saved = model.config.extra.get(FINETUNE_KEY)  # the settings the model was fine-tuned with, as predict reads them
-    if not isinstance(saved, dict) or model.config.extra.get("finetuning_task") != "ner":
-        saved = {}
-    settings = NerSettings(**{name: value for name, value in saved.items() if name in NER_SETTINGS},
-                           max_length=max_length)
+    extra = model.config.extra  # the settings the model was fine-tuned with, read as predict reads them
+    settings = dataclasses.replace(recorded_settings(NerSettings(), "ner", extra.get("finetuning_task"),
+                                                     extra.get(FINETUNE_KEY)), max_length=max_length)
     task = TASKS["ner"]
     [answer] = task.predict(model, task.encode(tokenizer, [sentence], settings, model.config.id2label), [sentence])
     label_ids = {label: i for i, label in model.config.id2label.items()}
@@ -286,9 +284,8 @@ def explained_length(model, tokenizer) -> int:
     """The tokens `explain` reads of a text by default: as `predict` reads it (the fine-tuned length), and for a bare
     encoder as its sentence vectors read it (the sentence-transformers layout's max_seq_length, where it has one)."""
     length = readable_length(model, tokenizer)
-    if target_builder(model) is similarity_target and sentence_embedding(model).max_length:
-        length = min(length, sentence_embedding(model).max_length)
-    return length
+    layout_length = sentence_embedding(model).max_length if target_builder(model) is similarity_target else None
+    return min(length, layout_length) if layout_length else length
 
 
 # Most specific first: every task model holds a BertModel, but is not one.

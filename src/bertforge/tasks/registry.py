@@ -276,9 +276,8 @@ class Checkpoint:
     run: FinetuneConfig | None  # its finetune_config.json
     positions: int = 512  # max_position_embeddings: no input may be longer
     architectures: tuple[str, ...] = ()  # config.json's: the classes it was saved from (BertForMaskedLM, ...)
-    # config.json's record of a bertforge run ("finetuning_task", "bertforge_finetune"): the settings a copy without
-    # finetune_config.json (`export hf`'s) decodes with, as the run did
-    recorded: tuple[str, dict[str, Any]] | None = None
+    # config.json's record of a bertforge run: its "finetuning_task" and "bertforge_finetune" (see recorded_settings)
+    recorded: tuple[Any, Any] = (None, None)
 
     @property
     def model_class(self) -> type[nn.Module]:
@@ -313,15 +312,21 @@ class Checkpoint:
         if self.run is not None:
             return self.run if name in (None, self.run.task) else dataclasses.replace(self.run, task=name)
         defaults = task_defaults(name or "classification", self.positions)
-        if self.recorded is None or self.recorded[0] != defaults.task:  # bertforge writes both; another's: unread
-            return defaults
-        known = {field.name for field in dataclasses.fields(defaults.settings)}
         try:
-            settings = dataclasses.replace(defaults.settings, **{key: value for key, value in self.recorded[1].items()
-                                                                 if key in known})
+            settings = recorded_settings(defaults.settings, defaults.task, *self.recorded)
         except (ConfigError, TypeError) as error:
             raise CheckpointError(f"{config_path(self.directory)}: {FINETUNE_KEY}: {error}") from None
         return dataclasses.replace(defaults, settings=settings)
+
+
+def recorded_settings(settings: EncodeSettings, task: str, finetuning_task: Any, record: Any) -> EncodeSettings:
+    """`settings` with the values config.json records of a bertforge run of `task` (its "finetuning_task" and
+    "bertforge_finetune"), so that a copy without finetune_config.json (`export hf`'s), or a model in memory,
+    reads and decodes as the run did; another task's record, or none, leaves them as they are."""
+    if finetuning_task != task or not isinstance(record, dict):
+        return settings
+    known = {field.name for field in dataclasses.fields(settings)}
+    return dataclasses.replace(settings, **{key: value for key, value in record.items() if key in known})
 
 
 WINDOW_SHARES = ("max_query_length", "doc_stride")  # settings measured in tokens of a window
@@ -412,7 +417,5 @@ def inspect_checkpoint(name_or_path: str | Path) -> Checkpoint:
     else:
         task = next((name for name, row in TASKS.items() if row.head == head), None)
     positions = config.get("max_position_embeddings", 512)
-    record = config.get(FINETUNE_KEY)
-    recorded = (config.get("finetuning_task"), record) if isinstance(record, dict) else None
     return Checkpoint(directory, head, task, run, positions if isinstance(positions, int) else 512,
-                      tuple(architectures), recorded)
+                      tuple(architectures), (config.get("finetuning_task"), config.get(FINETUNE_KEY)))

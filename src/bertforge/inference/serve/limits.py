@@ -12,15 +12,6 @@ from bertforge.inference.serve.metrics import REQUEST_COST, RequestCost
 
 HEALTH_PATH = "/health"  # answered without the API key, so that load balancers can probe it
 # The probes of Weaviate's text2vec-transformers module and SageMaker's /ping (TEI serves it), keyless as well.
-def is_json(content_type: bytes | None) -> bool:
-    """Whether a request's Content-Type lets its body be read as JSON: none given (the framework reads JSON then),
-    application/json, or a JSON-based type (application/problem+json)."""
-    if content_type is None:
-        return True
-    media = content_type.split(b";")[0].strip().lower()
-    return media in (b"", b"application/json", b"*/*") or media.endswith(b"+json")
-
-
 PROBE_PATHS = (HEALTH_PATH, "/ping", "/.well-known/live", "/.well-known/ready")
 # The hosted APIs' routes (OpenAI's embeddings, Cohere's rerank) answer errors as OpenAI does, so that their clients
 # read them (vLLM answers its Cohere-style rerank routes so too); OpenAI's routes are also served without /v1, as
@@ -64,6 +55,15 @@ async def send_error(send, path: str, status: int, message: str, headers: dict[s
     raw_headers += [(name.encode(), value.encode()) for name, value in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def is_json(content_type: bytes | None) -> bool:
+    """Whether a request's Content-Type lets its body be read as JSON: none given (the framework reads JSON then),
+    application/json, or a JSON-based type (application/problem+json)."""
+    if content_type is None:
+        return True
+    media = content_type.split(b";")[0].strip().lower()
+    return media in (b"", b"application/json", b"*/*") or media.endswith(b"+json")
 
 
 class RequestGuard:
