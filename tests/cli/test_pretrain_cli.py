@@ -202,11 +202,14 @@ def test_train_help_explains_the_global_batch(capsys):
 
 def test_held_out_metrics_are_reported_after_each_evaluation(corpus, tmp_path, caplog):
     """As finetune's dev metrics: through the bertforge.progress logger, which the CLI shows without -v."""
-    assert main(train_args(corpus, tmp_path / "model", "--objective", "mlm", "--eval-every", "2")) == 0
+    assert main(train_args(corpus, tmp_path / "model", "--objective", "mlm", "--eval-every", "2",
+                           "--eval-batches", "2")) == 0
     lines = [record.getMessage() for record in caplog.records
              if record.name == "bertforge.progress" and record.levelname == "INFO"]
     assert [line.split(",")[0] for line in lines] == ["step 2", "step 4"]
     assert all("held-out masked LM" in line and "perplexity" in line and "accuracy" in line for line in lines)
+    logged = [json.loads(line) for line in (tmp_path / "model" / "log.jsonl").read_text().splitlines()]
+    assert [record["batches"] for record in logged if record["event"] == "eval"] == [2, 2]  # --eval-batches
 
 
 def test_gradient_checkpointing_trains_the_same_steps(corpus, tmp_path):
