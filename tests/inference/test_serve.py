@@ -1016,7 +1016,8 @@ def test_tei_tokenize_decode_embed_all_and_info(encoder_server, tokenizer):
     assert len(every) > 64
     for route, body in (("/embed", {"inputs": ["a", ""]}), ("/tokenize", {"inputs": ""}),
                         ("/embed_all", {"inputs": ""}), ("/", {"inputs": ""}),
-                        ("/similarity", {"inputs": {"source_sentence": "", "sentences": ["a"]}})):
+                        ("/similarity", {"inputs": {"source_sentence": "", "sentences": ["a"]}}),
+                        ("/v1/embeddings", {"input": ["a", ""]}), ("/v2/embed", {"texts": [""]})):
         assert_error(encoder_server.request(route, body), 400, "inputs cannot be empty", kind="Empty")
     assert_error(encoder_server.request("/", {"inputs": "a", "parameters": {"top_k": 1}}), 409, "wrong task",
                  "parameters", "sequence classifier")
@@ -1243,8 +1244,11 @@ def test_inference_client_tasks_answer_as_the_pipelines(tagger_server, qa_server
     assert_error(shorter.request("/", {"inputs": QUESTIONS[0], "parameters": {"max_seq_len": 48}}), 413,
                  "48 tokens", "limit is 32")
     assert_error(qa_server.request("/", {"inputs": QUESTIONS[:1] * 5}), 413, "too many questions")
+    # read as the zero-shot request its fields name, not as text classification's with a field too many
     assert_error(classifier_server.request("/", {"inputs": "a", "parameters": {"candidate_labels": []}}), 422,
-                 "candidate_labels")
+                 "parameters.candidate_labels: List should have at least 1 item")
+    assert_error(classifier_server.request("/", {"inputs": "a", "parameters": {"candidate_labels": 3}}), 422,
+                 "parameters.candidate_labels: expected a text or a list of texts")
     assert_error(classifier_server.request("/", {"inputs": "a", "parameters": {
         "candidate_labels": ["x"], "hypothesis_template": "no place"}}), 400, "hypothesis_template")
 
@@ -1605,8 +1609,10 @@ def test_vllm_embedding_options_and_tokenizer_routes(make_server, tokenizer, tmp
         status, answer, _ = server.request("/tokenize", {"model": "m", "prompt": texts[2],
                                                          "add_special_tokens": add_special})
         ids = fast(texts[2], add_special_tokens=add_special)["input_ids"]
-        assert status == 200 and answer == {"count": len(ids), "max_model_len": 512, "tokens": ids,
+        # max_model_len: where MiniLM's inputs are cut, its layout's max_seq_length, as /info's max_input_length
+        assert status == 200 and answer == {"count": len(ids), "max_model_len": 256, "tokens": ids,
                                             "token_strs": None}
+    assert server.request("/info")[1]["max_input_length"] == 256
     status, answer, _ = server.request("/tokenize", {"prompt": texts[0], "return_token_strs": True})
     assert answer["token_strs"] == fast.convert_ids_to_tokens(fast(texts[0])["input_ids"])
     ids = fast(texts[0], add_special_tokens=False)["input_ids"]

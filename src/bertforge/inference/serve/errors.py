@@ -124,8 +124,12 @@ def readable(problems: list[dict]) -> list[str]:
             members.setdefault(loc[at], []).append({**item, "loc": loc[:at] + loc[at + 1:]})
     for path, members in unions.items():
         if not path and all(tag[:1].isupper() for tag in members):
-            # the body: the request it comes closest to (fewest problems; the first of equals)
-            messages.extend(min((readable(errors) for errors in members.values()), key=len))
+            # the body: the request it comes closest to (one that takes every field sent, then fewest problems;
+            # the first of equals): {"parameters": {"candidate_labels": []}} is a zero-shot request with no label
+            # rather than a text classification's with a field too many
+            def distance(errors: list[dict]) -> tuple[int, int]:
+                return sum(item["type"] == "extra_forbidden" for item in errors), len(readable(errors))
+            messages.extend(readable(min(members.values(), key=distance)))
             continue
         # members whose form the value has, but not their constraints (an empty list where one item is needed)
         constrained = [errors for errors in members.values() if not any(map(is_type_error, errors))]

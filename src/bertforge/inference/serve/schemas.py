@@ -505,7 +505,7 @@ class DetokenizeRequest(Strict):
 
 class VLLMTokenizeResponse(BaseModel):
     count: int
-    max_model_len: int = Field(description="the server's max_length")
+    max_model_len: int = Field(description="where inputs are cut or refused (/info's max_input_length)")
     tokens: list[int]
     token_strs: list[str] | None
 

@@ -223,6 +223,13 @@ class ServedModel:
         """Where long texts are cut, or refused: the smaller of the server's and the layout's max_length."""
         return self.max_length if used.max_length is None else min(self.max_length, used.max_length)
 
+    def input_limit(self) -> int:
+        """Where the model's inputs are cut or refused (TEI's max_input_length, vLLM's max_model_len): an encoder's
+        sentence-transformers max_seq_length, a multi-vector model's document length, a task model's max_length."""
+        if self.colbert is not None:
+            return min(self.max_length, self.colbert.role_max_length("document"))
+        return self.embedding_limit(self.layout()) if self.task is None else self.run.max_length
+
     async def input_rows(self, inputs: list[str] | list[list[int]], used: SentenceEmbedding, cut: bool | None,
                          side: str, prompt_name: str | None = None, prompt: str | None = None,
                          max_tokens: int | None = None, add_special_tokens: bool = True) -> list[dict[str, list]]:

@@ -133,6 +133,7 @@ async def cohere_embeddings(request: schemas.CohereEmbedRequest, served: ServedM
         raise HTTPError(422, 'send "texts" or "inputs", one of them')
     texts = request.texts or [" ".join(part.text for part in given.content) for given in request.inputs]
     served.check_count(len(texts), "texts")
+    check_not_empty(texts)
     kinds = list(dict.fromkeys(request.embedding_types or ["float"]))
     check_embedding_types(kinds)
     prompt = input_prompt(request.input_type, served.layout().prompts)
@@ -229,6 +230,7 @@ def hosted_inputs(given: str | list, served: ServedModel) -> list:
     this vocabulary's would give wrong vectors without a word."""
     texts = input_list(given)
     served.check_count(len(texts), "inputs")
+    check_not_empty(texts)  # as OpenAI refuses "", and /embed
     if texts and isinstance(texts[0], list):  # (the vocabulary's ids: checked as the rows are made)
         tokenizer = served.tokenizer
         for index, ids in enumerate(texts):

@@ -23,13 +23,10 @@ router = Routes()
 @router.get("/info", response_model=schemas.InfoResponse, response_model_exclude_none=True)
 async def info(served: Served):
     """text-embeddings-inference's description of the model and the server's limits (max_input_length: where the
-    model's inputs are cut or refused: an encoder's sentence-transformers max_seq_length, a task model's
-    max_length)."""
+    model's inputs are cut or refused, ServedModel.input_limit)."""
     task, model, settings = served.task, served.model, served.settings
     embedded = served.layout()
-    input_limit = served.embedding_limit(embedded) if task is None else served.run.max_length
     if served.colbert is not None:
-        input_limit = min(served.max_length, served.colbert.role_max_length("document"))
         model_type = {"embedding": {"pooling": MULTI_VECTOR}}
     elif task is None:
         model_type = {"embedding": {"pooling": SPLADE if served.splade is not None else embedded.pooling}}
@@ -42,7 +39,7 @@ async def info(served: Served):
     return {"model_id": served.model_name, "task": task.name if task is not None else None,
             "model_dtype": str(next(model.parameters()).dtype).removeprefix("torch."), "model_type": model_type,
             "max_concurrent_requests": settings.max_queue,
-            "max_input_length": input_limit, "max_batch_tokens": settings.max_batch_tokens,
+            "max_input_length": served.input_limit(), "max_batch_tokens": settings.max_batch_tokens,
             "max_batch_requests": settings.max_batch_size, "max_client_batch_size": settings.max_texts,
             "auto_truncate": served.truncate, "tokenization_workers": 1, "version": bertforge_version()}
 

@@ -19,7 +19,8 @@ async def tokenize(request: schemas.TokenizeRequest, served: Served):
     """Tokens, ids, segment ids and (start, end) character offsets ((0, 0) for special tokens). With
     text-embeddings-inference's {"inputs": ...}, its list of tokens per text, after the prompt /embed puts before
     it (prompt_name, else the model's default prompt), as TEI tokenizes it. With vLLM's {"prompt": ...}, its
-    ids, their count and the server's max_length (every token, however long the text)."""
+    ids, their count and max_model_len, where inputs are cut or refused, as /info's max_input_length (every token,
+    however long the text)."""
     if sum(given is not None for given in (request.text, request.inputs, request.prompt)) != 1:
         raise HTTPError(422, 'send "text" (and "text_pair"), "inputs" (a text or a list) or "prompt", one of them')
     if request.inputs is None and request.prompt_name is not None:
@@ -31,7 +32,7 @@ async def tokenize(request: schemas.TokenizeRequest, served: Served):
         row = (await asyncio.to_thread(served.encode_texts, [request.prompt], None, UNLIMITED, False, False, "right",
                                        request.add_special_tokens))[0]
         ids = row["input_ids"]
-        return {"count": len(ids), "max_model_len": served.max_length, "tokens": ids,
+        return {"count": len(ids), "max_model_len": served.input_limit(), "tokens": ids,
                 "token_strs": tokenizer.convert_ids_to_tokens(ids) if request.return_token_strs else None}
     if request.inputs is not None:
         if request.text_pair is not None:
