@@ -66,3 +66,19 @@ def test_empty_and_binary_files(tmp_path):
     (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00")
     with pytest.raises(BertforgeError, match="not UTF-8"):
         Vocab.from_file(tmp_path / "binary.txt")
+
+
+def test_trailing_whitespace_is_no_part_of_a_token(tmp_path, tiny_tokens):
+    """A line "hello " or "world\\t" is the token "hello" / "world", as tokenizers (and so transformers) read it:
+    text is split at whitespace, so a token that kept it could never be matched."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from bertforge import BertTokenizer
+
+    tokens = tiny_tokens + ["hello", "world", "##s"]
+    (tmp_path / "vocab.txt").write_text("".join(token + {"hello": " ", "world": "\t", "##s": " \t"}.get(token, "")
+                                                 + "\n" for token in tokens), encoding="utf-8")
+    reference = tokenizers.BertWordPieceTokenizer(str(tmp_path / "vocab.txt"))
+    ours = BertTokenizer.from_pretrained(tmp_path)
+    for text in ("hello worlds", "Hello, world!", "worlds hello"):
+        assert ours(text)["input_ids"] == reference.encode(text).ids
+    assert ours("hello worlds")["input_ids"][1:-1] == [tokens.index(piece) for piece in ("hello", "world", "##s")]

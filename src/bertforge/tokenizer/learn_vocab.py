@@ -81,6 +81,8 @@ def learn_wordpiece(word_counts: Mapping[str, int], vocab_size: int, min_pair_co
     tie and "hug" + "##s" comes first alphabetically -> "hugs"; then "pug".
     `progress` is called with the vocabulary size after each new token.
     """
+    check_count("vocab_size", vocab_size)
+    check_count("min_pair_count", min_pair_count)
     specials = list(SPECIAL_TOKENS.values())
     tokens = specials + alphabet(word_counts)
     if vocab_size < len(tokens):
@@ -138,6 +140,12 @@ def learn_wordpiece(word_counts: Mapping[str, int], vocab_size: int, min_pair_co
     return tokens
 
 
+def check_count(name: str, value) -> None:
+    """ConfigError unless `value` is a whole number of at least 1 (true is no count)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a whole number of at least 1, got {value!r}")
+
+
 def _contains(pieces: list[str], pair: Pair) -> bool:
     return any(a == pair[0] and b == pair[1] for a, b in zip(pieces, pieces[1:]))
 
@@ -162,7 +170,9 @@ def learn_vocab(paths: Iterable[str | Path], vocab_size: int, lowercase: bool = 
 
     Lower-cases and strips accents unless `lowercase=False` (a cased vocabulary), as BertTokenizer does.
     """
-    paths = list(paths)
+    check_count("vocab_size", vocab_size)  # before the corpus is read
+    check_count("min_pair_count", min_pair_count)
+    paths = [paths] if isinstance(paths, str | Path) else list(paths)  # one file, or several
     if not paths:
         raise InputError("no corpus files given")
     word_counts = count_words(read_corpus(paths), lowercase=lowercase)

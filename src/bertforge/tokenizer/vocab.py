@@ -65,8 +65,9 @@ class Vocab:
             # utf-8-sig: a byte-order mark (a file saved by a Windows editor) is no part of the first token, which
             # would otherwise be "\ufeff[PAD]" and no longer the padding token
             with open(path, encoding="utf-8-sig") as handle:
-                # Only the newline is stripped: a token may legitimately end in other whitespace.
-                tokens = [line.rstrip("\n") for line in handle]
+                # Trailing whitespace is no part of a token (tokenizers' reader trims it, and transformers loads
+                # vocab.txt with it): text is split at whitespace, so "hello " could never be matched.
+                tokens = [line.rstrip() for line in handle]
         except UnicodeDecodeError as error:
             raise InputError(f"vocabulary is not UTF-8 text ({error.reason})", path=path) from None
         if not tokens:
