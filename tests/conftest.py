@@ -332,15 +332,18 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def readme_expected_output(code: str) -> list[str]:
-    """The `# ...` comment lines that directly follow a print(...) call (possibly several lines long)."""
-    expected, after_print = [], False
+    """The `# ...` comment lines that directly follow a print(...) call (possibly several lines long), at the
+    call's own indentation (a print inside an `if` block included)."""
+    expected, indent = [], None
     for line in code.splitlines():
-        if line.startswith("print("):
-            after_print = True
-        elif after_print and line.startswith("# "):
-            expected.append(line[2:])
-        elif not line.startswith(" "):
-            after_print = False
+        stripped = line.lstrip(" ")
+        depth = len(line) - len(stripped)
+        if stripped.startswith("print("):
+            indent = depth
+        elif indent is not None and depth == indent and stripped.startswith("# "):
+            expected.append(stripped[2:])
+        elif indent is not None and depth <= indent:
+            indent = None
     return expected
 
 
@@ -350,7 +353,7 @@ def run_readme_block(tmp_path):
     folder), checks that it prints what the README shows under its print calls, and returns its variables."""
     def run(code: str) -> dict:
         code = code.replace("/tmp/", f"{tmp_path}/")
-        namespace: dict = {}
+        namespace: dict = {"__name__": "__main__"}  # run as a script is
         printed = io.StringIO()
         with redirect_stdout(printed):
             exec(compile(code, str(README), "exec"), namespace)

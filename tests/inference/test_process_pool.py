@@ -3,6 +3,8 @@ processes in chunks give what one process gives (real MiniLM, SST-2 sentences); 
 caller, a dead worker gives an error rather than a wait forever, and bad pool arguments a one-line error."""
 
 import multiprocessing
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -93,6 +95,20 @@ def test_a_dead_worker_is_an_error_not_a_wait(encoder):
             encoder.encode(["A text no worker is left to encode."], pool=pool)
     finally:
         encoder.stop_multi_process_pool(pool)
+
+
+def test_a_script_without_a_main_guard_gets_an_error_not_a_wait(minilm_dir, tmp_path):
+    """Each spawned worker imports the script, which (unguarded) starts a pool of its own and so dies: the caller
+    is told why, and exits, where Process.start used to wait forever for the dead worker to read its model."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(f"from bertforge import SentenceEncoder\n"
+                      f"encoder = SentenceEncoder({str(minilm_dir)!r})\n"
+                      f"pool = encoder.start_multi_process_pool(['cpu'])\n"
+                      f"encoder.encode(['A text.'], pool=pool)\n", encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 1
+    assert "BertforgeError: 1 worker(s) of the multi-process pool ended" in done.stderr
+    assert 'start a pool under `if __name__ == "__main__":`' in done.stderr
 
 
 @pytest.mark.parametrize("devices, message", [("cpu", "a non-empty list"), ([], "a non-empty list"),

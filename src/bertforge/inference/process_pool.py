@@ -11,6 +11,7 @@ The pool is a dict with sentence-transformers' keys ("input", "output", "process
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import pickle
@@ -58,31 +59,84 @@ def start_pool(model: nn.Module, target_devices: Sequence[str | torch.device] | 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     threads = max(1, cores // max(1, cpu_workers))
     context = mp.get_context("spawn")  # a forked copy of a process that has run torch's thread pools can hang
-    inputs, outputs = context.Queue(), context.Queue()
+    inputs, outputs, models = context.Queue(), context.Queue(), context.Queue()
     device_of_model = next(model.parameters()).device
     model.to("cpu")  # the workers read the weights from shared memory rather than each get a pickled copy
     model.share_memory()
-    processes = []
     try:
-        for device in devices:
-            process = context.Process(target=work, args=(model, device, threads, inputs, outputs), daemon=True)
-            process.start()
-            processes.append(process)
+        # Process.start writes its arguments to the new process and waits until they are read: forever if it
+        # dies first, as a script without `if __name__ == "__main__":` makes it (each worker imports the script,
+        # which starts pools again). So the arguments are only the shared weights' handles, which fit in the
+        # pipe at once, and the rest of the model (its tokenizer: about a megabyte) goes by queue, whose waiting
+        # is a thread's; the caller then sees the worker die (next_result).
+        weights, skeleton = without_weights(model)
     finally:
         model.to(device_of_model)
-    return {"input": inputs, "output": outputs, "processes": processes}
+    processes = []
+    for device in devices:
+        process = context.Process(target=work, args=(models, weights, device, threads, inputs, outputs), daemon=True)
+        process.start()
+        processes.append(process)
+        models.put(skeleton)
+    return {"input": inputs, "output": outputs, "processes": processes, "models": models}
+
+
+class WeightsApart(pickle.Pickler):
+    """Pickles a model with each of its weights (parameters and buffers) named rather than written."""
+
+    def __init__(self, file, names: dict[int, str]):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.names = names  # id of the tensor -> its name
+
+    def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, torch.Tensor) and id(obj) in self.names:
+            return self.names[id(obj)], isinstance(obj, nn.Parameter), obj.requires_grad
+        return None
+
+
+class WeightsBack(pickle.Unpickler):
+    """Unpickles what WeightsApart wrote, each named weight taken from `weights` (a tied one is one object)."""
+
+    def __init__(self, file, weights: dict[str, torch.Tensor]):
+        super().__init__(file)
+        self.weights, self.made = weights, {}
+
+    def persistent_load(self, pid: Any) -> Any:
+        name, is_parameter, requires_grad = pid
+        if name not in self.made:
+            tensor = self.weights[name]
+            self.made[name] = nn.Parameter(tensor, requires_grad=requires_grad) if is_parameter else tensor
+        return self.made[name]
+
+
+def without_weights(model: nn.Module) -> tuple[dict[str, torch.Tensor], bytes]:
+    """The model's weights by name, and the model pickled without them (with_weights joins the two)."""
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    buffer = io.BytesIO()
+    WeightsApart(buffer, {id(tensor): name for name, tensor in tensors}).dump(model)
+    return {name: tensor.detach() for name, tensor in tensors}, buffer.getvalue()
+
+
+def with_weights(skeleton: bytes, weights: dict[str, torch.Tensor]) -> nn.Module:
+    return WeightsBack(io.BytesIO(skeleton), weights).load()
 
 
 def stop_pool(pool: dict[str, Any]) -> None:
-    """End the workers of a pool that start_pool made, and close its queues."""
+    """End the workers of a pool that start_pool made, and close its queues (once: again does nothing)."""
     check_pool(pool)
+    if pool.get("stopped"):
+        return
+    pool["stopped"] = True
     for process in pool["processes"]:
         process.terminate()
     for process in pool["processes"]:
         process.join()
         process.close()
-    pool["input"].cancel_join_thread()  # chunks a worker never took must not keep this process from exiting
-    pool["input"].close()
+    # chunks (or copies of the model) a worker never took must not keep this process from exiting
+    for name in ("input", "models"):
+        if name in pool:
+            pool[name].cancel_join_thread()
+            pool[name].close()
     pool["output"].close()
 
 
@@ -92,11 +146,12 @@ def check_pool(pool: Any) -> None:
                          f"'processes'), got {type(pool).__name__}")
 
 
-def work(model: nn.Module, device: torch.device, threads: int, inputs, outputs) -> None:
-    """A worker: run `model.<method>(chunk, **options)` on each chunk it takes, and send back the result (on the
-    CPU) or the error, until stopped."""
+def work(models, weights: dict[str, torch.Tensor], device: torch.device, threads: int, inputs, outputs) -> None:
+    """A worker: take a copy of the model (its weights the shared ones), then run `model.<method>(chunk,
+    **options)` on each chunk it takes, and send back the result (on the CPU) or the error, until stopped."""
     if device.type == "cpu":
         torch.set_num_threads(threads)
+    model = with_weights(models.get(), weights)
     model.to(device)
     while True:
         chunk_id, method, chunk, options = inputs.get()
@@ -158,9 +213,11 @@ def next_result(pool: dict[str, Any]) -> tuple[int, Any]:
             pass
         dead = [process for process in pool["processes"] if not process.is_alive()]
         if dead:
-            raise BertforgeError(f"{len(dead)} worker(s) of the multi-process pool ended ("
-                                 + ", ".join(f"pid {process.pid}, exit code {process.exitcode}" for process in dead)
-                                 + "); stop the pool and start another")
+            ended = "; ".join(f"pid {process.pid}, exit code {process.exitcode}" for process in dead)
+            stop_pool(pool)  # its queues would keep this process from exiting
+            raise BertforgeError(f"{len(dead)} worker(s) of the multi-process pool ended ({ended}), and the pool is "
+                                 f"stopped; start another. A script must start a pool under "
+                                 f"`if __name__ == \"__main__\":`, since each worker imports it")
 
 
 class PoolMethods:
