@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
-from bertforge import BertForSequenceClassification, BertModel
+from bertforge import BertForSequenceClassification, BertModel, BertTokenizer
+from bertforge.cli.main import main
 from bertforge.compress import QuantizationConfig, QuantizedLinear, quantize, save_quantized
 from bertforge.compress.quantize import (
     FusedProjections,
@@ -204,7 +205,8 @@ def test_float_layers_must_leave_a_layer_to_quantize(minilm_dir, tokenizer, sent
                  batches(tokenizer, sentences[:4]))
 
 
-def test_quantized_checkpoint_saves_reloads_and_predicts_the_same(minilm_dir, tokenizer, sentences, tmp_path):
+def test_quantized_checkpoint_saves_reloads_and_predicts_the_same(minilm_dir, tokenizer, sentences, tmp_path,
+                                                                   capsys):
     labels = {0: "negative", 1: "positive"}
     model = BertForSequenceClassification.from_pretrained(minilm_dir, id2label=labels)
     float_dir = model.save_pretrained(tmp_path / "fp32")
@@ -229,6 +231,23 @@ def test_quantized_checkpoint_saves_reloads_and_predicts_the_same(minilm_dir, to
     batch = dict(tokenizer(sentences[16:32], padding=True, return_tensors="pt"))
     with torch.inference_mode():
         assert torch.equal(reloaded(**batch).logits, model(**batch).logits)
+
+    # A loaded quantized model saves as it loaded (save_pretrained notes the quantization, as save_quantized),
+    # and that copy reloads to the same model
+    reloaded.save_pretrained(tmp_path / "again")
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["quantization_config"] == \
+        config["quantization_config"]
+    again = BertForSequenceClassification.from_pretrained(tmp_path / "again")
+    with torch.inference_mode():
+        assert torch.equal(again(**batch).logits, model(**batch).logits)
+
+    # `export hf` writes what transformers runs: int8 layers are not that, so it refuses them in one line and
+    # writes nothing
+    tokenizer.save_pretrained(tmp_path / "int8")
+    assert main(["export", "hf", "--model", str(tmp_path / "int8"), "--output", str(tmp_path / "hf")]) == 1
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "int8: is quantized to int8" in error and "export the fp32 model" in error, error
+    assert not (tmp_path / "hf").exists()
 
     # The classifier's checkpoint loads into the bare encoder too (embed, attention), int8 layers and all, as an
     # fp32 classifier's does: the recorded module names match with or without the `bert.` prefix.
@@ -299,9 +318,24 @@ def test_bf16_checkpoint_stores_bf16_and_reloads_the_same_values(minilm_dir, tmp
     save_quantized(model, tmp_path)
     with safe_open(tmp_path / "model.safetensors", "pt") as saved:
         assert saved.get_tensor("encoder.layer.0.output.dense.weight").dtype == torch.bfloat16
+    assert json.loads((tmp_path / "config.json").read_text())["dtype"] == "bfloat16"  # as transformers 5 says it
     reloaded = BertModel.from_pretrained(tmp_path)
     assert torch.equal(reloaded.encoder.layers[0].feed_forward.down.weight,
                        model.encoder.layers[0].feed_forward.down.weight)
+    reloaded.save_pretrained(tmp_path / "again")  # saved again as it loaded: bf16, and noted so
+    assert BertModel.from_pretrained(tmp_path / "again").quantization == reloaded.quantization
+    with safe_open(tmp_path / "again" / "model.safetensors", "pt") as saved:
+        assert saved.get_tensor("encoder.layer.0.output.dense.weight").dtype == torch.bfloat16
+
+    # `export hf`: an ordinary bf16 checkpoint, which transformers loads in bf16 with the same weights
+    transformers = pytest.importorskip("transformers")
+    BertTokenizer.from_pretrained(minilm_dir).save_pretrained(tmp_path)
+    assert main(["export", "hf", "--model", str(tmp_path), "--output", str(tmp_path / "hf")]) == 0
+    assert "quantization_config" not in json.loads((tmp_path / "hf" / "config.json").read_text())
+    theirs = transformers.AutoModel.from_pretrained(tmp_path / "hf", dtype="auto")
+    assert theirs.dtype == torch.bfloat16
+    assert torch.equal(theirs.encoder.layer[0].output.dense.weight.float(),
+                       model.encoder.layers[0].feed_forward.down.weight.float())
 
 
 def test_int8_without_calibration_data_is_an_error(minilm_dir):

@@ -564,7 +564,15 @@ class Pretrained(ActivationCheckpointing):
         for copy, original in TIED_HF_KEYS.items():
             if copy.rsplit(".", 1)[0] + ".weight" in state and copy not in state and original in state:
                 state[copy] = state[original].clone()  # an untied decoder's bias, where transformers 5 reads it
+        quantization = getattr(self, "quantization", None)
+        if quantization is not None and quantization.precision == "bf16":  # exact: its weights are bf16 values
+            state = {name: tensor.to(torch.bfloat16) if tensor.is_floating_point() else tensor
+                     for name, tensor in state.items()}
         saved_dtype(self.config, state).save(directory / CONFIG_FILE, architecture=type(self).__name__)
+        if quantization is not None:  # what from_pretrained needs to shape the model for its tensors again
+            from bertforge.compress.quantize import note_quantization  # compress builds on checkpoints
+
+            note_quantization(directory, quantization)
         write_state_dict(state, directory)
         # An encoder loaded with a sentence-transformers layout pools as it says; a task model's head replaced that,
         # except a SPLADE model's masked-LM head, which its layout pools. An inference-free SPLADE model's Router
@@ -641,10 +649,13 @@ def _resized(table: torch.Tensor, rows: int, new_rows: str | float = "mean") -> 
 
 
 def saved_dtype(config: BertConfig, state: dict[str, torch.Tensor]) -> BertConfig:
-    """The config with its dtype keys (transformers' torch_dtype or dtype, when present) naming the precision of
-    the tensors written: a checkpoint loaded from bf16 is saved in float32, and transformers loads in that dtype."""
+    """The config with its dtype keys (transformers' torch_dtype or dtype, those it has; dtype for tensors other
+    than float32) naming the precision of the tensors written: a checkpoint loaded from bf16 is saved in float32,
+    and transformers loads in that dtype."""
     keys = [key for key in ("torch_dtype", "dtype") if key in config.extra]
     floating = next((tensor.dtype for tensor in state.values() if tensor.is_floating_point()), None)
+    if not keys and floating not in (None, torch.float32):
+        keys = ["dtype"]  # transformers 5's name; float32, what a config without one means, goes unsaid
     if not keys or floating is None:
         return config
     name = str(floating).removeprefix("torch.")

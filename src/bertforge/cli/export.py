@@ -83,6 +83,16 @@ def run_hf(args: argparse.Namespace) -> int:
         tokenizer = BertTokenizer.from_pretrained(args.model)
     else:
         model, tokenizer = load_for_task(args, keep_heads=OTHER_MODELS)
+    quantization = getattr(model, "quantization", None)
+    if quantization is not None and quantization.precision == "int8":
+        raise InputError("is quantized to int8, whose layers (int8 weights with their scales and outlier "
+                         "channels) transformers can't run and would read as float weights; export the fp32 model "
+                         "it was quantized from, or `export onnx` (int8 as ONNX Runtime runs it)", args.model)
+    if quantization is not None:  # bf16: an ordinary checkpoint of bf16 weights, as transformers loads one
+        import torch
+
+        del model.quantization
+        model.to(torch.bfloat16)
     staging = start_staging(output)  # a failed export leaves the model in --output as it was
     try:
         model.save_pretrained(staging)

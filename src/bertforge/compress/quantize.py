@@ -69,8 +69,8 @@ from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetunedModel
 
 logger = logging.getLogger("bertforge")
 
-# The config.json key that marks a quantized checkpoint (transformers' name for it, so that transformers refuses
-# the directory with "unknown quantization type" rather than loading int8 numbers as float weights).
+# The config.json key that marks a quantized checkpoint (transformers' name for it; transformers skips a method it
+# doesn't know, with a warning, so `export hf` refuses int8 rather than write what it would misread).
 QUANTIZATION_KEY = "quantization_config"
 QUANT_METHOD_PREFIX = "bertforge_"
 # int8 activations: a range per layer from calibration, or per batch (what checkpoints before static int8 hold)
@@ -928,22 +928,18 @@ def finish_loading(model: nn.Module) -> nn.Module:
 
 
 def save_quantized(model: nn.Module, directory: str | Path) -> Path:
-    """save_pretrained, with the quantization noted in config.json (bf16 weights are stored as bf16)."""
-    config = getattr(model, "quantization", None)
-    if config is None:
+    """save_pretrained of a quantized model, which notes the quantization in config.json (bf16 weights are stored
+    as bf16); refused for a model that was not quantized."""
+    if getattr(model, "quantization", None) is None:
         raise ConfigError("this model was not quantized (use bertforge.compress.quantize first)")
-    directory = Path(directory)
-    if config.precision == "bf16":
-        dtype = next(model.parameters()).dtype
-        model.to(torch.bfloat16)  # exact: the weights are bf16 values already
-        model.save_pretrained(directory)
-        model.to(dtype)
-    else:
-        model.save_pretrained(directory)
+    return model.save_pretrained(directory)
+
+
+def note_quantization(directory: Path, config: QuantizationConfig) -> None:
+    """Record a quantized model's config in the config.json just written to `directory` (save_pretrained)."""
     path = directory / CONFIG_FILE
     data = read_json_object(path, "config") | {QUANTIZATION_KEY: config.to_dict()}
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-    return directory
 
 
 def replace_module(model: nn.Module, name: str, module: nn.Module) -> None:
