@@ -16,6 +16,7 @@ import json
 import math
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ TENSOR_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".index.json"
 SHARD_PREFIX = "shard-"  # a prepared corpus's token arrays (shard-00000.tokens.npy); other .npy files are embed's
 
 
-def _check_parent(path: Path, what: str) -> None:
+def check_parent(path: Path, what: str) -> None:
     """The nearest existing folder above `path` must be a folder we may write in (it is created later)."""
     parent = path.parent
     while not parent.exists() and parent != parent.parent:
@@ -50,6 +51,10 @@ def _check_parent(path: Path, what: str) -> None:
         raise InputError(f"can't create the {what}: {parent} is a file, not a folder", path)
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InputError(f"can't create the {what}: {parent} is not writable", path)
+    try:  # what the permission bits don't say: /proc or /sys, which refuse root too
+        os.rmdir(tempfile.mkdtemp(dir=parent, prefix=".bertforge-probe-"))
+    except OSError as error:
+        raise InputError(f"can't create the {what}: {parent}: {error.strerror or error}", path) from None
 
 
 def check_output_file(path: str | Path, what: str = "output file") -> Path:
@@ -60,7 +65,7 @@ def check_output_file(path: str | Path, what: str = "output file") -> Path:
         raise InputError(f"is a folder; the {what} must be a file", path)
     if path.exists() and not os.access(path.parent, os.W_OK | os.X_OK):
         raise InputError(f"can't replace the {what}: its folder is not writable", path)
-    _check_parent(path, what)
+    check_parent(path, what)
     return path
 
 
@@ -126,7 +131,7 @@ def check_output_dir(path: str | Path, overwrite: bool = False, what: str = "out
                           f"{what}, or pass --overwrite to replace {'it' if len(taken) == 1 else 'them'}")
     if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
         raise InputError(f"the {what} is not writable", path)
-    _check_parent(path, what)
+    check_parent(path, what)
     staging = staging_dir(path)
     if staging.exists() and not staging.is_dir():
         raise InputError("exists and is not a folder; it is where this run stages its output", staging)

@@ -169,6 +169,13 @@ FLAG_AND_OUTPUT_CASES = [
                                 "--device", "banana"], 1, ["'banana'"]),
     ("quantize-output-is-file", ["quantize", "--model", "{M}", "--dev", "{D}/train.csv", "--output", "{O}/a_file"],
      1, ["a_file", "exists and is a file"]),
+    # refused before the models are measured, not after (the gate's own output checks)
+    ("quantize-output-under-a-file", ["quantize", "--model", "{M}", "--dev", "{D}/train.csv", "--output",
+                                      "{O}/a_file/int8"], 1, ["a_file/int8: can't create the output folder",
+                                                              "a_file is a file, not a folder"]),
+    ("distill-output-under-a-file", ["distill", "--teacher", "{M}", "--train", "{D}/train.csv", "--output",
+                                     "{O}/a_file/student"], 1, ["a_file/student: can't create the output folder",
+                                                                "a_file is a file, not a folder"]),
     ("distill-max-drop-inf", ["distill", "--teacher", "{M}", "--train", "{D}/train.csv", "--output", "{T}/out",
                               "--max-drop", "inf"], 2, ["--max-drop", "finite"]),
     ("quantize-outlier-channels-negative", ["quantize", "--model", "{M}", "--dev", "{D}/train.csv", "--output",

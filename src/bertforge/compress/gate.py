@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.errors import InputError
-from bertforge.outputs import to_json
+from bertforge.outputs import check_parent, to_json
 from bertforge.tasks.finetune import FinetunedModel
 
 COMPRESSION_FILE = "compression.json"
@@ -124,6 +124,7 @@ def check_output(output: str | Path) -> Path:
         raise InputError("exists and is a file; the output is a model folder", output)
     if output.is_dir() and any(output.iterdir()):
         raise InputError("the output directory already exists and is not empty", output)
+    check_parent(output, "output folder")
     return output
 
 
@@ -133,9 +134,10 @@ def write_if_accepted(report: GateReport | None, output: Path, write: Callable[[
     Returns whether it wrote."""
     if report is not None and not report.accepted:
         return False
-    output.parent.mkdir(parents=True, exist_ok=True)
-    temporary = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}."))
+    temporary = None
     try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        temporary = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}."))
         write(temporary)
         if report is not None:
             (temporary / COMPRESSION_FILE).write_text(to_json(report.to_dict(), indent=2) + "\n", encoding="utf-8")
@@ -144,6 +146,6 @@ def write_if_accepted(report: GateReport | None, output: Path, write: Callable[[
     except OSError as error:  # a full disk: the temporary folder's name means nothing to the user
         raise InputError(f"can't write the model: {error.strerror or error}", output) from None
     finally:
-        if temporary.exists():
+        if temporary is not None and temporary.exists():
             shutil.rmtree(temporary)
     return True
