@@ -158,3 +158,15 @@ def test_a_multi_label_teacher_distills_through_the_command(data_dir, tmp_path, 
     assert json.loads((tmp_path / "student" / COMPRESSION_FILE).read_text())["metric"] == "micro_f1"
     student = FinetunedModel.load(tmp_path / "student")
     assert student.task.name == "multi_label" and student.model.config.num_hidden_layers == 2
+
+
+def test_help_says_the_run_settings_default_to_the_teachers(capsys):
+    """distill's finetune flags take the teacher's run where not given; its help says so rather than show
+    FinetuneConfig's defaults (--lr 5e-05, --dev none), which the student never gets."""
+    with pytest.raises(SystemExit):
+        main(["distill", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split()).split(" options: ", 1)[1]  # past the usage line
+    for flag in ("--lr LR", "--dev DEV", "--epochs EPOCHS", "--batch-size BATCH_SIZE", "--max-length MAX_LENGTH"):
+        described = help_text.split(flag, 1)[1].split(" --", 1)[0]
+        assert described.endswith("(default: the teacher's run)"), (flag, described)
+    assert "5e-05" not in help_text and "the last model is kept" not in help_text

@@ -26,12 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--soft-weight", type=fraction, default=0.5,
                         help="weight of the teacher's soft labels; the true labels get the rest (default 0.5)")
     parser.add_argument("--hidden-weight", type=non_negative_float, default=0.0,
-                        help="weight of the hidden-state loss to the teacher's layers (TinyBERT; default 0: off)")
+                        help="weight of the hidden-state loss to the teacher's layers, TinyBERT's (default 0: off)")
     parser.add_argument("--without-teacher", action="store_true",
                         help="the control: the same student trained on the true labels only")
     add_max_drop_argument(parser)
     # The student is cut from --teacher (not --model or a fresh --random-init) into a new --output, in one run.
-    finetune_cli.add_run_arguments(parser, leave_out=("--model", "--random-init"))
+    finetune_cli.add_run_arguments(parser, leave_out=("--model", "--random-init"), defaults_from="the teacher's run")
 
 
 def run(args: argparse.Namespace) -> int:
