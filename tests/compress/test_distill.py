@@ -20,6 +20,7 @@ def test_teacher_layers_are_every_kth_ending_with_the_last():
     assert teacher_layers(6, 3) == [1, 3, 5]
     assert teacher_layers(12, 4) == [2, 5, 8, 11]
     assert teacher_layers(6, 6) == [0, 1, 2, 3, 4, 5]
+    assert teacher_layers(6, 5) == [0, 1, 2, 3, 5]  # as the README says: layers 1-4 and 6
     with pytest.raises(ConfigError, match="has more than its teacher"):
         teacher_layers(6, 7)
 

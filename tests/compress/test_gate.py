@@ -30,6 +30,13 @@ def test_quantize_writes_a_model_that_reloads_as_reported_and_refuses_a_larger_d
     assert isinstance(reloaded.model.bert.encoder.layers[0].attention.query, QuantizedLinear)
     examples = reloaded.read(sst2_files["dev_200"], reloaded.columns(), labelled=True)
     assert reloaded.evaluate(examples)["accuracy"] == report["candidate"]["metrics"]["accuracy"]
+    # evaluate's record and the server's /info say what the folder holds, beside the inference options asked for
+    assert main(["evaluate", "--model", str(output), "--data", str(sst2_files["dev_200"]), "--output", "-"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["quantization"] == "int8" and record["inference"]["precision"] == "fp32"
+    assert record["accuracy"] == report["candidate"]["metrics"]["accuracy"]
+    from bertforge.inference.serve.routes.status import model_dtype
+    assert model_dtype(reloaded.model) == "int8" and model_dtype(FinetunedModel.load(sst2_teacher).model) == "float32"
 
     # The same quantization again (it is deterministic), allowed a little less than it dropped and no more careful
     # recipe: refused.

@@ -26,10 +26,14 @@ def add_model_argument(parser: argparse.ArgumentParser) -> None:
 
 def number_type(name: str, convert: Callable[[str], Any], allowed: Callable[[Any], bool], rule: str
                 ) -> Callable[[str], Any]:
-    """An argparse type: `convert` the text, then refuse it with "must be RULE, got TEXT" unless allowed(value);
-    `name` is what argparse calls it ("invalid positive_int value: 'x'")."""
+    """An argparse type: `convert` the text, then refuse it with "must be RULE, got TEXT" unless allowed(value)
+    (and text that is no number with "must be a number"); `name` is the type's name in argparse's own messages."""
     def parse(text: str) -> Any:
-        value = convert(text)
+        try:
+            value = convert(text)
+        except ValueError:  # not a number at all (argparse would say "invalid finite_float value")
+            raise argparse.ArgumentTypeError(f"must be {'a whole number' if convert is int else 'a number'}, "
+                                             f"got {text}") from None
         if not allowed(value):
             raise argparse.ArgumentTypeError(f"must be {rule}, got {text}")
         return value

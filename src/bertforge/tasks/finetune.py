@@ -660,8 +660,11 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
     metrics = finetuned.evaluate(examples, batch_size, max_length, decoding, per_label)
     if output is not None:
         # The inference options under their own key: a metric may share a name with one (NER's "precision").
+        quantization = getattr(finetuned.model, "quantization", None)  # a folder `bertforge quantize` wrote
         record = {"model": str(model), "data": str(data), "examples": len(examples),
-                  "inference": dataclasses.asdict(inference), **decoding_setting(finetuned.settings, decoding),
+                  "inference": dataclasses.asdict(inference),
+                  **({} if quantization is None else {"quantization": quantization.precision}),
+                  **decoding_setting(finetuned.settings, decoding),
                   **({} if version_2 is None else {"version_2": version_2}), **metrics}
         text = to_json(record, indent=2) + "\n"
         if str(output) == "-":  # standard output, as the command line names it

@@ -37,11 +37,20 @@ async def info(served: Served):
     else:  # tasks TEI doesn't serve: bertforge's task alone
         model_type = {}
     return {"model_id": served.model_name, "task": task.name if task is not None else None,
-            "model_dtype": str(next(model.parameters()).dtype).removeprefix("torch."), "model_type": model_type,
+            "model_dtype": model_dtype(model), "model_type": model_type,
             "max_concurrent_requests": settings.max_queue,
             "max_input_length": served.input_limit(), "max_batch_tokens": settings.max_batch_tokens,
             "max_batch_requests": settings.max_batch_size, "max_client_batch_size": settings.max_texts,
             "auto_truncate": served.truncate, "tokenization_workers": 1, "version": bertforge_version()}
+
+
+def model_dtype(model) -> str:
+    """The precision the model's weights are stored in: a quantized checkpoint's (int8, or bf16 where it computes
+    in float32), else its parameters' dtype."""
+    quantization = getattr(model, "quantization", None)
+    if quantization is not None:
+        return {"bf16": "bfloat16"}.get(quantization.precision, quantization.precision)
+    return str(next(model.parameters()).dtype).removeprefix("torch.")
 
 
 @router.get("/v1/models", response_model=schemas.ModelList, responses=OPENAI_ERRORS)
