@@ -109,6 +109,17 @@ def test_a_json_list_or_object_is_not_one_label(tmp_path):
     assert error_of(path, kind="score").endswith("""regression target {"x": 1} is not a number""")
 
 
+def test_a_whole_float_is_the_integer_label_as_pandas_reads_it(tmp_path):
+    """1, 1.0 and "1" are one class (pandas writes an integer column with a missing value as floats); 1.5 and
+    "1.0", text as the file gives it, stay their own."""
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"sentence": "a", "label": 1}\n{"sentence": "b", "label": 1.0}\n{"sentence": "c", "label": "1"}'
+                    '\n{"sentence": "d", "label": 0.0}\n{"sentence": "e", "label": 1.5}\n'
+                    '{"sentence": "f", "label": "1.0"}\n')
+    examples = read_text_examples(path, Columns("sentence"), "class")
+    assert [example.label for example in examples] == ["1", "1", "1", "0", "1.5", "1.0"]
+
+
 def test_short_row_and_missing_json_key(tmp_path):
     tsv = tmp_path / "train.tsv"
     tsv.write_text("sentence\tlabel\nonly a text\n")

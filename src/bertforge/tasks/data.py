@@ -453,13 +453,15 @@ class TextExample:
 
 
 def class_label(value: Any, separator: str | None = None) -> str:
-    """A class label as the string id2label holds: 1 (a JSON number) and "1" (a CSV cell) are the same label (true
-    is "True", as pandas writes it in a CSV file)."""
+    """A class label as the string id2label holds: 1 and 1.0 (JSON numbers) and "1" (a CSV cell) are the same label
+    (true is "True", as pandas writes it in a CSV file)."""
     if isinstance(value, (list, dict)):
         several = " (several labels per example: --task multi_label)" if isinstance(value, list) else ""
         raise ValueError(f"expected one label, got {json.dumps(value)[:40]}{several}")
     if isinstance(value, float) and math.isnan(value):  # JSON's NaN, as Python's json writes a missing value
         raise ValueError("the label is NaN (a missing label?)")
+    if isinstance(value, float) and value.is_integer():  # 1.0 (pandas' float column, as JSON) is the label 1
+        value = int(value)
     label = str(value).strip()
     if not label:
         raise ValueError("empty label")
