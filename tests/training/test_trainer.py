@@ -135,6 +135,26 @@ def test_early_stopping_stops_after_patience_evaluations_without_improvement():
     assert result.stopped_early and result.steps == 4 and result.best["step"] == 2
 
 
+def test_a_run_stopped_before_its_next_log_line_logs_its_loss_and_counts_whole_epochs(tmp_path):
+    """Early stopping (or max_steps) part-way through an epoch: the training loss of the steps since the last line
+    is logged (the curves have a loss to draw), and the epoch stopped in is not counted as done, as the
+    evaluations before the stop numbered it."""
+    x, y = toy_data(80)  # 10 steps an epoch
+    Trainer(ToyClassifier(), config(epochs=3, eval_every=1, early_stopping_patience=2, output_dir=str(tmp_path)),
+            batches_of(x, y, 8), evaluate=scripted([0.6, 0.7, 0.65, 0.69, 0.9]), main_metric="accuracy").train()
+    log = [json.loads(line) for line in (tmp_path / TRAIN_LOG_FILE).read_text().splitlines()]
+    train = [record for record in log if record["event"] == "train"]
+    assert [(record["step"], record["epoch"]) for record in train] == [(4, 0)] and train[0]["loss"] > 0
+    assert {record["epoch"] for record in log if record["event"] == "eval"} == {0}
+
+    folder = tmp_path / "steps"
+    Trainer(ToyClassifier(), config(max_steps=3, output_dir=str(folder)), batches_of(x, y, 8),
+            evaluate=scripted([0.5]), main_metric="accuracy").train()
+    log = [json.loads(line) for line in (folder / TRAIN_LOG_FILE).read_text().splitlines()]
+    assert [(record["event"], record["step"], record["epoch"]) for record in log] == [("train", 3, 0),
+                                                                                        ("eval", 3, 0)]
+
+
 def test_without_an_evaluator_the_final_model_is_saved():
     x, y = toy_data(16)
     saved = []

@@ -262,8 +262,8 @@ class Trainer:
         bar = tqdm(total=total_steps, initial=step, desc="training", unit="step",
                    disable=not (config.progress and self.is_main))
         stop = step >= total_steps or self.is_patience_exhausted()
-        if stop and loop["next_batch"]:
-            # Checkpointed at the last step, on the way out of its epoch: leave the epoch as that run went on to.
+        if stop and loop["next_batch"] >= num_batches:
+            # Checkpointed at the last step, at the end of its epoch: count the epoch as that run went on to.
             loop["epoch"], loop["next_batch"] = loop["epoch"] + 1, 0
         examples, started = 0, time.perf_counter()
         with stop_on_sigterm(self.device) if self.output_dir else nullcontext(lambda: False) as stop_requested:
@@ -324,14 +324,21 @@ class Trainer:
                         if not saved:
                             save_checkpoint()
                         raise Stopped(step, self.output_dir / CHECKPOINT_DIR)
-                loop["epoch"] += 1
-                loop["next_batch"] = 0
+                # a whole epoch is counted, not one stopped part-way (the loop breaks only to stop)
+                if not stop or loop["next_batch"] >= num_batches:
+                    loop["epoch"] += 1
+                    loop["next_batch"] = 0
                 if not stop and config.eval_every is None:
                     stop, loop["last_evaluated"] = self.evaluate_and_keep(step, loop["epoch"]), step
                     save_checkpoint()
                 if config.max_steps is None and loop["epoch"] >= config.epochs:
                     stop = True
         bar.close()
+        if loop["window_steps"]:  # steps since the last line (a run stopped early): their loss is logged too
+            window_loss = distributed.all_reduce_sums({"loss": loop["window_loss"]}, self.device)["loss"]
+            self.log({"event": "train", "step": step, "epoch": loop["epoch"],
+                      "loss": window_loss / loop["window_steps"], "lr": scheduler.get_last_lr()[0],
+                      "examples_per_s": examples / (time.perf_counter() - started) * world_size})
         stopped_early = self.is_patience_exhausted()
         if loop["last_evaluated"] != step and not stopped_early:
             self.evaluate_and_keep(step, loop["epoch"])  # the final weights compete too
