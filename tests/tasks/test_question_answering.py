@@ -177,6 +177,17 @@ def test_read_squad_to_predict_needs_no_answers(tmp_path):
         read_squad(no_question, labelled=False)
 
 
+def test_questions_sharing_an_id_are_each_read_with_a_warning(tmp_path, caplog):
+    path = squad_file(tmp_path, {"id": "1", "question": "Who lost?"}, {"id": "2", "question": "Who won?"},
+                      {"id": "1", "question": "Where?"})
+    with caplog.at_level("WARNING", logger="bertforge"):
+        read = read_squad(path, labelled=False)
+    assert [example.question for example in read] == ["Who lost?", "Who won?", "Where?"]
+    assert [record.getMessage() for record in caplog.records] == [
+        f"{path}: 1 question(s) share an id with an earlier one (first: '1'); each is answered, but the official "
+        f"SQuAD script keys answers by id"]
+
+
 def test_read_squad_real_dev(squad_dev):
     assert len(squad_dev) == 10570  # the official SQuAD v1.1 dev set
     first = squad_dev[0]

@@ -7,6 +7,7 @@ A long context is cut into overlapping windows of tokens, each encoded as [CLS] 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from bertforge.tasks.data import (
 from bertforge.tasks.metrics import compute_metrics
 from bertforge.validation import check_number
 from bertforge.windows import window_starts
+
+logger = logging.getLogger("bertforge")
 
 Span = tuple[int, int]  # (start, end) character offsets, end exclusive
 
@@ -92,7 +95,19 @@ def read_squad(path: str | Path, version_2: bool = False, labelled: bool = True)
                 asked = f"question {qid} ({where})"
                 examples.append(_example(question, qid, context, version_2, path, asked) if labelled else
                                 QAExample(qid, _field(question, "question", str, path, asked), context, []))
+    warn_of_shared_ids(examples, path)
     return examples
+
+
+def warn_of_shared_ids(examples: Sequence[QAExample], path: Path) -> None:
+    """Questions that share an id are read and answered each on its own, but the official SQuAD script (and any
+    tool that keys predictions by id) would mix up their answers: worth a warning, not a refusal."""
+    ids = [example.id for example in examples]
+    shared = len(ids) - len(set(ids))
+    if shared:
+        first = next(qid for index, qid in enumerate(ids) if qid in ids[:index])
+        logger.warning("%s: %d question(s) share an id with an earlier one (first: %r); each is answered, but the "
+                       "official SQuAD script keys answers by id", path, shared, first)
 
 
 def _field(record, name: str, kind: type, path: Path, where: str):
