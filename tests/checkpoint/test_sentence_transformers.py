@@ -668,6 +668,8 @@ def test_sentence_encoder_refuses_what_it_cannot_be_as_one_line_errors(minilm):
 
     with pytest.raises(ConfigError, match="backend 'openvino': SentenceEncoder runs 'torch' or 'onnx'"):
         SentenceEncoder("default", backend="openvino")
+    with pytest.raises(ConfigError, match="^device 'gpu' is not a device; use cpu, cuda or cuda:N$"):
+        SentenceEncoder("default", device="gpu")  # named as given (loading calls it device_map)
     with pytest.raises(ConfigError, match="a loaded model needs its tokenizer"):
         SentenceEncoder(minilm)
     with pytest.raises(ConfigError, match="default_prompt_name 'query2' is none of the prompts"):
@@ -1060,8 +1062,9 @@ def test_loading_options_bert_has_no_use_for_are_ignored_as_sentence_transformer
         SentenceEncoder(folder)
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_a_half_precision_encoder_answers_in_its_dtype_as_sentence_transformer(long_texts, minilm_dir, dtype):
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_an_encoder_cast_to_another_precision_answers_in_its_dtype_as_sentence_transformer(long_texts, minilm_dir,
+                                                                                           dtype):
     from bertforge import SentenceEncoder
 
     texts = long_texts[:3]
@@ -1073,4 +1076,4 @@ def test_a_half_precision_encoder_answers_in_its_dtype_as_sentence_transformer(l
         assert mine.dtype == reference.dtype and type(mine) is type(reference), options
         # the same half-precision model; the sums run in another order (bfloat16 keeps 8 bits of mantissa)
         difference = (torch.as_tensor(mine).float() - torch.as_tensor(reference).float()).abs().max()
-        assert difference < (0.05 if dtype == torch.bfloat16 else 0.005), options
+        assert difference < {torch.bfloat16: 0.05, torch.float16: 0.005, torch.float64: 1e-12}[dtype], options

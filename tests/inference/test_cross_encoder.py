@@ -282,7 +282,8 @@ def test_prompt_options_of_the_wrong_type_are_named(reranker, reranker_dir):
     with pytest.raises(InputError, match="prompt must be a text, got 5"):
         reranker.predict([("a query", "a document")], prompt=5)
     for options, message in (({"prompts": "x"}, "CrossEncoder: prompts must be a dict, got 'x'"),
-                             ({"model_kwargs": 5}, "CrossEncoder: model_kwargs must be a dict, got 5")):
+                             ({"model_kwargs": 5}, "CrossEncoder: model_kwargs must be a dict, got 5"),
+                             ({"device": "gpu"}, "device 'gpu' is not a device; use cpu, cuda or cuda:N")):
         with pytest.raises(ConfigError, match=re.escape(message)):
             CrossEncoder(reranker_dir, **options)
 

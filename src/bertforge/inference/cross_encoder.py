@@ -43,6 +43,7 @@ from bertforge.inference.sentence_encoder import (
     evaluate_as_sentence_transformers,
     fit_as_sentence_transformers,
 )
+from bertforge.runtime import resolve_device
 from bertforge.tasks import classification
 from bertforge.tasks.data import forward_rows
 from bertforge.validation import check_counts
@@ -181,6 +182,8 @@ class CrossEncoder(PoolMethods, ActivationCheckpointing, nn.Module):
             model = model_name_or_path.to(device) if device is not None else model_name_or_path
         else:
             name_or_path = "default" if model_name_or_path is None else model_name_or_path
+            if device is not None:  # named as the caller named it (loading calls it device_map)
+                resolve_device(device)
             model_options = {"device_map": device} | model_kwargs  # model_kwargs' device_map wins, as there
             config_options = dict(config_kwargs or {}) | ({} if num_labels is None else {"num_labels": num_labels})
             directory = resolve_model_dir(name_or_path, model_options.get("subfolder", ""), cache_folder, revision)

@@ -41,6 +41,7 @@ from bertforge.inference.onnx_backend import BACKENDS, onnx_runtime_model, split
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_modules import ModuleList, modules_of
 from bertforge.inference.similarity import SIMILARITIES, as_matrices
+from bertforge.runtime import resolve_device
 from bertforge.tasks.data import forward_rows
 from bertforge.validation import check_counts
 
@@ -195,6 +196,8 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
         else:
             place = {"cache_dir": sentence_transformers_cache(cache_folder), "revision": revision}
             name_or_path = "default" if model_name_or_path is None else model_name_or_path
+            if device is not None:  # named as the caller named it (loading calls it device_map)
+                resolve_device(device)
             model = self.load_model(name_or_path, device_map=device, **place, **model_options, **(config_kwargs or {}))
             tokenizer = BertTokenizer.from_pretrained(name_or_path, **place, **(tokenizer_kwargs or {}),
                                                       **(processor_kwargs or {}))
@@ -576,10 +579,10 @@ class SentenceEncoder(PoolMethods, TextEncoder):
 
     @property
     def model_output_dtype(self) -> torch.dtype:
-        """What encode's vectors come as: the model's float16 or bfloat16 where it was cast to one, as
+        """What encode's vectors come as: the model's float16, bfloat16 or float64 where it was cast to one, as
         sentence-transformers gives them, else float32."""
         dtype = getattr(self.model, "dtype", torch.float32)
-        return dtype if dtype in (torch.float16, torch.bfloat16) else torch.float32
+        return dtype if dtype in (torch.float16, torch.bfloat16, torch.float64) else torch.float32
 
     def _answers(self, texts: list[str], prompt: str | None, batch_size: int, progress: bool | None,
                  normalize: bool, truncate_dim: int | None, output_value: str | None) -> torch.Tensor | list:
@@ -602,7 +605,8 @@ class SentenceEncoder(PoolMethods, TextEncoder):
     def _sentence_vectors(self, texts: list[str], prompt: str | None, batch_size: int, progress: bool | None,
                           normalize: bool, truncate_dim: int | None) -> torch.Tensor:
         vectors = extract_features(self.model, self.tokenizer, texts, batch_size=batch_size,
-                                   max_length=self.max_seq_length, progress=bool(progress), prompt=prompt).float()
+                                   max_length=self.max_seq_length, progress=bool(progress), prompt=prompt)
+        vectors = vectors if vectors.dtype == torch.float64 else vectors.float()  # a float64 model's, kept
         truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
         if truncate_dim is not None:
             vectors = vectors[:, :truncate_dim]
