@@ -110,11 +110,12 @@ def check_measurable(metric: str, metrics: dict[str, float], dev: str | Path | N
 
 
 def warm_up_examples(finetuned: FinetunedModel, examples: Sequence[Any], batch_size: int) -> Sequence[Any]:
-    """What `measure` predicts untimed first. On a CPU, one batch: first-call costs (weight reordering) are paid
-    once per process. On a GPU, all of them: its libraries also pay a first call per batch shape (cuBLAS choosing
-    its kernel; on an H200 a bf16 pass over new shapes of SST-2 dev took 1.3-1.7x the next), which a model in
-    service pays once, and which would otherwise decide the comparison."""
-    return examples[:batch_size] if next(finetuned.model.parameters()).device.type == "cpu" else examples
+    """What `measure` predicts untimed first: all of them. Every device's libraries pay a first call per batch
+    shape, which a model in service pays once and which would otherwise decide the comparison: on a GPU cuBLAS
+    choosing its kernel (on an H200 a bf16 pass over new shapes of SST-2 dev took 1.3-1.7x the next), on a CPU
+    oneDNN making its int8 kernels (200 SST-2 sentences: int8's first pass took 2-3x the next, so the gate
+    measured it slower than fp32, where it is 2x faster)."""
+    return examples
 
 
 def check_output(output: str | Path) -> Path:
