@@ -97,6 +97,21 @@ def test_a_dead_worker_is_an_error_not_a_wait(encoder):
         encoder.stop_multi_process_pool(pool)
 
 
+def test_a_bf16_model_goes_to_a_pool_too(minilm_dir, texts):
+    """run_in_bf16's output hook is a named function, so the model pickles for its workers (a lambda didn't)."""
+    from bertforge import BertModel, BertTokenizer
+    from bertforge.compress import QuantizationConfig, quantize
+
+    encoder = SentenceEncoder(quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("bf16")),
+                              BertTokenizer.from_pretrained(minilm_dir))
+    pool = encoder.start_multi_process_pool(["cpu"])
+    try:  # bf16 keeps 8 bits of mantissa; the worker's batches are other batches
+        np.testing.assert_allclose(encoder.encode(texts[:6], pool=pool, chunk_size=2), encoder.encode(texts[:6]),
+                                   atol=1e-2, rtol=0)
+    finally:
+        encoder.stop_multi_process_pool(pool)
+
+
 def test_a_script_without_a_main_guard_gets_an_error_not_a_wait(minilm_dir, tmp_path):
     """Each spawned worker imports the script, which (unguarded) starts a pool of its own and so dies: the caller
     is told why, and exits, where Process.start used to wait forever for the dead worker to read its model."""

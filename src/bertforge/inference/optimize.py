@@ -100,8 +100,12 @@ def run_in_bf16(model: nn.Module) -> nn.Module:
     """`model`'s weights and computation in bf16, its outputs in float32: callers (numpy conversion, softmax over
     logits, cosine scores) expect float32."""
     model.to(torch.bfloat16)
-    model.register_forward_hook(lambda module, inputs, output: to_float32(output))
+    model.register_forward_hook(outputs_in_float32)  # a named function: the model still pickles (pool workers)
     return model
+
+
+def outputs_in_float32(module: nn.Module, inputs: Any, output: Any) -> Any:
+    return to_float32(output)
 
 
 def resolve_precision(precision: str, device_type: str) -> str:
