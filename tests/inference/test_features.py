@@ -207,6 +207,38 @@ def test_windowed_document_vector_is_the_token_weighted_mean_of_its_windows(wiki
     assert float(vectors[0] @ truncated[0]) < 0.99  # the whole article, not its first 256 tokens
 
 
+def test_windows_weigh_what_their_pooling_read_a_prompt_left_out(wikitext_article, minilm_dir, hf_minilm,
+                                                                  tmp_path):
+    """A layout that leaves its prompt out of the pooling (include_prompt false): the first window's pooled vector
+    leaves out [CLS] and the prompt's pieces, and so does its weight, so that the mean pooling of the windows is
+    still the mean of every token vector they read."""
+    import json
+    import shutil
+
+    transformers = pytest.importorskip("transformers")
+    from bertforge import BertTokenizer
+    folder = tmp_path / "minilm"
+    shutil.copytree(minilm_dir, folder)
+    pooling = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling | {"include_prompt": False}))
+    prompt = "query: "
+    hf_tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_dir)
+    ids = hf_tokenizer(prompt + wikitext_article, add_special_tokens=False)["input_ids"]
+    skipped = 1 + len(hf_tokenizer(prompt, add_special_tokens=False)["input_ids"])  # [CLS] and the prompt
+    token_vectors = []
+    with torch.inference_mode():
+        for start in range(0, len(ids), 127):
+            window = [hf_tokenizer.cls_token_id, *ids[start:start + 254], hf_tokenizer.sep_token_id]
+            states = hf_minilm(input_ids=torch.tensor([window])).last_hidden_state[0]
+            token_vectors.append(states[skipped:] if start == 0 else states)
+            if start + 254 >= len(ids):
+                break
+    expected = torch.nn.functional.normalize(torch.cat(token_vectors).mean(0), dim=-1)
+    model, tokenizer = BertModel.from_pretrained(folder), BertTokenizer.from_pretrained(folder)
+    [vector] = extract_features(model, tokenizer, [wikitext_article], long_text="windows", prompt=prompt)
+    torch.testing.assert_close(vector, expected, atol=2e-5, rtol=0)
+
+
 def test_window_weights_count_each_windows_tokens():
     """Three windows of 4, 4 and 3 tokens, the second text one window: weighted means by hand."""
     from bertforge.inference.features import combine_windows

@@ -405,7 +405,9 @@ def extract_features(model, tokenizer, texts: Sequence[TextOrPair], layers: str 
         mask = pooling_mask(mask, [left_out[i] for i in indices]) if skipped else mask
         for i, vector in zip(indices, pool(hidden, mask, pooling)):
             pooled[i] = vector
-    vectors = combine_windows(pooled, [len(row["input_ids"]) for row in rows], text_index, len(texts))
+    # each window weighs what its pooling read: the first one's prompt, left out of the pooling, is left out here
+    vectors = combine_windows(pooled, [len(row["input_ids"]) - left for row, left in zip(rows, left_out)],
+                              text_index, len(texts))
     if layers != "last":  # the layout's Dense layers read its own token vectors pooled, no other recipe's
         return F.normalize(vectors, dim=-1) if normalize else vectors
     return after_pooling(model, vectors, normalize)
