@@ -147,6 +147,12 @@ def test_embed_similar_ranks_lines_by_similarity(run_cli, tmp_path):
     assert code == 0
     ranked = out.splitlines()
     assert len(ranked) == 2 and "line 2: A man plays the guitar." in ranked[0]
+    # blank lines are no match for a query, and the lines ranked keep the file's numbers
+    lines.write_text("The stock market fell.\n\n   \nA man plays the guitar.\nA kitten sleeps.\n", encoding="utf-8")
+    code, out, _ = run_cli("embed", "-i", str(lines), "--similar", "someone making music")
+    ranked = out.splitlines()
+    assert code == 0 and len(ranked) == 3 and "line 4: A man plays the guitar." in ranked[0]
+    assert {line.split("line ")[1].split(":")[0] for line in ranked} == {"1", "4", "5"}
 
 
 def test_embed_word_level_jsonl(run_cli, tmp_path):

@@ -98,10 +98,16 @@ def run(args: argparse.Namespace) -> int:
     if output is not None:
         check_writable(output, args.input, args.model)
     texts = read_lines(args.input)
+    lines = list(range(len(texts)))  # the file's line of each text
+    if args.similar is not None:  # a blank line is no match for a query: the lines ranked are those with text
+        lines = [line for line, text in enumerate(texts) if text.strip()]
+        texts = [texts[line] for line in lines]
+        if not texts:
+            raise InputError("has no line with text to rank", args.input)
     if uses_splade(args):
-        return run_splade(args, texts, output)
+        return run_splade(args, texts, output, lines)
     if uses_colbert(args):
-        return run_colbert(args, texts, output)
+        return run_colbert(args, texts, output, lines)
     model, tokenizer = load_encoder(args.model, inference_options(args))
     settings = dict(layers=args.layers, batch_size=args.batch_size, max_length=args.max_length)
     prompts = dict(prompt_name=args.prompt_name, prompt=args.prompt)
@@ -125,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         ranked = most_similar(model, tokenizer, args.similar, texts, args.top_k, pooling=args.pool,
                               progress=progress, long_text=args.long_text, **prompts, **settings)
         for rank, (i, score) in enumerate(ranked, 1):
-            print(f"{rank:>3}. {score:.3f}  line {i + 1}: {texts[i]}")
+            print(f"{rank:>3}. {score:.3f}  line {lines[i] + 1}: {texts[i]}")
         return 0
     vectors = extract_features(model, tokenizer, texts, pooling=args.pool, normalize=args.normalize,
                                progress=progress, long_text=args.long_text, **prompts, **settings)
@@ -163,7 +169,7 @@ def colbert_encoder(args: argparse.Namespace) -> MultiVectorEncoder:
     return MultiVectorEncoder(args.model, device=inference_options(args).device)
 
 
-def run_colbert(args: argparse.Namespace, texts: list[str], output: Path | None) -> int:
+def run_colbert(args: argparse.Namespace, texts: list[str], output: Path | None, lines: list[int]) -> int:
     """embed with a ColBERT model: per line its token vectors as a document (JSON lines), or with --similar the
     lines ranked by MaxSim with the query; the flags that don't apply are refused."""
     if output is not None and output.suffix == ".npy":
@@ -175,7 +181,7 @@ def run_colbert(args: argparse.Namespace, texts: list[str], output: Path | None)
     if args.similar is not None:
         scores = encoder.similarity(encoder.encode_query([args.similar], batch_size=args.batch_size), documents)[0]
         for rank, i in enumerate(scores.argsort(descending=True, stable=True)[:args.top_k].tolist(), 1):
-            print(f"{rank:>3}. {scores[i]:.3f}  line {i + 1}: {texts[i]}")
+            print(f"{rank:>3}. {scores[i]:.3f}  line {lines[i] + 1}: {texts[i]}")
         return 0
     write_output(output, "".join(json.dumps({"text": text, "embeddings": vectors.tolist()}, ensure_ascii=False)
                                  + "\n" for text, vectors in zip(texts, documents)))
@@ -203,7 +209,7 @@ def splade_encoder(args: argparse.Namespace) -> SparseEncoder:
     return encoder
 
 
-def run_splade(args: argparse.Namespace, texts: list[str], output: Path | None) -> int:
+def run_splade(args: argparse.Namespace, texts: list[str], output: Path | None, lines: list[int]) -> int:
     """embed with a SPLADE model: per line its nonzero weights (.jsonl: ids, word pieces, weights; .npy: the
     vocabulary-wide matrix), or with --similar the lines ranked by dot product with the query's weights."""
     encoder = splade_encoder(args)
@@ -213,7 +219,7 @@ def run_splade(args: argparse.Namespace, texts: list[str], output: Path | None) 
     if args.similar is not None:
         scores = vectors @ encoder.encode_query(args.similar, **options)
         for rank, i in enumerate(scores.argsort(descending=True, stable=True)[:args.top_k].tolist(), 1):
-            print(f"{rank:>3}. {scores[i]:.3f}  line {i + 1}: {texts[i]}")
+            print(f"{rank:>3}. {scores[i]:.3f}  line {lines[i] + 1}: {texts[i]}")
         return 0
     if output.suffix == ".npy":
         save_array(output, vectors.float().cpu().numpy())
