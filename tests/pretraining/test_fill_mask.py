@@ -33,8 +33,9 @@ def test_fill_mask_matches_the_transformers_pipeline(run_cli, masked_lm_dir):
     (ours,) = json.loads(out)
     pipeline = transformers.pipeline("fill-mask", model=str(masked_lm_dir), top_k=4, device="cpu")
     theirs = pipeline(text)
-    assert [row["token"] for row in ours] == [row["token_str"] for row in theirs]
-    for mine, reference in zip(ours, theirs):
+    for mine, reference in zip(ours, theirs, strict=True):  # transformers' keys, and its values
+        assert {key: mine[key] for key in ("token", "token_str", "sequence")} == \
+            {key: reference[key] for key in ("token", "token_str", "sequence")}
         assert abs(mine["score"] - reference["score"]) < 1e-5
 
     code, out, _ = run_cli("fill-mask", "[MASK] is the capital of [MASK].", "--model", str(masked_lm_dir),

@@ -1,4 +1,5 @@
-"""`bertforge fill-mask`: the most likely tokens for each [MASK] of a text, from a masked-LM checkpoint."""
+"""`bertforge fill-mask`: the most likely tokens for each [MASK] of a text, from a masked-LM checkpoint, as the
+fill-mask pipeline (inference/pipelines.py) answers them."""
 
 from __future__ import annotations
 
@@ -12,21 +13,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", help='a text with one or more [MASK] tokens, e.g. "Paris is the [MASK] of France."')
     add_model_argument(parser)
     parser.add_argument("--top-k", type=positive_int, default=5, help="predictions per [MASK]")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table: per [MASK], transformers' "
+                                                            "fill-mask answers {score, token, token_str, sequence}")
 
 
 def run(args: argparse.Namespace) -> int:
-    from bertforge.inference.fill_mask import fill_mask, load_masked_lm
+    from bertforge.inference.pipelines import pipeline
 
-    model, tokenizer = load_masked_lm(args.model)
-    predictions = fill_mask(model, tokenizer, args.text, args.top_k)
+    # transformers' fill-mask pipeline answers: per [MASK], its top_k {score, token (the id), token_str, sequence}
+    answer = pipeline("fill-mask", model=args.model, device="cpu")(args.text, top_k=args.top_k)
+    masks = answer if answer and isinstance(answer[0], list) else [answer]
     if args.json:
-        print(json.dumps([[{"token": token, "score": score} for token, score in mask] for mask in predictions],
-                         ensure_ascii=False))
+        print(json.dumps(masks, ensure_ascii=False))
         return 0
-    for number, mask in enumerate(predictions, 1):
-        if len(predictions) > 1:
+    for number, mask in enumerate(masks, 1):
+        if len(masks) > 1:
             print(f"[MASK] {number}:")
-        for rank, (token, score) in enumerate(mask, 1):
-            print(f"{rank:>3}. {token:<20} {score:7.2%}")
+        for rank, row in enumerate(mask, 1):
+            print(f"{rank:>3}. {row['token_str']:<20} {row['score']:7.2%}")
     return 0

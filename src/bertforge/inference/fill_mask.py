@@ -21,8 +21,9 @@ def fill_mask(model, tokenizer, text: str, top_k: int = 5, max_length: int | Non
     input_ids = encoding["input_ids"]
     limit = readable_length(model, tokenizer)
     if input_ids.shape[1] > limit:  # cut, it could lose its [MASK] or the words that decide it
-        raise InputError(f"the text is {input_ids.shape[1]} tokens long; the model reads at most {limit} "
-                         f"(the fill-mask pipeline's tokenizer_kwargs={{'truncation': True}} cuts it there)")
+        raise InputError(f"the text is {input_ids.shape[1]} tokens long; the model reads at most {limit}: shorten "
+                         f"it around its [MASK] (in Python, the fill-mask pipeline's "
+                         f"tokenizer_kwargs={{'truncation': True}} cuts it there)")
     masks = mask_positions(tokenizer, input_ids[0].tolist())
     place = next(model.parameters()).device  # the inputs go where the model is
     with torch.inference_mode():
