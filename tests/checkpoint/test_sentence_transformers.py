@@ -1075,5 +1075,5 @@ def test_an_encoder_cast_to_another_precision_answers_in_its_dtype_as_sentence_t
         mine, reference = (mine[0], reference[0]) if isinstance(mine, list) else (mine, reference)
         assert mine.dtype == reference.dtype and type(mine) is type(reference), options
         # the same half-precision model; the sums run in another order (bfloat16 keeps 8 bits of mantissa)
-        difference = (torch.as_tensor(mine).float() - torch.as_tensor(reference).float()).abs().max()
+        difference = (torch.as_tensor(mine).double() - torch.as_tensor(reference).double()).abs().max()
         assert difference < {torch.bfloat16: 0.05, torch.float16: 0.005, torch.float64: 1e-12}[dtype], options

@@ -167,7 +167,11 @@ def test_help_says_the_run_settings_default_to_the_teachers(capsys):
     with pytest.raises(SystemExit):
         main(["distill", "--help"])
     help_text = " ".join(capsys.readouterr().out.split()).split(" options: ", 1)[1]  # past the usage line
-    for flag in ("--lr LR", "--dev DEV", "--epochs EPOCHS", "--batch-size BATCH_SIZE", "--max-length MAX_LENGTH"):
+    for flag in ("--lr LR", "--dev DEV", "--epochs EPOCHS", "--batch-size BATCH_SIZE", "--max-length MAX_LENGTH",
+                 "--train TRAIN", "--config FILE"):
         described = help_text.split(flag, 1)[1].split(" --", 1)[0]
         assert described.endswith("(default: the teacher's run)"), (flag, described)
     assert "5e-05" not in help_text and "the last model is kept" not in help_text
+    with pytest.raises(SystemExit):  # the student's folder is named, never the teacher's run's output
+        main(["distill", "--teacher", "t", "--train", "x.csv"])
+    assert "the following arguments are required: --output" in capsys.readouterr().err

@@ -93,6 +93,8 @@ def test_a_dead_worker_is_an_error_not_a_wait(encoder):
         pool["processes"][0].join()
         with pytest.raises(BertforgeError, match="worker.*ended.*exit code"):
             encoder.encode(["A text no worker is left to encode."], pool=pool)
+        with pytest.raises(InputError, match="the pool is stopped"):  # and so it stays, in one line
+            encoder.encode(["Another text."], pool=pool)
     finally:
         encoder.stop_multi_process_pool(pool)
 

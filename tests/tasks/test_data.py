@@ -118,6 +118,10 @@ def test_a_whole_float_is_the_integer_label_as_pandas_reads_it(tmp_path):
                     '{"sentence": "f", "label": "1.0"}\n')
     examples = read_text_examples(path, Columns("sentence"), "class")
     assert [example.label for example in examples] == ["1", "1", "1", "0", "1.5", "1.0"]
+    # a model trained before, whose labels were read as "0.0" and "1.0", still reads its own data
+    path.write_text('{"sentence": "a", "label": 1.0}\n{"sentence": "b", "label": 0.0}\n')
+    examples = read_text_examples(path, Columns("sentence"), "class", label_names=["0.0", "1.0"])
+    assert [example.label for example in examples] == ["1.0", "0.0"]
 
 
 def test_short_row_and_missing_json_key(tmp_path):

@@ -82,6 +82,8 @@ def test_errors_are_one_line(tmp_path):
     with pytest.raises(ConfigError, match=r"vocab_size 10 is too small: this corpus needs at least 13 tokens"):
         learn_vocab([corpus], vocab_size=10)
     assert learn_vocab(str(corpus), vocab_size=20).id_to_token == learn_vocab([corpus], vocab_size=20).id_to_token
+    numpy = pytest.importorskip("numpy")  # a numpy integer is a count, as transformers takes it
+    assert learn_vocab([corpus], vocab_size=numpy.int64(20)).id_to_token == learn_vocab([corpus], 20).id_to_token
     for options in ({"vocab_size": "100"}, {"vocab_size": None}, {"vocab_size": True}, {"vocab_size": 1.5},
                     {"vocab_size": 100, "min_pair_count": 0}, {"vocab_size": 100, "min_pair_count": -1}):
         name, value = next((name, value) for name, value in reversed(options.items()))

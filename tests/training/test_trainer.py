@@ -155,6 +155,25 @@ def test_a_run_stopped_before_its_next_log_line_logs_its_loss_and_counts_whole_e
                                                                                         ("eval", 3, 0)]
 
 
+def test_resuming_an_early_stopped_run_after_it_returned_logs_its_last_loss_once(tmp_path):
+    """Its last steps' loss, logged at the stop, comes before its last checkpoint: resumed from that checkpoint (a
+    run killed while finetune stages its model), the log has the line once, as the run that was not killed."""
+    x, y = toy_data(80)
+
+    def run(folder, resume=False):
+        torch.manual_seed(0)
+        return Trainer(ToyClassifier(), config(epochs=3, eval_every=1, save_every=1, early_stopping_patience=2,
+                                               output_dir=str(folder)), batches_of(x, y, 8),
+                       evaluate=scripted([0.6, 0.7, 0.65, 0.69, 0.9]), main_metric="accuracy").train(resume=resume)
+
+    run(tmp_path / "whole")
+    run(tmp_path / "split")
+    resumed = run(tmp_path / "split", resume=True)
+    assert resumed.stopped_early and resumed.steps == 4
+    assert logged(tmp_path / "split") == logged(tmp_path / "whole")
+    assert [r["step"] for r in logged(tmp_path / "split") if r["event"] == "train"] == [4]
+
+
 def test_without_an_evaluator_the_final_model_is_saved():
     x, y = toy_data(16)
     saved = []

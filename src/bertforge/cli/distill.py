@@ -31,7 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the control: the same student trained on the true labels only")
     add_max_drop_argument(parser)
     # The student is cut from --teacher (not --model or a fresh --random-init) into a new --output, in one run.
-    finetune_cli.add_run_arguments(parser, leave_out=("--model", "--random-init"), defaults_from="the teacher's run")
+    # (--config, when given, is the run whose settings fill what the flags leave, in the teacher's run's place)
+    finetune_cli.add_run_arguments(parser, leave_out=("--model", "--random-init"), defaults_from="the teacher's run",
+                                   required=("--output",))  # the student's own folder, never the teacher's
 
 
 def run(args: argparse.Namespace) -> int:

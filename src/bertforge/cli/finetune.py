@@ -146,19 +146,20 @@ def add_trained_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, leave_out: Collection[str] = (),
-                      defaults_from: str | None = None) -> None:
-    """--config and a flag per setting of the run: what `distill` shares, leaving out the flags it sets itself;
-    `defaults_from` names where the settings not given come from, when not FinetuneConfig's defaults (distill: the
-    teacher's run), except those of the files given (--train, --output, --format)."""
+                      defaults_from: str | None = None, required: Collection[str] = ()) -> None:
+    """--config and a flag per setting of the run: what `distill` shares, leaving out the flags it sets itself and
+    requiring `required`; `defaults_from` names where the settings not given come from, when not FinetuneConfig's
+    defaults (distill: the teacher's run), except the data files' --format, which their extensions say."""
     parser.add_argument("--config", type=path_text, metavar="FILE", default=None,
-                        help="run config JSON (FinetuneConfig fields; flags override it) (default: none)")
+                        help=f"run config JSON (FinetuneConfig fields; flags override it) "
+                             f"(default: {defaults_from or 'none'})")
     flags = FLAGS | {flag: (place, str, help_text) for flag, (place, help_text) in COLUMN_FLAGS.items()}
     flags = {flag: row for flag, row in flags.items() if flag not in leave_out}
     if defaults_from is not None:
-        flags = {flag: (place, kind, help_text if flag in ("--train", "--output", "--format") else
+        flags = {flag: (place, kind, help_text if flag == "--format" or flag in required else
                         re.sub(r" \(default[^)]*\)", "", help_text) + f" (default: {defaults_from})")
                  for flag, (place, kind, help_text) in flags.items()}
-    add_flag_table(parser, flags, default_of, short={"--model": "-m", "--output": "-o"})
+    add_flag_table(parser, flags, default_of, short={"--model": "-m", "--output": "-o"}, required=required)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

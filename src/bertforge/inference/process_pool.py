@@ -123,7 +123,7 @@ def with_weights(skeleton: bytes, weights: dict[str, torch.Tensor]) -> nn.Module
 
 def stop_pool(pool: dict[str, Any]) -> None:
     """End the workers of a pool that start_pool made, and close its queues (once: again does nothing)."""
-    check_pool(pool)
+    check_pool(pool, running=False)
     if pool.get("stopped"):
         return
     pool["stopped"] = True
@@ -140,10 +140,12 @@ def stop_pool(pool: dict[str, Any]) -> None:
     pool["output"].close()
 
 
-def check_pool(pool: Any) -> None:
+def check_pool(pool: Any, running: bool = True) -> None:
     if not isinstance(pool, dict) or not {"input", "output", "processes"} <= pool.keys():
         raise InputError("pool must be what start_multi_process_pool returned (a dict with 'input', 'output' and "
                          f"'processes'), got {type(pool).__name__}")
+    if running and pool.get("stopped"):
+        raise InputError("the pool is stopped (stop_multi_process_pool, or a worker that ended); start another")
 
 
 def work(models, weights: dict[str, torch.Tensor], device: torch.device, threads: int, inputs, outputs) -> None:
@@ -152,6 +154,7 @@ def work(models, weights: dict[str, torch.Tensor], device: torch.device, threads
     if device.type == "cpu":
         torch.set_num_threads(threads)
     model = with_weights(models.get(), weights)
+    del weights  # a GPU worker's model moves off them: the host's shared copy is not held for the pool's life
     model.to(device)
     while True:
         chunk_id, method, chunk, options = inputs.get()
@@ -216,8 +219,8 @@ def next_result(pool: dict[str, Any]) -> tuple[int, Any]:
             ended = "; ".join(f"pid {process.pid}, exit code {process.exitcode}" for process in dead)
             stop_pool(pool)  # its queues would keep this process from exiting
             raise BertforgeError(f"{len(dead)} worker(s) of the multi-process pool ended ({ended}), and the pool is "
-                                 f"stopped; start another. A script must start a pool under "
-                                 f"`if __name__ == \"__main__\":`, since each worker imports it")
+                                 f"stopped; start another. If they ended as they started: a script must start a "
+                                 f"pool under `if __name__ == \"__main__\":`, since each worker imports it")
 
 
 class PoolMethods:

@@ -468,6 +468,14 @@ def class_label(value: Any, separator: str | None = None) -> str:
     return label
 
 
+def as_known(label: Any, known: set[str]) -> Any:
+    """A class label as a model's labels spell it: "1" is "1.0" for a model whose labels were read as 1.0 (a JSON
+    number with no fraction, before such numbers read as integers)."""
+    if isinstance(label, str) and label not in known and label.lstrip("-").isdigit() and f"{label}.0" in known:
+        return f"{label}.0"
+    return label
+
+
 def score_label(value: Any, separator: str | None = None) -> float:
     """A regression target: a finite number, from a JSON number or a text cell."""
     if isinstance(value, (list, dict)):
@@ -560,6 +568,9 @@ def read_text_examples(path: str | Path, columns: Columns, label_kind: str | Non
                 label = LABEL_KINDS[label_kind](raw, columns.label_separator)
             except ValueError as error:
                 raise table.error(str(error), line, field=columns.label) from None
+            if known is not None:
+                label = tuple(as_known(name, known) for name in label) if isinstance(label, tuple) else \
+                    as_known(label, known)
             unknown = [name for name in (label if isinstance(label, tuple) else [label])
                        if known is not None and name not in known]
             if unknown:
@@ -677,11 +688,12 @@ def inference_batches(features: Features, batch_size: int, pad_token_id: int, ke
 def forward_rows(model: nn.Module, rows: Sequence[dict[str, Any]], read: Callable[[Any], tuple[torch.Tensor, ...]]
                  ) -> list[tuple[torch.Tensor, ...]]:
     """The model on `rows` as one padded batch; per row, the per-token outputs `read(model output)` picks, float32
-    on the CPU and cut to the row's length: read=lambda output: (output.logits,) gives each row's (seq, labels)
-    logits. Evaluation, prediction and the server's batcher all run rows through here."""
+    (a float64 model's float64) on the CPU and cut to the row's length: read=lambda output: (output.logits,) gives
+    each row's (seq, labels) logits. Evaluation, prediction and the server's batcher all run rows through here."""
     device = next(model.parameters()).device
     batch = collate([{key: row[key] for key in MODEL_INPUTS if key in row} for row in rows], model.config.pad_token_id)
-    tensors = [tensor.float().cpu() for tensor in read(model(**{k: v.to(device) for k, v in batch.items()}))]
+    tensors = [(tensor if tensor.dtype == torch.float64 else tensor.float()).cpu()  # a float64 model's kept
+               for tensor in read(model(**{k: v.to(device) for k, v in batch.items()}))]
     return [tuple(tensor[slot, :len(row["input_ids"])] for tensor in tensors) for slot, row in enumerate(rows)]
 
 

@@ -102,10 +102,14 @@ def read_squad(path: str | Path, version_2: bool = False, labelled: bool = True)
 def warn_of_shared_ids(examples: Sequence[QAExample], path: Path) -> None:
     """Questions that share an id are read and answered each on its own, but the official SQuAD script (and any
     tool that keys predictions by id) would mix up their answers: worth a warning, not a refusal."""
-    ids = [example.id for example in examples]
-    shared = len(ids) - len(set(ids))
+    seen, repeated = set(), []
+    for example in examples:
+        if example.id in seen:
+            repeated.append(example.id)
+        seen.add(example.id)
+    shared = len(repeated)
     if shared:
-        first = next(qid for index, qid in enumerate(ids) if qid in ids[:index])
+        first = repeated[0]
         logger.warning("%s: %d question(s) share an id with an earlier one (first: %r); each is answered, but the "
                        "official SQuAD script keys answers by id", path, shared, first)
 

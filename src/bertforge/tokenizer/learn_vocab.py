@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import operator
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -141,8 +142,12 @@ def learn_wordpiece(word_counts: Mapping[str, int], vocab_size: int, min_pair_co
 
 
 def check_count(name: str, value) -> None:
-    """ConfigError unless `value` is a whole number of at least 1 (true is no count)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    """ConfigError unless `value` is a whole number of at least 1 (a numpy integer too; true is no count)."""
+    try:
+        whole = not isinstance(value, bool) and operator.index(value) >= 1
+    except TypeError:
+        whole = False
+    if not whole:
         raise ConfigError(f"{name} must be a whole number of at least 1, got {value!r}")
 
 

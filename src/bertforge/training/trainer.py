@@ -266,6 +266,16 @@ class Trainer:
             # Checkpointed at the last step, at the end of its epoch: count the epoch as that run went on to.
             loop["epoch"], loop["next_batch"] = loop["epoch"] + 1, 0
         examples, started = 0, time.perf_counter()
+
+        def log_window() -> None:
+            """The training loss of the steps since the last line: the global batches', every process's shares of it
+            summed. A run that stops before its next line logs it at the stop, before its last checkpoint."""
+            window_loss = distributed.all_reduce_sums({"loss": loop["window_loss"]}, self.device)["loss"]
+            self.log({"event": "train", "step": step, "epoch": loop["epoch"],
+                      "loss": window_loss / loop["window_steps"], "lr": scheduler.get_last_lr()[0],
+                      "examples_per_s": examples / (time.perf_counter() - started) * world_size})
+            loop["window_loss"], loop["window_steps"] = 0.0, 0
+
         with stop_on_sigterm(self.device) if self.output_dir else nullcontext(lambda: False) as stop_requested:
             while not stop:
                 model.train()
@@ -303,17 +313,14 @@ class Trainer:
                     bar.update(1)
                     bar.set_postfix(loss=f"{loss.item():.4f}", examples_per_s=f"{speed:.1f}")
                     if step % config.log_every == 0 or step == total_steps:
-                        # the global batches' loss: every process's shares of it, summed
-                        window_loss = distributed.all_reduce_sums({"loss": loop["window_loss"]}, self.device)["loss"]
-                        self.log({"event": "train", "step": step, "epoch": loop["epoch"],
-                                  "loss": window_loss / loop["window_steps"], "lr": scheduler.get_last_lr()[0],
-                                  "examples_per_s": speed * world_size})
-                        loop["window_loss"], loop["window_steps"] = 0.0, 0
+                        log_window()
                     evaluated = bool(config.eval_every and step % config.eval_every == 0)
                     if evaluated:
                         stop, loop["last_evaluated"] = self.evaluate_and_keep(step, loop["epoch"]), step
                     if step >= total_steps:
                         stop = True
+                    if stop and loop["window_steps"]:  # stopped early: before the checkpoint, so logged once
+                        log_window()
                     loop["next_batch"] = index + 1
                     saved = evaluated or bool(config.save_every and step % config.save_every == 0)
                     if saved:
@@ -330,15 +337,12 @@ class Trainer:
                     loop["next_batch"] = 0
                 if not stop and config.eval_every is None:
                     stop, loop["last_evaluated"] = self.evaluate_and_keep(step, loop["epoch"]), step
+                    if stop and loop["window_steps"]:
+                        log_window()
                     save_checkpoint()
                 if config.max_steps is None and loop["epoch"] >= config.epochs:
                     stop = True
         bar.close()
-        if loop["window_steps"]:  # steps since the last line (a run stopped early): their loss is logged too
-            window_loss = distributed.all_reduce_sums({"loss": loop["window_loss"]}, self.device)["loss"]
-            self.log({"event": "train", "step": step, "epoch": loop["epoch"],
-                      "loss": window_loss / loop["window_steps"], "lr": scheduler.get_last_lr()[0],
-                      "examples_per_s": examples / (time.perf_counter() - started) * world_size})
         stopped_early = self.is_patience_exhausted()
         if loop["last_evaluated"] != step and not stopped_early:
             self.evaluate_and_keep(step, loop["epoch"])  # the final weights compete too
