@@ -558,6 +558,13 @@ def test_streams_enums_defaults_and_loading_options_as_transformers_takes_them(f
     cut = {"tokenize_kwargs": {"truncation": True, "max_length": 6}}  # feature-extraction's way to say how to cut
     assert_same(pipeline("feature-extraction", model=folders["classifier"])(reviews[:2], **cut),
                 reference("feature-extraction", folders["classifier"])(reviews[:2], **cut))
+    bare = {"tokenize_kwargs": {"add_special_tokens": False}}  # the word pieces' vectors alone
+    assert_same(pipeline("feature-extraction", model=folders["classifier"])(reviews[:2], **bare),
+                reference("feature-extraction", folders["classifier"])(reviews[:2], **bare))
+    with pytest.raises(ConfigError, match="add_special_tokens must be True or False, got 'no'"):
+        pipeline("feature-extraction", model=folders["classifier"])("a", tokenize_kwargs={"add_special_tokens": "no"})
+    with pytest.raises(InputError, match="text 0 has no token to read without"):
+        pipeline("feature-extraction", model=folders["classifier"])("", **bare)
     for count in (1, 2):  # a stream of one answers one input too, where a list of one answers it alone
         masked = ["A [MASK] film."] * count
         assert_same(list(pipeline("fill-mask", model=folders["masked_lm"])(text for text in masked)),

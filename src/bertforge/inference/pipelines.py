@@ -342,13 +342,19 @@ def last_hidden_state(output) -> tuple[torch.Tensor, ...]:
 
 
 def extract(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[str]) -> Any:
-    """Per text, the last layer's vectors of every token, [CLS] and [SEP] included: a [1][tokens][hidden] list, or
-    with return_tensors=True a (1, tokens, hidden) tensor."""
+    """Per text, the last layer's vectors of every token, [CLS] and [SEP] included (unless tokenize_kwargs'
+    add_special_tokens is false): a [1][tokens][hidden] list, or with return_tensors=True a (1, tokens, hidden)
+    tensor."""
     texts, single = text_batch(inputs, pipe.task)
-    limit = token_limit(pipe, options | (options["tokenize_kwargs"] or {}))  # transformers' way to say how to cut
-    encoded = pipe.tokenizer(texts, truncation=limit is not None, max_length=limit)
+    tokenizing = {"add_special_tokens": True, **(options["tokenize_kwargs"] or {})}  # over the call's cutting
+    limit = token_limit(pipe, options | tokenizing)  # transformers' way to say how to cut
+    encoded = pipe.tokenizer(texts, truncation=limit is not None, max_length=limit,
+                             add_special_tokens=tokenizing["add_special_tokens"])
     rows = [{"input_ids": ids, "token_type_ids": segments}
             for ids, segments in zip(encoded["input_ids"], encoded["token_type_ids"])]
+    empty = next((index for index, row in enumerate(rows) if not row["input_ids"]), None)
+    if empty is not None:  # add_special_tokens False on a text of no word piece
+        raise InputError(f"text {empty} has no token to read without [CLS] and [SEP]")
     longest = max((len(row["input_ids"]) for row in rows), default=0)
     if longest > pipe.positions:
         raise InputError(f"a text is {longest} tokens long; the model reads at most {pipe.positions} "
@@ -808,21 +814,31 @@ CUTTING = {"truncation": Option(False), "max_length": Option(None, lambda name, 
 CUTTING_DEFAULTS = {name: option.default for name, option in CUTTING.items()}
 
 
-def cutting_options(name: str, value: Any) -> None:
-    """transformers' tokenize_kwargs (feature-extraction) and tokenizer_kwargs (fill-mask): the CUTTING options as
-    a dict, each checked as given by name."""
+def cutting_options(name: str, value: Any, allowed: Mapping[str, Option] = CUTTING) -> None:
+    """transformers' tokenize_kwargs (feature-extraction) and tokenizer_kwargs (fill-mask): the CUTTING options (and
+    feature-extraction's add_special_tokens) as a dict, each checked as given by name."""
     if value is None:
         return
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{name} must be a dict of {' and '.join(CUTTING)}, got {value!r:.60}")
+        raise ConfigError(f"{name} must be a dict of {', '.join(allowed)}, got {value!r:.60}")
     for key, given in value.items():
-        check_choice(key, CUTTING, f"{name} key")
-        CUTTING[key].check(key, given)
+        check_choice(key, allowed, f"{name} key")
+        allowed[key].check(key, given)
+
+
+# feature-extraction's tokenize_kwargs: how to cut, and whether to add [CLS] and [SEP] (their vectors then absent)
+def boolean(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be True or False, got {value!r:.60}")
+
+
+TOKENIZING = {**CUTTING, "add_special_tokens": Option(True, boolean)}
 
 
 PIPELINE_TASKS: dict[str, PipelineTask] = {
     "feature-extraction": PipelineTask("encoder", {**CUTTING, "return_tensors": Option(False),
-                                                   "tokenize_kwargs": Option(None, cutting_options)}, extract),
+                                                   "tokenize_kwargs": Option(None, lambda name, value: cutting_options(
+                                                       name, value, TOKENIZING))}, extract),
     "fill-mask": PipelineTask("masked_lm", {"top_k": Option(5, positive, none_is_default=True),
                                             "targets": Option(None, text_or_texts),
                                             "tokenizer_kwargs": Option(None, cutting_options)}, fill,
