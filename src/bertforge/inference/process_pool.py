@@ -154,7 +154,9 @@ def work(models, weights: dict[str, torch.Tensor], device: torch.device, threads
     if device.type == "cpu":
         torch.set_num_threads(threads)
     model = with_weights(models.get(), weights)
-    del weights  # a GPU worker's model moves off them: the host's shared copy is not held for the pool's life
+    # A GPU worker's model moves off them: emptied (the process's own arguments hold the dict), the host's shared
+    # copy is not held for the pool's life.
+    weights.clear()
     model.to(device)
     while True:
         chunk_id, method, chunk, options = inputs.get()
