@@ -826,12 +826,12 @@ def cutting_options(name: str, value: Any, allowed: Mapping[str, Option] = CUTTI
         allowed[key].check(key, given)
 
 
-# feature-extraction's tokenize_kwargs: how to cut, and whether to add [CLS] and [SEP] (their vectors then absent)
 def boolean(name: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise ConfigError(f"{name} must be True or False, got {value!r:.60}")
 
 
+# feature-extraction's tokenize_kwargs: how to cut, and whether to add [CLS] and [SEP] (their vectors then absent)
 TOKENIZING = {**CUTTING, "add_special_tokens": Option(True, boolean)}
 
 

@@ -107,11 +107,9 @@ def warn_of_shared_ids(examples: Sequence[QAExample], path: Path) -> None:
         if example.id in seen:
             repeated.append(example.id)
         seen.add(example.id)
-    shared = len(repeated)
-    if shared:
-        first = repeated[0]
+    if repeated:
         logger.warning("%s: %d question(s) share an id with an earlier one (first: %r); each is answered, but the "
-                       "official SQuAD script keys answers by id", path, shared, first)
+                       "official SQuAD script keys answers by id", path, len(repeated), repeated[0])
 
 
 def _field(record, name: str, kind: type, path: Path, where: str):

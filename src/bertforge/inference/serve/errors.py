@@ -108,6 +108,13 @@ def described(tag: str, plural: bool = False) -> str:
     return TYPE_WORDS[base][plural] if base in TYPE_WORDS else tag
 
 
+def distance(errors: list[dict]) -> tuple[int, int]:
+    """How far a body is from one request's form: the fields it sends that the request doesn't take, then its
+    other problems. {"parameters": {"candidate_labels": []}} is a zero-shot request with no label rather than a
+    text classification's with a field too many."""
+    return sum(item["type"] == "extra_forbidden" for item in errors), len(readable(errors))
+
+
 def readable(problems: list[dict]) -> list[str]:
     """A request's validation errors as one message each, by field path. Where a field may take several forms (a
     union: a text, texts or token ids), one message says which forms it takes; where the whole body may be one
@@ -124,11 +131,7 @@ def readable(problems: list[dict]) -> list[str]:
             members.setdefault(loc[at], []).append({**item, "loc": loc[:at] + loc[at + 1:]})
     for path, members in unions.items():
         if not path and all(tag[:1].isupper() for tag in members):
-            # the body: the request it comes closest to (one that takes every field sent, then fewest problems;
-            # the first of equals): {"parameters": {"candidate_labels": []}} is a zero-shot request with no label
-            # rather than a text classification's with a field too many
-            def distance(errors: list[dict]) -> tuple[int, int]:
-                return sum(item["type"] == "extra_forbidden" for item in errors), len(readable(errors))
+            # the body: the request it comes closest to (the first of equals)
             messages.extend(readable(min(members.values(), key=distance)))
             continue
         # members whose form the value has, but not their constraints (an empty list where one item is needed)
