@@ -24,7 +24,6 @@ the first 256 examples of the dev file, as `bertforge quantize` does by default.
 from __future__ import annotations
 
 import argparse
-import importlib
 import statistics
 import tempfile
 import time
@@ -37,7 +36,7 @@ import torch
 from finetune_tasks import DATA, RUNS, data_files  # bench/ is the script's folder, so on sys.path
 from torch import nn
 
-from bertforge.compress import QuantizationConfig, quantize
+from bertforge.compress import QuantizationConfig, int8_linear, quantize
 from bertforge.compress.gate import DEFAULT_MAX_DROP, GateReport, measure
 from bertforge.compress.quantize import fallback_recipes, recipe_name
 from bertforge.heads import ClassifierOutput, every_position
@@ -65,8 +64,6 @@ class OnnxRuntimeModel(nn.Module):
         return ClassifierOutput(logits=torch.from_numpy(logits))
 
 
-# the module (bertforge.compress's `quantize` is its function of that name)
-quantize_module = importlib.import_module("bertforge.compress.quantize")
 
 
 class Patched(nn.Module):
@@ -95,8 +92,8 @@ def eager(model: nn.Module) -> Patched:
 
 def onednn_only(model: nn.Module) -> Patched:
     """Eager, and every static product on oneDNN's kernel, none of few rows on fbgemm's (which a CPU without VNNI
-    otherwise takes below quantize.SMALL_PRODUCT_ROWS rows)."""
-    return Patched(model, {(replay, "REPLAY_MAX_WORK"): 0, (quantize_module, "SMALL_PRODUCT_ROWS"): 0})
+    otherwise takes below int8_linear.SMALL_PRODUCT_ROWS rows)."""
+    return Patched(model, {(replay, "REPLAY_MAX_WORK"): 0, (int8_linear, "SMALL_PRODUCT_ROWS"): 0})
 
 
 def onnx_int8(finetuned: FinetunedModel, folder: Path, threads: int, per_channel: bool = False,

@@ -11,7 +11,6 @@ times, their ratio, and whether the two rankings are equal score for score.
 from __future__ import annotations
 
 import argparse
-import importlib
 import time
 
 import torch
@@ -20,25 +19,27 @@ from real_text import read_sst2_dev
 
 from bertforge import BertModel, BertTokenizer
 from bertforge.checkpoint import default_model_dir
+from bertforge.compress.int8_linear import QuantizedLinear, replace_module
+from bertforge.compress.quantize import calibrate, encoder_linears
+from bertforge.compress.sensitivity import int8_sensitivity, model_outputs
 from bertforge.fast_cpu import make_plain
 
 # the module (bertforge.compress's `quantize` is its function of that name)
-quantize_module = importlib.import_module("bertforge.compress.quantize")
 
 
 @torch.inference_mode()
 def whole_passes(model, batches, linears, int8_layer) -> dict[str, float]:
     """The reference: for each layer, the whole model run with that layer alone in int8."""
-    expected = [quantize_module.model_outputs(model, batch) for batch in batches]
+    expected = [model_outputs(model, batch) for batch in batches]
     changes = {}
     for name, linear in linears.items():
-        quantize_module.replace_module(model, name, int8_layer(name))
+        replace_module(model, name, int8_layer(name))
         error = norm = 0.0
         for batch, wanted in zip(batches, expected):
-            for got, want in zip(quantize_module.model_outputs(model, batch), wanted):
+            for got, want in zip(model_outputs(model, batch), wanted):
                 error += float((got - want).square().sum())
                 norm += float(want.square().sum())
-        quantize_module.replace_module(model, name, linear)
+        replace_module(model, name, linear)
         changes[name] = error / max(norm, 1e-30)
     return changes
 
@@ -54,17 +55,17 @@ def main() -> None:
     model = make_plain(BertModel.from_pretrained(default_model_dir()).eval())
     texts = read_sst2_dev()[:args.sentences]
     batches = [dict(tokenizer(texts[i:i + 16], padding=True, return_tensors="pt")) for i in range(0, len(texts), 16)]
-    linears = quantize_module.encoder_linears(model)
-    ranges = quantize_module.calibrate(model, batches, linears)
+    linears = encoder_linears(model)
+    ranges = calibrate(model, batches, linears)
 
     def int8_layer(name):
-        return quantize_module.QuantizedLinear.from_linear(linears[name], *ranges[name], 8)
+        return QuantizedLinear.from_linear(linears[name], *ranges[name], 8)
 
     start = time.perf_counter()
     reference = whole_passes(model, batches, linears, int8_layer)
     reference_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    ranked = quantize_module.int8_sensitivity(model, batches, linears, int8_layer)
+    ranked = int8_sensitivity(model, batches, linears, int8_layer)
     seconds = time.perf_counter() - start
 
     print(f"machine: {machine()}; torch {torch.__version__}, {args.threads} thread(s)")

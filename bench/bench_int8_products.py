@@ -31,11 +31,12 @@ from real_text import DATA
 from bertforge import BertModel, BertTokenizer
 from bertforge.checkpoint import default_model_dir
 from bertforge.compress import QuantizationConfig, quantize
+from bertforge.compress.quantize import calibration_batches
 from bertforge.inference.onnx import onnx_session
 from bertforge.runtime import tune_cpu_allocator
 
 # the module (bertforge.compress's `quantize` is its function of that name)
-quantize_module = importlib.import_module("bertforge.compress.quantize")
+int8_linear = importlib.import_module("bertforge.compress.int8_linear")
 
 # MiniLM's products: a name -> the float layer (or layers, joined as the int8 model joins them) of layer 0
 SHAPES = {"query-key-value 384->1152": ("attention.query", "attention.key", "attention.value"),
@@ -56,7 +57,7 @@ def int8_layer(model: BertModel, names: tuple[str, ...]):
     if len(names) == 1:
         product = copy.deepcopy(layer.get_submodule(names[0]))
     else:
-        product = quantize_module.concatenate(layer.get_submodule(name) for name in names)
+        product = int8_linear.concatenate(layer.get_submodule(name) for name in names)
     product.activation = None
     product.writes_codes(None)
     return product
@@ -89,12 +90,12 @@ def bertforge_call(layer, small_rows: int):
     """The int8 layer called as the model calls it, with SMALL_PRODUCT_ROWS set to `small_rows` (0: oneDNN at any
     size; a large number: fbgemm at any size)."""
     def call(x):
-        before = quantize_module.SMALL_PRODUCT_ROWS
-        quantize_module.SMALL_PRODUCT_ROWS = small_rows
+        before = int8_linear.SMALL_PRODUCT_ROWS
+        int8_linear.SMALL_PRODUCT_ROWS = small_rows
         try:
             return layer(x)
         finally:
-            quantize_module.SMALL_PRODUCT_ROWS = before
+            int8_linear.SMALL_PRODUCT_ROWS = before
     return call
 
 
@@ -113,9 +114,9 @@ def main() -> None:
     logging.disable(logging.WARNING)  # ONNX Runtime's quantizer's advice to pre-process the graph
     tokenizer = BertTokenizer.from_pretrained(default_model_dir())
     float_model = BertModel.from_pretrained(default_model_dir()).eval()
-    batches = quantize_module.calibration_batches(tokenizer, sst2_sentences(256), 64)
+    batches = calibration_batches(tokenizer, sst2_sentences(256), 64)
     int8_model = quantize(BertModel.from_pretrained(default_model_dir()), QuantizationConfig("int8"), batches)
-    no_vnni = quantize_module.int8_reduce_range()
+    no_vnni = int8_linear.int8_reduce_range()
     print(f"{machine()}; torch {torch.__version__}, {args.threads} threads; oneDNN's int8 kernel "
           f"{'without' if no_vnni else 'with'} VNNI; ONNX Runtime's threads "
           f"{'spinning' if args.ort_spinning else 'not spinning'} between calls")

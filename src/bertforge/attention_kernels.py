@@ -18,7 +18,7 @@ GPU_ATTENTION_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENT
 
 # Set by inference/replay.py while it records a graph that it replays only for batches on the same side of the
 # length branches as the batch it records on: those branches may then be taken as in an eager forward (and int8
-# layers take the kernel a graph can hold: compress/quantize.py).
+# layers take the kernel a graph can hold: compress/int8_linear.py).
 recording_for_replay = False
 
 

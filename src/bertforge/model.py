@@ -92,7 +92,7 @@ class SelfAttention(nn.Module):
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(tokens, hidden) -> the queries, keys and values, (tokens, hidden) each; the queries of `query_input`'s
         rows alone where given (the last layer's first tokens, when no other query is read). (An int8 model computes
-        them in fewer products: compress/quantize.py's FusedProjections takes this method's place.)"""
+        them in fewer products: compress/int8_linear.py's FusedProjections takes this method's place.)"""
         return self.query(x if query_input is None else query_input), self.key(x), self.value(x)
 
     def attend(self, q, k, v, bias: torch.Tensor | None, need_weights: bool):

@@ -12,13 +12,13 @@ import torch
 from bertforge import BertForSequenceClassification, BertForTokenClassification, BertModel
 from bertforge.activations import float32_lanes
 from bertforge.compress import QuantizationConfig, quantize
-from bertforge.compress.quantize import small_product_kernel_available
+from bertforge.compress.int8_linear import small_product_kernel_available
 from bertforge.inference import replay
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
               pytest.mark.skipif(not small_product_kernel_available(),
                                  reason="this build of torch has no fbgemm static-input int8 kernel to replay")]
-quantize_module = importlib.import_module("bertforge.compress.quantize")
+int8_linear = importlib.import_module("bertforge.compress.int8_linear")
 
 
 @pytest.fixture(scope="module")
@@ -36,13 +36,13 @@ def int8(minilm_dir, calibration):
     """MiniLM int8 as a CPU without VNNI runs it, on any CPU: products of fewer than 256 rows on fbgemm, the
     kernel the graph replays, so that replayed and eager numbers can be compared exactly."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(quantize_module, "int8_reduce_range", lambda: True)
+        patch.setattr(int8_linear, "int8_reduce_range", lambda: True)
         yield quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8"), calibration)
 
 
 @pytest.fixture(autouse=True)
 def fbgemm_for_few_rows(monkeypatch):
-    monkeypatch.setattr(quantize_module, "int8_reduce_range", lambda: True)
+    monkeypatch.setattr(int8_linear, "int8_reduce_range", lambda: True)
 
 
 def run(model, eager: bool, **inputs):

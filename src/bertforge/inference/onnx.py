@@ -139,7 +139,7 @@ class _Graph(nn.Module):
 def exportable(model: nn.Module) -> Iterator[nn.Module]:
     """The model in eval mode, its mode restored on exit (an exported graph keeps every position: see
     BertModel.forward)."""
-    from bertforge.compress.quantize import QuantizedLinear
+    from bertforge.compress.int8_linear import QuantizedLinear
 
     was_training = model.training
     model.eval()

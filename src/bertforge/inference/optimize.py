@@ -90,7 +90,7 @@ class InferenceOptions:
         else:
             fast_cpu.accelerate(model)  # oneDNN on prepacked weights: the same outputs, sooner
         if self.compile:
-            from bertforge.compress.quantize import run_int8_eagerly
+            from bertforge.compress.int8_linear import run_int8_eagerly
             run_int8_eagerly(model)
             model.compile(dynamic=True)  # in place: the module keeps its class and attributes
         return model

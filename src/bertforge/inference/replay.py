@@ -34,7 +34,7 @@ from torch import nn
 from bertforge import attention_kernels
 from bertforge.activations import float32_lanes
 from bertforge.attention_kernels import EXPLICIT_ATTENTION_MAX_SEQ, recording_graph
-from bertforge.compress.quantize import has_forward_hooks, recorded_weights
+from bertforge.compress.int8_linear import has_forward_hooks, recorded_weights
 from bertforge.model import BertModel, EncoderOutput, broadcast_row, check_decoder_options
 from bertforge.model_output import returned
 
@@ -44,7 +44,7 @@ from bertforge.model_output import returned
 # them, of 4: 0.68, 8 (203 tokens + 7 padding): 0.75, 16 (399 + 10): 0.83-0.88, 32 (798 + 43): 1.06, 64: 1.14;
 # shuffled, with more padding, 4 (101 + 48): 0.87, 8 (203 + 131): 0.99, 16 (406 + 305): 1.25.
 REPLAY_MAX_WORK = 512
-# The attributes in which int8 layers keep their prepacked weights (compress/quantize.py's QuantizedLinear)
+# The attributes in which int8 layers keep their prepacked weights (compress/int8_linear.py's QuantizedLinear)
 PREPACKED = ("packed", "small_packed")
 
 
@@ -134,7 +134,7 @@ def record(model: BertModel, first_token_only: bool, lengths: int) -> torch.jit.
 @contextmanager
 def recording_for_replay() -> Iterator[None]:
     """Within: the model takes its branches on the sequence length as it does eagerly (see attention_kernels.py),
-    and its int8 products run on the kernel a graph can record (compress/quantize.py)."""
+    and its int8 products run on the kernel a graph can record (compress/int8_linear.py)."""
     attention_kernels.recording_for_replay = True
     try:
         yield
