@@ -52,6 +52,7 @@ FINETUNE_KEY = "bertforge_finetune"
 
 # The number of labels is implied by id2label; older transformers wrote it as well.
 LABEL_COUNT_KEYS = ("num_labels", "_num_labels")
+LABEL_NAME_KEYS = ("id2label", "label2id")
 
 # Keys whose other values would change what the model computes: key -> the one value bertforge implements
 # (RoBERTa and its kin save the same tensor names as BERT but offset their positions).
@@ -260,6 +261,8 @@ class BertConfigFields:
         values: dict[str, Any] = {"extra": {}}
         check_fixed_values(data, f"{source}: ")
         for key, value in data.items():
+            if key in LABEL_NAME_KEYS and value is None:
+                continue  # transformers 5 writes "label2id": null for names given only as id2label
             if key in known:
                 values[key] = value
             elif key not in LABEL_COUNT_KEYS and key not in WRITTEN_KEYS:
@@ -268,7 +271,7 @@ class BertConfigFields:
         if unknown:
             logger.info("%s: keeping config keys bertforge does not use: %s", source, ", ".join(unknown))
         label_count = next((data[key] for key in LABEL_COUNT_KEYS if key in data), None)
-        if "id2label" not in data and isinstance(label_count, int) and label_count > 0:
+        if not (data.get("id2label") or data.get("label2id")) and isinstance(label_count, int) and label_count > 0:
             # What transformers makes of a label count alone.
             values["id2label"] = {i: f"LABEL_{i}" for i in range(label_count)}
         try:

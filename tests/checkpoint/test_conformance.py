@@ -341,6 +341,26 @@ def test_config_with_the_keys_older_transformers_wrote(tmp_path, vocab_files, te
     compare(ours, back, encoded, HEADS["sequence_classification"][3], HEAD_TOLERANCE)
 
 
+
+def test_label_names_given_one_way_round_as_transformers_5_writes_them(tmp_path, vocab_files, texts):
+    """transformers 5 saves a config made with id2label alone as "label2id": null, and reads it back."""
+    tokenizer = reference_tokenizer(vocab_files[False], False)
+    config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
+                                     num_attention_heads=4, intermediate_size=37,
+                                     id2label={0: "negative", 1: "neutral", 2: "positive"})
+    torch.manual_seed(0)
+    theirs = transformers.BertForSequenceClassification(config).eval()
+    theirs.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    if saved.get("label2id", "absent") is not None:
+        pytest.skip("this transformers writes label2id; the case is a null one")
+    ours = bertforge.BertForSequenceClassification.from_pretrained(tmp_path)
+    assert ours.config.id2label == theirs.config.id2label
+    assert ours.config.label2id == {"negative": 0, "neutral": 1, "positive": 2}
+    encoded = BertTokenizer.from_pretrained(tmp_path)(texts, padding=True, return_tensors="pt")
+    compare(ours, theirs, encoded, HEADS["sequence_classification"][3], HEAD_TOLERANCE)
+
 def test_local_hugging_face_cache(tmp_path, vocab_files, monkeypatch):
     """org/name resolves to the snapshot refs/main names in $HF_HUB_CACHE; nothing else is tried."""
     _, _, directory = build(tmp_path, vocab_files, "encoder", "safetensors")

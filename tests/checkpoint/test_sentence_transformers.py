@@ -619,6 +619,30 @@ def test_sentence_encoder_settings_are_set_saved_and_compared_as_sentence_transf
             theirs.similarity_pairwise(vectors[0], vectors[1])
         assert mine.shape == reference.shape == ()
         torch.testing.assert_close(mine, reference)
+    ours.similarity_fn_name, theirs.similarity_fn_name = None, None  # the default again
+    assert ours.similarity_fn_name == theirs.similarity_fn_name == "cosine"
+
+    # Prompts given to the constructor join the empty role prompts every model has; assigned, they replace them,
+    # so encode_document takes "passage", then "corpus", where no "document" prompt is left.
+    ours, theirs = (SentenceEncoder(minilm_dir, prompts={"passage": "passage: "}),
+                    sentence_transformers.SentenceTransformer(str(minilm_dir), prompts={"passage": "passage: "}))
+    assert ours.prompts == theirs.prompts == {"query": "", "document": "", "passage": "passage: "}
+    for prompts in ({"passage": "passage: ", "corpus": "corpus: "}, {"corpus": "corpus: "}):
+        ours.prompts, theirs.prompts = dict(prompts), dict(prompts)
+        assert ours.prompts == theirs.prompts == prompts
+        for call in ("encode_document", "encode_query"):
+            mine, reference = getattr(ours, call)(texts), getattr(theirs, call)(texts)
+            assert cosines(mine, reference).min() > 0.99999, (prompts, call)
+        assert cosines(ours.encode_document(texts), ours.encode(texts, prompt=prompts.get("passage", "corpus: "))
+                       ).min() > 0.99999
+    ours.save(str(tmp_path / "prompted"))
+    theirs.save(str(tmp_path / "theirs"))
+    assert json.loads((tmp_path / "prompted" / "config_sentence_transformers.json").read_text())["prompts"] == \
+        json.loads((tmp_path / "theirs" / "config_sentence_transformers.json").read_text())["prompts"]
+    plain = SentenceEncoder(minilm_dir)
+    plain.save(str(tmp_path / "plain"))
+    assert json.loads((tmp_path / "plain" / "config_sentence_transformers.json").read_text())["prompts"] == \
+        {"query": "", "document": ""}  # as sentence-transformers saves a model without prompts
 
     for inputs in ({"text": texts[0]}, [{"text": text} for text in texts]):  # sentence-transformers 6's by modality
         mine, reference = ours.encode(inputs, prompt=""), theirs.encode(inputs, prompt="")

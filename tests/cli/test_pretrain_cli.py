@@ -133,6 +133,16 @@ def test_plot_draws_a_real_run_log(corpus, tmp_path, capsys):
     assert main(["pretrain", "plot", str(tmp_path / "model"), "--output", str(tmp_path / "run.docx")]) == 1
     assert "run.docx: can't draw a .docx image; name a file ending in one of" in capsys.readouterr().err
     assert not (tmp_path / "run.docx").exists()
+    # A run killed (or still writing) mid-line: the log is drawn as far as it is written, as resuming reads it;
+    # a broken line before the last is named.
+    log = tmp_path / "model" / "log.jsonl"
+    whole = log.read_text()
+    log.write_text(whole + '{"event": "train", "step": 9, "lo')
+    assert main(["pretrain", "plot", str(tmp_path / "model"), "--output", str(tmp_path / "torn.png")]) == 0
+    assert png_size(tmp_path / "torn.png") == (1100, 700)
+    log.write_text('{"event": "train", "st\n' + whole)
+    assert main(["pretrain", "plot", str(tmp_path / "model"), "--output", str(tmp_path / "broken.png")]) == 1
+    assert "log.jsonl, line 1: not valid JSON" in capsys.readouterr().err
 
 
 def test_plot_of_a_missing_or_empty_log_is_one_line(tmp_path, capsys):

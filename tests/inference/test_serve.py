@@ -35,7 +35,7 @@ from bertforge.tasks.finetune import FinetuneConfig  # noqa: E402
 from bertforge.tasks.finetune import predict as predict_offline  # noqa: E402
 from bertforge.tasks.multi_label import MultiLabelSettings  # noqa: E402
 from bertforge.tasks.question_answering import QAExample, QASettings, span_features  # noqa: E402
-from bertforge.tasks.registry import RUN_CONFIG_FILE, inspect_checkpoint  # noqa: E402
+from bertforge.tasks.registry import RUN_CONFIG_FILE, get_task, inspect_checkpoint  # noqa: E402
 
 LABELS = {0: "negative", 1: "positive"}
 TEXTS = ["A gorgeous, witty, seductive movie.", "Boring.", "The story is too predictable and the acting flat, "
@@ -766,11 +766,13 @@ def task_model_dirs(tmp_path_factory, tokenizer, qa_dir):
     for name, (model_class, labels, run) in TASK_MODELS.items():
         torch.manual_seed(1)
         directory = tmp_path_factory.mktemp(name)
-        model = model_class(make_config(tokenizer, id2label=labels))
+        task = name.split("-")[0]
+        # config.json's problem_type as finetune writes it (a regression model's score is its own, not a sigmoid's)
+        model = model_class(make_config(tokenizer, id2label=labels, problem_type=get_task(task).problem_type))
         torch.nn.init.normal_(model.classifier.weight, std=2.0)  # distinct, confident answers
         model.save_pretrained(directory)
         tokenizer.save_pretrained(directory)
-        FinetuneConfig.from_dict({"task": name.split("-")[0], **run}).save(directory / RUN_CONFIG_FILE)
+        FinetuneConfig.from_dict({"task": task, **run}).save(directory / RUN_CONFIG_FILE)
         directories[name] = directory
     return directories
 
@@ -1356,6 +1358,31 @@ def cross_encoder_server(tmp_path_factory, seeded_classifier):
     folder = seeded_classifier(tmp_path_factory.mktemp("cross-encoder"), {0: "LABEL_0"}, seed=1)
     yield from running(folder, max_texts=8)
 
+
+
+def test_a_cross_encoder_from_elsewhere_reads_pairs_as_its_references_do(cross_encoder_server, squad_contexts):
+    """A one-output classifier without a bertforge run reads pairs up to the length its files give (not a task
+    default of 128 tokens), and TEI's /predict answers the sigmoid of its score (the logit with raw_scores), as
+    sentence-transformers' CrossEncoder and text-embeddings-inference do."""
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    reference = sentence_transformers.CrossEncoder(str(cross_encoder_server.directory), device="cpu")
+    status, info, _ = cross_encoder_server.request("/info")
+    assert status == 200 and info["max_input_length"] == reference.max_length == 512
+    pairs = [("Which river flows through the city?", context) for context in squad_contexts[:3]]
+    lengths = [len(reference.tokenizer(*pair)["input_ids"]) for pair in pairs]
+    assert max(lengths) > 128 and max(lengths) <= 512  # past the old cut, within the model's
+    expected = reference.predict(pairs)
+    logits = reference.predict(pairs, activation_fn=torch.nn.Identity())
+    status, answers, _ = cross_encoder_server.request("/predict", {"inputs": [list(pair) for pair in pairs]})
+    assert status == 200
+    assert [answer[0]["score"] for answer in answers] == pytest.approx(expected.tolist(), abs=1e-5)
+    status, answers, _ = cross_encoder_server.request("/predict", {"inputs": [list(pair) for pair in pairs],
+                                                                   "raw_scores": True})
+    assert [answer[0]["score"] for answer in answers] == pytest.approx(logits.tolist(), abs=1e-4)
+    status, ranked, _ = cross_encoder_server.request("/rerank", {"query": pairs[0][0],
+                                                                 "texts": [pair[1] for pair in pairs]})
+    assert {item["index"]: item["score"] for item in ranked} == pytest.approx(dict(enumerate(expected.tolist())),
+                                                                               abs=1e-5)
 
 def stsb_rows(data_dir, count: int) -> list[dict[str, str]]:
     with open(data_dir / "stsb" / "dev.tsv", encoding="utf-8") as handle:

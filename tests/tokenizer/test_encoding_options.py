@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bertforge.errors import BertforgeError
+from bertforge.errors import BertforgeError, InputError
 from bertforge.tokenizer import BertTokenizer
 
 COLUMNS = ("input_ids", "token_type_ids", "attention_mask", "offset_mapping", "special_tokens_mask",
@@ -511,6 +511,16 @@ def test_tokens_of_pairs_targets_and_added_tokens_as_in_transformers(fresh, glue
     assert set(reference.save_pretrained(tmp_path / "theirs")) <= {str(tmp_path / "theirs" / Path(path).name)
                                                                     for path in written}
     assert "vocab_size=30522" in repr(ours) and "'pad_token': '[UNK]'" in repr(ours)
+    ours.pad_token_id, reference.pad_token_id = 1, 1  # by id, as fine-tuning scripts set it
+    assert (ours.pad_token, ours.pad_token_id) == (reference.pad_token, reference.pad_token_id)
+    assert dict(ours(firsts[:3], padding=True)) == dict(reference(firsts[:3], padding=True))
+    with pytest.raises(InputError, match="pad_token_id must be a token id below"):
+        ours.pad_token_id = len(ours)
+    for skip in (False, True):  # taken, as the fast tokenizer takes it
+        assert ours.decode(ids, skip_special_tokens=skip, spaces_between_special_tokens=False) == \
+            reference.decode(ids, skip_special_tokens=skip, spaces_between_special_tokens=False)
+    assert ours.batch_decode([ids], spaces_between_special_tokens=False) == \
+        reference.batch_decode([ids], spaces_between_special_tokens=False)
 
 
 def test_errors_are_value_errors_as_transformers_raises_them(ours, fresh_reference):

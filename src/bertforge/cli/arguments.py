@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.atomic import write_text_atomic
-from bertforge.compressed import decode_text, read_bytes, split_lines
+from bertforge.data_files import decode_text, read_bytes, split_lines
 from bertforge.errors import InputError
 from bertforge.outputs import check_output_file, is_part_of
 from bertforge.validation import MAX_SEED
@@ -90,7 +90,7 @@ def read_standard_input() -> str:
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """The lines of a UTF-8 text file (plain or compressed: bertforge.compressed) or of standard input ("-"), one
+    """The lines of a UTF-8 text file (plain or compressed: bertforge.data_files) or of standard input ("-"), one
     text per line; an empty input is an error."""
     if str(path) == STANDARD_STREAM:
         lines = split_lines(read_standard_input())

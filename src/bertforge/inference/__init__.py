@@ -36,5 +36,5 @@ __all__ = [
     "token_features",
 ]
 
-# onnx.py, serve.py and attention_view.py are imported from their modules: they need optional packages
-# (onnx, onnxruntime; fastapi, uvicorn) that plain inference does not.
+# onnx.py and serve/ are imported from their modules: they need optional packages (onnx, onnxruntime; fastapi,
+# uvicorn) that plain inference does not.

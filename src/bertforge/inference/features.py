@@ -313,15 +313,6 @@ def prompt_tokens(tokenizer, settings: SentenceEmbedding, prompt: str) -> int:
     return len(tokenizer(embedding_texts([prompt], settings)[0], truncation=False)["input_ids"]) - 1
 
 
-def fit_rows(rows: list[dict[str, list]], max_length: int | None) -> list[dict[str, list]]:
-    """Single-text encodings ([CLS] ... [SEP]) cut to max_length tokens as the tokenizer would have cut them: the
-    first max_length - 2 word pieces, then [SEP]. Rows already short enough, or max_length None, stay as they are."""
-    if max_length is None:
-        return rows
-    return [row if len(row["input_ids"]) <= max_length else
-            {name: values[:max_length - 1] + values[-1:] for name, values in row.items()} for row in rows]
-
-
 # What becomes of a text longer than max_length: name -> (its token ids without [CLS] and [SEP], tokens a window
 # holds between them) -> the parts the model reads, each as [CLS] part [SEP].
 LONG_TEXT: dict[str, Callable[[list[int], int], list[list[int]]]] = {

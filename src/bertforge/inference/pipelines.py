@@ -28,7 +28,6 @@ from bertforge.checkpoint.pretrained import named_dtype
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import encoder_of
 from bertforge.inference.fill_mask import fill_mask, load_masked_lm, mask_positions
-from bertforge.inference.serve.tei import SCORE_FUNCTIONS, TASK_SCORES, ranked_scores
 from bertforge.model import BertModel
 from bertforge.pretraining import BertForMaskedLM
 from bertforge.runtime import resolve_device
@@ -444,13 +443,14 @@ def classify(pipe: Pipeline, inputs: Any, options: dict[str, Any], given: set[st
         raise InputError(f"{pipe.task} takes a text, a {{\"text\", \"text_pair\"}} dict or a list of them, "
                          f"got {describe(inputs)}")
     top_k = None if options["return_all_scores"] and "top_k" not in given else options["top_k"]
-    function = str(options["function_to_apply"] or TASK_SCORES[pipe.definition.name]).lower()
-    scores = SCORE_FUNCTIONS[function](sequence_logits(pipe, items, token_limit(pipe, options),
+    function = str(options["function_to_apply"] or classification.TASK_SCORES[pipe.definition.name]).lower()
+    scores = classification.SCORE_FUNCTIONS[function](sequence_logits(pipe, items, token_limit(pipe, options),
                                                        options["batch_size"]))
     answers = []
     for row in scores:
         ranked = [{"label": answer["label"], "score": answer["score"]}  # transformers' key order
-                  for answer in ranked_scores(row, pipe.model.config.id2label, 1 if top_k is NOT_GIVEN else top_k)]
+                  for answer in classification.ranked_scores(row, pipe.model.config.id2label,
+                                                             1 if top_k is NOT_GIVEN else top_k)]
         answers.append(ranked[0] if top_k is NOT_GIVEN else ranked)
     if isinstance(inputs, str) and ("top_k" not in given or options["return_all_scores"]):
         return [answers[0]]
@@ -846,7 +846,7 @@ PIPELINE_TASKS: dict[str, PipelineTask] = {
     "text-classification": PipelineTask("sequence_classification", {
         # top_k=None: every label; not given at all, the best label alone and not in a list (see classify)
         "top_k": Option(NOT_GIVEN, lambda name, value: value is NOT_GIVEN or zero_or_more_or_none(name, value)),
-        "function_to_apply": Option(None, one_of(list(SCORE_FUNCTIONS))),
+        "function_to_apply": Option(None, one_of(list(classification.SCORE_FUNCTIONS))),
         # padding: how transformers' tokenizer fills its batches, which changes no score
         "padding": Option(False, lambda name, value: isinstance(value, bool) or check_choice(
             str(value).lower(), ("longest", "max_length", "do_not_pad"), name)),

@@ -212,8 +212,11 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
         tokenizer_options = (tokenizer_kwargs or {}) | (processor_kwargs or {})
         if "model_max_length" in tokenizer_options:  # sentence-transformers 6: max_seq_length
             self.max_seq_length = tokenizer_options["model_max_length"]
-        if prompts:
-            self.prompts = self.settings.prompts | prompts
+        if prompts is not None:
+            check_prompts(prompts)
+        # sentence-transformers 5 and later give every model "query" and "document" prompts, empty where neither the
+        # checkpoint nor `prompts` fills them (saved so); assigning `prompts` afterwards replaces them all
+        self._change(prompts=ROLE_PROMPTS | self.settings.prompts | (prompts or {}))
         if default_prompt_name:
             self.default_prompt_name = default_prompt_name
         if similarity_fn_name is not None:
@@ -262,9 +265,10 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
 
     @property
     def prompts(self) -> dict[str, str]:
-        """The checkpoint's prompts, with "query" and "document" (empty) where it has none of those names;
-        settable, as SentenceTransformer's (the new prompts replace the old)."""
-        return ROLE_PROMPTS | self.settings.prompts
+        """Prompt name -> the text put before each text: the checkpoint's, with "query" and "document" (empty)
+        where it has none of those names; settable, as SentenceTransformer's (the new prompts replace the old,
+        role prompts included, so encode_document then takes "passage" or "corpus" where those are given)."""
+        return self.settings.prompts
 
     @prompts.setter
     def prompts(self, value: dict[str, str]) -> None:
@@ -293,7 +297,10 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
         return self.settings.similarity_fn_name or self.DEFAULT_SIMILARITY
 
     @similarity_fn_name.setter
-    def similarity_fn_name(self, value: str) -> None:
+    def similarity_fn_name(self, value: str | None) -> None:
+        if value is None:  # the default again, as sentence-transformers reads None
+            self._change(similarity_fn_name=None)
+            return
         name = str(getattr(value, "value", value))  # a name, or sentence-transformers' enum
         check_choice(name, SIMILARITIES, "similarity_fn_name", error=InputError)
         self._change(similarity_fn_name=name)

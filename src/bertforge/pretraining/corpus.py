@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from bertforge.atomic import save_array, write_text_atomic
-from bertforge.compressed import byte_lines
+from bertforge.data_files import byte_lines
 from bertforge.errors import ConfigError, InputError, check_choice, no_such_file
 from bertforge.tokenizer.tokenizer import BertTokenizer
 from bertforge.tokenizer.vocab import SPECIAL_TOKENS
@@ -91,7 +91,7 @@ def tokenizer_identity(tokenizer: BertTokenizer) -> dict[str, Any]:
 
 def text_lines(path: Path) -> Iterator[tuple[int, str, int]]:
     """(line number, text without surrounding whitespace, stored bytes read) for each line, one at a time, of a
-    plain or compressed file (bertforge.compressed).
+    plain or compressed file (bertforge.data_files).
 
     Bytes are decoded line by line so that bad UTF-8 is reported with its line, and no file is held in memory.
     """

@@ -61,7 +61,7 @@ from bertforge.tokenizer.tokenizer import BertTokenizer
 from bertforge.training import distributed
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
 from bertforge.training.stopping import Stopped, stop_on_sigterm
-from bertforge.training.trainer import keep_log_until, read_log
+from bertforge.training.trainer import CHECKPOINT_DIR, keep_log_until, read_log
 from bertforge.validation import MAX_SEED, check_paths
 
 logger = logging.getLogger("bertforge")
@@ -69,7 +69,6 @@ progress = logging.getLogger("bertforge.progress")  # shown by the CLI without -
 
 RUN_CONFIG_FILE = "pretrain_config.json"
 LOG_FILE = "log.jsonl"
-CHECKPOINT_DIR = "checkpoint"
 # Peak dense throughput of the 2-core development CPU (AVX-512 FMA), the denominator of model FLOPs utilisation.
 DEFAULT_PEAK_GFLOPS = 552.0
 # Fields that may change between a run and its resumption: they don't affect what is computed.

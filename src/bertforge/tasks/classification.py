@@ -85,6 +85,38 @@ def windows(tokenizer, example: TextExample, max_length: int) -> list[Piece]:
 LONG_TEXT: dict[str, Callable[[Any, TextExample, int], list[Piece]]] = {"truncate": truncate, "windows": windows}
 
 
+# What turns a sequence classifier's logits into the scores it answers with, by transformers' `function_to_apply`
+# names (its text-classification pipeline, text-embeddings-inference's /predict, vLLM's /classify).
+SCORE_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "softmax": lambda logits: logits.softmax(-1),
+    "sigmoid": torch.sigmoid,
+    "none": lambda logits: logits,
+}
+
+
+# Each sequence-classification task's own function: the one its decode applies, which transformers' pipelines give
+# here too (a one-output model's score as predict gives it).
+TASK_SCORES = {"classification": "softmax", "multi_label": "sigmoid", "regression": "none"}
+
+
+def score_function(config: Any) -> str:
+    """The SCORE_FUNCTIONS name text-embeddings-inference's /predict and vLLM's /classify apply to a sequence
+    classifier (its BertConfig) unless a request asks for another: a sigmoid per label for a multi-label model, and
+    for a single output unless config.json says regression (a cross-encoder's relevance); else a softmax."""
+    if config.problem_type == "regression":
+        return "none"
+    if config.problem_type == "multi_label_classification" or config.num_labels == 1:
+        return "sigmoid"
+    return "softmax"
+
+
+def ranked_scores(scores: torch.Tensor, id2label: dict[int, str], top_k: int | None) -> list[dict[str, Any]]:
+    """One input's (labels,) scores as the pipelines and text-embeddings-inference answer them: {score, label},
+    highest first, the first `top_k`."""
+    order = scores.argsort(descending=True, stable=True).tolist()[:top_k]
+    return [{"score": float(scores[i]), "label": id2label[i]} for i in order]
+
+
 @dataclass
 class ClassificationSettings(EncodeSettings):
     """Classification's and regression's inputs: the token budget and what a longer text becomes."""

@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 from bertforge.batching import MODEL_INPUTS, LengthGroupedBatches, collate, length_sorted_batches
-from bertforge.compressed import COMPRESSED_NAMES, DAMAGED, content_suffix, decode_text, opened, read_bytes, split_lines
 from bertforge.config import JsonConfig, check_number
+from bertforge.data_files import COMPRESSED_NAMES, DAMAGED, content_suffix, decode_text, opened, read_bytes, split_lines
 from bertforge.errors import ConfigError, InputError, no_such_file
 from bertforge.heads import IGNORE_INDEX
 from bertforge.tasks import arrow_files

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from bertforge.compressed import decode_text, read_bytes
+from bertforge.data_files import decode_text, read_bytes
 from bertforge.errors import ConfigError, InputError, no_such_file
 from bertforge.tasks.data import (
     ROW_FORMATS,

@@ -24,6 +24,7 @@ from torch import nn
 from bertforge.checkpoint.adapters import ADAPTER_CONFIG_FILE, PEFT_TASKS, inspect_base, is_adapter_folder
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import SAFETENSORS_FILE, check_readable, config_path, read_state_dict
+from bertforge.checkpoint.sentence_transformers import TRANSFORMER_CONFIG_FILE
 from bertforge.config import FINETUNE_KEY, BertConfig, architectures_of, read_json_object
 from bertforge.errors import CheckpointError, ConfigError, check_choice
 from bertforge.heads import (
@@ -37,6 +38,8 @@ from bertforge.pretraining.heads import BertForMaskedLM, BertForNextSentencePred
 from bertforge.tasks import classification, multi_label, question_answering, token_classification
 from bertforge.tasks.data import Columns, EncodeSettings, Features, TextExample, read_text_examples, row_outputs
 from bertforge.tasks.metrics import METRICS
+from bertforge.tokenizer.files import CONFIG_FILE as TOKENIZER_CONFIG_FILE
+from bertforge.tokenizer.files import means_no_limit
 
 if TYPE_CHECKING:
     from bertforge.tasks.finetune import FinetuneConfig
@@ -278,6 +281,7 @@ class Checkpoint:
     architectures: tuple[str, ...] = ()  # config.json's: the classes it was saved from (BertForMaskedLM, ...)
     # config.json's record of a bertforge run: its "finetuning_task" and "bertforge_finetune" (see recorded_settings)
     recorded: tuple[Any, Any] = (None, None)
+    stated_length: int | None = None  # the longest input the folder's own files name (see stated_length)
 
     @property
     def model_class(self) -> type[nn.Module]:
@@ -311,7 +315,7 @@ class Checkpoint:
         name = task or self.task
         if self.run is not None:
             return self.run if name in (None, self.run.task) else dataclasses.replace(self.run, task=name)
-        defaults = task_defaults(name or "classification", self.positions)
+        defaults = task_defaults(name or "classification", min(self.positions, self.stated_length or self.positions))
         try:
             settings = recorded_settings(defaults.settings, defaults.task, *self.recorded)
         except (ConfigError, TypeError) as error:
@@ -332,17 +336,32 @@ def recorded_settings(settings: EncodeSettings, task: str, finetuning_task: Any,
 WINDOW_SHARES = ("max_query_length", "doc_stride")  # settings measured in tokens of a window
 
 
-def task_defaults(task: str, positions: int) -> FinetuneConfig:
+def task_defaults(task: str, limit: int) -> FinetuneConfig:
     """The settings of a task model without a run config (a checkpoint from elsewhere, or made in memory): the
-    task's defaults, with inputs no longer than the model's `positions`."""
+    task's defaults, reading inputs up to `limit` tokens (the model's positions, or less where its files say so),
+    as transformers' pipelines and text-embeddings-inference read them; a question-answering model reads its
+    windows of run_qa's 384 tokens or fewer."""
     from bertforge.tasks.finetune import FinetuneConfig
     settings = get_task(task).settings()
-    max_length = min(settings.max_length, positions)
+    windowed = any(hasattr(settings, name) for name in WINDOW_SHARES)
+    max_length = min(settings.max_length, limit) if windowed else limit
     # Windows over long contexts shrink with the model: the question's share and the overlap keep their fraction
     # of the window (64 and 128 of 384 by default), so a model of 64 positions still reads contexts.
     scaled = {name: max(1, getattr(settings, name) * max_length // settings.max_length)
               for name in WINDOW_SHARES if hasattr(settings, name)}
     return FinetuneConfig(task=task, settings=dataclasses.replace(settings, max_length=max_length, **scaled))
+
+
+def stated_length(directory: Path) -> int | None:
+    """The longest input a model folder's own files name: sentence-transformers' max_seq_length (an embedding
+    model's or cross-encoder's), else the tokenizer's model_max_length; None where neither says (or says "no
+    limit")."""
+    for name, key in ((TRANSFORMER_CONFIG_FILE, "max_seq_length"), (TOKENIZER_CONFIG_FILE, "model_max_length")):
+        path = directory / name
+        value = read_json_object(path, "config").get(key) if path.is_file() else None
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1 and not means_no_limit(value):
+            return value
+    return None
 
 
 def _weight_names(directory: Path) -> set[str]:
@@ -418,4 +437,5 @@ def inspect_checkpoint(name_or_path: str | Path) -> Checkpoint:
         task = next((name for name, row in TASKS.items() if row.head == head), None)
     positions = config.get("max_position_embeddings", 512)
     return Checkpoint(directory, head, task, run, positions if isinstance(positions, int) else 512,
-                      tuple(architectures), (config.get("finetuning_task"), config.get(FINETUNE_KEY)))
+                      tuple(architectures), (config.get("finetuning_task"), config.get(FINETUNE_KEY)),
+                      stated_length(directory) if run is None else None)

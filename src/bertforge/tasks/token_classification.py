@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertforge.compressed import decode_text, read_bytes, split_lines
+from bertforge.data_files import decode_text, read_bytes, split_lines
 from bertforge.errors import ConfigError, InputError, check_choice, no_such_file
 from bertforge.heads import IGNORE_INDEX
 from bertforge.tasks.data import (

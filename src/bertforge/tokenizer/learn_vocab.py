@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
-from bertforge.compressed import byte_lines
+from bertforge.data_files import byte_lines
 from bertforge.errors import ConfigError, InputError, no_such_file
 from bertforge.tokenizer.basic import BasicTokenizer
 from bertforge.tokenizer.vocab import SPECIAL_TOKENS, Vocab
@@ -31,7 +31,7 @@ Pair = tuple[str, str]
 
 
 def read_corpus(paths: Iterable[str | Path]) -> Iterator[str]:
-    """The lines of UTF-8 text files (plain or compressed: bertforge.compressed), streamed (a corpus need not fit in
+    """The lines of UTF-8 text files (plain or compressed: bertforge.data_files), streamed (a corpus need not fit in
     memory)."""
     for path in map(Path, paths):
         if not path.is_file():

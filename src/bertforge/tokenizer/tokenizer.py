@@ -10,7 +10,7 @@ import bisect
 import dataclasses
 import itertools
 import numbers
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from operator import itemgetter
 from pathlib import Path
@@ -86,6 +86,18 @@ def _special_token_property(role: str) -> property:
         self.add_special_tokens({role: value})
 
     return property(lambda self: self._special_token(role), setter)
+
+
+def _special_token_id_property(role: str, read: Callable[[BertTokenizer], int | None]) -> property:
+    """A special token's id, which setting makes the token of that id the role's (tokenizer.pad_token_id = 100, as
+    transformers sets it)."""
+
+    def setter(self: BertTokenizer, token_id: int) -> None:
+        if not isinstance(token_id, numbers.Integral) or isinstance(token_id, bool) or not 0 <= token_id < len(self):
+            raise InputError(f"{role}_id must be a token id below {len(self)}, got {token_id!r}")
+        self.add_special_tokens({role: self.convert_ids_to_tokens(int(token_id))})
+
+    return property(read, setter)
 
 
 class BertTokenizer:
@@ -293,25 +305,11 @@ class BertTokenizer:
         """Every id the tokenizer can give: the size of embedding table a model needs."""
         return len(self.vocab)
 
-    @property
-    def cls_token_id(self) -> int:
-        return self.vocab.cls_token_id
-
-    @property
-    def sep_token_id(self) -> int:
-        return self.vocab.sep_token_id
-
-    @property
-    def pad_token_id(self) -> int:
-        return self.vocab.pad_token_id
-
-    @property
-    def mask_token_id(self) -> int:
-        return self.vocab.mask_token_id
-
-    @property
-    def unk_token_id(self) -> int:
-        return self.vocab.unk_token_id
+    cls_token_id = _special_token_id_property("cls_token", lambda self: self.vocab.cls_token_id)
+    sep_token_id = _special_token_id_property("sep_token", lambda self: self.vocab.sep_token_id)
+    pad_token_id = _special_token_id_property("pad_token", lambda self: self.vocab.pad_token_id)
+    mask_token_id = _special_token_id_property("mask_token", lambda self: self.vocab.mask_token_id)
+    unk_token_id = _special_token_id_property("unk_token", lambda self: self.vocab.unk_token_id)
 
     def _special_token(self, role: str) -> str | None:
         return self.vocab.special_tokens[role] if self.vocab.has_special(role) else None
@@ -329,13 +327,10 @@ class BertTokenizer:
     bos_token = _special_token_property("bos_token")
     eos_token = _special_token_property("eos_token")
 
-    @property
-    def bos_token_id(self) -> int | None:
-        return self.vocab.token_to_id[self.bos_token] if self.bos_token is not None else None
-
-    @property
-    def eos_token_id(self) -> int | None:
-        return self.vocab.token_to_id[self.eos_token] if self.eos_token is not None else None
+    bos_token_id = _special_token_id_property(
+        "bos_token", lambda self: self.vocab.token_to_id[self.bos_token] if self.bos_token is not None else None)
+    eos_token_id = _special_token_id_property(
+        "eos_token", lambda self: self.vocab.token_to_id[self.eos_token] if self.eos_token is not None else None)
 
     @property
     def special_tokens_map(self) -> dict[str, Any]:
@@ -450,7 +445,8 @@ class BertTokenizer:
         return self.convert_ids_to_tokens(row["input_ids"])
 
     def decode(self, ids: int | Sequence[int], skip_special_tokens: bool = False,
-               clean_up_tokenization_spaces: bool | None = None) -> str | list[str]:
+               clean_up_tokenization_spaces: bool | None = None, spaces_between_special_tokens: bool = True
+               ) -> str | list[str]:
         """Ids -> text, "##" pieces glued to their word: [101, 7592, 999, 102] -> '[CLS] hello! [SEP]', or 'hello!'
         with `skip_special_tokens`. Takes one id, a list or a 1-d tensor; a list of lists or a 2-d tensor gives a
         text per row, as batch_decode and transformers 5's decode.
@@ -458,6 +454,8 @@ class BertTokenizer:
         Matches transformers' decode for BERT (its WordPiece decoder with clean-up): words are joined by
         spaces and '.', '?', '!', ',' attach to the word before; lower-casing and accents are not undone.
         `clean_up_tokenization_spaces` (default: the tokenizer's setting) also glues "it ' s" into "it's".
+        `spaces_between_special_tokens` is taken as transformers' (fast) BERT tokenizer takes it: special tokens are
+        words of their own to WordPiece's decoder either way.
         """
         ids = ids.tolist() if hasattr(ids, "tolist") else ids
         if isinstance(ids, numbers.Integral):
@@ -483,7 +481,8 @@ class BertTokenizer:
         return text
 
     def batch_decode(self, sequences: Sequence[Sequence[int]], skip_special_tokens: bool = False,
-                     clean_up_tokenization_spaces: bool | None = None) -> list[str]:
+                     clean_up_tokenization_spaces: bool | None = None, spaces_between_special_tokens: bool = True
+                     ) -> list[str]:
         """One text per row of ids (lists, or a 2-d tensor); one sequence of ids is one row, as transformers reads
         it."""
         sequences = sequences.tolist() if hasattr(sequences, "tolist") else sequences

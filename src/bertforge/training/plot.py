@@ -40,18 +40,15 @@ def plot_trainer_run(output_dir: Path, title: str = "") -> Path:
 
 
 def read_log(path: Path, producer: str) -> list[dict[str, Any]]:
-    """The records of a log; a missing or empty log, or a line that isn't a JSON object with a step, is an
-    InputError (`producer` names the command whose output folder holds the log)."""
+    """The records of a log, as far as it is written (a run still writing it, or killed, may have torn its last
+    line); a missing or empty log, or a line that isn't a JSON object with a step, is an InputError (`producer`
+    names the command whose output folder holds the log)."""
+    from bertforge.training.trainer import numbered_records
+
     if not path.is_file():
         raise InputError(f"no such log: expected the output folder of `{producer}`", path)
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            raise InputError("not a JSON line", path, line=number) from None
+    for number, record in numbered_records(path):
         if not isinstance(record, dict) or "step" not in record:
             raise InputError("not a log record (a JSON object with a step)", path, line=number)
         records.append(record)

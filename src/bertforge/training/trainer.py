@@ -102,17 +102,20 @@ class TrainResult:
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:
-    """The records of a JSON-lines log; a torn last line (the run was killed while writing it) is dropped, a
-    broken line elsewhere is an error naming the file and line."""
-    if not path.is_file():
-        return []
+    """The records of a JSON-lines log (none where there is no log yet); see numbered_records."""
+    return [record for _, record in numbered_records(path)] if path.is_file() else []
+
+
+def numbered_records(path: Path) -> list[tuple[int, Any]]:
+    """(line number, value) of each line of a JSON-lines log; a torn last line (the run was killed, or is still
+    writing it) is dropped, a broken line elsewhere is an error naming the file and line."""
     lines = path.read_text(encoding="utf-8").split("\n")
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            records.append((number, json.loads(line)))
         except json.JSONDecodeError:
             if number == len(lines):  # no newline after it: the write was cut short
                 break

@@ -91,7 +91,8 @@ class ServedModel:
             run = checkpoint.settings() if task is not None else None
         else:
             task = task_of_model(model)
-            run = task_defaults(task.name, model.config.max_position_embeddings) if task is not None else None
+            limit = min(model.config.max_position_embeddings, self.tokenizer.model_max_length)
+            run = task_defaults(task.name, limit) if task is not None else None
         if task is None:
             return None, None
         if run.max_length > model.config.max_position_embeddings:

@@ -4,19 +4,7 @@ are the conversions between TEI's shapes and bertforge's own."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
-
-import torch
-
-# What turns a sequence classifier's logits into TEI's scores, by the Hugging Face task's `function_to_apply` name.
-SCORE_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "softmax": lambda logits: logits.softmax(-1),
-    "sigmoid": torch.sigmoid,
-    "none": lambda logits: logits,
-}
-# Each sequence-classification task's own function (the one its decoding applies): raw_scores asks for "none".
-TASK_SCORES = {"classification": "softmax", "multi_label": "sigmoid", "regression": "none"}
 
 
 def predict_inputs(inputs: str | list) -> tuple[bool, list[tuple[str, str | None]]]:
@@ -30,12 +18,6 @@ def predict_inputs(inputs: str | list) -> tuple[bool, list[tuple[str, str | None
     if isinstance(inputs[0], str):
         return True, [(inputs[0], inputs[1] if len(inputs) == 2 else None)]
     return False, [(item[0], item[1] if len(item) == 2 else None) for item in inputs]
-
-
-def ranked_scores(scores: torch.Tensor, id2label: dict[int, str], top_k: int | None) -> list[dict[str, Any]]:
-    """One input's (labels,) scores as TEI answers them: {score, label}, highest first, the first `top_k`."""
-    order = scores.argsort(descending=True, stable=True).tolist()[:top_k]
-    return [{"score": float(scores[i]), "label": id2label[i]} for i in order]
 
 
 def simple_tokens(text: str, row: dict[str, list], tokens: list[str]) -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ from bertforge.inference.serve.routes.embeddings import (
 )
 from bertforge.inference.serve.routes.ranking import SCORE_FIELDS, cohere_answer, rerank, score
 from bertforge.inference.serve.service import UNLIMITED, ServedModel, check_not_empty, input_list
-from bertforge.inference.serve.tei import SCORE_FUNCTIONS, TASK_SCORES, predict_inputs, ranked_scores
+from bertforge.inference.serve.tei import predict_inputs
 from bertforge.tasks import classification
 from bertforge.tasks.registry import HEADS, Task
 
@@ -104,9 +104,10 @@ async def tei_predict(current: Task, request: schemas.PredictRequest, served: Se
     config = served.model.config
     logits, _ = await classifier_logits(current, items, served, request.truncate, request.truncation_direction)
     parameters = request.parameters or schemas.TextClassificationParameters()
-    function = "none" if request.raw_scores else parameters.function_to_apply or TASK_SCORES[current.name]
-    scores = SCORE_FUNCTIONS[function](logits)
-    answers = [ranked_scores(row, config.id2label, parameters.top_k) for row in scores]
+    function = "none" if request.raw_scores else \
+        parameters.function_to_apply or classification.score_function(config)
+    scores = classification.SCORE_FUNCTIONS[function](logits)
+    answers = [classification.ranked_scores(row, config.id2label, parameters.top_k) for row in scores]
     return answers[0] if single else answers
 
 
@@ -144,12 +145,15 @@ async def classify(request: schemas.ClassifyRequest, served: Served):
     check_not_empty(texts)
     logits, tokens = await classifier_logits(current, [(text, None) for text in texts], served, cut=True,
                                              max_tokens=served.prompt_limit(request.truncate_prompt_tokens))
-    scores = SCORE_FUNCTIONS["none" if request.raw or request.raw_scores else TASK_SCORES[current.name]](logits)
-    id2label = served.model.config.id2label
+    config = served.model.config
+    raw = request.raw or request.raw_scores
+    scores = classification.SCORE_FUNCTIONS["none" if raw else classification.score_function(config)](logits)
+    id2label = config.id2label
     answer = {"id": f"classify-{uuid.uuid4().hex}", "created": int(time.time()), "model": served.model_name,
               "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
     if request.raw_scores is not None:  # Infinity's client (it always sends raw_scores): its shape
-        return answer | {"object": "classify", "data": [ranked_scores(row, id2label, None) for row in scores]}
+        return answer | {"object": "classify",
+                         "data": [classification.ranked_scores(row, id2label, None) for row in scores]}
     data = [{"index": index, "label": id2label[int(row.argmax())], "probs": row.tolist(), "num_classes": len(row)}
             for index, row in enumerate(scores)]
     return answer | {"object": "list", "data": data}
