@@ -19,8 +19,9 @@ from real_text import read_sst2_dev
 
 from bertforge import BertModel, BertTokenizer
 from bertforge.checkpoint import default_model_dir
+from bertforge.compress.calibration import calibrate
 from bertforge.compress.int8_linear import QuantizedLinear, replace_module
-from bertforge.compress.quantize import calibrate, encoder_linears
+from bertforge.compress.quantize import encoder_linears
 from bertforge.compress.sensitivity import int8_sensitivity, model_outputs
 from bertforge.fast_cpu import make_plain
 

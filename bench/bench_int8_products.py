@@ -31,7 +31,7 @@ from real_text import DATA
 from bertforge import BertModel, BertTokenizer
 from bertforge.checkpoint import default_model_dir
 from bertforge.compress import QuantizationConfig, quantize
-from bertforge.compress.quantize import calibration_batches
+from bertforge.compress.calibration import calibration_batches
 from bertforge.inference.onnx import onnx_session
 from bertforge.runtime import tune_cpu_allocator
 

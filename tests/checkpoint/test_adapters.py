@@ -225,7 +225,8 @@ def test_adapters_that_do_not_merge_are_one_line_errors(minilm_dir, tmp_path, ca
 
 
 def test_merging_refuses_a_quantized_model(minilm_dir, tmp_path):
-    from bertforge.compress.quantize import QuantizationConfig, calibration_batches, quantize
+    from bertforge.compress.calibration import calibration_batches
+    from bertforge.compress.quantize import QuantizationConfig, quantize
 
     transformers_adapter("classifier on every linear layer", minilm_dir, tmp_path / "adapter")
     model = BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=3)

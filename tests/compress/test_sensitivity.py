@@ -7,8 +7,8 @@ import torch
 
 from bertforge import BertForSequenceClassification
 from bertforge.compress import QuantizedLinear
+from bertforge.compress.calibration import calibrate
 from bertforge.compress.int8_linear import replace_module
-from bertforge.compress.quantize import calibrate
 from bertforge.compress.sensitivity import int8_sensitivity
 
 

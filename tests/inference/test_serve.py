@@ -148,7 +148,7 @@ def make_server():
 
 
 # text-embeddings-inference's error_type by status: an error of the model (its 424) or the server, being busy
-TEI_KINDS = {409: "Backend", 500: "Backend", 503: "Overloaded"}
+TEI_KINDS = {409: "Backend", 429: "Overloaded", 500: "Backend", 503: "Overloaded"}
 
 
 def assert_error(response, status: int, *fragments: str, kind: str | None = None):
@@ -481,14 +481,16 @@ def in_threads(calls):
     return join
 
 
-def test_full_queue_answers_503(make_server, encoder_dir):
+def test_full_queue_answers_429_as_text_embeddings_inference_does(make_server, encoder_dir):
+    """A request that finds the queue full gets 429 with Retry-After ("Overloaded"), TEI's answer, on which its
+    clients and the openai client retry."""
     server = make_server(encoder_dir, max_queue=2, max_texts=2)
     release = block_worker(server.batcher)
     try:
         join = in_threads([lambda: server.request("/embed", {"texts": ["one", "two"]})])
         wait_until_queued(server.batcher, 2)
         response = server.request("/embed", {"texts": ["three"]})
-        assert_error(response, 503, "busy")
+        assert_error(response, 429, "busy")
         assert response[2]["retry-after"] == "1"
     finally:
         release.set()
@@ -1854,7 +1856,7 @@ def test_bounded_overload_answers_every_request_and_metrics_count_them(make_serv
     calls = [lambda body=bodies[i % 2]: server.request("/embed", body) for i in range(48)]
     results = in_threads(calls)()
     statuses = [status for status, _, _ in results]
-    assert set(statuses) <= {200, 503}, statuses
+    assert set(statuses) <= {200, 429}, statuses
     big = [status for (status, _, _), i in zip(results, range(48)) if i % 2]
     assert 200 in big  # large requests are admitted on the same terms as small ones, not starved
     metrics = server.request("/metrics")[1]

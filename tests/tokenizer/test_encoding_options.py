@@ -307,7 +307,7 @@ def test_bos_and_eos_tokens_are_set_saved_and_read_as_in_transformers(fresh, tmp
 def test_bertforge_pads_its_own_batches_on_the_right(fresh, corpora):
     """A checkpoint's tokenizer_config may say padding_side "left"; the batches bertforge pads itself (calibration,
     the ONNX export's checks) still start with [CLS], where BERT reads it."""
-    from bertforge.compress.quantize import calibration_batches
+    from bertforge.compress.calibration import calibration_batches
     from bertforge.inference.onnx import check_batches
 
     ours, _ = fresh

@@ -1,10 +1,65 @@
-"""Sentences that calibrate int8 quantization when no data of the user's is at hand (`--precision int8` of
-predict, evaluate, embed and serve): real English text, which reaches the outlier channels of a model's hidden states
-as the user's text does (random tokens miss most of them).
+"""What calibrates int8 quantization: each linear layer's input range per channel over a sample of model inputs
+(`calibrate`), the inputs of a sample of texts (`calibration_batches`), and the texts when no data of the user's is
+at hand (`--precision int8` of predict, evaluate, embed and serve): real English sentences, which reach the outlier
+channels of a model's hidden states as the user's text does (random tokens miss most of them).
 
-Public-domain text from the NLTK corpora: every 29th line of the US presidential inaugural addresses and every 211th
-of the State of the Union addresses (1945-2006), those of 8 to 45 words that are not headings: 32 in all.
+The sentences are public-domain text from the NLTK corpora: every 29th line of the US presidential inaugural
+addresses and every 211th of the State of the Union addresses (1945-2006), those of 8 to 45 words that are not
+headings: 32 in all.
 """
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from bertforge.errors import ConfigError
+from bertforge.heads import every_position
+
+
+@torch.inference_mode()
+def calibrate(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], names: Iterable[str]
+              ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The smallest and largest input of each input channel of the named linear layers over `batches` (model
+    inputs): name -> (low, high), each (in,)."""
+    ranges: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def record(name):
+        def hook(module, inputs):
+            rows = inputs[0].detach().float().reshape(-1, inputs[0].shape[-1])
+            low, high = rows.amin(0), rows.amax(0)
+            if name in ranges:
+                low, high = torch.minimum(ranges[name][0], low), torch.maximum(ranges[name][1], high)
+            ranges[name] = (low, high)
+        return hook
+
+    handles = [model.get_submodule(name).register_forward_pre_hook(record(name)) for name in names]
+    was_training = model.training
+    model.eval()
+    try:
+        with every_position(model):  # every token's range, so the model stays right wherever its layers are used
+            for batch in batches:
+                model(**batch)
+    finally:
+        for handle in handles:
+            handle.remove()
+        model.train(was_training)
+    missing = [name for name in names if name not in ranges]
+    if missing:
+        raise ConfigError(f"calibration never reached {missing[0]}: no calibration batches?")
+    return ranges
+
+
+def calibration_batches(tokenizer, texts: Iterable[str] | None = None, batch_size: int = 16,
+                        max_length: int = 128) -> list[dict[str, torch.Tensor]]:
+    """Model inputs for `calibrate`: `texts` (default: CALIBRATION_SENTENCES)."""
+    texts = list(CALIBRATION_SENTENCES if texts is None else texts)
+    return [dict(tokenizer(texts[i:i + batch_size], max_length=max_length, padding=True, padding_side="right",
+                           return_tensors="pt"))
+            for i in range(0, len(texts), batch_size)]
+
 
 CALIBRATION_SENTENCES = (
     'Fellow-Citizens of the Senate and of the House of Representatives:',

@@ -37,6 +37,7 @@ from bertforge.activations import Activation
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.hf_format import CONFIG_FILE, config_path
 from bertforge.checkpoint.key_map import ENCODER_PREFIX
+from bertforge.compress.calibration import calibrate
 from bertforge.compress.gate import (
     DEFAULT_MAX_DROP,
     GateReport,
@@ -50,7 +51,6 @@ from bertforge.compress.int8_linear import QuantizedLinear, join_int8_layers, re
 from bertforge.compress.sensitivity import SENSITIVITY_EXAMPLES, int8_sensitivity, leading_batches
 from bertforge.config import check_number, read_json_object
 from bertforge.errors import ConfigError, check_choice
-from bertforge.heads import every_position
 from bertforge.model import BertModel, FeedForward
 from bertforge.tasks.data import inference_batches
 from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetunedModel
@@ -177,50 +177,6 @@ def encoder_linears(model: nn.Module) -> dict[str, nn.Linear]:
     return {name: module for name, module in model.named_modules()
             if isinstance(module, nn.Linear) and any(name.startswith(f"{encoder}.") or not encoder
                                                      for encoder in encoders)}
-
-
-@torch.inference_mode()
-def calibrate(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], names: Iterable[str]
-              ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """The smallest and largest input of each input channel of the named linear layers over `batches` (model
-    inputs): name -> (low, high), each (in,)."""
-    ranges: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def record(name):
-        def hook(module, inputs):
-            rows = inputs[0].detach().float().reshape(-1, inputs[0].shape[-1])
-            low, high = rows.amin(0), rows.amax(0)
-            if name in ranges:
-                low, high = torch.minimum(ranges[name][0], low), torch.maximum(ranges[name][1], high)
-            ranges[name] = (low, high)
-        return hook
-
-    handles = [model.get_submodule(name).register_forward_pre_hook(record(name)) for name in names]
-    was_training = model.training
-    model.eval()
-    try:
-        with every_position(model):  # every token's range, so the model stays right wherever its layers are used
-            for batch in batches:
-                model(**batch)
-    finally:
-        for handle in handles:
-            handle.remove()
-        model.train(was_training)
-    missing = [name for name in names if name not in ranges]
-    if missing:
-        raise ConfigError(f"calibration never reached {missing[0]}: no calibration batches?")
-    return ranges
-
-
-def calibration_batches(tokenizer, texts: Iterable[str] | None = None, batch_size: int = 16,
-                        max_length: int = 128) -> list[dict[str, torch.Tensor]]:
-    """Model inputs for `calibrate`: `texts` (default: the bundled real sentences of compress/calibration.py)."""
-    from bertforge.compress.calibration import CALIBRATION_SENTENCES
-
-    texts = list(CALIBRATION_SENTENCES if texts is None else texts)
-    return [dict(tokenizer(texts[i:i + batch_size], max_length=max_length, padding=True, padding_side="right",
-                           return_tensors="pt"))
-            for i in range(0, len(texts), batch_size)]
 
 
 def quantize_int8(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]] | None,

@@ -76,7 +76,8 @@ class InferenceOptions:
                     and next(model.parameters()).dtype == torch.float32):
                 run_in_bf16(model)  # loaded where bf16 is not native (held as float32), moved to where it is
         if precision == "int8":
-            from bertforge.compress.quantize import QuantizationConfig, calibration_batches, quantize
+            from bertforge.compress.calibration import calibration_batches
+            from bertforge.compress.quantize import QuantizationConfig, quantize
             if calibration is None:
                 if tokenizer is None:
                     raise ConfigError("int8 calibrates on text: give the model's tokenizer or calibration batches")

@@ -22,7 +22,7 @@ logger = logging.getLogger("bertforge")
 ERROR_STATUSES = {400: "malformed request, or empty inputs", 401: "missing or wrong API key",
                   409: "the model can't do this", 413: "too large: body, texts or tokens over the server's limits",
                   415: "the body is not JSON (Content-Type)", 422: "invalid request",
-                  503: "busy (the queue is full) or out of memory for the batch; retry"}
+                  429: "busy: the queue is full; retry", 503: "out of memory for the batch; retry"}
 ERRORS = {status: {"model": schemas.ErrorResponse, "description": text} for status, text in ERROR_STATUSES.items()}
 OPENAI_ERRORS = {400 if status == 422 else status: {"model": schemas.OpenAIErrorResponse, "description": text}
                  for status, text in ERROR_STATUSES.items()}
@@ -48,7 +48,8 @@ def allowed_methods(request: Request) -> str:
 
 
 async def http_error(request: Request, problem: HTTPError):
-    headers = {"Retry-After": "1", **(problem.headers or {})} if problem.status == 503 else problem.headers
+    retry = problem.status in (429, 503)
+    headers = {"Retry-After": "1", **(problem.headers or {})} if retry else problem.headers
     return error(request, problem.status, problem.message, headers, problem.kind)
 
 

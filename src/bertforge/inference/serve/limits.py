@@ -19,12 +19,13 @@ PROBE_PATHS = (HEALTH_PATH, "/ping", "/.well-known/live", "/.well-known/ready")
 # /classify and /pooling answer in OpenAI's shape too.
 HOSTED_API_PREFIXES = ("/v1/", "/v2/", "/embeddings", "/models", "/multi-vector", "/score", "/classify",
                        "/pooling")
-OPENAI_ERROR_TYPES = {401: "authentication_error", 500: "server_error", 503: "server_error"}
+OPENAI_ERROR_TYPES = {401: "authentication_error", 429: "rate_limit_error", 500: "server_error", 503: "server_error"}
 
 
 # text-embeddings-inference's error_type of an error answered with this status (else Validation; an empty input is
 # Empty, said where it is found).
-TEI_ERROR_TYPES = {409: "Backend", 500: "Backend", 503: "Overloaded"}
+# A full queue is 429, as text-embeddings-inference answers it (its clients and the openai client retry on it).
+TEI_ERROR_TYPES = {409: "Backend", 429: "Overloaded", 500: "Backend", 503: "Overloaded"}
 EMPTY = "Empty"
 
 

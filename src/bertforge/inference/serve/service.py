@@ -195,12 +195,12 @@ class ServedModel:
     # ------------------------------------------------------------ running rows
 
     def submitted(self, jobs: list[Job]) -> list[Future]:
-        if len(jobs) > self.settings.max_queue:  # it could never be queued: 503 would mean "retry" forever
+        if len(jobs) > self.settings.max_queue:  # it could never be queued: 429 would mean "retry" forever
             raise HTTPError(413, f"the request makes {len(jobs)} model inputs; the limit is {self.settings.max_queue}")
         try:
             return self.batcher.submit(jobs)
         except QueueFull as problem:
-            raise HTTPError(503, str(problem)) from None
+            raise HTTPError(429, str(problem)) from None
 
     async def run_jobs(self, jobs: list[Job]) -> list[Any]:
         results = await asyncio.gather(*(asyncio.wrap_future(future) for future in self.submitted(jobs)))

@@ -27,7 +27,7 @@ class ServeSettings:
     max_batch_size: int = 32  # texts per forward pass
     max_batch_tokens: int = 16384  # padded tokens (rows x longest row) per forward pass
     max_wait_ms: float = 5.0  # how long the oldest waiting text may wait for company
-    max_queue: int = 256  # texts waiting; a request is admitted whole while fewer wait, else it gets 503
+    max_queue: int = 256  # texts waiting; a request is admitted whole while fewer wait, else it gets 429
     max_texts: int = 64  # texts (or questions) per request
     max_length: int = 512  # tokens per text (or pair) for /embed, /tokenize, /rerank of an encoder
     long_text: str = "truncate"  # or "refuse": 413 for a text over the limit (a QA context is otherwise windowed)
