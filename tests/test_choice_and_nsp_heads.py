@@ -21,7 +21,8 @@ from bertforge import (
 )
 from bertforge.cli.main import main
 from bertforge.errors import BertforgeError, CheckpointError, ConfigError
-from bertforge.tasks.registry import head_of, inspect_checkpoint
+from bertforge.tasks.checkpoint_contents import inspect_checkpoint
+from bertforge.tasks.registry import head_of
 
 transformers = pytest.importorskip("transformers")
 

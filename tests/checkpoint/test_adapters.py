@@ -88,7 +88,7 @@ def test_an_adapter_folder_loads_as_transformers_loads_it(name, minilm_dir, real
     trained head, with its labels, in place of the base's); the tokenizer is the base's when the folder has none.
     The commands read such a folder as what its base holds."""
     from bertforge import SentenceEncoder
-    from bertforge.tasks.registry import inspect_checkpoint
+    from bertforge.tasks.checkpoint_contents import inspect_checkpoint
 
     merged = transformers_adapter(name, minilm_dir, tmp_path / "adapter")
     assert not (tmp_path / "adapter" / "config.json").exists()

@@ -230,7 +230,7 @@ def test_config_names_the_architecture_for_auto_classes(tmp_path, tiny_config):
 def test_weights_this_process_cannot_open_say_why(saved_tiny, monkeypatch):
     """safetensors reports a permission problem as "No such file or directory"; the system's reason is given.
     (Simulated: the tests may run as root, whom chmod does not stop.)"""
-    from bertforge.tasks.registry import inspect_checkpoint
+    from bertforge.tasks.checkpoint_contents import inspect_checkpoint
 
     def denied(path, mode="r", *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(path))

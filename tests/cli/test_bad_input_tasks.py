@@ -12,9 +12,9 @@ from bertforge import BertConfig
 from bertforge.cli import main as cli_main
 from bertforge.errors import ConfigError, InputError
 from bertforge.heads import BertForSequenceClassification
+from bertforge.tasks.checkpoint_contents import inspect_checkpoint
 from bertforge.tasks.classification import ClassificationSettings, encode
 from bertforge.tasks.data import TextExample
-from bertforge.tasks.registry import inspect_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -9,9 +9,10 @@ import torch
 from bertforge import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, BertModel
 from bertforge.cli.main import main
 from bertforge.errors import BertforgeError, CheckpointError
+from bertforge.tasks.checkpoint_contents import RUN_CONFIG_FILE, inspect_checkpoint
 from bertforge.tasks.classification import ClassificationSettings
 from bertforge.tasks.finetune import FinetuneConfig
-from bertforge.tasks.registry import HEADS, RUN_CONFIG_FILE, TASKS, inspect_checkpoint, task_of_model
+from bertforge.tasks.registry import HEADS, TASKS, task_of_model
 
 
 def save(model, tokenizer, directory, run: FinetuneConfig | None = None):

@@ -28,7 +28,7 @@ from bertforge.errors import CheckpointError, ConfigError
 from bertforge.validation import check_number
 
 if TYPE_CHECKING:
-    from bertforge.tasks.registry import Checkpoint
+    from bertforge.tasks.checkpoint_contents import Checkpoint
 
 ADAPTER_CONFIG_FILE = "adapter_config.json"
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_model.bin")
@@ -104,7 +104,7 @@ def adapter_base(directory: Path) -> str:
 
 def inspect_base(directory: Path, cache_dir: str | Path | None = None, revision: str | None = None) -> Checkpoint:
     """inspect_checkpoint of the base model an adapter folder names; a base not found names the adapter's file."""
-    from bertforge.tasks.registry import inspect_checkpoint
+    from bertforge.tasks.checkpoint_contents import inspect_checkpoint
 
     base = adapter_base(directory)
     try:
@@ -132,7 +132,8 @@ def load_adapter_folder(model_class: type, directory: Path, options: dict[str, A
 def load_adapted(base: str | Path, adapter: str | Path, head: str | None = None) -> nn.Module:
     """The checkpoint `base` loaded as the model the adapter was trained on, the adapter merged in. The model is
     `head` (a HEADS key), else PEFT's task_type (SEQ_CLS: a sequence classifier, ...), else what `base` holds."""
-    from bertforge.tasks.registry import HEADS, inspect_checkpoint
+    from bertforge.tasks.checkpoint_contents import inspect_checkpoint
+    from bertforge.tasks.registry import HEADS
 
     checkpoint = inspect_checkpoint(base)
     directory = Path(adapter)

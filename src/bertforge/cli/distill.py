@@ -38,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.compress.distill import DistillConfig, distill
+    from bertforge.tasks.checkpoint_contents import inspect_checkpoint
     from bertforge.tasks.finetune import RUN_CONFIG_FILE
-    from bertforge.tasks.registry import inspect_checkpoint
     from bertforge.training.distributed import read_environment
 
     teacher = inspect_checkpoint(args.teacher)

@@ -25,8 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bertforge.tasks.checkpoint_contents import inspect_checkpoint
     from bertforge.tasks.finetune import evaluate
-    from bertforge.tasks.registry import inspect_checkpoint
 
     inference = inference_options(args)  # checks --device first
     # a model without a trained head, or a --task it wasn't trained for: refused before any work

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.explain import explain
     from bertforge.explain.page import explanation_page
     from bertforge.explain.targets import load_explainable
-    from bertforge.tasks.registry import inspect_checkpoint
+    from bertforge.tasks.checkpoint_contents import inspect_checkpoint
 
     output = Path(args.output) if args.output else None
     if output is not None:

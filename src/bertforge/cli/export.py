@@ -25,7 +25,8 @@ def load_for_task(args: argparse.Namespace, keep_heads: Collection[str] = ()):
     or BertForMultipleChoice) keeps its heads if it is among `keep_heads` (what the format can hold), unless --task
     names another model."""
     from bertforge import BertTokenizer
-    from bertforge.tasks.registry import HEADS, inspect_checkpoint
+    from bertforge.tasks.checkpoint_contents import inspect_checkpoint
+    from bertforge.tasks.registry import HEADS
 
     checkpoint = inspect_checkpoint(args.model)
     if args.task is None and checkpoint.head == "encoder":

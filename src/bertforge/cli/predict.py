@@ -39,8 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from bertforge.tasks.checkpoint_contents import inspect_checkpoint
     from bertforge.tasks.finetune import predict
-    from bertforge.tasks.registry import inspect_checkpoint
 
     if (args.question is None) != (args.context is None):
         raise InputError("--question and --context go together")
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 def check_pairing(model: str, paired: bool) -> None:
     """A text pair for a model fine-tuned on single texts, or a text alone for one fine-tuned on pairs, would be
     read as no training example was, and answered with confidence: refused, where the training run is known."""
-    from bertforge.tasks.registry import inspect_checkpoint
+    from bertforge.tasks.checkpoint_contents import inspect_checkpoint
 
     run = inspect_checkpoint(model).run
     if run is None or run.task == "qa" or run.train is None:  # trained on examples in memory: columns unknown

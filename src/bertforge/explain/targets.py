@@ -174,7 +174,8 @@ def entity_target(model, tokenizer, text, pair, target, max_length) -> Target:
     """The entities `predict` finds, found as it finds them (the task's words, windows and decoding: its one way);
     each is scored over the tokens of its words, every token with its word's tag. An entity beyond the tokens the
     row keeps (a text longer than max_length) can't be explained, and is not offered."""
-    from bertforge.tasks.registry import TASKS, recorded_settings
+    from bertforge.tasks.checkpoint_contents import recorded_settings
+    from bertforge.tasks.registry import TASKS
     from bertforge.tasks.token_classification import NerSettings, sentence_from_text
 
     sentence = sentence_from_text(text, pair)

@@ -32,9 +32,10 @@ from bertforge.model import BertModel
 from bertforge.pretraining import BertForMaskedLM
 from bertforge.runtime import resolve_device
 from bertforge.tasks import classification
+from bertforge.tasks.checkpoint_contents import inspect_checkpoint, task_defaults
 from bertforge.tasks.data import EncodeSettings, Features, row_outputs
 from bertforge.tasks.question_answering import SpanFeatures
-from bertforge.tasks.registry import HEADS, Task, head_of, inspect_checkpoint, task_defaults, task_of_model
+from bertforge.tasks.registry import HEADS, Task, head_of, task_of_model
 from bertforge.tasks.token_classification import OUTSIDE, TaggedSentence, TokenFeatures, tagged_entities
 from bertforge.tokenizer import BertTokenizer
 from bertforge.tokenizer.tokenizer import SplitWords

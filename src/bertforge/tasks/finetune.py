@@ -44,6 +44,7 @@ from bertforge.outputs import (
     to_json,
 )
 from bertforge.runtime import resolve_device, seed_everything, to_device
+from bertforge.tasks.checkpoint_contents import RUN_CONFIG_FILE, inspect_checkpoint
 from bertforge.tasks.data import (
     DATA_FORMATS,
     PLAIN_TEXT_COLUMN,
@@ -58,7 +59,7 @@ from bertforge.tasks.data import (
 )
 from bertforge.tasks.metrics import greater_is_better
 from bertforge.tasks.question_answering import QAExample
-from bertforge.tasks.registry import RUN_CONFIG_FILE, TASKS, Task, get_task, inspect_checkpoint
+from bertforge.tasks.registry import TASKS, Task, get_task
 from bertforge.tokenizer import BertTokenizer
 from bertforge.training import distributed
 from bertforge.training.trainer import (

@@ -19,9 +19,9 @@ from typing import Any
 from bertforge.atomic import atomic_path, write_text_atomic
 from bertforge.errors import ConfigError
 from bertforge.outputs import check_output_dir, staging_dir, to_json
+from bertforge.tasks.checkpoint_contents import RUN_CONFIG_FILE
 from bertforge.tasks.finetune import FinetuneConfig, FinetuneResult, finetune
 from bertforge.tasks.metrics import greater_is_better
-from bertforge.tasks.registry import RUN_CONFIG_FILE
 from bertforge.training import distributed
 from bertforge.training.trainer import CHECKPOINT_DIR, is_better
 from bertforge.validation import MAX_SEED

@@ -34,7 +34,7 @@ from bertforge.inference.serve.service import ServedModel
 from bertforge.inference.serve.settings import ServeSettings
 from bertforge.inference.sparse_encoder import SPLADE, is_splade_checkpoint, load_splade_model
 from bertforge.pretraining import BertForMaskedLM
-from bertforge.tasks.registry import Checkpoint, inspect_checkpoint
+from bertforge.tasks.checkpoint_contents import Checkpoint, inspect_checkpoint
 from bertforge.tokenizer import BertTokenizer
 
 logger = logging.getLogger("bertforge")

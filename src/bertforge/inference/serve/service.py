@@ -30,8 +30,9 @@ from bertforge.inference.serve.jobs import (
 from bertforge.inference.serve.limits import EMPTY, HTTPError
 from bertforge.inference.serve.metrics import ServerMetrics, count_characters, count_jobs, tokenizing
 from bertforge.inference.serve.settings import ServeSettings
+from bertforge.tasks.checkpoint_contents import Checkpoint, task_defaults
 from bertforge.tasks.data import Features
-from bertforge.tasks.registry import Checkpoint, Task, task_defaults, task_of_model
+from bertforge.tasks.registry import Task, task_of_model
 from bertforge.tokenizer import BertTokenizer
 
 UNLIMITED = 1 << 30  # tokens: where nothing is cut (no text is this long)
