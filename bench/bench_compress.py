@@ -44,7 +44,8 @@ from bertforge.inference import replay
 from bertforge.inference.onnx import INPUT_NAMES, export_onnx, onnx_session
 from bertforge.runtime import bf16_supported, tune_cpu_allocator
 from bertforge.tasks.data import inference_batches
-from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, finetune
+from bertforge.tasks.finetune import FinetuneConfig, finetune
+from bertforge.tasks.finetuned_model import FinetunedModel
 from bertforge.training.trainer import TrainConfig
 
 

@@ -21,7 +21,8 @@ from finetune_tasks import DATA, RUNS, data_files  # bench/ is the script's fold
 from bertforge.errors import ConfigError
 from bertforge.inference import PRECISIONS, InferenceOptions
 from bertforge.runtime import tune_cpu_allocator
-from bertforge.tasks.finetune import evaluate, saved_run_config
+from bertforge.tasks.checkpoint_contents import inspect_checkpoint
+from bertforge.tasks.finetuned_model import evaluate
 from bertforge.tasks.registry import get_task
 
 
@@ -42,7 +43,7 @@ def main() -> None:
             print(f"{name:<11}(no fine-tuned model in {model}: run `python bench/finetune_tasks.py {name}` first)")
             continue
         dev = DATA / run.test if run.test else Path(data_files(run, folder)["dev"])  # CoNLL: the test file
-        metric = get_task(saved_run_config(model).task).main_metric
+        metric = get_task(inspect_checkpoint(model).run.task).main_metric
         baseline = None
         for precision in (precision for precision in PRECISIONS if precision != "auto"):  # auto is one of the others
             start = time.perf_counter()

@@ -41,7 +41,8 @@ from bertforge.pretraining import (
     ElectraForPreTraining,
 )
 from bertforge.tasks.data import TextExample
-from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel
+from bertforge.tasks.finetune import FinetuneConfig
+from bertforge.tasks.finetuned_model import FinetunedModel
 from bertforge.tasks.fit import fit
 from bertforge.tokenizer import BertTokenizer
 

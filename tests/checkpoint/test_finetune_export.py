@@ -6,7 +6,8 @@ import json
 import pytest
 
 from bertforge.tasks.classification import ClassificationSettings
-from bertforge.tasks.finetune import FinetuneConfig, finetune, predict
+from bertforge.tasks.finetune import FinetuneConfig, finetune
+from bertforge.tasks.finetuned_model import predict
 from bertforge.training.trainer import TrainConfig
 
 transformers = pytest.importorskip("transformers")

@@ -120,7 +120,8 @@ def test_the_library_call_takes_the_teachers_task_and_settings(data_dir, tmp_pat
     """distill(FinetuneConfig(train=..., model=teacher)) without a task: the teacher's (here ner) and its run's
     settings, not the config's default classification ones."""
     from bertforge.compress.distill import distill
-    from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, finetune
+    from bertforge.tasks.finetune import FinetuneConfig, finetune
+    from bertforge.tasks.finetuned_model import FinetunedModel
     from bertforge.training.trainer import TrainConfig
 
     lines = (data_dir / "conll2003" / "eng.train").read_text(encoding="utf-8").split("\n\n")[1:21]
@@ -138,7 +139,8 @@ def test_the_library_call_takes_the_teachers_task_and_settings(data_dir, tmp_pat
 def test_a_multi_label_teacher_distills_through_the_command(data_dir, tmp_path, capsys):
     """Multi-label (the entity types each real CoNLL-2003 sentence mentions): the command trains a student and
     gates it by the task's own metric, micro F1; the student stays a multi-label model."""
-    from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, finetune
+    from bertforge.tasks.finetune import FinetuneConfig, finetune
+    from bertforge.tasks.finetuned_model import FinetunedModel
     from bertforge.training.trainer import TrainConfig
 
     rows = []

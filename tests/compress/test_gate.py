@@ -11,7 +11,7 @@ import torch
 from bertforge.cli.main import main
 from bertforge.compress import QuantizedLinear
 from bertforge.compress.gate import COMPRESSION_FILE, warm_up_examples
-from bertforge.tasks.finetune import FinetunedModel
+from bertforge.tasks.finetuned_model import FinetunedModel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

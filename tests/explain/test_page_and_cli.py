@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from bertforge import BertConfig
+from bertforge import BertConfig, BertTokenizer
 from bertforge.cli import main as cli_main
 from bertforge.errors import InputError
 from bertforge.explain import explain
@@ -113,14 +113,17 @@ def test_more_steps_than_the_rule_can_take_are_refused(sst2_classifier, tokenize
 
 
 def test_cli_explains_what_predict_reads_of_a_long_text(sst2_classifier_dir, tmp_path):
-    """A checkpoint from elsewhere reads 128 tokens in `predict` (the task's default max_length): `explain`
-    attributes the prediction made from those tokens, not from 512 of them."""
-    from bertforge.tasks.finetune import predict
+    """A checkpoint from elsewhere reads as many tokens in `predict` as its files allow (its tokenizer's
+    model_max_length): `explain` attributes the prediction made from those tokens, not from the whole text."""
+    from bertforge.tasks.checkpoint_contents import inspect_checkpoint
+    from bertforge.tasks.finetuned_model import predict
 
     long_review = " ".join([REVIEW] * 40)
+    read = inspect_checkpoint(sst2_classifier_dir).settings().max_length
+    assert read == 512 < len(BertTokenizer.from_pretrained(sst2_classifier_dir).tokenize(long_review))
     result = bertforge("explain", "--model", str(sst2_classifier_dir), "--text", long_review, "--method",
                        "attention_rollout", "--output", str(tmp_path / "why.json"))
     assert result.returncode == 0, result.stderr
     written = json.loads((tmp_path / "why.json").read_text(encoding="utf-8"))
-    assert len(written["tokens"]) == 128
+    assert len(written["tokens"]) == read
     assert written["target"] == predict(sst2_classifier_dir, texts=[long_review])[0]["label"]

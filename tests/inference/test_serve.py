@@ -33,7 +33,7 @@ from bertforge.inference.serve import Job, ServeSettings  # noqa: E402
 from bertforge.inference.serve.app import create_app, load_app, server_config  # noqa: E402
 from bertforge.tasks.checkpoint_contents import RUN_CONFIG_FILE, inspect_checkpoint  # noqa: E402
 from bertforge.tasks.finetune import FinetuneConfig  # noqa: E402
-from bertforge.tasks.finetune import predict as predict_offline  # noqa: E402
+from bertforge.tasks.finetuned_model import predict as predict_offline  # noqa: E402
 from bertforge.tasks.multi_label import MultiLabelSettings  # noqa: E402
 from bertforge.tasks.question_answering import QAExample, QASettings, span_features  # noqa: E402
 from bertforge.tasks.registry import get_task  # noqa: E402

@@ -11,7 +11,8 @@ from bertforge import BertConfig, BertForSequenceClassification, BertModel
 from bertforge.errors import ConfigError, InputError
 from bertforge.tasks.classification import ClassificationSettings, class_labels, encode, example_logits, score, windows
 from bertforge.tasks.data import Columns, TextExample, row_outputs
-from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, evaluate, finetune, load_task_model
+from bertforge.tasks.finetune import FinetuneConfig, finetune, load_task_model
+from bertforge.tasks.finetuned_model import FinetunedModel, evaluate
 from bertforge.tasks.registry import TASKS
 from bertforge.training import TrainConfig
 
@@ -245,7 +246,7 @@ def test_pair_windows_train_predict_and_evaluate_as_a_direct_computation(mrpc_wi
     transformers = pytest.importorskip("transformers")
     from sklearn.metrics import accuracy_score, f1_score
 
-    from bertforge.tasks.finetune import predict
+    from bertforge.tasks.finetuned_model import predict
     directory = mrpc_windows_model.output_dir
     hf_tokenizer = transformers.BertTokenizerFast.from_pretrained(directory)
     reference = transformers.BertForSequenceClassification.from_pretrained(directory).eval()

@@ -17,7 +17,8 @@ from bertforge.cli import predict as predict_cli
 from bertforge.errors import InputError
 from bertforge.tasks.checkpoint_contents import inspect_checkpoint
 from bertforge.tasks.data import Columns, Features, TextExample, read_text_examples
-from bertforge.tasks.finetune import FinetuneConfig, evaluate, finetune, predict
+from bertforge.tasks.finetune import FinetuneConfig, finetune
+from bertforge.tasks.finetuned_model import evaluate, predict
 from bertforge.tasks.metrics import multi_label_macro_f1, multi_label_micro_f1, subset_accuracy
 from bertforge.tasks.multi_label import THRESHOLDS, MultiLabelSettings, choose_threshold, label_names, multi_hot
 from bertforge.tasks.registry import get_task

@@ -6,7 +6,8 @@ import torch
 
 from bertforge import BertConfig, BertForTokenClassification
 from bertforge.errors import InputError
-from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, evaluate, finetune, predict
+from bertforge.tasks.finetune import FinetuneConfig, finetune
+from bertforge.tasks.finetuned_model import FinetunedModel, evaluate, predict
 from bertforge.tasks.registry import TASKS
 from bertforge.tasks.token_classification import (
     NerSettings,

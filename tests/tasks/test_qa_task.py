@@ -10,7 +10,8 @@ import torch
 from bertforge import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from bertforge.errors import ConfigError, InputError
 from bertforge.tasks.data import Columns
-from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, finetune
+from bertforge.tasks.finetune import FinetuneConfig, finetune
+from bertforge.tasks.finetuned_model import FinetunedModel
 from bertforge.tasks.question_answering import QASettings
 from bertforge.tasks.registry import TASKS
 from bertforge.tokenizer import BertTokenizer
@@ -163,7 +164,7 @@ def hub_rows(path):
 def test_rows_of_questions_read_and_score_as_the_squad_file(finetuned_qa, squad_slices, tmp_path):
     """The dev questions as the Hub's squad rows (JSON lines, a datasets folder, Parquet, a Dataset in memory) read
     as the SQuAD file and the fine-tuned model scores them alike; a row without answers is unanswerable (v2)."""
-    from bertforge.tasks.finetune import evaluate
+    from bertforge.tasks.finetuned_model import evaluate
 
     datasets = pytest.importorskip("datasets")
     rows = hub_rows(squad_slices[1])

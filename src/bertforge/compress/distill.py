@@ -36,7 +36,8 @@ from bertforge.heads import IGNORE_INDEX, every_position
 from bertforge.inference.optimize import InferenceOptions
 from bertforge.outputs import release_staging, staging_dir
 from bertforge.runtime import parse_device
-from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetuneConfig, FinetunedModel, FinetuneResult, finetune
+from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetuneConfig, FinetuneResult, finetune
+from bertforge.tasks.finetuned_model import FinetunedModel
 from bertforge.tasks.multi_label import PROBLEM_TYPE as MULTI_LABEL_PROBLEM
 from bertforge.training import distributed
 from bertforge.training.stopping import Stopped

@@ -17,7 +17,7 @@ from typing import Any
 
 from bertforge.errors import InputError
 from bertforge.outputs import check_parent, to_json
-from bertforge.tasks.finetune import FinetunedModel
+from bertforge.tasks.finetuned_model import FinetunedModel
 
 COMPRESSION_FILE = "compression.json"
 DEFAULT_MAX_DROP = 0.5  # points the smaller model may lose (--max-drop of quantize and distill)

@@ -53,7 +53,8 @@ from bertforge.config import check_number, read_json_object
 from bertforge.errors import ConfigError, check_choice
 from bertforge.model import BertModel, FeedForward
 from bertforge.tasks.data import inference_batches
-from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetunedModel
+from bertforge.tasks.finetune import RUN_CONFIG_FILE
+from bertforge.tasks.finetuned_model import FinetunedModel
 
 logger = logging.getLogger("bertforge")
 

@@ -42,7 +42,7 @@ from bertforge.tokenizer.tokenizer import SplitWords
 from bertforge.validation import check_number, check_within_positions, readable_length
 
 if TYPE_CHECKING:
-    from bertforge.tasks.finetune import FinetunedModel
+    from bertforge.tasks.finetuned_model import FinetunedModel
 
 logger = logging.getLogger("bertforge")
 
@@ -169,7 +169,9 @@ def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | Fin
 
     >>> pipeline("feature-extraction")("A cat.")  # [1][tokens][384]: [CLS] a cat . [SEP]
     """
-    from bertforge.tasks.finetune import FinetunedModel  # tasks.finetune imports bertforge.inference, which has us
+    from bertforge.tasks.finetuned_model import (
+        FinetunedModel,  # tasks.finetune imports bertforge.inference, which has us
+    )
 
     if not isinstance(model, (str, os.PathLike, nn.Module, FinetunedModel)):
         raise ConfigError(f"model must be a folder, \"default\" or a bertforge model, got a {type(model).__name__}")
@@ -214,7 +216,7 @@ def loaded_dtype(loading: dict[str, Any]) -> torch.dtype | None:
 def task_for(model: Any) -> str:
     """The pipeline task of a model given without one: the one its head does (HEADS' onnx_task names are
     transformers' task names), fill-mask for a masked LM, feature-extraction for a bare encoder."""
-    from bertforge.tasks.finetune import FinetunedModel
+    from bertforge.tasks.finetuned_model import FinetunedModel
 
     if isinstance(model, FinetunedModel):
         model = model.model
@@ -267,7 +269,7 @@ def load_tokenizer(name_or_path: Any) -> BertTokenizer:
 
 def loaded_model(task: str, needs: str, name_or_path: str | os.PathLike) -> Pipeline:
     """The model `task` needs, from a folder (or "default"); a folder without that head is a one-line error."""
-    from bertforge.tasks.finetune import FinetunedModel
+    from bertforge.tasks.finetuned_model import FinetunedModel
 
     if needs == "encoder":  # transformers' AutoModel: the encoder of any checkpoint, without an unused pooler
         model = BertModel.from_pretrained(name_or_path, add_pooling_layer=False)
@@ -287,7 +289,7 @@ def loaded_model(task: str, needs: str, name_or_path: str | os.PathLike) -> Pipe
 def given_model(task: str, needs: str, model: Any) -> Pipeline:
     """The pipeline of a model already loaded: a FinetunedModel (with its tokenizer and settings), or a bertforge
     model (its tokenizer given to pipeline(); a fine-tuned head reads inputs with its task's default settings)."""
-    from bertforge.tasks.finetune import FinetunedModel
+    from bertforge.tasks.finetuned_model import FinetunedModel
 
     tokenizer = None
     if isinstance(model, FinetunedModel):

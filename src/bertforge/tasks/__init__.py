@@ -1,4 +1,5 @@
-from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, FinetuneResult, evaluate, finetune, predict
+from bertforge.tasks.finetune import FinetuneConfig, FinetuneResult, finetune
+from bertforge.tasks.finetuned_model import FinetunedModel, evaluate, predict
 from bertforge.tasks.metrics import (
     METRICS,
     accuracy,

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.errors import ConfigError
-from bertforge.tasks.finetune import FinetuneConfig, FinetunedModel, finetune, training_labels
+from bertforge.tasks.finetune import FinetuneConfig, finetune, training_labels
+from bertforge.tasks.finetuned_model import FinetunedModel
 from bertforge.tasks.registry import get_task
 
 logger = logging.getLogger("bertforge")
