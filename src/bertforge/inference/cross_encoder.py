@@ -37,7 +37,7 @@ from bertforge.errors import ConfigError, InputError
 from bertforge.inference.features import check_prompt
 from bertforge.inference.onnx_backend import onnx_runtime_model, split_model_kwargs
 from bertforge.inference.process_pool import PoolMethods
-from bertforge.inference.sentence_encoder import (
+from bertforge.inference.text_encoder import (
     ModelCardData,
     check_construction_options,
     evaluate_as_sentence_transformers,

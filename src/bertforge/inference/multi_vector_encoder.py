@@ -34,8 +34,8 @@ from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.inference.features import check_prompt, input_list
 from bertforge.inference.onnx_backend import onnx_runtime_model, split_model_kwargs
 from bertforge.inference.process_pool import PoolMethods
-from bertforge.inference.sentence_encoder import ModelCardData, SentenceTransformersTraining, check_construction_options
 from bertforge.inference.sentence_modules import ModuleList, multi_vector_modules_of
+from bertforge.inference.text_encoder import ModelCardData, SentenceTransformersTraining, check_construction_options
 from bertforge.inference.token_pooling import HierarchicalTokenPooling
 from bertforge.validation import check_counts
 

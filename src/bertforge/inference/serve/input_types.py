@@ -3,7 +3,7 @@ task), as the prompt a sentence-transformers model was trained to read before su
 
 from __future__ import annotations
 
-from bertforge.inference.sentence_encoder import role_prompt
+from bertforge.inference.text_encoder import role_prompt
 
 # An API's name for a query or a document -> that role, whose prompt encode_query / encode_document put
 ROLES = {"query": "query", "document": "document", "search_query": "query", "search_document": "document",
