@@ -14,8 +14,8 @@ import pytest
 from bertforge.cli.arguments import read_lines
 from bertforge.errors import InputError
 from bertforge.pretraining.corpus import CorpusReader, prepare_corpus
-from bertforge.tasks.data import data_format, read_table
 from bertforge.tasks.question_answering import read_squad
+from bertforge.tasks.tables import data_format, read_table
 from bertforge.tasks.token_classification import read_conll
 from bertforge.tokenizer.learn_vocab import learn_vocab
 

@@ -7,7 +7,8 @@ import torch
 
 from bertforge.batching import LengthGroupedBatches, collate
 from bertforge.errors import InputError
-from bertforge.tasks.data import Columns, Features, read_table, read_text_examples
+from bertforge.tasks.data import Columns, Features, read_text_examples
+from bertforge.tasks.tables import read_table
 
 
 def test_glue_tsv_files_read_as_they_are(data_dir):

@@ -8,8 +8,8 @@ import torch
 from bertforge import ConfigError, InputError
 from bertforge.batching import collate
 from bertforge.heads import IGNORE_INDEX
-from bertforge.tasks.data import data_format
 from bertforge.tasks.metrics import entities
+from bertforge.tasks.tables import data_format
 from bertforge.tasks.token_classification import (
     NerSettings,
     TaggedSentence,

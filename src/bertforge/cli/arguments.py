@@ -163,14 +163,14 @@ def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
 
 def format_help(files: str = "the data file's", default: str = "its extension's") -> str:
     """--format's help: whose format it names and the default, then every format."""
-    from bertforge.tasks.data import DATA_FORMATS
+    from bertforge.tasks.tables import DATA_FORMATS
     return (f"{files} format (default: {default}; a .txt or .tsv file of `word ... tag` lines is CoNLL): "
             + "; ".join(f"{name}: {text}" for name, text in DATA_FORMATS.items()))
 
 
 def add_format_argument(parser: argparse.ArgumentParser) -> None:
     """--format, shared by evaluate, predict and quantize so that each reads a file the same way."""
-    from bertforge.tasks.data import DATA_FORMATS
+    from bertforge.tasks.tables import DATA_FORMATS
     parser.add_argument("--format", choices=list(DATA_FORMATS), default=None, help=format_help())
 
 

@@ -31,8 +31,8 @@ from bertforge.cli.arguments import (
 from bertforge.config import BertConfig, check_field_types, read_json_object
 from bertforge.errors import BertforgeError, ConfigError
 from bertforge.tasks.classification import LONG_TEXT
-from bertforge.tasks.data import DATA_FORMATS
 from bertforge.tasks.registry import TASKS
+from bertforge.tasks.tables import DATA_FORMATS
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 from bertforge.validation import check_within_positions
 

@@ -1,7 +1,7 @@
 """Parquet files and Hugging Face `datasets` folders (save_to_disk: state.json + Arrow stream files) -> columns and
 rows, read with pyarrow (the optional extra bertforge[arrow]); the datasets library is not needed to read them.
 
-Errors name the file (or folder) as the CSV/JSONL readers do; data.read_table turns the rows into a Table.
+Errors name the file (or folder) as the CSV/JSONL readers do; tables.read_table turns the rows into a Table.
 """
 
 from __future__ import annotations
@@ -128,5 +128,5 @@ def _names(feature: Any) -> list[str] | None:
     return None
 
 
-# Format name (data.DATA_FORMATS) -> reader of a path.
+# Format name (tables.DATA_FORMATS) -> reader of a path.
 READERS: dict[str, Callable[[Path], Records]] = {"parquet": read_parquet, "hf_dataset": read_saved_dataset}

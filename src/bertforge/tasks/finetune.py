@@ -41,7 +41,6 @@ from bertforge.outputs import (
 from bertforge.runtime import resolve_device, seed_everything, to_device
 from bertforge.tasks.checkpoint_contents import RUN_CONFIG_FILE
 from bertforge.tasks.data import (
-    DATA_FORMATS,
     Columns,
     EncodeSettings,
     Features,
@@ -52,6 +51,7 @@ from bertforge.tasks.data import (
 )
 from bertforge.tasks.metrics import greater_is_better
 from bertforge.tasks.registry import TASKS, Task, get_task
+from bertforge.tasks.tables import DATA_FORMATS
 from bertforge.tokenizer import BertTokenizer
 from bertforge.training import distributed
 from bertforge.training.trainer import (

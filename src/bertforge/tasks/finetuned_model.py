@@ -19,10 +19,11 @@ from bertforge.errors import ConfigError, InputError
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
 from bertforge.outputs import check_output_dir, finish_staging, start_staging, to_json
 from bertforge.tasks.checkpoint_contents import RUN_CONFIG_FILE, inspect_checkpoint
-from bertforge.tasks.data import PLAIN_TEXT_COLUMN, Columns, EncodeSettings, data_format
+from bertforge.tasks.data import Columns, EncodeSettings
 from bertforge.tasks.finetune import FinetuneConfig
 from bertforge.tasks.question_answering import QAExample
 from bertforge.tasks.registry import Task
+from bertforge.tasks.tables import PLAIN_TEXT_COLUMN, data_format
 from bertforge.tokenizer import BertTokenizer
 from bertforge.validation import check_counts, check_paths, check_within_positions
 

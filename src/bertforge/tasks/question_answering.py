@@ -18,17 +18,9 @@ import torch
 
 from bertforge.data_files import decode_text, read_bytes
 from bertforge.errors import ConfigError, InputError, no_such_file
-from bertforge.tasks.data import (
-    ROW_FORMATS,
-    EncodeSettings,
-    Features,
-    find_column,
-    listed,
-    read_table,
-    task_format,
-    text_cell,
-)
+from bertforge.tasks.data import EncodeSettings, Features, listed
 from bertforge.tasks.metrics import compute_metrics
+from bertforge.tasks.tables import ROW_FORMATS, find_column, read_table, task_format, text_cell
 from bertforge.validation import check_number
 from bertforge.windows import window_starts
 

@@ -68,7 +68,7 @@ class Task:
     read_examples(path, columns, id2label=None, labelled=True, settings=None, format=None) -> examples;
         `id2label` is a fine-tuned model's labels (any other label in the file is an error), `labelled=False`
         reads the inputs only (prediction); `settings` are the task's settings (SQuAD v2 reads unanswerable
-        questions); `format` a key of data.DATA_FORMATS, else data_format decides from the file.
+        questions); `format` a key of tables.DATA_FORMATS, else data_format decides from the file.
     example(text, text_pair) -> one unlabelled example from texts given on the command line or over HTTP.
     inputs(example) -> what a prediction echoes of its example ({"text": ...}).
     labels(training examples) -> id2label for a new model.

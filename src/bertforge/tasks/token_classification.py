@@ -23,18 +23,16 @@ import torch
 from bertforge.data_files import decode_text, read_bytes, split_lines
 from bertforge.errors import ConfigError, InputError, check_choice, no_such_file
 from bertforge.heads import IGNORE_INDEX
-from bertforge.tasks.data import (
+from bertforge.tasks.data import EncodeSettings, Features, listed
+from bertforge.tasks.metrics import LabelScores, compute_metrics, entities, entity_scores
+from bertforge.tasks.tables import (
     PLAIN_TEXT_COLUMN,
     ROW_FORMATS,
-    EncodeSettings,
-    Features,
     find_column,
-    listed,
     read_table,
     stored_label_names,
     task_format,
 )
-from bertforge.tasks.metrics import LabelScores, compute_metrics, entities, entity_scores
 from bertforge.validation import check_number
 
 OUTSIDE = "O"
