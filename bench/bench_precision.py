@@ -5,7 +5,7 @@ it), one run.
     python bench/bench_precision.py [--runs-dir runs] [--threads 2]
 
 It scores the models that `bench/finetune_tasks.py` leaves in RUNS_DIR/RUN/bertforge (run those first), each on
-its own dev file with `bertforge.tasks.finetune.evaluate`, the function behind `bertforge evaluate --precision`.
+its own dev file with `bertforge.tasks.finetuned_model.evaluate`, the function behind `bertforge evaluate --precision`.
 Wall-clock covers loading, preparing (quantizing), tokenizing and predicting.
 """
 

@@ -271,7 +271,7 @@ class BertConfigFields:
         if unknown:
             logger.info("%s: keeping config keys bertforge does not use: %s", source, ", ".join(unknown))
         label_count = next((data[key] for key in LABEL_COUNT_KEYS if key in data), None)
-        if not (data.get("id2label") or data.get("label2id")) and isinstance(label_count, int) and label_count > 0:
+        if data.get("id2label") is None and isinstance(label_count, int) and label_count > 0:
             # What transformers makes of a label count alone.
             values["id2label"] = {i: f"LABEL_{i}" for i in range(label_count)}
         try:

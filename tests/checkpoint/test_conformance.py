@@ -341,7 +341,6 @@ def test_config_with_the_keys_older_transformers_wrote(tmp_path, vocab_files, te
     compare(ours, back, encoded, HEADS["sequence_classification"][3], HEAD_TOLERANCE)
 
 
-
 def test_label_names_given_one_way_round_as_transformers_5_writes_them(tmp_path, vocab_files, texts):
     """transformers 5 saves a config made with id2label alone as "label2id": null, and reads it back."""
     tokenizer = reference_tokenizer(vocab_files[False], False)
@@ -360,6 +359,13 @@ def test_label_names_given_one_way_round_as_transformers_5_writes_them(tmp_path,
     assert ours.config.label2id == {"negative": 0, "neutral": 1, "positive": 2}
     encoded = BertTokenizer.from_pretrained(tmp_path)(texts, padding=True, return_tensors="pt")
     compare(ours, theirs, encoded, HEADS["sequence_classification"][3], HEAD_TOLERANCE)
+    # label2id with a count and no id2label: transformers names the labels by the count (LABEL_0, ...)
+    (tmp_path / "config.json").write_text(json.dumps({**{key: value for key, value in saved.items()
+                                                          if key not in ("id2label", "label2id")},
+                                                       "label2id": {"neg": 0, "pos": 1, "mid": 2}, "num_labels": 3}))
+    assert bertforge.BertConfig.from_pretrained(tmp_path).id2label == \
+        transformers.BertConfig.from_pretrained(tmp_path).id2label == {0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}
+
 
 def test_local_hugging_face_cache(tmp_path, vocab_files, monkeypatch):
     """org/name resolves to the snapshot refs/main names in $HF_HUB_CACHE; nothing else is tried."""

@@ -1,5 +1,5 @@
-"""What a checkpoint holds (tasks/registry.py): one answer for the CLI, the tasks, ONNX export and the server; a
-model whose task head was never trained is refused by every command that would use the head."""
+"""What a checkpoint holds (tasks/checkpoint_contents.py): one answer for the CLI, the tasks, ONNX export and the
+server; a model whose task head was never trained is refused by every command that would use the head."""
 
 import json
 
@@ -9,7 +9,7 @@ import torch
 from bertforge import BertConfig, BertForQuestionAnswering, BertForSequenceClassification, BertModel
 from bertforge.cli.main import main
 from bertforge.errors import BertforgeError, CheckpointError
-from bertforge.tasks.checkpoint_contents import RUN_CONFIG_FILE, inspect_checkpoint
+from bertforge.tasks.checkpoint_contents import RUN_CONFIG_FILE, inspect_checkpoint, stated_length
 from bertforge.tasks.classification import ClassificationSettings
 from bertforge.tasks.finetune import FinetuneConfig
 from bertforge.tasks.registry import HEADS, TASKS, task_of_model
@@ -149,3 +149,32 @@ def test_a_copy_without_its_run_config_reads_the_settings_config_json_recorded(t
     save(model, tokenizer, tmp_path / "damaged")
     with pytest.raises(CheckpointError, match=r"config.json: bertforge_finetune: unknown decoding 'beam'"):
         inspect_checkpoint(tmp_path / "damaged").settings()
+
+
+def test_a_checkpoint_from_elsewhere_reads_as_long_inputs_as_its_files_allow(tmp_path, tokenizer, caplog):
+    """Without a run config a classifier reads up to sentence-transformers' max_seq_length, else the tokenizer's
+    model_max_length, within its positions; a value that is no length, or a file that can't be read, is passed over
+    with a warning naming the file (the tokenizer's own loading refuses a broken tokenizer_config.json)."""
+    config = BertConfig.tiny(vocab_size=tokenizer.vocab_size)
+    config.max_position_embeddings, config.num_labels = 300, 2
+    folder = save(BertForSequenceClassification(config), tokenizer, tmp_path / "classifier")
+    settings_file = folder / "tokenizer_config.json"
+    written = json.loads(settings_file.read_text())
+
+    def with_length(value):
+        settings_file.write_text(json.dumps({**written, "model_max_length": value}))
+        return inspect_checkpoint(folder).settings().max_length
+
+    assert with_length(256) == stated_length(folder) == 256
+    assert with_length(1000) == 300  # no longer than the positions
+    assert with_length(int(1e30)) == 300  # transformers' "no limit"
+    with caplog.at_level("WARNING", logger="bertforge"):
+        assert with_length(2) == 300
+    assert "model_max_length 2 is no input length" in caplog.text
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 200}))
+    assert with_length(256) == 200
+    (folder / "sentence_bert_config.json").write_text("{not json")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bertforge"):
+        assert with_length(256) == 256
+    assert "sentence_bert_config.json" in caplog.text

@@ -33,7 +33,7 @@ FLAGS = {
     "--max-batch-tokens": ("max_batch_tokens", positive_int, "padded tokens (texts x longest) per forward pass"),
     "--max-wait-ms": ("max_wait_ms", number_range("max_wait_ms", finite_float, 0, MAX_WAIT_MS),
                       "how long a text may wait for others to share its forward pass"),
-    "--max-queue": ("max_queue", positive_int, "texts waiting at most; requests beyond that get 503"),
+    "--max-queue": ("max_queue", positive_int, "texts waiting at most; requests beyond that get 429 (retry)"),
     "--max-texts": ("max_texts", positive_int, "texts (or questions) per request at most (more get 413)"),
     "--max-length": ("max_length", positive_int, "tokens per text for /embed, /tokenize and an encoder's /rerank (a "
                                                  "fine-tuned model's /predict uses the max_length it was trained "

@@ -169,9 +169,7 @@ def pipeline(task: str | None = None, model: str | os.PathLike | nn.Module | Fin
 
     >>> pipeline("feature-extraction")("A cat.")  # [1][tokens][384]: [CLS] a cat . [SEP]
     """
-    from bertforge.tasks.finetuned_model import (
-        FinetunedModel,  # tasks.finetune imports bertforge.inference, which has us
-    )
+    from bertforge.tasks.finetuned_model import FinetunedModel  # it imports bertforge.inference, which has us
 
     if not isinstance(model, (str, os.PathLike, nn.Module, FinetunedModel)):
         raise ConfigError(f"model must be a folder, \"default\" or a bertforge model, got a {type(model).__name__}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,10 +21,12 @@ from bertforge.checkpoint.sentence_transformers import TRANSFORMER_CONFIG_FILE
 from bertforge.config import FINETUNE_KEY, BertConfig, architectures_of, read_json_object
 from bertforge.errors import CheckpointError, ConfigError
 from bertforge.heads import BertForSequenceClassification, BertForTokenClassification
-from bertforge.tasks.data import EncodeSettings
+from bertforge.tasks.data import MIN_LENGTH, EncodeSettings
 from bertforge.tasks.registry import HEADS, OTHER_MODELS, TASKS, Task, get_task, sequence_task
 from bertforge.tokenizer.files import CONFIG_FILE as TOKENIZER_CONFIG_FILE
 from bertforge.tokenizer.files import means_no_limit
+
+logger = logging.getLogger("bertforge")
 
 if TYPE_CHECKING:
     from bertforge.tasks.finetune import FinetuneConfig
@@ -122,9 +125,16 @@ def stated_length(directory: Path) -> int | None:
     limit")."""
     for name, key in ((TRANSFORMER_CONFIG_FILE, "max_seq_length"), (TOKENIZER_CONFIG_FILE, "model_max_length")):
         path = directory / name
-        value = read_json_object(path, "config").get(key) if path.is_file() else None
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 1 and not means_no_limit(value):
+        try:
+            value = read_json_object(path, "config").get(key) if path.is_file() else None
+        except ConfigError as error:  # the tokenizer's own loading names a broken tokenizer_config.json
+            logger.warning("%s; its length is not read", error)
+            continue
+        if value is None or means_no_limit(value):
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value >= MIN_LENGTH:
             return value
+        logger.warning("%s: %s %r is no input length; it is not read", path, key, value)
     return None
 
 

@@ -94,15 +94,18 @@ SCORE_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-# Each sequence-classification task's own function: the one its decode applies, which transformers' pipelines give
-# here too (a one-output model's score as predict gives it).
+# Each sequence-classification task's own function: the one its decode applies, and so bertforge's pipelines' (one
+# answer for every entry point: a one-output model's score as predict gives it, where transformers' pipeline applies
+# a sigmoid unless config.json says regression; function_to_apply="sigmoid" gives that).
 TASK_SCORES = {"classification": "softmax", "multi_label": "sigmoid", "regression": "none"}
 
 
 def score_function(config: Any) -> str:
-    """The SCORE_FUNCTIONS name text-embeddings-inference's /predict and vLLM's /classify apply to a sequence
-    classifier (its BertConfig) unless a request asks for another: a sigmoid per label for a multi-label model, and
-    for a single output unless config.json says regression (a cross-encoder's relevance); else a softmax."""
+    """The SCORE_FUNCTIONS name the server's /predict (text-embeddings-inference's "inputs") and /classify
+    (vLLM's) apply to a sequence classifier (its BertConfig) unless a request asks for another: a sigmoid per label
+    for a multi-label model, and for a single output (a cross-encoder's relevance) unless config.json says
+    regression, as vLLM reads it (text-embeddings-inference applies it to any single output; a regression model
+    fine-tuned here keeps its score); else a softmax."""
     if config.problem_type == "regression":
         return "none"
     if config.problem_type == "multi_label_classification" or config.num_labels == 1:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,9 +30,6 @@ from bertforge.pretraining.heads import BertForMaskedLM, BertForNextSentencePred
 from bertforge.tasks import classification, multi_label, question_answering, token_classification
 from bertforge.tasks.data import Columns, EncodeSettings, Features, TextExample, read_text_examples, row_outputs
 from bertforge.tasks.metrics import METRICS
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)
@@ -252,5 +249,3 @@ def get_task(name: str) -> Task:
     check_choice(name, TASKS, "task")
     return TASKS[name]
 
-
-# --- what a checkpoint holds -------------------------------------------------------------------------------------
