@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from bertforge import BertModel
 from bertforge.compress import QuantizationConfig, QuantizedLinear, quantize
+from bertforge.compress.calibration import calibration_batches
 from bertforge.compress.int8_linear import (
     FusedProjections,
     concatenate,
@@ -20,15 +21,6 @@ from bertforge.model import SelfAttention
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 int8_linear = importlib.import_module("bertforge.compress.int8_linear")
-
-
-@pytest.fixture(scope="module")
-def sentences(sst2_dev):
-    return [text for text, _ in sst2_dev]
-
-
-def batches(tokenizer, texts, size=16):
-    return [dict(tokenizer(texts[i:i + size], padding=True, return_tensors="pt")) for i in range(0, len(texts), size)]
 
 
 @pytest.fixture(params=["onednn", "fbgemm"])
@@ -114,7 +106,7 @@ def test_an_up_projection_writes_its_down_projections_codes(minilm_dir, tokenize
     rounding of a value on a boundary."""
     monkeypatch.setattr(int8_linear, "SMALL_PRODUCT_ROWS", 0)  # oneDNN's kernel, which can write codes
     model = quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8"),
-                     batches(tokenizer, sentences[:32]))
+                     calibration_batches(tokenizer, sentences[:32]))
     chained = [layer.feed_forward for layer in model.encoder.layers
                if layer.feed_forward.up.next_input_range is not None]
     assert chained and all(feed_forward.down.takes_codes() for feed_forward in chained)
@@ -134,7 +126,7 @@ def test_an_up_projection_writes_its_down_projections_codes(minilm_dir, tokenize
 @pytest.mark.skipif(not static_kernel_available(), reason="this build of torch has no oneDNN int8 linear kernel")
 def test_query_key_and_value_run_as_one_product_with_the_numbers_of_three(minilm_dir, tokenizer, sentences):
     model = quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8"),
-                     batches(tokenizer, sentences[:32]))
+                     calibration_batches(tokenizer, sentences[:32]))
     batch = dict(tokenizer(sentences[32:48], padding=True, return_tensors="pt"))
     attentions = [layer.attention for layer in model.encoder.layers]
     assert all(isinstance(attention.project, FusedProjections) for attention in attentions)
@@ -159,7 +151,7 @@ def test_first_token_only_takes_the_last_layers_queries_of_first_tokens_alone(mi
     """The last layer of a [CLS]-only pass joins key and value in one product and asks the query layer for the
     first tokens alone, with the [CLS] vectors of the full pass of the same int8 model."""
     model = quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8"),
-                     batches(tokenizer, sentences[:32]))
+                     calibration_batches(tokenizer, sentences[:32]))
     batch = dict(tokenizer(sentences[32:48], padding=True, return_tensors="pt"))
     last = model.encoder.layers[-1].attention
     asked = []
@@ -178,7 +170,7 @@ def test_first_token_only_takes_the_last_layers_queries_of_first_tokens_alone(mi
 @pytest.mark.skipif(not static_kernel_available(), reason="this build of torch has no oneDNN int8 linear kernel")
 def test_one_product_is_made_again_when_its_layers_load_new_tensors(minilm_dir, tokenizer, sentences):
     model = quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8"),
-                     batches(tokenizer, sentences[:32]))
+                     calibration_batches(tokenizer, sentences[:32]))
     attention = model.encoder.layers[1].attention
     x = torch.randn(12, 384)
     with torch.inference_mode():
@@ -217,7 +209,7 @@ def test_one_sentence_at_a_time_computes_what_a_batch_computes(minilm, minilm_di
     codes and weights, the float32 rounding of two kernels apart, which can move a code of a later layer by one."""
     monkeypatch.setattr(int8_linear, "int8_reduce_range", lambda: True)  # such a CPU, on any CPU
     model = quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8"),
-                     batches(tokenizer, sentences[:32]))
+                     calibration_batches(tokenizer, sentences[:32]))
     texts = sentences[200:232]
     batch = dict(tokenizer(texts, padding=True, return_tensors="pt"))
     batched = token_states(model, batch)

@@ -14,20 +14,12 @@ from safetensors import safe_open
 from bertforge import BertForSequenceClassification, BertModel, BertTokenizer
 from bertforge.cli.main import main
 from bertforge.compress import QuantizationConfig, QuantizedLinear, quantize, save_quantized
+from bertforge.compress.calibration import calibration_batches
 from bertforge.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 # the module (bertforge.compress's `quantize` is its function of that name)
 quantize_module = importlib.import_module("bertforge.compress.quantize")
-
-
-@pytest.fixture(scope="module")
-def sentences(sst2_dev):
-    return [text for text, _ in sst2_dev]
-
-
-def batches(tokenizer, texts, size=16):
-    return [dict(tokenizer(texts[i:i + size], padding=True, return_tensors="pt")) for i in range(0, len(texts), size)]
 
 
 def token_states(model, batch):
@@ -36,7 +28,7 @@ def token_states(model, batch):
 
 
 def test_int8_stays_close_to_fp32_on_real_text(minilm, minilm_dir, tokenizer, sentences):
-    calibration = batches(tokenizer, sentences[:32])
+    calibration = calibration_batches(tokenizer, sentences[:32])
     model = quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8"), calibration)
     layers = [module for module in model.modules() if isinstance(module, QuantizedLinear)]
     assert len(layers) == 6 * model.config.num_hidden_layers + 1  # q, k, v, output, up, down per layer; pooler
@@ -78,7 +70,7 @@ def test_int8_stays_close_to_fp32_on_real_text(minilm, minilm_dir, tokenizer, se
 
 def test_smoothing_is_an_option_that_still_quantizes_faithfully(minilm, minilm_dir, tokenizer, sentences):
     config = QuantizationConfig("int8", outlier_channels=0, smoothing=0.7)
-    model = quantize(BertModel.from_pretrained(minilm_dir), config, batches(tokenizer, sentences[:32]))
+    model = quantize(BertModel.from_pretrained(minilm_dir), config, calibration_batches(tokenizer, sentences[:32]))
     held_out = dict(tokenizer(sentences[100:132], padding=True, return_tensors="pt"))
     similarity = F.cosine_similarity(token_states(model, held_out), token_states(minilm, held_out), dim=-1)
     assert similarity.mean() > 0.99  # 0.996 measured; outlier channels in float32 do better (above)
@@ -90,7 +82,7 @@ def test_the_layers_int8_changes_most_stay_float32_and_reload_so(minilm, minilm_
     calibration sample. On held-out text that brings the model closer to fp32, where keeping as many of the layers
     ranked least changed (the ranking reversed, as a control) does not; the checkpoint reloads with those layers
     float32."""
-    calibration = batches(tokenizer, sentences[:16])
+    calibration = calibration_batches(tokenizer, sentences[:16])
     held_out = dict(tokenizer(sentences[100:164], padding=True, return_tensors="pt"))
     reference = token_states(minilm, held_out)
 
@@ -149,7 +141,7 @@ def test_float_layers_must_leave_a_layer_to_quantize(minilm_dir, tokenizer, sent
         QuantizationConfig("int8", float_layers=-1)
     with pytest.raises(ConfigError, match="float_layers must be fewer than the model's 37 linear layers, got 37"):
         quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8", float_layers=37),
-                 batches(tokenizer, sentences[:4]))
+                 calibration_batches(tokenizer, sentences[:4]))
 
 
 def test_quantized_checkpoint_saves_reloads_and_predicts_the_same(minilm_dir, tokenizer, sentences, tmp_path,
@@ -157,7 +149,7 @@ def test_quantized_checkpoint_saves_reloads_and_predicts_the_same(minilm_dir, to
     labels = {0: "negative", 1: "positive"}
     model = BertForSequenceClassification.from_pretrained(minilm_dir, id2label=labels)
     float_dir = model.save_pretrained(tmp_path / "fp32")
-    quantize(model, QuantizationConfig("int8"), batches(tokenizer, sentences[:16]))
+    quantize(model, QuantizationConfig("int8"), calibration_batches(tokenizer, sentences[:16]))
     save_quantized(model, tmp_path / "int8")
 
     config = json.loads((tmp_path / "int8" / "config.json").read_text())
@@ -213,7 +205,7 @@ def test_one_config_quantizes_several_models_each_recording_its_own_folding(mini
                                                                           tmp_path):
     """quantize copies the config it is given: the layers one model folded are not recorded for the next model
     quantized from a copy of that config (`bertforge quantize`'s fallback does this), whose checkpoint must reload."""
-    calibration = batches(tokenizer, sentences[:16])
+    calibration = calibration_batches(tokenizer, sentences[:16])
     config = QuantizationConfig("int8")
     folding = quantize(BertModel.from_pretrained(minilm_dir), config, calibration)
     assert folding.quantization.folded and not config.folded
@@ -235,7 +227,7 @@ def test_a_checkpoint_from_before_static_int8_loads_and_runs_dynamically(minilm_
     from safetensors.torch import load_file, save_file
 
     model = quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("int8"),
-                     batches(tokenizer, sentences[:16]))
+                     calibration_batches(tokenizer, sentences[:16]))
     save_quantized(model, tmp_path)
     tensors = load_file(tmp_path / "model.safetensors")
     for name in [name for name in tensors if name.endswith(".input_range")]:
