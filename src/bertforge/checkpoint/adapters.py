@@ -23,8 +23,8 @@ from torch import nn
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE, read_pytorch, read_safetensors
 from bertforge.checkpoint.key_map import ENCODER_PREFIX, from_hf
-from bertforge.config import read_json_object
 from bertforge.errors import CheckpointError, ConfigError
+from bertforge.json_config import read_json_object
 from bertforge.validation import check_number
 
 if TYPE_CHECKING:

@@ -28,8 +28,9 @@ from bertforge.cli.arguments import (
     positive_int,
     seed_number,
 )
-from bertforge.config import BertConfig, check_field_types, read_json_object
+from bertforge.config import BertConfig
 from bertforge.errors import BertforgeError, ConfigError
+from bertforge.json_config import check_field_types, read_json_object
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.registry import TASKS
 from bertforge.tasks.tables import DATA_FORMATS

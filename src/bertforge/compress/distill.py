@@ -30,7 +30,6 @@ from bertforge.compress.gate import (
     write_if_accepted,
 )
 from bertforge.compress.quantize import check_not_quantized
-from bertforge.config import check_number
 from bertforge.errors import BertforgeError, ConfigError, InputError
 from bertforge.heads import IGNORE_INDEX, every_position
 from bertforge.inference.optimize import InferenceOptions
@@ -42,6 +41,7 @@ from bertforge.tasks.multi_label import PROBLEM_TYPE as MULTI_LABEL_PROBLEM
 from bertforge.training import distributed
 from bertforge.training.stopping import Stopped
 from bertforge.training.trainer import model_loss
+from bertforge.validation import check_number
 
 # Tasks whose logits the soft-label loss reads: one vector per example, or one per token.
 DISTILLABLE_TASKS = ("classification", "multi_label", "regression", "ner")

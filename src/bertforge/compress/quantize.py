@@ -49,12 +49,13 @@ from bertforge.compress.gate import (
 )
 from bertforge.compress.int8_linear import QuantizedLinear, join_int8_layers, replace_module
 from bertforge.compress.sensitivity import SENSITIVITY_EXAMPLES, int8_sensitivity, leading_batches
-from bertforge.config import check_number, read_json_object
 from bertforge.errors import ConfigError, check_choice
+from bertforge.json_config import read_json_object
 from bertforge.model import BertModel, FeedForward
 from bertforge.tasks.data import inference_batches
 from bertforge.tasks.finetune import RUN_CONFIG_FILE
 from bertforge.tasks.finetuned_model import FinetunedModel
+from bertforge.validation import check_number
 
 logger = logging.getLogger("bertforge")
 

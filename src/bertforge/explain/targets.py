@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import config_path
-from bertforge.config import FINETUNE_KEY, architectures_of, read_json_object
+from bertforge.config import FINETUNE_KEY, architectures_of
 from bertforge.errors import InputError
 from bertforge.heads import (
     BertForQuestionAnswering,
@@ -32,6 +32,7 @@ from bertforge.heads import (
     encoder_of,
 )
 from bertforge.inference.features import after_pooling, pool, sentence_embedding
+from bertforge.json_config import read_json_object
 from bertforge.model import BertModel
 from bertforge.pretraining.heads import BertForMaskedLM
 from bertforge.tokenizer import BertTokenizer

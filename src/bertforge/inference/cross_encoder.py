@@ -32,7 +32,7 @@ from bertforge.checkpoint.sentence_transformers import (
     TRANSFORMER_CONFIG_FILE,
     chosen_prompt,
 )
-from bertforge.config import architectures_of, read_json_object
+from bertforge.config import architectures_of
 from bertforge.errors import ConfigError, InputError
 from bertforge.inference.features import check_prompt
 from bertforge.inference.onnx_backend import onnx_runtime_model, split_model_kwargs
@@ -43,6 +43,7 @@ from bertforge.inference.text_encoder import (
     evaluate_as_sentence_transformers,
     fit_as_sentence_transformers,
 )
+from bertforge.json_config import read_json_object
 from bertforge.runtime import resolve_device
 from bertforge.tasks import classification
 from bertforge.tasks.data import forward_rows

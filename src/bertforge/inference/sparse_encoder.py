@@ -23,11 +23,11 @@ from bertforge.checkpoint.sentence_transformers import (
     read_sentence_embedding,
     write_router,
 )
-from bertforge.config import read_json_object
 from bertforge.errors import ConfigError, InputError
 from bertforge.inference.features import model_rows, text_and_pair
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.text_encoder import ModelCardData, TextEncoder, encode_inputs
+from bertforge.json_config import read_json_object
 from bertforge.tokenizer.files import CONFIG_FILE as TOKENIZER_CONFIG_FILE
 from bertforge.tokenizer.files import NO_LENGTH_LIMIT, means_no_limit
 from bertforge.validation import check_counts

@@ -39,8 +39,9 @@ from bertforge.checkpoint.train_state import (
     rng_states,
     save_train_state,
 )
-from bertforge.config import PRESETS, BertConfig, JsonConfig, check_number, dropout_overrides
+from bertforge.config import PRESETS, BertConfig, dropout_overrides
 from bertforge.errors import ConfigError
+from bertforge.json_config import JsonConfig
 from bertforge.outputs import (
     check_not_in_use,
     check_output_dir,
@@ -62,7 +63,7 @@ from bertforge.training import distributed
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
 from bertforge.training.stopping import Stopped, stop_on_sigterm
 from bertforge.training.trainer import CHECKPOINT_DIR, keep_log_until, read_log
-from bertforge.validation import MAX_SEED, check_paths
+from bertforge.validation import MAX_SEED, check_number, check_paths
 
 logger = logging.getLogger("bertforge")
 progress = logging.getLogger("bertforge.progress")  # shown by the CLI without -v: held-out metrics as they come

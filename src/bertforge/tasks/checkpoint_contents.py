@@ -18,9 +18,10 @@ from bertforge.checkpoint.adapters import ADAPTER_CONFIG_FILE, PEFT_TASKS, inspe
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import SAFETENSORS_FILE, check_readable, config_path, read_state_dict
 from bertforge.checkpoint.sentence_transformers import TRANSFORMER_CONFIG_FILE
-from bertforge.config import FINETUNE_KEY, BertConfig, architectures_of, read_json_object
+from bertforge.config import FINETUNE_KEY, BertConfig, architectures_of
 from bertforge.errors import CheckpointError, ConfigError
 from bertforge.heads import BertForSequenceClassification, BertForTokenClassification
+from bertforge.json_config import read_json_object
 from bertforge.tasks.data import MIN_LENGTH, EncodeSettings
 from bertforge.tasks.registry import HEADS, OTHER_MODELS, TASKS, Task, get_task, sequence_task
 from bertforge.tokenizer.files import CONFIG_FILE as TOKENIZER_CONFIG_FILE

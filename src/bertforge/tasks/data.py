@@ -16,9 +16,9 @@ import torch
 from torch import nn
 
 from bertforge.batching import MODEL_INPUTS, LengthGroupedBatches, collate, length_sorted_batches
-from bertforge.config import JsonConfig, check_number
 from bertforge.errors import ConfigError, InputError
 from bertforge.heads import IGNORE_INDEX
+from bertforge.json_config import JsonConfig
 from bertforge.tasks.tables import (
     PLAIN_TEXT_COLUMN,
     cell,
@@ -29,6 +29,7 @@ from bertforge.tasks.tables import (
     text_cell,
 )
 from bertforge.training.distributed import Shard
+from bertforge.validation import check_number
 
 
 @dataclass

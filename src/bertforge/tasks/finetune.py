@@ -21,16 +21,9 @@ from torch import nn
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import config_path
 from bertforge.checkpoint.train_state import TRAIN_STATE_FILE
-from bertforge.config import (
-    FINETUNE_KEY,
-    BertConfig,
-    JsonConfig,
-    check_field_types,
-    check_number,
-    dropout_overrides,
-    read_json_object,
-)
+from bertforge.config import FINETUNE_KEY, BertConfig, dropout_overrides
 from bertforge.errors import BertforgeError, ConfigError, InputError, check_choice
+from bertforge.json_config import JsonConfig, check_field_types, read_json_object
 from bertforge.outputs import (
     check_not_in_use,
     check_output_dir,
@@ -63,7 +56,7 @@ from bertforge.training.trainer import (
     model_loss,
     read_log,
 )
-from bertforge.validation import check_paths, check_within_positions
+from bertforge.validation import check_number, check_paths, check_within_positions
 
 logger = logging.getLogger("bertforge")
 

@@ -24,8 +24,8 @@ from bertforge import fast_cpu
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.pretrained import encoders_of, set_gradient_checkpointing
 from bertforge.checkpoint.train_state import load_train_state, restore_rng_states, rng_states, save_train_state
-from bertforge.config import JsonConfig
 from bertforge.errors import BertforgeError, ConfigError, InputError
+from bertforge.json_config import JsonConfig
 from bertforge.outputs import to_json
 from bertforge.runtime import bf16_supported, resolve_device, seed_everything, to_device
 from bertforge.training import distributed
