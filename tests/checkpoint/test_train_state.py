@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from bertforge.checkpoint.train_state import TRAIN_STATE_FILE, load_train_state, save_train_state
-from bertforge.errors import CheckpointError
+from bertforge.checkpoint.train_state import TRAIN_STATE_FILE, check_same_settings, load_train_state, save_train_state
+from bertforge.errors import CheckpointError, ConfigError
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
 
 
@@ -90,3 +90,21 @@ def test_missing_or_foreign_files_are_one_line_errors(tmp_path):
     torch.save({"weights": torch.zeros(1)}, tmp_path / TRAIN_STATE_FILE)
     with pytest.raises(CheckpointError, match="not a bertforge training checkpoint"):
         load_train_state(tmp_path, *make_run())
+
+
+def test_a_resumed_run_has_the_settings_it_started_with_but_for_those_that_change_nothing(tmp_path):
+    """One check for fine-tuning and pre-training: nested settings by their dotted name, a changeable one passed,
+    any other named with both values; a field added since the run started is compared with its default (each
+    caller reads the saved settings back through its config class)."""
+    from bertforge.pretraining.run import PretrainConfig, _check_resumable
+
+    saved = {"lr": 0.1, "training": {"seed": 1, "log_every": 10}}
+    check_same_settings(saved, {"lr": 0.1, "training": {"seed": 1, "log_every": 5}}, {"training.log_every"}, "run")
+    with pytest.raises(ConfigError, match="run: the run was started with training.seed=1, this one has "
+                                          "training.seed=2; resume with the same settings"):
+        check_same_settings(saved, {"lr": 0.1, "training": {"seed": 2, "log_every": 10}}, set(), "run")
+    config = PretrainConfig(data="d", output="o")
+    older = {key: value for key, value in config.to_dict().items() if key != "holdout"}  # saved before it existed
+    _check_resumable(older, config, tmp_path / "pretrain_config.json")
+    with pytest.raises(ConfigError, match="the run was started with holdout=.*this one has holdout=7"):
+        _check_resumable(older, PretrainConfig(data="d", output="o", holdout=7), tmp_path / "pretrain_config.json")

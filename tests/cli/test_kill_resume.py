@@ -141,6 +141,13 @@ def test_a_run_killed_or_failed_into_a_model_folder_leaves_the_model_as_it_was(s
     assert code == 1 and len(err.splitlines()) == 1 and "missing.csv" in err
     assert digest(model) == before
 
+    # Resumed with another setting it is refused, naming the setting; the killed run stays, to be resumed.
+    code, _, err = in_process(capsys, "finetune", "--config", setup / "run.json", "--output", model, "--resume",
+                              "--seed", "3")
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert "the run was started with training.seed=2, this one has training.seed=3" in err
+    assert (tmp_path / "model.incomplete").is_dir() and digest(model) == before
+
     # Resuming the killed overwrite finishes it: then, and only then, the folder holds the new model.
     assert finetune(setup, model, "--resume", "--seed", "2").wait() == 0
     assert not (tmp_path / "model.incomplete").exists() and "checkpoint" not in os.listdir(model)

@@ -197,7 +197,7 @@ def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_again(corp
     (staging / "pretrain_config.json").write_text((tmp_path / "model" / "pretrain_config.json").read_text())
     assert main(train_args(corpus, tmp_path / "model", "--objective", "mlm", "--save-every", "100", "--resume",
                            "--lr", "0.5")) == 1
-    assert "the checkpoint was made with lr=" in capsys.readouterr().err
+    assert "the run was started with lr=" in capsys.readouterr().err
     assert sorted(path.name for path in staging.iterdir()) == ["pretrain_config.json"]
 
 

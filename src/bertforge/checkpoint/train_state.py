@@ -9,6 +9,7 @@ it loads with torch.load(weights_only=True): resuming never runs code from the f
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import torch
 from torch import nn
 
 from bertforge.atomic import PythonWrites, atomic_path
-from bertforge.errors import CheckpointError
+from bertforge.errors import CheckpointError, ConfigError
 
 TRAIN_STATE_FILE = "train_state.pt"
 FORMAT = "bertforge-train-state"
@@ -118,3 +119,27 @@ def load_train_state(directory: str | Path, model: nn.Module, optimizer: torch.o
         scaler.load_state_dict(state["scaler"])
     restore_rng_states(state["rng"])
     return TrainState(step=state["step"], data=state["data"], extra=state["extra"])
+
+
+def check_same_settings(saved: dict[str, Any], current: dict[str, Any], changeable: Collection[str],
+                        source: str | Path) -> None:
+    """A resumed run's settings (`current`, as JSON) are those it started with (`saved`, read back through its
+    config class, so that a field added since has its default), but for those in `changeable`, which don't change
+    what is computed (a nested field by its dotted name: training.log_every); else a ConfigError naming the first
+    that differs. Anything else would not be the run it continues."""
+    before = flattened(saved)
+    for name, now in flattened(current).items():
+        if name not in changeable and now != before.get(name):
+            raise ConfigError(f"{source}: the run was started with {name}={before.get(name)!r}, this one has "
+                              f"{name}={now!r}; resume with the same settings, or start a new output")
+
+
+def flattened(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A config's JSON with nested configs' fields under dotted names (training.lr)."""
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            flat |= flattened(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

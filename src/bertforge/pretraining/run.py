@@ -33,6 +33,7 @@ from bertforge.checkpoint.hf_format import CONFIG_FILE, config_path, read_state_
 from bertforge.checkpoint.pretrained import load_hf_state_dict, set_gradient_checkpointing
 from bertforge.checkpoint.train_state import (
     TRAIN_STATE_FILE,
+    check_same_settings,
     load_train_state,
     read_train_state,
     restore_rng_states,
@@ -238,11 +239,8 @@ def initialise_from(model: nn.Module, directory: str, report: bool = True) -> No
 
 
 def _check_resumable(saved: dict[str, Any], config: PretrainConfig, path: Path) -> None:
-    current = config.to_dict()
-    for key, value in saved.items():
-        if key not in RESUMABLE_CHANGES | PER_PROCESS and current.get(key) != value:
-            raise ConfigError(f"{path}: the checkpoint was made with {key}={value!r}, this run has "
-                              f"{key}={current.get(key)!r}; resume with the same settings or start a new output")
+    saved = PretrainConfig.from_dict(saved, str(path)).to_dict()  # a field added since: its default
+    check_same_settings(saved, config.to_dict(), RESUMABLE_CHANGES | PER_PROCESS, path)
 
 
 def _check_launch(config: PretrainConfig) -> distributed.ProcessInfo:

@@ -20,7 +20,7 @@ from torch import nn
 
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import config_path
-from bertforge.checkpoint.train_state import TRAIN_STATE_FILE
+from bertforge.checkpoint.train_state import TRAIN_STATE_FILE, check_same_settings
 from bertforge.config import FINETUNE_KEY, BertConfig, dropout_overrides
 from bertforge.errors import BertforgeError, ConfigError, InputError, check_choice
 from bertforge.json_config import JsonConfig, check_field_types, read_json_object
@@ -421,15 +421,7 @@ def check_resumable(config: FinetuneConfig, staging: Path) -> bool:
 
 def check_same_run(config: FinetuneConfig, saved_config: Path) -> None:
     """The settings of `config` are those a run saved (but for RESUMABLE_CHANGES), else a ConfigError naming one."""
-    saved = FinetuneConfig.load(saved_config).to_dict()
-    current = config.to_dict()
-    for key in current:
-        values = [(key, current[key], saved.get(key))] if key != "training" else [
-            (f"training.{name}", value, saved["training"].get(name)) for name, value in current[key].items()]
-        for name, now, before in values:
-            if name not in RESUMABLE_CHANGES and now != before:
-                raise ConfigError(f"{saved_config}: the run was started with {name}={before!r}, this "
-                                  f"one has {name}={now!r}; resume with the same settings")
+    check_same_settings(FinetuneConfig.load(saved_config).to_dict(), config.to_dict(), RESUMABLE_CHANGES, saved_config)
 
 
 def finished_run(output: Path, staging: Path) -> FinetuneResult | None:
