@@ -1,6 +1,7 @@
-"""What sentence-transformers' encoders share, for SentenceEncoder (dense), SparseEncoder (SPLADE) and the
-ColBERT encoder: loading a checkpoint with its layout (prompts, max_seq_length, similarity function), prompts by
-role, tokenizing, saving, comparing what `encode` gives, and sentence-transformers' own fit and evaluate."""
+"""What sentence-transformers' encoders share: TextEncoder, the base of SentenceEncoder (dense) and SparseEncoder
+(SPLADE), which loads a checkpoint with its layout (prompts, max_seq_length, similarity function), puts prompts by
+role, tokenizes, saves and compares what `encode` gives; and what the ColBERT and cross-encoders take from here too
+(construction options, model-card data, sentence-transformers' own fit and evaluate)."""
 
 from __future__ import annotations
 
