@@ -104,8 +104,8 @@ def score_function(config: Any) -> str:
     """The SCORE_FUNCTIONS name the server's /predict (text-embeddings-inference's "inputs") and /classify
     (vLLM's) apply to a sequence classifier (its BertConfig) unless a request asks for another: a sigmoid per label
     for a multi-label model, and for a single output (a cross-encoder's relevance) unless config.json says
-    regression, as vLLM reads it (text-embeddings-inference applies it to any single output; a regression model
-    fine-tuned here keeps its score); else a softmax."""
+    regression, as transformers' pipeline reads config.json (text-embeddings-inference applies it to any single
+    output; a regression model fine-tuned here keeps its score); else a softmax."""
     if config.problem_type == "regression":
         return "none"
     if config.problem_type == "multi_label_classification" or config.num_labels == 1:
