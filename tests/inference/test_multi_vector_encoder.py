@@ -275,6 +275,16 @@ def test_encode_options(colbert_dirs, texts):
                         reference.encode(texts["query"][:2], prompt_name="document", task="query"))
     assert_same_vectors(encoder.encode_query(texts["query"][:2], prompt="search: "),
                         reference.encode_query(texts["query"][:2], prompt="search: "))
+    # PyLate's encode(is_query=...): a query or a document as encode_query and encode_document give them
+    pylate = MultiVectorEncoder(str(colbert_dirs["pylate"]))
+    assert_same_vectors(pylate.encode(texts["query"][:3], is_query=True), pylate.encode_query(texts["query"][:3]))
+    assert_same_vectors(pylate.encode(texts["document"][:3], is_query=False),
+                        pylate.encode_document(texts["document"][:3]))
+    assert len(pylate.encode(texts["query"][0], is_query=True)) != len(pylate.encode(texts["query"][0]))
+    with pytest.raises(InputError, match="give task or is_query, not both"):
+        pylate.encode(texts["query"][:1], is_query=True, task="query")
+    with pytest.raises(InputError, match="is_query must be true or false"):
+        pylate.encode(texts["query"][:1], is_query="yes")
     truncated = MultiVectorEncoder(folder, truncate_dim=64, similarity_fn_name="meanmaxsim")
     reference = sentence_transformers.MultiVectorEncoder(folder, truncate_dim=64, similarity_fn_name="meanmaxsim")
     queries, documents = truncated.encode_query(texts["query"][:3]), truncated.encode_document(texts["document"][:3])

@@ -396,13 +396,23 @@ class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, 
                output_value: str | None = "token_embeddings", convert_to_numpy: bool = False,
                device: str | torch.device | None = None, normalize_embeddings: bool = False,
                truncate_dim: int | None = None, task: str | None = None, pool: dict[str, Any] | None = None,
-               chunk_size: int | None = None, token_pooling: Any = None, **options: Any) -> Any:
+               chunk_size: int | None = None, token_pooling: Any = None, is_query: bool | None = None,
+               **options: Any) -> Any:
         """Per text its scored token vectors, (tokens_i, dim): a list, or one for a single text; numpy arrays with
         `convert_to_numpy`. `task` ("query" or "document") chooses the prompt-free settings of that role: prefer
         encode_query and encode_document, which also choose the role's prompt. `truncate_dim` keeps the first
         dimensions of each vector and makes it unit length again. `token_pooling` (by default the encoder's) pools
         each document's vectors before that. `pool` (start_multi_process_pool's) or a list of devices as `device`
-        shares the texts between processes."""
+        shares the texts between processes. `is_query` (PyLate's): True encodes as encode_query does, False as
+        encode_document (PyLate's encode takes a query when it isn't given; here a text without a role)."""
+        if is_query is not None:
+            if not isinstance(is_query, bool):
+                raise InputError(f"is_query must be true or false, got {is_query!r}")
+            if task is not None:
+                raise InputError("give task or is_query, not both")
+            task = "query" if is_query else "document"
+            if prompt_name is None and prompt is None:
+                prompt = self.role_prompt(task)
         if "convert_to_tensor" in options:
             raise InputError("MultiVectorEncoder.encode has no convert_to_tensor: texts have different numbers of "
                              "token vectors, so they stay a list (convert_to_numpy=True gives arrays)")
