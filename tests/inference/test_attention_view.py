@@ -356,7 +356,7 @@ def test_bertviz_calls_hold_the_layers_and_heads_bertviz_holds(pair_attentions):
 
 @pytest.mark.parametrize("call, message", [
     (lambda a, t: head_view(a, t, include_layers=[6], html_action="return"),
-     "include_layers: 6 is not one of the model's 6 (0 to 5)"),
+     "include_layers: 6 is not one of the model's 6 (0 to 5, or from the end -1 to -6)"),
     (lambda a, t: head_view(a, t, layer=3, include_layers=[1, 2], html_action="return"),
      "layer 3 is not on the page (it holds 1, 2)"),
     (lambda a, t: model_view(a, t, include_heads=[], html_action="return"),
@@ -374,6 +374,31 @@ def test_bertviz_calls_refuse_what_they_cannot_draw_in_one_line(pair_attentions,
     with pytest.raises(BertforgeError) as caught:
         call(attentions, tokens)
     assert str(caught.value) == message
+
+
+def test_bertviz_calls_as_bertviz_users_write_them(pair_attentions, minilm, tokenizer, minilm_dir):
+    """A layer counted from the end (-1: the last, as in bertviz's Python indexing); neuron_view called in
+    bertviz's own order, with the model type before the tokenizer, and an empty second sentence read as none; a
+    transformers model or tokenizer, or another model type, refused in one line."""
+    attentions, tokens, second = pair_attentions
+    data = page_data(model_view(attentions, tokens, include_layers=[-1, 0], html_action="return").data)
+    assert data["layer_names"] == [0, 5]
+    theirs = neuron_view(minilm, "bert", tokenizer, "The cat sat.", "", "dark", 1, 2, "return")
+    assert theirs.data == neuron_view(minilm, tokenizer, "The cat sat.", layer=1, head=2, html_action="return").data
+    assert neuron_view(minilm, tokenizer, "The cat sat.", model_type="bert", html_action="return").data == \
+        neuron_view(minilm, tokenizer, "The cat sat.", html_action="return").data
+    transformers = pytest.importorskip("transformers")
+    for call, message in [
+            (lambda: neuron_view(minilm, "gpt2", tokenizer, "The cat sat."), "model_type 'gpt2': this neuron view "
+                                                                               "draws BERT models"),
+            (lambda: neuron_view(minilm, "bert", tokenizer, "The cat sat.", model_type="bert"),
+             "model_type is given twice"),
+            (lambda: neuron_view(transformers.BertModel.from_pretrained(str(minilm_dir)), tokenizer, "The cat sat."),
+             "neuron_view reads a bertforge model's queries and keys, not a BertModel's"),
+            (lambda: neuron_view(minilm, transformers.AutoTokenizer.from_pretrained(str(minilm_dir)), "The cat sat."),
+             "neuron_view takes bertforge's tokenizer, not a BertTokenizer")]:
+        with pytest.raises(BertforgeError, match=message):
+            call()
 
 
 def test_view_displays_in_a_notebook(pair_attentions, monkeypatch):

@@ -29,6 +29,7 @@ from bertforge import (  # noqa: E402
 )
 from bertforge.errors import BertforgeError, ConfigError  # noqa: E402
 from bertforge.inference import extract_features  # noqa: E402
+from bertforge.inference.attention_view import compute_attention, render_attention_map  # noqa: E402
 from bertforge.inference.serve import Job, ServeSettings  # noqa: E402
 from bertforge.inference.serve.app import create_app, load_app, server_config  # noqa: E402
 from bertforge.tasks.checkpoint_contents import RUN_CONFIG_FILE, inspect_checkpoint  # noqa: E402
@@ -212,6 +213,12 @@ def test_attention_page(encoder_server):
     assert data["tokens"] == ["[CLS]", "the", "cat", "sat", ".", "[SEP]", "it", "slept", ".", "[SEP]"]
     assert data["segment_b_start"] == 6
     assert (data["layers"], data["heads"], len(data["attention"][0][0])) == (2, 4, 10)  # [layer][head][token]
+    # the neuron view's queries and keys too: the page `bertforge attention` writes for the same text
+    model, tokenizer = BertModel.from_pretrained(encoder_server.directory), BertTokenizer.from_pretrained(
+        encoder_server.directory)
+    offline = render_attention_map(compute_attention(model, tokenizer, "The cat sat.", "It slept."))
+    expected = json.loads(offline.split('id="attention-data">')[1].split("</script>")[0])
+    assert {"queries", "keys"} <= set(data) and data == expected
     assert_error(encoder_server.request("/attention"), 422, "text")
 
 

@@ -17,11 +17,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 import torch
 
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import encoder_of
+from bertforge.model import BertModel
+from bertforge.tokenizer import BertTokenizer
 from bertforge.validation import check_within_positions
 
 # Enough for a long sentence pair; the page holds layers * heads * seq^2 weights, which grows fast beyond it.
@@ -209,9 +212,10 @@ def _chosen(name: str, chosen: Sequence[int] | None, count: int) -> list[int]:
     if not chosen:
         raise ConfigError(f"{name} is empty: give at least one index, or None for all")
     for index in chosen:
-        if not 0 <= index < count:
-            raise ConfigError(f"{name}: {index} is not one of the model's {count} (0 to {count - 1})")
-    return sorted(set(chosen))
+        if not -count <= index < count:
+            raise ConfigError(f"{name}: {index} is not one of the model's {count} (0 to {count - 1}, or from the "
+                              f"end -1 to -{count})")
+    return sorted({index % count for index in chosen})  # -1, as a Python index (and bertviz's), is the last
 
 
 def _position(name: str, index: int, held: list[int]) -> int:
@@ -277,8 +281,10 @@ def head_view(attention, tokens: Sequence[str], sentence_b_start: int | None = N
 
     `attention`: the model's `outputs.attentions` for one text (or (layers, heads, seq, seq)); `tokens` its tokens
     (tokenizer.convert_ids_to_tokens); `sentence_b_start`: where a pair's second text starts. `layer` and `heads`
-    are selected when the page opens; `include_layers` keeps only those layers. html_action "view" shows the page in
-    a notebook; "return" returns it (AttentionPage: `.data` is the HTML)."""
+    are selected when the page opens; `include_layers` keeps only those layers (-1: the last). html_action "view"
+    shows the page in a notebook; "return" returns it (AttentionPage: `.data` is the HTML). The page stores each
+    weight to DECIMALS places and leaves out those below MIN_WEIGHT, which draw nothing, where bertviz stores every
+    weight whole: a page stays small (a weight itself is compute_attention's)."""
     tokens_a, tokens_b = _split_tokens(tokens, sentence_b_start, prettify_tokens)
     layout = PageLayout(views=("head",), layers=include_layers, start_layer=layer, start_heads=heads)
     return _shown(AttentionPage(render_attention_html(tokens_a, tokens_b, attention, "Attention", layout=layout)),
@@ -298,11 +304,31 @@ def model_view(attention, tokens: Sequence[str], sentence_b_start: int | None = 
                   html_action)
 
 
-def neuron_view(model, tokenizer, sentence_a: str, sentence_b: str | None = None, display_mode: str = "dark",
-                layer: int | None = None, head: int | None = None, html_action: str = "view") -> AttentionPage | None:
-    """bertviz's neuron view (its `neuron_view.show`, less model_type: the model is BERT), drawn offline: the query
-    of a chosen token against every token's key, their product, and the weight that gives. `model` a bertforge
-    model (BertModel, or one with `.bert`); `layer` and `head` are selected when the page opens."""
+def neuron_view(model, *arguments: Any, model_type: str | None = None, **options: Any) -> AttentionPage | None:
+    """bertviz's neuron view, drawn offline: the query of a chosen token against every token's key, their product,
+    and the weight that gives. Called as bertviz's `neuron_view.show(model, model_type, tokenizer, sentence_a,
+    sentence_b=None, display_mode="dark", layer=None, head=None, html_action="view")`, or without model_type
+    (the model is BERT). `model` a bertforge model (BertModel, or one with `.bert`), whose queries and keys it
+    reads; `layer` and `head` are selected when the page opens."""
+    if arguments and isinstance(arguments[0], str):  # bertviz's order: the model type before the tokenizer
+        if model_type is not None:
+            raise ConfigError("model_type is given twice, by position and by name")
+        model_type, arguments = arguments[0], arguments[1:]
+    if model_type not in (None, "bert"):
+        raise ConfigError(f"model_type {model_type!r}: this neuron view draws BERT models (model_type 'bert')")
+    return _neuron_page(model, *arguments, **options)
+
+
+def _neuron_page(model, tokenizer, sentence_a: str, sentence_b: str | None = None, display_mode: str = "dark",
+                 layer: int | None = None, head: int | None = None, html_action: str = "view"
+                 ) -> AttentionPage | None:
+    if not isinstance(encoder_of(model), BertModel):
+        raise ConfigError(f"neuron_view reads a bertforge model's queries and keys, not a {type(model).__name__}'s: "
+                          f"load the checkpoint with bertforge.BertModel.from_pretrained(path)")
+    if not isinstance(tokenizer, BertTokenizer):
+        raise ConfigError(f"neuron_view takes bertforge's tokenizer, not a {type(tokenizer).__name__}: "
+                          f"bertforge.BertTokenizer.from_pretrained(path)")
+    sentence_b = sentence_b or None  # an empty second sentence is none, as bertviz reads it
     attention = compute_attention(model, tokenizer, sentence_a, sentence_b)
     layout = PageLayout(views=("neuron",), start_layer=layer, start_heads=None if head is None else [head],
                         dark=_is_dark(display_mode))

@@ -34,9 +34,9 @@ async def attention(served: Served, text: str = Query(min_length=1), pair: str |
                                       served.attention_max_length, served.truncate)
     except InputError as problem:  # over the viewer's limit, on a server that refuses long texts
         raise HTTPError(413, str(problem)) from None
-    (weights,) = await served.run_jobs([Job(attentions, row)])
+    ((weights, queries, keys),) = await served.run_jobs([Job(attentions, row)])
     # Rendering writes layers * heads * seq^2 numbers: off the event loop.
-    page = await asyncio.to_thread(render_attention_map, attention_map(served.tokenizer, row, weights),
+    page = await asyncio.to_thread(render_attention_map, attention_map(served.tokenizer, row, weights, queries, keys),
                                    f"Attention: {text[:80]}")
     return HTMLResponse(page)
 
