@@ -85,19 +85,12 @@ def encode_for_attention(tokenizer, text: str, pair: str | None = None, max_leng
 
 
 @torch.inference_mode()
-def attention_weights(model, input_ids: list[int], token_type_ids: list[int]) -> torch.Tensor:
-    """(layers, heads, seq, seq) attention probabilities for one row; `model` is a BertModel or has `.bert`."""
-    encoder = encoder_of(model)
-    device = next(encoder.parameters()).device
-    output = encoder(torch.tensor([input_ids], device=device), token_type_ids=torch.tensor([token_type_ids],
-                     device=device), output_attentions=True)
-    return torch.stack([layer[0] for layer in output.attentions]).float().cpu()
-
-
-@torch.inference_mode()
-def query_key_vectors(model, input_ids: list[int], token_type_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every layer's queries and keys for one row, each (layers, heads, seq, head_dim), read by forward hooks on the
-    attention's query and key projections (their outputs are (tokens, hidden): one row has no padding to pack)."""
+def attention_vectors(model, input_ids: list[int], token_type_ids: list[int]
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One row's (layers, heads, seq, seq) attention probabilities, and the queries and keys they come from, each
+    (layers, heads, seq, head_dim), in one forward pass: the queries and keys are read by forward hooks on the
+    attention's query and key projections (their outputs are (tokens, hidden): one row has no padding to pack).
+    `model` is a BertModel or has `.bert`."""
     encoder = encoder_of(model)
     captured: dict[str, list[torch.Tensor]] = {"query": [], "key": []}
     handles = [getattr(layer.attention, name).register_forward_hook(
@@ -105,14 +98,15 @@ def query_key_vectors(model, input_ids: list[int], token_type_ids: list[int]) ->
                for layer in encoder.encoder.layers for name in captured]
     device = next(encoder.parameters()).device
     try:
-        encoder(torch.tensor([input_ids], device=device), token_type_ids=torch.tensor([token_type_ids], device=device))
+        output = encoder(torch.tensor([input_ids], device=device),
+                         token_type_ids=torch.tensor([token_type_ids], device=device), output_attentions=True)
     finally:
         for handle in handles:
             handle.remove()
     heads = encoder.config.num_attention_heads
-    split = [torch.stack([x.reshape(len(input_ids), heads, -1).transpose(0, 1) for x in captured[name]])
-             for name in ("query", "key")]
-    return split[0], split[1]
+    queries, keys = (torch.stack([x.reshape(len(input_ids), heads, -1).transpose(0, 1) for x in captured[name]])
+                     for name in ("query", "key"))
+    return torch.stack([layer[0] for layer in output.attentions]).float().cpu(), queries, keys
 
 
 def attention_map(tokenizer, encoding: dict[str, list], attentions: torch.Tensor,
@@ -133,8 +127,7 @@ def compute_attention(model, tokenizer, text: str, pair: str | None = None, max_
     max_length = max_length or min(DEFAULT_MAX_TOKENS, positions)
     encoding = encode_for_attention(tokenizer, text, pair, max_length, truncate)
     ids, segments = encoding["input_ids"], encoding["token_type_ids"]
-    return attention_map(tokenizer, encoding, attention_weights(model, ids, segments),
-                         *query_key_vectors(model, ids, segments))
+    return attention_map(tokenizer, encoding, *attention_vectors(model, ids, segments))
 
 
 def sparse_rows(weights: torch.Tensor) -> list:

@@ -8,7 +8,7 @@ import torch
 from bertforge.checkpoint.sentence_transformers import SpladePooling
 from bertforge.explain.page import explained
 from bertforge.heads import encoder_of
-from bertforge.inference.attention_view import attention_weights, query_key_vectors
+from bertforge.inference.attention_view import attention_vectors
 from bertforge.inference.features import after_pooling, pool, pooling_mask
 from bertforge.inference.multi_vector_encoder import MultiVectorEncoder
 from bertforge.inference.serve.batcher import Job
@@ -54,8 +54,7 @@ def token_vectors(model: torch.nn.Module, jobs: list[Job]) -> list[torch.Tensor]
 def attentions(model: torch.nn.Module, jobs: list[Job]) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """Per job, the (layers, heads, seq, seq) weights and the (layers, heads, seq, head_dim) queries and keys the
     neuron view recomputes them from; one text at a time, as each page shows one text."""
-    return [(attention_weights(model, job.row["input_ids"], job.row["token_type_ids"]),
-             *query_key_vectors(model, job.row["input_ids"], job.row["token_type_ids"])) for job in jobs]
+    return [attention_vectors(model, job.row["input_ids"], job.row["token_type_ids"]) for job in jobs]
 
 
 def explanations(model: torch.nn.Module, jobs: list[Job]) -> list[dict[str, Any] | str]:
