@@ -26,7 +26,7 @@ from bertforge.checkpoint.sentence_transformers import (
     usable_options,
     write_sentence_embedding,
 )
-from bertforge.config import BertConfig, bert_config, is_config_key
+from bertforge.config import BertConfig, bert_config, dtype_name, is_config_key
 from bertforge.errors import CheckpointError, ConfigError, check_choice
 
 logger = logging.getLogger("bertforge")
@@ -658,5 +658,4 @@ def saved_dtype(config: BertConfig, state: dict[str, torch.Tensor]) -> BertConfi
         keys = ["dtype"]  # transformers 5's name; float32, what a config without one means, goes unsaid
     if not keys or floating is None:
         return config
-    name = str(floating).removeprefix("torch.")
-    return dataclasses.replace(config, extra={**config.extra, **dict.fromkeys(keys, name)})
+    return dataclasses.replace(config, extra={**config.extra, **dict.fromkeys(keys, dtype_name(floating))})

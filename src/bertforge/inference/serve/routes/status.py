@@ -6,6 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fastapi.responses import Response
 
+from bertforge.config import dtype_name
 from bertforge.inference.serve import schemas
 from bertforge.inference.serve.errors import OPENAI_ERRORS
 from bertforge.inference.serve.limits import HEALTH_PATH, HTTPError
@@ -50,7 +51,7 @@ def model_dtype(model) -> str:
     quantization = getattr(model, "quantization", None)
     if quantization is not None:
         return {"bf16": "bfloat16"}.get(quantization.precision, quantization.precision)
-    return str(next(model.parameters()).dtype).removeprefix("torch.")
+    return dtype_name(next(model.parameters()).dtype)
 
 
 @router.get("/v1/models", response_model=schemas.ModelList, responses=OPENAI_ERRORS)
