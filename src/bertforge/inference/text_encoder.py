@@ -200,8 +200,6 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
         tokenizer_options = (tokenizer_kwargs or {}) | (processor_kwargs or {})
         if "model_max_length" in tokenizer_options:  # sentence-transformers 6: max_seq_length
             self.max_seq_length = tokenizer_options["model_max_length"]
-        if prompts is not None:
-            check_prompts(prompts)
         # sentence-transformers 5 and later give every model "query" and "document" prompts, empty where neither the
         # checkpoint nor `prompts` fills them (saved so); assigning `prompts` afterwards replaces them all
         self._change(prompts=ROLE_PROMPTS | self.settings.prompts | (prompts or {}))
