@@ -463,9 +463,7 @@ class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, 
 
     def _encode_role(self, role: str, inputs: Any, prompt_name: str | None, prompt: str | None,
                      options: dict[str, Any]) -> Any:
-        if prompt_name is None and prompt is None:
-            prompt = self.role_prompt(role)
-        return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, task=role, **options)
+        return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, is_query=role == "query", **options)
 
     def similarity(self, embeddings1: Any, embeddings2: Any, a_mask: torch.Tensor | None = None,
                    b_mask: torch.Tensor | None = None, length_normalize: bool | None = None,
