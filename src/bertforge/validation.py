@@ -5,11 +5,12 @@ of the asked size fits in memory. One place, so that every entry point says the 
 from __future__ import annotations
 
 import math
+import operator
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from bertforge.errors import ConfigError, InputError
+from bertforge.errors import BertforgeError, ConfigError, InputError
 
 BYTES_PER_PARAMETER = 4  # float32 weights, as every model is built
 MAX_SEED = 2**32 - 1  # numpy's global generator (seeded with torch's and Python's) takes 32 bits
@@ -40,12 +41,17 @@ def check_paths(**paths: Any) -> None:
             raise ConfigError(f"{name} is an empty path")
 
 
-def check_counts(**counts: Any) -> None:
-    """InputError unless each value is a positive whole number: the counts and sizes an API call is given (top_k,
-    batch_size, truncate_dim), named in the message."""
+def check_counts(error: type[BertforgeError] = InputError, /, **counts: Any) -> None:
+    """`error` (InputError unless told) unless each value is a positive whole number: the counts and sizes an API
+    call is given (top_k, batch_size, truncate_dim, vocab_size), named in the message. A numpy integer is one, as
+    transformers and sentence-transformers take it; True is none."""
     for name, value in counts.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InputError(f"{name} must be a positive whole number, got {value!r}")
+        try:
+            whole = not isinstance(value, bool) and operator.index(value) >= 1
+        except TypeError:
+            whole = False
+        if not whole:
+            raise error(f"{name} must be a positive whole number, got {value!r}")
 
 
 def listed_inputs(value: Any, name: str) -> list:

@@ -2,6 +2,7 @@
 
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -310,6 +311,15 @@ def test_a_batch_size_that_is_not_a_count_is_named(minilm, minilm_dir, tokenizer
         extract_features(minilm, tokenizer, ["a text"], batch_size=batch_size)
     with pytest.raises(InputError, match=message):
         SentenceEncoder(minilm_dir).encode(["a text"], batch_size=batch_size)
+
+
+def test_numpy_integers_are_counts(minilm_dir):
+    """A count read from a numpy array (np.int64) is one, as sentence-transformers takes it."""
+    encoder, texts = SentenceEncoder(minilm_dir), ["a short text", "a second, longer text", "three"]
+    expected = encoder.encode(texts, batch_size=2, truncate_dim=8)
+    np.testing.assert_array_equal(encoder.encode(texts, batch_size=np.int64(2), truncate_dim=np.int64(8)), expected)
+    with pytest.raises(InputError, match=re.escape("batch_size must be a positive whole number, got True")):
+        encoder.encode(texts, batch_size=True)
 
 
 def test_encoder_options_of_the_wrong_type_are_named(minilm_dir):

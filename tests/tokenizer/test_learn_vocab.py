@@ -87,9 +87,9 @@ def test_errors_are_one_line(tmp_path):
     for options in ({"vocab_size": "100"}, {"vocab_size": None}, {"vocab_size": True}, {"vocab_size": 1.5},
                     {"vocab_size": 100, "min_pair_count": 0}, {"vocab_size": 100, "min_pair_count": -1}):
         name, value = next((name, value) for name, value in reversed(options.items()))
-        with pytest.raises(ConfigError, match=rf"^{name} must be a whole number of at least 1, got {value!r}$"):
+        with pytest.raises(ConfigError, match=rf"^{name} must be a positive whole number, got {value!r}$"):
             learn_vocab([corpus], **options)
-    with pytest.raises(ConfigError, match=r"^vocab_size must be a whole number of at least 1, got 'x'$"):
+    with pytest.raises(ConfigError, match=r"^vocab_size must be a positive whole number, got 'x'$"):
         BertTokenizer.from_pretrained("default").train_new_from_iterator(["abc"], "x")
     corpus.write_bytes(b"ok\n\xff\xfe broken\n")
     with pytest.raises(InputError, match=r"corpus\.txt, line 2: not valid UTF-8"):

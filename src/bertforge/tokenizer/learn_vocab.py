@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import operator
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -21,6 +20,7 @@ from bertforge.errors import ConfigError, InputError, no_such_file
 from bertforge.tokenizer.basic import BasicTokenizer
 from bertforge.tokenizer.vocab import SPECIAL_TOKENS, Vocab
 from bertforge.tokenizer.wordpiece import CONTINUATION, MAX_WORD_CHARS
+from bertforge.validation import check_counts
 
 logger = logging.getLogger("bertforge")
 
@@ -82,8 +82,7 @@ def learn_wordpiece(word_counts: Mapping[str, int], vocab_size: int, min_pair_co
     tie and "hug" + "##s" comes first alphabetically -> "hugs"; then "pug".
     `progress` is called with the vocabulary size after each new token.
     """
-    check_count("vocab_size", vocab_size)
-    check_count("min_pair_count", min_pair_count)
+    check_counts(ConfigError, vocab_size=vocab_size, min_pair_count=min_pair_count)
     specials = list(SPECIAL_TOKENS.values())
     tokens = specials + alphabet(word_counts)
     if vocab_size < len(tokens):
@@ -141,16 +140,6 @@ def learn_wordpiece(word_counts: Mapping[str, int], vocab_size: int, min_pair_co
     return tokens
 
 
-def check_count(name: str, value) -> None:
-    """ConfigError unless `value` is a whole number of at least 1 (a numpy integer too; true is no count)."""
-    try:
-        whole = not isinstance(value, bool) and operator.index(value) >= 1
-    except TypeError:
-        whole = False
-    if not whole:
-        raise ConfigError(f"{name} must be a whole number of at least 1, got {value!r}")
-
-
 def _contains(pieces: list[str], pair: Pair) -> bool:
     return any(a == pair[0] and b == pair[1] for a, b in zip(pieces, pieces[1:]))
 
@@ -175,8 +164,7 @@ def learn_vocab(paths: Iterable[str | Path], vocab_size: int, lowercase: bool = 
 
     Lower-cases and strips accents unless `lowercase=False` (a cased vocabulary), as BertTokenizer does.
     """
-    check_count("vocab_size", vocab_size)  # before the corpus is read
-    check_count("min_pair_count", min_pair_count)
+    check_counts(ConfigError, vocab_size=vocab_size, min_pair_count=min_pair_count)  # before the corpus is read
     paths = [paths] if isinstance(paths, str | Path) else list(paths)  # one file, or several
     if not paths:
         raise InputError("no corpus files given")

@@ -49,7 +49,7 @@ from bertforge.tokenizer.files import (
 )
 from bertforge.tokenizer.vocab import SPECIAL_TOKENS, UNUSED_ROLES, Vocab
 from bertforge.tokenizer.wordpiece import CONTINUATION, MAX_WORD_CHARS, WordPiece, WordPieceCache
-from bertforge.validation import check_number, listed_inputs
+from bertforge.validation import check_counts, check_number, listed_inputs
 
 SPECIAL_TOKEN_ROLES = (*SPECIAL_TOKENS, *UNUSED_ROLES)  # what a tokenizer's settings may name
 # The reference's WordPiece decoder glues these onto the previous token (applied token by token).
@@ -256,9 +256,9 @@ class BertTokenizer:
         Chinese characters, maximum length, padding and truncation sides) and a new WordPiece vocabulary of at most
         `vocab_size` tokens, learnt from the texts (an iterator of texts or of batches of texts, as a dataset's
         column gives them). The vocabulary's special tokens are BERT's; `length` is only a progress hint there."""
-        from bertforge.tokenizer.learn_vocab import check_count, count_words, learn_wordpiece
+        from bertforge.tokenizer.learn_vocab import count_words, learn_wordpiece
 
-        check_count("vocab_size", vocab_size)  # before the texts are read
+        check_counts(ConfigError, vocab_size=vocab_size)  # before the texts are read
         if options:
             raise ConfigError(f"train_new_from_iterator takes no option {sorted(options)[0]!r} here")
         if {role: self.vocab.special_tokens[role] for role in SPECIAL_TOKENS} != SPECIAL_TOKENS:
