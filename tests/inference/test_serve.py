@@ -1558,6 +1558,15 @@ def test_vllm_classify_as_transformers(make_server, seeded_classifier, sst2_dev,
     assert_error(server.request("/classify", {"input": texts[0], "add_special_tokens": False}), 400,
                  "add_special_tokens: false leaves out the [CLS]")
     assert_error(make_server("default").request("/classify", {"input": "x"}), 409, "wrong task")
+    # a server that refuses long texts refuses them on vLLM's routes too (vLLM answers a prompt over its
+    # max_model_len with an error); truncate_prompt_tokens -1 asks for the cut
+    refusing, long_text = make_server(folder, long_text="refuse"), " ".join(["word"] * 600)
+    for route, body in (("/classify", {"input": [texts[0], long_text]}), ("/score", {"text_1": texts[0],
+                                                                                   "text_2": long_text}),
+                        ("/pooling", {"input": long_text})):
+        assert_error(refusing.request(route, body), 413, "longer than the model's max_length; the limit is 512")
+        status, answer, _ = refusing.request(route, body | {"truncate_prompt_tokens": -1})
+        assert status == 200 and answer["usage"]["prompt_tokens"] >= 512, answer
 
 
 def make_prompt_excluded(folder: str, tmp_path) -> str:
@@ -1607,15 +1616,29 @@ def test_vllm_embedding_options_and_tokenizer_routes(make_server, tokenizer, tmp
     raw = np.stack([np.frombuffer(base64.b64decode(item["embedding"]), dtype="<i2") for item in answer["data"]])
     decoded = torch.from_numpy(raw.copy()).view(torch.bfloat16).float().numpy()
     np.testing.assert_allclose(decoded, expected, atol=4e-3)
-    # without [CLS] and [SEP]: the mean of the word pieces' vectors alone, as transformers' model gives them
+    # without [CLS] and [SEP]: the mean of the word pieces' vectors alone, as transformers' model gives them; with
+    # normalize (or, in vLLM's newer name, use_activation) false, not scaled to unit length, though the layout's
+    # Normalize module would scale them (as vLLM's test_normalize expects, and TEI's /embed gives them)
     model = transformers.AutoModel.from_pretrained(folder).eval()
     fast = transformers.AutoTokenizer.from_pretrained(folder)
-    answer = vectors({"add_special_tokens": False, "normalize": False})
-    for text, item in zip(texts, answer["data"]):
-        ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
-        with torch.no_grad():
-            mean = model(input_ids=ids).last_hidden_state[0].mean(0)
-        np.testing.assert_allclose(item["embedding"], torch.nn.functional.normalize(mean, dim=0), atol=1e-5)
+    for body in ({"normalize": False}, {"use_activation": False}, {"normalized": False}, {}):
+        answer = vectors({"add_special_tokens": False, **body})
+        for text, item in zip(texts, answer["data"]):
+            ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+            with torch.no_grad():
+                mean = model(input_ids=ids).last_hidden_state[0].mean(0)
+            np.testing.assert_allclose(item["embedding"], torch.nn.functional.normalize(mean, dim=0) if not body
+                                       else mean, atol=1e-5)
+    answer = server.request("/pooling", {"input": texts, "normalize": False, "add_special_tokens": False})[1]
+    assert [item["data"] for item in answer["data"]] == [item["embedding"] for item in vectors(
+        {"add_special_tokens": False, "normalize": False})["data"]]
+    # truncate_prompt_tokens above the model's max_model_len (the layout's 256) is refused, as vLLM refuses it
+    assert server.request("/tokenize", {"prompt": "a"})[1]["max_model_len"] == 256
+    assert_error(server.request("/v1/embeddings", {"input": texts, "truncate_prompt_tokens": 257}), 400,
+                 "truncate_prompt_tokens: 257 tokens; a model input takes from 2 ([CLS] and [SEP]) to the model's "
+                 "max_model_len 256")
+    assert vectors({"input": [" ".join(["word"] * 300)], "truncate_prompt_tokens": -1})["usage"]["prompt_tokens"] \
+        == 256
     assert_error(server.request("/v1/embeddings", {"input": ["a", " "], "add_special_tokens": False}), 400,
                  "input 1 has no word piece to read without [CLS] and [SEP]")
     # ... and with a query prompt the layout leaves out of the pooling (include_prompt false): its pieces alone

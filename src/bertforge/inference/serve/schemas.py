@@ -191,12 +191,13 @@ class OpenAIEmbeddingRequest(HostedEmbeddingRequest, VLLMEncoding):
                                 "retrieval.passage a query's or a document's prompt")
     embedding_type: Literal["float", "base64", "binary", "ubinary"] | None = Field(
         None, description="Jina's encoding_format, with its binary and ubinary (sign bits, eight to a byte)")
-    normalized: bool | None = Field(None, strict=True, description="Jina's: false gives the vectors as the "
-                                                                    "model's layout pools them (default: unit length)")
+    normalized: bool | None = Field(None, strict=True, description="Jina's: false gives the vectors as pooled, not "
+                                                                    "scaled to unit length (default: unit length)")
     truncate: bool | None = Field(None, strict=True, description="Jina's: cut a text over the model's length (true) "
                                                                   "or answer 413 (false); default: --long-text")
     late_chunking: bool | None = Field(None, strict=True, description="Jina's: refused when true")
-    normalize: bool | None = Field(None, strict=True, description="vLLM's name for normalized")
+    normalize: bool | None = Field(None, strict=True, description="vLLM's older name for normalized")
+    use_activation: bool | None = Field(None, strict=True, description="vLLM's name for normalized")
     truncate_prompt_tokens: int | None = Field(None, ge=-1, strict=True, description=TRUNCATE_PROMPT_TOKENS)
     add_special_tokens: bool = Field(True, strict=True, description="vLLM's: false reads a text's word pieces "
                                                                     "without [CLS] and [SEP]")

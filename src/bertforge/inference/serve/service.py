@@ -145,14 +145,16 @@ class ServedModel:
 
     def prompt_limit(self, truncate_prompt_tokens: int | None) -> int | None:
         """vLLM's truncate_prompt_tokens as the tokens each model input is cut to: None where it was not sent, the
-        server's max_length for -1."""
+        model's input limit (vLLM's max_model_len, /tokenize's) for -1. More than that limit is refused, as vLLM
+        refuses it, rather than cut to the limit unsaid."""
         if truncate_prompt_tokens is None:
             return None
+        limit = self.input_limit()
         if truncate_prompt_tokens == -1:
-            return self.max_length
-        if not 2 <= truncate_prompt_tokens <= self.max_length:
+            return limit
+        if not 2 <= truncate_prompt_tokens <= limit:
             raise HTTPError(422, f"truncate_prompt_tokens: {truncate_prompt_tokens} tokens; a model input takes from 2 "
-                                 f"([CLS] and [SEP]) to the server's max_length {self.max_length}, or -1 for that")
+                                 f"([CLS] and [SEP]) to the model's max_model_len {limit}, or -1 for that")
         return truncate_prompt_tokens
 
     def check_ids(self, id_lists: list[list[int]]) -> None:

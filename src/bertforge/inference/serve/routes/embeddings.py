@@ -101,8 +101,10 @@ async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest, served: Ser
     else:
         # the prompt for a query or a document (as encode_query / encode_document pick it), or Jina's task's
         prompt = input_prompt(request.task or role, served.layout().prompts)
-        unit = request.normalized is not False and request.normalize is not False  # Jina's name, and vLLM's
-        vectors, tokens, used = await served.embed(texts, None, True if unit else None, request.truncate,
+        # unit length unless Jina's normalized or vLLM's normalize or use_activation is false: then the vectors as
+        # pooled, before any normalisation (the layout's Normalize module too, as TEI's normalize false gives them)
+        unit = False not in (request.normalized, request.normalize, request.use_activation)
+        vectors, tokens, used = await served.embed(texts, None, unit, request.truncate,
                                                    prompt=prompt,
                                                    max_tokens=served.prompt_limit(request.truncate_prompt_tokens),
                                                    add_special_tokens=request.add_special_tokens)

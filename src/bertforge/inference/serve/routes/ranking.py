@@ -96,7 +96,7 @@ async def score(request: schemas.ScoreRequest, served: Served):
     by_first: dict[str, list[int]] = {}
     for index in range(len(seconds)):
         by_first.setdefault(firsts[index if len(firsts) > 1 else 0], []).append(index)
-    answers = await asyncio.gather(*(served.relevance(first, [seconds[i] for i in indices], request.raw, cut=True,
+    answers = await asyncio.gather(*(served.relevance(first, [seconds[i] for i in indices], request.raw,
                                                       max_tokens=limit) for first, indices in by_first.items()))
     scores = [0.0] * len(seconds)
     for indices, (values, _) in zip(by_first.values(), answers):

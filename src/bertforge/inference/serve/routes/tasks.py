@@ -143,7 +143,7 @@ async def classify(request: schemas.ClassifyRequest, served: Served):
     texts = input_list(request.input)
     served.check_count(len(texts))
     check_not_empty(texts)
-    logits, tokens = await classifier_logits(current, [(text, None) for text in texts], served, cut=True,
+    logits, tokens = await classifier_logits(current, [(text, None) for text in texts], served,
                                              max_tokens=served.prompt_limit(request.truncate_prompt_tokens))
     config = served.model.config
     raw = request.raw or request.raw_scores
