@@ -967,15 +967,19 @@ def test_tei_clients_embed_and_compare(encoder_server):
     shortened = client.feature_extraction(TEXTS, dimensions=8, encoding_format="float")
     assert torch.allclose(torch.from_numpy(shortened), torch.nn.functional.normalize(expected[:, :8], dim=-1),
                           atol=1e-5)
+    # base64 is asked of bertforge's own form; TEI's form answers floats whatever encoding_format says, as TEI
+    # does, so that the client, which sends it and reads floats, gets its vectors
     raw = extract_features(encoder_server.model, encoder_server.tokenizer, TEXTS, max_length=64)
-    # as floats: TEI's form unit length by default, bertforge's own as the checkpoint's layout says (here: not)
-    for route, body, floats in (("/", {"inputs": TEXTS}, expected), ("/embed", {"inputs": TEXTS}, expected),
-                                ("/embed", {"texts": TEXTS}, raw)):
+    for route, body, floats in (("/", {"texts": TEXTS}, raw), ("/embed", {"texts": TEXTS}, raw)):
         status, answer, _ = encoder_server.request(route, {**body, "encoding_format": "base64"})
-        encoded = answer["embeddings"] if isinstance(answer, dict) else answer
         decoded = torch.stack([torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.float32)
-                               for text in encoded])
+                               for text in answer["embeddings"]])
         assert status == 200 and torch.allclose(decoded, floats, atol=1e-5), (route, body)
+    for route in ("/", "/embed"):
+        status, answer, _ = encoder_server.request(route, {"inputs": TEXTS, "encoding_format": "base64"})
+        assert status == 200 and torch.allclose(torch.tensor(answer), expected, atol=1e-5), route
+    vectors = client.feature_extraction(TEXTS, encoding_format="base64")
+    assert torch.allclose(torch.from_numpy(vectors), expected, atol=1e-5)
 
     status, shortened, _ = encoder_server.request("/embed", {"inputs": TEXTS, "dimensions": 8})
     assert status == 200 and torch.allclose(torch.tensor(shortened),
@@ -2022,8 +2026,14 @@ def test_jina_embedding_requests(prompted_server, encoder_server, data_dir):
     numpy.testing.assert_allclose(vectors(task="classification"),
                                   reference.encode(texts, prompt_name="classification"), atol=1e-5)
     numpy.testing.assert_allclose(vectors(task="text-matching"), reference.encode(texts), atol=1e-5)  # no prompt
-    for kind in ("binary", "ubinary"):
-        assert vectors(task="retrieval.passage", embedding_type=kind) == quantize_embeddings(documents, kind).tolist()
+    for kind in ("binary", "ubinary"):  # as integers, as Jina sends them; under its older name encoding_type too
+        packed = quantize_embeddings(documents, kind).tolist()
+        assert vectors(task="retrieval.passage", embedding_type=kind) == packed
+        assert vectors(task="retrieval.passage", encoding_type=kind) == packed
+        status, answer, _ = prompted_server.request("/v1/embeddings", {"input": texts, "embedding_type": kind})
+        assert all(type(value) is int for item in answer["data"] for value in item["embedding"])
+    # OpenAI reads "encoding_format": null (which litellm's openai provider sends) as float
+    numpy.testing.assert_allclose(vectors(encoding_format=None), reference.encode(texts), atol=1e-5)
     long_text = " ".join(texts) * 20
     status, answer, _ = prompted_server.request("/v1/embeddings", {"input": [long_text], "truncate": False})
     assert status == 413

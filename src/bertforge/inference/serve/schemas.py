@@ -110,8 +110,9 @@ class EmbedRequest(Strict):
     dimensions: int | None = Field(None, ge=1, strict=True, description="text-embeddings-inference's field: keep "
                                    "the first N dimensions (re-normalized when the vectors are)")
     encoding_format: Literal["float", "base64"] = Field(
-        "float", description="each vector as floats, or as base64 of its little-endian float32 values "
-                             "(huggingface_hub's InferenceClient.feature_extraction sends it)")
+        "float", description="with texts: each vector as floats, or as base64 of its little-endian float32 values; "
+                             "with inputs, floats whatever it says, as text-embeddings-inference answers "
+                             "(huggingface_hub's InferenceClient.feature_extraction sends it, and reads floats)")
     prompt_name: str | None = Field(None, description=PROMPT_NAME)
     parameters: FeatureExtractionParameters | None = Field(None, description="the feature-extraction task's "
                                                            "parameters: these fields, given here instead")
@@ -181,7 +182,8 @@ class OpenAIEmbeddingRequest(HostedEmbeddingRequest, VLLMEncoding):
     dimensions: int | None = Field(None, ge=0, strict=True, description="keep the first N dimensions "
                                                                          "(re-normalized); 0, Infinity's client's "
                                                                          "default: all")
-    encoding_format: Literal["float", "base64"] = "float"
+    encoding_format: Literal["float", "base64"] | None = Field(
+        None, description="float (default; null too, as OpenAI reads it: litellm sends null) or base64")
     user: str | None = None
     input_type: Role | None = Field(None, description=INPUT_TYPE)
     is_query: bool | None = Field(None, strict=True, description="PyLate's server's field: true (its default) as "
@@ -191,6 +193,9 @@ class OpenAIEmbeddingRequest(HostedEmbeddingRequest, VLLMEncoding):
                                 "retrieval.passage a query's or a document's prompt")
     embedding_type: Literal["float", "base64", "binary", "ubinary"] | None = Field(
         None, description="Jina's encoding_format, with its binary and ubinary (sign bits, eight to a byte)")
+    encoding_type: Literal["float", "base64", "binary", "ubinary"] | None = Field(
+        None, description="embedding_type's older name, which Jina's API still takes (LlamaIndex's JinaEmbedding "
+                          "sends it)")
     normalized: bool | None = Field(None, strict=True, description="Jina's: false gives the vectors as pooled, not "
                                                                     "scaled to unit length (default: unit length)")
     truncate: bool | None = Field(None, strict=True, description="Jina's: cut a text over the model's length (true) "
@@ -547,9 +552,9 @@ class EmbedResponse(BaseModel):
 class OpenAIEmbedding(BaseModel):
     object: Literal["embedding"] = "embedding"
     index: int
-    embedding: list[float] | list[list[float]] | str = Field(
-        description="floats, or base64 of little-endian float32; a multi-vector (ColBERT) model's: one vector per "
-                    "token, in base64 one after the other")
+    embedding: list[int] | list[float] | list[list[float]] | str = Field(
+        description="floats, or base64 of little-endian float32, or Jina's packed sign bits as integers; a "
+                    "multi-vector (ColBERT) model's: one vector per token, in base64 one after the other")
 
 
 class Usage(BaseModel):

@@ -28,7 +28,7 @@ from bertforge.inference.sparse_encoder import nonzero_weights
 router = Routes()
 
 
-@router.post("/embed", response_model=schemas.EmbedResponse | list[list[float]] | list[str], responses=ERRORS)
+@router.post("/embed", response_model=schemas.EmbedResponse | list[list[float]], responses=ERRORS)
 async def embed_texts(request: schemas.EmbedRequest, served: Served):
     """One vector per text: the last layer pooled over its tokens (cls, mean or max). With
     text-embeddings-inference's {"inputs": ...} the answer is a bare list of vectors, unit length unless
@@ -43,9 +43,9 @@ async def embed_texts(request: schemas.EmbedRequest, served: Served):
     vectors, _, used = await served.embed(texts, request.pooling, normalize, request.truncate,
                                           request.truncation_direction, request.prompt_name)
     vectors = first_dimensions(vectors, request.dimensions, used.normalize)
+    if tei:  # floats, as TEI answers whatever encoding_format says: huggingface_hub's client sends it, reads floats
+        return [vector.tolist() for vector in vectors]
     values = [encoded(vector, request.encoding_format) for vector in vectors]
-    if tei:
-        return values
     return {"embeddings": values, "dimension": len(vectors[0]), "pooling": used.pooling,
             "normalized": used.normalize}
 
@@ -87,7 +87,8 @@ async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest, served: Ser
     texts = hosted_inputs(request.input, served)
     role = request.input_type or (None if request.is_query is None else "query" if request.is_query
                                   else "document")
-    encoding = request.embedding_type or request.encoding_format
+    given = [request.embedding_type, request.encoding_type, request.encoding_format]
+    encoding = next((name for name in given if name is not None), "float")
     if served.colbert is not None:  # as PyLate's server: queries unless asked for documents
         if encoding not in ("float", "base64"):
             raise HTTPError(422, f"embedding_type {encoding}: a multi-vector model's token vectors come as float or "

@@ -225,7 +225,7 @@ async def fill_mask(request: schemas.FillMaskRequest, served: Served):
     return answers[0] if len(answers) == 1 else answers
 
 
-@router.post("/", response_model=list[list[float]] | list[float] | list[str] | list[schemas.Prediction]
+@router.post("/", response_model=list[list[float]] | list[float] | list[schemas.Prediction]
              | list[list[schemas.Prediction]] | list[schemas.EntityGroup] | list[schemas.TokenPrediction]
              | list[list[schemas.EntityGroup]] | list[list[schemas.TokenPrediction]] | schemas.SpanAnswer
              | list[schemas.SpanAnswer] | list[list[schemas.SpanAnswer] | schemas.SpanAnswer]
