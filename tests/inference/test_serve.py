@@ -918,6 +918,7 @@ def test_openai_client_gets_the_embeddings_of_bertforge_embed(encoder_server, en
     response = bare.embeddings.create(model="bertforge", input=TEXTS, encoding_format="float")
     numpy.testing.assert_allclose(numpy.array([item.embedding for item in response.data]), expected, atol=1e-5)
     assert [model.id for model in bare.models.list()] == [str(encoder_dir)]
+    assert encoder_server.request("/models")[1]["data"][0]["capabilities"] == ["embed", "rerank"]
     with pytest.raises(openai.BadRequestError, match="List should have at least 1 item"):
         bare.embeddings.create(model="bertforge", input=[])
 
@@ -1462,6 +1463,22 @@ def test_cohere_clients_rerank_as_sentence_transformers(cross_encoder_server, da
     best = sorted(range(len(documents)), key=lambda i: -logits[i])[:2]
     assert status == 200 and [(item["index"], item["relevance_score"]) for item in answer["results"]] == \
         [(i, pytest.approx(float(logits[i]), abs=1e-4)) for i in best]
+    # ... and Infinity's client, which always sends raw_scores, reads Infinity's answer (its pymodels.py: object
+    # "rerank", created; a document as its text, only with return_documents, which is false by default)
+    assert answer["object"] == "rerank" and isinstance(answer["created"], int)
+    assert all("document" not in item for item in answer["results"])
+    answer = cross_encoder_server.request("/rerank", {"query": query, "documents": documents, "raw_scores": False,
+                                                      "return_documents": True, "model": "default/not-specified"})[1]
+    assert [item["document"] for item in answer["results"]] == [documents[item["index"]] for item in answer["results"]]
+    # without raw_scores, vLLM's and Cohere's answer: each document as {"text": ...}, returned by default
+    answer = cross_encoder_server.request("/rerank", {"query": query, "documents": documents})[1]
+    assert "object" not in answer and all(item["document"] == {"text": documents[item["index"]]}
+                                          for item in answer["results"])
+    # Infinity's model list at /models (OpenAI's at /v1/models): the fields its generated client requires
+    card = cross_encoder_server.request("/models")[1]["data"][0]
+    assert {key: card[key] for key in ("object", "owned_by", "stats", "capabilities")} == {
+        "object": "model", "owned_by": "infinity", "stats": {}, "capabilities": ["classify", "rerank"]}
+    assert cross_encoder_server.request("/v1/models")[1]["data"][0]["owned_by"] == "bertforge"
 
 
 def test_vllm_score_and_rerank_as_sentence_transformers(cross_encoder_server, data_dir):

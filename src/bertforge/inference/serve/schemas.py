@@ -595,6 +595,19 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
+class InfinityModelCard(ModelCard):
+    """Infinity's model object: OpenAI's, with what its own client reads (its owned_by is always "infinity")."""
+    owned_by: Literal["infinity"] = "infinity"
+    stats: dict[str, Any] = Field(description="Infinity's queue figures: none here")
+    backend: str = Field(description="what runs the model")
+    capabilities: list[Literal["embed", "rerank", "classify"]] = Field(description="the routes it answers")
+
+
+class InfinityModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[InfinityModelCard]
+
+
 class LabelAnswer(BaseModel):
     text: str
     text_pair: str | None = None
@@ -661,8 +674,9 @@ class RerankResult(BaseModel):
 class CohereRerankResult(BaseModel):
     index: int
     relevance_score: float
-    document: dict[str, str] | None = Field(None, description='with return_documents: {"text": ...} for a text, '
-                                                              'else the object sent')
+    document: dict[str, str] | str | None = Field(None, description='with return_documents: {"text": ...} for a '
+                                                                    'text, else the object sent; Infinity\'s: the '
+                                                                    'text')
 
 
 class RerankUsage(BaseModel):
@@ -672,6 +686,8 @@ class RerankUsage(BaseModel):
 
 class CohereRerankResponse(BaseModel):
     id: str
+    object: Literal["rerank"] | None = Field(None, description="Infinity's answer's (sent raw_scores)")
+    created: int | None = Field(None, description="Infinity's answer's (sent raw_scores)")
     model: str
     results: list[CohereRerankResult]
     usage: RerankUsage

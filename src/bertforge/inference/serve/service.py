@@ -368,6 +368,23 @@ class ServedModel:
         return [{**self.task.inputs(example), **answer} for example, answer in zip(examples, answers)], \
             sum(features.lengths())
 
+    def ranking_refusal(self) -> str | None:
+        """Why the model has no relevance of a text to a query to give; None where it has. A fine-tuned model that
+        read single texts (its run config names no second column), a multi-label one or another task's has none; a
+        sequence classifier from elsewhere may be a cross-encoder."""
+        task = self.task
+        if task is None:
+            return None
+        single_texts = self.checkpoint is not None and self.checkpoint.run is not None and \
+            self.checkpoint.run.columns.text_pair is None
+        if task.name == "multi_label" or single_texts:
+            return (f"wrong task: {self.model_name} was fine-tuned on "
+                    f"{'single texts' if single_texts else 'labels to tag a text with'}; reranking needs a pair "
+                    f"classifier (trained on text pairs) or an encoder")
+        if task.head != "sequence_classification":
+            return f"wrong task: {self.model_name} does {task.name}; reranking needs a pair classifier or an encoder"
+        return None
+
     async def relevance(self, query: str, texts: list[str], raw_scores: bool = False, cut: bool | None = None,
                         side: str = "right", max_tokens: int | None = None) -> tuple[list[float], int]:
         """Each text's relevance to the query, and how many tokens the model read: a pair classifier's probability
@@ -375,23 +392,15 @@ class ServedModel:
         an encoder, the cosine similarity of the texts' embeddings (a SPLADE model's dot product). `max_tokens`
         cuts each model input (a pair, or a text) shorter."""
         task, config = self.task, self.model.config
-        # A fine-tuned model that read single texts (its run config names no second column), or a multi-label one,
-        # has no relevance of a text to a query to give; a checkpoint from elsewhere may be a cross-encoder.
-        single_texts = self.checkpoint is not None and self.checkpoint.run is not None and \
-            self.checkpoint.run.columns.text_pair is None
-        if task is not None and (task.name == "multi_label" or single_texts):
-            raise HTTPError(409, f"wrong task: {self.model_name} was fine-tuned on "
-                                 f"{'single texts' if single_texts else 'labels to tag a text with'}; reranking "
-                                 f"needs a pair classifier (trained on text pairs) or an encoder")
+        refusal = self.ranking_refusal()
+        if refusal is not None:
+            raise HTTPError(409, refusal)
         if self.colbert is not None:
             return await self.late_interaction(query, texts, cut, side, max_tokens=max_tokens)
         if task is None:
             vectors, tokens, _ = await self.embed([query, *texts], None, self.compared, cut, side,
                                                   max_tokens=max_tokens)
             return [float(vectors[0] @ vector) for vector in vectors[1:]], tokens
-        if task.head != "sequence_classification":
-            raise HTTPError(409, f"wrong task: {self.model_name} does {task.name}; reranking needs a pair "
-                                 f"classifier or an encoder")
         answers, tokens = await self.predict_examples([task.example(query, text) for text in texts], cut, side,
                                                       max_tokens)
         if "score" in answers[0]:

@@ -48,19 +48,24 @@ async def cohere_rerank(request: schemas.CohereRerankRequest, served: Served):
 
 async def cohere_answer(request: schemas.CohereRerankRequest, served: ServedModel) -> dict[str, Any]:
     """Cohere's answer to a request in its shape, at /v1/rerank, /v2/rerank or /rerank; each result with its
-    document unless return_documents is false (vLLM always returns it, Jina by default)."""
+    document unless return_documents is false (vLLM always returns it, Jina by default). Sent raw_scores, which
+    Infinity's client always sends, Infinity's answer: each document as its text, and only when asked."""
     served.check_count(len(request.documents), "documents")
-    texts = [document_text(document, request.rank_fields, index) for index, document in enumerate(request.documents)]
-    texts = await word_pieces_kept(served, texts, request.max_tokens_per_doc)
+    sent = [document_text(document, request.rank_fields, index) for index, document in enumerate(request.documents)]
+    texts = await word_pieces_kept(served, sent, request.max_tokens_per_doc)
     [query] = await word_pieces_kept(served, [request.query], request.max_tokens_per_query)
     scores, tokens = await served.relevance(query, texts, request.raw_scores or request.raw, cut=True,
                                             max_tokens=served.prompt_limit(request.truncate_prompt_tokens))
     ranked = sorted(range(len(scores)), key=lambda i: -scores[i])[:request.top_n or None]
-    results = [{"index": i, "relevance_score": scores[i], **(
-                {"document": returned_document(request.documents[i])} if request.return_documents is not False
-                else {})} for i in ranked]
-    return {"id": str(uuid.uuid4()), "model": served.model_name, "results": results,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+    answer = {"id": str(uuid.uuid4()), "model": served.model_name,
+              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+    if "raw_scores" in request.model_fields_set:
+        return answer | {"object": "rerank", "created": int(time.time()), "results": [
+            {"index": i, "relevance_score": scores[i], **({"document": sent[i]} if request.return_documents else {})}
+            for i in ranked]}
+    return answer | {"results": [{"index": i, "relevance_score": scores[i], **(
+        {"document": returned_document(request.documents[i])} if request.return_documents is not False else {})}
+        for i in ranked]}
 
 
 async def word_pieces_kept(served: ServedModel, texts: list[str], count: int | None) -> list[str]:

@@ -11,6 +11,7 @@ from bertforge.inference.serve import schemas
 from bertforge.inference.serve.errors import OPENAI_ERRORS
 from bertforge.inference.serve.limits import HEALTH_PATH, HTTPError
 from bertforge.inference.serve.routes import Routes, Served
+from bertforge.inference.serve.service import ServedModel
 from bertforge.inference.sparse_encoder import SPLADE
 
 MULTI_VECTOR = "multi_vector"  # /info's pooling of a multi-vector (ColBERT) model: none, a vector per token
@@ -55,10 +56,27 @@ def model_dtype(model) -> str:
 
 
 @router.get("/v1/models", response_model=schemas.ModelList, responses=OPENAI_ERRORS)
-@router.get("/models", response_model=schemas.ModelList, responses=OPENAI_ERRORS)
 async def openai_models(served: Served):
     """The one model this server holds, as OpenAI's model list."""
     return {"object": "list", "data": [model_card(served.model_name)]}
+
+
+@router.get("/models", response_model=schemas.InfinityModelList, responses=OPENAI_ERRORS)
+async def infinity_models(served: Served):
+    """The one model this server holds, as Infinity's model list (which OpenAI's client reads too, given the
+    server's bare URL): OpenAI's model object with Infinity's stats, backend and capabilities."""
+    return {"object": "list", "data": [model_card(served.model_name) | {
+        "owned_by": "infinity", "stats": {}, "backend": "torch", "capabilities": capabilities(served)}]}
+
+
+def capabilities(served: ServedModel) -> list[str]:
+    """Infinity's names for what the model answers: an encoder embeds (a SPLADE model at /embed_sparse alone) and
+    reranks; a sequence classifier classifies, and reranks where it reads pairs."""
+    if served.task is None:
+        return ["rerank"] if served.splade is not None else ["embed", "rerank"]
+    if served.task.head != "sequence_classification":
+        return []
+    return ["classify"] + (["rerank"] if served.ranking_refusal() is None else [])
 
 
 @router.get("/v1/models/{model:path}", response_model=schemas.ModelCard, responses=MODEL_ERRORS)
