@@ -1560,6 +1560,14 @@ def test_vllm_classify_as_transformers(make_server, seeded_classifier, sst2_dev,
     assert answer["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens}
     status, answer, _ = server.request("/v1/classify", {"input": texts[0], "use_activation": False})
     torch.testing.assert_close(torch.tensor(answer["data"][0]["probs"]), logits[0], atol=1e-4, rtol=0)
+    # vLLM's truncate_prompt_tokens with truncation_side left: each text's last tokens, as transformers cuts them
+    fast.truncation_side = "left"
+    with torch.no_grad():
+        cut = reference(**fast(texts, padding=True, truncation=True, max_length=8, return_tensors="pt")).logits
+    fast.truncation_side = "right"
+    status, answer, _ = server.request("/classify", {"input": texts, "truncate_prompt_tokens": 8,
+                                                     "truncation_side": "left", "use_activation": False})
+    torch.testing.assert_close(torch.tensor([item["probs"] for item in answer["data"]]), cut, atol=1e-4, rtol=0)
     invoked = server.request("/invocations", {"input": texts[:2]})[1]  # the body vLLM's /invocations classifies
     torch.testing.assert_close(torch.tensor([item["probs"] for item in invoked["data"]]), logits[:2].softmax(-1),
                                atol=1e-5, rtol=0)
@@ -1626,6 +1634,10 @@ def test_vllm_embedding_options_and_tokenizer_routes(make_server, tokenizer, tmp
     np.testing.assert_allclose([item["embedding"] for item in answer["data"]], reference.encode(texts), atol=1e-5)
     assert answer["usage"]["prompt_tokens"] == sum(min(6, len(reference.tokenizer(text)["input_ids"]))
                                                    for text in texts)
+    reference.tokenizer.truncation_side = "left"  # vLLM's truncation_side left: the last tokens kept
+    answer = vectors({"truncate_prompt_tokens": 6, "truncation_side": "left", "cache_salt": "s"})
+    np.testing.assert_allclose([item["embedding"] for item in answer["data"]], reference.encode(texts), atol=1e-5)
+    reference.tokenizer.truncation_side = "right"
     reference.max_seq_length = 256
     expected = reference.encode(texts)
     for dtype, endianness, numpy_type in (("float16", "little", "<f2"), ("float16", "big", ">f2"),

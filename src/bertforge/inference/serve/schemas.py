@@ -34,6 +34,9 @@ class Strict(BaseModel):
 MODEL = "ignored: the server has one model"
 TRUNCATE_PROMPT_TOKENS = ("vLLM's field: each model input cut to its first N tokens ([CLS] and [SEP] included; a "
                           "pair's longer text first); -1: the model's length")
+TruncationSide = Literal["left", "right"]
+TRUNCATION_SIDE = "vLLM's field: where a long input is cut: right keeps its first tokens, left its last ones"
+CACHE_SALT = "vLLM's prefix cache's salt: ignored (no cache)"
 
 
 class ErrorResponse(BaseModel):
@@ -204,6 +207,8 @@ class OpenAIEmbeddingRequest(HostedEmbeddingRequest, VLLMEncoding):
     normalize: bool | None = Field(None, strict=True, description="vLLM's older name for normalized")
     use_activation: bool | None = Field(None, strict=True, description="vLLM's name for normalized")
     truncate_prompt_tokens: int | None = Field(None, ge=-1, strict=True, description=TRUNCATE_PROMPT_TOKENS)
+    truncation_side: TruncationSide = Field("right", description=TRUNCATION_SIDE)
+    cache_salt: str | None = Field(None, description=CACHE_SALT)
     add_special_tokens: bool = Field(True, strict=True, description="vLLM's: false reads a text's word pieces "
                                                                     "without [CLS] and [SEP]")
 
@@ -350,6 +355,8 @@ class VLLMFields(BaseModel):
     request_id: str | None = Field(None, description="vLLM's: ignored (each answer has an id of its own)")
     priority: int | None = Field(None, strict=True, description="ignored (one queue)")
     truncate_prompt_tokens: int | None = Field(None, ge=-1, strict=True, description=TRUNCATE_PROMPT_TOKENS)
+    truncation_side: TruncationSide = Field("right", description=TRUNCATION_SIDE)
+    cache_salt: str | None = Field(None, description=CACHE_SALT)
 
 
 class VLLMActivation(BaseModel):

@@ -96,7 +96,8 @@ async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest, served: Ser
         if not request.add_special_tokens:
             raise HTTPError(422, "add_special_tokens: a multi-vector model reads its [CLS] (and a query's marker)")
         vectors, tokens = await served.multi_vectors(texts, role or ROLES.get(request.task, "query"),
-                                                     request.truncate, dimensions=request.dimensions or None,
+                                                     request.truncate, request.truncation_side,
+                                                     dimensions=request.dimensions or None,
                                                      max_tokens=served.prompt_limit(request.truncate_prompt_tokens))
         data = [encoded(vector, encoding, request.embed_dtype, request.endianness) for vector in vectors]
     else:
@@ -105,7 +106,7 @@ async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest, served: Ser
         # unit length unless Jina's normalized or vLLM's normalize or use_activation is false: then the vectors as
         # pooled, before any normalisation (the layout's Normalize module too, as TEI's normalize false gives them)
         unit = False not in (request.normalized, request.normalize, request.use_activation)
-        vectors, tokens, used = await served.embed(texts, None, unit, request.truncate,
+        vectors, tokens, used = await served.embed(texts, None, unit, request.truncate, request.truncation_side,
                                                    prompt=prompt,
                                                    max_tokens=served.prompt_limit(request.truncate_prompt_tokens),
                                                    add_special_tokens=request.add_special_tokens)

@@ -55,6 +55,7 @@ async def cohere_answer(request: schemas.CohereRerankRequest, served: ServedMode
     texts = await word_pieces_kept(served, sent, request.max_tokens_per_doc)
     [query] = await word_pieces_kept(served, [request.query], request.max_tokens_per_query)
     scores, tokens = await served.relevance(query, texts, request.raw_scores or request.raw, cut=True,
+                                            side=request.truncation_side,
                                             max_tokens=served.prompt_limit(request.truncate_prompt_tokens))
     ranked = sorted(range(len(scores)), key=lambda i: -scores[i])[:request.top_n or None]
     answer = {"id": str(uuid.uuid4()), "model": served.model_name,
@@ -102,7 +103,8 @@ async def score(request: schemas.ScoreRequest, served: Served):
     for index in range(len(seconds)):
         by_first.setdefault(firsts[index if len(firsts) > 1 else 0], []).append(index)
     answers = await asyncio.gather(*(served.relevance(first, [seconds[i] for i in indices], request.raw,
-                                                      max_tokens=limit) for first, indices in by_first.items()))
+                                                      side=request.truncation_side, max_tokens=limit)
+                                     for first, indices in by_first.items()))
     scores = [0.0] * len(seconds)
     for indices, (values, _) in zip(by_first.values(), answers):
         for index, value in zip(indices, values):

@@ -144,6 +144,7 @@ async def classify(request: schemas.ClassifyRequest, served: Served):
     served.check_count(len(texts))
     check_not_empty(texts)
     logits, tokens = await classifier_logits(current, [(text, None) for text in texts], served,
+                                             side=request.truncation_side,
                                              max_tokens=served.prompt_limit(request.truncate_prompt_tokens))
     config = served.model.config
     raw = request.raw or request.raw_scores
@@ -166,7 +167,8 @@ async def pooling(request: schemas.PoolingRequest, served: Served):
     [SEP] included, unit length unless normalize or use_activation is false, as vLLM's token_embed gives them. The
     default task is the model's: an encoder embeds, a sequence classifier classifies."""
     task = request.task or ("embed" if served.task is None else "classify")
-    shared = {"model": request.model, "truncate_prompt_tokens": request.truncate_prompt_tokens}
+    shared = {"model": request.model, "truncate_prompt_tokens": request.truncate_prompt_tokens,
+              "truncation_side": request.truncation_side}
     unit = not request.raw and request.normalize is not False
     if task == "classify":
         if not all(isinstance(item, str) for item in input_list(request.input)):
@@ -186,6 +188,7 @@ async def pooling(request: schemas.PoolingRequest, served: Served):
             raise HTTPError(409, f"task token_embed: {served.model_name} is not a dense encoder, whose token "
                                  f"vectors it gives (a ColBERT model's are at /v1/embeddings)")
         states, tokens = await served.token_states(hosted_inputs(request.input, served),
+                                                   side=request.truncation_side,
                                                    max_tokens=served.prompt_limit(request.truncate_prompt_tokens),
                                                    add_special_tokens=request.add_special_tokens)
         outputs = [encoded(torch.nn.functional.normalize(vectors, dim=-1) if unit else vectors,
