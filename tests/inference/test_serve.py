@@ -1634,6 +1634,7 @@ def test_vllm_embedding_options_and_tokenizer_routes(make_server, tokenizer, tmp
     np.testing.assert_allclose([item["embedding"] for item in answer["data"]], reference.encode(texts), atol=1e-5)
     assert answer["usage"]["prompt_tokens"] == sum(min(6, len(reference.tokenizer(text)["input_ids"]))
                                                    for text in texts)
+    assert answer["id"].startswith("embd-") and isinstance(answer["created"], int)  # vLLM's and Infinity's fields
     reference.tokenizer.truncation_side = "left"  # vLLM's truncation_side left: the last tokens kept
     answer = vectors({"truncate_prompt_tokens": 6, "truncation_side": "left", "cache_salt": "s"})
     np.testing.assert_allclose([item["embedding"] for item in answer["data"]], reference.encode(texts), atol=1e-5)

@@ -570,7 +570,9 @@ class Usage(BaseModel):
 
 
 class OpenAIEmbeddingResponse(BaseModel):
+    id: str = Field(description="vLLM's and Infinity's (OpenAI's answer has none)")
     object: Literal["list"] = "list"
+    created: int = Field(description="vLLM's and Infinity's: when it was answered (Unix seconds)")
     data: list[OpenAIEmbedding]
     model: str
     usage: Usage

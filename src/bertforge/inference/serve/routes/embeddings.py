@@ -4,6 +4,7 @@
 `bertforge embed` does (ServedModel.embed)."""
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -113,8 +114,8 @@ async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest, served: Ser
         vectors = torch.stack(first_dimensions(vectors, request.dimensions or None, normalized=used.normalize))
         data = typed_embeddings(vectors, encoding, request.embed_dtype, request.endianness)
     data = [{"object": "embedding", "index": index, "embedding": embedding} for index, embedding in enumerate(data)]
-    return {"object": "list", "data": data, "model": served.model_name,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+    return {"id": f"embd-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()), "data": data,
+            "model": served.model_name, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
 
 @router.post("/v1/embed", response_model=schemas.CohereEmbedResponse, responses=OPENAI_ERRORS)
