@@ -87,6 +87,32 @@ def test_export_hf_loads_in_transformers_and_bertforge(run_cli, tmp_path, minilm
     assert BertTokenizer.from_pretrained(output)(real_sentences[0]) == tokenizer(real_sentences[0])
 
 
+def test_export_hf_with_onnx_is_one_folder_for_transformers_and_onnx_runtimes(capfd, tmp_path, real_sentences):
+    """--onnx adds onnx/model.onnx, where sentence-transformers' ONNX backend and Transformers.js read it: checked
+    here against transformers' model loaded from the same folder, run in ONNX Runtime as those runtimes run it."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("onnxruntime")
+    from bertforge import SentenceEncoder
+
+    output = tmp_path / "exported"
+    assert main(["export", "hf", "--model", "default", "--output", str(output), "--onnx"]) == 0
+    out, err = capfd.readouterr()
+    assert "onnx/model.onnx, sentence_bert_config.json" in out and "onnx/model.onnx: max difference" in out, err
+    fast = transformers.AutoTokenizer.from_pretrained(output)
+    batch = fast(real_sentences, padding=True, truncation=True, max_length=128, return_tensors="pt")
+    with torch.no_grad():
+        expected = transformers.BertModel.from_pretrained(output).eval()(**batch).last_hidden_state.numpy()
+    actual = onnx_outputs(output / "onnx" / "model.onnx", batch)["last_hidden_state"]
+    is_real = batch["attention_mask"].bool().numpy()
+    assert np.abs(actual - expected)[is_real].max() <= 1e-4
+    # the ONNX backend runs the file the folder holds (it would export one where none is)
+    mtime = (output / "onnx" / "model.onnx").stat().st_mtime_ns
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    reference = sentence_transformers.SentenceTransformer(str(output), device="cpu").encode(real_sentences)
+    np.testing.assert_allclose(SentenceEncoder(output, backend="onnx").encode(real_sentences), reference, atol=1e-5)
+    assert (output / "onnx" / "model.onnx").stat().st_mtime_ns == mtime
+
+
 @pytest.mark.parametrize("class_name", ["BertForMaskedLM", "BertForPreTraining"])
 def test_export_hf_keeps_the_pretraining_heads(run_cli, tmp_path, tiny_config, tokenizer, class_name,
                                                real_sentences):

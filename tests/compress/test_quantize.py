@@ -249,7 +249,7 @@ def test_a_checkpoint_from_before_static_int8_loads_and_runs_dynamically(minilm_
     assert similarity.mean() > 0.99
 
 
-def test_bf16_checkpoint_stores_bf16_and_reloads_the_same_values(minilm_dir, tmp_path, monkeypatch):
+def test_bf16_checkpoint_stores_bf16_and_reloads_the_same_values(minilm_dir, tmp_path, monkeypatch, capsys):
     from bertforge.training import trainer
     monkeypatch.setattr(trainer, "bf16_supported", lambda device_type: False)  # the float32 fallback, everywhere
     model = quantize(BertModel.from_pretrained(minilm_dir), QuantizationConfig("bf16"))
@@ -268,6 +268,8 @@ def test_bf16_checkpoint_stores_bf16_and_reloads_the_same_values(minilm_dir, tmp
     # `export hf`: an ordinary bf16 checkpoint, which transformers loads in bf16 with the same weights
     transformers = pytest.importorskip("transformers")
     BertTokenizer.from_pretrained(minilm_dir).save_pretrained(tmp_path)
+    assert main(["export", "hf", "--model", str(tmp_path), "--output", str(tmp_path / "hf"), "--onnx"]) == 1
+    assert "is quantized to bf16; --onnx writes an fp32 model's graph" in capsys.readouterr().err
     assert main(["export", "hf", "--model", str(tmp_path), "--output", str(tmp_path / "hf")]) == 0
     assert "quantization_config" not in json.loads((tmp_path / "hf" / "config.json").read_text())
     theirs = transformers.AutoModel.from_pretrained(tmp_path / "hf", dtype="auto")

@@ -1,7 +1,7 @@
 """`bertforge export onnx|hf`: an ONNX graph checked against PyTorch, or the ecosystem's checkpoint directory.
 
     bertforge export onnx --model DIR --output model.onnx [--task question-answering|multiple-choice|...]
-    bertforge export hf --model DIR --output DIR
+    bertforge export hf --model DIR --output DIR [--onnx]
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from bertforge.cli.arguments import add_model_argument, check_writable, path_text, positive_int
 from bertforge.errors import CheckpointError, InputError
 from bertforge.inference.onnx import ONNX_TASKS, export_onnx, model_class_of
+from bertforge.inference.onnx_backend import ONNX_FILE
 from bertforge.outputs import check_output_dir, finish_staging, release_staging, start_staging
 from bertforge.tasks.registry import OTHER_MODELS
 
@@ -70,6 +71,10 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adapter", type=path_text, metavar="DIR", default=None,
                         help="a LoRA adapter trained on --model (PEFT's adapter_config.json and "
                              "adapter_model.safetensors), merged into the weights written (default: none)")
+    parser.add_argument("--onnx", action="store_true",
+                        help=f"also write the model's ONNX graph, checked against PyTorch in ONNX Runtime, as "
+                             f"{ONNX_FILE}, where sentence-transformers' ONNX backend and Transformers.js read "
+                             f"it: one folder for transformers and for ONNX runtimes")
 
 
 def run_hf(args: argparse.Namespace) -> int:
@@ -89,6 +94,9 @@ def run_hf(args: argparse.Namespace) -> int:
         raise InputError("is quantized to int8, whose layers (int8 weights with their scales and outlier "
                          "channels) transformers can't run and would read as float weights; export the fp32 model "
                          "it was quantized from, or `export onnx` (int8 as ONNX Runtime runs it)", args.model)
+    if quantization is not None and args.onnx:
+        raise InputError(f"is quantized to {quantization.precision}; --onnx writes an fp32 model's graph: give the "
+                         f"model it was quantized from", args.model)
     if quantization is not None:  # bf16: an ordinary checkpoint of bf16 weights, as transformers loads one
         import torch
 
@@ -98,12 +106,21 @@ def run_hf(args: argparse.Namespace) -> int:
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
+        report = export_onnx(model, tokenizer, staging / ONNX_FILE, task=args.task) if args.onnx else None
     except OSError as error:  # a full disk: half an export is of no use (only a training run resumes)
         shutil.rmtree(staging, ignore_errors=True)
         release_staging(output)
         raise InputError(f"can't write the model: {error.strerror or error}", output) from None
+    except BaseException:  # the ONNX graph failed its check: nothing is written
+        shutil.rmtree(staging, ignore_errors=True)
+        release_staging(output)
+        raise
     finish_staging(output)
-    print(f"wrote {', '.join(sorted(path.name for path in output.iterdir() if path.is_file()))} to {output}")
+    print(f"wrote {', '.join(sorted(str(path.relative_to(output)) for path in output.rglob('*') if path.is_file()))}"
+          f" to {output}")
+    if report is not None:
+        print(f"{ONNX_FILE}: max difference from PyTorch {report.max_difference:.2e} at real tokens "
+              f"(tolerance {report.tolerance:.0e})")
     return 0
 
 
