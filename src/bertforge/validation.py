@@ -43,15 +43,22 @@ def check_paths(**paths: Any) -> None:
 
 def check_counts(error: type[BertforgeError] = InputError, /, **counts: Any) -> None:
     """`error` (InputError unless told) unless each value is a positive whole number: the counts and sizes an API
-    call is given (top_k, batch_size, truncate_dim, vocab_size), named in the message. A numpy integer is one, as
-    transformers and sentence-transformers take it; True is none."""
+    call is given (top_k, batch_size, truncate_dim, vocab_size), named in the message."""
     for name, value in counts.items():
-        try:
-            whole = not isinstance(value, bool) and operator.index(value) >= 1
-        except TypeError:
-            whole = False
-        if not whole:
-            raise error(f"{name} must be a positive whole number, got {value!r}")
+        count_of(name, value, error)
+
+
+def count_of(name: str, value: Any, error: type[BertforgeError] = InputError) -> int:
+    """`value` as an int if it is a positive whole number, else `error` naming it. A numpy integer is one, as
+    transformers and sentence-transformers take it (and is given back as an int, which JSON can write); True is
+    none."""
+    try:
+        whole = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        whole = None
+    if whole is None or whole < 1:
+        raise error(f"{name} must be a positive whole number, got {value!r}")
+    return whole
 
 
 def listed_inputs(value: Any, name: str) -> list:

@@ -313,11 +313,14 @@ def test_a_batch_size_that_is_not_a_count_is_named(minilm, minilm_dir, tokenizer
         SentenceEncoder(minilm_dir).encode(["a text"], batch_size=batch_size)
 
 
-def test_numpy_integers_are_counts(minilm_dir):
-    """A count read from a numpy array (np.int64) is one, as sentence-transformers takes it."""
+def test_numpy_integers_are_counts(minilm_dir, tmp_path):
+    """A count read from a numpy array (np.int64) is one, as sentence-transformers takes it, and one kept is saved
+    as the number it is."""
     encoder, texts = SentenceEncoder(minilm_dir), ["a short text", "a second, longer text", "three"]
     expected = encoder.encode(texts, batch_size=2, truncate_dim=8)
     np.testing.assert_array_equal(encoder.encode(texts, batch_size=np.int64(2), truncate_dim=np.int64(8)), expected)
+    SentenceEncoder(minilm_dir, truncate_dim=np.int64(8)).save(tmp_path / "kept")
+    np.testing.assert_allclose(SentenceEncoder(tmp_path / "kept").encode(texts, batch_size=2), expected, atol=1e-6)
     with pytest.raises(InputError, match=re.escape("batch_size must be a positive whole number, got True")):
         encoder.encode(texts, batch_size=True)
 

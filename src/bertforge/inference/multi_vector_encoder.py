@@ -37,7 +37,7 @@ from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.sentence_modules import ModuleList, multi_vector_modules_of
 from bertforge.inference.text_encoder import ModelCardData, SentenceTransformersTraining, check_construction_options
 from bertforge.inference.token_pooling import HierarchicalTokenPooling
-from bertforge.validation import check_counts
+from bertforge.validation import check_counts, count_of
 
 # How many query x document token products one step of maxsim holds at most (float32: 400 MB).
 SCORE_CHUNK_ELEMENTS = 100_000_000
@@ -261,9 +261,8 @@ class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, 
 
     @truncate_dim.setter
     def truncate_dim(self, value: int | None) -> None:
-        if value is not None:
-            check_counts(truncate_dim=value)
-        self.layout = dataclasses.replace(self.layout, truncate_dim=value)
+        self.layout = dataclasses.replace(self.layout, truncate_dim=None if value is None
+                                          else count_of("truncate_dim", value))
 
     @property
     def max_seq_length(self) -> int:

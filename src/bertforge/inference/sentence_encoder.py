@@ -30,7 +30,7 @@ from bertforge.inference.features import (
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.text_encoder import TextEncoder, encode_inputs
 from bertforge.tasks.data import forward_rows
-from bertforge.validation import check_counts
+from bertforge.validation import check_counts, count_of
 
 
 def refuse_sparse_layout(layout: SentenceEmbedding | None) -> None:
@@ -79,9 +79,7 @@ class SentenceEncoder(PoolMethods, TextEncoder):
 
     @truncate_dim.setter
     def truncate_dim(self, value: int | None) -> None:
-        if value is not None:
-            check_counts(truncate_dim=value)
-        self._change(truncate_dim=value)
+        self._change(truncate_dim=None if value is None else count_of("truncate_dim", value))
 
     def forward(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """SentenceTransformer's forward: `features` (tokenize's) with token_embeddings (the last layer) and

@@ -30,7 +30,7 @@ from bertforge.inference.text_encoder import ModelCardData, TextEncoder, encode_
 from bertforge.json_config import read_json_object
 from bertforge.tokenizer.files import CONFIG_FILE as TOKENIZER_CONFIG_FILE
 from bertforge.tokenizer.files import NO_LENGTH_LIMIT, means_no_limit
-from bertforge.validation import check_counts
+from bertforge.validation import check_counts, count_of
 
 SPLADE = "splade"  # the pooling that names it (`bertforge serve --pooling`, `embed --pool`), as TEI's --pooling
 
@@ -226,9 +226,7 @@ class SparseEncoder(PoolMethods, TextEncoder):
 
     @max_active_dims.setter
     def max_active_dims(self, value: int | None) -> None:
-        if value is not None:
-            check_counts(max_active_dims=value)
-        self._change(max_active_dims=value)
+        self._change(max_active_dims=None if value is None else count_of("max_active_dims", value))
 
     def get_embedding_dimension(self) -> int:
         """The width of encode's vectors: the vocabulary's size."""
