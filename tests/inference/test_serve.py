@@ -1359,6 +1359,9 @@ def test_rerank_with_a_pair_classifier(task_model_dirs):
         status, ranked, _ = server.request("/rerank", {"query": "the query", "texts": TEXTS[:2]})
         # A classifier fine-tuned on single texts has no relevance of a text to a query to give.
         assert_error(single.request("/rerank", {"query": "the query", "texts": TEXTS[:2]}), 409, "single texts")
+        # ... which Infinity's model list says: it classifies, and only the pair classifier reranks
+        assert [model.request("/models")[1]["data"][0]["capabilities"] for model in (server, single)] == \
+            [["classify", "rerank"], ["classify"]]
     finally:
         server.stop()
         single.stop()
@@ -1470,10 +1473,11 @@ def test_cohere_clients_rerank_as_sentence_transformers(cross_encoder_server, da
     answer = cross_encoder_server.request("/rerank", {"query": query, "documents": documents, "raw_scores": False,
                                                       "return_documents": True, "model": "default/not-specified"})[1]
     assert [item["document"] for item in answer["results"]] == [documents[item["index"]] for item in answer["results"]]
-    # without raw_scores, vLLM's and Cohere's answer: each document as {"text": ...}, returned by default
-    answer = cross_encoder_server.request("/rerank", {"query": query, "documents": documents})[1]
-    assert "object" not in answer and all(item["document"] == {"text": documents[item["index"]]}
-                                          for item in answer["results"])
+    # without raw_scores, or on Cohere's routes, vLLM's and Cohere's answer: each document as {"text": ...}
+    for route, body in (("/rerank", {}), ("/v1/rerank", {"raw_scores": True}), ("/v2/rerank", {"raw_scores": False})):
+        answer = cross_encoder_server.request(route, {"query": query, "documents": documents, **body})[1]
+        assert "object" not in answer and all(item["document"] == {"text": documents[item["index"]]}
+                                              for item in answer["results"]), route
     # Infinity's model list at /models (OpenAI's at /v1/models): the fields its generated client requires
     card = cross_encoder_server.request("/models")[1]["data"][0]
     assert {key: card[key] for key in ("object", "owned_by", "stats", "capabilities")} == {
@@ -1510,6 +1514,21 @@ def test_vllm_score_and_rerank_as_sentence_transformers(cross_encoder_server, da
                                                                 "truncate_prompt_tokens": 12})
     assert status == 200 and [item["score"] for item in answer["data"]] == pytest.approx(
         short.predict([(query, document) for document in documents]).tolist(), abs=1e-5)
+    # ... with truncation_side left, each pair's last tokens, as the tokenizer cuts at the left (/score and the
+    # rerank routes alike)
+    cut_right = [item["score"] for item in answer["data"]]
+    short.tokenizer.truncation_side = "left"
+    cut_left = short.predict([(query, document) for document in documents]).tolist()
+    assert cut_left != pytest.approx(cut_right, abs=1e-3)  # the texts are longer than 12 tokens: the ends differ
+    status, answer, _ = cross_encoder_server.request("/score", {"text_1": query, "text_2": documents,
+                                                                "truncate_prompt_tokens": 12,
+                                                                "truncation_side": "left"})
+    assert [item["score"] for item in answer["data"]] == pytest.approx(cut_left, abs=1e-5)
+    status, answer, _ = cross_encoder_server.request("/v1/rerank", {"query": query, "documents": documents,
+                                                                    "truncate_prompt_tokens": 12,
+                                                                    "truncation_side": "left"})
+    assert {item["index"]: item["relevance_score"] for item in answer["results"]} == pytest.approx(
+        dict(enumerate(cut_left)), abs=1e-5)
     # vLLM's rerank body: its fields are taken, and each result has its document, usage its prompt_tokens
     status, answer, _ = cross_encoder_server.request("/rerank", {
         "model": "m", "query": query, "documents": documents, "top_n": 0, "user": "u", "request_id": "r1",

@@ -216,6 +216,9 @@ def test_serve_embed_sparse_is_sentence_transformers(layout_dir, reference, text
         ranked = client.post("/rerank", json={"query": texts[5], "texts": texts[6:8]}).json()
         root = client.post("/", json={"inputs": texts[:2]})  # TEI's POST / of a SPLADE model: its sparse weights
         vertex = client.post("/vertex", json={"instances": [{"inputs": texts[:2]}]})  # and its Vertex AI route's
+        # Infinity's model list: it ranks; its dense embeddings (/embeddings, where Infinity embeds) are refused
+        assert client.get("/models").json()["data"][0]["capabilities"] == ["rerank"]
+        assert client.post("/embeddings", json={"input": texts[:1]}).status_code == 409
     assert answer.status_code == 200
     assert root.status_code == 200 and root.json() == answer.json()[:2]
     assert vertex.status_code == 200 and vertex.json() == {"predictions": [answer.json()[:2]]}

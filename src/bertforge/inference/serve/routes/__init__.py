@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
+from pydantic import BaseModel
 
 from bertforge.inference.serve.service import ServedModel
 
@@ -17,6 +18,12 @@ def served_model(request: Request) -> ServedModel:
 
 # A route's parameter for the model it serves (a FastAPI dependency: not part of the request's schema)
 Served = Annotated[ServedModel, Depends(served_model)]
+
+
+def sent_by_infinity_client(request: BaseModel) -> bool:
+    """Whether a request comes from Infinity's generated client, which sends raw_scores with every rerank and
+    classify request (its default, False, included) and reads Infinity's answers, not vLLM's."""
+    return "raw_scores" in request.model_fields_set
 
 
 class Routes:

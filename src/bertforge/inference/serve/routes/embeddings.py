@@ -88,11 +88,10 @@ async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest, served: Ser
     texts = hosted_inputs(request.input, served)
     role = request.input_type or (None if request.is_query is None else "query" if request.is_query
                                   else "document")
-    given = [request.embedding_type, request.encoding_type, request.encoding_format]
-    encoding = next((name for name in given if name is not None), "float")
+    encoding = chosen_encoding(request.embedding_type, request.encoding_type, request.encoding_format)
     if served.colbert is not None:  # as PyLate's server: queries unless asked for documents
         if encoding not in ("float", "base64"):
-            raise HTTPError(422, f"embedding_type {encoding}: a multi-vector model's token vectors come as float or "
+            raise HTTPError(422, f"encoding {encoding}: a multi-vector model's token vectors come as float or "
                                  f"base64")
         if not request.add_special_tokens:
             raise HTTPError(422, "add_special_tokens: a multi-vector model reads its [CLS] (and a query's marker)")
@@ -165,7 +164,7 @@ async def jina_multi_vector(request: schemas.MultiVectorRequest, served: Served)
                              f"/v1/embeddings gives its vectors")
     texts = hosted_inputs(request.input, served)
     vectors, tokens = await served.multi_vectors(texts, request.input_type, dimensions=request.dimensions)
-    encoding_format = request.encoding_format or request.embedding_type or "float"
+    encoding_format = chosen_encoding(request.embedding_type, request.encoding_format)
     data = [{"object": "embeddings", "index": index, "embeddings": encoded(rows, encoding_format)}
             for index, rows in enumerate(vectors)]
     return {"object": "list", "data": data, "model": served.model_name,
@@ -245,6 +244,12 @@ def hosted_inputs(given: str | list, served: ServedModel) -> list:
                                      f"text where a client sends another tokenizer's ids (LangChain's "
                                      f"OpenAIEmbeddings: check_embedding_ctx_length=False)")
     return texts
+
+
+def chosen_encoding(*given: str | None) -> str:
+    """The encoding a request asks for under the first of its names for it that it sends (Jina's embedding_type,
+    its older encoding_type, OpenAI's encoding_format); float where it sends none."""
+    return next((encoding for encoding in given if encoding is not None), "float")
 
 
 def encoded(vectors: torch.Tensor, encoding_format: str, dtype: str = "float32", endianness: str = "little"

@@ -12,7 +12,7 @@ from bertforge.inference.serve import schemas
 from bertforge.inference.serve.cohere import document_text, returned_document
 from bertforge.inference.serve.errors import ERRORS, OPENAI_ERRORS
 from bertforge.inference.serve.limits import HTTPError
-from bertforge.inference.serve.routes import Routes, Served
+from bertforge.inference.serve.routes import Routes, Served, sent_by_infinity_client
 from bertforge.inference.serve.service import ServedModel
 
 router = Routes()
@@ -24,9 +24,9 @@ async def rerank(request: schemas.RerankRequest | schemas.CohereRerankRequest, s
     """The texts ranked by relevance to the query, best first: a pair classifier's probability of its last label
     (or the sigmoid of a one-output model's score; raw_scores: the logit or score), or, for an encoder, the cosine
     similarity of the texts' embeddings. Sent "documents" (as vLLM's and Infinity's /rerank take), Cohere's answer,
-    as /v1/rerank."""
+    as /v1/rerank; Infinity's, sent by Infinity's client."""
     if isinstance(request, schemas.CohereRerankRequest):
-        return await cohere_answer(request, served)
+        return await cohere_answer(request, served, infinity=sent_by_infinity_client(request))
     served.check_count(len(request.texts))
     scores, _ = await served.relevance(request.query, request.texts, request.raw_scores, request.truncate,
                                        request.truncation_direction)
@@ -46,10 +46,11 @@ async def cohere_rerank(request: schemas.CohereRerankRequest, served: Served):
     return await cohere_answer(request, served)
 
 
-async def cohere_answer(request: schemas.CohereRerankRequest, served: ServedModel) -> dict[str, Any]:
+async def cohere_answer(request: schemas.CohereRerankRequest, served: ServedModel, infinity: bool = False
+                        ) -> dict[str, Any]:
     """Cohere's answer to a request in its shape, at /v1/rerank, /v2/rerank or /rerank; each result with its
-    document unless return_documents is false (vLLM always returns it, Jina by default). Sent raw_scores, which
-    Infinity's client always sends, Infinity's answer: each document as its text, and only when asked."""
+    document unless return_documents is false (vLLM always returns it, Jina by default). `infinity`: Infinity's
+    answer (its /rerank's): each document as its text, and only when asked."""
     served.check_count(len(request.documents), "documents")
     sent = [document_text(document, request.rank_fields, index) for index, document in enumerate(request.documents)]
     texts = await word_pieces_kept(served, sent, request.max_tokens_per_doc)
@@ -60,7 +61,7 @@ async def cohere_answer(request: schemas.CohereRerankRequest, served: ServedMode
     ranked = sorted(range(len(scores)), key=lambda i: -scores[i])[:request.top_n or None]
     answer = {"id": str(uuid.uuid4()), "model": served.model_name,
               "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
-    if "raw_scores" in request.model_fields_set:
+    if infinity:
         return answer | {"object": "rerank", "created": int(time.time()), "results": [
             {"index": i, "relevance_score": scores[i], **({"document": sent[i]} if request.return_documents else {})}
             for i in ranked]}

@@ -22,7 +22,7 @@ from bertforge.inference.serve.batcher import Job
 from bertforge.inference.serve.errors import ERRORS, OPENAI_ERRORS
 from bertforge.inference.serve.limits import HTTPError
 from bertforge.inference.serve.metrics import count_characters
-from bertforge.inference.serve.routes import Routes, Served
+from bertforge.inference.serve.routes import Routes, Served, sent_by_infinity_client
 from bertforge.inference.serve.routes.embeddings import (
     embed_sparse,
     embed_texts,
@@ -152,7 +152,7 @@ async def classify(request: schemas.ClassifyRequest, served: Served):
     id2label = config.id2label
     answer = {"id": f"classify-{uuid.uuid4().hex}", "created": int(time.time()), "model": served.model_name,
               "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
-    if request.raw_scores is not None:  # Infinity's client (it always sends raw_scores): its shape
+    if sent_by_infinity_client(request):  # its shape
         return answer | {"object": "classify",
                          "data": [classification.ranked_scores(row, id2label, None) for row in scores]}
     data = [{"index": index, "label": id2label[int(row.argmax())], "probs": row.tolist(), "num_classes": len(row)}
