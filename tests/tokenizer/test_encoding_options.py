@@ -250,6 +250,43 @@ def test_added_tokens_encode_decode_and_save_as_in_transformers(fresh, corpora, 
     assert ours.add_tokens(["covid19", ""]) == 0  # nothing new
 
 
+def test_additional_special_tokens_are_listed_replaced_and_saved_as_in_transformers(fresh, corpora, tmp_path):
+    """add_special_tokens replaces the listed additional special tokens unless told not to (transformers 4's and 5's
+    names for it); add_tokens' special tokens are not listed. The list is what all_special_ids,
+    convert_ids_to_tokens' and the special-tokens mask's skipping read; decode drops every special token."""
+    transformers = pytest.importorskip("transformers")
+    ours, theirs = fresh
+    steps = [lambda t, **replace: t.add_special_tokens({"additional_special_tokens": ["[E1]", "[E2]"]}),
+             lambda t, **replace: t.add_special_tokens({"additional_special_tokens": ["[E3]"]}),
+             lambda t, **replace: t.add_tokens(["[X]"], special_tokens=True),
+             lambda t, **replace: t.add_special_tokens({"additional_special_tokens": ["[E4]", "[E3]"]}, **replace),
+             lambda t, **replace: t.add_special_tokens({"extra_special_tokens": ["[E5]"]}, **replace)]
+    texts = [f"{text[:40]} [E1] [E2] [E3] [X] [E4] [E5]" for text in corpora["sst2"][:10]]
+    for step, replace in zip(steps, (None, None, None, "replace_additional_special_tokens",
+                                     "replace_extra_special_tokens")):
+        options = {replace: False} if replace else {}
+        assert step(ours, **options) == step(theirs, **({"replace_extra_special_tokens": False} if replace else {}))
+        assert ours.additional_special_tokens == ours.extra_special_tokens == theirs.extra_special_tokens
+        assert (ours.all_special_ids, ours.all_special_tokens) == (theirs.all_special_ids, theirs.all_special_tokens)
+        ids = ours(texts)["input_ids"]
+        assert ids == theirs(texts)["input_ids"]
+        for row in ids:
+            assert ours.convert_ids_to_tokens(row, skip_special_tokens=True) == \
+                theirs.convert_ids_to_tokens(row, skip_special_tokens=True)
+            assert ours.get_special_tokens_mask(row, already_has_special_tokens=True) == \
+                theirs.get_special_tokens_mask(row, already_has_special_tokens=True)
+        assert ours.batch_decode(ids, skip_special_tokens=True) == theirs.batch_decode(ids, skip_special_tokens=True)
+    assert ours.additional_special_tokens == ["[E3]", "[E4]", "[E5]"]  # [E1], [E2] replaced; [X] never listed
+    # saved, the list reads back in both libraries
+    ours.save_pretrained(tmp_path / "ours")
+    theirs.save_pretrained(tmp_path / "theirs")
+    for folder in ("ours", "theirs"):
+        reloaded = BertTokenizer.from_pretrained(tmp_path / folder)
+        reference = transformers.AutoTokenizer.from_pretrained(tmp_path / folder)
+        assert reloaded.all_special_ids == reference.all_special_ids == ours.all_special_ids, folder
+        assert reloaded(texts)["input_ids"] == reference(texts)["input_ids"] == ids, folder
+
+
 def test_tokenizers_added_tokens_keep_their_flags_as_in_transformers(fresh, corpora, tmp_path):
     """transformers' AddedToken (the tokenizers library's) with its flags: added, made special, or given again
     to a token there already (a RoBERTa-style [MASK] that takes the space before it), as transformers adds it."""

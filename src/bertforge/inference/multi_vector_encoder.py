@@ -225,8 +225,9 @@ class MultiVectorEncoder(PoolMethods, ModuleList, SentenceTransformersTraining, 
             for token in (marker, marker.split(None, 1)[0]):
                 if token in vocab or token in added:
                     if self.tokenizer.tokenize(token) != [token]:
-                        self.tokenizer.add_special_tokens({"additional_special_tokens": [
-                            AddedToken(token, normalized=False, special=True)]})
+                        marked = AddedToken(token, normalized=False, special=True)
+                        self.tokenizer.add_special_tokens({"additional_special_tokens": [marked]},
+                                                          replace_additional_special_tokens=False)
                     break
 
     # ------------------------------------------------------------------ settings

@@ -52,6 +52,9 @@ class TokenizerFiles:
     settings: dict[str, Any]
     added_tokens: dict[int, AddedToken]
     max_word_chars: int = MAX_WORD_CHARS
+    # the special tokens the files list beyond the roles (additional_special_tokens, or transformers 5's
+    # extra_special_tokens): a special added token they don't list is special, but not among all_special_ids
+    extra_special: tuple[str, ...] = ()
 
 
 def has_tokenizer_files(directory: Path) -> bool:
@@ -126,7 +129,7 @@ def read_tokenizer_files(directory: Path) -> TokenizerFiles:
     if means_no_limit(settings.get("model_max_length")):
         # BERT's position table makes 512 the real limit
         settings["model_max_length"] = DEFAULT_MAX_LENGTH
-    return TokenizerFiles(vocab, settings, added, max_word_chars)
+    return TokenizerFiles(vocab, settings, added, max_word_chars, tuple(extra_special))
 
 
 def means_no_limit(model_max_length: Any) -> bool:
@@ -144,8 +147,7 @@ def write_tokenizer_files(tokenizer, directory: Path, model_max_length: int | No
     written = [directory / CONFIG_FILE, directory / SPECIAL_TOKENS_MAP_FILE, directory / VOCAB_FILE]
     roles = {role: token for role, token in vocab.special_tokens.items() if vocab.has_special(role)}
     added = dict(sorted(tokenizer.added_tokens.items()))
-    extra_special = [token.content for token in added.values() if token.special and token.content not in
-                     roles.values()]
+    extra_special = tokenizer.additional_special_tokens
     config = {key: getattr(tokenizer, key) for key in SETTINGS if key != "model_input_names"} | roles | (
         {} if tuple(tokenizer.model_input_names) == MODEL_INPUT_NAMES else
         {"model_input_names": list(tokenizer.model_input_names)}) | {

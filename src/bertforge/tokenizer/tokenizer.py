@@ -151,6 +151,13 @@ class BertTokenizer:
                                                                                 normalized=False)
         self.wordpiece = WordPiece(self.vocab, max_word_chars)
         self._pieces = WordPieceCache(self.wordpiece)
+        # Special added tokens left out of additional_special_tokens (and so of all_special_ids), as transformers
+        # keeps them: those add_tokens made special, those a replacing add_special_tokens dropped, and those given
+        # here but not listed in `special_tokens`. They are still matched whole and dropped by decode's
+        # skip_special_tokens.
+        roles = set(self.vocab.special_tokens.values())
+        self._unlisted = {token_id for token_id, token in self.added_tokens.items()
+                          if token.special and token.content not in roles}
         self._match_added_tokens()
         self.add_special_tokens(special)
 
@@ -183,6 +190,7 @@ class BertTokenizer:
                              f"{type(tokens).__name__}")
         given = [(item, AddedToken.of(item, special_tokens)) for item in tokens]  # every one checked, then added
         known = {token.content: token_id for token_id, token in self.added_tokens.items()}
+        listed = set(self.all_special_ids)
         added = 0
         for item, token in given:
             if not token.content or token.content in known and (isinstance(item, str)
@@ -196,16 +204,31 @@ class BertTokenizer:
             self.vocab.add(token.content, token_id, shown)
             self.added_tokens[token_id] = token
             known[token.content] = token_id
+            if token.special and token_id not in listed:
+                self._unlisted.add(token_id)  # special, but not listed: as transformers' add_tokens leaves it
         self._match_added_tokens()
         return added
 
-    def add_special_tokens(self, special_tokens: dict[str, Any]) -> int:
+    def add_special_tokens(self, special_tokens: dict[str, Any], replace_additional_special_tokens: bool = True,
+                           replace_extra_special_tokens: bool | None = None) -> int:
         """{'additional_special_tokens': ['[E1]', '[/E1]']} adds special tokens; a role ('cls_token': '<cls>')
-        becomes that token, added if new. Returns how many tokens were added (as add_tokens counts)."""
+        becomes that token, added if new. Returns how many tokens were added (as add_tokens counts).
+
+        As in transformers, the tokens listed replace additional_special_tokens unless
+        `replace_additional_special_tokens` (transformers 5: `replace_extra_special_tokens`) is False; those
+        replaced stay special (matched whole, dropped by decode's skip_special_tokens) but leave all_special_ids."""
+        replace = replace_additional_special_tokens if replace_extra_special_tokens is None else \
+            replace_extra_special_tokens
         added = 0
         for role, value in special_tokens.items():
-            if role in ("additional_special_tokens", "extra_special_tokens"):
-                added += self.add_tokens(list(value), special_tokens=True)
+            if role in EXTRA_SPECIAL_KEYS:
+                tokens = list(value)
+                added += self.add_tokens(tokens, special_tokens=True)
+                listed = {self.vocab.token_to_id[getattr(token, "content", token)] for token in tokens
+                          if getattr(token, "content", token)}
+                if replace and listed:
+                    self._unlisted |= set(self._listed_extra_ids())
+                self._unlisted -= listed
             elif role in self.vocab.special_tokens:
                 content = getattr(value, "content", value)  # a string or an AddedToken
                 added += self.add_tokens([value], special_tokens=True)
@@ -245,6 +268,8 @@ class BertTokenizer:
         files = read_tokenizer_files(directory)
         chosen = files.settings | settings
         _check_settings(chosen, directory / "tokenizer_config.json")
+        if not any(key in special for key in EXTRA_SPECIAL_KEYS):  # the caller's own list replaces the files'
+            special["additional_special_tokens"] = list(files.extra_special)
         tokenizer = cls(files.vocab, **chosen, added_tokens=files.added_tokens, max_word_chars=files.max_word_chars,
                         **special)
         tokenizer.name_or_path = str(name_or_path)
@@ -342,10 +367,15 @@ class BertTokenizer:
 
     @property
     def additional_special_tokens(self) -> list[str]:
-        """Special tokens added beyond the five roles ('[E1]')."""
+        """Special tokens listed beyond the roles ('[E1]'), by add_special_tokens or the files."""
+        return [self.added_tokens[token_id].content for token_id in self._listed_extra_ids()]
+
+    extra_special_tokens = additional_special_tokens  # transformers 5's name
+
+    def _listed_extra_ids(self) -> list[int]:
         roles = set(self.vocab.special_tokens.values())
-        return [token.content for _, token in sorted(self.added_tokens.items())
-                if token.special and token.content not in roles]
+        return [token_id for token_id, token in sorted(self.added_tokens.items())
+                if token.special and token.content not in roles and token_id not in self._unlisted]
 
     @property
     def all_special_tokens(self) -> list[str]:
@@ -359,8 +389,7 @@ class BertTokenizer:
         roles = list(dict.fromkeys(self.vocab.special_id(role) for role in (
             "bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
             if self.vocab.has_special(role)))
-        return roles + [token_id for token_id, token in sorted(self.added_tokens.items())
-                        if token.special and token_id not in roles]
+        return roles + [token_id for token_id in self._listed_extra_ids() if token_id not in roles]
 
     @property
     def added_tokens_decoder(self) -> dict[int, AddedToken]:
@@ -494,8 +523,9 @@ class BertTokenizer:
 
     def convert_tokens_to_string(self, tokens: Sequence[str], skip_special_tokens: bool = False) -> str:
         """['hello', '##s', '!'] -> 'hellos!' (decode's joining, on tokens)."""
-        if skip_special_tokens:
-            special = {self.vocab.id_to_token[token_id] for token_id in self.all_special_ids}
+        if skip_special_tokens:  # every special token, listed or not, as transformers' decode drops them
+            special = {self.vocab.id_to_token[token_id] for token_id in self.all_special_ids} | {
+                self.vocab.id_to_token[token_id] for token_id, token in self.added_tokens.items() if token.special}
             tokens = [token for token in tokens if token not in special]
         pieces = []
         for index, token in enumerate(tokens):
