@@ -223,11 +223,7 @@ def finish_staging(output: str | Path) -> Path:
     output = Path(output)
     staging = staging_dir(output)
     if output.is_dir() and not holds_model(output):
-        for entry in staging.iterdir():
-            target = output / entry.name
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            os.replace(entry, target)
+        _move_into(staging, output)
         staging.rmdir()
         release_staging(output)
         return output
@@ -241,6 +237,20 @@ def finish_staging(output: str | Path) -> Path:
     if previous.exists():
         shutil.rmtree(previous)
     return output
+
+
+def _move_into(source: Path, target: Path) -> None:
+    """Move every entry of `source` into the folder `target`; a subfolder into the subfolder of its name there,
+    file by file, so that the user's files in it stay (an onnx/ folder that holds their own int8 graph)."""
+    for entry in source.iterdir():
+        destination = target / entry.name
+        if entry.is_dir() and destination.is_dir() and not destination.is_symlink():
+            _move_into(entry, destination)
+            entry.rmdir()
+            continue
+        if destination.is_dir() and not destination.is_symlink():
+            shutil.rmtree(destination)
+        os.replace(entry, destination)
 
 
 def finite(value: Any) -> Any:

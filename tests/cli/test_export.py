@@ -95,9 +95,15 @@ def test_export_hf_with_onnx_is_one_folder_for_transformers_and_onnx_runtimes(ca
     from bertforge import SentenceEncoder
 
     output = tmp_path / "exported"
+    (output / "onnx").mkdir(parents=True)  # a folder of the user's, holding no model: their files there stay
+    (output / "onnx" / "model_quantized.onnx").write_bytes(b"the user's own graph")
+    (output / "notes.txt").write_text("mine")
     assert main(["export", "hf", "--model", "default", "--output", str(output), "--onnx"]) == 0
     out, err = capfd.readouterr()
     assert "onnx/model.onnx, sentence_bert_config.json" in out and "onnx/model.onnx: max difference" in out, err
+    assert "notes.txt" not in out and "model_quantized" not in out  # what the export wrote, not what was there
+    assert (output / "onnx" / "model_quantized.onnx").read_bytes() == b"the user's own graph"
+    assert (output / "notes.txt").read_text() == "mine"
     fast = transformers.AutoTokenizer.from_pretrained(output)
     batch = fast(real_sentences, padding=True, truncation=True, max_length=128, return_tensors="pt")
     with torch.no_grad():

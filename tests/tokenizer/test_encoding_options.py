@@ -277,6 +277,17 @@ def test_additional_special_tokens_are_listed_replaced_and_saved_as_in_transform
                 theirs.get_special_tokens_mask(row, already_has_special_tokens=True)
         assert ours.batch_decode(ids, skip_special_tokens=True) == theirs.batch_decode(ids, skip_special_tokens=True)
     assert ours.additional_special_tokens == ["[E3]", "[E4]", "[E5]"]  # [E1], [E2] replaced; [X] never listed
+    # a role given another token: the one before stays special and is not listed; a plain added token made special
+    # is listed; a text where a list belongs is refused (transformers: a ValueError), not read as its characters
+    for tokenizer in (ours, theirs):
+        tokenizer.add_special_tokens({"mask_token": "<mask>"})
+        tokenizer.add_tokens(["[N]"])
+    assert ours.add_special_tokens({"additional_special_tokens": ["[N]"]}, replace_additional_special_tokens=False) \
+        == theirs.add_special_tokens({"additional_special_tokens": ["[N]"]}, replace_extra_special_tokens=False)
+    assert ours.additional_special_tokens == theirs.extra_special_tokens == ["[E3]", "[E4]", "[E5]", "[N]"]
+    assert (ours.all_special_ids, ours.all_special_tokens) == (theirs.all_special_ids, theirs.all_special_tokens)
+    with pytest.raises(BertforgeError, match="additional_special_tokens takes a list of tokens"):
+        ours.add_special_tokens({"additional_special_tokens": "[E6]"})
     # saved, the list reads back in both libraries
     ours.save_pretrained(tmp_path / "ours")
     theirs.save_pretrained(tmp_path / "theirs")

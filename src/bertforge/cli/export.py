@@ -115,9 +115,9 @@ def run_hf(args: argparse.Namespace) -> int:
         shutil.rmtree(staging, ignore_errors=True)
         release_staging(output)
         raise
+    written = sorted(str(path.relative_to(staging)) for path in staging.rglob("*") if path.is_file())
     finish_staging(output)
-    print(f"wrote {', '.join(sorted(str(path.relative_to(output)) for path in output.rglob('*') if path.is_file()))}"
-          f" to {output}")
+    print(f"wrote {', '.join(written)} to {output}")
     if report is not None:
         print(f"{ONNX_FILE}: max difference from PyTorch {report.max_difference:.2e} at real tokens "
               f"(tolerance {report.tolerance:.0e})")

@@ -193,8 +193,10 @@ class BertTokenizer:
         listed = set(self.all_special_ids)
         added = 0
         for item, token in given:
-            if not token.content or token.content in known and (isinstance(item, str)
-                                                                or self.added_tokens[known[token.content]] == token):
+            existing = self.added_tokens.get(known.get(token.content))
+            # given again: as it is, unless an AddedToken with other flags, or a string to be made special
+            if not token.content or existing is not None and (
+                    existing == token or isinstance(item, str) and (existing.special or not special_tokens)):
                 continue
             token_id = known.get(token.content, self.vocab.token_to_id.get(token.content))
             if token_id is None:
@@ -222,6 +224,8 @@ class BertTokenizer:
         added = 0
         for role, value in special_tokens.items():
             if role in EXTRA_SPECIAL_KEYS:
+                if isinstance(value, str) or hasattr(value, "content") or not isinstance(value, Iterable):
+                    raise InputError(f"{role} takes a list of tokens (strings or AddedTokens), got {value!r:.60}")
                 tokens = list(value)
                 added += self.add_tokens(tokens, special_tokens=True)
                 listed = {self.vocab.token_to_id[getattr(token, "content", token)] for token in tokens
@@ -232,7 +236,10 @@ class BertTokenizer:
             elif role in self.vocab.special_tokens:
                 content = getattr(value, "content", value)  # a string or an AddedToken
                 added += self.add_tokens([value], special_tokens=True)
-                self.vocab.special_tokens[role] = content
+                before, self.vocab.special_tokens[role] = self.vocab.special_tokens[role], content
+                if before not in self.vocab.special_tokens.values() and self.vocab.token_to_id.get(before) in \
+                        self.added_tokens:  # the role's token before: still special, no longer listed
+                    self._unlisted.add(self.vocab.token_to_id[before])
             else:
                 raise ConfigError(f"unknown special token role {role!r}; expected 'additional_special_tokens' or "
                                   f"one of {sorted(self.vocab.special_tokens)}")
@@ -370,6 +377,10 @@ class BertTokenizer:
         """Special tokens listed beyond the roles ('[E1]'), by add_special_tokens or the files."""
         return [self.added_tokens[token_id].content for token_id in self._listed_extra_ids()]
 
+    @additional_special_tokens.setter
+    def additional_special_tokens(self, tokens: Sequence[str | AddedToken]) -> None:
+        self.add_special_tokens({"additional_special_tokens": tokens})
+
     extra_special_tokens = additional_special_tokens  # transformers 5's name
 
     def _listed_extra_ids(self) -> list[int]:
@@ -379,8 +390,9 @@ class BertTokenizer:
 
     @property
     def all_special_tokens(self) -> list[str]:
-        """The tokens of all_special_ids, in its order."""
-        return [self.vocab.id_to_token[token_id] for token_id in self.all_special_ids]
+        """The tokens of all_special_ids, in its order (an added one as it was added, not as normalised)."""
+        return [self.added_tokens[token_id].content if token_id in self.added_tokens else
+                self.vocab.id_to_token[token_id] for token_id in self.all_special_ids]
 
     @property
     def all_special_ids(self) -> list[int]:
