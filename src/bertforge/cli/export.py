@@ -107,14 +107,12 @@ def run_hf(args: argparse.Namespace) -> int:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         report = export_onnx(model, tokenizer, staging / ONNX_FILE, task=args.task) if args.onnx else None
-    except OSError as error:  # a full disk: half an export is of no use (only a training run resumes)
+    except BaseException as error:  # half an export is of no use (only a training run resumes): nothing is written
         shutil.rmtree(staging, ignore_errors=True)
         release_staging(output)
-        raise InputError(f"can't write the model: {error.strerror or error}", output) from None
-    except BaseException:  # the ONNX graph failed its check: nothing is written
-        shutil.rmtree(staging, ignore_errors=True)
-        release_staging(output)
-        raise
+        if isinstance(error, OSError):  # a full disk
+            raise InputError(f"can't write the model: {error.strerror or error}", output) from None
+        raise  # the ONNX graph failed its check, or the export was interrupted
     written = sorted(str(path.relative_to(staging)) for path in staging.rglob("*") if path.is_file())
     finish_staging(output)
     print(f"wrote {', '.join(written)} to {output}")
