@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bertforge.errors import BertforgeError
+from bertforge.tokenizer import BertTokenizer
 
 AWKWARD = ["", "   \t ", "Café İstanbul naïve", "中文字符和English混合", "emoji 😀👍🏽 ok"]
 
@@ -115,3 +116,34 @@ def test_each_row_as_the_tokenizers_librarys_encoding(ours, reference, squad_pai
                                                                 "return_attention_mask": False}):
         assert_same_encodings(ours(texts, **options), reference(texts, **options), max(map(len, texts)))
     assert_same_encodings(ours(texts[0]), reference(texts[0]), len(texts[0]))
+
+
+def test_an_encoding_keeps_the_inputs_and_settings_it_was_made_with(minilm_dir, fresh_reference, corpora):
+    """Tokens, word ids and positions are worked out when first asked for, but answer for the call as it was made:
+    the caller's lists edited afterwards, tokens added or settings changed leave them as transformers keeps them."""
+    ours = BertTokenizer.from_pretrained(minilm_dir)
+    sentences = corpora["conll2003"][:3]
+    words = [sentence.split() for sentence in sentences]
+    texts = corpora["sst2"][:3]
+    calls = []
+    for tokenizer in (ours, fresh_reference):
+        as_words, as_texts = [list(row) for row in words], list(texts)
+        made = [tokenizer(as_words, is_split_into_words=True), tokenizer(as_texts, as_texts[::-1]),
+                tokenizer(as_texts[0], truncation=True, max_length=6), tokenizer(as_texts[1], padding="max_length",
+                                                                                max_length=40)]
+        as_words[0].pop(0)
+        as_words.pop()
+        as_texts[0] = "another text altogether"
+        tokenizer.add_tokens([as_texts[1].split()[1]])
+        tokenizer.add_special_tokens({"cls_token": "[unused1]"})
+        tokenizer.truncation_side = "left"
+        tokenizer.padding_side = "left"
+        tokenizer.model_max_length = 4
+        calls.append(made)
+    for got, expected in zip(*calls):
+        for row in range(len(expected["input_ids"]) if isinstance(expected["input_ids"][0], list) else 1):
+            assert got.tokens(row) == expected.tokens(row)
+            assert got.word_ids(row) == expected.word_ids(row)
+            assert got.sequence_ids(row) == expected.sequence_ids(row)
+            assert [got.token_to_chars(row, token) for token in range(len(expected.tokens(row)))] == \
+                [expected.token_to_chars(row, token) for token in range(len(expected.tokens(row)))]

@@ -701,6 +701,9 @@ class BertTokenizer:
             text = listed_inputs(text, "text")
         if text_pair is not None and not isinstance(text_pair, str | list | tuple):
             text_pair = listed_inputs(text_pair, "text_pair")
+        # What the alignment (worked out when first asked for) encodes again: the inputs and this tokenizer as they
+        # are now, so that the caller's later edits of either change none of this encoding's answers.
+        called_text, called_pair, as_called = _copied(text), _copied(text_pair), self._as_now()
         is_batch = _is_batch_input(text, is_split_into_words)
         if not is_batch and not text_pair:
             text_pair = None  # one text with an empty pair is one text, as transformers reads it
@@ -782,7 +785,7 @@ class BertTokenizer:
 
         def align() -> dict[str, list]:
             """Per row: tokens, offsets, word ids and sequence ids, from the same call with every detail asked."""
-            full = self(text, text_pair, max_length, truncation, padding, return_offsets_mapping=True,
+            full = as_called(called_text, called_pair, max_length, truncation, padding, return_offsets_mapping=True,
                         return_word_ids=True, return_special_tokens_mask=True, return_token_type_ids=True,
                         return_attention_mask=True, is_split_into_words=is_split_into_words,
                         return_overflowing_tokens=return_overflowing_tokens, stride=stride,
@@ -799,6 +802,15 @@ class BertTokenizer:
                     "n_sequences": [1 if pairs is None else 2] * len(rows["input_ids"])}
 
         return BatchEncoding(columns, word_ids, align)
+
+    def _as_now(self) -> BertTokenizer:
+        """A copy that keeps this tokenizer's settings, added tokens and special tokens as they are now (its
+        vocabulary shared: added tokens only append to it)."""
+        copy = object.__new__(type(self))
+        copy.__dict__.update(self.__dict__)
+        copy.vocab = object.__new__(type(self.vocab))
+        copy.vocab.__dict__.update(self.vocab.__dict__, special_tokens=dict(self.vocab.special_tokens))
+        return copy
 
     def _encode_rows(self, text: str, pair: str | None, fit: Truncation, details: bool,
                      split: bool | None = None, add_special_tokens: bool = True) -> list[dict[str, list]]:
@@ -869,6 +881,13 @@ def _check_strings(values: list, name: str) -> None:
             kind = "None" if value is None else "bytes: decode them first" if isinstance(value, (bytes, bytearray)) \
                 else type(value).__name__
             raise InputError(f"{name.format(index)} must be a string, got {kind}")
+
+
+def _copied(value: Any) -> Any:
+    """Inputs as they are now: lists and tuples copied at every depth (the strings in them can't change)."""
+    if isinstance(value, list | tuple):
+        return (list if isinstance(value, list) else tuple)(_copied(item) for item in value)
+    return value
 
 
 def _is_batch_input(text: str | Sequence, is_split_into_words: bool) -> bool:
