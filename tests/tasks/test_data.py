@@ -1,5 +1,6 @@
 """Reading task data: GLUE files as they are, CSV and JSONL, and one-line errors naming file, line and field."""
 
+import csv
 import json
 
 import pytest
@@ -197,6 +198,28 @@ def test_tsv_files_pandas_and_datasets_quote_read_as_they_read_them(data_dir, tm
     with pytest.raises(InputError, match=r"short.tsv, line 2: the row has 1 fields, the header has 2"):
         read_text_examples(tmp_path / "short.tsv", Columns(), "class")
 
+
+
+def test_a_tsv_file_is_read_quoted_only_where_a_writer_quoted_it(data_dir, tmp_path):
+    """Quoting is read where the file is what pandas' to_csv writes (quoted, its rows written back give the file),
+    not where a stray quote happens to close: GLUE rows with a text opening on a quote and a later one ending on
+    it, and a doubled quote elsewhere, read as pandas reads them unquoted (they had merged into one row); a
+    one-column file of pandas' with a text over two lines reads as pandas reads it back (it gave two rows)."""
+    pd = pytest.importorskip("pandas")
+    glue = read_text_examples(data_dir / "sst2" / "dev.tsv", Columns(), "class")[:5]
+    texts = [f'"{glue[0].text}', glue[1].text, f'{glue[2].text}"', f'{glue[3].text} ""really""', glue[4].text]
+    lines = ["sentence\tlabel"] + [f"{text}\t{example.label}" for text, example in zip(texts, glue)]
+    (tmp_path / "glue.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    expected = pd.read_csv(tmp_path / "glue.tsv", sep="\t", quoting=csv.QUOTE_NONE, dtype=str)
+    examples = read_text_examples(tmp_path / "glue.tsv", Columns(), "class")
+    assert [(e.text, e.label) for e in examples] == list(zip(expected["sentence"], expected["label"])) == \
+        list(zip(texts, [example.label for example in glue]))
+    one_column = pd.DataFrame({"sentence": [glue[0].text, f"{glue[1].text}\n{glue[2].text}", f'"{glue[3].text}"']})
+    for ending in ("\n", "\r\n"):
+        one_column.to_csv(tmp_path / "texts.tsv", sep="\t", index=False, lineterminator=ending)
+        back = pd.read_csv(tmp_path / "texts.tsv", sep="\t", dtype=str)
+        assert [e.text for e in read_text_examples(tmp_path / "texts.tsv", Columns(), None)] == \
+            list(back["sentence"]) == list(one_column["sentence"])
 
 def test_json_files_of_rows_as_datasets_json_loader_reads_them(tmp_path):
     """A .json file of rows: a JSON array (with a byte-order mark too), JSON lines after a blank line, or an object

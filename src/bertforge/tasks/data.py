@@ -204,7 +204,11 @@ def read_text_examples(path: str | Path, columns: Columns, label_kind: str | Non
             unknown = [name for name in (label if isinstance(label, tuple) else [label])
                        if known is not None and name not in known]
             if unknown:
-                raise table.error(f"label {unknown[0]!r} is not one of the model's labels ({', '.join(sorted(known))})",
+                numbered = any(isinstance(value, int) and not isinstance(value, bool)
+                               for value in (raw if isinstance(raw, list) else [raw]))
+                raise table.error(f"label {unknown[0]!r} is not one of the model's labels ({', '.join(sorted(known))})"
+                                  + ("; a label number is read as a name only where the data's ClassLabel feature "
+                                     "names it (a datasets folder or Parquet file)" if numbered else ""),
                                   line, field=columns.label)
         examples.append(TextExample(text, pair, label, line, declared))
     return examples

@@ -74,19 +74,34 @@ def _read_delimited(path: Path, text: str, delimiter: str, quoting: int) -> Tabl
 def _read_delimited_or_quoted(path: Path, text: str) -> Table:
     """A .tsv file: GLUE's have no quoting (their texts hold stray quotes, read as they are); pandas' and datasets'
     to_csv(sep="\\t") quote a text that holds a quote, tab or line break, doubling its quotes. The file is read
-    with that quoting where it shows it (a doubled quote, or rows that only quoting makes whole) and reads whole."""
+    with that quoting only where it is what such a writer writes: quoted, its rows written back give the file."""
     try:
         unquoted = _read_delimited(path, text, "\t", csv.QUOTE_NONE)
     except InputError as error:
         unquoted, failure = None, error
-    if unquoted is not None and '""' not in text:
+    if unquoted is not None and '"' not in text:
         return unquoted
     try:
-        return _read_delimited(path, text, "\t", csv.QUOTE_MINIMAL)
+        quoted = _read_delimited(path, text, "\t", csv.QUOTE_MINIMAL)
     except InputError:
         if unquoted is None:
             raise failure from None
         return unquoted
+    if unquoted is None or (quoted.rows != unquoted.rows and _written_so(text)):
+        return quoted
+    return unquoted
+
+
+def _written_so(text: str) -> bool:
+    """Whether a csv writer's minimal quoting gives back `text` from its own quoted reading. A GLUE text's stray
+    quote ('"a gripping tale' opening a row, 'he said ""art""') reads otherwise and is written back otherwise."""
+    def lines(value: str) -> str:
+        return value.replace("\r\n", "\n").removesuffix("\n")
+
+    written = io.StringIO()
+    writer = csv.writer(written, delimiter="\t", quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
+    writer.writerows(csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_MINIMAL))
+    return lines(written.getvalue()) == lines(text)
 
 
 def _read_jsonl(path: Path, text: str) -> Table:

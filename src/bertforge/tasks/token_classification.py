@@ -480,16 +480,17 @@ WORD_COLUMNS, TAG_COLUMNS = ("tokens", "words"), ("ner_tags", "tags")
 def read_tagged_rows(data: Any, columns=None, id2label: Mapping[int, str] | None = None, labelled: bool = True,
                      format: str | None = None) -> list[TaggedSentence]:
     """Sentences from rows that each hold a sentence's words (a list) and, labelled, its tags (a list as long; IOB,
-    IOBES or BILOU names, or numbers that the data's ClassLabel feature or the model's labels name). A row of the
-    words ["-DOCSTART-"] starts a new document, as the line does in CoNLL."""
+    IOBES or BILOU names, or numbers that the data's ClassLabel feature names). A row of the words ["-DOCSTART-"]
+    starts a new document, as the line does in CoNLL.
+
+    Numbers that nothing in the data names are refused, never read through a model's labels: the Hub's CoNLL-2003
+    numbers its tags O, B-PER, I-PER, ..., and a model's own order is often another (sorted, or its trainer's)."""
     table = read_table(data, format)
     words_column = find_column(table, columns.text if columns else None, WORD_COLUMNS, "the words of each sentence")
     tags_column = find_column(table, columns.label if columns else None, TAG_COLUMNS,
                               "the tag of each word") if labelled else None
     names = stored_label_names(data, format).get(tags_column) if labelled else None
     declared = tuple(names) if names else None
-    if names is None and id2label:
-        names = [id2label[index] for index in sorted(id2label)]
     known = set(id2label.values()) if id2label is not None else None
     sentences, document = [], 0
     for line, row in table.rows:
@@ -522,8 +523,9 @@ def _row_tags(table, line: int, tags: Any, count: int, names: Sequence[str] | No
     for tag in tags:
         if isinstance(tag, int) and not isinstance(tag, bool):
             if names is None:
-                raise table.error(f"tag {tag} is a number that nothing names: write the tags' names (B-PER), or "
-                                  "read the datasets folder or Parquet file that keeps them", line, field=column)
+                raise table.error(f"tag {tag} is a number that nothing in the data names (a model's own label "
+                                  "order need not be the data's): write the tags' names (B-PER), or read the datasets "
+                                  "folder or Parquet file that keeps them", line, field=column)
             if not 0 <= tag < len(names):
                 raise table.error(f"tag {tag} is not a label number (0 to {len(names) - 1})", line, field=column)
             tag = names[tag]
