@@ -504,6 +504,15 @@ def test_a_pair_model_given_one_text_is_refused(world, tmp_path, capsys):
                           "fine-tuned on text pairs (columns 'first' and 'second'): give --text-pair too")
     code, out, err = run_cli(capsys, "predict", "--model", tmp_path / "model", "--text", "fine", "--text-pair", "yes")
     assert code == 0 and out.split()[0] in ("pos", "neg"), err
+    # a plain-text file's lines are single texts: MRPC's own tab-separated .txt would be read a whole line a text
+    (tmp_path / "pairs.txt").write_text("first\tsecond\nfine\tfine indeed\n")
+    assert_one_line_error(*run_cli(capsys, "predict", "--model", tmp_path / "model", "--input", tmp_path / "pairs.txt",
+                                   "--output", tmp_path / "preds.jsonl"), 1,
+                          "pairs.txt, plain text (one text a line), holds single texts, and")
+    assert not (tmp_path / "preds.jsonl").exists()
+    code, out, err = run_cli(capsys, "predict", "--model", tmp_path / "model", "--input", tmp_path / "pairs.txt",
+                             "--format", "tsv", "--output", tmp_path / "preds.jsonl")
+    assert code == 0 and len((tmp_path / "preds.jsonl").read_text().splitlines()) == 1, err
 
 
 def test_an_output_of_the_current_folder(world, tmp_path, capsys, monkeypatch):

@@ -164,5 +164,5 @@ def test_a_model_keeps_the_datas_label_numbering(data_dir, tmp_path, tiny_model_
         run_command(evaluate_cli, "--model", tmp_path / "ner_model", "--data", tmp_path / "ner_dev.jsonl")
     mrpc.to_json(str(tmp_path / "mrpc.jsonl"))
     with pytest.raises(InputError, match=r"line 1, field 'label': label '1' is not one of the model's labels "
-                                         r"\(equivalent, not_equivalent\); a label number is read as a name only where"):
+                                         r"\(equivalent, not_equivalent\); a label number is read as a name only"):
         run_command(evaluate_cli, "--model", tmp_path / "mrpc_model", "--data", tmp_path / "mrpc.jsonl")

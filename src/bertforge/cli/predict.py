@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from bertforge.cli.arguments import (
+    STANDARD_INPUT_NAME,
     STANDARD_STREAM,
     check_writable,
     inference_options,
@@ -41,6 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.checkpoint_contents import inspect_checkpoint
     from bertforge.tasks.finetuned_model import predict
+    from bertforge.tasks.tables import data_format
 
     if (args.question is None) != (args.context is None):
         raise InputError("--question and --context go together")
@@ -75,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
             return 0
     else:
         with input_file(args.input, args.format) as path:
+            if data_format(path, args.format) == "txt":  # one text a line, the pair model's columns nowhere
+                named = STANDARD_INPUT_NAME if str(args.input) == STANDARD_STREAM else args.input
+                check_pairing(args.model, False, given=f"{named}, plain text (one text a line),")
             answers = predict(args.model, path, text_column=args.text_column, text_pair_column=args.text_pair_column,
                               batch_size=args.batch_size, max_length=args.max_length,
                               inference=inference_options(args), decoding=args.decoding, format=args.format,
@@ -84,9 +89,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_pairing(model: str, paired: bool) -> None:
+def check_pairing(model: str, paired: bool, given: str | None = None) -> None:
     """A text pair for a model fine-tuned on single texts, or a text alone for one fine-tuned on pairs, would be
-    read as no training example was, and answered with confidence: refused, where the training run is known."""
+    read as no training example was, and answered with confidence: refused, where the training run is known.
+    `given`: what gave the single texts, where not --text (a plain-text file)."""
     from bertforge.tasks.checkpoint_contents import inspect_checkpoint
 
     run = inspect_checkpoint(model).run
@@ -96,8 +102,11 @@ def check_pairing(model: str, paired: bool) -> None:
         raise InputError(f"--text-pair: {model} was fine-tuned on single texts (column {run.text_column!r}); give "
                          "--text alone")
     if not paired and run.text_pair_column is not None:
-        raise InputError(f"{model} was fine-tuned on text pairs (columns {run.text_column!r} and "
-                         f"{run.text_pair_column!r}): give --text-pair too")
+        trained = f"{model} was fine-tuned on text pairs (columns {run.text_column!r} and {run.text_pair_column!r})"
+        if given is None:
+            raise InputError(f"{trained}: give --text-pair too")
+        raise InputError(f"{given} holds single texts, and {trained}: give a .tsv, .csv or .jsonl file with both "
+                         "columns (a tab-separated .txt file reads with --format tsv)")
 
 
 def format_answer(answer: dict) -> str:
