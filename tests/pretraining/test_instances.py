@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from bertforge import BertTokenizer, ConfigError
+from bertforge import BertTokenizer, ConfigError, InputError
 from bertforge.pretraining.corpus import CorpusReader, prepare_corpus
 from bertforge.pretraining.instances import (
     InstanceStream,
@@ -240,6 +240,14 @@ def test_errors(unique_corpus, tmp_path, tokenizer):
     with pytest.raises(ConfigError, match="at least 2 documents"):
         InstanceStream(CorpusReader(tmp_path / "out"), sentence_pairs="next_sentence")
     assert take(InstanceStream(CorpusReader(tmp_path / "out"), sentence_pairs="sentence_order", epochs=1), 10)
+    # documents of one token each give no pair: an endless stream would look for one forever
+    (tmp_path / "words.txt").write_text("hello\n\nworld\n\nagain\n", encoding="utf-8")
+    prepare_corpus([tmp_path / "words.txt"], tokenizer, tmp_path / "words", progress=False)
+    for sentence_pairs in ("next_sentence", "sentence_order"):
+        with pytest.raises(InputError, match=r"no training instance can be made of this corpus part \(3 documents, "
+                                             r"3 tokens\): a sentence pair needs a document of at least 2 tokens"):
+            take(InstanceStream(CorpusReader(tmp_path / "words"), sentence_pairs=sentence_pairs), 1)
+    assert len(take(InstanceStream(CorpusReader(tmp_path / "words"), sentence_pairs=None), 5)) == 5
 
 
 def test_a_saved_position_is_refused_on_a_corpus_of_other_text_with_the_same_counts(data_dir, tokenizer, tmp_path):

@@ -46,8 +46,9 @@ def run(args: argparse.Namespace) -> int:
         tokenizer = BertTokenizer.from_pretrained(args.vocab)
     summary = prepare_corpus(args.corpus, tokenizer, args.output,
                              shard_tokens=args.shard_tokens or DEFAULT_SHARD_TOKENS, progress=not args.no_progress)
-    # A pair sequence holds max_length - 3 tokens of text; short_seq_prob and truncation make it a bit more.
-    sequences = summary.tokens // max(1, args.max_length - 3)
+    # A pair sequence holds max_length - 3 tokens of text; short_seq_prob and truncation make it a bit more, and
+    # a document's last sequence is its own (no sequence spans two documents).
+    sequences = max(summary.tokens // max(1, args.max_length - 3), summary.documents)
     print(f"wrote {summary} to {args.output}")
     share = summary.unknown / summary.tokens
     print(f"[UNK]: {share:.2%} of the tokens" + (

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset
 
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, InputError
 from bertforge.pretraining.corpus import CorpusReader, Document
 
 SHORT_SEQ_PROB = 0.1
@@ -239,14 +239,21 @@ class InstanceStream(IterableDataset):
         worker_id, workers = (worker.id, worker.num_workers) if worker is not None else (0, 1)
         while self.epochs is None or self.epoch < self.epochs:
             groups = self.shuffle_groups(self.epoch)
+            whole_epoch, handed_out = self.group == 0 and self.position == 0, 0
             while self.group < len(groups):
                 if self.group % workers == worker_id:
                     instances = self.group_instances(self.epoch, self.group, groups[self.group])
+                    handed_out += len(instances) - self.position
                     while self.position < len(instances):
                         # Counted before it is handed out, so that state_dict() taken by the consumer includes it.
                         self.position += 1
                         yield instances[self.position - 1]
                 self.group, self.position = self.group + 1, 0
+            if whole_epoch and not handed_out:  # every later epoch would give none too: a loop without end
+                raise InputError(f"no training instance can be made of this corpus part ({len(self.corpus)} "
+                                 f"documents, {int(self._document_tokens.sum())} tokens"
+                                 f"{', for this data worker' if workers > 1 else ''}): a sentence pair needs a "
+                                 "document of at least 2 tokens", self.corpus.directory)
             self.epoch, self.group = self.epoch + 1, 0
 
     def shuffle_groups(self, epoch: int) -> list[np.ndarray]:
