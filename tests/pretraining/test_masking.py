@@ -10,6 +10,8 @@ import torch
 
 from bertforge import ConfigError
 from bertforge.pretraining.masking import (
+    BERT_REPLACEMENT,
+    ELECTRA_REPLACEMENT,
     MASKING_STRATEGIES,
     NGRAM_WEIGHTS,
     Masker,
@@ -17,6 +19,7 @@ from bertforge.pretraining.masking import (
     ngram_units,
     word_index,
 )
+from bertforge.pretraining.objectives import get_objective
 
 DRAWS = 12
 SIGMAS = 5
@@ -83,6 +86,28 @@ def test_rates_and_the_80_10_10_split(strategy, encoded, tokenizer, within):
     # A random draw equals the original with probability ~1/30k: a 0.0003% shift, far below the bound.
     within(randomised, chosen, 0.1, "random token")
     within(kept, chosen, 0.1, "unchanged")
+
+
+def test_electra_feeds_its_generator_masks_and_originals_only(encoded, tokenizer, within):
+    """ELECTRA's masking (its pretrain_helpers.mask): of the chosen tokens 85% [MASK], 15% as they are, none
+    random; the objective's table gives it to the training run's masker."""
+    assert get_objective("electra").replacement == ELECTRA_REPLACEMENT
+    assert {get_objective(name).replacement for name in ("mlm", "mlm+nsp", "mlm+sop")} == {BERT_REPLACEMENT}
+    encoding, _ = encoded
+    input_ids = encoding["input_ids"]
+    masker = Masker(tokenizer.vocab, replacement=ELECTRA_REPLACEMENT)
+    generator = torch.Generator().manual_seed(0)
+    chosen = masked = kept = 0
+    for _ in range(DRAWS):
+        batch = masker(input_ids, generator)
+        is_chosen = batch.labels != -100
+        new, old = batch.input_ids[is_chosen], input_ids[is_chosen]
+        assert torch.equal(batch.input_ids[~is_chosen], input_ids[~is_chosen])
+        assert bool(((new == tokenizer.mask_token_id) | (new == old)).all()), "no random token"
+        chosen, masked = chosen + len(new), masked + int((new == tokenizer.mask_token_id).sum())
+        kept += int((new == old).sum())
+    within(masked, chosen, 0.85, "[MASK]")
+    within(kept, chosen, 0.15, "unchanged")
 
 
 @pytest.mark.parametrize("strategy", ["whole_word", "ngram"])

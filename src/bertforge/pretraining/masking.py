@@ -19,10 +19,21 @@ from bertforge.tokenizer.vocab import Vocab
 from bertforge.tokenizer.wordpiece import CONTINUATION
 
 MASK_PROBABILITY = 0.15
-# Of the chosen tokens: 80% become [MASK], 10% a random token, 10% stay as they are (BERT, section 3.1), so that
-# the model can't learn that only [MASK] positions matter.
-REPLACE_WITH_MASK = 0.8
-REPLACE_WITH_RANDOM = 0.1
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """What a chosen token becomes: [MASK] with probability `mask`, a random token with `random`, else itself."""
+    mask: float
+    random: float
+
+
+# BERT (section 3.1): 80% [MASK], 10% a random token, 10% as they are, so that the model can't learn that only
+# [MASK] positions matter.
+BERT_REPLACEMENT = Replacement(mask=0.8, random=0.1)
+# ELECTRA's generator input (Clark et al., 2020; its pretrain_helpers.mask): 85% [MASK], 15% as they are, none
+# random: the discriminator learns to tell the generator's replacements, not noise the data adds.
+ELECTRA_REPLACEMENT = Replacement(mask=0.85, random=0.0)
 # N-gram spans: 1 to 3 whole words, shorter ones more likely, p(n) ∝ 1/n -> 6/11, 3/11, 2/11 (ALBERT's n-gram
 # masking, Lan et al., 2019).
 NGRAM_WEIGHTS = tuple(1.0 / n for n in (1, 2, 3))
@@ -94,8 +105,9 @@ def choose_tokens(maskable: torch.Tensor, word_starts: torch.Tensor, strategy: s
 
 def mask_tokens(input_ids: torch.Tensor, maskable: torch.Tensor, word_starts: torch.Tensor, strategy: str,
                 mask_token_id: int, random_token_ids: torch.Tensor, generator: torch.Generator,
-                probability: float = MASK_PROBABILITY) -> MaskedBatch:
-    """Choose tokens with `strategy` and replace them 80% [MASK] / 10% random / 10% unchanged.
+                probability: float = MASK_PROBABILITY, replacement: Replacement = BERT_REPLACEMENT) -> MaskedBatch:
+    """Choose tokens with `strategy` and replace them as `replacement` says (BERT's 80% [MASK] / 10% random /
+    10% unchanged by default).
 
     maskable: (batch, seq) bool, False at special and padding tokens (never chosen).
     word_starts: (batch, seq) bool, True where a token starts a word (its string doesn't begin with "##").
@@ -105,8 +117,8 @@ def mask_tokens(input_ids: torch.Tensor, maskable: torch.Tensor, word_starts: to
         raise ConfigError(f"the masking probability must be in (0, 1), got {probability}")
     chosen = choose_tokens(maskable, word_starts, strategy, probability, generator)
     draw = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
-    to_mask = chosen & (draw < REPLACE_WITH_MASK)
-    to_random = chosen & (draw >= REPLACE_WITH_MASK) & (draw < REPLACE_WITH_MASK + REPLACE_WITH_RANDOM)
+    to_mask = chosen & (draw < replacement.mask)
+    to_random = chosen & (draw >= replacement.mask) & (draw < replacement.mask + replacement.random)
     random_ids = random_token_ids.to(input_ids.device)[
         torch.randint(len(random_token_ids), input_ids.shape, generator=generator, device=input_ids.device)]
     masked = torch.where(to_mask, torch.full_like(input_ids, mask_token_id), input_ids)
@@ -132,9 +144,10 @@ class Masker:
     >>> batch = masker(input_ids, torch.Generator().manual_seed(0))
     """
 
-    def __init__(self, vocab: Vocab, strategy: str = "token", probability: float = MASK_PROBABILITY):
+    def __init__(self, vocab: Vocab, strategy: str = "token", probability: float = MASK_PROBABILITY,
+                 replacement: Replacement = BERT_REPLACEMENT):
         strategy_function(strategy)
-        self.strategy, self.probability = strategy, probability
+        self.strategy, self.probability, self.replacement = strategy, probability, replacement
         self.mask_token_id = vocab.mask_token_id
         tokens = vocab.id_to_token
         self.is_continuation = torch.tensor([token.startswith(CONTINUATION) for token in tokens])
@@ -146,4 +159,4 @@ class Masker:
         maskable = ~self.is_special.to(input_ids.device)[input_ids]
         word_starts = ~self.is_continuation.to(input_ids.device)[input_ids]
         return mask_tokens(input_ids, maskable, word_starts, self.strategy, self.mask_token_id,
-                           self.random_token_ids, generator, self.probability)
+                           self.random_token_ids, generator, self.probability, self.replacement)

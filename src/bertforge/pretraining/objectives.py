@@ -18,6 +18,7 @@ from torch import nn
 from bertforge.config import BertConfig
 from bertforge.errors import check_choice
 from bertforge.pretraining.heads import BertForMaskedLM, BertForPreTraining, ElectraForPreTraining
+from bertforge.pretraining.masking import BERT_REPLACEMENT, ELECTRA_REPLACEMENT, Replacement
 
 Batch = Mapping[str, torch.Tensor]
 
@@ -50,6 +51,7 @@ class Objective:
     # stretch of text per sequence, no pair label).
     sentence_pairs: str | None
     loss: Callable[[Any, Batch, torch.Generator | None], Any]
+    replacement: Replacement = BERT_REPLACEMENT  # what the masked tokens become in the model's input
 
 
 # The CLI's --objective choices are these keys.
@@ -60,7 +62,7 @@ OBJECTIVES: dict[str, Objective] = {
     "mlm+sop": Objective("masked LM + sentence-order prediction (ALBERT)", BertForPreTraining,
                          "sentence_order", masked_lm_and_sentence_pair_loss),
     "electra": Objective("replaced-token detection with a small masked-LM generator (ELECTRA)",
-                         ElectraForPreTraining, None, electra_loss),
+                         ElectraForPreTraining, None, electra_loss, ELECTRA_REPLACEMENT),
 }
 
 

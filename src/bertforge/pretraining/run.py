@@ -335,7 +335,7 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
     check_tokenizer(tokenizer, reader, config.tokenizer or str(reader.directory / TOKENIZER_DIR))
     objective = get_objective(config.objective)
     bert_config = model_config(config.model, tokenizer, config.seq_len, config.dropout, config.init_from)
-    masker = Masker(tokenizer.vocab, config.masking, config.mask_probability)
+    masker = Masker(tokenizer.vocab, config.masking, config.mask_probability, objective.replacement)
 
     use_bf16 = config.bf16 and bf16_supported(device.type)
     if config.bf16 and not use_bf16 and is_main:
