@@ -35,6 +35,9 @@ from bertforge.tasks.metrics import (
     pearson,
     spearman,
     squad_f1,
+    squad_v2_exact_match,
+    squad_v2_f1,
+    tag_accuracy,
 )
 
 # By hand: tp = 3 (positions 0, 1, 9), fn = 2 (2, 3), fp = 1 (6), tn = 4 (4, 5, 7, 8).
@@ -488,3 +491,53 @@ def test_squad_v2_scores_of_a_real_models_answers_equal_the_official_scripts(dat
     got = qa.score(answers, examples)
     assert as_official(got, examples) == pytest.approx(expected, abs=1e-10)
     assert expected["total"] == 24 and expected["NoAns_total"] == 12
+
+
+def test_metrics_read_the_shapes_their_references_read_or_refuse_them(data_dir):
+    """The inputs the references take, as they read them: the datasets' SQuAD answers cells (the official script
+    reads their "text"), one gold answer alone, one sentence's flat tag list (seqeval's accuracy_score reads it so),
+    an (n, 1) column of scores (run_glue squeezes it), labels written as numbers beside class ids; and what
+    scikit-learn refuses (one class's F1 of a many-class task, scores per class) refused, not scored."""
+    sklearn_metrics = pytest.importorskip("sklearn.metrics")
+    seqeval = pytest.importorskip("seqeval.metrics")
+    stats = pytest.importorskip("scipy.stats")
+    squad = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))
+    questions = [q for p in squad["data"][0]["paragraphs"][:4] for q in p["qas"]]
+    cells = [{"text": [a["text"] for a in q["answers"]], "answer_start": [a["answer_start"] for a in q["answers"]]}
+             for q in questions]
+    lists = [cell["text"] for cell in cells]
+    rng = random.Random(0)
+    guesses = [rng.choice(texts + [texts[0] + " then", "nothing like it"]) for texts in lists]
+    for metric in (exact_match, squad_f1, squad_v2_exact_match, squad_v2_f1):
+        assert metric(guesses, cells) == metric(guesses, lists) > 0
+    assert exact_match(guesses, [texts[0] for texts in lists]) == exact_match(guesses, [texts[:1] for texts in lists])
+    with pytest.raises(ValueError, match="under 'text'"):
+        exact_match(guesses[:1], [{"answers": lists[0]}])
+
+    from bertforge.tasks.token_classification import read_conll
+    sentence = next(s.tags for s in read_conll(data_dir / "conll2003" / "eng.testa") if len(set(s.tags)) > 2)
+    tags = sorted({tag for tag in sentence})
+    guessed = [tag if rng.random() < 0.7 else rng.choice(tags) for tag in sentence]
+    assert entity_f1(guessed, sentence) == pytest.approx(seqeval.f1_score([sentence], [guessed]))
+    assert tag_accuracy(guessed, sentence) == pytest.approx(seqeval.accuracy_score(sentence, guessed))
+
+    predictions, labels = random_classes(3, seed=1)
+    assert "f1" not in compute_metrics("classification", predictions, labels)
+    assert compute_metrics("classification", predictions, labels)["macro_f1"] == pytest.approx(
+        sklearn_metrics.f1_score(labels, predictions, average="macro"))
+    with pytest.raises(ValueError, match="these labels hold 3 classes: use macro_f1"):
+        binary_f1(predictions, labels)
+    two_predictions, two_labels = random_classes(2, seed=2)
+    written = [str(label) for label in two_labels]
+    assert compute_metrics("classification", two_predictions, written) == pytest.approx(
+        {"accuracy": sklearn_metrics.accuracy_score(two_labels, two_predictions),
+         "f1": sklearn_metrics.f1_score(two_labels, two_predictions),
+         "macro_f1": sklearn_metrics.f1_score(two_labels, two_predictions, average="macro"),
+         "matthews_correlation": sklearn_metrics.matthews_corrcoef(two_labels, two_predictions)})
+    with pytest.raises(ValueError, match="different kinds"):
+        accuracy(["negative", "positive"], [0, 1])
+    with pytest.raises(ValueError, match=r"shape \(2, 2\): take the argmax"):
+        accuracy(torch.tensor([[0.2, 0.8], [0.9, 0.1]]).numpy(), [1, 0])
+    scores, gold = [[0.1], [0.5], [0.3], [0.9]], [0.0, 1.0, 0.5, 1.0]
+    assert pearson(scores, gold) == pytest.approx(stats.pearsonr([s[0] for s in scores], gold)[0])
+    assert spearman(scores, gold) == pytest.approx(stats.spearmanr(scores, gold)[0])

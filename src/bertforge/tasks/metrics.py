@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from bertforge.errors import check_choice
 
 def accuracy(predictions: Sequence, labels: Sequence) -> float:
     """Fraction of predictions equal to the label: [1, 0, 1], [1, 1, 1] -> 2/3."""
-    predictions, labels = _paired(predictions, labels)
+    predictions, labels = _per_example(predictions, labels)
     return float(np.mean(predictions == labels))
 
 
@@ -39,7 +39,11 @@ def _f1(predictions: np.ndarray, labels: np.ndarray, positive) -> float:
 def binary_f1(predictions: Sequence, labels: Sequence, positive=1) -> float:
     """F1 of the positive class (label 1), as GLUE reports for MRPC and QQP. Labels written as numbers ("0", "1")
     count as those numbers, as GLUE casts them; the positive label must be of the labels' kind."""
-    predictions, labels = _paired(predictions, labels)
+    predictions, labels = _per_example(predictions, labels)
+    if len(classes := np.union1d(predictions, labels)) > 2:
+        # scikit-learn refuses too: the F1 of one class would read as the whole task's
+        raise ValueError(f"f1 is the positive class's F1 of a two-class task; these labels hold {len(classes)} "
+                         "classes: use macro_f1")
     if isinstance(positive, (int, float)) and not isinstance(positive, bool):
         predictions, labels = _as_numbers(predictions), _as_numbers(labels)
         if predictions.dtype.kind in "US" or labels.dtype.kind in "US":
@@ -61,7 +65,7 @@ def _as_numbers(values: np.ndarray) -> np.ndarray:
 
 def macro_f1(predictions: Sequence, labels: Sequence) -> float:
     """Unweighted mean of per-class F1 over every class that occurs in the labels or the predictions."""
-    predictions, labels = _paired(predictions, labels)
+    predictions, labels = _per_example(predictions, labels)
     classes = np.union1d(predictions, labels)
     return float(np.mean([_f1(predictions, labels, c) for c in classes]))
 
@@ -73,7 +77,7 @@ def matthews_correlation(predictions: Sequence, labels: Sequence) -> float:
     sqrt((total^2 - sum_k predicted_k^2) * (total^2 - sum_k true_k^2)); for two classes this is
     (tp * tn - fp * fn) / sqrt((tp + fp)(tp + fn)(tn + fp)(tn + fn)).
     """
-    predictions, labels = _paired(predictions, labels)
+    predictions, labels = _per_example(predictions, labels)
     classes = np.union1d(predictions, labels)
     predicted = np.array([np.sum(predictions == c) for c in classes], dtype=np.float64)
     true = np.array([np.sum(labels == c) for c in classes], dtype=np.float64)
@@ -86,7 +90,7 @@ def matthews_correlation(predictions: Sequence, labels: Sequence) -> float:
 
 def pearson(predictions: Sequence[float], labels: Sequence[float]) -> float:
     """Pearson correlation (GLUE's STS-B metric); NaN when either side is constant, as in scipy."""
-    x, y = (np.asarray(values, dtype=np.float64) for values in _paired(predictions, labels))
+    x, y = (np.asarray(values, dtype=np.float64) for values in _per_example(predictions, labels))
     if np.ptp(x) == 0 or np.ptp(y) == 0:  # x - mean would leave rounding noise, not zeros, and a ~1e-16 "correlation"
         return float("nan")
     # Each side centred and scaled to at most 1 first, so that the sums of squares neither overflow nor underflow
@@ -115,7 +119,7 @@ def average_ranks(values: Sequence[float]) -> np.ndarray:
 def spearman(predictions: Sequence[float], labels: Sequence[float]) -> float:
     """Spearman rank correlation: the Pearson correlation of the average ranks; NaN where a value is NaN (a rank
     would place it), as scipy and `pearson` give."""
-    predictions, labels = _paired(predictions, labels)
+    predictions, labels = _per_example(predictions, labels)
     if np.isnan(predictions.astype(float)).any() or np.isnan(labels.astype(float)).any():
         return float("nan")
     return pearson(average_ranks(predictions), average_ranks(labels))
@@ -160,6 +164,7 @@ def entities(tags: Sequence[str]) -> list[tuple[str, int, int]]:
 
 def _entity_sets(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]):
     """The predicted and the true chunks of every sentence, as sets of (type, sentence, first, last)."""
+    predictions, references = _sentences(predictions), _sentences(references)
     _paired_lengths(predictions, references)
     predicted, true = set(), set()
     for sentence, (predicted_tags, true_tags) in enumerate(zip(predictions, references)):
@@ -172,6 +177,11 @@ def _entity_sets(predictions: Sequence[Sequence[str]], references: Sequence[Sequ
 def _entity_counts(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]):
     predicted, true = _entity_sets(predictions, references)
     return len(predicted & true), len(predicted), len(true)
+
+
+def _sentences(tags: Sequence) -> Sequence[Sequence[str]]:
+    """One tag list a sentence; a flat list of tags is one sentence (its tags' letters would read as tags)."""
+    return [tags] if len(tags) and isinstance(tags[0], str) else tags
 
 
 def entity_precision(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> float:
@@ -189,6 +199,7 @@ def entity_recall(predictions: Sequence[Sequence[str]], references: Sequence[Seq
 def tag_accuracy(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> float:
     """Fraction of words whose tag is right, over every sentence (seqeval's accuracy_score, which transformers'
     run_ner reports beside the entity scores); "O" words count, so it reads high on CoNLL-2003."""
+    predictions, references = _sentences(predictions), _sentences(references)
     _paired_lengths(predictions, references)
     right = total = 0
     for predicted_tags, true_tags in zip(predictions, references):
@@ -222,14 +233,30 @@ def normalize_answer(text: str) -> str:
 def answer_exact_match(prediction: str, answers: Sequence[str], version_2: bool = False) -> float:
     """1.0 if the normalised prediction equals any normalised gold answer, else 0.0. With `version_2`, gold
     answers are first read as the official v2.0 script reads them (`v2_gold_answers`)."""
-    answers = v2_gold_answers(answers) if version_2 else answers
+    answers = v2_gold_answers(answers) if version_2 else answer_texts(answers)
     return float(any(normalize_answer(prediction) == normalize_answer(answer) for answer in answers))
+
+
+def answer_texts(answers: Sequence[str] | str | Mapping) -> list[str]:
+    """A question's gold answers as texts: a list of them, one text alone, or the Hugging Face datasets' answers
+    cell ({"text": [...], "answer_start": [...]}), whose keys would otherwise be read as answers."""
+    if isinstance(answers, str):
+        return [answers]
+    if isinstance(answers, Mapping):
+        if "text" not in answers:
+            raise ValueError(f"gold answers as a mapping hold their texts under 'text' (the datasets' answers column); "
+                             f"got the keys {', '.join(map(str, answers))}")
+        return answer_texts(answers["text"])
+    texts = list(answers)
+    if not all(isinstance(text, str) for text in texts):
+        raise ValueError(f"gold answers must be texts, got {texts!r:.80}")
+    return texts
 
 
 def v2_gold_answers(answers: Sequence[str]) -> list[str]:
     """The gold answers the official SQuAD v2.0 script scores against: those that normalise to something (not
     "the", not "."), or [""] (unanswerable) if none does."""
-    return [answer for answer in answers if normalize_answer(answer)] or [""]
+    return [answer for answer in answer_texts(answers) if normalize_answer(answer)] or [""]
 
 
 def answer_f1(prediction: str, answers: Sequence[str], version_2: bool = False) -> float:
@@ -240,7 +267,7 @@ def answer_f1(prediction: str, answers: Sequence[str], version_2: bool = False) 
     another empty side and 0 otherwise, as the official v2.0 script does (v1.1's scores 0 whenever a side is empty).
     """
     predicted = normalize_answer(prediction).split()
-    answers = v2_gold_answers(answers) if version_2 else answers
+    answers = v2_gold_answers(answers) if version_2 else answer_texts(answers)
     best = 0.0
     for answer in answers:
         gold = normalize_answer(answer).split()
@@ -402,6 +429,8 @@ def compute_metrics(kind: str, predictions: Sequence, references: Sequence,
     table = METRICS[kind]
     for name in names or ():
         check_choice(name, table, f"{kind} metric")
+    if names is None and kind == "classification" and len(np.union1d(*_per_example(predictions, references))) > 2:
+        names = [name for name in table if name != "f1"]  # one class's F1 is no score of a many-class task
     return {name: table[name](predictions, references) for name in names or table}
 
 
@@ -415,3 +444,22 @@ def _paired(predictions: Sequence, labels: Sequence) -> tuple[np.ndarray, np.nda
     if len(labels) == 0:
         raise ValueError("no predictions to score")
     return np.asarray(predictions), np.asarray(labels)
+
+
+def _per_example(predictions: Sequence, labels: Sequence) -> tuple[np.ndarray, np.ndarray]:
+    """Both sides as 1-D arrays of one kind: (n, 1) columns flattened (as run_glue squeezes them), labels written
+    as numbers ("0", "1") as numbers where the other side holds numbers; scores per class (logits) refused."""
+    sides = []
+    for name, values in zip(("predictions", "labels"), _paired(predictions, labels)):
+        if values.ndim > 1 and values.size == len(values):
+            values = values.reshape(-1)
+        elif values.ndim != 1:
+            raise ValueError(f"{name} must hold one label or score per example, got an array of shape "
+                             f"{values.shape}: take the argmax of scores per class (logits) first")
+        sides.append(values)
+    if len({side.dtype.kind in "US" for side in sides}) == 2:  # texts beside numbers would never be equal
+        sides = [_as_numbers(side) for side in sides]
+        if any(side.dtype.kind in "US" for side in sides):
+            raise ValueError(f"predictions and labels are of different kinds (such as {sides[0][0]!r} and "
+                             f"{sides[1][0]!r}): give both as label names or both as class ids")
+    return sides[0], sides[1]
