@@ -61,6 +61,13 @@ def test_max_length_may_be_a_numpy_integer(ours):
     assert ours("hello there my friend", max_length=np.int64(3))["input_ids"] == [101, 7592, 102]
 
 
+def test_windows_with_no_room_for_a_sequence_are_refused_by_their_length(ours):
+    """A pair whose specials and other text leave one sequence no token can't be cut into windows of it."""
+    with pytest.raises(InputError, match="^max_length=4 leaves no room for a window of this sequence beside the "
+                                         "special tokens and the other sequence: give a larger max_length$"):
+        ours("a b", "c", truncation=True, max_length=4, return_overflowing_tokens=True)
+
+
 def test_tokenize_takes_one_text(ours):
     for text, kind in ((None, "NoneType"), (["a", "b"], "list")):
         with pytest.raises(InputError, match=f"^tokenize takes one text \\(and one pair\\), got {kind}"):

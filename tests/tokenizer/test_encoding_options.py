@@ -222,6 +222,26 @@ def test_pad_collates_like_transformers(fresh, corpora):
         ours.pad([{"label": 1}])
 
 
+def test_pad_gives_back_the_arrays_it_was_given(fresh, corpora):
+    """Encodings (and labels) as numpy arrays or torch tensors come back padded as such, as transformers' pad
+    gives them back (its test_padding_accepts_tensors); lists stay lists."""
+    import numpy as np
+    import torch
+
+    ours, reference = fresh
+    texts = corpora["sst2"][:6]
+    for make, kind in ((np.array, np.ndarray), (torch.tensor, torch.Tensor)):
+        rows = [{"input_ids": make(ours(text)["input_ids"]), "label": make(index % 2)} for index, text in
+                enumerate(texts)]
+        got, expected = ours.pad(rows), reference.pad(rows)
+        assert set(got) == set(expected) and all(isinstance(got[name], kind) for name in got)
+        assert {name: values.tolist() for name, values in got.items()} == \
+            {name: values.tolist() for name, values in expected.items()}
+        batch = {"input_ids": make([ours(texts[0])["input_ids"][:5], ours(texts[1])["input_ids"][:5]])}
+        assert isinstance(ours.pad(batch)["attention_mask"], kind)
+    assert isinstance(ours.pad([{"input_ids": [1, 2]}, {"input_ids": [3]}])["input_ids"], list)
+
+
 def test_added_tokens_encode_decode_and_save_as_in_transformers(fresh, corpora, tmp_path):
     ours, reference = fresh
     words = ["covid19", "MiniLM", "hello"]  # 'hello' is in the vocabulary already

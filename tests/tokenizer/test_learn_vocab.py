@@ -145,5 +145,22 @@ def test_train_new_from_iterator_as_transformers(data_dir, tmp_path):
     assert len(one_by_one) <= 1500 and one_by_one.tokenize("the same old story")[0] == "the"
     with pytest.raises(InputError, match="reads texts or lists of texts"):
         old.train_new_from_iterator([["a text", 3]], vocab_size=100)
-    with pytest.raises(ConfigError, match="takes no option 'new_special_tokens'"):
-        old.train_new_from_iterator(train, vocab_size=100, new_special_tokens=["<x>"])
+    # the trainer's options, as transformers passes them to the tokenizers library's trainer
+    reference = transformers.AutoTokenizer.from_pretrained(default_model_dir())
+    options = dict(limit_alphabet=40, initial_alphabet=["ß", "€uro"], new_special_tokens=["<ent>", "</ent>"],
+                   show_progress=False)
+    ours, theirs = (tokenizer.train_new_from_iterator(iter(batches), vocab_size=2000, **options)
+                    for tokenizer in (old, reference))
+    ours_vocab, their_vocab = ours.get_vocab(), theirs.get_vocab()
+    assert {t for t in ours_vocab if len(t) == 1} == {t for t in their_vocab if len(t) == 1} >= {"ß", "€"}
+    assert len({t for t in ours_vocab if len(t) == 1}) == 40
+    assert [ours_vocab[t] for t in ours.all_special_tokens] == [their_vocab[t] for t in theirs.all_special_tokens]
+    assert ours.all_special_tokens == theirs.all_special_tokens and ours_vocab["</ent>"] == 6
+    assert ours.tokenize("the <ent> costs </ent>") == theirs.tokenize("the <ent> costs </ent>")
+    assert len(set(ours_vocab) & set(their_vocab)) / 2000 > 0.9
+    # merges of pairs seen at least 100 times, until none is left
+    ours, theirs = (tokenizer.train_new_from_iterator(iter(batches), vocab_size=30000, min_frequency=100)
+                    for tokenizer in (old, reference))
+    assert abs(len(ours) - len(theirs)) < 0.1 * len(theirs) < 100
+    with pytest.raises(ConfigError, match="special_tokens_map can't rename them"):
+        old.train_new_from_iterator(train, vocab_size=100, special_tokens_map={"[CLS]": "<s>"})

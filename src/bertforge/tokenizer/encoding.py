@@ -125,6 +125,9 @@ def _windows(tokens: Tokens | None, keep: int | None, truncation: Truncation) ->
         return [tokens]
     if keep == 0 and not truncation.overflow:  # the other sequence took the room: this one is cut away
         return [tokens.part(0, 0)]
+    if keep == 0:  # windows of no token would never end
+        raise InputError(f"max_length={truncation.max_length} leaves no room for a window of this sequence beside "
+                         "the special tokens and the other sequence: give a larger max_length")
     if truncation.stride >= keep:  # (without overflow too: the reference refuses it, by a panic)
         raise InputError(f"stride={truncation.stride} must be smaller than the {keep} tokens a window keeps of "
                          f"a sequence (max_length={truncation.max_length})")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from bertforge.data_files import byte_lines
@@ -66,16 +66,27 @@ def join(first: str, second: str) -> str:
     return first + second.removeprefix(CONTINUATION)
 
 
-def alphabet(word_counts: Mapping[str, int]) -> list[str]:
+def alphabet(word_counts: Mapping[str, int], limit: int | None = None, initial: Iterable[str] = ()) -> list[str]:
     """Every character as a word-initial piece and as a "##" continuation, so any word made of seen characters
-    has a WordPiece split: {"ab"} -> ["a", "b", "##a", "##b"]."""
-    chars = sorted({char for word in word_counts for char in word})
+    has a WordPiece split: {"ab"} -> ["a", "b", "##a", "##b"]. The `initial` characters are kept, seen or not;
+    with `limit`, `limit` characters in all, those and then the most frequent (ties: the first in code order), as
+    the tokenizers library's trainer keeps its initial_alphabet and limit_alphabet."""
+    frequency: Counter[str] = Counter()
+    for word, count in word_counts.items():
+        for char in word:
+            frequency[char] += count
+    initial = list(dict.fromkeys(initial))
+    ranked = initial + sorted(set(frequency) - set(initial), key=lambda char: (-frequency[char], char))
+    chars = sorted(ranked[:limit] if limit is not None else ranked)
     return chars + [CONTINUATION + char for char in chars]
 
 
 def learn_wordpiece(word_counts: Mapping[str, int], vocab_size: int, min_pair_count: int = MIN_PAIR_COUNT,
-                    progress: Callable[[int], None] | None = None) -> list[str]:
-    """The vocabulary's tokens: the special tokens, the alphabet, then merged pieces in the order learnt.
+                    progress: Callable[[int], None] | None = None, alphabet_limit: int | None = None,
+                    initial_alphabet: Iterable[str] = (), extra_special: Sequence[str] = ()) -> list[str]:
+    """The vocabulary's tokens: the special tokens (BERT's, then `extra_special`), the alphabet (see `alphabet`),
+    then merged pieces in the order learnt. A word with a character left out of the alphabet is no merge's: it can
+    only be [UNK].
 
     Worked example, {"hug": 10, "pug": 5, "hugs": 5}: pieces h ##u ##g / p ##u ##g / h ##u ##g ##s; the pair
     (##u, ##g) occurs 20 times -> "##ug"; then (h, ##ug) 15 times -> "hug"; then (hug, ##s) 5 and (p, ##ug) 5
@@ -83,8 +94,11 @@ def learn_wordpiece(word_counts: Mapping[str, int], vocab_size: int, min_pair_co
     `progress` is called with the vocabulary size after each new token.
     """
     check_counts(ConfigError, vocab_size=vocab_size, min_pair_count=min_pair_count)
-    specials = list(SPECIAL_TOKENS.values())
-    tokens = specials + alphabet(word_counts)
+    specials = list(SPECIAL_TOKENS.values()) + [token for token in dict.fromkeys(extra_special)
+                                                if token not in SPECIAL_TOKENS.values()]
+    letters = alphabet(word_counts, alphabet_limit, initial_alphabet)
+    tokens = specials + letters
+    chars = set(letters)
     if vocab_size < len(tokens):
         raise ConfigError(f"vocab_size {vocab_size} is too small: this corpus needs at least {len(tokens)} tokens "
                           f"({len(specials)} special + {len(tokens) - len(specials)} single characters)")
@@ -92,7 +106,7 @@ def learn_wordpiece(word_counts: Mapping[str, int], vocab_size: int, min_pair_co
     words, counts = [], []
     for word, count in word_counts.items():
         # Longer words are always [UNK] in WordPiece; their pieces would be wasted on vocabulary entries.
-        if len(word) <= MAX_WORD_CHARS:
+        if len(word) <= MAX_WORD_CHARS and chars.issuperset(word):
             words.append([word[0]] + [CONTINUATION + char for char in word[1:]])
             counts.append(count)
     pair_counts: dict[Pair, int] = defaultdict(int)

@@ -283,19 +283,35 @@ class BertTokenizer:
         return tokenizer
 
     def train_new_from_iterator(self, text_iterator: Iterable[str | Sequence[str]], vocab_size: int,
-                                length: int | None = None, **options: Any) -> BertTokenizer:
+                                length: int | None = None, new_special_tokens: Sequence[Any] = (),
+                                special_tokens_map: Mapping[str, str] | None = None, min_frequency: int = 0,
+                                limit_alphabet: int | None = None, initial_alphabet: Sequence[str] = (),
+                                show_progress: bool = True) -> BertTokenizer:
         """transformers' train_new_from_iterator: a tokenizer with this one's settings (lower-casing, accents,
         Chinese characters, maximum length, padding and truncation sides) and a new WordPiece vocabulary of at most
         `vocab_size` tokens, learnt from the texts (an iterator of texts or of batches of texts, as a dataset's
-        column gives them). The vocabulary's special tokens are BERT's; `length` is only a progress hint there."""
+        column gives them). The vocabulary's special tokens are BERT's, then `new_special_tokens` (listed as
+        additional special tokens). The trainer's options, as the tokenizers library reads them: `min_frequency`
+        (the fewest times a pair is seen to be merged), `limit_alphabet` (the most frequent characters kept),
+        `initial_alphabet` (characters kept though unseen; a string's first). `length` and `show_progress` only
+        concern a progress bar there."""
         from bertforge.tokenizer.learn_vocab import count_words, learn_wordpiece
 
         check_counts(ConfigError, vocab_size=vocab_size)  # before the texts are read
-        if options:
-            raise ConfigError(f"train_new_from_iterator takes no option {sorted(options)[0]!r} here")
+        check_number("min_frequency", min_frequency, minimum=0, integer=True)
+        check_number("limit_alphabet", limit_alphabet, minimum=1, integer=True, optional=True)
+        if special_tokens_map:
+            raise ConfigError("train_new_from_iterator learns BERT's special tokens; special_tokens_map can't rename "
+                              "them: set the roles afterwards with add_special_tokens")
         if {role: self.vocab.special_tokens[role] for role in SPECIAL_TOKENS} != SPECIAL_TOKENS:
             raise ConfigError("train_new_from_iterator learns BERT's special tokens ([PAD], [UNK], [CLS], [SEP], "
                               "[MASK]); this tokenizer has others")
+        if isinstance(initial_alphabet, str) or isinstance(new_special_tokens, str):
+            raise InputError("initial_alphabet and new_special_tokens take lists (of characters, of tokens)")
+        extra = [getattr(token, "content", token) for token in new_special_tokens]
+        if not all(isinstance(token, str) and token for token in extra):
+            raise InputError(f"new_special_tokens takes tokens (strings or AddedTokens), got "
+                             f"{new_special_tokens!r:.60}")
 
         def texts() -> Iterator[str]:
             for item in text_iterator:
@@ -308,12 +324,17 @@ class BertTokenizer:
                              split_cjk=self.tokenize_chinese_chars)
         if not counts:
             raise InputError("train_new_from_iterator: the texts hold no words")
-        return BertTokenizer(Vocab(learn_wordpiece(counts, vocab_size)), do_lower_case=self.do_lower_case,
-                             strip_accents=self.strip_accents, tokenize_chinese_chars=self.tokenize_chinese_chars,
-                             model_max_length=self.model_max_length, padding_side=self.padding_side,
-                             truncation_side=self.truncation_side,
-                             clean_up_tokenization_spaces=self.clean_up_tokenization_spaces,
-                             model_input_names=self.model_input_names)
+        tokens = learn_wordpiece(counts, vocab_size, max(1, min_frequency), alphabet_limit=limit_alphabet,
+                                 initial_alphabet=[text[0] for text in initial_alphabet if text], extra_special=extra)
+        trained = BertTokenizer(Vocab(tokens), do_lower_case=self.do_lower_case, strip_accents=self.strip_accents,
+                                tokenize_chinese_chars=self.tokenize_chinese_chars,
+                                model_max_length=self.model_max_length, padding_side=self.padding_side,
+                                truncation_side=self.truncation_side,
+                                clean_up_tokenization_spaces=self.clean_up_tokenization_spaces,
+                                model_input_names=self.model_input_names)
+        if new_special_tokens:  # their ids are the vocabulary's, after BERT's five
+            trained.add_special_tokens({"additional_special_tokens": list(new_special_tokens)})
+        return trained
 
     def save_pretrained(self, directory: str | Path, model_max_length: int | None = None) -> tuple[str, ...]:
         """Write the tokenizer files transformers writes (readable by from_pretrained and by transformers); their
@@ -831,8 +852,10 @@ class BertTokenizer:
         (dicts of flat lists, e.g. dataset rows) or one dict of lists of rows. The tokenizer's per-token columns
         are padded; other values (labels) are kept as they are, as transformers keeps them, and become tensors of
         their own type. `return_attention_mask=False` leaves the mask out; `verbose` is accepted and unused, as in
-        __call__."""
+        __call__. Without `return_tensors`, input ids given as torch tensors or numpy arrays come back as such, as
+        transformers gives them back."""
         check_tensor_kind(return_tensors)
+        as_given = _array_kind(encoded_inputs) if return_tensors is None else None
         single = False
         if isinstance(encoded_inputs, Mapping):
             columns = {name: rows_of(values) if isinstance(values, list | tuple) or hasattr(values, "tolist") else
@@ -869,9 +892,23 @@ class BertTokenizer:
         columns |= per_token
         if return_attention_mask is False:
             del columns["attention_mask"]
+        if as_given is not None:
+            made = to_tensors(columns, as_given)
+            return BatchEncoding({name: values[0] for name, values in made.items()} if single else made)
         if single and return_tensors is None:
             columns = {name: values[0] for name, values in columns.items()}
         return BatchEncoding(to_tensors(columns, return_tensors))
+
+
+def _array_kind(encoded_inputs: Any) -> str | None:
+    """The kind of array pad's input ids came as ("pt": torch's, "np": numpy's), None for lists."""
+    first = encoded_inputs[0] if isinstance(encoded_inputs, list | tuple) and encoded_inputs else encoded_inputs
+    ids = first.get("input_ids") if isinstance(first, Mapping) else None
+    if isinstance(ids, list | tuple) and ids:
+        ids = ids[0]  # a row
+    if getattr(ids, "ndim", 0) < 1:
+        return None
+    return {"torch": "pt", "numpy": "np"}.get(type(ids).__module__.split(".")[0])
 
 
 def _check_strings(values: list, name: str) -> None:
