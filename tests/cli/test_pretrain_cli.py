@@ -97,6 +97,17 @@ def test_errors_are_one_line(corpus, tmp_path, capsys, change, message):
     assert err.startswith("bertforge: error:") and message in err and "\n" not in err
 
 
+def test_the_mask_probability_is_a_flag(corpus, tmp_path, capsys):
+    """--mask-probability (run_mlm's --mlm_probability, taken under that name too) is the run's; 0 is refused."""
+    assert main(train_args(corpus, tmp_path / "model", "--objective", "mlm", "--steps", "2",
+                           "--mlm-probability", "0.3")) == 0
+    assert json.loads((tmp_path / "model" / "pretrain_config.json").read_text())["mask_probability"] == 0.3
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(train_args(corpus, tmp_path / "other", "--mask-probability", "0"))
+    assert "argument --mask-probability: must be above 0 and below 1, got 0" in capsys.readouterr().err
+
+
 def test_an_output_that_is_or_holds_the_corpus_is_refused(corpus, tmp_path, capsys):
     """A later --overwrite would replace the folder, and the corpus in it, whole."""
     for output in (corpus, corpus.parent):

@@ -16,6 +16,7 @@ from bertforge.cli.arguments import (
     path_text,
     positive_float,
     positive_int,
+    probability,
     seed_number,
 )
 
@@ -35,6 +36,8 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
     "--cased": ("do_lower_case", bool, "with a vocab.txt: keep case and accents"),
     "--objective": ("objective", "objectives", "what the model learns"),
     "--masking": ("masking", "masking", "which tokens are masked together"),
+    "--mask-probability": ("mask_probability", probability, "the share of tokens chosen for the masked LM "
+                                                            "(run_mlm's --mlm_probability)"),
     "--steps": ("steps", positive_int, "optimizer steps"),
     "--batch-size": ("batch_size", positive_int, "sequences per forward pass in each process; the global batch of "
                                                  "an optimizer step is batch-size x processes (torchrun's world "
@@ -58,7 +61,8 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
     "--peak-gflops": ("peak_gflops", positive_float, "one device's peak GFLOP/s, for model FLOPs utilisation"),
     "--no-progress": ("progress", bool, "no progress bar"),
 }
-ALIASES = {"--config": "--size", "--seq-len": "--max-length", "--model-or-vocab": "--vocab"}
+ALIASES = {"--config": "--size", "--seq-len": "--max-length", "--model-or-vocab": "--vocab",
+           "--mlm-probability": "--mask-probability"}
 SHORT = {"--output": "-o"}
 REQUIRED = {"--data", "--output"}
 
