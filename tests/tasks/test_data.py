@@ -221,6 +221,20 @@ def test_a_tsv_file_is_read_quoted_only_where_a_writer_quoted_it(data_dir, tmp_p
         assert [e.text for e in read_text_examples(tmp_path / "texts.tsv", Columns(), None)] == \
             list(back["sentence"]) == list(one_column["sentence"])
 
+
+def test_a_file_without_a_header_line_is_told_so(data_dir, tmp_path):
+    """CoLA's and STS-B's original .tsv files have no header line: the first example is read as the column names,
+    and the missing column's error says that those look like data."""
+    glue = read_text_examples(data_dir / "sst2" / "dev.tsv", Columns(), "class")[:3]
+    (tmp_path / "in_domain_train.tsv").write_text("".join(f"gj04\t{e.label}\t\t{e.text}\n" for e in glue))
+    with pytest.raises(InputError, match=r"in_domain_train.tsv, line 1, field 'sentence': no column 'sentence'; the "
+                                         r"file has 'gj04', '\d', '', .* \(its first line, read as the column names, "
+                                         r"looks like data: add a header line\)$"):
+        read_text_examples(tmp_path / "in_domain_train.tsv", Columns(), "class")
+    (tmp_path / "named.tsv").write_text("source\tlabel\tstar\ttext\n" + "gj04\t1\t\tfine\n")
+    with pytest.raises(InputError, match=r"the file has 'source', 'label', 'star', 'text'$"):
+        read_text_examples(tmp_path / "named.tsv", Columns(), "class")
+
 def test_json_files_of_rows_as_datasets_json_loader_reads_them(tmp_path):
     """A .json file of rows: a JSON array (with a byte-order mark too), JSON lines after a blank line, or an object
     whose "data" holds the rows (run_qa's and load_dataset's field="data"); one object over several lines that

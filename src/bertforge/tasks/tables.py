@@ -384,7 +384,18 @@ def require_columns(table: Table, names: Sequence[str | None]) -> None:
 def _columns_it_has(table: Table) -> str:
     """What a missing-column error lists: "the file has 'text', 'label'" ("the data has" for rows in memory)."""
     where = "file" if isinstance(table.path, Path) else "data"
-    return f"the {where} has {', '.join(map(repr, table.columns))}"
+    listed = f"the {where} has {', '.join(map(repr, table.columns))}"
+    if table.unit == "line" and any(_is_number(name) for name in table.columns):
+        # CoLA's and STS-B's original .tsv files have no header: their first example became the column names
+        listed += " (its first line, read as the column names, looks like data: add a header line)"
+    return listed
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def check_not_repeated(table: Table, name: str | None) -> None:
