@@ -66,9 +66,11 @@ def test_evaluate_prints_and_saves_metrics(finetuned, data, run_command, tmp_pat
     # Each class's scores, in the record and as a table: the dev file has 3 of each label.
     per_label = saved["per_label"]
     assert list(per_label) == ["neg", "pos"] and [row["support"] for row in per_label.values()] == [3, 3]
-    assert "label  precision  recall      f1  support" in out
+    assert "label         precision  recall      f1  support" in out
     for label, row in per_label.items():
-        assert f"{label:<5}  {row['precision']:9.4f}  {row['recall']:6.4f}  {row['f1']:6.4f}        3" in out
+        assert f"{label:<12}  {row['precision']:9.4f}  {row['recall']:6.4f}  {row['f1']:6.4f}        3" in out
+    macro_f1 = sum(row["f1"] for row in per_label.values()) / 2
+    assert "macro avg     " in out and f"{macro_f1:6.4f}        6" in out
     # The classes' recalls are the accuracy's parts: each class is half the file.
     assert (per_label["neg"]["recall"] + per_label["pos"]["recall"]) / 2 == pytest.approx(saved["accuracy"])
     # The confusion matrix: a row per true class (3 each), a column per predicted one, as predict labels the file.

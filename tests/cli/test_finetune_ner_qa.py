@@ -37,7 +37,7 @@ def test_ner_finetune_evaluate_predict(tiny_model_dir, tmp_path, run_command):
     assert isinstance(results["precision"], float) and results["inference"]["precision"] == "fp32"
     # Each entity type's scores, with its entities in the file (2 PER and 2 LOC a copy, 3 copies) as support.
     assert {label: row["support"] for label, row in results["per_label"].items()} == {"LOC": 6, "PER": 6}
-    assert "label  precision  recall      f1  support" in out
+    assert "label         precision  recall      f1  support" in out and "weighted avg" in out
     code, out = run_command(evaluate_cli, "--model", output, "--data", conll, "--decoding", "viterbi")
     assert code == 0 and json.loads((output / "eval_results.json").read_text())["decoding"] == "viterbi"
     code, out = run_command(predict_cli, "--model", output, "--text", "John Smith lives in Paris.",

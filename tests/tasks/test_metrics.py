@@ -228,6 +228,17 @@ def test_class_and_multi_label_scores_match_scikit_learns_report(num_classes):
     expected = sklearn_metrics.classification_report(true, predicted, target_names=names, output_dict=True,
                                                      zero_division=0)
     assert as_report(multi_label_scores(predicted, true, names)) == pytest.approx(report_rows(expected, names))
+    # the printed table's averages, as the report's rows (a class of the model never seen counted, as labels= does)
+    from bertforge.cli.evaluate import label_table
+    names = [f"class {i}" for i in range(num_classes + 1)]
+    expected = sklearn_metrics.classification_report(labels, predictions, labels=range(num_classes + 1),
+                                                     target_names=names, output_dict=True, zero_division=0)
+    printed = {line[:12].strip(): [float(value) for value in line[12:].split()]
+               for line in label_table(class_scores(predictions, labels, names)).splitlines()[1:]}
+    for average in ("macro avg", "weighted avg"):
+        row = expected[average]
+        assert printed[average] == pytest.approx([row["precision"], row["recall"], row["f1-score"], row["support"]],
+                                                 abs=5e-5)
 
 
 def test_confusion_matrix_by_hand_and_as_scikit_learn_counts():

@@ -52,11 +52,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def label_table(per_label: dict[str, dict[str, float]]) -> str:
-    """Each label's scores as a table, as scikit-learn's and seqeval's classification_report print them."""
-    width = max(len("label"), *map(len, per_label))
+    """Each label's scores as a table, then their macro (unweighted) and weighted (by support) averages, as
+    scikit-learn's and seqeval's classification_report print them."""
+    total = sum(s["support"] for s in per_label.values())
+    averages = {name: {"support": total} | {
+        score: sum(s[score] * weight(s) for s in per_label.values()) / max(sum(map(weight, per_label.values())), 1)
+        for score in ("precision", "recall", "f1")}
+        for name, weight in (("macro avg", lambda s: 1), ("weighted avg", lambda s: s["support"]))}
+    width = max(len("weighted avg"), *map(len, per_label))
     rows = [f"{'label':<{width}}  precision  recall      f1  support"]
     rows += [f"{label:<{width}}  {s['precision']:9.4f}  {s['recall']:6.4f}  {s['f1']:6.4f}  {s['support']:7d}"
-             for label, s in per_label.items()]
+             for label, s in (per_label | averages).items()]
     return "\n".join(rows)
 
 
