@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from bertforge import BertTokenizer, ConfigError, InputError
 from bertforge.pretraining.corpus import CorpusReader, prepare_corpus
@@ -248,6 +249,12 @@ def test_errors(unique_corpus, tmp_path, tokenizer):
                                              r"3 tokens\): a sentence pair needs a document of at least 2 tokens"):
             take(InstanceStream(CorpusReader(tmp_path / "words"), sentence_pairs=sentence_pairs), 1)
     assert len(take(InstanceStream(CorpusReader(tmp_path / "words"), sentence_pairs=None), 5)) == 5
+    # a finite stream ends: a DataLoader worker with no shuffle group of its own gives nothing, and no error
+    words = InstanceStream(CorpusReader(tmp_path / "words"), sentence_pairs=None, epochs=1)
+    loader = torch.utils.data.DataLoader(words, batch_size=None, num_workers=2, collate_fn=lambda instance: instance)
+    assert sorted(instance.input_ids.tolist() for instance in loader) == \
+        sorted(instance.input_ids.tolist() for instance in InstanceStream(CorpusReader(tmp_path / "words"),
+                                                                           sentence_pairs=None, epochs=1))
 
 
 def test_a_saved_position_is_refused_on_a_corpus_of_other_text_with_the_same_counts(data_dir, tokenizer, tmp_path):

@@ -163,6 +163,26 @@ def test_electra_keeps_its_discriminator_as_an_ordinary_encoder(corpus, tmp_path
     assert encoder.config.hidden_size == 128
 
 
+def test_each_objective_masks_its_way_in_training_and_evaluation(corpus, tmp_path, monkeypatch):
+    """The run's masker, in training and in its held-out evaluation, replaces chosen tokens as its objective says
+    (ELECTRA: no random token), as evaluate_pretrained's does afterwards."""
+    from bertforge.pretraining import run as pretraining_run
+    from bertforge.pretraining.masking import BERT_REPLACEMENT, ELECTRA_REPLACEMENT
+
+    made = []
+
+    class Recorded(Masker):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self.replacement)
+
+    monkeypatch.setattr(pretraining_run, "Masker", Recorded)
+    pretrain(make_config(corpus, tmp_path / "electra", objective="electra", steps=2))
+    pretrain(make_config(corpus, tmp_path / "bert", objective="mlm", steps=2))
+    pretraining_run.evaluate_pretrained(tmp_path / "bert", corpus, max_batches=1)
+    assert made == [ELECTRA_REPLACEMENT, BERT_REPLACEMENT, BERT_REPLACEMENT]
+
+
 def test_evaluation_is_repeatable_and_consistent(corpus, tokenizer):
     reader = CorpusReader(corpus, split="eval", holdout=0.1)
     torch.manual_seed(0)

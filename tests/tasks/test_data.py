@@ -220,6 +220,13 @@ def test_a_tsv_file_is_read_quoted_only_where_a_writer_quoted_it(data_dir, tmp_p
         back = pd.read_csv(tmp_path / "texts.tsv", sep="\t", dtype=str)
         assert [e.text for e in read_text_examples(tmp_path / "texts.tsv", Columns(), None)] == \
             list(back["sentence"]) == list(one_column["sentence"])
+    # quoting every field, or every field but numbers, as pandas' to_csv may be asked to
+    frame = pd.DataFrame({"sentence": one_column["sentence"], "label": [1, 0, 1]})
+    for quoting in (csv.QUOTE_ALL, csv.QUOTE_NONNUMERIC):
+        frame.to_csv(tmp_path / "quoted.tsv", sep="\t", index=False, quoting=quoting)
+        back = pd.read_csv(tmp_path / "quoted.tsv", sep="\t", dtype=str)
+        assert [(e.text, e.label) for e in read_text_examples(tmp_path / "quoted.tsv", Columns(), "class")] == \
+            list(zip(back["sentence"], back["label"])) == list(zip(frame["sentence"], ["1", "0", "1"])), quoting
 
 
 def test_a_file_without_a_header_line_is_told_so(data_dir, tmp_path):

@@ -520,7 +520,8 @@ def test_metrics_read_the_shapes_their_references_read_or_refuse_them(data_dir):
     rng = random.Random(0)
     guesses = [rng.choice(texts + [texts[0] + " then", "nothing like it"]) for texts in lists]
     for metric in (exact_match, squad_f1, squad_v2_exact_match, squad_v2_f1):
-        assert metric(guesses, cells) == metric(guesses, lists) > 0
+        official = [question["answers"] for question in questions]  # the SQuAD file's own lists of answers
+        assert metric(guesses, cells) == metric(guesses, lists) == metric(guesses, official) > 0
     assert exact_match(guesses, [texts[0] for texts in lists]) == exact_match(guesses, [texts[:1] for texts in lists])
     with pytest.raises(ValueError, match="under 'text'"):
         exact_match(guesses[:1], [{"answers": lists[0]}])
@@ -545,6 +546,12 @@ def test_metrics_read_the_shapes_their_references_read_or_refuse_them(data_dir):
          "f1": sklearn_metrics.f1_score(two_labels, two_predictions),
          "macro_f1": sklearn_metrics.f1_score(two_labels, two_predictions, average="macro"),
          "matthews_correlation": sklearn_metrics.matthews_corrcoef(two_labels, two_predictions)})
+    pd = pytest.importorskip("pandas")  # a column read from a CSV: texts in an object array
+    assert accuracy(pd.Series(written, dtype=object), two_labels) == 1.0
+    assert compute_metrics("classification", pd.Series(written), two_predictions) == \
+        compute_metrics("classification", two_labels, two_predictions)
+    tagged = pd.Series([guessed, sentence], index=[7, 9])  # read by position, not by index
+    assert entity_f1(tagged[[9]], pd.Series([sentence], index=[3])) == 1.0
     with pytest.raises(ValueError, match="different kinds"):
         accuracy(["negative", "positive"], [0, 1])
     with pytest.raises(ValueError, match=r"shape \(2, 2\): take the argmax"):

@@ -147,3 +147,15 @@ def test_an_encoding_keeps_the_inputs_and_settings_it_was_made_with(minilm_dir, 
             assert got.sequence_ids(row) == expected.sequence_ids(row)
             assert [got.token_to_chars(row, token) for token in range(len(expected.tokens(row)))] == \
                 [expected.token_to_chars(row, token) for token in range(len(expected.tokens(row)))]
+
+
+def test_a_subclass_that_changes_the_text_aligns_with_its_own_ids(minilm_dir):
+    """A tokenizer subclass whose __call__ adds a prompt: tokens and word ids are those of the ids it made."""
+    class Prompted(BertTokenizer):
+        def __call__(self, text, *args, **kwargs):
+            return super().__call__(f"query: {text}" if isinstance(text, str) else text, *args, **kwargs)
+
+    prompted = Prompted.from_pretrained(minilm_dir)
+    encoding = prompted("hello world")
+    assert encoding.tokens() == ["[CLS]", "query", ":", "hello", "world", "[SEP]"]
+    assert len(encoding.tokens()) == len(encoding["input_ids"]) and encoding.word_ids() == [None, 0, 1, 2, 3, None]

@@ -239,6 +239,12 @@ def test_pad_gives_back_the_arrays_it_was_given(fresh, corpora):
             {name: values.tolist() for name, values in expected.items()}
         batch = {"input_ids": make([ours(texts[0])["input_ids"][:5], ours(texts[1])["input_ids"][:5]])}
         assert isinstance(ours.pad(batch)["attention_mask"], kind)
+        rows = {"input_ids": [make(ours(text)["input_ids"]) for text in texts[:3]]}  # a column of rows
+        got, expected = ours.pad(rows), reference.pad(rows)
+        assert {name: values.tolist() for name, values in got.items()} == \
+            {name: values.tolist() for name, values in expected.items()} and isinstance(got["input_ids"], kind)
+        rows = [{"input_ids": make([1][:0])}, {"input_ids": make([101, 102])}]  # the first row with tokens decides
+        assert isinstance(ours.pad(rows)["input_ids"], kind)
     assert isinstance(ours.pad([{"input_ids": [1, 2]}, {"input_ids": [3]}])["input_ids"], list)
 
 

@@ -249,12 +249,19 @@ class InstanceStream(IterableDataset):
                         self.position += 1
                         yield instances[self.position - 1]
                 self.group, self.position = self.group + 1, 0
-            if whole_epoch and not handed_out:  # every later epoch would give none too: a loop without end
-                raise InputError(f"no training instance can be made of this corpus part ({len(self.corpus)} "
-                                 f"documents, {int(self._document_tokens.sum())} tokens"
-                                 f"{', for this data worker' if workers > 1 else ''}): a sentence pair needs a "
-                                 "document of at least 2 tokens", self.corpus.directory)
+            if self.epochs is None and whole_epoch and not handed_out:  # every epoch after would give none too
+                raise InputError(self._nothing_to_give(workers), self.corpus.directory)
             self.epoch, self.group = self.epoch + 1, 0
+
+    def _nothing_to_give(self, workers: int) -> str:
+        """Why a whole pass gave this process no instance, where an endless stream would look for one forever."""
+        if workers > 1:
+            return (f"a data worker of {workers} got no training instance in a whole pass over the corpus part "
+                    f"({len(self.corpus)} documents): give fewer DataLoader workers, or more text")
+        need = "a sentence pair needs a document of at least 2 tokens" if self.builder.pair is not None else \
+            "it has no token"
+        return (f"no training instance can be made of this corpus part ({len(self.corpus)} documents, "
+                f"{int(self._document_tokens.sum())} tokens): {need}")
 
     def shuffle_groups(self, epoch: int) -> list[np.ndarray]:
         """This epoch's document order, cut into groups of about shuffle_tokens tokens."""

@@ -1,4 +1,5 @@
-"""Dynamic masking for masked-LM pre-training: which tokens to predict (a named strategy), then BERT's 80/10/10.
+"""Dynamic masking for masked-LM pre-training: which tokens to predict (a named strategy), then what each becomes
+(BERT's 80/10/10, or ELECTRA's 85/15: a Replacement).
 
 Shapes: batch, seq. A strategy groups the tokens of each sequence into units that are masked together (a token,
 a whole word, an n-gram of whole words); each unit is chosen with the masking probability, so every maskable
@@ -26,6 +27,11 @@ class Replacement:
     """What a chosen token becomes: [MASK] with probability `mask`, a random token with `random`, else itself."""
     mask: float
     random: float
+
+    def __post_init__(self):
+        if not (0 <= self.mask and 0 <= self.random and self.mask + self.random <= 1):
+            raise ConfigError(f"a chosen token's replacement shares must be at least 0 and add up to at most 1, got "
+                              f"mask={self.mask}, random={self.random}")
 
 
 # BERT (section 3.1): 80% [MASK], 10% a random token, 10% as they are, so that the model can't learn that only

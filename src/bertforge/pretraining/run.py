@@ -60,6 +60,7 @@ from bertforge.pretraining.masking import MASK_PROBABILITY, Masker, strategy_fun
 from bertforge.pretraining.objectives import get_objective
 from bertforge.runtime import bf16_supported, resolve_device, seed_everything, to_device
 from bertforge.tokenizer.tokenizer import BertTokenizer
+from bertforge.tokenizer.vocab import Vocab
 from bertforge.training import distributed
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
 from bertforge.training.stopping import Stopped, stop_on_sigterm
@@ -171,6 +172,12 @@ class PretrainResult:
 
 
 # ---------------------------------------------------------------- building the pieces
+
+
+def masker_of(run: PretrainConfig, vocab: Vocab, masking: str | None = None) -> Masker:
+    """The run's masking: its strategy (or `masking`), its probability, and what its objective makes of a chosen
+    token (BERT's 80/10/10, ELECTRA's 85/15), for training and for every evaluation of it."""
+    return Masker(vocab, masking or run.masking, run.mask_probability, get_objective(run.objective).replacement)
 
 
 def load_tokenizer(name_or_path: str, do_lower_case: bool = True) -> BertTokenizer:
@@ -335,7 +342,7 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
     check_tokenizer(tokenizer, reader, config.tokenizer or str(reader.directory / TOKENIZER_DIR))
     objective = get_objective(config.objective)
     bert_config = model_config(config.model, tokenizer, config.seq_len, config.dropout, config.init_from)
-    masker = Masker(tokenizer.vocab, config.masking, config.mask_probability, objective.replacement)
+    masker = masker_of(config, tokenizer.vocab)
 
     use_bf16 = config.bf16 and bf16_supported(device.type)
     if config.bf16 and not use_bf16 and is_main:
@@ -501,6 +508,6 @@ def evaluate_pretrained(model: str | Path, data: str | Path, holdout: int | floa
     reader = CorpusReader(data, split="eval", holdout=holdout)
     masked_lm, tokenizer = load_masked_lm(str(model))
     check_tokenizer(tokenizer, reader, str(model))
-    return evaluate_mlm(masked_lm, reader, Masker(tokenizer.vocab, masking, trained.mask_probability),
+    return evaluate_mlm(masked_lm, reader, masker_of(trained, tokenizer.vocab, masking),
                         tokenizer.vocab.pad_token_id,
                         batch_size=batch_size, seq_len=seq_len, max_batches=max_batches, seed=seed)

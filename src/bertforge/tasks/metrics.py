@@ -181,7 +181,8 @@ def _entity_counts(predictions: Sequence[Sequence[str]], references: Sequence[Se
 
 def _sentences(tags: Sequence) -> Sequence[Sequence[str]]:
     """One tag list a sentence; a flat list of tags is one sentence (its tags' letters would read as tags)."""
-    return [tags] if len(tags) and isinstance(tags[0], str) else tags
+    tags = list(tags)  # a pandas Series by position, not by its index
+    return [tags] if tags and isinstance(tags[0], str) else tags
 
 
 def entity_precision(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> float:
@@ -238,8 +239,9 @@ def answer_exact_match(prediction: str, answers: Sequence[str], version_2: bool 
 
 
 def answer_texts(answers: Sequence[str] | str | Mapping) -> list[str]:
-    """A question's gold answers as texts: a list of them, one text alone, or the Hugging Face datasets' answers
-    cell ({"text": [...], "answer_start": [...]}), whose keys would otherwise be read as answers."""
+    """A question's gold answers as texts: a list of them, one text alone, the Hugging Face datasets' answers cell
+    ({"text": [...], "answer_start": [...]}, whose keys would otherwise be read as answers), or a SQuAD file's list
+    of answers ([{"text": ..., "answer_start": ...}])."""
     if isinstance(answers, str):
         return [answers]
     if isinstance(answers, Mapping):
@@ -247,7 +249,7 @@ def answer_texts(answers: Sequence[str] | str | Mapping) -> list[str]:
             raise ValueError(f"gold answers as a mapping hold their texts under 'text' (the datasets' answers column); "
                              f"got the keys {', '.join(map(str, answers))}")
         return answer_texts(answers["text"])
-    texts = list(answers)
+    texts = [answer["text"] if isinstance(answer, Mapping) and "text" in answer else answer for answer in answers]
     if not all(isinstance(text, str) for text in texts):
         raise ValueError(f"gold answers must be texts, got {texts!r:.80}")
     return texts
@@ -453,6 +455,8 @@ def _per_example(predictions: Sequence, labels: Sequence) -> tuple[np.ndarray, n
     for name, values in zip(("predictions", "labels"), _paired(predictions, labels)):
         if values.ndim > 1 and values.size == len(values):
             values = values.reshape(-1)
+        if values.dtype == object and all(isinstance(value, str) for value in values):
+            values = values.astype(str)  # a pandas column of texts
         elif values.ndim != 1:
             raise ValueError(f"{name} must hold one label or score per example, got an array of shape "
                              f"{values.shape}: take the argmax of scores per class (logits) first")

@@ -93,15 +93,35 @@ def _read_delimited_or_quoted(path: Path, text: str) -> Table:
 
 
 def _written_so(text: str) -> bool:
-    """Whether a csv writer's minimal quoting gives back `text` from its own quoted reading. A GLUE text's stray
-    quote ('"a gripping tale' opening a row, 'he said ""art""') reads otherwise and is written back otherwise."""
+    """Whether a csv writer gives back `text` from its own quoted reading, quoting as pandas' to_csv may: the fields
+    that need it (its default), every field, or every field but numbers. A GLUE text's stray quote ('"a gripping
+    tale' opening a row, 'he said ""art""') reads otherwise and is written back otherwise."""
     def lines(value: str) -> str:
         return value.replace("\r\n", "\n").removesuffix("\n")
 
-    written = io.StringIO()
-    writer = csv.writer(written, delimiter="\t", quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
-    writer.writerows(csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_MINIMAL))
-    return lines(written.getvalue()) == lines(text)
+    rows = list(csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_MINIMAL))
+    for quoting, field in ((csv.QUOTE_MINIMAL, str), (csv.QUOTE_ALL, str),
+                           (csv.QUOTE_NONNUMERIC, lambda value: _Written(value) if _is_number(value) else value)):
+        written = io.StringIO()
+        csv.writer(written, delimiter="\t", quoting=quoting, lineterminator="\n").writerows(
+            [[field(value) for value in row] for row in rows])
+        if lines(written.getvalue()) == lines(text):
+            return True
+    return False
+
+
+class _Written(float):
+    """A number as the file wrote it ("3.800", not 3.8), which QUOTE_NONNUMERIC leaves unquoted."""
+
+    def __new__(cls, text: str):
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
 
 
 def _read_jsonl(path: Path, text: str) -> Table:

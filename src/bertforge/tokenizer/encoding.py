@@ -509,8 +509,10 @@ def sequence_ids(special_tokens_mask: list[int], token_type_ids: list[int]) -> l
 
 
 def rows_of(values: Any) -> list:
-    """A column given as a list or a tensor -> a list (of lists)."""
-    return values.tolist() if hasattr(values, "tolist") else list(values)
+    """A column given as a tensor, or as a list of lists, arrays or tensors -> a list (of lists)."""
+    if hasattr(values, "tolist"):
+        return values.tolist()
+    return [row.tolist() if hasattr(row, "tolist") else row for row in values]
 
 
 def flat_index(groups: list[int]) -> list[int]:

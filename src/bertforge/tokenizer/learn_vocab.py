@@ -85,8 +85,8 @@ def learn_wordpiece(word_counts: Mapping[str, int], vocab_size: int, min_pair_co
                     progress: Callable[[int], None] | None = None, alphabet_limit: int | None = None,
                     initial_alphabet: Iterable[str] = (), extra_special: Sequence[str] = ()) -> list[str]:
     """The vocabulary's tokens: the special tokens (BERT's, then `extra_special`), the alphabet (see `alphabet`),
-    then merged pieces in the order learnt. A word with a character left out of the alphabet is no merge's: it can
-    only be [UNK].
+    then merged pieces in the order learnt. A character left out of the alphabet leaves the pieces of its word to
+    either side to merge, as the tokenizers library's trainer leaves them.
 
     Worked example, {"hug": 10, "pug": 5, "hugs": 5}: pieces h ##u ##g / p ##u ##g / h ##u ##g ##s; the pair
     (##u, ##g) occurs 20 times -> "##ug"; then (h, ##ug) 15 times -> "hug"; then (hug, ##s) 5 and (p, ##ug) 5
@@ -98,16 +98,18 @@ def learn_wordpiece(word_counts: Mapping[str, int], vocab_size: int, min_pair_co
                                                 if token not in SPECIAL_TOKENS.values()]
     letters = alphabet(word_counts, alphabet_limit, initial_alphabet)
     tokens = specials + letters
-    chars = set(letters)
+    kept = set(letters[:len(letters) // 2])  # the word-initial forms
     if vocab_size < len(tokens):
         raise ConfigError(f"vocab_size {vocab_size} is too small: this corpus needs at least {len(tokens)} tokens "
                           f"({len(specials)} special + {len(tokens) - len(specials)} single characters)")
     known = set(tokens)
     words, counts = [], []
     for word, count in word_counts.items():
-        # Longer words are always [UNK] in WordPiece; their pieces would be wasted on vocabulary entries.
-        if len(word) <= MAX_WORD_CHARS and chars.issuperset(word):
-            words.append([word[0]] + [CONTINUATION + char for char in word[1:]])
+        if len(word) > MAX_WORD_CHARS:  # always [UNK] in WordPiece: its pieces would be wasted entries
+            continue
+        pieces = [char if i == 0 else CONTINUATION + char for i, char in enumerate(word) if char in kept]
+        if pieces:
+            words.append(pieces)
             counts.append(count)
     pair_counts: dict[Pair, int] = defaultdict(int)
     pair_words: dict[Pair, set[int]] = defaultdict(set)  # may hold words that lost the pair (checked on use)

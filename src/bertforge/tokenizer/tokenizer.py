@@ -806,12 +806,14 @@ class BertTokenizer:
 
         def align() -> dict[str, list]:
             """Per row: tokens, offsets, word ids and sequence ids, from the same call with every detail asked."""
-            full = as_called(called_text, called_pair, max_length, truncation, padding, return_offsets_mapping=True,
-                        return_word_ids=True, return_special_tokens_mask=True, return_token_type_ids=True,
-                        return_attention_mask=True, is_split_into_words=is_split_into_words,
-                        return_overflowing_tokens=return_overflowing_tokens, stride=stride,
-                        pad_to_multiple_of=pad_to_multiple_of, padding_side=side,
-                        split_special_tokens=split_special_tokens, add_special_tokens=add_special_tokens)
+            # (BertTokenizer's own call: a subclass's __call__ may change the texts, which `called_text` holds done)
+            full = BertTokenizer.__call__(
+                as_called, called_text, called_pair, max_length, truncation, padding, return_offsets_mapping=True,
+                return_word_ids=True, return_special_tokens_mask=True, return_token_type_ids=True,
+                return_attention_mask=True, is_split_into_words=is_split_into_words,
+                return_overflowing_tokens=return_overflowing_tokens, stride=stride,
+                pad_to_multiple_of=pad_to_multiple_of, padding_side=side, split_special_tokens=split_special_tokens,
+                add_special_tokens=add_special_tokens)
             rows = {name: values if is_batch else [values] for name, values in full.items()}
             return {name: rows[name] for name in ENCODING_COLUMNS if name in rows} | {
                     "tokens": [self.convert_ids_to_tokens(ids) for ids in rows["input_ids"]],
@@ -901,14 +903,17 @@ class BertTokenizer:
 
 
 def _array_kind(encoded_inputs: Any) -> str | None:
-    """The kind of array pad's input ids came as ("pt": torch's, "np": numpy's), None for lists."""
-    first = encoded_inputs[0] if isinstance(encoded_inputs, list | tuple) and encoded_inputs else encoded_inputs
-    ids = first.get("input_ids") if isinstance(first, Mapping) else None
-    if isinstance(ids, list | tuple) and ids:
-        ids = ids[0]  # a row
-    if getattr(ids, "ndim", 0) < 1:
-        return None
-    return {"torch": "pt", "numpy": "np"}.get(type(ids).__module__.split(".")[0])
+    """The kind of array pad's input ids came as ("pt": torch's, "np": numpy's), None for lists: that of the first
+    row with tokens, as transformers looks."""
+    encodings = encoded_inputs if isinstance(encoded_inputs, list | tuple) else [encoded_inputs]
+    for encoding in encodings:
+        ids = encoding.get("input_ids") if isinstance(encoding, Mapping) else None
+        for row in ids if isinstance(ids, list | tuple) else [ids]:
+            if getattr(row, "ndim", 0) >= 1 and len(row):
+                return {"torch": "pt", "numpy": "np"}.get(type(row).__module__.split(".")[0])
+            if isinstance(row, int) or isinstance(row, list | tuple) and row:
+                return None
+    return None
 
 
 def _check_strings(values: list, name: str) -> None:
