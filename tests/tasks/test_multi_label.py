@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from bertforge.cli import distill as distill_cli
 from bertforge.cli import evaluate as evaluate_cli
 from bertforge.cli import finetune as finetune_cli
 from bertforge.cli import predict as predict_cli
@@ -206,6 +207,24 @@ def test_the_threshold_chosen_on_dev_is_saved_and_predicts(finetuned, tmp_path, 
                                                                          zero_division=0))
     assert metrics["subset_accuracy"] == pytest.approx(sklearn_metrics.accuracy_score(y_true, y_pred))
     assert "micro_f1: " in printed and metrics["micro_f1"] == pytest.approx(best["micro_f1"])
+
+
+def test_a_run_started_from_a_chosen_threshold_chooses_its_own(finetuned, tmp_path):
+    """The saved run says its threshold was chosen on dev: a run started from that config (--config, a resume of
+    the finished run, a distilled student) chooses again, where it had kept the first run's value fixed."""
+    train, output, _ = finetuned
+    run = json.loads((output / "finetune_config.json").read_text())
+    assert run["chosen_on_dev"] == ["threshold"] and run["threshold"] in THRESHOLDS
+    again = tmp_path / "again"
+    printed = run_cli(finetune_cli, "--config", output / "finetune_config.json", "--output", again, "--max-steps", "2",
+                      "--no-progress")
+    assert "threshold=" in printed and "threshold" in json.loads((again / "metrics.json").read_text())["best"]
+    assert json.loads((again / "finetune_config.json").read_text())["chosen_on_dev"] == ["threshold"]
+    run_cli(finetune_cli, "--config", output / "finetune_config.json", "--output", output, "--resume")  # finished
+    student = tmp_path / "student"
+    run_cli(distill_cli, "--teacher", output, "--train", train, "--dev", train, "--student-layers", "1",
+            "--max-steps", "2", "--max-drop", "100", "--output", student, "--no-progress")
+    assert "threshold" in json.loads((student / "metrics.json").read_text())["best"]
 
 
 def test_predict_prints_the_labels_over_the_threshold(finetuned):

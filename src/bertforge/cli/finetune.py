@@ -202,7 +202,7 @@ def command_line(config) -> str:
     from its default. A setting without a flag is an error (such a run needs --config)."""
     from bertforge.tasks.finetune import FinetuneConfig
 
-    given, defaults = flat(config.to_dict()), flat(FinetuneConfig(task=config.task).to_dict())
+    given, defaults = flat(config.to_train().to_dict()), flat(FinetuneConfig(task=config.task).to_dict())
     rows = {flag: (place, kind) for flag, (place, kind, _) in FLAGS.items()}
     rows |= {flag: (place, str) for flag, (place, _) in COLUMN_FLAGS.items()}
     words = ["bertforge", "finetune"]

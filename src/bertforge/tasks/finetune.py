@@ -92,6 +92,9 @@ class FinetuneConfig(JsonConfig):
     # Lower is better for a loss, higher for every other metric.
     metric_for_best_model: str | None = None
     training: TrainConfig = field(default_factory=TrainConfig)
+    # The settings the run chose on its dev set, not given (multi-label's threshold): the kept model predicts with
+    # the chosen values in `settings`, and a run started from this config chooses them again (see to_train).
+    chosen_on_dev: tuple[str, ...] = ()
 
     def __post_init__(self):
         # A config built in Python (fit's, a notebook's) gets the type checks a JSON file gets in from_dict.
@@ -106,6 +109,10 @@ class FinetuneConfig(JsonConfig):
             self.settings = kind.from_dict(self.settings, "settings")
         elif type(self.settings) is not kind:
             raise ConfigError(f"settings: task {self.task!r} takes {kind.__name__}, got {type(self.settings).__name__}")
+        self.chosen_on_dev = tuple(self.chosen_on_dev)  # JSON's list
+        unknown = sorted(set(self.chosen_on_dev) - {f.name for f in dataclasses.fields(self.settings)})
+        if unknown:
+            raise ConfigError(f"chosen_on_dev: {unknown[0]!r} is no setting of task {self.task!r}")
         check_paths(train=self.train, output=self.output, model=self.model, dev=self.dev)
         check_label_separator(self.label_separator)
         dropout_overrides(self.dropout)  # validates it
@@ -116,6 +123,14 @@ class FinetuneConfig(JsonConfig):
         check_number("max_train_examples", self.max_train_examples, minimum=1, integer=True, optional=True)
         if self.metric_for_best_model is not None:
             check_choice(self.metric_for_best_model, best_model_metrics(TASKS[self.task]), f"{self.task} metric")
+
+    def to_train(self) -> FinetuneConfig:
+        """This config as a new run (or a resumed one) takes it: what an earlier run chose on its dev set is
+        chosen again, not fixed at that run's values (a student distilled from the model chooses its own)."""
+        if not self.chosen_on_dev:
+            return self
+        again = dataclasses.replace(self.settings, **dict.fromkeys(self.chosen_on_dev))
+        return dataclasses.replace(self, settings=again, chosen_on_dev=())
 
     @property
     def best_model_metric(self) -> str:
@@ -255,6 +270,7 @@ def finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None = None
     """
     launch = distributed.read_environment() if launch is None else launch
     device = distributed.select_device(config.training.device, launch)
+    config = config.to_train()
     with distributed.process_group(launch, device):
         return _finetune(config, train_examples, dev_examples, model, loss_fn, overwrite, resume, launch, device)
 
@@ -355,8 +371,8 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
         chosen = chosen_settings(result.best or {}, config.settings)
         if chosen:  # the kept model's threshold is the one to predict with
             saved = FinetuneConfig.load(staging / RUN_CONFIG_FILE)
-            dataclasses.replace(saved, settings=dataclasses.replace(saved.settings, **chosen)).save(
-                staging / RUN_CONFIG_FILE)
+            dataclasses.replace(saved, settings=dataclasses.replace(saved.settings, **chosen),
+                                chosen_on_dev=tuple(chosen)).save(staging / RUN_CONFIG_FILE)
         draw_curves(staging, f"fine-tuning: {output}")
         finish_staging(output)  # the run's last step: an interrupted run leaves the earlier model as it was
         # The optimizer state is twice the model. Removed once the run is in place: a kill before that resumes.
@@ -421,7 +437,8 @@ def check_resumable(config: FinetuneConfig, staging: Path) -> bool:
 
 def check_same_run(config: FinetuneConfig, saved_config: Path) -> None:
     """The settings of `config` are those a run saved (but for RESUMABLE_CHANGES), else a ConfigError naming one."""
-    check_same_settings(FinetuneConfig.load(saved_config).to_dict(), config.to_dict(), RESUMABLE_CHANGES, saved_config)
+    check_same_settings(FinetuneConfig.load(saved_config).to_train().to_dict(), config.to_train().to_dict(),
+                        RESUMABLE_CHANGES, saved_config)
 
 
 def finished_run(output: Path, staging: Path) -> FinetuneResult | None:
