@@ -19,7 +19,7 @@ from bertforge.errors import InputError
 from bertforge.tasks.checkpoint_contents import inspect_checkpoint
 from bertforge.tasks.data import Columns, Features, TextExample, read_text_examples
 from bertforge.tasks.finetune import FinetuneConfig, finetune
-from bertforge.tasks.finetuned_model import evaluate, predict
+from bertforge.tasks.finetuned_model import FinetunedModel, evaluate, predict
 from bertforge.tasks.metrics import multi_label_macro_f1, multi_label_micro_f1, subset_accuracy
 from bertforge.tasks.multi_label import THRESHOLDS, MultiLabelSettings, choose_threshold, label_names, multi_hot
 from bertforge.tasks.registry import get_task
@@ -215,6 +215,7 @@ def test_a_run_started_from_a_chosen_threshold_chooses_its_own(finetuned, tmp_pa
     train, output, _ = finetuned
     run = json.loads((output / "finetune_config.json").read_text())
     assert run["chosen_on_dev"] == ["threshold"] and run["threshold"] in THRESHOLDS
+    assert FinetunedModel.load(output).with_settings(threshold=0.5).run.chosen_on_dev == ()  # set: given now
     again = tmp_path / "again"
     printed = run_cli(finetune_cli, "--config", output / "finetune_config.json", "--output", again, "--max-steps", "2",
                       "--no-progress")

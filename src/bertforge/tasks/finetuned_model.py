@@ -75,7 +75,8 @@ class FinetunedModel:
                 raise ConfigError(f"{name} is no setting of task {self.task.name}: its settings are "
                                   f"{', '.join(sorted(own))}")
         settings = dataclasses.replace(self.settings, **changes)
-        return dataclasses.replace(self, run=dataclasses.replace(self.run, settings=settings))
+        chosen = tuple(name for name in self.run.chosen_on_dev if name not in changes)  # what is set is given now
+        return dataclasses.replace(self, run=dataclasses.replace(self.run, settings=settings, chosen_on_dev=chosen))
 
     @property
     def id2label(self) -> dict[int, str]:
