@@ -309,3 +309,32 @@ def test_targets_of_examples_made_in_memory_are_checked_against_the_labels():
     assert multi_hot(("sports", "arts"), {"arts": 0, "politics": 1, "sports": 2}) == (1.0, 0.0, 1.0)
     with pytest.raises(InputError, match="label 'science' is not one of the model's labels"):
         multi_hot(("arts", "science"), {"arts": 0, "politics": 1})
+
+
+def test_label_lists_as_pandas_and_numpy_write_them(tmp_path, data_dir):
+    """Real CoNLL-2003 sentences' entity types as the label lists a DataFrame holds (numpy arrays, as
+    Dataset.to_pandas and read_parquet give them) and as pandas writes those to a CSV (['LOC' 'PER'], no commas:
+    they had been read as the one label 'LOCPER'), a tuple or a set; a multi-hot row of 0s and 1s is refused."""
+    pd = pytest.importorskip("pandas")
+    rows = entity_type_rows(data_dir / "conll2003" / "eng.train", 40)
+    assert any(len(row["types"]) > 1 for row in rows) and any(not row["types"] for row in rows)
+    expected = [(row["text"], tuple(row["types"])) for row in rows]
+    frame = pd.DataFrame({"text": [row["text"] for row in rows],
+                          "types": [np.array(row["types"], dtype=str) for row in rows]})
+    columns = Columns("text", None, "types")
+    assert [(e.text, e.label) for e in read_text_examples(frame, columns, "classes")] == expected
+    frame.to_csv(tmp_path / "arrays.csv", index=False)
+    assert "' '" in (tmp_path / "arrays.csv").read_text()  # numpy's way: no comma between the texts
+    assert [(e.text, e.label) for e in read_text_examples(tmp_path / "arrays.csv", columns, "classes")] == expected
+    for made in (tuple, set):
+        frame["types"] = [made(row["types"]) for row in rows]
+        frame.to_csv(tmp_path / f"{made.__name__}.csv", index=False)
+        read = read_text_examples(tmp_path / f"{made.__name__}.csv", columns, "classes")
+        assert [(e.text, set(e.label)) for e in read] == [(text, set(types)) for text, types in expected]
+    hot = tmp_path / "multi_hot.jsonl"
+    hot.write_text("".join(json.dumps({"text": row["text"], "types": [int(t in row["types"]) for t in
+                                                                      ("LOC", "MISC", "ORG", "PER")]}) + "\n"
+                           for row in rows))
+    with pytest.raises(InputError, match=r"multi_hot.jsonl, line 1, field 'types': the labels \[.*\] repeat a number: "
+                                         "a row of 0s and 1s"):
+        read_text_examples(hot, columns, "classes")

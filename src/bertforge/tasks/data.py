@@ -4,9 +4,11 @@ column), features -> batches (made by bertforge.batching) and the model's output
 from __future__ import annotations
 
 import ast
+import io
 import json
 import math
 import os
+import tokenize
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,28 +125,39 @@ def score_label(value: Any, separator: str | None = None) -> float:
 
 def label_set(value: Any, separator: str | None = None) -> tuple[str, ...]:
     """The labels of a multi-label example, each once, in the order given: a JSON list (a JSONL value, or a cell
-    holding one), or a text cell split at `separator`; without a separator a text cell is one label.
+    holding one), a list as Python or numpy writes one in a CSV cell, or a text cell split at `separator`; without a
+    separator a text cell is one label.
 
-    ["sports", "politics"] and '["sports", "politics"]' and "sports|politics" (separator "|") -> ("sports",
-    "politics"); [] -> () (no label applies).
+    ["sports", "politics"] and '["sports", "politics"]' and "['sports' 'politics']" and "sports|politics" (separator
+    "|") -> ("sports", "politics"); [] -> () (no label applies). Numbers that repeat ([0, 1, 0, 1]) are a multi-hot
+    row, not labels: refused.
     """
-    if isinstance(value, str) and value.strip().startswith("["):
+    value = listed(value)  # a DataFrame's cell: a numpy array
+    if isinstance(value, str) and value.strip() == "set()":  # how Python writes an empty set (pandas' to_csv too)
+        value = []
+    if isinstance(value, str) and value.strip()[:1] in ("[", "(", "{"):
+        text = value.strip()
         try:
-            value = json.loads(value)
+            value = json.loads(text) if text.startswith("[") else _python_list(text)
         except json.JSONDecodeError as error:
-            value = _python_list(value)  # a list as pandas writes one in a CSV cell: ['grain', 'trade']
+            value = _python_list(text)  # a list as pandas writes one in a CSV cell: ['grain', 'trade']
             if value is None:
                 raise ValueError(f"not a JSON list of labels: {error.msg} (column {error.colno})") from None
+        value = text if value is None else value  # "(none)": a label that starts with a bracket
     if isinstance(value, str):
         if not value.strip():
             raise ValueError("empty label; write [] for an example with no labels")
         value = value.split(separator) if separator else [value]
     if not isinstance(value, list):
-        raise ValueError(f"expected a list of labels, got {json.dumps(value)[:40]}")
+        raise ValueError(f"expected a list of labels, got {json.dumps(value, default=str)[:40]}")
+    numbers = [item for item in value if isinstance(item, int) and not isinstance(item, bool)]
+    if len(set(numbers)) < len(numbers):
+        raise ValueError(f"the labels {str(value)[:40]} repeat a number: a row of 0s and 1s (multi-hot) names no "
+                         "label; write the names of the labels that apply")
     labels = []
     for item in value:
         if isinstance(item, bool) or not isinstance(item, str | int):
-            raise ValueError(f"expected each label to be a text, got {json.dumps(item)[:40]}")
+            raise ValueError(f"expected each label to be a text, got {json.dumps(item, default=str)[:40]}")
         label = str(item).strip()
         if not label:
             raise ValueError("an empty label in the list")
@@ -153,12 +166,27 @@ def label_set(value: Any, separator: str | None = None) -> tuple[str, ...]:
 
 
 def _python_list(text: str) -> list | None:
-    """A list of texts and numbers written as Python writes it (pandas' to_csv of a list), else None."""
+    """A list of texts and numbers written as Python writes one (pandas' to_csv of a list: ['grain', 'trade'], of a
+    tuple or set too), or as numpy writes an array (['grain' 'trade']: literal_eval would join the two texts), read
+    item by item; else None."""
     try:
-        value = ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        tokens = [token for token in tokenize.generate_tokens(io.StringIO(text).readline)
+                  if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER)]
+    except (tokenize.TokenError, SyntaxError):
         return None
-    return value if isinstance(value, list) else None
+    brackets = {"[": "]", "(": ")", "{": "}"}
+    if len(tokens) < 2 or brackets.get(tokens[0].string) != tokens[-1].string:
+        return None
+    items = []
+    for token in tokens[1:-1]:
+        if token.type in (tokenize.STRING, tokenize.NUMBER):
+            try:
+                items.append(ast.literal_eval(token.string))
+            except (ValueError, SyntaxError):
+                return None
+        elif token.string != ",":
+            return None
+    return items
 
 
 # Label kind -> parser of one raw label value (and the separator of several labels in a text cell).
@@ -192,7 +220,7 @@ def read_text_examples(path: str | Path, columns: Columns, label_kind: str | Non
         pair = text_cell(table, line, row, columns.text_pair) if columns.text_pair else None
         label = None
         if label_kind is not None:
-            raw = cell(table, line, row, columns.label)
+            raw = listed(cell(table, line, row, columns.label))  # a DataFrame cell may be a numpy array
             try:
                 raw = named(raw, names) if names else raw
                 label = LABEL_KINDS[label_kind](raw, columns.label_separator)
