@@ -238,6 +238,10 @@ def test_a_file_without_a_header_line_is_told_so(data_dir, tmp_path):
                                          r"file has 'gj04', '\d', '', .* \(its first line, read as the column names, "
                                          r"looks like data: add a header line\)$"):
         read_text_examples(tmp_path / "in_domain_train.tsv", Columns(), "class")
+    # STS-B's original sts-dev.tsv: no header, and some rows carry two fields more (their sources)
+    with pytest.raises(InputError, match=r"sts-dev.tsv, line \d+: the row has 9 fields, the header has 7 \(its first "
+                                         r"line, read as the column names, looks like data: add a header line\)$"):
+        read_text_examples(data_dir / "stsb" / "original" / "sts-dev.tsv", Columns(), "score")
     (tmp_path / "named.tsv").write_text("source\tlabel\tstar\ttext\n" + "gj04\t1\t\tfine\n")
     with pytest.raises(InputError, match=r"the file has 'source', 'label', 'star', 'text'$"):
         read_text_examples(tmp_path / "named.tsv", Columns(), "class")

@@ -46,6 +46,10 @@ class Table:
         return 1 if self.unit == "line" else None
 
 
+# What an error about columns adds where the first line, read as the column names, holds a number.
+HEADERLESS = " (its first line, read as the column names, looks like data: add a header line)"
+
+
 def _read_delimited(path: Path, text: str, delimiter: str, quoting: int) -> Table:
     # The csv module refuses fields over 128 KB by default; a long document is a field as long as the file at most.
     csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
@@ -61,7 +65,8 @@ def _read_delimited(path: Path, text: str, delimiter: str, quoting: int) -> Tabl
         for values in reader:
             if values:  # blank lines carry no example
                 if len(values) != len(header):  # e.g. an unquoted comma inside a CSV text
-                    raise InputError(f"the row has {len(values)} fields, the header has {len(header)}", path, line)
+                    raise InputError(f"the row has {len(values)} fields, the header has {len(header)}"
+                                     f"{HEADERLESS if any(map(_is_number, header)) else ''}", path, line)
                 rows.append((line, dict(zip(header, values))))
             line = reader.line_num + 1
     except csv.Error as error:
@@ -407,7 +412,7 @@ def _columns_it_has(table: Table) -> str:
     listed = f"the {where} has {', '.join(map(repr, table.columns))}"
     if table.unit == "line" and any(_is_number(name) for name in table.columns):
         # CoLA's and STS-B's original .tsv files have no header: their first example became the column names
-        listed += " (its first line, read as the column names, looks like data: add a header line)"
+        listed += HEADERLESS
     return listed
 
 
