@@ -17,7 +17,7 @@ from bertforge.cli import finetune as finetune_cli
 from bertforge.cli import predict as predict_cli
 from bertforge.errors import InputError
 from bertforge.tasks.checkpoint_contents import inspect_checkpoint
-from bertforge.tasks.data import Columns, Features, TextExample, read_text_examples
+from bertforge.tasks.data import Columns, Features, TextExample, label_set, read_text_examples
 from bertforge.tasks.finetune import FinetuneConfig, finetune
 from bertforge.tasks.finetuned_model import FinetunedModel, evaluate, predict
 from bertforge.tasks.metrics import multi_label_macro_f1, multi_label_micro_f1, subset_accuracy
@@ -226,6 +226,17 @@ def test_a_run_started_from_a_chosen_threshold_chooses_its_own(finetuned, tmp_pa
     run_cli(distill_cli, "--teacher", output, "--train", train, "--dev", train, "--student-layers", "1",
             "--max-steps", "2", "--max-drop", "100", "--output", student, "--no-progress")
     assert "threshold" in json.loads((student / "metrics.json").read_text())["best"]
+    from bertforge.compress.distill import DistillConfig, distill  # in Python, with the task's default settings
+    distill(FinetuneConfig(train=str(train), dev=str(train), model=str(output), output=str(tmp_path / "library"),
+                           text_column="text", label_column="topics", label_separator="|",
+                           training=TrainConfig(max_steps=2, progress=False)), DistillConfig(student_layers=1), 100)
+    assert "threshold" in json.loads((tmp_path / "library" / "metrics.json").read_text())["best"]
+    # a threshold given over the saved config is given: fixed, not chosen
+    fixed = tmp_path / "fixed"
+    run_cli(finetune_cli, "--config", output / "finetune_config.json", "--output", fixed, "--max-steps", "2",
+            "--threshold", "0.9", "--no-progress")
+    saved = json.loads((fixed / "finetune_config.json").read_text())
+    assert saved["threshold"] == 0.9 and "chosen_on_dev" not in saved
 
 
 def test_predict_prints_the_labels_over_the_threshold(finetuned):
@@ -244,7 +255,8 @@ def test_a_fixed_threshold_is_kept(tmp_path, tiny_model_dir):
     run_cli(finetune_cli, "--task", "multi_label", "--model", tiny_model_dir, "--train", train, "--dev", train,
             "--output", output, "--text-column", "text", "--label-column", "topics", "--threshold", "0.3",
             "--max-steps", "2", "--no-progress")
-    assert json.loads((output / "finetune_config.json").read_text())["threshold"] == 0.3
+    saved = json.loads((output / "finetune_config.json").read_text())
+    assert saved["threshold"] == 0.3 and "chosen_on_dev" not in saved  # (an earlier release reads the file)
     assert "threshold" not in json.loads((output / "metrics.json").read_text())["best"]
 
 
@@ -325,6 +337,14 @@ def test_label_lists_as_pandas_and_numpy_write_them(tmp_path, data_dir):
     assert [(e.text, e.label) for e in read_text_examples(frame, columns, "classes")] == expected
     frame.to_csv(tmp_path / "arrays.csv", index=False)
     assert "' '" in (tmp_path / "arrays.csv").read_text()  # numpy's way: no comma between the texts
+    cells = {"['LOC', 'PER',]": ("LOC", "PER"), "('LOC',)": ("LOC",), "(c) Reuters": ("(c) Reuters",),
+             "(1)": ("(1)",), "{2020}": ("{2020}",), "[3 7]": ("3", "7"), "[]": ()}
+    for cell, labels in cells.items():  # Python's forms are read, a label that only starts with a bracket stays one
+        assert label_set(cell) == labels, cell
+    for cell in ("['a',,'b']", "[,]", "[0x10]", "[True]"):
+        with pytest.raises(ValueError):
+            label_set(cell)
+    assert label_set((np.int64(3), np.int64(7))) == ("3", "7")
     assert [(e.text, e.label) for e in read_text_examples(tmp_path / "arrays.csv", columns, "classes")] == expected
     for made in (tuple, set):
         frame["types"] = [made(row["types"]) for row in rows]

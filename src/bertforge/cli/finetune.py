@@ -194,6 +194,8 @@ def config_from_args(args: argparse.Namespace):
             for key in place[:-1]:
                 section = section.setdefault(key, {})
             section[place[-1]] = value
+            if isinstance(data.get("chosen_on_dev"), list) and len(place) == 1:  # given now, not chosen
+                data["chosen_on_dev"] = [name for name in data["chosen_on_dev"] if name != place[0]]
     return FinetuneConfig.from_dict(data, source)
 
 

@@ -197,7 +197,8 @@ def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, m
     if teacher.task.name not in DISTILLABLE_TASKS:
         raise ConfigError(f"distillation covers {', '.join(DISTILLABLE_TASKS)}; the teacher does {teacher.task.name}")
     # the teacher's task; a config written for another one (a library caller's default) takes the teacher's settings
-    settings = config.settings if type(config.settings) is teacher.task.settings else teacher.settings
+    # (as a new run takes them: what the teacher's run chose on its dev set, its student chooses on its own)
+    settings = config.settings if type(config.settings) is teacher.task.settings else teacher.run.to_train().settings
     config = dataclasses.replace(config, task=teacher.task.name, settings=settings)
     student = student_from_teacher(teacher.model, distillation.student_layers)
     examples = None

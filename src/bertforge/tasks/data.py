@@ -7,6 +7,7 @@ import ast
 import io
 import json
 import math
+import numbers
 import os
 import tokenize
 from collections.abc import Callable, Iterator, Sequence
@@ -125,38 +126,39 @@ def score_label(value: Any, separator: str | None = None) -> float:
 
 def label_set(value: Any, separator: str | None = None) -> tuple[str, ...]:
     """The labels of a multi-label example, each once, in the order given: a JSON list (a JSONL value, or a cell
-    holding one), a list as Python or numpy writes one in a CSV cell, or a text cell split at `separator`; without a
-    separator a text cell is one label.
+    holding one), a list, tuple or set as Python or numpy writes one in a CSV cell, or a text cell split at
+    `separator`; without a separator a text cell is one label.
 
     ["sports", "politics"] and '["sports", "politics"]' and "['sports' 'politics']" and "sports|politics" (separator
     "|") -> ("sports", "politics"); [] -> () (no label applies). Numbers that repeat ([0, 1, 0, 1]) are a multi-hot
     row, not labels: refused.
     """
     value = listed(value)  # a DataFrame's cell: a numpy array
-    if isinstance(value, str) and value.strip() == "set()":  # how Python writes an empty set (pandas' to_csv too)
+    if isinstance(value, tuple | set | frozenset):
+        value = list(value) if isinstance(value, tuple) else sorted(value, key=str)
+    if isinstance(value, str) and value.strip() in ("()", "set()"):  # Python's empty tuple and set (pandas' too)
         value = []
-    if isinstance(value, str) and value.strip()[:1] in ("[", "(", "{"):
-        text = value.strip()
+    if isinstance(value, str) and value.strip().startswith("["):
         try:
-            value = json.loads(text) if text.startswith("[") else _python_list(text)
+            value = json.loads(value)
         except json.JSONDecodeError as error:
-            value = _python_list(text)  # a list as pandas writes one in a CSV cell: ['grain', 'trade']
+            value = _python_list(value.strip())  # a list as pandas writes one in a CSV cell: ['grain', 'trade']
             if value is None:
                 raise ValueError(f"not a JSON list of labels: {error.msg} (column {error.colno})") from None
-        value = text if value is None else value  # "(none)": a label that starts with a bracket
+    elif isinstance(value, str) and value.strip()[:1] in ("(", "{"):
+        # a tuple or set of texts as Python writes one ("('LOC', 'PER')"); else a label that starts so ("(c) ...")
+        written = _python_list(value.strip())
+        value = written if written and all(isinstance(item, str) for item in written) else value
     if isinstance(value, str):
         if not value.strip():
             raise ValueError("empty label; write [] for an example with no labels")
         value = value.split(separator) if separator else [value]
     if not isinstance(value, list):
         raise ValueError(f"expected a list of labels, got {json.dumps(value, default=str)[:40]}")
-    numbers = [item for item in value if isinstance(item, int) and not isinstance(item, bool)]
-    if len(set(numbers)) < len(numbers):
-        raise ValueError(f"the labels {str(value)[:40]} repeat a number: a row of 0s and 1s (multi-hot) names no "
-                         "label; write the names of the labels that apply")
+    check_not_multi_hot(value)
     labels = []
     for item in value:
-        if isinstance(item, bool) or not isinstance(item, str | int):
+        if isinstance(item, bool) or not isinstance(item, str | numbers.Integral):
             raise ValueError(f"expected each label to be a text, got {json.dumps(item, default=str)[:40]}")
         label = str(item).strip()
         if not label:
@@ -165,10 +167,20 @@ def label_set(value: Any, separator: str | None = None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(labels))
 
 
+def check_not_multi_hot(value: Any) -> None:
+    """Label numbers that repeat are a row of 0s and 1s, one per label (multi-hot), which names no label."""
+    if not isinstance(value, list):
+        return
+    numbers_given = [item for item in value if isinstance(item, numbers.Integral) and not isinstance(item, bool)]
+    if len(set(numbers_given)) < len(numbers_given):
+        raise ValueError(f"the labels {json.dumps(value, default=str)[:40]} repeat a number: a row of 0s and 1s "
+                         "(multi-hot) names no label; write the names of the labels that apply")
+
+
 def _python_list(text: str) -> list | None:
-    """A list of texts and numbers written as Python writes one (pandas' to_csv of a list: ['grain', 'trade'], of a
-    tuple or set too), or as numpy writes an array (['grain' 'trade']: literal_eval would join the two texts), read
-    item by item; else None."""
+    """A list of texts and whole numbers written as Python writes one (pandas' to_csv of a list: ['grain', 'trade'],
+    of a tuple or set too), or as numpy writes an array (['grain' 'trade']: literal_eval would join the two texts),
+    read item by item; else None."""
     try:
         tokens = [token for token in tokenize.generate_tokens(io.StringIO(text).readline)
                   if token.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER)]
@@ -177,13 +189,20 @@ def _python_list(text: str) -> list | None:
     brackets = {"[": "]", "(": ")", "{": "}"}
     if len(tokens) < 2 or brackets.get(tokens[0].string) != tokens[-1].string:
         return None
+    inner = tokens[1:-1]
+    commas = [token.string == "," for token in inner]
+    # Python's form: item, item, ... (a trailing comma allowed); numpy's: item item ... (no comma at all)
+    if any(commas) and (commas[0::2] != [False] * len(commas[0::2]) or not all(commas[1::2])):
+        return None
     items = []
-    for token in tokens[1:-1]:
-        if token.type in (tokenize.STRING, tokenize.NUMBER):
+    for token in inner:
+        if token.type == tokenize.STRING or token.type == tokenize.NUMBER and token.string.isdigit():
             try:
                 items.append(ast.literal_eval(token.string))
             except (ValueError, SyntaxError):
                 return None
+        elif token.string in ("True", "False", "None"):
+            items.append(ast.literal_eval(token.string))  # no label: said so by the item check, naming it
         elif token.string != ",":
             return None
     return items
@@ -222,6 +241,8 @@ def read_text_examples(path: str | Path, columns: Columns, label_kind: str | Non
         if label_kind is not None:
             raw = listed(cell(table, line, row, columns.label))  # a DataFrame cell may be a numpy array
             try:
+                if label_kind == "classes":
+                    check_not_multi_hot(raw)  # before a ClassLabel names the numbers
                 raw = named(raw, names) if names else raw
                 label = LABEL_KINDS[label_kind](raw, columns.label_separator)
             except ValueError as error:

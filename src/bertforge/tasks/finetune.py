@@ -154,7 +154,8 @@ class FinetuneConfig(JsonConfig):
 
     def to_dict(self) -> dict[str, Any]:
         """The task's settings as top-level keys, where the field stands."""
-        items = list(super().to_dict().items())
+        # (chosen_on_dev only where a run chose something: a file that an earlier release reads, otherwise)
+        items = [(name, value) for name, value in super().to_dict().items() if name != "chosen_on_dev" or value]
         position = [name for name, _ in items].index("settings")
         return dict(items[:position] + list(items[position][1].items()) + items[position + 1:])
 

@@ -66,7 +66,7 @@ def _read_delimited(path: Path, text: str, delimiter: str, quoting: int) -> Tabl
             if values:  # blank lines carry no example
                 if len(values) != len(header):  # e.g. an unquoted comma inside a CSV text
                     raise InputError(f"the row has {len(values)} fields, the header has {len(header)}"
-                                     f"{HEADERLESS if any(map(_is_number, header)) else ''}", path, line)
+                                     f"{HEADERLESS if _looks_like_data(header) else ''}", path, line)
                 rows.append((line, dict(zip(header, values))))
             line = reader.line_num + 1
     except csv.Error as error:
@@ -410,10 +410,16 @@ def _columns_it_has(table: Table) -> str:
     """What a missing-column error lists: "the file has 'text', 'label'" ("the data has" for rows in memory)."""
     where = "file" if isinstance(table.path, Path) else "data"
     listed = f"the {where} has {', '.join(map(repr, table.columns))}"
-    if table.unit == "line" and any(_is_number(name) for name in table.columns):
+    if table.unit == "line" and _looks_like_data(table.columns):
         # CoLA's and STS-B's original .tsv files have no header: their first example became the column names
         listed += HEADERLESS
     return listed
+
+
+def _looks_like_data(header: Sequence[str]) -> bool:
+    """A first line that is an example, not column names: a number beside a sentence (CoLA's 'gj04', '0', '',
+    'Our friends will not buy this analysis.'), where a header of years ('name', '2019', '2020') is none."""
+    return any(map(_is_number, header)) and any(len(name.split()) >= 4 for name in header)
 
 
 def _is_number(text: str) -> bool:
