@@ -136,19 +136,9 @@ def label_set(value: Any, separator: str | None = None) -> tuple[str, ...]:
     value = listed(value)  # a DataFrame's cell: a numpy array
     if isinstance(value, tuple | set | frozenset):
         value = list(value) if isinstance(value, tuple) else sorted(value, key=str)
-    if isinstance(value, str) and value.strip() in ("()", "set()"):  # Python's empty tuple and set (pandas' too)
-        value = []
-    if isinstance(value, str) and value.strip().startswith("["):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as error:
-            value = _python_list(value.strip())  # a list as pandas writes one in a CSV cell: ['grain', 'trade']
-            if value is None:
-                raise ValueError(f"not a JSON list of labels: {error.msg} (column {error.colno})") from None
-    elif isinstance(value, str) and value.strip()[:1] in ("(", "{"):
-        # a tuple or set of texts as Python writes one ("('LOC', 'PER')"); else a label that starts so ("(c) ...")
-        written = _python_list(value.strip())
-        value = written if written and all(isinstance(item, str) for item in written) else value
+    if isinstance(value, str):
+        written = _written_collection(value)
+        value = value if written is None else written
     if isinstance(value, str):
         if not value.strip():
             raise ValueError("empty label; write [] for an example with no labels")
@@ -165,6 +155,26 @@ def label_set(value: Any, separator: str | None = None) -> tuple[str, ...]:
             raise ValueError("an empty label in the list")
         labels.append(label)
     return tuple(dict.fromkeys(labels))
+
+
+def _written_collection(text: str) -> list | None:
+    """The items a text cell writes as a list, tuple or set (JSON's list, or Python's or numpy's written form); None
+    where it writes no collection: a label, or labels at the separator ("(c) Reuters" only starts with a bracket)."""
+    stripped = text.strip()
+    if stripped in ("()", "set()"):  # Python's empty tuple and set (pandas' to_csv too)
+        return []
+    if stripped.startswith("["):
+        try:
+            return json.loads(text)  # (its error's column counts in the cell as written)
+        except json.JSONDecodeError as error:
+            written = _python_list(stripped)  # a list as pandas writes one in a CSV cell: ['grain', 'trade']
+            if written is None:
+                raise ValueError(f"not a JSON list of labels: {error.msg} (column {error.colno})") from None
+            return written
+    if stripped[:1] in ("(", "{"):  # a tuple or set of texts as Python writes one: ('LOC', 'PER')
+        written = _python_list(stripped)
+        return written if written and all(isinstance(item, str) for item in written) else None
+    return None
 
 
 def check_not_multi_hot(value: Any) -> None:
@@ -192,7 +202,7 @@ def _python_list(text: str) -> list | None:
     inner = tokens[1:-1]
     commas = [token.string == "," for token in inner]
     # Python's form: item, item, ... (a trailing comma allowed); numpy's: item item ... (no comma at all)
-    if any(commas) and (commas[0::2] != [False] * len(commas[0::2]) or not all(commas[1::2])):
+    if any(commas) and (any(commas[0::2]) or not all(commas[1::2])):
         return None
     items = []
     for token in inner:

@@ -98,7 +98,7 @@ def learn_wordpiece(word_counts: Mapping[str, int], vocab_size: int, min_pair_co
                                                 if token not in SPECIAL_TOKENS.values()]
     letters = alphabet(word_counts, alphabet_limit, initial_alphabet)
     tokens = specials + letters
-    kept = set(letters[:len(letters) // 2])  # the word-initial forms
+    kept = {letter for letter in letters if not letter.startswith(CONTINUATION)}  # the word-initial forms
     if vocab_size < len(tokens):
         raise ConfigError(f"vocab_size {vocab_size} is too small: this corpus needs at least {len(tokens)} tokens "
                           f"({len(specials)} special + {len(tokens) - len(specials)} single characters)")
