@@ -548,6 +548,8 @@ def test_metrics_read_the_shapes_their_references_read_or_refuse_them(data_dir):
          "matthews_correlation": sklearn_metrics.matthews_corrcoef(two_labels, two_predictions)})
     pd = pytest.importorskip("pandas")  # a column read from a CSV: texts in an object array
     assert accuracy(pd.Series(written, dtype=object), two_labels) == 1.0
+    with pytest.raises(ValueError, match=r"shape \(200, 2\)"):  # two columns of texts are no labels
+        accuracy(pd.DataFrame({"a": written, "b": written}), two_labels)
     assert compute_metrics("classification", pd.Series(written), two_predictions) == \
         compute_metrics("classification", two_labels, two_predictions)
     tagged = pd.Series([guessed, sentence], index=[7, 9])  # read by position, not by index

@@ -455,11 +455,11 @@ def _per_example(predictions: Sequence, labels: Sequence) -> tuple[np.ndarray, n
     for name, values in zip(("predictions", "labels"), _paired(predictions, labels)):
         if values.ndim > 1 and values.size == len(values):
             values = values.reshape(-1)
-        if values.dtype == object and all(isinstance(value, str) for value in values):
-            values = values.astype(str)  # a pandas column of texts
         elif values.ndim != 1:
             raise ValueError(f"{name} must hold one label or score per example, got an array of shape "
                              f"{values.shape}: take the argmax of scores per class (logits) first")
+        if values.dtype == object and all(isinstance(value, str) for value in values):
+            values = values.astype(str)  # a pandas column of texts
         sides.append(values)
     if len({side.dtype.kind in "US" for side in sides}) == 2:  # texts beside numbers would never be equal
         sides = [_as_numbers(side) for side in sides]
