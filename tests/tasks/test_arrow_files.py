@@ -109,6 +109,11 @@ def test_class_label_numbers_are_read_as_their_names(sst2_rows, tmp_path, tiny_m
     wrong = wrong.cast_column("label", datasets.ClassLabel(names=["negative"]))
     with pytest.raises(InputError, match="row 1, field 'label': label 1 is not one of the data's label numbers"):
         read_text_examples(wrong, columns, "class")
+    # -1 is datasets' "no label" (every row of the Hub's GLUE test splits, SNLI's pairs without a gold label)
+    unlabelled = datasets.Dataset.from_dict({"sentence": ["fine", "dull"], "label": [1, -1]},
+                                            features=features)
+    with pytest.raises(InputError, match=r"row 2, field 'label': label -1 is the data's 'no label' .*leave those rows"):
+        read_text_examples(unlabelled, columns, "class")
 
 
 # Hugging Face's numbering of GLUE MRPC's labels and CoNLL-2003's tags (its glue and conll2003 datasets' features)

@@ -283,6 +283,9 @@ def named(value: Any, names: Sequence[str]) -> Any:
     if isinstance(value, list):
         return [named(item, names) for item in value]
     if isinstance(value, int) and not isinstance(value, bool):
+        if value == -1:  # datasets' ClassLabel for "no label": the Hub's test splits, SNLI's pairs without a gold label
+            raise ValueError("label -1 is the data's 'no label' (as in the Hub's test splits): leave those rows out "
+                             "(dataset.filter(lambda row: row['label'] != -1)), or give the file to predict")
         if not 0 <= value < len(names):
             raise ValueError(f"label {value} is not one of the data's label numbers (0 to {len(names) - 1})")
         return names[value]
