@@ -22,6 +22,9 @@ COMPRESSIONS: dict[str, tuple[str, Callable[[BinaryIO], BinaryIO]]] = {
     ".xz": ("xz", lzma.LZMAFile),
 }
 COMPRESSED_NAMES = "compressed as .gz, .bz2 or .xz"  # how messages name what may wrap a data file
+# Compressions and archives that the standard library does not read: suffix -> the command that unpacks them.
+UNREAD_COMPRESSIONS = {".zst": "zstd -d", ".zstd": "zstd -d", ".lz4": "lz4 -d", ".zip": "unzip", ".7z": "7z x",
+                       ".tar": "tar -xf", ".tgz": "tar -xzf"}
 
 LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
@@ -45,6 +48,10 @@ def opened(path: str | Path) -> Iterator[tuple[BinaryIO, BinaryIO]]:
     """(the file's plain bytes, the file as stored) open for reading; the stored file's tell() is how far reading
     has got, for progress. Opening raises what open() raises (FileNotFoundError, IsADirectoryError); reading
     damaged compressed data raises one of DAMAGED (see `damaged`)."""
+    unpack = UNREAD_COMPRESSIONS.get(Path(path).suffix.lower())
+    if unpack and Path(path).is_file():
+        raise InputError(f"bertforge reads files {COMPRESSED_NAMES}, not {Path(path).suffix}: unpack it first "
+                         f"({unpack} {Path(path).name})", Path(path))
     with open(path, "rb") as stored:
         compression = COMPRESSIONS.get(Path(path).suffix.lower())
         if compression is None:
@@ -90,16 +97,30 @@ def read_bytes(path: str | Path) -> bytes:
 
 
 def byte_lines(path: str | Path) -> Iterator[tuple[bytes, int]]:
-    """Each line of a file's plain bytes, and how many stored bytes reading it took (0 for most lines of a
-    compressed file, which is read in blocks); one line at a time."""
+    """Each line of a file's plain bytes, split where split_lines splits text ("\n", "\r\n" or a lone "\r"), and
+    how many stored bytes reading it took (0 for most lines of a compressed file, which is read in blocks); one
+    line at a time."""
     try:
         with opened(path) as (plain, stored):
             position = 0
             for line in plain:
                 now = stored.tell()
-                yield line, now - position
-                position = now
+                size, position = now - position, now
+                for part in _at_lone_returns(line):
+                    yield part, size
+                    size = 0
     except (FileNotFoundError, IsADirectoryError, PermissionError):
         raise
     except DAMAGED as error:
         raise damaged(path, error) from None
+
+
+def _at_lone_returns(line: bytes) -> list[bytes]:
+    """A line read up to "\n", cut after each "\r" that no "\n" follows (an old Mac file is one such line)."""
+    ending = b"\r\n" if line.endswith(b"\r\n") else b"\n" if line.endswith(b"\n") else b""
+    body = line[:len(line) - len(ending)]
+    if b"\r" not in body:
+        return [line]
+    parts = [part + b"\r" for part in body.split(b"\r")]
+    parts[-1] = parts[-1][:-1] + ending
+    return parts if parts[-1] else parts[:-1]  # a file that ends with its last "\r"

@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -227,6 +228,16 @@ def test_held_out_metrics_are_reported_after_each_evaluation(corpus, tmp_path, c
                            "--eval-batches", "2")) == 0
     lines = [record.getMessage() for record in caplog.records
              if record.name == "bertforge.progress" and record.levelname == "INFO"]
+    # first, how much of the corpus is held out: --holdout 0.1 of its documents, counted from the shards' arrays
+    manifest = json.loads((corpus / "manifest.json").read_text())
+    documents = np.load(corpus / "shard-00000.documents.npy")
+    sentences = np.load(corpus / "shard-00000.sentences.npy")
+    held = [index for index in range(manifest["documents"])
+            if (index + 1) * round(0.1 * manifest["documents"]) // manifest["documents"] >
+            index * round(0.1 * manifest["documents"]) // manifest["documents"]]
+    tokens = sum(int(sentences[documents[index + 1]] - sentences[documents[index]]) for index in held)
+    assert lines.pop(0) == (f"held out {len(held)} of {manifest['documents']} documents for evaluation "
+                            f"({100 * tokens / manifest['tokens']:.1f}% of the tokens)")
     assert [line.split(",")[0] for line in lines] == ["step 2", "step 4"]
     assert all("held-out masked LM" in line and "perplexity" in line and "accuracy" in line for line in lines)
     logged = [json.loads(line) for line in (tmp_path / "model" / "log.jsonl").read_text().splitlines()]

@@ -89,24 +89,49 @@ def test_objective_names_are_the_pairings():
 
 
 def test_next_sentence_pairs(unique_corpus, within):
+    """B continues A or comes from another document, half and half where the chunk allowed either. A chunk of
+    one line at a document's end, shorter than the target, always takes a random B (as BERT's does), so the rate
+    is counted where A holds none of a document's last line (what only such a chunk, or a long line cut in two,
+    puts in A)."""
     folder, origin, tokenizer = unique_corpus
+    documents = (folder.parent / "corpus.txt").read_text(encoding="utf-8").split("\n\n")
+    last_line_start = [len(document.split()) - len(document.split("\n")[-1].split()) for document in documents]
     instances = take(stream(folder, "next_sentence", epochs=20), 10**6)
     max_tokens = MAX_SEQ_LENGTH - 3
-    randoms = 0
+    randoms = coin_flips = 0
     for instance in instances:
         first, second = segments(instance, tokenizer)
         document_a, start_a, end_a = contiguous_span(first, origin)
         document_b, start_b, _ = contiguous_span(second, origin)
+        if end_a < last_line_start[document_a]:
+            coin_flips += 1
+            randoms += instance.next_sentence_label == 1
         if instance.next_sentence_label == 1:
-            randoms += 1
             assert document_b != document_a
         else:
             assert instance.next_sentence_label == 0 and document_b == document_a
             # B continues A; only BERT's truncation (from A's end or B's start) may open a gap
             assert start_b > end_a
             assert start_b == end_a + 1 or len(first) + len(second) == max_tokens
-    within(randoms, len(instances), 0.5, "random next sentences")
-    assert len(instances) > 2000
+    within(randoms, coin_flips, 0.5, "random next sentences")
+    assert coin_flips > 2000
+
+
+def test_a_short_last_line_takes_a_random_next_segment():
+    """BERT's create_instances_from_document: a chunk of one sentence has no continuation, so B comes from another
+    document; bertforge cuts a one-line chunk in two only where the line alone reaches the target length."""
+    from bertforge.pretraining.corpus import Document
+    from bertforge.pretraining.instances import IS_RANDOM, next_sentence_pair
+
+    heading = Document(np.arange(5), np.array([0, 5]))  # one line of 5 tokens
+    other = Document(np.arange(100, 140), np.array([0, 20, 40]))
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        first, second, label, next_start = next_sentence_pair(heading, 0, 1, 20, lambda: other, rng)
+        assert label == IS_RANDOM and first.tolist() == list(range(5)) and next_start == 1
+        assert set(second.tolist()) <= set(range(100, 140)) and len(second) >= 15
+    labels = {next_sentence_pair(heading, 0, 1, 5, lambda: other, rng)[2] for _ in range(50)}
+    assert labels == {0, 1}  # a line that reaches the target is cut, and B continues it half the time
 
 
 def test_sentence_order_pairs(unique_corpus, within):

@@ -4,7 +4,8 @@ that BertTokenizer loads and that leaves < 1% [UNK] on held-out lines."""
 import pytest
 
 from bertforge import BertTokenizer, ConfigError, InputError
-from bertforge.tokenizer.learn_vocab import count_words, join, learn_vocab, learn_wordpiece, read_corpus
+from bertforge.pretraining.raw_text import corpus_texts
+from bertforge.tokenizer.learn_vocab import count_words, join, learn_vocab, learn_wordpiece
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -93,7 +94,7 @@ def test_errors_are_one_line(tmp_path):
         BertTokenizer.from_pretrained("default").train_new_from_iterator(["abc"], "x")
     corpus.write_bytes(b"ok\n\xff\xfe broken\n")
     with pytest.raises(InputError, match=r"corpus\.txt, line 2: not valid UTF-8"):
-        list(read_corpus([corpus]))
+        list(corpus_texts([corpus]))
 
 
 def test_close_to_the_tokenizers_library_trainer(data_dir, tmp_path):

@@ -61,6 +61,17 @@ seed_number = number_range("seed_number", int, 0, MAX_SEED)
 port_number = number_type("port_number", int, lambda value: 0 <= value <= 65535, "a port number from 0 to 65535")
 
 
+def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
+    """--corpus and --text-field, as `pretrain prepare` and `vocab` read a corpus (bertforge.pretraining.raw_text)."""
+    parser.add_argument("--corpus", type=path_text, nargs="+", required=True, metavar="FILE",
+                        help="UTF-8 text files (one sentence or paragraph per line, a blank line between documents; "
+                             "WikiExtractor's output too), JSON lines (a document per record), Parquet files or "
+                             "datasets folders (a document per row), plain or .gz/.bz2/.xz, and folders of them")
+    parser.add_argument("--text-field", default="text",
+                        help="the text's field in JSON lines, or its column in Parquet and datasets folders "
+                             "(default: %(default)s)")
+
+
 def held_out_size(text: str) -> int | float:
     """An argparse type for the documents a pre-training run holds out: a fraction below 1, or a whole count (1.5
     documents is neither)."""

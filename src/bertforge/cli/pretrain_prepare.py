@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bertforge.cli.arguments import check_writable, path_text, positive_int
+from bertforge.cli.arguments import add_corpus_arguments, check_writable, path_text, positive_int
 
 UNKNOWN_WARNING = 0.01  # a share of [UNK] above which the vocabulary is said not to fit the text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--corpus", type=path_text, nargs="+", required=True, metavar="FILE",
-                        help="UTF-8 text files: one sentence or paragraph per line, a blank line between documents")
+    add_corpus_arguments(parser)
     parser.add_argument("--vocab", type=path_text, default="default", metavar="M",
                         help="the tokenizer: a model directory or 'default' (its tokenizer is used), or a vocab.txt "
                              "file; kept with the corpus for `pretrain train` (default: default)")
@@ -45,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         tokenizer = BertTokenizer.from_pretrained(args.vocab)
     summary = prepare_corpus(args.corpus, tokenizer, args.output,
-                             shard_tokens=args.shard_tokens or DEFAULT_SHARD_TOKENS, progress=not args.no_progress)
+                             shard_tokens=args.shard_tokens or DEFAULT_SHARD_TOKENS, progress=not args.no_progress,
+                             text_field=args.text_field)
     # A pair sequence holds max_length - 3 tokens of text; short_seq_prob and truncation make it a bit more, and
     # a document's last sequence is its own (no sequence spans two documents).
     sequences = max(summary.tokens // max(1, args.max_length - 3), summary.documents)
@@ -55,5 +55,6 @@ def run(args: argparse.Namespace) -> int:
         "; the vocabulary lacks many of this text's characters" + ("" if args.cased or Path(args.vocab).is_dir() else
                                                                    " (a cased vocab.txt needs --cased)")
         if share > UNKNOWN_WARNING else ""))
-    print(f"about {sequences:,} training sequences of {args.max_length} tokens per epoch")
+    print(f"up to about {sequences:,} training sequences of {args.max_length} tokens per epoch (mlm; the sentence-pair "
+          "objectives make fewer of long lines)")
     return 0

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
-from bertforge.cli.arguments import check_writable, path_text, positive_int, report, write_output
-from bertforge.errors import InputError, no_such_file
+from bertforge.cli.arguments import add_corpus_arguments, check_writable, path_text, positive_int, report, write_output
 
 logger = logging.getLogger("bertforge")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--corpus", type=path_text, nargs="+", required=True, metavar="FILE", help="UTF-8 text files")
+    add_corpus_arguments(parser)
     parser.add_argument("--vocab-size", type=positive_int, default=30522, help="tokens in the vocabulary")
     parser.add_argument("--output", "-o", type=path_text, required=True, help="where to write vocab.txt")
     parser.add_argument("--cased", action="store_true", help="keep case and accents (default: lower-case)")
@@ -25,21 +23,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from bertforge.pretraining.raw_text import corpus_files, corpus_texts
     from bertforge.tokenizer import BertTokenizer
-    from bertforge.tokenizer.learn_vocab import learn_vocab, read_corpus
+    from bertforge.tokenizer.learn_vocab import learn_vocab
 
     output = check_writable(args.output, *args.corpus)
-    for path in map(Path, args.corpus):  # before the progress bar is drawn
-        if not path.is_file():
-            raise no_such_file(path, "corpus file") if not path.exists() else InputError("is not a file", path)
+    corpus_files(args.corpus)  # before the progress bar is drawn: each is there
     with tqdm(total=args.vocab_size, desc="learning vocabulary", unit="token", disable=args.no_progress) as bar:
         vocab = learn_vocab(args.corpus, args.vocab_size, lowercase=not args.cased, min_pair_count=args.min_pair_count,
-                            progress=lambda size: bar.update(size - bar.n))
+                            progress=lambda size: bar.update(size - bar.n), text_field=args.text_field)
     write_output(output, vocab.to_text())
     note = "" if len(vocab) >= args.vocab_size else \
         f" (no pair occurs {args.min_pair_count} or more times any more)"
     report(output, f"wrote {len(vocab)} tokens to {output}{note}")
-    report(output, summarise(BertTokenizer(vocab, do_lower_case=not args.cased), read_corpus(args.corpus)))
+    report(output, summarise(BertTokenizer(vocab, do_lower_case=not args.cased),
+                                    corpus_texts(args.corpus, args.text_field)))
     if args.cased:
         report(output, "load it with BertTokenizer(path, do_lower_case=False)")
     return 0

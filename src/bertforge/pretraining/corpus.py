@@ -1,7 +1,8 @@
 """Raw text -> token-id shards on disk (prepare_corpus), and documents read back from them (CorpusReader).
 
 Input layout (BERT's create_pretraining_data): one sentence or paragraph per line, a blank line between documents;
-the end of a file ends a document too. Output folder:
+the end of a file ends a document too; or JSON lines, Parquet or a datasets folder, a document per record
+(raw_text). Output folder:
 
     shard-00000.tokens.npy     (tokens,) uint16/uint32: every sentence's ids back to back, no special tokens
     shard-00000.sentences.npy  (sentences + 1,) int64: sentence k is tokens[sentences[k]:sentences[k + 1]]
@@ -32,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from bertforge.atomic import save_array, write_text_atomic
-from bertforge.data_files import byte_lines
-from bertforge.errors import ConfigError, InputError, check_choice, no_such_file
+from bertforge.errors import ConfigError, InputError, check_choice
+from bertforge.pretraining.raw_text import DOCUMENT_END, TEXT_FIELD, corpus_files, corpus_lines, source_bytes
 from bertforge.tokenizer.tokenizer import BertTokenizer
 from bertforge.tokenizer.vocab import SPECIAL_TOKENS
 from bertforge.validation import check_number
@@ -84,31 +85,6 @@ def tokenizer_identity(tokenizer: BertTokenizer) -> dict[str, Any]:
         "tokenize_chinese_chars": tokenizer.tokenize_chinese_chars,
         "special_token_ids": {role: tokenizer.vocab.special_id(role) for role in SPECIAL_TOKENS},
     }
-
-
-# ---------------------------------------------------------------- reading raw text
-
-
-def text_lines(path: Path) -> Iterator[tuple[int, str, int]]:
-    """(line number, text without surrounding whitespace, stored bytes read) for each line, one at a time, of a
-    plain or compressed file (bertforge.data_files).
-
-    Bytes are decoded line by line so that bad UTF-8 is reported with its line, and no file is held in memory.
-    """
-    try:
-        for number, (raw, size) in enumerate(byte_lines(path), 1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise InputError(f"not valid UTF-8 text ({error.reason} at byte {error.start} of the line)",
-                                 path, line=number) from None
-            if number == 1:
-                text = text.removeprefix("\ufeff")  # a byte-order mark is not text
-            yield number, text.strip(), size
-    except FileNotFoundError:
-        raise no_such_file(path, "corpus file") from None
-    except IsADirectoryError:
-        raise InputError("is a directory, expected a text file", path) from None
 
 
 # ---------------------------------------------------------------- writing shards
@@ -162,8 +138,11 @@ class ShardWriter:
 
 
 def prepare_corpus(paths: Sequence[str | Path], tokenizer: BertTokenizer, output_dir: str | Path,
-                   shard_tokens: int = DEFAULT_SHARD_TOKENS, progress: bool = True) -> CorpusSummary:
-    """Tokenize text files into shards of token ids in `output_dir` (see the module docstring for the layout).
+                   shard_tokens: int = DEFAULT_SHARD_TOKENS, progress: bool = True,
+                   text_field: str = TEXT_FIELD) -> CorpusSummary:
+    """Tokenize a corpus into shards of token ids in `output_dir` (see the module docstring for the layout): text
+    files, JSON lines, Parquet files or datasets folders (raw_text; `text_field` names a record's text), and
+    folders of them.
 
     Lines are read and tokenized one at a time and shards written as they fill, so the corpus never has to fit
     in memory. Re-preparing into a folder that holds the same corpus (same files, same tokenizer) replaces it
@@ -172,14 +151,11 @@ def prepare_corpus(paths: Sequence[str | Path], tokenizer: BertTokenizer, output
     """
     if shard_tokens < 1:
         raise ConfigError(f"shard_tokens must be at least 1, got {shard_tokens}")
-    paths = [Path(path) for path in paths]
     if not paths:
         raise InputError("no corpus files given")
-    for path in paths:
-        if not path.is_file():
-            raise no_such_file(path, "corpus file") if not path.exists() else InputError("is not a file", path)
+    paths = corpus_files(paths)
     output_dir = Path(output_dir)
-    sources = [{"path": str(path.resolve()), "bytes": path.stat().st_size} for path in paths]
+    sources = [{"path": str(path.resolve()), "bytes": source_bytes(path)} for path in paths]
     identity = tokenizer_identity(tokenizer)
     _check_output_dir(output_dir, sources, identity)
     # Inside the folder, so that the final moves are renames on one file system (the folder may be a link to a data
@@ -188,7 +164,7 @@ def prepare_corpus(paths: Sequence[str | Path], tokenizer: BertTokenizer, output
     shutil.rmtree(staging, ignore_errors=True)  # a killed preparation's
     staging.mkdir(parents=True)
     try:
-        summary = _write_corpus(paths, tokenizer, staging, shard_tokens, sources, identity, progress)
+        summary = _write_corpus(paths, tokenizer, staging, shard_tokens, sources, identity, progress, text_field)
         _replace_corpus(staging, output_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -197,7 +173,8 @@ def prepare_corpus(paths: Sequence[str | Path], tokenizer: BertTokenizer, output
 
 
 def _write_corpus(paths: list[Path], tokenizer: BertTokenizer, output_dir: Path, shard_tokens: int,
-                  sources: list[dict[str, Any]], identity: dict[str, Any], progress: bool) -> CorpusSummary:
+                  sources: list[dict[str, Any]], identity: dict[str, Any], progress: bool,
+                  text_field: str) -> CorpusSummary:
     from tqdm import tqdm
 
     dtype = token_dtype(len(tokenizer))
@@ -211,19 +188,18 @@ def _write_corpus(paths: list[Path], tokenizer: BertTokenizer, output_dir: Path,
               desc="tokenizing corpus", disable=not progress) as bar:
         for path in paths:
             read = 0
-            for _, text, size in text_lines(path):
-                if text:
+            for _, text, size in corpus_lines(path, text_field):  # the last is a DOCUMENT_END
+                if text == DOCUMENT_END:
+                    writer.end_document()
+                else:
                     ids = encode(text)
                     if ids:  # a line of only control or zero-width characters holds no tokens
                         writer.add_sentence(ids)
                         unknown += ids.count(unknown_id)
-                else:
-                    writer.end_document()
                 read += size
                 if read >= 1 << 20:
                     bar.update(read)
                     read = 0
-            writer.end_document()
             bar.update(read)
     writer.flush()
 
@@ -469,7 +445,11 @@ def _held_out_count(holdout: int | float, documents: int, split: str) -> int:
     else:
         count = int(holdout)
     if not 0 <= count < documents:
-        raise ConfigError(f"can't hold out {count} of {documents} documents: the training split needs at least one")
+        raise ConfigError(f"can't hold out {count} of {documents} document{'s' if documents != 1 else ''} (--holdout) "
+                          "and train on the rest" + (
+                              ": a text file's documents are separated by blank lines, and this corpus has one; "
+                              "prepare it with blank lines between documents, or pass --holdout 0"
+                              if documents == 1 else ""))
     if split == "eval" and count == 0:
-        raise ConfigError("the 'eval' split is empty: hold out some documents (holdout=N or a fraction)")
+        raise ConfigError("the 'eval' split is empty: hold out some documents (--holdout N, or a fraction)")
     return count

@@ -4,7 +4,8 @@ stretch of text for masked-LM-only objectives (BERT's create_pretraining_data, d
 A document is cut into chunks of whole sentences, each at least a target length (max_seq_length - 3, or with
 probability short_seq_prob a length drawn uniformly from 2 up to that, so the model also sees short inputs).
 A chunk's first k sentences (k uniform in 1..n-1) are segment A and the rest B; a one-sentence chunk is cut at a
-random token instead. How B is then chosen and labelled is the named strategy of SENTENCE_PAIRS.
+random token instead (for NSP only one that reaches the target: a shorter one is A, with a random B, as in BERT's).
+How B is then chosen and labelled is the named strategy of SENTENCE_PAIRS.
 
 All randomness comes from counters: the documents' order in an epoch from (seed, rank, epoch), everything in a
 shuffle group from (seed, rank, epoch, group). The stream's position (epoch, group, instances already given) is
@@ -106,7 +107,13 @@ PairStrategy = Callable[[Document, int, int, int, Callable[[], Document], Rng],
 def next_sentence_pair(document: Document, start: int, end: int, target: int,
                        other_document: Callable[[], Document], rng: Rng) -> tuple[np.ndarray, np.ndarray, int, int]:
     """BERT's NSP: half the time B is A's continuation (label 0), half the time a span of another document
-    (label 1); then the chunk's sentences after A are put back: the next chunk starts with them."""
+    (label 1); then the chunk's sentences after A are put back: the next chunk starts with them. A one-line chunk
+    short of the target (a heading, a document's last line) always takes B from another document, as BERT's does:
+    it has no continuation, and cutting it in two would make one."""
+    offsets = document.offsets
+    if end - start == 1 and offsets[end] - offsets[start] < target:
+        first = document.tokens[offsets[start]:offsets[end]]
+        return first, random_span(other_document(), target - len(first), rng), IS_RANDOM, end
     first, second, second_start = split_chunk(document, start, end, rng)
     if rng.random() < 0.5:
         return first, random_span(other_document(), target - len(first), rng), IS_RANDOM, second_start
@@ -204,8 +211,11 @@ class InstanceStream(IterableDataset):
                  shuffle_tokens: int = SHUFFLE_TOKENS):
         super().__init__()
         if sentence_pairs == "next_sentence" and len(corpus) < 2:
-            raise ConfigError("next-sentence prediction needs at least 2 documents to draw random segments from, "
-                              f"this corpus part has {len(corpus)}")
+            part = f"this process's part of the corpus has {len(corpus)}" if corpus.world_size > 1 else \
+                f"this corpus has {len(corpus)}"
+            raise ConfigError("next-sentence prediction needs at least 2 documents to draw random segments from; "
+                              f"{part}: prepare the text with blank lines between documents"
+                              + (", or start fewer processes" if corpus.world_size > 1 else ""))
         if seed < 0:
             raise ConfigError(f"the data seed must be a non-negative integer, got {seed}")
         special = corpus.special_token_ids

@@ -71,6 +71,7 @@ logger = logging.getLogger("bertforge")
 progress = logging.getLogger("bertforge.progress")  # shown by the CLI without -v: held-out metrics as they come
 
 RUN_CONFIG_FILE = "pretrain_config.json"
+HELD_OUT_WARNING = 0.1  # a held-out share of the corpus's tokens worth a warning
 LOG_FILE = "log.jsonl"
 # Peak dense throughput of the 2-core development CPU (AVX-512 FMA), the denominator of model FLOPs utilisation.
 DEFAULT_PEAK_GFLOPS = 552.0
@@ -367,6 +368,8 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
     collator = PretrainingCollator(masker, tokenizer.vocab.pad_token_id, seed=own_seed)
     sampler = torch.Generator(device).manual_seed(own_seed)  # ELECTRA's generator samples
     eval_reader = CorpusReader(config.data, split="eval", holdout=config.holdout) if config.holdout else None
+    if eval_reader is not None and is_main:
+        _report_held_out(eval_reader)
 
     step = 0
     if resume:
@@ -487,6 +490,18 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
         save_final_model(model, tokenizer, work)
         finish_staging(output)
     return PretrainResult(steps=step, history=history, output=output)
+
+
+def _report_held_out(eval_reader: CorpusReader) -> None:
+    """How much of the corpus evaluation keeps from training: whole documents, so a few long ones can be much more
+    than the fraction asked for."""
+    documents, tokens = eval_reader.manifest["documents"], eval_reader.manifest["tokens"]
+    share = int(eval_reader.document_tokens().sum()) / tokens
+    progress.info("held out %d of %d documents for evaluation (%.1f%% of the tokens)", len(eval_reader), documents,
+                  100 * share)
+    if share > HELD_OUT_WARNING:
+        logger.warning("the held-out documents are %.0f%% of the corpus's tokens: hold out fewer (--holdout), or "
+                       "prepare the text with blank lines between more, shorter documents", 100 * share)
 
 
 def evaluate_pretrained(model: str | Path, data: str | Path, holdout: int | float | None = None,

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertforge import arrow_files
 from bertforge.data_files import COMPRESSED_NAMES, DAMAGED, content_suffix, decode_text, opened, read_bytes, split_lines
 from bertforge.errors import InputError, no_such_file
-from bertforge.tasks import arrow_files
 
 PLAIN_TEXT_COLUMN = "text"  # the one column of a .txt file (one text per line)
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 import heapq
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from bertforge.data_files import byte_lines
-from bertforge.errors import ConfigError, InputError, no_such_file
+from bertforge.errors import ConfigError, InputError
 from bertforge.tokenizer.basic import BasicTokenizer
 from bertforge.tokenizer.vocab import SPECIAL_TOKENS, Vocab
 from bertforge.tokenizer.wordpiece import CONTINUATION, MAX_WORD_CHARS
@@ -28,20 +27,6 @@ logger = logging.getLogger("bertforge")
 MIN_PAIR_COUNT = 2
 
 Pair = tuple[str, str]
-
-
-def read_corpus(paths: Iterable[str | Path]) -> Iterator[str]:
-    """The lines of UTF-8 text files (plain or compressed: bertforge.data_files), streamed (a corpus need not fit in
-    memory)."""
-    for path in map(Path, paths):
-        if not path.is_file():
-            raise no_such_file(path, "corpus file") if not path.exists() else InputError("not a file", path)
-        # Bytes decoded line by line, so that an encoding error names its line (text mode decodes in blocks).
-        for line_number, (line, _) in enumerate(byte_lines(path), 1):
-            try:
-                yield line.decode("utf-8")
-            except UnicodeDecodeError:
-                raise InputError("not valid UTF-8 text", path, line=line_number) from None
 
 
 def count_words(lines: Iterable[str], lowercase: bool = True, strip_accents: bool | None = None,
@@ -175,16 +160,20 @@ def _merge(pieces: list[str], pair: Pair, merged: str) -> list[str]:
 
 def learn_vocab(paths: Iterable[str | Path], vocab_size: int, lowercase: bool = True,
                 min_pair_count: int = MIN_PAIR_COUNT,
-                progress: Callable[[int], None] | None = None) -> Vocab:
-    """Learn a vocabulary from text files. Load it with BertTokenizer(vocab, do_lower_case=lowercase).
+                progress: Callable[[int], None] | None = None, text_field: str = "text") -> Vocab:
+    """Learn a vocabulary from a corpus, read as `pretrain prepare` reads it (text files, JSON lines, Parquet,
+    datasets folders: bertforge.pretraining.raw_text). Load it with BertTokenizer(vocab, do_lower_case=lowercase).
 
     Lower-cases and strips accents unless `lowercase=False` (a cased vocabulary), as BertTokenizer does.
     """
+    # Imported here: bertforge.pretraining imports the tokenizer, which imports this module.
+    from bertforge.pretraining.raw_text import corpus_texts
+
     check_counts(ConfigError, vocab_size=vocab_size, min_pair_count=min_pair_count)  # before the corpus is read
     paths = [paths] if isinstance(paths, str | Path) else list(paths)  # one file, or several
     if not paths:
         raise InputError("no corpus files given")
-    word_counts = count_words(read_corpus(paths), lowercase=lowercase)
+    word_counts = count_words(corpus_texts(paths, text_field), lowercase=lowercase)
     if not word_counts:
         raise InputError(f"the corpus has no words ({', '.join(map(str, paths))})")
     logger.info("counted %d distinct words (%d in all)", len(word_counts), sum(word_counts.values()))

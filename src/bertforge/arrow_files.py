@@ -1,5 +1,6 @@
 """Parquet files and Hugging Face `datasets` folders (save_to_disk: state.json + Arrow stream files) -> columns and
 rows, read with pyarrow (the optional extra bertforge[arrow]); the datasets library is not needed to read them.
+The tasks read their rows here, and pre-training its corpora (a column of text, streamed).
 
 Errors name the file (or folder) as the CSV/JSONL readers do; tables.read_table turns the rows into a Table.
 """
@@ -7,7 +8,7 @@ Errors name the file (or folder) as the CSV/JSONL readers do; tables.read_table 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,14 +63,8 @@ def read_saved_dataset(path: Path) -> Records:
         splits = _json(path / DATASET_DICT_FILE).get("splits") or []
         example = f"; give one split's folder, e.g. {path / splits[0]}" if splits else ""
         raise InputError(f"holds the splits {', '.join(map(str, splits))} (a DatasetDict){example}", path)
-    state = _json(path / STATE_FILE)
-    files = state.get("_data_files")
-    if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("filename"), str)
-                                              for f in files):
-        raise InputError("no list of Arrow files (\"_data_files\": [{\"filename\": ...}])", path / STATE_FILE)
     tables = []
-    for entry in files:
-        file = path / entry["filename"]
+    for file in _arrow_files(path):
         try:
             with pyarrow.memory_map(str(file)) as source:
                 tables.append(pyarrow.ipc.open_stream(source).read_all())
@@ -77,12 +72,44 @@ def read_saved_dataset(path: Path) -> Records:
             raise InputError("no such file (listed in state.json)", file) from None
         except (pyarrow.ArrowException, OSError) as error:
             raise InputError(f"not a readable Arrow stream ({error})", file) from None
-    if not tables:
-        raise InputError("the dataset has no Arrow files", path / STATE_FILE)
     try:
         return _records(pyarrow.concat_tables(tables))
     except pyarrow.ArrowException as error:
         raise InputError(f"its Arrow files have different columns ({error})", path) from None
+
+
+def _arrow_files(path: Path) -> list[Path]:
+    """A Dataset folder's Arrow stream files, in the order its state.json lists them."""
+    files = _json(path / STATE_FILE).get("_data_files")
+    if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("filename"), str)
+                                              for f in files):
+        raise InputError("no list of Arrow files (\"_data_files\": [{\"filename\": ...}])", path / STATE_FILE)
+    if not files:
+        raise InputError("the dataset has no Arrow files", path / STATE_FILE)
+    return [path / entry["filename"] for entry in files]
+
+
+def column_values(path: Path, column: str, hint: str = "") -> Iterator[Any]:
+    """One column's values, row by row, of a Parquet file or a datasets folder (one split), read a record batch at
+    a time, so that a pre-training corpus need not fit in memory. `hint` ends the error for a missing column."""
+    pyarrow = _pyarrow(path)
+    saved = is_saved_dataset(path)
+    if saved and (path / DATASET_DICT_FILE).is_file():
+        read_saved_dataset(path)  # refuses a DatasetDict, naming its splits
+    for file in _arrow_files(path) if saved else [path]:
+        try:
+            with pyarrow.memory_map(str(file)) if saved else open(file, "rb") as source:
+                batches = pyarrow.ipc.open_stream(source) if saved else pyarrow.parquet.ParquetFile(source)
+                names = batches.schema.names if saved else batches.schema_arrow.names
+                if column not in names:
+                    raise InputError(f"no column {column!r} (it has {', '.join(map(repr, names))}){hint}", file)
+                for batch in batches if saved else batches.iter_batches(columns=[column]):
+                    yield from batch.column(column).to_pylist()
+        except FileNotFoundError:
+            raise (InputError("no such file (listed in state.json)", file) if saved else no_such_file(file)) from None
+        except (pyarrow.ArrowException, OSError) as error:
+            what = "Arrow stream" if saved else "Parquet file"
+            raise InputError(f"not a readable {what} ({error})", file) from None
 
 
 def _json(path: Path) -> dict[str, Any]:
