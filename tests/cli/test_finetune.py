@@ -390,3 +390,46 @@ def test_a_run_config_with_a_byte_order_mark_reads_and_a_wrong_list_is_named(tmp
     path.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ConfigError, match=r"run.json: cannot read run config: maximum recursion depth"):
         FinetuneConfig.load(path)
+
+
+def test_a_finetuned_checkpoint_continued_on_its_labels_keeps_their_numbering(tiny_model_dir, tmp_path, run_command):
+    """transformers' Trainer numbers labels its own way (here pos before neg; run_ner puts O last), and its
+    from_pretrained keeps a head of the same size whatever names it is given: continuing such a checkpoint on data
+    with its labels keeps its numbering, so each row of the head keeps its label (the predictions of an unchanged
+    model are transformers'). Data of other labels starts the head anew."""
+    import torch
+    import transformers
+
+    train = tmp_path / "train.csv"
+    train.write_text("review,sentiment\n" + "".join(f'"{text}",{label}\n' for text, label in REVIEWS))
+    texts = ["a joy from start to finish", "tedious beyond words"]
+    tokenizer = transformers.BertTokenizer.from_pretrained(str(tiny_model_dir))
+    for names, kept in ((["pos", "neg"], True), (["yes", "no"], False)):
+        checkpoint = tmp_path / f"trainer-{names[0]}"
+        torch.manual_seed(3)
+        reference = transformers.BertForSequenceClassification.from_pretrained(
+            str(tiny_model_dir), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)})
+        reference.save_pretrained(checkpoint)
+        tokenizer.save_pretrained(checkpoint)
+        output = tmp_path / f"continued-{names[0]}"
+        code, _ = run_command(finetune_cli, "--model", checkpoint, "--train", train, "--text-column", "review",
+                              "--label-column", "sentiment", "--output", output, "--max-steps", "1", "--lr", "1e-12",
+                              "--batch-size", "4", "--max-length", "16", "--no-progress", "--device", "cpu")
+        assert code == 0
+        continued = transformers.BertForSequenceClassification.from_pretrained(str(output)).eval()
+        assert continued.config.id2label == ({0: "pos", 1: "neg"} if kept else {0: "neg", 1: "pos"})
+        batch = tokenizer(texts, padding=True, return_tensors="pt")
+        with torch.inference_mode():
+            before, after = reference.eval()(**batch).logits, continued(**batch).logits
+        assert torch.allclose(before, after, atol=1e-5) == kept
+
+
+def test_predictions_named_json_are_one_json_document(finetuned, data, run_cli, tmp_path):
+    """`--output predictions.json` (run_qa's name) holds what json.load reads: the .jsonl file's objects, as an
+    array."""
+    _, _, model = finetuned
+    for name in ("preds.jsonl", "preds.json"):
+        code, _, _ = run_cli("predict", "--model", model, "--input", data[1], "--output", tmp_path / name)
+        assert code == 0
+    lines = [json.loads(line) for line in (tmp_path / "preds.jsonl").read_text().splitlines()]
+    assert json.loads((tmp_path / "preds.json").read_text()) == lines and len(lines) == 6

@@ -20,7 +20,7 @@ from bertforge.cli.finetune import add_trained_model_arguments
 from bertforge.errors import ConfigError, InputError
 from bertforge.outputs import to_json
 
-JSON_LINES_SUFFIXES = (".jsonl", ".json")  # transformers' example scripts name JSON lines .json too
+JSON_SUFFIXES = (".jsonl", ".json")  # JSON lines, an object a line; or one array of them
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,9 +57,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--input needs --output FILE.jsonl")
     if args.output is not None:
         check_writable(args.output, args.input, args.model)
-        if str(args.output) != STANDARD_STREAM and Path(args.output).suffix.lower() not in JSON_LINES_SUFFIXES:
+        if str(args.output) != STANDARD_STREAM and Path(args.output).suffix.lower() not in JSON_SUFFIXES:
             raise InputError("the predictions are JSON lines (an object per input): name the output .jsonl (or "
-                             ".json), or - for standard output", args.output)
+                             ".json for one JSON array), or - for standard output", args.output)
     if args.question is not None:
         # any other model would read the question and passage as a text pair and answer with a label or a score
         task = inspect_checkpoint(args.model).task_for()
@@ -84,7 +84,10 @@ def run(args: argparse.Namespace) -> int:
                               batch_size=args.batch_size, max_length=args.max_length,
                               inference=inference_options(args), decoding=args.decoding, format=args.format,
                               version_2=args.version_2)
-    write_output(args.output, "".join(to_json(answer, ensure_ascii=False) + "\n" for answer in answers))
+    if Path(args.output).suffix.lower() == ".json":  # one JSON document, as json.load and SQuAD's scripts read one
+        write_output(args.output, to_json(answers, ensure_ascii=False, indent=1) + "\n")
+    else:
+        write_output(args.output, "".join(to_json(answer, ensure_ascii=False) + "\n" for answer in answers))
     report(args.output, f"wrote {len(answers)} predictions to {args.output}")
     return 0
 

@@ -319,6 +319,9 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
                                             format=config.format)
     train_examples = list(train_examples)[:config.max_train_examples]
     id2label = known if known is not None else training_labels(task, train_examples, config.train)
+    saved = {} if known is not None or config.random_init else checkpoint_labels(config.model)
+    if id2label and set(id2label.values()) <= set(saved.values()):
+        id2label = saved  # continuing a fine-tuned model on its own labels: its head's rows keep their meaning
     check_best_model_metric(task, config.metric_for_best_model, id2label)
     if dev_examples is None and config.dev is not None:
         dev_examples = task.read_examples(config.dev, config.columns, id2label, settings=config.settings,
@@ -335,6 +338,11 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
     if model is None:
         model = load_task_model(task, config.model, id2label, config.random_init, config.training.seed,
                                 config.dropout)
+        if saved and id2label and saved != id2label and hasattr(model, "classifier"):
+            # Its head's rows were other labels' (transformers would keep them where the count is the same).
+            logger.warning("%s: its classifier (labels %s) starts anew: the training data's labels are other ones",
+                           config.model, ", ".join(saved.values()))
+            model.classifier.apply(model.bert.init_weights)
     if config.max_length != SETTING_DEFAULTS["max_length"][config.task]:  # a choice, not the task's default,
         # which a small model with fewer positions still reads short texts with
         check_within_positions(config.max_length, model.config.max_position_embeddings)
@@ -451,6 +459,16 @@ def finished_run(output: Path, staging: Path) -> FinetuneResult | None:
     best = summary.get("best")
     steps = max([record.get("step", 0) for record in read_log(output / TRAIN_LOG_FILE)] or [0])
     return FinetuneResult(output, best, history, steps, False, [f"the run in {output} had already finished"])
+
+
+def checkpoint_labels(model: str) -> dict[int, str]:
+    """The label names a fine-tuned checkpoint's head was trained for; {} for none, or for transformers' default
+    names (LABEL_0, LABEL_1, ...), which say nothing of what its rows mean."""
+    try:
+        id2label = BertConfig.load(config_path(resolve_model_dir(model))).id2label
+    except BertforgeError:
+        return {}  # loading the model reports it
+    return {} if all(label == f"LABEL_{i}" for i, label in id2label.items()) else id2label
 
 
 def load_task_model(task: Task, model: str, id2label: dict[int, str], random_init: bool, seed: int,
