@@ -377,6 +377,28 @@ def test_a_mistyped_flag_names_its_commands_help_and_the_flag_meant(run_cli):
                                          "mean --output? (see bertforge embed --help)")
 
 
+def test_transformers_flags_are_hinted_by_meaning_not_spelling(run_cli):
+    """A user of run_glue types its flags: the hint names bertforge's flag of the same meaning (difflib alone
+    offered --eval-batch-size for --per_device_train_batch_size, --max-steps for --save_steps), and none where the
+    command has no such flag."""
+    from transformers import TrainingArguments
+
+    from bertforge.cli.main import TRANSFORMERS_FLAGS
+    fields = set(TrainingArguments.__dataclass_fields__)
+    trainer_flags = [flag for flag in TRANSFORMERS_FLAGS if flag[2:] in fields]
+    assert len(trainer_flags) >= 11  # the Trainer's own names (the rest are the example scripts')
+    for argv, hint in (
+            (("--per_device_train_batch_size", "8", "--save_steps", "5"), "did you mean --batch-size, --save-every?"),
+            (("--learning-rate", "2e-5", "--num_train_epochs", "3"), "did you mean --lr, --epochs?"),
+            (("--do_train", "--model_name_or_path", "m"),
+             "did you mean --model? (bertforge finetune trains, and scores --dev as it goes; evaluate and predict are "
+             "commands)")):
+        code, _, err = run_cli("finetune", "--train", "t.csv", "--output", "o", *argv)
+        assert code == 2 and f"unrecognized arguments: {' '.join(argv)}; {hint}" in err, err
+    code, _, err = run_cli("evaluate", "--model", "m", "--data", "d", "--n_best_size", "3")
+    assert code == 2 and err.strip().endswith("unrecognized arguments: --n_best_size 3 (see bertforge evaluate --help)")
+
+
 def test_a_run_config_with_a_byte_order_mark_reads_and_a_wrong_list_is_named(tmp_path):
     from bertforge import ConfigError
     from bertforge.tasks.finetune import FinetuneConfig

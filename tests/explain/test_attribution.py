@@ -220,6 +220,49 @@ def test_a_taggers_entities_are_those_predict_gives(tokenizer, tiny_config, data
     assert hyphenated >= 3
 
 
+def test_an_entity_is_scored_where_the_tagger_reads_its_words(tokenizer, tiny_config, tmp_path):
+    """A word's tag is read (and trained) at its first piece alone: the explained score of an entity is the sum,
+    over its words, of the tag's logit at that piece, as transformers' model gives it for the fast tokenizer's
+    first piece of each word; the other pieces' logits, never read, are not in it."""
+    transformers = pytest.importorskip("transformers")
+    from bertforge.config import FINETUNE_KEY
+    from bertforge.tasks import predict
+
+    labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    config = BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size,
+                           "id2label": dict(enumerate(labels)), "label2id": {tag: i for i, tag in enumerate(labels)}})
+    torch.manual_seed(1)
+    tagger = BertForTokenClassification(config).eval()
+    with torch.no_grad():
+        tagger.classifier.weight.mul_(40)
+        tagger.classifier.bias.copy_(torch.tensor([-2.0, 0.0, 0.0, 0.0, 0.0]))
+    tagger.config.extra |= {"finetuning_task": "ner", FINETUNE_KEY: {"max_length": 64}}
+    tagger.save_pretrained(tmp_path / "tagger")
+    tokenizer.save_pretrained(tmp_path / "tagger")
+    reference = transformers.BertForTokenClassification.from_pretrained(tmp_path / "tagger").eval()
+    fast = transformers.BertTokenizerFast.from_pretrained(tmp_path / "tagger")
+    text = "Satya Nadella visited Kuala Lumpur with Anneliese Quirinius yesterday"
+    words = text.split()
+    assert sum(len(tokenizer.tokenize(word)) > 1 for word in words) >= 4  # words of several pieces
+    encoded = fast(text, return_tensors="pt")
+    with torch.inference_mode():
+        logits = reference(**encoded).logits[0]
+    first_piece = {}
+    for position, word in enumerate(encoded.word_ids()):
+        if word is not None:
+            first_piece.setdefault(word, position)
+    [answer] = predict(tmp_path / "tagger", texts=[text])
+    checked = 0
+    for entity in answer["entities"]:
+        chosen = [index for index, word in enumerate(words)
+                  if entity["start"] <= text.index(word) < entity["end"]]  # the words are distinct
+        expected = sum(logits[first_piece[index], labels.index(answer["tags"][index])].item() for index in chosen)
+        explanation = explain(tagger, tokenizer, text, target=f"{entity['type']}: {entity['text']}", max_length=64)
+        assert explanation.score == pytest.approx(expected, abs=1e-4)
+        checked += any(len(tokenizer.tokenize(words[index])) > 1 for index in chosen)
+    assert checked >= 1
+
+
 def test_an_encoders_similarity_is_the_one_its_sentence_vectors_give(minilm, minilm_dir, tokenizer, sst2_dev):
     """Read as its sentence-transformers layout reads (256 tokens for MiniLM, where the tokenizer allows 512) and
     pooled as it pools: the score explained is `bertforge similarity`'s, for a text longer than the layout reads

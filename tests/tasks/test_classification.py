@@ -23,6 +23,28 @@ def test_labels_are_sorted_numerically_when_they_are_integers():
     assert class_labels(examples("10", "2", "1")) == {0: "1", 1: "2", 2: "10"}
     with pytest.raises(InputError, match="at least two labels"):
         class_labels(examples("pos", "pos"))
+    assert class_labels(examples("1.0", "0.0")) == {0: "0.0", 1: "1.0"}  # pandas' float column of classes
+
+
+def test_a_split_of_one_score_is_refused(data_dir, tmp_path):
+    """The Hub's STS-B test split scores every pair -1: Pearson and Spearman are undefined (NaN), and a dev set
+    of them would pick a "best" model on NaN."""
+    rows = list(csv.DictReader(open(data_dir / "stsb" / "dev.tsv", encoding="utf-8"), delimiter="\t",
+                               quoting=csv.QUOTE_NONE))[:20]
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps({"sentence1": row["sentence1"], "sentence2":
+                                                             row["sentence2"], "label": -1}) + "\n" for row in rows))
+    with pytest.raises(InputError, match=r"test\.jsonl, field 'label': every score is -1: a split without labels\?"):
+        TASKS["regression"].read_examples(tmp_path / "test.jsonl", Columns("sentence1", "sentence2", "label"))
+
+
+def test_scores_are_not_made_classes(data_dir):
+    """STS-B's scores (0.000 to 5.000) as classification labels would be a class per value, as run_glue regresses
+    on float labels: refused, naming --task regression."""
+    stsb = TASKS["classification"].read_examples(data_dir / "stsb" / "train.tsv",
+                                                 Columns("sentence1", "sentence2", "score"))
+    with pytest.raises(InputError, match=r"the labels are numbers with fractions \(.*\): scores to regress on\? "
+                                         r"fine-tune with --task regression"):
+        class_labels(stsb[:200])
 
 
 def test_truncation_is_counted_and_pairs_are_cut_longest_first(tokenizer):

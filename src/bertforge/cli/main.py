@@ -59,6 +59,24 @@ MULTI_PROCESS_COMMANDS = ("finetune", "distill", "pretrain train")
 WRITE_ERRORS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
+# transformers' TrainingArguments and example scripts' flags (run_glue, run_ner, run_qa, run_mlm) -> bertforge's: what
+# a hint names for them, where the command has it (a spelling's nearest flag can mean something else).
+TRANSFORMERS_FLAGS = {
+    "--model_name_or_path": "--model", "--output_dir": "--output", "--train_file": "--train",
+    "--validation_file": "--dev", "--test_file": "--input", "--per_device_train_batch_size": "--batch-size",
+    "--per_device_eval_batch_size": "--eval-batch-size", "--learning_rate": "--lr", "--num_train_epochs": "--epochs",
+    "--max_seq_length": "--max-length", "--gradient_accumulation_steps": "--grad-accum", "--save_steps": "--save-every",
+    "--eval_steps": "--eval-every", "--eval_strategy": "--eval-every", "--evaluation_strategy": "--eval-every",
+    "--logging_steps": "--log-every", "--max_train_samples": "--max-train-examples",
+    "--overwrite_output_dir": "--overwrite", "--resume_from_checkpoint": "--resume",
+    "--version_2_with_negative": "--version-2", "--n_best_size": "--n-best",
+    "--null_score_diff_threshold": "--null-score-threshold", "--mlm_probability": "--mask-probability",
+    "--text_column_name": "--text-column", "--text_column_names": "--text-column",
+    "--label_column_name": "--label-column", "--validation_split_percentage": "--holdout",
+}
+STEPS_FLAGS = ("--do_train", "--do_eval", "--do_predict")  # one command does each of these
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse, with a usage error as one line (exit status 2, argparse's) instead of the usage block."""
 
@@ -69,11 +87,27 @@ class OneLineParser(argparse.ArgumentParser):
         parsed, extras = super().parse_known_args(args, namespace)
         if extras and " " in self.prog:  # a command's own parser: its help lists the options it knows
             flags = [flag for action in self._actions for flag in action.option_strings]
-            near = [close[0] for extra in extras if extra.startswith("--")
-                    for close in [difflib.get_close_matches(extra.split("=")[0], flags, n=1)] if close]
+            given = [extra.split("=")[0] for extra in extras if extra.startswith("--")]
+            near = [flag for flag in (nearest_flag(name, flags) for name in given) if flag]
             hint = f"; did you mean {', '.join(dict.fromkeys(near))}?" if near else ""
+            if any(transformers_spelling(name) in STEPS_FLAGS for name in given):
+                hint += " (bertforge finetune trains, and scores --dev as it goes; evaluate and predict are commands)"
             self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
         return parsed, extras
+
+
+def transformers_spelling(flag: str) -> str:
+    """--learning-rate and --learning_rate as transformers spells them: --learning_rate."""
+    return "--" + flag[2:].replace("-", "_")
+
+
+def nearest_flag(given: str, flags: list[str]) -> str | None:
+    """The command's flag a mistyped one means: transformers' name for it (either spelling), else the closest."""
+    if transformers_spelling(given) in (*TRANSFORMERS_FLAGS, *STEPS_FLAGS):  # a flag of another meaning is no hint
+        mapped = TRANSFORMERS_FLAGS.get(transformers_spelling(given))
+        return mapped if mapped in flags else None
+    close = difflib.get_close_matches(given, flags, n=1)
+    return close[0] if close else None
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):

@@ -3,7 +3,7 @@
 A Target scores word embeddings: given one (steps, seq, hidden) tensor per input row, it runs the model with those
 in place of the embedding lookup and returns f, (steps,). Each model class has one builder in TARGET_BUILDERS:
   classifier: the logit of a class (default: the predicted one), or the regression score;
-  token classifier: one predicted entity, the sum of its tokens' logits for their tags;
+  token classifier: one predicted entity, the sum of its words' logits for their tags (at each first token);
   question answering (text = question, text_pair = context): the best answer's start + end logits, or either;
   masked LM: the logit of a token at the first [MASK] (default: the predicted one);
   bare encoder: the cosine similarity of the two texts' mean-pooled embeddings (which words make them alike), each
@@ -173,8 +173,9 @@ def sequence_target(model, tokenizer, text, pair, target, max_length) -> Target:
 
 def entity_target(model, tokenizer, text, pair, target, max_length) -> Target:
     """The entities `predict` finds, found as it finds them (the task's words, windows and decoding: its one way);
-    each is scored over the tokens of its words, every token with its word's tag. An entity beyond the tokens the
-    row keeps (a text longer than max_length) can't be explained, and is not offered."""
+    each is scored as the tagger reads it: the logit of each word's tag at the word's first token (the others are
+    never read, nor trained). An entity beyond the tokens the row keeps (a text longer than max_length) can't be
+    explained, and is not offered."""
     from bertforge.tasks.checkpoint_contents import recorded_settings
     from bertforge.tasks.registry import TASKS
     from bertforge.tasks.token_classification import NerSettings, sentence_from_text
@@ -197,6 +198,10 @@ def entity_target(model, tokenizer, text, pair, target, max_length) -> Target:
                   if word_of.get(i) is not None and entity["start"] <= span[0] < entity["end"]]
         if not tokens or row.offsets[tokens[-1]][1] < entity["end"]:
             continue  # cut off by max_length
+        first_tokens: dict[int, int] = {}  # word -> its first token, the one the tagger reads
+        for i in tokens:
+            first_tokens.setdefault(word_of[i], i)
+        tokens = list(first_tokens.values())
         found.append((tokens, [label_ids[answer["tags"][word_of[i]]] for i in tokens]))
         choices.append(f"{entity['type']}: {entity['text']}")
     if not found:

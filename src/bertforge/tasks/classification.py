@@ -32,7 +32,18 @@ def class_labels(examples: Sequence[TextExample]) -> dict[int, str]:
     names = {example.label for example in examples}
     if len(names) < 2:
         raise InputError(f"classification needs at least two labels in the training data, found {sorted(names)}")
+    fractions = sorted(name for name in names if _is_fraction(name))
+    if fractions and all(_is_fraction(name) or name.lstrip("-").replace(".", "", 1).isdigit() for name in names):
+        # scores (STS-B's 0-5), which run_glue regresses on: as classes, each value its own label
+        raise InputError(f"the labels are numbers with fractions ({', '.join(fractions[:3])}, ...): scores to "
+                         "regress on? fine-tune with --task regression (or name the classes otherwise)")
     return sorted_labels(names)
+
+
+def _is_fraction(name: str) -> bool:
+    """Whether a label reads as a number that is not whole: "2.615", "-0.5" (not "1", "1.0", "nan" or "1e3")."""
+    whole, dot, fraction = name.lstrip("-").partition(".")
+    return bool(dot) and whole.isdigit() and fraction.isdigit() and fraction.strip("0") != ""
 
 
 def sorted_labels(names: set[str]) -> dict[int, str]:

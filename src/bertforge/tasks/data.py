@@ -270,6 +270,10 @@ def read_text_examples(path: str | Path, columns: Columns, label_kind: str | Non
                                      "names it (a datasets folder or Parquet file)" if numbered else ""),
                                   line, field=columns.label)
         examples.append(TextExample(text, pair, label, line, declared))
+    scores = {example.label for example in examples} if label_kind == "score" else set()
+    if len(scores) == 1 and len(examples) > 1:  # the Hub's STS-B test split: -1 everywhere
+        raise table.error(f"every score is {scores.pop():g}: a split without labels? correlations need scores that "
+                          "vary (predict reads the file without them)", field=columns.label)
     return examples
 
 
