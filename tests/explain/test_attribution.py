@@ -263,6 +263,102 @@ def test_an_entity_is_scored_where_the_tagger_reads_its_words(tokenizer, tiny_co
     assert checked >= 1
 
 
+def test_an_answer_is_predicts_in_the_window_it_came_from(tokenizer, tiny_config, data_dir, tmp_path):
+    """Explain's answer is the one predict gives, found its one way (n-best starts and ends, windows over a long
+    context), and its score predict's: the start + end logits in the window that gave it, past the first one too."""
+    import json
+
+    from bertforge.config import FINETUNE_KEY
+    from bertforge.tasks import predict
+
+    config = BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size})
+    torch.manual_seed(2)
+    reader = BertForQuestionAnswering(config).eval()
+    reader.config.extra |= {"finetuning_task": "qa",
+                            FINETUNE_KEY: {"max_length": 64, "doc_stride": 16, "max_query_length": 16}}
+    reader.save_pretrained(tmp_path / "reader")
+    tokenizer.save_pretrained(tmp_path / "reader")
+    squad = json.loads((data_dir / "squad" / "dev-v1.1.json").read_text(encoding="utf-8"))["data"]
+    pairs = [(paragraph["qas"][0]["question"], paragraph["context"])
+             for article in squad[:4] for paragraph in article["paragraphs"][:2]]
+    answers = predict(tmp_path / "reader", texts=[q for q, _ in pairs], text_pairs=[c for _, c in pairs])
+    beyond_the_first_window = 0
+    for (question, context), answer in zip(pairs, answers):
+        explanation = explain(reader, tokenizer, question, context, max_length=64, method="gradient_x_input")
+        assert explanation.target == f"answer: {answer['answer']}"
+        assert explanation.score == pytest.approx(answer["score"], abs=1e-4)
+        words = [word for word in explanation.words if word.text == 1]
+        assert all(context[word.start:word.end] == word.word for word in words)
+        beyond_the_first_window += words[0].start > 0
+    assert beyond_the_first_window >= 3
+
+
+def test_a_long_text_is_explained_over_the_windows_predict_averages(tokenizer, tiny_config, sst2_dev, tmp_path):
+    """A classifier fine-tuned with long_text "windows" answers with the mean of its windows' logits: explain's
+    class is predict's and its score that mean, over every window (transformers' model on the task's windows),
+    and every word of the text is attributed; a pair's longer text is the one windowed."""
+    transformers = pytest.importorskip("transformers")
+    from bertforge import BertForSequenceClassification
+    from bertforge.config import FINETUNE_KEY
+    from bertforge.tasks import predict
+    from bertforge.tasks.classification import windows
+    from bertforge.tasks.data import TextExample
+
+    config = BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size,
+                           "id2label": {0: "negative", 1: "positive"}, "label2id": {"negative": 0, "positive": 1}})
+    torch.manual_seed(4)
+    classifier = BertForSequenceClassification(config).eval()
+    texts = [" ".join(text for text, _ in sst2_dev[i:i + 3]) for i in range(0, 24, 3)]
+    pairs = [(text, None) for text in texts[:5]] + [(sst2_dev[30][0], text) for text in texts[5:]]
+    with torch.inference_mode():  # logits centred on these windows, so that both classes are predicted
+        pieces = [piece for text, pair in pairs for piece in windows(tokenizer, TextExample(text, pair), 16)]
+        logits = torch.stack([classifier(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types])).logits[0]
+                              for ids, types in pieces])
+        classifier.classifier.bias.copy_(-30 * (logits.mean(0) - classifier.classifier.bias))
+        classifier.classifier.weight.mul_(30)
+    classifier.config.extra |= {"finetuning_task": "classification",
+                                FINETUNE_KEY: {"max_length": 16, "long_text": "windows"}}
+    classifier.save_pretrained(tmp_path / "windows")
+    tokenizer.save_pretrained(tmp_path / "windows")
+    reference = transformers.BertForSequenceClassification.from_pretrained(tmp_path / "windows").eval()
+    answers = predict(tmp_path / "windows", texts=[text for text, _ in pairs[:5]]) + \
+        predict(tmp_path / "windows", texts=[text for text, _ in pairs[5:]], text_pairs=[p for _, p in pairs[5:]])
+    labels = set()
+    for (text, pair), answer in zip(pairs, answers):
+        pieces = windows(tokenizer, TextExample(text, pair), 16)
+        assert len(pieces) > 2
+        with torch.inference_mode():
+            mean = torch.stack([reference(input_ids=torch.tensor([ids]), token_type_ids=torch.tensor([types])).logits[0]
+                                for ids, types in pieces]).mean(0)
+        explanation = explain(classifier, tokenizer, text, pair, max_length=16)
+        assert explanation.target == answer["label"] == config.id2label[int(mean.argmax())]
+        assert explanation.score == pytest.approx(mean.max().item(), rel=1e-3, abs=1e-6)
+        assert abs(explanation.completeness_gap) < 0.01 * abs(explanation.score - explanation.baseline_score)
+        windowed = 0 if pair is None or len(text) > len(pair) else 1
+        last = max(word.end for word in explanation.words if word.text == windowed)
+        assert last == len((text, pair)[windowed].rstrip())
+        labels.add(answer["label"])
+    assert labels == {"negative", "positive"}
+
+
+def test_a_multi_label_model_that_gives_no_label_says_so(tokenizer, tiny_config):
+    from bertforge import BertForSequenceClassification
+
+    config = BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size,
+                           "id2label": {0: "sports", 1: "health"}, "label2id": {"sports": 0, "health": 1},
+                           "problem_type": "multi_label_classification"})
+    classifier = BertForSequenceClassification(config).eval()
+    with torch.no_grad():  # every probability under 0.5
+        classifier.classifier.bias.copy_(torch.tensor([-4.0, -3.0]))
+    explanation = explain(classifier, tokenizer, "The cat sat quietly.")
+    assert explanation.target.startswith("health (the most probable label, 0.") and \
+        explanation.target.endswith("is under the threshold 0.5: the model gives no label)")
+    assert explain(classifier, tokenizer, "The cat sat quietly.", target="sports").target == "sports"
+    with torch.no_grad():
+        classifier.classifier.bias.copy_(torch.tensor([-4.0, 6.0]))
+    assert explain(classifier, tokenizer, "The cat sat quietly.").target == "health"
+
+
 def test_an_encoders_similarity_is_the_one_its_sentence_vectors_give(minilm, minilm_dir, tokenizer, sst2_dev):
     """Read as its sentence-transformers layout reads (256 tokens for MiniLM, where the tokenizer allows 512) and
     pooled as it pools: the score explained is `bertforge similarity`'s, for a text longer than the layout reads

@@ -2,9 +2,10 @@
 
 A Target scores word embeddings: given one (steps, seq, hidden) tensor per input row, it runs the model with those
 in place of the embedding lookup and returns f, (steps,). Each model class has one builder in TARGET_BUILDERS:
-  classifier: the logit of a class (default: the predicted one), or the regression score;
+  classifier: the logit of a class (default: the predicted one; over every window of a long text where the model
+    reads it so), or the regression score;
   token classifier: one predicted entity, the sum of its words' logits for their tags (at each first token);
-  question answering (text = question, text_pair = context): the best answer's start + end logits, or either;
+  question answering (text = question, text_pair = context): predict's answer's start + end logits, or either;
   masked LM: the logit of a token at the first [MASK] (default: the predicted one);
   bare encoder: the cosine similarity of the two texts' mean-pooled embeddings (which words make them alike), each
     text's words explained against the other text as given (rows_one_at_a_time).
@@ -39,7 +40,6 @@ from bertforge.tokenizer import BertTokenizer
 from bertforge.validation import readable_length
 
 DEFAULT_MAX_LENGTH = 512
-MAX_ANSWER_TOKENS = 30  # the longest answer span considered, as in the SQuAD evaluation scripts
 
 
 @dataclass
@@ -158,17 +158,73 @@ def _plain_output(model, row: Row):
 
 
 def sequence_target(model, tokenizer, text, pair, target, max_length) -> Target:
-    row = encode_row(tokenizer, text, pair, max_length=max_length)
-    logits = _plain_output(model, row).logits[0].cpu()
+    """A class's logit (default: predict's class; a multi-label model's most probable label, said to be under its
+    threshold where predict gives it not), or the regression score. A model fine-tuned to read a long text as
+    windows (long_text "windows") is explained over them all: f is the mean of its windows' logits, as predict's."""
+    from bertforge.tasks.checkpoint_contents import recorded_settings
+    from bertforge.tasks.multi_label import MultiLabelSettings
+
+    extra = model.config.extra  # the settings the model was fine-tuned with, read as predict reads them
+    task = extra.get("finetuning_task") if extra.get("finetuning_task") in ("classification", "regression",
+                                                                             "multi_label") else "classification"
+    settings = recorded_settings(MultiLabelSettings(), task, extra.get("finetuning_task"), extra.get(FINETUNE_KEY))
+    rows = _window_rows(tokenizer, text, pair, max_length) if settings.long_text == "windows" else []
+    rows = rows if len(rows) > 1 else [encode_row(tokenizer, text, pair, max_length=max_length)]
+    logits = torch.stack([_plain_output(model, row).logits[0].float().cpu() for row in rows]).mean(0)
+    name = None
     if model.classifier.is_regression:
         choices, index = ["score"], _pick(["score"], target, 0, "target")
     else:
         choices = [model.config.id2label[i] for i in range(len(logits))]
         index = _pick(choices, target, int(logits.argmax()), "label")
+        if target is None and model.classifier.problem_type == "multi_label_classification":
+            from bertforge.tasks.multi_label import DEFAULT_THRESHOLD, is_predicted
+            threshold = settings.threshold if settings.threshold is not None else DEFAULT_THRESHOLD
+            probability = torch.sigmoid(logits[index])
+            if not is_predicted(probability, threshold):
+                name = (f"{choices[index]} (the most probable label, {probability:.2f}, is under the threshold "
+                        f"{threshold:g}: the model gives no label)")
 
     def score(embeddings):
-        return run_with(model, row, embeddings[0]).logits[:, index]
-    return Target(choices[index], choices, [row], score, [_one_position(len(row.input_ids), 0)])
+        return sum(run_with(model, row, values).logits[:, index] for row, values in zip(rows, embeddings)) / len(rows)
+    return Target(name or choices[index], choices, rows, score, [_one_position(len(row.input_ids), 0) for row in rows])
+
+
+def _window_rows(tokenizer, text: str, pair: str | None, max_length: int) -> list[Row]:
+    """The windows classification.windows reads a long text (or pair) as, each [CLS] window [SEP] (other text
+    [SEP]), as Rows: one text windowed, advancing by half a window, the other kept whole beside each."""
+    from bertforge.tasks.classification import windows
+    from bertforge.tasks.data import TextExample
+    from bertforge.windows import half_overlap_starts
+
+    encoded = [tokenizer(value, truncation=False, return_offsets_mapping=True, return_word_ids=True)
+               for value in (text, pair) if value is not None]
+    parts = [[(token, tuple(span), word) for token, span, word in zip(e["input_ids"][1:-1], e["offset_mapping"][1:-1],
+                                                                       e["word_ids"][1:-1])] for e in encoded]
+    budget = max_length - len(parts) - 1
+    windowed = max(range(len(parts)), key=lambda i: len(parts[i]))
+    parts = [tokens if i == windowed else tokens[:budget // 2] for i, tokens in enumerate(parts)]
+    size = budget - sum(len(tokens) for i, tokens in enumerate(parts) if i != windowed)
+    if size < 2:
+        return []  # windows refuses it, as predict does
+    special = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
+    rows = []
+    for start in half_overlap_starts(len(parts[windowed]), size):
+        ids, types, texts, offsets, words = [tokenizer.cls_token_id], [0], [None], [None], [None]
+        for source, tokens in enumerate(parts):
+            for token, span, word in tokens[start:start + size] if source == windowed else tokens:
+                kept = token not in special
+                ids.append(token), types.append(source), texts.append(source if kept else None)
+                offsets.append(span if kept else None), words.append(word if kept else None)
+            ids.append(tokenizer.sep_token_id), types.append(source), texts.append(None)
+            offsets.append(None), words.append(None)
+        baseline = [token if token in (tokenizer.cls_token_id, tokenizer.sep_token_id) else tokenizer.pad_token_id
+                    for token in ids]
+        rows.append(Row(ids, types, texts, offsets, words, baseline))
+    # the very inputs predict runs
+    assert [(row.input_ids, row.token_type_ids) for row in rows] == windows(tokenizer, TextExample(text, pair),
+                                                                             max_length)
+    return rows
 
 
 def entity_target(model, tokenizer, text, pair, target, max_length) -> Target:
@@ -218,30 +274,76 @@ def entity_target(model, tokenizer, text, pair, target, max_length) -> Target:
 
 
 def answer_target(model, tokenizer, text, pair, target, max_length) -> Target:
+    """The answer `predict` gives, found as it finds it (the task's windows over a long context, its n-best
+    decoding, SQuAD v2's abstention), explained in the window it came from: the start + end logits of its first
+    and last tokens (the [CLS] token's for no answer), or either alone."""
+    from bertforge.tasks.checkpoint_contents import recorded_settings
+    from bertforge.tasks.question_answering import QASettings, example_from_text, span_features
+    from bertforge.tasks.registry import TASKS
+
     if pair is None:
         raise InputError("question answering explains a question (text) and its context (pair): give the pair")
-    row = encode_row(tokenizer, text, pair, max_length=max_length)
-    output = _plain_output(model, row)
-    start_logits, end_logits = output.start_logits[0].float().cpu(), output.end_logits[0].float().cpu()
-    seq = len(row.input_ids)
-    in_context = torch.tensor([source == 1 for source in row.texts])
-    span_scores = start_logits[:, None] + end_logits[None, :]  # (seq, seq): start x end
-    ordered = torch.ones(seq, seq, dtype=torch.bool).triu()  # end >= start
-    short = ~torch.ones(seq, seq, dtype=torch.bool).triu(MAX_ANSWER_TOKENS)  # end - start < MAX_ANSWER_TOKENS
-    allowed = in_context[:, None] & in_context[None, :] & ordered & short
-    start, end = divmod(int(span_scores.masked_fill(~allowed, -torch.inf).argmax()), seq)
-    answer = pair[row.offsets[start][0]:row.offsets[end][1]]
+    encode_row(tokenizer, text, pair, max_length=max_length)  # refuses a question or context of no word piece
+    extra = model.config.extra  # the settings the model was fine-tuned with, read as predict reads them
+    settings = dataclasses.replace(recorded_settings(QASettings(), "qa", extra.get("finetuning_task"),
+                                                     extra.get(FINETUNE_KEY)), max_length=max_length)
+    if settings.max_length - 3 - settings.max_query_length <= settings.doc_stride:  # a short model's (no run's)
+        quarter = max(1, settings.max_length // 4)
+        settings = dataclasses.replace(settings, max_query_length=min(settings.max_query_length, quarter),
+                                       doc_stride=min(settings.doc_stride, quarter))
+    example = example_from_text(text, pair)
+    task = TASKS["qa"]
+    [answer] = task.predict(model, task.encode(tokenizer, [example], settings), [example])
+    windows = span_features([example], tokenizer, settings.max_length, settings.doc_stride, settings.max_query_length)
+    found = []  # (start + end logit, row, start position, end position) of each window that can give the answer
+    for window in windows:
+        if answer["answer"]:
+            starts = [i for i, span in enumerate(window.offsets) if span is not None and span[0] == answer["start"]]
+            ends = [i for i, span in enumerate(window.offsets) if span is not None and span[1] == answer["end"]]
+            if not (starts and ends):
+                continue
+            positions = (starts[0], ends[-1])
+        else:
+            positions = (0, 0)  # no answer: the [CLS] token's start and end scores
+        row = _window_row(tokenizer, window, text, pair)
+        output = _plain_output(model, row)
+        score = output.start_logits[0, positions[0]].item() + output.end_logits[0, positions[1]].item()
+        # predict keeps a span's best window, and for no answer the lowest [CLS] score over the windows
+        found.append(((score if answer["answer"] else -score), row, *positions))
+    _, row, start, end = max(found, key=lambda candidate: candidate[0])
     parts = {"answer": ((start, 0), (end, 1)), "start": ((start, 0),), "end": ((end, 1),)}
-    choices = [f"{name}: {answer}" for name in parts]
-    index = _pick(list(parts), target, 0, "target")
+    shown = answer["answer"] or "(no answer)"
+    choices = [f"{name}: {shown}" for name in parts]
+    index = _pick(list(parts), target.split(": ", 1)[0] if isinstance(target, str) else target, 0, "target")
     chosen = list(parts.values())[index]
 
     def score(embeddings):
         output = run_with(model, row, embeddings[0])
         logits = (output.start_logits, output.end_logits)
         return sum(logits[which][:, position] for position, which in chosen)
-    readout = _one_position(seq, *(position for position, _ in chosen))
+    readout = _one_position(len(row.input_ids), *(position for position, _ in chosen))
     return Target(choices[index], choices, [row], score, [readout])
+
+
+def _window_row(tokenizer, window, question: str, context: str) -> Row:
+    """One of the task's windows ([CLS] question [SEP] part of the context [SEP]) as a Row: each token's text,
+    characters and word, from the tokenizations the window's ids were cut from."""
+    asked = tokenizer(question, truncation=False, return_offsets_mapping=True, return_word_ids=True)
+    read = tokenizer(context, truncation=False, return_offsets_mapping=True, return_word_ids=True)
+    context_words = {tuple(span): word for span, word in zip(read["offset_mapping"][1:-1], read["word_ids"][1:-1])}
+    special = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
+    texts, offsets, words = [], [], []
+    for position, (token, span) in enumerate(zip(window.input_ids, window.offsets)):
+        if token in special:
+            texts.append(None), offsets.append(None), words.append(None)
+        elif span is not None:  # the context's
+            texts.append(1), offsets.append(tuple(span)), words.append(context_words.get(tuple(span)))
+        else:  # the question's, from its first token on
+            texts.append(0), offsets.append(tuple(asked["offset_mapping"][position]))
+            words.append(asked["word_ids"][position])
+    baseline = [token if token in (tokenizer.cls_token_id, tokenizer.sep_token_id) else tokenizer.pad_token_id
+                for token in window.input_ids]
+    return Row(list(window.input_ids), list(window.token_type_ids), texts, offsets, words, baseline)
 
 
 def masked_token_target(model, tokenizer, text, pair, target, max_length) -> Target:
