@@ -378,7 +378,7 @@ DATA_CASES = [
      ["reviews.txt: plain text (one text a line) has no labels", "reads with --format tsv"]),
     # Parquet and datasets folders, written by pandas/pyarrow and datasets: rows are numbered from 1
     ("parquet-missing-column", "bad.parquet", lambda path: parquet(path, {"text": ["fine"], "sentiment": ["pos"]}),
-     ["bad.parquet", "no column 'review'; the file has 'text', 'sentiment'"]),
+     ["bad.parquet", "no column 'review' (--text-column names it); the file has 'text', 'sentiment'"]),
     ("parquet-number-text", "bad.parquet",
      lambda path: parquet(path, {"review": [42, 7], "sentiment": ["pos", "neg"]}),
      ["bad.parquet, row 1, field 'review'", "expected a text, got 42"]),

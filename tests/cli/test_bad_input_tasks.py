@@ -64,13 +64,23 @@ def test_evaluate_takes_the_models_own_task_named(world, tmp_path, run_cli):
     assert "spearman" in out
 
 
-def test_an_undefined_metric_is_written_as_standard_json(world, tmp_path, run_cli):
-    """Targets all equal leave the correlations undefined (NaN, as scipy says): eval_results.json holds null
-    there, which every JSON reader takes, not Python's bare NaN."""
-    (tmp_path / "flat.csv").write_text("sentence,label\n" + "".join(f'"{t}",2.0\n' for t, _ in SCORES))
-    code, out, err = run_cli("evaluate", "--model", world / "regression", "--data", tmp_path / "flat.csv",
+def test_an_undefined_metric_is_written_as_standard_json(tmp_path, run_cli, tokenizer):
+    """Predictions all equal (a regression head of zero weights) leave the correlations undefined (NaN, as scipy
+    says): eval_results.json holds null there, which every JSON reader takes, not Python's bare NaN. Targets all
+    equal (the Hub's STS-B test split, -1 everywhere) are refused: a split without labels."""
+    model = BertForSequenceClassification(BertConfig.tiny(vocab_size=tokenizer.vocab_size, id2label={0: "LABEL_0"},
+                                                          problem_type="regression"))
+    with torch.no_grad():
+        model.classifier.weight.zero_()
+    model.save_pretrained(tmp_path / "flat-model")
+    tokenizer.save_pretrained(tmp_path / "flat-model")
+    (tmp_path / "scores.csv").write_text("sentence,label\n" + "".join(f'"{t}",{s}\n' for t, s in SCORES))
+    code, out, err = run_cli("evaluate", "--model", tmp_path / "flat-model", "--data", tmp_path / "scores.csv",
                              "--output", tmp_path / "m.json")
     assert code == 0, err
+    (tmp_path / "flat.csv").write_text("sentence,label\n" + "".join(f'"{t}",-1\n' for t, _ in SCORES))
+    code, out, err = run_cli("evaluate", "--model", tmp_path / "flat-model", "--data", tmp_path / "flat.csv")
+    assert code == 1 and "flat.csv, field 'label': every score is -1: a split without labels?" in err
 
     def refuse(constant):
         raise AssertionError(f"{constant} in eval_results.json")

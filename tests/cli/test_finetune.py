@@ -130,7 +130,7 @@ def test_unknown_run_config_key_names_key_and_file(tmp_path, data):
 def test_data_errors_come_before_training(tmp_path, data, tiny_model_dir):
     message = one_line_error(finetune_cli, "--model", str(tiny_model_dir), "--train", str(data[0]),
                              "--output", str(tmp_path / "out"))
-    assert message == (f"{data[0]}, line 1, field 'sentence': no column 'sentence'; "
+    assert message == (f"{data[0]}, line 1, field 'sentence': no column 'sentence' (--text-column names it); "
                        "the file has 'review', 'sentiment'")
     assert not (tmp_path / "out").exists()
 

@@ -77,8 +77,8 @@ def test_errors_name_the_row_and_field(tmp_path):
     pd.DataFrame({"sentence": ["fine", "good"], "score": [1, 0]}).to_parquet(tmp_path / "numbers.parquet")
     with pytest.raises(InputError, match=r"numbers.parquet, row 1, field 'score': expected a text, got 1"):
         read_text_examples(tmp_path / "numbers.parquet", Columns("score"), None)
-    with pytest.raises(InputError, match=r"numbers.parquet, field 'text': no column 'text'; the file has "
-                                         r"'sentence', 'score'"):
+    with pytest.raises(InputError, match=r"numbers.parquet, field 'text': no column 'text' \(--text-column names "
+                                         r"it\); the file has 'sentence', 'score'"):
         read_text_examples(tmp_path / "numbers.parquet", Columns("text"), None)
     (tmp_path / "broken.parquet").write_bytes(b"PAR1 this is not a parquet file PAR1")
     with pytest.raises(InputError, match=r"broken.parquet: not a readable Parquet file"):

@@ -60,7 +60,7 @@ def test_missing_column_lists_the_available_ones(tmp_path):
     path = tmp_path / "train.tsv"
     path.write_text("text\tlabel\nhi\t1\n")
     assert error_of(path, Columns("sentence")) == \
-        f"{path}, line 1, field 'sentence': no column 'sentence'; the file has 'text', 'label'"
+        f"{path}, line 1, field 'sentence': no column 'sentence' (--text-column names it); the file has 'text', 'label'"
 
 
 def test_a_column_read_by_a_name_the_header_repeats_is_an_error(tmp_path):
@@ -234,7 +234,8 @@ def test_a_file_without_a_header_line_is_told_so(data_dir, tmp_path):
     and the missing column's error says that those look like data."""
     glue = read_text_examples(data_dir / "sst2" / "dev.tsv", Columns(), "class")[:3]
     (tmp_path / "in_domain_train.tsv").write_text("".join(f"gj04\t{e.label}\t\t{e.text}\n" for e in glue))
-    with pytest.raises(InputError, match=r"in_domain_train.tsv, line 1, field 'sentence': no column 'sentence'; the "
+    with pytest.raises(InputError, match=r"in_domain_train.tsv, line 1, field 'sentence': no column 'sentence' "
+                                         r"\(--text-column names it\); the "
                                          r"file has 'gj04', '\d', '', .* \(its first line, read as the column names, "
                                          r"looks like data: add a header line\)$"):
         read_text_examples(tmp_path / "in_domain_train.tsv", Columns(), "class")

@@ -240,7 +240,8 @@ def read_text_examples(path: str | Path, columns: Columns, label_kind: str | Non
         raise InputError("plain text (one text a line) has no labels: labelled data is a .csv, .tsv or .jsonl file "
                          "(or Parquet) with a label column; a .txt file of tab-separated columns reads with --format "
                          "tsv", path)
-    require_columns(table, [columns.text, columns.text_pair] + ([columns.label] if label_kind else []))
+    require_columns(table, {"--text-column": columns.text, "--text-pair-column": columns.text_pair,
+                            "--label-column": columns.label if label_kind else None})
     known = set(label_names) if label_names is not None else None
     declared = tuple(names) if names else None
     examples = []

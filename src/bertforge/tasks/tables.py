@@ -398,11 +398,13 @@ def find_column(table: Table, given: str | None, usual: Sequence[str], what: str
     raise table.error(f"no column {wanted} ({what}); {_columns_it_has(table)}", table.header_line)
 
 
-def require_columns(table: Table, names: Sequence[str | None]) -> None:
-    """A missing column is an error that lists the columns the file has (JSONL rows are checked one by one)."""
-    for name in names:
+def require_columns(table: Table, names: dict[str, str | None]) -> None:
+    """A missing column is an error that lists the columns the file has and the flag that names the column
+    (`names`: flag -> column; JSONL rows are checked one by one)."""
+    for flag, name in names.items():
         if name is not None and name not in table.columns:
-            raise table.error(f"no column {name!r}; {_columns_it_has(table)}", table.header_line, field=name)
+            raise table.error(f"no column {name!r} ({flag} names it); {_columns_it_has(table)}", table.header_line,
+                              field=name)
         check_not_repeated(table, name)
 
 
