@@ -318,3 +318,16 @@ def test_load_state_dict_takes_a_transformers_state_dict(minilm_dir, batch, ours
     state[f"{prefix}encoder.layer.0.attention.self.query.weight"] = torch.zeros(1, 384)
     with pytest.raises(RuntimeError, match=r"size mismatch for (bert\.)?encoder.layers.0.attention.query.weight"):
         ours.load_state_dict(state)
+
+
+def test_a_trainers_output_folder_names_its_checkpoints(minilm_dir, tmp_path):
+    """transformers' Trainer saves checkpoint-N folders into its output_dir (the model itself only at the end): given
+    that folder, the error names them and the one to give, in step order (checkpoint-10 after checkpoint-2)."""
+    from bertforge.errors import CheckpointError
+
+    for step in (2, 10):
+        shutil.copytree(minilm_dir, tmp_path / "out" / f"checkpoint-{step}")
+    with pytest.raises(CheckpointError, match=r"out: no config.json, but the checkpoints checkpoint-2, checkpoint-10 "
+                                              r"\(a Trainer's output_dir\): give one, e.g. .*out/checkpoint-10$"):
+        BertModel.from_pretrained(tmp_path / "out")
+    assert BertModel.from_pretrained(tmp_path / "out" / "checkpoint-10").config.hidden_size == 384

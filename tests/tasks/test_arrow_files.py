@@ -70,6 +70,10 @@ def test_a_datasetdict_folder_names_its_splits(files):
     with pytest.raises(InputError, match=r"splits: holds the splits train, test \(a DatasetDict\); give one split's "
                                          r"folder, e.g. .*splits/train"):
         read_text_examples(files / "splits", Columns(), "class")
+    # in memory (fit's data): its splits were read as columns of different lengths
+    with pytest.raises(InputError, match=r"^DatasetDict: holds the splits 'train', 'test' \(a DatasetDict\): give "
+                                         r"one, e.g. data\['train'\]$"):
+        read_text_examples(datasets.load_from_disk(str(files / "splits")), Columns(), "class")
 
 
 def test_errors_name_the_row_and_field(tmp_path):

@@ -37,6 +37,19 @@ HUB_OPTIONS = frozenset({"force_download", "local_files_only", "proxies", "token
                          "max_memory"})
 
 
+def check_not_trainer_output(directory: Path) -> None:
+    """transformers' Trainer writes its checkpoints into checkpoint-N folders of its output_dir, and the model there
+    only at the end: a folder of checkpoints alone is refused, naming them."""
+    if (directory / "config.json").exists():
+        return
+    checkpoints = sorted((path for path in directory.glob("checkpoint-*") if path.name[11:].isdigit()),
+                         key=lambda path: int(path.name[11:]))
+    if checkpoints:
+        names = ", ".join(path.name for path in checkpoints)
+        raise CheckpointError(f"{directory}: no config.json, but the checkpoints {names} (a Trainer's output_dir): "
+                              f"give one, e.g. {checkpoints[-1]}")
+
+
 def resolve_model_dir(name_or_path: str | Path, subfolder: str = "", cache_dir: str | Path | None = None,
                       revision: str | None = None) -> Path:
     """In order: an existing path; 'default' (or the model's name) -> the embedded checkpoint; a name like
@@ -53,6 +66,7 @@ def resolve_model_dir(name_or_path: str | Path, subfolder: str = "", cache_dir: 
             raise CheckpointError(f"{directory}: a model is a directory with config.json, model.safetensors, "
                                   f"vocab.txt")
         found = transformer_folder(directory) or directory
+        check_not_trainer_output(found)
     elif str(name_or_path) in DEFAULT_MODEL_NAMES:
         found = default_model_dir()
     else:

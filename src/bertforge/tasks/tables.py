@@ -355,6 +355,10 @@ def table_from_data(data: Any) -> Table:
     datasets.Dataset: `columns` or `column_names`, and `data[name]`), or a list of row dicts. Rows are numbered
     from 1 in messages; a NaN (a DataFrame's missing value) counts as missing."""
     what = type(data).__name__
+    if isinstance(data, Mapping) and data and all(hasattr(split, "column_names") for split in data.values()):
+        splits = list(data)  # a datasets.DatasetDict: splits, not columns
+        raise InputError(f"holds the splits {', '.join(map(repr, splits))} (a DatasetDict): give one, "
+                         f"e.g. data[{splits[0]!r}]", what)
     names = getattr(data, "columns", None)
     if names is None:
         names = getattr(data, "column_names", None)
