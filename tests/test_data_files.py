@@ -92,3 +92,20 @@ def test_damaged_compressed_files_are_one_line_errors(suffix, name, data_dir, to
                 read(path)
             message = str(caught.value)
             assert message.startswith(f"{path}: can't read the {name} data (") and "\n" not in message
+
+
+def test_utf16_and_other_encodings_are_named_with_the_fix(tmp_path):
+    """Excel's "Unicode text" is UTF-16 (with a byte-order mark; other tools write none); a cp1252 file holds
+    bytes UTF-8 doesn't: each reader says which and how to convert, where it said only 'not valid UTF-8'."""
+    from bertforge.tasks.data import Columns, read_text_examples
+
+    rows = "sentence\tlabel\nit 's a charming and often affecting journey .\t1\n"
+    for name, raw in (("excel.tsv", rows.encode("utf-16")), ("bare.tsv", rows.encode("utf-16-le"))):
+        (tmp_path / name).write_bytes(raw)
+        with pytest.raises(InputError, match=rf"{name}: is UTF-16 text, expected UTF-8: convert it to UTF-8 first "
+                                             r"\(e\.g\. iconv -f utf-16"):
+            read_text_examples(tmp_path / name, Columns(), "class")
+    (tmp_path / "cp1252.tsv").write_bytes((rows + "caf\xe9 au lait\t1\n").encode("cp1252"))
+    with pytest.raises(InputError, match=r"cp1252.tsv, line 3: not valid UTF-8 text: convert it to UTF-8 first "
+                                         r"\(e\.g\. iconv -f cp1252"):
+        read_text_examples(tmp_path / "cp1252.tsv", Columns(), "class")

@@ -69,10 +69,22 @@ def damaged(path: str | Path, error: BaseException) -> InputError:
 
 def decode_text(raw: bytes, where: str | Path) -> str:
     """UTF-8 bytes as text, without a byte-order mark; invalid bytes are an error naming `where` and their line."""
+    check_not_utf16(raw[:4096], where)
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise InputError("not valid UTF-8 text", where, line=raw[:error.start].count(b"\n") + 1) from None
+        raise InputError(f"not valid UTF-8 text: {CONVERT_HINT}", where,
+                         line=raw[:error.start].count(b"\n") + 1) from None
+
+
+CONVERT_HINT = "convert it to UTF-8 first (e.g. iconv -f cp1252 -t utf-8 FILE > FILE.utf8, or save it as UTF-8)"
+
+
+def check_not_utf16(start: bytes, where: str | Path) -> None:
+    """Refuse UTF-16 (Excel's "Unicode text", Windows tools), told by its byte-order mark, or by the NUL byte beside
+    each ASCII character, at the start of a file."""
+    if start.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(start) >= 4 and start.count(b"\x00") > len(start) // 4):
+        raise InputError(f"is UTF-16 text, expected UTF-8: {CONVERT_HINT.replace('cp1252', 'utf-16')}", where)
 
 
 def split_lines(text: str) -> list[str]:

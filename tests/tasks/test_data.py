@@ -285,3 +285,17 @@ def test_a_nan_label_and_a_list_as_pandas_writes_it(tmp_path):
     (tmp_path / "broken.csv").write_text('sentence,label\nwheat,"[grain, trade"\n')
     with pytest.raises(InputError, match=r"broken.csv, line 2, field 'label': not a JSON list of labels"):
         read_text_examples(tmp_path / "broken.csv", Columns(), "classes")
+
+
+def test_excels_semicolon_csv_reads_as_pandas_writes_it(sst2_dev, tmp_path):
+    """Excel where the decimal mark is a comma writes CSV with semicolons (pandas: to_csv(sep=";")), often with
+    a byte-order mark: a header with semicolons and no comma is read so, the same rows as the comma file."""
+    pandas = pytest.importorskip("pandas")
+    frame = pandas.DataFrame({"sentence": [text for text, _ in sst2_dev[:40]],
+                              "label": [label for _, label in sst2_dev[:40]]})
+    frame.to_csv(tmp_path / "comma.csv", index=False)
+    frame.to_csv(tmp_path / "semicolon.csv", index=False, sep=";", encoding="utf-8-sig")
+    assert any("," in text for text, _ in sst2_dev[:40])  # texts with commas, quoted in the semicolon file
+    examples = [read_text_examples(tmp_path / name, Columns(), "class") for name in ("comma.csv", "semicolon.csv")]
+    assert [(e.text, e.label) for e in examples[1]] == [(e.text, e.label) for e in examples[0]]
+    assert [(e.text, e.label) for e in examples[0]] == [(text, str(label)) for text, label in sst2_dev[:40]]

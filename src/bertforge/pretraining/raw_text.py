@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from bertforge import arrow_files
-from bertforge.data_files import byte_lines, content_suffix, split_lines
+from bertforge.data_files import CONVERT_HINT, byte_lines, check_not_utf16, content_suffix, split_lines
 from bertforge.errors import InputError, no_such_file
 
 DOCUMENT_END = ""  # what corpus_lines yields between documents
@@ -28,7 +28,6 @@ TEXT_FIELD = "text"
 JSON_LINES_SUFFIXES = (".jsonl", ".json", ".ndjson")
 _WIKIEXTRACTOR_TAG = re.compile(r"<doc(\s[^>]*)?>|</doc>")
 _FIELD_HINT = "; name the text's field with --text-field"
-_CONVERT_HINT = "convert it to UTF-8 first (e.g. iconv -f cp1252 -t utf-8 FILE > FILE.utf8)"
 
 # What a line gives: (its line or row number, its text without surrounding whitespace or DOCUMENT_END, the stored
 # bytes read for it, for progress).
@@ -144,15 +143,13 @@ def _decoded_lines(path: Path) -> Iterator[Line]:
     text file, one at a time; bad UTF-8 is an error naming its line (and UTF-16, its encoding)."""
     try:
         for number, (raw, size) in enumerate(byte_lines(path), 1):
-            if number == 1 and (raw.startswith((b"\xff\xfe", b"\xfe\xff")) or
-                                len(raw) >= 4 and raw.count(b"\x00") > len(raw) // 4):
-                raise InputError(f"is UTF-16 text, expected UTF-8: {_CONVERT_HINT.replace('cp1252', 'utf-16')}",
-                                 path)
+            if number == 1:
+                check_not_utf16(raw, path)
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise InputError(f"not valid UTF-8 text ({error.reason} at byte {error.start} of the line): "
-                                 f"{_CONVERT_HINT}", path, line=number) from None
+                                 f"{CONVERT_HINT}", path, line=number) from None
             if number == 1:
                 text = text.removeprefix("\ufeff")  # a byte-order mark is not text
             yield number, text.strip(), size

@@ -76,6 +76,13 @@ def _read_delimited(path: Path, text: str, delimiter: str, quoting: int) -> Tabl
     return Table(path, header, rows, repeated=frozenset(name for name in header if header.count(name) > 1))
 
 
+def _csv_delimiter(text: str) -> str:
+    """"," or, for a header line with semicolons and no comma, ";": Excel's CSV where the decimal mark is a comma
+    (and pandas' to_csv(sep=";"))."""
+    header = text.lstrip("\ufeff").split("\n", 1)[0]
+    return ";" if ";" in header and "," not in header else ","
+
+
 def _read_delimited_or_quoted(path: Path, text: str) -> Table:
     """A .tsv file: GLUE's have no quoting (their texts hold stray quotes, read as they are); pandas' and datasets'
     to_csv(sep="\\t") quote a text that holds a quote, tab or line break, doubling its quotes. The file is read
@@ -191,7 +198,7 @@ def _read_plain_text(path: Path, text: str) -> Table:
 
 # File suffix -> reader of the file's text.
 READERS: dict[str, Callable[[Path, str], Table]] = {
-    ".csv": lambda path, text: _read_delimited(path, text, ",", csv.QUOTE_MINIMAL),
+    ".csv": lambda path, text: _read_delimited(path, text, _csv_delimiter(text), csv.QUOTE_MINIMAL),
     ".tsv": _read_delimited_or_quoted,
     ".jsonl": _read_jsonl,
     ".txt": _read_plain_text,
