@@ -35,7 +35,7 @@ REPORT_FILES = ("eval_results.json", "curves.png")
 # What else makes up a model or corpus folder that commands read: replacing one of these with a report would break it.
 FOLDER_FILES = ("log.jsonl", "manifest.json", "compression.json", "adapter_config.json", "sentence_bert_config.json",
                 "config_sentence_transformers.json", "added_tokens.json", "distill_config.json", "router_config.json",
-                "bert_config.json")
+                "bert_config.json", "trained_on.json")
 TENSOR_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".index.json")
 SHARD_PREFIX = "shard-"  # a prepared corpus's token arrays (shard-00000.tokens.npy); other .npy files are embed's
 

@@ -289,3 +289,27 @@ def test_sigterm_saves_a_checkpoint_and_resume_gives_the_uninterrupted_run(corpu
     assert without_speed(tmp_path / "split" / "log.jsonl") == without_speed(tmp_path / "whole" / "log.jsonl")
     assert (tmp_path / "split" / "model.safetensors").read_bytes() == \
         (tmp_path / "whole" / "model.safetensors").read_bytes()
+
+
+def test_eval_refuses_a_corpus_prepared_again_since_training(inaugural_slice, tmp_path, capsys):
+    """The held-out split is every n-th document: once more text is prepared into the same folder, it holds out
+    other documents, some of which the model trained on. pretrain eval refuses it, naming the counts; the corpus
+    as trained on is scored."""
+    lines = inaugural_slice(400).read_text(encoding="utf-8").splitlines()
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n".join(lines[:200]) + "\n", encoding="utf-8")
+    prepare = ["pretrain", "prepare", "--corpus", str(text), "-o", str(tmp_path / "data"), "--no-progress"]
+    assert main(prepare) == 0
+    assert main(train_args(tmp_path / "data", tmp_path / "model", "--objective", "mlm")) == 0
+    assert main(["pretrain", "eval", "--model", str(tmp_path / "model"), "--data", str(tmp_path / "data")]) == 0
+    documents = json.loads((tmp_path / "data" / "manifest.json").read_text())["documents"]
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(prepare) == 0
+    now = json.loads((tmp_path / "data" / "manifest.json").read_text())["documents"]
+    assert now > documents
+    capsys.readouterr()
+    assert main(["pretrain", "eval", "--model", str(tmp_path / "model"), "--data", str(tmp_path / "data")]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"bertforge: error: {tmp_path / 'data'}: was prepared again after {tmp_path / 'model'} trained on it "
+        f"({documents} documents then, {now} now): its held-out documents are no longer those training left out; "
+        "evaluate on the corpus as it was, or on another one")

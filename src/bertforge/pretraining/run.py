@@ -10,6 +10,7 @@ model already in OUTPUT as it was. Output folder:
     config.json, model.safetensors    the trained model, an ordinary checkpoint (ELECTRA: its discriminator)
     vocab.txt, tokenizer_config.json  the tokenizer the corpus was prepared with
     pretrain_config.json              this run's PretrainConfig
+    trained_on.json                   the corpus it trained on (folder, content hash, documents, held out)
     log.jsonl                         one JSON line per logged step or evaluation
     checkpoint/train_state.pt         the latest resumable state, replaced atomically every save_every steps
 """
@@ -28,6 +29,7 @@ import torch
 from torch import nn
 
 from bertforge import fast_cpu
+from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import CONFIG_FILE, config_path, read_state_dict
 from bertforge.checkpoint.pretrained import load_hf_state_dict, set_gradient_checkpointing
@@ -41,7 +43,7 @@ from bertforge.checkpoint.train_state import (
     save_train_state,
 )
 from bertforge.config import PRESETS, BertConfig, dropout_overrides
-from bertforge.errors import ConfigError
+from bertforge.errors import ConfigError, InputError
 from bertforge.json_config import JsonConfig
 from bertforge.outputs import (
     check_not_in_use,
@@ -71,6 +73,7 @@ logger = logging.getLogger("bertforge")
 progress = logging.getLogger("bertforge.progress")  # shown by the CLI without -v: held-out metrics as they come
 
 RUN_CONFIG_FILE = "pretrain_config.json"
+TRAINED_ON_FILE = "trained_on.json"
 HELD_OUT_WARNING = 0.1  # a held-out share of the corpus's tokens worth a warning
 LOG_FILE = "log.jsonl"
 # Peak dense throughput of the 2-core development CPU (AVX-512 FMA), the denominator of model FLOPs utilisation.
@@ -393,6 +396,10 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
     if is_main:
         config.save(work / RUN_CONFIG_FILE)
         tokenizer.save_pretrained(work)
+        # what pretrain eval checks the corpus against: prepared again, its held-out split would be other documents
+        write_text_atomic(work / TRAINED_ON_FILE, json.dumps({
+            "corpus": str(Path(config.data).resolve()), "content_sha256": reader.manifest.get("content_sha256"),
+            "documents": reader.manifest["documents"], "holdout": config.holdout}, indent=1) + "\n")
     # DDP averages the gradients over processes; compile wraps DDP (not the reverse) so that DDP's communication
     # hooks stay outside the compiled graphs. `model` itself is what is saved and evaluated.
     fast_cpu.accelerate(model)  # the model lives only for this run; its parameters (all that is saved) are shared
@@ -504,6 +511,20 @@ def _report_held_out(eval_reader: CorpusReader) -> None:
                        "prepare the text with blank lines between more, shorter documents", 100 * share)
 
 
+def check_same_corpus(trained_on: Path, reader: CorpusReader) -> None:
+    """The corpus folder a model trained on, prepared again since (other text, or more of it), holds out other
+    documents: some of them trained on. Refused; another folder is another corpus, scored as asked."""
+    if not trained_on.is_file():
+        return  # a model trained before this record, or elsewhere
+    record = json.loads(trained_on.read_text(encoding="utf-8"))
+    if record.get("corpus") == str(reader.directory.resolve()) and \
+            record.get("content_sha256") != reader.manifest.get("content_sha256"):
+        raise InputError(f"was prepared again after {trained_on.parent} trained on it ({record.get('documents')} "
+                         f"documents then, {reader.manifest['documents']} now): its held-out documents are no longer "
+                         "those training left out; evaluate on the corpus as it was, or on another one",
+                         reader.directory)
+
+
 def evaluate_pretrained(model: str | Path, data: str | Path, holdout: int | float | None = None,
                         batch_size: int | None = None, max_batches: int | None = None, seq_len: int | None = None,
                         masking: str | None = None, seed: int | None = None) -> dict[str, float]:
@@ -521,6 +542,7 @@ def evaluate_pretrained(model: str | Path, data: str | Path, holdout: int | floa
     masking = trained.masking if masking is None else masking
     seed = trained.seed if seed is None else seed
     reader = CorpusReader(data, split="eval", holdout=holdout)
+    check_same_corpus(Path(model) / TRAINED_ON_FILE, reader)
     masked_lm, tokenizer = load_masked_lm(str(model))
     check_tokenizer(tokenizer, reader, str(model))
     return evaluate_mlm(masked_lm, reader, masker_of(trained, tokenizer.vocab, masking),
