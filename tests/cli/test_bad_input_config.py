@@ -190,3 +190,17 @@ def test_predicting_no_texts_gives_no_answers(world):
 
     root, _, _ = world
     assert FinetunedModel.load(root / "classifier").predict([]) == []
+
+
+def test_a_folder_of_parquet_shards_names_them(world, tmp_path, run_cli):
+    """The Hub's data/ folder holds a split's shards (train-00000-of-00002.parquet, ...): named, with what to do."""
+    pandas = pytest.importorskip("pandas")
+    _, encoder, _ = world
+    (tmp_path / "data").mkdir()
+    for shard in range(2):
+        pandas.DataFrame({"sentence": ["fine", "dull"], "label": [1, 0]}).to_parquet(
+            tmp_path / "data" / f"train-0000{shard}-of-00002.parquet")
+    code, _, err = run_cli("finetune", "--model", encoder, "--train", tmp_path / "data", "--output", tmp_path / "out")
+    assert_one_line_error(code, err, f"{tmp_path / 'data'}: is a directory, expected a data file (it holds "
+                                     "train-00000-of-00002.parquet, train-00001-of-00002.parquet: give one, or join "
+                                     "the shards of a split into one file first)")

@@ -455,3 +455,31 @@ def test_predictions_named_json_are_one_json_document(finetuned, data, run_cli, 
         assert code == 0
     lines = [json.loads(line) for line in (tmp_path / "preds.jsonl").read_text().splitlines()]
     assert json.loads((tmp_path / "preds.json").read_text()) == lines and len(lines) == 6
+
+
+def test_a_checkpoint_of_unnamed_labels_reads_label_numbers(tiny_model_dir, tmp_path, run_cli):
+    """A Trainer's checkpoint fine-tuned without label names has transformers' defaults, LABEL_0 and LABEL_1: the
+    labels 0 and 1 of a file are those classes (they were refused as unknown names); the accuracy is the one
+    transformers' own predictions give. SNLI's '-' (no gold label) is refused, not made a class."""
+    import torch
+    import transformers
+
+    torch.manual_seed(5)
+    reference = transformers.BertForSequenceClassification.from_pretrained(str(tiny_model_dir), num_labels=2).eval()
+    assert reference.config.id2label == {0: "LABEL_0", 1: "LABEL_1"}
+    reference.save_pretrained(tmp_path / "unnamed")
+    tokenizer = transformers.BertTokenizer.from_pretrained(str(tiny_model_dir))
+    tokenizer.save_pretrained(tmp_path / "unnamed")
+    rows = [(text, 0 if label == "neg" else 1) for text, label in REVIEWS[:12]]
+    (tmp_path / "dev.jsonl").write_text("".join(json.dumps({"sentence": t, "label": y}) + "\n" for t, y in rows))
+    code, out, err = run_cli("evaluate", "--model", tmp_path / "unnamed", "--data", tmp_path / "dev.jsonl")
+    assert code == 0, err
+    with torch.inference_mode():
+        logits = reference(**tokenizer([t for t, _ in rows], padding=True, return_tensors="pt")).logits
+    accuracy = sum(int(p) == y for p, (_, y) in zip(logits.argmax(-1), rows)) / len(rows)
+    assert f"accuracy: {accuracy:.4f}" in out
+    (tmp_path / "snli.jsonl").write_text("".join(json.dumps({"sentence": t, "label": label}) + "\n"
+                                                 for (t, _), label in zip(rows, ["entailment", "-", "neutral"] * 4)))
+    code, _, err = run_cli("finetune", "--model", tiny_model_dir, "--train", tmp_path / "snli.jsonl", "--output",
+                           tmp_path / "snli")
+    assert code == 1 and "snli.jsonl, line 2, field 'label': label '-' marks a pair without a gold label" in err

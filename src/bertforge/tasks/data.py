@@ -98,14 +98,20 @@ def class_label(value: Any, separator: str | None = None) -> str:
     label = str(value).strip()
     if not label:
         raise ValueError("empty label")
+    if label == "-":  # SNLI's and MultiNLI's gold_label where the annotators did not agree
+        raise ValueError("label '-' marks a pair without a gold label (SNLI, MultiNLI): leave those rows out")
     return label
 
 
 def as_known(label: Any, known: set[str]) -> Any:
     """A class label as a model's labels spell it: "1" is "1.0" for a model whose labels were read as 1.0 (a JSON
-    number with no fraction, before such numbers read as integers)."""
-    if isinstance(label, str) and label not in known and label.lstrip("-").isdigit() and f"{label}.0" in known:
-        return f"{label}.0"
+    number with no fraction, before such numbers read as integers), and "LABEL_1" for one of transformers' default
+    names (a Trainer's checkpoint of unnamed labels)."""
+    if isinstance(label, str) and label not in known and label.lstrip("-").isdigit():
+        if f"{label}.0" in known:
+            return f"{label}.0"
+        if f"LABEL_{label}" in known and all(name.startswith("LABEL_") for name in known):
+            return f"LABEL_{label}"  # transformers' names when none were given: LABEL_k is class k
     return label
 
 

@@ -234,7 +234,7 @@ def data_format(path: str | Path, given: str | None = None) -> str:
     if arrow_files.is_saved_dataset(path):
         return "hf_dataset"
     if path.is_dir():  # whatever its name says (dir.csv), a folder is not a data file
-        raise InputError("is a directory, expected a data file", path)
+        raise a_folder(path)
     name = EXTENSIONS.get(content_suffix(path))
     if name == "squad" and holds_json_lines(path):
         return "jsonl"  # transformers' example scripts name JSON lines .json (run_ner's train.json)
@@ -330,7 +330,7 @@ def read_table(path: str | Path | Any, format: str | None = None) -> Table:
         return _nonempty(Table(path, columns, list(enumerate(records, start=1)), unit="row"))
     kind = "." + format if format is not None else content_suffix(path)
     if path.is_dir():  # a folder named like no data file would otherwise be an unsupported file type ''
-        raise InputError("is a directory, expected a data file", path)
+        raise a_folder(path)
     if kind not in READERS:
         formats = [*(kind.lstrip(".") for kind in READERS), *arrow_files.READERS]
         if format is not None:
@@ -347,8 +347,17 @@ def read_table(path: str | Path | Any, format: str | None = None) -> Table:
     except FileNotFoundError:
         raise no_such_file(path) from None
     except IsADirectoryError:
-        raise InputError("is a directory, expected a data file", path) from None
+        raise a_folder(path) from None
     return _nonempty(READERS[kind](path, decode_text(raw, path)))
+
+
+def a_folder(path: Path) -> InputError:
+    """The error for a folder given as a data file, naming the data files in it (the Hub's data/ folder holds a
+    split's Parquet shards, train-00000-of-00002.parquet, ...)."""
+    inside = sorted(file.name for file in path.iterdir() if content_suffix(file) in EXTENSIONS)
+    held = f" (it holds {', '.join(inside[:3])}{', ...' if len(inside) > 3 else ''}: give one, or join the shards " \
+        "of a split into one file first)" if inside else ""
+    return InputError(f"is a directory, expected a data file{held}", path)
 
 
 def _nonempty(table: Table) -> Table:
