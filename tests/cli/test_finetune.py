@@ -59,6 +59,8 @@ def test_evaluate_prints_and_saves_metrics(finetuned, data, run_command, tmp_pat
                             "--output", str(tmp_path / "eval.json"))
     saved = json.loads((tmp_path / "eval.json").read_text())
     assert code == 0 and f"accuracy: {saved['accuracy']:.4f}" in out
+    # a two-class F1 is label 1's, pos's here (sorted), equal to its own row below and named so
+    assert f"f1: {saved['f1']:.4f}  (of 'pos', label 1)" in out and saved["f1"] == saved["per_label"]["pos"]["f1"]
     assert saved["examples"] == 6 and set(saved) >= {"accuracy", "f1", "matthews_correlation"}
     best = json.loads((model / "metrics.json").read_text())["best"]
     assert saved["accuracy"] == pytest.approx(best["accuracy"])

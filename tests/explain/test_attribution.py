@@ -412,6 +412,11 @@ def test_every_task_has_targets(tokenizer, tiny_config, minilm):
     fill = BertForMaskedLM(config).eval()
     guess = explain(fill, tokenizer, "The cat [MASK] on the mat.", method="gradient_x_input")
     assert guess.target in guess.targets and len(guess.targets) >= 5
+    # a word as the user writes it, read as the uncased tokenizer reads it; a word piece as it is
+    assert explain(fill, tokenizer, "The cat [MASK] on the mat.", target="Sat", method="gradient_x_input").target == \
+        "sat"
+    assert explain(fill, tokenizer, "The cat [MASK] on the mat.", target="##ing",
+                   method="gradient_x_input").target == "##ing"
 
     similar = explain(minilm, tokenizer, "A man plays a guitar.", "Someone is making music.")
     assert similar.target == "similarity" and {w.text for w in similar.words} == {0, 1}

@@ -40,8 +40,11 @@ def run(args: argparse.Namespace) -> int:
                        label_separator=args.label_separator, per_label=True,
                        version_2=args.version_2)
     per_label, confusion = metrics.pop(PER_LABEL, None), metrics.pop(CONFUSION_MATRIX, None)
+    binary = confusion["labels"] if confusion and len(confusion["labels"]) == 2 else None
     for name, value in metrics.items():  # on standard error when the JSON record went to standard output
-        report(str(output), f"{name}: {value:.4f}")
+        # a two-class F1 is label 1's (GLUE's, scikit-learn's pos_label=1): named where the names don't say so
+        of = f"  (of {binary[1]!r}, label 1)" if name == "f1" and binary and binary != ["0", "1"] else ""
+        report(str(output), f"{name}: {value:.4f}{of}")
     if per_label:
         report(str(output), label_table(per_label))
     if confusion:

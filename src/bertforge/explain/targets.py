@@ -356,6 +356,8 @@ def masked_token_target(model, tokenizer, text, pair, target, max_length) -> Tar
     position = row.input_ids.index(tokenizer.mask_token_id)
     logits = _plain_output(model, row).logits[0, position].cpu()
     choices = tokenizer.convert_ids_to_tokens(logits.topk(5).indices.tolist())
+    if isinstance(target, str) and target not in choices and len(tokenizer.tokenize(target)) == 1:
+        target = tokenizer.tokenize(target)[0]  # as the tokenizer reads it: 'Paris' is 'paris' in an uncased one
     if target is not None and str(target) not in choices \
             and tokenizer.convert_tokens_to_ids(str(target)) != tokenizer.unk_token_id:
         choices.append(str(target))  # any token of the vocabulary can be asked about
