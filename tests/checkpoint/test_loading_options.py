@@ -331,3 +331,11 @@ def test_a_trainers_output_folder_names_its_checkpoints(minilm_dir, tmp_path):
                                               r"\(a Trainer's output_dir\): give one, e.g. .*out/checkpoint-10$"):
         BertModel.from_pretrained(tmp_path / "out")
     assert BertModel.from_pretrained(tmp_path / "out" / "checkpoint-10").config.hidden_size == 384
+    # a folder holding a model beside its checkpoints (the end of a run; a PEFT adapter's weights) is that model
+    shutil.copy(minilm_dir / "model.safetensors", tmp_path / "out")
+    with pytest.raises(BertforgeError, match="config.json") as raised:
+        BertModel.from_pretrained(tmp_path / "out")
+    assert "checkpoint-2" not in str(raised.value)
+    for name in ("config.json", "vocab.txt"):
+        shutil.copy(minilm_dir / name, tmp_path / "out")
+    assert BertModel.from_pretrained(tmp_path / "out").config.hidden_size == 384

@@ -351,12 +351,13 @@ def test_a_multi_label_model_that_gives_no_label_says_so(tokenizer, tiny_config)
     with torch.no_grad():  # every probability under 0.5
         classifier.classifier.bias.copy_(torch.tensor([-4.0, -3.0]))
     explanation = explain(classifier, tokenizer, "The cat sat quietly.")
-    assert explanation.target.startswith("health (the most probable label, 0.") and \
-        explanation.target.endswith("is under the threshold 0.5: the model gives no label)")
-    assert explain(classifier, tokenizer, "The cat sat quietly.", target="sports").target == "sports"
+    assert explanation.target == "health" and explanation.note.startswith("the most probable label, 0.") and \
+        explanation.note.endswith("is under the threshold 0.5: the model gives no label")
+    assert explain(classifier, tokenizer, "The cat sat quietly.", target="sports").note is None
     with torch.no_grad():
         classifier.classifier.bias.copy_(torch.tensor([-4.0, 6.0]))
-    assert explain(classifier, tokenizer, "The cat sat quietly.").target == "health"
+    explanation = explain(classifier, tokenizer, "The cat sat quietly.")
+    assert (explanation.target, explanation.note) == ("health", None)
 
 
 def test_an_encoders_similarity_is_the_one_its_sentence_vectors_give(minilm, minilm_dir, tokenizer, sst2_dev):

@@ -97,6 +97,27 @@ def test_wikiextractor_articles_and_folders(documents, tokenizer, reference, tmp
     assert shards(tmp_path / "prepared") == reference
 
 
+def test_a_text_file_is_text_whatever_its_first_line_and_linked_folders_are_read(documents, tokenizer, reference,
+                                                                                   tmp_path):
+    """A .txt corpus opening on a JSON object is still text (only a file without a suffix, as WikiExtractor's
+    wiki_00, is told by its first line); a folder linked into the corpus folder is read, once, and an output inside
+    the corpus folder, whose shards would be read as text next time, is refused."""
+    opening = tmp_path / "opening.txt"
+    opening.write_text('{"title": "Inaugural addresses", "id": 1}\n\n' + bert_layout(documents), encoding="utf-8")
+    summary = prepare_corpus([opening], tokenizer, tmp_path / "opening.prepared", progress=False)
+    assert (summary.documents, summary.sentences) == (len(documents) + 1, sum(map(len, documents)) + 1)
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "second.txt").write_text(bert_layout(documents[6:]), encoding="utf-8")
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "first.txt").write_text(bert_layout(documents[:6]), encoding="utf-8")
+    (tmp_path / "corpus" / "linked").symlink_to(tmp_path / "real")
+    (tmp_path / "corpus" / "loop").symlink_to(tmp_path / "corpus")  # a link back up is not followed twice
+    prepare_corpus([tmp_path / "corpus"], tokenizer, tmp_path / "linked.prepared", progress=False)
+    assert shards(tmp_path / "linked.prepared") == reference
+    with pytest.raises(InputError, match=r"prepared: is inside the corpus folder .*corpus, whose files are all read"):
+        prepare_corpus([tmp_path / "corpus"], tokenizer, tmp_path / "corpus" / "prepared", progress=False)
+
+
 def test_old_mac_line_ends_parquet_and_datasets_folders(documents, tokenizer, reference, tmp_path):
     datasets = pytest.importorskip("datasets")
     mac = tmp_path / "mac.txt"

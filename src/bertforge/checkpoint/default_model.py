@@ -37,11 +37,16 @@ HUB_OPTIONS = frozenset({"force_download", "local_files_only", "proxies", "token
                          "max_memory"})
 
 
+# What makes a folder hold a model of its own, whatever else is in it.
+MODEL_FILES = ("config.json", "bert_config.json", "adapter_config.json", "modules.json", "*.safetensors",
+               "pytorch_model*.bin", "*.ckpt*")
+
+
 def check_not_trainer_output(directory: Path) -> None:
     """transformers' Trainer writes its checkpoints into checkpoint-N folders of its output_dir, and the model there
     only at the end: a folder of checkpoints alone is refused, naming them."""
-    if (directory / "config.json").exists():
-        return
+    if any(any(directory.glob(pattern)) for pattern in MODEL_FILES):
+        return  # a model (or a PEFT adapter, whose Trainer saves checkpoint-N folders beside it)
     checkpoints = sorted((path for path in directory.glob("checkpoint-*") if path.name[11:].isdigit()),
                          key=lambda path: int(path.name[11:]))
     if checkpoints:

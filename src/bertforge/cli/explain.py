@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     max_length = args.max_length or trained
     explanation = explain(model, tokenizer, args.text, args.pair, args.target, args.method, args.steps, max_length)
     if output is None:
-        print(f"{explanation.target} ({explanation.method})")
+        print(f"{explanation.target} ({explanation.method})" + (f": {explanation.note}" if explanation.note else ""))
         for word in explanation.words:
             print(f"{word.attribution:+.4f}  {word.word}")
     elif output.suffix.lower() == ".json":

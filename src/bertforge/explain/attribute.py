@@ -54,7 +54,8 @@ def explain(model, tokenizer, text: str, text_pair: str | None = None, target: s
         word.word = texts[word.text][word.start:word.end]
     return Explanation(method=method, target=chosen.name, targets=chosen.choices, texts=texts, tokens=tokens,
                        words=words, score=attributions.score, baseline_score=attributions.baseline_score,
-                       completeness_gap=attributions.completeness_gap, steps=attributions.steps, inner=inner)
+                       completeness_gap=attributions.completeness_gap, steps=attributions.steps, inner=inner,
+                       note=chosen.note)
 
 
 def located(tokenizer, rows: list[Row], attributions: Attributions

@@ -50,7 +50,8 @@ def shaded_text(explanation: Explanation, text: int) -> str:
 
 
 def summary(explanation: Explanation) -> str:
-    facts = [f"explained: <b>{html.escape(explanation.target)}</b>", f"method: {explanation.method}"]
+    facts = [f"explained: <b>{html.escape(explanation.target)}</b>"
+             + (f" ({html.escape(explanation.note)})" if explanation.note else ""), f"method: {explanation.method}"]
     if explanation.score is not None:
         facts.append(f"f(x) = {explanation.score:.4g}")
     if "baseline_scores" in explanation.inner:  # each text against the other: one baseline per text

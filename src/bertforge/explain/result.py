@@ -46,6 +46,7 @@ class Explanation:
     completeness_gap: float | None = None  # f(x) - f(baseline) - sum of attributions; None where it has no meaning
     steps: int | None = None
     inner: dict = field(default_factory=dict)  # extra views (the masked-LM layer predictions)
+    note: str | None = None  # what to know of the target: a multi-label model's label under its threshold
 
     def to_dict(self) -> dict:
         return asdict(self)

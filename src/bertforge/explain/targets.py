@@ -127,6 +127,7 @@ class Target:
     # Integrated gradients moves each row from its baseline on a path of its own, the other rows held at their input
     # (one text against the other), in place of all rows at once: two empty texts look alike to an encoder.
     rows_one_at_a_time: bool = False
+    note: str | None = None  # what the user should know of the target (a label the model does not give)
 
 
 def _pick(choices: list[str], target: str | int | None, default: int, what: str) -> int:
@@ -158,8 +159,8 @@ def _plain_output(model, row: Row):
 
 
 def sequence_target(model, tokenizer, text, pair, target, max_length) -> Target:
-    """A class's logit (default: predict's class; a multi-label model's most probable label, said to be under its
-    threshold where predict gives it not), or the regression score. A model fine-tuned to read a long text as
+    """A class's logit (default: predict's class; a multi-label model's most probable label, with a note where it is
+    under the threshold, so that predict gives none), or the regression score. A model fine-tuned to read a long text as
     windows (long_text "windows") is explained over them all: f is the mean of its windows' logits, as predict's."""
     from bertforge.tasks.checkpoint_contents import recorded_settings
     from bertforge.tasks.multi_label import MultiLabelSettings
@@ -171,7 +172,7 @@ def sequence_target(model, tokenizer, text, pair, target, max_length) -> Target:
     rows = _window_rows(tokenizer, text, pair, max_length) if settings.long_text == "windows" else []
     rows = rows if len(rows) > 1 else [encode_row(tokenizer, text, pair, max_length=max_length)]
     logits = torch.stack([_plain_output(model, row).logits[0].float().cpu() for row in rows]).mean(0)
-    name = None
+    note = None
     if model.classifier.is_regression:
         choices, index = ["score"], _pick(["score"], target, 0, "target")
     else:
@@ -182,12 +183,13 @@ def sequence_target(model, tokenizer, text, pair, target, max_length) -> Target:
             threshold = settings.threshold if settings.threshold is not None else DEFAULT_THRESHOLD
             probability = torch.sigmoid(logits[index])
             if not is_predicted(probability, threshold):
-                name = (f"{choices[index]} (the most probable label, {probability:.2f}, is under the threshold "
-                        f"{threshold:g}: the model gives no label)")
+                note = (f"the most probable label, {probability.item():.2f}, is under the threshold {threshold:g}: "
+                        "the model gives no label")
 
     def score(embeddings):
         return sum(run_with(model, row, values).logits[:, index] for row, values in zip(rows, embeddings)) / len(rows)
-    return Target(name or choices[index], choices, rows, score, [_one_position(len(row.input_ids), 0) for row in rows])
+    return Target(choices[index], choices, rows, score, [_one_position(len(row.input_ids), 0) for row in rows],
+                  note=note)
 
 
 def _window_rows(tokenizer, text: str, pair: str | None, max_length: int) -> list[Row]:

@@ -153,8 +153,12 @@ def prepare_corpus(paths: Sequence[str | Path], tokenizer: BertTokenizer, output
         raise ConfigError(f"shard_tokens must be at least 1, got {shard_tokens}")
     if not paths:
         raise InputError("no corpus files given")
-    paths = corpus_files(paths)
     output_dir = Path(output_dir)
+    for folder in (Path(path) for path in paths if Path(path).is_dir()):
+        if output_dir.resolve().is_relative_to(folder.resolve()):
+            raise InputError(f"is inside the corpus folder {folder}, whose files are all read: the shards would be "
+                             "read as text next time; choose an output folder outside it", output_dir)
+    paths = corpus_files(paths)
     sources = [{"path": str(path.resolve()), "bytes": source_bytes(path)} for path in paths]
     identity = tokenizer_identity(tokenizer)
     _check_output_dir(output_dir, sources, identity)
@@ -230,8 +234,9 @@ def _check_output_dir(directory: Path, sources: list[dict[str, Any]], identity: 
         same_sources = [source["path"] for source in manifest.get("sources", [])] == \
             [source["path"] for source in sources]
         if not (same_sources and manifest.get("tokenizer") == identity):
-            raise InputError("the output folder already holds a corpus prepared from other files or with another "
-                             "tokenizer; choose another output folder or delete it", manifest_path)
+            raise InputError("the output folder already holds a corpus prepared from other files (a corpus folder's "
+                             "files, as they were then) or with another tokenizer; choose another output folder or "
+                             "delete it", manifest_path)
 
 
 def _replace_corpus(staging: Path, directory: Path) -> None:

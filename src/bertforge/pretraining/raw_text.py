@@ -15,6 +15,7 @@ folder that is not a datasets folder stands for the files under it (WikiExtracto
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -42,8 +43,7 @@ def corpus_files(paths: Iterable[str | Path]) -> list[Path]:
         if not path.exists():
             raise no_such_file(path, "corpus file")
         if path.is_dir() and not arrow_files.is_saved_dataset(path):
-            found = sorted(file for file in path.rglob("*") if file.is_file() and
-                           not any(part.startswith(".") for part in file.relative_to(path).parts))
+            found = sorted(_files_under(path))
             if not found:
                 raise InputError("is a folder without files", path)
             files.extend(found)
@@ -52,6 +52,19 @@ def corpus_files(paths: Iterable[str | Path]) -> list[Path]:
         else:
             raise InputError("is not a file (a pipe or a device): save the text to a file", path)
     return files
+
+
+def _files_under(folder: Path) -> Iterator[Path]:
+    """Every file under a folder, hidden ones left out, linked folders followed (each real folder once)."""
+    seen = set()
+    for current, folders, names in os.walk(folder, followlinks=True):
+        real = os.path.realpath(current)
+        if real in seen:
+            folders[:] = []
+            continue
+        seen.add(real)
+        folders[:] = [name for name in folders if not name.startswith(".")]
+        yield from (Path(current, name) for name in names if not name.startswith("."))
 
 
 def source_bytes(path: Path) -> int:
@@ -70,7 +83,9 @@ def corpus_layout(path: Path) -> str:
                          path)
     if content_suffix(path) in JSON_LINES_SUFFIXES:
         return "json_lines"
-    for _, text, _ in _decoded_lines(path):
+    if content_suffix(path):  # a .txt (or any named) file is text, whatever its first line holds
+        return "text"
+    for _, text, _ in _decoded_lines(path):  # WikiExtractor --json writes wiki_00, with no suffix
         if text:
             return "json_lines" if text.startswith("{") and _json_object(text) is not None else "text"
     return "text"
@@ -90,23 +105,31 @@ def corpus_texts(paths: Iterable[str | Path], text_field: str = TEXT_FIELD) -> I
 
 def _plain_text_lines(path: Path, text_field: str) -> Iterator[Line]:
     in_article = False  # between WikiExtractor's <doc> and </doc>, where a blank line separates paragraphs
+    skipped = 0  # bytes of the lines left out, counted with the next one (for progress)
     for number, text, size in _decoded_lines(path):
-        tag = _WIKIEXTRACTOR_TAG.fullmatch(text)
-        if tag:
+        if _WIKIEXTRACTOR_TAG.fullmatch(text):
             in_article = text.startswith("<doc")
-            yield number, DOCUMENT_END, size
+            yield number, DOCUMENT_END, size + skipped
         elif text or not in_article:
-            yield number, text, size
-    yield 0, DOCUMENT_END, 0
+            yield number, text, size + skipped
+        else:
+            skipped += size
+            continue
+        skipped = 0
+    yield 0, DOCUMENT_END, skipped
 
 
 def _json_lines(path: Path, text_field: str) -> Iterator[Line]:
+    skipped = 0  # bytes of blank lines, counted with the next record (for progress)
     for number, line, size in _decoded_lines(path):
         if not line:
+            skipped += size
             continue
+        size, skipped = size + skipped, 0
         record = _json_object(line)
         if record is None:
-            raise InputError("not a JSON object: JSON lines hold one object (a document) a line", path, line=number)
+            raise InputError("not a JSON object: JSON lines hold one object (a document) a line (a JSON array is not "
+                             "read here)", path, line=number)
         if text_field not in record:
             raise InputError(f"no field {text_field!r} (the record has {', '.join(map(repr, record))}){_FIELD_HINT}",
                              path, line=number)

@@ -338,8 +338,8 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
     if model is None:
         model = load_task_model(task, config.model, id2label, config.random_init, config.training.seed,
                                 config.dropout)
-        if saved and id2label and saved != id2label and hasattr(model, "classifier"):
-            # Its head's rows were other labels' (transformers would keep them where the count is the same).
+        if saved and id2label and saved != id2label and len(saved) == len(id2label) and hasattr(model, "classifier"):
+            # Its head's rows were other labels' (transformers keeps a head of the same size; another is new).
             logger.warning("%s: its classifier (labels %s) starts anew: the training data's labels are other ones",
                            config.model, ", ".join(saved.values()))
             model.classifier.apply(model.bert.init_weights)
