@@ -299,3 +299,18 @@ def test_excels_semicolon_csv_reads_as_pandas_writes_it(sst2_dev, tmp_path):
     examples = [read_text_examples(tmp_path / name, Columns(), "class") for name in ("comma.csv", "semicolon.csv")]
     assert [(e.text, e.label) for e in examples[1]] == [(e.text, e.label) for e in examples[0]]
     assert [(e.text, e.label) for e in examples[0]] == [(text, str(label)) for text, label in sst2_dev[:40]]
+
+
+def test_a_dataframes_json_of_columns_is_named(sst2_dev, tmp_path):
+    """pandas' to_json() writes a column an object ({"0": text, ...}): the error names the layout to write
+    instead; orient="records", lines=True reads."""
+    pandas = pytest.importorskip("pandas")
+    frame = pandas.DataFrame({"sentence": [t for t, _ in sst2_dev[:5]], "label": [y for _, y in sst2_dev[:5]]})
+    frame.to_json(tmp_path / "columns.json")
+    with pytest.raises(InputError, match=r"columns.json, line 1, field 'sentence': expected a text, got .* \(a "
+                                         r"DataFrame's to_json\(\) of columns\? write it with orient=\"records\", "
+                                         r"lines=True\)$"):
+        read_text_examples(tmp_path / "columns.json", Columns(), "class")
+    frame.to_json(tmp_path / "records.json", orient="records", lines=True)
+    assert [e.text for e in read_text_examples(tmp_path / "records.json", Columns(), "class")] == \
+        [t for t, _ in sst2_dev[:5]]

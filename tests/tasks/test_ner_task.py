@@ -292,6 +292,8 @@ def test_a_model_trains_on_rows_of_words_and_tags(conll_slices, tmp_path):
 @pytest.mark.parametrize("rows, message", [
     ([{"tokens": ["John", "ran"], "ner_tags": ["B-PER"]}], "line 1, field 'ner_tags': expected a list of 2 tags"),
     ([{"tokens": "John ran", "ner_tags": ["B-PER", "O"]}], "line 1, field 'tokens': expected a list of words"),
+    ([{"tokens": ["John", "\u00a0", "ran"], "ner_tags": ["B-PER", "O", "O"]}],
+     'line 1, field \'tokens\': word 2 of the sentence is blank ("\\u00a0"): a word has characters other than'),
     ([{"tokens": ["John"], "ner_tags": [3]}], "line 1, field 'ner_tags': tag 3 is a number that nothing in the data"),
     ([{"tokens": ["John"], "ner_tags": ["PER"]}], "line 1, field 'ner_tags': tag 'PER' is not an entity tag"),
     ([{"text": ["John"], "label": ["B-PER"]}], "no column 'sentence' or 'tokens' or 'words' (the words of each"),

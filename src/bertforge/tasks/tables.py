@@ -468,7 +468,10 @@ def text_cell(table: Table, line: int, row: dict[str, Any], name: str) -> str:
     """A text: a JSON number or object where a text belongs is the user's mistake, not something to str()."""
     value = cell(table, line, row, name)
     if not isinstance(value, str):
-        raise table.error(f"expected a text, got {json.dumps(value, default=repr)[:40]}", line, field=name)
+        # pandas' to_json() writes a column a JSON object, {"0": text, "1": text, ...}
+        layout = " (a DataFrame's to_json() of columns? write it with orient=\"records\", lines=True)" \
+            if isinstance(value, dict) else ""
+        raise table.error(f"expected a text, got {json.dumps(value, default=repr)[:40]}{layout}", line, field=name)
     return value
 
 

@@ -8,6 +8,7 @@ sentence in its document, which are read but neither labelled nor predicted.
 
 from __future__ import annotations
 
+import json
 import re
 from bisect import bisect_right
 from collections import Counter
@@ -495,8 +496,12 @@ def read_tagged_rows(data: Any, columns=None, id2label: Mapping[int, str] | None
     sentences, document = [], 0
     for line, row in table.rows:
         words = listed(row.get(words_column))
-        if not isinstance(words, list) or not all(isinstance(word, str) and word.strip() for word in words):
+        if not isinstance(words, list) or not all(isinstance(word, str) for word in words):
             raise table.error("expected a list of words (texts)", line, field=words_column)
+        blank = next((index for index, word in enumerate(words) if not word.strip()), None)
+        if blank is not None:  # a word of spaces alone (U+00A0 included) has no token to tag
+            raise table.error(f"word {blank + 1} of the sentence is blank ({json.dumps(words[blank])}): a word has "
+                              "characters other than spaces", line, field=words_column)
         if words == [DOCUMENT_START]:
             document += bool(sentences)
             continue
