@@ -204,32 +204,40 @@ def test_the_gate_warms_up_on_every_example(sst2_teacher):
 
 
 def test_a_dev_set_whose_metric_is_not_a_number_is_refused_before_any_candidate(tiny_model_dir, data_dir, tmp_path,
-                                                                                capsys, caplog):
-    """Spearman's correlation of scores that are all the same is NaN: no drop can be measured against it. quantize
-    says so after scoring the original alone, distill before training; neither writes anything. Fine-tuning warns."""
+                                                                                capsys):
+    """Spearman's correlation of scores that are all the same is NaN: no drop can be measured against it. A dev
+    set of one score (the Hub's STS-B test split, -1 everywhere) is refused as it is read, by finetune, quantize and
+    distill alike; a model whose scores are all the same (a head of zero weights) on a dev set that varies makes it
+    NaN too: quantize says so after scoring the original alone, distill before training; neither writes anything."""
+    from safetensors.torch import load_file, save_file
+
     rows = [line.split("\t") for line in (data_dir / "stsb" / "dev.tsv").read_text().splitlines()[1:41]]
     header = "sentence1,sentence2,score\n"
     quoted = [f'"{row[-3]}","{row[-2]}",' for row in rows if '"' not in row[-3] + row[-2]]
     (tmp_path / "train.csv").write_text(header + "".join(f"{pair}{i % 5}\n" for i, pair in enumerate(quoted)))
     (tmp_path / "flat.csv").write_text(header + "".join(f"{pair}2.5\n" for pair in quoted))
-    assert main(["finetune", "--task", "regression", "--model", str(tiny_model_dir), "--train",
-                 str(tmp_path / "train.csv"), "--text-column", "sentence1", "--text-pair-column", "sentence2",
-                 "--label-column", "score", "--max-steps", "2", "--batch-size", "8", "--max-length", "32",
-                 "--dev", str(tmp_path / "flat.csv"), "--eval-every", "1", "--output", str(tmp_path / "model"),
-                 "--no-progress"]) == 0
-    # fine-tuning says so once, and keeps the first model
-    assert [record.getMessage() for record in caplog.records].count(
-        "spearman is not a number on the dev set (for a correlation: every score the same): an evaluation where it is "
-        "NaN is kept as the best only when every one is (the first)") == 1
-    capsys.readouterr()
-    assert json.loads((tmp_path / "model" / "metrics.json").read_text())["best"]["step"] == 1
+    finetune = ["finetune", "--task", "regression", "--model", str(tiny_model_dir), "--train",
+                str(tmp_path / "train.csv"), "--text-column", "sentence1", "--text-pair-column", "sentence2",
+                "--label-column", "score", "--max-steps", "2", "--batch-size", "8", "--max-length", "32",
+                "--eval-every", "1", "--output", str(tmp_path / "model"), "--no-progress"]
+    assert main([*finetune, "--dev", str(tmp_path / "flat.csv")]) == 1
+    assert "flat.csv, field 'score': every score is 2.5: a split without labels?" in capsys.readouterr().err
+    assert main([*finetune, "--dev", str(tmp_path / "train.csv")]) == 0
     for argv in (["quantize", "--model", str(tmp_path / "model")],
                  ["distill", "--teacher", str(tmp_path / "model"), "--train", str(tmp_path / "train.csv"),
                   "--student-layers", "1", "--no-progress"]):
-        flag = "--dev"
-        assert main([*argv, flag, str(tmp_path / "flat.csv"), "--output", str(tmp_path / "small")]) == 1
+        assert main([*argv, "--dev", str(tmp_path / "flat.csv"), "--output", str(tmp_path / "small")]) == 1
+        assert "every score is 2.5: a split without labels?" in capsys.readouterr().err
+        assert not (tmp_path / "small").exists()
+    weights = load_file(tmp_path / "model" / "model.safetensors")
+    weights["classifier.weight"].zero_()  # every pair the same score
+    save_file(weights, tmp_path / "model" / "model.safetensors", metadata={"format": "pt"})
+    for argv in (["quantize", "--model", str(tmp_path / "model")],
+                 ["distill", "--teacher", str(tmp_path / "model"), "--train", str(tmp_path / "train.csv"),
+                  "--student-layers", "1", "--no-progress"]):
+        assert main([*argv, "--dev", str(tmp_path / "train.csv"), "--output", str(tmp_path / "small")]) == 1
         captured = capsys.readouterr()
-        assert captured.err.strip().endswith("flat.csv: spearman is not a number on this dev set (for a correlation: "
+        assert captured.err.strip().endswith("train.csv: spearman is not a number on this dev set (for a correlation: "
                                              "every score the same), so no drop can be measured; give a dev set the "
                                              "metric can score"), captured.err
         assert "fp32" not in captured.out and "step" not in captured.err and not (tmp_path / "small").exists()

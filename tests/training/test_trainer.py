@@ -127,6 +127,21 @@ def test_the_best_model_is_kept_and_metrics_are_written(tmp_path):
     assert all(r["loss"] > 0 and r["examples_per_s"] > 0 for r in log if r["event"] == "train")
 
 
+def test_a_metric_that_is_not_a_number_keeps_the_first_model_and_says_so_once(caplog):
+    """A correlation of predictions all the same is NaN: it beats nothing, so the first evaluation is kept while
+    every one is NaN, and the first number after them is the best; the warning comes once."""
+    x, y = toy_data(48)
+    nan = float("nan")
+    result = Trainer(ToyClassifier(), config(epochs=1, eval_every=1), batches_of(x, y, 8),
+                     evaluate=scripted([nan, nan, 0.3, nan, 0.2, nan]), main_metric="accuracy").train()
+    assert result.best["step"] == 3 and result.best["accuracy"] == 0.3
+    warnings = [r.getMessage() for r in caplog.records if "is not a number on the dev set" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith("accuracy is not a number on the dev set")
+    result = Trainer(ToyClassifier(), config(epochs=1, eval_every=1), batches_of(x, y, 16),
+                     evaluate=scripted([nan, nan, nan]), main_metric="accuracy").train()
+    assert result.best["step"] == 1
+
+
 def test_early_stopping_stops_after_patience_evaluations_without_improvement():
     x, y = toy_data(80)
     result = Trainer(ToyClassifier(), config(epochs=1, eval_every=1, early_stopping_patience=2),
