@@ -109,6 +109,17 @@ def test_the_mask_probability_is_a_flag(corpus, tmp_path, capsys):
     assert "argument --mask-probability: must be above 0 and below 1, got 0" in capsys.readouterr().err
 
 
+def test_the_short_sequence_share_is_a_flag(corpus, tmp_path, capsys):
+    """--short-seq-prob 0 (run_mlm's sequences, none made short) reaches the run; above 1 is refused."""
+    assert main(train_args(corpus, tmp_path / "model", "--objective", "mlm", "--steps", "2",
+                           "--short-seq-prob", "0")) == 0
+    assert json.loads((tmp_path / "model" / "pretrain_config.json").read_text())["short_seq_prob"] == 0.0
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(train_args(corpus, tmp_path / "other", "--short-seq-prob", "1.5"))
+    assert "argument --short-seq-prob: must be from 0 to 1, got 1.5" in capsys.readouterr().err
+
+
 def test_an_output_that_is_or_holds_the_corpus_is_refused(corpus, tmp_path, capsys):
     """A later --overwrite would replace the folder, and the corpus in it, whole."""
     for output in (corpus, corpus.parent):

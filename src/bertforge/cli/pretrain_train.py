@@ -11,6 +11,7 @@ from typing import Any
 from bertforge.cli.arguments import (
     add_flag_table,
     below_one,
+    fraction,
     held_out_size,
     non_negative_int,
     path_text,
@@ -46,6 +47,9 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
     "--lr": ("lr", positive_float, "peak learning rate"),
     "--warmup-steps": ("warmup_steps", non_negative_int, "linear warm-up steps (default: 1%% of --steps)"),
     "--max-length": ("seq_len", positive_int, "tokens per training sequence"),
+    "--short-seq-prob": ("short_seq_prob", fraction, "the share of sequences given a shorter random length, so "
+                                                     "that the model sees short inputs too (BERT's 0.1; run_mlm "
+                                                     "has none: 0)"),
     "--holdout": ("holdout", held_out_size, "documents held out for evaluation: a fraction below 1, or a count"),
     "--save-every": ("save_every", positive_int, "steps between checkpoints"),
     "--log-every": ("log_every", positive_int, "steps between log lines"),
