@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,19 +60,10 @@ def read_saved_dataset(path: Path) -> Records:
     if not path.is_dir():
         raise InputError("no such folder" if not path.exists() else
                          f"is a file, expected a folder written by datasets' save_to_disk (with {STATE_FILE})", path)
-    if (path / DATASET_DICT_FILE).is_file():
-        splits = _json(path / DATASET_DICT_FILE).get("splits") or []
-        example = f"; give one split's folder, e.g. {path / splits[0]}" if splits else ""
-        raise InputError(f"holds the splits {', '.join(map(str, splits))} (a DatasetDict){example}", path)
     tables = []
     for file in _arrow_files(path):
-        try:
-            with pyarrow.memory_map(str(file)) as source:
-                tables.append(pyarrow.ipc.open_stream(source).read_all())
-        except FileNotFoundError:
-            raise InputError("no such file (listed in state.json)", file) from None
-        except (pyarrow.ArrowException, OSError) as error:
-            raise InputError(f"not a readable Arrow stream ({error})", file) from None
+        with _reading(pyarrow, file, saved=True), pyarrow.memory_map(str(file)) as source:
+            tables.append(pyarrow.ipc.open_stream(source).read_all())
     try:
         return _records(pyarrow.concat_tables(tables))
     except pyarrow.ArrowException as error:
@@ -79,7 +71,12 @@ def read_saved_dataset(path: Path) -> Records:
 
 
 def _arrow_files(path: Path) -> list[Path]:
-    """A Dataset folder's Arrow stream files, in the order its state.json lists them."""
+    """A Dataset folder's Arrow stream files, in the order its state.json lists them. A DatasetDict folder is
+    refused with its splits named, one of which is the folder to give (e.g. data/train)."""
+    if (path / DATASET_DICT_FILE).is_file():
+        splits = _json(path / DATASET_DICT_FILE).get("splits") or []
+        example = f"; give one split's folder, e.g. {path / splits[0]}" if splits else ""
+        raise InputError(f"holds the splits {', '.join(map(str, splits))} (a DatasetDict){example}", path)
     files = _json(path / STATE_FILE).get("_data_files")
     if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("filename"), str)
                                               for f in files):
@@ -94,22 +91,25 @@ def column_values(path: Path, column: str, hint: str = "") -> Iterator[Any]:
     a time, so that a pre-training corpus need not fit in memory. `hint` ends the error for a missing column."""
     pyarrow = _pyarrow(path)
     saved = is_saved_dataset(path)
-    if saved and (path / DATASET_DICT_FILE).is_file():
-        read_saved_dataset(path)  # refuses a DatasetDict, naming its splits
     for file in _arrow_files(path) if saved else [path]:
-        try:
-            with pyarrow.memory_map(str(file)) if saved else open(file, "rb") as source:
-                batches = pyarrow.ipc.open_stream(source) if saved else pyarrow.parquet.ParquetFile(source)
-                names = batches.schema.names if saved else batches.schema_arrow.names
-                if column not in names:
-                    raise InputError(f"no column {column!r} (it has {', '.join(map(repr, names))}){hint}", file)
-                for batch in batches if saved else batches.iter_batches(columns=[column]):
-                    yield from batch.column(column).to_pylist()
-        except FileNotFoundError:
-            raise (InputError("no such file (listed in state.json)", file) if saved else no_such_file(file)) from None
-        except (pyarrow.ArrowException, OSError) as error:
-            what = "Arrow stream" if saved else "Parquet file"
-            raise InputError(f"not a readable {what} ({error})", file) from None
+        with _reading(pyarrow, file, saved), pyarrow.memory_map(str(file)) if saved else open(file, "rb") as source:
+            batches = pyarrow.ipc.open_stream(source) if saved else pyarrow.parquet.ParquetFile(source)
+            names = batches.schema.names if saved else batches.schema_arrow.names
+            if column not in names:
+                raise InputError(f"no column {column!r} (it has {', '.join(map(repr, names))}){hint}", file)
+            for batch in batches if saved else batches.iter_batches(columns=[column]):
+                yield from batch.column(column).to_pylist()
+
+
+@contextmanager
+def _reading(pyarrow, file: Path, saved: bool) -> Iterator[None]:
+    """Errors while reading a datasets folder's Arrow file (`saved`) or a Parquet file, as one line naming it."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise (InputError("no such file (listed in state.json)", file) if saved else no_such_file(file)) from None
+    except (pyarrow.ArrowException, OSError) as error:
+        raise InputError(f"not a readable {'Arrow stream' if saved else 'Parquet file'} ({error})", file) from None
 
 
 def _json(path: Path) -> dict[str, Any]:

@@ -98,26 +98,20 @@ def test_errors_are_one_line(corpus, tmp_path, capsys, change, message):
     assert err.startswith("bertforge: error:") and message in err and "\n" not in err
 
 
-def test_the_mask_probability_is_a_flag(corpus, tmp_path, capsys):
-    """--mask-probability (run_mlm's --mlm_probability, taken under that name too) is the run's; 0 is refused."""
-    assert main(train_args(corpus, tmp_path / "model", "--objective", "mlm", "--steps", "2",
-                           "--mlm-probability", "0.3")) == 0
-    assert json.loads((tmp_path / "model" / "pretrain_config.json").read_text())["mask_probability"] == 0.3
+@pytest.mark.parametrize("flag, value, field, bad, rule", [
+    # run_mlm's --mlm_probability, taken under that name too; 0 is refused
+    ("--mlm-probability", "0.3", "mask_probability", ("--mask-probability", "0"), "must be above 0 and below 1, got 0"),
+    # 0: run_mlm's sequences, none made short; above 1 is refused
+    ("--short-seq-prob", "0", "short_seq_prob", ("--short-seq-prob", "1.5"), "must be from 0 to 1, got 1.5"),
+])
+def test_run_mlms_settings_are_flags(corpus, tmp_path, capsys, flag, value, field, bad, rule):
+    """--mask-probability and --short-seq-prob reach the run's config."""
+    assert main(train_args(corpus, tmp_path / "model", "--objective", "mlm", "--steps", "2", flag, value)) == 0
+    assert json.loads((tmp_path / "model" / "pretrain_config.json").read_text())[field] == float(value)
     capsys.readouterr()
     with pytest.raises(SystemExit):
-        main(train_args(corpus, tmp_path / "other", "--mask-probability", "0"))
-    assert "argument --mask-probability: must be above 0 and below 1, got 0" in capsys.readouterr().err
-
-
-def test_the_short_sequence_share_is_a_flag(corpus, tmp_path, capsys):
-    """--short-seq-prob 0 (run_mlm's sequences, none made short) reaches the run; above 1 is refused."""
-    assert main(train_args(corpus, tmp_path / "model", "--objective", "mlm", "--steps", "2",
-                           "--short-seq-prob", "0")) == 0
-    assert json.loads((tmp_path / "model" / "pretrain_config.json").read_text())["short_seq_prob"] == 0.0
-    capsys.readouterr()
-    with pytest.raises(SystemExit):
-        main(train_args(corpus, tmp_path / "other", "--short-seq-prob", "1.5"))
-    assert "argument --short-seq-prob: must be from 0 to 1, got 1.5" in capsys.readouterr().err
+        main(train_args(corpus, tmp_path / "other", *bad))
+    assert f"argument {bad[0]}: {rule}" in capsys.readouterr().err
 
 
 def test_an_output_that_is_or_holds_the_corpus_is_refused(corpus, tmp_path, capsys):

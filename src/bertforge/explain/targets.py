@@ -64,13 +64,11 @@ def encode_row(tokenizer, text: str, pair: str | None, first_text: int = 0,
     `keep_mask` keeps [MASK] in the baseline (for a masked LM)."""
     encoding = tokenizer(text, text_pair=pair, truncation=True, max_length=max_length,
                          return_offsets_mapping=True, return_word_ids=True)
-    ids, types = encoding["input_ids"], encoding["token_type_ids"]
-    special = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
-    texts = [None if token in special else first_text + segment for token, segment in zip(ids, types)]
-    offsets = [tuple(span) if source is not None else None for span, source in zip(encoding["offset_mapping"], texts)]
-    words = [word if source is not None else None for word, source in zip(encoding["word_ids"], texts)]
+    types = encoding["token_type_ids"]
+    row = _row(tokenizer, encoding["input_ids"], types, [first_text + segment for segment in types],
+               encoding["offset_mapping"], encoding["word_ids"], keep_mask)
     for number, value in enumerate((text, pair), first_text):
-        if value is not None and number not in texts:  # no word of it to explain
+        if value is not None and number not in row.texts:  # no word of it to explain
             name = ("text", "pair")[number]
             pieces = tokenizer.tokenize(value)
             if not pieces:  # control and zero-width characters tokenize to nothing, as spaces do
@@ -80,11 +78,21 @@ def encode_row(tokenizer, text: str, pair: str | None, first_text: int = 0,
                 raise InputError(f"the {name} to explain holds special tokens alone ({' '.join(pieces[:5])}): no "
                                  "word of it to explain")
             raise InputError(f"max_length {max_length} keeps no word piece of the {name}: give a larger max_length")
-    kept = {tokenizer.cls_token_id, tokenizer.sep_token_id}
-    if keep_mask:  # for a masked LM [MASK] is the question asked, not evidence for the answer; elsewhere it is text
-        kept.add(tokenizer.mask_token_id)
-    baseline = [token if token in kept else tokenizer.pad_token_id for token in ids]
-    return Row(ids, types, texts, offsets, words, baseline)
+    return row
+
+
+def _row(tokenizer, ids: list[int], types: list[int], texts: list[int | None], offsets: list, words: list,
+         keep_mask: bool = False) -> Row:
+    """A Row of these tokens, each from the text, characters and word given, but [CLS], [SEP] and [PAD] (a [SEP]
+    the user typed too), which are of no text; its baseline is [PAD] but for [CLS] and [SEP] (and with `keep_mask`
+    [MASK]: for a masked LM it is the question asked, not evidence for the answer; elsewhere it is text)."""
+    structure = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
+    own = [token not in structure for token in ids]
+    kept = {tokenizer.cls_token_id, tokenizer.sep_token_id} | ({tokenizer.mask_token_id} if keep_mask else set())
+    return Row(list(ids), list(types), [text if mine else None for text, mine in zip(texts, own)],
+               [tuple(span) if mine else None for span, mine in zip(offsets, own)],
+               [word if mine else None for word, mine in zip(words, own)],
+               [token if token in kept else tokenizer.pad_token_id for token in ids])
 
 
 def device_of(model: torch.nn.Module) -> torch.device:
@@ -209,20 +217,15 @@ def _window_rows(tokenizer, text: str, pair: str | None, max_length: int) -> lis
     size = budget - sum(len(tokens) for i, tokens in enumerate(parts) if i != windowed)
     if size < 2:
         return []  # windows refuses it, as predict does
-    special = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
     rows = []
     for start in half_overlap_starts(len(parts[windowed]), size):
         ids, types, texts, offsets, words = [tokenizer.cls_token_id], [0], [None], [None], [None]
         for source, tokens in enumerate(parts):
             for token, span, word in tokens[start:start + size] if source == windowed else tokens:
-                kept = token not in special
-                ids.append(token), types.append(source), texts.append(source if kept else None)
-                offsets.append(span if kept else None), words.append(word if kept else None)
+                ids.append(token), types.append(source), texts.append(source), offsets.append(span), words.append(word)
             ids.append(tokenizer.sep_token_id), types.append(source), texts.append(None)
             offsets.append(None), words.append(None)
-        baseline = [token if token in (tokenizer.cls_token_id, tokenizer.sep_token_id) else tokenizer.pad_token_id
-                    for token in ids]
-        rows.append(Row(ids, types, texts, offsets, words, baseline))
+        rows.append(_row(tokenizer, ids, types, texts, offsets, words))
     # the very inputs predict runs
     assert [(row.input_ids, row.token_type_ids) for row in rows] == windows(tokenizer, TextExample(text, pair),
                                                                              max_length)
@@ -333,19 +336,16 @@ def _window_row(tokenizer, window, question: str, context: str) -> Row:
     asked = tokenizer(question, truncation=False, return_offsets_mapping=True, return_word_ids=True)
     read = tokenizer(context, truncation=False, return_offsets_mapping=True, return_word_ids=True)
     context_words = {tuple(span): word for span, word in zip(read["offset_mapping"][1:-1], read["word_ids"][1:-1])}
-    special = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id}
     texts, offsets, words = [], [], []
-    for position, (token, span) in enumerate(zip(window.input_ids, window.offsets)):
-        if token in special:
-            texts.append(None), offsets.append(None), words.append(None)
-        elif span is not None:  # the context's
-            texts.append(1), offsets.append(tuple(span)), words.append(context_words.get(tuple(span)))
-        else:  # the question's, from its first token on
-            texts.append(0), offsets.append(tuple(asked["offset_mapping"][position]))
+    for position, span in enumerate(window.offsets):
+        if span is not None:  # the context's
+            texts.append(1), offsets.append(span), words.append(context_words.get(tuple(span)))
+        elif position < len(asked["input_ids"]):  # the question's, as [CLS] question [SEP] ([CLS], [SEP]: no text)
+            texts.append(0), offsets.append(asked["offset_mapping"][position])
             words.append(asked["word_ids"][position])
-    baseline = [token if token in (tokenizer.cls_token_id, tokenizer.sep_token_id) else tokenizer.pad_token_id
-                for token in window.input_ids]
-    return Row(list(window.input_ids), list(window.token_type_ids), texts, offsets, words, baseline)
+        else:  # the last [SEP]
+            texts.append(None), offsets.append(None), words.append(None)
+    return _row(tokenizer, window.input_ids, window.token_type_ids, texts, offsets, words)
 
 
 def masked_token_target(model, tokenizer, text, pair, target, max_length) -> Target:

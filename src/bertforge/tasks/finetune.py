@@ -319,9 +319,9 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
                                             format=config.format)
     train_examples = list(train_examples)[:config.max_train_examples]
     id2label = known if known is not None else training_labels(task, train_examples, config.train)
-    saved = {} if known is not None or config.random_init else checkpoint_labels(config.model)
-    if id2label and set(id2label.values()) <= set(saved.values()):
-        id2label = saved  # continuing a fine-tuned model on its own labels: its head's rows keep their meaning
+    head_labels = {} if known is not None or config.random_init else checkpoint_labels(config.model)
+    if id2label and set(id2label.values()) <= set(head_labels.values()):
+        id2label = head_labels  # continuing a fine-tuned model on its own labels: its head's rows keep their meaning
     check_best_model_metric(task, config.metric_for_best_model, id2label)
     if dev_examples is None and config.dev is not None:
         dev_examples = task.read_examples(config.dev, config.columns, id2label, settings=config.settings,
@@ -338,10 +338,11 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
     if model is None:
         model = load_task_model(task, config.model, id2label, config.random_init, config.training.seed,
                                 config.dropout)
-        if saved and id2label and saved != id2label and len(saved) == len(id2label) and hasattr(model, "classifier"):
+        if head_labels and id2label and head_labels != id2label and len(head_labels) == len(id2label) \
+                and hasattr(model, "classifier"):
             # Its head's rows were other labels' (transformers keeps a head of the same size; another is new).
             logger.warning("%s: its classifier (labels %s) starts anew: the training data's labels are other ones",
-                           config.model, ", ".join(saved.values()))
+                           config.model, ", ".join(head_labels.values()))
             model.classifier.apply(model.bert.init_weights)
     if config.max_length != SETTING_DEFAULTS["max_length"][config.task]:  # a choice, not the task's default,
         # which a small model with fewer positions still reads short texts with
