@@ -146,6 +146,63 @@ def test_gradient_x_input_equals_direct_autograd(sst2_classifier, hf_classifier,
     assert ours.score == pytest.approx(float(logit.detach()), abs=1e-5)
 
 
+@pytest.mark.parametrize("text", [REVIEW, MASKED_REVIEW])
+def test_occlusion_and_saliency_equal_captums(sst2_classifier, hf_classifier, tokenizer, text):
+    """Occlusion: Captum's FeatureAblation with one group per token on transformers' word embeddings, each token
+    put at its [PAD] baseline ([CLS] and [SEP] are their own, so 0); saliency: the L2 norm over each token's
+    dimensions of Captum's Saliency (the gradient's absolute value)."""
+    captum_attr = pytest.importorskip("captum.attr")
+    encoding = tokenizer(text, return_tensors="pt")
+    input_ids = encoding["input_ids"]
+    special = (input_ids == tokenizer.cls_token_id) | (input_ids == tokenizer.sep_token_id)
+    baseline_ids = torch.where(special, input_ids, torch.full_like(input_ids, tokenizer.pad_token_id))
+    table = hf_classifier.bert.embeddings.word_embeddings
+    with torch.no_grad():
+        inputs, baselines = table(input_ids), table(baseline_ids)
+    for label in ("positive", "negative"):
+        index = sst2_classifier.config.label2id[label]
+
+        def logit(embeddings, index=index):
+            return hf_classifier(inputs_embeds=embeddings).logits[:, index]
+
+        groups = torch.arange(input_ids.shape[1])[None, :, None].expand_as(inputs)
+        ablated = captum_attr.FeatureAblation(logit).attribute(inputs, baselines=baselines, feature_mask=groups,
+                                                               perturbations_per_eval=8)
+        ours = explain(sst2_classifier, tokenizer, text, target=label, method="occlusion")
+        assert torch.allclose(attributions_of(ours), ablated[0, :, 0].double(), atol=1e-5, rtol=0)
+        assert [attributions_of(ours)[special[0]].abs().max()] == [0.0]
+        assert ours.score == pytest.approx(float(logit(inputs)), abs=1e-5)
+        gradients = captum_attr.Saliency(logit).attribute(inputs.clone().requires_grad_(), abs=True)
+        ours = explain(sst2_classifier, tokenizer, text, target=label, method="saliency")
+        assert torch.allclose(attributions_of(ours), gradients[0].double().norm(dim=-1), atol=1e-6, rtol=1e-4)
+        assert ours.completeness_gap is None and min(token.attribution for token in ours.tokens) >= 0
+
+
+def test_occlusion_of_two_texts_holds_the_other_as_given(minilm, hf_minilm, tokenizer):
+    """An encoder's similarity: each token of either text at its baseline, the other text as given, against
+    transformers' model run on the occluded ids."""
+    text, pair = "A man is playing a guitar.", "Someone plays music."
+    ours = explain(minilm, tokenizer, text, pair, method="occlusion")
+    encodings = [tokenizer(value, return_tensors="pt")["input_ids"] for value in (text, pair)]
+    with torch.no_grad():
+        def pooled(input_ids):
+            return hf_minilm(input_ids).last_hidden_state.mean(1)
+
+        whole = float(torch.cosine_similarity(pooled(encodings[0]), pooled(encodings[1])))
+        expected = []
+        for side, input_ids in enumerate(encodings):
+            for position, token in enumerate(input_ids[0].tolist()):
+                if token in (tokenizer.cls_token_id, tokenizer.sep_token_id):
+                    expected.append(0.0)
+                    continue
+                occluded = input_ids.clone()
+                occluded[0, position] = tokenizer.pad_token_id
+                vectors = [pooled(occluded if k == side else encodings[k]) for k in (0, 1)]
+                expected.append(whole - float(torch.cosine_similarity(*vectors)))
+    assert ours.score == pytest.approx(whole, abs=1e-5)
+    assert attributions_of(ours).tolist() == pytest.approx(expected, abs=1e-5)
+
+
 def test_attention_rollout_is_a_distribution_over_the_input(sst2_classifier, tokenizer):
     explanation = explain(sst2_classifier, tokenizer, REVIEW, method="attention_rollout")
     values = [token.attribution for token in explanation.tokens]
@@ -385,6 +442,30 @@ def test_an_encoders_similarity_is_the_one_its_sentence_vectors_give(minilm, min
         minilm.sentence_embedding = layout
 
 
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_method_explains_every_kind_of_model(tokenizer, tiny_config, method):
+    """Mechanics on tiny models: a tagger, a reader, a masked LM and a classifier of a truncated text all get a
+    finite attribution per token; saliency and rollout, unsigned, are 0 or more."""
+    from bertforge import BertForSequenceClassification
+
+    config = BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size,
+                           "id2label": {0: "O", 1: "B-PER", 2: "I-PER"},
+                           "label2id": {"O": 0, "B-PER": 1, "I-PER": 2}})
+    torch.manual_seed(0)
+    models = [(BertForTokenClassification(config), "John Smith met Mary", None),
+              (BertForQuestionAnswering(config), "Who sat?", "The cat sat on the mat."),
+              (BertForMaskedLM(config), "The cat [MASK] on the mat.", None),
+              (BertForSequenceClassification(config), "a long review of a film " * 8, None)]
+    for model, text, pair in models:
+        explanation = explain(model.eval(), tokenizer, text, pair, method=method, steps=8, max_length=16)
+        values = attributions_of(explanation)
+        assert len(values) == len(explanation.tokens) >= 5 and torch.isfinite(values).all(), type(model).__name__
+        if method in ("saliency", "attention_rollout"):
+            assert values.min() >= 0
+        if method == "occlusion":  # [CLS] and [SEP] are their own baseline
+            assert all(token.attribution == 0 for token in explanation.tokens if token.text is None)
+
+
 def test_every_task_has_targets(tokenizer, tiny_config, minilm):
     config = BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size,
                            "id2label": {0: "O", 1: "B-PER", 2: "I-PER"},
@@ -474,7 +555,8 @@ def test_special_tokens_alone_and_a_mask_out_of_reach_are_named(sst2_classifier,
         explain(fill, tokenizer, "word " * 30 + "[MASK].", max_length=16)
 
 
-def test_an_int8_model_is_explained_by_rollout_and_refused_by_gradients(sst2_classifier_dir, tokenizer, sst2_dev):
+def test_an_int8_model_is_explained_by_occlusion_and_rollout_and_refused_by_gradients(sst2_classifier_dir, tokenizer,
+                                                                                     sst2_dev):
     """No gradient flows through an int8 layer's kernel: the gradient methods would give every word 0, so they
     are refused; attention rollout reads the attention probabilities, which int8 computes as fp32 does (nearly)."""
     from bertforge import BertForSequenceClassification
@@ -482,10 +564,14 @@ def test_an_int8_model_is_explained_by_rollout_and_refused_by_gradients(sst2_cla
 
     model = BertForSequenceClassification.from_pretrained(sst2_classifier_dir)
     fp32_rollout = attributions_of(explain(model, tokenizer, REVIEW, method="attention_rollout"))
+    fp32_occlusion = attributions_of(explain(model, tokenizer, REVIEW, method="occlusion"))
     calibration = [dict(tokenizer([text for text, _ in sst2_dev[:32]], padding=True, return_tensors="pt"))]
     quantize(model, QuantizationConfig("int8"), calibration)
-    for method in ("integrated_gradients", "gradient_x_input"):
+    for method in ("integrated_gradients", "gradient_x_input", "saliency"):
         with pytest.raises(InputError, match="int8 layers"):
             explain(model, tokenizer, REVIEW, method=method)
     int8_rollout = attributions_of(explain(model, tokenizer, REVIEW, method="attention_rollout"))
     assert torch.nn.functional.cosine_similarity(int8_rollout, fp32_rollout, dim=0) > 0.99
+    # Occlusion runs forward alone: the int8 model's own, close to the fp32 model's.
+    int8_occlusion = attributions_of(explain(model, tokenizer, REVIEW, method="occlusion"))
+    assert torch.nn.functional.cosine_similarity(int8_occlusion, fp32_occlusion, dim=0) > 0.9

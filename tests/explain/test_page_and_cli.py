@@ -93,7 +93,12 @@ def test_cli_writes_json_and_html_and_reports_bad_input(sst2_classifier_dir, sst
     assert written["words"][0]["attribution"] == pytest.approx(expected.words[0].attribution, abs=1e-6)
     result = bertforge("explain", "--model", str(sst2_classifier_dir), "--text", REVIEW, "--method",
                        "attention_rollout", "--output", str(tmp_path / "why.html"))
-    assert result.returncode == 0 and "<svg" in (tmp_path / "why.html").read_text(encoding="utf-8")
+    page = (tmp_path / "why.html").read_text(encoding="utf-8")
+    assert result.returncode == 0 and "<svg" in page and "this method has no for or against" in page
+    result = bertforge("explain", "--model", str(sst2_classifier_dir), "--text", REVIEW, "--method", "occlusion",
+                       "--output", str(tmp_path / "why.html"))
+    page = (tmp_path / "why.html").read_text(encoding="utf-8")
+    assert result.returncode == 0 and "Green words speak for the target, red ones against it" in page
     result = bertforge("explain", "--model", str(sst2_classifier_dir), "--text", REVIEW, "--target", "neutral")
     assert result.returncode == 1 and result.stderr.strip().count("\n") == 0
     assert "unknown label 'neutral'; choose from: negative, positive" in result.stderr

@@ -84,6 +84,12 @@ def test_explain_page_and_errors_over_http(server_url):
     # Bounded work: the worker every route shares takes one explanation at a time.
     status, _, body = fetch(server_url + "/explain", {"text": REVIEW * 40, "steps": 1000})
     assert status == 413 and "steps x tokens is 1000 x" in json.loads(body)["error"]
+    # Occlusion runs the model once per token: within a default integrated gradients' work, whose steps also run
+    # backward (a third of the cost each).
+    status, _, body = fetch(server_url + "/explain", {"text": REVIEW * 40, "method": "occlusion"})
+    assert status == 413 and "occlusion runs the model once per token: 512 x 512" in json.loads(body)["error"]
+    status, _, body = fetch(server_url + "/explain", {"text": REVIEW * 10, "method": "occlusion"})
+    assert status == 200 and json.loads(body)["method"] == "occlusion", body
 
 
 def test_an_encoders_explanation_counts_a_path_per_text():

@@ -1,8 +1,10 @@
-"""Attribution methods, one table: integrated gradients, gradient x input, attention rollout.
+"""Attribution methods, one table: integrated gradients, gradient x input, saliency, occlusion, attention rollout.
 
 Gradients are taken at the word embeddings (the output of the embedding lookup, before positions, segments and
-LayerNorm are added), so a token's attribution is the sum over its embedding's dimensions.
-References: Sundararajan et al. 2017 (integrated gradients, completeness), Abnar & Zuidema 2020 (rollout).
+LayerNorm are added), so a token's attribution is the sum over its embedding's dimensions (saliency: their norm);
+occlusion puts one token at a time at its baseline there.
+References: Sundararajan et al. 2017 (integrated gradients, completeness), Simonyan et al. 2014 and Li et al. 2016
+(saliency: the gradient's size), Zeiler & Fergus 2014 (occlusion), Abnar & Zuidema 2020 (rollout).
 """
 
 from __future__ import annotations
@@ -97,6 +99,40 @@ def gradient_x_input(model, target: Target, steps: int = DEFAULT_STEPS) -> Attri
     return Attributions(per_token, float(score[0].detach()))
 
 
+def saliency(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:
+    """The size (L2 norm) of the gradient of f at each token's word embedding: how much a small change of that
+    token would move f, whichever way. Unsigned."""
+    inputs = [word_embeddings(model, row.input_ids).requires_grad_() for row in target.rows]
+    with torch.enable_grad():
+        score = target.score([x[None] for x in inputs])
+        gradients = torch.autograd.grad(score.sum(), inputs)
+    per_token = [gradient.double().norm(dim=-1).cpu() for gradient in gradients]
+    return Attributions(per_token, float(score[0].detach()))
+
+
+@torch.no_grad()
+def occlusion(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:
+    """f(x) - f(x with one token at its baseline), per token: what f loses without that token, the rest as given.
+
+    Forward passes alone (no gradient), so it explains int8 models too. Tokens that are their own baseline ([CLS],
+    [SEP]) lose nothing and are not run.
+    """
+    inputs = [word_embeddings(model, row.input_ids) for row in target.rows]
+    baselines = [word_embeddings(model, row.baseline_ids) for row in target.rows]
+    score = score_at(target, inputs)
+    per_token = [torch.zeros(len(row.input_ids), dtype=torch.float64) for row in target.rows]
+    for i, row in enumerate(target.rows):
+        occluded = [j for j, (token, base) in enumerate(zip(row.input_ids, row.baseline_ids)) if token != base]
+        batch = max(1, TOKENS_PER_BATCH // sum(len(other.input_ids) for other in target.rows))
+        for begin in range(0, len(occluded), batch):
+            positions = torch.tensor(occluded[begin:begin + batch])
+            copies = inputs[i].expand(len(positions), -1, -1).clone()
+            copies[torch.arange(len(positions)), positions] = baselines[i][positions]
+            held = [copies if k == i else x.expand(len(positions), -1, -1) for k, x in enumerate(inputs)]
+            per_token[i][positions] = score - target.score(held).double().cpu()
+    return Attributions(per_token, score)
+
+
 @torch.no_grad()
 def attention_rollout(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:
     """How much of each input token reaches the positions f reads, through every layer's head-averaged attention,
@@ -117,7 +153,10 @@ def attention_rollout(model, target: Target, steps: int = DEFAULT_STEPS) -> Attr
 METHODS: dict[str, Callable[..., Attributions]] = {
     "integrated_gradients": integrated_gradients,
     "gradient_x_input": gradient_x_input,
+    "saliency": saliency,
+    "occlusion": occlusion,
     "attention_rollout": attention_rollout,
 }
 # Those that follow gradients through the model: none flow through int8 layers (their kernel has no backward).
-USES_GRADIENTS = ("integrated_gradients", "gradient_x_input")
+USES_GRADIENTS = ("integrated_gradients", "gradient_x_input", "saliency")
+UNSIGNED = ("saliency", "attention_rollout")  # how much, not for or against

@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 
 from bertforge.explain.attribute import explain
-from bertforge.explain.methods import DEFAULT_STEPS
+from bertforge.explain.methods import DEFAULT_STEPS, UNSIGNED
 from bertforge.explain.result import Explanation
 from bertforge.explain.targets import explained_length
 from bertforge.inference.attention_view import compute_attention, render_attention_map
@@ -71,9 +71,11 @@ def attribution_section(explanation: Explanation) -> str:
     names = ["text", "pair"]
     texts = "".join(f'<div class="text-name">{names[i]}</div><p class="text" data-text="{i}">'
                     f'{shaded_text(explanation, i)}</p>' for i in range(len(explanation.texts)))
+    hint = ("The greener a word, the more it counts (this method has no for or against)"
+            if explanation.method in UNSIGNED else "Green words speak for the target, red ones against it")
     return (f'{STYLE}\n<section id="explanation"><h2>Attributions</h2>\n<div class="summary">{summary(explanation)}'
-            f'</div>\n<div class="hint">Green words speak for the target, red ones against it; hover a word for its '
-            f'attribution.</div>\n<div class="scroll texts">{texts}</div></section>')
+            f'</div>\n<div class="hint">{hint}; hover a word for its attribution.</div>\n'
+            f'<div class="scroll texts">{texts}</div></section>')
 
 
 def inner_section(inner: dict) -> str:

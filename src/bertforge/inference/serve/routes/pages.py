@@ -75,6 +75,12 @@ async def explanation(request: schemas.ExplainRequest, served: ServedModel, as_p
         raise HTTPError(413, f"steps x tokens is {request.steps} x {tokens}{per_text} = {work}; the limit is "
                              f"{budget} ({DEFAULT_STEPS} steps x max_length {max_length}): ask for fewer steps or "
                              f"send a shorter text")
+    # Occlusion runs the model forward once per token, a third of a step of integrated gradients (forward and
+    # backward): the same limit.
+    if request.method == "occlusion" and tokens * tokens > 3 * budget:
+        raise HTTPError(413, f"occlusion runs the model once per token: {tokens} x {tokens} tokens = "
+                             f"{tokens * tokens}; the limit is {3 * budget} (3 x {DEFAULT_STEPS} steps x max_length "
+                             f"{max_length}): send a shorter text or use integrated_gradients")
     options = {**request.model_dump(), "tokenizer": served.tokenizer, "max_length": reads, "as_page": as_page}
     (result,) = await served.run_jobs([Job(explanations, row, options)])
     return result
