@@ -203,6 +203,45 @@ def test_occlusion_of_two_texts_holds_the_other_as_given(minilm, hf_minilm, toke
     assert attributions_of(ours).tolist() == pytest.approx(expected, abs=1e-5)
 
 
+def test_faithfulness_is_transformers_logit_without_the_top_words_and_with_them_alone(sst2_classifier, hf_classifier,
+                                                                                      tokenizer):
+    """ERASER's comprehensiveness and sufficiency at each share of the words, against transformers' model run on the
+    ids with the top words' pieces (or all the others') put at [PAD]."""
+    explanation = explain(sst2_classifier, tokenizer, REVIEW, target="positive")
+    measured = explanation.faithfulness
+    input_ids = tokenizer(REVIEW, return_tensors="pt")["input_ids"]
+    ranked = sorted(explanation.words, key=lambda word: -word.attribution)
+    assert [token.token for token in explanation.tokens] == tokenizer.convert_ids_to_tokens(input_ids[0])
+
+    def logit(padded_words):
+        ids = input_ids.clone()
+        for word in padded_words:
+            ids[0, word.tokens] = tokenizer.pad_token_id
+        with torch.no_grad():
+            return float(hf_classifier(ids).logits[0, 1])
+
+    whole = logit([])
+    assert measured.words_removed == [1, 1, 2, 3, 7]  # of 13 words: at least one, rounded up
+    for count, comprehensiveness, sufficiency in zip(measured.words_removed, measured.comprehensiveness,
+                                                     measured.sufficiency):
+        assert comprehensiveness == pytest.approx(whole - logit(ranked[:count]), abs=1e-4)
+        assert sufficiency == pytest.approx(whole - logit(ranked[count:]), abs=1e-4)
+    assert measured.aopc_comprehensiveness == pytest.approx(sum(measured.comprehensiveness) / 5, abs=1e-12)
+    assert len(measured.random_comprehensiveness) == len(measured.random_sufficiency) == 5
+
+
+def test_top_words_are_more_faithful_than_random_ones_on_real_sentences(sst2_classifier, tokenizer, sst2_dev):
+    """On SST-2 dev sentences the classifier never saw, integrated gradients' top words carry the prediction: f
+    falls further without them than without random words, and less with them alone than with random words alone
+    (measured: 0.83 against 0.04, and -0.09 against 0.79)."""
+    measured = [explain(sst2_classifier, tokenizer, text, steps=8).faithfulness for text, _ in sst2_dev[:10]]
+    mean = {name: sum(getattr(one, name) for one in measured) / len(measured)
+            for name in ("aopc_comprehensiveness", "aopc_random_comprehensiveness", "aopc_sufficiency",
+                         "aopc_random_sufficiency")}
+    assert mean["aopc_comprehensiveness"] > 2 * mean["aopc_random_comprehensiveness"] > 0, mean
+    assert mean["aopc_sufficiency"] < mean["aopc_random_sufficiency"], mean
+
+
 def test_attention_rollout_is_a_distribution_over_the_input(sst2_classifier, tokenizer):
     explanation = explain(sst2_classifier, tokenizer, REVIEW, method="attention_rollout")
     values = [token.attribution for token in explanation.tokens]

@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from bertforge.explain import explain
     from bertforge.explain.page import explanation_page
+    from bertforge.explain.result import faithfulness_line
     from bertforge.explain.targets import load_explainable
     from bertforge.tasks.checkpoint_contents import inspect_checkpoint
 
@@ -54,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{explanation.target} ({explanation.method})" + (f": {explanation.note}" if explanation.note else ""))
         for word in explanation.words:
             print(f"{word.attribution:+.4f}  {word.word}")
+        if explanation.faithfulness is not None:
+            print(faithfulness_line(explanation.faithfulness))
     elif output.suffix.lower() == ".json":
         write_text_atomic(output, explanation.to_json() + "\n")
         print(f"wrote the attributions of {len(explanation.words)} words to {output}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bertforge.errors import InputError, check_choice
+from bertforge.explain.faithfulness import faithfulness
 from bertforge.explain.inner import masked_lm_views
 from bertforge.explain.methods import DEFAULT_STEPS, MAX_STEPS, METHODS, USES_GRADIENTS, Attributions
 from bertforge.explain.result import Explanation, TokenAttribution, WordAttribution
@@ -46,16 +47,17 @@ def explain(model, tokenizer, text: str, text_pair: str | None = None, target: s
         inner = masked_lm_views(model, tokenizer, chosen.rows[0]) if isinstance(model, BertForMaskedLM) else {}
         if attributions.baseline_scores is not None:  # one baseline per text: each text against the other
             inner["baseline_scores"] = attributions.baseline_scores
+        tokens, words = located(tokenizer, chosen.rows, attributions)
+        faithful = faithfulness(model, chosen, ranked_words(chosen.rows, words))
     finally:
         model.train(was_training)
     texts = [text] if text_pair is None else [text, text_pair]
-    tokens, words = located(tokenizer, chosen.rows, attributions)
     for word in words:
         word.word = texts[word.text][word.start:word.end]
     return Explanation(method=method, target=chosen.name, targets=chosen.choices, texts=texts, tokens=tokens,
                        words=words, score=attributions.score, baseline_score=attributions.baseline_score,
                        completeness_gap=attributions.completeness_gap, steps=attributions.steps, inner=inner,
-                       note=chosen.note)
+                       note=chosen.note, faithfulness=faithful)
 
 
 def located(tokenizer, rows: list[Row], attributions: Attributions
@@ -79,3 +81,10 @@ def located(tokenizer, rows: list[Row], attributions: Attributions
             tokens.append(TokenAttribution(token, value, source, *(span or (None, None)), index))
     return tokens, words
 
+
+
+def ranked_words(rows: list[Row], words: list[WordAttribution]) -> list[list[tuple[int, int]]]:
+    """The words, most attributed first, each as its tokens' (row, position)."""
+    row_and_position = [(row, position) for row, values in enumerate(rows) for position in range(len(values.input_ids))]
+    return [[row_and_position[token] for token in word.tokens]
+            for word in sorted(words, key=lambda word: -word.attribution)]

@@ -9,7 +9,7 @@ import html
 
 from bertforge.explain.attribute import explain
 from bertforge.explain.methods import DEFAULT_STEPS, UNSIGNED
-from bertforge.explain.result import Explanation
+from bertforge.explain.result import Explanation, faithfulness_line
 from bertforge.explain.targets import explained_length
 from bertforge.inference.attention_view import compute_attention, render_attention_map
 from bertforge.model import BertModel
@@ -61,6 +61,8 @@ def summary(explanation: Explanation) -> str:
         facts.append(f"f(baseline) = {explanation.baseline_score:.4g}")
     if explanation.completeness_gap is not None:
         facts.append(f"completeness gap = {explanation.completeness_gap:.3g} ({explanation.steps} steps)")
+    if explanation.faithfulness is not None:
+        facts.append(html.escape(faithfulness_line(explanation.faithfulness)))
     others = [html.escape(name) for name in explanation.targets if name != explanation.target]
     if others:
         facts.append("other targets: " + ", ".join(others))

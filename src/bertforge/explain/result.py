@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from bertforge.explain.faithfulness import Faithfulness
+
 
 @dataclass
 class TokenAttribution:
@@ -47,6 +49,7 @@ class Explanation:
     steps: int | None = None
     inner: dict = field(default_factory=dict)  # extra views (the masked-LM layer predictions)
     note: str | None = None  # what to know of the target: a multi-label model's label under its threshold
+    faithfulness: Faithfulness | None = None  # f without the top words and with them alone, beside random words
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -57,3 +60,11 @@ class Explanation:
     def top_words(self, count: int) -> list[WordAttribution]:
         """The `count` words that speak most for the target."""
         return sorted(self.words, key=lambda word: -word.attribution)[:count]
+
+
+def faithfulness_line(measured: Faithfulness) -> str:
+    """One line for people: the AOPC figures beside random words'."""
+    return (f"f without the top words falls {measured.aopc_comprehensiveness:.3g} (random words: "
+            f"{measured.aopc_random_comprehensiveness:.3g}); with them alone {measured.aopc_sufficiency:.3g} "
+            f"(random: {measured.aopc_random_sufficiency:.3g}) (ERASER's comprehensiveness and sufficiency, "
+            f"averaged over {', '.join(f'{fraction:.0%}' for fraction in measured.fractions)} of the words)")
