@@ -242,6 +242,20 @@ def test_top_words_are_more_faithful_than_random_ones_on_real_sentences(sst2_cla
     assert mean["aopc_sufficiency"] < mean["aopc_random_sufficiency"], mean
 
 
+def test_a_text_read_in_part_says_how_many_words_are_explained(sst2_classifier, tokenizer, minilm_dir, sst2_dev):
+    """A text cut at max_length was explained over the part read, silently: the note says how many of its words
+    the model reads, counted as transformers' fast tokenizer counts them, truncated and whole."""
+    transformers = pytest.importorskip("transformers")
+    fast = transformers.AutoTokenizer.from_pretrained(minilm_dir, use_fast=True)
+    long_text = " ".join(text for text, _ in sst2_dev[:8])
+    explanation = explain(sst2_classifier, tokenizer, long_text, method="attention_rollout", max_length=48)
+    total = len(set(fast(long_text, add_special_tokens=False).word_ids()))
+    read = len(set(fast(long_text, truncation=True, max_length=48).word_ids()) - {None})
+    assert explanation.note == f"the model reads {read} of the text's {total} words; the others are not explained"
+    assert len(explanation.words) == read < total
+    assert explain(sst2_classifier, tokenizer, REVIEW, method="attention_rollout").note is None
+
+
 def test_attention_rollout_is_a_distribution_over_the_input(sst2_classifier, tokenizer):
     explanation = explain(sst2_classifier, tokenizer, REVIEW, method="attention_rollout")
     values = [token.attribution for token in explanation.tokens]

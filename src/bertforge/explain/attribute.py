@@ -57,7 +57,8 @@ def explain(model, tokenizer, text: str, text_pair: str | None = None, target: s
     return Explanation(method=method, target=chosen.name, targets=chosen.choices, texts=texts, tokens=tokens,
                        words=words, score=attributions.score, baseline_score=attributions.baseline_score,
                        completeness_gap=attributions.completeness_gap, steps=attributions.steps, inner=inner,
-                       note=chosen.note, faithfulness=faithful)
+                       note="; ".join(filter(None, [chosen.note, unread(tokenizer, texts, chosen.rows)])) or None,
+                       faithfulness=faithful)
 
 
 def located(tokenizer, rows: list[Row], attributions: Attributions
@@ -88,3 +89,16 @@ def ranked_words(rows: list[Row], words: list[WordAttribution]) -> list[list[tup
     row_and_position = [(row, position) for row, values in enumerate(rows) for position in range(len(values.input_ids))]
     return [[row_and_position[token] for token in word.tokens]
             for word in sorted(words, key=lambda word: -word.attribution)]
+
+
+def unread(tokenizer, texts: list[str], rows: list[Row]) -> str | None:
+    """Where the model reads part of a text (cut at max_length, or a window of it): how many of its words."""
+    parts = []
+    for number, text in enumerate(texts):
+        words = tokenizer(text, truncation=False, add_special_tokens=False, return_word_ids=True)["word_ids"]
+        total = len(set(words))
+        read = len({word for row in rows for source, word in zip(row.texts, row.word_ids) if source == number})
+        if read < total:
+            parts.append(f"the model reads {read} of the {('text', 'pair')[number]}'s {total} words; the others "
+                         "are not explained")
+    return "; ".join(parts) or None
