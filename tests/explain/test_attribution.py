@@ -330,6 +330,35 @@ def test_a_taggers_entities_are_those_predict_gives(tokenizer, tiny_config, data
     assert hyphenated >= 3
 
 
+def test_a_words_tag_o_included_is_explained_at_its_first_piece(tokenizer, tiny_config, tmp_path):
+    """Why isn't "Smithson" a person? "O: Smithson" explains the O logit at the word's first piece, as transformers'
+    model gives it; a text without entities says how to ask, and a word not in the text is named."""
+    transformers = pytest.importorskip("transformers")
+    config = BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size,
+                           "id2label": {0: "O", 1: "B-PER", 2: "I-PER"},
+                           "label2id": {"O": 0, "B-PER": 1, "I-PER": 2}})
+    torch.manual_seed(0)
+    tagger = BertForTokenClassification(config).eval()
+    with torch.no_grad():  # every word is O: no entity
+        tagger.classifier.bias.copy_(torch.tensor([5.0, 0.0, 0.0]))
+    tagger.save_pretrained(tmp_path)
+    reference = transformers.BertForTokenClassification.from_pretrained(tmp_path).eval()
+    text = "John Smithson met Mary"
+    with pytest.raises(InputError, match="^the model finds no entity in the text, so there is none to explain; ask "
+                                         "for one word's tag, e.g. --target 'O: John'$"):
+        explain(tagger, tokenizer, text)
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    first_piece = tokenizer.convert_ids_to_tokens(ids[0]).index("smith")  # smith ##son
+    with torch.no_grad():
+        logits = reference(ids).logits[0, first_piece]
+    for tag, column in (("O", 0), ("B-PER", 1)):
+        explanation = explain(tagger, tokenizer, text, target=f"{tag}: Smithson")
+        assert explanation.target == f"{tag}: Smithson" and explanation.score == pytest.approx(float(logits[column]),
+                                                                                              abs=1e-5)
+    with pytest.raises(InputError, match="^no word 'Paris' in the text \\(words: John Smithson met Mary\\)$"):
+        explain(tagger, tokenizer, text, target="O: Paris")
+
+
 def test_an_entity_is_scored_where_the_tagger_reads_its_words(tokenizer, tiny_config, tmp_path):
     """A word's tag is read (and trained) at its first piece alone: the explained score of an entity is the sum,
     over its words, of the tag's logit at that piece, as transformers' model gives it for the fast tokenizer's

@@ -265,17 +265,39 @@ def entity_target(model, tokenizer, text, pair, target, max_length) -> Target:
         tokens = list(first_tokens.values())
         found.append((tokens, [label_ids[answer["tags"][word_of[i]]] for i in tokens]))
         choices.append(f"{entity['type']}: {entity['text']}")
-    if not found:
-        raise InputError("the model finds no entity in the text, so there is none to explain" if not answer["entities"]
-                         else f"the model's entities all lie beyond the first {max_length} tokens explain reads: give "
-                              "a larger max_length, or the part of the text they are in")
-    index = _pick(choices, target, 0, "entity")
+    asked_tag = word_tag(target, label_ids, choices)
+    if asked_tag is not None:  # "TAG: word": one word's logit of any tag, O included (why isn't it an entity?)
+        tag, asked = asked_tag
+        words = [w for w, word in enumerate(sentence.words) if word == asked]
+        if not words:
+            raise InputError(f"no word {asked!r} in the text (words: {' '.join(sentence.words[:20])})")
+        first = next((i for i in sorted(word_of) if word_of[i] == words[0]), None)
+        if first is None:
+            raise InputError(f"the word {asked!r} lies beyond the first {max_length} tokens explain reads: give a "
+                             "larger max_length")
+        choices, found, index = choices + [f"{tag}: {asked}"], found + [([first], [label_ids[tag]])], len(choices)
+    elif not found:
+        tag = "O" if "O" in label_ids else model.config.id2label[0]
+        hint = f"; ask for one word's tag, e.g. --target '{tag}: {sentence.words[0]}'"
+        raise InputError(("the model finds no entity in the text, so there is none to explain" if not answer["entities"]
+                          else f"the model's entities all lie beyond the first {max_length} tokens explain reads: "
+                               "give a larger max_length, or the part of the text they are in") + hint)
+    else:
+        index = _pick(choices, target, 0, "entity (or a word's tag: 'TAG: word')")
     tokens, labels = found[index]
 
     def score(embeddings):
         logits = run_with(model, row, embeddings[0]).logits  # (steps, seq, labels)
         return logits[:, tokens, labels].sum(-1)
     return Target(choices[index], choices, [row], score, [_one_position(len(row.input_ids), *tokens)])
+
+
+def word_tag(target, label_ids: dict[str, int], entities: list[str]) -> tuple[str, str] | None:
+    """(tag, word) where `target` is "TAG: word" of one of the model's tags and not an entity offered."""
+    if not isinstance(target, str) or target in entities or ": " not in target:
+        return None
+    tag, word = target.split(": ", 1)
+    return (tag, word) if tag in label_ids else None
 
 
 def answer_target(model, tokenizer, text, pair, target, max_length) -> Target:
