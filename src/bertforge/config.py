@@ -372,6 +372,14 @@ class BertConfig(BertConfigFields):
         if others:
             self.update(others)
 
+    def __iter__(self):
+        """config.json's keys, as transformers' config iterates them (PEFT asks `"text_config" in config`)."""
+        return iter(self.to_dict())
+
+    def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> BertConfig:
+        """transformers' lookup of a multimodal model's text part: a BERT config is its own."""
+        return self
+
     def __getattr__(self, name: str) -> Any:
         # Only reached when no field, method or property has `name`. `extra` is looked up in __dict__, where
         # copy and pickle haven't put it yet while they rebuild the object.

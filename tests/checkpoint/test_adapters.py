@@ -163,6 +163,22 @@ def test_an_adapter_peft_trained_on_bertforge_merges_to_peft_s_outputs(minilm_di
     torch.testing.assert_close(outputs(merged, batch), expected, atol=TOLERANCE, rtol=0)
 
 
+def test_peft_prompt_tuning_runs_on_bertforge_as_on_transformers(minilm_dir, batch, tmp_path):
+    """PEFT's prompt tuning asks `"text_config" in model.config` (a TypeError on bertforge's config); with the same
+    virtual tokens, bertforge's classifier gives transformers' logits."""
+    torch.manual_seed(0)
+    BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2).save_pretrained(tmp_path)
+    models = [BertForSequenceClassification.from_pretrained(tmp_path),
+              transformers.BertForSequenceClassification.from_pretrained(tmp_path)]
+    logits = []
+    for model in models:
+        torch.manual_seed(1)  # the virtual tokens' initial vectors
+        adapted = peft.get_peft_model(model, peft.PromptTuningConfig(task_type="SEQ_CLS", num_virtual_tokens=5))
+        assert sum(p.numel() for p in adapted.parameters() if p.requires_grad) == 5 * 384 + 2 * 384 + 2
+        logits.append(outputs(adapted.eval(), batch))
+    torch.testing.assert_close(logits[0], logits[1], atol=TOLERANCE, rtol=0)
+
+
 def test_export_hf_writes_the_merged_model_transformers_loads(minilm_dir, batch, tmp_path, capsys):
     name = "classifier on every linear layer"
     expected = outputs(transformers_adapter(name, minilm_dir, tmp_path / "adapter"), batch)

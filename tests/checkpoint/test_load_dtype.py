@@ -29,3 +29,19 @@ def test_dtype_and_torch_dtype_and_auto(minilm_dir, tmp_path, sst2_dev):
     assert next(BertModel.from_pretrained(tmp_path).parameters()).dtype == torch.float32  # the default, as before
     with pytest.raises(BertforgeError, match="dtype must be a floating-point torch dtype or 'auto', got 'int8'"):
         BertModel.from_pretrained(minilm_dir, dtype="int8")
+
+
+def test_a_default_dtype_set_by_the_user_does_not_change_what_loads(minilm_dir):
+    """After torch.set_default_dtype(torch.float64) transformers still loads float32, as the README says bertforge
+    does; bertforge loaded float64. dtype= still chooses."""
+    transformers = pytest.importorskip("transformers")
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        theirs = transformers.BertModel.from_pretrained(minilm_dir)
+        ours = BertModel.from_pretrained(minilm_dir)
+        chosen = BertModel.from_pretrained(minilm_dir, dtype=torch.float64)
+    finally:
+        torch.set_default_dtype(previous)
+    assert {p.dtype for p in ours.parameters()} == {p.dtype for p in theirs.parameters()} == {torch.float32}
+    assert {p.dtype for p in chosen.parameters()} == {torch.float64}

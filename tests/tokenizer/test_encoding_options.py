@@ -142,6 +142,23 @@ def test_truncation_that_leaves_a_side_nothing_and_a_stride_where_nothing_is_cut
     assert ours("dogs barked", **options)["input_ids"] == reference("dogs barked", **options)["input_ids"]
 
 
+def test_a_tokenizers_pickle_and_datasets_fingerprint_do_not_change_with_what_it_read(fresh, corpora):
+    """datasets caches `map(tokenize)` by a hash of the tokenizer's pickle: the words it had split (its cache) were
+    pickled too, so any call made the next map miss its cache and write another file; transformers' stays."""
+    import pickle
+
+    ours, reference = fresh
+    before = pickle.dumps(ours)
+    ours(corpora["sst2"][:50])
+    assert pickle.dumps(ours) == before
+    copy = pickle.loads(before)
+    assert copy(corpora["sst2"][:5])["input_ids"] == reference(corpora["sst2"][:5])["input_ids"]
+    fingerprint = pytest.importorskip("datasets.fingerprint")
+    hashed = fingerprint.Hasher.hash(ours)
+    ours("novel words: unaffable, Ångström")
+    assert fingerprint.Hasher.hash(ours) == hashed
+
+
 def test_an_encoding_is_pickled_and_read_as_transformers_reads_one(fresh, corpora):
     """A DataLoader's workers pickle what they tokenize; an encoding is indexed by row, converted to tensors and
     padded without its attention mask as transformers' are."""

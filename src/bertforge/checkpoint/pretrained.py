@@ -381,7 +381,8 @@ class Pretrained(ActivationCheckpointing):
                 raise ConfigError(f"device_map: {source} is int8, which runs on the CPU only")
             model = finish_loading(model.eval())
         else:
-            model = (model.to(dtype) if dtype is not None else model).eval()
+            # float32 unless asked: a default dtype the user set (torch.set_default_dtype) built it in that one
+            model = model.to(dtype or torch.float32).eval()
         if device is not None:
             model = model.to(device)
         model.name_or_path = str(name_or_path)

@@ -114,6 +114,10 @@ class BasicTokenizer:
         # The characters whose rule is one character that stays in its word ('É' -> 'e'), and that character.
         self._one_to_one: dict[str, str] = {}
 
+    def __getstate__(self) -> dict:
+        # Pickled without the characters' rules learned so far (see WordPieceCache.__reduce__).
+        return self.__dict__ | {"_char_rules": {}, "_one_to_one": {}}
+
     def split(self, text: str) -> list[str]:
         """The normalised words of `text`: 'Hello, world!' -> ['hello', ',', 'world', '!']."""
         if self._is_clean_ascii(text) and not self._has_never_split(text):

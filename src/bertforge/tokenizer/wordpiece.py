@@ -72,6 +72,11 @@ class WordPieceCache(dict):
         self.wordpiece = wordpiece
         self.max_words = max_words
 
+    def __reduce__(self) -> tuple:
+        # Pickled empty: a tokenizer's pickle (and the fingerprint `datasets` caches a map by) stays the same
+        # whatever text it has read.
+        return type(self), (self.wordpiece, self.max_words)
+
     def __missing__(self, word: str) -> Pieces:
         pieces = self.wordpiece.split(word)
         if len(self) >= self.max_words:
