@@ -3,6 +3,7 @@ hidden states and attention weights from each task model, flags set once at load
 ids, and tuples for code that unpacks them."""
 
 import inspect
+import warnings
 
 import pytest
 import torch
@@ -461,3 +462,66 @@ def test_position_ids_outside_the_table_are_named(tiny_config):
     with pytest.raises(BertforgeError, match="^position id -1 is outside the model's max_position_embeddings"):
         model(ids, position_ids=torch.tensor([[-1, 0, 1, 2]]))
     model(ids, position_ids=torch.tensor([[60, 61, 62, 63]]))  # the last positions are the table's
+
+
+def test_a_layer_hook_reads_and_patches_as_transformers_does_through_the_batch_layout(minilm_dir, batch):
+    """Hooks inside the encoder see packed tokens: code written for transformers' (batch, seq, hidden) would patch
+    the wrong numbers silently, so the model warns, once, naming the README's recipe. The recipe (unpack, edit,
+    pack back) zeroes token 1 of every text in layer 2's output and gives transformers' patched outputs."""
+    ours = BertModel.from_pretrained(minilm_dir).eval()
+    theirs = transformers.BertModel.from_pretrained(minilm_dir).eval()
+
+    def patch_ours(module, inputs, output):
+        layout = inputs[1]
+        hidden = layout.unpack(output[0]).clone()
+        hidden[:, 1] = 0
+        return (layout.pack(hidden), *output[1:])
+
+    def patch_theirs(module, inputs, output):
+        hidden = (output[0] if isinstance(output, tuple) else output).clone()
+        hidden[:, 1] = 0
+        return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+    handles = [ours.encoder.layers[2].register_forward_hook(patch_ours),
+               theirs.encoder.layer[2].register_forward_hook(patch_theirs)]
+    try:
+        with torch.inference_mode():
+            with pytest.warns(UserWarning, match=r"a hook on encoder.layers.2 sees the encoder's real tokens packed"):
+                patched = ours(**batch).last_hidden_state
+            expected = theirs(**batch).last_hidden_state
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # once per model
+                ours(**batch)
+    finally:
+        for handle in handles:
+            handle.remove()
+    real = batch["attention_mask"].bool()
+    assert real.sum() < real.numel()  # a padded batch: packing moves the tokens
+    torch.testing.assert_close(patched[real], expected[real], atol=1e-4, rtol=0)
+    with torch.inference_mode():
+        assert (patched[real] - ours(**batch).last_hidden_state[real]).abs().max() > 0.1  # the patch changed it
+
+
+def test_bertforges_own_hooks_raise_no_warning(minilm_dir, tokenizer):
+    """The attention viewer and int8 calibration hook the encoder's layers knowing the layout."""
+    from bertforge.inference.attention_view import compute_attention
+
+    model = BertModel.from_pretrained(minilm_dir).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compute_attention(model, tokenizer, "The cat sat on the mat.")
+
+
+def test_a_raw_state_dict_goes_to_transformers_through_the_key_map(minilm_dir, batch):
+    """transformers -> bertforge loads strictly by its own names; back, key_map.to_hf names each tensor."""
+    from bertforge.checkpoint.key_map import to_hf
+
+    theirs = transformers.BertModel.from_pretrained(minilm_dir).eval()
+    ours = BertModel(BertConfig.from_pretrained(minilm_dir)).eval()
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    fresh = transformers.BertModel(theirs.config).eval()
+    fresh.load_state_dict({to_hf(name): tensor for name, tensor in ours.state_dict().items()}, strict=True)
+    with torch.inference_mode():
+        real = batch["attention_mask"].bool()
+        torch.testing.assert_close(fresh(**batch).last_hidden_state[real], ours(**batch).last_hidden_state[real],
+                                   atol=TOLERANCE, rtol=0)

@@ -8,7 +8,9 @@ padding after the embeddings and puts it back after the last layer; attention se
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
+import warnings
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
 
@@ -199,6 +201,35 @@ class Encoder(nn.Module):
         return x, hidden_states, attentions
 
 
+# Hooks inside the encoder see its tokens packed, (tokens, hidden), where transformers' see (batch, seq, hidden):
+# code written for those would read or patch the wrong numbers without an error, so a model says so, once.
+# bertforge's own hooks (the attention viewer's, int8 calibration's) read packed tokens on purpose.
+_packed_hooks_expected: ContextVar[bool] = ContextVar("packed_hooks_expected", default=False)
+
+
+@contextmanager
+def packed_hooks_expected():
+    token = _packed_hooks_expected.set(True)
+    try:
+        yield
+    finally:
+        _packed_hooks_expected.reset(token)
+
+
+def hooked_module(encoder: nn.Module) -> str | None:
+    """The name of the first module inside `encoder` with a forward hook, or None."""
+    return next((name for name, module in encoder.named_modules()
+                 if module._forward_hooks or module._forward_pre_hooks), None)
+
+
+def warn_of_packed_hooks(name: str) -> None:
+    warnings.warn(f"a hook on encoder.{name} sees the encoder's real tokens packed: (tokens, hidden), padding "
+                  "removed and sequences grouped by length, not transformers' (batch, seq, hidden). A hook on "
+                  "encoder.layers[i] gets the batch's layout as inputs[1]: inputs[1].unpack(output[0]) is (batch, "
+                  "seq, hidden) and inputs[1].pack(h) packs it back; output_hidden_states=True gives every layer's "
+                  "(batch, seq, hidden) (README: hooks)", stacklevel=3)
+
+
 def offloaded(device: torch.device, offload: bool):
     """Where the tensors a checkpointed layer saves wait: host memory (pinned) for an accelerator's, if asked."""
     if not offload or device.type == "cpu":
@@ -372,6 +403,12 @@ class BertModel(Pretrained, nn.Module):
         # After the embeddings (whose output is the batch as given, as code that hooks them expects), everything
         # runs on the real tokens only: (tokens, hidden).
         x = batch.pack(self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds))
+        if not (self.__dict__.get("warned_of_packed_hooks") or torch.compiler.is_compiling()
+                or _packed_hooks_expected.get()):
+            hooked = hooked_module(self.encoder)
+            if hooked is not None:
+                warn_of_packed_hooks(hooked)
+                self.warned_of_packed_hooks = True
         x, hidden_states, attentions = self.encoder(x, batch, output_hidden_states, output_attentions,
                                                     first_token_only)
         last_hidden_state = batch.unpack_first_tokens(x) if first_token_only else \

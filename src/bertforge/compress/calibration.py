@@ -17,6 +17,7 @@ from torch import nn
 
 from bertforge.errors import ConfigError
 from bertforge.heads import every_position
+from bertforge.model import packed_hooks_expected
 
 
 @torch.inference_mode()
@@ -39,7 +40,8 @@ def calibrate(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], name
     was_training = model.training
     model.eval()
     try:
-        with every_position(model):  # every token's range, so the model stays right wherever its layers are used
+        # every token's range, so the model stays right wherever its layers are used; the hooks read tokens
+        with every_position(model), packed_hooks_expected():
             for batch in batches:
                 model(**batch)
     finally:

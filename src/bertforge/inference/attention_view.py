@@ -23,7 +23,7 @@ import torch
 
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import encoder_of
-from bertforge.model import BertModel
+from bertforge.model import BertModel, packed_hooks_expected
 from bertforge.tokenizer import BertTokenizer
 from bertforge.validation import check_within_positions
 
@@ -98,8 +98,9 @@ def attention_vectors(model, input_ids: list[int], token_type_ids: list[int]
                for layer in encoder.encoder.layers for name in captured]
     device = next(encoder.parameters()).device
     try:
-        output = encoder(torch.tensor([input_ids], device=device),
-                         token_type_ids=torch.tensor([token_type_ids], device=device), output_attentions=True)
+        with packed_hooks_expected():
+            output = encoder(torch.tensor([input_ids], device=device),
+                             token_type_ids=torch.tensor([token_type_ids], device=device), output_attentions=True)
     finally:
         for handle in handles:
             handle.remove()
