@@ -119,3 +119,37 @@ def test_an_error_a_library_made_up_says_the_write_stopped_short(tmp_path):
         raise OSError("96000 requested and 992 written")  # numpy's, without an error number
     assert failure.value.filename == str(target)
     assert failure.value.strerror == "can't write all of it (96000 requested and 992 written)"
+
+
+def test_a_fifo_a_device_and_a_link_are_written_through_not_replaced(tmp_path, run_cli):
+    """Renaming a finished file over the output put a plain file in place of a FIFO (its reader got nothing) or a
+    device (as root, `--output /dev/null` would have replaced /dev/null); a link lost its link. Each is now written
+    as `>` writes it: a FIFO's reader gets the file, a device stays a device, a link keeps pointing at its target,
+    which gets the new file."""
+    import stat
+    import threading
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat\nthe dog sat on the log\n", encoding="utf-8")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    assert run_cli("vocab", "--corpus", str(corpus), "--vocab-size", "120", "--output", str(fifo))[0] == 0
+    reader.join(30)
+    assert stat.S_ISFIFO(fifo.stat().st_mode) and received[0].startswith(b"[PAD]\n[UNK]\n")
+    (tmp_path / "target.txt").write_text("old", encoding="utf-8")
+    (tmp_path / "link.txt").symlink_to("target.txt")
+    assert run_cli("vocab", "--corpus", str(corpus), "--vocab-size", "120", "--output",
+                   str(tmp_path / "link.txt"))[0] == 0
+    assert (tmp_path / "link.txt").is_symlink() and (tmp_path / "target.txt").read_text().startswith("[PAD]")
+    try:
+        os.mknod(tmp_path / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's device, here
+    except PermissionError:
+        pytest.skip("making a device node needs root")
+    for write in (lambda path: write_text_atomic(path, "text"), lambda path: save_array(path, np.zeros(3))):
+        write(tmp_path / "null")
+        assert stat.S_ISCHR((tmp_path / "null").stat().st_mode)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.txt", "fifo", "link.txt", "null",
+                                                                "target.txt"]

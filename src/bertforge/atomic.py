@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import socket
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -64,10 +65,29 @@ def remove_stale_temporaries(directory: str | Path) -> list[Path]:
     return removed
 
 
+def writes_through(path: str | Path) -> bool:
+    """Whether `path` is written in place rather than replaced: a device (/dev/null), a FIFO, a socket, a process
+    substitution's /dev/fd/N, /dev/stdout. Renaming a file over one of those would put a plain file in its place
+    (as root, /dev/null itself) and leave its reader waiting."""
+    path = Path(path)
+    if str(path.absolute()).startswith(("/dev/", "/proc/")):
+        return True
+    try:
+        return not stat.S_ISREG(path.stat().st_mode)  # links followed: a link to a file is that file
+    except OSError:  # not there yet (or a folder of it missing): a new file
+        return False
+
+
 @contextmanager
 def atomic_path(path: str | Path):
-    """Yield a temporary path beside `path`; it replaces `path` only if the block succeeds."""
+    """Yield a temporary path beside `path`; it replaces `path` only if the block succeeds. A link is followed (its
+    target is replaced, the link kept); a device or FIFO is written in place (see writes_through)."""
     path = Path(path)
+    if writes_through(path):
+        yield path
+        return
+    if path.is_symlink():
+        path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path.parent)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-{os.getpid()}-{_host()}-")

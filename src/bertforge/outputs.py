@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bertforge.atomic import writes_through
 from bertforge.errors import ConfigError, InputError
 
 INCOMPLETE_SUFFIX = ".incomplete"
@@ -63,7 +64,9 @@ def check_output_file(path: str | Path, what: str = "output file") -> Path:
     path = Path(path)
     if path.is_dir():
         raise InputError(f"is a folder; the {what} must be a file", path)
-    if path.exists() and not os.access(path.parent, os.W_OK | os.X_OK):
+    if writes_through(path):  # a device, a FIFO: written in place
+        return path
+    if path.exists() and not os.access(path.resolve().parent, os.W_OK | os.X_OK):
         raise InputError(f"can't replace the {what}: its folder is not writable", path)
     check_parent(path, what)
     return path
