@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import math
 import os
 import sys
@@ -101,6 +102,14 @@ def read_standard_input() -> str:
     return decode_text(sys.stdin.buffer.read(), STANDARD_INPUT_NAME)
 
 
+def texts_or_standard_input(*texts: str | None) -> list[str | None]:
+    """Texts given on the command line, "-" standing for standard input (its last line end dropped), at most once."""
+    if sum(text == STANDARD_STREAM for text in texts) > 1:
+        raise InputError("only one text can be read from standard input ('-')")
+    return [read_standard_input().removesuffix("\n").removesuffix("\r") if text == STANDARD_STREAM else text
+            for text in texts]
+
+
 def read_lines(path: str | Path) -> list[str]:
     """The lines of a UTF-8 text file (plain or compressed: bertforge.data_files) or of standard input ("-"), one
     text per line; an empty input is an error."""
@@ -125,9 +134,27 @@ def read_lines(path: str | Path) -> list[str]:
 def write_output(path: str | Path, text: str) -> None:
     """`text` into the file `path` (atomically), or onto standard output for "-"."""
     if str(path) == STANDARD_STREAM:
-        sys.stdout.write(text)
+        write_standard_output(text)
     else:
         write_text_atomic(path, text)
+
+
+def write_standard_output(text: str) -> None:
+    """All of `text` on standard output. One large write into a pipe whose reader left (`| head -1`) could come
+    back short, without an error, and the rest was dropped in silence: each rest is written again, until the
+    pipe's error (BrokenPipeError: exit status 141) or the end."""
+    stream = sys.stdout
+    if not hasattr(stream, "buffer"):  # a caller's text stream (a notebook's, a test's)
+        stream.write(text)
+        return
+    stream.flush()
+    data = memoryview(text.encode(stream.encoding or "utf-8", errors="backslashreplace"))
+    while data:
+        written = stream.buffer.write(data)
+        if not written:
+            raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
+        data = data[written:]
+    stream.buffer.flush()
 
 
 def report(path: str | Path, message: str) -> None:

@@ -7,7 +7,16 @@ import argparse
 from pathlib import Path
 
 from bertforge.atomic import write_text_atomic
-from bertforge.cli.arguments import check_writable, number_range, path_text, positive_int
+from bertforge.cli.arguments import (
+    STANDARD_STREAM,
+    check_writable,
+    number_range,
+    path_text,
+    positive_int,
+    report,
+    texts_or_standard_input,
+    write_output,
+)
 from bertforge.errors import InputError
 
 OUTPUT_FORMATS = (".html", ".json")
@@ -18,7 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", "-m", type=path_text, default="default",
                         help="model directory (a fine-tuned classifier, tagger, QA or masked-LM model, or an "
                              "encoder, whose explained output is the similarity of --text and --pair) or 'default'")
-    parser.add_argument("--text", required=True, help="the text (for qa: the question)")
+    parser.add_argument("--text", required=True, help="the text (for qa: the question); '-' reads it from standard "
+                                                      "input (so can --pair)")
     parser.add_argument("--pair", help="the second text (for qa: the context; for an encoder: the text compared)")
     parser.add_argument("--target", help="what to explain: a label, an entity, answer/start/end, a token at [MASK] "
                                          "(default: the prediction)")
@@ -30,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="truncate to this many tokens (default: as `predict` reads: the max_length the model "
                              "was fine-tuned with)")
     parser.add_argument("--output", "-o", type=path_text,
-                        help="view.html (the page) or explanation.json; default: print the words")
+                        help="view.html (the page), explanation.json, or '-' (the JSON on standard output); default: "
+                             "print the words")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,10 +52,13 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.checkpoint_contents import inspect_checkpoint
 
     output = Path(args.output) if args.output else None
+    as_json = output is not None and (args.output == STANDARD_STREAM or output.suffix.lower() == ".json")
     if output is not None:
-        if output.suffix.lower() not in OUTPUT_FORMATS:
-            raise InputError(f"the output must be a {' or '.join(OUTPUT_FORMATS)} file", output)
+        if not as_json and output.suffix.lower() not in OUTPUT_FORMATS:
+            raise InputError(f"the output must be a {' or '.join(OUTPUT_FORMATS)} file, or '-' (JSON on standard "
+                             "output)", output)
         check_writable(output, args.model)
+    args.text, args.pair = texts_or_standard_input(args.text, args.pair)
     model, tokenizer = load_explainable(args.model)
     # What `predict` reads of the text: the fine-tuned task's max_length (else explain's own default).
     checkpoint = inspect_checkpoint(args.model)
@@ -57,9 +71,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"{word.attribution:+.4f}  {word.word}")
         if explanation.faithfulness is not None:
             print(faithfulness_line(explanation.faithfulness))
-    elif output.suffix.lower() == ".json":
-        write_text_atomic(output, explanation.to_json() + "\n")
-        print(f"wrote the attributions of {len(explanation.words)} words to {output}")
+    elif as_json:
+        write_output(args.output, explanation.to_json() + "\n")
+        report(args.output, f"wrote the attributions of {len(explanation.words)} words to {output}")
     else:
         write_text_atomic(output, explanation_page(model, tokenizer, explanation, max_length))
         print(f"wrote the explanation of {explanation.target!r} to {output}")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import difflib
 import errno
 import importlib.metadata
+import io
 import logging
 import os
 import signal
@@ -153,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one subcommand. Exit status: 0 done, 1 a user's error (one line on stderr), 2 a malformed command
     line, 130 interrupted (Ctrl-C), 141 the reader of the output went away (`bertforge ... | head`), 143 a
     training run stopped by SIGTERM after saving a checkpoint."""
+    if argv is None:  # the process's own streams (not a caller's)
+        prepare_standard_streams()
     try:
         args = build_parser().parse_args(argv)  # which imports what the commands' defaults come from: seconds
     except KeyboardInterrupt:
@@ -183,11 +187,44 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:  # a file or folder the user named: missing, unreadable, full disk, ...
         return fail(describe_os_error(error, getattr(args, "output", None)))
     except (MemoryError, RuntimeError) as error:
+        if isinstance(error, RecursionError):  # json.loads of a value nested thousands of levels deep
+            return fail("an input is nested too deeply to read (a JSON value thousands of levels deep?)")
         if not is_out_of_memory(error):
             raise
         return fail(out_of_memory(args))
     except KeyboardInterrupt:
         return interrupted()
+
+
+class ClosedStream(io.TextIOBase):
+    """Standard input or output that the command was started without (`>&-`, `<&-`): using it is an error naming
+    it, as a write to a closed descriptor is for any Unix tool."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.stream = name
+
+    def unusable(self, *args):
+        raise OSError(errno.EBADF, "closed (the command started with it closed: >&- or <&-)", self.stream)
+
+    write = read = readline = unusable
+    buffer = property(unusable)
+
+    def flush(self) -> None:
+        pass
+
+
+def prepare_standard_streams() -> None:
+    """UTF-8 out whatever the locale (an ASCII or Latin-1 locale failed on the first accent or CJK character to
+    print; files are UTF-8 already), and closed streams that fail in one line where they are used."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None:
+            setattr(sys, name, ClosedStream("standard output") if name == "stdout" else open(os.devnull, "w"))
+        elif codecs.lookup(stream.encoding or "ascii").name != "utf-8" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(encoding="utf-8", errors="backslashreplace")
+    if sys.stdin is None:
+        sys.stdin = ClosedStream("standard input")
 
 
 def interrupted() -> int:
@@ -199,7 +236,8 @@ def out_of_memory(args: argparse.Namespace) -> str:
     """The message, naming what to lower among the flags this command takes."""
     flags = [flag for flag, dest in (("--batch-size", "batch_size"), ("--max-length", "max_length"))
              if hasattr(args, dest)]
-    return "out of memory" + (f"; try a smaller {' or '.join(flags)}" if flags else "")
+    return ("out of memory" + (f"; try a smaller {' or '.join(flags)}" if flags else "")
+            + " (or a smaller input: files are read whole)")
 
 
 def started_beside_other_processes() -> bool:

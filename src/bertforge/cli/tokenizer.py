@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from bertforge.cli.arguments import STANDARD_STREAM, add_model_argument, positive_int, read_standard_input
+from bertforge.cli.arguments import add_model_argument, positive_int, texts_or_standard_input
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,8 +20,7 @@ def run(args: argparse.Namespace) -> int:
     from bertforge import BertTokenizer
 
     tokenizer = BertTokenizer.from_pretrained(args.model)
-    if args.text == STANDARD_STREAM:
-        args.text = read_standard_input().rstrip("\n")
+    args.text, args.pair = texts_or_standard_input(args.text, args.pair)
     encoding = tokenizer(args.text, text_pair=args.pair, max_length=args.max_length, truncation=True,
                          return_offsets_mapping=True, return_word_ids=True)
     rows = [

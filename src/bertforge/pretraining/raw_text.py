@@ -156,7 +156,7 @@ def _document(text: object, number: int, size: int, path: Path) -> Iterator[Line
 def _json_object(text: str) -> dict | None:
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 

@@ -73,6 +73,8 @@ def read_squad(path: str | Path, version_2: bool = False, labelled: bool = True)
         raise no_such_file(path) from None
     except json.JSONDecodeError as error:
         raise InputError(f"not valid JSON ({error})", path, error.lineno) from None
+    except RecursionError:  # json.loads recurses per level of nesting
+        raise InputError("a JSON value nested too deeply to read", path) from None
     except OSError as error:
         raise InputError(f"can't read the file ({error})", path) from None
 

@@ -25,6 +25,9 @@ from bertforge.errors import InputError, no_such_file
 
 PLAIN_TEXT_COLUMN = "text"  # the one column of a .txt file (one text per line)
 
+# json.loads recurses per level: a value nested thousands deep exhausts the stack (RecursionError).
+TOO_DEEP = "a JSON value nested too deeply to read"
+
 
 @dataclass
 class Table:
@@ -145,8 +148,8 @@ def _read_jsonl(path: Path, text: str) -> Table:
     if start.startswith("{"):
         try:
             document = json.loads(text)
-        except json.JSONDecodeError:
-            document = None  # several objects: JSON lines
+        except (json.JSONDecodeError, RecursionError):
+            document = None  # several objects: JSON lines (a line nested too deeply is named below)
         records = document.get("data") if isinstance(document, dict) else None
         if isinstance(records, list) and records and all(isinstance(record, dict) for record in records):
             return _json_records(path, records)
@@ -162,6 +165,8 @@ def _read_jsonl(path: Path, text: str) -> Table:
             row = json.loads(raw)
         except json.JSONDecodeError as error:
             raise InputError(f"not valid JSON: {error.msg} (column {error.colno})", path, line) from None
+        except RecursionError:
+            raise InputError(TOO_DEEP, path, line) from None
         if not isinstance(row, dict):
             raise InputError(f"expected a JSON object per line, got {type(row).__name__}", path, line)
         columns.update(dict.fromkeys(row))
@@ -175,6 +180,8 @@ def _read_json_array(path: Path, text: str) -> Table:
         records = json.loads(text)
     except json.JSONDecodeError as error:
         raise InputError(f"not valid JSON: {error.msg} (column {error.colno})", path, error.lineno) from None
+    except RecursionError:
+        raise InputError(TOO_DEEP, path) from None
     if not isinstance(records, list):
         raise InputError("expected a JSON array of objects", path)
     return _json_records(path, records)
@@ -289,7 +296,7 @@ def holds_json_lines(path: Path) -> bool:
             return True
         try:
             row = json.loads(first)
-        except ValueError:
+        except (ValueError, RecursionError):
             row = None  # not one line: a document over several lines
         if isinstance(row, dict) and "data" not in row:
             return True

@@ -276,6 +276,8 @@ def _read_json(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8-sig"))  # a byte-order mark is no part of the JSON
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise CheckpointError(f"{path}: not valid JSON ({error})") from None
+    except RecursionError:  # json.loads recurses per level of nesting
+        raise CheckpointError(f"{path}: a JSON value nested too deeply to read") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
     return data
