@@ -175,3 +175,11 @@ def test_damaged_and_foreign_checkpoints_are_one_line_errors(release_minilm, tmp
     data.write_bytes(data.read_bytes()[:1000])
     with pytest.raises(CheckpointError, match="past the end of its data file"):
         BertModel.from_pretrained(truncated)
+    # An entry's fields not as they should be (a name that isn't UTF-8) was a UnicodeDecodeError's traceback
+    garbled = shutil.copytree(directory, tmp_path / "garbled")
+    index = garbled / "bert_model.ckpt.index"
+    raw = index.read_bytes()
+    assert raw.count(b"word_embeddings") == 1
+    index.write_bytes(raw.replace(b"word_embeddings", b"word_embeddin\xff\xfe"))
+    with pytest.raises(CheckpointError, match="bert_model.ckpt.index: unreadable TensorFlow checkpoint entry: 'utf-8'"):
+        BertModel.from_pretrained(garbled)

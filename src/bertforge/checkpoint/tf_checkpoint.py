@@ -9,6 +9,7 @@ data files, with its dtype and shape (BundleEntryProto, a protocol buffer). The 
 
 from __future__ import annotations
 
+import math
 import re
 import struct
 from pathlib import Path
@@ -49,6 +50,16 @@ def find_tf_checkpoint(directory: Path) -> Path | None:
 def read_tf_checkpoint(prefix: Path) -> dict[str, np.ndarray]:
     """Every numeric tensor of the checkpoint PREFIX.index / PREFIX.data-*, by its TensorFlow name."""
     index = prefix.with_name(prefix.name + INDEX_SUFFIX)
+    try:
+        return _read_tensors(prefix, index)
+    except CheckpointError:
+        raise  # already names the file and the problem
+    # An entry whose fields are not what they should be (bytes where a number belongs, a name not UTF-8)
+    except (ValueError, TypeError, IndexError, struct.error) as error:
+        raise CheckpointError(f"{index}: unreadable TensorFlow checkpoint entry: {error}") from None
+
+
+def _read_tensors(prefix: Path, index: Path) -> dict[str, np.ndarray]:
     entries = dict(_table_entries(index.read_bytes(), index))
     header = _fields(entries.pop(b"", b""))
     shards = header.get(1, [1])[0]
@@ -81,7 +92,7 @@ def read_tf_checkpoint(prefix: Path) -> dict[str, np.ndarray]:
             array = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
         else:
             array = np.frombuffer(raw, dtype=np.dtype(DTYPES[dtype_code]).newbyteorder("<"))
-        if array.size != int(np.prod(shape)):
+        if array.size != math.prod(shape):  # Python's integers: numpy's product of huge sizes wraps to 0
             raise CheckpointError(f"{index}: {name} holds {array.size} numbers for its shape {shape}")
         tensors[name] = array.reshape(shape)
     return tensors
