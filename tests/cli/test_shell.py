@@ -84,3 +84,17 @@ def test_json_nested_too_deeply_is_named_not_a_traceback(tmp_path, run_cli, tiny
     (model / "tokenizer_config.json").write_text('{"x": ' + nested + "}", encoding="utf-8")
     code, _, errors = run_cli("tokenize", "--model", model, "hello")
     assert code == 1 and errors.count("\n") == 1 and "nested too deeply" in errors, errors
+
+
+def test_a_model_of_few_positions_embeds_a_long_line(tmp_path, run_cli, tiny_model_dir):
+    """A model of 64 positions with a tokenizer that says 512: `embed` failed on the first long line ("sequence
+    length 302 exceeds max_position_embeddings"), where the Python API and the server cut it at the model's
+    positions."""
+    line = tmp_path / "long.txt"
+    line.write_text(" ".join(["word"] * 300) + "\n", encoding="utf-8")
+    code, _, errors = run_cli("embed", "--model", tiny_model_dir, "--input", line, "--output", tmp_path / "out.npy")
+    assert code == 0, errors
+    code, _, errors = run_cli("embed", "--model", tiny_model_dir, "--input", line, "--level", "token",
+                              "--output", tmp_path / "tokens.jsonl")
+    assert code == 0, errors
+    assert len(json.loads((tmp_path / "tokens.jsonl").read_text())["tokens"]) == 64 - 2

@@ -17,7 +17,13 @@ from torch import nn
 from bertforge.batching import MODEL_INPUTS, collate, length_sorted_batches
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
 from bertforge.errors import BertforgeError, ConfigError, InputError, check_choice
-from bertforge.validation import check_counts, check_number, check_within_positions, listed_inputs
+from bertforge.validation import (
+    check_counts,
+    check_number,
+    check_within_positions,
+    listed_inputs,
+    readable_length,
+)
 from bertforge.windows import half_overlap_starts
 
 # The feature-based recipes of the BERT paper's NER study (section 5.3), by name.
@@ -220,7 +226,7 @@ def _encoded_batches(model, tokenizer, texts: Sequence[str], layers: str, batch_
     """Yield (text indices, token features (batch, seq, hidden), attention mask, encoding) per length-sorted batch,
     each text truncated to max_length tokens."""
     encoded = tokenizer(list(texts), truncation=True,
-                        max_length=tokenizer.model_max_length if max_length is None else max_length,
+                        max_length=readable_length(model, tokenizer) if max_length is None else max_length,
                         return_offsets_mapping=True, return_word_ids=True)
     rows = [{key: encoded[key][i] for key in MODEL_INPUTS} for i in range(len(texts))]
     for indices, hidden, mask in _row_batches(model, rows, tokenizer.pad_token_id, layers, batch_size, progress):
@@ -361,7 +367,8 @@ def extract_features(model, tokenizer, texts: Sequence[TextOrPair], layers: str 
     check_choice(pooling, POOLINGS, "pooling")
     check_choice(long_text, LONG_TEXT, "long_text")
     # [CLS] and [SEP] around each part
-    budget = (tokenizer.model_max_length if max_length is None else max_length) - 2
+    # a tokenizer without a model_max_length of its own says 512: a model of fewer positions reads fewer
+    budget = (readable_length(model, tokenizer) if max_length is None else max_length) - 2
     if budget < 1:
         raise BertforgeError(f"max_length={max_length} leaves no room for text between [CLS] and [SEP]")
     check_choice(layers, LAYER_COMBINATIONS, "layer recipe")
