@@ -203,12 +203,14 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again_on_resume(setup, 
 
 
 @pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_sigterm_saves_a_checkpoint_and_stops_where_resume_gives_the_uninterrupted_run(setup, whole, tmp_path, capsys,
-                                                                                     monkeypatch):
+                                                                                     monkeypatch, stop):
     """SIGTERM is the notice a scheduler gives before it kills a job (SLURM, Kubernetes, spot instances): the step in
     flight ends, a checkpoint is saved, exit status 143. Checkpoints come every 1,000 steps here, so the one the run
     resumes from is the one SIGTERM made; before, SIGTERM ended the process and every step since the last one was
-    lost."""
+    lost. SIGHUP (an ssh session dropped under a run started without nohup) killed the run with no checkpoint: it
+    is answered the same way, exit status 129."""
     from bertforge.training.trainer import Trainer
 
     log = Trainer.log
@@ -216,7 +218,7 @@ def test_sigterm_saves_a_checkpoint_and_stops_where_resume_gives_the_uninterrupt
     def log_then_sigterm(self, record):
         log(self, record)
         if record == {**record, "event": "train", "step": 7}:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), stop)
 
     output = tmp_path / "model"
     run = ("finetune", "--config", setup / "run.json", "--output", output, "--save-every", "1000")
@@ -224,10 +226,10 @@ def test_sigterm_saves_a_checkpoint_and_stops_where_resume_gives_the_uninterrupt
     code, _, err = in_process(capsys, *run)
     monkeypatch.undo()
     checkpoint = tmp_path / "model.incomplete" / "checkpoint"
-    assert (code, err) == (143, f"bertforge: stopped by SIGTERM after step 7; its checkpoint is in {checkpoint}: "
-                                "continue the run with --resume\n")
+    assert (code, err) == (128 + stop, f"bertforge: stopped by {stop.name} after step 7; its checkpoint is in "
+                                       f"{checkpoint}: continue the run with --resume\n")
     assert torch.load(checkpoint / "train_state.pt", weights_only=True)["step"] == 7
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the run's handler is gone with it
+    assert signal.getsignal(stop) is signal.SIG_DFL  # the run's handler is gone with it
 
     code, _, _ = in_process(capsys, *run, "--resume")
     assert code == 0

@@ -153,8 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one subcommand. Exit status: 0 done, 1 a user's error (one line on stderr), 2 a malformed command
-    line, 130 interrupted (Ctrl-C), 141 the reader of the output went away (`bertforge ... | head`), 143 a
-    training run stopped by SIGTERM after saving a checkpoint."""
+    line, 130 interrupted (Ctrl-C), 141 the reader of the output went away (`bertforge ... | head`), 143 (129) a
+    training run stopped by SIGTERM (SIGHUP) after saving a checkpoint."""
     if argv is None:  # the process's own streams (not a caller's)
         prepare_standard_streams()
     try:
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         return status
     except Stopped as stop:  # not an error: the run is whole, and resumes
         print(f"bertforge: {stop}", file=sys.stderr)
-        return 128 + signal.SIGTERM
+        return 128 + stop.signum
     except BertforgeError as error:
         return fail(str(error))
     except BrokenPipeError:

@@ -487,7 +487,7 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
             if step < config.steps and stop_requested():  # SIGTERM: the scheduler is about to kill the job
                 if not saved:
                     save_checkpoint()
-                raise Stopped(step, checkpoint_dir)
+                raise Stopped(step, checkpoint_dir, stop_requested.signum)
     bar.close()
     # A run resumed at its last step was checkpointed after its final evaluation (killed while it saved the model).
     if not (config.eval_every and step % config.eval_every == 0) and resumed_from < config.steps:

@@ -30,7 +30,7 @@ from bertforge.outputs import to_json
 from bertforge.runtime import bf16_supported, resolve_device, seed_everything, to_device
 from bertforge.training import distributed
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
-from bertforge.training.stopping import Stopped, stop_on_sigterm
+from bertforge.training.stopping import Stopped, StopRequests, stop_on_sigterm
 from bertforge.validation import MAX_SEED, check_number
 
 logger = logging.getLogger("bertforge")
@@ -279,7 +279,7 @@ class Trainer:
                       "examples_per_s": examples / (time.perf_counter() - started) * world_size})
             loop["window_loss"], loop["window_steps"] = 0.0, 0
 
-        with stop_on_sigterm(self.device) if self.output_dir else nullcontext(lambda: False) as stop_requested:
+        with stop_on_sigterm(self.device) if self.output_dir else nullcontext(StopRequests(None)) as stop_requested:
             while not stop:
                 model.train()
                 skip, loop["next_batch"] = loop["next_batch"], 0
@@ -333,7 +333,7 @@ class Trainer:
                     if stop_requested():  # SIGTERM: the scheduler is about to kill the job
                         if not saved:
                             save_checkpoint()
-                        raise Stopped(step, self.output_dir / CHECKPOINT_DIR)
+                        raise Stopped(step, self.output_dir / CHECKPOINT_DIR, stop_requested.signum)
                 # a whole epoch is counted, not one stopped part-way (the loop breaks only to stop)
                 if not stop or loop["next_batch"] >= num_batches:
                     loop["epoch"] += 1
