@@ -151,6 +151,10 @@ FLAG_AND_OUTPUT_CASES = [
     ("predict-pair-without-text", ["predict", "--model", "{M}", "--input", "{D}/lines.txt", "--output",
                                    "{T}/out.jsonl", "--text-pair", "a second text"], 1,
      ["--text-pair goes with --text"]),  # it was ignored, every line predicted alone
+    ("predict-empty-text", ["predict", "--model", "{M}", "--text", " "], 1, ["--text is empty"]),  # was predicted
+    ("mistyped-command", ["embedd"], 2, ["invalid choice: 'embedd'", "did you mean embed?"]),
+    ("mistyped-step", ["pretrain", "trian"], 2, ["did you mean train?"]),
+    ("mistyped-choice", ["explain", "--text", "x", "--method", "occlusio"], 2, ["did you mean occlusion?"]),
     ("attention-output-under-file", ["attention", "hello", "--model", "{E}", "--output", "{O}/a_file/a.html"], 1,
      ["a_file is a file, not a folder"]),
     ("evaluate-output-is-folder", ["evaluate", "--model", "{M}", "--data", "{D}/train.csv", "--output",

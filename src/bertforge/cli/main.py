@@ -10,6 +10,7 @@ import importlib.metadata
 import io
 import logging
 import os
+import re
 import signal
 import sys
 
@@ -83,6 +84,10 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, with a usage error as one line (exit status 2, argparse's) instead of the usage block."""
 
     def error(self, message: str):
+        chosen = re.match(r"argument \S+: invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if chosen:  # a mistyped command (or value): name the nearest one
+            near = difflib.get_close_matches(chosen[1], re.findall(r"'([^']*)'", chosen[2]), n=1)
+            message += f"; did you mean {near[0]}?" if near else ""
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
     def parse_known_args(self, args=None, namespace=None):

@@ -51,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
     if args.text_pair is not None and args.text is None and args.question is None:
         raise InputError("--text-pair goes with --text (a file's pairs are its --text-pair-column)")
     text, text_pair = (args.question, args.context) if args.question is not None else (args.text, args.text_pair)
+    for flag, value in (("--text", args.text), ("--text-pair", args.text_pair), ("--question", args.question),
+                        ("--context", args.context)):
+        if value is not None and not value.strip():  # an unset shell variable: nothing to predict on
+            raise InputError(f"{flag} is empty")
     if (args.input is None) == (text is None):
         raise InputError("give either --input FILE (with --output FILE.jsonl), --text, or --question and --context")
     if args.input is not None and args.output is None:
