@@ -1120,6 +1120,10 @@ def test_vertex_instances_are_answered_as_their_routes_answer(encoder_server, cl
     assert_error(encoder_server.request("/vertex", {"instances": [{"inputs": "a"}, {"inputs": ""}]}), 400,
                  "cannot be empty", kind="Empty")
     assert_error(encoder_server.request("/vertex", {"instances": [{"inputs": "a"}] * 9}), 413, "too many instances")
+    # max_texts (8) bounds the texts of all the instances, not of each
+    assert_error(encoder_server.request("/vertex", {"instances": [{"inputs": ["a"] * 5}] * 2}), 413,
+                 "too many texts in the instances: 10; the limit is 8")
+    assert encoder_server.request("/vertex", {"instances": [{"inputs": ["a"] * 4}] * 2})[0] == 200
 
 
 def test_tei_predict_with_a_classifier(classifier_server, tagger_server):

@@ -308,7 +308,19 @@ async def vertex(request: schemas.VertexRequest, served: Served):
             route, kind = (embed_sparse, schemas.EmbedSparseRequest) if served.splade is not None else \
                 (embed_texts, schemas.EmbedRequest)
         routes.append((route, validated(kind, instance, ("body", "instances", index))))
+    # max_texts for the request: 64 instances of 64 texts each filled the queue in one request
+    served.check_count(sum(texts_in(read) for _, read in routes), "texts in the instances")
     return {"predictions": await asyncio.gather(*(route(read, served) for route, read in routes))}
+
+
+def texts_in(request) -> int:
+    """How many texts (or questions, or pairs) a request names: its `texts`, `inputs` or `questions`."""
+    for name in ("texts", "inputs", "questions"):
+        value = getattr(request, name, None)
+        if value is not None:
+            single = not isinstance(value, list) or (value and isinstance(value[0], int))  # a text, or token ids
+            return 1 if single else len(value)
+    return 1
 
 
 async def inference_api(body: dict[str, Any], served: ServedModel) -> Any:
