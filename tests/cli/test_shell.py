@@ -13,7 +13,8 @@ import pytest
 
 
 def bertforge(*argv: str, **options) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bertforge", *argv], capture_output=True, timeout=300, **options)
+    options = {"capture_output": True, **options} if "stdout" not in options else options
+    return subprocess.run([sys.executable, "-m", "bertforge", *argv], timeout=300, **options)
 
 
 @pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
@@ -98,3 +99,13 @@ def test_a_model_of_few_positions_embeds_a_long_line(tmp_path, run_cli, tiny_mod
                               "--output", tmp_path / "tokens.jsonl")
     assert code == 0, errors
     assert len(json.loads((tmp_path / "tokens.jsonl").read_text())["tokens"]) == 64 - 2
+
+
+def test_help_and_version_written_to_a_full_disk_fail():
+    """argparse drops a failed write of its --help and --version: exit status 0 and nothing printed, where any Unix
+    tool says so."""
+    for flags in (["--help"], ["--version"], ["embed", "--help"]):
+        with open("/dev/full", "w") as full:
+            result = bertforge(*flags, stdout=full, stderr=subprocess.PIPE)
+        assert result.returncode == 1, flags
+        assert result.stderr.decode() == "bertforge: error: standard output: No space left on device\n"

@@ -83,6 +83,12 @@ STEPS_FLAGS = ("--do_train", "--do_eval", "--do_predict")  # one command does ea
 class OneLineParser(argparse.ArgumentParser):
     """argparse, with a usage error as one line (exit status 2, argparse's) instead of the usage block."""
 
+    def _print_message(self, message: str, file=None) -> None:
+        # argparse drops a failed write of --help or --version (exit status 0, nothing printed): it is an error
+        if message:
+            (file or sys.stderr).write(message)
+            (file or sys.stderr).flush()
+
     def error(self, message: str):
         chosen = re.match(r"argument \S+: invalid choice: '([^']*)' \(choose from (.*)\)$", message)
         if chosen:  # a mistyped command (or value): name the nearest one
@@ -166,6 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)  # which imports what the commands' defaults come from: seconds
     except KeyboardInterrupt:
         return interrupted()
+    except BrokenPipeError:  # bertforge --help | head -1
+        return reader_went_away()
+    except OSError as error:  # --help or --version written to a full disk, a closed stream
+        return fail(f"standard output: {error.strerror or error}")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="bertforge: %(levelname)s: %(message)s", stream=sys.stderr)
     logging.getLogger("bertforge.progress").setLevel(logging.INFO)  # e.g. dev metrics after each evaluation
@@ -185,10 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     except BertforgeError as error:
         return fail(str(error))
     except BrokenPipeError:
-        # Whoever read the output has all they wanted; nothing to report. Point stdout at nothing so that the
-        # interpreter's own flush at exit doesn't fail again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + signal.SIGPIPE
+        return reader_went_away()
     except OSError as error:  # a file or folder the user named: missing, unreadable, full disk, ...
         return fail(describe_os_error(error, getattr(args, "output", None)))
     except (MemoryError, RuntimeError) as error:
@@ -230,6 +237,13 @@ def prepare_standard_streams() -> None:
             stream.reconfigure(encoding="utf-8", errors="backslashreplace")
     if sys.stdin is None:
         sys.stdin = ClosedStream("standard input")
+
+
+def reader_went_away() -> int:
+    # Whoever read the output has all they wanted; nothing to report. Point stdout at nothing so that the
+    # interpreter's own flush at exit doesn't fail again.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 def interrupted() -> int:
