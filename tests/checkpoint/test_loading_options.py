@@ -339,3 +339,16 @@ def test_a_trainers_output_folder_names_its_checkpoints(minilm_dir, tmp_path):
     for name in ("config.json", "vocab.txt"):
         shutil.copy(minilm_dir / name, tmp_path / "out")
     assert BertModel.from_pretrained(tmp_path / "out").config.hidden_size == 384
+
+
+def test_a_config_of_more_layers_than_the_weights_is_refused_before_it_is_built(tiny_model_dir, tmp_path):
+    """A downloaded config.json of 40,000 layers over weights of 2 built 2.4 GB of layers for 38 s before a tensor
+    was found missing; the layers the weights hold are counted first (transformers' names, as saved)."""
+    from bertforge.errors import CheckpointError
+
+    folder = shutil.copytree(tiny_model_dir, tmp_path / "model")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 5000}))
+    with pytest.raises(CheckpointError, match=r"model.safetensors: holds 2 layers, where config.json says "
+                                              r"num_hidden_layers 5000 \(does config.json match the weights\?\)$"):
+        BertModel.from_pretrained(folder)
