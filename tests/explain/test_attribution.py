@@ -146,6 +146,34 @@ def test_gradient_x_input_equals_direct_autograd(sst2_classifier, hf_classifier,
     assert ours.score == pytest.approx(float(logit.detach()), abs=1e-5)
 
 
+@pytest.mark.parametrize("baseline", ["mask", "unk"])
+def test_another_baseline_token_is_captums_baseline_of_that_token(sst2_classifier, hf_classifier, tokenizer, baseline):
+    """--baseline mask: every word's path starts at [MASK] ([CLS] and [SEP] kept), as Captum's recipe with that
+    baseline gives it; occlusion puts one word at a time there."""
+    captum_attr = pytest.importorskip("captum.attr")
+    input_ids = tokenizer(REVIEW, return_tensors="pt")["input_ids"]
+    special = (input_ids == tokenizer.cls_token_id) | (input_ids == tokenizer.sep_token_id)
+    token = {"mask": tokenizer.mask_token_id, "unk": tokenizer.unk_token_id}[baseline]
+    baseline_ids = torch.where(special, input_ids, torch.full_like(input_ids, token))
+    reference = captum_attr.LayerIntegratedGradients(lambda ids: hf_classifier(ids).logits[:, 1],
+                                                     hf_classifier.bert.embeddings.word_embeddings)
+    attributions = reference.attribute(input_ids, baselines=baseline_ids, n_steps=20, method="gausslegendre")
+    ours = explain(sst2_classifier, tokenizer, REVIEW, target="positive", steps=20, baseline=baseline)
+    assert ours.baseline == baseline
+    assert torch.allclose(attributions_of(ours), attributions.sum(-1)[0].double(), atol=1e-4, rtol=0)
+    table = hf_classifier.bert.embeddings.word_embeddings
+    with torch.no_grad():
+        inputs, baselines = table(input_ids), table(baseline_ids)
+    groups = torch.arange(input_ids.shape[1])[None, :, None].expand_as(inputs)
+    ablated = captum_attr.FeatureAblation(lambda embeddings: hf_classifier(inputs_embeds=embeddings).logits[:, 1]
+                                          ).attribute(inputs, baselines=baselines, feature_mask=groups,
+                                                      perturbations_per_eval=8)
+    ours = explain(sst2_classifier, tokenizer, REVIEW, target="positive", method="occlusion", baseline=baseline)
+    assert torch.allclose(attributions_of(ours), ablated[0, :, 0].double(), atol=1e-5, rtol=0)
+    with pytest.raises(InputError, match="baseline"):
+        explain(sst2_classifier, tokenizer, REVIEW, baseline="zeros")
+
+
 @pytest.mark.parametrize("text", [REVIEW, MASKED_REVIEW])
 def test_occlusion_and_saliency_equal_captums(sst2_classifier, hf_classifier, tokenizer, text):
     """Occlusion: Captum's FeatureAblation with one group per token on transformers' word embeddings, each token

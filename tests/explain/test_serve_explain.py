@@ -88,8 +88,8 @@ def test_explain_page_and_errors_over_http(server_url):
     # backward (a third of the cost each).
     status, _, body = fetch(server_url + "/explain", {"text": REVIEW * 40, "method": "occlusion"})
     assert status == 413 and "occlusion runs the model once per token: 512 x 512" in json.loads(body)["error"]
-    status, _, body = fetch(server_url + "/explain", {"text": REVIEW * 10, "method": "occlusion"})
-    assert status == 200 and json.loads(body)["method"] == "occlusion", body
+    status, _, body = fetch(server_url + "/explain", {"text": REVIEW * 10, "method": "occlusion", "baseline": "mask"})
+    assert status == 200 and json.loads(body)["method"] == "occlusion" and json.loads(body)["baseline"] == "mask"
 
 
 def test_an_encoders_explanation_counts_a_path_per_text():

@@ -24,6 +24,7 @@ OUTPUT_FORMATS = (".html", ".json")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bertforge.explain.methods import DEFAULT_STEPS, MAX_STEPS, METHODS
+    from bertforge.explain.targets import BASELINES
     parser.add_argument("--model", "-m", type=path_text, default="default",
                         help="model directory (a fine-tuned classifier, tagger, QA or masked-LM model, or an "
                              "encoder, whose explained output is the similarity of --text and --pair) or 'default'")
@@ -34,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                          "(default: the prediction)")
     parser.add_argument("--method", choices=list(METHODS), default="integrated_gradients",
                         help="attribution method")
+    parser.add_argument("--baseline", choices=list(BASELINES), default="pad",
+                        help="the token a word becomes where the method takes it away (integrated gradients' "
+                             "start, occlusion, the faithfulness report)")
     parser.add_argument("--steps", type=number_range("steps", int, 1, MAX_STEPS), default=DEFAULT_STEPS,
                         help=f"integrated gradients' interpolation steps (default {DEFAULT_STEPS})")
     parser.add_argument("--max-length", type=positive_int,
@@ -64,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     checkpoint = inspect_checkpoint(args.model)
     trained = checkpoint.settings().max_length if checkpoint.task is not None else None
     max_length = args.max_length or trained
-    explanation = explain(model, tokenizer, args.text, args.pair, args.target, args.method, args.steps, max_length)
+    explanation = explain(model, tokenizer, args.text, args.pair, args.target, args.method, args.steps, max_length,
+                          args.baseline)
     if output is None:
         print(f"{explanation.target} ({explanation.method})" + (f": {explanation.note}" if explanation.note else ""))
         for word in explanation.words:

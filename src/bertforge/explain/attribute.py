@@ -7,25 +7,27 @@ from bertforge.explain.faithfulness import faithfulness
 from bertforge.explain.inner import masked_lm_views
 from bertforge.explain.methods import DEFAULT_STEPS, MAX_STEPS, METHODS, USES_GRADIENTS, Attributions
 from bertforge.explain.result import Explanation, TokenAttribution, WordAttribution
-from bertforge.explain.targets import Row, build_target, explained_length
+from bertforge.explain.targets import BASELINES, Row, build_target, explained_length, with_baseline
 from bertforge.pretraining.heads import BertForMaskedLM
 from bertforge.validation import check_number, check_within_positions
 
 
 def explain(model, tokenizer, text: str, text_pair: str | None = None, target: str | int | None = None,
             method: str = "integrated_gradients", steps: int = DEFAULT_STEPS,
-            max_length: int | None = None) -> Explanation:
+            max_length: int | None = None, baseline: str = "pad") -> Explanation:
     """Why did `model` say what it said about `text` (and `text_pair`)? Attributions per token and per word.
 
     `target` names what to explain (a label, an entity, "start", a token at [MASK]; default: the prediction);
     `method` is a name in METHODS; `steps` are integrated gradients' interpolation points; `max_length` defaults
-    to what the model was fine-tuned with (its tokenizer's model_max_length), as `predict` reads. A masked-LM model's
+    to what the model was fine-tuned with (its tokenizer's model_max_length), as `predict` reads; `baseline` (a
+    name in BASELINES) is the token a word becomes where a method takes it away. A masked-LM model's
     explanation also holds, in `inner`, what each layer would predict at the [MASK] (see inner.py); an encoder's,
     explained by integrated gradients one text against the other, "baseline_scores": f(empty text, pair) and
     f(text, empty pair), whose sum less f(text, pair) is `baseline_score`.
     >>> explain(classifier, tokenizer, "a gripping, funny film").top_words(1)[0].word  # e.g. 'funny'
     """
     check_choice(method, METHODS, "method", error=InputError)
+    check_choice(baseline, BASELINES, "baseline", error=InputError)
     if not isinstance(text, str):
         raise InputError(f"text must be a string, got {type(text).__name__}")
     if text_pair is not None and not isinstance(text_pair, str):
@@ -43,6 +45,7 @@ def explain(model, tokenizer, text: str, text_pair: str | None = None, target: s
     model.eval()  # dropout off: f must be a function of the input
     try:
         chosen = build_target(model, tokenizer, text, text_pair, target, max_length)
+        with_baseline(chosen.rows, tokenizer, baseline)
         attributions = METHODS[method](model, chosen, steps)
         inner = masked_lm_views(model, tokenizer, chosen.rows[0]) if isinstance(model, BertForMaskedLM) else {}
         if attributions.baseline_scores is not None:  # one baseline per text: each text against the other
@@ -54,8 +57,8 @@ def explain(model, tokenizer, text: str, text_pair: str | None = None, target: s
     texts = [text] if text_pair is None else [text, text_pair]
     for word in words:
         word.word = texts[word.text][word.start:word.end]
-    return Explanation(method=method, target=chosen.name, targets=chosen.choices, texts=texts, tokens=tokens,
-                       words=words, score=attributions.score, baseline_score=attributions.baseline_score,
+    return Explanation(method=method, baseline=baseline, target=chosen.name, targets=chosen.choices, texts=texts,
+                       tokens=tokens, words=words, score=attributions.score, baseline_score=attributions.baseline_score,
                        completeness_gap=attributions.completeness_gap, steps=attributions.steps, inner=inner,
                        note="; ".join(filter(None, [chosen.note, unread(tokenizer, texts, chosen.rows)])) or None,
                        faithfulness=faithful)

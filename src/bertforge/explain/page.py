@@ -58,7 +58,7 @@ def summary(explanation: Explanation) -> str:
         empty_text, empty_pair = explanation.inner["baseline_scores"]
         facts.append(f"f(empty text, pair) = {empty_text:.4g}, f(text, empty pair) = {empty_pair:.4g}")
     elif explanation.baseline_score is not None:
-        facts.append(f"f(baseline) = {explanation.baseline_score:.4g}")
+        facts.append(f"f(baseline: {html.escape(explanation.baseline)}) = {explanation.baseline_score:.4g}")
     if explanation.completeness_gap is not None:
         facts.append(f"completeness gap = {explanation.completeness_gap:.3g} ({explanation.steps} steps)")
     if explanation.faithfulness is not None:
@@ -116,7 +116,8 @@ def explanation_page(model, tokenizer, explanation: Explanation, max_length: int
 
 def explained(model, tokenizer, text: str, text_pair: str | None = None, target: str | None = None,
               method: str = "integrated_gradients", steps: int | None = None,
-              max_length: int | None = None, as_page: bool = False) -> dict | str:
+              max_length: int | None = None, as_page: bool = False, baseline: str = "pad") -> dict | str:
     """What `/explain` answers: the explanation as a JSON-ready dict, or (`as_page`) its page."""
-    explanation = explain(model, tokenizer, text, text_pair, target, method, steps or DEFAULT_STEPS, max_length)
+    explanation = explain(model, tokenizer, text, text_pair, target, method, steps or DEFAULT_STEPS, max_length,
+                          baseline)
     return explanation_page(model, tokenizer, explanation, max_length) if as_page else explanation.to_dict()

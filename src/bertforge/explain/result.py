@@ -50,6 +50,7 @@ class Explanation:
     inner: dict = field(default_factory=dict)  # extra views (the masked-LM layer predictions)
     note: str | None = None  # what to know of the target: a multi-label model's label under its threshold
     faithfulness: Faithfulness | None = None  # f without the top words and with them alone, beside random words
+    baseline: str = "pad"  # the token a word becomes where the method takes it away (targets.BASELINES)
 
     def to_dict(self) -> dict:
         return asdict(self)

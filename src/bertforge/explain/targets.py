@@ -95,6 +95,22 @@ def _row(tokenizer, ids: list[int], types: list[int], texts: list[int | None], o
                [token if token in kept else tokenizer.pad_token_id for token in ids])
 
 
+# The token that stands for "no word" where a method takes a word away (integrated gradients' path starts there,
+# occlusion and the faithfulness report put words there): [PAD] (Captum's BERT recipe), [MASK] (what BERT was
+# pre-trained to read as a missing word), [UNK].
+BASELINES = {"pad": "pad_token_id", "mask": "mask_token_id", "unk": "unk_token_id"}
+
+
+def with_baseline(rows: list[Row], tokenizer, baseline: str) -> None:
+    """Put `baseline`'s token in the rows' baselines wherever they hold [PAD] for a word."""
+    chosen, pad = getattr(tokenizer, BASELINES[baseline]), tokenizer.pad_token_id
+    if chosen is None:
+        raise InputError(f"baseline {baseline!r}: the tokenizer has no such token")
+    for row in rows:
+        row.baseline_ids = [chosen if base == pad and token != pad else base
+                            for token, base in zip(row.input_ids, row.baseline_ids)]
+
+
 def device_of(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 

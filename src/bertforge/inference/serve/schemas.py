@@ -8,10 +8,12 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from bertforge.explain.methods import DEFAULT_STEPS, MAX_STEPS, METHODS
+from bertforge.explain.targets import BASELINES
 from bertforge.inference.features import POOLINGS
 
 Pooling = Literal[tuple(POOLINGS)]
 ExplainMethod = Literal[tuple(METHODS)]
+ExplainBaseline = Literal[tuple(BASELINES)]
 
 
 def unicode_text(value: str) -> str:
@@ -532,6 +534,7 @@ class ExplainRequest(Strict):
     text_pair: Text | None = Field(None, description="the pair (the context; for an encoder, the text compared)")
     target: str | None = Field(None, description="a label, an entity, answer/start/end (default: the prediction)")
     method: ExplainMethod = "integrated_gradients"
+    baseline: ExplainBaseline = Field("pad", description="the token a word becomes where the method takes it away")
     steps: int = Field(DEFAULT_STEPS, ge=1, le=MAX_STEPS, strict=True,
                        description="integrated gradients' interpolation steps; steps x tokens is limited to the "
                                    "default steps x the server's max_length")

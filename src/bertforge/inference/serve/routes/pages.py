@@ -50,9 +50,11 @@ async def explain_json(request: schemas.ExplainRequest, served: Served) -> dict[
 @router.get("/explain", response_class=HTMLResponse, responses=PAGE_ERRORS)
 async def explain_page(served: Served, text: str = Query(min_length=1), pair: str | None = None,
                        target: str | None = None,
-                       method: schemas.ExplainMethod = "integrated_gradients") -> HTMLResponse:
+                       method: schemas.ExplainMethod = "integrated_gradients",
+                       baseline: schemas.ExplainBaseline = "pad") -> HTMLResponse:
     """The explanation page: the words shaded by attribution, beside the attention views."""
-    request = schemas.ExplainRequest(text=text, text_pair=pair or None, target=target or None, method=method)
+    request = schemas.ExplainRequest(text=text, text_pair=pair or None, target=target or None, method=method,
+                                     baseline=baseline)
     return HTMLResponse(await explanation(request, served, as_page=True))
 
 
