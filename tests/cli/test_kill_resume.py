@@ -236,3 +236,31 @@ def test_sigterm_saves_a_checkpoint_and_stops_where_resume_gives_the_uninterrupt
     assert records(output / "train_log.jsonl") == records(whole / "train_log.jsonl")
     assert json.loads((output / "metrics.json").read_text()) == json.loads((whole / "metrics.json").read_text())
     assert (output / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_ctrl_c_after_a_checkpoint_says_where_it_is_and_resume_continues(setup, whole, tmp_path, capsys,
+                                                                          monkeypatch):
+    """Ctrl-C said "interrupted" alone, where the run had a checkpoint to continue from (SIGTERM's message named
+    it): it now says where, and --resume from it gives the uninterrupted run."""
+    from bertforge.training.trainer import Trainer
+
+    log = Trainer.log
+
+    def log_then_interrupt(self, record):
+        log(self, record)
+        if record == {**record, "event": "train", "step": 7}:
+            raise KeyboardInterrupt
+
+    output = tmp_path / "model"
+    run = ("finetune", "--config", setup / "run.json", "--output", output, "--save-every", "3")
+    monkeypatch.setattr(Trainer, "log", log_then_interrupt)
+    code, _, err = in_process(capsys, *run)
+    monkeypatch.undo()
+    checkpoint = tmp_path / "model.incomplete" / "checkpoint"
+    assert (code, err) == (130, f"bertforge: interrupted; the run's last checkpoint is in {checkpoint}: continue it "
+                                "with --resume\n")
+    assert torch.load(checkpoint / "train_state.pt", weights_only=True)["step"] == 6
+    code, _, _ = in_process(capsys, *run, "--resume")
+    assert code == 0
+    assert (output / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()

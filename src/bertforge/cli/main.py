@@ -34,9 +34,11 @@ from bertforge.cli import (
 )
 from bertforge.cli.arguments import positive_int
 from bertforge.errors import BertforgeError, ConfigError
+from bertforge.outputs import staging_dir
 from bertforge.runtime import is_out_of_memory, set_threads, tune_cpu_allocator
 from bertforge.training.distributed import launch_or_single
 from bertforge.training.stopping import Stopped
+from bertforge.training.trainer import CHECKPOINT_DIR
 
 SUBCOMMANDS = {
     "demo": (demo, "fine-tune the default model on movie reviews and classify a few sentences"),
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return fail(out_of_memory(args))
     except KeyboardInterrupt:
-        return interrupted()
+        return interrupted(args)
 
 
 class ClosedStream(io.TextIOBase):
@@ -246,8 +248,16 @@ def reader_went_away() -> int:
     return 128 + signal.SIGPIPE
 
 
-def interrupted() -> int:
-    print("bertforge: interrupted", file=sys.stderr)
+def interrupted(args: argparse.Namespace | None = None) -> int:
+    """Ctrl-C: one line, and for a training run whose last checkpoint is on disk, how to continue from it."""
+    command = None if args is None else f"{args.command} {getattr(args, 'step', '')}".strip()
+    output = getattr(args, "output", None) if command in MULTI_PROCESS_COMMANDS else None
+    checkpoint = staging_dir(output) / CHECKPOINT_DIR if output else None
+    if checkpoint is not None and checkpoint.is_dir():
+        print(f"bertforge: interrupted; the run's last checkpoint is in {checkpoint}: continue it with --resume",
+              file=sys.stderr)
+    else:
+        print("bertforge: interrupted", file=sys.stderr)
     return 130
 
 
