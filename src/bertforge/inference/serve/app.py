@@ -155,7 +155,8 @@ def serve(name_or_path: str | Path, host: str = "127.0.0.1", port: int = 8000,
     listener = listening_socket(host, port)  # a port in use is the user's error, found before the model loads
     app = load_app(name_or_path, settings, inference)
     port = listener.getsockname()[1]  # the port the system chose for --port 0
-    logger.warning("serving %s (%s) on %s (API docs at /docs)", name_or_path,
+    # at INFO on the logger the command shows without -v: a log watched for warnings stays quiet at each start
+    logging.getLogger("bertforge.progress").info("serving %s (%s) on %s (API docs at /docs)", name_or_path,
                    type(app.state.served.model).__name__, server_url(host, port))
     uvicorn.Server(server_config(app, host, port, settings)).run(sockets=[listener])
 
