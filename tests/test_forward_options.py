@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.utils.prune
 import transformers
 
 from bertforge import (
@@ -486,7 +487,8 @@ def test_a_layer_hook_reads_and_patches_as_transformers_does_through_the_batch_l
                theirs.encoder.layer[2].register_forward_hook(patch_theirs)]
     try:
         with torch.inference_mode():
-            with pytest.warns(UserWarning, match=r"a hook on encoder.layers.2 sees the encoder's real tokens packed"):
+            with pytest.warns(UserWarning, match=r"a forward hook on encoder.layers.2 sees the encoder's real tokens "
+                                                 r"packed"):
                 patched = ours(**batch).last_hidden_state
             expected = theirs(**batch).last_hidden_state
             with warnings.catch_warnings():
@@ -502,14 +504,26 @@ def test_a_layer_hook_reads_and_patches_as_transformers_does_through_the_batch_l
         assert (patched[real] - ours(**batch).last_hidden_state[real]).abs().max() > 0.1  # the patch changed it
 
 
-def test_bertforges_own_hooks_raise_no_warning(minilm_dir, tokenizer):
-    """The attention viewer and int8 calibration hook the encoder's layers knowing the layout."""
+def test_hooks_that_know_the_layout_raise_no_warning(minilm_dir, tokenizer, batch):
+    """bertforge's own forward hooks (the attention viewer's, quantize's layer sensitivity, distillation's hidden
+    states) read packed tokens on purpose; pre-hooks (pruning's) don't read the tokens at all."""
+    from bertforge.compress.distill import LayerOutputs
+    from bertforge.compress.sensitivity import recording_outputs
     from bertforge.inference.attention_view import compute_attention
 
     model = BertModel.from_pretrained(minilm_dir).eval()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         compute_attention(model, tokenizer, "The cat sat on the mat.")
+        with torch.inference_mode(), recording_outputs(list(model.encoder.layers)) as outputs:
+            model(**batch)
+        assert all(len(recorded) == 1 for recorded in outputs.values())
+        with torch.inference_mode(), LayerOutputs(model).recording() as hidden:
+            model(**batch)
+        assert len(hidden) == len(model.encoder.layers)
+        torch.nn.utils.prune.l1_unstructured(model.encoder.layers[0].attention.query, "weight", amount=0.1)
+        with torch.inference_mode():
+            model(**batch)
 
 
 def test_a_raw_state_dict_goes_to_transformers_through_the_key_map(minilm_dir, batch):

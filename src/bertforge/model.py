@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from contextlib import contextmanager, nullcontext
-from contextvars import ContextVar
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 
@@ -201,29 +200,28 @@ class Encoder(nn.Module):
         return x, hidden_states, attentions
 
 
-# Hooks inside the encoder see its tokens packed, (tokens, hidden), where transformers' see (batch, seq, hidden):
-# code written for those would read or patch the wrong numbers without an error, so a model says so, once.
-# bertforge's own hooks (the attention viewer's, int8 calibration's) read packed tokens on purpose.
-_packed_hooks_expected: ContextVar[bool] = ContextVar("packed_hooks_expected", default=False)
+# Forward hooks inside the encoder see its tokens packed, (tokens, hidden), where transformers' see (batch, seq,
+# hidden): code written for those would read or patch the wrong numbers without an error, so a model says so, once.
+# Hooks that read packed tokens on purpose (bertforge's own: the attention viewer's, calibration's, distillation's)
+# are marked by `reads_packed_tokens`. Pre-hooks (pruning's, parametrizations') are left alone.
+def reads_packed_tokens(hook):
+    """Mark a forward hook as one that knows the encoder's layout (no warning)."""
+    hook.reads_packed_tokens = True
+    return hook
 
 
-@contextmanager
-def packed_hooks_expected():
-    token = _packed_hooks_expected.set(True)
-    try:
-        yield
-    finally:
-        _packed_hooks_expected.reset(token)
-
-
-def hooked_module(encoder: nn.Module) -> str | None:
-    """The name of the first module inside `encoder` with a forward hook, or None."""
-    return next((name for name, module in encoder.named_modules()
-                 if module._forward_hooks or module._forward_pre_hooks), None)
+def hooked_module(encoder: nn.Module) -> nn.Module | None:
+    """The first module inside `encoder` with an unmarked forward hook, or None. The modules are listed once (a
+    walk of the tree costs ~50 us a forward, the list ~3 us): a module put in later (an adapter's) goes unseen."""
+    modules = encoder.__dict__.get("modules_for_hooks")
+    if modules is None:
+        modules = encoder.__dict__["modules_for_hooks"] = list(encoder.modules())
+    return next((module for module in modules if module._forward_hooks and not all(
+        getattr(hook, "reads_packed_tokens", False) for hook in module._forward_hooks.values())), None)
 
 
 def warn_of_packed_hooks(name: str) -> None:
-    warnings.warn(f"a hook on encoder.{name} sees the encoder's real tokens packed: (tokens, hidden), padding "
+    warnings.warn(f"a forward hook on encoder.{name} sees the encoder's real tokens packed: (tokens, hidden), padding "
                   "removed and sequences grouped by length, not transformers' (batch, seq, hidden). A hook on "
                   "encoder.layers[i] gets the batch's layout as inputs[1]: inputs[1].unpack(output[0]) is (batch, "
                   "seq, hidden) and inputs[1].pack(h) packs it back; output_hidden_states=True gives every layer's "
@@ -403,11 +401,10 @@ class BertModel(Pretrained, nn.Module):
         # After the embeddings (whose output is the batch as given, as code that hooks them expects), everything
         # runs on the real tokens only: (tokens, hidden).
         x = batch.pack(self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds))
-        if not (self.__dict__.get("warned_of_packed_hooks") or torch.compiler.is_compiling()
-                or _packed_hooks_expected.get()):
+        if not (self.__dict__.get("warned_of_packed_hooks") or torch.compiler.is_compiling()):
             hooked = hooked_module(self.encoder)
             if hooked is not None:
-                warn_of_packed_hooks(hooked)
+                warn_of_packed_hooks(next(name for name, module in self.encoder.named_modules() if module is hooked))
                 self.warned_of_packed_hooks = True
         x, hidden_states, attentions = self.encoder(x, batch, output_hidden_states, output_attentions,
                                                     first_token_only)

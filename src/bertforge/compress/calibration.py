@@ -17,7 +17,6 @@ from torch import nn
 
 from bertforge.errors import ConfigError
 from bertforge.heads import every_position
-from bertforge.model import packed_hooks_expected
 
 
 @torch.inference_mode()
@@ -40,8 +39,7 @@ def calibrate(model: nn.Module, batches: Iterable[dict[str, torch.Tensor]], name
     was_training = model.training
     model.eval()
     try:
-        # every token's range, so the model stays right wherever its layers are used; the hooks read tokens
-        with every_position(model), packed_hooks_expected():
+        with every_position(model):  # every token's range, so the model stays right wherever its layers are used
             for batch in batches:
                 model(**batch)
     finally:

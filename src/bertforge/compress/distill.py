@@ -33,6 +33,7 @@ from bertforge.compress.quantize import check_not_quantized
 from bertforge.errors import BertforgeError, ConfigError, InputError
 from bertforge.heads import IGNORE_INDEX, every_position
 from bertforge.inference.optimize import InferenceOptions
+from bertforge.model import reads_packed_tokens
 from bertforge.outputs import release_staging, staging_dir
 from bertforge.runtime import parse_device
 from bertforge.tasks.finetune import RUN_CONFIG_FILE, FinetuneConfig, FinetuneResult, finetune
@@ -106,10 +107,10 @@ class LayerOutputs:
         self.outputs: list[torch.Tensor] | None = None
         encoder = next(module for module in model.modules() if isinstance(getattr(module, "layers", None),
                                                                           nn.ModuleList))
-        for layer in encoder.layers:
-            layer.register_forward_hook(self.record)
+        for layer in encoder.layers:  # compared packed, as the two models pack the same batch alike
+            layer.register_forward_hook(reads_packed_tokens(lambda module, inputs, output: self.record(output)))
 
-    def record(self, module: nn.Module, inputs: Any, output: tuple[torch.Tensor, Any]) -> None:
+    def record(self, output: tuple[torch.Tensor, Any]) -> None:
         if self.outputs is not None:
             self.outputs.append(output[0])
 

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from bertforge.compress.int8_linear import replace_module
-from bertforge.model import BertModel, EncoderLayer
+from bertforge.model import BertModel, EncoderLayer, reads_packed_tokens
 from bertforge.model_output import ModelOutput
 
 # How many calibration examples rank the layers for `float_layers` (a model's pass for each linear layer): the
@@ -85,8 +85,8 @@ def layers_before(model: nn.Module, name: str, layers: list[nn.Module]) -> list[
 def recording_outputs(layers: list[nn.Module]) -> Iterator[dict[nn.Module, list[Any]]]:
     """What each of `layers` returns while the block runs, in call order: layer -> [output, ...]."""
     outputs: dict[nn.Module, list[Any]] = {layer: [] for layer in layers}
-    handles = [layer.register_forward_hook(lambda module, inputs, output: outputs[module].append(output))
-               for layer in layers]
+    handles = [layer.register_forward_hook(reads_packed_tokens(
+                   lambda module, inputs, output: outputs[module].append(output))) for layer in layers]
     try:
         yield outputs
     finally:

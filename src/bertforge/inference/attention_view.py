@@ -23,7 +23,7 @@ import torch
 
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.heads import encoder_of
-from bertforge.model import BertModel, packed_hooks_expected
+from bertforge.model import BertModel, reads_packed_tokens
 from bertforge.tokenizer import BertTokenizer
 from bertforge.validation import check_within_positions
 
@@ -93,14 +93,13 @@ def attention_vectors(model, input_ids: list[int], token_type_ids: list[int]
     `model` is a BertModel or has `.bert`."""
     encoder = encoder_of(model)
     captured: dict[str, list[torch.Tensor]] = {"query": [], "key": []}
-    handles = [getattr(layer.attention, name).register_forward_hook(
-                   lambda module, inputs, output, name=name: captured[name].append(output.float().cpu()))
+    handles = [getattr(layer.attention, name).register_forward_hook(reads_packed_tokens(
+                   lambda module, inputs, output, name=name: captured[name].append(output.float().cpu())))
                for layer in encoder.encoder.layers for name in captured]
     device = next(encoder.parameters()).device
     try:
-        with packed_hooks_expected():
-            output = encoder(torch.tensor([input_ids], device=device),
-                             token_type_ids=torch.tensor([token_type_ids], device=device), output_attentions=True)
+        output = encoder(torch.tensor([input_ids], device=device),
+                         token_type_ids=torch.tensor([token_type_ids], device=device), output_attentions=True)
     finally:
         for handle in handles:
             handle.remove()
