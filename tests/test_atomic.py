@@ -153,3 +153,27 @@ def test_a_fifo_a_device_and_a_link_are_written_through_not_replaced(tmp_path, r
         assert stat.S_ISCHR((tmp_path / "null").stat().st_mode)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["corpus.txt", "fifo", "link.txt", "null",
                                                                 "target.txt"]
+
+
+def test_files_under_dev_shm_are_still_replaced_whole_and_a_link_loop_is_named(tmp_path):
+    """Only a process's stream names (/dev/fd/N, /dev/stdout, /proc/...) and what isn't a regular file are written
+    in place: a file on /dev/shm (a tmpfs for fast scratch) is replaced whole, as anywhere else. A link to itself
+    is an OSError naming it (it was a RuntimeError's traceback)."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.access(shm, os.W_OK):
+        pytest.skip("no writable /dev/shm")
+    path = shm / f"bertforge-test-{os.getpid()}.txt"
+    path.write_text("old", encoding="utf-8")
+    try:
+        with pytest.raises(RuntimeError, match="stopped"):
+            with atomic_path(path) as temporary:
+                temporary.write_text("half-writ", encoding="utf-8")
+                raise RuntimeError("stopped")
+        assert path.read_text(encoding="utf-8") == "old"
+    finally:
+        path.unlink()
+    loop = tmp_path / "loop.json"
+    loop.symlink_to(loop.name)
+    with pytest.raises(OSError) as raised:
+        write_text_atomic(loop, "{}")
+    assert raised.value.errno == errno.ELOOP and raised.value.filename == str(loop)

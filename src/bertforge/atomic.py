@@ -7,6 +7,7 @@ removes the ones whose writer, named by PID and host, is no longer running.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -65,12 +66,17 @@ def remove_stale_temporaries(directory: str | Path) -> list[Path]:
     return removed
 
 
+# Names of a process's streams: /dev/stdout is a link to a file when stdout is one, which replacing would unlink
+# from the stream. Other paths under /dev (/dev/shm's files) are files like any other.
+STREAM_PATHS = ("/dev/fd/", "/dev/stdout", "/dev/stderr", "/proc/")
+
+
 def writes_through(path: str | Path) -> bool:
     """Whether `path` is written in place rather than replaced: a device (/dev/null), a FIFO, a socket, a process
     substitution's /dev/fd/N, /dev/stdout. Renaming a file over one of those would put a plain file in its place
     (as root, /dev/null itself) and leave its reader waiting."""
     path = Path(path)
-    if str(path.absolute()).startswith(("/dev/", "/proc/")):
+    if str(path.absolute()).startswith(STREAM_PATHS):
         return True
     try:
         return not stat.S_ISREG(path.stat().st_mode)  # links followed: a link to a file is that file
@@ -87,7 +93,10 @@ def atomic_path(path: str | Path):
         yield path
         return
     if path.is_symlink():
-        path = path.resolve()
+        try:
+            path = path.resolve()
+        except RuntimeError:  # Python 3.11's "Symlink loop"
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path)) from None
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path.parent)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-{os.getpid()}-{_host()}-")

@@ -352,3 +352,5 @@ def test_a_config_of_more_layers_than_the_weights_is_refused_before_it_is_built(
     with pytest.raises(CheckpointError, match=r"model.safetensors: holds 2 layers, where config.json says "
                                               r"num_hidden_layers 5000 \(does config.json match the weights\?\)$"):
         BertModel.from_pretrained(folder)
+    with pytest.raises(CheckpointError, match="where the config given says num_hidden_layers 24"):
+        BertModel.from_pretrained(tiny_model_dir, num_hidden_layers=24)

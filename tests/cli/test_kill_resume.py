@@ -264,3 +264,28 @@ def test_ctrl_c_after_a_checkpoint_says_where_it_is_and_resume_continues(setup, 
     code, _, _ = in_process(capsys, *run, "--resume")
     assert code == 0
     assert (output / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_under_nohup_sighup_is_still_ignored(setup, whole, tmp_path, capsys, monkeypatch):
+    """nohup starts a run with SIGHUP ignored, so that it outlives its terminal: the run's own SIGHUP handler must
+    not undo that (it stopped such a run at the next step)."""
+    from bertforge.training.trainer import Trainer
+
+    log = Trainer.log
+
+    def log_then_hangup(self, record):
+        log(self, record)
+        if record == {**record, "event": "train", "step": 7}:
+            os.kill(os.getpid(), signal.SIGHUP)
+
+    output = tmp_path / "model"
+    monkeypatch.setattr(Trainer, "log", log_then_hangup)
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        code, _, err = in_process(capsys, "finetune", "--config", setup / "run.json", "--output", output)
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert code == 0, err
+    assert (output / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()

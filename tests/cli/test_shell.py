@@ -109,3 +109,13 @@ def test_help_and_version_written_to_a_full_disk_fail():
             result = bertforge(*flags, stdout=full, stderr=subprocess.PIPE)
         assert result.returncode == 1, flags
         assert result.stderr.decode() == "bertforge: error: standard output: No space left on device\n"
+
+
+@pytest.mark.parametrize("listed", ["'prepare', 'train', 'eval'", "prepare, train, eval"])
+def test_a_mistyped_choice_gets_the_nearest_in_either_of_pythons_wordings(listed, capsys):
+    """Python 3.11 quotes argparse's choices in its message, later versions may not: either way the nearest one."""
+    from bertforge.cli.main import OneLineParser
+
+    with pytest.raises(SystemExit):
+        OneLineParser(prog="bertforge pretrain").error(f"argument STEP: invalid choice: 'trian' (choose from {listed})")
+    assert "did you mean train?" in capsys.readouterr().err

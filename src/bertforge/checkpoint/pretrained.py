@@ -353,7 +353,8 @@ class Pretrained(ActivationCheckpointing):
             raise (ConfigError(f"{config_path(directory)}: {error}") if given is None else error) from None
         quantization = read_quantization(directory) if has_config else None
         state, source = read_state_dict(directory, use_safetensors, variant)
-        check_layer_count(config, state, source)
+        named = "config.json" if given is None and "num_hidden_layers" not in config_overrides else "the config given"
+        check_layer_count(config, state, source, named)
         try:
             with shapes_only():  # see built_and_loaded
                 skeleton = build()
@@ -624,13 +625,13 @@ def set_gradient_checkpointing(model: torch.nn.Module, enable: bool, every_n_lay
         encoder.checkpoint_every, encoder.offload_checkpoints = every_n_layers, bool(offload)
 
 
-def check_layer_count(config: BertConfig, state: dict[str, torch.Tensor], source: Path) -> None:
+def check_layer_count(config: BertConfig, state: dict[str, torch.Tensor], source: Path, named: str) -> None:
     """Weights of fewer layers than config.json names are refused before the model is built: a config of 40,000
     layers over weights of 2 built 2.4 GB of layers for 38 s before a tensor was found missing."""
     layers = {int(match[1]) for name in state if (match := LAYER_INDEX.search(name))}
     if layers and config.num_hidden_layers > max(layers) + 1:
-        raise CheckpointError(f"{source}: holds {max(layers) + 1} layers, where config.json says num_hidden_layers "
-                              f"{config.num_hidden_layers} (does config.json match the weights?)")
+        raise CheckpointError(f"{source}: holds {max(layers) + 1} layers, where {named} says num_hidden_layers "
+                              f"{config.num_hidden_layers} (does {named} match the weights?)")
 
 
 LAYER_INDEX = re.compile(r"(?:^|\.)encoder\.layers?\.(\d+)\.")

@@ -92,9 +92,11 @@ class OneLineParser(argparse.ArgumentParser):
             (file or sys.stderr).flush()
 
     def error(self, message: str):
-        chosen = re.match(r"argument \S+: invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        # Python 3.11 quotes the choices ('a', 'b'); later versions may not (a, b)
+        chosen = re.match(r"argument \S+: invalid choice: '?(.*?)'? \(choose from (.*)\)$", message)
         if chosen:  # a mistyped command (or value): name the nearest one
-            near = difflib.get_close_matches(chosen[1], re.findall(r"'([^']*)'", chosen[2]), n=1)
+            choices = [choice.strip().strip("'") for choice in chosen[2].split(",")]
+            near = difflib.get_close_matches(chosen[1], choices, n=1)
             message += f"; did you mean {near[0]}?" if near else ""
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
@@ -236,7 +238,8 @@ def prepare_standard_streams() -> None:
         if stream is None:
             setattr(sys, name, ClosedStream("standard output") if name == "stdout" else open(os.devnull, "w"))
         elif codecs.lookup(stream.encoding or "ascii").name != "utf-8" and hasattr(stream, "reconfigure"):
-            stream.reconfigure(encoding="utf-8", errors="backslashreplace")
+            # surrogateescape: bytes of the command line Python could not decode go back out as they came
+            stream.reconfigure(encoding="utf-8", errors="surrogateescape" if name == "stdout" else "backslashreplace")
     if sys.stdin is None:
         sys.stdin = ClosedStream("standard input")
 

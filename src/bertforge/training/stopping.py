@@ -53,8 +53,9 @@ def stop_on_sigterm(device: torch.device) -> Iterator[Callable[[], bool]]:
         yield StopRequests(None)
         return
     requests = StopRequests(device)
+    # a signal ignored stays ignored: under nohup, SIGHUP is (the run was started to outlive its terminal)
     previous = {signum: signal.signal(signum, lambda signum, frame: requests.received.append(signum))
-                for signum in STOP_SIGNALS}
+                for signum in STOP_SIGNALS if signal.getsignal(signum) is not signal.SIG_IGN}
     try:
         yield requests
     finally:
