@@ -13,6 +13,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
+import torch
 
 pytest.importorskip("fastapi", reason="the server needs FastAPI: pip install 'bertforge[serve]'")
 uvicorn = pytest.importorskip("uvicorn", reason="the server needs uvicorn: pip install 'bertforge[serve]'")
@@ -122,3 +123,29 @@ def test_an_encoders_explanation_over_http_is_its_similarity(minilm_dir, sst2_de
         assert explained.status_code == 200 and similar.status_code == 200, (explained.text, similar.text)
         assert explained.json()["score"] == pytest.approx(similar.json()[0], abs=1e-5)
         assert client.post("/explain", json={"text": long_text, "text_pair": "a great movie"}).status_code == 200
+
+
+def test_a_windowed_classifiers_explanation_counts_every_window(tokenizer, tiny_config, sst2_dev, tmp_path):
+    """A classifier fine-tuned on windows is explained over all of them: occlusion's work grows with the square of
+    the text, so the bound counts the whole text (about twice: the windows overlap by half), not one window."""
+    from fastapi.testclient import TestClient
+
+    from bertforge import BertConfig, BertForSequenceClassification
+    from bertforge.config import FINETUNE_KEY
+
+    config = BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size, "max_position_embeddings": 512,
+                           "id2label": {0: "negative", 1: "positive"}, "label2id": {"negative": 0, "positive": 1}})
+    torch.manual_seed(0)
+    classifier = BertForSequenceClassification(config)
+    classifier.config.extra |= {"finetuning_task": "classification",
+                                FINETUNE_KEY: {"max_length": 16, "long_text": "windows"}}
+    classifier.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    text = " ".join(text for text, _ in sst2_dev[:20])
+    tokens = len(tokenizer(text, truncation=False)["input_ids"])
+    with TestClient(load_app(tmp_path, ServeSettings())) as client:
+        answer = client.post("/explain", json={"text": text, "method": "occlusion"})
+        assert answer.status_code == 413, answer.text
+        assert f"{2 * tokens} x {2 * tokens} tokens" in answer.json()["error"]
+        short = client.post("/explain", json={"text": sst2_dev[0][0], "method": "occlusion"})
+        assert short.status_code == 200 and short.json()["method"] == "occlusion"

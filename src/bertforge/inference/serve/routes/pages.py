@@ -71,6 +71,12 @@ async def explanation(request: schemas.ExplainRequest, served: ServedModel, as_p
                 explained_length(served.model, served.tokenizer), max_length)
     paths = integration_paths(served.model, request.text_pair)
     tokens = min(len(row["input_ids"]), reads)
+    if served.run is not None and getattr(served.run.settings, "long_text", None) == "windows":
+        # a classifier fine-tuned on windows is explained over every window of the text, which hold each of its
+        # tokens about twice (they advance by half a window)
+        whole = await asyncio.to_thread(served.tokenizer, request.text, text_pair=request.text_pair,
+                                        truncation=False)
+        tokens = max(tokens, 2 * len(whole["input_ids"]))
     work, budget = request.steps * tokens * paths, DEFAULT_STEPS * max_length
     if request.method == "integrated_gradients" and work > budget:
         per_text = " x 2 (each text against the other)" if paths == 2 else ""
