@@ -202,6 +202,20 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again_on_resume(setup, 
     assert (output / "model.safetensors").read_bytes() == (whole / "model.safetensors").read_bytes()
 
 
+def after_step(monkeypatch, step: int, action) -> None:
+    """Run `action` once the trainer has logged training step `step` (a signal, a Ctrl-C, mid-run)."""
+    from bertforge.training.trainer import Trainer
+
+    log = Trainer.log
+
+    def log_then_act(self, record):
+        log(self, record)
+        if record == {**record, "event": "train", "step": step}:
+            action()
+
+    monkeypatch.setattr(Trainer, "log", log_then_act)
+
+
 @pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_sigterm_saves_a_checkpoint_and_stops_where_resume_gives_the_uninterrupted_run(setup, whole, tmp_path, capsys,
@@ -211,18 +225,9 @@ def test_sigterm_saves_a_checkpoint_and_stops_where_resume_gives_the_uninterrupt
     resumes from is the one SIGTERM made; before, SIGTERM ended the process and every step since the last one was
     lost. SIGHUP (an ssh session dropped under a run started without nohup) killed the run with no checkpoint: it
     is answered the same way, exit status 129."""
-    from bertforge.training.trainer import Trainer
-
-    log = Trainer.log
-
-    def log_then_sigterm(self, record):
-        log(self, record)
-        if record == {**record, "event": "train", "step": 7}:
-            os.kill(os.getpid(), stop)
-
     output = tmp_path / "model"
     run = ("finetune", "--config", setup / "run.json", "--output", output, "--save-every", "1000")
-    monkeypatch.setattr(Trainer, "log", log_then_sigterm)
+    after_step(monkeypatch, 7, lambda: os.kill(os.getpid(), stop))
     code, _, err = in_process(capsys, *run)
     monkeypatch.undo()
     checkpoint = tmp_path / "model.incomplete" / "checkpoint"
@@ -243,18 +248,12 @@ def test_ctrl_c_after_a_checkpoint_says_where_it_is_and_resume_continues(setup, 
                                                                           monkeypatch):
     """Ctrl-C said "interrupted" alone, where the run had a checkpoint to continue from (SIGTERM's message named
     it): it now says where, and --resume from it gives the uninterrupted run."""
-    from bertforge.training.trainer import Trainer
-
-    log = Trainer.log
-
-    def log_then_interrupt(self, record):
-        log(self, record)
-        if record == {**record, "event": "train", "step": 7}:
-            raise KeyboardInterrupt
+    def interrupt():
+        raise KeyboardInterrupt
 
     output = tmp_path / "model"
     run = ("finetune", "--config", setup / "run.json", "--output", output, "--save-every", "3")
-    monkeypatch.setattr(Trainer, "log", log_then_interrupt)
+    after_step(monkeypatch, 7, interrupt)
     code, _, err = in_process(capsys, *run)
     monkeypatch.undo()
     checkpoint = tmp_path / "model.incomplete" / "checkpoint"
@@ -270,17 +269,8 @@ def test_ctrl_c_after_a_checkpoint_says_where_it_is_and_resume_continues(setup, 
 def test_under_nohup_sighup_is_still_ignored(setup, whole, tmp_path, capsys, monkeypatch):
     """nohup starts a run with SIGHUP ignored, so that it outlives its terminal: the run's own SIGHUP handler must
     not undo that (it stopped such a run at the next step)."""
-    from bertforge.training.trainer import Trainer
-
-    log = Trainer.log
-
-    def log_then_hangup(self, record):
-        log(self, record)
-        if record == {**record, "event": "train", "step": 7}:
-            os.kill(os.getpid(), signal.SIGHUP)
-
     output = tmp_path / "model"
-    monkeypatch.setattr(Trainer, "log", log_then_hangup)
+    after_step(monkeypatch, 7, lambda: os.kill(os.getpid(), signal.SIGHUP))
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         code, _, err = in_process(capsys, "finetune", "--config", setup / "run.json", "--output", output)
