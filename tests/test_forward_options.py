@@ -504,6 +504,28 @@ def test_a_layer_hook_reads_and_patches_as_transformers_does_through_the_batch_l
         assert (patched[real] - ours(**batch).last_hidden_state[real]).abs().max() > 0.1  # the patch changed it
 
 
+def test_a_hook_on_an_inner_module_unpacks_with_the_encoders_layout(minilm_dir, batch):
+    """A hook on a layer's query projection gets packed (tokens, hidden) alone: the encoder's running layout
+    unpacks it into transformers' (batch, seq, hidden) queries."""
+    ours = BertModel.from_pretrained(minilm_dir).eval()
+    theirs = transformers.BertModel.from_pretrained(minilm_dir).eval()
+    seen = {}
+    handles = [ours.encoder.layers[3].attention.query.register_forward_hook(
+                   lambda module, inputs, output: seen.__setitem__("ours", ours.encoder.layout.unpack(output))),
+               theirs.encoder.layer[3].attention.self.query.register_forward_hook(
+                   lambda module, inputs, output: seen.__setitem__("theirs", output))]
+    try:
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the warning says what this test does
+            ours(**batch), theirs(**batch)
+    finally:
+        for handle in handles:
+            handle.remove()
+    real = batch["attention_mask"].bool()
+    assert seen["ours"].shape == seen["theirs"].shape and ours.encoder.layout is None  # only while it runs
+    torch.testing.assert_close(seen["ours"][real], seen["theirs"][real], atol=1e-4, rtol=0)
+
+
 def test_hooks_that_know_the_layout_raise_no_warning(minilm_dir, tokenizer, batch):
     """bertforge's own forward hooks (the attention viewer's, quantize's layer sensitivity, distillation's hidden
     states) read packed tokens on purpose; pre-hooks (pruning's) don't read the tokens at all."""

@@ -176,6 +176,9 @@ class Encoder(nn.Module):
         self.gradient_checkpointing = False
         self.checkpoint_every = 1
         self.offload_checkpoints = False
+        # The running batch's PackedBatch, for hooks on any module inside (README: hooks): layout.unpack(tokens)
+        # is (batch, seq, ...). Set for each forward (not while torch.compile or export traces it).
+        self.layout: PackedBatch | None = None
 
     def forward(self, x: torch.Tensor, batch: PackedBatch, output_hidden_states: bool, output_attentions: bool,
                 first_token_only: bool = False):
@@ -222,10 +225,11 @@ def hooked_module(encoder: nn.Module) -> nn.Module | None:
 
 def warn_of_packed_hooks(name: str) -> None:
     warnings.warn(f"a forward hook on encoder.{name} sees the encoder's real tokens packed: (tokens, hidden), padding "
-                  "removed and sequences grouped by length, not transformers' (batch, seq, hidden). A hook on "
-                  "encoder.layers[i] gets the batch's layout as inputs[1]: inputs[1].unpack(output[0]) is (batch, "
-                  "seq, hidden) and inputs[1].pack(h) packs it back; output_hidden_states=True gives every layer's "
-                  "(batch, seq, hidden) (README: hooks)", stacklevel=3)
+                  "removed and sequences grouped by length, not transformers' (batch, seq, hidden). In the hook, "
+                  "the encoder's layout (model.encoder.layout; a task model's model.bert.encoder.layout) unpacks "
+                  "it: layout.unpack(x) is (batch, seq, ...) and layout.pack(h) packs it back (a hook on "
+                  "encoder.layers[i] also gets the layout as inputs[1]); output_hidden_states=True gives every "
+                  "layer's (batch, seq, hidden) (README: hooks)", stacklevel=3)
 
 
 def offloaded(device: torch.device, offload: bool):
@@ -406,8 +410,13 @@ class BertModel(Pretrained, nn.Module):
             if hooked is not None:
                 warn_of_packed_hooks(next(name for name, module in self.encoder.named_modules() if module is hooked))
                 self.warned_of_packed_hooks = True
+        tracing = torch.compiler.is_compiling()
+        if not tracing:
+            self.encoder.layout = batch
         x, hidden_states, attentions = self.encoder(x, batch, output_hidden_states, output_attentions,
                                                     first_token_only)
+        if not tracing:
+            self.encoder.layout = None
         last_hidden_state = batch.unpack_first_tokens(x) if first_token_only else \
             hidden_states[-1] if output_hidden_states else batch.unpack(x)
         return returned(EncoderOutput(
