@@ -86,7 +86,6 @@ def located(tokenizer, rows: list[Row], attributions: Attributions
     return tokens, words
 
 
-
 def ranked_words(rows: list[Row], words: list[WordAttribution]) -> list[list[tuple[int, int]]]:
     """The words, most attributed first, each as its tokens' (row, position)."""
     row_and_position = [(row, position) for row, values in enumerate(rows) for position in range(len(values.input_ids))]

@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from statistics import fmean
 
 import torch
 
-from bertforge.explain.methods import TOKENS_PER_BATCH, word_embeddings
+from bertforge.explain.methods import score_at, scores_without, word_embeddings
 from bertforge.explain.targets import Target
 
 FRACTIONS = (0.01, 0.05, 0.1, 0.2, 0.5)
@@ -44,8 +45,6 @@ def faithfulness(model, target: Target, ranked_words: list[list[tuple[int, int]]
     """`ranked_words`: the words, most attributed first, each as its (row, position) tokens. None without words."""
     if not ranked_words:
         return None
-    inputs = [word_embeddings(model, row.input_ids) for row in target.rows]
-    baselines = [word_embeddings(model, row.baseline_ids) for row in target.rows]
     generator = random.Random(seed)
     words = range(len(ranked_words))
     counts = [max(1, math.ceil(fraction * len(words))) for fraction in FRACTIONS]
@@ -56,8 +55,8 @@ def faithfulness(model, target: Target, ranked_words: list[list[tuple[int, int]]
             variants.append(sorted(chosen))
             variants.append([word for word in words if word not in chosen])
     tokens = [[token for word in variant for token in ranked_words[word]] for variant in variants]
-    scores = scores_without(target, inputs, baselines, tokens)
-    score = float(target.score([x[None] for x in inputs])[0])
+    scores = scores_without(model, target, tokens)
+    score = score_at(target, [word_embeddings(model, row.input_ids) for row in target.rows])
     drops = [score - value for value in scores]
     per_share = 2 * (1 + RANDOM_DRAWS)
     shares = [drops[i * per_share:(i + 1) * per_share] for i in range(len(counts))]
@@ -66,25 +65,5 @@ def faithfulness(model, target: Target, ranked_words: list[list[tuple[int, int]]
     random_comprehensiveness = [sum(share[2::2]) / RANDOM_DRAWS for share in shares]
     random_sufficiency = [sum(share[3::2]) / RANDOM_DRAWS for share in shares]
     return Faithfulness(list(FRACTIONS), counts, comprehensiveness, sufficiency, random_comprehensiveness,
-                        random_sufficiency, mean(comprehensiveness), mean(sufficiency),
-                        mean(random_comprehensiveness), mean(random_sufficiency))
-
-
-def scores_without(target: Target, inputs: list[torch.Tensor], baselines: list[torch.Tensor],
-                   variants: list[list[tuple[int, int]]]) -> list[float]:
-    """f with each variant's tokens, (row, position), at their baseline; the variants run in batches."""
-    batch = max(1, TOKENS_PER_BATCH // sum(len(x) for x in inputs))
-    scores: list[float] = []
-    for begin in range(0, len(variants), batch):
-        chunk = variants[begin:begin + batch]
-        masks = [torch.zeros(len(chunk), len(x), 1, dtype=torch.bool, device=x.device) for x in inputs]
-        for index, tokens in enumerate(chunk):
-            for row, position in tokens:
-                masks[row][index, position] = True
-        rows = [torch.where(mask, baseline, x) for mask, baseline, x in zip(masks, baselines, inputs)]
-        scores.extend(target.score(rows).double().cpu().tolist())
-    return scores
-
-
-def mean(values: list[float]) -> float:
-    return sum(values) / len(values)
+                        random_sufficiency, fmean(comprehensiveness), fmean(sufficiency),
+                        fmean(random_comprehensiveness), fmean(random_sufficiency))

@@ -111,25 +111,36 @@ def saliency(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:
 
 
 @torch.no_grad()
+def scores_without(model, target: Target, variants: list[list[tuple[int, int]]]) -> list[float]:
+    """f with each variant's tokens, (row, position), at their baseline and the rest as given; the variants run in
+    batches of about TOKENS_PER_BATCH tokens. What occlusion and the faithfulness report (faithfulness.py) run."""
+    inputs = [word_embeddings(model, row.input_ids) for row in target.rows]
+    baselines = [word_embeddings(model, row.baseline_ids) for row in target.rows]
+    batch = max(1, TOKENS_PER_BATCH // sum(len(x) for x in inputs))
+    scores: list[float] = []
+    for begin in range(0, len(variants), batch):
+        chunk = variants[begin:begin + batch]
+        masks = [torch.zeros(len(chunk), len(x), 1, dtype=torch.bool, device=x.device) for x in inputs]
+        for index, tokens in enumerate(chunk):
+            for row, position in tokens:
+                masks[row][index, position] = True
+        rows = [torch.where(mask, baseline, x) for mask, baseline, x in zip(masks, baselines, inputs)]
+        scores.extend(target.score(rows).double().cpu().tolist())
+    return scores
+
+
 def occlusion(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:
     """f(x) - f(x with one token at its baseline), per token: what f loses without that token, the rest as given.
 
     Forward passes alone (no gradient), so it explains int8 models too. Tokens that are their own baseline ([CLS],
     [SEP]) lose nothing and are not run.
     """
-    inputs = [word_embeddings(model, row.input_ids) for row in target.rows]
-    baselines = [word_embeddings(model, row.baseline_ids) for row in target.rows]
-    score = score_at(target, inputs)
+    score = score_at(target, [word_embeddings(model, row.input_ids) for row in target.rows])
+    occluded = [(i, j) for i, row in enumerate(target.rows)
+                for j, (token, base) in enumerate(zip(row.input_ids, row.baseline_ids)) if token != base]
     per_token = [torch.zeros(len(row.input_ids), dtype=torch.float64) for row in target.rows]
-    for i, row in enumerate(target.rows):
-        occluded = [j for j, (token, base) in enumerate(zip(row.input_ids, row.baseline_ids)) if token != base]
-        batch = max(1, TOKENS_PER_BATCH // sum(len(other.input_ids) for other in target.rows))
-        for begin in range(0, len(occluded), batch):
-            positions = torch.tensor(occluded[begin:begin + batch])
-            copies = inputs[i].expand(len(positions), -1, -1).clone()
-            copies[torch.arange(len(positions)), positions] = baselines[i][positions]
-            held = [copies if k == i else x.expand(len(positions), -1, -1) for k, x in enumerate(inputs)]
-            per_token[i][positions] = score - target.score(held).double().cpu()
+    for (i, j), value in zip(occluded, scores_without(model, target, [[token] for token in occluded])):
+        per_token[i][j] = score - value
     return Attributions(per_token, score)
 
 
