@@ -213,13 +213,14 @@ def reads_packed_tokens(hook):
     return hook
 
 
-def hooked_module(encoder: nn.Module) -> nn.Module | None:
-    """The first module inside `encoder` with an unmarked forward hook, or None. The modules are listed once (a
-    walk of the tree costs ~50 us a forward, the list ~3 us): a module put in later (an adapter's) goes unseen."""
+def hooked_module(encoder: nn.Module) -> str | None:
+    """The name of the first module inside `encoder` with an unmarked forward hook, or None. The modules are listed
+    once (a walk of the tree costs ~50 us a forward, the list ~3 us): a module put in later (an adapter's) goes
+    unseen."""
     modules = encoder.__dict__.get("modules_for_hooks")
     if modules is None:
-        modules = encoder.__dict__["modules_for_hooks"] = list(encoder.modules())
-    return next((module for module in modules if module._forward_hooks and not all(
+        modules = encoder.__dict__["modules_for_hooks"] = list(encoder.named_modules())
+    return next((name for name, module in modules if module._forward_hooks and not all(
         getattr(hook, "reads_packed_tokens", False) for hook in module._forward_hooks.values())), None)
 
 
@@ -405,12 +406,12 @@ class BertModel(Pretrained, nn.Module):
         # After the embeddings (whose output is the batch as given, as code that hooks them expects), everything
         # runs on the real tokens only: (tokens, hidden).
         x = batch.pack(self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds))
-        if not (self.__dict__.get("warned_of_packed_hooks") or torch.compiler.is_compiling()):
+        tracing = torch.compiler.is_compiling()  # a graph being recorded holds no Python state of the run
+        if not (tracing or self.__dict__.get("warned_of_packed_hooks")):
             hooked = hooked_module(self.encoder)
             if hooked is not None:
-                warn_of_packed_hooks(next(name for name, module in self.encoder.named_modules() if module is hooked))
+                warn_of_packed_hooks(hooked)
                 self.warned_of_packed_hooks = True
-        tracing = torch.compiler.is_compiling()
         if not tracing:
             self.encoder.layout = batch
         x, hidden_states, attentions = self.encoder(x, batch, output_hidden_states, output_attentions,

@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="bertforge: %(levelname)s: %(message)s", stream=sys.stderr)
     logging.getLogger("bertforge.progress").setLevel(logging.INFO)  # e.g. dev metrics after each evaluation
     try:
-        command = f"{args.command} {args.step}" if args.command == "pretrain" else args.command
+        command = command_name(args)
         if command not in MULTI_PROCESS_COMMANDS and started_beside_other_processes():
             raise ConfigError(f"`bertforge {command}` runs in one process: start it without torchrun (finetune, "
                               "distill and pretrain train share their work between processes)")
@@ -244,6 +244,11 @@ def prepare_standard_streams() -> None:
         sys.stdin = ClosedStream("standard input")
 
 
+def command_name(args: argparse.Namespace) -> str:
+    """'finetune', 'pretrain train': the command with its step."""
+    return f"{args.command} {args.step}" if args.command == "pretrain" else args.command
+
+
 def reader_went_away() -> int:
     # Whoever read the output has all they wanted; nothing to report. Point stdout at nothing so that the
     # interpreter's own flush at exit doesn't fail again.
@@ -253,8 +258,8 @@ def reader_went_away() -> int:
 
 def interrupted(args: argparse.Namespace | None = None) -> int:
     """Ctrl-C: one line, and for a training run whose last checkpoint is on disk, how to continue from it."""
-    command = None if args is None else f"{args.command} {getattr(args, 'step', '')}".strip()
-    output = getattr(args, "output", None) if command in MULTI_PROCESS_COMMANDS else None
+    training = args is not None and command_name(args) in MULTI_PROCESS_COMMANDS
+    output = getattr(args, "output", None) if training else None
     checkpoint = staging_dir(output) / CHECKPOINT_DIR if output else None
     if checkpoint is not None and checkpoint.is_dir():
         print(f"bertforge: interrupted; the run's last checkpoint is in {checkpoint}: continue it with --resume",

@@ -157,7 +157,7 @@ def serve(name_or_path: str | Path, host: str = "127.0.0.1", port: int = 8000,
     port = listener.getsockname()[1]  # the port the system chose for --port 0
     # at INFO on the logger the command shows without -v: a log watched for warnings stays quiet at each start
     logging.getLogger("bertforge.progress").info("serving %s (%s) on %s (API docs at /docs)", name_or_path,
-                   type(app.state.served.model).__name__, server_url(host, port))
+                                                 type(app.state.served.model).__name__, server_url(host, port))
     uvicorn.Server(server_config(app, host, port, settings)).run(sockets=[listener])
 
 
