@@ -11,16 +11,18 @@ of mixed into the first.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from bertforge.atomic import writes_through
+from bertforge.atomic import write_text_atomic, writes_through
 from bertforge.errors import ConfigError, InputError
 
 INCOMPLETE_SUFFIX = ".incomplete"
@@ -271,3 +273,32 @@ def finite(value: Any) -> Any:
 def to_json(value: Any, **options: Any) -> str:
     """json.dumps for the files and lines bertforge writes: standard JSON, a NaN metric or loss as null."""
     return json.dumps(finite(value), allow_nan=False, **options)
+
+
+STANDARD_STREAM = "-"  # a file argument that means standard input (to read) or standard output (to write)
+
+
+def write_output(path: str | Path, text: str) -> None:
+    """`text` into the file `path` (atomically), or onto standard output for "-" (STANDARD_STREAM)."""
+    if str(path) == STANDARD_STREAM:
+        write_standard_output(text)
+    else:
+        write_text_atomic(path, text)
+
+
+def write_standard_output(text: str) -> None:
+    """All of `text` on standard output. One large write into a pipe whose reader left (`| head -1`) could come
+    back short, without an error, and the rest was dropped in silence: each rest is written again, until the
+    pipe's error (BrokenPipeError: exit status 141) or the end."""
+    stream = sys.stdout
+    if not hasattr(stream, "buffer"):  # a caller's text stream (a notebook's, a test's)
+        stream.write(text)
+        return
+    stream.flush()
+    data = memoryview(text.encode(stream.encoding or "utf-8", errors="backslashreplace"))
+    while data:
+        written = stream.buffer.write(data)
+        if not written:
+            raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
+        data = data[written:]
+    stream.buffer.flush()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import math
 import os
 import sys
@@ -13,10 +12,9 @@ from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
-from bertforge.atomic import write_text_atomic
 from bertforge.data_files import decode_text, read_bytes, split_lines
 from bertforge.errors import InputError
-from bertforge.outputs import check_output_file, is_part_of
+from bertforge.outputs import STANDARD_STREAM, check_output_file, is_part_of, write_output  # noqa: F401 (commands')
 from bertforge.validation import MAX_SEED
 
 
@@ -93,7 +91,6 @@ def path_text(text: str) -> str:
     return text
 
 
-STANDARD_STREAM = "-"  # a file argument that means standard input (to read) or standard output (to write)
 STANDARD_INPUT_NAME = "<stdin>"  # what messages call standard input
 
 
@@ -129,32 +126,6 @@ def read_lines(path: str | Path) -> list[str]:
     if not any(line.strip() for line in lines):
         raise InputError("the input is empty: expected one text per line", path)
     return lines
-
-
-def write_output(path: str | Path, text: str) -> None:
-    """`text` into the file `path` (atomically), or onto standard output for "-"."""
-    if str(path) == STANDARD_STREAM:
-        write_standard_output(text)
-    else:
-        write_text_atomic(path, text)
-
-
-def write_standard_output(text: str) -> None:
-    """All of `text` on standard output. One large write into a pipe whose reader left (`| head -1`) could come
-    back short, without an error, and the rest was dropped in silence: each rest is written again, until the
-    pipe's error (BrokenPipeError: exit status 141) or the end."""
-    stream = sys.stdout
-    if not hasattr(stream, "buffer"):  # a caller's text stream (a notebook's, a test's)
-        stream.write(text)
-        return
-    stream.flush()
-    data = memoryview(text.encode(stream.encoding or "utf-8", errors="backslashreplace"))
-    while data:
-        written = stream.buffer.write(data)
-        if not written:
-            raise BrokenPipeError(errno.EPIPE, "the reader of the output went away")
-        data = data[written:]
-    stream.buffer.flush()
 
 
 def report(path: str | Path, message: str) -> None:

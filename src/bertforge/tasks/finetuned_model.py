@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +13,9 @@ from typing import Any
 
 from torch import nn
 
-from bertforge.atomic import write_text_atomic
 from bertforge.errors import ConfigError, InputError
 from bertforge.inference.optimize import AS_TRAINED, InferenceOptions
-from bertforge.outputs import check_output_dir, finish_staging, start_staging, to_json
+from bertforge.outputs import check_output_dir, finish_staging, start_staging, to_json, write_output
 from bertforge.tasks.checkpoint_contents import RUN_CONFIG_FILE, inspect_checkpoint
 from bertforge.tasks.data import Columns, EncodeSettings
 from bertforge.tasks.finetune import FinetuneConfig
@@ -213,10 +211,7 @@ def evaluate(model: str | Path, data: str | Path, text_column: str | None = None
                   **decoding_setting(finetuned.settings, decoding),
                   **({} if version_2 is None else {"version_2": version_2}), **metrics}
         text = to_json(record, indent=2) + "\n"
-        if str(output) == "-":  # standard output, as the command line names it
-            sys.stdout.write(text)
-        else:
-            write_text_atomic(output, text)
+        write_output(output, text)  # "-": standard output, as the command line names it
     return metrics
 
 
