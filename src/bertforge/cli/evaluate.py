@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from bertforge.checkpoint.default_model import DEFAULT_MODEL_NAMES
+from bertforge.cli import columns
 from bertforge.cli.arguments import STANDARD_STREAM, check_writable, inference_options, path_text, report
 from bertforge.cli.finetune import add_trained_model_arguments
 from bertforge.tasks.finetuned_model import CONFUSION_MATRIX, EVAL_RESULTS_FILE, PER_LABEL
@@ -62,20 +63,20 @@ def label_table(per_label: dict[str, dict[str, float]]) -> str:
         score: sum(s[score] * weight(s) for s in per_label.values()) / max(sum(map(weight, per_label.values())), 1)
         for score in ("precision", "recall", "f1")}
         for name, weight in (("macro avg", lambda s: 1), ("weighted avg", lambda s: s["support"]))}
-    width = max(len("weighted avg"), *map(len, per_label))
+    width = max(len("weighted avg"), *map(columns.cells, per_label))
     rows = [f"{'label':<{width}}  precision  recall      f1  support"]
-    rows += [f"{label:<{width}}  {s['precision']:9.4f}  {s['recall']:6.4f}  {s['f1']:6.4f}  {s['support']:7d}"
-             for label, s in (per_label | averages).items()]
+    rows += [columns.left(label, width) + f"  {s['precision']:9.4f}  {s['recall']:6.4f}  {s['f1']:6.4f}  "
+             f"{s['support']:7d}" for label, s in (per_label | averages).items()]
     return "\n".join(rows)
 
 
 def confusion_table(labels: list[str], matrix: list[list[int]]) -> str:
     """The confusion matrix as a table: a row per true label, a column per predicted one."""
-    width = max(len("true"), *map(len, labels))
-    columns = [max(len(label), *(len(str(row[j])) for row in matrix)) for j, label in enumerate(labels)]
+    width = max(len("true"), *map(columns.cells, labels))
+    widths = [max(columns.cells(label), *(len(str(row[j])) for row in matrix)) for j, label in enumerate(labels)]
     rows = ["confusion matrix (rows: true label, columns: predicted)",
-            f"{'true':<{width}}" + "".join(f"  {label:>{w}}" for label, w in zip(labels, columns))]
-    rows += [f"{label:<{width}}" + "".join(f"  {count:>{w}}" for count, w in zip(row, columns))
+            f"{'true':<{width}}" + "".join(f"  {columns.right(label, w)}" for label, w in zip(labels, widths))]
+    rows += [columns.left(label, width) + "".join(f"  {count:>{w}}" for count, w in zip(row, widths))
              for label, row in zip(labels, matrix)]
     return "\n".join(rows)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from bertforge.cli import columns
 from bertforge.cli.arguments import add_model_argument, positive_int, texts_or_standard_input
 
 
@@ -32,5 +33,5 @@ def run(args: argparse.Namespace) -> int:
         if len(masks) > 1:
             print(f"[MASK] {number}:")
         for rank, row in enumerate(mask, 1):
-            print(f"{rank:>3}. {row['token_str']:<20} {row['score']:7.2%}")
+            print(f"{rank:>3}. {columns.left(columns.printable(row['token_str']), 20)} {row['score']:7.2%}")
     return 0

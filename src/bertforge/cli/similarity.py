@@ -7,6 +7,7 @@ import argparse
 
 import torch.nn.functional as F
 
+from bertforge.cli import columns
 from bertforge.cli.arguments import inference_options, load_encoder, path_text, read_lines
 from bertforge.cli.embed import add_feature_arguments, colbert_encoder, splade_encoder, uses_colbert, uses_splade
 from bertforge.errors import InputError
@@ -45,11 +46,11 @@ def run(args: argparse.Namespace) -> int:
 
 def format_table(texts: list[str], similarity: list[list[float]], width: int = 48) -> str:
     """Sentences as numbered rows, similarities as columns; each row's best match is starred."""
-    labels = [f"{i + 1:>2}. {text if len(text) <= width else text[:width - 1] + '…'}" for i, text in enumerate(texts)]
+    labels = [f"{i + 1:>2}. {columns.fit(text, width)}" for i, text in enumerate(texts)]
     header = " " * (width + 4) + "".join(f"{i + 1:>7}" for i in range(len(texts)))
     rows = [header]
     for i, (label, scores) in enumerate(zip(labels, similarity)):
         best = max((j for j in range(len(texts)) if j != i), key=lambda j: scores[j])
         cells = "".join(f"{score:>6.2f}{'*' if j == best else ' '}" for j, score in enumerate(scores))
-        rows.append(f"{label:<{width + 4}}{cells}")
+        rows.append(columns.left(label, width + 4) + cells)
     return "\n".join(rows)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from bertforge.cli import columns
 from bertforge.cli.arguments import add_model_argument, positive_int, texts_or_standard_input
 
 
@@ -38,5 +39,6 @@ def run(args: argparse.Namespace) -> int:
         offsets = f"{row['start']}-{row['end']}"
         source = texts[row["segment"]][row["start"]:row["end"]] if row["end"] > row["start"] else ""
         word = "" if row["word"] is None else row["word"]
-        print(f"{index:>4}  {row['token']:<20}{row['id']:>7}  {row['segment']:>7}  {offsets:<11}{word:>5}  {source}")
+        print(f"{index:>4}  {columns.left(columns.printable(row['token']), 20)}{row['id']:>7}  {row['segment']:>7}  "
+              f"{offsets:<11}{word:>5}  {columns.printable(source)}")
     return 0
