@@ -111,6 +111,17 @@ def test_help_and_version_written_to_a_full_disk_fail():
         assert result.stderr.decode() == "bertforge: error: standard output: No space left on device\n"
 
 
+@pytest.mark.parametrize("argv", [["tokenize", "hello"], ["tokenize", "word " * 5000],
+                                  ["embed", "--input", "-", "--output", "-"]])
+def test_output_to_a_full_disk_names_standard_output(argv):
+    """A command's own output to a full disk said 'No space left on device', naming nothing, where a write to a file
+    it opened names the file; small outputs (flushed at the end) and large ones (flushed as they are printed)."""
+    with open("/dev/full", "w") as full:
+        result = bertforge(*argv, input=b"A sentence to embed.\n", stdout=full, stderr=subprocess.PIPE)
+    assert result.returncode == 1, argv
+    assert result.stderr.decode() == "bertforge: error: standard output: No space left on device\n"
+
+
 @pytest.mark.parametrize("listed", ["'prepare', 'train', 'eval'", "prepare, train, eval"])
 def test_a_mistyped_choice_gets_the_nearest_in_either_of_pythons_wordings(listed, capsys):
     """Python 3.11 quotes argparse's choices in its message, later versions may not: either way the nearest one."""

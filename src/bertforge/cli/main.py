@@ -230,9 +230,31 @@ class ClosedStream(io.TextIOBase):
         pass
 
 
+class StandardOutputFile(io.FileIO):
+    """File descriptor 1, whose failed writes name it ('standard output: No space left on device' for `> /dev/full`),
+    as a failed write to a file the command opened names the file."""
+
+    failed = False
+
+    def write(self, data) -> int | None:
+        if self.failed:  # reported once (main); what is still buffered, flushed again at exit, is dropped
+            return len(data)
+        try:
+            return super().write(data)
+        except BrokenPipeError:  # the reader went away: not an error (main)
+            raise
+        except OSError as error:
+            self.failed = True
+            raise OSError(error.errno, error.strerror, "standard output") from None
+
+
 def prepare_standard_streams() -> None:
     """UTF-8 out whatever the locale (an ASCII or Latin-1 locale failed on the first accent or CJK character to
     print; files are UTF-8 already), and closed streams that fail in one line where they are used."""
+    if isinstance(sys.stdout, io.TextIOWrapper) and sys.stdout.fileno() == 1:
+        # surrogateescape: bytes of the command line Python could not decode go back out as they came
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(StandardOutputFile(1, "w", closefd=False)), encoding="utf-8",
+                                      errors="surrogateescape", line_buffering=sys.stdout.line_buffering)
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
         if stream is None:
