@@ -179,3 +179,16 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])
     assert exit_info.value.code == 0 and re.fullmatch(r"bertforge \d+\.\d+\.\d+\S*\n", capsys.readouterr().out)
+
+
+def test_embed_progress_in_a_log_and_without(run_cli, tmp_path, sst2_dev):
+    """A progress bar written into a log file (standard error not a terminal) was redrawn ten times a second, each
+    redraw kept; there it is drawn at its start and end (and every 30 s between), and --no-progress draws none."""
+    lines = tmp_path / "lines.txt"
+    lines.write_text("\n".join(sentence for sentence, _ in sst2_dev[:60]) + "\n", encoding="utf-8")
+    code, _, log = run_cli("embed", "--input", lines, "--output", tmp_path / "out.npy", "--batch-size", "2")
+    assert code == 0 and "embedding: 100%" in log and "30/30" in log
+    assert log.count("\r") <= 3, log  # the first drawing, the last, and the line's end
+    code, _, log = run_cli("embed", "--input", lines, "--output", tmp_path / "out.npy", "--batch-size", "2",
+                           "--no-progress")
+    assert code == 0 and log == ""

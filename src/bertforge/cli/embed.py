@@ -78,7 +78,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "token and word levels write JSON lines with tokens and character offsets")
     parser.add_argument("--similar", metavar="QUERY", help="print the lines most similar to QUERY instead")
     parser.add_argument("--top-k", type=positive_int, default=10, help="how many lines --similar prints")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (drawn for more than 10 batches of lines)")
     add_feature_arguments(parser)
+
+
+def shows_progress(args: argparse.Namespace, texts: list[str]) -> bool:
+    return not args.no_progress and len(texts) > 10 * args.batch_size
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = load_encoder(args.model, inference_options(args))
     settings = dict(layers=args.layers, batch_size=args.batch_size, max_length=args.max_length)
     prompts = dict(prompt_name=args.prompt_name, prompt=args.prompt)
-    progress = len(texts) > 10 * args.batch_size
+    progress = shows_progress(args, texts)
     if args.level != "sentence":
         if args.prompt_name is not None or args.prompt is not None:
             raise InputError(f"--prompt-name and --prompt go before texts embedded as one vector each; --level "
@@ -215,7 +221,7 @@ def run_splade(args: argparse.Namespace, texts: list[str], output: Path | None, 
     encoder = splade_encoder(args)
     options = dict(prompt_name=args.prompt_name, prompt=args.prompt, batch_size=args.batch_size,
                    convert_to_sparse_tensor=False)
-    vectors = encoder.encode(texts, show_progress_bar=len(texts) > 10 * args.batch_size, **options)
+    vectors = encoder.encode(texts, show_progress_bar=shows_progress(args, texts), **options)
     if args.similar is not None:
         scores = vectors @ encoder.encode_query(args.similar, **options)
         for rank, i in enumerate(scores.argsort(descending=True, stable=True)[:args.top_k].tolist(), 1):

@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from bertforge.cli.arguments import add_corpus_arguments, check_writable, path_text, positive_int, report, write_output
+from bertforge.progress import progress_bar
 
 logger = logging.getLogger("bertforge")
 
@@ -21,15 +22,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from bertforge.pretraining.raw_text import corpus_files, corpus_texts
     from bertforge.tokenizer import BertTokenizer
     from bertforge.tokenizer.learn_vocab import learn_vocab
 
     output = check_writable(args.output, *args.corpus)
     corpus_files(args.corpus)  # before the progress bar is drawn: each is there
-    with tqdm(total=args.vocab_size, desc="learning vocabulary", unit="token", disable=args.no_progress) as bar:
+    with progress_bar(total=args.vocab_size, desc="learning vocabulary", unit="token",
+                      enabled=not args.no_progress) as bar:
         vocab = learn_vocab(args.corpus, args.vocab_size, lowercase=not args.cased, min_pair_count=args.min_pair_count,
                             progress=lambda size: bar.update(size - bar.n), text_field=args.text_field)
     write_output(output, vocab.to_text())

@@ -44,6 +44,7 @@ from bertforge.inference.text_encoder import (
     fit_as_sentence_transformers,
 )
 from bertforge.json_config import read_json_object
+from bertforge.progress import progress_bar
 from bertforge.runtime import resolve_device
 from bertforge.tasks import classification
 from bertforge.tasks.data import forward_rows
@@ -349,9 +350,7 @@ class CrossEncoder(PoolMethods, ActivationCheckpointing, nn.Module):
         rows = [{"input_ids": ids, "token_type_ids": segments}
                 for ids, segments in zip(encoded["input_ids"], encoded["token_type_ids"])]
         batches = length_sorted_batches([len(row["input_ids"]) for row in rows], batch_size)
-        if progress:
-            from tqdm import tqdm
-            batches = tqdm(batches, desc="Batches", unit="batch")
+        batches = progress_bar(batches, desc="Batches", unit="batch", enabled=progress)
         logits = torch.empty(len(rows), self.num_labels)
         for indices in batches:
             for i, (row_logits,) in zip(indices, forward_rows(self.model, [rows[i] for i in indices],

@@ -17,6 +17,7 @@ from torch import nn
 from bertforge.batching import MODEL_INPUTS, collate, length_sorted_batches
 from bertforge.checkpoint.sentence_transformers import SentenceEmbedding
 from bertforge.errors import BertforgeError, ConfigError, InputError, check_choice
+from bertforge.progress import progress_bar
 from bertforge.validation import (
     check_counts,
     check_number,
@@ -209,9 +210,7 @@ def _row_batches(model, rows: Sequence[dict[str, list[int]]], pad_token_id: int,
     check_choice(layers, LAYER_COMBINATIONS, "layer recipe")
     check_counts(batch_size=batch_size)
     batches = length_sorted_batches([len(row["input_ids"]) for row in rows], batch_size)
-    if progress:
-        from tqdm import tqdm
-        batches = tqdm(batches, desc="embedding", unit="batch")
+    batches = progress_bar(batches, desc="embedding", unit="batch", enabled=progress)
     device = next(model.parameters()).device  # the batches go where the model is (--device); features come back
     for indices in batches:
         batch = collate([rows[i] for i in indices], pad_token_id)

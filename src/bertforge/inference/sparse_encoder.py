@@ -28,6 +28,7 @@ from bertforge.inference.features import model_rows, text_and_pair
 from bertforge.inference.process_pool import PoolMethods
 from bertforge.inference.text_encoder import ModelCardData, TextEncoder, encode_inputs
 from bertforge.json_config import read_json_object
+from bertforge.progress import progress_bar
 from bertforge.tokenizer.files import CONFIG_FILE as TOKENIZER_CONFIG_FILE
 from bertforge.tokenizer.files import NO_LENGTH_LIMIT, means_no_limit
 from bertforge.validation import check_counts, count_of
@@ -327,9 +328,7 @@ class SparseEncoder(PoolMethods, TextEncoder):
         rows = model_rows(self.tokenizer, texts, settings, prompt, self.max_seq_length)
         vectors = torch.zeros(len(texts), self.get_embedding_dimension(), device=self.device)
         batches = length_sorted_batches([len(row["input_ids"]) for row in rows], batch_size)
-        if progress:
-            from tqdm import tqdm
-            batches = tqdm(batches, desc="encoding", unit="batch")
+        batches = progress_bar(batches, desc="encoding", unit="batch", enabled=progress)
         for indices in batches:
             vectors[indices] = splade_rows(self.model, [rows[i] for i in indices], self.splade)
         return vectors

@@ -35,6 +35,7 @@ import numpy as np
 from bertforge.atomic import save_array, write_text_atomic
 from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.pretraining.raw_text import DOCUMENT_END, TEXT_FIELD, corpus_files, corpus_lines, source_bytes
+from bertforge.progress import progress_bar
 from bertforge.tokenizer.tokenizer import BertTokenizer
 from bertforge.tokenizer.vocab import SPECIAL_TOKENS
 from bertforge.validation import check_number
@@ -179,8 +180,6 @@ def prepare_corpus(paths: Sequence[str | Path], tokenizer: BertTokenizer, output
 def _write_corpus(paths: list[Path], tokenizer: BertTokenizer, output_dir: Path, shard_tokens: int,
                   sources: list[dict[str, Any]], identity: dict[str, Any], progress: bool,
                   text_field: str) -> CorpusSummary:
-    from tqdm import tqdm
-
     dtype = token_dtype(len(tokenizer))
     writer = ShardWriter(output_dir, dtype, shard_tokens)
     # The tokenizer's id-only path (no special tokens, offsets or dicts): ~2x faster than __call__ on a batch.
@@ -188,8 +187,8 @@ def _write_corpus(paths: list[Path], tokenizer: BertTokenizer, output_dir: Path,
     # would pass for the structure masking and sentence pairs build.
     encode: Callable[[str], list[int]] = functools.partial(tokenizer._encode_ids, split_special_tokens=True)
     unknown_id, unknown = tokenizer.unk_token_id, 0
-    with tqdm(total=sum(source["bytes"] for source in sources), unit="B", unit_scale=True,
-              desc="tokenizing corpus", disable=not progress) as bar:
+    with progress_bar(total=sum(source["bytes"] for source in sources), unit="B", unit_scale=True,
+                      desc="tokenizing corpus", enabled=progress) as bar:
         for path in paths:
             read = 0
             for _, text, size in corpus_lines(path, text_field):  # the last is a DOCUMENT_END

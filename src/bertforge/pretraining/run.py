@@ -60,6 +60,7 @@ from bertforge.pretraining.heads import ElectraForPreTraining
 from bertforge.pretraining.instances import SHORT_SEQ_PROB, InstanceStream
 from bertforge.pretraining.masking import MASK_PROBABILITY, Masker, strategy_function
 from bertforge.pretraining.objectives import get_objective
+from bertforge.progress import progress_bar
 from bertforge.runtime import bf16_supported, resolve_device, seed_everything, to_device
 from bertforge.tokenizer.tokenizer import BertTokenizer
 from bertforge.tokenizer.vocab import Vocab
@@ -443,9 +444,8 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
     parameters = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     data = batches(stream, collator, config.batch_size)
     model.train()
-    from tqdm import tqdm
-    bar = tqdm(total=config.steps, initial=step, desc="pre-training", unit="step",
-               disable=not (config.progress and is_main))
+    bar = progress_bar(total=config.steps, initial=step, desc="pre-training", unit="step",
+                       enabled=config.progress and is_main)
     window, window_seconds = {}, 0.0
     if resume:
         window, window_seconds = dict(position.get("log_window", {})), position.get("log_seconds", 0.0)

@@ -27,6 +27,7 @@ from bertforge.checkpoint.train_state import load_train_state, restore_rng_state
 from bertforge.errors import BertforgeError, ConfigError, InputError
 from bertforge.json_config import JsonConfig
 from bertforge.outputs import to_json
+from bertforge.progress import progress_bar
 from bertforge.runtime import bf16_supported, resolve_device, seed_everything, to_device
 from bertforge.training import distributed
 from bertforge.training.optim import build_optimizer, linear_warmup_decay
@@ -261,9 +262,8 @@ class Trainer:
                 save_train_state(self.output_dir / CHECKPOINT_DIR, model, optimizer, scheduler, step,
                                  data={"ranks": ranks} if ranks else None, extra=json.loads(json.dumps(extra)))
 
-        from tqdm import tqdm
-        bar = tqdm(total=total_steps, initial=step, desc="training", unit="step",
-                   disable=not (config.progress and self.is_main))
+        bar = progress_bar(total=total_steps, initial=step, desc="training", unit="step",
+                           enabled=config.progress and self.is_main)
         stop = step >= total_steps or self.is_patience_exhausted()
         if stop and loop["next_batch"] >= num_batches:
             # Checkpointed at the last step, at the end of its epoch: count the epoch as that run went on to.
