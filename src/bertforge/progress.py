@@ -1,6 +1,6 @@
-"""Progress bars, one way for every long step: tqdm on standard error, redrawn ten times a second on a terminal;
-into a log file or a pipe, where every redraw is kept (`nohup bertforge finetune ... &`, a job scheduler's log), once
-every LOG_SECONDS."""
+"""Progress bars, one way for every long step: tqdm on standard error, redrawn ten times a second on a terminal or in
+a notebook; into a log file or a pipe, where every redraw is kept (`nohup bertforge finetune ... &`, a job
+scheduler's log), once every LOG_SECONDS."""
 
 from __future__ import annotations
 
@@ -15,5 +15,10 @@ def progress_bar(iterable: Iterable | None = None, *, enabled: bool = True, **op
     """tqdm(iterable, **options), drawn where `enabled`, at a pace for where standard error goes."""
     from tqdm import tqdm  # on first use: a command that draws no bar doesn't import it
 
-    on_terminal = bool(getattr(sys.stderr, "isatty", lambda: False)())
-    return tqdm(iterable, disable=not enabled, mininterval=0.1 if on_terminal else LOG_SECONDS, **options)
+    return tqdm(iterable, disable=not enabled, mininterval=0.1 if watched(sys.stderr) else LOG_SECONDS, **options)
+
+
+def watched(stream) -> bool:
+    """Whether a person watches `stream` as it is written: a terminal, or a notebook's cell output (Jupyter's
+    ipykernel, which redraws a bar in place as a terminal does)."""
+    return bool(getattr(stream, "isatty", lambda: False)()) or type(stream).__module__.startswith("ipykernel.")
