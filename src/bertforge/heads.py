@@ -20,7 +20,7 @@ from torch import nn
 
 from bertforge.checkpoint.default_model import resolve_model_dir
 from bertforge.checkpoint.hf_format import config_path
-from bertforge.checkpoint.pretrained import Pretrained
+from bertforge.checkpoint.pretrained import Model, Pretrained
 from bertforge.config import PROBLEM_TYPES, BertConfig, bert_config
 from bertforge.errors import ConfigError, InputError
 from bertforge.model import BertModel, check_input_shapes
@@ -240,7 +240,8 @@ class LabelledModel(Pretrained, nn.Module):
         return self.config.num_labels
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | Path, num_labels: int | None = None, **config_overrides):
+    def from_pretrained(cls: type[Model], name_or_path: str | Path, num_labels: int | None = None,
+                        **config_overrides) -> Model:
         """Like `Pretrained.from_pretrained`; `num_labels=3` names new labels LABEL_0..LABEL_2.
 
         Example: BertForSequenceClassification.from_pretrained("default", id2label={0: "neg", 1: "pos"}).

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -278,6 +278,9 @@ class ActivationCheckpointing:
     is_activation_checkpointing = is_gradient_checkpointing
 
 
+Model = TypeVar("Model", bound="Pretrained")
+
+
 class Pretrained(ActivationCheckpointing):
     """Mixin for models built from a BertConfig: load and save the ecosystem's checkpoint directory."""
 
@@ -286,13 +289,13 @@ class Pretrained(ActivationCheckpointing):
     initialisable: tuple[str, ...] = ("pooler.",)
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | Path, require_heads: bool = False,
+    def from_pretrained(cls: type[Model], name_or_path: str | Path, require_heads: bool = False,
                         ignore_mismatched_sizes: bool = False, dtype: torch.dtype | str | None = None,
                         torch_dtype: torch.dtype | str | None = None, device_map: Any = None,
                         attn_implementation: str | None = None, output_loading_info: bool = False,
                         subfolder: str = "", cache_dir: str | Path | None = None, revision: str | None = None,
                         config: Any = None, variant: str | None = None, use_safetensors: bool | None = None,
-                        **config_overrides):
+                        **config_overrides) -> Model:
         """Load from a checkpoint directory or "default"; keyword arguments override config.json fields.
 
         transformers' loading options work as there: `device_map` ("cpu", "cuda:0", "auto", {"": device}: one

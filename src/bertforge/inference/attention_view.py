@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 
@@ -267,6 +267,15 @@ class AttentionPage:
         return f"<AttentionPage: {len(self.data):,} characters of HTML in .data>"
 
 
+# html_action="return" gives the page, "view" nothing: said to type checkers, so that `.data` needs no check for None
+@overload
+def head_view(attention, tokens: Sequence[str], sentence_b_start: int | None = ..., prettify_tokens: bool = ...,
+              layer: int | None = ..., heads: Sequence[int] | None = ..., include_layers: Sequence[int] | None = ...,
+              *, html_action: Literal["return"]) -> AttentionPage: ...
+@overload
+def head_view(attention, tokens: Sequence[str], sentence_b_start: int | None = ..., prettify_tokens: bool = ...,
+              layer: int | None = ..., heads: Sequence[int] | None = ..., include_layers: Sequence[int] | None = ...,
+              html_action: str = ...) -> AttentionPage | None: ...
 def head_view(attention, tokens: Sequence[str], sentence_b_start: int | None = None, prettify_tokens: bool = True,
               layer: int | None = None, heads: Sequence[int] | None = None,
               include_layers: Sequence[int] | None = None, html_action: str = "view") -> AttentionPage | None:
@@ -284,6 +293,14 @@ def head_view(attention, tokens: Sequence[str], sentence_b_start: int | None = N
                   html_action)
 
 
+@overload
+def model_view(attention, tokens: Sequence[str], sentence_b_start: int | None = ..., prettify_tokens: bool = ...,
+               display_mode: str = ..., include_layers: Sequence[int] | None = ...,
+               include_heads: Sequence[int] | None = ..., *, html_action: Literal["return"]) -> AttentionPage: ...
+@overload
+def model_view(attention, tokens: Sequence[str], sentence_b_start: int | None = ..., prettify_tokens: bool = ...,
+               display_mode: str = ..., include_layers: Sequence[int] | None = ...,
+               include_heads: Sequence[int] | None = ..., html_action: str = ...) -> AttentionPage | None: ...
 def model_view(attention, tokens: Sequence[str], sentence_b_start: int | None = None, prettify_tokens: bool = True,
                display_mode: str = "dark", include_layers: Sequence[int] | None = None,
                include_heads: Sequence[int] | None = None, html_action: str = "view") -> AttentionPage | None:

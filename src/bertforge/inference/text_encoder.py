@@ -10,7 +10,7 @@ import numbers
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -147,6 +147,9 @@ class SentenceTransformersTraining:
         return evaluate_as_sentence_transformers(self, evaluator, output_path)
 
 
+Encoder = TypeVar("Encoder", bound="TextEncoder")
+
+
 class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpointing, nn.Module):
     """What sentence-transformers' dense and sparse encoders share: loading a checkpoint with its layout (prompts,
     max_seq_length, similarity function), tokenizing, prompts by role, saving, and comparing what `encode` gives.
@@ -217,8 +220,8 @@ class TextEncoder(ModuleList, SentenceTransformersTraining, ActivationCheckpoint
         """Refuse a checkpoint whose sentence-transformers layout is the other kind of encoder's."""
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str | Path = "default", device: str | torch.device | None = None,
-                        **model_options: Any) -> TextEncoder:
+    def from_pretrained(cls: type[Encoder], name_or_path: str | Path = "default",
+                        device: str | torch.device | None = None, **model_options: Any) -> Encoder:
         """The encoder and tokenizer of a model directory (or "default"), on `device` (default: the CPU);
         `model_options` are the model's from_pretrained's (dtype, ...)."""
         return cls(name_or_path, device=device, model_kwargs=model_options)
