@@ -53,32 +53,37 @@ def set_threads(num_threads: int | None) -> None:
         torch.set_num_threads(num_threads)
 
 
-def parse_device(requested: str | None) -> torch.device:
+DEVICES_HINT = "use cpu, cuda, cuda:N or mps"
+
+
+def parse_device(requested: str | None, named: str = "device") -> torch.device:
     """A device name as torch reads it (None: CUDA when available, else the CPU); a name that is not one of the
-    kinds bertforge runs on is an error. Whether this machine has it is resolve_device's question."""
+    kinds bertforge runs on is an error, which calls the setting `named` (a flag: --device). Whether this machine
+    has it is resolve_device's question."""
     if requested is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         device = torch.device(requested)
     except (RuntimeError, TypeError, ValueError):
-        raise ConfigError(f"device {requested!r} is not a device; use cpu, cuda or cuda:N") from None
+        raise ConfigError(f"{named} {requested!r} is not a device; {DEVICES_HINT}") from None
     if device.type not in ("cpu", "cuda", "mps"):
-        raise ConfigError(f"device {requested!r} is not supported; use cpu, cuda or cuda:N")
+        raise ConfigError(f"{named} {requested!r} is not supported; {DEVICES_HINT}")
     return device
 
 
-def resolve_device(requested: str | None) -> torch.device:
-    """The device a run asked for, checked before any work to exist on this machine."""
-    device = parse_device(requested)
+def resolve_device(requested: str | None, named: str = "device") -> torch.device:
+    """The device a run asked for, checked before any work to exist on this machine: the one check of a device
+    for every entry point (the Python API's `device`, the commands' --device)."""
+    device = parse_device(requested, named)
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise ConfigError(f"device {requested!r}: this machine has no CUDA GPU (use cpu)")
+            raise ConfigError(f"{named} {requested!r}: this machine has no CUDA GPU that torch can use (use cpu)")
         if device.index is not None and device.index >= count:
-            raise ConfigError(f"device {requested!r}: this machine has {count} CUDA GPU(s), numbered from 0")
+            raise ConfigError(f"{named} {requested!r}: this machine has {count} CUDA GPU(s), numbered from 0")
     elif device.type == "mps":
         if not torch.backends.mps.is_available():
-            raise ConfigError(f"device {requested!r}: MPS is not available on this machine (use cpu)")
+            raise ConfigError(f"{named} {requested!r}: MPS (an Apple GPU) is not available on this machine (use cpu)")
     return device
 
 

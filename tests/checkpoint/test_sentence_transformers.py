@@ -692,7 +692,7 @@ def test_sentence_encoder_refuses_what_it_cannot_be_as_one_line_errors(minilm):
 
     with pytest.raises(ConfigError, match="backend 'openvino': SentenceEncoder runs 'torch' or 'onnx'"):
         SentenceEncoder("default", backend="openvino")
-    with pytest.raises(ConfigError, match="^device 'gpu' is not a device; use cpu, cuda or cuda:N$"):
+    with pytest.raises(ConfigError, match="^device 'gpu' is not a device; use cpu, cuda, cuda:N or mps$"):
         SentenceEncoder("default", device="gpu")  # named as given (loading calls it device_map)
     with pytest.raises(ConfigError, match="a loaded model needs its tokenizer"):
         SentenceEncoder(minilm)

@@ -107,8 +107,10 @@ def test_attention_errors_are_one_line(run_cli, tmp_path, monkeypatch, argv, mes
 
 
 @pytest.mark.parametrize("command", ["embed", "similarity", "predict", "evaluate", "serve"])
-@pytest.mark.parametrize("device, message", [("banana", "expected one of cpu, cuda, cuda:N, mps"),
-                                             ("cuda:7", "CUDA GPU"), ("mps", "MPS")])
+@pytest.mark.parametrize("device, message", [
+    ("banana", "--device 'banana' is not a device; use cpu, cuda, cuda:N or mps"),
+    ("cuda:7", "--device 'cuda:7': this machine has "),  # no CUDA GPU, or fewer than 8
+    ("mps", "--device 'mps': MPS (an Apple GPU) is not available on this machine (use cpu)")])
 def test_device_is_checked_with_one_line(run_cli, tmp_path, command, device, message):
     available = torch.cuda.device_count() > 7 if device.startswith("cuda") else torch.backends.mps.is_available()
     if device != "banana" and available:

@@ -143,7 +143,8 @@ def test_quantize_will_not_write_into_a_directory_with_files(sst2_teacher, sst2_
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a CUDA GPU")
-@pytest.mark.parametrize(("device", "message"), [("cuda", "no CUDA GPU"), ("tpu", "expected one of cpu, cuda")])
+@pytest.mark.parametrize(("device", "message"), [("cuda", "no CUDA GPU"),
+                                                  ("tpu", "--device 'tpu' is not a device; use cpu, cuda")])
 def test_quantize_checks_its_device_before_loading_anything(sst2_teacher, sst2_files, tmp_path, capsys, device,
                                                             message):
     output = tmp_path / "bf16"

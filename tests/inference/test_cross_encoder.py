@@ -283,7 +283,7 @@ def test_prompt_options_of_the_wrong_type_are_named(reranker, reranker_dir):
         reranker.predict([("a query", "a document")], prompt=5)
     for options, message in (({"prompts": "x"}, "CrossEncoder: prompts must be a dict, got 'x'"),
                              ({"model_kwargs": 5}, "CrossEncoder: model_kwargs must be a dict, got 5"),
-                             ({"device": "gpu"}, "device 'gpu' is not a device; use cpu, cuda or cuda:N")):
+                             ({"device": "gpu"}, "device 'gpu' is not a device; use cpu, cuda, cuda:N or mps")):
         with pytest.raises(ConfigError, match=re.escape(message)):
             CrossEncoder(reranker_dir, **options)
 

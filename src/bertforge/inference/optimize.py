@@ -23,24 +23,12 @@ from bertforge.errors import ConfigError, check_choice
 # per output channel, each layer's input range and few outlier input channels found by calibration on real text
 # (the caller's batches, else bundled sentences); CPU only.
 PRECISIONS = ("fp32", "auto", "bf16", "int8")
-DEVICE_KINDS = ("cpu", "cuda", "mps")  # cuda may name its GPU: cuda:1
 
 
 def check_device(name: str) -> torch.device:
-    """The torch device `name` names (cpu, cuda, cuda:N, mps), or a one-line error when it is malformed or this
-    machine has no such device."""
-    kind, _, index = str(name).partition(":")
-    if kind not in DEVICE_KINDS or (index and (kind != "cuda" or not index.isdigit())):
-        raise ConfigError(f"--device {name!r}: expected one of cpu, cuda, cuda:N, mps")
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(f"--device {name}: this machine has no CUDA GPU that torch can use")
-        if index and int(index) >= torch.cuda.device_count():
-            raise ConfigError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA GPU(s), "
-                              f"numbered from 0")
-    if kind == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"--device {name}: MPS (Apple GPU) is not available on this machine")
-    return torch.device(name)
+    """The torch device --device names (cpu, cuda, cuda:N, mps), or a one-line error naming the flag when it is
+    malformed or this machine has no such device: the Python API's check (runtime.resolve_device)."""
+    return runtime.resolve_device(str(name), named="--device")
 
 
 @dataclass(frozen=True)
