@@ -74,6 +74,7 @@ TRANSFORMERS_DEFAULTS = {
     "architectures": None, "transformers_version": None, "_name_or_path": "", "return_dict": True,
     "use_cache": True, "is_decoder": False, "add_cross_attention": False, "is_encoder_decoder": False,
     "chunk_size_feed_forward": 0, "bos_token_id": None, "eos_token_id": None,
+    "_commit_hash": None,  # transformers 5.10 and older read it where a pipeline is given a model
 }
 
 # config.json's names for the parameters' dtype: transformers 5 writes `dtype`, older versions `torch_dtype`.

@@ -148,12 +148,14 @@ def write_state_dict(state: dict[str, torch.Tensor], directory: Path) -> Path:
 
 def save_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
     """Write `tensors` to the safetensors file `path` atomically. safetensors reports a failed write (a full disk)
-    as its own error, with the OS's error number in the text: it becomes the OSError that names `path`."""
+    as its own error, with the OS's error number in the text ('(os error 28)'; before 0.5 'Os { code: 28, ...'):
+    it becomes the OSError that names `path`."""
     with atomic_path(path) as temporary:
         try:
             save_file(tensors, temporary, metadata={"format": "pt"})
         except SafetensorError as error:
-            number = re.search(r"\(os error (\d+)\)", str(error))
-            if number is None:
+            found = re.search(r"\(os error (\d+)\)|Os \{ code: (\d+)", str(error))
+            if found is None:
                 raise
-            raise OSError(int(number[1]), os.strerror(int(number[1]))) from None
+            number = int(found[1] or found[2])
+            raise OSError(number, os.strerror(number)) from None
