@@ -318,7 +318,8 @@ def keep_inferable_shapes(path: Path) -> None:
 
 def qdq_translations() -> dict:
     """ONNX for the per-tensor quantize/dequantize of an int8 layer's input (compress.QuantizedLinear), whose scale
-    and zero point are computed in the graph: torch's own translation takes them as constants only."""
+    and zero point are computed in the graph: torch's own translation takes them as constants only; and for the
+    per-channel dequantize of its weight, which onnxscript before 0.5 (torch 2.7's exporter) has no translation of."""
     from onnx import TensorProto
     from onnxscript import opset18 as op
     from torch.ao.quantization.fx import _decomposed  # noqa: F401  (registers torch.ops.quantized_decomposed)
@@ -329,8 +330,13 @@ def qdq_translations() -> dict:
     def dequantize(input, scale, zero_point, quant_min: int, quant_max: int, dtype: int, out_dtype: int = -1):
         return op.DequantizeLinear(input, scale, op.Cast(zero_point, to=TensorProto.UINT8))
 
+    def dequantize_per_channel(input, scales, zero_points, axis: int, quant_min: int, quant_max: int, dtype: int,
+                               out_dtype: int = -1):
+        return op.DequantizeLinear(input, scales, op.Cast(zero_points, to=TensorProto.INT8), axis=axis)
+
     decomposed = torch.ops.quantized_decomposed
-    return {decomposed.quantize_per_tensor.tensor: quantize, decomposed.dequantize_per_tensor.tensor: dequantize}
+    return {decomposed.quantize_per_tensor.tensor: quantize, decomposed.dequantize_per_tensor.tensor: dequantize,
+            decomposed.dequantize_per_channel.default: dequantize_per_channel}
 
 
 def onnx_session(path: str | Path, threads: int | None = None, spinning: bool = False):
