@@ -12,7 +12,10 @@ LOG_SECONDS = 30.0
 
 
 def progress_bar(iterable: Iterable | None = None, *, enabled: bool = True, **options: Any):
-    """tqdm(iterable, **options), drawn where `enabled`, at a pace for where standard error goes."""
+    """tqdm(iterable, **options), drawn where `enabled`, at a pace for where standard error goes; an iterable with no
+    bar to draw is given back as it is (encode, a request's hot path, makes no bar object)."""
+    if not enabled and iterable is not None:
+        return iterable
     from tqdm import tqdm  # on first use: a command that draws no bar doesn't import it
 
     return tqdm(iterable, disable=not enabled, mininterval=0.1 if watched(sys.stderr) else LOG_SECONDS, **options)

@@ -319,7 +319,8 @@ def keep_inferable_shapes(path: Path) -> None:
 def qdq_translations() -> dict:
     """ONNX for the per-tensor quantize/dequantize of an int8 layer's input (compress.QuantizedLinear), whose scale
     and zero point are computed in the graph: torch's own translation takes them as constants only; and for the
-    per-channel dequantize of its weight, which onnxscript before 0.5 (torch 2.7's exporter) has no translation of."""
+    per-channel dequantize of its weight, which torch 2.7's exporter has no translation of with any onnxscript
+    (0.2.2 to 0.7.0 checked; later torch brings its own)."""
     from onnx import TensorProto
     from onnxscript import opset18 as op
     from torch.ao.quantization.fx import _decomposed  # noqa: F401  (registers torch.ops.quantized_decomposed)
