@@ -239,3 +239,20 @@ def test_weights_this_process_cannot_open_say_why(saved_tiny, monkeypatch):
         BertModel.from_pretrained(saved_tiny)
     with pytest.raises(CheckpointError, match="model.safetensors: can't read the weights: Permission denied"):
         inspect_checkpoint(saved_tiny)
+
+
+@pytest.mark.parametrize("wording", ["Error while serializing: I/O error: File too large (os error 27)",
+                                     'Error while serializing: IoError(Os { code: 27, kind: FileTooLarge, message: '
+                                     '"File too large" })'])
+def test_a_failed_safetensors_write_is_the_operating_systems_error_in_either_wording(tmp_path, monkeypatch, wording):
+    """safetensors 0.5 and later say '(os error 27)', 0.4 'Os { code: 27, ...}' (what safetensors 0.4.3 printed for
+    RLIMIT_FSIZE): either is the OSError, naming the file, that a full disk is everywhere else."""
+    from safetensors import SafetensorError
+
+    def failing_save(*args, **kwargs):
+        raise SafetensorError(wording)
+
+    monkeypatch.setattr(hf_format, "save_file", failing_save)
+    with pytest.raises(OSError) as raised:
+        hf_format.save_safetensors({"x": torch.zeros(2)}, tmp_path / "model.safetensors")
+    assert raised.value.errno == errno.EFBIG and not isinstance(raised.value, SafetensorError)
