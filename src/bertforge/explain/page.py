@@ -28,7 +28,7 @@ STYLE = """<style>
 def shade(value: float, largest: float) -> str:
     """A background for an attribution: green for, red against, stronger as |value| nears the largest one."""
     strength = min(1.0, abs(value) / largest) if largest > 0 else 0.0
-    colour = "22, 150, 60" if value >= 0 else "210, 40, 40"
+    colour = "22, 150, 60" if value >= 0 else "230, 60, 60"  # both keep dark text at 4.5:1 when strongest
     return f"rgba({colour}, {0.75 * strength:.3f})"
 
 
@@ -76,8 +76,18 @@ def attribution_section(explanation: Explanation) -> str:
     hint = ("The greener a word, the more it counts (this method has no for or against)"
             if explanation.method in UNSIGNED else "Green words speak for the target, red ones against it")
     return (f'{STYLE}\n<section id="explanation"><h2>Attributions</h2>\n<div class="summary">{summary(explanation)}'
-            f'</div>\n<div class="hint">{hint}; hover a word for its attribution.</div>\n'
-            f'<div class="scroll texts">{texts}</div></section>')
+            f'</div>\n<div class="hint">{hint}; hover a word for its attribution, or open the table below.</div>\n'
+            f'<div class="scroll texts">{texts}</div>{attribution_table(explanation)}</section>')
+
+
+def attribution_table(explanation: Explanation) -> str:
+    """Every word's attribution as text: the shading is colour alone, and a word's title shows on hover only."""
+    names = ["text", "pair"]
+    rows = "".join(f"<tr><td>{names[word.text]}</td><td>{html.escape(word.word)}</td>"
+                   f"<td>{word.attribution:+.4g}</td></tr>" for word in explanation.words)
+    return ('<details><summary>Every word\'s attribution as a table</summary><table class="inner attributions">'
+            f'<tr><th scope="col">text</th><th scope="col">word</th><th scope="col">attribution</th></tr>{rows}'
+            '</table></details>')
 
 
 def inner_section(inner: dict) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 
 STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
 h2{margin-top:2rem;border-bottom:1px solid #ccc}.method{font-weight:bold;font-family:monospace;padding:0 .4em;
-border-radius:3px;color:#fff;background:#2a6}.method.get{background:#26a}code,pre{background:#f4f4f4}
+border-radius:3px;color:#fff;background:#1e7e4e}.method.get{background:#26a}code,pre{background:#f4f4f4}
 pre{padding:.6em;overflow-x:auto;font-size:.85em}details{margin:.3em 0}"""
 
 
@@ -23,8 +23,9 @@ def _schema(document: dict[str, Any], schema: dict[str, Any]) -> str:
 
 def render_docs(document: dict[str, Any]) -> str:
     info = document.get("info", {})
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(info.get('title', 'API'))} docs"
-             f"</title><style>{STYLE}</style></head><body><h1>{escape(info.get('title', 'API'))}</h1>",
+    # lang and <main>: a screen reader picks its voice from the one and jumps to the content by the other.
+    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{escape(info.get('title', 'API'))} "
+             f"docs</title><style>{STYLE}</style></head><body><main><h1>{escape(info.get('title', 'API'))}</h1>",
              f"<p>{escape(info.get('summary', '') or info.get('description', ''))}</p>",
              "<p>Machine-readable: <a href='/openapi.json'>/openapi.json</a>. Errors are always "
              "<code>{\"error\": \"...\"}</code>.</p>"]
@@ -46,5 +47,5 @@ def render_docs(document: dict[str, Any]) -> str:
                 detail = f"<pre>{_schema(document, schema)}</pre>" if schema else ""
                 parts.append(f"<details><summary>{escape(status)}: {escape(response.get('description', ''))}"
                              f"</summary>{detail}</details>")
-    parts.append("</body></html>")
+    parts.append("</main></body></html>")
     return "\n".join(parts)
