@@ -20,10 +20,19 @@ test: dev browser
 lint: dev
 	$(BIN)/ruff check src tests bench tools
 
-# The attention viewer is tested in a real headless browser: Debian's chromium and its driver.
+# The attention viewer is tested in a real headless browser: Debian's chromium and its driver; every page's
+# accessibility with axe-core, one file from the npm registry's tarball (no Node needed; Debian packages none), pinned
+# and checked by its hash.
+AXE_CORE := 4.14.1
+AXE_CORE_SHA256 := 29348999450cdf2849a8e70b7912fc2da85a849da39c0d0d5394f51d4a9ed95c
 browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 		{ apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; }
+	@test -f build/axe-core/axe.min.js || { mkdir -p build/axe-core && \
+		curl -fsSL https://registry.npmjs.org/axe-core/-/axe-core-$(AXE_CORE).tgz | \
+		tar -xz -C build/axe-core --strip-components=1 package/axe.min.js && \
+		echo "$(AXE_CORE_SHA256)  build/axe-core/axe.min.js" | sha256sum -c --quiet || \
+		{ rm -f build/axe-core/axe.min.js; exit 1; }; }
 
 install: $(VENV)/.installed
 dev: $(VENV)/.installed-dev
