@@ -351,7 +351,7 @@ def test_bertviz_calls_hold_the_layers_and_heads_bertviz_holds(pair_attentions):
     assert (data["start_layer"], data["layer_names"], data["segment_b_start"]) == (1, [2, 5], None)
     # in a notebook, a frame of its own, so that two pages' controls stay apart
     frame = page._repr_html_()
-    assert frame.startswith("<iframe srcdoc=\"&lt;!DOCTYPE html&gt;") and "<script>" not in frame
+    assert frame.startswith('<iframe title="attention view" srcdoc="&lt;!DOCTYPE html&gt;') and "<script>" not in frame
 
 
 @pytest.mark.parametrize("call, message", [

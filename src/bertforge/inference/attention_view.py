@@ -260,8 +260,9 @@ class AttentionPage:
     height: int = 800
 
     def _repr_html_(self) -> str:
-        return (f'<iframe srcdoc="{html.escape(self.data, quote=True)}" style="width: 100%; height: {self.height}px; '
-                'border: 0"></iframe>')
+        # The title names the frame for a screen reader, which lists a notebook's frames by it.
+        return (f'<iframe title="attention view" srcdoc="{html.escape(self.data, quote=True)}" style="width: 100%; '
+                f'height: {self.height}px; border: 0"></iframe>')
 
     def __repr__(self) -> str:  # what display() prints outside a notebook: a line, not the page
         return f"<AttentionPage: {len(self.data):,} characters of HTML in .data>"
