@@ -22,7 +22,7 @@ lint: dev
 
 # The attention viewer is tested in a real headless browser: Debian's chromium and its driver; every page's
 # accessibility with axe-core, one file from the npm registry's tarball (no Node needed; Debian packages none), pinned
-# and checked by its hash.
+# and checked by its hash; where the registry can't be reached, those tests skip and say why rather than stop the run.
 AXE_CORE := 4.14.1
 AXE_CORE_SHA256 := 29348999450cdf2849a8e70b7912fc2da85a849da39c0d0d5394f51d4a9ed95c
 browser:
@@ -32,7 +32,7 @@ browser:
 		curl -fsSL https://registry.npmjs.org/axe-core/-/axe-core-$(AXE_CORE).tgz | \
 		tar -xz -C build/axe-core --strip-components=1 package/axe.min.js && \
 		echo "$(AXE_CORE_SHA256)  build/axe-core/axe.min.js" | sha256sum -c --quiet || \
-		{ rm -f build/axe-core/axe.min.js; exit 1; }; }
+		{ rm -f build/axe-core/axe.min.js; echo "axe-core $(AXE_CORE) not fetched: the accessibility tests skip"; }; }
 
 install: $(VENV)/.installed
 dev: $(VENV)/.installed-dev
