@@ -94,9 +94,13 @@ def atomic_path(path: str | Path):
         return
     if path.is_symlink():
         try:
-            path = path.resolve()
-        except RuntimeError:  # Python 3.11's "Symlink loop"
-            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path)) from None
+            target = path.resolve()
+        except RuntimeError:  # Python 3.11 and 3.12's "Symlink loop"
+            target = path
+        # A loop: Python 3.13 gives it back unresolved, and os.replace would put the file where the link was.
+        if target.is_symlink():
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
+        path = target
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path.parent)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-{os.getpid()}-{_host()}-")
