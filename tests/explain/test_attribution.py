@@ -231,6 +231,71 @@ def test_occlusion_of_two_texts_holds_the_other_as_given(minilm, hf_minilm, toke
     assert attributions_of(ours).tolist() == pytest.approx(expected, abs=1e-5)
 
 
+def test_shapley_values_equal_captums_and_their_sampled_estimate_comes_close(sst2_classifier, hf_classifier,
+                                                                              tokenizer, monkeypatch):
+    """Exact Shapley values (every subset) against Captum's ShapleyValues (every order) on transformers' word
+    embeddings, a group per token; then the estimate from sampled orders on a longer text against the exact values
+    of the same text. Either way the values sum to f(x) - f(baseline)."""
+    from bertforge.explain import methods
+
+    captum_attr = pytest.importorskip("captum.attr")
+    text = "dull but gripping"  # five tokens with [CLS] and [SEP]: Captum runs all 120 orders
+    encoding = tokenizer(text, return_tensors="pt")
+    input_ids = encoding["input_ids"]
+    special = (input_ids == tokenizer.cls_token_id) | (input_ids == tokenizer.sep_token_id)
+    baseline_ids = torch.where(special, input_ids, torch.full_like(input_ids, tokenizer.pad_token_id))
+    table = hf_classifier.bert.embeddings.word_embeddings
+    with torch.no_grad():
+        inputs, baselines = table(input_ids), table(baseline_ids)
+    index = sst2_classifier.config.label2id["positive"]
+
+    def logit(embeddings):
+        return hf_classifier(inputs_embeds=embeddings).logits[:, index]
+
+    groups = torch.arange(input_ids.shape[1])[None, :, None].expand_as(inputs).contiguous()  # Captum views it
+    with torch.no_grad():
+        theirs = captum_attr.ShapleyValues(logit).attribute(inputs, baselines=baselines, feature_mask=groups,
+                                                            perturbations_per_eval=64)[0, :, 0].double()
+        baseline_logit = float(logit(baselines))
+    ours = explain(sst2_classifier, tokenizer, text, target="positive", method="shapley")
+    assert torch.allclose(attributions_of(ours), theirs, atol=1e-5, rtol=0)
+    assert ours.baseline_score == pytest.approx(baseline_logit, abs=1e-5) and abs(ours.completeness_gap) < 1e-5
+
+    longer = "a gripping, beautifully acted film that never"  # 8 tokens: 256 subsets
+    exact = attributions_of(explain(sst2_classifier, tokenizer, longer, target="positive", method="shapley"))
+    monkeypatch.setattr(methods, "EXACT_SHAPLEY_TOKENS", 0)  # sampled orders from here
+    sampled = explain(sst2_classifier, tokenizer, longer, target="positive", method="shapley", steps=100)
+    assert len(exact) == 10 and abs(sampled.completeness_gap) < 1e-5
+    assert torch.corrcoef(torch.stack([exact, attributions_of(sampled)]))[0, 1] > 0.98
+    assert (attributions_of(sampled) - exact).abs().max() < 0.15 * exact.abs().max()
+    again = explain(sst2_classifier, tokenizer, longer, target="positive", method="shapley", steps=100)
+    assert attributions_of(again).tolist() == attributions_of(sampled).tolist()  # seeded: the same input, the same
+
+
+def test_shapley_values_of_two_texts_put_each_back_with_the_other_as_given(minilm, hf_minilm, tokenizer):
+    """An encoder's similarity: each text's values sum to f(x) less f(that text at its baseline, the other as
+    given), which transformers' model gives on the replaced ids."""
+    text, pair = "A man plays a guitar.", "Someone plays music."
+    ours = explain(minilm, tokenizer, text, pair, method="shapley")
+    encodings = [tokenizer(value, return_tensors="pt")["input_ids"] for value in (text, pair)]
+    with torch.no_grad():
+        def similarity(first, second):
+            return float(torch.cosine_similarity(hf_minilm(first).last_hidden_state.mean(1),
+                                                 hf_minilm(second).last_hidden_state.mean(1)))
+
+        def emptied(input_ids):
+            special = (input_ids == tokenizer.cls_token_id) | (input_ids == tokenizer.sep_token_id)
+            return torch.where(special, input_ids, torch.full_like(input_ids, tokenizer.pad_token_id))
+
+        whole = similarity(*encodings)
+        without = [similarity(emptied(encodings[0]), encodings[1]), similarity(encodings[0], emptied(encodings[1]))]
+    assert ours.score == pytest.approx(whole, abs=1e-5)
+    assert ours.inner["baseline_scores"] == pytest.approx(without, abs=1e-5)
+    for side in (0, 1):
+        total = sum(token.attribution for token in ours.tokens if token.text == side)
+        assert total == pytest.approx(whole - without[side], abs=1e-5)
+
+
 def test_faithfulness_is_transformers_logit_without_the_top_words_and_with_them_alone(sst2_classifier, hf_classifier,
                                                                                       tokenizer):
     """ERASER's comprehensiveness and sufficiency at each share of the words, against transformers' model run on the
@@ -665,8 +730,8 @@ def test_special_tokens_alone_and_a_mask_out_of_reach_are_named(sst2_classifier,
         explain(fill, tokenizer, "word " * 30 + "[MASK].", max_length=16)
 
 
-def test_an_int8_model_is_explained_by_occlusion_and_rollout_and_refused_by_gradients(sst2_classifier_dir, tokenizer,
-                                                                                     sst2_dev):
+def test_an_int8_model_is_explained_by_forward_passes_and_refused_by_gradients(sst2_classifier_dir, tokenizer,
+                                                                              sst2_dev):
     """No gradient flows through an int8 layer's kernel: the gradient methods would give every word 0, so they
     are refused; attention rollout reads the attention probabilities, which int8 computes as fp32 does (nearly)."""
     from bertforge import BertForSequenceClassification
@@ -675,6 +740,7 @@ def test_an_int8_model_is_explained_by_occlusion_and_rollout_and_refused_by_grad
     model = BertForSequenceClassification.from_pretrained(sst2_classifier_dir)
     fp32_rollout = attributions_of(explain(model, tokenizer, REVIEW, method="attention_rollout"))
     fp32_occlusion = attributions_of(explain(model, tokenizer, REVIEW, method="occlusion"))
+    fp32_shapley = attributions_of(explain(model, tokenizer, REVIEW, method="shapley", steps=20))
     calibration = [dict(tokenizer([text for text, _ in sst2_dev[:32]], padding=True, return_tensors="pt"))]
     quantize(model, QuantizationConfig("int8"), calibration)
     for method in ("integrated_gradients", "gradient_x_input", "saliency"):
@@ -685,3 +751,6 @@ def test_an_int8_model_is_explained_by_occlusion_and_rollout_and_refused_by_grad
     # Occlusion runs forward alone: the int8 model's own, close to the fp32 model's.
     int8_occlusion = attributions_of(explain(model, tokenizer, REVIEW, method="occlusion"))
     assert torch.nn.functional.cosine_similarity(int8_occlusion, fp32_occlusion, dim=0) > 0.9
+    # So do Shapley values (sampled orders beyond 10 tokens).
+    int8_shapley = attributions_of(explain(model, tokenizer, REVIEW, method="shapley", steps=20))
+    assert torch.nn.functional.cosine_similarity(int8_shapley, fp32_shapley, dim=0) > 0.9

@@ -91,6 +91,12 @@ def test_explain_page_and_errors_over_http(server_url):
     assert status == 413 and "occlusion runs the model once per token: 512 x 512" in json.loads(body)["error"]
     status, _, body = fetch(server_url + "/explain", {"text": REVIEW * 10, "method": "occlusion", "baseline": "mask"})
     assert status == 200 and json.loads(body)["method"] == "occlusion" and json.loads(body)["baseline"] == "mask"
+    # Shapley values run the model once per sampled order and token: the same bound, fewer orders fit.
+    status, _, body = fetch(server_url + "/explain", {"text": REVIEW * 3, "method": "shapley"})
+    assert status == 413 and "shapley runs the model" in json.loads(body)["error"]
+    status, _, body = fetch(server_url + "/explain", {"text": REVIEW * 3, "method": "shapley", "steps": 8})
+    answer = json.loads(body)
+    assert status == 200 and answer["method"] == "shapley" and abs(answer["completeness_gap"]) < 1e-4
 
 
 def test_an_encoders_explanation_counts_a_path_per_text():

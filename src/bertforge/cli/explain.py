@@ -23,7 +23,7 @@ OUTPUT_FORMATS = (".html", ".json")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from bertforge.explain.methods import DEFAULT_STEPS, MAX_STEPS, METHODS
+    from bertforge.explain.methods import DEFAULT_STEPS, EXACT_SHAPLEY_TOKENS, MAX_STEPS, METHODS
     from bertforge.explain.targets import BASELINES
     parser.add_argument("--model", "-m", type=path_text, default="default",
                         help="model directory (a fine-tuned classifier, tagger, QA or masked-LM model, or an "
@@ -37,9 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="attribution method")
     parser.add_argument("--baseline", choices=list(BASELINES), default="pad",
                         help="the token a word becomes where the method takes it away (integrated gradients' "
-                             "start, occlusion, the faithfulness report)")
+                             "start, occlusion, shapley, the faithfulness report)")
     parser.add_argument("--steps", type=number_range("steps", int, 1, MAX_STEPS), default=DEFAULT_STEPS,
-                        help=f"integrated gradients' interpolation steps (default {DEFAULT_STEPS})")
+                        help=f"integrated gradients' interpolation steps, or the orders shapley samples beyond "
+                             f"{EXACT_SHAPLEY_TOKENS} tokens (default {DEFAULT_STEPS})")
     parser.add_argument("--max-length", type=positive_int,
                         help="truncate to this many tokens (default: as `predict` reads: the max_length the model "
                              "was fine-tuned with)")

@@ -38,7 +38,8 @@ def explain(model, tokenizer, text: str, text_pair: str | None = None, target: s
     quantization = getattr(model, "quantization", None)
     if method in USES_GRADIENTS and quantization is not None and quantization.precision == "int8":
         raise InputError(f"{method} follows gradients, which int8 layers don't pass on (every attribution would "
-                         "be 0): explain the fp32 model it was made from, or use occlusion or attention_rollout")
+                         "be 0): explain the fp32 model it was made from, or use occlusion, shapley or "
+                         "attention_rollout")
     check_within_positions(max_length, model.config.max_position_embeddings)
     max_length = max_length or explained_length(model, tokenizer)
     was_training = model.training

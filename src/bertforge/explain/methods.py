@@ -1,14 +1,18 @@
-"""Attribution methods, one table: integrated gradients, gradient x input, saliency, occlusion, attention rollout.
+"""Attribution methods, one table: integrated gradients, gradient x input, saliency, occlusion, Shapley values,
+attention rollout.
 
 Gradients are taken at the word embeddings (the output of the embedding lookup, before positions, segments and
 LayerNorm are added), so a token's attribution is the sum over its embedding's dimensions (saliency: their norm);
 occlusion puts one token at a time at its baseline there.
 References: Sundararajan et al. 2017 (integrated gradients, completeness), Simonyan et al. 2014 and Li et al. 2016
-(saliency: the gradient's size), Zeiler & Fergus 2014 (occlusion), Abnar & Zuidema 2020 (rollout).
+(saliency: the gradient's size), Zeiler & Fergus 2014 (occlusion), Shapley 1953 and Strumbelj & Kononenko 2014
+(Shapley values, exact and by sampled orders), Abnar & Zuidema 2020 (rollout).
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,6 +27,9 @@ DEFAULT_STEPS = 50
 # asked for more memory than a machine has. 1,000 is 20 times the default, whose completeness gap is already under
 # 1% (tests/explain/test_attribution.py).
 MAX_STEPS = 1000
+# Shapley values are exact (every subset of the tokens put back from their baseline: 2^n forward passes) up to this
+# many tokens on a path, and estimated from `steps` random orders beyond (steps x (n - 1) passes).
+EXACT_SHAPLEY_TOKENS = 10
 # Tokens per forward-backward pass: the interpolation steps of a long input are split into batches of this size.
 TOKENS_PER_BATCH = 4096
 
@@ -144,6 +151,75 @@ def occlusion(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions
     return Attributions(per_token, score)
 
 
+def shapley_passes(tokens: int, steps: int) -> int:
+    """The forward passes Shapley values take for `tokens` tokens on one path (`steps` orders where sampled)."""
+    return 2 ** tokens if tokens <= EXACT_SHAPLEY_TOKENS else steps * (tokens - 1) + 2
+
+
+def shapley_values(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:
+    """Each token's Shapley value: what f gains as the token is put back from its baseline, averaged over every
+    order in which the tokens could be put back, the others held as given. The only attribution that is fair in
+    Shapley's sense (symmetric, with no gain for a token f ignores) and sums exactly to f(x) - f(baseline).
+
+    Exact (every subset, weighted by how many orders reach it) up to EXACT_SHAPLEY_TOKENS tokens on a path; beyond,
+    the mean over `steps` random orders, the same for the same input (a seeded generator), whose values still sum to
+    f(x) - f(baseline). Forward passes alone, as occlusion, so it explains int8 models too. Where the target's rows
+    are explained one at a time, each row's tokens are put back with the other rows as given, as integrated
+    gradients' paths run.
+    """
+    score = score_at(target, [word_embeddings(model, row.input_ids) for row in target.rows])
+    rows = range(len(target.rows))
+    paths = [[i] for i in rows] if target.rows_one_at_a_time else [list(rows)]
+    per_token = [torch.zeros(len(row.input_ids), dtype=torch.float64) for row in target.rows]
+    path_baselines = []
+    for path in paths:
+        players = [(i, j) for i in path for j, (token, base) in enumerate(zip(target.rows[i].input_ids,
+                                                                                 target.rows[i].baseline_ids))
+                   if token != base]
+        estimate = exact_shapley if len(players) <= EXACT_SHAPLEY_TOKENS else sampled_shapley
+        values = estimate(functools.partial(scores_with, model, target, players), len(players), steps)
+        for (i, j), value in zip(players, values[1:]):
+            per_token[i][j] = value
+        path_baselines.append(values[0])
+    baseline_score = path_baselines[0] if len(paths) == 1 else score - sum(score - value for value in path_baselines)
+    gap = score - baseline_score - float(sum(values.sum() for values in per_token))
+    return Attributions(per_token, score, baseline_score, gap, steps,
+                        path_baselines if len(paths) > 1 else None)
+
+
+def scores_with(model, target: Target, players: list[tuple[int, int]], present: list[set[int]]) -> list[float]:
+    """f with the players of each set present (as given) and the other players at their baseline."""
+    return scores_without(model, target, [[player for k, player in enumerate(players) if k not in kept]
+                                          for kept in present])
+
+
+def exact_shapley(scores_of: Callable[[list[set[int]]], list[float]], players: int, steps: int) -> list[float]:
+    """f(nobody), then each player's Shapley value from f of every subset: the sum over subsets S without player k
+    of |S|! (n - |S| - 1)! / n! (f(S with k) - f(S)). `scores_of` takes the subsets present."""
+    subsets = [frozenset(k for k in range(players) if mask >> k & 1) for mask in range(2 ** players)]
+    scores = dict(zip(subsets, scores_of([set(subset) for subset in subsets])))
+    weight = [math.factorial(size) * math.factorial(players - size - 1) / math.factorial(players)
+              for size in range(players)]
+    values = [sum(weight[len(subset)] * (scores[subset | {k}] - scores[subset]) for subset in subsets
+                  if k not in subset) for k in range(players)]
+    return [scores[frozenset()], *values]
+
+
+def sampled_shapley(scores_of: Callable[[list[set[int]]], list[float]], players: int, steps: int) -> list[float]:
+    """f(nobody), then each player's mean gain over `steps` random orders of putting the players back."""
+    generator = torch.Generator().manual_seed(0)
+    orders = [torch.randperm(players, generator=generator).tolist() for _ in range(steps)]
+    # Every order starts from nobody and ends with everybody: those two are run once.
+    nobody, everybody = scores_of([set(), set(range(players))])
+    middles = scores_of([set(order[:count]) for order in orders for count in range(1, players)])
+    values = [0.0] * players
+    for index, order in enumerate(orders):
+        path = [nobody, *middles[index * (players - 1):(index + 1) * (players - 1)], everybody]
+        for count, player in enumerate(order):
+            values[player] += (path[count + 1] - path[count]) / steps
+    return [nobody, *values]
+
+
 @torch.no_grad()
 def attention_rollout(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:
     """How much of each input token reaches the positions f reads, through every layer's head-averaged attention,
@@ -166,6 +242,7 @@ METHODS: dict[str, Callable[..., Attributions]] = {
     "gradient_x_input": gradient_x_input,
     "saliency": saliency,
     "occlusion": occlusion,
+    "shapley": shapley_values,
     "attention_rollout": attention_rollout,
 }
 # Those that follow gradients through the model: none flow through int8 layers (their kernel has no backward).

@@ -536,8 +536,9 @@ class ExplainRequest(Strict):
     method: ExplainMethod = "integrated_gradients"
     baseline: ExplainBaseline = Field("pad", description="the token a word becomes where the method takes it away")
     steps: int = Field(DEFAULT_STEPS, ge=1, le=MAX_STEPS, strict=True,
-                       description="integrated gradients' interpolation steps; steps x tokens is limited to the "
-                                   "default steps x the server's max_length")
+                       description="integrated gradients' interpolation steps (steps x tokens is limited to the "
+                                   "default steps x the server's max_length), or the orders shapley samples on "
+                                   "longer texts")
 
 
 # --- responses ----------------------------------------------------------------------------------------------------

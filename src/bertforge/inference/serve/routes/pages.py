@@ -8,7 +8,7 @@ from fastapi import Query, Request
 from fastapi.responses import HTMLResponse
 
 from bertforge.errors import InputError
-from bertforge.explain.methods import DEFAULT_STEPS
+from bertforge.explain.methods import DEFAULT_STEPS, shapley_passes
 from bertforge.explain.targets import explained_length, integration_paths
 from bertforge.inference.attention_view import attention_map, encode_for_attention, render_attention_map
 from bertforge.inference.serve import schemas
@@ -89,6 +89,13 @@ async def explanation(request: schemas.ExplainRequest, served: ServedModel, as_p
         raise HTTPError(413, f"occlusion runs the model once per token: {tokens} x {tokens} tokens = "
                              f"{tokens * tokens}; the limit is {3 * budget} (3 x {DEFAULT_STEPS} steps x max_length "
                              f"{max_length}): send a shorter text or use integrated_gradients")
+    # Shapley values run the model forward once per subset of the tokens (exact) or per token and sampled order: a
+    # third of a step of integrated gradients each, as occlusion's.
+    passes = paths * shapley_passes(max(1, tokens - 2), request.steps)  # [CLS] and [SEP] are their own baseline
+    if request.method == "shapley" and passes * tokens > 3 * budget:
+        raise HTTPError(413, f"shapley runs the model {passes} times over {tokens} tokens = {passes * tokens}; the "
+                             f"limit is {3 * budget} (3 x {DEFAULT_STEPS} steps x max_length {max_length}): ask for "
+                             f"fewer steps (sampled orders), send a shorter text or use integrated_gradients")
     options = {**request.model_dump(), "tokenizer": served.tokenizer, "max_length": reads, "as_page": as_page}
     (result,) = await served.run_jobs([Job(explanations, row, options)])
     return result
