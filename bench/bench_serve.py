@@ -7,7 +7,9 @@ HTTP connection and posts real sentences (SST-2 dev) until the time or request b
 sizes: 1-4 sentences mostly, 16 or 64 now and then. Reports requests/s, sentences/s, p50/p99 latency, the requests
 shed with 503 (the bounded queue doing its job), failed requests (anything else; must be 0), how many large
 requests were served, and the server's batch sizes. With --compare-unbatched it repeats the run against a server
-with --max-batch-size 1 and prints the ratio. The machine (lscpu model name and AVX-512/AMX flags) is printed.
+with --max-batch-size 1 and prints the ratio. The server's resident memory after the warm-up and at the end shows
+whether a long run grows it (per-shape kernel caches did: fast_cpu.prepacking_pays). The machine (lscpu model
+name and AVX-512/AMX flags) is printed.
 """
 
 from __future__ import annotations
@@ -121,14 +123,23 @@ def client(port: int, sentences: list[str], seed: int, end: float, max_requests:
     connection.close()
 
 
-def load_test(port: int, sentences: list[str], clients: int, seconds: float, max_requests: int) -> dict:
+def resident_mb(pid: int) -> float:
+    """A process's resident memory in MB (Linux's /proc; NaN elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
+    except OSError:
+        return float("nan")
+
+
+def load_test(port: int, sentences: list[str], clients: int, seconds: float, max_requests: int, pid: int) -> dict:
     # Warm-up outside the measurement: first forward passes allocate and pick kernels.
     for size in (1, 4, 16):
         request = urllib.request.Request(f"http://127.0.0.1:{port}/embed",
                                          data=json.dumps({"texts": sentences[:size]}).encode(),
                                          headers={"Content-Type": "application/json"})
         urllib.request.urlopen(request, timeout=60).read()
-    before = get_json(port, "/health")
+    before, memory_before = get_json(port, "/health"), resident_mb(pid)
     results: list[tuple[float, int, int]] = []  # list.append is atomic: the threads share it
     start = time.monotonic()
     end = start + seconds
@@ -155,13 +166,16 @@ def load_test(port: int, sentences: list[str], clients: int, seconds: float, max
         "mean_batch": texts / batches if batches else 0.0,
         "largest_batch": after["largest_batch"],
         "seconds": elapsed,
+        "mb_start": memory_before,
+        "mb_end": resident_mb(pid),
     }
 
 
 def report(name: str, figures: dict) -> str:
     return (f"{name:<22}{figures['requests_per_s']:>10.1f}{figures['sentences_per_s']:>13.1f}"
             f"{figures['p50_ms']:>10.1f}{figures['p99_ms']:>10.1f}{figures['mean_batch']:>12.1f}"
-            f"{figures['requests']:>10d}{figures['shed']:>7d}{figures['large_served']:>13}{figures['failed']:>8d}")
+            f"{figures['requests']:>10d}{figures['shed']:>7d}{figures['large_served']:>13}{figures['failed']:>8d}"
+            f"{figures['mb_start']:>10.0f}{figures['mb_end']:>8.0f}")
 
 
 def main() -> int:
@@ -186,12 +200,13 @@ def main() -> int:
     print(f"bertforge serve, model {args.model}, {args.server_threads} torch thread(s): {args.clients} clients x "
           f"{args.seconds:.0f} s on 127.0.0.1, SST-2 dev sentences per POST /embed: {mix}")
     print(f"{'server':<22}{'req/s':>10}{'sentences/s':>13}{'p50 ms':>10}{'p99 ms':>10}{'mean batch':>12}"
-          f"{'requests':>10}{'503':>7}{'large served':>13}{'failed':>8}")
+          f"{'requests':>10}{'503':>7}{'large served':>13}{'failed':>8}{'MB start':>10}{'end':>8}")
     figures = {}
     for name, extra in runs.items():
         server = ServerProcess(args.model, args.server_threads, extra)
         try:
-            figures[name] = load_test(server.port, sentences, args.clients, args.seconds, args.max_requests)
+            figures[name] = load_test(server.port, sentences, args.clients, args.seconds, args.max_requests,
+                                      server.process.pid)
         finally:
             server.stop()
         print(report(name, figures[name]), flush=True)

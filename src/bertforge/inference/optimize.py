@@ -76,7 +76,7 @@ class InferenceOptions:
                 raise ConfigError(f"this {device.type} has no native bf16 (on CPU: AVX-512 BF16 or AMX); "
                                   "use fp32 or int8")
             run_in_bf16(model)
-        else:
+        elif fast_cpu.prepacking_pays():
             fast_cpu.accelerate(model)  # oneDNN on prepacked weights: the same outputs, sooner
         if self.compile:
             from bertforge.compress.int8_linear import run_int8_eagerly
