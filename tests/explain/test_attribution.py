@@ -237,6 +237,7 @@ def test_shapley_values_equal_captums_and_their_sampled_estimate_comes_close(sst
     embeddings, a group per token; then the estimate from sampled orders on a longer text against the exact values
     of the same text. Either way the values sum to f(x) - f(baseline)."""
     from bertforge.explain import methods
+    from bertforge.explain.page import summary
 
     captum_attr = pytest.importorskip("captum.attr")
     text = "dull but gripping"  # five tokens with [CLS] and [SEP]: Captum runs all 120 orders
@@ -260,12 +261,14 @@ def test_shapley_values_equal_captums_and_their_sampled_estimate_comes_close(sst
     ours = explain(sst2_classifier, tokenizer, text, target="positive", method="shapley")
     assert torch.allclose(attributions_of(ours), theirs, atol=1e-5, rtol=0)
     assert ours.baseline_score == pytest.approx(baseline_logit, abs=1e-5) and abs(ours.completeness_gap) < 1e-5
+    assert ours.steps is None and "(every order)" in summary(ours)
 
     longer = "a gripping, beautifully acted film that never"  # 8 tokens: 256 subsets
     exact = attributions_of(explain(sst2_classifier, tokenizer, longer, target="positive", method="shapley"))
     monkeypatch.setattr(methods, "EXACT_SHAPLEY_TOKENS", 0)  # sampled orders from here
     sampled = explain(sst2_classifier, tokenizer, longer, target="positive", method="shapley", steps=100)
     assert len(exact) == 10 and abs(sampled.completeness_gap) < 1e-5
+    assert sampled.steps == 100 and "(100 sampled orders)" in summary(sampled)
     assert torch.corrcoef(torch.stack([exact, attributions_of(sampled)]))[0, 1] > 0.98
     assert (attributions_of(sampled) - exact).abs().max() < 0.15 * exact.abs().max()
     again = explain(sst2_classifier, tokenizer, longer, target="positive", method="shapley", steps=100)

@@ -171,19 +171,20 @@ def shapley_values(model, target: Target, steps: int = DEFAULT_STEPS) -> Attribu
     rows = range(len(target.rows))
     paths = [[i] for i in rows] if target.rows_one_at_a_time else [list(rows)]
     per_token = [torch.zeros(len(row.input_ids), dtype=torch.float64) for row in target.rows]
-    path_baselines = []
+    path_baselines, sampled = [], False
     for path in paths:
         players = [(i, j) for i in path for j, (token, base) in enumerate(zip(target.rows[i].input_ids,
                                                                                  target.rows[i].baseline_ids))
                    if token != base]
-        estimate = exact_shapley if len(players) <= EXACT_SHAPLEY_TOKENS else sampled_shapley
+        sampled = sampled or len(players) > EXACT_SHAPLEY_TOKENS
+        estimate = sampled_shapley if len(players) > EXACT_SHAPLEY_TOKENS else exact_shapley
         values = estimate(functools.partial(scores_with, model, target, players), len(players), steps)
         for (i, j), value in zip(players, values[1:]):
             per_token[i][j] = value
         path_baselines.append(values[0])
     baseline_score = path_baselines[0] if len(paths) == 1 else score - sum(score - value for value in path_baselines)
     gap = score - baseline_score - float(sum(values.sum() for values in per_token))
-    return Attributions(per_token, score, baseline_score, gap, steps,
+    return Attributions(per_token, score, baseline_score, gap, steps if sampled else None,  # orders sampled
                         path_baselines if len(paths) > 1 else None)
 
 

@@ -60,7 +60,9 @@ def summary(explanation: Explanation) -> str:
     elif explanation.baseline_score is not None:
         facts.append(f"f(baseline: {html.escape(explanation.baseline)}) = {explanation.baseline_score:.4g}")
     if explanation.completeness_gap is not None:
-        facts.append(f"completeness gap = {explanation.completeness_gap:.3g} ({explanation.steps} steps)")
+        how = (f"{explanation.steps} steps" if explanation.method == "integrated_gradients" else
+               f"{explanation.steps} sampled orders" if explanation.steps else "every order")  # Shapley values'
+        facts.append(f"completeness gap = {explanation.completeness_gap:.3g} ({how})")
     if explanation.faithfulness is not None:
         facts.append(html.escape(faithfulness_line(explanation.faithfulness)))
     others = [html.escape(name) for name in explanation.targets if name != explanation.target]
