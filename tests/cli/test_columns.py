@@ -33,12 +33,15 @@ def test_fit_cuts_to_the_cells_it_is_given(width):
 
 
 def test_evaluation_tables_line_up_with_labels_in_any_script():
+    # labels in any script, and with a tab or a newline as the user's data may hold them
     per_label = {name: {"precision": 0.5, "recall": 0.25, "f1": 0.3333, "support": 12}
-                 for name in ("正面", "負面", "neutral", "😐")}
-    for table in (label_table(per_label), confusion_table(list(per_label), [[5, 1, 0, 0], [2, 9, 1, 0],
-                                                                            [0, 0, 7, 1], [10, 0, 0, 3]])):
+                 for name in ("正面", "負面", "neutral", "😐", "two\twords", "two\nlines")}
+    matrix = [[5, 1, 0, 0, 0, 0], [2, 9, 1, 0, 0, 0], [0, 0, 7, 1, 0, 0], [10, 0, 0, 3, 0, 0], [0, 0, 0, 0, 4, 0],
+              [0, 0, 0, 0, 0, 4]]
+    for table in (label_table(per_label), confusion_table(list(per_label), matrix)):
         lines = table.splitlines()[table.startswith("confusion"):]
-        assert len({wcswidth(line) for line in lines}) == 1, table
+        assert len(lines) == len(per_label) + (3 if table.startswith("label") else 1), table  # a row per label
+        assert len({wcswidth(line) for line in lines}) == 1 and "\t" not in table, table
 
 
 def test_tokenize_table_lines_up_for_cjk(run_cli):

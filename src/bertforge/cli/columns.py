@@ -49,10 +49,13 @@ def fit(text: str, width: int) -> str:
 
 
 def left(text: str, width: int) -> str:
-    """`text` padded with spaces on the right to `width` cells (as f"{text:<{width}}" does for ASCII)."""
+    """`text` on one line, padded with spaces on the right to `width` cells (as f"{text:<{width}}" does for
+    ASCII)."""
+    text = printable(text)
     return text + " " * max(width - cells(text), 0)
 
 
 def right(text: str, width: int) -> str:
-    """`text` padded with spaces on the left to `width` cells."""
+    """`text` on one line, padded with spaces on the left to `width` cells."""
+    text = printable(text)
     return " " * max(width - cells(text), 0) + text
