@@ -16,6 +16,18 @@ def attributions_of(explanation) -> torch.Tensor:
     return torch.tensor([token.attribution for token in explanation.tokens], dtype=torch.float64)
 
 
+def baseline_ids_of(input_ids: torch.Tensor, tokenizer, token_id: int | None = None) -> torch.Tensor:
+    """Every token put at `token_id` ([PAD] by default) but [CLS] and [SEP], which are their own baseline."""
+    special = (input_ids == tokenizer.cls_token_id) | (input_ids == tokenizer.sep_token_id)
+    token_id = tokenizer.pad_token_id if token_id is None else token_id
+    return torch.where(special, input_ids, torch.full_like(input_ids, token_id))
+
+
+def token_groups(inputs: torch.Tensor) -> torch.Tensor:
+    """Captum's feature mask of one group per token of (1, seq, hidden) embeddings (contiguous: Captum views it)."""
+    return torch.arange(inputs.shape[1])[None, :, None].expand_as(inputs).contiguous()
+
+
 REVIEW = "a gripping, beautifully acted film that never quite earns its ending."
 MASKED_REVIEW = "a gripping, beautifully acted film that never quite [MASK] its ending."
 
@@ -109,8 +121,7 @@ def test_an_encoder_explains_each_text_against_the_other_as_captum_does(minilm, 
     for side, input_ids in enumerate(encodings):
         def similarity(embeddings, other=pooled[1 - side]):
             return torch.cosine_similarity(hf_minilm(inputs_embeds=embeddings).last_hidden_state.mean(1), other)
-        special = (input_ids == tokenizer.cls_token_id) | (input_ids == tokenizer.sep_token_id)
-        baseline_ids = torch.where(special, input_ids, torch.full_like(input_ids, tokenizer.pad_token_id))
+        baseline_ids = baseline_ids_of(input_ids, tokenizer)
         with torch.no_grad():
             inputs, baselines = table(input_ids), table(baseline_ids)
             baseline_scores.append(float(similarity(baselines)))
@@ -152,9 +163,8 @@ def test_another_baseline_token_is_captums_baseline_of_that_token(sst2_classifie
     baseline gives it; occlusion puts one word at a time there."""
     captum_attr = pytest.importorskip("captum.attr")
     input_ids = tokenizer(REVIEW, return_tensors="pt")["input_ids"]
-    special = (input_ids == tokenizer.cls_token_id) | (input_ids == tokenizer.sep_token_id)
     token = {"mask": tokenizer.mask_token_id, "unk": tokenizer.unk_token_id}[baseline]
-    baseline_ids = torch.where(special, input_ids, torch.full_like(input_ids, token))
+    baseline_ids = baseline_ids_of(input_ids, tokenizer, token)
     reference = captum_attr.LayerIntegratedGradients(lambda ids: hf_classifier(ids).logits[:, 1],
                                                      hf_classifier.bert.embeddings.word_embeddings)
     attributions = reference.attribute(input_ids, baselines=baseline_ids, n_steps=20, method="gausslegendre")
@@ -164,9 +174,8 @@ def test_another_baseline_token_is_captums_baseline_of_that_token(sst2_classifie
     table = hf_classifier.bert.embeddings.word_embeddings
     with torch.no_grad():
         inputs, baselines = table(input_ids), table(baseline_ids)
-    groups = torch.arange(input_ids.shape[1])[None, :, None].expand_as(inputs)
     ablated = captum_attr.FeatureAblation(lambda embeddings: hf_classifier(inputs_embeds=embeddings).logits[:, 1]
-                                          ).attribute(inputs, baselines=baselines, feature_mask=groups,
+                                          ).attribute(inputs, baselines=baselines, feature_mask=token_groups(inputs),
                                                       perturbations_per_eval=8)
     ours = explain(sst2_classifier, tokenizer, REVIEW, target="positive", method="occlusion", baseline=baseline)
     assert torch.allclose(attributions_of(ours), ablated[0, :, 0].double(), atol=1e-5, rtol=0)
@@ -183,18 +192,17 @@ def test_occlusion_and_saliency_equal_captums(sst2_classifier, hf_classifier, to
     encoding = tokenizer(text, return_tensors="pt")
     input_ids = encoding["input_ids"]
     special = (input_ids == tokenizer.cls_token_id) | (input_ids == tokenizer.sep_token_id)
-    baseline_ids = torch.where(special, input_ids, torch.full_like(input_ids, tokenizer.pad_token_id))
     table = hf_classifier.bert.embeddings.word_embeddings
     with torch.no_grad():
-        inputs, baselines = table(input_ids), table(baseline_ids)
+        inputs, baselines = table(input_ids), table(baseline_ids_of(input_ids, tokenizer))
     for label in ("positive", "negative"):
         index = sst2_classifier.config.label2id[label]
 
         def logit(embeddings, index=index):
             return hf_classifier(inputs_embeds=embeddings).logits[:, index]
 
-        groups = torch.arange(input_ids.shape[1])[None, :, None].expand_as(inputs)
-        ablated = captum_attr.FeatureAblation(logit).attribute(inputs, baselines=baselines, feature_mask=groups,
+        ablated = captum_attr.FeatureAblation(logit).attribute(inputs, baselines=baselines,
+                                                               feature_mask=token_groups(inputs),
                                                                perturbations_per_eval=8)
         ours = explain(sst2_classifier, tokenizer, text, target=label, method="occlusion")
         assert torch.allclose(attributions_of(ours), ablated[0, :, 0].double(), atol=1e-5, rtol=0)
@@ -243,19 +251,17 @@ def test_shapley_values_equal_captums_and_their_sampled_estimate_comes_close(sst
     text = "dull but gripping"  # five tokens with [CLS] and [SEP]: Captum runs all 120 orders
     encoding = tokenizer(text, return_tensors="pt")
     input_ids = encoding["input_ids"]
-    special = (input_ids == tokenizer.cls_token_id) | (input_ids == tokenizer.sep_token_id)
-    baseline_ids = torch.where(special, input_ids, torch.full_like(input_ids, tokenizer.pad_token_id))
     table = hf_classifier.bert.embeddings.word_embeddings
     with torch.no_grad():
-        inputs, baselines = table(input_ids), table(baseline_ids)
+        inputs, baselines = table(input_ids), table(baseline_ids_of(input_ids, tokenizer))
     index = sst2_classifier.config.label2id["positive"]
 
     def logit(embeddings):
         return hf_classifier(inputs_embeds=embeddings).logits[:, index]
 
-    groups = torch.arange(input_ids.shape[1])[None, :, None].expand_as(inputs).contiguous()  # Captum views it
     with torch.no_grad():
-        theirs = captum_attr.ShapleyValues(logit).attribute(inputs, baselines=baselines, feature_mask=groups,
+        theirs = captum_attr.ShapleyValues(logit).attribute(inputs, baselines=baselines,
+                                                            feature_mask=token_groups(inputs),
                                                             perturbations_per_eval=64)[0, :, 0].double()
         baseline_logit = float(logit(baselines))
     ours = explain(sst2_classifier, tokenizer, text, target="positive", method="shapley")
@@ -285,13 +291,9 @@ def test_shapley_values_of_two_texts_put_each_back_with_the_other_as_given(minil
         def similarity(first, second):
             return float(torch.cosine_similarity(hf_minilm(first).last_hidden_state.mean(1),
                                                  hf_minilm(second).last_hidden_state.mean(1)))
-
-        def emptied(input_ids):
-            special = (input_ids == tokenizer.cls_token_id) | (input_ids == tokenizer.sep_token_id)
-            return torch.where(special, input_ids, torch.full_like(input_ids, tokenizer.pad_token_id))
-
         whole = similarity(*encodings)
-        without = [similarity(emptied(encodings[0]), encodings[1]), similarity(encodings[0], emptied(encodings[1]))]
+        without = [similarity(baseline_ids_of(encodings[0], tokenizer), encodings[1]),
+                   similarity(encodings[0], baseline_ids_of(encodings[1], tokenizer))]
     assert ours.score == pytest.approx(whole, abs=1e-5)
     assert ours.inner["baseline_scores"] == pytest.approx(without, abs=1e-5)
     for side in (0, 1):
