@@ -62,6 +62,32 @@ def score_at(target: Target, embeddings: list[torch.Tensor]) -> float:
     return float(target.score([values[None] for values in embeddings])[0])
 
 
+def paths_of(target: Target) -> list[list[int]]:
+    """The rows that move from their baseline together: each row on a path of its own where the target's rows are
+    explained one at a time (each text against the other as given), else all of them on one."""
+    rows = range(len(target.rows))
+    return [[i] for i in rows] if target.rows_one_at_a_time else [list(rows)]
+
+
+def off_baseline(target: Target, rows: list[int]) -> list[tuple[int, int]]:
+    """(row, position) of the tokens of `rows` that a method can take away: those that are not their own baseline
+    ([CLS] and [SEP] are)."""
+    return [(i, j) for i in rows for j, (token, base) in enumerate(zip(target.rows[i].input_ids,
+                                                                          target.rows[i].baseline_ids))
+            if token != base]
+
+
+def accounted(per_token: list[torch.Tensor], score: float, path_baselines: list[float], steps: int | None
+              ) -> Attributions:
+    """Attributions that account for f(x) - f(baseline): with one path, its baseline's score; with several, f(x)
+    less the sum of each path's difference f(x) - f(path's rows at their baseline), so that completeness reads the
+    same. The gap is what the attributions leave of it."""
+    several = len(path_baselines) > 1
+    baseline_score = score - sum(score - value for value in path_baselines) if several else path_baselines[0]
+    gap = score - baseline_score - float(sum(values.sum() for values in per_token))
+    return Attributions(per_token, score, baseline_score, gap, steps, path_baselines if several else None)
+
+
 def integrated_gradients(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:
     """(x - b) * the average gradient of f on the straight path from the baseline b to x, per token.
 
@@ -72,7 +98,7 @@ def integrated_gradients(model, target: Target, steps: int = DEFAULT_STEPS) -> A
     inputs = [word_embeddings(model, row.input_ids) for row in target.rows]
     baselines = [word_embeddings(model, row.baseline_ids) for row in target.rows]
     rows = range(len(inputs))
-    paths = [[i] for i in rows] if target.rows_one_at_a_time else [list(rows)]  # the rows that move on each path
+    paths = paths_of(target)
     alphas, weights = (values.to(inputs[0].device) for values in gauss_legendre(steps))
     totals = [torch.zeros(x.shape, dtype=torch.float64, device=x.device) for x in inputs]  # weighted sum of gradients
     batch = max(1, TOKENS_PER_BATCH // (len(paths) * sum(len(row.input_ids) for row in target.rows)))
@@ -91,9 +117,7 @@ def integrated_gradients(model, target: Target, steps: int = DEFAULT_STEPS) -> A
     per_token = [((x - b).double() * total).sum(-1).cpu() for x, b, total in zip(inputs, baselines, totals)]
     score = score_at(target, inputs)
     path_baselines = [score_at(target, [baselines[i] if i in path else inputs[i] for i in rows]) for path in paths]
-    baseline_score = path_baselines[0] if len(paths) == 1 else score - sum(score - value for value in path_baselines)
-    gap = score - baseline_score - float(sum(values.sum() for values in per_token))
-    return Attributions(per_token, score, baseline_score, gap, steps, path_baselines if len(paths) > 1 else None)
+    return accounted(per_token, score, path_baselines, steps)
 
 
 def gradient_x_input(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:
@@ -143,8 +167,7 @@ def occlusion(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions
     [SEP]) lose nothing and are not run.
     """
     score = score_at(target, [word_embeddings(model, row.input_ids) for row in target.rows])
-    occluded = [(i, j) for i, row in enumerate(target.rows)
-                for j, (token, base) in enumerate(zip(row.input_ids, row.baseline_ids)) if token != base]
+    occluded = off_baseline(target, list(range(len(target.rows))))
     per_token = [torch.zeros(len(row.input_ids), dtype=torch.float64) for row in target.rows]
     for (i, j), value in zip(occluded, scores_without(model, target, [[token] for token in occluded])):
         per_token[i][j] = score - value
@@ -168,24 +191,18 @@ def shapley_values(model, target: Target, steps: int = DEFAULT_STEPS) -> Attribu
     gradients' paths run.
     """
     score = score_at(target, [word_embeddings(model, row.input_ids) for row in target.rows])
-    rows = range(len(target.rows))
-    paths = [[i] for i in rows] if target.rows_one_at_a_time else [list(rows)]
     per_token = [torch.zeros(len(row.input_ids), dtype=torch.float64) for row in target.rows]
     path_baselines, sampled = [], False
-    for path in paths:
-        players = [(i, j) for i in path for j, (token, base) in enumerate(zip(target.rows[i].input_ids,
-                                                                                 target.rows[i].baseline_ids))
-                   if token != base]
-        sampled = sampled or len(players) > EXACT_SHAPLEY_TOKENS
-        estimate = sampled_shapley if len(players) > EXACT_SHAPLEY_TOKENS else exact_shapley
-        values = estimate(functools.partial(scores_with, model, target, players), len(players), steps)
+    for path in paths_of(target):
+        players = off_baseline(target, path)
+        exact = len(players) <= EXACT_SHAPLEY_TOKENS
+        sampled = sampled or not exact
+        values = (exact_shapley if exact else sampled_shapley)(functools.partial(scores_with, model, target, players),
+                                                               len(players), steps)
         for (i, j), value in zip(players, values[1:]):
             per_token[i][j] = value
         path_baselines.append(values[0])
-    baseline_score = path_baselines[0] if len(paths) == 1 else score - sum(score - value for value in path_baselines)
-    gap = score - baseline_score - float(sum(values.sum() for values in per_token))
-    return Attributions(per_token, score, baseline_score, gap, steps if sampled else None,  # orders sampled
-                        path_baselines if len(paths) > 1 else None)
+    return accounted(per_token, score, path_baselines, steps if sampled else None)  # steps: the orders sampled
 
 
 def scores_with(model, target: Target, players: list[tuple[int, int]], present: list[set[int]]) -> list[float]:
