@@ -8,7 +8,9 @@ build/axe-core/ (AXE_CORE_JS may name another copy); without it these tests skip
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -176,14 +178,113 @@ def test_every_control_of_the_attention_page_works_from_the_keyboard(browser, ax
 def test_the_attention_page_reflows_to_a_narrow_window(browser, pages):
     """At 320 CSS pixels (a 1280-pixel window at 400% zoom) the page scrolls down, not sideways: the drawings
     scroll inside their own boxes."""
+    from selenium.webdriver.common.by import By
+
     browser.get(pages["attention"].as_uri())
     browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
                             {"width": 320, "height": 800, "deviceScaleFactor": 1, "mobile": False})
     try:
         assert browser.execute_script(
             "return document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+        # So does the list of each head's strongest link, which a focused token shows in 'all heads' mode.
+        browser.execute_script("document.querySelector('#labels text.left[data-index=\"3\"]').focus()")
+        assert browser.find_element(By.ID, "head-links").is_displayed()
+        assert browser.execute_script(
+            "return document.documentElement.scrollWidth <= document.documentElement.clientWidth")
     finally:
         browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def page_data_of(path: Path) -> dict:
+    """The weights and tokens a page embeds, read from its file (not from the page's script)."""
+    found = re.search(r'<script type="application/json" id="attention-data">(.*?)</script>',
+                      path.read_text(encoding="utf-8"), re.S)
+    return json.loads(found.group(1))
+
+
+@pytest.mark.parametrize("name", ["attention", "attention_dark"])
+def test_segment_b_is_told_apart_without_colour(browser, axe_core, pages, tokenizer, name):
+    """WCAG 1.4.1: segment B's tokens are not told from segment A's by colour alone. They are in italics, below a
+    dashed rule that a visible key explains, and each token's accessible name says its segment."""
+    from selenium.webdriver.common.by import By
+
+    start = tokenizer(TEXT, PAIR)["token_type_ids"].index(1)
+    browser.get(pages[name].as_uri())
+    labels = browser.find_elements(By.CSS_SELECTOR, "#labels text.left") + browser.find_elements(
+        By.CSS_SELECTOR, "#labels text.right")
+    looks = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#labels text'), t => { const s = getComputedStyle(t);"
+        " return [s.fontStyle, s.textDecorationLine, s.fontWeight].join(' '); })")
+    half = len(labels) // 2
+    for side in (range(half), range(half, len(labels))):
+        segment_a = {looks[k] for k in side if k - side.start < start}
+        segment_b = {looks[k] for k in side if k - side.start >= start}
+        assert len(segment_a) == len(segment_b) == 1 and segment_a != segment_b
+    for k, label in enumerate(labels):
+        segment = "B" if k % half >= start else "A"
+        assert label.accessible_name == f"{label.text}, segment {segment}"
+    # The rule lies between the last token of A and the first of B, in both columns.
+    rules = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#view line.segment-rule'), l => Number(l.getAttribute('y1')))")
+    middles = [float(labels[k].get_attribute("y")) for k in (start - 1, start)]
+    assert rules == [sum(middles) / 2] * 2
+    key = browser.find_element(By.ID, "segment-key")
+    assert key.is_displayed() and "segment B" in key.text and "italics" in key.text
+    assert axe_violations(browser, axe_core) == []
+
+
+def test_all_heads_mode_says_each_heads_strongest_link(browser, axe_core, pages):
+    """WCAG 1.4.1: in 'all heads' mode a line's colour alone says its head. A focused token's status line, and a
+    visible list, give each shown head's strongest link in words; checked against the weights the page embeds."""
+    from selenium.webdriver.common.by import By
+
+    data = page_data_of(pages["attention_dark"])
+    tokens, layer = data["tokens"], data["start_layer"]
+    browser.get(pages["attention_dark"].as_uri())
+    status, listing = browser.find_element(By.ID, "head-status"), browser.find_element(By.ID, "head-links")
+    swatches = browser.find_elements(By.CSS_SELECTOR, "#legend .swatch")
+    assert [swatch.accessible_name for swatch in swatches] == [f"head {name}" for name in data["head_names"]]
+    assert not listing.is_displayed()
+
+    def said(text: str) -> list[tuple[str, float, str, str]]:
+        """(head, weight, 'to' or 'from', token) for each head named in `text`; a head with no link: weight 0."""
+        return [(head, float(weight or 0), direction, token) for head, weight, direction, token in re.findall(
+            r"head (\w+): (?:([\d.]+) (to|from) \u201c(.*?)\u201d|none)", text)]
+
+    def check(side: str, index: int, hidden: set[int]) -> None:
+        browser.execute_script(f"document.querySelector('#labels text.{side}[data-index=\"{index}\"]').focus()")
+        expected = []
+        for h, name in enumerate(data["head_names"]):
+            if h in hidden:
+                continue
+            if side == "left":  # the token's own row: [attended, weight, ...]
+                row = data["attention"][layer][h][index]
+                links = list(zip(row[0::2], row[1::2]))
+            else:  # every row's weight for the token
+                links = [(i, w) for i, row in enumerate(data["attention"][layer][h])
+                         for j, w in zip(row[0::2], row[1::2]) if j == index]
+            best = max((w for _, w in links), default=0)  # weights under MIN_WEIGHT are not in the page
+            expected.append((str(name), best, {tokens[k] for k, w in links if w == best}))
+        found = said(status.get_attribute("textContent"))  # all of it: a screen reader reads past the ellipsis
+        assert [head for head, *_ in found] == [head for head, *_ in expected]
+        for (_, weight, direction, token), (_, best, strongest) in zip(found, expected):
+            assert abs(weight - best) <= 0.005 + 1e-9
+            if best:
+                assert token in strongest and direction == ("to" if side == "left" else "from")
+        # The list shows the same, one head a line (the status line shows one line and cuts the rest).
+        items = listing.find_elements(By.TAG_NAME, "li")
+        assert listing.is_displayed() and [said(item.text)[0] for item in items] == found
+
+    check("left", 3, set())
+    check("right", 2, set())
+    browser.execute_script("document.querySelector('#legend .swatch[data-head=\"1\"]').click()")
+    check("left", 10, {1})
+    assert axe_violations(browser, axe_core) == []
+    # One head selected: its lines are one colour and the status line says that head's weights, as before.
+    browser.execute_script("const s = document.getElementById('head'); s.value = '2';"
+                           "s.dispatchEvent(new Event('change'))")
+    browser.execute_script("document.querySelector('#labels text.left[data-index=\"3\"]').focus()")
+    assert "per head" not in status.text and status.text and not listing.is_displayed()
 
 
 def test_attributions_have_a_text_form(browser, pages):
