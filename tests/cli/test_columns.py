@@ -11,7 +11,9 @@ from bertforge.cli.evaluate import confusion_table, label_table
 from bertforge.cli.similarity import format_table
 
 TEXTS = ["東京は日本の首都です。", "서울은 한국의 수도입니다.", "Cafe\u0301 au lait 🙂 and a tab\there.",
-         "A plain English sentence.", "漢字" * 40, "ᄉ\u1165ᄋ\u116e\u11af in jamo"]
+         "A plain English sentence.", "漢字" * 40, "ᄉ\u1165ᄋ\u116e\u11af in jamo",
+         # emoji sequences, one glyph of two cells each: a family joined by ZWJs, a skin tone, flags, VS16
+         "A family 👨\u200d👩\u200d👧 coding 👩🏽\u200d💻, 👍🏽 🇫🇷🇯🇵 ❤\ufe0f #\ufe0f\u20e3 🏳\ufe0f\u200d🌈 done"]
 
 
 def test_similarity_rows_line_up():
@@ -35,9 +37,9 @@ def test_fit_cuts_to_the_cells_it_is_given(width):
 def test_evaluation_tables_line_up_with_labels_in_any_script():
     # labels in any script, and with a tab or a newline as the user's data may hold them
     per_label = {name: {"precision": 0.5, "recall": 0.25, "f1": 0.3333, "support": 12}
-                 for name in ("正面", "負面", "neutral", "😐", "two\twords", "two\nlines")}
-    matrix = [[5, 1, 0, 0, 0, 0], [2, 9, 1, 0, 0, 0], [0, 0, 7, 1, 0, 0], [10, 0, 0, 3, 0, 0], [0, 0, 0, 0, 4, 0],
-              [0, 0, 0, 0, 0, 4]]
+                 for name in ("正面", "負面", "neutral", "😐", "two\twords", "two\nlines", "👨\u200d👩\u200d👧 🇫🇷")}
+    matrix = [[5, 1, 0, 0, 0, 0, 0], [2, 9, 1, 0, 0, 0, 0], [0, 0, 7, 1, 0, 0, 0], [10, 0, 0, 3, 0, 0, 0],
+              [0, 0, 0, 0, 4, 0, 0], [0, 0, 0, 0, 0, 4, 0], [0, 0, 0, 0, 0, 1, 6]]
     for table in (label_table(per_label), confusion_table(list(per_label), matrix)):
         lines = table.splitlines()[table.startswith("confusion"):]
         assert len(lines) == len(per_label) + (3 if table.startswith("label") else 1), table  # a row per label
