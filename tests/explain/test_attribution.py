@@ -3,6 +3,8 @@ model with the same weights, completeness, and word spans against transformers' 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -279,6 +281,85 @@ def test_shapley_values_equal_captums_and_their_sampled_estimate_comes_close(sst
     assert (attributions_of(sampled) - exact).abs().max() < 0.15 * exact.abs().max()
     again = explain(sst2_classifier, tokenizer, longer, target="positive", method="shapley", steps=100)
     assert attributions_of(again).tolist() == attributions_of(sampled).tolist()  # seeded: the same input, the same
+
+
+def test_lime_equals_captums_lime_on_the_same_samples(sst2_classifier, hf_classifier, tokenizer):
+    """LIME against Captum's Lime with sklearn's Ridge(alpha=1) on transformers' word embeddings, one group per token
+    that can be taken away ([CLS] and [SEP], their own baseline, join their neighbour's group, which they leave as
+    it is), fed the same samples, each weighed by lime's text kernel (a width of 25 on cosine distances x 100)."""
+    from bertforge.explain.methods import lime_samples
+    from bertforge.explain.page import summary
+
+    captum_attr = pytest.importorskip("captum.attr")
+    linear_model = pytest.importorskip("captum._utils.models.linear_model")
+    pytest.importorskip("sklearn")
+    input_ids = tokenizer(REVIEW, return_tensors="pt")["input_ids"]
+    table = hf_classifier.bert.embeddings.word_embeddings
+    with torch.no_grad():
+        inputs, baselines = table(input_ids), table(baseline_ids_of(input_ids, tokenizer))
+    words = input_ids.shape[1] - 2
+    groups = (torch.arange(input_ids.shape[1]) - 1).clamp(0, words - 1)
+    index = sst2_classifier.config.label2id["positive"]
+    steps = 120
+    samples = iter(lime_samples(words, steps))
+
+    def logit(embeddings):
+        return hf_classifier(inputs_embeds=embeddings).logits[:, index]
+
+    def perturb(original, **kwargs):
+        kept = next(samples)
+        return torch.tensor([[int(k in kept) for k in range(words)]])
+
+    def similarity(original, perturbed, sample, **kwargs):
+        distance = 1 - float(torch.cosine_similarity(sample[0].double(), torch.ones(words, dtype=torch.float64),
+                                                     dim=0))
+        return math.exp(-((100 * distance) ** 2) / 25 ** 2) ** 0.5
+
+    explainer = captum_attr.Lime(logit, interpretable_model=linear_model.SkLearnRidge(alpha=1.0),
+                                 similarity_func=similarity, perturb_func=perturb)
+    with torch.no_grad():
+        theirs = explainer.attribute(inputs, baselines=baselines, feature_mask=groups[None, :, None].expand_as(inputs)
+                                     .contiguous(), n_samples=steps, perturbations_per_eval=40)[0, 1:-1, 0].double()
+    ours = explain(sst2_classifier, tokenizer, REVIEW, target="positive", method="lime", steps=steps)
+    values = attributions_of(ours)
+    assert torch.allclose(values[1:-1], theirs, atol=1e-4 * float(theirs.abs().max()), rtol=0)
+    assert values[0] == values[-1] == 0 and ours.completeness_gap is None and ours.baseline_score is None
+    assert ours.steps == steps and f"{steps} samples" in summary(ours)
+    again = explain(sst2_classifier, tokenizer, REVIEW, target="positive", method="lime", steps=steps)
+    assert attributions_of(again).tolist() == values.tolist()  # seeded: the same input, the same
+
+
+def test_smoothgrad_equals_captums_noise_tunnel_over_saliency(sst2_classifier, hf_classifier, tokenizer,
+                                                             monkeypatch):
+    """SmoothGrad against Captum's NoiseTunnel ("smoothgrad") over Saliency on transformers' word embeddings, the
+    L2 norm per token of its mean |gradient|, given the noise SmoothGrad draws (documented: a seeded generator, one
+    standard normal draw per copy, scaled to 1% of the embeddings' spread)."""
+    captum_attr = pytest.importorskip("captum.attr")
+    input_ids = tokenizer(MASKED_REVIEW, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        inputs = hf_classifier.bert.embeddings.word_embeddings(input_ids)
+    index = sst2_classifier.config.label2id["negative"]
+    steps = 12
+    sigma = 0.01 * float(inputs.max() - inputs.min())
+    generator = torch.Generator().manual_seed(0)
+    noise = sigma * torch.stack([torch.randn(inputs.shape[1:], generator=generator) for _ in range(steps)])
+
+    def logit(embeddings):
+        return hf_classifier(inputs_embeds=embeddings).logits[:, index]
+
+    def drawn(mean, std):  # the normal draw Captum's NoiseTunnel makes
+        assert mean == 0 and std.shape == noise.shape and float(std[0, 0, 0]) == pytest.approx(sigma)
+        return noise.clone()
+
+    with monkeypatch.context() as patched:
+        patched.setattr(torch, "normal", drawn)
+        theirs = captum_attr.NoiseTunnel(captum_attr.Saliency(logit)).attribute(
+            inputs.clone().requires_grad_(), nt_type="smoothgrad", nt_samples=steps, stdevs=sigma, abs=True)
+    ours = explain(sst2_classifier, tokenizer, MASKED_REVIEW, target="negative", method="smoothgrad", steps=steps)
+    assert torch.allclose(attributions_of(ours), theirs[0].double().norm(dim=-1), atol=1e-6, rtol=1e-4)
+    plain = explain(sst2_classifier, tokenizer, MASKED_REVIEW, target="negative", method="saliency")
+    assert not torch.allclose(attributions_of(ours), attributions_of(plain), rtol=0.05)  # the noise counts
+    assert ours.steps == steps and ours.completeness_gap is None and min(attributions_of(ours)) > 0
 
 
 def test_shapley_values_of_two_texts_put_each_back_with_the_other_as_given(minilm, hf_minilm, tokenizer):
@@ -625,8 +706,10 @@ def test_an_encoders_similarity_is_the_one_its_sentence_vectors_give(minilm, min
 @pytest.mark.parametrize("method", list(METHODS))
 def test_every_method_explains_every_kind_of_model(tokenizer, tiny_config, method):
     """Mechanics on tiny models: a tagger, a reader, a masked LM and a classifier of a truncated text all get a
-    finite attribution per token; saliency and rollout, unsigned, are 0 or more."""
+    finite attribution per token; the unsigned methods' are 0 or more; those that take tokens away leave [CLS] and
+    [SEP], their own baseline, at 0."""
     from bertforge import BertForSequenceClassification
+    from bertforge.explain.methods import UNSIGNED
 
     config = BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size,
                            "id2label": {0: "O", 1: "B-PER", 2: "I-PER"},
@@ -640,9 +723,9 @@ def test_every_method_explains_every_kind_of_model(tokenizer, tiny_config, metho
         explanation = explain(model.eval(), tokenizer, text, pair, method=method, steps=8, max_length=16)
         values = attributions_of(explanation)
         assert len(values) == len(explanation.tokens) >= 5 and torch.isfinite(values).all(), type(model).__name__
-        if method in ("saliency", "attention_rollout"):
+        if method in UNSIGNED:
             assert values.min() >= 0
-        if method == "occlusion":  # [CLS] and [SEP] are their own baseline
+        if method in ("occlusion", "shapley", "lime"):
             assert all(token.attribution == 0 for token in explanation.tokens if token.text is None)
 
 
@@ -691,7 +774,7 @@ def test_bad_requests_are_one_line_errors(sst2_classifier, tokenizer):
     with pytest.raises(InputError, match="choose from: negative, positive"):
         explain(sst2_classifier, tokenizer, REVIEW, target="neutral")
     with pytest.raises(InputError, match=f"choose from {', '.join(METHODS)}"):
-        explain(sst2_classifier, tokenizer, REVIEW, method="lime")
+        explain(sst2_classifier, tokenizer, REVIEW, method="anchors")
     with pytest.raises(InputError, match="empty"):
         explain(sst2_classifier, tokenizer, "   ")
     # a max_length that leaves one of the texts no word piece (it was explained with none of its words)

@@ -80,7 +80,7 @@ def test_explain_page_and_errors_over_http(server_url):
     assert 'id="explanation"' in page and 'id="model-grid"' in page and "attention-data" in page
     status, kind, body = fetch(server_url + "/explain", {"text": REVIEW, "target": "neutral"})
     assert status == 422 and "choose from: negative, positive" in json.loads(body)["error"]
-    status, _, body = fetch(server_url + "/explain", {"text": REVIEW, "method": "lime"})
+    status, _, body = fetch(server_url + "/explain", {"text": REVIEW, "method": "anchors"})
     assert status == 422
     # Bounded work: the worker every route shares takes one explanation at a time.
     status, _, body = fetch(server_url + "/explain", {"text": REVIEW * 40, "steps": 1000})
@@ -97,6 +97,16 @@ def test_explain_page_and_errors_over_http(server_url):
     status, _, body = fetch(server_url + "/explain", {"text": REVIEW * 3, "method": "shapley", "steps": 8})
     answer = json.loads(body)
     assert status == 200 and answer["method"] == "shapley" and abs(answer["completeness_gap"]) < 1e-4
+    # LIME runs the model once per sample, SmoothGrad forward and backward once per noisy copy: the same bounds.
+    status, _, body = fetch(server_url + "/explain", {"text": REVIEW * 10, "method": "lime", "steps": 1000})
+    assert status == 413 and "lime runs the model 1000 times" in json.loads(body)["error"]
+    assert "fewer steps (samples)" in json.loads(body)["error"]
+    status, _, body = fetch(server_url + "/explain", {"text": REVIEW * 40, "method": "smoothgrad", "steps": 51})
+    assert status == 413 and "steps x tokens is 51 x 512" in json.loads(body)["error"]
+    for method in ("lime", "smoothgrad"):
+        status, _, body = fetch(server_url + "/explain", {"text": REVIEW, "method": method, "steps": 20})
+        answer = json.loads(body)
+        assert status == 200 and answer["method"] == method and answer["steps"] == 20, body
 
 
 def test_an_encoders_explanation_counts_a_path_per_text():

@@ -37,10 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="attribution method")
     parser.add_argument("--baseline", choices=list(BASELINES), default="pad",
                         help="the token a word becomes where the method takes it away (integrated gradients' "
-                             "start, occlusion, shapley, the faithfulness report)")
+                             "start, occlusion, shapley, lime, the faithfulness report)")
     parser.add_argument("--steps", type=number_range("steps", int, 1, MAX_STEPS), default=DEFAULT_STEPS,
-                        help=f"integrated gradients' interpolation steps, or the orders shapley samples beyond "
-                             f"{EXACT_SHAPLEY_TOKENS} tokens (default {DEFAULT_STEPS})")
+                        help=f"integrated gradients' interpolation steps, the orders shapley samples beyond "
+                             f"{EXACT_SHAPLEY_TOKENS} tokens, or the samples of lime and smoothgrad (default "
+                             f"{DEFAULT_STEPS})")
     parser.add_argument("--max-length", type=positive_int,
                         help="truncate to this many tokens (default: as `predict` reads: the max_length the model "
                              "was fine-tuned with)")

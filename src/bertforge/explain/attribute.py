@@ -18,7 +18,8 @@ def explain(model, tokenizer, text: str, text_pair: str | None = None, target: s
     """Why did `model` say what it said about `text` (and `text_pair`)? Attributions per token and per word.
 
     `target` names what to explain (a label, an entity, "start", a token at [MASK]; default: the prediction);
-    `method` is a name in METHODS; `steps` are integrated gradients' interpolation points; `max_length` defaults
+    `method` is a name in METHODS; `steps` are integrated gradients' interpolation points (Shapley values' sampled
+    orders, LIME's and SmoothGrad's samples); `max_length` defaults
     to what the model was fine-tuned with (its tokenizer's model_max_length), as `predict` reads; `baseline` (a
     name in BASELINES) is the token a word becomes where a method takes it away. A masked-LM model's
     explanation also holds, in `inner`, what each layer would predict at the [MASK] (see inner.py); an encoder's,
@@ -38,8 +39,8 @@ def explain(model, tokenizer, text: str, text_pair: str | None = None, target: s
     quantization = getattr(model, "quantization", None)
     if method in USES_GRADIENTS and quantization is not None and quantization.precision == "int8":
         raise InputError(f"{method} follows gradients, which int8 layers don't pass on (every attribution would "
-                         "be 0): explain the fp32 model it was made from, or use occlusion, shapley or "
-                         "attention_rollout")
+                         "be 0): explain the fp32 model it was made from, or use occlusion, shapley, lime "
+                         "or attention_rollout")
     check_within_positions(max_length, model.config.max_position_embeddings)
     max_length = max_length or explained_length(model, tokenizer)
     was_training = model.training

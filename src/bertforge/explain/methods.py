@@ -1,12 +1,13 @@
-"""Attribution methods, one table: integrated gradients, gradient x input, saliency, occlusion, Shapley values,
-attention rollout.
+"""Attribution methods, one table: integrated gradients, gradient x input, saliency, SmoothGrad, occlusion, Shapley
+values, LIME, attention rollout.
 
 Gradients are taken at the word embeddings (the output of the embedding lookup, before positions, segments and
 LayerNorm are added), so a token's attribution is the sum over its embedding's dimensions (saliency: their norm);
-occlusion puts one token at a time at its baseline there.
+occlusion puts one token at a time at its baseline there, Shapley values and LIME sets of them.
 References: Sundararajan et al. 2017 (integrated gradients, completeness), Simonyan et al. 2014 and Li et al. 2016
-(saliency: the gradient's size), Zeiler & Fergus 2014 (occlusion), Shapley 1953 and Strumbelj & Kononenko 2014
-(Shapley values, exact and by sampled orders), Abnar & Zuidema 2020 (rollout).
+(saliency: the gradient's size), Smilkov et al. 2017 (SmoothGrad), Zeiler & Fergus 2014 (occlusion), Shapley 1953
+and Strumbelj & Kononenko 2014 (Shapley values, exact and by sampled orders), Ribeiro et al. 2016 (LIME), Abnar &
+Zuidema 2020 (rollout).
 """
 
 from __future__ import annotations
@@ -30,6 +31,17 @@ MAX_STEPS = 1000
 # Shapley values are exact (every subset of the tokens put back from their baseline: 2^n forward passes) up to this
 # many tokens on a path, and estimated from `steps` random orders beyond (steps x (n - 1) passes).
 EXACT_SHAPLEY_TOKENS = 10
+# SmoothGrad's noise: a standard deviation of this share of the spread (max - min) of the embeddings explained, as
+# AllenNLP Interpret adds it to word embeddings (Wallace et al. 2019). Smilkov et al.'s 10-20% suits pixels; a word
+# embedding's spread is set by a few outlying dimensions (-0.27 to 1.05 for MiniLM), so 15% noise is three times as
+# long as the embedding itself and the gradients are taken far from the text (deleting SmoothGrad's top word then
+# lowered p(class) 2.4x as much as a random word, saliency's 6.1x; bench/README.md).
+SMOOTHGRAD_NOISE = 0.01
+# LIME weighs a sample by exp(-d^2 / (2 width^2)), d the cosine distance between the tokens it keeps and all of them,
+# and fits a ridge regression of this strength: lime's text explainer's (a width of 25 on distances x 100, and
+# Ridge(alpha=1)).
+LIME_KERNEL_WIDTH = 0.25
+LIME_RIDGE = 1.0
 # Tokens per forward-backward pass: the interpolation steps of a long input are split into batches of this size.
 TOKENS_PER_BATCH = 4096
 
@@ -141,6 +153,29 @@ def saliency(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:
     return Attributions(per_token, float(score[0].detach()))
 
 
+def smoothgrad(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:
+    """The gradient's size averaged over `steps` copies of the word embeddings with Gaussian noise added (a standard
+    deviation of SMOOTHGRAD_NOISE times their spread): the gradient at one point is noisy from token to token, its
+    mean size around the input is not. Per dimension the mean of |gradient| (Captum's NoiseTunnel over Saliency),
+    then its L2 norm per token, as saliency's. Unsigned. The noise comes from a seeded generator, a draw per copy and
+    row in turn, so the same input gives the same values."""
+    inputs = [word_embeddings(model, row.input_ids) for row in target.rows]
+    sigma = SMOOTHGRAD_NOISE * float(max(x.max() for x in inputs) - min(x.min() for x in inputs))
+    generator = torch.Generator().manual_seed(0)
+    totals = [torch.zeros(x.shape, dtype=torch.float64) for x in inputs]  # sums of |gradient|
+    batch = max(1, TOKENS_PER_BATCH // sum(len(x) for x in inputs))
+    with torch.enable_grad():
+        for begin in range(0, steps, batch):
+            draws = [[torch.randn(x.shape, generator=generator) for x in inputs]
+                     for _ in range(min(batch, steps - begin))]
+            noisy = [(x + sigma * torch.stack(row_draws).to(x.device, x.dtype)).requires_grad_()
+                     for x, row_draws in zip(inputs, zip(*draws))]
+            gradients = torch.autograd.grad(target.score(noisy).sum(), noisy)
+            for total, gradient in zip(totals, gradients):
+                total += gradient.double().abs().sum(0).cpu()
+    return Attributions([(total / steps).norm(dim=-1) for total in totals], score_at(target, inputs), steps=steps)
+
+
 @torch.no_grad()
 def scores_without(model, target: Target, variants: list[list[tuple[int, int]]]) -> list[float]:
     """f with each variant's tokens, (row, position), at their baseline and the rest as given; the variants run in
@@ -238,6 +273,56 @@ def sampled_shapley(scores_of: Callable[[list[set[int]]], list[float]], players:
     return [nobody, *values]
 
 
+def lime(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:
+    """The weights of a linear model of f fitted around the input: f on `steps` samples of it (the input itself,
+    then random sets of tokens at their baseline), each weighed by how close it is to the input, fitted by a weighted
+    ridge regression whose coefficient of a token is its attribution (Ribeiro et al. 2016, sampled and weighed as
+    lime's text explainer does). Forward passes alone, so it explains int8 models too. Not exact, nor summing to
+    anything: a local approximation whose samples are seeded, so the same input gives the same values. Where the
+    target's rows are explained one at a time, each row's tokens are sampled with the other rows as given."""
+    score = score_at(target, [word_embeddings(model, row.input_ids) for row in target.rows])
+    per_token = [torch.zeros(len(row.input_ids), dtype=torch.float64) for row in target.rows]
+    for path in paths_of(target):
+        players = off_baseline(target, path)
+        if not players:
+            continue
+        present = lime_samples(len(players), steps)
+        scores = scores_with(model, target, players, present)
+        kept = torch.tensor([[k in sample for k in range(len(players))] for sample in present], dtype=torch.float64)
+        fitted = weighted_ridge(kept, torch.tensor(scores, dtype=torch.float64), lime_weights(kept), LIME_RIDGE)
+        for (i, j), value in zip(players, fitted):
+            per_token[i][j] = value
+    return Attributions(per_token, score, steps=steps)
+
+
+def lime_samples(players: int, count: int) -> list[set[int]]:
+    """The players present in each of LIME's `count` samples: all of them first, then in each sample a number of
+    them, from 1 to players - 1 alike (1 where there is one), taken away at random. Seeded."""
+    generator = torch.Generator().manual_seed(0)
+    samples = [set(range(players))]
+    for _ in range(count - 1):
+        removed = int(torch.randint(1, max(players, 2), (1,), generator=generator))
+        samples.append(set(torch.randperm(players, generator=generator)[removed:].tolist()))
+    return samples
+
+
+def lime_weights(kept: torch.Tensor) -> torch.Tensor:
+    """exp(-d^2 / (2 LIME_KERNEL_WIDTH^2)) of each row's cosine distance d to a row of ones (1 where none is kept)."""
+    distance = 1 - (kept.sum(-1) / kept.shape[-1]).sqrt()  # cos(z, 1) = |z|_1 / (sqrt(|z|_1) sqrt(n)) for 0/1 z
+    return torch.exp(-distance ** 2 / (2 * LIME_KERNEL_WIDTH ** 2))
+
+
+def weighted_ridge(features: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor, strength: float
+                   ) -> list[float]:
+    """The coefficients b minimising sum_i w_i (y_i - c - x_i . b)^2 + strength |b|^2, with an intercept c that is
+    not penalised: centre on the weighted means, then solve the normal equations (as sklearn's Ridge does)."""
+    share = weights / weights.sum()
+    x = features - share @ features
+    y = targets - share @ targets
+    gram = x.T @ (weights[:, None] * x) + strength * torch.eye(x.shape[1], dtype=x.dtype)
+    return torch.linalg.solve(gram, x.T @ (weights * y)).tolist()
+
+
 @torch.no_grad()
 def attention_rollout(model, target: Target, steps: int = DEFAULT_STEPS) -> Attributions:
     """How much of each input token reaches the positions f reads, through every layer's head-averaged attention,
@@ -259,10 +344,12 @@ METHODS: dict[str, Callable[..., Attributions]] = {
     "integrated_gradients": integrated_gradients,
     "gradient_x_input": gradient_x_input,
     "saliency": saliency,
+    "smoothgrad": smoothgrad,
     "occlusion": occlusion,
     "shapley": shapley_values,
+    "lime": lime,
     "attention_rollout": attention_rollout,
 }
 # Those that follow gradients through the model: none flow through int8 layers (their kernel has no backward).
-USES_GRADIENTS = ("integrated_gradients", "gradient_x_input", "saliency")
-UNSIGNED = ("saliency", "attention_rollout")  # how much, not for or against
+USES_GRADIENTS = ("integrated_gradients", "gradient_x_input", "saliency", "smoothgrad")
+UNSIGNED = ("saliency", "smoothgrad", "attention_rollout")  # how much, not for or against

@@ -63,6 +63,8 @@ def summary(explanation: Explanation) -> str:
         how = (f"{explanation.steps} steps" if explanation.method == "integrated_gradients" else
                f"{explanation.steps} sampled orders" if explanation.steps else "every order")  # Shapley values'
         facts.append(f"completeness gap = {explanation.completeness_gap:.3g} ({how})")
+    elif explanation.steps:  # LIME's and SmoothGrad's, which sum to nothing in particular
+        facts.append(f"{explanation.steps} samples")
     if explanation.faithfulness is not None:
         facts.append(html.escape(faithfulness_line(explanation.faithfulness)))
     others = [html.escape(name) for name in explanation.targets if name != explanation.target]

@@ -537,8 +537,8 @@ class ExplainRequest(Strict):
     baseline: ExplainBaseline = Field("pad", description="the token a word becomes where the method takes it away")
     steps: int = Field(DEFAULT_STEPS, ge=1, le=MAX_STEPS, strict=True,
                        description="integrated gradients' interpolation steps (steps x tokens is limited to the "
-                                   "default steps x the server's max_length), or the orders shapley samples on "
-                                   "longer texts")
+                                   "default steps x the server's max_length), the orders shapley samples on "
+                                   "longer texts, or the samples of lime and smoothgrad")
 
 
 # --- responses ----------------------------------------------------------------------------------------------------

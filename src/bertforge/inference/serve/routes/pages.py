@@ -77,9 +77,12 @@ async def explanation(request: schemas.ExplainRequest, served: ServedModel, as_p
         whole = await asyncio.to_thread(served.tokenizer, request.text, text_pair=request.text_pair,
                                         truncation=False)
         tokens = max(tokens, 2 * len(whole["input_ids"]))
-    work, budget = request.steps * tokens * paths, DEFAULT_STEPS * max_length
-    if request.method == "integrated_gradients" and work > budget:
-        per_text = " x 2 (each text against the other)" if paths == 2 else ""
+    # Integrated gradients runs forward and backward `steps` times per path (each text against the other: two),
+    # SmoothGrad `steps` times over both texts at once.
+    runs = paths if request.method == "integrated_gradients" else 1
+    work, budget = request.steps * tokens * runs, DEFAULT_STEPS * max_length
+    if request.method in ("integrated_gradients", "smoothgrad") and work > budget:
+        per_text = " x 2 (each text against the other)" if runs == 2 else ""
         raise HTTPError(413, f"steps x tokens is {request.steps} x {tokens}{per_text} = {work}; the limit is "
                              f"{budget} ({DEFAULT_STEPS} steps x max_length {max_length}): ask for fewer steps or "
                              f"send a shorter text")
@@ -89,13 +92,17 @@ async def explanation(request: schemas.ExplainRequest, served: ServedModel, as_p
         raise HTTPError(413, f"occlusion runs the model once per token: {tokens} x {tokens} tokens = "
                              f"{tokens * tokens}; the limit is {3 * budget} (3 x {DEFAULT_STEPS} steps x max_length "
                              f"{max_length}): send a shorter text or use integrated_gradients")
-    # Shapley values run the model forward once per subset of the tokens (exact) or per token and sampled order: a
-    # third of a step of integrated gradients each, as occlusion's.
-    passes = paths * shapley_passes(max(1, tokens - 2), request.steps)  # [CLS] and [SEP] are their own baseline
-    if request.method == "shapley" and passes * tokens > 3 * budget:
-        raise HTTPError(413, f"shapley runs the model {passes} times over {tokens} tokens = {passes * tokens}; the "
-                             f"limit is {3 * budget} (3 x {DEFAULT_STEPS} steps x max_length {max_length}): ask for "
-                             f"fewer steps (sampled orders), send a shorter text or use integrated_gradients")
+    # Shapley values run the model forward once per subset of the tokens (exact) or per token and sampled order, LIME
+    # once per sample: a third of a step of integrated gradients each, as occlusion's.
+    if request.method in ("shapley", "lime"):
+        per_path = shapley_passes(max(1, tokens - 2), request.steps) if request.method == "shapley" else request.steps
+        passes = paths * per_path  # [CLS] and [SEP] are their own baseline
+        if passes * tokens > 3 * budget:
+            fewer = "sampled orders" if request.method == "shapley" else "samples"
+            raise HTTPError(413, f"{request.method} runs the model {passes} times over {tokens} tokens = "
+                                 f"{passes * tokens}; the limit is {3 * budget} (3 x {DEFAULT_STEPS} steps x "
+                                 f"max_length {max_length}): ask for fewer steps ({fewer}), send a shorter text or "
+                                 f"use integrated_gradients")
     options = {**request.model_dump(), "tokenizer": served.tokenizer, "max_length": reads, "as_page": as_page}
     (result,) = await served.run_jobs([Job(explanations, row, options)])
     return result
