@@ -829,9 +829,10 @@ def test_an_int8_model_is_explained_by_forward_passes_and_refused_by_gradients(s
     fp32_rollout = attributions_of(explain(model, tokenizer, REVIEW, method="attention_rollout"))
     fp32_occlusion = attributions_of(explain(model, tokenizer, REVIEW, method="occlusion"))
     fp32_shapley = attributions_of(explain(model, tokenizer, REVIEW, method="shapley", steps=20))
+    fp32_lime = attributions_of(explain(model, tokenizer, REVIEW, method="lime", steps=100))
     calibration = [dict(tokenizer([text for text, _ in sst2_dev[:32]], padding=True, return_tensors="pt"))]
     quantize(model, QuantizationConfig("int8"), calibration)
-    for method in ("integrated_gradients", "gradient_x_input", "saliency"):
+    for method in ("integrated_gradients", "gradient_x_input", "saliency", "smoothgrad"):
         with pytest.raises(InputError, match="int8 layers"):
             explain(model, tokenizer, REVIEW, method=method)
     int8_rollout = attributions_of(explain(model, tokenizer, REVIEW, method="attention_rollout"))
@@ -842,3 +843,6 @@ def test_an_int8_model_is_explained_by_forward_passes_and_refused_by_gradients(s
     # So do Shapley values (sampled orders beyond 10 tokens).
     int8_shapley = attributions_of(explain(model, tokenizer, REVIEW, method="shapley", steps=20))
     assert torch.nn.functional.cosine_similarity(int8_shapley, fp32_shapley, dim=0) > 0.9
+    # And LIME (the same seeded samples).
+    int8_lime = attributions_of(explain(model, tokenizer, REVIEW, method="lime", steps=100))
+    assert torch.nn.functional.cosine_similarity(int8_lime, fp32_lime, dim=0) > 0.9
