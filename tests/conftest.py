@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -311,6 +312,15 @@ def within():
     def check(count, n, p, what):
         assert abs(count - n * p) < 5 * math.sqrt(n * p * (1 - p)), f"{what}: {count / n:.4f} vs {p}"
     return check
+
+
+@pytest.fixture(scope="session")
+def recompute() -> str:
+    """The training arguments' switch that recomputes activations in the backward pass: transformers 5 renamed
+    gradient_checkpointing (kept as an alias to be removed in v6) activation_checkpointing."""
+    transformers = pytest.importorskip("transformers")
+    names = {field.name for field in dataclasses.fields(transformers.TrainingArguments)}
+    return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
 
 
 @pytest.fixture(scope="session")

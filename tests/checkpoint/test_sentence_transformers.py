@@ -878,11 +878,11 @@ def test_the_encoder_is_indexed_as_sentence_transformers_modules(long_texts, min
 
 @pytest.mark.parametrize("variant", ["plain", "gradient checkpointing", "matryoshka"])
 def test_sentence_transformers_trainer_trains_the_encoder_as_sentence_transformer(minilm_dir, data_dir, tmp_path,
-                                                                                  variant):
+                                                                                  recompute, variant):
     """SentenceTransformerTrainer, sentence-transformers' way to train since v3 (its datasets, loss, arguments and
     model card), trains SentenceEncoder as SentenceTransformer on MRPC paraphrases: the same losses step by step
     (dropout set to 0 in both, so that neither draws), the same vectors afterwards, and save_model writes a folder
-    both load. With gradient_checkpointing=True in its arguments, the trainer turns recomputation on in both;
+    both load. With activation (gradient) checkpointing on in its arguments, the trainer turns recomputation on in both;
     MatryoshkaLoss (the loss at 384, 128 and 32 dimensions) trains both alike too."""
     import csv
 
@@ -904,7 +904,7 @@ def test_sentence_transformers_trainer_trains_the_encoder_as_sentence_transforme
         arguments = sentence_transformers.SentenceTransformerTrainingArguments(
             output_dir=str(tmp_path / name), num_train_epochs=1, per_device_train_batch_size=16, learning_rate=1e-4,
             logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=0,
-            gradient_checkpointing=variant == "gradient checkpointing")
+            **{recompute: variant == "gradient checkpointing"})
         loss = losses_module.MultipleNegativesRankingLoss(model)
         if variant == "matryoshka":
             loss = losses_module.MatryoshkaLoss(model, loss, [384, 128, 32])

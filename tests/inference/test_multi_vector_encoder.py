@@ -618,7 +618,7 @@ def test_similarity_command(colbert_dirs, texts, run_cli):
     assert numpy.allclose(printed, expected.numpy(), atol=0.006)
 
 
-def test_sentence_transformers_trainer(tiny_model_dir, data_dir, tmp_path):
+def test_sentence_transformers_trainer(tiny_model_dir, data_dir, tmp_path, recompute):
     """sentence-transformers' MultiVectorEncoderTrainer trains MultiVectorEncoder as its own (model[0], the model
     card, preprocess and forward by task): a random tiny ColBERT learns SQuAD retrieval, and a run resumed from its
     first checkpoint ends where the whole run ended."""
@@ -643,7 +643,7 @@ def test_sentence_transformers_trainer(tiny_model_dir, data_dir, tmp_path):
     arguments = MultiVectorEncoderTrainingArguments(
         output_dir=str(tmp_path / "run"), num_train_epochs=2, per_device_train_batch_size=16, learning_rate=1e-3,
         report_to=[], save_strategy="steps", save_steps=16, use_cpu=True, seed=0, disable_tqdm=True,
-        gradient_checkpointing=True)  # recomputing activations gives the same gradients
+        **{recompute: True})  # recomputing activations gives the same gradients
     results = []
     for resume in (None, str(tmp_path / "run" / "checkpoint-16")):
         torch.manual_seed(0)

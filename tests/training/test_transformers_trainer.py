@@ -215,13 +215,13 @@ def test_what_the_trainer_saves_loads_and_resumes(minilm_dir, sst2_rows, tokeniz
         torch.testing.assert_close(a, b, atol=TOLERANCE, rtol=0, msg=name)
 
 
-def test_the_trainer_recomputes_layers_when_asked(minilm_dir, sst2_rows, tokenizer, tmp_path):
-    """TrainingArguments(gradient_checkpointing=True, every_n_layers) reaches the model (transformers 5 calls
-    activation_checkpointing_enable) and trains the same steps."""
+def test_the_trainer_recomputes_layers_when_asked(minilm_dir, sst2_rows, tokenizer, tmp_path, recompute):
+    """TrainingArguments(activation_checkpointing=True, every_n_layers), gradient_checkpointing before transformers
+    5, reaches the model (transformers 5 calls activation_checkpointing_enable) and trains the same steps."""
     plain, recomputing = seeded_classifier(minilm_dir), seeded_classifier(minilm_dir)
     expected = losses(trained(plain, sst2_rows, tokenizer, tmp_path / "plain"))
-    got = losses(trained(recomputing, sst2_rows, tokenizer, tmp_path / "recomputing", gradient_checkpointing=True,
-                         gradient_checkpointing_kwargs={"every_n_layers": 2}))
+    got = losses(trained(recomputing, sst2_rows, tokenizer, tmp_path / "recomputing",
+                         **{recompute: True, f"{recompute}_kwargs": {"every_n_layers": 2}}))
     assert recomputing.is_gradient_checkpointing and not plain.is_gradient_checkpointing
     assert recomputing.bert.encoder.checkpoint_every == 2
     torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), atol=1e-5, rtol=0)
