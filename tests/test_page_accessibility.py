@@ -191,6 +191,12 @@ def test_the_attention_page_reflows_to_a_narrow_window(browser, pages):
         assert browser.find_element(By.ID, "head-links").is_displayed()
         assert browser.execute_script(
             "return document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+        # And so do a thumbnail's words under the model grid, and the neuron view's table.
+        browser.execute_script("document.querySelectorAll('#model-grid button')[5].focus()")
+        assert browser.find_element(By.ID, "model-status").text.startswith("layer 0, head 5: strongest")
+        assert browser.find_element(By.ID, "neuron-table").is_displayed()
+        assert browser.execute_script(
+            "return document.documentElement.scrollWidth <= document.documentElement.clientWidth")
     finally:
         browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
@@ -299,3 +305,110 @@ def test_attributions_have_a_text_form(browser, pages):
     for word, row in zip(words, rows):
         _, text, value = (cell.text for cell in row.find_elements(By.TAG_NAME, "td"))
         assert text == word.text and value == word.get_attribute("title") and value[0] in "+-"
+
+
+def described(driver) -> dict[str, str]:
+    """Each named button's accessible description, as Chromium computes it for a screen reader, by its name."""
+    nodes = driver.execute_cdp_cmd("Accessibility.getFullAXTree", {})["nodes"]
+    return {node["name"]["value"]: node.get("description", {}).get("value", "") for node in nodes
+            if node.get("role", {}).get("value") == "button" and node.get("name", {}).get("value")}
+
+
+@pytest.mark.parametrize("name", ["attention", "model_view"])
+def test_the_model_views_thumbnails_say_what_they_show(browser, axe_core, pages, name):
+    """WCAG 1.1.1: a thumbnail is a heatmap. Its description says its two strongest links and how much of a token's
+    weight goes, on average, to [CLS] and [SEP], to the token before and to itself; checked against the weights the
+    page embeds. A focused (or hovered) thumbnail shows the same words under the grid."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    data = page_data_of(pages[name])
+    tokens, n = data["tokens"], len(data["tokens"])
+    browser.get(pages[name].as_uri())
+    descriptions = described(browser)
+    said = re.compile(r"strongest \u201c(.*?)\u201d \u2192 \u201c(.*?)\u201d ([\d.]+), \u201c(.*?)\u201d \u2192 "
+                      r"\u201c(.*?)\u201d ([\d.]+); a token's weight on average: ([\d.]+) on \[CLS\] and \[SEP\], "
+                      r"([\d.]+) on the token before, ([\d.]+) on itself")
+    for layer, layer_name in enumerate(data["layer_names"]):
+        for head, head_name in enumerate(data["head_names"]):
+            found = said.fullmatch(descriptions[f"layer {layer_name}, head {head_name}"])
+            assert found, descriptions[f"layer {layer_name}, head {head_name}"]
+            links = [(w, tokens[i], tokens[j]) for i, row in enumerate(data["attention"][layer][head])
+                     for j, w in zip(row[0::2], row[1::2])]
+            ranked = sorted((w for w, _, _ in links), reverse=True)
+            for rank, (source, target, weight) in enumerate((found.group(1, 2, 3), found.group(4, 5, 6))):
+                assert abs(float(weight) - ranked[rank]) <= 0.005 + 1e-9
+                assert (source, target) in {(a, b) for w, a, b in links if w == ranked[rank]}
+            links = [(w, i, j) for i, row in enumerate(data["attention"][layer][head])
+                     for j, w in zip(row[0::2], row[1::2])]
+            shares = (sum(w for w, _, j in links if tokens[j] in ("[CLS]", "[SEP]")) / n,
+                      sum(w for w, i, j in links if j == i - 1) / n, sum(w for w, i, j in links if j == i) / n)
+            for shown, share in zip(found.group(7, 8, 9), shares):
+                assert abs(float(shown) - share) <= 0.005 + 1e-9
+    if "head" in data["views"]:  # the head view's grid shows the current layer's thumbnails: their words too
+        layer = data["layer_names"][data["start_layer"]]
+        assert [descriptions[f"head {head}"] for head in data["head_names"]] == [
+            descriptions[f"layer {layer}, head {head}"] for head in data["head_names"]]
+    # The keyboard: one Tab stop, the arrow keys move, the thumbnail's words show under the grid, Enter opens it.
+    status = browser.find_element(By.ID, "model-status")
+    first = f"layer {data['layer_names'][0]}, head {data['head_names'][0]}"
+    assert tab_to(browser, lambda focused: focused["label"] == first)["pressed"] == "false"
+    second = f"layer {data['layer_names'][1]}, head {data['head_names'][0]}"
+    assert press(browser, Keys.ARROW_DOWN)["label"] == second
+    assert status.text == f"{second}: {descriptions[second]}"
+    assert press(browser, Keys.ENTER)["pressed"] == "true"
+    assert browser.find_element(By.ID, "model-detail-caption").text == second
+    # The thumbnail last used stays the grid's Tab stop, also after a click.
+    browser.find_elements(By.CSS_SELECTOR, "#model-grid button")[2].click()
+    assert browser.execute_script("return Array.from(document.querySelectorAll('#model-grid button'),"
+                                  " b => b.tabIndex).filter(t => t === 0).length") == 1
+    assert browser.execute_script("return document.querySelectorAll('#model-grid button')[2].tabIndex") == 0
+    assert axe_violations(browser, axe_core) == []
+
+
+def unpacked(packed: dict) -> torch.Tensor:
+    """The page's 8-bit queries or keys as float64: value * scale, as the page stores them."""
+    import base64
+
+    values = torch.frombuffer(bytearray(base64.b64decode(packed["values"])), dtype=torch.int8)
+    scales = torch.frombuffer(bytearray(base64.b64decode(packed["scales"])), dtype=torch.float32)
+    return (values.double().reshape(packed["shape"]) * scales.double().reshape(packed["shape"][:3])[..., None])
+
+
+@pytest.mark.parametrize("name", ["neuron_view", "attention_dark"])
+def test_the_neuron_view_has_a_text_form(browser, axe_core, pages, name):
+    """WCAG 1.1.1: the neuron view's cells and bars are a picture. A table gives the chosen query's keys of the
+    largest weight, each with its weight (the page's stored weight), its score q.k/sqrt(d) and the dimensions whose
+    terms add most to that score; checked against the page's embedded weights and its queries and keys."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    data = page_data_of(pages[name])
+    tokens = data["tokens"]
+    queries, keys = unpacked(data["queries"]), unpacked(data["keys"])
+    browser.get(pages[name].as_uri())
+    table = browser.find_element(By.ID, "neuron-table")
+    for token in (0, 4, len(tokens) - 1):
+        Select(browser.find_element(By.ID, "neuron-token")).select_by_value(str(token))
+        layer = int(Select(browser.find_element(By.ID, "neuron-layer")).first_selected_option.get_attribute("value"))
+        head = int(Select(browser.find_element(By.ID, "neuron-head")).first_selected_option.get_attribute("value"))
+        assert table.is_displayed() and f"\u201c{tokens[token]}\u201d (token {token})" in table.find_element(
+            By.TAG_NAME, "caption").text
+        row = data["attention"][layer][head][token]
+        stored = dict(zip(row[0::2], row[1::2]))
+        ranked = sorted(stored.values(), reverse=True)
+        rows = [[cell.text for cell in tr.find_elements(By.TAG_NAME, "td")]
+                for tr in table.find_elements(By.CSS_SELECTOR, "tbody tr")]
+        assert len(rows) == min(5, len(tokens))
+        q, d = queries[layer, head, token], queries.shape[-1]
+        for rank, (key, weight, score, terms) in enumerate(rows[:len(ranked)]):
+            index, text = key.split(": ", 1)
+            j = int(index)
+            assert text == tokens[j] and abs(float(weight) - stored[j]) <= 0.005 + 1e-9
+            assert abs(stored[j] - ranked[rank]) < 1e-9  # in order of weight
+            product = q * keys[layer, head, j] / d ** 0.5
+            assert abs(float(score) - float(product.sum())) <= 0.005 + 1e-6
+            largest = product.abs().argsort(descending=True)[:3].tolist()
+            assert terms == ", ".join(f"{c}: {'-' if product[c] < 0 else '+'}{abs(float(product[c])):.2f}"
+                                      for c in largest)
+    assert axe_violations(browser, axe_core) == []
