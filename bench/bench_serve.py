@@ -32,6 +32,8 @@ from pathlib import Path
 
 from machine import machine  # bench/ is the script's folder, so on sys.path
 
+from bertforge.inference.serve.batcher import IDLE_BEFORE_RELEASE
+
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 # The CLI path (thread count, allocator tuning, argument parsing); registers `serve` itself if main.py doesn't yet.
 SERVER_SCRIPT = """
@@ -132,6 +134,12 @@ def resident_mb(pid: int) -> float:
         return float("nan")
 
 
+def memory_once_idle(pid: int) -> float:
+    """The server's resident memory after it has been quiet long enough to give freed memory back."""
+    time.sleep(IDLE_BEFORE_RELEASE + 2)
+    return resident_mb(pid)
+
+
 def load_test(port: int, sentences: list[str], clients: int, seconds: float, max_requests: int, pid: int) -> dict:
     # Warm-up outside the measurement: first forward passes allocate and pick kernels.
     for size in (1, 4, 16):
@@ -168,6 +176,7 @@ def load_test(port: int, sentences: list[str], clients: int, seconds: float, max
         "seconds": elapsed,
         "mb_start": memory_before,
         "mb_end": resident_mb(pid),
+        "mb_idle": memory_once_idle(pid),
     }
 
 
@@ -175,7 +184,7 @@ def report(name: str, figures: dict) -> str:
     return (f"{name:<22}{figures['requests_per_s']:>10.1f}{figures['sentences_per_s']:>13.1f}"
             f"{figures['p50_ms']:>10.1f}{figures['p99_ms']:>10.1f}{figures['mean_batch']:>12.1f}"
             f"{figures['requests']:>10d}{figures['shed']:>7d}{figures['large_served']:>13}{figures['failed']:>8d}"
-            f"{figures['mb_start']:>10.0f}{figures['mb_end']:>8.0f}")
+            f"{figures['mb_start']:>10.0f}{figures['mb_end']:>8.0f}{figures['mb_idle']:>8.0f}")
 
 
 def main() -> int:
@@ -200,7 +209,7 @@ def main() -> int:
     print(f"bertforge serve, model {args.model}, {args.server_threads} torch thread(s): {args.clients} clients x "
           f"{args.seconds:.0f} s on 127.0.0.1, SST-2 dev sentences per POST /embed: {mix}")
     print(f"{'server':<22}{'req/s':>10}{'sentences/s':>13}{'p50 ms':>10}{'p99 ms':>10}{'mean batch':>12}"
-          f"{'requests':>10}{'503':>7}{'large served':>13}{'failed':>8}{'MB start':>10}{'end':>8}")
+          f"{'requests':>10}{'503':>7}{'large served':>13}{'failed':>8}{'MB start':>10}{'end':>8}{'idle':>8}")
     figures = {}
     for name, extra in runs.items():
         server = ServerProcess(args.model, args.server_threads, extra)

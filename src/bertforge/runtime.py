@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import random
 from typing import Any
@@ -29,13 +30,18 @@ MAX_MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's ceiling on 64-bit systems
 MAX_THREADS = 4096
 
 
+@functools.cache
+def c_library() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c"))
+    except (OSError, TypeError):
+        return None
+
+
 def tune_cpu_allocator(keep_free_bytes: int = 1 << 30) -> bool:
     """Ask glibc to serve large tensors from the heap and keep freed memory; False where that isn't glibc."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):
+    mallopt = getattr(c_library(), "mallopt", None)
+    if mallopt is None:
         return False
     applied = (mallopt(M_MMAP_THRESHOLD, MAX_MMAP_THRESHOLD) == 1
                and mallopt(M_TRIM_THRESHOLD, keep_free_bytes) == 1
@@ -43,6 +49,13 @@ def tune_cpu_allocator(keep_free_bytes: int = 1 << 30) -> bool:
     if not applied:
         logger.info("could not tune the C allocator; inference will be slower on large batches")
     return applied
+
+
+def release_freed_memory() -> bool:
+    """Give the memory glibc keeps after frees back to the system (malloc_trim), as a server does once idle: what
+    tune_cpu_allocator keeps for speed, and what the heap's scattered holes hold; False where that isn't glibc."""
+    malloc_trim = getattr(c_library(), "malloc_trim", None)
+    return malloc_trim is not None and malloc_trim(0) == 1
 
 
 def set_threads(num_threads: int | None) -> None:

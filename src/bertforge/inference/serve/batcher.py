@@ -4,7 +4,8 @@ only code that touches the model, which runs them in batches.
 A batch takes jobs in arrival order up to max_batch_size rows and max_batch_tokens padded tokens, waiting at
 most max_wait_ms after the oldest arrived for company. A request is admitted whole while fewer than max_queue
 jobs wait (so a large request has the same chance as a small one; the queue overshoots by at most one request)
-and is refused whole otherwise.
+and is refused whole otherwise. A worker idle for IDLE_BEFORE_RELEASE seconds after a batch gives the memory freed
+since back to the system.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ from typing import Any
 import torch
 
 from bertforge.errors import BertforgeError
+from bertforge.runtime import release_freed_memory
+
+# Under load a server keeps the memory its batches free (glibc holds it, up to tune_cpu_allocator's gigabyte, and
+# new pages cost more than the matrix products that fill them); a quiet one gives it back: on AVX2, /predict took
+# a server from 355 to 753 MB in 2,400 requests, and malloc_trim back to 407.
+IDLE_BEFORE_RELEASE = 10.0
 
 
 @dataclass
@@ -56,6 +63,7 @@ class MicroBatcher:
         self._queue: deque[Job] = deque()
         self._ready = threading.Condition()
         self._stopping = False
+        self._ran_since_release = False  # a batch ran since the worker last gave memory back
         self.batches = self.rows = self.largest_batch = 0
         self._thread = threading.Thread(target=self._work, name="bertforge-batcher", daemon=True)
         self._thread.start()
@@ -95,7 +103,15 @@ class MicroBatcher:
     def _next_batch(self) -> list[Job] | None:
         with self._ready:
             while not self._queue and not self._stopping:
-                self._ready.wait()
+                if not self._ran_since_release:
+                    self._ready.wait()
+                elif not self._ready.wait(IDLE_BEFORE_RELEASE) and not self._queue and not self._stopping:
+                    self._ran_since_release = False
+                    self._ready.release()  # a request arriving meanwhile queues at once
+                    try:
+                        release_freed_memory()
+                    finally:
+                        self._ready.acquire()
             if not self._queue:
                 return None
             # Wait for company until the oldest job has waited max_wait: jobs that queued up during the previous
@@ -116,6 +132,7 @@ class MicroBatcher:
             if not batch:
                 continue
             self.batches += 1
+            self._ran_since_release = True
             self.rows += len(batch)
             self.largest_batch = max(self.largest_batch, len(batch))
             if self.on_batch is not None:
