@@ -70,10 +70,11 @@ def printable(text: str) -> str:
 def fit(text: str, width: int) -> str:
     """`text` on one line, cut to at most `width` cells with an ellipsis where it is longer."""
     text = printable(text)
-    if cells(text) <= width:
+    drawn = glyphs(text)
+    if sum(cells_taken for _, cells_taken in drawn) <= width:
         return text
     kept, used = [], 0
-    for glyph, cells_taken in glyphs(text):  # a glyph is kept whole: a family is not cut to its first person
+    for glyph, cells_taken in drawn:  # a glyph is kept whole: a family is not cut to its first person
         if used + cells_taken > width - 1:
             break
         kept.append(glyph)
