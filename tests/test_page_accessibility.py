@@ -412,3 +412,74 @@ def test_the_neuron_view_has_a_text_form(browser, axe_core, pages, name):
             assert terms == ", ".join(f"{c}: {'-' if product[c] < 0 else '+'}{abs(float(product[c])):.2f}"
                                       for c in largest)
     assert axe_violations(browser, axe_core) == []
+
+
+SPOKEN_ITEMS = 24  # the page's limit on the items a picture's accessible name lists
+
+
+def test_a_long_pages_pictures_have_names_of_bounded_length(browser, axe_core, minilm, tokenizer, squad_contexts,
+                                                            tmp_path):
+    """A screen reader reads an accessible name whole at every visit: past SPOKEN_ITEMS tokens, the opened head's and
+    the neuron view's names list the links or keys of the largest weight and sum up the others, checked against the
+    weights the page embeds (a short page's names list every token: the keyboard test above)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    page = tmp_path / "long.html"
+    page.write_text(render_attention_map(compute_attention(minilm, tokenizer, squad_contexts[0])), encoding="utf-8")
+    data = page_data_of(page)
+    tokens, n = data["tokens"], len(data["tokens"])
+    assert n > 4 * SPOKEN_ITEMS
+    browser.get(page.as_uri())
+    heads = len(data["head_names"])
+
+    # The opened head: each token's strongest link, the SPOKEN_ITEMS strongest of them in order of weight.
+    browser.execute_script(f"document.querySelectorAll('#model-grid button')[{heads + 3}].click()")
+    label = browser.find_element(By.CSS_SELECTOR, "#model-detail canvas").get_attribute("aria-label")
+    strongest = []
+    for i, row in enumerate(data["attention"][1][3]):
+        pairs = list(zip(row[0::2], row[1::2]))
+        best = max((w for _, w in pairs), default=0)
+        strongest.append((best, i, {tokens[j] for j, w in pairs if w == best}))
+    ranked = sorted(strongest, key=lambda link: -link[0])
+    named = re.findall(r"(?:: |, )(\S+) \u2192 (\S+) (\d\.\d\d)", label)
+    assert label.startswith(f"layer 1, head 3; the {SPOKEN_ITEMS} tokens of the strongest links") and \
+        f" of {n}: " in label and len(named) == SPOKEN_ITEMS
+    cut = ranked[SPOKEN_ITEMS - 1][0]  # the weakest link named
+    for (token, attended, weight), (best, _, _) in zip(named, ranked):
+        assert abs(float(weight) - best) <= 0.005 + 1e-9  # in order of weight
+        # The link named: a token's strongest, of that weight (links of equal weight may swap places).
+        assert any(token == tokens[i] and attended in targets for best, i, targets in strongest
+                   if abs(best - float(weight)) <= 0.005 + 1e-9)
+    rest = max(best for best, _, _ in ranked[SPOKEN_ITEMS:])
+    assert rest <= cut and label.endswith(f"; the other {n - SPOKEN_ITEMS} tokens' strongest links weigh "
+                                          f"{rest:.2f} or less")
+
+    # The neuron view: the query's keys of the largest weight (weights from the page's queries and keys; the page's
+    # stored weight where it has one) and what the other keys weigh together.
+    queries, keys = unpacked(data["queries"]), unpacked(data["keys"])
+    for token in (0, n // 2):
+        Select(browser.find_element(By.ID, "neuron-token")).select_by_value(str(token))
+        layer = int(Select(browser.find_element(By.ID, "neuron-layer")).first_selected_option.get_attribute("value"))
+        head = int(Select(browser.find_element(By.ID, "neuron-head")).first_selected_option.get_attribute("value"))
+        scores = keys[layer, head] @ queries[layer, head, token] / queries.shape[-1] ** 0.5
+        weights = scores.softmax(0)
+        row = data["attention"][layer][head][token]
+        for j, w in zip(row[0::2], row[1::2]):
+            weights[j] = w
+        label = browser.find_element(By.ID, "neuron").get_attribute("aria-label")
+        named = re.findall(r"(?:: |, )(\S+) (-?\d+\.\d\d) (\d\.\d\d)(?=, |; )", label)
+        assert label.startswith(f"layer {data['layer_names'][layer]}, head {data['head_names'][head]}, query of "
+                                f"{tokens[token]}; the {SPOKEN_ITEMS} keys of the largest weight") and \
+            len(named) == SPOKEN_ITEMS
+        order = weights.argsort(descending=True, stable=True).tolist()
+        for (text, score, weight), j in zip(named, order):
+            assert abs(float(weight) - float(weights[j])) <= 0.005 + 1e-6  # in order of weight
+            # The key named: a token of that weight and score (keys of near-equal weight may swap places).
+            assert any(tokens[k] == text and abs(float(weights[k]) - float(weight)) <= 0.005 + 1e-6
+                       and abs(float(scores[k]) - float(score)) <= 0.005 + 1e-6 for k in range(n))
+        other = float(weights[order[SPOKEN_ITEMS:]].sum())
+        found = re.search(rf"; the other {n - SPOKEN_ITEMS} keys weigh (\d\.\d\d) together$", label)
+        assert found and abs(float(found.group(1)) - other) <= 0.01
+        assert len(label) < 1200
+    assert axe_violations(browser, axe_core) == []
