@@ -32,7 +32,7 @@ from pathlib import Path
 
 from machine import machine  # bench/ is the script's folder, so on sys.path
 
-from bertforge.inference.serve.batcher import IDLE_BEFORE_RELEASE
+from bertforge.inference.serve.settings import ServeSettings
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 # The CLI path (thread count, allocator tuning, argument parsing); registers `serve` itself if main.py doesn't yet.
@@ -136,7 +136,7 @@ def resident_mb(pid: int) -> float:
 
 def memory_once_idle(pid: int) -> float:
     """The server's resident memory after it has been quiet long enough to give freed memory back."""
-    time.sleep(IDLE_BEFORE_RELEASE + 2)
+    time.sleep(ServeSettings().release_memory_after + 2)  # the server runs with the default
     return resident_mb(pid)
 
 

@@ -8,8 +8,10 @@ import time
 import pytest
 import torch
 
+from bertforge.errors import BertforgeError
 from bertforge.inference.serve import batcher as batcher_module
 from bertforge.inference.serve.batcher import Job, MicroBatcher
+from bertforge.inference.serve.settings import ServeSettings
 from bertforge.runtime import release_freed_memory, tune_cpu_allocator
 
 
@@ -24,9 +26,8 @@ def lengths(model, jobs):
 
 def test_the_worker_gives_memory_back_once_after_its_batches_when_idle(monkeypatch):
     released = []
-    monkeypatch.setattr(batcher_module, "IDLE_BEFORE_RELEASE", 0.05)
     monkeypatch.setattr(batcher_module, "release_freed_memory", lambda: released.append(time.monotonic()))
-    worker = MicroBatcher(torch.nn.Identity(), max_wait_ms=0)
+    worker = MicroBatcher(torch.nn.Identity(), max_wait_ms=0, release_memory_after=0.05)
     try:
         time.sleep(0.3)
         assert released == []  # no batch ran: nothing freed to give back
@@ -39,6 +40,35 @@ def test_the_worker_gives_memory_back_once_after_its_batches_when_idle(monkeypat
             assert released[-1] >= finished + 0.04
     finally:
         worker.stop()
+
+
+def test_a_worker_told_never_keeps_the_memory(monkeypatch):
+    released = []
+    monkeypatch.setattr(batcher_module, "release_freed_memory", lambda: released.append(time.monotonic()))
+    worker = MicroBatcher(torch.nn.Identity(), max_wait_ms=0, release_memory_after=0)
+    try:
+        (future,) = worker.submit([Job(lengths, {"input_ids": [0] * 4})])
+        assert future.result(10) == 4
+        time.sleep(0.3)
+        assert released == []
+    finally:
+        worker.stop()
+
+
+def test_the_server_setting_reaches_the_worker_and_is_checked(run_cli, tiny_model_dir):
+    from bertforge.inference.serve.app import load_app
+
+    assert ServeSettings().release_memory_after == batcher_module.RELEASE_MEMORY_AFTER
+    app = load_app(tiny_model_dir, ServeSettings(release_memory_after=0.5))
+    try:
+        assert app.state.served.batcher.release_memory_after == 0.5
+    finally:
+        app.state.served.batcher.stop()
+    for bad in (-1, float("inf"), 1e308):
+        with pytest.raises(BertforgeError, match="release_memory_after"):
+            ServeSettings(release_memory_after=bad)
+    code, _, err = run_cli("serve", "--model", str(tiny_model_dir), "--release-memory-after", "-2")
+    assert code == 2 and "--release-memory-after" in err and "Traceback" not in err
 
 
 def test_release_gives_freed_heap_memory_back_to_the_system():

@@ -22,6 +22,7 @@ from bertforge.errors import ConfigError
 from bertforge.inference.serve.settings import (
     API_KEY_VARIABLE,
     LONG_TEXT_POLICIES,
+    MAX_RELEASE_MEMORY_AFTER,
     MAX_WAIT_MS,
     SERVER_POOLINGS,
     ServeSettings,
@@ -50,6 +51,10 @@ FLAGS = {
     "--read-timeout": ("read_timeout", positive_float, "seconds a client has to send a whole request; slower ones "
                                                        "are disconnected"),
     "--idle-timeout": ("idle_timeout", positive_float, "seconds an idle keep-alive connection stays open"),
+    "--release-memory-after": ("release_memory_after", number_range("release_memory_after", finite_float, 0,
+                                                                   MAX_RELEASE_MEMORY_AFTER),
+                               "seconds without work after which the server gives the memory its batches freed "
+                               "back to the system (glibc keeps it for speed under load); 0: never"),
     "--served-model-name": ("served_model_name", str, "the model's name in answers (/info, /v1/models, the "
                                                       "OpenAI APIs' model field; default: --model)"),
 }

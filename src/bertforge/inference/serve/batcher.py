@@ -4,8 +4,8 @@ only code that touches the model, which runs them in batches.
 A batch takes jobs in arrival order up to max_batch_size rows and max_batch_tokens padded tokens, waiting at
 most max_wait_ms after the oldest arrived for company. A request is admitted whole while fewer than max_queue
 jobs wait (so a large request has the same chance as a small one; the queue overshoots by at most one request)
-and is refused whole otherwise. A worker idle for IDLE_BEFORE_RELEASE seconds after a batch gives the memory freed
-since back to the system.
+and is refused whole otherwise. A worker idle for `release_memory_after` seconds after a batch gives the memory
+freed since back to the system.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from bertforge.runtime import release_freed_memory
 # Under load a server keeps the memory its batches free (glibc holds it, up to tune_cpu_allocator's gigabyte, and
 # new pages cost more than the matrix products that fill them); a quiet one gives it back: on AVX2, /predict took
 # a server from 355 to 753 MB in 2,400 requests, and malloc_trim back to 407.
-IDLE_BEFORE_RELEASE = 10.0
+RELEASE_MEMORY_AFTER = 10.0  # seconds of quiet
 
 
 @dataclass
@@ -55,11 +55,13 @@ class MicroBatcher:
 
     def __init__(self, model: torch.nn.Module, max_batch_size: int = 32, max_batch_tokens: int = 16384,
                  max_wait_ms: float = 5.0, max_queue: int = 256,
+                 release_memory_after: float = RELEASE_MEMORY_AFTER,
                  on_batch: Callable[[Sequence[Job]], None] | None = None):
         self.model = model
         self.max_batch_size, self.max_batch_tokens = max_batch_size, max_batch_tokens
         self.max_wait, self.max_queue = max_wait_ms / 1000, max_queue
         self.on_batch = on_batch  # told of every batch before it runs (metrics)
+        self.release_memory_after = release_memory_after  # seconds of quiet; 0: never
         self._queue: deque[Job] = deque()
         self._ready = threading.Condition()
         self._stopping = False
@@ -103,9 +105,9 @@ class MicroBatcher:
     def _next_batch(self) -> list[Job] | None:
         with self._ready:
             while not self._queue and not self._stopping:
-                if not self._ran_since_release:
+                if not self._ran_since_release or not self.release_memory_after:
                     self._ready.wait()
-                elif not self._ready.wait(IDLE_BEFORE_RELEASE) and not self._queue and not self._stopping:
+                elif not self._ready.wait(self.release_memory_after) and not self._queue and not self._stopping:
                     self._ran_since_release = False
                     self._ready.release()  # a request arriving meanwhile queues at once
                     try:

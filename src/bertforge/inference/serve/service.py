@@ -80,7 +80,7 @@ class ServedModel:
             if self.colbert is not None else None
         self.metrics = ServerMetrics(lambda: self.batcher.pending)
         self.batcher = MicroBatcher(model, settings.max_batch_size, settings.max_batch_tokens, settings.max_wait_ms,
-                                    settings.max_queue,
+                                    settings.max_queue, settings.release_memory_after,
                                     on_batch=lambda jobs: self.metrics.count_batch([job.length for job in jobs]))
 
     def task_and_settings(self) -> tuple[Task | None, Any]:

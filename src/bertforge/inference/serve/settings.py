@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from bertforge.errors import ConfigError, check_choice
 from bertforge.inference.attention_view import DEFAULT_MAX_TOKENS
 from bertforge.inference.features import POOLINGS
+from bertforge.inference.serve.batcher import RELEASE_MEMORY_AFTER
 from bertforge.validation import check_number
 
 LONG_TEXT_POLICIES = ("truncate", "refuse")
@@ -18,6 +19,7 @@ API_KEY_VARIABLE = "BERTFORGE_API_KEY"  # where `bertforge serve` reads the API 
 # A text waits for company at most this long: a minute is already far past any client's patience, and 1e308 ms
 # overflowed the worker's timed wait (threading's timeouts end at about 292 years).
 MAX_WAIT_MS = 60_000
+MAX_RELEASE_MEMORY_AFTER = 86_400  # a day, for the same reason; 0 says never
 
 
 @dataclass
@@ -35,6 +37,8 @@ class ServeSettings:
     max_body_bytes: int = 1_000_000  # request body; larger gets 413 before it is read
     read_timeout: float = 30.0  # seconds a client has to send a whole request (headers and body)
     idle_timeout: float = 5.0  # seconds an idle keep-alive connection stays open
+    # seconds without work after which the worker gives the memory its batches freed back to the system; 0: never
+    release_memory_after: float = RELEASE_MEMORY_AFTER
     api_key: str | None = None  # when set, every route but /health needs it (Authorization: Bearer KEY)
     # web pages of these origins ("https://app.example", or "*") may call the server from a browser (CORS)
     cors_allow_origins: tuple[str, ...] = ()
@@ -50,6 +54,7 @@ class ServeSettings:
         check_number("max_wait_ms", self.max_wait_ms, minimum=0, maximum=MAX_WAIT_MS)
         for name in ("read_timeout", "idle_timeout"):  # seconds
             check_number(name, getattr(self, name), minimum=0, exclusive=True)
+        check_number("release_memory_after", self.release_memory_after, minimum=0, maximum=MAX_RELEASE_MEMORY_AFTER)
         if self.pooling is not None:
             check_choice(self.pooling, SERVER_POOLINGS, "pooling")
             self.pooling = TEI_POOLINGS.get(self.pooling, self.pooling)
