@@ -483,3 +483,36 @@ def test_a_long_pages_pictures_have_names_of_bounded_length(browser, axe_core, m
         assert found and abs(float(found.group(1)) - other) <= 0.01
         assert len(label) < 1200
     assert axe_violations(browser, axe_core) == []
+
+
+def test_a_long_explanation_page_is_bounded_and_scrolls_from_the_keyboard(browser, axe_core, minilm, tokenizer,
+                                                                         squad_contexts, tmp_path):
+    """Two Wikipedia paragraphs: the attributions cover every token explained, the attention views the first
+    DEFAULT_MAX_TOKENS, as the attention viewer's page (it grows with their square), and the page says so; the boxes
+    that scroll take the keyboard's focus (axe: scrollable-region-focusable)."""
+    from bertforge.inference.attention_view import DEFAULT_MAX_TOKENS
+
+    text, pair = squad_contexts[0], squad_contexts[1]
+    torch.manual_seed(0)
+    masked_lm = BertForMaskedLM(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                           num_attention_heads=4, intermediate_size=37)).eval()
+    masked = text.replace(" the ", " [MASK] ", 1)
+    for name, model, explanation in (
+            ("similarity", minilm, explain(minilm, tokenizer, text, text_pair=pair, method="saliency")),
+            ("masked", masked_lm, explain(masked_lm, tokenizer, masked, method="saliency"))):
+        read = len(tokenizer(explanation.texts[0], truncation=True, max_length=512)["input_ids"])
+        assert read > DEFAULT_MAX_TOKENS
+        assert len(explanation.tokens) >= read  # the attributions: every token explained
+        page = tmp_path / f"{name}.html"
+        page.write_text(explanation_page(model, tokenizer, explanation), encoding="utf-8")
+        assert len(page_data_of(page)["tokens"]) == DEFAULT_MAX_TOKENS
+        # In the browser, views of fewer tokens: axe takes minutes over the 128-token head view's 38,000 lines.
+        page.write_text(explanation_page(model, tokenizer, explanation, attention_max_length=24), encoding="utf-8")
+        assert len(page_data_of(page)["tokens"]) == 24
+        browser.get(page.as_uri())
+        assert browser.find_element("id", "attention-cut").text.startswith(
+            f"The attention views below read the input cut to 24 of its {read} tokens")
+        assert axe_violations(browser, axe_core) == []
+    # A text within the bound: every token in the views, and no such line.
+    short = explanation_page(minilm, tokenizer, explain(minilm, tokenizer, TEXT, text_pair=PAIR, method="saliency"))
+    assert 'id="attention-cut"' not in short

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 from bertforge.cli.main import main
+from bertforge.inference.serve.settings import ServeSettings
 
 
 def free_port() -> int:
@@ -121,3 +123,13 @@ def test_device_is_checked_with_one_line(run_cli, tmp_path, command, device, mes
               "evaluate": ["--data", str(tmp_path / "texts.txt")], "serve": ["--port", "0"]}[command]
     code, _, err = run_cli(command, "--model", "default", *inputs, "--device", device)
     assert code == 1 and err.count("\n") == 1 and f"--device {device}" in err.replace("'", "") and message in err
+
+
+def test_every_server_setting_has_its_flag():
+    """ServeSettings is the source of truth for `bertforge serve`'s flags: each field is a flag (the API key and CORS
+    origins have their own, which read the environment or split commas)."""
+    from bertforge.cli.serve import FLAGS
+
+    own_flags = {"api_key", "cors_allow_origins"}
+    fields = {field.name for field in dataclasses.fields(ServeSettings)}
+    assert {field for field, _, _ in FLAGS.values()} == fields - own_flags

@@ -165,3 +165,25 @@ def test_a_windowed_classifiers_explanation_counts_every_window(tokenizer, tiny_
         assert f"{2 * tokens} x {2 * tokens} tokens" in answer.json()["error"]
         short = client.post("/explain", json={"text": sst2_dev[0][0], "method": "occlusion"})
         assert short.status_code == 200 and short.json()["method"] == "occlusion"
+
+
+def test_the_explanation_pages_attention_views_keep_the_servers_attention_bound(minilm_dir, sst2_dev):
+    """GET /explain's attention views read at most --attention-max-length tokens, as /attention does (the page grows
+    with their square); the attributions still cover the text as /explain reads it."""
+    import re
+
+    from fastapi.testclient import TestClient
+
+    long_text = " ".join(text for text, _ in sst2_dev[:10])
+    query = {"text": long_text, "pair": "a great movie", "method": "saliency"}
+    with TestClient(load_app(minilm_dir, ServeSettings(attention_max_length=40))) as client:
+        page = client.get("/explain", params=query)
+        read = len(client.post("/tokenize", json={"text": long_text}).json()["ids"])
+        words = client.post("/explain", json={"text": long_text, "text_pair": "a great movie",
+                                              "method": "saliency"}).json()["words"]
+    assert page.status_code == 200 and read > 40
+    data = json.loads(re.search(r'<script type="application/json" id="attention-data">(.*?)</script>', page.text,
+                                re.S).group(1))
+    assert len(data["tokens"]) == 40  # an encoder's page shows the attention of its first text
+    assert f"cut to 40 of its {read} tokens" in page.text
+    assert page.text.count('class="word"') == len(words) > 150  # every word of both texts shaded

@@ -46,6 +46,9 @@ FLAGS = {
                   "sentence-transformers' other modes), or splade (a "
                   "masked-LM model's SPLADE vectors, for /embed_sparse); default: the checkpoint's "
                   "sentence-transformers layout, else mean"),
+    "--attention-max-length": ("attention_max_length", positive_int,
+                               "tokens the attention views of /attention and of the /explain page read at most "
+                               "(the page grows with the square of this)"),
     "--max-body-bytes": ("max_body_bytes", positive_int, "request body size at most (larger gets 413 before it is "
                                                          "read)"),
     "--read-timeout": ("read_timeout", positive_float, "seconds a client has to send a whole request; slower ones "

@@ -11,7 +11,7 @@ from bertforge.explain.attribute import explain
 from bertforge.explain.methods import DEFAULT_STEPS, UNSIGNED
 from bertforge.explain.result import Explanation, faithfulness_line
 from bertforge.explain.targets import explained_length
-from bertforge.inference.attention_view import compute_attention, render_attention_map
+from bertforge.inference.attention_view import DEFAULT_MAX_TOKENS, compute_attention, render_attention_map
 from bertforge.model import BertModel
 
 STYLE = """<style>
@@ -81,7 +81,10 @@ def attribution_section(explanation: Explanation) -> str:
             if explanation.method in UNSIGNED else "Green words speak for the target, red ones against it")
     return (f'{STYLE}\n<section id="explanation"><h2>Attributions</h2>\n<div class="summary">{summary(explanation)}'
             f'</div>\n<div class="hint">{hint}; hover a word for its attribution, or open the table below.</div>\n'
-            f'<div class="scroll texts">{texts}</div>{attribution_table(explanation)}</section>')
+            # A long text scrolls in its box, which holds nothing focusable: the box takes the focus, so the keyboard
+            # scrolls it too (WCAG 2.1.1).
+            f'<div class="scroll texts" tabindex="0" role="region" aria-label="the texts, shaded by attribution">'
+            f'{texts}</div>{attribution_table(explanation)}</section>')
 
 
 def attribution_table(explanation: Explanation) -> str:
@@ -113,25 +116,37 @@ def inner_section(inner: dict) -> str:
         for token, values in zip(tokens, inner["layer_similarity"]))
     parts.append('<div class="hint">How similar each token\'s vector is to its vector one layer below (cosine); '
                  'greener where a layer changes it more:</div>'
-                 f'<div class="scroll"><table class="inner layer-similarity">{header}{rows}</table></div></section>')
+                 '<div class="scroll" tabindex="0" role="region" aria-label="similarity of each token across layers">'
+                 f'<table class="inner layer-similarity">{header}{rows}</table></div></section>')
     return "\n".join(parts)
 
 
-def explanation_page(model, tokenizer, explanation: Explanation, max_length: int | None = None) -> str:
+def explanation_page(model, tokenizer, explanation: Explanation, max_length: int | None = None,
+                     attention_max_length: int = DEFAULT_MAX_TOKENS) -> str:
     """One self-contained HTML page: the attributions, then the attention views of the explained input (for two
-    texts compared by an encoder, of the first), read as `explain` read it (see its `max_length`)."""
+    texts compared by an encoder, of the first), read as `explain` read it (see its `max_length`) up to
+    `attention_max_length` tokens, as the attention viewer's page grows with the square of its tokens."""
     max_length = max_length or explained_length(model, tokenizer)
     pair = None if type(model) is BertModel or len(explanation.texts) == 1 else explanation.texts[1]
-    attention = compute_attention(model, tokenizer, explanation.texts[0], pair, max_length=max_length)
+    attention = compute_attention(model, tokenizer, explanation.texts[0], pair,
+                                  max_length=min(max_length, attention_max_length))
+    read = len(tokenizer(explanation.texts[0], pair, truncation=True, max_length=max_length)["input_ids"])
+    shown = len(attention.tokens_a) + len(attention.tokens_b)
+    cut = (f'<div class="hint" id="attention-cut">The attention views below read the input cut to {shown} of its '
+           f'{read} tokens: a page of them all would grow with the square of their number.</div>'
+           if shown < read else "")
     title = f"Why {explanation.target}? {explanation.texts[0][:60]}"
-    return render_attention_map(attention, title, before=attribution_section(explanation),
+    return render_attention_map(attention, title, before=attribution_section(explanation) + cut,
                                 after=inner_section(explanation.inner))
 
 
 def explained(model, tokenizer, text: str, text_pair: str | None = None, target: str | None = None,
               method: str = "integrated_gradients", steps: int | None = None,
-              max_length: int | None = None, as_page: bool = False, baseline: str = "pad") -> dict | str:
+              max_length: int | None = None, as_page: bool = False, baseline: str = "pad",
+              attention_max_length: int = DEFAULT_MAX_TOKENS) -> dict | str:
     """What `/explain` answers: the explanation as a JSON-ready dict, or (`as_page`) its page."""
     explanation = explain(model, tokenizer, text, text_pair, target, method, steps or DEFAULT_STEPS, max_length,
                           baseline)
-    return explanation_page(model, tokenizer, explanation, max_length) if as_page else explanation.to_dict()
+    if as_page:
+        return explanation_page(model, tokenizer, explanation, max_length, attention_max_length)
+    return explanation.to_dict()

@@ -103,7 +103,8 @@ async def explanation(request: schemas.ExplainRequest, served: ServedModel, as_p
                                  f"{passes * tokens}; the limit is {3 * budget} (3 x {DEFAULT_STEPS} steps x "
                                  f"max_length {max_length}): ask for fewer steps ({fewer}), send a shorter text or "
                                  f"use integrated_gradients")
-    options = {**request.model_dump(), "tokenizer": served.tokenizer, "max_length": reads, "as_page": as_page}
+    options = {**request.model_dump(), "tokenizer": served.tokenizer, "max_length": reads, "as_page": as_page,
+               "attention_max_length": served.attention_max_length}
     (result,) = await served.run_jobs([Job(explanations, row, options)])
     return result
 
