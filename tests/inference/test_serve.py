@@ -1996,6 +1996,46 @@ def prompted_server(minilm_dir, tmp_path_factory):
     yield from running(folder, max_texts=8)
 
 
+def test_the_servers_default_prompt_is_text_embeddings_inferences(prompted_server, make_server, minilm_dir,
+                                                                    classifier_dir, colbert_server, data_dir,
+                                                                    run_cli, capsys):
+    """--default-prompt-name and --default-prompt (text-embeddings-inference's flags): the prompt before each text
+    whose request names none, as sentence-transformers' encode(prompt_name=...) and encode(prompt=...) put it; a
+    request's own prompt_name still wins. Refused, in one line, where the model has no such prompt or is no encoder."""
+    import numpy
+
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    texts = [row["sentence1"] for row in stsb_rows(data_dir, 4)]
+    prompted = sentence_transformers.SentenceTransformer(str(prompted_server.directory), device="cpu")
+    server = make_server(prompted_server.directory, default_prompt_name="document")
+    status, body, _ = server.request("/embed", {"inputs": texts})
+    assert status == 200
+    numpy.testing.assert_allclose(body, prompted.encode(texts, prompt_name="document"), atol=1e-5)
+    status, body, _ = server.request("/v1/embeddings", {"input": texts, "model": "m"})
+    numpy.testing.assert_allclose([row["embedding"] for row in body["data"]],
+                                  prompted.encode(texts, prompt_name="document"), atol=1e-5)
+    status, body, _ = server.request("/embed", {"inputs": texts, "prompt_name": "query"})
+    numpy.testing.assert_allclose(body, prompted.encode(texts, prompt_name="query"), atol=1e-5)
+
+    plain = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu")
+    server = make_server(minilm_dir, default_prompt="query: ")
+    status, body, _ = server.request("/embed", {"inputs": texts})
+    numpy.testing.assert_allclose(body, plain.encode(texts, prompt="query: "), atol=1e-5)
+    assert not numpy.allclose(body, plain.encode(texts), atol=1e-3)
+
+    with pytest.raises(ConfigError, match="--default-prompt-name 'query': no such prompt in .*: it has no prompts"):
+        load_app(minilm_dir, ServeSettings(default_prompt_name="query"))
+    with pytest.raises(ConfigError, match="its prompts are 'classification', 'document', 'query'"):
+        load_app(prompted_server.directory, ServeSettings(default_prompt_name="passage"))
+    with pytest.raises(ConfigError, match="is a ColBERT model, which puts its query's or document's prompt"):
+        load_app(colbert_server.directory, ServeSettings(default_prompt="query: "))
+    with pytest.raises(ConfigError, match="give one default prompt"):
+        ServeSettings(default_prompt_name="query", default_prompt="query: ")
+    capsys.readouterr()  # sentence-transformers' progress bars
+    code, _, err = run_cli("serve", "--model", str(classifier_dir), "--port", "0", "--default-prompt", "query: ")
+    assert code == 1 and err.count("\n") == 1 and "is a fine-tuned classification model" in err
+
+
 def test_cohere_clients_embed_as_sentence_transformers(prompted_server, data_dir):
     """Cohere's own clients, v1 and v2 APIs, get sentence-transformers' vectors of the same folder on real STS-B
     sentences: input_type as the prompt (a query's, a document's, one named classification; none for clustering),

@@ -58,6 +58,12 @@ FLAGS = {
                                                                    MAX_RELEASE_MEMORY_AFTER),
                                "seconds without work after which the server gives the memory its batches freed "
                                "back to the system (glibc keeps it for speed under load); 0: never"),
+    "--default-prompt-name": ("default_prompt_name", str,
+                              "an encoder's sentence-transformers prompt (by name, as in its "
+                              "config_sentence_transformers.json) put before each text whose request names none "
+                              "(default: the model's default_prompt_name, if any)"),
+    "--default-prompt": ("default_prompt", str, "a text put before each text whose request names no prompt, "
+                                                "instead of a prompt by name (\"query: \")"),
     "--served-model-name": ("served_model_name", str, "the model's name in answers (/info, /v1/models, the "
                                                       "OpenAI APIs' model field; default: --model)"),
 }

@@ -92,11 +92,14 @@ def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
     settings = settings or ServeSettings()
     checkpoint = inspect_checkpoint(name_or_path)
     model_name = settings.served_model_name or str(name_or_path)
+    prompted = settings.default_prompt_name is not None or settings.default_prompt is not None
     if checkpoint.task is not None:
         checkpoint.task_for()  # a run config whose head was never saved is refused here, naming the folder
-        if settings.pooling is not None:
-            raise ConfigError(f"--pooling {settings.pooling}: {name_or_path} is a fine-tuned {checkpoint.task} "
-                              f"model; pooling is for an encoder's embeddings")
+        for given, what in ((settings.pooling is not None, f"--pooling {settings.pooling}"),
+                            (prompted, "a default prompt (--default-prompt-name, --default-prompt)")):
+            if given:
+                raise ConfigError(f"{what}: {name_or_path} is a fine-tuned {checkpoint.task} model; it is for an "
+                                  f"encoder's embeddings")
     tokenizer = BertTokenizer.from_pretrained(checkpoint.directory)
     if settings.pooling == SPLADE or settings.pooling is None and is_splade_checkpoint(checkpoint.directory):
         model = load_splade_model(checkpoint.directory)
@@ -106,6 +109,9 @@ def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
                               f"table ({routes.static!r}); the server runs the masked-LM model's route "
                               f"({routes.model!r}) only: use SparseEncoder")
     elif settings.pooling is None and checkpoint.task is None and multi_vector_kind(checkpoint.directory):
+        if prompted:  # its query's and document's prompts (markers) are what it was trained with
+            raise ConfigError(f"a default prompt: {name_or_path} is a ColBERT model, which puts its query's or "
+                              f"document's prompt before each text")
         colbert = MultiVectorEncoder(checkpoint.directory)
         colbert.model = inference.apply(colbert.model, colbert.tokenizer)
         colbert.projection.to(colbert.device)
@@ -116,10 +122,29 @@ def load_app(name_or_path: str | Path, settings: ServeSettings | None = None,
         if settings.pooling is not None:  # the server's pooling in place of the layout's (a SPLADE or ColBERT one's)
             model.sentence_embedding = dataclasses.replace(layout, pooling=settings.pooling, splade=None,
                                                            multi_vector=False)
+    if prompted:
+        layout = getattr(model, "sentence_embedding", None) or SentenceEmbedding()
+        model.sentence_embedding = with_default_prompt(layout, settings, name_or_path)
     masked_lm = masked_lm_head(checkpoint) if checkpoint.task is None and not hasattr(model, "masked_lm") else None
     model = inference.apply(model, tokenizer)
     return create_app(model, tokenizer, settings, model_name=model_name, checkpoint=checkpoint,
                       masked_lm=masked_lm)
+
+
+SERVER_PROMPT = "server_default"  # the name --default-prompt's text goes by among the model's prompts
+
+
+def with_default_prompt(layout: SentenceEmbedding, settings: ServeSettings, name_or_path) -> SentenceEmbedding:
+    """The encoder's layout with the server's default prompt: one of its prompts, named, or a text of its own."""
+    if settings.default_prompt is not None:
+        return dataclasses.replace(layout, prompts={**layout.prompts, SERVER_PROMPT: settings.default_prompt},
+                                   default_prompt_name=SERVER_PROMPT)
+    if settings.default_prompt_name not in layout.prompts:
+        known = f"its prompts are {', '.join(map(repr, sorted(layout.prompts)))}" if layout.prompts else \
+            "it has no prompts (config_sentence_transformers.json); give the text with --default-prompt"
+        raise ConfigError(f"--default-prompt-name {settings.default_prompt_name!r}: no such prompt in "
+                          f"{name_or_path}: {known}")
+    return dataclasses.replace(layout, default_prompt_name=settings.default_prompt_name)
 
 
 def masked_lm_head(checkpoint: Checkpoint) -> torch.nn.Module | None:

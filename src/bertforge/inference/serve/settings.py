@@ -46,6 +46,10 @@ class ServeSettings:
     pooling: str | None = None
     # the model's name in answers (/info's model_id, the OpenAI APIs' model, /v1/models); None: its path
     served_model_name: str | None = None
+    # an encoder's prompt for texts whose request names none (text-embeddings-inference's flags): one of its
+    # sentence-transformers prompts by name, or a text ("query: "); None: its layout's default_prompt_name, if any
+    default_prompt_name: str | None = None
+    default_prompt: str | None = None
 
     def __post_init__(self):
         for name in ("max_batch_size", "max_batch_tokens", "max_queue", "max_texts", "max_length",
@@ -62,6 +66,11 @@ class ServeSettings:
         if self.served_model_name is not None and (not isinstance(self.served_model_name, str)
                                                    or not self.served_model_name.strip()):
             raise ConfigError(f"served_model_name must be a name, got {self.served_model_name!r:.60}")
+        if self.default_prompt_name is not None and self.default_prompt is not None:
+            raise ConfigError("default_prompt_name and default_prompt: give one default prompt, by name or as text")
+        for name in ("default_prompt_name", "default_prompt"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise ConfigError(f"{name} must be a text, got {getattr(self, name)!r:.60}")
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
             raise ConfigError("the API key is empty or not text; give a key or none")
         origins = self.cors_allow_origins
