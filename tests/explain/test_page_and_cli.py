@@ -132,3 +132,9 @@ def test_cli_explains_what_predict_reads_of_a_long_text(sst2_classifier_dir, tmp
     written = json.loads((tmp_path / "why.json").read_text(encoding="utf-8"))
     assert len(written["tokens"]) == read
     assert written["target"] == predict(sst2_classifier_dir, texts=[long_review])[0]["label"]
+    # The page: the same attributions; attention views of at most --attention-max-length tokens, said on the page.
+    result = bertforge("explain", "--model", str(sst2_classifier_dir), "--text", long_review, "--method",
+                       "attention_rollout", "--attention-max-length", "60", "--output", str(tmp_path / "why.html"))
+    page = (tmp_path / "why.html").read_text(encoding="utf-8")
+    assert result.returncode == 0 and f"cut to 60 of its {read} tokens" in page
+    assert page.count('class="word"') == len(written["words"])

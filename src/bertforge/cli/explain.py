@@ -25,6 +25,7 @@ OUTPUT_FORMATS = (".html", ".json")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bertforge.explain.methods import DEFAULT_STEPS, EXACT_SHAPLEY_TOKENS, MAX_STEPS, METHODS
     from bertforge.explain.targets import BASELINES
+    from bertforge.inference.attention_view import DEFAULT_MAX_TOKENS
     parser.add_argument("--model", "-m", type=path_text, default="default",
                         help="model directory (a fine-tuned classifier, tagger, QA or masked-LM model, or an "
                              "encoder, whose explained output is the similarity of --text and --pair) or 'default'")
@@ -45,6 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=positive_int,
                         help="truncate to this many tokens (default: as `predict` reads: the max_length the model "
                              "was fine-tuned with)")
+    parser.add_argument("--attention-max-length", type=positive_int, default=DEFAULT_MAX_TOKENS,
+                        help="on the page: tokens its attention views read at most (they grow with the square of "
+                             "this; the attributions cover every token explained)")
     parser.add_argument("--output", "-o", type=path_text,
                         help="view.html (the page), explanation.json, or '-' (the JSON on standard output); default: "
                              "print the words")
@@ -82,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         write_output(args.output, explanation.to_json() + "\n")
         report(args.output, f"wrote the attributions of {len(explanation.words)} words to {output}")
     else:
-        write_text_atomic(output, explanation_page(model, tokenizer, explanation, max_length))
+        write_text_atomic(output, explanation_page(model, tokenizer, explanation, max_length,
+                                                   args.attention_max_length))
         print(f"wrote the explanation of {explanation.target!r} to {output}")
     return 0
