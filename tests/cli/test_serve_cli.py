@@ -133,3 +133,58 @@ def test_every_server_setting_has_its_flag():
     own_flags = {"api_key", "cors_allow_origins"}
     fields = {field.name for field in dataclasses.fields(ServeSettings)}
     assert {field for field, _, _ in FLAGS.values()} == fields - own_flags
+
+
+def test_json_output_writes_every_log_line_as_json(tiny_model_dir):
+    """--json-output (text-embeddings-inference's flag): the start line, uvicorn's own warnings (a request that is
+    not HTTP) and everything else on stderr are JSON objects, one a line."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bertforge", "--threads", "1", "serve", "--model", str(tiny_model_dir),
+         "--port", str(port), "--json-output"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the server did not come up"
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+            connection.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            connection.recv(1024)
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    records = [json.loads(line) for line in err.splitlines()]
+    assert all({"timestamp", "level", "target", "message"} <= record.keys() for record in records)
+    assert any(record["target"] == "bertforge.progress" and record["message"].startswith("serving ")
+               and f"http://127.0.0.1:{port}" in record["message"] for record in records)
+    assert any(record["target"].startswith("uvicorn") and record["level"] == "WARNING" for record in records)
+    assert records[-1]["message"] == "interrupted" and records[-1]["level"] == "WARNING"
+    # A user's error, before the model loads: one JSON line too.
+    failed = subprocess.run([sys.executable, "-m", "bertforge", "serve", "--model", str(tiny_model_dir / "missing"),
+                             "--port", "0", "--json-output"], capture_output=True, text=True, timeout=120)
+    (record,) = [json.loads(line) for line in failed.stderr.splitlines()]
+    assert failed.returncode == 1 and record["level"] == "ERROR" and "no such model directory" in record["message"]
+
+
+def test_a_failures_traceback_is_one_json_line():
+    import logging
+
+    from bertforge.cli.json_log import JsonLines
+
+    try:
+        raise ValueError("the model's head\nsaid no")
+    except ValueError:
+        record = logging.LogRecord("bertforge", logging.ERROR, __file__, 1, "POST %s failed", ("/embed",),
+                                   sys.exc_info())
+    line = JsonLines().format(record)
+    assert "\n" not in line
+    parsed = json.loads(line)
+    assert parsed["level"] == "ERROR" and parsed["message"] == "POST /embed failed" and parsed["target"] == "bertforge"
+    assert parsed["error"].startswith("Traceback") and "ValueError: the model's head\nsaid no" in parsed["error"]
+    assert parsed["timestamp"].endswith("+00:00")

@@ -33,6 +33,7 @@ from bertforge.cli import (
     vocab,
 )
 from bertforge.cli.arguments import positive_int
+from bertforge.cli.json_log import logging_json
 from bertforge.errors import BertforgeError, ConfigError
 from bertforge.outputs import staging_dir
 from bertforge.runtime import is_out_of_memory, set_threads, tune_cpu_allocator
@@ -284,10 +285,9 @@ def interrupted(args: argparse.Namespace | None = None) -> int:
     output = getattr(args, "output", None) if training else None
     checkpoint = staging_dir(output) / CHECKPOINT_DIR if output else None
     if checkpoint is not None and checkpoint.is_dir():
-        print(f"bertforge: interrupted; the run's last checkpoint is in {checkpoint}: continue it with --resume",
-              file=sys.stderr)
+        say(f"interrupted; the run's last checkpoint is in {checkpoint}: continue it with --resume", logging.WARNING)
     else:
-        print("bertforge: interrupted", file=sys.stderr)
+        say("interrupted", logging.WARNING)
     return 130
 
 
@@ -305,8 +305,16 @@ def started_beside_other_processes() -> bool:
 
 
 def fail(message: str) -> int:
-    print(f"bertforge: error: {one_line(message)}", file=sys.stderr)
+    say(f"error: {one_line(message)}")
     return 1
+
+
+def say(line: str, level: int = logging.ERROR) -> None:
+    """The command's last word on stderr, "bertforge: " first; a record of the log where it is JSON lines."""
+    if logging_json():
+        logging.getLogger("bertforge").log(level, line.removeprefix("error: "))
+    else:
+        print(f"bertforge: {line}", file=sys.stderr)
 
 
 def one_line(message: str) -> str:

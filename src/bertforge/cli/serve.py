@@ -18,6 +18,7 @@ from bertforge.cli.arguments import (
     positive_float,
     positive_int,
 )
+from bertforge.cli.json_log import log_as_json
 from bertforge.errors import ConfigError
 from bertforge.inference.serve.settings import (
     API_KEY_VARIABLE,
@@ -80,6 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cors-allow-origin", action="append", default=None, metavar="ORIGIN",
                         help="let web pages of ORIGIN (https://app.example, or *) call the server from a browser; "
                              "repeat, or separate with commas, for several (default: none)")
+    parser.add_argument("--json-output", action="store_true",
+                        help="write the log as JSON lines (timestamp, level, target, message, error), as "
+                             "text-embeddings-inference's flag of that name does")
     add_inference_arguments(parser)
 
 
@@ -90,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
     origins = tuple(origin.strip() for flag in args.cors_allow_origin or () for origin in flag.split(",")
                     if origin.strip())
     settings = ServeSettings(**given, api_key=api_key(args.api_key), cors_allow_origins=origins)
-    serve(args.model, host=args.host, port=args.port, settings=settings, inference=inference_options(args))
+    if args.json_output:
+        log_as_json()
+    serve(args.model, host=args.host, port=args.port, settings=settings, inference=inference_options(args),
+          json_logs=args.json_output)
     return 0
 
 

@@ -168,8 +168,10 @@ def server_config(app, host: str = "127.0.0.1", port: int = 8000, settings: Serv
 
 
 def serve(name_or_path: str | Path, host: str = "127.0.0.1", port: int = 8000,
-          settings: ServeSettings | None = None, inference: InferenceOptions = AS_TRAINED) -> None:
-    """Load the model and answer HTTP requests until interrupted; queued work is finished before it exits."""
+          settings: ServeSettings | None = None, inference: InferenceOptions = AS_TRAINED,
+          json_logs: bool = False) -> None:
+    """Load the model and answer HTTP requests until interrupted; queued work is finished before it exits.
+    `json_logs`: uvicorn logs through the root logger's handlers (which cli/json_log.py makes write JSON lines)."""
     try:
         import fastapi  # noqa: F401  (create_app needs it)
         import prometheus_client  # noqa: F401
@@ -183,7 +185,9 @@ def serve(name_or_path: str | Path, host: str = "127.0.0.1", port: int = 8000,
     # at INFO on the logger the command shows without -v: a log watched for warnings stays quiet at each start
     logging.getLogger("bertforge.progress").info("serving %s (%s) on %s (API docs at /docs)", name_or_path,
                                                  type(app.state.served.model).__name__, server_url(host, port))
-    uvicorn.Server(server_config(app, host, port, settings)).run(sockets=[listener])
+    # uvicorn's own logging configuration would give its loggers handlers of their own, in its format
+    plain = {"log_config": None} if json_logs else {}
+    uvicorn.Server(server_config(app, host, port, settings, **plain)).run(sockets=[listener])
 
 
 def server_url(host: str, port: int) -> str:
