@@ -188,3 +188,23 @@ def test_a_failures_traceback_is_one_json_line():
     assert parsed["level"] == "ERROR" and parsed["message"] == "POST /embed failed" and parsed["target"] == "bertforge"
     assert parsed["error"].startswith("Traceback") and "ValueError: the model's head\nsaid no" in parsed["error"]
     assert parsed["timestamp"].endswith("+00:00")
+
+
+def test_text_embeddings_inferences_command_line_is_understood():
+    """A TEI container's arguments start this server too: its spellings set the same settings (and stay out of the
+    help, which shows bertforge's)."""
+    from bertforge.cli.main import build_parser
+
+    tei = build_parser().parse_args(
+        ["serve", "--model-id", "/models/bge", "--hostname", "0.0.0.0", "--port", "8080", "--max-client-batch-size",
+         "16", "--max-batch-requests", "8", "--max-batch-tokens", "4096", "--payload-limit", "2000000",
+         "--auto-truncate", "--pooling", "cls", "--served-model-name", "bge", "--json-output"])
+    ours = build_parser().parse_args(
+        ["serve", "--model", "/models/bge", "--host", "0.0.0.0", "--port", "8080", "--max-texts", "16",
+         "--max-batch-size", "8", "--max-batch-tokens", "4096", "--max-body-bytes", "2000000", "--long-text",
+         "truncate", "--pooling", "cls", "--served-model-name", "bge", "--json-output"])
+    assert vars(tei) == vars(ours)
+    assert (tei.model, tei.host, tei.max_texts, tei.max_batch_size, tei.long_text) == (
+        "/models/bge", "0.0.0.0", 16, 8, "truncate")
+    shown = build_parser().parse_args(["serve"])  # without them, the defaults
+    assert (shown.model, shown.host, shown.long_text) == ("default", "127.0.0.1", None)

@@ -14,6 +14,7 @@ from bertforge.cli.arguments import (
     finite_float,
     inference_options,
     number_range,
+    path_text,
     port_number,
     positive_float,
     positive_int,
@@ -70,11 +71,22 @@ FLAGS = {
 }
 
 
+# text-embeddings-inference's spellings, so that its command lines (a container's arguments) start this server too;
+# hidden, as the flags they stand for are shown. Its --max-concurrent-requests counts requests, not texts: not one.
+TEI_FLAGS = {"--max-client-batch-size": "--max-texts", "--max-batch-requests": "--max-batch-size",
+             "--payload-limit": "--max-body-bytes"}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     parser.add_argument("--port", type=port_number, default=8000, help="TCP port to listen on")
-    add_flag_table(parser, FLAGS, {field.name: field.default for field in dataclasses.fields(ServeSettings)}.get)
+    hidden = {"default": argparse.SUPPRESS, "help": argparse.SUPPRESS}
+    parser.add_argument("--model-id", dest="model", type=path_text, **hidden)  # TEI's --model and --host
+    parser.add_argument("--hostname", dest="host", **hidden)
+    parser.add_argument("--auto-truncate", dest="long_text", action="store_const", const="truncate", **hidden)
+    add_flag_table(parser, FLAGS, {field.name: field.default for field in dataclasses.fields(ServeSettings)}.get,
+                   aliases=TEI_FLAGS)
     parser.add_argument("--api-key", default=None,
                         help=f"require 'Authorization: Bearer KEY' on every route but /health (default: the "
                              f"{API_KEY_VARIABLE} environment variable; unset: no key)")
