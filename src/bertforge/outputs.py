@@ -95,6 +95,22 @@ def is_part_of(path: str | Path, folder: str | Path) -> bool:
             or name.startswith(SHARD_PREFIX) and name.endswith(".npy"))
 
 
+def check_not_trainer_metrics(path: str | Path) -> Path:
+    """`path`, a report that a command writes into a model folder unless told where, refused where it holds the
+    metrics transformers' Trainer saved under that name (save_metrics' "eval_"-prefixed keys, beside which run_mlm
+    puts its perplexity, as the example scripts leave them beside the model; bertforge's reports have none): the
+    report would replace them without a word."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no file, or none that holds anyone's metrics
+        return path
+    if isinstance(record, dict) and any(key.startswith("eval_") for key in record):
+        raise InputError("holds the metrics transformers' Trainer saved (its eval_* keys), which this report would "
+                         "replace: choose another file with --output", path)
+    return path
+
+
 def check_not_holding(output: Path, inputs: tuple[str | Path | None, ...], what: str,
                       models: tuple[str | Path | None, ...] = ()) -> None:
     """Refuse an output folder that is, or holds, one of the files or folders the run reads (or holds one of its

@@ -496,6 +496,27 @@ def test_outputs_may_go_into_the_model_folder_and_be_written_again(world, tmp_pa
             if name not in ("preds.jsonl", "vectors.npy", "eval_results.json")} == model_files
 
 
+def test_evaluate_keeps_the_metrics_transformers_trainer_saved_beside_the_model(world, tmp_path, capsys):
+    """A Trainer's output folder (run_glue's) holds its eval_results.json beside the model: evaluate's report, which
+    goes there unless told where, is refused rather than replacing it, and written where --output says."""
+    from types import SimpleNamespace
+
+    trainer_utils = pytest.importorskip("transformers.trainer_pt_utils")
+    root, encoder, data, earlier = world
+    model = shutil.copytree(earlier / "model", tmp_path / "model")
+    trainer = SimpleNamespace(args=SimpleNamespace(output_dir=str(model)), is_world_process_zero=lambda: True)
+    trainer_utils.save_metrics(trainer, "eval", {"epoch": 3.0, "eval_accuracy": 0.91, "eval_loss": 0.27,
+                                                 "eval_runtime": 1.5, "eval_samples": 872})
+    saved = digest(model)
+    argv = ["evaluate", "--model", model, "--data", data / "train.csv"]
+    assert_one_line_error(*run_cli(capsys, *argv), 1, "eval_results.json: holds the metrics transformers' Trainer "
+                                                      "saved", "--output")
+    assert digest(model) == saved
+    code, out, err = run_cli(capsys, *argv, "--output", tmp_path / "report.json")
+    assert code == 0, err
+    assert digest(model) == saved and "accuracy" in json.loads((tmp_path / "report.json").read_text())
+
+
 def test_a_pair_model_given_one_text_is_refused(world, tmp_path, capsys):
     """A model fine-tuned on text pairs would read a text alone as no training example was, and answer anyway."""
     root, encoder, data, earlier = world

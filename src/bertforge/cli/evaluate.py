@@ -10,6 +10,7 @@ from bertforge.checkpoint.default_model import DEFAULT_MODEL_NAMES
 from bertforge.cli import columns
 from bertforge.cli.arguments import STANDARD_STREAM, check_writable, inference_options, path_text, report
 from bertforge.cli.finetune import add_trained_model_arguments
+from bertforge.outputs import check_not_trainer_metrics
 from bertforge.tasks.finetuned_model import CONFUSION_MATRIX, EVAL_RESULTS_FILE, PER_LABEL
 from bertforge.tasks.registry import TASKS
 
@@ -82,8 +83,8 @@ def confusion_table(labels: list[str], matrix: list[list[int]]) -> str:
 
 
 def default_output(model: str) -> Path | None:
-    """The model folder's eval_results.json; a named model ('default', or one of the Hugging Face cache) is no
-    folder of the user's to write in."""
+    """The model folder's eval_results.json (unless transformers' Trainer left its own there); a named model
+    ('default', or one of the Hugging Face cache) is no folder of the user's to write in."""
     if model in DEFAULT_MODEL_NAMES or not Path(model).is_dir():
         return None
-    return Path(model) / EVAL_RESULTS_FILE
+    return check_not_trainer_metrics(Path(model) / EVAL_RESULTS_FILE)

@@ -14,7 +14,7 @@ from bertforge.cli.arguments import (
     seed_number,
     write_output,
 )
-from bertforge.outputs import to_json
+from bertforge.outputs import check_not_trainer_metrics, to_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from bertforge.pretraining.run import evaluate_pretrained
 
-    output = check_writable(args.output or Path(args.model) / "eval_results.json", args.model, args.data)
+    output = check_writable(args.output or check_not_trainer_metrics(Path(args.model) / "eval_results.json"),
+                            args.model, args.data)
     metrics = evaluate_pretrained(args.model, args.data, args.holdout, batch_size=args.batch_size,
                                   max_batches=args.max_batches, seq_len=args.max_length, masking=args.masking,
                                   seed=args.seed)
