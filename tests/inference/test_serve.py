@@ -1179,6 +1179,28 @@ def test_tei_predict_with_a_classifier(classifier_server, tagger_server):
         {"0": "negative", "1": "positive"}
 
 
+def test_the_pipelines_pair_form_is_a_pair(classifier_server, data_dir):
+    """transformers' text-classification pipeline takes a pair as {"text", "text_pair"}, alone or in a list: POST /
+    and /predict read it as a pair too, with the pipeline's scores (every label, best first, as for a text)."""
+    transformers = pytest.importorskip("transformers")
+    pipeline = transformers.pipeline("text-classification", model=str(classifier_server.directory), device="cpu")
+    pairs = [{"text": row["sentence1"], "text_pair": row["sentence2"]} for row in stsb_rows(data_dir, 3)]
+    expected = [pipeline(pair, top_k=None) for pair in pairs]
+    for route in ("/", "/predict"):
+        status, one, _ = classifier_server.request(route, {"inputs": pairs[0]})
+        assert status == 200
+        assert [item["label"] for item in one] == [item["label"] for item in expected[0]]
+        assert [item["score"] for item in one] == pytest.approx([item["score"] for item in expected[0]], abs=1e-5)
+        status, batch, _ = classifier_server.request(route, {"inputs": pairs})
+        assert status == 200 and len(batch) == 3
+        for answer, theirs in zip(batch, expected):
+            assert {item["label"]: item["score"] for item in answer} == pytest.approx(
+                {item["label"]: item["score"] for item in theirs}, abs=1e-5)
+    alone = classifier_server.request("/predict", {"inputs": {"text": pairs[0]["text"]}})[1]  # no pair: the text
+    assert alone == classifier_server.request("/predict", {"inputs": pairs[0]["text"]})[1]
+    assert_error(classifier_server.request("/predict", {"inputs": {"text": "a", "pair": "b"}}), 422, "pair")
+
+
 def test_tei_model_types_and_the_root_route_of_a_reranker(cross_encoder_server, classifier_server, tagger_server,
                                                           encoder_server):
     """TEI's /info names one kind of model (a one-output classifier is its reranker), and its POST / of a reranker

@@ -264,6 +264,12 @@ class Question(Strict):
 TextOrPair = Annotated[list[Text], Field(min_length=1, max_length=2)]
 
 
+class TextAndPair(Strict):
+    """transformers' text-classification pipeline's input of a pair."""
+    text: Text
+    text_pair: Text | None = None
+
+
 class TextClassificationParameters(Strict):
     """The Hugging Face text-classification task's parameters (huggingface_hub's InferenceClient sends them)."""
     function_to_apply: Literal["softmax", "sigmoid", "none"] | None = Field(
@@ -337,11 +343,12 @@ class PredictRequest(Strict):
     questions: list[Question] | None = Field(None, min_length=1, description="for a question-answering model, "
                                                                              "instead of texts")
     inputs: Text | TextOrPair | Annotated[list[TextOrPair], Field(min_length=1)] | Annotated[
-        list[Text], Field(min_length=3)] | None = Field(
-        None, description="text-embeddings-inference's field, for a sequence classifier: a text, a pair [text, "
-                          "text], a batch of [text] and [text, text], or of three texts or more (no pair); the "
-                          "answer is then its list of {score, label} per input, highest first (a bare list for a "
-                          "single input)")
+        list[Text], Field(min_length=3)] | TextAndPair | Annotated[list[TextAndPair], Field(min_length=1)] | None = \
+        Field(None, description="text-embeddings-inference's field, for a sequence classifier: a text, a pair [text, "
+                                "text], a batch of [text] and [text, text], or of three texts or more (no pair); "
+                                "also transformers' pipeline's {text, text_pair} or a list of them; the answer is "
+                                "then its list of {score, label} per input, highest first (a bare list for a single "
+                                "input)")
     raw_scores: bool = Field(False, strict=True, description="with inputs: the logits rather than probabilities")
     truncate: bool | None = Field(None, strict=True, description=TRUNCATE)
     truncation_direction: TruncationDirection = Field("right", description=TRUNCATION_DIRECTION)

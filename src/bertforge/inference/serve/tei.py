@@ -6,13 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from bertforge.inference.serve.schemas import TextAndPair
 
-def predict_inputs(inputs: str | list) -> tuple[bool, list[tuple[str, str | None]]]:
+
+def predict_inputs(inputs: str | list | TextAndPair) -> tuple[bool, list[tuple[str, str | None]]]:
     """TEI's predict `inputs` -> (one input?, its (text, pair or None) items): a text; [text] or [text, pair]; a
     batch of [text] and [text, pair] lists; or three texts or more, which can be no pair: a batch of single texts,
-    as TEI reads them (the schema has checked the shapes)."""
+    as TEI reads them (the schema has checked the shapes); or transformers' pipeline's {text, text_pair}, or a list
+    of them."""
     if isinstance(inputs, str):
         return True, [(inputs, None)]
+    if isinstance(inputs, TextAndPair):  # transformers' pipeline's pair, alone or in a list
+        return True, [(inputs.text, inputs.text_pair)]
+    if isinstance(inputs[0], TextAndPair):
+        return False, [(item.text, item.text_pair) for item in inputs]
     if isinstance(inputs[0], str) and len(inputs) > 2:
         return False, [(text, None) for text in inputs]
     if isinstance(inputs[0], str):
