@@ -170,6 +170,11 @@ def test_json_output_writes_every_log_line_as_json(tiny_model_dir):
                              "--port", "0", "--json-output"], capture_output=True, text=True, timeout=120)
     (record,) = [json.loads(line) for line in failed.stderr.splitlines()]
     assert failed.returncode == 1 and record["level"] == "ERROR" and "no such model directory" in record["message"]
+    failed = subprocess.run([sys.executable, "-m", "bertforge", "serve", "--model", str(tiny_model_dir), "--port",
+                             "0", "--json-output", "--default-prompt", "a", "--default-prompt-name", "b"],
+                            capture_output=True, text=True, timeout=120)
+    (record,) = [json.loads(line) for line in failed.stderr.splitlines()]
+    assert failed.returncode == 1 and "give one default prompt" in record["message"]
 
 
 def test_a_failures_traceback_is_one_json_line():

@@ -102,12 +102,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from bertforge.inference.serve.app import serve
 
+    if args.json_output:  # first, so that a bad setting's error is a JSON line too
+        log_as_json()
     given = {field: getattr(args, field) for field, _, _ in FLAGS.values() if getattr(args, field) is not None}
     origins = tuple(origin.strip() for flag in args.cors_allow_origin or () for origin in flag.split(",")
                     if origin.strip())
     settings = ServeSettings(**given, api_key=api_key(args.api_key), cors_allow_origins=origins)
-    if args.json_output:
-        log_as_json()
     serve(args.model, host=args.host, port=args.port, settings=settings, inference=inference_options(args),
           json_logs=args.json_output)
     return 0
