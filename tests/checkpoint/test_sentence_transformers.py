@@ -837,7 +837,40 @@ def test_fit_trains_as_sentence_transformers_fit(minilm_dir, data_dir, tmp_path)
     saved = sentence_transformers.SentenceTransformer(str(tmp_path / "best"), device="cpu")
     assert cosines(saved.encode(texts), SentenceEncoder(tmp_path / "best").encode(texts)).min() > 0.99999
     with pytest.raises(ConfigError, match="fit: scheduler is not supported here"):
-        ours.fit([(DataLoader(examples), losses_module.CosineSimilarityLoss(ours))], scheduler="WarmupCosine")
+        ours.fit([(DataLoader(examples), losses_module.CosineSimilarityLoss(ours))],
+                 scheduler="WarmupCosineWithHardRestarts")
+
+
+@pytest.mark.parametrize("scheduler", ["WarmupCosine", "ConstantLR"])
+def test_fits_other_schedules_move_the_weights_as_sentence_transformers(scheduler, minilm_dir, data_dir):
+    """fit's scheduler= (WarmupCosine; ConstantLR, which ignores warmup_steps) moves the weights as
+    sentence-transformers' old_fit does with the same schedule (with one warm-up step of four, each schedule moves
+    them apart from WarmupLinear's by more than 1e-4, ten times the tolerance)."""
+    import csv
+
+    from torch.utils.data import DataLoader
+
+    from bertforge import SentenceEncoder
+
+    losses_module = importlib.import_module("sentence_transformers.losses")
+    with open(data_dir / "stsb" / "train.tsv", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[:64]
+    examples = [sentence_transformers.InputExample(texts=[row["sentence1"], row["sentence2"]],
+                                                   label=float(row["score"]) / 5) for row in rows]
+    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    texts = [row["sentence1"] for row in rows[:8]]
+    settings = dict(epochs=1, warmup_steps=1, weight_decay=0.0, optimizer_params={"lr": 5e-5},
+                    show_progress_bar=False)  # 4 steps: the schedules differ after the first
+    vectors = {}
+    for name, make in (("ours", lambda: SentenceEncoder(minilm_dir, config_kwargs=no_dropout)),
+                       ("theirs", lambda: sentence_transformers.SentenceTransformer(
+                           str(minilm_dir), device="cpu", config_kwargs=no_dropout))):
+        model = make()
+        fit = model.old_fit if name == "theirs" else model.fit
+        fit([(DataLoader(examples, batch_size=16), losses_module.CosineSimilarityLoss(model))], scheduler=scheduler,
+            **settings)
+        vectors[name] = model.encode(texts)
+    np.testing.assert_allclose(vectors["ours"], vectors["theirs"], atol=1e-5)
 
 
 def test_the_encoder_is_indexed_as_sentence_transformers_modules(long_texts, minilm_dir):

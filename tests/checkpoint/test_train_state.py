@@ -11,14 +11,14 @@ from torch import nn
 
 from bertforge.checkpoint.train_state import TRAIN_STATE_FILE, check_same_settings, load_train_state, save_train_state
 from bertforge.errors import CheckpointError, ConfigError
-from bertforge.training.optim import build_optimizer, linear_warmup_decay
+from bertforge.training.optim import build_optimizer, warmup_schedule
 
 
 def make_run(seed: int = 0):
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.LayerNorm(8), nn.Linear(8, 1))
     optimizer = build_optimizer(model, lr=1e-2, weight_decay=0.01)
-    return model, optimizer, linear_warmup_decay(optimizer, warmup_steps=2, total_steps=10)
+    return model, optimizer, warmup_schedule(optimizer, warmup_steps=2, total_steps=10)
 
 
 def train_step(model, optimizer, scheduler):

@@ -4,6 +4,7 @@ import argparse
 import contextlib
 import io
 import json
+import math
 import subprocess
 import sys
 
@@ -190,6 +191,15 @@ def test_flags_fill_the_run_config_fields():
     assert (windows.task, windows.settings.long_text, windows.max_length) == ("classification", "windows", 64)
     with pytest.raises(BertforgeError, match="^command line: decoding is a setting of task ner, not of qa$"):
         finetune_cli.config_from_args(parser.parse_args(["--task", "qa", "--decoding", "viterbi"]))
+    recipe = finetune_cli.config_from_args(parser.parse_args([
+        "--task", "ner", "--lr-schedule", "cosine", "--layer-lr-decay", "0.8", "--label-smoothing", "0.1",
+        "--max-grad-norm", "0"]))
+    assert (recipe.training.lr_schedule, recipe.training.layer_lr_decay, recipe.training.label_smoothing,
+            recipe.training.max_grad_norm) == ("cosine", 0.8, 0.1, 0)
+    for task in ("regression", "multi_label", "qa"):  # no classes to smooth
+        with pytest.raises(BertforgeError, match=f"^command line: label_smoothing: task '{task}' has no classes to "
+                                                 f"smooth; classification and ner have$"):
+            finetune_cli.config_from_args(parser.parse_args(["--task", task, "--label-smoothing", "0.1"]))
 
 
 def test_finetune_draws_its_curves_with_every_point_visible(finetuned):
@@ -485,3 +495,25 @@ def test_a_checkpoint_of_unnamed_labels_reads_label_numbers(tiny_model_dir, tmp_
     code, _, err = run_cli("finetune", "--model", tiny_model_dir, "--train", tmp_path / "snli.jsonl", "--output",
                            tmp_path / "snli")
     assert code == 1 and "snli.jsonl, line 2, field 'label': label '-' marks a pair without a gold label" in err
+
+
+def test_a_run_with_layer_rates_a_cosine_and_smoothed_labels_records_and_follows_them(tiny_model_dir, data, tmp_path,
+                                                                                       run_command):
+    """The recipe's flags reach the run: its config records them, and the logged rate (the head's) is --lr's warm-up
+    then half a cosine."""
+    train, dev = data
+    (tmp_path / "run.json").write_text(json.dumps({"training": {"log_every": 1}}))
+    code, _ = run_command(finetune_cli, "--config", tmp_path / "run.json", "--model", tiny_model_dir, "--train",
+                          train, "--dev", dev, "--output",
+                          tmp_path / "model", "--text-column", "review", "--label-column", "sentiment", "--batch-size",
+                          "4", "--epochs", "2", "--lr", "1e-3", "--warmup-ratio", "0.25", "--lr-schedule", "cosine",
+                          "--layer-lr-decay", "0.8", "--label-smoothing", "0.1", "--max-length", "16", "--no-progress")
+    assert code == 0
+    training = json.loads((tmp_path / "model" / "finetune_config.json").read_text())["training"]
+    assert (training["lr_schedule"], training["layer_lr_decay"], training["label_smoothing"]) == ("cosine", 0.8, 0.1)
+    log = [json.loads(line) for line in (tmp_path / "model" / "train_log.jsonl").read_text().splitlines()]
+    steps, rates = zip(*[(record["step"], record["lr"]) for record in log if record["event"] == "train"])
+    assert steps == tuple(range(1, 13))  # 24 reviews in batches of 4, twice; 3 warm-up steps
+    for step, rate in zip(steps, rates):
+        expected = step / 3 if step < 3 else 0.5 * (1 + math.cos(math.pi * (step - 3) / 9))
+        assert rate == pytest.approx(1e-3 * expected, abs=1e-12)

@@ -25,7 +25,7 @@ from bertforge.pretraining.objectives import get_objective
 from bertforge.pretraining.run import PretrainConfig, pretrain
 from bertforge.runtime import seed_everything
 from bertforge.training.distributed import ProcessInfo, rank_seed, read_environment, select_device
-from bertforge.training.optim import build_optimizer, linear_warmup_decay
+from bertforge.training.optim import build_optimizer, warmup_schedule
 
 WORLD_SIZE, BATCH_SIZE, ACCUMULATION, STEPS, SEQ_LEN, LR, HOLDOUT = 2, 4, 2, 4, 32, 1e-3, 0.1
 # A narrow model (with BERT's dropout) keeps each process's steps to milliseconds.
@@ -82,7 +82,7 @@ def one_process_reference(corpus, minilm_dir):
     fast_cpu.accelerate(model)  # the run's own dropout masks: it trains with the CPU fast paths
     dropout_states = [torch.get_rng_state(), torch.manual_seed(rank_seed(0, 1)).get_state()]
     optimizer = build_optimizer(model, LR, weight_decay=0.01, betas=(0.9, 0.999), eps=1e-6)
-    scheduler = linear_warmup_decay(optimizer, 0, STEPS)
+    scheduler = warmup_schedule(optimizer, 0, STEPS)
     masker = Masker(tokenizer.vocab)
     parts = []
     for rank in range(WORLD_SIZE):

@@ -126,7 +126,8 @@ def test_score_uses_binary_f1_for_two_labels_and_macro_f1_otherwise():
 def test_finetune_config_round_trips_through_json(tmp_path):
     config = FinetuneConfig(train="train.tsv", output="out", task="regression", text_pair_column="sentence2",
                             settings=ClassificationSettings(long_text="windows"),
-                            training=TrainConfig(lr=1e-4, betas=(0.9, 0.98), eval_every=50))
+                            training=TrainConfig(lr=1e-4, betas=(0.9, 0.98), eval_every=50, lr_schedule="cosine",
+                                                 layer_lr_decay=0.9, max_grad_norm=0.0))
     config.save(tmp_path / "run.json")
     assert FinetuneConfig.load(tmp_path / "run.json") == config
     with pytest.raises(ConfigError, match="unknown task 'nope'; choose from classification, regression"):

@@ -2,6 +2,7 @@
 
 import copy
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -207,7 +208,12 @@ def test_bf16_autocast_trains():
                                                 ({"grad_accumulation": 0}, "grad_accumulation must be at least 1"),
                                                 ({"epochs": "3"}, "epochs must be an integer"),
                                                 # numpy's global generator, seeded with torch's, takes 32 bits
-                                                ({"seed": 2**32}, "seed must be at most 4294967295")])
+                                                ({"seed": 2**32}, "seed must be at most 4294967295"),
+                                                ({"lr_schedule": "step"}, "unknown lr_schedule 'step'; choose from "
+                                                                          "linear, cosine, constant"),
+                                                ({"layer_lr_decay": 0}, "layer_lr_decay must be above 0.0"),
+                                                ({"layer_lr_decay": 1.2}, "layer_lr_decay must be at most 1.0"),
+                                                ({"label_smoothing": 1}, r"label_smoothing must be in \[0, 1\)")])
 def test_bad_settings_are_config_errors(overrides, message):
     with pytest.raises(ConfigError, match=message):
         TrainConfig(**overrides)
@@ -266,3 +272,63 @@ def test_resuming_after_the_last_steps_checkpoint_gives_the_uninterrupted_log(tm
     assert logged(split) == logged(tmp_path / "whole")
     assert [r["epoch"] for r in logged(split) if r["event"] == "eval"] == [0, 1, 2]
     assert resumed.history == whole.history and resumed.steps == 12
+
+
+def tiny_bert_batches(tiny_config, batches: int = 6, rows: int = 4, length: int = 9) -> list[dict]:
+    generator = torch.Generator().manual_seed(0)
+    return [{"input_ids": torch.randint(1, tiny_config.vocab_size, (rows, length), generator=generator),
+             "labels": torch.randint(0, 2, (rows,), generator=generator)} for _ in range(batches)]
+
+
+def test_a_run_with_layer_rates_a_cosine_and_smoothed_labels_resumes_exactly(tiny_config, tmp_path):
+    """One AdamW group pair per layer, each with its own rate under the schedule: killed after a checkpoint and
+    resumed, the run logs the losses and ends at the weights of the run that was not killed."""
+    from bertforge import BertForSequenceClassification
+
+    batches = tiny_bert_batches(tiny_config)
+    settings = dict(epochs=2, eval_every=4, save_every=1, log_every=1, lr=1e-3, warmup_steps=2, lr_schedule="cosine",
+                    layer_lr_decay=0.7, label_smoothing=0.1)
+    evaluations = 0
+
+    def loss_on_the_first(model):
+        nonlocal evaluations
+        evaluations += 1
+        if evaluations == killed_at:
+            raise Killed
+        with torch.no_grad():
+            return {"loss": model(**batches[0]).loss.item()}
+
+    def run(folder, resume=False):
+        torch.manual_seed(0)
+        model = BertForSequenceClassification(tiny_config)
+        Trainer(model, config(output_dir=str(folder), **settings), batches, evaluate=loss_on_the_first,
+                main_metric="loss", greater_is_better=False).train(resume=resume)
+        return model
+
+    killed_at = None
+    whole = run(tmp_path / "whole")
+    killed_at, evaluations = 2, 0
+    with pytest.raises(Killed):
+        run(tmp_path / "split")
+    killed_at, evaluations = None, 0
+    resumed = run(tmp_path / "split", resume=True)
+    assert logged(tmp_path / "split") == logged(tmp_path / "whole")
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    rates = [record["lr"] for record in logged(tmp_path / "whole") if record["event"] == "train"]
+    # the logged rate is the head's: --lr's warm-up, then half a cosine over the other 10 of 12 steps
+    expected = [1e-3 * (0.5 if step == 1 else 0.5 * (1 + math.cos(math.pi * (step - 2) / 10))) for step in range(1, 13)]
+    assert rates == pytest.approx(expected)
+
+
+def test_label_smoothing_needs_class_labels_and_the_models_own_loss(tiny_config):
+    from bertforge import BertForSequenceClassification
+
+    tiny_config.num_labels = 1  # a regression
+    model = BertForSequenceClassification(tiny_config)
+    batches = [{**batch, "labels": batch["labels"].float()} for batch in tiny_bert_batches(tiny_config, batches=1)]
+    with pytest.raises(ConfigError, match=r"label_smoothing needs class labels \(classification, ner\); this run's "
+                                          r"batches have numbers"):
+        Trainer(model, config(label_smoothing=0.1), batches).train()
+    with pytest.raises(ConfigError, match="label_smoothing smooths the model's own cross-entropy"):
+        Trainer(model, config(label_smoothing=0.1), batches, loss_fn=lambda model, batch: model(**batch).loss)

@@ -225,3 +225,39 @@ def test_the_trainer_recomputes_layers_when_asked(minilm_dir, sst2_rows, tokeniz
     assert recomputing.is_gradient_checkpointing and not plain.is_gradient_checkpointing
     assert recomputing.bert.encoder.checkpoint_every == 2
     torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("head", ["sequence", "token"])
+def test_bertforges_trainer_smooths_labels_and_schedules_as_transformers(head, minilm_dir, data_dir, sst2_rows,
+                                                                          tokenizer, tmp_path):
+    """bertforge's own Trainer with label_smoothing and a cosine schedule after a warm-up, and transformers' with
+    label_smoothing_factor and lr_scheduler_type="cosine", on the same start and real examples (SST-2 sentences,
+    CoNLL-2003 tags): the same losses step by step and the same weights after. One batch of every example per
+    step, so that the two data orders see the same batches; the head's start is made confident, so that smoothing
+    moves the losses by more than the tolerance."""
+    from bertforge.training import TrainConfig, Trainer
+
+    ours_class, theirs_name, options, make_examples, make_collator = HEADS[head]
+    examples = make_examples(data_dir, sst2_rows, tokenizer)[:16]
+    batch = dict(make_collator(tokenizer)(examples))
+    torch.manual_seed(0)
+    ours = ours_class.from_pretrained(minilm_dir, **options, **NO_DROPOUT)
+    with torch.no_grad():
+        ours.classifier.weight.mul_(30)
+    ours.save_pretrained(tmp_path / "start")
+    theirs = getattr(transformers, theirs_name).from_pretrained(tmp_path / "start", **NO_DROPOUT)
+    settings = dict(epochs=3, lr=1e-4, warmup_steps=1, weight_decay=0.01, label_smoothing=0.1)
+    config = TrainConfig(**settings, lr_schedule="cosine", log_every=1, output_dir=str(tmp_path / "ours"),
+                         progress=False, device="cpu")
+    Trainer(ours, config, [batch]).train()
+    ours_losses = [record["loss"] for record in map(json.loads, (tmp_path / "ours" / "train_log.jsonl").open())]
+    runner = trainer_for(theirs, examples, tokenizer, tmp_path / "theirs", make_collator(tokenizer),
+                         per_device_train_batch_size=len(examples), num_train_epochs=3, learning_rate=1e-4,
+                         warmup_steps=1, weight_decay=0.01, label_smoothing_factor=0.1, lr_scheduler_type="cosine")
+    runner.train()
+    assert len(ours_losses) == len(losses(runner)) == 3
+    torch.testing.assert_close(torch.tensor(ours_losses), torch.tensor(losses(runner)), atol=TOLERANCE, rtol=0)
+    for (name, mine), reference in zip(ours.state_dict().items(), theirs.state_dict().values(), strict=True):
+        torch.testing.assert_close(mine, reference, atol=TOLERANCE, rtol=0, msg=name)
+    unsmoothed = ours_class.from_pretrained(tmp_path / "start")(**batch).loss.item()  # the model's own loss
+    assert abs(ours_losses[0] - unsmoothed) > 0.01

@@ -55,6 +55,8 @@ positive_float = number_type("positive_float", finite_float, lambda value: value
 fraction = number_range("fraction", finite_float, 0, 1)
 below_one = number_type("below_one", finite_float, lambda value: 0 <= value < 1, "at least 0 and below 1")
 probability = number_type("probability", finite_float, lambda value: 0 < value < 1, "above 0 and below 1")
+above_zero_up_to_one = number_type("above_zero_up_to_one", finite_float, lambda value: 0 < value <= 1,
+                                  "above 0 and at most 1")
 non_negative_int = number_type("non_negative_int", int, lambda value: value >= 0, "zero or more")
 seed_number = number_range("seed_number", int, 0, MAX_SEED)
 port_number = number_type("port_number", int, lambda value: 0 <= value <= 65535, "a port number from 0 to 65535")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.cli.arguments import (
+    above_zero_up_to_one,
     add_flag_table,
     add_format_argument,
     add_inference_arguments,
@@ -35,6 +36,7 @@ from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.registry import TASKS
 from bertforge.tasks.tables import DATA_FORMATS
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
+from bertforge.training.optim import LR_SCHEDULES
 from bertforge.validation import check_within_positions
 
 DECODING_HELP = ("ner: each word's most probable tag (argmax) or the most probable valid IOB2 sequence (viterbi)")
@@ -86,6 +88,16 @@ FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
     "--lr": (("training", "lr"), positive_float, "peak learning rate"),
     "--weight-decay": (("training", "weight_decay"), non_negative_float, "AdamW weight decay"),
     "--warmup-ratio": (("training", "warmup_ratio"), fraction, "fraction of steps warming up"),
+    "--lr-schedule": (("training", "lr_schedule"), LR_SCHEDULES,
+                      "the learning rate after the warm-up: falling linearly to 0 (BERT's), as half a cosine to 0, "
+                      "or constant"),
+    "--layer-lr-decay": (("training", "layer_lr_decay"), above_zero_up_to_one,
+                         "below 1, each layer down the encoder learns at this factor of the rate of the layer above "
+                         "(the head at --lr, the top layer at lr x this, the embeddings lowest; ELECTRA used 0.8)"),
+    "--label-smoothing": (("training", "label_smoothing"), below_one,
+                          "classification and ner: train against labels smoothed towards uniform by this much"),
+    "--max-grad-norm": (("training", "max_grad_norm"), non_negative_float,
+                        "clip the gradients' norm to this before each step; 0: no clipping"),
     "--grad-accum": (("training", "grad_accumulation"), positive_int, "batches per optimizer step"),
     "--eval-every": (("training", "eval_every"), positive_int, "evaluate every N steps (default: every epoch)"),
     "--seed": (("training", "seed"), seed_number, "random seed"),

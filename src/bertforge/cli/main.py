@@ -79,6 +79,7 @@ TRANSFORMERS_FLAGS = {
     "--null_score_diff_threshold": "--null-score-threshold", "--mlm_probability": "--mask-probability",
     "--text_column_name": "--text-column", "--text_column_names": "--text-column",
     "--label_column_name": "--label-column", "--validation_split_percentage": "--holdout",
+    "--lr_scheduler_type": "--lr-schedule", "--label_smoothing_factor": "--label-smoothing",
 }
 STEPS_FLAGS = ("--do_train", "--do_eval", "--do_predict")  # one command does each of these
 

@@ -46,6 +46,8 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
     "--grad-accum": ("grad_accumulation", positive_int, "forward passes per optimizer step"),
     "--lr": ("lr", positive_float, "peak learning rate"),
     "--warmup-steps": ("warmup_steps", non_negative_int, "linear warm-up steps (default: 1%% of --steps)"),
+    "--lr-schedule": ("lr_schedule", "lr_schedules", "the learning rate after the warm-up: falling linearly to 0 "
+                                                   "(BERT's), as half a cosine to 0, or constant"),
     "--max-length": ("seq_len", positive_int, "tokens per training sequence"),
     "--short-seq-prob": ("short_seq_prob", fraction, "the share of sequences given a shorter random length, so "
                                                      "that the model sees short inputs too (BERT's 0.1; run_mlm "
@@ -76,8 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from bertforge.pretraining.masking import MASKING_STRATEGIES
     from bertforge.pretraining.objectives import OBJECTIVES
     from bertforge.pretraining.run import PretrainConfig
+    from bertforge.training.optim import LR_SCHEDULES
 
-    tables = {"objectives": OBJECTIVES, "masking": MASKING_STRATEGIES}  # imported only when the parser is built
+    # imported only when the parser is built
+    tables = {"objectives": OBJECTIVES, "masking": MASKING_STRATEGIES, "lr_schedules": LR_SCHEDULES}
     defaults = {field.name: field.default for field in dataclasses.fields(PretrainConfig)}
     rows = {flag: (field, tables.get(kind, kind), help_text.format(presets=", ".join(PRESETS)))
             for flag, (field, kind, help_text) in FLAGS.items()}

@@ -435,6 +435,12 @@ def evaluate_as_sentence_transformers(model: nn.Module, evaluator: Callable, out
     return evaluator(model, None if output_path is None else str(output_path))
 
 
+# sentence-transformers' fit schedulers by their lower-cased names -> (bertforge's, of optim.LR_SCHEDULES;
+# whether it warms up: ConstantLR ignores warmup_steps)
+FIT_SCHEDULERS = {"warmuplinear": ("linear", True), "warmupcosine": ("cosine", True),
+                  "warmupconstant": ("constant", True), "constantlr": ("constant", False)}
+
+
 def fit_as_sentence_transformers(owner: nn.Module, trained: nn.Module, dataloader: Any,
                                  loss_fn: Callable[[nn.Module, Any], torch.Tensor], evaluator: Callable | None,
                                  output_path: str | Path | None, save_best_model: bool, epochs: int = 1,
@@ -446,24 +452,27 @@ def fit_as_sentence_transformers(owner: nn.Module, trained: nn.Module, dataloade
                                  **unused: Any) -> None:
     """sentence-transformers' fit options (SentenceEncoder's and CrossEncoder's) on bertforge's training loop:
     `trained` (the module holding the parameters) by `loss_fn` on the batches of `dataloader` (collated by
-    `owner.smart_batching_collate`), AdamW with linear warm-up then decay (WarmupLinear); a sentence-transformers
+    `owner.smart_batching_collate`), AdamW with the `scheduler` (FIT_SCHEDULERS); a sentence-transformers
     `evaluator` scores `owner` after every epoch (or every `evaluation_steps`) and the best by its primary metric
     is saved to `output_path` (with `save_best_model`). Other optimizers, schedules, callbacks and checkpoints are
     refused by name; `owner` ends in eval mode."""
     from bertforge.training.trainer import TrainConfig, Trainer
 
-    refused = {"scheduler": scheduler.lower() != "warmuplinear", "optimizer_class": optimizer_class
+    refused = {"scheduler": scheduler.lower() not in FIT_SCHEDULERS, "optimizer_class": optimizer_class
                is not torch.optim.AdamW, "callback": callback is not None,
                **{name: value not in (None, False, 0) for name, value in unused.items()}}
     if any(refused.values()):
         raise ConfigError(f"fit: {next(name for name, no in refused.items() if no)} is not supported here "
-                          f"(bertforge trains with AdamW, WarmupLinear, whole epochs)")
+                          f"(bertforge trains with AdamW, the schedules WarmupLinear, WarmupCosine, WarmupConstant and "
+                          f"ConstantLR, whole epochs)")
     params = {"lr": 2e-5, **(optimizer_params or {})}
     if set(params) - {"lr", "eps", "betas"}:
         raise ConfigError(f"fit: optimizer_params {sorted(set(params) - {'lr', 'eps', 'betas'})[0]!r} is not "
                           f"supported here (lr, eps, betas)")
+    schedule, warms_up = FIT_SCHEDULERS[scheduler.lower()]
     config = TrainConfig(lr=params["lr"], eps=params.get("eps", 1e-8), betas=params.get("betas", (0.9, 0.999)),
-                         weight_decay=weight_decay, warmup_steps=warmup_steps, epochs=epochs,
+                         weight_decay=weight_decay, lr_schedule=schedule,
+                         warmup_steps=warmup_steps if warms_up else 0, epochs=epochs,
                          max_grad_norm=max_grad_norm or None, eval_every=evaluation_steps or None, bf16=use_amp,
                          progress=show_progress_bar, device=str(next(owner.parameters()).device))
 

@@ -43,7 +43,7 @@ from bertforge.checkpoint.train_state import (
     save_train_state,
 )
 from bertforge.config import PRESETS, BertConfig, dropout_overrides
-from bertforge.errors import ConfigError, InputError
+from bertforge.errors import ConfigError, InputError, check_choice
 from bertforge.json_config import JsonConfig
 from bertforge.outputs import (
     check_not_in_use,
@@ -65,7 +65,7 @@ from bertforge.runtime import bf16_supported, resolve_device, seed_everything, t
 from bertforge.tokenizer.tokenizer import BertTokenizer
 from bertforge.tokenizer.vocab import Vocab
 from bertforge.training import distributed
-from bertforge.training.optim import build_optimizer, linear_warmup_decay
+from bertforge.training.optim import LR_SCHEDULES, build_optimizer, warmup_schedule
 from bertforge.training.stopping import Stopped, stop_on_sigterm
 from bertforge.training.trainer import CHECKPOINT_DIR, keep_log_until, read_log
 from bertforge.validation import MAX_SEED, check_number, check_paths
@@ -113,6 +113,7 @@ class PretrainConfig(JsonConfig):
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-6
     warmup_steps: int | None = None  # None: 1% of the steps (BERT: 10k of 1M)
+    lr_schedule: str = "linear"  # after the warm-up (a key of optim.LR_SCHEDULES): linear (BERT's), cosine, constant
     max_grad_norm: float | None = 1.0
     seq_len: int = 128
     short_seq_prob: float = SHORT_SEQ_PROB
@@ -144,6 +145,7 @@ class PretrainConfig(JsonConfig):
         for name in ("save_every", "eval_every"):
             check_number(name, getattr(self, name), minimum=1, integer=True, optional=True)
         check_number("warmup_steps", self.warmup_steps, minimum=0, integer=True, optional=True)
+        check_choice(self.lr_schedule, LR_SCHEDULES, "lr_schedule")
         check_number("lr", self.lr, minimum=0.0, exclusive=True)
         check_number("weight_decay", self.weight_decay, minimum=0.0)
         check_number("eps", self.eps, minimum=0.0, exclusive=True)
@@ -365,7 +367,7 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
         # single process draws exactly what it always did.
         seed_everything(own_seed)
     optimizer = build_optimizer(model, config.lr, config.weight_decay, config.betas, config.eps)
-    scheduler = linear_warmup_decay(optimizer, config.total_warmup_steps, config.steps)
+    scheduler = warmup_schedule(optimizer, config.total_warmup_steps, config.steps, config.lr_schedule)
     # fp16 only: scales the loss up so that small gradients survive half precision; otherwise it does nothing.
     scaler = torch.amp.GradScaler(device.type, enabled=config.fp16)
     stream = InstanceStream(reader, config.seq_len, objective.sentence_pairs, config.short_seq_prob, seed=config.seed)

@@ -123,6 +123,9 @@ class FinetuneConfig(JsonConfig):
         check_number("max_train_examples", self.max_train_examples, minimum=1, integer=True, optional=True)
         if self.metric_for_best_model is not None:
             check_choice(self.metric_for_best_model, best_model_metrics(TASKS[self.task]), f"{self.task} metric")
+        if self.training.label_smoothing and not TASKS[self.task].learns_classes:
+            raise ConfigError(f"label_smoothing: task {self.task!r} has no classes to smooth; "
+                              f"{' and '.join(name for name, task in TASKS.items() if task.learns_classes)} have")
 
     def to_train(self) -> FinetuneConfig:
         """This config as a new run (or a resumed one) takes it: what an earlier run chose on its dev set is

@@ -111,6 +111,12 @@ class Task:
     def model_class(self) -> type[nn.Module]:
         return HEADS[self.head].model_class
 
+    @property
+    def learns_classes(self) -> bool:
+        """Whether its loss is a cross-entropy over classes, one per example or word (what label smoothing
+        smooths), not a regression's, a multi-label's sigmoids or a span's start and end."""
+        return self.head in ("sequence_classification", "token_classification") and self.problem_type is None
+
     def predict(self, model: nn.Module, features: Features, examples: Sequence[Any],
                 batch_size: int = 64) -> list[dict[str, Any]]:
         """One answer per example: the model's outputs on every row of `features`, decoded."""

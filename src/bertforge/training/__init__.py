@@ -1,9 +1,10 @@
 from bertforge.runtime import bf16_supported, seed_everything
 from bertforge.training.distributed import ProcessInfo, is_main_process, read_environment
-from bertforge.training.optim import build_optimizer, linear_warmup_decay, parameter_groups
+from bertforge.training.optim import LR_SCHEDULES, build_optimizer, parameter_groups, warmup_schedule
 from bertforge.training.trainer import TrainConfig, Trainer, TrainResult
 
 __all__ = [
-    "ProcessInfo", "TrainConfig", "TrainResult", "Trainer", "bf16_supported", "build_optimizer", "is_main_process",
-    "linear_warmup_decay", "parameter_groups", "read_environment", "seed_everything",
+    "LR_SCHEDULES", "ProcessInfo", "TrainConfig", "TrainResult", "Trainer", "bf16_supported", "build_optimizer",
+    "is_main_process",
+    "parameter_groups", "read_environment", "seed_everything", "warmup_schedule",
 ]

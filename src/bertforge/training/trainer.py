@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +25,13 @@ from bertforge import fast_cpu
 from bertforge.atomic import write_text_atomic
 from bertforge.checkpoint.pretrained import encoders_of, set_gradient_checkpointing
 from bertforge.checkpoint.train_state import load_train_state, restore_rng_states, rng_states, save_train_state
-from bertforge.errors import BertforgeError, ConfigError, InputError
+from bertforge.errors import BertforgeError, ConfigError, InputError, check_choice
 from bertforge.json_config import JsonConfig
 from bertforge.outputs import to_json
 from bertforge.progress import progress_bar
 from bertforge.runtime import bf16_supported, resolve_device, seed_everything, to_device
 from bertforge.training import distributed
-from bertforge.training.optim import build_optimizer, linear_warmup_decay
+from bertforge.training.optim import LR_SCHEDULES, build_optimizer, warmup_schedule
 from bertforge.training.stopping import Stopped, StopRequests, stop_on_sigterm
 from bertforge.validation import MAX_SEED, check_number
 
@@ -53,10 +54,15 @@ class TrainConfig(JsonConfig):
     eps: float = 1e-8
     warmup_ratio: float = 0.0  # fraction of all optimizer steps spent warming up
     warmup_steps: int | None = None  # overrides warmup_ratio
+    lr_schedule: str = "linear"  # after the warm-up (a key of optim.LR_SCHEDULES): linear (BERT's), cosine, constant
+    # Below 1, each level down the encoder trains at this factor of the level above's rate (optim.parameter_groups)
+    layer_lr_decay: float = 1.0
+    # Cross-entropy against labels smoothed towards uniform by this much (transformers' label_smoothing_factor)
+    label_smoothing: float = 0.0
     epochs: int = 3
     max_steps: int | None = None  # optimizer steps; overrides epochs
     grad_accumulation: int = 1  # batches per optimizer step
-    max_grad_norm: float | None = 1.0  # None: no clipping
+    max_grad_norm: float | None = 1.0  # None or 0: no clipping
     eval_every: int | None = None  # optimizer steps between evaluations; None: after every epoch
     seed: int = 42
     bf16: bool = False  # bf16 autocast, where the hardware supports it
@@ -79,10 +85,15 @@ class TrainConfig(JsonConfig):
         if self.warmup_ratio > 1:
             raise ConfigError(f"warmup_ratio must be in [0, 1], got {self.warmup_ratio!r}")
         check_number("warmup_steps", self.warmup_steps, minimum=0, integer=True, optional=True)
+        check_choice(self.lr_schedule, LR_SCHEDULES, "lr_schedule")
+        check_number("layer_lr_decay", self.layer_lr_decay, minimum=0.0, maximum=1.0, exclusive=True)
+        check_number("label_smoothing", self.label_smoothing, minimum=0.0)
+        if self.label_smoothing >= 1:
+            raise ConfigError(f"label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
         check_number("epochs", self.epochs, minimum=1, integer=True)
         check_number("max_steps", self.max_steps, minimum=1, integer=True, optional=True)
         check_number("grad_accumulation", self.grad_accumulation, minimum=1, integer=True)
-        check_number("max_grad_norm", self.max_grad_norm, minimum=0.0, exclusive=True, optional=True)
+        check_number("max_grad_norm", self.max_grad_norm, minimum=0.0, optional=True)
         check_number("eval_every", self.eval_every, minimum=1, integer=True, optional=True)
         check_number("seed", self.seed, minimum=0, maximum=MAX_SEED, integer=True)
         check_number("early_stopping_patience", self.early_stopping_patience, minimum=1, integer=True,
@@ -166,6 +177,19 @@ def model_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor
     return model(**batch).loss
 
 
+def smoothed_loss(model: nn.Module, batch: dict[str, torch.Tensor], epsilon: float) -> torch.Tensor:
+    """Cross-entropy of the model's logits against its class labels smoothed towards uniform by `epsilon`
+    (Szegedy et al., 2016; transformers' label_smoothing_factor): (1 - epsilon) x the labels' loss + epsilon x the
+    loss averaged over all classes. Labels of -100 (padding, later word pieces) count for nothing."""
+    labels = batch.get("labels") if isinstance(batch, dict) else None
+    if labels is None or labels.is_floating_point():
+        raise ConfigError("label_smoothing needs class labels (classification, ner); this run's batches have "
+                          + ("none" if labels is None else "numbers (a regression's or a multi-label's targets)"))
+    logits = model(**{name: value for name, value in batch.items() if name != "labels"}).logits
+    return nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                       label_smoothing=epsilon)
+
+
 def not_a_number(value: Any) -> bool:
     """NaN, or the null a NaN becomes in JSON (a resumed run's history)."""
     return value is None or isinstance(value, float) and math.isnan(value)
@@ -181,7 +205,8 @@ def is_better(value: float, best: float | None, greater_is_better: bool) -> bool
 class Trainer:
     """Trains `model` on `train_batches` (re-iterated every epoch, with a length).
 
-    `loss_fn(model, batch) -> loss` defaults to the model's own `.loss`. `evaluate(model) -> {metric: value}`
+    `loss_fn(model, batch) -> loss` defaults to the model's own `.loss` (with config.label_smoothing, its logits'
+    smoothed cross-entropy). `evaluate(model) -> {metric: value}`
     scores the model (a task's loop over its dev set); `save(model)` is called whenever `main_metric` improves,
     or once at the end when there is no evaluator.
 
@@ -199,6 +224,11 @@ class Trainer:
             raise ConfigError("an evaluator needs the name of the main metric that picks the best model")
         self.model, self.config, self.train_batches = model, config, train_batches
         self.evaluate, self.main_metric, self.greater_is_better = evaluate, main_metric, greater_is_better
+        if config.label_smoothing:
+            if loss_fn is not model_loss:
+                raise ConfigError("label_smoothing smooths the model's own cross-entropy; this run has a loss of its "
+                                  "own (distillation's)")
+            loss_fn = partial(smoothed_loss, epsilon=config.label_smoothing)
         self.save, self.loss_fn = save, loss_fn
         self.device = resolve_device(config.device)
         self.use_bf16 = config.bf16 and bf16_supported(self.device.type)
@@ -231,7 +261,8 @@ class Trainer:
         # Every process its own dropout masks; the main one draws what a single process draws.
         seed_everything(distributed.rank_seed(config.seed, rank))
         model = self.model.to(self.device)
-        optimizer = build_optimizer(model, config.lr, config.weight_decay, config.betas, config.eps)
+        optimizer = build_optimizer(model, config.lr, config.weight_decay, config.betas, config.eps,
+                                    config.layer_lr_decay)
         num_batches = len(self.train_batches)
         if num_batches == 0:
             raise BertforgeError("no training batches")
@@ -239,7 +270,7 @@ class Trainer:
         total_steps = config.max_steps or config.epochs * steps_per_epoch
         warmup_steps = (config.warmup_steps if config.warmup_steps is not None
                         else round(config.warmup_ratio * total_steps))
-        scheduler = linear_warmup_decay(optimizer, warmup_steps, total_steps)
+        scheduler = warmup_schedule(optimizer, warmup_steps, total_steps, config.lr_schedule)
         # The loop's own state; a checkpoint holds it, so that a resumed run carries on mid-epoch.
         loop = {"epoch": 0, "next_batch": 0, "last_evaluated": -1, "window_loss": 0.0, "window_steps": 0}
         step = 0
@@ -272,10 +303,11 @@ class Trainer:
 
         def log_window() -> None:
             """The training loss of the steps since the last line: the global batches', every process's shares of it
-            summed. A run that stops before its next line logs it at the stop, before its last checkpoint."""
+            summed. A run that stops before its next line logs it at the stop, before its last checkpoint. Its lr is
+            the highest group's (the head's, under layer_lr_decay): the schedule of --lr."""
             window_loss = distributed.all_reduce_sums({"loss": loop["window_loss"]}, self.device)["loss"]
             self.log({"event": "train", "step": step, "epoch": loop["epoch"],
-                      "loss": window_loss / loop["window_steps"], "lr": scheduler.get_last_lr()[0],
+                      "loss": window_loss / loop["window_steps"], "lr": max(scheduler.get_last_lr()),
                       "examples_per_s": examples / (time.perf_counter() - started) * world_size})
             loop["window_loss"], loop["window_steps"] = 0.0, 0
 
@@ -305,7 +337,7 @@ class Trainer:
                     examples += batch_size_of(batch)
                     if not is_last:
                         continue
-                    if config.max_grad_norm is not None:
+                    if config.max_grad_norm:
                         nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
                     optimizer.step()
                     scheduler.step()
