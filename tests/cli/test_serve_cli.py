@@ -42,7 +42,8 @@ def test_serve_answers_http_and_stops_on_interrupt(tiny_model_dir):
             except OSError:
                 time.sleep(0.1)
         assert health["limits"] == {"max_texts": 3, "max_length": 64, "long_text": "refuse", "max_queue": 256,
-                                    "max_batch_size": 32, "max_batch_tokens": 16384, "max_body_bytes": 1_000_000}
+                                    "max_batch_size": 32, "max_batch_tokens": 16384, "max_body_bytes": 1_000_000,
+                                    "max_concurrent_requests": 512}
         assert health["device"] == "cpu"
         request = urllib.request.Request(f"http://127.0.0.1:{port}/embed", data=b'{"texts": ["hello there"]}',
                                          headers={"Content-Type": "application/json"})
@@ -203,13 +204,16 @@ def test_text_embeddings_inferences_command_line_is_understood():
     tei = build_parser().parse_args(
         ["serve", "--model-id", "/models/bge", "--hostname", "0.0.0.0", "--port", "8080", "--max-client-batch-size",
          "16", "--max-batch-requests", "8", "--max-batch-tokens", "4096", "--payload-limit", "2000000",
-         "--auto-truncate", "--pooling", "cls", "--served-model-name", "bge", "--json-output"])
+         "--auto-truncate", "--pooling", "cls", "--served-model-name", "bge", "--json-output",
+         "--max-concurrent-requests", "64"])
     ours = build_parser().parse_args(
         ["serve", "--model", "/models/bge", "--host", "0.0.0.0", "--port", "8080", "--max-texts", "16",
          "--max-batch-size", "8", "--max-batch-tokens", "4096", "--max-body-bytes", "2000000", "--long-text",
-         "truncate", "--pooling", "cls", "--served-model-name", "bge", "--json-output"])
+         "truncate", "--pooling", "cls", "--served-model-name", "bge", "--json-output",
+         "--max-concurrent-requests", "64"])
     assert vars(tei) == vars(ours)
     assert (tei.model, tei.host, tei.max_texts, tei.max_batch_size, tei.long_text) == (
         "/models/bge", "0.0.0.0", 16, 8, "truncate")
     shown = build_parser().parse_args(["serve"])  # without them, the defaults
     assert (shown.model, shown.host, shown.long_text) == ("default", "127.0.0.1", None)
+

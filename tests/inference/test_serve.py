@@ -506,6 +506,36 @@ def test_full_queue_answers_429_as_text_embeddings_inference_does(make_server, e
     assert server.request("/embed", {"texts": ["three"]})[0] == 200  # room again
 
 
+def test_requests_over_max_concurrent_requests_answer_429_as_text_embeddings_inference_does(make_server,
+                                                                                             encoder_dir):
+    """TEI's --max-concurrent-requests: with that many requests in flight on the routes that run the model, the next
+    gets 429 ("Overloaded", OpenAI's rate_limit_error on its routes), counted in the metrics; the status, docs and
+    tokenizer routes still answer, and once the requests are answered there is room again."""
+    server = make_server(encoder_dir, max_concurrent_requests=2, max_queue=8)
+    release = block_worker(server.batcher)
+    try:
+        join = in_threads([lambda text=text: server.request("/embed", {"texts": [text]}) for text in TEXTS[:2]])
+        wait_until_queued(server.batcher, 2)  # both admitted, and held in flight by the busy worker
+        response = server.request("/embed", {"texts": ["three"]})
+        assert_error(response, 429, "busy", "2 requests at once", "--max-concurrent-requests")
+        assert response[2]["retry-after"] == "1"
+        status, body, _ = server.request("/v1/embeddings", {"input": "three"})
+        assert status == 429 and body["error"]["type"] == "rate_limit_error", body
+        assert server.request("/attention?text=three")[0] == 429  # a page that runs the model counts too
+        for path in ("/health", "/metrics", "/info", "/docs", "/openapi.json"):
+            assert server.request(path)[0] == 200, path
+        assert server.request("/tokenize", {"inputs": "three"})[0] == 200
+    finally:
+        release.set()
+    assert [status for status, _, _ in join()] == [200, 200]
+    assert server.request("/embed", {"texts": ["three"]})[0] == 200  # room again
+    metrics = server.request("/metrics")[1]
+    assert 'bertforge_requests_total{route="/embed",status="429"} 1.0' in metrics
+    assert 'bertforge_requests_total{route="/v1/embeddings",status="429"} 1.0' in metrics
+    assert server.request("/info")[1]["max_concurrent_requests"] == 2  # TEI's /info says it
+    assert server.request("/health")[1]["limits"]["max_concurrent_requests"] == 2
+
+
 def test_concurrent_requests_share_a_forward_pass(make_server, encoder_dir):
     server = make_server(encoder_dir, max_batch_size=8, max_wait_ms=50)
     release = block_worker(server.batcher)
@@ -534,6 +564,9 @@ def test_settings_are_validated():
     assert ServeSettings(pooling="last-token").pooling == "lasttoken"  # text-embeddings-inference's spelling
     with pytest.raises(BertforgeError, match="max_queue"):
         ServeSettings(max_queue=0)
+    with pytest.raises(BertforgeError, match="max_concurrent_requests must be at least 1, got 0"):
+        ServeSettings(max_concurrent_requests=0)
+    assert ServeSettings().max_concurrent_requests == 512  # text-embeddings-inference's default
     with pytest.raises(BertforgeError, match="read_timeout"):
         ServeSettings(read_timeout=float("nan"))
     with pytest.raises(BertforgeError, match="max_wait_ms must be at most 60000"):

@@ -38,6 +38,9 @@ FLAGS = {
                       "how long a text may wait for others to share its forward pass"),
     "--max-queue": ("max_queue", positive_int, "texts waiting at most; requests beyond that get 429 (retry)"),
     "--max-texts": ("max_texts", positive_int, "texts (or questions) per request at most (more get 413)"),
+    "--max-concurrent-requests": ("max_concurrent_requests", positive_int,
+                                  "requests the routes that run the model take at once; more get 429 (retry), as "
+                                  "text-embeddings-inference's flag of that name answers"),
     "--max-length": ("max_length", positive_int, "tokens per text for /embed, /tokenize and an encoder's /rerank (a "
                                                  "fine-tuned model's /predict uses the max_length it was trained "
                                                  "with)"),
@@ -72,7 +75,7 @@ FLAGS = {
 
 
 # text-embeddings-inference's spellings, so that its command lines (a container's arguments) start this server too;
-# hidden, as the flags they stand for are shown. Its --max-concurrent-requests counts requests, not texts: not one.
+# hidden, as the flags they stand for are shown.
 TEI_FLAGS = {"--max-client-batch-size": "--max-texts", "--max-batch-requests": "--max-batch-size",
              "--payload-limit": "--max-body-bytes"}
 

@@ -67,11 +67,14 @@ def create_app(model: torch.nn.Module, tokenizer: BertTokenizer, settings: Serve
                   docs_url=None, redoc_url=None)
     app.state.served = served  # what the routes serve (routes.served_model), and the tests inspect
     add_error_handlers(app)
-    for routes in (tasks, embeddings, ranking, tokens, pages, status):
+    modules = (tasks, embeddings, ranking, tokens, pages, status)
+    for routes in modules:
         routes.router.add_to(app)
     app.add_middleware(RequestGuard, max_body_bytes=served.settings.max_body_bytes, api_key=served.settings.api_key,
                        metrics=served.metrics, routes={route.path for route in app.routes},
-                       compute_type="cpu" if served.device.type == "cpu" else "gpu")
+                       compute_type="cpu" if served.device.type == "cpu" else "gpu",
+                       max_concurrent_requests=served.settings.max_concurrent_requests,
+                       model_routes=set().union(*(routes.router.model_routes for routes in modules)))
     if served.settings.cors_allow_origins:
         # Outside the guard: a browser's preflight carries no API key, and an error answer (401, 413) needs the
         # CORS headers too, or the page can't read it.

@@ -22,7 +22,8 @@ logger = logging.getLogger("bertforge")
 ERROR_STATUSES = {400: "malformed request, or empty inputs", 401: "missing or wrong API key",
                   409: "the model can't do this", 413: "too large: body, texts or tokens over the server's limits",
                   415: "the body is not JSON (Content-Type)", 422: "invalid request",
-                  429: "busy: the queue is full; retry", 503: "out of memory for the batch; retry"}
+                  429: "busy: the queue is full, or too many requests at once; retry",
+                  503: "out of memory for the batch; retry"}
 ERRORS = {status: {"model": schemas.ErrorResponse, "description": text} for status, text in ERROR_STATUSES.items()}
 OPENAI_ERRORS = {400 if status == 422 else status: {"model": schemas.OpenAIErrorResponse, "description": text}
                  for status, text in ERROR_STATUSES.items()}

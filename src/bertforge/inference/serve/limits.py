@@ -1,6 +1,7 @@
-"""What keeps one client from holding the server: an API key, a body size limit checked before the body is read,
-and a deadline for reading each request (a client sending a byte a second, or holding a silent connection, is cut
-off). Also where every request's route, status and time are counted."""
+"""What keeps one client from holding the server: an API key, a body size limit checked before the body is read, a
+limit on the requests the model's routes take at once, and a deadline for reading each request (a client sending a
+byte a second, or holding a silent connection, is cut off). Also where every request's route, status and time are
+counted."""
 
 from __future__ import annotations
 
@@ -68,14 +69,21 @@ def is_json(content_type: bytes | None) -> bool:
 
 
 class RequestGuard:
-    """ASGI middleware: the API key, the body size, and metrics per request (route, status, seconds); an answer
-    for which the model ran says what it cost in text-embeddings-inference's headers."""
+    """ASGI middleware: the API key, the body size, the requests in flight on the model's routes, and metrics per
+    request (route, status, seconds); an answer for which the model ran says what it cost in
+    text-embeddings-inference's headers."""
 
     def __init__(self, app, max_body_bytes: int, api_key: str | None, metrics, routes: set[str],
-                 compute_type: str = "cpu"):
+                 compute_type: str = "cpu", max_concurrent_requests: int | None = None,
+                 model_routes: set[tuple[str, str]] = frozenset()):
         self.app, self.max_body_bytes, self.api_key, self.metrics = app, max_body_bytes, api_key, metrics
         self.routes = routes  # metric labels: the application's own paths, "other" for the rest
         self.compute_type = compute_type  # x-compute-type: cpu or gpu
+        # (method, path) of the routes that run the model: at most max_concurrent_requests of their requests are in
+        # flight at once (None: no limit), as text-embeddings-inference limits its inference routes. Probes,
+        # /metrics, /info, the docs and the tokenizer's routes are not counted, so that they answer under any load.
+        self.max_concurrent_requests, self.model_routes = max_concurrent_requests, model_routes
+        self.in_flight = 0  # requests of those routes admitted and not yet answered (one event loop: no lock)
 
     def authorized(self, headers: dict[bytes, bytes]) -> bool:
         given = headers.get(b"authorization", b"").decode("latin-1")
@@ -126,7 +134,7 @@ class RequestGuard:
                 return await send_error(send, path, 400, "the Content-Length header is not a number")
             if int(declared) > self.max_body_bytes:
                 return await send_error(send, path, 413, self.too_large(int(declared)), {"connection": "close"})
-            return await self.app(scope, receive, send)
+            return await self.admit(scope, receive, send)
         # A chunked body declares no length: it is read here, up to the limit, and handed on whole (an error
         # raised while the application reads it would reach the client as the framework's 400).
         chunks, received, more = [], 0, True
@@ -144,7 +152,23 @@ class RequestGuard:
         async def replay():
             return whole.pop() if whole else await receive()
 
-        await self.app(scope, replay, send)
+        await self.admit(scope, replay, send)
+
+    async def admit(self, scope, receive, send):
+        """Run the application; a request of a model route finding max_concurrent_requests others in flight gets
+        429 (text-embeddings-inference's "Overloaded"), which clients retry."""
+        method = "GET" if scope.get("method") == "HEAD" else scope.get("method")  # HEAD runs the GET route
+        if self.max_concurrent_requests is None or (method, scope["path"]) not in self.model_routes:
+            return await self.app(scope, receive, send)
+        if self.in_flight >= self.max_concurrent_requests:
+            return await send_error(send, scope["path"], 429, f"the server is busy: it takes "
+                                    f"{self.max_concurrent_requests} requests at once "
+                                    f"(--max-concurrent-requests); retry", {"retry-after": "1"})
+        self.in_flight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1
 
     def too_large(self, size: int) -> str:
         return f"the request body is {size} bytes or more; the limit is {self.max_body_bytes}"

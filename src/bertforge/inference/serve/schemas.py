@@ -833,6 +833,7 @@ class Limits(BaseModel):
     max_batch_size: int
     max_batch_tokens: int
     max_body_bytes: int
+    max_concurrent_requests: int
 
 
 class HealthResponse(BaseModel):

@@ -31,6 +31,8 @@ class ServeSettings:
     max_wait_ms: float = 5.0  # how long the oldest waiting text may wait for company
     max_queue: int = 256  # texts waiting; a request is admitted whole while fewer wait, else it gets 429
     max_texts: int = 64  # texts (or questions) per request
+    # requests at once over the routes that run the model; more get 429 (text-embeddings-inference's flag and default)
+    max_concurrent_requests: int = 512
     max_length: int = 512  # tokens per text (or pair) for /embed, /tokenize, /rerank of an encoder
     long_text: str = "truncate"  # or "refuse": 413 for a text over the limit (a QA context is otherwise windowed)
     attention_max_length: int = DEFAULT_MAX_TOKENS  # the viewer page grows with the square of this
@@ -52,8 +54,8 @@ class ServeSettings:
     default_prompt: str | None = None
 
     def __post_init__(self):
-        for name in ("max_batch_size", "max_batch_tokens", "max_queue", "max_texts", "max_length",
-                     "attention_max_length", "max_body_bytes"):
+        for name in ("max_batch_size", "max_batch_tokens", "max_queue", "max_texts", "max_concurrent_requests",
+                     "max_length", "attention_max_length", "max_body_bytes"):
             check_number(name, getattr(self, name), minimum=1, integer=True)
         check_number("max_wait_ms", self.max_wait_ms, minimum=0, maximum=MAX_WAIT_MS)
         for name in ("read_timeout", "idle_timeout"):  # seconds

@@ -28,14 +28,21 @@ def sent_by_infinity_client(request: BaseModel) -> bool:
 
 class Routes:
     """A module's routes, declared once where they are written and added to each application with FastAPI's own
-    add_api_route (FastAPI's APIRouter includes routes differently from one version to the next)."""
+    add_api_route (FastAPI's APIRouter includes routes differently from one version to the next). `runs_model`: a
+    route's default for whether it runs the model (which --max-concurrent-requests limits); a route may say
+    otherwise."""
 
-    def __init__(self):
+    def __init__(self, runs_model: bool = False):
+        self.runs_model = runs_model
         self.declared: list[tuple[str, str, Callable, dict[str, Any]]] = []
+        self.model_routes: set[tuple[str, str]] = set()  # (method, path)
 
-    def route(self, method: str, path: str, **options) -> Callable[[Callable], Callable]:
+    def route(self, method: str, path: str, runs_model: bool | None = None, **options
+              ) -> Callable[[Callable], Callable]:
         def declare(endpoint: Callable) -> Callable:
             self.declared.append((method, path, endpoint, options))
+            if self.runs_model if runs_model is None else runs_model:
+                self.model_routes.add((method, path))
             return endpoint
         return declare
 

@@ -26,7 +26,7 @@ from bertforge.inference.serve.service import (
 )
 from bertforge.inference.sparse_encoder import nonzero_weights
 
-router = Routes()
+router = Routes(runs_model=True)
 
 
 @router.post("/embed", response_model=schemas.EmbedResponse | list[list[float]], responses=ERRORS)

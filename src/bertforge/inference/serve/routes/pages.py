@@ -23,7 +23,7 @@ from bertforge.inference.serve.service import ServedModel
 router = Routes()
 
 
-@router.get("/attention", response_class=HTMLResponse, responses=PAGE_ERRORS)
+@router.get("/attention", runs_model=True, response_class=HTMLResponse, responses=PAGE_ERRORS)
 async def attention(served: Served, text: str = Query(min_length=1), pair: str | None = None) -> HTMLResponse:
     """The attention viewer page (every layer and head) for a text, or a pair of texts."""
     if not text.strip():
@@ -41,13 +41,13 @@ async def attention(served: Served, text: str = Query(min_length=1), pair: str |
     return HTMLResponse(page)
 
 
-@router.post("/explain", responses=ERRORS)
+@router.post("/explain", runs_model=True, responses=ERRORS)
 async def explain_json(request: schemas.ExplainRequest, served: Served) -> dict[str, Any]:
     """Attributions of the model's prediction to the words of the text (bertforge.explain), as JSON."""
     return await explanation(request, served, as_page=False)
 
 
-@router.get("/explain", response_class=HTMLResponse, responses=PAGE_ERRORS)
+@router.get("/explain", runs_model=True, response_class=HTMLResponse, responses=PAGE_ERRORS)
 async def explain_page(served: Served, text: str = Query(min_length=1), pair: str | None = None,
                        target: str | None = None,
                        method: schemas.ExplainMethod = "integrated_gradients",

@@ -15,7 +15,7 @@ from bertforge.inference.serve.limits import HTTPError
 from bertforge.inference.serve.routes import Routes, Served, sent_by_infinity_client
 from bertforge.inference.serve.service import ServedModel
 
-router = Routes()
+router = Routes(runs_model=True)
 
 
 @router.post("/rerank", response_model=list[schemas.RerankResult] | schemas.CohereRerankResponse,

@@ -40,7 +40,7 @@ async def info(served: Served):
         model_type = {}
     return {"model_id": served.model_name, "task": task.name if task is not None else None,
             "model_dtype": model_dtype(model), "model_type": model_type,
-            "max_concurrent_requests": settings.max_queue,
+            "max_concurrent_requests": settings.max_concurrent_requests,
             "max_input_length": served.input_limit(), "max_batch_tokens": settings.max_batch_tokens,
             "max_batch_requests": settings.max_batch_size, "max_client_batch_size": settings.max_texts,
             "auto_truncate": served.truncate, "tokenization_workers": 1, "version": bertforge_version()}
@@ -112,7 +112,8 @@ async def health(served: Served):
             "limits": {"max_texts": settings.max_texts, "max_length": served.max_length,
                        "long_text": settings.long_text, "max_queue": settings.max_queue,
                        "max_batch_size": settings.max_batch_size, "max_batch_tokens": settings.max_batch_tokens,
-                       "max_body_bytes": settings.max_body_bytes}}
+                       "max_body_bytes": settings.max_body_bytes,
+                       "max_concurrent_requests": settings.max_concurrent_requests}}
 
 
 @router.get("/version", response_model=schemas.VersionResponse)

@@ -50,7 +50,7 @@ RootRequest = schemas.EmbedRequest | schemas.SimilarityRequest | schemas.RerankR
 PARAMETERS = {schemas.EmbedRequest: schemas.FeatureExtractionParameters,
               schemas.PredictRequest: schemas.TextClassificationParameters}
 
-router = Routes()
+router = Routes(runs_model=True)
 
 
 @router.post("/predict", response_model=schemas.PredictResponse | list[schemas.Prediction]
