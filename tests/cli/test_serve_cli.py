@@ -217,3 +217,98 @@ def test_text_embeddings_inferences_command_line_is_understood():
     shown = build_parser().parse_args(["serve"])  # without them, the defaults
     assert (shown.model, shown.host, shown.long_text) == ("default", "127.0.0.1", None)
 
+
+# text-embeddings-inference's environment variables (clap's `env` of each flag), bertforge's own key and DTYPE
+TEI_ENVIRONMENT = ("MODEL_ID", "PORT", "HOSTNAME", "SERVED_MODEL_NAME", "POOLING", "MAX_CONCURRENT_REQUESTS",
+                   "MAX_BATCH_TOKENS", "MAX_BATCH_REQUESTS", "MAX_CLIENT_BATCH_SIZE", "AUTO_TRUNCATE",
+                   "DEFAULT_PROMPT_NAME", "DEFAULT_PROMPT", "PAYLOAD_LIMIT", "API_KEY", "BERTFORGE_API_KEY",
+                   "JSON_OUTPUT", "CORS_ALLOW_ORIGIN", "DTYPE")
+
+
+@pytest.fixture
+def served(monkeypatch):
+    """What `bertforge serve` would serve, recorded instead of loading a model, in an environment without TEI's
+    variables (the test sets those it means); JSON logging is recorded, not switched on for the whole run."""
+    for variable in TEI_ENVIRONMENT:
+        monkeypatch.delenv(variable, raising=False)
+    calls = []
+    monkeypatch.setattr("bertforge.inference.serve.app.serve",
+                        lambda model, **options: calls.append({"model": model, **options}))
+    monkeypatch.setattr("bertforge.cli.serve.log_as_json", lambda: calls.append("json"))
+    return calls
+
+
+def test_text_embeddings_inferences_environment_variables_set_the_flags(run_cli, served, monkeypatch, caplog):
+    """A TEI deployment's variables (`docker run -e`, a Kubernetes manifest) set what its flags would; HOSTNAME, which
+    every shell sets to the machine's name, is not read."""
+    environment = {"MODEL_ID": "/models/bge", "PORT": "8080", "HOSTNAME": "build-box-7", "SERVED_MODEL_NAME": "bge",
+                   "POOLING": "cls", "MAX_CONCURRENT_REQUESTS": "7", "MAX_BATCH_TOKENS": "4096",
+                   "MAX_BATCH_REQUESTS": "8", "MAX_CLIENT_BATCH_SIZE": "16", "AUTO_TRUNCATE": "false",
+                   "DEFAULT_PROMPT": "query: ", "PAYLOAD_LIMIT": "2000000", "API_KEY": "s3cret", "JSON_OUTPUT": "true",
+                   "CORS_ALLOW_ORIGIN": "https://a.example,https://b.example"}
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+    with caplog.at_level("INFO", logger="bertforge.progress"):
+        code, _, err = run_cli("serve")
+    assert code == 0, err
+    json_output, call = served
+    settings = call["settings"]
+    assert json_output == "json" and call["json_logs"] is True
+    assert (call["model"], call["host"], call["port"]) == ("/models/bge", "127.0.0.1", 8080)
+    assert (settings.served_model_name, settings.pooling, settings.max_concurrent_requests, settings.max_batch_tokens,
+            settings.max_batch_size, settings.max_texts, settings.long_text, settings.default_prompt,
+            settings.max_body_bytes, settings.api_key, settings.cors_allow_origins) == (
+        "bge", "cls", 7, 4096, 8, 16, "refuse", "query: ", 2_000_000, "s3cret", ("https://a.example", "https://b.example"))
+    read = next(record.getMessage() for record in caplog.records if "environment variables" in record.getMessage())
+    assert "MODEL_ID" in read and "API_KEY" in read and "HOSTNAME" not in read and "s3cret" not in read
+    monkeypatch.setenv("AUTO_TRUNCATE", "true")
+    served.clear()
+    assert run_cli("serve")[0] == 0 and served[1]["settings"].long_text == "truncate"
+
+
+def test_the_command_line_wins_over_the_environment(run_cli, served, monkeypatch):
+    for variable, value in {"MODEL_ID": "/models/bge", "PORT": "8080", "MAX_CLIENT_BATCH_SIZE": "16",
+                            "AUTO_TRUNCATE": "true", "DEFAULT_PROMPT": "query: ", "API_KEY": "theirs",
+                            "BERTFORGE_API_KEY": "ours", "MAX_CONCURRENT_REQUESTS": "7"}.items():
+        monkeypatch.setenv(variable, value)
+    code, _, err = run_cli("serve", "--model", "default", "--port", "0", "--max-client-batch-size", "3",
+                           "--long-text", "refuse", "--default-prompt-name", "passage",
+                           "--max-concurrent-requests", "2")
+    assert code == 0, err
+    (call,) = served
+    settings = call["settings"]
+    assert (call["model"], call["port"], settings.max_texts, settings.long_text) == ("default", 0, 3, "refuse")
+    # the command line's prompt, by name, leaves DEFAULT_PROMPT unread rather than in conflict with it
+    assert (settings.default_prompt_name, settings.default_prompt) == ("passage", None)
+    assert settings.max_concurrent_requests == 2
+    assert settings.api_key == "ours"  # bertforge's own variable before TEI's
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("MAX_CLIENT_BATCH_SIZE", "abc", "the environment variable MAX_CLIENT_BATCH_SIZE (--max-texts) must be a whole "
+                                     "number, got abc"),
+    ("MAX_CONCURRENT_REQUESTS", "0", "MAX_CONCURRENT_REQUESTS (--max-concurrent-requests) must be at least 1, got 0"),
+    ("PORT", "70000", "the environment variable PORT (--port) must be a port number from 0 to 65535, got 70000"),
+    ("AUTO_TRUNCATE", "maybe", "the environment variable AUTO_TRUNCATE (--auto-truncate) must be true or false, "
+                               "got maybe"),
+    ("POOLING", "median", "the environment variable POOLING (--pooling) must be one of cls, mean, max"),
+    ("MAX_BATCH_TOKENS", "", "the environment variable MAX_BATCH_TOKENS (--max-batch-tokens) is empty"),
+    ("API_KEY", " ", "the environment variable API_KEY is empty"),
+])
+def test_a_bad_environment_variable_is_one_line_naming_it(run_cli, served, monkeypatch, variable, value, message):
+    monkeypatch.setenv(variable, value)
+    code, _, err = run_cli("serve")
+    assert code == 1 and err.count("\n") == 1 and message in err and "Traceback" not in err, err
+    assert not served  # refused before the model loads
+
+
+def test_tei_variables_bertforge_has_no_use_for_are_ignored_but_dtype(run_cli, served, monkeypatch, caplog):
+    for variable, value in {"REVISION": "refs/pr/2", "TOKENIZATION_WORKERS": "x", "HF_TOKEN": "hf_x",
+                            "UDS_PATH": "/tmp/x", "PROMETHEUS_PORT": "none", "OTLP_ENDPOINT": "http://x:4317"}.items():
+        monkeypatch.setenv(variable, value)
+    assert run_cli("serve")[0] == 0 and served[0]["settings"] == ServeSettings()
+    assert not [record for record in caplog.records if record.levelname == "WARNING"]
+    monkeypatch.setenv("DTYPE", "float16")  # a GPU deployment's memory and speed: bertforge has no float16
+    assert run_cli("serve")[0] == 0
+    (warning,) = [record.getMessage() for record in caplog.records if record.levelname == "WARNING"]
+    assert "DTYPE=float16" in warning and "--precision fp32" in warning
