@@ -88,6 +88,8 @@ FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
     "--lr": (("training", "lr"), positive_float, "peak learning rate"),
     "--weight-decay": (("training", "weight_decay"), non_negative_float, "AdamW weight decay"),
     "--warmup-ratio": (("training", "warmup_ratio"), fraction, "fraction of steps warming up"),
+    "--warmup-steps": (("training", "warmup_steps"), non_negative_int,
+                       "optimizer steps warming up (default: none; overrides --warmup-ratio)"),
     "--lr-schedule": (("training", "lr_schedule"), LR_SCHEDULES,
                       "the learning rate after the warm-up: falling linearly to 0 (BERT's), as half a cosine to 0, "
                       "or constant"),
