@@ -193,13 +193,17 @@ def test_flags_fill_the_run_config_fields():
         finetune_cli.config_from_args(parser.parse_args(["--task", "qa", "--decoding", "viterbi"]))
     recipe = finetune_cli.config_from_args(parser.parse_args([
         "--task", "ner", "--lr-schedule", "cosine", "--layer-lr-decay", "0.8", "--label-smoothing", "0.1",
-        "--max-grad-norm", "0", "--warmup-steps", "7"]))
+        "--max-grad-norm", "0", "--warmup-steps", "7", "--class-weights", "balanced"]))
     assert (recipe.training.lr_schedule, recipe.training.layer_lr_decay, recipe.training.label_smoothing,
-            recipe.training.max_grad_norm, recipe.training.warmup_steps) == ("cosine", 0.8, 0.1, 0, 7)
-    for task in ("regression", "multi_label", "qa"):  # no classes to smooth
+            recipe.training.max_grad_norm, recipe.training.warmup_steps, recipe.class_weights) == (
+        "cosine", 0.8, 0.1, 0, 7, "balanced")
+    for task in ("regression", "multi_label", "qa"):  # no classes to smooth or weigh
         with pytest.raises(BertforgeError, match=f"^command line: label_smoothing: task '{task}' has no classes to "
                                                  f"smooth; classification and ner have$"):
             finetune_cli.config_from_args(parser.parse_args(["--task", task, "--label-smoothing", "0.1"]))
+        with pytest.raises(BertforgeError, match=f"^command line: class_weights: task '{task}' has no classes to "
+                                                 f"weigh; classification and ner have$"):
+            finetune_cli.config_from_args(parser.parse_args(["--task", task, "--class-weights", "balanced"]))
 
 
 def test_finetune_draws_its_curves_with_every_point_visible(finetuned):

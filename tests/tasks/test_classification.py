@@ -301,3 +301,68 @@ def test_pair_windows_train_predict_and_evaluate_as_a_direct_computation(mrpc_wi
     metrics = evaluate(directory, dev_file)
     assert metrics["accuracy"] == pytest.approx(accuracy_score(gold, predicted))
     assert metrics["f1"] == pytest.approx(f1_score(gold, predicted))
+
+
+def test_balanced_class_weights_are_scikit_learns(data_dir, tokenizer):
+    """Counted over the rows the loss averages (SST-2 sentences; CoNLL-2003 words, each tagged on its first piece),
+    the weights are scikit-learn's compute_class_weight("balanced")."""
+    utils = pytest.importorskip("sklearn.utils")
+    from bertforge.tasks.finetune import balanced_weights, label_counts
+    from bertforge.tasks.token_classification import NerSettings
+
+    for task_name, path, columns in (("classification", data_dir / "sst2" / "dev.tsv", Columns("sentence", None,
+                                                                                                "label")),
+                                     ("ner", data_dir / "conll2003" / "eng.testa", Columns("tokens", None, "tags"))):
+        task = TASKS[task_name]
+        examples = task.read_examples(path, columns)[:300]
+        id2label = task.labels(examples)
+        settings = NerSettings() if task_name == "ner" else ClassificationSettings()
+        features = task.encode(tokenizer, examples, settings, id2label)
+        labels = [label for row in features.rows
+                  for label in (row["labels"] if isinstance(row["labels"], list) else [row["labels"]]) if label != -100]
+        classes = sorted(set(labels))
+        expected = utils.compute_class_weight("balanced", classes=torch.tensor(classes).numpy(), y=labels)
+        weights = balanced_weights(label_counts(features, len(id2label)))
+        assert [weights[c] for c in classes] == pytest.approx(list(expected)), task_name
+        assert len(classes) == len(id2label) and len(set(weights)) > 1
+    assert balanced_weights([3, 0, 1]) == [2 / 3, 1.0, 2.0]  # a label the data lacks keeps 1
+
+
+def test_class_weights_weigh_each_term_and_the_mean(tiny_config):
+    """Each row's loss times its class's weight, over the sum of those weights (torch's weighted mean)."""
+    from bertforge.training.trainer import class_loss
+
+    torch.manual_seed(0)
+    tiny_config.num_labels = 3
+    model = BertForSequenceClassification(tiny_config).eval()
+    batch = {"input_ids": torch.randint(1, 99, (6, 7)), "labels": torch.tensor([0, 1, 2, 2, 0, 2])}
+    weights = torch.tensor([2.0, 0.5, 1.0])
+    with torch.no_grad():
+        loss = class_loss(model, batch, class_weights=weights)
+        logits = model(batch["input_ids"]).logits
+    terms = [-torch.log_softmax(row, -1)[label] * weights[label] for row, label in zip(logits, batch["labels"])]
+    assert loss.item() == pytest.approx((sum(terms) / weights[batch["labels"]].sum()).item(), rel=1e-6)
+    with torch.no_grad():
+        assert class_loss(model, batch).item() == pytest.approx(model(**batch).loss.item(), rel=1e-6)
+
+
+def test_balanced_class_weights_learn_the_rare_class_of_imbalanced_sst2(data_dir, tmp_path):
+    """300 positive SST-2 sentences and 30 negative ones: weighed alike, the loss is met by saying positive (so
+    trained, with these settings, MiniLM said positive for every one of these 200 dev sentences: a Matthews
+    correlation of 0, accuracy 0.495); balanced, the model learns the negatives too (0.30 and 0.60 here)."""
+    with open(data_dir / "sst2" / "train.tsv", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    positive = [row for row in rows[1:] if row[1] == "1"][:300]
+    negative = [row for row in rows[1:] if row[1] == "0"][:30]
+    mixed = [row for pair in zip(positive[::10], negative) for row in pair]
+    mixed += [row for i, row in enumerate(positive) if i % 10]
+    write_tsv(tmp_path / "train.tsv", rows[0], mixed)
+    with open(data_dir / "sst2" / "dev.tsv", encoding="utf-8") as handle:
+        dev = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    write_tsv(tmp_path / "dev.tsv", dev[0], dev[1:201])
+    result = finetune(FinetuneConfig(train=str(tmp_path / "train.tsv"), dev=str(tmp_path / "dev.tsv"),
+                                     output=str(tmp_path / "model"), batch_size=16, class_weights="balanced",
+                                     training=TrainConfig(epochs=2, lr=2e-4, warmup_ratio=0.1, progress=False,
+                                                          seed=0)))
+    assert result.best["matthews_correlation"] > 0.15 and result.best["accuracy"] > 0.55
+    assert json.loads((tmp_path / "model" / "finetune_config.json").read_text())["class_weights"] == "balanced"

@@ -321,14 +321,16 @@ def test_a_run_with_layer_rates_a_cosine_and_smoothed_labels_resumes_exactly(tin
     assert rates == pytest.approx(expected)
 
 
-def test_label_smoothing_needs_class_labels_and_the_models_own_loss(tiny_config):
+def test_label_smoothing_and_class_weights_need_class_labels_and_the_models_own_loss(tiny_config):
     from bertforge import BertForSequenceClassification
 
     tiny_config.num_labels = 1  # a regression
     model = BertForSequenceClassification(tiny_config)
     batches = [{**batch, "labels": batch["labels"].float()} for batch in tiny_bert_batches(tiny_config, batches=1)]
-    with pytest.raises(ConfigError, match=r"label_smoothing needs class labels \(classification, ner\); this run's "
-                                          r"batches have numbers"):
+    with pytest.raises(ConfigError, match=r"label smoothing and class weights need class labels \(classification, "
+                                          r"ner\); this run's batches have numbers"):
         Trainer(model, config(label_smoothing=0.1), batches).train()
-    with pytest.raises(ConfigError, match="label_smoothing smooths the model's own cross-entropy"):
+    with pytest.raises(ConfigError, match="label smoothing and class weights need class labels"):
+        Trainer(model, config(), batches, class_weights=[1.0]).train()
+    with pytest.raises(ConfigError, match="label smoothing and class weights shape the model's own cross-entropy"):
         Trainer(model, config(label_smoothing=0.1), batches, loss_fn=lambda model, batch: model(**batch).loss)

@@ -33,6 +33,7 @@ from bertforge.config import BertConfig
 from bertforge.errors import BertforgeError, ConfigError
 from bertforge.json_config import check_field_types, read_json_object
 from bertforge.tasks.classification import LONG_TEXT
+from bertforge.tasks.finetune import CLASS_WEIGHTS
 from bertforge.tasks.registry import TASKS
 from bertforge.tasks.tables import DATA_FORMATS
 from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
@@ -82,6 +83,10 @@ FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
                                 "dev metric that picks the kept model: one the task reports (classification: "
                                 "accuracy, f1, ...) or loss; lower is better for loss, higher for the others "
                                 "(default: the task's main metric)"),
+    "--class-weights": (("class_weights",), CLASS_WEIGHTS,
+                        "classification and ner: weigh each class's terms of the loss; balanced: by the inverse of "
+                        "its share of the training rows (scikit-learn's class_weight), for data where some labels "
+                        "are rare (default: all alike)"),
     "--epochs": (("training", "epochs"), positive_int, "passes over the training data"),
     "--max-steps": (("training", "max_steps"), positive_int,
                     "stop after N optimizer steps (default: none; overrides --epochs)"),

@@ -34,6 +34,7 @@ from bertforge.outputs import (
 from bertforge.runtime import resolve_device, seed_everything, to_device
 from bertforge.tasks.checkpoint_contents import RUN_CONFIG_FILE
 from bertforge.tasks.data import (
+    IGNORE_INDEX,
     Columns,
     EncodeSettings,
     Features,
@@ -61,6 +62,28 @@ from bertforge.validation import check_number, check_paths, check_within_positio
 logger = logging.getLogger("bertforge")
 
 DEV_LOSS = "loss"  # the name of the dev-set loss among the metrics
+
+
+def balanced_weights(counts: Sequence[int]) -> list[float]:
+    """scikit-learn's class_weight="balanced": rows / (classes x the class's rows), so that every class weighs as
+    much in the loss as any other; a class without rows (a head's label absent from this data) keeps 1."""
+    present = [count for count in counts if count]
+    return [sum(present) / (len(present) * count) if count else 1.0 for count in counts]
+
+
+# How a run weighs each class's terms of the loss, from the training rows' counts of each label id.
+CLASS_WEIGHTS: dict[str, Callable[[Sequence[int]], list[float]]] = {"balanced": balanced_weights}
+
+
+def label_counts(features: Features, num_labels: int) -> list[int]:
+    """Rows (or labelled words) of each label id: the terms of the loss, so a long text's windows count each."""
+    counts = [0] * num_labels
+    for row in features.rows:
+        labels = row["labels"] if isinstance(row["labels"], list) else [row["labels"]]
+        for label in labels:
+            if label != IGNORE_INDEX:
+                counts[label] += 1
+    return counts
 
 
 @dataclass
@@ -91,6 +114,8 @@ class FinetuneConfig(JsonConfig):
     # The dev metric that picks the kept model (one the task reports, or "loss"); None: the task's main metric.
     # Lower is better for a loss, higher for every other metric.
     metric_for_best_model: str | None = None
+    # How each class's terms weigh in the loss (a key of CLASS_WEIGHTS: "balanced"); None: all alike
+    class_weights: str | None = None
     training: TrainConfig = field(default_factory=TrainConfig)
     # The settings the run chose on its dev set, not given (multi-label's threshold): the kept model predicts with
     # the chosen values in `settings`, and a run started from this config chooses them again (see to_train).
@@ -123,9 +148,13 @@ class FinetuneConfig(JsonConfig):
         check_number("max_train_examples", self.max_train_examples, minimum=1, integer=True, optional=True)
         if self.metric_for_best_model is not None:
             check_choice(self.metric_for_best_model, best_model_metrics(TASKS[self.task]), f"{self.task} metric")
-        if self.training.label_smoothing and not TASKS[self.task].learns_classes:
-            raise ConfigError(f"label_smoothing: task {self.task!r} has no classes to smooth; "
-                              f"{' and '.join(name for name, task in TASKS.items() if task.learns_classes)} have")
+        if self.class_weights is not None:
+            check_choice(self.class_weights, CLASS_WEIGHTS, "class_weights")
+        for name, value, what in (("label_smoothing", self.training.label_smoothing, "smooth"),
+                                  ("class_weights", self.class_weights, "weigh")):
+            if value and not TASKS[self.task].learns_classes:
+                raise ConfigError(f"{name}: task {self.task!r} has no classes to {what}; "
+                                  f"{' and '.join(name for name, task in TASKS.items() if task.learns_classes)} have")
 
     def to_train(self) -> FinetuneConfig:
         """This config as a new run (or a resumed one) takes it: what an earlier run chose on its dev set is
@@ -374,11 +403,16 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
 
     batches = training_batches(train_features, config.batch_size, tokenizer.pad_token_id, training.seed,
                                launch.rank, launch.world_size)
+    class_weights = None
+    if config.class_weights is not None:
+        class_weights = CLASS_WEIGHTS[config.class_weights](label_counts(train_features, len(id2label)))
+        logger.info("class weights (%s): %s", config.class_weights,
+                    ", ".join(f"{id2label[i]} {weight:.3g}" for i, weight in enumerate(class_weights)))
     trainer = Trainer(model, training, batches, evaluate=evaluate if dev_features is not None else None,
                       main_metric=config.best_model_metric,
                       greater_is_better=greater_is_better(config.best_model_metric),
                       save=lambda model: model.save_pretrained(staging),
-                      loss_fn=loss_fn)
+                      loss_fn=loss_fn, class_weights=class_weights)
     result = trainer.train(resume=resume)
     if is_main:
         chosen = chosen_settings(result.best or {}, config.settings)

@@ -10,7 +10,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import partial
@@ -177,17 +177,21 @@ def model_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor
     return model(**batch).loss
 
 
-def smoothed_loss(model: nn.Module, batch: dict[str, torch.Tensor], epsilon: float) -> torch.Tensor:
-    """Cross-entropy of the model's logits against its class labels smoothed towards uniform by `epsilon`
-    (Szegedy et al., 2016; transformers' label_smoothing_factor): (1 - epsilon) x the labels' loss + epsilon x the
-    loss averaged over all classes. Labels of -100 (padding, later word pieces) count for nothing."""
+def class_loss(model: nn.Module, batch: dict[str, torch.Tensor], label_smoothing: float = 0.0,
+               class_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Cross-entropy of the model's logits against its class labels, with the labels smoothed towards uniform by
+    `label_smoothing` (Szegedy et al., 2016; transformers' label_smoothing_factor: (1 - it) x the labels' loss + it x
+    the loss averaged over all classes) and each term weighted by its class's weight, the mean taken over the weights
+    (torch's CrossEntropyLoss(weight=)). Labels of -100 (padding, later word pieces) count for nothing."""
     labels = batch.get("labels") if isinstance(batch, dict) else None
     if labels is None or labels.is_floating_point():
-        raise ConfigError("label_smoothing needs class labels (classification, ner); this run's batches have "
-                          + ("none" if labels is None else "numbers (a regression's or a multi-label's targets)"))
+        raise ConfigError("label smoothing and class weights need class labels (classification, ner); this run's "
+                          "batches have " + ("none" if labels is None else
+                                             "numbers (a regression's or a multi-label's targets)"))
     logits = model(**{name: value for name, value in batch.items() if name != "labels"}).logits
+    weight = None if class_weights is None else class_weights.to(logits.device)
     return nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1),
-                                       label_smoothing=epsilon)
+                                       weight=weight, label_smoothing=label_smoothing)
 
 
 def not_a_number(value: Any) -> bool:
@@ -205,8 +209,8 @@ def is_better(value: float, best: float | None, greater_is_better: bool) -> bool
 class Trainer:
     """Trains `model` on `train_batches` (re-iterated every epoch, with a length).
 
-    `loss_fn(model, batch) -> loss` defaults to the model's own `.loss` (with config.label_smoothing, its logits'
-    smoothed cross-entropy). `evaluate(model) -> {metric: value}`
+    `loss_fn(model, batch) -> loss` defaults to the model's own `.loss`; with config.label_smoothing or
+    `class_weights` (one per class, by label id), class_loss of its logits. `evaluate(model) -> {metric: value}`
     scores the model (a task's loop over its dev set); `save(model)` is called whenever `main_metric` improves,
     or once at the end when there is no evaluator.
 
@@ -219,16 +223,18 @@ class Trainer:
     def __init__(self, model: nn.Module, config: TrainConfig, train_batches: Iterable,
                  evaluate: Callable[[nn.Module], dict[str, float]] | None = None, main_metric: str | None = None,
                  greater_is_better: bool = True, save: Callable[[nn.Module], None] | None = None,
-                 loss_fn: Callable[[nn.Module, Any], torch.Tensor] = model_loss):
+                 loss_fn: Callable[[nn.Module, Any], torch.Tensor] = model_loss,
+                 class_weights: Sequence[float] | None = None):
         if evaluate is not None and main_metric is None:
             raise ConfigError("an evaluator needs the name of the main metric that picks the best model")
         self.model, self.config, self.train_batches = model, config, train_batches
         self.evaluate, self.main_metric, self.greater_is_better = evaluate, main_metric, greater_is_better
-        if config.label_smoothing:
+        if config.label_smoothing or class_weights is not None:
             if loss_fn is not model_loss:
-                raise ConfigError("label_smoothing smooths the model's own cross-entropy; this run has a loss of its "
-                                  "own (distillation's)")
-            loss_fn = partial(smoothed_loss, epsilon=config.label_smoothing)
+                raise ConfigError("label smoothing and class weights shape the model's own cross-entropy; this run "
+                                  "has a loss of its own (distillation's)")
+            loss_fn = partial(class_loss, label_smoothing=config.label_smoothing, class_weights=None
+                              if class_weights is None else torch.tensor(class_weights, dtype=torch.float32))
         self.save, self.loss_fn = save, loss_fn
         self.device = resolve_device(config.device)
         self.use_bf16 = config.bf16 and bf16_supported(self.device.type)
