@@ -2016,6 +2016,121 @@ def test_bounded_overload_answers_every_request_and_metrics_count_them(make_serv
     assert "bertforge_queue_depth 0.0" in metrics
 
 
+
+# text-embeddings-inference's metric families: name -> type, as TEI's exporter declares them
+TEI_FAMILIES = {"te_request_count": "counter", "te_request_success": "counter", "te_request_failure": "counter",
+                "te_embed_count": "counter", "te_embed_success": "counter", "te_predict_count": "counter",
+                "te_predict_success": "counter", "te_queue_size": "gauge", "te_request_input_length": "histogram",
+                "te_batch_next_size": "histogram", "te_batch_next_tokens": "histogram",
+                "te_request_duration": "histogram", "te_request_tokenization_duration": "histogram",
+                "te_request_queue_duration": "histogram", "te_request_inference_duration": "histogram"}
+TEI_DURATIONS = ("te_request_duration", "te_request_tokenization_duration", "te_request_queue_duration",
+                 "te_request_inference_duration")
+
+
+def tei_samples(exposition: str) -> dict[str, float]:
+    """The te_* samples of a /metrics page by their exact written name and labels ('te_request_count{method=
+    "batch"}'), after checking that the page parses as Prometheus' text format and that each te_* family has TEI's
+    type."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    types = {family.name: family.type for family in text_string_to_metric_families(exposition)}
+    assert {name: kind for name, kind in types.items() if name.startswith("te_")} == \
+        {name: kind for name, kind in TEI_FAMILIES.items() if name in types}
+    samples = {}
+    for line in exposition.splitlines():
+        if line.startswith("te_"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
+
+
+def test_metrics_count_embed_requests_with_text_embeddings_inference_names(make_server, encoder_dir, tokenizer):
+    """/metrics also gives TEI's families, by TEI's exact sample names (a counter without `_total`), labels and
+    types: requests by method (single: one input; batch: a list) and by failure, the inputs embedded, each model
+    input's tokens, the batches, the queue, and the four duration histograms of the successful requests."""
+    server = make_server(encoder_dir, max_texts=4, max_concurrent_requests=1, max_wait_ms=1)
+    single = [("/embed", {"inputs": TEXTS[1]}), ("/v1/embeddings", {"input": TEXTS[0]})]
+    batch = [("/embed", {"inputs": TEXTS}), ("/embed", {"inputs": TEXTS[:1]}), ("/v1/embeddings", {"input": TEXTS[:2]}),
+             ("/embed_all", {"inputs": TEXTS[1:]}), ("/similarity", {"inputs": {"source_sentence": TEXTS[0],
+                                                                              "sentences": TEXTS[1:]}})]
+    for path, body in single + batch:
+        assert server.request(path, body)[0] == 200, path
+    texts = [TEXTS[1], TEXTS[0], *TEXTS, TEXTS[0], *TEXTS[:2], *TEXTS[1:], TEXTS[0], *TEXTS[1:]]
+    assert server.request("/tokenize", {"inputs": TEXTS[0]})[0] == 200  # not one of TEI's counted routes
+    refused = [(("/embed", {"inputs": TEXTS + TEXTS}), 413), (("/embed", {"inputs": [TEXTS[0], ""]}), 400),
+               (("/embed", {"inputs": []}), 400), (("/embed_sparse", {"inputs": TEXTS[0]}), 409)]
+    for (path, body), status in refused:
+        assert server.request(path, body)[0] == status, (path, body)
+    release = block_worker(server.batcher)  # a job of one token, run as a batch of its own
+    try:
+        join = in_threads([lambda: server.request("/embed", {"inputs": [TEXTS[2]]})])
+        wait_until_queued(server.batcher, 1)
+        assert tei_samples(server.request("/metrics")[1])["te_queue_size"] == 1
+        assert server.request("/embed", {"inputs": TEXTS[0]})[0] == 429  # over --max-concurrent-requests
+    finally:
+        release.set()
+    assert join()[0][0] == 200
+    batch.append(("/embed", {"inputs": [TEXTS[2]]}))
+    texts.append(TEXTS[2])
+    samples = tei_samples(server.request("/metrics")[1])
+
+    assert samples['te_request_count{method="single"}'] == len(single) + 1  # the model-type refusal's one text
+    assert samples['te_request_count{method="batch"}'] == len(batch) + 3
+    assert samples['te_request_success{method="single"}'] == len(single)
+    assert samples['te_request_success{method="batch"}'] == len(batch)
+    assert {name: value for name, value in samples.items() if name.startswith("te_request_failure")} == {
+        'te_request_failure{err="batch_size"}': 1, 'te_request_failure{err="validation"}': 2,
+        'te_request_failure{err="model_type"}': 1, 'te_request_failure{err="overloaded"}': 1}
+    assert samples["te_embed_count"] == samples["te_embed_success"] == len(texts)
+    assert "te_predict_count" not in samples
+    lengths = [len(tokenizer(text)["input_ids"]) for text in texts] + [1]  # and the blocking job's
+    assert samples["te_request_input_length_count"] == len(lengths)
+    assert samples["te_request_input_length_sum"] == sum(lengths)
+    assert samples['te_request_input_length_bucket{le="+Inf"}'] == len(lengths)
+    assert samples['te_request_input_length_bucket{le="8.0"}'] == sum(length <= 8 for length in lengths)
+    assert samples["te_batch_next_size_sum"] == len(lengths)
+    assert samples["te_batch_next_tokens_sum"] == sum(lengths)
+    assert samples["te_batch_next_size_count"] == samples['te_batch_next_size_bucket{le="+Inf"}'] >= len(batch)
+    for name in TEI_DURATIONS:
+        assert samples[f"{name}_count"] == len(single) + len(batch), name
+        assert samples[f"{name}_sum"] >= 0, name
+        assert samples[f'{name}_bucket{{le="+Inf"}}'] == len(single) + len(batch), name
+    assert samples["te_request_duration_sum"] >= samples["te_request_inference_duration_sum"] > 0
+    assert samples["te_queue_size"] == 0
+    exposition = server.request("/metrics")[1]
+    assert f"\nte_embed_count {len(texts)}\n" in exposition and "te_embed_count_total" not in exposition
+    assert not any(line.startswith("te_") and "_total" in line.split(" ")[0] for line in exposition.splitlines())
+    assert 'bertforge_requests_total{route="/embed",status="200"} 4.0' in exposition  # bertforge's own, as before
+
+
+def test_metrics_count_predict_and_rerank_requests_with_text_embeddings_inference_names(make_server,
+                                                                                       classifier_dir, tokenizer):
+    """A classifier's /predict and /rerank count in te_predict_count, per input (TEI's rerank predicts each
+    (query, text) pair), their requests by method; an input over the model's length in err="tokenization"."""
+    server = make_server(classifier_dir, max_wait_ms=1)
+    query = "Which review is positive?"
+    assert server.request("/predict", {"inputs": TEXTS[0]})[0] == 200  # single
+    assert server.request("/predict", {"inputs": [[TEXTS[0]], [TEXTS[1]]]})[0] == 200  # batch of two
+    assert server.request("/rerank", {"query": query, "texts": TEXTS})[0] == 200  # batch of three pairs
+    assert server.request("/predict", {"inputs": "word " * 100, "truncate": False})[0] == 413  # too long
+    samples = tei_samples(server.request("/metrics")[1])
+
+    assert samples['te_request_count{method="single"}'] == 2
+    assert samples['te_request_count{method="batch"}'] == 2
+    assert samples['te_request_success{method="single"}'] == 1
+    assert samples['te_request_success{method="batch"}'] == 2
+    assert samples['te_request_failure{err="tokenization"}'] == 1
+    assert samples["te_predict_count"] == 1 + 2 + 3 + 1  # the refused input was counted before tokenizing
+    assert samples["te_predict_success"] == 1 + 2 + 3
+    lengths = [len(tokenizer(text)["input_ids"]) for text in [TEXTS[0], TEXTS[0], TEXTS[1]]]
+    lengths += [len(tokenizer(query, text)["input_ids"]) for text in TEXTS]
+    assert samples["te_request_input_length_count"] == len(lengths)
+    assert samples["te_request_input_length_sum"] == sum(lengths)
+    for name in TEI_DURATIONS:
+        assert samples[f"{name}_count"] == 3, name
+    assert "te_embed_count" not in samples
+
 def test_token_budget_splits_batches(make_server, encoder_dir):
     server = make_server(encoder_dir, max_batch_size=64, max_batch_tokens=64, max_wait_ms=50)
     release = block_worker(server.batcher)

@@ -14,6 +14,7 @@ from starlette.routing import Match
 from bertforge.errors import BertforgeError, InputError
 from bertforge.inference.serve import schemas
 from bertforge.inference.serve.limits import EMPTY, HTTPError, error_answer
+from bertforge.inference.serve.metrics import tei_refused_empty
 from bertforge.runtime import is_out_of_memory
 
 logger = logging.getLogger("bertforge")
@@ -79,6 +80,7 @@ async def invalid_request(request: Request, problem: RequestValidationError):
     # a route that takes two request forms (/rerank's own and Cohere's) has the other form's refusals beside it.
     empty = any(item["type"] == "too_short" and item.get("input") == [] for item in problems)
     if empty and not any(is_type_error(item) and item.get("input") != [] for item in problems):
+        tei_refused_empty(request.url.path)
         return error(request, 400, "inputs cannot be empty: " + message, kind=EMPTY)
     return error(request, 422, "invalid request: " + message)
 

@@ -9,7 +9,7 @@ import hmac
 import json
 import time
 
-from bertforge.inference.serve.metrics import REQUEST_COST, RequestCost
+from bertforge.inference.serve.metrics import REQUEST_COST, RequestCost, tei_failure
 
 HEALTH_PATH = "/health"  # answered without the API key, so that load balancers can probe it
 # The probes of Weaviate's text2vec-transformers module and SageMaker's /ping (TEI serves it), keyless as well.
@@ -110,7 +110,7 @@ class RequestGuard:
             await self.guard(scope, receive, recording_send)
         finally:
             REQUEST_COST.reset(token)
-            self.metrics.count_request(route, status[0], time.monotonic() - started)
+            self.metrics.count_request(route, status[0], time.monotonic() - started, scope["path"], cost)
 
     async def guard(self, scope, receive, send):
         headers, path = dict(scope["headers"]), scope["path"]
@@ -161,6 +161,7 @@ class RequestGuard:
         if self.max_concurrent_requests is None or (method, scope["path"]) not in self.model_routes:
             return await self.app(scope, receive, send)
         if self.in_flight >= self.max_concurrent_requests:
+            tei_failure("overloaded")  # as TEI counts a request finding no permit
             return await send_error(send, scope["path"], 429, f"the server is busy: it takes "
                                     f"{self.max_concurrent_requests} requests at once "
                                     f"(--max-concurrent-requests); retry", {"retry-after": "1"})

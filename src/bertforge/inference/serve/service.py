@@ -28,7 +28,7 @@ from bertforge.inference.serve.jobs import (
     token_vectors,
 )
 from bertforge.inference.serve.limits import EMPTY, HTTPError
-from bertforge.inference.serve.metrics import ServerMetrics, count_characters, count_jobs, tokenizing
+from bertforge.inference.serve.metrics import ServerMetrics, count_characters, count_jobs, tei_failure, tokenizing
 from bertforge.inference.serve.settings import ServeSettings
 from bertforge.tasks.checkpoint_contents import Checkpoint, task_defaults
 from bertforge.tasks.data import Features
@@ -78,7 +78,7 @@ class ServedModel:
         self.run_splade = splade_vectors(self.splade, layout.max_active_dims) if self.splade is not None else None
         self.run_multi_vector = {role: multi_vector_rows(self.colbert, role) for role in ("query", "document")} \
             if self.colbert is not None else None
-        self.metrics = ServerMetrics(lambda: self.batcher.pending)
+        self.metrics = ServerMetrics(lambda: self.batcher.pending, self.input_limit())
         self.batcher = MicroBatcher(model, settings.max_batch_size, settings.max_batch_tokens, settings.max_wait_ms,
                                     settings.max_queue, settings.release_memory_after,
                                     on_batch=lambda jobs: self.metrics.count_batch([job.length for job in jobs]))
@@ -214,6 +214,7 @@ class ServedModel:
         """A pipeline's rows, run by the batcher (a pipeline runs in a worker thread, which waits for them)."""
         longest = max(features.lengths(), default=0)
         if longest > self.max_length:
+            tei_failure("tokenization")  # TEI's count of an input over its max_input_length
             raise HTTPError(413, f"the request makes model inputs of {longest} tokens; the limit is "
                                  f"{self.max_length}")
         jobs = [Job(rows_read(read), row) for row in features.rows]
@@ -414,6 +415,7 @@ def refused(what: str, limit: int, asked: bool | None) -> HTTPError:
     """413 for input over `limit` tokens; `asked`: the request's own truncate, if it said."""
     why = "the request asked not to truncate" if asked is False else "this server refuses long texts rather than " \
                                                                      "truncating"
+    tei_failure("tokenization")  # TEI's count of an input over its max_input_length
     return HTTPError(413, f"{what}; the limit is {limit} ({why})")
 
 

@@ -16,6 +16,7 @@ from bertforge.inference.serve.cohere import TRUNCATION, base64_values, check_em
 from bertforge.inference.serve.errors import ERRORS, OPENAI_ERRORS
 from bertforge.inference.serve.input_types import ROLES, input_prompt
 from bertforge.inference.serve.limits import HTTPError
+from bertforge.inference.serve.metrics import tei_request
 from bertforge.inference.serve.routes import Routes, Served
 from bertforge.inference.serve.service import (
     ServedModel,
@@ -34,6 +35,7 @@ async def embed_texts(request: schemas.EmbedRequest, served: Served):
     """One vector per text: the last layer pooled over its tokens (cls, mean or max). With
     text-embeddings-inference's {"inputs": ...} the answer is a bare list of vectors, unit length unless
     "normalize": false (TEI's default)."""
+    count_tei_inputs(request.inputs if request.inputs is not None else request.texts or [])
     if (request.texts is None) == (request.inputs is None):
         raise HTTPError(422, 'send "texts" (a list) or "inputs" (a text or a list), one of them')
     request = with_parameters(request)
@@ -82,6 +84,7 @@ async def weaviate_vectors(request: schemas.VectorsRequest, served: Served):
 async def openai_embeddings(request: schemas.OpenAIEmbeddingRequest, served: Served):
     """OpenAI's embeddings API (Jina's too): unit-length vectors, pooled as the checkpoint says (`bertforge
     embed`)."""
+    count_tei_inputs(request.input)
     served.refuse_sparse()
     if request.late_chunking:
         raise HTTPError(422, "late_chunking is not supported: each input is embedded on its own")
@@ -175,6 +178,7 @@ async def jina_multi_vector(request: schemas.MultiVectorRequest, served: Served)
 async def embed_all(request: schemas.EmbedAllRequest, served: Served):
     """text-embeddings-inference's: the last layer's vector of every token of each text, [CLS] and [SEP] included
     (not pooled, not normalized)."""
+    count_tei_inputs(request.inputs)
     if served.splade is not None:
         raise HTTPError(409, f"wrong model: {served.model_name} is a SPLADE model; /embed_all is for dense encoders "
                              f"(/embed_sparse gives its weights)")
@@ -188,6 +192,7 @@ async def embed_all(request: schemas.EmbedAllRequest, served: Served):
 async def embed_sparse(request: schemas.EmbedSparseRequest, served: Served):
     """text-embeddings-inference's, for a SPLADE model: each text's nonzero weights as {index, value}, index being
     the word piece's vocabulary id, in id order."""
+    count_tei_inputs(request.inputs)
     if served.splade is None:
         raise HTTPError(409, f"wrong model: {served.model_name} is not a SPLADE model (a masked-LM model with "
                              f"sentence-transformers' SpladePooling); /embed_sparse needs one")
@@ -204,6 +209,7 @@ async def similarity(request: schemas.SimilarityRequest, served: Served):
     source_sentence's embedding with each sentence's."""
     parameters = request.parameters or schemas.SimilarityParameters()
     texts = [request.inputs.source_sentence, *request.inputs.sentences]
+    tei_request(single=False, kind="embed", inputs=len(texts))  # TEI passes them on to /embed as a batch
     served.check_count(len(texts))
     check_not_empty(texts)
     if served.colbert is not None:  # the source sentence as the query, the sentences as documents
@@ -213,6 +219,13 @@ async def similarity(request: schemas.SimilarityRequest, served: Served):
     vectors, _, _ = await served.embed(texts, None, served.compared, parameters.truncate,
                                        parameters.truncation_direction, parameters.prompt_name)
     return [float(vectors[0] @ vector) for vector in vectors[1:]]
+
+
+def count_tei_inputs(inputs: str | list) -> None:
+    """Count a request to one of TEI's embedding routes in its metrics: one input (a text or token ids) or a
+    list."""
+    single = isinstance(inputs, str) or bool(inputs) and isinstance(inputs[0], int)
+    tei_request(single, kind="embed", inputs=1 if single else len(inputs))
 
 
 def with_parameters(request: schemas.EmbedRequest) -> schemas.EmbedRequest:

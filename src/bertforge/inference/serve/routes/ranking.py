@@ -12,6 +12,7 @@ from bertforge.inference.serve import schemas
 from bertforge.inference.serve.cohere import document_text, returned_document
 from bertforge.inference.serve.errors import ERRORS, OPENAI_ERRORS
 from bertforge.inference.serve.limits import HTTPError
+from bertforge.inference.serve.metrics import tei_request
 from bertforge.inference.serve.routes import Routes, Served, sent_by_infinity_client
 from bertforge.inference.serve.service import ServedModel
 
@@ -25,6 +26,9 @@ async def rerank(request: schemas.RerankRequest | schemas.CohereRerankRequest, s
     (or the sigmoid of a one-output model's score; raw_scores: the logit or score), or, for an encoder, the cosine
     similarity of the texts' embeddings. Sent "documents" (as vLLM's and Infinity's /rerank take), Cohere's answer,
     as /v1/rerank; Infinity's, sent by Infinity's client."""
+    # TEI's rerank predicts each (query, text) pair, and counts the request as a batch
+    tei_request(single=False, kind="predict", inputs=len(request.texts if isinstance(request, schemas.RerankRequest)
+                                                         else request.documents))
     if isinstance(request, schemas.CohereRerankRequest):
         return await cohere_answer(request, served, infinity=sent_by_infinity_client(request))
     served.check_count(len(request.texts))

@@ -137,7 +137,8 @@ async def weaviate_meta(served: Served) -> dict:
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
 async def prometheus_metrics(served: Served):
-    """Prometheus metrics: requests by route and status, latency, queue depth, batch sizes, tokens."""
+    """Prometheus metrics: requests by route and status, latency, queue depth, batch sizes, tokens; and
+    text-embeddings-inference's te_* families, by TEI's names."""
     body, content_type = served.metrics.render()
     return Response(body, media_type=content_type)
 

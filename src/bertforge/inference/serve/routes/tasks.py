@@ -21,7 +21,7 @@ from bertforge.inference.serve import schemas
 from bertforge.inference.serve.batcher import Job
 from bertforge.inference.serve.errors import ERRORS, OPENAI_ERRORS
 from bertforge.inference.serve.limits import HTTPError
-from bertforge.inference.serve.metrics import count_characters
+from bertforge.inference.serve.metrics import count_characters, tei_request
 from bertforge.inference.serve.routes import Routes, Served, sent_by_infinity_client
 from bertforge.inference.serve.routes.embeddings import (
     embed_sparse,
@@ -59,6 +59,11 @@ async def predict(request: schemas.PredictRequest, served: Served):
     """The fine-tuned model's answers, as `bertforge predict` gives them: a label with probabilities, a score,
     entities with character spans into each text, or per question the answer's span of its context. With
     text-embeddings-inference's "inputs", a sequence classifier's scores in its shape."""
+    if request.inputs is not None:
+        single, items = predict_inputs(request.inputs)
+        tei_request(single, kind="predict", inputs=len(items))
+    else:
+        tei_request(single=False, kind="predict", inputs=len(request.texts or request.questions or []))
     current = served.require_task()
     if request.inputs is not None:
         return await tei_predict(current, request, served)
