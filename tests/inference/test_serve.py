@@ -2023,9 +2023,22 @@ TEI_FAMILIES = {"te_request_count": "counter", "te_request_success": "counter", 
                 "te_predict_success": "counter", "te_queue_size": "gauge", "te_request_input_length": "histogram",
                 "te_batch_next_size": "histogram", "te_batch_next_tokens": "histogram",
                 "te_request_duration": "histogram", "te_request_tokenization_duration": "histogram",
-                "te_request_queue_duration": "histogram", "te_request_inference_duration": "histogram"}
+                "te_request_queue_duration": "histogram", "te_request_inference_duration": "histogram",
+                **{f"te_{kind}_{part}duration": "histogram" for kind in ("embed", "predict")
+                   for part in ("", "tokenization_", "queue_", "inference_")}}
 TEI_DURATIONS = ("te_request_duration", "te_request_tokenization_duration", "te_request_queue_duration",
                  "te_request_inference_duration")
+
+
+def assert_input_durations(samples: dict[str, float], kind: str) -> None:
+    """te_embed_*_duration or te_predict_*_duration: one observation per input answered, each input's duration its
+    tokenizing, queue and inference time."""
+    parts = [f"te_{kind}_{part}_duration" for part in ("tokenization", "queue", "inference")]
+    for name in (f"te_{kind}_duration", *parts):
+        assert samples[f"{name}_count"] == samples[f"te_{kind}_success"], name
+        assert samples[f"{name}_sum"] >= 0, name
+    assert samples[f"te_{kind}_inference_duration_sum"] > 0
+    assert samples[f"te_{kind}_duration_sum"] == pytest.approx(sum(samples[f"{name}_sum"] for name in parts))
 
 
 def tei_samples(exposition: str) -> dict[str, float]:
@@ -2048,7 +2061,8 @@ def tei_samples(exposition: str) -> dict[str, float]:
 def test_metrics_count_embed_requests_with_text_embeddings_inference_names(make_server, encoder_dir, tokenizer):
     """/metrics also gives TEI's families, by TEI's exact sample names (a counter without `_total`), labels and
     types: requests by method (single: one input; batch: a list) and by failure, the inputs embedded, each model
-    input's tokens, the batches, the queue, and the four duration histograms of the successful requests."""
+    input's tokens, the batches, the queue, the four duration histograms of the successful requests and those of
+    each input embedded."""
     server = make_server(encoder_dir, max_texts=4, max_concurrent_requests=1, max_wait_ms=1)
     single = [("/embed", {"inputs": TEXTS[1]}), ("/v1/embeddings", {"input": TEXTS[0]})]
     batch = [("/embed", {"inputs": TEXTS}), ("/embed", {"inputs": TEXTS[:1]}), ("/v1/embeddings", {"input": TEXTS[:2]}),
@@ -2097,6 +2111,7 @@ def test_metrics_count_embed_requests_with_text_embeddings_inference_names(make_
         assert samples[f"{name}_sum"] >= 0, name
         assert samples[f'{name}_bucket{{le="+Inf"}}'] == len(single) + len(batch), name
     assert samples["te_request_duration_sum"] >= samples["te_request_inference_duration_sum"] > 0
+    assert_input_durations(samples, "embed")
     assert samples["te_queue_size"] == 0
     exposition = server.request("/metrics")[1]
     assert f"\nte_embed_count {len(texts)}\n" in exposition and "te_embed_count_total" not in exposition
@@ -2129,6 +2144,7 @@ def test_metrics_count_predict_and_rerank_requests_with_text_embeddings_inferenc
     assert samples["te_request_input_length_sum"] == sum(lengths)
     for name in TEI_DURATIONS:
         assert samples[f"{name}_count"] == 3, name
+    assert_input_durations(samples, "predict")
     assert "te_embed_count" not in samples
 
 def test_token_budget_splits_batches(make_server, encoder_dir):

@@ -68,9 +68,8 @@ class ServerMetrics:
 # ResponseMetadata::record_metrics, router/src/http/server.rs, core/src/infer.rs, core/src/queue.rs,
 # core/src/tokenization.rs). TEI's exporter (metrics-exporter-prometheus) names a counter's sample as the counter,
 # without prometheus-client's `_total`, and dashboards query those names: so these families are written here, not
-# by prometheus-client. Left out, having nothing in bertforge to count: te_embed_*_duration and
-# te_predict_*_duration (per input: bertforge tokenizes a request's inputs together) and err="dropped" (a client gone
-# before its input was batched).
+# by prometheus-client. Left out, having nothing in bertforge to count: err="dropped" (TEI's count of an input whose
+# client went away before it was batched).
 
 # seconds: 35 steps of x1.5 from 1.5e-5 (to about 14.6 s), TEI's buckets of every metric named *duration
 TEI_DURATION_BUCKETS = tuple(0.00001 * 1.5 ** step for step in range(1, 36))
@@ -131,7 +130,16 @@ class TeiMetrics:
             "te_request_duration": "Seconds from a request's arrival to its answer",
             "te_request_tokenization_duration": "Seconds a request spent tokenizing",
             "te_request_queue_duration": "Seconds a request's inputs waited for the model, on average",
-            "te_request_inference_duration": "Seconds a request's inputs spent in the model, on average"}
+            "te_request_inference_duration": "Seconds a request's inputs spent in the model, on average",
+            "te_embed_duration": "Seconds to embed each input: its tokenizing, queue and inference time",
+            "te_embed_tokenization_duration": "Seconds tokenizing each input embedded (its request's, shared out)",
+            "te_embed_queue_duration": "Seconds each input embedded waited for the model",
+            "te_embed_inference_duration": "Seconds of the forward pass that embedded each input",
+            "te_predict_duration": "Seconds to predict each input: its tokenizing, queue and inference time",
+            "te_predict_tokenization_duration": "Seconds tokenizing each input predicted (its request's, shared "
+                                                "out)",
+            "te_predict_queue_duration": "Seconds each input predicted waited for the model",
+            "te_predict_inference_duration": "Seconds of the forward pass that predicted each input"}
 
     def __init__(self, queue_depth: Callable[[], int], max_input_length: int):
         self.queue_depth = queue_depth
@@ -187,6 +195,19 @@ class TeiMetrics:
                     self.add(f"te_{kind}_count", inputs)
             if failure is not None:
                 self.add("te_request_failure", labels=f'err="{failure}"')
+            elif cost.tei_calls:
+                self.count_inputs(cost.tei_calls[0][1], cost)
+
+    def count_inputs(self, kind: str, cost: RequestCost) -> None:
+        """te_embed_*_duration or te_predict_*_duration, per model input of an answered request, as TEI records
+        them per input: its queue and inference time are its own; bertforge tokenizes a request's inputs together,
+        so each is given an equal share of that time."""
+        tokenizing = cost.tokenizing / max(cost.rows, 1)
+        for waiting, running in cost.job_seconds:
+            self.observe(f"te_{kind}_duration", tokenizing + waiting + running)
+            self.observe(f"te_{kind}_tokenization_duration", tokenizing)
+            self.observe(f"te_{kind}_queue_duration", waiting)
+            self.observe(f"te_{kind}_inference_duration", running)
 
     def render(self) -> str:
         """The families in Prometheus' text format, after prometheus-client's."""
@@ -220,14 +241,17 @@ class RequestCost:
     # went through (POST /vertex passes on several), and the err of a refusal where its status doesn't say it
     tei_calls: list[tuple[str, str, int]] = field(default_factory=list)
     tei_failure: str | None = None
+    job_seconds: list[tuple[float, float]] = field(default_factory=list)  # each model input's (queue, inference)
 
     def count_jobs(self, jobs: Sequence) -> None:
         """Jobs of the request that the batcher has run (their `started` and `finished` set)."""
         for job in jobs:
+            waiting, running = job.started - job.enqueued, job.finished - job.started
             self.rows += 1
             self.tokens += job.length
-            self.waiting += job.started - job.enqueued
-            self.running += job.finished - job.started
+            self.waiting += waiting
+            self.running += running
+            self.job_seconds.append((waiting, running))
 
     def headers(self, seconds: float, compute_type: str) -> list[tuple[bytes, bytes]]:
         """text-embeddings-inference's headers, in whole milliseconds: the request's time, its characters and
