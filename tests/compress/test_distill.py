@@ -116,9 +116,11 @@ def test_a_temperature_outside_the_float_range_is_a_config_error(temperature):
         DistillConfig(temperature=temperature)
 
 
-def test_the_library_call_takes_the_teachers_task_and_settings(data_dir, tmp_path):
+def test_the_library_call_takes_the_teachers_task_and_settings(data_dir, tmp_path, capsys):
     """distill(FinetuneConfig(train=..., model=teacher)) without a task: the teacher's (here ner) and its run's
-    settings, not the config's default classification ones."""
+    settings, not the config's default classification ones. A teacher trained with class weights and smoothed
+    labels distills through the command too, which takes its run's settings but not that recipe for the true labels'
+    loss (the distillation loss replaces it), unless --without-teacher; given with a teacher, they are refused."""
     from bertforge.compress.distill import distill
     from bertforge.tasks.finetune import FinetuneConfig, finetune
     from bertforge.tasks.finetuned_model import FinetunedModel
@@ -128,12 +130,25 @@ def test_the_library_call_takes_the_teachers_task_and_settings(data_dir, tmp_pat
     train = tmp_path / "train.conll"
     train.write_text("\n\n".join(lines) + "\n", encoding="utf-8")
     steps = TrainConfig(max_steps=2, progress=False)
-    finetune(FinetuneConfig(train=str(train), output=str(tmp_path / "teacher"), task="ner", training=steps))
+    finetune(FinetuneConfig(train=str(train), output=str(tmp_path / "teacher"), task="ner", class_weights="balanced",
+                            training=TrainConfig(max_steps=2, progress=False, label_smoothing=0.1)))
     result = distill(FinetuneConfig(train=str(train), output=str(tmp_path / "student"), model=str(tmp_path / "teacher"),
                                     training=steps), DistillConfig(student_layers=2))
     assert result.written
     student = FinetunedModel.load(tmp_path / "student")
     assert student.task.name == "ner" and student.model.config.num_hidden_layers == 2
+    common = ["distill", "--teacher", str(tmp_path / "teacher"), "--train", str(train), "--student-layers", "2",
+              "--max-steps", "1", "--no-progress"]
+    assert main([*common, "--output", str(tmp_path / "by-command")]) == 0
+    run = json.loads((tmp_path / "by-command" / "finetune_config.json").read_text())
+    assert run["class_weights"] is None and run["training"]["label_smoothing"] == 0.0
+    assert main([*common, "--output", str(tmp_path / "control"), "--without-teacher"]) == 0
+    run = json.loads((tmp_path / "control" / "finetune_config.json").read_text())
+    assert run["class_weights"] == "balanced" and run["training"]["label_smoothing"] == 0.1
+    assert main([*common, "--output", str(tmp_path / "refused"), "--class-weights", "balanced"]) == 1
+    assert capsys.readouterr().err.strip().endswith("--label-smoothing and --class-weights shape the true labels' "
+                                                    "loss, which distillation replaces with the teacher's; give them "
+                                                    "with --without-teacher")
 
 
 def test_a_multi_label_teacher_distills_through_the_command(data_dir, tmp_path, capsys):

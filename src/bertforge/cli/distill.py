@@ -42,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.finetune import RUN_CONFIG_FILE
     from bertforge.training.distributed import read_environment
 
+    if not args.without_teacher and (args.label_smoothing is not None or args.class_weights is not None):
+        raise ConfigError("--label-smoothing and --class-weights shape the true labels' loss, which distillation "
+                          "replaces with the teacher's; give them with --without-teacher")
     teacher = inspect_checkpoint(args.teacher)
     if args.task is not None and teacher.task is not None and args.task != teacher.task:
         # the student is cut from the teacher with its head: it can only learn what the teacher does

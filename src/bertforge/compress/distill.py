@@ -201,6 +201,9 @@ def distill(config: FinetuneConfig, distillation: DistillConfig | None = None, m
     # (as a new run takes them: what the teacher's run chose on its dev set, its student chooses on its own)
     settings = config.settings if type(config.settings) is teacher.task.settings else teacher.run.to_train().settings
     config = dataclasses.replace(config, task=teacher.task.name, settings=settings)
+    if distillation.use_teacher:  # the teacher's run's recipe for the true labels' loss, which distillation replaces
+        config = dataclasses.replace(config, class_weights=None,
+                                     training=dataclasses.replace(config.training, label_smoothing=0.0))
     student = student_from_teacher(teacher.model, distillation.student_layers)
     examples = None
     if config.dev is not None:  # read and scored before training: a dev set the gate can't use is known at once
