@@ -3,7 +3,9 @@ model with the same weights, completeness, and word spans against transformers' 
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
+import threading
 
 import pytest
 import torch
@@ -846,3 +848,35 @@ def test_an_int8_model_is_explained_by_forward_passes_and_refused_by_gradients(s
     # And LIME (the same seeded samples).
     int8_lime = attributions_of(explain(model, tokenizer, REVIEW, method="lime", steps=100))
     assert torch.nn.functional.cosine_similarity(int8_lime, fp32_lime, dim=0) > 0.9
+
+
+def test_explain_leaves_another_threads_calls_on_the_same_model_as_they_are(sst2_classifier, tokenizer, sst2_dev):
+    """A web app's threads share one loaded model: a prediction another thread makes while explain runs the model is
+    the prediction it makes alone, and the explanation is the one explain gives alone. Deterministic: the other
+    thread predicts (waited for) in the middle of explain's forward passes, past the word-embedding lookup, where a
+    hook that explain left on the shared lookup would replace the other thread's embeddings."""
+    texts = [text for text, _ in sst2_dev[:4]]
+
+    def predict(text: str) -> torch.Tensor:
+        with torch.inference_mode():
+            return sst2_classifier(**tokenizer(text, return_tensors="pt")).logits
+
+    alone = [predict(text) for text in texts]
+    explained_alone = attributions_of(explain(sst2_classifier, tokenizer, REVIEW, steps=8))
+    explaining, meanwhile = threading.get_ident(), []
+
+    def predict_elsewhere(module, inputs):
+        if threading.get_ident() == explaining and len(meanwhile) < len(texts):
+            meanwhile.append(other_thread.submit(predict, texts[len(meanwhile)]))
+            concurrent.futures.wait(meanwhile[-1:])
+
+    with concurrent.futures.ThreadPoolExecutor(1) as other_thread:
+        handle = sst2_classifier.classifier.register_forward_pre_hook(predict_elsewhere)
+        try:
+            explained = attributions_of(explain(sst2_classifier, tokenizer, REVIEW, steps=8))
+        finally:
+            handle.remove()
+    assert len(meanwhile) == len(texts)
+    for text, expected, future in zip(texts, alone, meanwhile):
+        assert torch.equal(future.result(), expected), text
+    assert torch.equal(explained, explained_alone)

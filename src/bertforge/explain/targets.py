@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,30 +114,15 @@ def device_of(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-@contextmanager
-def word_embeddings_replaced(model: torch.nn.Module, values: torch.Tensor):
-    """Run `model` with `values` (batch, seq, hidden) as the output of its word-embedding lookup.
-
-    A forward hook on the lookup, so the model's code stays as it is.
-    """
-    def replace(module, inputs, output):
-        if output.numel() != values.numel():
-            raise RuntimeError(f"the word-embedding lookup gave {tuple(output.shape)}, expected "
-                               f"{tuple(values.shape)} (a padded batch?)")
-        return values.reshape(output.shape).to(output.dtype)
-
-    handle = encoder_of(model).embeddings.tokens.register_forward_hook(replace)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
 def run_with(model: torch.nn.Module, row: Row, embeddings: torch.Tensor):
-    """The model's output for `row`, with word embeddings `embeddings` (steps, seq, hidden), one row per step."""
-    input_ids, token_type_ids = row.tensors(embeddings.shape[0], embeddings.device)
-    with word_embeddings_replaced(model, embeddings):
-        return model(input_ids, token_type_ids=token_type_ids)
+    """The model's output for `row`, with word embeddings `embeddings` (steps, seq, hidden), one row per step.
+
+    Given as the model's inputs_embeds (they take the word-embedding lookup's place), not put there by a hook on
+    the lookup: the model is shared, and a hook would replace the lookup of every thread's call on it meanwhile.
+    """
+    _, token_type_ids = row.tensors(embeddings.shape[0], embeddings.device)
+    table = encoder_of(model).embeddings.tokens.weight
+    return model(inputs_embeds=embeddings.to(table.dtype), token_type_ids=token_type_ids)
 
 
 @dataclass
