@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import re
 import shutil
+import threading
 
 import pytest
 import torch
@@ -80,6 +82,34 @@ def test_model_outputs_render_directly(tokenizer, tiny_config):
     assert attention.attentions.shape == (2, 4, 10, 10)
     assert torch.allclose(attention.attentions.sum(-1), torch.ones(2, 4, 10))
     assert page_data(render_attention_map(attention))["segment_b_start"] == 6
+
+
+
+def test_attention_computed_by_another_thread_meanwhile_is_each_texts_own(tokenizer, tiny_config):
+    """A web app's threads share one model: each text's weights, queries and keys are the ones it gets alone, though
+    another thread computes another text's on the model meanwhile. Deterministic: the other thread runs (waited
+    for) inside this thread's forward pass, in its last layer, while this thread's hooks on the query and key
+    projections are on the shared model. Found by 4 threads' compute_attention: every call failed or mismatched."""
+    model = BertModel(BertConfig(**{**tiny_config.__dict__, "vocab_size": tokenizer.vocab_size})).eval()
+    first, second = "The cat sat.", "It slept on the warm mat all day."
+    alone = [compute_attention(model, tokenizer, text) for text in (first, second)]
+    this_thread, meanwhile = threading.get_ident(), []
+
+    def attend_elsewhere(module, inputs):
+        if threading.get_ident() == this_thread and not meanwhile:
+            meanwhile.append(other_thread.submit(compute_attention, model, tokenizer, second))
+            concurrent.futures.wait(meanwhile)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as other_thread:
+        handle = model.encoder.layers[-1].register_forward_pre_hook(attend_elsewhere)
+        try:
+            during = compute_attention(model, tokenizer, first)
+        finally:
+            handle.remove()
+    for got, expected in ((during, alone[0]), (meanwhile[0].result(), alone[1])):
+        assert got.tokens_a == expected.tokens_a
+        for name in ("attentions", "queries", "keys"):
+            assert torch.equal(getattr(got, name), getattr(expected, name)), name
 
 
 def test_the_models_own_attention_tuple_renders(tokenizer, tiny_config):

@@ -14,6 +14,7 @@ import functools
 import html
 import json
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -93,8 +94,15 @@ def attention_vectors(model, input_ids: list[int], token_type_ids: list[int]
     `model` is a BertModel or has `.bert`."""
     encoder = encoder_of(model)
     captured: dict[str, list[torch.Tensor]] = {"query": [], "key": []}
-    handles = [getattr(layer.attention, name).register_forward_hook(reads_packed_tokens(
-                   lambda module, inputs, output, name=name: captured[name].append(output.float().cpu())))
+    caller = threading.get_ident()
+
+    def capture(name: str):
+        def hook(module, inputs, output):
+            if threading.get_ident() == caller:  # not another thread's call on the shared model meanwhile
+                captured[name].append(output.float().cpu())
+        return reads_packed_tokens(hook)
+
+    handles = [getattr(layer.attention, name).register_forward_hook(capture(name))
                for layer in encoder.encoder.layers for name in captured]
     device = next(encoder.parameters()).device
     try:
