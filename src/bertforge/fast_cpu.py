@@ -94,9 +94,12 @@ class PrepackedLinear(nn.Linear):
         if self.weight.is_inference():  # made under inference_mode: no version counter to tell a change by
             return torch.ops.mkldnn._reorder_linear_weight(self.weight, None)
         key = (self.weight.data_ptr(), self.weight._version)
-        if self.packed is None or self.packed[0] != key:
-            self.packed = (key, torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None))
-        return self.packed[1]
+        # Read once: another thread's call on the shared model may drop self.packed (its eval(), a call with
+        # gradients) between this thread's check and its use.
+        packed = self.packed
+        if packed is None or packed[0] != key:
+            packed = self.packed = (key, torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None))
+        return packed[1]
 
     def train(self, mode: bool = True) -> PrepackedLinear:
         self.packed = None
