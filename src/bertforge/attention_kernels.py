@@ -4,6 +4,7 @@ the model: the result is the same either way, to float rounding (tests/test_mode
 
 from __future__ import annotations
 
+import threading
 from contextlib import nullcontext
 
 import torch
@@ -16,10 +17,17 @@ EXPLICIT_ATTENTION_MAX_SEQ = 64
 # ~8 ms a layer on an H200, paid again at each batch length, and batches come in many. The others need no plan.
 GPU_ATTENTION_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
-# Set by inference/replay.py while it records a graph that it replays only for batches on the same side of the
-# length branches as the batch it records on: those branches may then be taken as in an eager forward (and int8
-# layers take the kernel a graph can hold: compress/int8_linear.py).
-recording_for_replay = False
+
+class ReplayRecording(threading.local):
+    """Whether this thread is recording a graph for inference/replay.py, which replays it only for batches on the
+    same side of the length branches as the batch it records on: those branches may then be taken as in an eager
+    forward (and int8 layers take the kernel a graph can hold: compress/int8_linear.py). Each thread's own: other
+    threads' calls on the same model meanwhile take their own kernels (and record their own graphs)."""
+
+    active = False
+
+
+replay_recording = ReplayRecording()
 
 
 def recording_graph() -> bool:
@@ -34,7 +42,7 @@ def explicit_attention(q: torch.Tensor, dropout_p: float, need_weights: bool) ->
     themselves, and on a CPU for short sequences and for dropout (where SDPA computes the same thing with a
     costlier random mask). A recorded graph takes SDPA for every length: a branch on the length would fix it to one
     side."""
-    on_cpu = q.device.type == "cpu" and (recording_for_replay or not recording_graph())
+    on_cpu = q.device.type == "cpu" and (replay_recording.active or not recording_graph())
     return need_weights or (on_cpu and (dropout_p > 0.0 or q.shape[2] <= EXPLICIT_ATTENTION_MAX_SEQ))
 
 

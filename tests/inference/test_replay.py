@@ -2,6 +2,7 @@
 real text, for every way the encoder and its heads call it; everything a graph can't give runs eagerly; a model
 that loads new tensors is recorded again."""
 
+import concurrent.futures
 import copy
 import importlib
 import pickle
@@ -166,3 +167,16 @@ def test_a_graph_is_recorded_once_per_way_of_calling(minilm_dir, calibration, to
         run(model, False, **dict(tokenizer(text, return_tensors="pt")), first_token_only=True)
         run(model, False, **dict(tokenizer(text, return_tensors="pt")))
     assert recorded == [(False, replay.EXPLICIT), (True, replay.EXPLICIT)]  # 21-48 positions each
+
+
+def test_a_graph_recorded_in_one_thread_leaves_another_threads_eager_kernels_as_they_are(int8, tokenizer, texts):
+    """A graph is recorded at a thread's first small batch (~0.5 s), while a web app's other threads may run large
+    batches on the same model: theirs take the kernels they take at any other time (oneDNN's for 256 rows and more),
+    not the one a graph can hold, and give the same numbers. Deterministic: the other thread runs (waited for)
+    while this one is inside what record() runs the tracer in."""
+    big = dict(tokenizer(texts[:24], padding=True, return_tensors="pt"))
+    assert int(big["attention_mask"].sum()) >= int8_linear.SMALL_PRODUCT_ROWS
+    alone = run(int8, True, **big).last_hidden_state
+    with concurrent.futures.ThreadPoolExecutor(1) as other_thread, replay.recording_for_replay():
+        meanwhile = other_thread.submit(run, int8, True, **big).result().last_hidden_state
+    torch.testing.assert_close(meanwhile, alone, atol=0, rtol=0)

@@ -294,7 +294,7 @@ class QuantizedLinear(nn.Module):
         """Whether a product of `rows` rows runs on fbgemm's static-input kernel (see SMALL_PRODUCT_ROWS), as every
         product does while inference/replay.py records the model as a graph (oneDNN's takes arguments the recorder
         can't hold)."""
-        return ((attention_kernels.recording_for_replay or rows < SMALL_PRODUCT_ROWS and int8_reduce_range())
+        return ((attention_kernels.replay_recording.active or rows < SMALL_PRODUCT_ROWS and int8_reduce_range())
                 and not torch.compiler.is_compiling() and small_product_kernel_available())
 
     def recorded_weight(self):
@@ -398,7 +398,7 @@ class FusedProjections:
         """The joint layer for `layers`, made again if they changed; None where they must run one by one. (Under
         torch.compile there is no FusedProjections: `run_int8_eagerly` removes it. A graph recorder other than
         replay's, whose recording module holds `recorded_weights`, can't read the joint layer's weight.)"""
-        if (torch.compiler.is_exporting() or (torch.jit.is_tracing() and not attention_kernels.recording_for_replay)
+        if (torch.compiler.is_exporting() or (torch.jit.is_tracing() and not attention_kernels.replay_recording.active)
                 or not all(isinstance(layer, QuantizedLinear) for layer in layers)
                 or any(has_forward_hooks(layer) for layer in layers)):
             return None

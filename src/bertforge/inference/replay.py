@@ -135,11 +135,11 @@ def record(model: BertModel, first_token_only: bool, lengths: int) -> torch.jit.
 def recording_for_replay() -> Iterator[None]:
     """Within: the model takes its branches on the sequence length as it does eagerly (see attention_kernels.py),
     and its int8 products run on the kernel a graph can record (compress/int8_linear.py)."""
-    attention_kernels.recording_for_replay = True
+    attention_kernels.replay_recording.active = True
     try:
         yield
     finally:
-        attention_kernels.recording_for_replay = False
+        attention_kernels.replay_recording.active = False
 
 
 def model_state(model: BertModel) -> tuple:
