@@ -1,6 +1,8 @@
 """Feature extraction: each layer recipe and pooling against a direct computation, sentence-transformers parity."""
 
+import concurrent.futures
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -361,3 +363,50 @@ def test_similarity_of_vectors_that_do_not_compare_is_named(minilm_dir, tiny_con
         with pytest.raises(InputError, match=re.escape(message)):
             call()
     assert dense.similarity(vectors[:0], vectors).shape == (0, 2)  # no vectors are of any width
+
+
+def same_answer(ours, alone) -> bool:
+    if isinstance(ours, dict):
+        return ours.keys() == alone.keys() and all(same_answer(ours[key], alone[key]) for key in ours)
+    if isinstance(ours, (list, tuple)):
+        return len(ours) == len(alone) and all(same_answer(a, b) for a, b in zip(ours, alone))
+    if isinstance(ours, torch.Tensor):
+        return torch.equal(ours, alone)
+    if isinstance(ours, np.ndarray):
+        return ours.dtype == alone.dtype and np.array_equal(ours, alone)
+    return ours == alone
+
+
+def test_encode_and_tokenizer_calls_another_thread_makes_meanwhile_answer_as_alone(minilm_dir, real_sentences):
+    """A web app's threads share one SentenceEncoder: encode and tokenizer calls that another thread makes in the
+    middle of this thread's encode (in its model's last layer, where a pre-hook waits for them) give exactly what
+    they give alone, whatever options each names, and so does this thread's call: no call leaves its options,
+    hooks or modes on the shared encoder, model or tokenizer. Deterministic (no timing)."""
+    encoder = SentenceEncoder(minilm_dir)
+    texts, tokenizer = real_sentences, encoder.tokenizer
+    calls = {
+        "this thread's": lambda: encoder.encode(texts, batch_size=4, normalize_embeddings=True, truncate_dim=64,
+                                                prompt="query: "),
+        "encode": lambda: encoder.encode(texts[::-1], batch_size=3, precision="int8"),
+        "token embeddings": lambda: encoder.encode(texts[:3], output_value="token_embeddings"),
+        "tokenizer": lambda: dict(tokenizer(texts[:4], texts[4:8], truncation="only_second", max_length=40,
+                                            padding="max_length", return_offsets_mapping=True)),
+    }
+    alone = {name: call() for name, call in calls.items()}
+    this_thread, meanwhile = threading.get_ident(), {}
+
+    def call_elsewhere(module, inputs):
+        if threading.get_ident() == this_thread and not meanwhile:
+            meanwhile.update({name: other_thread.submit(call) for name, call in list(calls.items())[1:]})
+            concurrent.futures.wait(meanwhile.values())
+
+    with concurrent.futures.ThreadPoolExecutor(1) as other_thread:
+        handle = encoder.model.encoder.layers[-1].register_forward_pre_hook(call_elsewhere)
+        try:
+            answers = {"this thread's": calls["this thread's"]()}
+        finally:
+            handle.remove()
+    answers |= {name: future.result() for name, future in meanwhile.items()}
+    assert answers.keys() == alone.keys()
+    for name, answer in answers.items():
+        assert same_answer(answer, alone[name]), name
