@@ -102,7 +102,8 @@ class PrepackedLinear(nn.Linear):
         return packed[1]
 
     def train(self, mode: bool = True) -> PrepackedLinear:
-        self.packed = None
+        if mode != self.training:  # a switch; the eval() that inference calls make on an eval model keeps the copy
+            self.packed = None
         return super().train(mode)
 
     def __getstate__(self) -> dict:
