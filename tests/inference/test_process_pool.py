@@ -2,9 +2,11 @@
 processes in chunks give what one process gives (real MiniLM, SST-2 sentences); a worker's error reaches the
 caller, a dead worker gives an error rather than a wait forever, and bad pool arguments a one-line error."""
 
+import concurrent.futures
 import multiprocessing
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -80,6 +82,30 @@ def test_a_list_of_devices_is_a_pool_for_one_call(minilm_dir, sst2_dev):
     finally:
         reranker.stop_multi_process_pool(pool)
 
+
+
+def test_calls_another_thread_makes_on_the_pool_meanwhile_get_their_own_results(encoder, pool, texts, monkeypatch):
+    """A web app starts one pool and calls encode(pool=pool) from its request threads: a call another thread makes
+    while this one waits for its results gets its own texts' vectors, and this call its own, though the workers
+    answer both on one queue. Found by 4 threads' calls on a 2-worker pool: "TypeError: expected Tensor as element
+    3 in argument 0, but got NoneType" (another call had taken its chunks' results). This call waits for the other
+    up to a second: in that time the other either ends (having taken this call's results, before the fix) or waits
+    for this call to end; either way the answers compared below do not depend on timing."""
+    first, second = texts[:20], texts[20:]
+    alone = [encoder.encode(batch, pool=pool, chunk_size=4) for batch in (first, second)]
+    this_thread, meanwhile, next_result = threading.get_ident(), [], process_pool.next_result
+
+    def another_call_first(pool):
+        if threading.get_ident() == this_thread and not meanwhile:
+            meanwhile.append(other_thread.submit(encoder.encode, second, pool=pool, chunk_size=4))
+            concurrent.futures.wait(meanwhile, timeout=1)
+        return next_result(pool)
+
+    monkeypatch.setattr(process_pool, "next_result", another_call_first)
+    with concurrent.futures.ThreadPoolExecutor(1) as other_thread:
+        during = encoder.encode(first, pool=pool, chunk_size=4)
+    np.testing.assert_allclose(during, alone[0], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(meanwhile[0].result(), alone[1], atol=1e-6, rtol=0)
 
 def test_an_error_in_a_worker_is_raised_to_the_caller(pool):
     with pytest.raises(AttributeError, match="no_such_method"):

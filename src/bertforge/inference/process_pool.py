@@ -16,6 +16,7 @@ import math
 import os
 import pickle
 import queue
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -195,12 +196,15 @@ def run_in_pool(pool: dict[str, Any], method: str, items: list, options: dict[st
         chunk_size = max(1, min(math.ceil(len(items) / len(pool["processes"]) / 10), 5000))
     check_counts(chunk_size=chunk_size)
     starts = range(0, len(items), chunk_size)
-    for chunk_id, start in enumerate(starts):
-        pool["input"].put((chunk_id, method, items[start:start + chunk_size], options))
     results: list[Any] = [None] * len(starts)
-    for _ in starts:
-        chunk_id, result = next_result(pool)
-        results[chunk_id] = result
+    # One call at a time: the workers answer every call on one queue, by chunk number, so a call another thread
+    # made meanwhile would take this call's results for its own. (setdefault is atomic: one lock per pool.)
+    with pool.setdefault("lock", threading.Lock()):
+        for chunk_id, start in enumerate(starts):
+            pool["input"].put((chunk_id, method, items[start:start + chunk_size], options))
+        for _ in starts:
+            chunk_id, result = next_result(pool)
+            results[chunk_id] = result
     for result in results:
         if isinstance(result, Exception):
             raise result
