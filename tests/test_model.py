@@ -1,5 +1,8 @@
 """Encoder mechanics on tiny configs: shapes, both attention paths, padding, initialisation, input errors."""
 
+import threading
+import types
+
 import pytest
 import torch
 
@@ -184,3 +187,28 @@ def test_leaf_modules_stand_alone():
 def test_input_errors_are_clear(tiny_config, kwargs, message):
     with pytest.raises(BertforgeError, match=message):
         BertModel(tiny_config)(**kwargs)
+
+
+def test_gpu_attention_kernels_stay_chosen_while_any_thread_attends_and_are_put_back_after():
+    """torch's SDPA backends are one setting of the process: a thread whose GPU attention ends while another
+    thread's runs must not turn cuDNN's kernel (a plan for every new shape) back on under it, and the last one out
+    puts back what was there before. Deterministic (the threads step in turn); on CPU: only q.is_cuda is read."""
+    on_gpu = types.SimpleNamespace(is_cuda=True)
+    before = torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled()
+    other_in, first_out, seen = threading.Event(), threading.Event(), {}
+
+    def attend_meanwhile():
+        with attention_kernels.fused_kernels(on_gpu):
+            other_in.set()
+            first_out.wait(timeout=60)
+            seen["cuDNN, flash"] = torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled()
+
+    other = threading.Thread(target=attend_meanwhile)
+    with attention_kernels.fused_kernels(on_gpu):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        other.start()
+        assert other_in.wait(timeout=60)
+    first_out.set()
+    other.join()
+    assert seen["cuDNN, flash"] == (False, True)  # still the choice, for the thread still attending
+    assert (torch.backends.cuda.cudnn_sdp_enabled(), torch.backends.cuda.flash_sdp_enabled()) == before

@@ -4,8 +4,9 @@ the model: the result is the same either way, to float rounding (tests/test_mode
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from contextlib import nullcontext
+from collections.abc import Iterator
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -46,6 +47,40 @@ def explicit_attention(q: torch.Tensor, dropout_p: float, need_weights: bool) ->
     return need_weights or (on_cpu and (dropout_p > 0.0 or q.shape[2] <= EXPLICIT_ATTENTION_MAX_SEQ))
 
 
+class GpuKernelChoice:
+    """sdpa_kernel(GPU_ATTENTION_KERNELS) held from the first thread's GPU attention in to the last one's out.
+
+    torch keeps the SDPA backends as one setting of the process, and sdpa_kernel puts back on exit what it found on
+    entry: with two threads inside, the first one out turned cuDNN's kernel on again under the other, and the last
+    one out left it off for the whole process. Counted here, the setting is made once and put back once."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.inside = 0  # threads in a GPU attention call now
+        self.chosen: contextlib.AbstractContextManager | None = None  # the sdpa_kernel block the first one entered
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self.lock:
+            if self.inside == 0:
+                self.chosen = sdpa_kernel(GPU_ATTENTION_KERNELS)
+                self.chosen.__enter__()
+            self.inside += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.inside -= 1
+                if self.inside == 0:
+                    self.chosen.__exit__(None, None, None)
+
+
+gpu_kernel_choice = GpuKernelChoice()
+
+
 def fused_kernels(q: torch.Tensor):
-    """The SDPA kernels a call may choose among: on a GPU, those that need no plan per shape."""
-    return sdpa_kernel(GPU_ATTENTION_KERNELS) if q.is_cuda else nullcontext()
+    """The SDPA kernels a call may choose among: on a GPU, those that need no plan per shape. (torch.compile reads
+    sdpa_kernel itself, not the count around it.)"""
+    if not q.is_cuda:
+        return contextlib.nullcontext()
+    return sdpa_kernel(GPU_ATTENTION_KERNELS) if torch.compiler.is_compiling() else gpu_kernel_choice()
