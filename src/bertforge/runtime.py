@@ -1,5 +1,6 @@
-"""The process and its devices: seeding, native bf16, moving batches to a device, and CPU settings for fast
-inference (applied only when asked: the CLI and benchmarks ask).
+"""The process and its devices: seeding, native bf16, moving batches to a device, CPU settings for fast
+inference (applied only when asked: the CLI and benchmarks ask), and the process's warning filters, which
+bertforge's threads change in turn.
 
 Large activations (a 32 x 128 batch of MiniLM's feed-forward is 25 MB) are allocated and freed in every layer.
 glibc returns such blocks to the kernel at once, so each new one is paged in again on first touch; on a virtual
@@ -13,6 +14,10 @@ import ctypes.util
 import functools
 import logging
 import random
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -65,6 +70,21 @@ def set_threads(num_threads: int | None) -> None:
             raise ConfigError(f"--threads must be at most {MAX_THREADS}, got {num_threads}")
         torch.set_num_threads(num_threads)
 
+
+# warnings.catch_warnings saves the process's warning filters on entry and puts them back on exit: two threads'
+# blocks interleaved (one in, the other in, the first out, the second out) put back each other's, and left every
+# warning of the process silenced. bertforge's own blocks take turns; re-entrant, as a graph that replay.py records
+# runs the int8 layers' blocks inside its own.
+WARNINGS_TURN = threading.RLock()
+
+
+@contextmanager
+def warnings_silenced() -> Iterator[None]:
+    """Within: no warning is shown (torch's notes that say nothing to the user). Python's filters are the
+    process's, so no other thread's either, meanwhile."""
+    with WARNINGS_TURN, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 DEVICES_HINT = "use cpu, cuda, cuda:N or mps"
 

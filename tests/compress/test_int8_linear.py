@@ -2,7 +2,10 @@
 folded outliers and fused activations, an up-projection writing its down-projection's codes, query, key and value
 as one product, and a sentence alone against the same sentence in a batch."""
 
+import concurrent.futures
 import importlib
+import threading
+import warnings
 
 import pytest
 import torch
@@ -224,3 +227,41 @@ def test_one_sentence_at_a_time_computes_what_a_batch_computes(minilm, minilm_di
     # min 0.9973, mean 0.99973. oneDNN alone gives a sentence the same numbers in any batch.
     assert apart < 0.6 * from_fp32
     assert similarity.min() > 0.995 and similarity.mean() > 0.9995
+
+
+@pytest.mark.skipif(not static_kernel_available(), reason="this build of torch has no oneDNN int8 linear kernel")
+def test_int8_products_threads_run_at_once_leave_the_process_warning_filters_as_they_were(monkeypatch):
+    """Each int8 product silences torch's note on quantized tensors around the call that makes one, and Python's
+    warning filters are the process's: two threads' blocks interleaved (one in, the other in, the first out, the
+    second out) left every warning of the process silenced, as 24 large batches of an int8 MiniLM from 4 threads
+    did. Here the other thread's product starts while this thread's is in its block, and the first one out waits up
+    to a second for the other to be in its own (it is, or waits its turn); the filters after both are those before."""
+    monkeypatch.setattr(int8_linear, "SMALL_PRODUCT_ROWS", 0)  # oneDNN's kernel, whatever the rows and the CPU
+    torch.manual_seed(0)
+    x = torch.randn(40, 64)
+    layer = QuantizedLinear.from_linear(torch.nn.Linear(64, 48), x.amin(0), x.amax(0), 0)
+    with torch.inference_mode():
+        alone = layer(x)
+    this_thread, other_in_block, first_out, quantize = threading.get_ident(), threading.Event(), threading.Event(), \
+        torch.quantize_per_tensor
+
+    def quantize_in_turn(*args):
+        if threading.get_ident() != this_thread:
+            other_in_block.set()
+            first_out.wait(timeout=60)
+        elif not first_out.is_set() and not meanwhile:
+            meanwhile.append(other_thread.submit(run, layer, x))
+            other_in_block.wait(timeout=1)
+        return quantize(*args)
+
+    def run(layer, x):
+        with torch.inference_mode():
+            return layer(x)
+
+    before, meanwhile = list(warnings.filters), []
+    monkeypatch.setattr(torch, "quantize_per_tensor", quantize_in_turn)
+    with concurrent.futures.ThreadPoolExecutor(1) as other_thread:
+        first = run(layer, x)
+        first_out.set()
+    assert warnings.filters == before
+    assert torch.equal(first, alone) and torch.equal(meanwhile[0].result(), alone)

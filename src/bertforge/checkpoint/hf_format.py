@@ -7,7 +7,6 @@ import json
 import os
 import pickle
 import re
-import warnings
 import zipfile
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from bertforge.atomic import atomic_path
 from bertforge.errors import CheckpointError
+from bertforge.runtime import warnings_silenced
 
 CONFIG_FILE = "config.json"
 GOOGLE_CONFIG_FILE = "bert_config.json"  # the original BERT release's (google-research/bert)
@@ -126,8 +126,7 @@ def read_pytorch(path: Path) -> dict[str, torch.Tensor]:
     """Every tensor of a PyTorch pickle (pytorch_model.bin), loaded without running code; else a CheckpointError."""
     try:
         # weights_only: a .bin is a pickle, and unpickling arbitrary objects would run arbitrary code.
-        with warnings.catch_warnings():  # torch's notes on pickle protocols say nothing to the user
-            warnings.simplefilter("ignore")
+        with warnings_silenced():  # torch's notes on pickle protocols say nothing to the user
             state = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, OSError, EOFError, zipfile.BadZipFile) as error:
         if "weights_only" in str(error):  # torch's several lines of advice are to load unsafely

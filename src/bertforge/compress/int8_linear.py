@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import types
-import warnings
 from collections.abc import Iterable
 
 import torch
@@ -29,6 +28,7 @@ from torch import nn
 from bertforge import attention_kernels
 from bertforge.activations import ACTIVATIONS, ONEDNN_POST_OPS
 from bertforge.model import FeedForward, SelfAttention
+from bertforge.runtime import warnings_silenced
 
 
 def find_outliers(input_low: torch.Tensor, input_high: torch.Tensor, count: int, ratio: float) -> torch.Tensor:
@@ -86,8 +86,7 @@ def small_product_kernel_available() -> bool:
     if not hasattr(torch.ops.quantized, "linear_with_input_q_dq_qweight_dq_output_fp32"):
         return False
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch announces its quantized tensors' move to torchao
+        with warnings_silenced():  # torch announces its quantized tensors' move to torchao
             weight = torch._make_per_channel_quantized_tensor(torch.tensor([[1, -2], [3, 4]], dtype=torch.int8),
                                                               torch.ones(2, dtype=torch.double),
                                                               torch.zeros(2, dtype=torch.long), 0)
@@ -223,8 +222,7 @@ class QuantizedLinear(nn.Module):
     def fbgemm_packed_weight(self):
         """The int8 weight, its per-channel scales and the bias prepacked for torch's fbgemm kernels."""
         weight, scale = self.kernel_weight()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch announces its quantized tensors' move to torchao
+        with warnings_silenced():  # torch announces its quantized tensors' move to torchao
             weight = torch._make_per_channel_quantized_tensor(weight, scale.double(),
                                                               torch.zeros(self.out_features, dtype=torch.long), 0)
             return torch.ops.quantized.linear_prepack(weight, self.bias)
@@ -278,8 +276,7 @@ class QuantizedLinear(nn.Module):
             codes = scaled.reshape(-1, self.in_features)
         else:
             rows = scaled.reshape(-1, self.in_features).contiguous()  # the pooler's [CLS] rows are a strided view
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # torch announces its quantized tensors' move to torchao (pinned)
+            with warnings_silenced():  # torch announces its quantized tensors' move to torchao (pinned)
                 quantized = torch.quantize_per_tensor(rows, step, zero_point, torch.quint8)  # one pass, rounding too
             # The kernel takes plain uint8 codes: a view of the quantized tensor's storage (int_repr() would copy).
             codes = torch.empty(0, dtype=torch.uint8).set_(quantized.untyped_storage(), quantized.storage_offset(),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from torch import nn
 
 from bertforge.atomic import atomic_path
 from bertforge.errors import BertforgeError, check_choice
+from bertforge.runtime import warnings_silenced
 from bertforge.validation import readable_length
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -177,8 +177,7 @@ def _quiet_exporter() -> Iterator[None]:
     for logger in loggers:
         logger.setLevel(logging.CRITICAL if logger.name == "onnxscript" else logging.ERROR)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with warnings_silenced():
             yield
     finally:
         for logger, level in zip(loggers, levels):

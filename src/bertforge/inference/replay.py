@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import itertools
 import threading
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -37,6 +36,7 @@ from bertforge.attention_kernels import EXPLICIT_ATTENTION_MAX_SEQ, recording_gr
 from bertforge.compress.int8_linear import has_forward_hooks, recorded_weights
 from bertforge.model import BertModel, EncoderOutput, broadcast_row, check_decoder_options
 from bertforge.model_output import returned
+from bertforge.runtime import warnings_silenced
 
 # The most work a batch may hold to be replayed: its real tokens, and each padding position three times (the graph
 # computes them for nothing; the eager forward computes real tokens alone). Replayed time over eager on MiniLM int8
@@ -126,8 +126,7 @@ def record(model: BertModel, first_token_only: bool, lengths: int) -> torch.jit.
     with torch.inference_mode(False), torch.no_grad():
         BertModel.forward(model, **sample, first_token_only=first_token_only)  # makes what is made on first use
         recording = Recording(model, first_token_only, recorded_weights(model))
-        with warnings.catch_warnings(), recording_for_replay():
-            warnings.simplefilter("ignore")  # the tracer's notes on Python numbers it records as constants
+        with warnings_silenced(), recording_for_replay():  # the tracer's notes on Python numbers it records
             return torch.jit.trace(recording, tuple(sample.values()), check_trace=False)
 
 
