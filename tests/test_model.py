@@ -189,7 +189,7 @@ def test_input_errors_are_clear(tiny_config, kwargs, message):
         BertModel(tiny_config)(**kwargs)
 
 
-def test_gpu_attention_kernels_stay_chosen_while_any_thread_attends_and_are_put_back_after():
+def test_gpu_attention_kernels_stay_chosen_while_another_thread_attends_and_are_put_back_after():
     """torch's SDPA backends are one setting of the process: a thread whose GPU attention ends while another
     thread's runs must not turn cuDNN's kernel (a plan for every new shape) back on under it, and the last one out
     puts back what was there before. Deterministic (the threads step in turn); on CPU: only q.is_cuda is read."""

@@ -230,7 +230,7 @@ def test_one_sentence_at_a_time_computes_what_a_batch_computes(minilm, minilm_di
 
 
 @pytest.mark.skipif(not static_kernel_available(), reason="this build of torch has no oneDNN int8 linear kernel")
-def test_int8_products_threads_run_at_once_leave_the_process_warning_filters_as_they_were(monkeypatch):
+def test_int8_products_of_another_thread_meanwhile_leave_the_process_warning_filters_as_they_were(monkeypatch):
     """Each int8 product silences torch's note on quantized tensors around the call that makes one, and Python's
     warning filters are the process's: two threads' blocks interleaved (one in, the other in, the first out, the
     second out) left every warning of the process silenced, as 24 large batches of an int8 MiniLM from 4 threads
