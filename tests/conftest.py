@@ -43,6 +43,20 @@ def temporary_folders_under_basetemp(tmp_path_factory):
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_server_settings_from_the_environment():
+    """`bertforge serve` reads text-embeddings-inference's variables (API_KEY, PORT, POOLING, ...) and its own: a
+    machine that sets one for something else would change the servers the tests start (an API_KEY: every request
+    401). The tests that read them set them themselves."""
+    from bertforge.cli.serve import DTYPE_VARIABLE, TEI_API_KEY_VARIABLE, TEI_VARIABLES
+    from bertforge.inference.serve.settings import API_KEY_VARIABLE
+
+    with pytest.MonkeyPatch.context() as patch:
+        for variable in (*TEI_VARIABLES, TEI_API_KEY_VARIABLE, DTYPE_VARIABLE, API_KEY_VARIABLE):
+            patch.delenv(variable, raising=False)
+        yield
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """One intra-op thread for tiny models: on a shared 2-core machine spinning OpenMP threads make tiny steps 10x
