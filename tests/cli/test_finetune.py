@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from bertforge.cli import evaluate as evaluate_cli
 from bertforge.cli import finetune as finetune_cli
@@ -521,3 +522,27 @@ def test_a_run_with_layer_rates_a_cosine_and_smoothed_labels_records_and_follows
     for step, rate in zip(steps, rates):
         expected = step / 3 if step < 3 else 0.5 * (1 + math.cos(math.pi * (step - 3) / 9))
         assert rate == pytest.approx(1e-3 * expected, abs=1e-12)
+
+
+def test_frozen_layers_keep_their_pre_trained_weights(tiny_model_dir, data, tmp_path, run_command):
+    """--freeze-layers 1 of 2: the embeddings and the first layer come out as they went in, the second layer, the
+    pooler and the head learn; more layers than the model has is refused before anything is written."""
+    from safetensors.torch import load_file
+
+    train, dev = data
+    common = ["--model", tiny_model_dir, "--train", train, "--text-column", "review", "--label-column", "sentiment",
+              "--batch-size", "4", "--epochs", "1", "--lr", "1e-2", "--max-length", "16", "--no-progress"]
+    code, _ = run_command(finetune_cli, *common, "--output", tmp_path / "model", "--freeze-layers", "1")
+    assert code == 0
+    before = load_file(tiny_model_dir / "model.safetensors")  # a bare encoder's names; the classifier's are bert.*
+    after = {name.removeprefix("bert."): tensor
+             for name, tensor in load_file(tmp_path / "model" / "model.safetensors").items()}
+    assert set(before) <= set(after)
+    changed = {name for name in before if not torch.equal(after[name], before[name])}
+    frozen = {name for name in before if ".embeddings." in f".{name}" or ".layer.0." in name}
+    assert frozen and not changed & frozen
+    assert {name for name in before if ".layer.1." in name or "pooler" in name} <= changed
+    assert json.loads((tmp_path / "model" / "finetune_config.json").read_text())["freeze_layers"] == 1
+    with pytest.raises(BertforgeError, match="^freeze_layers 3: the model has 2 layers$"):
+        run_command(finetune_cli, *common, "--output", tmp_path / "refused", "--freeze-layers", "3")
+    assert not (tmp_path / "refused").exists()

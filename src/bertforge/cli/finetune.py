@@ -83,6 +83,9 @@ FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
                                 "dev metric that picks the kept model: one the task reports (classification: "
                                 "accuracy, f1, ...) or loss; lower is better for loss, higher for the others "
                                 "(default: the task's main metric)"),
+    "--freeze-layers": (("freeze_layers",), non_negative_int,
+                        "keep the embeddings and the lowest N encoder layers as pre-trained (all of them: only the "
+                        "pooler and the head learn, a linear probe); faster, and steadier on little data"),
     "--class-weights": (("class_weights",), CLASS_WEIGHTS,
                         "classification and ner: weigh each class's terms of the loss; balanced: by the inverse of "
                         "its share of the training rows (scikit-learn's class_weight), for data where some labels "

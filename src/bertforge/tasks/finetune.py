@@ -23,6 +23,7 @@ from bertforge.checkpoint.hf_format import config_path
 from bertforge.checkpoint.train_state import TRAIN_STATE_FILE, check_same_settings
 from bertforge.config import FINETUNE_KEY, BertConfig, dropout_overrides
 from bertforge.errors import BertforgeError, ConfigError, InputError, check_choice
+from bertforge.heads import encoder_of
 from bertforge.json_config import JsonConfig, check_field_types, read_json_object
 from bertforge.outputs import (
     check_not_in_use,
@@ -116,6 +117,9 @@ class FinetuneConfig(JsonConfig):
     metric_for_best_model: str | None = None
     # How each class's terms weigh in the loss (a key of CLASS_WEIGHTS: "balanced"); None: all alike
     class_weights: str | None = None
+    # The embeddings and the lowest N encoder layers keep their pre-trained weights (with all the layers: only the
+    # pooler and the head learn); 0: everything learns
+    freeze_layers: int = 0
     training: TrainConfig = field(default_factory=TrainConfig)
     # The settings the run chose on its dev set, not given (multi-label's threshold): the kept model predicts with
     # the chosen values in `settings`, and a run started from this config chooses them again (see to_train).
@@ -146,6 +150,7 @@ class FinetuneConfig(JsonConfig):
         for name in ("batch_size", "eval_batch_size"):
             check_number(name, getattr(self, name), minimum=1, integer=True)
         check_number("max_train_examples", self.max_train_examples, minimum=1, integer=True, optional=True)
+        check_number("freeze_layers", self.freeze_layers, minimum=0, integer=True)
         if self.metric_for_best_model is not None:
             check_choice(self.metric_for_best_model, best_model_metrics(TASKS[self.task]), f"{self.task} metric")
         if self.class_weights is not None:
@@ -376,6 +381,7 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
             logger.warning("%s: its classifier (labels %s) starts anew: the training data's labels are other ones",
                            config.model, ", ".join(head_labels.values()))
             model.classifier.apply(model.bert.init_weights)
+    freeze_lowest_layers(model, config.freeze_layers)
     if config.max_length != SETTING_DEFAULTS["max_length"][config.task]:  # a choice, not the task's default,
         # which a small model with fewer positions still reads short texts with
         check_within_positions(config.max_length, model.config.max_position_embeddings)
@@ -507,6 +513,19 @@ def checkpoint_labels(model: str) -> dict[int, str]:
     except BertforgeError:
         return {}  # loading the model reports it
     return {} if all(label == f"LABEL_{i}" for i, label in id2label.items()) else id2label
+
+
+def freeze_lowest_layers(model: nn.Module, layers: int) -> None:
+    """Keep the embeddings and the lowest `layers` encoder layers of `model` as they are: no gradients, so neither
+    the optimizer (optim.parameter_groups leaves them out) nor the backward pass below them spends anything."""
+    if not layers:
+        return
+    encoder = encoder_of(model)
+    available = len(encoder.encoder.layers)
+    if layers > available:
+        raise ConfigError(f"freeze_layers {layers}: the model has {available} layers")
+    for part in (encoder.embeddings, *encoder.encoder.layers[:layers]):
+        part.requires_grad_(False)
 
 
 def load_task_model(task: Task, model: str, id2label: dict[int, str], random_init: bool, seed: int,
