@@ -56,6 +56,8 @@ def parameter_groups(model: nn.Module, weight_decay: float, lr: float | None = N
     """
     if layer_lr_decay == 1.0:
         depths, top = {}, 0
+    elif lr is None:
+        raise ConfigError("layer_lr_decay sets each group's rate from the peak lr: give lr too")
     else:
         depths, top = layer_depths(model)
     groups: dict[tuple[int, bool], list[nn.Parameter]] = {}
