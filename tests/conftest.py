@@ -384,3 +384,34 @@ def run_readme_block(tmp_path):
         assert printed.getvalue().splitlines() == readme_expected_output(code)
         return namespace
     return run
+
+
+@pytest.fixture(scope="session")
+def tensorboard_scalars():
+    """tensorboard_scalars(folder) -> {tag: [(step, value), ...]}: the scalars of the TensorBoard event files in
+    `folder` as the dashboard shows them, read by tensorboard's own reader (every value kept, the steps a resumed
+    run purged hidden)."""
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+
+    def read(folder: Path) -> dict[str, list[tuple[int, float]]]:
+        accumulator = event_accumulator.EventAccumulator(str(folder), size_guidance={"scalars": 0}).Reload()
+        return {tag: [(event.step, event.value) for event in accumulator.Scalars(tag)]
+                for tag in accumulator.Tags()["scalars"]}
+    return read
+
+
+@pytest.fixture(scope="session")
+def logged_scalars():
+    """logged_scalars(records) -> {tag: [(step, value), ...]}: the numbers of a run's JSON-lines log records as a
+    transformers Trainer's TensorBoard callback names them (train/loss, train/learning_rate, eval/accuracy), at
+    the float32 precision of TensorBoard's scalars. An evaluation's epoch is no curve of its own."""
+    def scalars(records: list[dict]) -> dict[str, list[tuple[int, float]]]:
+        tags: dict[str, list[tuple[int, float]]] = {}
+        for record in records:
+            for name, value in record.items():
+                if name in ("event", "step") or (record["event"] == "eval" and name == "epoch"):
+                    continue
+                tag = f"{record['event']}/{'learning_rate' if name == 'lr' else name}"
+                tags.setdefault(tag, []).append((record["step"], torch.tensor(value, dtype=torch.float32).item()))
+        return tags
+    return scalars

@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import importlib
 import io
 import json
 import math
@@ -546,3 +547,64 @@ def test_frozen_layers_keep_their_pre_trained_weights(tiny_model_dir, data, tmp_
     with pytest.raises(BertforgeError, match="^freeze_layers 3: the model has 2 layers$"):
         run_command(finetune_cli, *common, "--output", tmp_path / "refused", "--freeze-layers", "3")
     assert not (tmp_path / "refused").exists()
+
+
+class Killed(Exception):
+    pass
+
+
+def test_report_to_tensorboard_puts_the_logs_curves_in_the_output_once_each_across_a_resume(
+        tiny_model_dir, data, run_command, tmp_path, monkeypatch, tensorboard_scalars, logged_scalars):
+    """--report-to tensorboard: the event files move with the staging folder into OUTPUT/runs, and a run killed
+    at its second evaluation (step 6, after step 4's checkpoint) and resumed shows each step once, with the numbers
+    of train_log.jsonl under transformers' tags."""
+    finetune_module = importlib.import_module("bertforge.tasks.finetune")  # the package's `finetune` is the function
+    train, dev = data
+    run_config = tmp_path / "run.json"
+    run_config.write_text(json.dumps({"text_column": "review", "label_column": "sentiment", "batch_size": 4,
+                                      "max_length": 16, "training": {"log_every": 1, "seed": 1}}))
+    output = tmp_path / "model"
+    argv = ["--config", run_config, "--model", tiny_model_dir, "--train", train, "--dev", dev, "--output", output,
+            "--epochs", "1", "--eval-every", "3", "--save-every", "2", "--report-to", "tensorboard", "--no-progress"]
+    score, evaluations = finetune_module.score_features, 0
+
+    def dies_at_the_second(*args, **kwargs):
+        nonlocal evaluations
+        evaluations += 1
+        if evaluations == 2:
+            raise Killed
+        return score(*args, **kwargs)
+
+    monkeypatch.setattr(finetune_module, "score_features", dies_at_the_second)
+    with pytest.raises(Killed):
+        run_command(finetune_cli, *argv)
+    assert list((tmp_path / "model.incomplete" / "runs").glob("events.out.tfevents.*"))
+    code, _ = run_command(finetune_cli, *argv, "--resume")
+    assert code == 0 and not (tmp_path / "model.incomplete").exists()
+    shown = tensorboard_scalars(output / "runs")
+    records = [json.loads(line) for line in (output / "train_log.jsonl").read_text().splitlines()]
+    assert shown == logged_scalars(records)
+    assert [step for step, _ in shown["train/loss"]] == [1, 2, 3, 4, 5, 6]
+    assert [step for step, _ in shown["eval/accuracy"]] == [3, 6]
+    assert {"train/learning_rate", "train/epoch", "eval/f1"} <= set(shown)
+
+
+def test_report_to_tensorboard_without_the_package_is_one_line_before_any_work(tiny_model_dir, data, tmp_path,
+                                                                             monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # what `import tensorboard` meets where it isn't installed
+    message = one_line_error(finetune_cli, "--model", str(tiny_model_dir), "--train", str(data[0]), "--text-column",
+                             "review", "--label-column", "sentiment", "--output", str(tmp_path / "out"),
+                             "--report-to", "tensorboard")
+    assert message == "--report-to tensorboard needs the tensorboard package: pip install 'bertforge[tensorboard]'"
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.incomplete").exists()
+
+
+def test_report_to_takes_reporters_names_or_none_and_is_in_the_command_line(run_cli):
+    parser = argparse.ArgumentParser()
+    finetune_cli.add_arguments(parser)
+    config = finetune_cli.config_from_args(parser.parse_args(["--report-to", "tensorboard"]))
+    assert config.training.report_to == ("tensorboard",)
+    assert "--report-to tensorboard" in finetune_cli.command_line(config)
+    assert finetune_cli.config_from_args(parser.parse_args(["--report-to", "none"])).training.report_to == ()
+    code, _, err = run_cli("finetune", "--report-to", "wandb")
+    assert code == 2 and "unknown reporter 'wandb'; choose from tensorboard, or none" in err

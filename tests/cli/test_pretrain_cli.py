@@ -318,3 +318,48 @@ def test_eval_refuses_a_corpus_prepared_again_since_training(inaugural_slice, tm
         f"bertforge: error: {tmp_path / 'data'}: was prepared again after {tmp_path / 'model'} trained on it "
         f"({documents} documents then, {now} now): its held-out documents are no longer those training left out; "
         "evaluate on the corpus as it was, or on another one")
+
+
+class Killed(Exception):
+    pass
+
+
+def test_report_to_tensorboard_shows_the_log_once_each_step_across_a_resume(corpus, tmp_path, monkeypatch,
+                                                                           tensorboard_scalars, logged_scalars):
+    """--report-to tensorboard: OUTPUT/runs holds log.jsonl's numbers (each objective's accuracy, the held-out
+    metrics) under transformers' tags, at the optimizer step; a run killed in step 6, after step 4's checkpoint and
+    evaluation, and resumed shows each step once."""
+    from bertforge.pretraining import run as run_module
+
+    args = train_args(corpus, tmp_path / "model", "--steps", "8", "--log-every", "1", "--save-every", "4",
+                      "--eval-every", "4", "--eval-batches", "1", "--report-to", "tensorboard")
+    to_device, batches = run_module.to_device, []
+
+    def killed_in_step_6(*args):
+        batches.append(args)
+        if len(batches) == 6:  # one batch a step
+            raise Killed
+        return to_device(*args)
+
+    monkeypatch.setattr(run_module, "to_device", killed_in_step_6)
+    with pytest.raises(Killed):
+        main(args)
+    monkeypatch.undo()
+    assert main([*args, "--resume"]) == 0
+    assert not (tmp_path / "model.incomplete").exists()
+    shown = tensorboard_scalars(tmp_path / "model" / "runs")
+    records = [json.loads(line) for line in (tmp_path / "model" / "log.jsonl").read_text().splitlines()]
+    assert shown == logged_scalars(records)
+    assert [step for step, _ in shown["train/loss"]] == list(range(1, 9))
+    assert [step for step, _ in shown["eval/perplexity"]] == [4, 8]
+    assert {"train/learning_rate", "train/mlm_accuracy", "train/sentence_pair_accuracy", "eval/loss",
+            "eval/accuracy"} <= set(shown)
+
+
+def test_report_to_tensorboard_without_the_package_is_one_line_before_any_work(corpus, tmp_path, capsys,
+                                                                             monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # what `import tensorboard` meets where it isn't installed
+    assert main(train_args(corpus, tmp_path / "out", "--report-to", "tensorboard")) == 1
+    assert capsys.readouterr().err == ("bertforge: error: --report-to tensorboard needs the tensorboard package: "
+                                       "pip install 'bertforge[tensorboard]'\n")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.incomplete").exists()

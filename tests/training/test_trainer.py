@@ -3,6 +3,7 @@
 import copy
 import json
 import math
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -213,15 +214,18 @@ def test_bf16_autocast_trains():
                                                                           "linear, cosine, constant"),
                                                 ({"layer_lr_decay": 0}, "layer_lr_decay must be above 0.0"),
                                                 ({"layer_lr_decay": 1.2}, "layer_lr_decay must be at most 1.0"),
-                                                ({"label_smoothing": 1}, r"label_smoothing must be in \[0, 1\)")])
+                                                ({"label_smoothing": 1}, r"label_smoothing must be in \[0, 1\)"),
+                                                ({"report_to": ["wandb"]}, "unknown reporter 'wandb'; choose from "
+                                                                           "tensorboard")])
 def test_bad_settings_are_config_errors(overrides, message):
     with pytest.raises(ConfigError, match=message):
         TrainConfig(**overrides)
 
 
 def test_config_round_trips_and_names_unknown_keys():
-    settings = TrainConfig(lr=3e-5, betas=(0.9, 0.98), eval_every=100)
+    settings = TrainConfig(lr=3e-5, betas=(0.9, 0.98), eval_every=100, report_to=("tensorboard",))
     assert TrainConfig.from_dict(json.loads(json.dumps(settings.to_dict()))) == settings
+    assert TrainConfig(report_to="tensorboard").report_to == ("tensorboard",)  # one name, as transformers takes it
     with pytest.raises(ConfigError, match=r"^run.json: unknown key 'learning_rate'"):
         TrainConfig.from_dict({"learning_rate": 1e-4}, "run.json")
 
@@ -230,9 +234,9 @@ class Killed(Exception):
     pass
 
 
-def logged(folder):
-    """The training log without its wall-clock field."""
-    return [{k: v for k, v in json.loads(line).items() if k != "examples_per_s"}
+def logged(folder, wall_clock=False):
+    """The training log, without its wall-clock field unless `wall_clock`."""
+    return [{k: v for k, v in json.loads(line).items() if wall_clock or k != "examples_per_s"}
             for line in (folder / TRAIN_LOG_FILE).read_text().splitlines()]
 
 
@@ -272,6 +276,81 @@ def test_resuming_after_the_last_steps_checkpoint_gives_the_uninterrupted_log(tm
     assert logged(split) == logged(tmp_path / "whole")
     assert [r["epoch"] for r in logged(split) if r["event"] == "eval"] == [0, 1, 2]
     assert resumed.history == whole.history and resumed.steps == 12
+
+
+def test_tensorboard_shows_every_number_of_the_log_under_transformers_tags(tmp_path, tensorboard_scalars,
+                                                                          logged_scalars):
+    """report_to tensorboard: OUTPUT/runs holds the numbers of train_log.jsonl (which other code writes), step for
+    step at the optimizer's step, under the tags a transformers Trainer gives them."""
+    x, y = toy_data(32)
+    Trainer(ToyClassifier(), config(epochs=2, eval_every=3, log_every=2, output_dir=str(tmp_path),
+                                    report_to=["tensorboard"]),
+            batches_of(x, y, 8), evaluate=scripted([0.5, 0.9, 0.7]), main_metric="accuracy").train()
+    shown = tensorboard_scalars(tmp_path / "runs")
+    assert set(shown) == {"train/loss", "train/learning_rate", "train/epoch", "train/examples_per_s",
+                          "eval/accuracy"}
+    assert shown == logged_scalars(logged(tmp_path, wall_clock=True))
+    assert [step for step, _ in shown["train/loss"]] == [2, 4, 6, 8]
+    assert shown["eval/accuracy"] == [(3, 0.5), (6, pytest.approx(0.9)), (8, pytest.approx(0.7))]
+
+
+@pytest.mark.parametrize("killed", ["mid-run, two steps after its checkpoint", "at the final evaluation",
+                                    "after the run, before its checkpoint was removed"])
+def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path, killed, tensorboard_scalars, logged_scalars):
+    """The killed run's curves from the checkpoint's step on are hidden (purge_step) and reported again by the
+    resumed run: the dashboard is the log's, and the uninterrupted run's but for the wall clock."""
+    x, y = toy_data(48)
+    dev_x, dev_y = toy_data(32, seed=1)
+    # 12 steps: evaluations at 5, 10 and 12; mid-run, the run dies at step 10's, resumed from step 8's checkpoint
+    settings = dict(epochs=2, eval_every=5, save_every=4 if killed.startswith("mid-run") else 1, log_every=1,
+                    report_to=["tensorboard"])
+
+    def run(folder, evaluate, resume=False):
+        torch.manual_seed(0)
+        return Trainer(ToyClassifier(dropout=0.1), config(output_dir=str(folder), **settings), batches_of(x, y, 8),
+                       evaluate=evaluate, main_metric="accuracy").train(resume=resume)
+
+    def dies_at(evaluation):
+        """The dev accuracy, until the `evaluation`th call, which the run dies at (None: never)."""
+        evaluations = 0
+
+        def evaluate(model):
+            nonlocal evaluations
+            evaluations += 1
+            if evaluations == evaluation:
+                raise Killed
+            return {"accuracy": (model(dev_x, dev_y).logits.argmax(-1) == dev_y).float().mean().item()}
+        return evaluate
+
+    run(tmp_path / "whole", dies_at(None))
+    split = tmp_path / "split"
+    if killed == "after the run, before its checkpoint was removed":
+        run(split, dies_at(None))
+    else:
+        with pytest.raises(Killed):
+            run(split, dies_at(2 if killed.startswith("mid-run") else 3))
+    run(split, dies_at(None), resume=True)
+    assert len(list((split / "runs").glob("events.out.tfevents.*"))) == 2  # the killed run's and the resumed one's
+    shown = tensorboard_scalars(split / "runs")
+    assert shown == logged_scalars(logged(split, wall_clock=True))
+    assert [step for step, _ in shown["train/loss"]] == list(range(1, 13))
+    assert [step for step, _ in shown["eval/accuracy"]] == [5, 10, 12]
+    whole = tensorboard_scalars(tmp_path / "whole" / "runs")
+    assert {tag: values for tag, values in shown.items() if tag != "train/examples_per_s"} == {
+        tag: values for tag, values in whole.items() if tag != "train/examples_per_s"}
+
+
+def test_tensorboard_without_its_package_is_a_one_line_error_before_any_training(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # what `import tensorboard` meets where it isn't installed
+    with pytest.raises(ConfigError) as caught:
+        Trainer(ToyClassifier(), config(output_dir=str(tmp_path / "out"), report_to=["tensorboard"]),
+                batches_of(*toy_data(8), 8))
+    assert str(caught.value) == ("--report-to tensorboard needs the tensorboard package: "
+                                 "pip install 'bertforge[tensorboard]'")
+    assert not (tmp_path / "out").exists()
+    monkeypatch.undo()
+    with pytest.raises(ConfigError, match=r"^report_to tensorboard writes into output_dir/runs: give an output_dir$"):
+        Trainer(ToyClassifier(), config(report_to=["tensorboard"]), batches_of(*toy_data(8), 8))
 
 
 def tiny_bert_batches(tiny_config, batches: int = 6, rows: int = 4, length: int = 9) -> list[dict]:

@@ -85,6 +85,21 @@ def held_out_size(text: str) -> int | float:
                                      f"got {text}")
 
 
+def reporter_names(text: str) -> tuple[str, ...]:
+    """An argparse type for --report-to: comma-separated names of reporting.REPORTERS ("tensorboard"), or "none"
+    (transformers' spelling) for no dashboard, which a run config's report_to gives way to."""
+    from bertforge.training.reporting import REPORTERS
+
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if names == ("none",):
+        return ()
+    unknown = [name for name in names if name not in REPORTERS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown reporter {(unknown or [text])[0]!r}; choose from "
+                                         f"{', '.join(REPORTERS)}, or none")
+    return names
+
+
 def path_text(text: str) -> str:
     """An argparse type for a file or folder: an empty one (what `--output "$OUT"` gives when OUT is unset) is
     refused, not read as the current folder."""

@@ -27,6 +27,7 @@ from bertforge.cli.arguments import (
     path_text,
     positive_float,
     positive_int,
+    reporter_names,
     seed_number,
 )
 from bertforge.config import BertConfig
@@ -40,6 +41,9 @@ from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 from bertforge.training.optim import LR_SCHEDULES
 from bertforge.validation import check_within_positions
 
+REPORT_TO_HELP = ("dashboards that get the training curves too, in OUTPUT/runs with transformers' tag names "
+                  "(train/loss, eval/accuracy): tensorboard (`tensorboard --logdir OUTPUT/runs`), comma-separated "
+                  "names, or none")
 DECODING_HELP = ("ner: each word's most probable tag (argmax) or the most probable valid IOB2 sequence (viterbi)")
 
 # flag -> (place in FinetuneConfig's JSON, kind, help). The kind is a type, a table whose keys are the choices, or
@@ -121,6 +125,7 @@ FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
                                  "recompute each layer's activations in the backward pass: less memory for long "
                                  "inputs and large models, about a third more compute"),
     "--no-progress": (("training", "progress"), bool, "no progress bar"),
+    "--report-to": (("training", "report_to"), reporter_names, REPORT_TO_HELP),
 }
 COLUMN_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "--text-column": (("text_column",), "column of the text (ner rows: of the words, else 'tokens'; qa rows: of "
@@ -233,7 +238,8 @@ def command_line(config) -> str:
     for flag, (place, kind) in rows.items():
         value = given.pop(place, defaults.get(place))  # another task's setting is neither given nor a default
         if value != defaults.get(place):
-            words += [flag] if kind is bool else [flag, str(value)]
+            text = (",".join(value) or "none") if isinstance(value, list) else str(value)  # --report-to's names
+            words += [flag] if kind is bool else [flag, text]
     unflagged = [".".join(place) for place, value in given.items() if value != defaults[place]]
     if unflagged:
         raise ConfigError(f"{', '.join(unflagged)} has no finetune flag; write the run config to a file for --config")

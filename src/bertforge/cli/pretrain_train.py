@@ -18,6 +18,7 @@ from bertforge.cli.arguments import (
     positive_float,
     positive_int,
     probability,
+    reporter_names,
     seed_number,
 )
 
@@ -66,6 +67,10 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
     "--seed": ("seed", seed_number, "random seed"),
     "--peak-gflops": ("peak_gflops", positive_float, "one device's peak GFLOP/s, for model FLOPs utilisation"),
     "--no-progress": ("progress", bool, "no progress bar"),
+    "--report-to": ("report_to", reporter_names, "dashboards that get the log's records too, in OUTPUT/runs with "
+                                                 "transformers' tag names (train/loss, eval/accuracy): tensorboard "
+                                                 "(`tensorboard --logdir OUTPUT/runs`), comma-separated names, or "
+                                                 "none"),
 }
 ALIASES = {"--config": "--size", "--seq-len": "--max-length", "--model-or-vocab": "--vocab",
            "--mlm-probability": "--mask-probability"}

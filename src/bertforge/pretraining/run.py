@@ -12,6 +12,7 @@ model already in OUTPUT as it was. Output folder:
     pretrain_config.json              this run's PretrainConfig
     trained_on.json                   the corpus it trained on (folder, content hash, documents, held out)
     log.jsonl                         one JSON line per logged step or evaluation
+    runs/                             with report_to ["tensorboard"]: the log's records as TensorBoard scalars
     checkpoint/train_state.pt         the latest resumable state, replaced atomically every save_every steps
 """
 
@@ -66,6 +67,7 @@ from bertforge.tokenizer.tokenizer import BertTokenizer
 from bertforge.tokenizer.vocab import Vocab
 from bertforge.training import distributed
 from bertforge.training.optim import LR_SCHEDULES, build_optimizer, warmup_schedule
+from bertforge.training.reporting import Reporters, report_to_names
 from bertforge.training.stopping import Stopped, stop_on_sigterm
 from bertforge.training.trainer import CHECKPOINT_DIR, keep_log_until, read_log
 from bertforge.validation import MAX_SEED, check_number, check_paths
@@ -81,7 +83,7 @@ LOG_FILE = "log.jsonl"
 DEFAULT_PEAK_GFLOPS = 552.0
 # Fields that may change between a run and its resumption: they don't affect what is computed.
 RESUMABLE_CHANGES = frozenset({"output", "save_every", "log_every", "eval_every", "eval_batches", "progress",
-                               "peak_gflops", "data", "tokenizer"})
+                               "peak_gflops", "data", "tokenizer", "report_to"})
 # Fields that differ between the processes of one run: not settings of the run.
 PER_PROCESS = frozenset({"rank"})
 
@@ -131,6 +133,9 @@ class PretrainConfig(JsonConfig):
     peak_gflops: float = DEFAULT_PEAK_GFLOPS
     device: str | None = None  # None: CUDA when available, else CPU
     progress: bool = True
+    # Dashboards that get the log's records too, in OUTPUT/runs (keys of reporting.REPORTERS: "tensorboard"); one name
+    # alone is read as a tuple of it, as transformers' report_to="tensorboard"
+    report_to: tuple[str, ...] | str | None = None
     # This process's place in a torchrun launch (the CLI reads it from torchrun's environment): rank `rank` of
     # `world_size` trains on every world_size-th document with DDP. They must match that environment.
     rank: int = 0
@@ -138,6 +143,7 @@ class PretrainConfig(JsonConfig):
 
     def __post_init__(self):
         self.betas = tuple(self.betas)
+        self.report_to = report_to_names(self.report_to)
         get_objective(self.objective)
         strategy_function(self.masking)
         for name in ("steps", "batch_size", "grad_accumulation", "seq_len", "log_every", "eval_batches"):
@@ -306,8 +312,9 @@ def pretrain(config: PretrainConfig, resume: bool = False, overwrite: bool = Fal
     if config.fp16 and device.type != "cuda":
         raise ConfigError(f"fp16 training needs a CUDA device (this run is on {device.type}); "
                           "use bf16, or neither for float32")
-    with distributed.process_group(info, device):
-        return _train(config, resume, device, overwrite)
+    # A missing tensorboard is an error now, before any work; the reporters are closed however the run ends.
+    with Reporters(config.report_to) as reporters, distributed.process_group(info, device):
+        return _train(config, resume, device, overwrite, reporters)
 
 
 def _finished_run(config: PretrainConfig, work: Path, is_main: bool) -> PretrainResult | None:
@@ -324,7 +331,8 @@ def _finished_run(config: PretrainConfig, work: Path, is_main: bool) -> Pretrain
     return PretrainResult(steps=saved["step"], history=history, output=Path(config.output))
 
 
-def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite: bool = False) -> PretrainResult:
+def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite: bool = False,
+           reporters: Reporters | None = None) -> PretrainResult:
     is_main = config.rank == 0
     output = Path(config.output)
     work = staging_dir(output)  # where the run writes until it ends
@@ -396,7 +404,9 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
         start_staging(output)
         (work / LOG_FILE).write_text("")
     resumed_from = step
+    reporters = reporters or Reporters(None)
     if is_main:
+        reporters.start(work, step if resume else None, read_log(work / LOG_FILE))
         config.save(work / RUN_CONFIG_FILE)
         tokenizer.save_pretrained(work)
         # what pretrain eval checks the corpus against: prepared again, its held-out split would be other documents
@@ -430,6 +440,7 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
         history.append(record)
         with open(work / LOG_FILE, "a", encoding="utf-8") as handle:
             handle.write(to_json(record) + "\n")
+        reporters.report(record)
 
     def evaluate() -> None:
         # Rank 0 scores the whole held-out split alone, so that the numbers are a single process's; the others
@@ -497,6 +508,7 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
     save_checkpoint()
     if is_main:
         save_final_model(model, tokenizer, work)
+        reporters.close()  # its files complete before the folder moves into place
         finish_staging(output)
     return PretrainResult(steps=step, history=history, output=output)
 

@@ -49,6 +49,7 @@ from bertforge.tasks.registry import TASKS, Task, get_task
 from bertforge.tasks.tables import DATA_FORMATS
 from bertforge.tokenizer import BertTokenizer
 from bertforge.training import distributed
+from bertforge.training.reporting import check_reporters
 from bertforge.training.trainer import (
     CHECKPOINT_DIR,
     METRICS_FILE,
@@ -332,6 +333,7 @@ def _finetune(config: FinetuneConfig, train_examples: Sequence[Any] | None, dev_
         raise ConfigError(f"--early-stopping {config.training.early_stopping_patience} stops when the dev metric "
                           "stops improving: give --dev too")
     resolve_device(config.training.device)
+    check_reporters(config.training.report_to)  # a missing tensorboard before the data is read, not after
     output = Path(config.output)
     staging = staging_dir(output)
     if resume:
@@ -470,7 +472,7 @@ def finetune_record(config: FinetuneConfig) -> dict[str, Any]:
 # Run settings that a resumed run may change: they don't affect what is computed.
 RESUMABLE_CHANGES = frozenset({"output", "train", "dev", "eval_batch_size", "training.progress",
                                "training.output_dir", "training.device", "training.save_every",
-                               "training.log_every"})
+                               "training.log_every", "training.report_to"})
 
 
 def check_resumable(config: FinetuneConfig, staging: Path) -> bool:

@@ -32,6 +32,7 @@ from bertforge.progress import progress_bar
 from bertforge.runtime import bf16_supported, resolve_device, seed_everything, to_device
 from bertforge.training import distributed
 from bertforge.training.optim import LR_SCHEDULES, build_optimizer, warmup_schedule
+from bertforge.training.reporting import Reporters, report_to_names
 from bertforge.training.stopping import Stopped, StopRequests, stop_on_sigterm
 from bertforge.validation import MAX_SEED, check_number
 
@@ -73,11 +74,15 @@ class TrainConfig(JsonConfig):
     # Optimizer steps between resumable checkpoints (output_dir/checkpoint); None: after every evaluation only.
     save_every: int | None = None
     output_dir: str | None = None  # where metrics.json, train_log.jsonl and checkpoint/ go; None: nowhere
+    # Dashboards that get the log's records too, in output_dir/runs (keys of reporting.REPORTERS: "tensorboard");
+    # one name alone is read as a tuple of it, as transformers' report_to="tensorboard"
+    report_to: tuple[str, ...] | str | None = None
     progress: bool = True
     device: str | None = None  # None: CUDA when available, else CPU
 
     def __post_init__(self):
         self.betas = tuple(self.betas)
+        self.report_to = report_to_names(self.report_to)
         check_number("lr", self.lr, minimum=0.0, exclusive=True)
         check_number("weight_decay", self.weight_decay, minimum=0.0)
         check_number("eps", self.eps, minimum=0.0, exclusive=True)
@@ -242,6 +247,10 @@ class Trainer:
             logger.warning("bf16 was asked for but %s has no native bf16 support; training in float32",
                            self.device.type)
         self.output_dir = Path(config.output_dir) if config.output_dir else None
+        if config.report_to and self.output_dir is None:
+            raise ConfigError(f"report_to {', '.join(config.report_to)} writes into output_dir/runs: give an "
+                              "output_dir")
+        self.reporters = Reporters(config.report_to)  # a missing package is an error now, before any training
         self.history: list[dict[str, Any]] = []
         self.best: dict[str, Any] | None = None
         self.evaluations_without_improvement = 0
@@ -258,7 +267,8 @@ class Trainer:
         """The whole run, with the CPU fast paths (fast_cpu) swapped into the model while it lasts; `resume`
         continues from output_dir/checkpoint exactly where a killed run left off (the same batches, dropout and
         losses as without the stop)."""
-        with fast_cpu.accelerated(self.model), recomputing(self.model, self.config.gradient_checkpointing):
+        with fast_cpu.accelerated(self.model), recomputing(self.model, self.config.gradient_checkpointing), \
+                self.reporters:  # closed (and flushed) however the run ends
             return self.run(resume)
 
     def run(self, resume: bool = False) -> TrainResult:
@@ -285,6 +295,8 @@ class Trainer:
         elif self.output_dir and self.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             (self.output_dir / TRAIN_LOG_FILE).write_text("")
+        if self.output_dir and self.is_main:
+            self.reporters.start(self.output_dir, step if resume else None, read_log(self.output_dir / TRAIN_LOG_FILE))
         # DDP (in a process group) averages the gradients over the processes; `model` is what is saved and evaluated.
         synced = distributed.wrap_ddp(model, self.device)
 
@@ -457,7 +469,9 @@ class Trainer:
         return patience is not None and self.evaluations_without_improvement >= patience
 
     def log(self, record: dict[str, Any]) -> None:
-        """Append one JSON line to the training log (a log grows line by line; metrics.json is atomic)."""
+        """Append one JSON line to the training log (a log grows line by line; metrics.json is atomic), and report
+        the record to the run's dashboards."""
         if self.output_dir and self.is_main:
             with open(self.output_dir / TRAIN_LOG_FILE, "a", encoding="utf-8") as handle:
                 handle.write(to_json(record) + "\n")
+            self.reporters.report(record)
