@@ -295,20 +295,22 @@ def test_tensorboard_shows_every_number_of_the_log_under_transformers_tags(tmp_p
 
 
 @pytest.mark.parametrize("killed", ["mid-run, two steps after its checkpoint", "at the final evaluation",
-                                    "after the run, before its checkpoint was removed"])
+                                    "after the run, before its checkpoint was removed",
+                                    "mid-run, reporting to tensorboard only once resumed"])
 def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path, killed, tensorboard_scalars, logged_scalars):
     """The killed run's curves from the checkpoint's step on are hidden (purge_step) and reported again by the
-    resumed run: the dashboard is the log's, and the uninterrupted run's but for the wall clock."""
+    resumed run: the dashboard is the log's, and the uninterrupted run's but for the wall clock. A killed run that
+    reported nothing has the whole log reported by the resumed one."""
     x, y = toy_data(48)
     dev_x, dev_y = toy_data(32, seed=1)
     # 12 steps: evaluations at 5, 10 and 12; mid-run, the run dies at step 10's, resumed from step 8's checkpoint
-    settings = dict(epochs=2, eval_every=5, save_every=4 if killed.startswith("mid-run") else 1, log_every=1,
-                    report_to=["tensorboard"])
+    settings = dict(epochs=2, eval_every=5, save_every=4 if killed.startswith("mid-run") else 1, log_every=1)
 
-    def run(folder, evaluate, resume=False):
+    def run(folder, evaluate, resume=False, report=True):
         torch.manual_seed(0)
-        return Trainer(ToyClassifier(dropout=0.1), config(output_dir=str(folder), **settings), batches_of(x, y, 8),
-                       evaluate=evaluate, main_metric="accuracy").train(resume=resume)
+        reporting = {"report_to": ["tensorboard"] if report else None}
+        return Trainer(ToyClassifier(dropout=0.1), config(output_dir=str(folder), **settings, **reporting),
+                       batches_of(x, y, 8), evaluate=evaluate, main_metric="accuracy").train(resume=resume)
 
     def dies_at(evaluation):
         """The dev accuracy, until the `evaluation`th call, which the run dies at (None: never)."""
@@ -328,9 +330,10 @@ def test_a_resumed_run_shows_each_step_once_in_tensorboard(tmp_path, killed, ten
         run(split, dies_at(None))
     else:
         with pytest.raises(Killed):
-            run(split, dies_at(2 if killed.startswith("mid-run") else 3))
+            run(split, dies_at(2 if killed.startswith("mid-run") else 3), report="only once resumed" not in killed)
     run(split, dies_at(None), resume=True)
-    assert len(list((split / "runs").glob("events.out.tfevents.*"))) == 2  # the killed run's and the resumed one's
+    # the killed run's and the resumed one's
+    assert len(list((split / "runs").glob("events.out.tfevents.*"))) == 1 + ("only once resumed" not in killed)
     shown = tensorboard_scalars(split / "runs")
     assert shown == logged_scalars(logged(split, wall_clock=True))
     assert [step for step, _ in shown["train/loss"]] == list(range(1, 13))
