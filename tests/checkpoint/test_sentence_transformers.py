@@ -798,23 +798,28 @@ def test_sentence_transformers_losses_train_the_encoder_as_sentence_transformer(
     assert cosines(vectors, theirs.encode(texts)).min() > 0.9999
 
 
+def stsb_examples(data_dir) -> tuple[list[dict], list]:
+    """The first 64 STS-B training pairs, and each as sentence-transformers' InputExample with its score / 5."""
+    import csv
+
+    with open(data_dir / "stsb" / "train.tsv", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[:64]
+    return rows, [sentence_transformers.InputExample(texts=[row["sentence1"], row["sentence2"]],
+                                                     label=float(row["score"]) / 5) for row in rows]
+
+
 def test_fit_trains_as_sentence_transformers_fit(minilm_dir, data_dir, tmp_path):
     """fit, as in sentence-transformers' tutorials (InputExample's in a DataLoader, CosineSimilarityLoss on STS-B
     pairs), moves the weights as sentence-transformers' own loop (old_fit) does on the same examples and schedule
     (dropout off in both); with an evaluator and output_path it keeps the best model, which sentence-transformers
     loads with the vectors it gives."""
-    import csv
-
     from torch.utils.data import DataLoader
 
     from bertforge import SentenceEncoder
 
     losses_module = importlib.import_module("sentence_transformers.losses")
     evaluation = importlib.import_module("sentence_transformers.evaluation")
-    with open(data_dir / "stsb" / "train.tsv", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[:64]
-    examples = [sentence_transformers.InputExample(texts=[row["sentence1"], row["sentence2"]],
-                                                   label=float(row["score"]) / 5) for row in rows]
+    rows, examples = stsb_examples(data_dir)
     no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
     ours = SentenceEncoder(minilm_dir, config_kwargs=no_dropout)
     theirs = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu", config_kwargs=no_dropout)
@@ -846,17 +851,12 @@ def test_fits_other_schedules_move_the_weights_as_sentence_transformers(schedule
     """fit's scheduler= (WarmupCosine; ConstantLR, which ignores warmup_steps) moves the weights as
     sentence-transformers' old_fit does with the same schedule (with one warm-up step of four, each schedule moves
     them apart from WarmupLinear's by more than 1e-4, ten times the tolerance)."""
-    import csv
-
     from torch.utils.data import DataLoader
 
     from bertforge import SentenceEncoder
 
     losses_module = importlib.import_module("sentence_transformers.losses")
-    with open(data_dir / "stsb" / "train.tsv", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[:64]
-    examples = [sentence_transformers.InputExample(texts=[row["sentence1"], row["sentence2"]],
-                                                   label=float(row["score"]) / 5) for row in rows]
+    rows, examples = stsb_examples(data_dir)
     no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
     texts = [row["sentence1"] for row in rows[:8]]
     settings = dict(epochs=1, warmup_steps=1, weight_decay=0.0, optimizer_params={"lr": 5e-5},

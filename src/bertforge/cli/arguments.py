@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.data_files import decode_text, read_bytes, split_lines
-from bertforge.errors import InputError
+from bertforge.errors import ConfigError, InputError
 from bertforge.outputs import STANDARD_STREAM, check_output_file, is_part_of, write_output  # noqa: F401 (commands')
 from bertforge.validation import MAX_SEED
 
@@ -85,18 +85,23 @@ def held_out_size(text: str) -> int | float:
                                      f"got {text}")
 
 
+REPORT_TO_HELP = ("dashboards that get the training curves too, in OUTPUT/runs with transformers' tag names "
+                  "(train/loss, eval/accuracy): tensorboard (`tensorboard --logdir OUTPUT/runs`), comma-separated "
+                  "names, or none")
+
+
 def reporter_names(text: str) -> tuple[str, ...]:
     """An argparse type for --report-to: comma-separated names of reporting.REPORTERS ("tensorboard"), or "none"
     (transformers' spelling) for no dashboard, which a run config's report_to gives way to."""
-    from bertforge.training.reporting import REPORTERS
+    from bertforge.training.reporting import check_reporter_names
 
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     if names == ("none",):
         return ()
-    unknown = [name for name in names if name not in REPORTERS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown reporter {(unknown or [text])[0]!r}; choose from "
-                                         f"{', '.join(REPORTERS)}, or none")
+    try:
+        check_reporter_names(names or (text,))
+    except ConfigError as problem:
+        raise argparse.ArgumentTypeError(f"{problem}, or none") from None
     return names
 
 

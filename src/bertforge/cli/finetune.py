@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bertforge.cli.arguments import (
+    REPORT_TO_HELP,
     above_zero_up_to_one,
     add_flag_table,
     add_format_argument,
@@ -41,9 +42,6 @@ from bertforge.tasks.token_classification import CONTEXTS, DECODINGS
 from bertforge.training.optim import LR_SCHEDULES
 from bertforge.validation import check_within_positions
 
-REPORT_TO_HELP = ("dashboards that get the training curves too, in OUTPUT/runs with transformers' tag names "
-                  "(train/loss, eval/accuracy): tensorboard (`tensorboard --logdir OUTPUT/runs`), comma-separated "
-                  "names, or none")
 DECODING_HELP = ("ner: each word's most probable tag (argmax) or the most probable valid IOB2 sequence (viterbi)")
 
 # flag -> (place in FinetuneConfig's JSON, kind, help). The kind is a type, a table whose keys are the choices, or

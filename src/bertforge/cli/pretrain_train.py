@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any
 
 from bertforge.cli.arguments import (
+    REPORT_TO_HELP,
     add_flag_table,
     below_one,
     fraction,
@@ -67,10 +68,7 @@ FLAGS: dict[str, tuple[str, Any, str]] = {
     "--seed": ("seed", seed_number, "random seed"),
     "--peak-gflops": ("peak_gflops", positive_float, "one device's peak GFLOP/s, for model FLOPs utilisation"),
     "--no-progress": ("progress", bool, "no progress bar"),
-    "--report-to": ("report_to", reporter_names, "dashboards that get the log's records too, in OUTPUT/runs with "
-                                                 "transformers' tag names (train/loss, eval/accuracy): tensorboard "
-                                                 "(`tensorboard --logdir OUTPUT/runs`), comma-separated names, or "
-                                                 "none"),
+    "--report-to": ("report_to", reporter_names, REPORT_TO_HELP),
 }
 ALIASES = {"--config": "--size", "--seq-len": "--max-length", "--model-or-vocab": "--vocab",
            "--mlm-probability": "--mask-probability"}

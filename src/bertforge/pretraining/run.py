@@ -406,7 +406,8 @@ def _train(config: PretrainConfig, resume: bool, device: torch.device, overwrite
     resumed_from = step
     reporters = reporters or Reporters(None)
     if is_main:
-        reporters.start(work, step if resume else None, read_log(work / LOG_FILE))
+        if reporters.names:  # the log is read again only for them
+            reporters.start(work, step if resume else None, read_log(work / LOG_FILE))
         config.save(work / RUN_CONFIG_FILE)
         tokenizer.save_pretrained(work)
         # what pretrain eval checks the corpus against: prepared again, its held-out split would be other documents

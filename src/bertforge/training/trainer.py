@@ -295,7 +295,7 @@ class Trainer:
         elif self.output_dir and self.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
             (self.output_dir / TRAIN_LOG_FILE).write_text("")
-        if self.output_dir and self.is_main:
+        if self.output_dir and self.is_main and self.reporters.names:  # the log is read again only for them
             self.reporters.start(self.output_dir, step if resume else None, read_log(self.output_dir / TRAIN_LOG_FILE))
         # DDP (in a process group) averages the gradients over the processes; `model` is what is saved and evaluated.
         synced = distributed.wrap_ddp(model, self.device)

@@ -68,25 +68,31 @@ class RequestCost:
 
     characters: int = 0
     tokens: int = 0
-    rows: int = 0
     tokenizing: float = 0.0
-    waiting: float = 0.0
-    running: float = 0.0
+    job_seconds: list[tuple[float, float]] = field(default_factory=list)  # each model input's (queue, inference)
     # text-embeddings-inference's metrics: (method, kind, inputs) of each of TEI's inference routes the request
     # went through (POST /vertex passes on several), and the err of a refusal where its status doesn't say it
     tei_calls: list[tuple[str, str, int]] = field(default_factory=list)
     tei_failure: str | None = None
-    job_seconds: list[tuple[float, float]] = field(default_factory=list)  # each model input's (queue, inference)
+
+    @property
+    def rows(self) -> int:
+        """Model inputs run."""
+        return len(self.job_seconds)
+
+    @property
+    def waiting(self) -> float:
+        return sum(waiting for waiting, _ in self.job_seconds)
+
+    @property
+    def running(self) -> float:
+        return sum(running for _, running in self.job_seconds)
 
     def count_jobs(self, jobs: Sequence) -> None:
         """Jobs of the request that the batcher has run (their `started` and `finished` set)."""
         for job in jobs:
-            waiting, running = job.started - job.enqueued, job.finished - job.started
-            self.rows += 1
             self.tokens += job.length
-            self.waiting += waiting
-            self.running += running
-            self.job_seconds.append((waiting, running))
+            self.job_seconds.append((job.started - job.enqueued, job.finished - job.started))
 
     def headers(self, seconds: float, compute_type: str) -> list[tuple[bytes, bytes]]:
         """text-embeddings-inference's headers, in whole milliseconds: the request's time, its characters and

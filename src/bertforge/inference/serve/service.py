@@ -430,10 +430,15 @@ def first_dimensions(vectors: list[torch.Tensor], dimensions: int | None, normal
     return [F.normalize(vector[:dimensions], dim=-1) if normalized else vector[:dimensions] for vector in vectors]
 
 
+def is_one_input(inputs: str | list) -> bool:
+    """Whether an API's input (TEI's `inputs`, OpenAI's and Jina's `input`) is one text or one list of token ids,
+    not a list of them."""
+    return isinstance(inputs, str) or bool(inputs) and isinstance(inputs[0], int)
+
+
 def input_list(inputs: str | list) -> list:
-    """An API's input (TEI's `inputs`, OpenAI's and Jina's `input`: a text, texts, token ids, lists of token ids)
-    as a list of texts or of id lists."""
-    return [inputs] if isinstance(inputs, str) or isinstance(inputs[0], int) else inputs
+    """An API's input (a text, texts, token ids, lists of token ids) as a list of texts or of id lists."""
+    return [inputs] if is_one_input(inputs) else inputs
 
 
 def tei_inputs(inputs: str | list) -> list:

@@ -23,6 +23,7 @@ from bertforge.inference.serve.service import (
     check_not_empty,
     first_dimensions,
     input_list,
+    is_one_input,
     tei_inputs,
 )
 from bertforge.inference.sparse_encoder import nonzero_weights
@@ -224,7 +225,7 @@ async def similarity(request: schemas.SimilarityRequest, served: Served):
 def count_tei_inputs(inputs: str | list) -> None:
     """Count a request to one of TEI's embedding routes in its metrics: one input (a text or token ids) or a
     list."""
-    single = isinstance(inputs, str) or bool(inputs) and isinstance(inputs[0], int)
+    single = is_one_input(inputs)
     tei_request(single, kind="embed", inputs=1 if single else len(inputs))
 
 
