@@ -24,6 +24,7 @@ from bertforge.cli import (
     export,
     fill_mask,
     finetune,
+    finetune_embeddings,
     predict,
     pretrain,
     quantize,
@@ -44,6 +45,8 @@ from bertforge.training.trainer import CHECKPOINT_DIR
 SUBCOMMANDS = {
     "demo": (demo, "fine-tune the default model on movie reviews and classify a few sentences"),
     "finetune": (finetune, "fine-tune for classification, regression, NER (CoNLL) or question answering (SQuAD)"),
+    "finetune-embeddings": (finetune_embeddings, "fine-tune a sentence encoder's vectors on text pairs (anchors and "
+                                                 "positives, or scored pairs); writes a sentence-transformers folder"),
     "evaluate": (evaluate, "a fine-tuned model's metrics on a labelled file"),
     "predict": (predict, "labels with probabilities, scores, entities or answers from a fine-tuned model"),
     "tokenize": (tokenizer, "show how a text is split into WordPiece tokens"),

@@ -1,0 +1,369 @@
+"""Fine-tuning a sentence encoder end to end: rows of texts -> a sentence-transformers model folder.
+
+Training rows are (anchor, positive[, negative...]) texts, learnt with in-batch negatives, or (text, text, score)
+pairs, learnt so that cosine follows the score (training/embedding_losses.py). The dev set is scored the way
+its rows allow: scored pairs by the rank correlation of cosine and score (sentence-transformers'
+EmbeddingSimilarityEvaluator), other rows as retrieval, each distinct anchor searching every text of the other
+columns for its positives (its InformationRetrievalEvaluator). The starting model is scored first, so a run says
+what fine-tuning changed. The output folder is what `SentenceEncoder`, `bertforge embed` and `serve` and
+sentence-transformers load, with finetune_embeddings_config.json (how it was made), metrics.json and the log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertforge.atomic import write_text_atomic
+from bertforge.batching import LengthGroupedBatches
+from bertforge.checkpoint.sentence_transformers import SUPPORTED_POOLING_MODES
+from bertforge.checkpoint.train_state import check_same_settings
+from bertforge.errors import ConfigError, InputError, check_choice
+from bertforge.json_config import JsonConfig, read_json_object
+from bertforge.outputs import (
+    check_not_in_use,
+    check_output_dir,
+    finish_staging,
+    staging_dir,
+    start_staging,
+    to_json,
+)
+from bertforge.tasks.data import score_label
+from bertforge.tasks.metrics import pearson, spearman
+from bertforge.tasks.tables import DATA_FORMATS, Table, check_not_repeated, read_table, text_cell
+from bertforge.training.embedding_losses import EMBEDDING_LOSSES, EmbeddingLoss, check_scale
+from bertforge.training.trainer import CHECKPOINT_DIR, METRICS_FILE, TrainConfig, Trainer
+from bertforge.validation import check_number, check_paths
+
+logger = logging.getLogger("bertforge")
+
+RUN_CONFIG_FILE = "finetune_embeddings_config.json"
+
+# The text columns a file's header may hold, in the order read, when the run names none: sentence-transformers'
+# datasets' names. Columns after these that start with the last name's stem ("negative_1", ...) are read too.
+USUAL_TEXT_COLUMNS = (("anchor", "positive", "negative"), ("query", "positive", "negative"),
+                      ("sentence1", "sentence2"), ("question", "answer"), ("text1", "text2"))
+USUAL_SCORE_COLUMNS = ("score", "label", "similarity")
+RETRIEVAL_DEPTH = 10  # the ranks that mrr@k and recall@k look at
+# Run settings a resumed run may change: they don't change what is computed.
+RESUMABLE_CHANGES = frozenset({"output", "train", "dev", "eval_batch_size", "training.progress", "training.output_dir",
+                               "training.device", "training.save_every", "training.log_every", "training.report_to"})
+
+
+# sentence-transformers' training defaults, where they differ from TrainConfig's (BERT's fine-tuning recipe)
+TRAINING_DEFAULTS = {"lr": 2e-5, "epochs": 1, "warmup_ratio": 0.1}
+
+
+@dataclass
+class EmbeddingFinetuneConfig(JsonConfig):
+    """Everything a run of `bertforge finetune-embeddings` needs; its flags and `--config run.json` fill it.
+    Training defaults are sentence-transformers' (lr 2e-5, one epoch, a tenth of it warming up)."""
+
+    train: str | None = None  # training rows (.csv, .tsv, .jsonl, Parquet)
+    output: str | None = None  # the model folder written
+    model: str = "default"  # the starting model: a sentence-transformers folder, any BERT checkpoint, or "default"
+    dev: str | None = None  # rows to score after every epoch; the best model on them is kept
+    format: str | None = None  # both files' format (a key of DATA_FORMATS); None: each file's extension says
+    # The text columns, in order (anchor, positive, negatives...; or the two texts of a scored pair); None: the first
+    # of USUAL_TEXT_COLUMNS the file has
+    text_columns: tuple[str, ...] | None = None
+    score_column: str | None = None  # None: the first of USUAL_SCORE_COLUMNS the file has, if any
+    # A key of embedding_losses.EMBEDDING_LOSSES; None: cosent for scored pairs, multiple_negatives_ranking otherwise
+    loss: str | None = None
+    scale: float = 20.0  # how sharply the ranking losses read cosine (1 / temperature)
+    pooling: str | None = None  # how token vectors become one (SUPPORTED_POOLING_MODES); None: the model's own
+    max_length: int | None = None  # tokens per text; None: the model's max_seq_length
+    batch_size: int = 32  # rows per batch: the in-batch negatives of each anchor are the batch's other rows
+    eval_batch_size: int = 64
+    max_train_examples: int | None = None  # use only the first N training rows
+    training: TrainConfig = field(default_factory=lambda: TrainConfig(**TRAINING_DEFAULTS))
+
+    def __post_init__(self):
+        if isinstance(self.training, dict):  # what it sets, over this run's defaults (not TrainConfig's)
+            self.training = TrainConfig.from_dict(TRAINING_DEFAULTS | self.training, "training")
+        check_paths(train=self.train, output=self.output, model=self.model, dev=self.dev)
+        if self.format is not None:
+            check_choice(self.format, DATA_FORMATS, "format")
+        if self.text_columns is not None:
+            self.text_columns = tuple(self.text_columns)
+            if len(self.text_columns) < 2 or len(set(self.text_columns)) != len(self.text_columns):
+                raise ConfigError(f"text_columns: two or more different columns, got {list(self.text_columns)}")
+        if self.loss is not None:
+            check_choice(self.loss, EMBEDDING_LOSSES, "loss")
+        if self.pooling is not None:
+            check_choice(self.pooling, SUPPORTED_POOLING_MODES, "pooling")
+        check_scale(self.scale)
+        for name in ("batch_size", "eval_batch_size"):
+            check_number(name, getattr(self, name), minimum=1, integer=True)
+        check_number("max_length", self.max_length, minimum=3, integer=True, optional=True)
+        check_number("max_train_examples", self.max_train_examples, minimum=1, integer=True, optional=True)
+        if self.training.label_smoothing or self.training.layer_lr_decay != 1.0:
+            raise ConfigError("label_smoothing and layer_lr_decay are fine-tuning options of classifiers; "
+                              "finetune-embeddings trains the encoder alone")
+
+
+@dataclass
+class TextRows:
+    """Rows of two or more texts each (an anchor first), with a score per row where the data has one."""
+
+    texts: list[tuple[str, ...]]
+    scores: list[float] | None
+    columns: tuple[str, ...]
+    path: str
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+@dataclass
+class TrainingRow:
+    """One row as SentenceEncoder.smart_batching_collate reads it (sentence-transformers' InputExample)."""
+
+    texts: tuple[str, ...]
+    label: float = 0.0
+
+
+def text_columns_of(table: Table, given: Sequence[str] | None) -> tuple[str, ...]:
+    """The columns a run reads texts from: those given (each must exist), else the first usual set the header has,
+    with the negatives numbered after it (negative_1, negative_2, ...)."""
+    if given is not None:
+        for name in given:
+            if name not in table.columns:
+                raise table.error(f"no column {name!r} (--text-columns names it); the file has "
+                                  f"{', '.join(map(repr, table.columns))}", table.header_line, field=name)
+            check_not_repeated(table, name)
+        return tuple(given)
+    for usual in USUAL_TEXT_COLUMNS:
+        present = [name for name in usual if name in table.columns]
+        if present[:2] == list(usual[:2]):
+            stem = usual[-1]
+            numbered = [name for name in table.columns if name.startswith(f"{stem}_") and name not in present]
+            return tuple(present + numbered)
+    raise table.error(f"no text columns named as usual ({'; '.join(', '.join(usual) for usual in USUAL_TEXT_COLUMNS)});"
+                      f" name them with --text-columns (the file has {', '.join(map(repr, table.columns))})",
+                      table.header_line)
+
+
+def read_rows(path: str | Path, text_columns: Sequence[str] | None = None, score_column: str | None = None,
+              format: str | None = None) -> TextRows:
+    """The rows of a data file: their texts, and their scores where the file has a score column (named, or one of
+    USUAL_SCORE_COLUMNS). A missing or empty cell is an error naming its line and column."""
+    table = read_table(path, format)
+    columns = text_columns_of(table, text_columns)
+    if score_column is not None and score_column not in table.columns:
+        raise table.error(f"no column {score_column!r} (--score-column names it)", table.header_line,
+                          field=score_column)
+    score_column = score_column or next((name for name in USUAL_SCORE_COLUMNS if name in table.columns), None)
+    if score_column in columns:
+        raise ConfigError(f"column {score_column!r} is both a text and the score")
+    texts, scores = [], []
+    for line, row in table.rows:
+        texts.append(tuple(text_cell(table, line, row, name) for name in columns))
+        if score_column is not None:
+            try:
+                scores.append(score_label(row.get(score_column)))
+            except ValueError as error:
+                raise table.error(str(error), line, field=score_column) from None
+    if not texts:
+        raise InputError("holds no rows", path)
+    return TextRows(texts, scores if score_column is not None else None, columns, str(path))
+
+
+def choose_loss(name: str | None, rows: TextRows) -> str:
+    """The run's loss: the one named, checked against the rows it trains on; else the usual one for them."""
+    name = name or ("cosent" if rows.scores is not None else "multiple_negatives_ranking")
+    kind = EMBEDDING_LOSSES[name]
+    if kind.scored and rows.scores is None:
+        raise InputError(f"--loss {name} learns from scored pairs, and the rows have no score column (score, label, "
+                         f"similarity; or --score-column); rows of an anchor and its positive learn with "
+                         f"multiple_negatives_ranking", rows.path)
+    if not kind.scored and rows.scores is not None:
+        raise InputError(f"--loss {name} reads each row as an anchor and its positive, and these rows are scored "
+                         f"pairs (some may be unrelated): keep only the related pairs and drop the score column, or "
+                         f"learn the scores with cosent", rows.path)
+    if kind.columns is not None and len(rows.columns) != kind.columns:
+        raise InputError(f"--loss {name} takes {kind.columns} texts per row; the rows have {len(rows.columns)} "
+                         f"({', '.join(rows.columns)}): name two with --text-columns", rows.path)
+    if name == "cosine_similarity":
+        outside = next((score for score in rows.scores if not -1 <= score <= 1), None)
+        if outside is not None:
+            raise InputError(f"--loss cosine_similarity fits cosine to each score, and a score of {outside:g} is "
+                             f"beyond cosine's -1 to 1: scale the scores (STS-B's 0-5 by 1/5), or use cosent, which "
+                             f"reads only their order", rows.path)
+    return name
+
+
+class RowBatches:
+    """Batches of training rows in a fresh random order each epoch (seeded by epoch, so a resumed run continues
+    the same order), each collated into one tokenized batch per text column and the scores."""
+
+    def __init__(self, rows: TextRows, batch_size: int, seed: int, collate):
+        self.rows, self.collate = rows, collate
+        # pools of one batch: a plain shuffle, where rows of any length share a batch (and so their negatives)
+        self.sampler = LengthGroupedBatches([0] * len(rows), batch_size, seed, pool_batches=1)
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        scores = self.rows.scores
+        for indices in self.sampler:
+            yield self.collate([TrainingRow(self.rows.texts[i], scores[i] if scores else 0.0) for i in indices])
+
+
+# --- scoring ----------------------------------------------------------------------------------------------------
+
+def unique_vectors(encoder: nn.Module, texts: Sequence[str], batch_size: int) -> tuple[list[str], torch.Tensor]:
+    """Each distinct text once, in first-seen order, and its unit vector."""
+    distinct = list(dict.fromkeys(texts))
+    vectors = encoder.encode(distinct, batch_size=batch_size, convert_to_tensor=True, normalize_embeddings=True,
+                             show_progress_bar=False)
+    return distinct, vectors.float().cpu()
+
+
+def similarity_metrics(encoder: nn.Module, rows: TextRows, batch_size: int) -> dict[str, float]:
+    """Scored pairs: the Spearman and Pearson correlations of each pair's cosine with its score."""
+    distinct, vectors = unique_vectors(encoder, [text for row in rows.texts for text in row[:2]], batch_size)
+    place = {text: i for i, text in enumerate(distinct)}
+    cosines = [float(vectors[place[row[0]]] @ vectors[place[row[1]]]) for row in rows.texts]
+    return {"spearman": spearman(cosines, rows.scores), "pearson": pearson(cosines, rows.scores)}
+
+
+def retrieval_metrics(encoder: nn.Module, rows: TextRows, batch_size: int) -> dict[str, float]:
+    """Each distinct anchor searches every distinct text of the other columns: the share whose first hit is one of
+    its positives (accuracy@1), the mean reciprocal rank of its first positive within the top RETRIEVAL_DEPTH, and
+    the share of its positives found there (recall)."""
+    positives: dict[str, set[str]] = {}
+    for row in rows.texts:
+        positives.setdefault(row[0], set()).add(row[1])
+    queries, query_vectors = unique_vectors(encoder, list(positives), batch_size)
+    corpus, corpus_vectors = unique_vectors(encoder, [text for row in rows.texts for text in row[1:]], batch_size)
+    depth = min(RETRIEVAL_DEPTH, len(corpus))
+    hits = (query_vectors @ corpus_vectors.T).topk(depth, dim=1).indices.tolist()
+    first, reciprocal, recall = [], [], []
+    for query, ranked in zip(queries, hits):
+        found = [corpus[i] in positives[query] for i in ranked]
+        first.append(found[0])
+        reciprocal.append(1 / (found.index(True) + 1) if any(found) else 0.0)
+        recall.append(sum(found) / len(positives[query]))
+    return {"accuracy@1": float(np.mean(first)), f"mrr@{RETRIEVAL_DEPTH}": float(np.mean(reciprocal)),
+            f"recall@{RETRIEVAL_DEPTH}": float(np.mean(recall))}
+
+
+def score_rows(encoder: nn.Module, rows: TextRows, batch_size: int = 64) -> dict[str, float]:
+    """The dev metrics of `encoder` on `rows`, by what the rows are (see main_metric); dropout off."""
+    was_training = encoder.training
+    encoder.eval()
+    try:
+        score = similarity_metrics if rows.scores is not None else retrieval_metrics
+        return score(encoder, rows, batch_size)
+    finally:
+        encoder.train(was_training)
+
+
+def main_metric(rows: TextRows) -> str:
+    """What picks the kept model: Spearman's correlation on scored pairs, else mrr@10."""
+    return "spearman" if rows.scores is not None else f"mrr@{RETRIEVAL_DEPTH}"
+
+
+# --- the run ------------------------------------------------------------------------------------------------------
+
+@dataclass
+class EmbeddingFinetuneResult:
+    output_dir: Path
+    loss: str
+    before: dict[str, float] | None  # the starting model's dev metrics
+    best: dict[str, Any] | None  # the kept model's (None without a dev set)
+    steps: int
+
+
+def load_encoder(config: EmbeddingFinetuneConfig) -> nn.Module:
+    """The starting model as a SentenceEncoder, with the run's pooling and length where it names them."""
+    from bertforge.compress.quantize import check_not_quantized
+    from bertforge.inference.sentence_encoder import SentenceEncoder
+
+    encoder = SentenceEncoder(config.model, device="cpu")
+    check_not_quantized(encoder.model, "fine-tune", config.model)
+    if config.pooling is not None:
+        encoder._change(pooling=config.pooling)
+    if config.max_length is not None:
+        encoder.max_seq_length = config.max_length
+    return encoder
+
+
+def finetune_embeddings(config: EmbeddingFinetuneConfig, overwrite: bool = False, resume: bool = False
+                        ) -> EmbeddingFinetuneResult:
+    """Train `config.model`'s sentence vectors on `config.train` with the run's loss and keep the model that scores
+    best on `config.dev` (else the last), in `config.output`. Data errors come before the model is loaded; the run
+    writes into OUTPUT.incomplete/ and moves it into place at the end, and `resume` continues a killed run from its
+    last checkpoint with the same settings."""
+    if config.output is None:
+        raise ConfigError("an output directory is required (--output, or \"output\" in the run config)")
+    if config.train is None:
+        raise ConfigError("training data is required (--train, or \"train\" in the run config)")
+    if config.training.early_stopping_patience is not None and config.dev is None:
+        raise ConfigError(f"--early-stopping {config.training.early_stopping_patience} stops when the dev metric "
+                          "stops improving: give --dev too")
+    output = Path(config.output)
+    staging = staging_dir(output)
+    if resume:
+        check_not_in_use(output)
+        if not (staging / CHECKPOINT_DIR).is_dir():
+            raise InputError("no killed run to resume here (or it was killed before its first checkpoint); start "
+                             "the run without --resume", staging)
+        check_same_settings(EmbeddingFinetuneConfig.load(staging / RUN_CONFIG_FILE).to_dict(), config.to_dict(),
+                            RESUMABLE_CHANGES, staging / RUN_CONFIG_FILE)
+    else:
+        check_output_dir(output, overwrite, inputs=(config.train, config.dev), models=(config.model,))
+        if (staging / CHECKPOINT_DIR).exists() and not overwrite:
+            raise InputError(f"holds a killed run into {output}; pass --resume to continue it, or --overwrite to "
+                             "start again", staging)
+    train = read_rows(config.train, config.text_columns, config.score_column, config.format)
+    train.texts = train.texts[:config.max_train_examples]
+    train.scores = train.scores[:config.max_train_examples] if train.scores is not None else None
+    loss_name = choose_loss(config.loss, train)
+    dev = read_rows(config.dev, config.text_columns, config.score_column, config.format) if config.dev else None
+
+    encoder = load_encoder(config)
+    before = score_rows(encoder, dev, config.eval_batch_size) if dev is not None else None
+    if before is not None:
+        logger.info("the starting model on the dev set: %s", format_metrics(before))
+    staging = start_staging(output, keep=resume)
+    if not resume:
+        config.save(staging / RUN_CONFIG_FILE)
+    loss = EMBEDDING_LOSSES[loss_name](encoder, **({"scale": config.scale} if loss_name != "cosine_similarity"
+                                                   else {}))
+    training = dataclasses.replace(config.training, output_dir=str(staging))
+    batches = RowBatches(train, config.batch_size, training.seed, encoder.smart_batching_collate)
+    trainer = Trainer(loss, training, batches,
+                      evaluate=None if dev is None else (lambda _: score_rows(encoder, dev, config.eval_batch_size)),
+                      main_metric=None if dev is None else main_metric(dev),
+                      save=lambda _: encoder.save(staging), loss_fn=loss_on_batch)
+    result = trainer.train(resume=resume)
+    encoder.eval()
+    if before is not None:  # beside every evaluation, the one before training
+        summary = read_json_object(staging / METRICS_FILE, "metrics")
+        write_text_atomic(staging / METRICS_FILE, to_json({"before": before} | summary, indent=2) + "\n")
+    finish_staging(output)
+    shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)  # the optimizer's state: the run is over
+    return EmbeddingFinetuneResult(output, loss_name, before, result.best, result.steps)
+
+
+def loss_on_batch(loss: EmbeddingLoss, batch: tuple[list[dict[str, torch.Tensor]], torch.Tensor]) -> torch.Tensor:
+    return loss(*batch)
+
+
+def format_metrics(metrics: dict[str, Any]) -> str:
+    return ", ".join(f"{name}={value:.4f}" for name, value in metrics.items() if name not in ("step", "epoch"))
