@@ -40,7 +40,7 @@ from bertforge.outputs import (
 from bertforge.tasks.data import score_label
 from bertforge.tasks.metrics import pearson, spearman
 from bertforge.tasks.tables import DATA_FORMATS, Table, check_not_repeated, read_table, text_cell
-from bertforge.training.embedding_losses import EMBEDDING_LOSSES, EmbeddingLoss, check_scale
+from bertforge.training.embedding_losses import EMBEDDING_LOSSES, EmbeddingLoss, InputExample, check_scale
 from bertforge.training.trainer import CHECKPOINT_DIR, METRICS_FILE, TrainConfig, Trainer
 from bertforge.validation import check_number, check_paths
 
@@ -122,14 +122,6 @@ class TextRows:
 
     def __len__(self) -> int:
         return len(self.texts)
-
-
-@dataclass
-class TrainingRow:
-    """One row as SentenceEncoder.smart_batching_collate reads it (sentence-transformers' InputExample)."""
-
-    texts: tuple[str, ...]
-    label: float = 0.0
 
 
 def text_columns_of(table: Table, given: Sequence[str] | None) -> tuple[str, ...]:
@@ -220,7 +212,7 @@ class RowBatches:
     def __iter__(self) -> Iterator[Any]:
         scores = self.rows.scores
         for indices in self.sampler:
-            yield self.collate([TrainingRow(self.rows.texts[i], scores[i] if scores else 0.0) for i in indices])
+            yield self.collate([InputExample(self.rows.texts[i], scores[i] if scores else 0.0) for i in indices])
 
 
 # --- scoring ----------------------------------------------------------------------------------------------------

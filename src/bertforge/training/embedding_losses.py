@@ -15,13 +15,23 @@ sentence-transformers' own (which need not be installed), and `bertforge finetun
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from bertforge.errors import InputError
+
+
+@dataclass
+class InputExample:
+    """One training row as the losses read it (sentence-transformers' InputExample): its texts, anchor first, and
+    its score (0 where the loss reads none)."""
+
+    texts: Sequence[str]
+    label: float = 0.0
 
 
 def embed_columns(encoder: nn.Module, columns: Iterable[dict[str, torch.Tensor]]) -> list[torch.Tensor]:

@@ -1,0 +1,174 @@
+"""Fine-tuning sentence vectors: the losses and dev metrics against sentence-transformers' own on the real MiniLM
+and real text, a run that learns on a slice of STS-B, and the folder it writes loaded by sentence-transformers."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from importlib import import_module
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from bertforge import SentenceEncoder
+from bertforge.tasks.embedding import read_rows, retrieval_metrics, similarity_metrics
+from bertforge.training.embedding_losses import EMBEDDING_LOSSES, InputExample, MultipleNegativesRankingLoss
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def stsb_rows(data_dir: Path, split: str, count: int) -> list[dict[str, str]]:
+    with open(data_dir / "stsb" / f"{split}.tsv", encoding="utf-8") as file:
+        return list(csv.DictReader(file, delimiter="\t", quoting=csv.QUOTE_NONE))[:count]
+
+
+def mrpc_paraphrases(data_dir: Path, split: str, count: int) -> list[tuple[str, str]]:
+    with open(data_dir / "mrpc" / f"{split}.tsv", encoding="utf-8-sig") as file:
+        rows = list(csv.reader(file, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
+    return [(row[3], row[4]) for row in rows if row[0] == "1"][:count]
+
+
+@pytest.fixture(scope="module")
+def sentence_transformers():
+    return pytest.importorskip("sentence_transformers")
+
+
+@pytest.fixture(scope="module")
+def both_encoders(minilm_dir, sentence_transformers):
+    """bertforge's and sentence-transformers' encoders of the real MiniLM, dropout off (so that the two passes
+    compute the same thing), gradients on."""
+    ours = SentenceEncoder(minilm_dir).eval()
+    theirs = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu").eval()
+    return ours, theirs
+
+
+@pytest.mark.parametrize("name, columns", [("multiple_negatives_ranking", 2), ("multiple_negatives_ranking", 3),
+                                           ("cosent", 2), ("cosine_similarity", 2)])
+def test_each_loss_and_its_gradients_are_sentence_transformers(both_encoders, sentence_transformers, data_dir,
+                                                               name, columns):
+    ours, theirs = both_encoders
+    rows = stsb_rows(data_dir, "dev", 12)
+    first, second = [row["sentence1"] for row in rows], [row["sentence2"] for row in rows]
+    texts = [first, second, second[::-1]][:columns]  # the third column: another row's text, a hard negative
+    scores = torch.tensor([float(row["score"]) for row in rows]) / 5  # cosine_similarity fits scores in [0, 1]
+    losses = []
+    their_loss = getattr(import_module("sentence_transformers.losses"), EMBEDDING_LOSSES[name].__name__)
+    for encoder, loss in ((ours, EMBEDDING_LOSSES[name](ours)), (theirs, their_loss(theirs))):
+        encoder.zero_grad()
+        value = loss([encoder.preprocess(column) for column in texts], scores)
+        value.backward()
+        gradients = {key: parameter.grad.clone() for key, parameter in encoder.named_parameters()
+                     if parameter.grad is not None}  # not the pooler's, which sentence vectors don't use
+        losses.append((value.item(), gradients))
+    (ours_value, ours_gradients), (their_value, their_gradients) = losses
+    assert ours_value == pytest.approx(their_value, rel=1e-5, abs=1e-6)
+    # The same parameters by position (the two name them differently): the embeddings' and every layer's.
+    assert len(ours_gradients) == len(their_gradients) == 5 + 16 * 6
+    for mine, theirs_ in zip(ours_gradients.values(), their_gradients.values(), strict=True):
+        assert torch.allclose(mine, theirs_, rtol=1e-3, atol=1e-6)
+
+
+def test_the_dev_metrics_are_sentence_transformers_evaluators(minilm_dir, sentence_transformers, data_dir, tmp_path):
+    from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator, InformationRetrievalEvaluator
+
+    theirs = sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu")
+    ours = SentenceEncoder(minilm_dir)
+    rows = stsb_rows(data_dir, "dev", 200)
+    scored = tmp_path / "scored.jsonl"
+    scored.write_text("".join(json.dumps({"sentence1": row["sentence1"], "sentence2": row["sentence2"],
+                                          "score": float(row["score"])}) + "\n" for row in rows))
+    expected = EmbeddingSimilarityEvaluator([row["sentence1"] for row in rows], [row["sentence2"] for row in rows],
+                                            [float(row["score"]) for row in rows], name="dev")(theirs)
+    got = similarity_metrics(ours, read_rows(scored), 64)
+    assert got["spearman"] == pytest.approx(expected["dev_spearman_cosine"], abs=1e-4)
+    assert got["pearson"] == pytest.approx(expected["dev_pearson_cosine"], abs=1e-4)
+
+    # Retrieval: paraphrases, a hard negative per row, and an anchor asked twice with two positives.
+    pairs = mrpc_paraphrases(data_dir, "dev", 150)
+    pairs.append((pairs[0][0], pairs[1][1]))
+    negatives = [pairs[(i + 7) % len(pairs)][1] for i in range(len(pairs))]
+    unscored = tmp_path / "pairs.jsonl"
+    unscored.write_text("".join(json.dumps({"anchor": a, "positive": p, "negative": n}) + "\n"
+                                for (a, p), n in zip(pairs, negatives)))
+    corpus = list(dict.fromkeys([p for _, p in pairs] + negatives))
+    queries = list(dict.fromkeys(a for a, _ in pairs))
+    relevant = {f"q{queries.index(a)}": set() for a in queries}
+    for a, p in pairs:
+        relevant[f"q{queries.index(a)}"].add(f"d{corpus.index(p)}")
+    evaluator = InformationRetrievalEvaluator({f"q{i}": q for i, q in enumerate(queries)},
+                                              {f"d{i}": d for i, d in enumerate(corpus)}, relevant, name="dev",
+                                              score_functions={"cosine": sentence_transformers.util.cos_sim},
+                                              accuracy_at_k=[1], mrr_at_k=[10], precision_recall_at_k=[10],
+                                              ndcg_at_k=[10], map_at_k=[10])
+    expected = evaluator(theirs)
+    got = retrieval_metrics(ours, read_rows(unscored), 64)
+    assert got["accuracy@1"] == pytest.approx(expected["dev_cosine_accuracy@1"], abs=1e-6)
+    assert got["mrr@10"] == pytest.approx(expected["dev_cosine_mrr@10"], abs=1e-6)
+    assert got["recall@10"] == pytest.approx(expected["dev_cosine_recall@10"], abs=1e-6)
+    assert got["accuracy@1"] < 1  # the test set is not too easy to tell a wrong ranking from a right one
+
+
+@pytest.fixture(scope="module")
+def stsb_run(data_dir, tmp_path_factory, minilm_dir):
+    """The command on 256 STS-B training pairs, read with [CLS] pooling (which MiniLM was not trained for), scored
+    on 400 dev pairs before and after."""
+    root = tmp_path_factory.mktemp("stsb-embeddings")
+    dev = root / "dev.tsv"
+    with open(data_dir / "stsb" / "dev.tsv", encoding="utf-8") as file:
+        dev.write_text("".join(file.readlines()[:401]))
+    output = root / "model"
+    command = [sys.executable, "-m", "bertforge", "finetune-embeddings", "--train",
+               str(data_dir / "stsb" / "train.tsv"), "--max-train-examples", "256", "--dev", str(dev),
+               "--text-columns", "sentence1,sentence2", "--pooling", "cls", "--batch-size", "16",
+               "--output", str(output), "--no-progress", "--device", "cpu"]
+    done = subprocess.run(command, capture_output=True, text=True, env={"PYTHONPATH": str(SRC), "PATH": ""},
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    return output, done.stdout, dev
+
+
+def test_a_run_learns_on_real_pairs_and_says_what_it_changed(stsb_run):
+    output, printed, _ = stsb_run
+    metrics = json.loads((output / "metrics.json").read_text())
+    before, best = metrics["before"]["spearman"], metrics["best"]["spearman"]
+    assert best > before + 0.005, (before, best)
+    assert "loss: cosent" in printed
+    assert f"starting model: spearman={before:.4f}" in printed
+    assert json.loads((output / "1_Pooling" / "config.json").read_text())["pooling_mode_cls_token"] is True
+    assert not (output / "checkpoint").exists()  # the optimizer's state goes once the run is over
+
+
+def test_sentence_transformers_loads_the_folder_as_bertforge_does(stsb_run, sentence_transformers):
+    output, _, dev = stsb_run
+    texts = [row.split("\t")[7] for row in dev.read_text().splitlines()[1:9]]
+    theirs = sentence_transformers.SentenceTransformer(str(output), device="cpu").encode(texts)
+    ours = SentenceEncoder(output).encode(texts)
+    assert theirs.shape == ours.shape == (8, 384)
+    assert torch.allclose(torch.from_numpy(ours), torch.from_numpy(theirs), atol=1e-5)
+    # and it is the kept model: the dev metric recorded for it is the one its vectors give
+    rows = read_rows(dev, ("sentence1", "sentence2"))
+    best = json.loads((output / "metrics.json").read_text())["best"]["spearman"]
+    assert similarity_metrics(SentenceEncoder(output), rows, 64)["spearman"] == pytest.approx(best, abs=1e-6)
+
+
+def test_fit_trains_with_bertforge_losses_as_with_sentence_transformers_own(minilm_dir, data_dir):
+    """SentenceEncoder.fit with a native loss (sentence-transformers not needed): the paraphrase pairs it trained
+    on come out closer to each other than to the other rows' texts, more than before."""
+
+    pairs = mrpc_paraphrases(data_dir, "train", 64)
+    encoder = SentenceEncoder(minilm_dir)
+    columns = [encoder.preprocess([pair[0] for pair in pairs]), encoder.preprocess([pair[1] for pair in pairs])]
+
+    def held_loss() -> float:
+        with torch.no_grad():
+            return MultipleNegativesRankingLoss(encoder.eval())(columns, torch.zeros(len(pairs))).item()
+
+    before = held_loss()
+    loader = DataLoader([InputExample(pair) for pair in pairs], batch_size=16, shuffle=True)
+    encoder.fit([(loader, MultipleNegativesRankingLoss(encoder))], epochs=2, warmup_steps=0,
+                optimizer_params={"lr": 5e-5}, show_progress_bar=False)
+    assert held_loss() < before * 0.9, (before, held_loss())
