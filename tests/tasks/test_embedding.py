@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from bertforge import SentenceEncoder
-from bertforge.tasks.embedding import read_rows, retrieval_metrics, similarity_metrics
+from bertforge.tasks.embedding import batches_without_repeats, read_rows, retrieval_metrics, similarity_metrics
 from bertforge.training.embedding_losses import EMBEDDING_LOSSES, InputExample, MultipleNegativesRankingLoss
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -172,3 +174,23 @@ def test_fit_trains_with_bertforge_losses_as_with_sentence_transformers_own(mini
     encoder.fit([(loader, MultipleNegativesRankingLoss(encoder))], epochs=2, warmup_steps=0,
                 optimizer_params={"lr": 5e-5}, show_progress_bar=False)
     assert held_loss() < before * 0.9, (before, held_loss())
+
+
+@settings(max_examples=200, deadline=None)
+@given(anchors=st.lists(st.integers(0, 6), min_size=1, max_size=60), batch_size=st.integers(1, 9))
+def test_in_batch_negatives_repeat_no_text_that_could_wait(anchors, batch_size):
+    """Rows whose anchors repeat (a query asked with several positives): every row once, as many batches as a plain
+    cut, and a batch holds a text twice only when every row not yet placed would repeat one of its texts."""
+    texts = [(f"query {anchor}", f"answer {i}") for i, anchor in enumerate(anchors)]
+    batches = batches_without_repeats(list(range(len(texts))), texts, batch_size)
+    assert sorted(row for batch in batches for row in batch) == list(range(len(texts)))
+    assert len(batches) == -(-len(texts) // batch_size)
+    assert all(len(batch) == batch_size for batch in batches[:-1])
+    for place, batch in enumerate(batches):
+        for position, row in enumerate(batch):
+            before = {text for earlier in batch[:position] for text in texts[earlier]}
+            if before.isdisjoint(texts[row]):
+                continue
+            # a repeat: no row of a later batch (nor this one's later rows) could have taken its place
+            later = [other for rest in batches[place + 1:] for other in rest] + batch[position + 1:]
+            assert all(not before.isdisjoint(texts[other]) for other in later)

@@ -196,10 +196,11 @@ def choose_loss(name: str | None, rows: TextRows) -> str:
 
 class RowBatches:
     """Batches of training rows in a fresh random order each epoch (seeded by epoch, so a resumed run continues
-    the same order), each collated into one tokenized batch per text column and the scores."""
+    the same order), each collated into one tokenized batch per text column and the scores. With `distinct`, no
+    text occurs twice in a batch where that can be helped (see batches_without_repeats)."""
 
-    def __init__(self, rows: TextRows, batch_size: int, seed: int, collate):
-        self.rows, self.collate = rows, collate
+    def __init__(self, rows: TextRows, batch_size: int, seed: int, collate, distinct: bool = False):
+        self.rows, self.batch_size, self.collate, self.distinct = rows, batch_size, collate, distinct
         # pools of one batch: a plain shuffle, where rows of any length share a batch (and so their negatives)
         self.sampler = LengthGroupedBatches([0] * len(rows), batch_size, seed, pool_batches=1)
 
@@ -211,8 +212,44 @@ class RowBatches:
 
     def __iter__(self) -> Iterator[Any]:
         scores = self.rows.scores
-        for indices in self.sampler:
+        batches = list(self.sampler)
+        if self.distinct:
+            batches = batches_without_repeats([i for batch in batches for i in batch], self.rows.texts,
+                                              self.batch_size)
+        for indices in batches:
             yield self.collate([InputExample(self.rows.texts[i], scores[i] if scores else 0.0) for i in indices])
+
+
+def batches_without_repeats(order: Sequence[int], texts: Sequence[tuple[str, ...]], batch_size: int
+                            ) -> list[list[int]]:
+    """`order` cut into batches of `batch_size` where a row that repeats a text of the batch waits for a later one
+    (sentence-transformers' NoDuplicatesBatchSampler): otherwise an anchor asked twice, or a positive given twice,
+    would meet its own positive as another row's negative. As many batches as a plain cut: a batch takes a
+    repeating row only when every row left repeats one of its texts."""
+    batches: list[list[int]] = []
+    upcoming, waiting = iter(order), []
+    while len(batches) * batch_size < len(order):
+        batch, seen, still_waiting = [], set(), []
+        for row in waiting:  # the rows earlier batches put off come first
+            if not joined(batch, seen, row, texts[row], batch_size):
+                still_waiting.append(row)
+        while len(batch) < batch_size and (row := next(upcoming, None)) is not None:
+            if not joined(batch, seen, row, texts[row], batch_size):
+                still_waiting.append(row)
+        while len(batch) < batch_size and still_waiting:  # every row left repeats a text of this batch
+            batch.append(still_waiting.pop(0))
+        batches.append(batch)
+        waiting = still_waiting
+    return batches
+
+
+def joined(batch: list[int], seen: set[str], row: int, texts: tuple[str, ...], batch_size: int) -> bool:
+    """Put `row` in `batch` if there is room and none of its texts is in it yet."""
+    if len(batch) == batch_size or not seen.isdisjoint(texts):
+        return False
+    batch.append(row)
+    seen.update(texts)
+    return True
 
 
 # --- scoring ----------------------------------------------------------------------------------------------------
@@ -338,7 +375,8 @@ def finetune_embeddings(config: EmbeddingFinetuneConfig, overwrite: bool = False
     loss = EMBEDDING_LOSSES[loss_name](encoder, **({"scale": config.scale} if loss_name != "cosine_similarity"
                                                    else {}))
     training = dataclasses.replace(config.training, output_dir=str(staging))
-    batches = RowBatches(train, config.batch_size, training.seed, encoder.smart_batching_collate)
+    batches = RowBatches(train, config.batch_size, training.seed, encoder.smart_batching_collate,
+                         distinct=not EMBEDDING_LOSSES[loss_name].scored)  # in-batch negatives: none of its own
     trainer = Trainer(loss, training, batches,
                       evaluate=None if dev is None else (lambda _: score_rows(encoder, dev, config.eval_batch_size)),
                       main_metric=None if dev is None else main_metric(dev),
