@@ -155,6 +155,8 @@ FLAG_AND_OUTPUT_CASES = [
     ("mistyped-command", ["embedd"], 2, ["invalid choice: 'embedd'", "did you mean embed?"]),
     ("mistyped-step", ["pretrain", "trian"], 2, ["did you mean train?"]),
     ("mistyped-choice", ["explain", "--text", "x", "--method", "occlusio"], 2, ["did you mean occlusion?"]),
+    ("embedding-task", ["finetune", "--task", "sentence-embeddings", "--train", "x.csv"], 2,
+     ["invalid choice: 'sentence-embeddings'", "fine-tuned by `bertforge finetune-embeddings`"]),
     ("attention-output-under-file", ["attention", "hello", "--model", "{E}", "--output", "{O}/a_file/a.html"], 1,
      ["a_file is a file, not a folder"]),
     ("evaluate-output-is-folder", ["evaluate", "--model", "{M}", "--data", "{D}/train.csv", "--output",

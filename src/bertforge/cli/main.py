@@ -85,6 +85,10 @@ TRANSFORMERS_FLAGS = {
     "--lr_scheduler_type": "--lr-schedule", "--label_smoothing_factor": "--label-smoothing",
 }
 STEPS_FLAGS = ("--do_train", "--do_eval", "--do_predict")  # one command does each of these
+# What users call training sentence vectors, given as a --task (transformers' and the Hub's names among them):
+# `finetune-embeddings` does that, not a task of `finetune`.
+EMBEDDING_TASK_NAMES = ("embedding", "embeddings", "sentence_embedding", "sentence_embeddings", "sentence_similarity",
+                        "feature_extraction", "retrieval", "contrastive")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -103,6 +107,8 @@ class OneLineParser(argparse.ArgumentParser):
             choices = [choice.strip().strip("'") for choice in chosen[2].split(",")]
             near = difflib.get_close_matches(chosen[1], choices, n=1)
             message += f"; did you mean {near[0]}?" if near else ""
+            if message.startswith("argument --task") and chosen[1].lower().replace("-", "_") in EMBEDDING_TASK_NAMES:
+                message += "; sentence vectors are fine-tuned by `bertforge finetune-embeddings`"
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
     def parse_known_args(self, args=None, namespace=None):
