@@ -194,3 +194,17 @@ def test_in_batch_negatives_repeat_no_text_that_could_wait(anchors, batch_size):
             # a repeat: no row of a later batch (nor this one's later rows) could have taken its place
             later = [other for rest in batches[place + 1:] for other in rest] + batch[position + 1:]
             assert all(not before.isdisjoint(texts[other]) for other in later)
+
+
+def test_evaluate_scores_an_encoder_as_the_run_scored_its_dev_set(stsb_run, run_cli, tmp_path):
+    output, _, dev = stsb_run
+    best = json.loads((output / "metrics.json").read_text())["best"]
+    code, printed, error = run_cli("evaluate", "--model", str(output), "--data", str(dev), "--text-column",
+                                   "sentence1", "--text-pair-column", "sentence2", "--output",
+                                   str(tmp_path / "scores.json"))
+    assert code == 0, error
+    scores = json.loads((tmp_path / "scores.json").read_text())
+    assert scores == pytest.approx({"spearman": best["spearman"], "pearson": best["pearson"]}, abs=1e-6)
+    assert f"spearman: {best['spearman']:.4f}" in printed + error
+    code, _, error = run_cli("evaluate", "--model", str(output), "--data", str(dev), "--text-column", "sentence1")
+    assert code == 1 and "--text-column and --text-pair-column together" in error

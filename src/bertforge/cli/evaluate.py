@@ -8,18 +8,31 @@ from pathlib import Path
 
 from bertforge.checkpoint.default_model import DEFAULT_MODEL_NAMES
 from bertforge.cli import columns
-from bertforge.cli.arguments import STANDARD_STREAM, check_writable, inference_options, path_text, report
+from bertforge.cli.arguments import (
+    STANDARD_STREAM,
+    check_writable,
+    inference_options,
+    load_encoder,
+    path_text,
+    report,
+)
 from bertforge.cli.finetune import add_trained_model_arguments
+from bertforge.errors import ConfigError
 from bertforge.outputs import check_not_trainer_metrics
 from bertforge.tasks.finetuned_model import CONFUSION_MATRIX, EVAL_RESULTS_FILE, PER_LABEL
 from bertforge.tasks.registry import TASKS
+
+EMBEDDING = "embedding"  # --task: the sentence vectors of an encoder, as finetune-embeddings scores them
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", "-m", type=path_text, required=True, help="fine-tuned model directory")
     parser.add_argument("--data", "-d", type=path_text, required=True,
                         help="labelled data (.csv, .tsv, .jsonl; CoNLL for ner; SQuAD .json for qa)")
-    parser.add_argument("--task", choices=list(TASKS), default=None, help="default: the model's own")
+    parser.add_argument("--task", choices=[*TASKS, EMBEDDING], default=None,
+                        help=f"default: the model's own; {EMBEDDING} (the default for an encoder without a task "
+                             f"head): its sentence vectors on rows of two texts, by the Spearman correlation of "
+                             f"cosine and score for scored pairs, else as retrieval (accuracy@1, mrr@10, recall@10)")
     parser.add_argument("--output", "-o", type=path_text, default=None,
                         help=f"metrics JSON file, or - for standard output (default: {EVAL_RESULTS_FILE} in the model "
                              "directory; none for 'default' or a cached model's name)")
@@ -31,9 +44,14 @@ def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.finetuned_model import evaluate
 
     inference = inference_options(args)  # checks --device first
-    # a model without a trained head, or a --task it wasn't trained for: refused before any work
-    inspect_checkpoint(args.model).task_for(args.task)
+    checkpoint = inspect_checkpoint(args.model)
     output = args.output or default_output(args.model)
+    if args.task == EMBEDDING or args.task is None and checkpoint.task is None and checkpoint.head == "encoder":
+        if output is not None:
+            check_writable(output, args.data, args.model)
+        return evaluate_embeddings(args, inference, output)
+    # a model without a trained head, or a --task it wasn't trained for: refused before any work
+    checkpoint.task_for(args.task)
     if output is not None:
         check_writable(output, args.data, args.model)
     metrics = evaluate(args.model, args.data, args.text_column, args.text_pair_column, args.label_column,
@@ -53,6 +71,31 @@ def run(args: argparse.Namespace) -> int:
         report(str(output), confusion_table(confusion["labels"], confusion["matrix"]))
     if output is not None and str(output) != STANDARD_STREAM:
         print(f"saved to {output}")
+    return 0
+
+
+def evaluate_embeddings(args: argparse.Namespace, inference, output: str | Path | None) -> int:
+    """An encoder's sentence vectors on rows of texts, scored as finetune-embeddings scores its dev set: scored
+    pairs by the correlations of cosine and score, other rows as retrieval."""
+    from bertforge.inference.sentence_encoder import SentenceEncoder
+    from bertforge.outputs import to_json, write_output
+    from bertforge.tasks.embedding import read_rows, score_rows
+
+    named = [name for name in (args.text_column, args.text_pair_column) if name is not None]
+    if len(named) == 1:
+        raise ConfigError("an encoder is scored on rows of two texts: give --text-column and --text-pair-column "
+                          "together (or neither, for the usual names: sentence1/sentence2, anchor/positive, ...)")
+    rows = read_rows(args.data, named or None, args.label_column, args.format)
+    encoder = SentenceEncoder(*load_encoder(args.model, inference))
+    if args.max_length is not None:
+        encoder.max_seq_length = args.max_length
+    metrics = score_rows(encoder, rows, args.batch_size)
+    for name, value in metrics.items():
+        report(str(output), f"{name}: {value:.4f}")
+    if output is not None:
+        write_output(output, to_json(metrics, indent=2) + "\n")
+        if str(output) != STANDARD_STREAM:
+            print(f"saved to {output}")
     return 0
 
 
