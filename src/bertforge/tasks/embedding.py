@@ -160,6 +160,9 @@ def read_rows(path: str | Path, text_columns: Sequence[str] | None = None, score
     texts, scores = [], []
     for line, row in table.rows:
         texts.append(tuple(text_cell(table, line, row, name) for name in columns))
+        for name, text in zip(columns, texts[-1]):
+            if not text.strip():  # CSV reads an empty cell as "": a row with no text would train on nothing
+                raise table.error("empty text", line, field=name)
         if score_column is not None:
             try:
                 scores.append(score_label(row.get(score_column)))
