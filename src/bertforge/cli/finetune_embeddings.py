@@ -101,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     result = finetune_embeddings(config, overwrite=args.overwrite, resume=args.resume)
+    if result.finished:
+        print(f"the run in {result.output_dir} had already finished")
     print(f"loss: {result.loss}")
     if result.before is not None:
         print(f"starting model: {format_metrics(result.before)}")

@@ -41,7 +41,7 @@ from bertforge.tasks.data import score_label
 from bertforge.tasks.metrics import pearson, spearman
 from bertforge.tasks.tables import DATA_FORMATS, Table, check_not_repeated, read_table, text_cell
 from bertforge.training.embedding_losses import EMBEDDING_LOSSES, EmbeddingLoss, InputExample, check_scale
-from bertforge.training.trainer import CHECKPOINT_DIR, METRICS_FILE, TrainConfig, Trainer
+from bertforge.training.trainer import CHECKPOINT_DIR, METRICS_FILE, TRAIN_LOG_FILE, TrainConfig, Trainer, read_log
 from bertforge.validation import check_number, check_paths
 
 logger = logging.getLogger("bertforge")
@@ -319,6 +319,7 @@ class EmbeddingFinetuneResult:
     before: dict[str, float] | None  # the starting model's dev metrics
     best: dict[str, Any] | None  # the kept model's (None without a dev set)
     steps: int
+    finished: bool = False  # the run had ended before: nothing was trained
 
 
 def load_encoder(config: EmbeddingFinetuneConfig) -> nn.Module:
@@ -340,7 +341,7 @@ def finetune_embeddings(config: EmbeddingFinetuneConfig, overwrite: bool = False
     """Train `config.model`'s sentence vectors on `config.train` with the run's loss and keep the model that scores
     best on `config.dev` (else the last), in `config.output`. Data errors come before the model is loaded; the run
     writes into OUTPUT.incomplete/ and moves it into place at the end, and `resume` continues a killed run from its
-    last checkpoint with the same settings."""
+    last checkpoint with the same settings (a run that had ended is not trained again)."""
     if config.output is None:
         raise ConfigError("an output directory is required (--output, or \"output\" in the run config)")
     if config.train is None:
@@ -350,13 +351,15 @@ def finetune_embeddings(config: EmbeddingFinetuneConfig, overwrite: bool = False
                           "stops improving: give --dev too")
     output = Path(config.output)
     staging = staging_dir(output)
+    finished = resume and not staging.exists() and (output / RUN_CONFIG_FILE).is_file()
     if resume:
         check_not_in_use(output)
-        if not (staging / CHECKPOINT_DIR).is_dir():
+        saved = output / RUN_CONFIG_FILE if finished else staging / RUN_CONFIG_FILE
+        if not finished and not (staging / CHECKPOINT_DIR).is_dir():
             raise InputError("no killed run to resume here (or it was killed before its first checkpoint); start "
                              "the run without --resume", staging)
-        check_same_settings(EmbeddingFinetuneConfig.load(staging / RUN_CONFIG_FILE).to_dict(), config.to_dict(),
-                            RESUMABLE_CHANGES, staging / RUN_CONFIG_FILE)
+        check_same_settings(EmbeddingFinetuneConfig.load(saved).to_dict(), config.to_dict(), RESUMABLE_CHANGES,
+                            saved)
     else:
         check_output_dir(output, overwrite, inputs=(config.train, config.dev), models=(config.model,))
         if (staging / CHECKPOINT_DIR).exists() and not overwrite:
@@ -366,6 +369,9 @@ def finetune_embeddings(config: EmbeddingFinetuneConfig, overwrite: bool = False
     train.texts = train.texts[:config.max_train_examples]
     train.scores = train.scores[:config.max_train_examples] if train.scores is not None else None
     loss_name = choose_loss(config.loss, train)
+    if finished:  # killed, at most, as it removed its checkpoint: the model is in place, nothing to train again
+        shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)
+        return finished_run(output, loss_name)
     dev = read_rows(config.dev, config.text_columns, config.score_column, config.format) if config.dev else None
 
     encoder = load_encoder(config)
@@ -392,6 +398,14 @@ def finetune_embeddings(config: EmbeddingFinetuneConfig, overwrite: bool = False
     finish_staging(output)
     shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)  # the optimizer's state: the run is over
     return EmbeddingFinetuneResult(output, loss_name, before, result.best, result.steps)
+
+
+def finished_run(output: Path, loss_name: str) -> EmbeddingFinetuneResult:
+    """The result of a run that already ended, from its folder (it is not trained or evaluated again)."""
+    summary = read_json_object(output / METRICS_FILE, "metrics") if (output / METRICS_FILE).is_file() else {}
+    steps = max([record.get("step", 0) for record in read_log(output / TRAIN_LOG_FILE)] or [0])
+    return EmbeddingFinetuneResult(output, loss_name, summary.get("before"), summary.get("best"), steps,
+                                   finished=True)
 
 
 def loss_on_batch(loss: EmbeddingLoss, batch: tuple[list[dict[str, torch.Tensor]], torch.Tensor]) -> torch.Tensor:
