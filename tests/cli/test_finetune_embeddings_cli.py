@@ -1,0 +1,321 @@
+"""`bertforge finetune-embeddings` end to end on a tiny encoder: bad input is one line naming its place and nothing
+written; a killed run resumed gives the run never stopped; --config and flags make one run config; the folder
+written loads as a sentence encoder with the run's pooling, and `bertforge embed` reads it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertforge import BertConfig, BertModel
+from bertforge.cli.main import main
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+# 24 anchor/positive/negative rows: 6 batches of 4 an epoch
+TRIPLES = [(f"what is item {i}", f"item {i} is a thing numbered {i}", f"unrelated words {7 * i}") for i in range(24)]
+PAIRS = [("a cat sits on the mat", "a cat is sitting on a mat", 4.6), ("a man plays a guitar", "the sky is blue", 0.2),
+         ("it is raining", "water falls from the sky", 3.1), ("birds sing", "music plays", 1.4)]
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    """`bertforge *argv` in this process: (exit status, stdout, stderr); argparse's usage errors give theirs."""
+    try:
+        code = main([str(arg) for arg in argv])
+    except SystemExit as stop:
+        code = stop.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def csv_text(header: str, rows) -> str:
+    return header + "\n" + "".join(",".join(str(cell) for cell in row) + "\n" for row in rows)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, tokenizer):
+    """A tiny BERT checkpoint (no sentence-transformers files: mean pooling) and data files."""
+    root = tmp_path_factory.mktemp("embeddings")
+    torch.manual_seed(0)
+    BertModel(BertConfig.tiny(vocab_size=tokenizer.vocab_size, max_position_embeddings=64)).save_pretrained(
+        root / "encoder")
+    tokenizer.save_pretrained(root / "encoder")
+    (root / "triples.csv").write_text(csv_text("anchor,positive,negative", TRIPLES))
+    (root / "pairs.csv").write_text(csv_text("sentence1,sentence2,score", PAIRS))
+    return root
+
+
+def base(world: Path, output: Path, train: str = "triples.csv") -> list:
+    return ["finetune-embeddings", "--model", world / "encoder", "--train", world / train, "--output", output,
+            "--no-progress", "--device", "cpu"]
+
+
+def saved_config(output: Path) -> dict:
+    return json.loads((output / "finetune_embeddings_config.json").read_text())
+
+
+# --- bad input ----------------------------------------------------------------------------------------------------
+
+# (id, data file written as is (None: the world's triples), extra argv, exit status, fragments of the one line)
+BAD_INPUT = [
+    ("missing-text-column", "foo,bar\na,b\n", ["--text-columns", "foo,baz"], 1,
+     ["bad.csv", "line 1", "'baz'", "the file has 'foo', 'bar'"]),
+    ("no-usual-columns", "foo,bar\na,b\n", [], 1, ["bad.csv", "--text-columns", "the file has 'foo', 'bar'"]),
+    ("empty-cell", "anchor,positive\na cat,a kitten\na dog,\n", [], 1,
+     ["bad.csv", "line 3", "'positive'", "empty"]),
+    ("blank-cell", "anchor,positive\n   ,a kitten\n", [], 1, ["bad.csv", "line 2", "'anchor'", "empty"]),
+    ("score-not-a-number", "sentence1,sentence2,score\na cat,a kitten,4.0\na dog,a puppy,high\n", [], 1,
+     ["bad.csv", "line 3", "'score'", "'high'", "not a number"]),
+    ("scored-rows-with-mnrl", "sentence1,sentence2,score\na cat,a kitten,4.0\n",
+     ["--loss", "multiple_negatives_ranking"], 1, ["bad.csv", "multiple_negatives_ranking", "scored pairs"]),
+    ("unscored-rows-with-cosent", None, ["--loss", "cosent"], 1, ["triples.csv", "--loss cosent", "no score column"]),
+    ("cosine-similarity-with-0-5-scores", "sentence1,sentence2,score\na cat,a kitten,0.8\na dog,a car,4.5\n",
+     ["--loss", "cosine_similarity"], 1, ["bad.csv", "cosine_similarity", "4.5", "-1 to 1"]),
+    ("text-columns-one-name", None, ["--text-columns", "anchor"], 2, ["--text-columns", "'anchor'"]),
+    ("text-columns-repeated", None, ["--text-columns", "anchor,anchor"], 1, ["text_columns", "different"]),
+    ("resume-no-killed-run", None, ["--resume"], 1, ["out.incomplete", "no killed run", "without --resume"]),
+    ("pooling-choice", None, ["--pooling", "banana"], 2, ["--pooling", "'banana'", "cls", "mean"]),
+    ("missing-train-file", None, ["--train", "{T}/missing.csv"], 1, ["missing.csv", "no such file"]),
+]
+
+
+@pytest.mark.parametrize("data, extra, status, fragments", [case[1:] for case in BAD_INPUT],
+                         ids=[case[0] for case in BAD_INPUT])
+def test_bad_input_is_one_line_naming_it_and_writes_nothing(world, tmp_path, capsys, data, extra, status,
+                                                            fragments):
+    argv = base(world, tmp_path / "out")
+    if data is not None:
+        (tmp_path / "bad.csv").write_text(data)
+        argv[argv.index("--train") + 1] = tmp_path / "bad.csv"
+    code, out, err = run_cli(capsys, *argv, *(str(arg).replace("{T}", str(tmp_path)) for arg in extra))
+    assert code == status, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bertforge") and "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.incomplete").exists()
+
+
+def test_the_whole_of_stsb_with_cosine_similarity_names_a_score_beyond_one(world, data_dir, tmp_path, capsys):
+    """STS-B scores 0 to 5: fitting cosine to them is refused before the model is even loaded."""
+    code, _, err = run_cli(capsys, *base(world, tmp_path / "out"), "--train", data_dir / "stsb" / "train.tsv",
+                           "--loss", "cosine_similarity")
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert "train.tsv" in err and "a score of 5 is beyond cosine's -1 to 1" in err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.incomplete").exists()
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_model_in_the_output_stays_without_overwrite_and_an_unknown_config_key_is_named(world, tmp_path, capsys,
+                                                                                          one_thread):
+    output = tmp_path / "model"
+    assert run_cli(capsys, *base(world, output), "--max-steps", "1", "--batch-size", "4")[0] == 0
+    before = digest(output)
+    code, _, err = run_cli(capsys, *base(world, output), "--max-steps", "1", "--batch-size", "4", "--seed", "5")
+    assert code == 1 and len(err.splitlines()) == 1 and "already holds a model" in err and "--overwrite" in err
+    (tmp_path / "run.json").write_text(json.dumps({"batch_size": 4, "trianing": {"lr": 1e-3}}))
+    code, _, err = run_cli(capsys, *base(world, output), "--config", tmp_path / "run.json", "--overwrite")
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert "run.json" in err and "unknown key 'trianing'" in err
+    assert digest(output) == before and not (tmp_path / "model.incomplete").exists()
+    # --overwrite does replace it
+    code, _, err = run_cli(capsys, *base(world, output), "--max-steps", "1", "--batch-size", "4", "--seed", "5",
+                           "--lr", "1e-3", "--overwrite")
+    assert code == 0, err
+    assert digest(output)["model.safetensors"] != before["model.safetensors"]
+
+
+# --- kill and resume ----------------------------------------------------------------------------------------------
+
+def killed_run_argv(world: Path, output: Path) -> list:
+    """Three epochs of 6 steps, every step logged and checkpointed, dropout on, the dev set scored at each epoch's
+    end: a kill can land anywhere."""
+    return [*base(world, output), "--config", world / "log_every_step.json", "--dev", world / "triples.csv",
+            "--batch-size", "4", "--epochs", "3", "--lr", "1e-3", "--seed", "1", "--save-every", "1"]
+
+
+def records(path: Path) -> list[dict]:
+    """The log without its wall-clock field."""
+    return [{k: v for k, v in json.loads(line).items() if k != "examples_per_s"}
+            for line in path.read_text().splitlines()]
+
+
+def test_a_killed_run_resumed_gives_the_weights_and_losses_of_the_run_never_stopped(world, tmp_path, capsys,
+                                                                                    one_thread):
+    (world / "log_every_step.json").write_text(json.dumps({"training": {"log_every": 1}}))  # no flag sets it
+    whole = tmp_path / "whole"
+    code, _, err = run_cli(capsys, *killed_run_argv(world, whole))
+    assert code == 0, err
+    assert [r["step"] for r in records(whole / "train_log.jsonl") if r["event"] == "train"] == list(range(1, 19))
+    assert [r["step"] for r in records(whole / "train_log.jsonl") if r["event"] == "eval"] == [6, 12, 18]
+    assert not (whole / "checkpoint").exists()
+
+    split = tmp_path / "split"
+    log = tmp_path / "split.incomplete" / "train_log.jsonl"
+    process = subprocess.Popen([sys.executable, "-m", "bertforge", "--threads", "1",
+                                *map(str, killed_run_argv(world, split))],
+                               env={**os.environ, "PYTHONPATH": str(SRC)}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    while process.poll() is None and not (log.is_file() and log.read_text().count("\n") >= 10):
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait() == -signal.SIGKILL, process.stderr.read()
+    assert not split.exists()
+    step = torch.load(tmp_path / "split.incomplete" / "checkpoint" / "train_state.pt", weights_only=False)["step"]
+    assert 7 <= step < 18 and step % 6, f"checkpointed at step {step}: not mid-epoch"
+
+    # Resumed with another setting it is refused, naming the setting; with those it began with, it finishes.
+    code, _, err = run_cli(capsys, *killed_run_argv(world, split), "--resume", "--batch-size", "3")
+    assert code == 1 and "batch_size" in err and len(err.splitlines()) == 1, err
+    code, _, err = run_cli(capsys, *killed_run_argv(world, split), "--resume")
+    assert code == 0, err
+    assert records(split / "train_log.jsonl") == records(whole / "train_log.jsonl")
+    assert json.loads((split / "metrics.json").read_text()) == json.loads((whole / "metrics.json").read_text())
+    whole_weights, split_weights = load_file(whole / "model.safetensors"), load_file(split / "model.safetensors")
+    assert whole_weights.keys() == split_weights.keys()
+    for name, tensor in whole_weights.items():
+        assert torch.equal(tensor, split_weights[name]), name
+    # and training did change them (else equal weights would say nothing)
+    start = load_file(world / "encoder" / "model.safetensors")
+    assert any(not torch.equal(start[name], tensor) for name, tensor in whole_weights.items() if name in start)
+    assert not (tmp_path / "split.incomplete").exists() and not (split / "checkpoint").exists()
+    assert saved_config(split) == {**saved_config(whole), "output": str(split)}
+
+    # Resuming the finished run neither trains nor evaluates again.
+    before = digest(split)
+    code, out, err = run_cli(capsys, *killed_run_argv(world, split), "--resume")
+    assert code == 0 and "already finished" in out, err
+    assert digest(split) == before
+
+
+def test_a_run_killed_as_it_removes_its_checkpoint_is_in_place_and_resume_tidies_it(world, tmp_path, capsys,
+                                                                                     monkeypatch, one_thread):
+    """The run is moved into place before its checkpoint is removed: killed in between, --resume removes what was
+    left (it said "no killed run to resume", and a run without --resume that the folder "holds a training run")."""
+    from bertforge.inference.sentence_encoder import SentenceEncoder
+
+    output = tmp_path / "model"
+    argv = [*base(world, output), "--batch-size", "4", "--max-steps", "2", "--save-every", "1", "--lr", "1e-3"]
+    real_rmtree = shutil.rmtree
+
+    def killed_at_the_checkpoint(path, *args, **kwargs):
+        if Path(path).name == "checkpoint":
+            raise KeyboardInterrupt
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", killed_at_the_checkpoint)
+    code, _, err = run_cli(capsys, *argv)
+    monkeypatch.undo()
+    assert code == 130 and "interrupted" in err
+    assert (output / "checkpoint").is_dir() and not (tmp_path / "model.incomplete").exists()
+    before = {name: sha for name, sha in digest(output).items() if not name.startswith("checkpoint")}
+    SentenceEncoder(str(output), device="cpu")  # whole: it loads
+
+    code, _, err = run_cli(capsys, *argv, "--resume", "--seed", "7")  # not the run it continues
+    assert code == 1 and len(err.splitlines()) == 1 and "training.seed" in err, err
+    code, out, err = run_cli(capsys, *argv, "--resume")
+    assert code == 0 and "already finished" in out, err
+    assert not (output / "checkpoint").exists() and digest(output) == before  # nothing trained or written again
+
+
+# --- the run config -----------------------------------------------------------------------------------------------
+
+def test_a_run_from_its_config_file_is_the_run_from_flags_and_flags_win(world, tmp_path, capsys, one_thread):
+    flags = ["--batch-size", "4", "--max-steps", "2", "--lr", "1e-3", "--seed", "3", "--pooling", "cls",
+             "--text-columns", "anchor,positive", "--scale", "10", "--warmup-ratio", "0.5"]
+    code, _, err = run_cli(capsys, *base(world, tmp_path / "flags"), *flags)
+    assert code == 0, err
+    (tmp_path / "run.json").write_text(json.dumps({
+        "model": str(world / "encoder"), "train": str(world / "triples.csv"), "batch_size": 4, "pooling": "cls",
+        "text_columns": ["anchor", "positive"], "scale": 10,
+        "training": {"max_steps": 2, "lr": 1e-3, "seed": 3, "warmup_ratio": 0.5, "progress": False,
+                     "device": "cpu"}}))
+    code, _, err = run_cli(capsys, "finetune-embeddings", "--config", tmp_path / "run.json", "--output",
+                           tmp_path / "file")
+    assert code == 0, err
+    from_flags, from_file = saved_config(tmp_path / "flags"), saved_config(tmp_path / "file")
+    assert from_file == {**from_flags, "output": str(tmp_path / "file")}
+    assert from_flags["text_columns"] == ["anchor", "positive"] and from_flags["training"]["lr"] == 1e-3
+    assert records(tmp_path / "file" / "train_log.jsonl") == records(tmp_path / "flags" / "train_log.jsonl")
+    assert (tmp_path / "file" / "model.safetensors").read_bytes() == \
+        (tmp_path / "flags" / "model.safetensors").read_bytes()
+
+    # The saved config runs again as it is; a flag given over it wins, the file's other settings stay.
+    code, _, err = run_cli(capsys, "finetune-embeddings", "--config", tmp_path / "file" /
+                           "finetune_embeddings_config.json", "--output", tmp_path / "over", "--lr", "5e-4",
+                           "--pooling", "mean")
+    assert code == 0, err
+    over = saved_config(tmp_path / "over")
+    assert over["training"]["lr"] == 5e-4 and over["pooling"] == "mean"
+    assert over["training"]["seed"] == 3 and over["training"]["max_steps"] == 2 and over["batch_size"] == 4
+    assert over["text_columns"] == ["anchor", "positive"] and over["training"]["warmup_ratio"] == 0.5
+
+
+@pytest.mark.parametrize("how", ["flags", "file"])
+def test_sentence_transformers_training_defaults_hold(world, tmp_path, capsys, one_thread, how):
+    """lr 2e-5, one epoch, a tenth warming up (not finetune's BERT recipe), whether the training section is
+    filled by a flag or by a file that sets something else in it."""
+    argv = base(world, tmp_path / "out")
+    if how == "file":
+        argv = argv[:argv.index("--no-progress")]
+        (tmp_path / "run.json").write_text(json.dumps({"training": {"progress": False, "device": "cpu"}}))
+        argv += ["--config", tmp_path / "run.json"]
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 0, err
+    training = saved_config(tmp_path / "out")["training"]
+    assert (training["lr"], training["epochs"], training["warmup_ratio"]) == (2e-5, 1, 0.1)
+    assert training["progress"] is False
+    log = records(tmp_path / "out" / "train_log.jsonl")
+    assert [r["step"] for r in log] == [1]  # 24 rows in one batch of the default 32, one epoch
+    assert saved_config(tmp_path / "out")["batch_size"] == 32
+
+
+# --- the model written --------------------------------------------------------------------------------------------
+
+def test_the_output_loads_as_a_sentence_encoder_with_its_pooling_and_embed_reads_it(world, tmp_path, capsys,
+                                                                                    tokenizer, one_thread):
+    from bertforge import SentenceEncoder
+
+    output = tmp_path / "model"
+    code, out, err = run_cli(capsys, *base(world, output, "pairs.csv"), "--pooling", "cls", "--batch-size", "4",
+                             "--epochs", "2", "--lr", "1e-3")
+    assert code == 0, err
+    assert "loss: cosent" in out  # scored pairs learn with cosent unless told
+    pooling = json.loads((output / "1_Pooling" / "config.json").read_text())
+    assert pooling["pooling_mode_cls_token"] is True and pooling["pooling_mode_mean_tokens"] is False
+
+    texts = ["a cat sits on the mat", "completely different words here"]
+    encoder = SentenceEncoder(str(output), device="cpu")
+    vectors = encoder.encode(texts, convert_to_numpy=True)
+    # CLS pooling, computed from the saved weights alone: the first token's last hidden state
+    bert = BertModel.from_pretrained(output).eval()
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                      token_type_ids=batch.get("token_type_ids"))[0]
+    np.testing.assert_allclose(vectors, hidden[:, 0].numpy(), rtol=1e-4, atol=1e-5)
+    start = BertModel.from_pretrained(world / "encoder").eval()
+    with torch.no_grad():
+        assert not torch.allclose(start(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])[0],
+                                  hidden)  # fine-tuned, not the starting weights
+
+    (tmp_path / "lines.txt").write_text("\n".join(texts) + "\n")
+    code, _, err = run_cli(capsys, "embed", "--model", output, "--input", tmp_path / "lines.txt", "--output",
+                           tmp_path / "vectors.npy", "--no-progress", "--device", "cpu")
+    assert code == 0, err
+    np.testing.assert_allclose(np.load(tmp_path / "vectors.npy"), vectors, rtol=1e-4, atol=1e-5)
