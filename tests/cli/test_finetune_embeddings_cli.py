@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from scipy import stats
 
 from bertforge import BertConfig, BertModel
 from bertforge.cli.main import main
@@ -26,7 +27,9 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 # 24 anchor/positive/negative rows: 6 batches of 4 an epoch
 TRIPLES = [(f"what is item {i}", f"item {i} is a thing numbered {i}", f"unrelated words {7 * i}") for i in range(24)]
 PAIRS = [("a cat sits on the mat", "a cat is sitting on a mat", 4.6), ("a man plays a guitar", "the sky is blue", 0.2),
-         ("it is raining", "water falls from the sky", 3.1), ("birds sing", "music plays", 1.4)]
+         ("it is raining", "water falls from the sky", 3.1), ("birds sing", "music plays", 1.4),
+         ("a woman slices an onion", "someone is cutting an onion", 4.2), ("the train is late", "cheese is tasty", 0.6),
+         ("a boy kicks a ball", "a child plays football", 3.6), ("stocks fell today", "the market dropped", 2.5)]
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
@@ -285,6 +288,16 @@ def test_sentence_transformers_training_defaults_hold(world, tmp_path, capsys, o
     assert saved_config(tmp_path / "out")["batch_size"] == 32
 
 
+def cls_cosines(model: BertModel, tokenizer) -> list[float]:
+    """Each of PAIRS' cosine of its texts' first tokens' last hidden states."""
+    vectors = []
+    for column in (0, 1):
+        batch = tokenizer([pair[column] for pair in PAIRS], padding=True, return_tensors="pt")
+        with torch.no_grad():
+            vectors.append(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])[0][:, 0])
+    return torch.nn.functional.cosine_similarity(*vectors, dim=-1).tolist()
+
+
 # --- the model written --------------------------------------------------------------------------------------------
 
 def test_the_output_loads_as_a_sentence_encoder_with_its_pooling_and_embed_reads_it(world, tmp_path, capsys,
@@ -292,8 +305,8 @@ def test_the_output_loads_as_a_sentence_encoder_with_its_pooling_and_embed_reads
     from bertforge import SentenceEncoder
 
     output = tmp_path / "model"
-    code, out, err = run_cli(capsys, *base(world, output, "pairs.csv"), "--pooling", "cls", "--batch-size", "4",
-                             "--epochs", "2", "--lr", "1e-3")
+    code, out, err = run_cli(capsys, *base(world, output, "pairs.csv"), "--dev", world / "pairs.csv", "--pooling",
+                             "cls", "--batch-size", "4", "--epochs", "2", "--lr", "1e-3")
     assert code == 0, err
     assert "loss: cosent" in out  # scored pairs learn with cosent unless told
     pooling = json.loads((output / "1_Pooling" / "config.json").read_text())
@@ -313,6 +326,17 @@ def test_the_output_loads_as_a_sentence_encoder_with_its_pooling_and_embed_reads
     with torch.no_grad():
         assert not torch.allclose(start(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])[0],
                                   hidden)  # fine-tuned, not the starting weights
+
+    # The dev metrics, of the starting model and of the kept one, are the correlations of CLS cosines and scores.
+    # A random tiny encoder's cosines all lie within 3e-4 of 1, where float32 rounding (which the batches' padding
+    # changes) moves Pearson's by 1e-4; the ranks, 5e-6 apart or more, don't move.
+    metrics = json.loads((output / "metrics.json").read_text())
+    assert metrics["main_metric"] == "spearman" and len(metrics["evaluations"]) == 2
+    scores = [score for _, _, score in PAIRS]
+    for model, recorded in ((start, metrics["before"]), (bert, metrics["best"])):
+        cosines = cls_cosines(model, tokenizer)
+        assert recorded["spearman"] == pytest.approx(stats.spearmanr(cosines, scores)[0], abs=1e-6)
+        assert recorded["pearson"] == pytest.approx(stats.pearsonr(cosines, scores)[0], abs=1e-3)
 
     (tmp_path / "lines.txt").write_text("\n".join(texts) + "\n")
     code, _, err = run_cli(capsys, "embed", "--model", output, "--input", tmp_path / "lines.txt", "--output",
