@@ -85,6 +85,8 @@ BAD_INPUT = [
     ("unscored-rows-with-cosent", None, ["--loss", "cosent"], 1, ["triples.csv", "--loss cosent", "no score column"]),
     ("cosine-similarity-with-0-5-scores", "sentence1,sentence2,score\na cat,a kitten,0.8\na dog,a car,4.5\n",
      ["--loss", "cosine_similarity"], 1, ["bad.csv", "cosine_similarity", "4.5", "-1 to 1"]),
+    ("score-column-is-a-text", None, ["--score-column", "positive"], 1,
+     ["triples.csv", "line 1", "'positive'", "both a text and the score", "--score-column"]),
     ("text-columns-one-name", None, ["--text-columns", "anchor"], 2, ["--text-columns", "'anchor'"]),
     ("text-columns-repeated", None, ["--text-columns", "anchor,anchor"], 1, ["text_columns", "different"]),
     ("resume-no-killed-run", None, ["--resume"], 1, ["out.incomplete", "no killed run", "without --resume"]),

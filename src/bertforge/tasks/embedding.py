@@ -156,7 +156,8 @@ def read_rows(path: str | Path, text_columns: Sequence[str] | None = None, score
                           field=score_column)
     score_column = score_column or next((name for name in USUAL_SCORE_COLUMNS if name in table.columns), None)
     if score_column in columns:
-        raise ConfigError(f"column {score_column!r} is both a text and the score")
+        raise table.error(f"column {score_column!r} is both a text and the score: name another with --score-column "
+                          "or --text-columns", table.header_line, field=score_column)
     texts, scores = [], []
     for line, row in table.rows:
         texts.append(tuple(text_cell(table, line, row, name) for name in columns))
