@@ -308,14 +308,16 @@ def test_the_output_loads_as_a_sentence_encoder_with_its_pooling_and_embed_reads
 
     output = tmp_path / "model"
     code, out, err = run_cli(capsys, *base(world, output, "pairs.csv"), "--dev", world / "pairs.csv", "--pooling",
-                             "cls", "--batch-size", "4", "--epochs", "2", "--lr", "1e-3")
+                             "cls", "--batch-size", "4", "--epochs", "2", "--lr", "1e-3", "--max-length", "24")
     assert code == 0, err
     assert "loss: cosent" in out  # scored pairs learn with cosent unless told
     pooling = json.loads((output / "1_Pooling" / "config.json").read_text())
     assert pooling["pooling_mode_cls_token"] is True and pooling["pooling_mode_mean_tokens"] is False
+    assert json.loads((output / "sentence_bert_config.json").read_text())["max_seq_length"] == 24
 
     texts = ["a cat sits on the mat", "completely different words here"]
     encoder = SentenceEncoder(str(output), device="cpu")
+    assert encoder.max_seq_length == 24  # the tiny encoder's own is 64
     vectors = encoder.encode(texts, convert_to_numpy=True)
     # CLS pooling, computed from the saved weights alone: the first token's last hidden state
     bert = BertModel.from_pretrained(output).eval()
@@ -345,3 +347,10 @@ def test_the_output_loads_as_a_sentence_encoder_with_its_pooling_and_embed_reads
                            tmp_path / "vectors.npy", "--no-progress", "--device", "cpu")
     assert code == 0, err
     np.testing.assert_allclose(np.load(tmp_path / "vectors.npy"), vectors, rtol=1e-4, atol=1e-5)
+
+    # Fine-tuned again from it, without --pooling, the model keeps its own (cls), not a plain BERT's mean.
+    code, _, err = run_cli(capsys, "finetune-embeddings", "--model", output, "--train", world / "pairs.csv",
+                           "--output", tmp_path / "again", "--max-steps", "1", "--no-progress", "--device", "cpu")
+    assert code == 0, err
+    assert (tmp_path / "again" / "1_Pooling" / "config.json").read_text() == \
+        (output / "1_Pooling" / "config.json").read_text()
