@@ -56,6 +56,7 @@ def world(tmp_path_factory, tokenizer):
     tokenizer.save_pretrained(root / "encoder")
     (root / "triples.csv").write_text(csv_text("anchor,positive,negative", TRIPLES))
     (root / "pairs.csv").write_text(csv_text("sentence1,sentence2,score", PAIRS))
+    (root / "log_every_step.json").write_text(json.dumps({"training": {"log_every": 1}}))  # no flag sets it
     return root
 
 
@@ -91,6 +92,10 @@ BAD_INPUT = [
     ("text-columns-repeated", None, ["--text-columns", "anchor,anchor"], 1, ["text_columns", "different"]),
     ("resume-no-killed-run", None, ["--resume"], 1, ["out.incomplete", "no killed run", "without --resume"]),
     ("pooling-choice", None, ["--pooling", "banana"], 2, ["--pooling", "'banana'", "cls", "mean"]),
+    ("dev-empty-cell", "anchor,positive\na cat,a kitten\n,a puppy\n", ["--train", "{W}/triples.csv", "--dev",
+                                                                       "{T}/bad.csv"], 1,
+     ["bad.csv", "line 3", "'anchor'", "empty"]),
+    ("early-stopping-without-dev", None, ["--early-stopping", "2"], 1, ["--early-stopping 2", "--dev"]),
     ("missing-train-file", None, ["--train", "{T}/missing.csv"], 1, ["missing.csv", "no such file"]),
 ]
 
@@ -103,7 +108,8 @@ def test_bad_input_is_one_line_naming_it_and_writes_nothing(world, tmp_path, cap
     if data is not None:
         (tmp_path / "bad.csv").write_text(data)
         argv[argv.index("--train") + 1] = tmp_path / "bad.csv"
-    code, out, err = run_cli(capsys, *argv, *(str(arg).replace("{T}", str(tmp_path)) for arg in extra))
+    code, out, err = run_cli(capsys, *argv, *(str(arg).replace("{T}", str(tmp_path)).replace("{W}", str(world))
+                                              for arg in extra))
     assert code == status, err
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("bertforge") and "Traceback" not in err, err
@@ -162,7 +168,6 @@ def records(path: Path) -> list[dict]:
 
 def test_a_killed_run_resumed_gives_the_weights_and_losses_of_the_run_never_stopped(world, tmp_path, capsys,
                                                                                     one_thread):
-    (world / "log_every_step.json").write_text(json.dumps({"training": {"log_every": 1}}))  # no flag sets it
     whole = tmp_path / "whole"
     code, _, err = run_cli(capsys, *killed_run_argv(world, whole))
     assert code == 0, err
@@ -184,6 +189,9 @@ def test_a_killed_run_resumed_gives_the_weights_and_losses_of_the_run_never_stop
     step = torch.load(tmp_path / "split.incomplete" / "checkpoint" / "train_state.pt", weights_only=False)["step"]
     assert 7 <= step < 18 and step % 6, f"checkpointed at step {step}: not mid-epoch"
 
+    # Started again without --resume or --overwrite it is refused, the killed run kept.
+    code, _, err = run_cli(capsys, *killed_run_argv(world, split))
+    assert code == 1 and "split.incomplete" in err and "--resume" in err and len(err.splitlines()) == 1, err
     # Resumed with another setting it is refused, naming the setting; with those it began with, it finishes.
     code, _, err = run_cli(capsys, *killed_run_argv(world, split), "--resume", "--batch-size", "3")
     assert code == 1 and "batch_size" in err and len(err.splitlines()) == 1, err
