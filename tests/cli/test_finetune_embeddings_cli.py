@@ -362,3 +362,36 @@ def test_the_output_loads_as_a_sentence_encoder_with_its_pooling_and_embed_reads
     assert code == 0, err
     assert (tmp_path / "again" / "1_Pooling" / "config.json").read_text() == \
         (output / "1_Pooling" / "config.json").read_text()
+
+
+def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_again(world, tmp_path, capsys, caplog,
+                                                                              one_thread):
+    output = tmp_path / "model"
+    code, _, err = run_cli(capsys, *base(world, output), "--batch-size", "8")
+    assert code == 0, err
+    expected = (output / "model.safetensors").read_bytes()
+    shutil.rmtree(output)
+    # what a kill leaves after the settings were saved and before the first checkpoint: the staging folder alone
+    staging = tmp_path / "model.incomplete"
+    staging.mkdir()
+    shutil.copy(world / "log_every_step.json", staging / "finetune_embeddings_config.json")
+    code, _, err = run_cli(capsys, *base(world, output), "--batch-size", "8", "--resume")
+    assert code == 1 and "the run was started with" in err  # its saved settings are not these
+    (staging / "finetune_embeddings_config.json").unlink()
+    code, out, err = run_cli(capsys, *base(world, output), "--batch-size", "8", "--resume")
+    assert code == 0, err
+    assert "killed before its first checkpoint; it starts again" in caplog.text
+    assert (output / "model.safetensors").read_bytes() == expected and not staging.exists()
+
+
+def test_a_kept_model_below_the_starting_one_is_said(world, tmp_path, capsys, caplog, one_thread):
+    """A high learning rate on eight pairs: the kept model scores below the starting one on the dev pairs, and
+    the run says so beside the two figures."""
+    output = tmp_path / "model"
+    code, out, err = run_cli(capsys, *base(world, output, "pairs.csv"), "--dev", world / "pairs.csv", "--batch-size",
+                             "4", "--lr", "5e-2", "--warmup-ratio", "0")
+    assert code == 0, err
+    metrics = json.loads((output / "metrics.json").read_text())
+    worse = metrics["best"]["spearman"] < metrics["before"]["spearman"]
+    assert worse == ("below the starting model's" in caplog.text), (metrics, caplog.text)
+    assert worse, metrics  # this run is one that got worse, so the line above checked the warning is given

@@ -6,7 +6,8 @@ its rows allow: scored pairs by the rank correlation of cosine and score (senten
 EmbeddingSimilarityEvaluator), other rows as retrieval, each distinct anchor searching every text of the other
 columns for its positives (its InformationRetrievalEvaluator). The starting model is scored first, so a run says
 what fine-tuning changed. The output folder is what `SentenceEncoder`, `bertforge embed` and `serve` and
-sentence-transformers load, with finetune_embeddings_config.json (how it was made), metrics.json and the log.
+sentence-transformers load, with finetune_embeddings_config.json (how it was made), the log and, with a dev
+set, metrics.json.
 """
 
 from __future__ import annotations
@@ -356,11 +357,14 @@ def finetune_embeddings(config: EmbeddingFinetuneConfig, overwrite: bool = False
     if resume:
         check_not_in_use(output)
         saved = output / RUN_CONFIG_FILE if finished else staging / RUN_CONFIG_FILE
+        if not finished and not staging.is_dir():
+            raise InputError("no killed run to resume here; start the run without --resume", staging)
+        if saved.is_file():  # (a run killed before it saved its settings has nothing to compare)
+            check_same_settings(EmbeddingFinetuneConfig.load(saved).to_dict(), config.to_dict(), RESUMABLE_CHANGES,
+                                saved)
         if not finished and not (staging / CHECKPOINT_DIR).is_dir():
-            raise InputError("no killed run to resume here (or it was killed before its first checkpoint); start "
-                             "the run without --resume", staging)
-        check_same_settings(EmbeddingFinetuneConfig.load(saved).to_dict(), config.to_dict(), RESUMABLE_CHANGES,
-                            saved)
+            logger.warning("%s: the run was killed before its first checkpoint; it starts again", staging)
+            resume = False
     else:
         check_output_dir(output, overwrite, inputs=(config.train, config.dev), models=(config.model,))
         if (staging / CHECKPOINT_DIR).exists() and not overwrite:
@@ -398,6 +402,12 @@ def finetune_embeddings(config: EmbeddingFinetuneConfig, overwrite: bool = False
         write_text_atomic(staging / METRICS_FILE, to_json({"before": before} | summary, indent=2) + "\n")
     finish_staging(output)
     shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)  # the optimizer's state: the run is over
+    metric = main_metric(dev) if dev is not None else None
+    if before is not None and result.best is not None and result.best[metric] < before[metric]:
+        # the starting model is no candidate for the kept one: a user should know when it was the better
+        logger.warning("the kept model's dev %s, %.4f, is below the starting model's, %.4f: the starting model may "
+                       "serve these texts better (more rows, another loss or a lower --lr may help)", metric,
+                       result.best[metric], before[metric])
     return EmbeddingFinetuneResult(output, loss_name, before, result.best, result.steps)
 
 
