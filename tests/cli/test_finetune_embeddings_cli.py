@@ -395,3 +395,27 @@ def test_a_kept_model_below_the_starting_one_is_said(world, tmp_path, capsys, ca
     worse = metrics["best"]["spearman"] < metrics["before"]["spearman"]
     assert worse == ("below the starting model's" in caplog.text), (metrics, caplog.text)
     assert worse, metrics  # this run is one that got worse, so the line above checked the warning is given
+
+
+def test_matryoshka_dimensions_are_trained_and_scored_each(world, tmp_path, capsys, one_thread):
+    """--matryoshka-dims: the dev set is scored at each smaller cut too, by the correlation of the cut vectors'
+    cosines (renormalised) and the scores, before and after; a cut wider than the vectors is refused."""
+    from bertforge import SentenceEncoder
+
+    output = tmp_path / "model"
+    code, out, err = run_cli(capsys, *base(world, output, "pairs.csv"), "--dev", world / "pairs.csv", "--batch-size",
+                             "4", "--lr", "1e-3", "--matryoshka-dims", "8,128,32")
+    assert code == 0, err
+    metrics = json.loads((output / "metrics.json").read_text())
+    assert [name for name in metrics["best"] if "dim" in name] == ["spearman_dim32", "spearman_dim8"]
+    texts = [text for pair in PAIRS for text in pair[:2]]
+    vectors = SentenceEncoder(str(output), device="cpu").encode(texts, convert_to_numpy=True)
+    for dims in (32, 8):
+        cut = vectors[:, :dims] / np.linalg.norm(vectors[:, :dims], axis=1, keepdims=True)
+        cosines = (cut[0::2] * cut[1::2]).sum(axis=1)
+        expected = stats.spearmanr(cosines, [score for _, _, score in PAIRS])[0]
+        assert metrics["best"][f"spearman_dim{dims}"] == pytest.approx(expected, abs=1e-6)
+    assert saved_config(output)["matryoshka_dims"] == [128, 32, 8]
+    code, _, err = run_cli(capsys, *base(world, tmp_path / "wide", "pairs.csv"), "--matryoshka-dims", "256,64")
+    assert code == 1 and "--matryoshka-dims 256" in err and "128 dimensions" in err
+    assert not (tmp_path / "wide").exists()

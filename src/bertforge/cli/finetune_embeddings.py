@@ -29,6 +29,17 @@ def column_names(text: str) -> tuple[str, ...]:
     return names
 
 
+def dimension_list(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"whole numbers separated by commas, e.g. 384,256,128,64, got "
+                                         f"{text!r}") from None
+    if not all(dim > 0 for dim in dims):
+        raise argparse.ArgumentTypeError(f"dimensions above 0, got {text!r}")
+    return dims
+
+
 FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
     **{flag: finetune_cli.FLAGS[flag] for flag in SHARED_FLAGS},
     "--train": (("train",), path_text, "training rows (.csv, .tsv, .jsonl, Parquet): an anchor and its positive "
@@ -51,6 +62,10 @@ FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
                "negatives); cosent: pairs ranked by cosine as by score; cosine_similarity: cosine fitted to each "
                "score in [-1, 1] (default: cosent for scored pairs, else multiple_negatives_ranking)"),
     "--scale": (("scale",), positive_float, "how sharply the ranking losses read cosine: 1 / temperature"),
+    "--matryoshka-dims": (("matryoshka_dims",), dimension_list,
+                          "train the first N dimensions as a vector too, for each N, e.g. 384,256,128,64 "
+                          "(sentence-transformers' MatryoshkaLoss): encode(truncate_dim=N) then gives a smaller "
+                          "vector that keeps most of the quality; the dev set is scored at each N"),
     "--pooling": (("pooling",), SUPPORTED_POOLING_MODES,
                   "how token vectors become the text's: the model's own unless given (mean for a plain BERT "
                   "checkpoint)"),

@@ -41,7 +41,13 @@ from bertforge.outputs import (
 from bertforge.tasks.data import score_label
 from bertforge.tasks.metrics import pearson, spearman
 from bertforge.tasks.tables import DATA_FORMATS, Table, check_not_repeated, read_table, text_cell
-from bertforge.training.embedding_losses import EMBEDDING_LOSSES, EmbeddingLoss, InputExample, check_scale
+from bertforge.training.embedding_losses import (
+    EMBEDDING_LOSSES,
+    InputExample,
+    MatryoshkaLoss,
+    check_dimension,
+    check_scale,
+)
 from bertforge.training.trainer import CHECKPOINT_DIR, METRICS_FILE, TRAIN_LOG_FILE, TrainConfig, Trainer, read_log
 from bertforge.validation import check_number, check_paths
 
@@ -81,6 +87,9 @@ class EmbeddingFinetuneConfig(JsonConfig):
     # A key of embedding_losses.EMBEDDING_LOSSES; None: cosent for scored pairs, multiple_negatives_ranking otherwise
     loss: str | None = None
     scale: float = 20.0  # how sharply the ranking losses read cosine (1 / temperature)
+    # The loss also on the first N dimensions, for each N here (MatryoshkaLoss), so that encode(truncate_dim=N) gives
+    # a usable smaller vector; the dev set is scored at each too. None: the whole vector alone
+    matryoshka_dims: tuple[int, ...] | None = None
     pooling: str | None = None  # how token vectors become one (SUPPORTED_POOLING_MODES); None: the model's own
     max_length: int | None = None  # tokens per text; None: the model's max_seq_length
     batch_size: int = 32  # rows per batch: the in-batch negatives of each anchor are the batch's other rows
@@ -100,6 +109,8 @@ class EmbeddingFinetuneConfig(JsonConfig):
                 raise ConfigError(f"text_columns: two or more different columns, got {list(self.text_columns)}")
         if self.loss is not None:
             check_choice(self.loss, EMBEDDING_LOSSES, "loss")
+        if self.matryoshka_dims is not None:
+            self.matryoshka_dims = tuple(sorted({check_dimension(dim) for dim in self.matryoshka_dims}, reverse=True))
         if self.pooling is not None:
             check_choice(self.pooling, SUPPORTED_POOLING_MODES, "pooling")
         check_scale(self.scale)
@@ -259,31 +270,35 @@ def joined(batch: list[int], seen: set[str], row: int, texts: tuple[str, ...], b
 
 # --- scoring ----------------------------------------------------------------------------------------------------
 
-def unique_vectors(encoder: nn.Module, texts: Sequence[str], batch_size: int) -> tuple[list[str], torch.Tensor]:
-    """Each distinct text once, in first-seen order, and its unit vector."""
+def unique_vectors(encoder: nn.Module, texts: Sequence[str], batch_size: int, dims: int | None = None
+                   ) -> tuple[list[str], torch.Tensor]:
+    """Each distinct text once, in first-seen order, and its unit vector (of its first `dims` dimensions)."""
     distinct = list(dict.fromkeys(texts))
     vectors = encoder.encode(distinct, batch_size=batch_size, convert_to_tensor=True, normalize_embeddings=True,
-                             show_progress_bar=False)
+                             show_progress_bar=False, truncate_dim=dims)
     return distinct, vectors.float().cpu()
 
 
-def similarity_metrics(encoder: nn.Module, rows: TextRows, batch_size: int) -> dict[str, float]:
+def similarity_metrics(encoder: nn.Module, rows: TextRows, batch_size: int, dims: int | None = None
+                       ) -> dict[str, float]:
     """Scored pairs: the Spearman and Pearson correlations of each pair's cosine with its score."""
-    distinct, vectors = unique_vectors(encoder, [text for row in rows.texts for text in row[:2]], batch_size)
+    distinct, vectors = unique_vectors(encoder, [text for row in rows.texts for text in row[:2]], batch_size, dims)
     place = {text: i for i, text in enumerate(distinct)}
     cosines = [float(vectors[place[row[0]]] @ vectors[place[row[1]]]) for row in rows.texts]
     return {"spearman": spearman(cosines, rows.scores), "pearson": pearson(cosines, rows.scores)}
 
 
-def retrieval_metrics(encoder: nn.Module, rows: TextRows, batch_size: int) -> dict[str, float]:
+def retrieval_metrics(encoder: nn.Module, rows: TextRows, batch_size: int, dims: int | None = None
+                      ) -> dict[str, float]:
     """Each distinct anchor searches every distinct text of the other columns: the share whose first hit is one of
     its positives (accuracy@1), the mean reciprocal rank of its first positive within the top RETRIEVAL_DEPTH, and
     the share of its positives found there (recall)."""
     positives: dict[str, set[str]] = {}
     for row in rows.texts:
         positives.setdefault(row[0], set()).add(row[1])
-    queries, query_vectors = unique_vectors(encoder, list(positives), batch_size)
-    corpus, corpus_vectors = unique_vectors(encoder, [text for row in rows.texts for text in row[1:]], batch_size)
+    queries, query_vectors = unique_vectors(encoder, list(positives), batch_size, dims)
+    corpus, corpus_vectors = unique_vectors(encoder, [text for row in rows.texts for text in row[1:]], batch_size,
+                                            dims)
     depth = min(RETRIEVAL_DEPTH, len(corpus))
     hits = (query_vectors @ corpus_vectors.T).topk(depth, dim=1).indices.tolist()
     first, reciprocal, recall = [], [], []
@@ -296,13 +311,18 @@ def retrieval_metrics(encoder: nn.Module, rows: TextRows, batch_size: int) -> di
             f"recall@{RETRIEVAL_DEPTH}": float(np.mean(recall))}
 
 
-def score_rows(encoder: nn.Module, rows: TextRows, batch_size: int = 64) -> dict[str, float]:
-    """The dev metrics of `encoder` on `rows`, by what the rows are (see main_metric); dropout off."""
+def score_rows(encoder: nn.Module, rows: TextRows, batch_size: int = 64, smaller: Sequence[int] = ()
+               ) -> dict[str, float]:
+    """The dev metrics of `encoder` on `rows`, by what the rows are (see main_metric), and the main one of the
+    first N dimensions alone for each N of `smaller` ("spearman_dim64"); dropout off."""
     was_training = encoder.training
     encoder.eval()
     try:
         score = similarity_metrics if rows.scores is not None else retrieval_metrics
-        return score(encoder, rows, batch_size)
+        metrics = score(encoder, rows, batch_size)
+        for dims in smaller:
+            metrics[f"{main_metric(rows)}_dim{dims}"] = score(encoder, rows, batch_size, dims)[main_metric(rows)]
+        return metrics
     finally:
         encoder.train(was_training)
 
@@ -380,7 +400,12 @@ def finetune_embeddings(config: EmbeddingFinetuneConfig, overwrite: bool = False
     dev = read_rows(config.dev, config.text_columns, config.score_column, config.format) if config.dev else None
 
     encoder = load_encoder(config)
-    before = score_rows(encoder, dev, config.eval_batch_size) if dev is not None else None
+    width = encoder.get_embedding_dimension()
+    if config.matryoshka_dims and config.matryoshka_dims[0] > width:
+        raise ConfigError(f"--matryoshka-dims {config.matryoshka_dims[0]}: {config.model} gives vectors of {width} "
+                          f"dimensions")
+    smaller = [dims for dims in config.matryoshka_dims or () if dims < width]  # each scored on the dev set too
+    before = score_rows(encoder, dev, config.eval_batch_size, smaller) if dev is not None else None
     if before is not None:
         logger.info("the starting model on the dev set: %s", format_metrics(before))
     staging = start_staging(output, keep=resume)
@@ -388,11 +413,14 @@ def finetune_embeddings(config: EmbeddingFinetuneConfig, overwrite: bool = False
         config.save(staging / RUN_CONFIG_FILE)
     loss = EMBEDDING_LOSSES[loss_name](encoder, **({"scale": config.scale} if loss_name != "cosine_similarity"
                                                    else {}))
+    if config.matryoshka_dims:
+        loss = MatryoshkaLoss(encoder, loss, config.matryoshka_dims)
     training = dataclasses.replace(config.training, output_dir=str(staging))
     batches = RowBatches(train, config.batch_size, training.seed, encoder.smart_batching_collate,
                          distinct=not EMBEDDING_LOSSES[loss_name].scored)  # in-batch negatives: none of its own
     trainer = Trainer(loss, training, batches,
-                      evaluate=None if dev is None else (lambda _: score_rows(encoder, dev, config.eval_batch_size)),
+                      evaluate=None if dev is None else (lambda _: score_rows(encoder, dev, config.eval_batch_size,
+                                                                               smaller)),
                       main_metric=None if dev is None else main_metric(dev),
                       save=lambda _: encoder.save(staging), loss_fn=loss_on_batch)
     result = trainer.train(resume=resume)
@@ -419,7 +447,7 @@ def finished_run(output: Path, loss_name: str) -> EmbeddingFinetuneResult:
                                    finished=True)
 
 
-def loss_on_batch(loss: EmbeddingLoss, batch: tuple[list[dict[str, torch.Tensor]], torch.Tensor]) -> torch.Tensor:
+def loss_on_batch(loss: nn.Module, batch: tuple[list[dict[str, torch.Tensor]], torch.Tensor]) -> torch.Tensor:
     return loss(*batch)
 
 

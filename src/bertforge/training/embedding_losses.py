@@ -10,6 +10,8 @@ sentence-transformers' own (which need not be installed), and `bertforge finetun
 - cosent: (text, text, score) rows; every pair of rows whose scores differ, the one scored higher should be more
   similar (Su 2022): log(1 + sum exp(scale x (cos(lower) - cos(higher)))).
 - cosine_similarity: (text, text, score) rows; the mean squared error between cosine and score (in [-1, 1]).
+
+MatryoshkaLoss wraps any of them to train the leading dimensions as a smaller vector too.
 """
 
 from __future__ import annotations
@@ -56,10 +58,13 @@ class EmbeddingLoss(nn.Module):
 
     def forward(self, sentence_features: Iterable[dict[str, torch.Tensor]], labels: torch.Tensor) -> torch.Tensor:
         vectors = embed_columns(self.model, sentence_features)
-        if len(vectors) < 2 or self.columns is not None and len(vectors) != self.columns:
-            wanted = "two or more" if self.columns is None else str(self.columns)
-            raise InputError(f"{type(self).__name__} takes {wanted} texts per row, got {len(vectors)}")
+        self.check_columns(len(vectors))
         return self.compute_loss_from_embeddings(vectors, labels)
+
+    def check_columns(self, count: int) -> None:
+        if count < 2 or self.columns is not None and count != self.columns:
+            wanted = "two or more" if self.columns is None else str(self.columns)
+            raise InputError(f"{type(self).__name__} takes {wanted} texts per row, got {count}")
 
     def compute_loss_from_embeddings(self, vectors: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -104,6 +109,45 @@ class CosineSimilarityLoss(EmbeddingLoss):
     def compute_loss_from_embeddings(self, vectors: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         cosines = F.cosine_similarity(vectors[0], vectors[1], dim=-1).float()
         return F.mse_loss(cosines, labels.reshape(-1).to(cosines))
+
+
+class MatryoshkaLoss(nn.Module):
+    """Another loss applied to the first `matryoshka_dims` dimensions of the vectors too, each cut renormalised,
+    the weighted sum of them (Kusupati et al. 2022): the leading dimensions alone then make a usable smaller vector
+    (encode(..., truncate_dim=64)). The texts are encoded once for every cut."""
+
+    def __init__(self, model: nn.Module, loss: EmbeddingLoss, matryoshka_dims: Sequence[int],
+                 matryoshka_weights: Sequence[float] | None = None, n_dims_per_step: int = -1):
+        super().__init__()
+        if not isinstance(loss, EmbeddingLoss):
+            raise InputError(f"MatryoshkaLoss wraps one of bertforge's losses ({', '.join(EMBEDDING_LOSSES)}), got "
+                             f"{type(loss).__name__}")
+        dims = [check_dimension(dim) for dim in matryoshka_dims]
+        if not dims:
+            raise InputError("matryoshka_dims: give at least one dimension")
+        weights = [1.0] * len(dims) if matryoshka_weights is None else list(matryoshka_weights)
+        if len(weights) != len(dims):
+            raise InputError(f"matryoshka_weights: one per dimension ({len(dims)}), got {len(weights)}")
+        if n_dims_per_step != -1:
+            raise InputError("n_dims_per_step is not supported here: every dimension is trained at every step")
+        self.model, self.loss = model, loss
+        self.matryoshka_dims, self.matryoshka_weights = zip(*sorted(zip(dims, weights), reverse=True))
+
+    def forward(self, sentence_features: Iterable[dict[str, torch.Tensor]], labels: torch.Tensor) -> torch.Tensor:
+        vectors = embed_columns(self.model, sentence_features)
+        self.loss.check_columns(len(vectors))
+        width = vectors[0].shape[-1]
+        if self.matryoshka_dims[0] > width:
+            raise InputError(f"matryoshka_dims: {self.matryoshka_dims[0]} is more than the model's {width} dimensions")
+        return sum(weight * self.loss.compute_loss_from_embeddings(
+            [F.normalize(column[..., :dim].float(), dim=-1) for column in vectors], labels)
+            for dim, weight in zip(self.matryoshka_dims, self.matryoshka_weights))
+
+
+def check_dimension(dim: int) -> int:
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
+        raise InputError(f"matryoshka_dims: each is a whole number above 0, got {dim!r}")
+    return dim
 
 
 def check_scale(scale: float) -> float:
