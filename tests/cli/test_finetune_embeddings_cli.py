@@ -21,7 +21,6 @@ from safetensors.torch import load_file
 from scipy import stats
 
 from bertforge import BertConfig, BertModel
-from bertforge.cli.main import main
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 # 24 anchor/positive/negative rows: 6 batches of 4 an epoch
@@ -30,16 +29,6 @@ PAIRS = [("a cat sits on the mat", "a cat is sitting on a mat", 4.6), ("a man pl
          ("it is raining", "water falls from the sky", 3.1), ("birds sing", "music plays", 1.4),
          ("a woman slices an onion", "someone is cutting an onion", 4.2), ("the train is late", "cheese is tasty", 0.6),
          ("a boy kicks a ball", "a child plays football", 3.6), ("stocks fell today", "the market dropped", 2.5)]
-
-
-def run_cli(capsys, *argv) -> tuple[int, str, str]:
-    """`bertforge *argv` in this process: (exit status, stdout, stderr); argparse's usage errors give theirs."""
-    try:
-        code = main([str(arg) for arg in argv])
-    except SystemExit as stop:
-        code = stop.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def csv_text(header: str, rows) -> str:
@@ -102,13 +91,13 @@ BAD_INPUT = [
 
 @pytest.mark.parametrize("data, extra, status, fragments", [case[1:] for case in BAD_INPUT],
                          ids=[case[0] for case in BAD_INPUT])
-def test_bad_input_is_one_line_naming_it_and_writes_nothing(world, tmp_path, capsys, data, extra, status,
+def test_bad_input_is_one_line_naming_it_and_writes_nothing(world, tmp_path, run_cli, data, extra, status,
                                                             fragments):
     argv = base(world, tmp_path / "out")
     if data is not None:
         (tmp_path / "bad.csv").write_text(data)
         argv[argv.index("--train") + 1] = tmp_path / "bad.csv"
-    code, out, err = run_cli(capsys, *argv, *(str(arg).replace("{T}", str(tmp_path)).replace("{W}", str(world))
+    code, out, err = run_cli(*argv, *(str(arg).replace("{T}", str(tmp_path)).replace("{W}", str(world))
                                               for arg in extra))
     assert code == status, err
     lines = err.splitlines()
@@ -118,9 +107,9 @@ def test_bad_input_is_one_line_naming_it_and_writes_nothing(world, tmp_path, cap
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.incomplete").exists()
 
 
-def test_the_whole_of_stsb_with_cosine_similarity_names_a_score_beyond_one(world, data_dir, tmp_path, capsys):
+def test_the_whole_of_stsb_with_cosine_similarity_names_a_score_beyond_one(world, data_dir, tmp_path, run_cli):
     """STS-B scores 0 to 5: fitting cosine to them is refused before the model is even loaded."""
-    code, _, err = run_cli(capsys, *base(world, tmp_path / "out"), "--train", data_dir / "stsb" / "train.tsv",
+    code, _, err = run_cli(*base(world, tmp_path / "out"), "--train", data_dir / "stsb" / "train.tsv",
                            "--loss", "cosine_similarity")
     assert code == 1 and len(err.splitlines()) == 1, err
     assert "train.tsv" in err and "a score of 5 is beyond cosine's -1 to 1" in err
@@ -132,20 +121,20 @@ def digest(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_a_model_in_the_output_stays_without_overwrite_and_an_unknown_config_key_is_named(world, tmp_path, capsys,
+def test_a_model_in_the_output_stays_without_overwrite_and_an_unknown_config_key_is_named(world, tmp_path, run_cli,
                                                                                           one_thread):
     output = tmp_path / "model"
-    assert run_cli(capsys, *base(world, output), "--max-steps", "1", "--batch-size", "4")[0] == 0
+    assert run_cli(*base(world, output), "--max-steps", "1", "--batch-size", "4")[0] == 0
     before = digest(output)
-    code, _, err = run_cli(capsys, *base(world, output), "--max-steps", "1", "--batch-size", "4", "--seed", "5")
+    code, _, err = run_cli(*base(world, output), "--max-steps", "1", "--batch-size", "4", "--seed", "5")
     assert code == 1 and len(err.splitlines()) == 1 and "already holds a model" in err and "--overwrite" in err
     (tmp_path / "run.json").write_text(json.dumps({"batch_size": 4, "trianing": {"lr": 1e-3}}))
-    code, _, err = run_cli(capsys, *base(world, output), "--config", tmp_path / "run.json", "--overwrite")
+    code, _, err = run_cli(*base(world, output), "--config", tmp_path / "run.json", "--overwrite")
     assert code == 1 and len(err.splitlines()) == 1, err
     assert "run.json" in err and "unknown key 'trianing'" in err
     assert digest(output) == before and not (tmp_path / "model.incomplete").exists()
     # --overwrite does replace it
-    code, _, err = run_cli(capsys, *base(world, output), "--max-steps", "1", "--batch-size", "4", "--seed", "5",
+    code, _, err = run_cli(*base(world, output), "--max-steps", "1", "--batch-size", "4", "--seed", "5",
                            "--lr", "1e-3", "--overwrite")
     assert code == 0, err
     assert digest(output)["model.safetensors"] != before["model.safetensors"]
@@ -166,10 +155,10 @@ def records(path: Path) -> list[dict]:
             for line in path.read_text().splitlines()]
 
 
-def test_a_killed_run_resumed_gives_the_weights_and_losses_of_the_run_never_stopped(world, tmp_path, capsys,
+def test_a_killed_run_resumed_gives_the_weights_and_losses_of_the_run_never_stopped(world, tmp_path, run_cli,
                                                                                     one_thread):
     whole = tmp_path / "whole"
-    code, _, err = run_cli(capsys, *killed_run_argv(world, whole))
+    code, _, err = run_cli(*killed_run_argv(world, whole))
     assert code == 0, err
     assert [r["step"] for r in records(whole / "train_log.jsonl") if r["event"] == "train"] == list(range(1, 19))
     assert [r["step"] for r in records(whole / "train_log.jsonl") if r["event"] == "eval"] == [6, 12, 18]
@@ -190,12 +179,12 @@ def test_a_killed_run_resumed_gives_the_weights_and_losses_of_the_run_never_stop
     assert 7 <= step < 18 and step % 6, f"checkpointed at step {step}: not mid-epoch"
 
     # Started again without --resume or --overwrite it is refused, the killed run kept.
-    code, _, err = run_cli(capsys, *killed_run_argv(world, split))
+    code, _, err = run_cli(*killed_run_argv(world, split))
     assert code == 1 and "split.incomplete" in err and "--resume" in err and len(err.splitlines()) == 1, err
     # Resumed with another setting it is refused, naming the setting; with those it began with, it finishes.
-    code, _, err = run_cli(capsys, *killed_run_argv(world, split), "--resume", "--batch-size", "3")
+    code, _, err = run_cli(*killed_run_argv(world, split), "--resume", "--batch-size", "3")
     assert code == 1 and "batch_size" in err and len(err.splitlines()) == 1, err
-    code, _, err = run_cli(capsys, *killed_run_argv(world, split), "--resume")
+    code, _, err = run_cli(*killed_run_argv(world, split), "--resume")
     assert code == 0, err
     assert records(split / "train_log.jsonl") == records(whole / "train_log.jsonl")
     assert json.loads((split / "metrics.json").read_text()) == json.loads((whole / "metrics.json").read_text())
@@ -211,12 +200,12 @@ def test_a_killed_run_resumed_gives_the_weights_and_losses_of_the_run_never_stop
 
     # Resuming the finished run neither trains nor evaluates again.
     before = digest(split)
-    code, out, err = run_cli(capsys, *killed_run_argv(world, split), "--resume")
+    code, out, err = run_cli(*killed_run_argv(world, split), "--resume")
     assert code == 0 and "already finished" in out, err
     assert digest(split) == before
 
 
-def test_a_run_killed_as_it_removes_its_checkpoint_is_in_place_and_resume_tidies_it(world, tmp_path, capsys,
+def test_a_run_killed_as_it_removes_its_checkpoint_is_in_place_and_resume_tidies_it(world, tmp_path, run_cli,
                                                                                      monkeypatch, one_thread):
     """The run is moved into place before its checkpoint is removed: killed in between, --resume removes what was
     left (it said "no killed run to resume", and a run without --resume that the folder "holds a training run")."""
@@ -232,33 +221,33 @@ def test_a_run_killed_as_it_removes_its_checkpoint_is_in_place_and_resume_tidies
         return real_rmtree(path, *args, **kwargs)
 
     monkeypatch.setattr(shutil, "rmtree", killed_at_the_checkpoint)
-    code, _, err = run_cli(capsys, *argv)
+    code, _, err = run_cli(*argv)
     monkeypatch.undo()
     assert code == 130 and "interrupted" in err
     assert (output / "checkpoint").is_dir() and not (tmp_path / "model.incomplete").exists()
     before = {name: sha for name, sha in digest(output).items() if not name.startswith("checkpoint")}
     SentenceEncoder(str(output), device="cpu")  # whole: it loads
 
-    code, _, err = run_cli(capsys, *argv, "--resume", "--seed", "7")  # not the run it continues
+    code, _, err = run_cli(*argv, "--resume", "--seed", "7")  # not the run it continues
     assert code == 1 and len(err.splitlines()) == 1 and "training.seed" in err, err
-    code, out, err = run_cli(capsys, *argv, "--resume")
+    code, out, err = run_cli(*argv, "--resume")
     assert code == 0 and "already finished" in out, err
     assert not (output / "checkpoint").exists() and digest(output) == before  # nothing trained or written again
 
 
 # --- the run config -----------------------------------------------------------------------------------------------
 
-def test_a_run_from_its_config_file_is_the_run_from_flags_and_flags_win(world, tmp_path, capsys, one_thread):
+def test_a_run_from_its_config_file_is_the_run_from_flags_and_flags_win(world, tmp_path, run_cli, one_thread):
     flags = ["--batch-size", "4", "--max-steps", "2", "--lr", "1e-3", "--seed", "3", "--pooling", "cls",
              "--text-columns", "anchor,positive", "--scale", "10", "--warmup-ratio", "0.5"]
-    code, _, err = run_cli(capsys, *base(world, tmp_path / "flags"), *flags)
+    code, _, err = run_cli(*base(world, tmp_path / "flags"), *flags)
     assert code == 0, err
     (tmp_path / "run.json").write_text(json.dumps({
         "model": str(world / "encoder"), "train": str(world / "triples.csv"), "batch_size": 4, "pooling": "cls",
         "text_columns": ["anchor", "positive"], "scale": 10,
         "training": {"max_steps": 2, "lr": 1e-3, "seed": 3, "warmup_ratio": 0.5, "progress": False,
                      "device": "cpu"}}))
-    code, _, err = run_cli(capsys, "finetune-embeddings", "--config", tmp_path / "run.json", "--output",
+    code, _, err = run_cli("finetune-embeddings", "--config", tmp_path / "run.json", "--output",
                            tmp_path / "file")
     assert code == 0, err
     from_flags, from_file = saved_config(tmp_path / "flags"), saved_config(tmp_path / "file")
@@ -269,7 +258,7 @@ def test_a_run_from_its_config_file_is_the_run_from_flags_and_flags_win(world, t
         (tmp_path / "flags" / "model.safetensors").read_bytes()
 
     # The saved config runs again as it is; a flag given over it wins, the file's other settings stay.
-    code, _, err = run_cli(capsys, "finetune-embeddings", "--config", tmp_path / "file" /
+    code, _, err = run_cli("finetune-embeddings", "--config", tmp_path / "file" /
                            "finetune_embeddings_config.json", "--output", tmp_path / "over", "--lr", "5e-4",
                            "--pooling", "mean")
     assert code == 0, err
@@ -280,7 +269,7 @@ def test_a_run_from_its_config_file_is_the_run_from_flags_and_flags_win(world, t
 
 
 @pytest.mark.parametrize("how", ["flags", "file"])
-def test_sentence_transformers_training_defaults_hold(world, tmp_path, capsys, one_thread, how):
+def test_sentence_transformers_training_defaults_hold(world, tmp_path, run_cli, one_thread, how):
     """lr 2e-5, one epoch, a tenth warming up (not finetune's BERT recipe), whether the training section is
     filled by a flag or by a file that sets something else in it."""
     argv = base(world, tmp_path / "out")
@@ -288,7 +277,7 @@ def test_sentence_transformers_training_defaults_hold(world, tmp_path, capsys, o
         argv = argv[:argv.index("--no-progress")]
         (tmp_path / "run.json").write_text(json.dumps({"training": {"progress": False, "device": "cpu"}}))
         argv += ["--config", tmp_path / "run.json"]
-    code, _, err = run_cli(capsys, *argv)
+    code, _, err = run_cli(*argv)
     assert code == 0, err
     training = saved_config(tmp_path / "out")["training"]
     assert (training["lr"], training["epochs"], training["warmup_ratio"]) == (2e-5, 1, 0.1)
@@ -310,12 +299,12 @@ def cls_cosines(model: BertModel, tokenizer) -> list[float]:
 
 # --- the model written --------------------------------------------------------------------------------------------
 
-def test_the_output_loads_as_a_sentence_encoder_with_its_pooling_and_embed_reads_it(world, tmp_path, capsys,
+def test_the_output_loads_as_a_sentence_encoder_with_its_pooling_and_embed_reads_it(world, tmp_path, run_cli,
                                                                                     tokenizer, one_thread):
     from bertforge import SentenceEncoder
 
     output = tmp_path / "model"
-    code, out, err = run_cli(capsys, *base(world, output, "pairs.csv"), "--dev", world / "pairs.csv", "--pooling",
+    code, out, err = run_cli(*base(world, output, "pairs.csv"), "--dev", world / "pairs.csv", "--pooling",
                              "cls", "--batch-size", "4", "--epochs", "2", "--lr", "1e-3", "--max-length", "24")
     assert code == 0, err
     assert "loss: cosent" in out  # scored pairs learn with cosent unless told
@@ -351,23 +340,23 @@ def test_the_output_loads_as_a_sentence_encoder_with_its_pooling_and_embed_reads
         assert recorded["pearson"] == pytest.approx(stats.pearsonr(cosines, scores)[0], abs=1e-3)
 
     (tmp_path / "lines.txt").write_text("\n".join(texts) + "\n")
-    code, _, err = run_cli(capsys, "embed", "--model", output, "--input", tmp_path / "lines.txt", "--output",
+    code, _, err = run_cli("embed", "--model", output, "--input", tmp_path / "lines.txt", "--output",
                            tmp_path / "vectors.npy", "--no-progress", "--device", "cpu")
     assert code == 0, err
     np.testing.assert_allclose(np.load(tmp_path / "vectors.npy"), vectors, rtol=1e-4, atol=1e-5)
 
     # Fine-tuned again from it, without --pooling, the model keeps its own (cls), not a plain BERT's mean.
-    code, _, err = run_cli(capsys, "finetune-embeddings", "--model", output, "--train", world / "pairs.csv",
+    code, _, err = run_cli("finetune-embeddings", "--model", output, "--train", world / "pairs.csv",
                            "--output", tmp_path / "again", "--max-steps", "1", "--no-progress", "--device", "cpu")
     assert code == 0, err
     assert (tmp_path / "again" / "1_Pooling" / "config.json").read_text() == \
         (output / "1_Pooling" / "config.json").read_text()
 
 
-def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_again(world, tmp_path, capsys, caplog,
+def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_again(world, tmp_path, run_cli, caplog,
                                                                               one_thread):
     output = tmp_path / "model"
-    code, _, err = run_cli(capsys, *base(world, output), "--batch-size", "8")
+    code, _, err = run_cli(*base(world, output), "--batch-size", "8")
     assert code == 0, err
     expected = (output / "model.safetensors").read_bytes()
     shutil.rmtree(output)
@@ -375,20 +364,20 @@ def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_it_again(worl
     staging = tmp_path / "model.incomplete"
     staging.mkdir()
     shutil.copy(world / "log_every_step.json", staging / "finetune_embeddings_config.json")
-    code, _, err = run_cli(capsys, *base(world, output), "--batch-size", "8", "--resume")
+    code, _, err = run_cli(*base(world, output), "--batch-size", "8", "--resume")
     assert code == 1 and "the run was started with" in err  # its saved settings are not these
     (staging / "finetune_embeddings_config.json").unlink()
-    code, out, err = run_cli(capsys, *base(world, output), "--batch-size", "8", "--resume")
+    code, out, err = run_cli(*base(world, output), "--batch-size", "8", "--resume")
     assert code == 0, err
     assert "killed before its first checkpoint; it starts again" in caplog.text
     assert (output / "model.safetensors").read_bytes() == expected and not staging.exists()
 
 
-def test_a_kept_model_below_the_starting_one_is_said(world, tmp_path, capsys, caplog, one_thread):
+def test_a_kept_model_below_the_starting_one_is_said(world, tmp_path, run_cli, caplog, one_thread):
     """A high learning rate on eight pairs: the kept model scores below the starting one on the dev pairs, and
     the run says so beside the two figures."""
     output = tmp_path / "model"
-    code, out, err = run_cli(capsys, *base(world, output, "pairs.csv"), "--dev", world / "pairs.csv", "--batch-size",
+    code, out, err = run_cli(*base(world, output, "pairs.csv"), "--dev", world / "pairs.csv", "--batch-size",
                              "4", "--lr", "5e-2", "--warmup-ratio", "0")
     assert code == 0, err
     metrics = json.loads((output / "metrics.json").read_text())
@@ -397,13 +386,13 @@ def test_a_kept_model_below_the_starting_one_is_said(world, tmp_path, capsys, ca
     assert worse, metrics  # this run is one that got worse, so the line above checked the warning is given
 
 
-def test_matryoshka_dimensions_are_trained_and_scored_each(world, tmp_path, capsys, one_thread):
+def test_matryoshka_dimensions_are_trained_and_scored_each(world, tmp_path, run_cli, one_thread):
     """--matryoshka-dims: the dev set is scored at each smaller cut too, by the correlation of the cut vectors'
     cosines (renormalised) and the scores, before and after; a cut wider than the vectors is refused."""
     from bertforge import SentenceEncoder
 
     output = tmp_path / "model"
-    code, out, err = run_cli(capsys, *base(world, output, "pairs.csv"), "--dev", world / "pairs.csv", "--batch-size",
+    code, out, err = run_cli(*base(world, output, "pairs.csv"), "--dev", world / "pairs.csv", "--batch-size",
                              "4", "--lr", "1e-3", "--matryoshka-dims", "8,128,32")
     assert code == 0, err
     metrics = json.loads((output / "metrics.json").read_text())
@@ -416,6 +405,6 @@ def test_matryoshka_dimensions_are_trained_and_scored_each(world, tmp_path, caps
         expected = stats.spearmanr(cosines, [score for _, _, score in PAIRS])[0]
         assert metrics["best"][f"spearman_dim{dims}"] == pytest.approx(expected, abs=1e-6)
     assert saved_config(output)["matryoshka_dims"] == [128, 32, 8]
-    code, _, err = run_cli(capsys, *base(world, tmp_path / "wide", "pairs.csv"), "--matryoshka-dims", "256,64")
+    code, _, err = run_cli(*base(world, tmp_path / "wide", "pairs.csv"), "--matryoshka-dims", "256,64")
     assert code == 1 and "--matryoshka-dims 256" in err and "128 dimensions" in err
     assert not (tmp_path / "wide").exists()
