@@ -29,7 +29,7 @@ from bertforge.batching import LengthGroupedBatches
 from bertforge.checkpoint.sentence_transformers import SUPPORTED_POOLING_MODES
 from bertforge.checkpoint.train_state import check_same_settings
 from bertforge.errors import ConfigError, InputError, check_choice
-from bertforge.json_config import JsonConfig, read_json_object
+from bertforge.json_config import JsonConfig, check_field_types, read_json_object
 from bertforge.outputs import (
     check_not_in_use,
     check_output_dir,
@@ -98,6 +98,9 @@ class EmbeddingFinetuneConfig(JsonConfig):
     training: TrainConfig = field(default_factory=lambda: TrainConfig(**TRAINING_DEFAULTS))
 
     def __post_init__(self):
+        # A config built in Python gets the type checks a JSON file gets in from_dict.
+        check_field_types(type(self), {f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+                          type(self).__name__)
         if isinstance(self.training, dict):  # what it sets, over this run's defaults (not TrainConfig's)
             self.training = TrainConfig.from_dict(TRAINING_DEFAULTS | self.training, "training")
         check_paths(train=self.train, output=self.output, model=self.model, dev=self.dev)
