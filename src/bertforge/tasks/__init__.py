@@ -1,3 +1,4 @@
+from bertforge.tasks.embedding import EmbeddingFinetuneConfig, EmbeddingFinetuneResult, finetune_embeddings
 from bertforge.tasks.finetune import FinetuneConfig, FinetuneResult, finetune
 from bertforge.tasks.finetuned_model import FinetunedModel, evaluate, predict
 from bertforge.tasks.metrics import (
@@ -34,7 +35,7 @@ from bertforge.tasks.registry import TASKS, Task, get_task
 
 __all__ = [
     "TASKS", "FinetuneConfig", "FinetuneResult", "FinetunedModel", "Task", "evaluate", "finetune", "get_task",
-    "predict",
+    "predict", "EmbeddingFinetuneConfig", "EmbeddingFinetuneResult", "finetune_embeddings",
     "METRICS", "accuracy", "answer_exact_match", "answer_f1", "average_ranks", "binary_f1", "class_scores",
     "compute_metrics", "confusion_matrix", "entities", "entity_f1", "entity_precision", "entity_recall",
     "entity_scores", "exact_match",
