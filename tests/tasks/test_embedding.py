@@ -222,3 +222,14 @@ def test_evaluate_scores_an_encoder_as_the_run_scored_its_dev_set(stsb_run, run_
     assert f"spearman: {best['spearman']:.4f}" in printed + error
     code, _, error = run_cli("evaluate", "--model", str(output), "--data", str(dev), "--text-column", "sentence1")
     assert code == 1 and "--text-column and --text-pair-column together" in error
+
+
+def test_evaluate_says_what_an_encoder_is_scored_on(minilm_dir, run_cli, tmp_path):
+    reviews = tmp_path / "reviews.csv"
+    reviews.write_text("review,sentiment\na joy from start to finish,pos\n")
+    code, _, error = run_cli("evaluate", "--model", str(minilm_dir), "--data", str(reviews))
+    assert code == 1 and len(error.strip().splitlines()) == 1
+    assert "no trained task head" in error and "scored on rows of two texts" in error  # a classifier's file
+    code, _, error = run_cli("evaluate", "--model", str(minilm_dir), "--data", str(reviews), "--task", "embedding")
+    assert code == 1 and "name them with --text-column and --text-pair-column" in error  # evaluate's flags
+    assert not (tmp_path / "eval_results.json").exists()

@@ -17,7 +17,7 @@ from bertforge.cli.arguments import (
     report,
 )
 from bertforge.cli.finetune import add_trained_model_arguments
-from bertforge.errors import ConfigError
+from bertforge.errors import CheckpointError, ConfigError
 from bertforge.outputs import check_not_trainer_metrics
 from bertforge.tasks.finetuned_model import CONFUSION_MATRIX, EVAL_RESULTS_FILE, PER_LABEL
 from bertforge.tasks.registry import TASKS
@@ -41,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bertforge.tasks.checkpoint_contents import inspect_checkpoint
+    from bertforge.tasks.embedding import NoTextColumns
     from bertforge.tasks.finetuned_model import evaluate
 
     inference = inference_options(args)  # checks --device first
@@ -49,7 +50,18 @@ def run(args: argparse.Namespace) -> int:
     if args.task == EMBEDDING or args.task is None and checkpoint.task is None and checkpoint.head == "encoder":
         if output is not None:
             check_writable(output, args.data, args.model)
-        return evaluate_embeddings(args, inference, output)
+        try:
+            return evaluate_embeddings(args, inference, output)
+        except NoTextColumns:
+            if args.task == EMBEDDING:
+                raise
+            try:  # not rows of two texts: the file is for a task the model has no head for, and that is the error
+                checkpoint.task_for(None)
+            except CheckpointError as no_head:
+                raise CheckpointError(f"{no_head}; its sentence vectors are scored on rows of two texts (columns "
+                                      "sentence1 and sentence2, anchor and positive, ..., or named by --text-column "
+                                      "and --text-pair-column)") from None
+            raise
     # a model without a trained head, or a --task it wasn't trained for: refused before any work
     checkpoint.task_for(args.task)
     if output is not None:
@@ -85,7 +97,8 @@ def evaluate_embeddings(args: argparse.Namespace, inference, output: str | Path 
     if len(named) == 1:
         raise ConfigError("an encoder is scored on rows of two texts: give --text-column and --text-pair-column "
                           "together (or neither, for the usual names: sentence1/sentence2, anchor/positive, ...)")
-    rows = read_rows(args.data, named or None, args.label_column, args.format)
+    rows = read_rows(args.data, named or None, args.label_column, args.format,
+                     flags=("--text-column and --text-pair-column", "--label-column"))
     encoder = SentenceEncoder(*load_encoder(args.model, inference))
     if args.max_length is not None:
         encoder.max_seq_length = args.max_length

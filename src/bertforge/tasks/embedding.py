@@ -139,13 +139,22 @@ class TextRows:
         return len(self.texts)
 
 
-def text_columns_of(table: Table, given: Sequence[str] | None) -> tuple[str, ...]:
+class NoTextColumns(InputError):
+    """A file whose header names none of the usual text columns, and no columns were given."""
+
+
+# The flags that name a file's columns, as messages name them: finetune-embeddings' (evaluate has its own).
+COLUMN_FLAGS = ("--text-columns", "--score-column")
+
+
+def text_columns_of(table: Table, given: Sequence[str] | None, flags: tuple[str, str] = COLUMN_FLAGS
+                    ) -> tuple[str, ...]:
     """The columns a run reads texts from: those given (each must exist), else the first usual set the header has,
     with the negatives numbered after it (negative_1, negative_2, ...)."""
     if given is not None:
         for name in given:
             if name not in table.columns:
-                raise table.error(f"no column {name!r} (--text-columns names it); the file has "
+                raise table.error(f"no column {name!r} (named by {flags[0]}); the file has "
                                   f"{', '.join(map(repr, table.columns))}", table.header_line, field=name)
             check_not_repeated(table, name)
         return tuple(given)
@@ -155,24 +164,25 @@ def text_columns_of(table: Table, given: Sequence[str] | None) -> tuple[str, ...
             stem = usual[-1]
             numbered = [name for name in table.columns if name.startswith(f"{stem}_") and name not in present]
             return tuple(present + numbered)
-    raise table.error(f"no text columns named as usual ({'; '.join(', '.join(usual) for usual in USUAL_TEXT_COLUMNS)});"
-                      f" name them with --text-columns (the file has {', '.join(map(repr, table.columns))})",
-                      table.header_line)
+    usual = "; ".join(", ".join(names) for names in USUAL_TEXT_COLUMNS)
+    raise NoTextColumns(f"no text columns named as usual ({usual}); name them with {flags[0]} (the file has "
+                        f"{', '.join(map(repr, table.columns))})", table.path, table.header_line, unit=table.unit)
 
 
 def read_rows(path: str | Path, text_columns: Sequence[str] | None = None, score_column: str | None = None,
-              format: str | None = None) -> TextRows:
+              format: str | None = None, flags: tuple[str, str] = COLUMN_FLAGS) -> TextRows:
     """The rows of a data file: their texts, and their scores where the file has a score column (named, or one of
-    USUAL_SCORE_COLUMNS). A missing or empty cell is an error naming its line and column."""
+    USUAL_SCORE_COLUMNS). A missing or empty cell is an error naming its line and column; `flags` are how messages
+    name the options that choose the columns."""
     table = read_table(path, format)
-    columns = text_columns_of(table, text_columns)
+    columns = text_columns_of(table, text_columns, flags)
     if score_column is not None and score_column not in table.columns:
-        raise table.error(f"no column {score_column!r} (--score-column names it)", table.header_line,
+        raise table.error(f"no column {score_column!r} (named by {flags[1]})", table.header_line,
                           field=score_column)
     score_column = score_column or next((name for name in USUAL_SCORE_COLUMNS if name in table.columns), None)
     if score_column in columns:
-        raise table.error(f"column {score_column!r} is both a text and the score: name another with --score-column "
-                          "or --text-columns", table.header_line, field=score_column)
+        raise table.error(f"column {score_column!r} is both a text and the score: name another with {flags[1]} or "
+                          f"{flags[0]}", table.header_line, field=score_column)
     texts, scores = [], []
     for line, row in table.rows:
         texts.append(tuple(text_cell(table, line, row, name) for name in columns))
