@@ -233,3 +233,24 @@ def test_evaluate_says_what_an_encoder_is_scored_on(minilm_dir, run_cli, tmp_pat
     code, _, error = run_cli("evaluate", "--model", str(minilm_dir), "--data", str(reviews), "--task", "embedding")
     assert code == 1 and "name them with --text-column and --text-pair-column" in error  # evaluate's flags
     assert not (tmp_path / "eval_results.json").exists()
+
+
+def test_mined_hard_negatives_are_rows_finetune_embeddings_reads(minilm_dir, data_dir, tmp_path):
+    """mine_hard_negatives' n-tuple rows (anchor, positive, negative_1..n; with output_scores, a "scores" list
+    beside them) are anchors with their positive and negatives, and its labeled pairs are scored pairs."""
+    from bertforge.inference import mine_hard_negatives
+    from bertforge.tasks.embedding import choose_loss
+
+    pairs = mrpc_paraphrases(data_dir, "dev", 40)
+    encoder = SentenceEncoder(minilm_dir)
+    dataset = {"anchor": [a for a, _ in pairs], "positive": [p for _, p in pairs]}
+    for layout, scores, columns, loss in (("n-tuple", True, ("anchor", "positive", "negative_1", "negative_2"),
+                                           "multiple_negatives_ranking"),
+                                          ("labeled-pair", False, ("anchor", "positive"), "cosent")):
+        mined = mine_hard_negatives(dataset, encoder, num_negatives=2, output_format=layout, output_scores=scores,
+                                    verbose=False)
+        path = tmp_path / f"{layout}.jsonl"
+        path.write_text("".join(json.dumps(dict(zip(mined, row))) + "\n" for row in zip(*mined.values())))
+        rows = read_rows(path)
+        assert rows.columns == columns and len(rows) == len(next(iter(mined.values())))
+        assert choose_loss(None, rows) == loss
