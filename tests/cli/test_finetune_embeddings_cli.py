@@ -408,3 +408,23 @@ def test_matryoshka_dimensions_are_trained_and_scored_each(world, tmp_path, run_
     code, _, err = run_cli(*base(world, tmp_path / "wide", "pairs.csv"), "--matryoshka-dims", "256,64")
     assert code == 1 and "--matryoshka-dims 256" in err and "128 dimensions" in err
     assert not (tmp_path / "wide").exists()
+
+
+def test_recomputed_activations_train_the_same_and_the_dashboard_shows_the_log(world, tmp_path, run_cli, one_thread,
+                                                                                tensorboard_scalars):
+    """--gradient-checkpointing recomputes each layer in the backward pass (the same dropout masks): the same
+    weights; --report-to tensorboard puts the log's losses and dev metrics on the dashboard."""
+    flags = ["--batch-size", "4", "--epochs", "2", "--dev", world / "triples.csv", "--config",
+             world / "log_every_step.json"]
+    code, _, err = run_cli(*base(world, tmp_path / "plain"), *flags)
+    assert code == 0, err
+    code, _, err = run_cli(*base(world, tmp_path / "recomputed"), *flags, "--gradient-checkpointing", "--report-to",
+                           "tensorboard")
+    assert code == 0, err
+    plain, recomputed = (load_file(tmp_path / name / "model.safetensors") for name in ("plain", "recomputed"))
+    assert plain.keys() == recomputed.keys() and all(torch.equal(plain[key], recomputed[key]) for key in plain)
+    log = records(tmp_path / "recomputed" / "train_log.jsonl")
+    scalars = tensorboard_scalars(tmp_path / "recomputed" / "runs")
+    losses = [(record["step"], record["loss"]) for record in log if record["event"] == "train"]
+    assert len(losses) == 12 and scalars["train/loss"] == [(step, pytest.approx(loss)) for step, loss in losses]
+    assert [step for step, _ in scalars["eval/mrr@10"]] == [6, 12]
