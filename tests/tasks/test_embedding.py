@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from bertforge import SentenceEncoder
-from bertforge.tasks.embedding import batches_without_repeats, read_rows, retrieval_metrics, similarity_metrics
+from bertforge.tasks.embedding import batches_without_repeats, read_rows, score_rows
 from bertforge.training.embedding_losses import (
     EMBEDDING_LOSSES,
     InputExample,
@@ -99,7 +99,7 @@ def test_the_dev_metrics_are_sentence_transformers_evaluators(minilm_dir, senten
                                           "score": float(row["score"])}) + "\n" for row in rows))
     expected = EmbeddingSimilarityEvaluator([row["sentence1"] for row in rows], [row["sentence2"] for row in rows],
                                             [float(row["score"]) for row in rows], name="dev")(theirs)
-    got = similarity_metrics(ours, read_rows(scored), 64)
+    got = score_rows(ours, read_rows(scored), 64)
     assert got["spearman"] == pytest.approx(expected["dev_spearman_cosine"], abs=1e-4)
     assert got["pearson"] == pytest.approx(expected["dev_pearson_cosine"], abs=1e-4)
 
@@ -121,7 +121,7 @@ def test_the_dev_metrics_are_sentence_transformers_evaluators(minilm_dir, senten
                                               accuracy_at_k=[1], mrr_at_k=[10], precision_recall_at_k=[10],
                                               ndcg_at_k=[10], map_at_k=[10])
     expected = evaluator(theirs)
-    got = retrieval_metrics(ours, read_rows(unscored), 64)
+    got = score_rows(ours, read_rows(unscored), 64)
     assert got["accuracy@1"] == pytest.approx(expected["dev_cosine_accuracy@1"], abs=1e-6)
     assert got["mrr@10"] == pytest.approx(expected["dev_cosine_mrr@10"], abs=1e-6)
     assert got["recall@10"] == pytest.approx(expected["dev_cosine_recall@10"], abs=1e-6)
@@ -168,7 +168,7 @@ def test_sentence_transformers_loads_the_folder_as_bertforge_does(stsb_run, sent
     # and it is the kept model: the dev metric recorded for it is the one its vectors give
     rows = read_rows(dev, ("sentence1", "sentence2"))
     best = json.loads((output / "metrics.json").read_text())["best"]["spearman"]
-    assert similarity_metrics(SentenceEncoder(output), rows, 64)["spearman"] == pytest.approx(best, abs=1e-6)
+    assert score_rows(SentenceEncoder(output), rows, 64)["spearman"] == pytest.approx(best, abs=1e-6)
 
 
 def test_fit_trains_with_bertforge_losses_as_with_sentence_transformers_own(minilm_dir, data_dir):

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from bertforge.atomic import write_text_atomic
@@ -283,37 +284,42 @@ def joined(batch: list[int], seen: set[str], row: int, texts: tuple[str, ...], b
 
 # --- scoring ----------------------------------------------------------------------------------------------------
 
-def unique_vectors(encoder: nn.Module, texts: Sequence[str], batch_size: int, dims: int | None = None
-                   ) -> tuple[list[str], torch.Tensor]:
-    """Each distinct text once, in first-seen order, and its unit vector (of its first `dims` dimensions)."""
-    distinct = list(dict.fromkeys(texts))
-    vectors = encoder.encode(distinct, batch_size=batch_size, convert_to_tensor=True, normalize_embeddings=True,
-                             show_progress_bar=False, truncate_dim=dims)
-    return distinct, vectors.float().cpu()
+@dataclass
+class TextVectors:
+    """The vectors of a set of texts, each distinct text encoded once, as encode gives them."""
+
+    place: dict[str, int]  # text -> its row of `vectors`
+    vectors: torch.Tensor  # (distinct texts, dim)
+
+    @classmethod
+    def of(cls, encoder: nn.Module, texts: Sequence[str], batch_size: int) -> TextVectors:
+        distinct = list(dict.fromkeys(texts))
+        vectors = encoder.encode(distinct, batch_size=batch_size, convert_to_tensor=True, show_progress_bar=False)
+        return cls({text: i for i, text in enumerate(distinct)}, vectors.float().cpu())
+
+    def unit(self, texts: Sequence[str], dims: int | None = None) -> torch.Tensor:
+        """The unit vectors of `texts`: of their first `dims` dimensions, renormalised, where dims is given."""
+        return F.normalize(self.vectors[[self.place[text] for text in texts], :dims], dim=-1)
 
 
-def similarity_metrics(encoder: nn.Module, rows: TextRows, batch_size: int, dims: int | None = None
-                       ) -> dict[str, float]:
+def similarity_metrics(rows: TextRows, vectors: TextVectors, dims: int | None = None) -> dict[str, float]:
     """Scored pairs: the Spearman and Pearson correlations of each pair's cosine with its score."""
-    distinct, vectors = unique_vectors(encoder, [text for row in rows.texts for text in row[:2]], batch_size, dims)
-    place = {text: i for i, text in enumerate(distinct)}
-    cosines = [float(vectors[place[row[0]]] @ vectors[place[row[1]]]) for row in rows.texts]
+    first, second = (vectors.unit([row[column] for row in rows.texts], dims) for column in (0, 1))
+    cosines = (first * second).sum(dim=1).tolist()
     return {"spearman": spearman(cosines, rows.scores), "pearson": pearson(cosines, rows.scores)}
 
 
-def retrieval_metrics(encoder: nn.Module, rows: TextRows, batch_size: int, dims: int | None = None
-                      ) -> dict[str, float]:
+def retrieval_metrics(rows: TextRows, vectors: TextVectors, dims: int | None = None) -> dict[str, float]:
     """Each distinct anchor searches every distinct text of the other columns: the share whose first hit is one of
     its positives (accuracy@1), the mean reciprocal rank of its first positive within the top RETRIEVAL_DEPTH, and
     the share of its positives found there (recall)."""
     positives: dict[str, set[str]] = {}
     for row in rows.texts:
         positives.setdefault(row[0], set()).add(row[1])
-    queries, query_vectors = unique_vectors(encoder, list(positives), batch_size, dims)
-    corpus, corpus_vectors = unique_vectors(encoder, [text for row in rows.texts for text in row[1:]], batch_size,
-                                            dims)
+    queries = list(positives)
+    corpus = list(dict.fromkeys(text for row in rows.texts for text in row[1:]))
     depth = min(RETRIEVAL_DEPTH, len(corpus))
-    hits = (query_vectors @ corpus_vectors.T).topk(depth, dim=1).indices.tolist()
+    hits = (vectors.unit(queries, dims) @ vectors.unit(corpus, dims).T).topk(depth, dim=1).indices.tolist()
     first, reciprocal, recall = [], [], []
     for query, ranked in zip(queries, hits):
         found = [corpus[i] in positives[query] for i in ranked]
@@ -327,17 +333,20 @@ def retrieval_metrics(encoder: nn.Module, rows: TextRows, batch_size: int, dims:
 def score_rows(encoder: nn.Module, rows: TextRows, batch_size: int = 64, smaller: Sequence[int] = ()
                ) -> dict[str, float]:
     """The dev metrics of `encoder` on `rows`, by what the rows are (see main_metric), and the main one of the
-    first N dimensions alone for each N of `smaller` ("spearman_dim64"); dropout off."""
+    first N dimensions alone for each N of `smaller` ("spearman_dim64"), from the same vectors; dropout off."""
+    scored = rows.scores is not None
     was_training = encoder.training
     encoder.eval()
     try:
-        score = similarity_metrics if rows.scores is not None else retrieval_metrics
-        metrics = score(encoder, rows, batch_size)
-        for dims in smaller:
-            metrics[f"{main_metric(rows)}_dim{dims}"] = score(encoder, rows, batch_size, dims)[main_metric(rows)]
-        return metrics
+        vectors = TextVectors.of(encoder, [text for row in rows.texts for text in (row[:2] if scored else row)],
+                                 batch_size)
     finally:
         encoder.train(was_training)
+    score = similarity_metrics if scored else retrieval_metrics
+    metrics = score(rows, vectors)
+    for dims in smaller:
+        metrics[f"{main_metric(rows)}_dim{dims}"] = score(rows, vectors, dims)[main_metric(rows)]
+    return metrics
 
 
 def main_metric(rows: TextRows) -> str:
