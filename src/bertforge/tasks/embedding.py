@@ -41,7 +41,7 @@ from bertforge.outputs import (
 )
 from bertforge.tasks.data import score_label
 from bertforge.tasks.metrics import pearson, spearman
-from bertforge.tasks.tables import DATA_FORMATS, Table, check_not_repeated, read_table, text_cell
+from bertforge.tasks.tables import DATA_FORMATS, Table, read_table, require_columns, text_cell
 from bertforge.training.embedding_losses import (
     EMBEDDING_LOSSES,
     InputExample,
@@ -154,10 +154,7 @@ def text_columns_of(table: Table, given: Sequence[str] | None, flags: tuple[str,
     with the negatives numbered after it (negative_1, negative_2, ...)."""
     if given is not None:
         for name in given:
-            if name not in table.columns:
-                raise table.error(f"no column {name!r} (named by {flags[0]}); the file has "
-                                  f"{', '.join(map(repr, table.columns))}", table.header_line, field=name)
-            check_not_repeated(table, name)
+            require_columns(table, {flags[0]: name})
         return tuple(given)
     for usual in USUAL_TEXT_COLUMNS:
         present = [name for name in usual if name in table.columns]
@@ -177,9 +174,7 @@ def read_rows(path: str | Path, text_columns: Sequence[str] | None = None, score
     name the options that choose the columns."""
     table = read_table(path, format)
     columns = text_columns_of(table, text_columns, flags)
-    if score_column is not None and score_column not in table.columns:
-        raise table.error(f"no column {score_column!r} (named by {flags[1]})", table.header_line,
-                          field=score_column)
+    require_columns(table, {flags[1]: score_column})
     score_column = score_column or next((name for name in USUAL_SCORE_COLUMNS if name in table.columns), None)
     if score_column in columns:
         raise table.error(f"column {score_column!r} is both a text and the score: name another with {flags[1]} or "
