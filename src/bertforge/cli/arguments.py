@@ -8,12 +8,13 @@ import math
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from bertforge.data_files import decode_text, read_bytes, split_lines
 from bertforge.errors import ConfigError, InputError
+from bertforge.json_config import check_field_types, read_json_object
 from bertforge.outputs import STANDARD_STREAM, check_output_file, is_part_of, write_output  # noqa: F401 (commands')
 from bertforge.validation import MAX_SEED
 
@@ -103,6 +104,29 @@ def reporter_names(text: str) -> tuple[str, ...]:
     except ConfigError as problem:
         raise argparse.ArgumentTypeError(f"{problem}, or none") from None
     return names
+
+
+def flags_over_config(args: argparse.Namespace, config_class: type, places: Iterable[tuple[str, ...]]
+                      ) -> tuple[dict[str, Any], str, list[tuple[str, ...]]]:
+    """A training command's run config as JSON: `--config`'s file (if any), with every flag given written at its
+    place ({"training": {"lr": ...}}); the source to name in messages; and the places the flags filled. A flag's
+    argparse destination is its place's last key, and None where it was not given."""
+    data, source = {}, "command line"
+    if args.config:
+        data = read_json_object(Path(args.config), "run config")
+        source = args.config
+        # Before the flags are written in: a "training" that isn't an object has no place for --epochs.
+        check_field_types(config_class, data, source)
+    given = []
+    for place in places:
+        value = getattr(args, place[-1], None)
+        if value is not None:
+            section = data
+            for key in place[:-1]:
+                section = section.setdefault(key, {})
+            section[place[-1]] = value
+            given.append(place)
+    return data, source, given
 
 
 def path_text(text: str) -> str:

@@ -10,7 +10,6 @@ import re
 import shlex
 from collections import Counter
 from collections.abc import Collection
-from pathlib import Path
 from typing import Any
 
 from bertforge.cli.arguments import (
@@ -21,6 +20,7 @@ from bertforge.cli.arguments import (
     add_inference_arguments,
     below_one,
     finite_float,
+    flags_over_config,
     format_help,
     fraction,
     non_negative_float,
@@ -33,7 +33,6 @@ from bertforge.cli.arguments import (
 )
 from bertforge.config import BertConfig
 from bertforge.errors import BertforgeError, ConfigError
-from bertforge.json_config import check_field_types, read_json_object
 from bertforge.tasks.classification import LONG_TEXT
 from bertforge.tasks.finetune import CLASS_WEIGHTS
 from bertforge.tasks.registry import TASKS
@@ -204,23 +203,10 @@ def config_from_args(args: argparse.Namespace):
     """The run config JSON (if any) with every given flag written over it, as a FinetuneConfig."""
     from bertforge.tasks.finetune import FinetuneConfig
 
-    data, source = {}, "command line"
-    if args.config:
-        path = Path(args.config)
-        data = read_json_object(path, "run config")
-        source = str(path)
-        # Before the flags are written in: a "training" that isn't an object has no place for --epochs.
-        check_field_types(FinetuneConfig, data, source)
     places = [place for place, _, _ in FLAGS.values()] + [place for place, _ in COLUMN_FLAGS.values()]
-    for place in places:
-        value = getattr(args, place[-1], None)  # None too for a flag the command left out
-        if value is not None:
-            section = data
-            for key in place[:-1]:
-                section = section.setdefault(key, {})
-            section[place[-1]] = value
-            if isinstance(data.get("chosen_on_dev"), list) and len(place) == 1:  # given now, not chosen
-                data["chosen_on_dev"] = [name for name in data["chosen_on_dev"] if name != place[0]]
+    data, source, given = flags_over_config(args, FinetuneConfig, places)
+    if isinstance(data.get("chosen_on_dev"), list):  # a setting given now is not the one a run chose
+        data["chosen_on_dev"] = [name for name in data["chosen_on_dev"] if (name,) not in given]
     return FinetuneConfig.from_dict(data, source)
 
 

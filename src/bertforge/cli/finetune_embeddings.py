@@ -5,13 +5,11 @@ the file, the file over the defaults)."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from bertforge.checkpoint.sentence_transformers import SUPPORTED_POOLING_MODES
 from bertforge.cli import finetune as finetune_cli
-from bertforge.cli.arguments import add_flag_table, path_text, positive_float, positive_int
-from bertforge.json_config import check_field_types, read_json_object
+from bertforge.cli.arguments import add_flag_table, flags_over_config, path_text, positive_float, positive_int
 from bertforge.training.embedding_losses import EMBEDDING_LOSSES
 
 # The flags finetune has, with its help: the data files, the model folders, the batches and the optimisation.
@@ -96,18 +94,7 @@ def config_from_args(args: argparse.Namespace):
     """The run config JSON (if any) with every given flag written over it."""
     from bertforge.tasks.embedding import EmbeddingFinetuneConfig
 
-    data, source = {}, "command line"
-    if args.config:
-        data = read_json_object(Path(args.config), "run config")
-        source = args.config
-        check_field_types(EmbeddingFinetuneConfig, data, source)
-    for place, _, _ in FLAGS.values():
-        value = getattr(args, place[-1], None)
-        if value is not None:
-            section = data
-            for key in place[:-1]:
-                section = section.setdefault(key, {})
-            section[place[-1]] = list(value) if isinstance(value, tuple) else value
+    data, source, _ = flags_over_config(args, EmbeddingFinetuneConfig, [place for place, _, _ in FLAGS.values()])
     return EmbeddingFinetuneConfig.from_dict(data, source)
 
 
