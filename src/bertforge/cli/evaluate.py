@@ -46,10 +46,15 @@ def run(args: argparse.Namespace) -> int:
 
     inference = inference_options(args)  # checks --device first
     checkpoint = inspect_checkpoint(args.model)
+    # an encoder without a task head is scored on its sentence vectors
+    embeddings = args.task == EMBEDDING or (args.task is None and checkpoint.task is None
+                                            and checkpoint.head == "encoder")
+    if not embeddings:  # a model without a trained head, or a --task it wasn't trained for: refused before any work
+        checkpoint.task_for(args.task)
     output = args.output or default_output(args.model)
-    if args.task == EMBEDDING or args.task is None and checkpoint.task is None and checkpoint.head == "encoder":
-        if output is not None:
-            check_writable(output, args.data, args.model)
+    if output is not None:
+        check_writable(output, args.data, args.model)
+    if embeddings:
         try:
             return evaluate_embeddings(args, inference, output)
         except NoTextColumns:
@@ -62,10 +67,6 @@ def run(args: argparse.Namespace) -> int:
                                       "sentence1 and sentence2, anchor and positive, ..., or named by --text-column "
                                       "and --text-pair-column)") from None
             raise
-    # a model without a trained head, or a --task it wasn't trained for: refused before any work
-    checkpoint.task_for(args.task)
-    if output is not None:
-        check_writable(output, args.data, args.model)
     metrics = evaluate(args.model, args.data, args.text_column, args.text_pair_column, args.label_column,
                        task=args.task, batch_size=args.batch_size, max_length=args.max_length, output=output,
                        inference=inference, decoding=args.decoding, format=args.format,

@@ -422,6 +422,7 @@ def finetune_embeddings(config: EmbeddingFinetuneConfig, overwrite: bool = False
         raise ConfigError(f"--matryoshka-dims {config.matryoshka_dims[0]}: {config.model} gives vectors of {width} "
                           f"dimensions")
     smaller = [dims for dims in config.matryoshka_dims or () if dims < width]  # each scored on the dev set too
+    metric = main_metric(dev) if dev is not None else None
     before = score_rows(encoder, dev, config.eval_batch_size, smaller) if dev is not None else None
     if before is not None:
         logger.info("the starting model on the dev set: %s", format_metrics(before))
@@ -438,7 +439,7 @@ def finetune_embeddings(config: EmbeddingFinetuneConfig, overwrite: bool = False
     trainer = Trainer(loss, training, batches,
                       evaluate=None if dev is None else (lambda _: score_rows(encoder, dev, config.eval_batch_size,
                                                                                smaller)),
-                      main_metric=None if dev is None else main_metric(dev),
+                      main_metric=metric,
                       save=lambda _: encoder.save(staging), loss_fn=loss_on_batch)
     result = trainer.train(resume=resume)
     encoder.eval()
@@ -447,7 +448,6 @@ def finetune_embeddings(config: EmbeddingFinetuneConfig, overwrite: bool = False
         write_text_atomic(staging / METRICS_FILE, to_json({"before": before} | summary, indent=2) + "\n")
     finish_staging(output)
     shutil.rmtree(output / CHECKPOINT_DIR, ignore_errors=True)  # the optimizer's state: the run is over
-    metric = main_metric(dev) if dev is not None else None
     if before is not None and result.best is not None and result.best[metric] < before[metric]:
         # the starting model is no candidate for the kept one: a user should know when it was the better
         logger.warning("the kept model's dev %s, %.4f, is below the starting model's, %.4f: the starting model may "
