@@ -131,6 +131,20 @@ def tokenizer(minilm_dir):
     return BertTokenizer.from_pretrained(minilm_dir)
 
 
+@pytest.fixture(scope="session")
+def save_tiny_encoder(tokenizer):
+    """save_tiny_encoder(folder) -> folder: a tiny BERT encoder (seeded, so always the same weights) with MiniLM's
+    tokenizer, the checkpoint the command line's mechanics tests train and read."""
+    from bertforge import BertModel
+
+    def save(folder: Path) -> Path:
+        torch.manual_seed(0)
+        BertModel(BertConfig.tiny(vocab_size=tokenizer.vocab_size, max_position_embeddings=64)).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        return folder
+    return save
+
+
 @pytest.fixture
 def tiny_config() -> BertConfig:
     return BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertforge import BertConfig, BertModel
 from bertforge.cli import main as cli_main
 
 REVIEWS = [("a joy from start to finish", "pos"), ("dull and lifeless", "neg"), ("warm , witty and wise", "pos"),
@@ -40,13 +39,10 @@ def digest(folder: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, tokenizer):
+def world(tmp_path_factory, tokenizer, save_tiny_encoder):
     """A tiny encoder, a model fine-tuned from it, an earlier embedding file and data files of every kind."""
     root = tmp_path_factory.mktemp("bad_input")
-    encoder = root / "encoder"
-    torch.manual_seed(0)
-    BertModel(BertConfig.tiny(vocab_size=tokenizer.vocab_size, max_position_embeddings=64)).save_pretrained(encoder)
-    tokenizer.save_pretrained(encoder)
+    encoder = save_tiny_encoder(root / "encoder")
     data = root / "data"
     data.mkdir()
     (data / "train.csv").write_text("review,sentiment\n" + "".join(f'"{t}",{label}\n' for t, label in REVIEWS))

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file
 from scipy import stats
 
-from bertforge import BertConfig, BertModel
+from bertforge import BertModel
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 # 24 anchor/positive/negative rows: 6 batches of 4 an epoch
@@ -36,13 +36,10 @@ def csv_text(header: str, rows) -> str:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, tokenizer):
+def world(tmp_path_factory, save_tiny_encoder):
     """A tiny BERT checkpoint (no sentence-transformers files: mean pooling) and data files."""
     root = tmp_path_factory.mktemp("embeddings")
-    torch.manual_seed(0)
-    BertModel(BertConfig.tiny(vocab_size=tokenizer.vocab_size, max_position_embeddings=64)).save_pretrained(
-        root / "encoder")
-    tokenizer.save_pretrained(root / "encoder")
+    save_tiny_encoder(root / "encoder")
     (root / "triples.csv").write_text(csv_text("anchor,positive,negative", TRIPLES))
     (root / "pairs.csv").write_text(csv_text("sentence1,sentence2,score", PAIRS))
     (root / "log_every_step.json").write_text(json.dumps({"training": {"log_every": 1}}))  # no flag sets it

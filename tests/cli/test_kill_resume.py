@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertforge import BertConfig, BertForSequenceClassification, BertModel
+from bertforge import BertForSequenceClassification
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 REVIEWS = [("a joy from start to finish", "pos"), ("dull and lifeless", "neg"), ("warm , witty and wise", "pos"),
@@ -26,12 +26,9 @@ REVIEWS = [("a joy from start to finish", "pos"), ("dull and lifeless", "neg"), 
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory, tokenizer):
+def setup(tmp_path_factory, save_tiny_encoder):
     root = tmp_path_factory.mktemp("kill")
-    torch.manual_seed(0)
-    BertModel(BertConfig.tiny(vocab_size=tokenizer.vocab_size, max_position_embeddings=64)).save_pretrained(
-        root / "encoder")
-    tokenizer.save_pretrained(root / "encoder")
+    save_tiny_encoder(root / "encoder")
     (root / "train.csv").write_text("review,sentiment\n" + "".join(f'"{t}",{label}\n' for t, label in REVIEWS))
     # Every step logged and checkpointed, an evaluation every 5 steps: a kill can land anywhere, a save included.
     (root / "run.json").write_text(json.dumps({
