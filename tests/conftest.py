@@ -146,6 +146,27 @@ def save_tiny_encoder(tokenizer):
 
 
 @pytest.fixture
+def interrupted_checkpoint_removal():
+    """A context in which removing a folder named `checkpoint` raises KeyboardInterrupt: a run killed after its
+    folder moved into place and before it removed its optimizer state."""
+    @contextmanager
+    def interrupted():
+        removal = shutil.rmtree
+
+        def killed_at_the_checkpoint(path, *args, **kwargs):
+            if Path(path).name == "checkpoint":
+                raise KeyboardInterrupt
+            return removal(path, *args, **kwargs)
+
+        shutil.rmtree = killed_at_the_checkpoint
+        try:
+            yield
+        finally:
+            shutil.rmtree = removal
+    return interrupted
+
+
+@pytest.fixture
 def tiny_config() -> BertConfig:
     return BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                       intermediate_size=37, max_position_embeddings=64, type_vocab_size=2)

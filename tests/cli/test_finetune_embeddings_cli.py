@@ -203,23 +203,16 @@ def test_a_killed_run_resumed_gives_the_weights_and_losses_of_the_run_never_stop
 
 
 def test_a_run_killed_as_it_removes_its_checkpoint_is_in_place_and_resume_tidies_it(world, tmp_path, run_cli,
-                                                                                     monkeypatch, one_thread):
+                                                                                     interrupted_checkpoint_removal,
+                                                                                     one_thread):
     """The run is moved into place before its checkpoint is removed: killed in between, --resume removes what was
     left (it said "no killed run to resume", and a run without --resume that the folder "holds a training run")."""
     from bertforge.inference.sentence_encoder import SentenceEncoder
 
     output = tmp_path / "model"
     argv = [*base(world, output), "--batch-size", "4", "--max-steps", "2", "--save-every", "1", "--lr", "1e-3"]
-    real_rmtree = shutil.rmtree
-
-    def killed_at_the_checkpoint(path, *args, **kwargs):
-        if Path(path).name == "checkpoint":
-            raise KeyboardInterrupt
-        return real_rmtree(path, *args, **kwargs)
-
-    monkeypatch.setattr(shutil, "rmtree", killed_at_the_checkpoint)
-    code, _, err = run_cli(*argv)
-    monkeypatch.undo()
+    with interrupted_checkpoint_removal():
+        code, _, err = run_cli(*argv)
     assert code == 130 and "interrupted" in err
     assert (output / "checkpoint").is_dir() and not (tmp_path / "model.incomplete").exists()
     before = {name: sha for name, sha in digest(output).items() if not name.startswith("checkpoint")}

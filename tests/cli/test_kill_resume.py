@@ -154,20 +154,12 @@ def test_a_run_killed_or_failed_into_a_model_folder_leaves_the_model_as_it_was(s
 
 @pytest.mark.usefixtures("one_thread")  # the kernels of `whole`'s run, so the same rounding
 def test_a_run_killed_as_it_removes_its_checkpoint_is_in_place_and_resume_tidies_it(setup, whole, tmp_path, capsys,
-                                                                                       monkeypatch):
+                                                                                       interrupted_checkpoint_removal):
     """The run is moved into place before its checkpoint (the optimizer state) is removed: killed in between, the
     model is whole and loads, and --resume only removes what was left."""
     output = tmp_path / "model"
-    real_rmtree = shutil.rmtree
-
-    def killed_at_the_checkpoint(path, *args, **kwargs):
-        if Path(path).name == "checkpoint":
-            raise KeyboardInterrupt
-        return real_rmtree(path, *args, **kwargs)
-
-    monkeypatch.setattr(shutil, "rmtree", killed_at_the_checkpoint)
-    code, _, err = in_process(capsys, "finetune", "--config", setup / "run.json", "--output", output)
-    monkeypatch.undo()
+    with interrupted_checkpoint_removal():
+        code, _, err = in_process(capsys, "finetune", "--config", setup / "run.json", "--output", output)
     assert code == 130 and "interrupted" in err
     assert (output / "checkpoint").is_dir() and not (tmp_path / "model.incomplete").exists()
     BertForSequenceClassification.from_pretrained(output)
