@@ -153,6 +153,8 @@ FLAG_AND_OUTPUT_CASES = [
     ("mistyped-choice", ["explain", "--text", "x", "--method", "occlusio"], 2, ["did you mean occlusion?"]),
     ("embedding-task", ["finetune", "--task", "sentence-embeddings", "--train", "x.csv"], 2,
      ["invalid choice: 'sentence-embeddings'", "fine-tuned by `bertforge finetune-embeddings`"]),
+    ("cross-encoder-task", ["finetune", "--task", "cross-encoder", "--train", "x.csv"], 2,
+     ["invalid choice: 'cross-encoder'", "(query, document) pairs is --task rerank"]),
     ("attention-output-under-file", ["attention", "hello", "--model", "{E}", "--output", "{O}/a_file/a.html"], 1,
      ["a_file is a file, not a folder"]),
     ("evaluate-output-is-folder", ["evaluate", "--model", "{M}", "--data", "{D}/train.csv", "--output",

@@ -303,7 +303,7 @@ def test_squad_scores():
 
 def test_metric_table():
     assert set(METRICS) == {"classification", "regression", "multi_label", "token_classification",
-                            "question_answering", "question_answering_v2"}
+                            "question_answering", "question_answering_v2", "reranking"}
     scores = compute_metrics("classification", PREDICTIONS, LABELS)
     assert scores["accuracy"] == pytest.approx(0.7) and scores["f1"] == pytest.approx(2 / 3)
     assert compute_metrics("regression", [1, 2, 3], [1, 2, 4], names=["spearman"]) == {"spearman": 1.0}

@@ -126,9 +126,11 @@ FLAGS: dict[str, tuple[tuple[str, ...], Any, str]] = {
 }
 COLUMN_FLAGS: dict[str, tuple[tuple[str, ...], str]] = {
     "--text-column": (("text_column",), "column of the text (ner rows: of the words, else 'tokens'; qa rows: of "
-                                        "the question, else 'question')"),
+                                        "the question, else 'question'; rerank: of the query, else 'query', "
+                                        "'anchor', ...)"),
     "--text-pair-column": (("text_pair_column",), "column of the second text, for pair tasks (qa rows: of the "
-                                                  "context, else 'context')"),
+                                                  "context, else 'context'; rerank: of the document, else "
+                                                  "'document', 'passage', ...)"),
     "--label-column": (("label_column",), "column of the label or score (ner rows: of the tags, else 'ner_tags'; "
                                           "qa rows: of the answers, else 'answers')"),
     "--label-separator": (("label_separator",), "multi_label: what separates the labels in a text cell, e.g. '|' "

@@ -89,6 +89,8 @@ STEPS_FLAGS = ("--do_train", "--do_eval", "--do_predict")  # one command does ea
 # `finetune-embeddings` does that, not a task of `finetune`.
 EMBEDDING_TASK_NAMES = ("embedding", "embeddings", "sentence_embedding", "sentence_embeddings", "sentence_similarity",
                         "feature_extraction", "retrieval", "contrastive")
+# What users call training a cross-encoder that scores (query, document) pairs: `finetune --task rerank`.
+RERANK_TASK_NAMES = ("cross_encoder", "crossencoder", "text_ranking", "ranking", "reranker", "reranking", "rank")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -107,8 +109,11 @@ class OneLineParser(argparse.ArgumentParser):
             choices = [choice.strip().strip("'") for choice in chosen[2].split(",")]
             near = difflib.get_close_matches(chosen[1], choices, n=1)
             message += f"; did you mean {near[0]}?" if near else ""
-            if message.startswith("argument --task") and chosen[1].lower().replace("-", "_") in EMBEDDING_TASK_NAMES:
+            task = chosen[1].lower().replace("-", "_") if message.startswith("argument --task") else None
+            if task in EMBEDDING_TASK_NAMES:
                 message += "; sentence vectors are fine-tuned by `bertforge finetune-embeddings`"
+            elif task in RERANK_TASK_NAMES and "rerank" in choices and near != ["rerank"]:
+                message += "; a cross-encoder that scores (query, document) pairs is --task rerank"
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
     def parse_known_args(self, args=None, namespace=None):

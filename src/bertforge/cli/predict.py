@@ -99,21 +99,25 @@ def run(args: argparse.Namespace) -> int:
 def check_pairing(model: str, paired: bool, given: str | None = None) -> None:
     """A text pair for a model fine-tuned on single texts, or a text alone for one fine-tuned on pairs, would be
     read as no training example was, and answered with confidence: refused, where the training run is known.
-    `given`: what gave the single texts, where not --text (a plain-text file)."""
+    `given`: what gave the single texts, where not --text (a plain-text file). A reranker always reads a query and a
+    document."""
     from bertforge.tasks.checkpoint_contents import inspect_checkpoint
 
-    run = inspect_checkpoint(model).run
-    if run is None or run.task == "qa" or run.train is None:  # trained on examples in memory: columns unknown
+    checkpoint = inspect_checkpoint(model)
+    run = checkpoint.run
+    if checkpoint.trained_on_pairs is None or checkpoint.trained_on_pairs == paired:
         return
-    if paired and run.text_pair_column is None:
+    if paired:
         raise InputError(f"--text-pair: {model} was fine-tuned on single texts (column {run.text_column!r}); give "
                          "--text alone")
-    if not paired and run.text_pair_column is not None:
+    if checkpoint.task == "rerank":
+        trained = f"{model} is a reranker, which scores a query and a document"
+    else:
         trained = f"{model} was fine-tuned on text pairs (columns {run.text_column!r} and {run.text_pair_column!r})"
-        if given is None:
-            raise InputError(f"{trained}: give --text-pair too")
-        raise InputError(f"{given} holds single texts, and {trained}: give a .tsv, .csv or .jsonl file with both "
-                         "columns (a tab-separated .txt file reads with --format tsv)")
+    if given is None:
+        raise InputError(f"{trained}: give --text-pair too")
+    raise InputError(f"{given} holds single texts, and {trained}: give a .tsv, .csv or .jsonl file with both "
+                     "columns (a tab-separated .txt file reads with --format tsv)")
 
 
 def format_answer(answer: dict) -> str:

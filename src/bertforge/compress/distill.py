@@ -45,7 +45,7 @@ from bertforge.training.trainer import model_loss
 from bertforge.validation import check_number
 
 # Tasks whose logits the soft-label loss reads: one vector per example, or one per token.
-DISTILLABLE_TASKS = ("classification", "multi_label", "regression", "ner")
+DISTILLABLE_TASKS = ("classification", "multi_label", "regression", "rerank", "ner")
 DISTILL_CONFIG_FILE = "distill_config.json"
 
 
@@ -125,8 +125,8 @@ class LayerOutputs:
 
 class DistillationLoss:
     """loss_fn(student, batch) for the Trainer: (1 - soft_weight) x the student's own loss on the true labels
-    + soft_weight x T² x KL(teacher || student) at temperature T (for multi-label, the mean over labels of each
-    label's two-way KL; MSE to the teacher's score for regression)
+    + soft_weight x T² x KL(teacher || student) at temperature T (for multi-label and reranking, the mean over
+    labels of each label's two-way KL; MSE to the teacher's score for regression)
     + hidden_weight x the mean MSE between each student layer's output and its teacher layer's."""
 
     def __init__(self, teacher: nn.Module, student: nn.Module, config: DistillConfig):
@@ -158,14 +158,14 @@ class DistillationLoss:
         if logits.dim() == 3:  # per token: the positions the task scores (first sub-words), as its own loss does
             scored = labels != IGNORE_INDEX
             logits, teacher_logits = logits[scored], teacher_logits[scored]
-        if logits.shape[-1] == 1:  # regression: the teacher's score is the soft label
-            return F.mse_loss(logits, teacher_logits)
         temperature = self.config.temperature
-        if self.multi_label:  # independent labels: each a yes/no distribution, sigmoid(logit / T)
+        if self.multi_label:  # independent labels (a reranker's one relevance): each a yes/no, sigmoid(logit / T)
             target = torch.sigmoid(teacher_logits / temperature)
             cross_entropy = F.binary_cross_entropy_with_logits(logits / temperature, target)
             entropy = F.binary_cross_entropy_with_logits(teacher_logits / temperature, target)
             return (cross_entropy - entropy) * temperature ** 2
+        if logits.shape[-1] == 1:  # regression: the teacher's score is the soft label
+            return F.mse_loss(logits, teacher_logits)
         return F.kl_div(F.log_softmax(logits / temperature, dim=-1), F.log_softmax(teacher_logits / temperature, -1),
                         reduction="batchmean", log_target=True) * temperature ** 2
 

@@ -168,20 +168,21 @@ def _plain_output(model, row: Row):
 
 def sequence_target(model, tokenizer, text, pair, target, max_length) -> Target:
     """A class's logit (default: predict's class; a multi-label model's most probable label, with a note where it is
-    under the threshold, so that predict gives none), or the regression score. A model fine-tuned to read a long text as
-    windows (long_text "windows") is explained over them all: f is the mean of its windows' logits, as predict's."""
+    under the threshold, so that predict gives none), the regression score, or a reranker's relevance logit. A model
+    fine-tuned to read a long text as windows (long_text "windows") is explained over them all: f is the mean of its
+    windows' logits, as predict's."""
     from bertforge.tasks.checkpoint_contents import recorded_settings
+    from bertforge.tasks.classification import TASK_SCORES  # the tasks of a sequence classifier
     from bertforge.tasks.multi_label import MultiLabelSettings
 
     extra = model.config.extra  # the settings the model was fine-tuned with, read as predict reads them
-    task = extra.get("finetuning_task") if extra.get("finetuning_task") in ("classification", "regression",
-                                                                             "multi_label") else "classification"
+    task = extra.get("finetuning_task") if extra.get("finetuning_task") in TASK_SCORES else "classification"
     settings = recorded_settings(MultiLabelSettings(), task, extra.get("finetuning_task"), extra.get(FINETUNE_KEY))
     rows = _window_rows(tokenizer, text, pair, max_length) if settings.long_text == "windows" else []
     rows = rows if len(rows) > 1 else [encode_row(tokenizer, text, pair, max_length=max_length)]
     logits = torch.stack([_plain_output(model, row).logits[0].float().cpu() for row in rows]).mean(0)
     note = None
-    if model.classifier.is_regression:
+    if model.classifier.is_regression or model.config.num_labels == 1:  # a score, or a reranker's relevance
         choices, index = ["score"], _pick(["score"], target, 0, "target")
     else:
         choices = [model.config.id2label[i] for i in range(len(logits))]

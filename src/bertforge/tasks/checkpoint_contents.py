@@ -55,11 +55,23 @@ class Checkpoint:
     def model_class(self) -> type[nn.Module]:
         return HEADS[self.head].model_class
 
+    @property
+    def trained_on_pairs(self) -> bool | None:
+        """Whether the model reads a text pair: a reranker always does; a run of another text task did where it
+        named a second column (fit() reads rows in memory by the same columns). None where that is unknown (a model
+        from elsewhere) or the task reads its own columns (qa's question and context)."""
+        if self.task == "rerank":
+            return True
+        if self.run is None or self.run.task == "qa":
+            return None
+        return self.run.text_pair_column is not None
+
     def task_for(self, task: str | None = None) -> Task:
         """The task to run on this model (`task`, else its own), refused when its head was never trained, or was
         trained for another task sharing the head: its outputs mean something else there (a class's logit is no
-        score, a softmax no set of independent labels). The one exception is a multi-label classifier from
-        elsewhere whose config.json doesn't say so (no run config, no problem_type): it looks like a classifier."""
+        score, a softmax no set of independent labels). The exceptions are models from elsewhere whose config.json
+        doesn't say what they are (no run config, no problem_type): a multi-label classifier looks like a classifier,
+        and a reranker (an MS MARCO cross-encoder, whose output's sigmoid is its score) like a regressor."""
         name = task or self.task
         if name is None:
             other = next((model for model in self.architectures if model in OTHER_MODELS), None)
@@ -72,7 +84,7 @@ class Checkpoint:
                                   f"model holds a {self.head} {'model' if self.head == 'encoder' else 'head'}")
         if name == self.task or self.task is None:
             return definition
-        if self.run is None and (self.task, name) == ("classification", "multi_label"):
+        if self.run is None and (self.task, name) in (("classification", "multi_label"), ("regression", "rerank")):
             if BertConfig.load(config_path(self.directory)).problem_type is None:
                 return definition
         raise ConfigError(f"{self.directory}: the model was fine-tuned for {self.task}, not {name}; --task {name} "

@@ -108,7 +108,7 @@ SCORE_FUNCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 # Each sequence-classification task's own function: the one its decode applies, and so bertforge's pipelines' (one
 # answer for every entry point: a one-output model's score as predict gives it, where transformers' pipeline applies
 # a sigmoid unless config.json says regression; function_to_apply="sigmoid" gives that).
-TASK_SCORES = {"classification": "softmax", "multi_label": "sigmoid", "regression": "none"}
+TASK_SCORES = {"classification": "softmax", "multi_label": "sigmoid", "regression": "none", "rerank": "sigmoid"}
 
 
 def score_function(config: Any) -> str:

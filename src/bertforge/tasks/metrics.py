@@ -1,11 +1,11 @@
-"""Evaluation metrics of the BERT fine-tuning tasks (GLUE, multi-label, CoNLL-2003 NER, SQuAD v1.1 and v2.0), in
-plain Python/numpy.
+"""Evaluation metrics of the BERT fine-tuning tasks (GLUE, multi-label, CoNLL-2003 NER, SQuAD v1.1 and v2.0,
+reranking), in plain Python/numpy.
 
 Every metric is `metric(predictions, references) -> float` in [0, 1] (correlations in [-1, 1]); METRICS groups
 them by task kind. The per-label scores (`class_scores`, `multi_label_scores`, `entity_scores`) say where a task's
 metric was won or lost, as classification_report does. Definitions follow the references users compare with:
 scikit-learn for classification, scipy for correlations, seqeval's default mode (conlleval rules) for entities,
-the official SQuAD scripts.
+the official SQuAD scripts, sentence-transformers' CrossEncoderRerankingEvaluator for rankings.
 """
 
 from __future__ import annotations
@@ -398,6 +398,58 @@ def entity_scores(predictions: Sequence[Sequence[str]], references: Sequence[Seq
     return {type_: label_scores(right[type_], predicted_count[type_], true_count[type_]) for type_ in types}
 
 
+# --- ranking --------------------------------------------------------------------------------------------------
+# Each query's documents ranked by the model's scores (ties: the earlier document first), scored against their 0/1
+# relevance as sentence-transformers' CrossEncoderRerankingEvaluator scores them; one list of scores and one of
+# relevance per query, the metric averaged over the queries (one without a relevant document scores 0).
+
+RANK_CUTOFF = 10  # MRR and NDCG look at the first 10 documents of a ranking
+
+
+def _rankings(predictions: Sequence[Sequence[float]], references: Sequence[Sequence[int]]) -> list[np.ndarray]:
+    """Each query's relevance, best-scored document first."""
+    _paired_lengths(predictions, references)
+    if len(references) == 0:
+        raise ValueError("no queries to score")
+    rankings = []
+    for scores, relevance in zip(predictions, references):
+        scores, relevance = np.asarray(scores, dtype=np.float64), np.asarray(relevance)
+        if scores.shape != relevance.shape or scores.ndim != 1:
+            raise ValueError(f"a query has {scores.size} scores for {relevance.size} documents")
+        rankings.append((relevance[np.argsort(-scores, kind="stable")] > 0).astype(np.float64))
+    return rankings
+
+
+def mrr_at_10(predictions: Sequence[Sequence[float]], references: Sequence[Sequence[int]]) -> float:
+    """Mean reciprocal rank of each query's first relevant document, 0 past rank 10: [[.9, .8]], [[0, 1]] -> 0.5."""
+    reciprocal = []
+    for ranked in _rankings(predictions, references):
+        hits = np.flatnonzero(ranked[:RANK_CUTOFF])
+        reciprocal.append(1 / (hits[0] + 1) if hits.size else 0.0)
+    return float(np.mean(reciprocal))
+
+
+def ndcg_at_10(predictions: Sequence[Sequence[float]], references: Sequence[Sequence[int]]) -> float:
+    """Normalised discounted cumulative gain of the first 10 documents: each relevant one adds 1 / log2(rank + 1),
+    divided by the sum that ranking every relevant document first would give."""
+    gains = []
+    for ranked in _rankings(predictions, references):
+        discounts = 1 / np.log2(np.arange(2, RANK_CUTOFF + 2))
+        ideal = discounts[:min(int(ranked.sum()), RANK_CUTOFF)].sum()
+        gains.append(float(ranked[:RANK_CUTOFF] @ discounts[:len(ranked[:RANK_CUTOFF])]) / ideal if ideal else 0.0)
+    return float(np.mean(gains))
+
+
+def mean_average_precision(predictions: Sequence[Sequence[float]], references: Sequence[Sequence[int]]) -> float:
+    """Mean over queries of the precision at each relevant document's rank, averaged over its relevant documents
+    (scikit-learn's average_precision_score per query)."""
+    precisions = []
+    for ranked in _rankings(predictions, references):
+        hits = np.cumsum(ranked)
+        precisions.append(float(np.sum(ranked * hits / np.arange(1, len(ranked) + 1)) / hits[-1]) if hits[-1] else 0.0)
+    return float(np.mean(precisions))
+
+
 # --- the table the CLI reads ----------------------------------------------------------------------------------
 
 Metric = Callable[[Sequence, Sequence], float]
@@ -412,6 +464,7 @@ METRICS: dict[str, dict[str, Metric]] = {
                              "accuracy": tag_accuracy},
     "question_answering": {"exact_match": exact_match, "f1": squad_f1},
     "question_answering_v2": {"exact_match": squad_v2_exact_match, "f1": squad_v2_f1},
+    "reranking": {"map": mean_average_precision, f"mrr@{RANK_CUTOFF}": mrr_at_10, f"ndcg@{RANK_CUTOFF}": ndcg_at_10},
 }
 
 

@@ -27,7 +27,7 @@ from bertforge.heads import (
 )
 from bertforge.model import BertModel
 from bertforge.pretraining.heads import BertForMaskedLM, BertForNextSentencePrediction, BertForPreTraining
-from bertforge.tasks import classification, multi_label, question_answering, token_classification
+from bertforge.tasks import classification, multi_label, question_answering, reranking, token_classification
 from bertforge.tasks.data import Columns, EncodeSettings, Features, TextExample, read_text_examples, row_outputs
 from bertforge.tasks.metrics import METRICS
 
@@ -190,6 +190,25 @@ TASKS: dict[str, Task] = {
         calibrate=multi_label.choose_threshold,
         metrics=tuple(METRICS["multi_label"]),
     ),
+    "rerank": Task(
+        name="rerank",
+        description="how relevant a document is to a query: one sigmoid score per pair (a cross-encoder reranker)",
+        head="sequence_classification",
+        main_metric="ndcg@10",
+        settings=classification.ClassificationSettings,
+        read_examples=reranking.read_examples,
+        example=TextExample,
+        inputs=_text_inputs,
+        labels=reranking.output_labels,
+        encode=reranking.encode,
+        outputs=classification.outputs,
+        decode=reranking.decode,
+        score=reranking.score,
+        # binary cross-entropy on the one output, as transformers trains it for this problem_type; its pipeline,
+        # sentence-transformers' CrossEncoder and text-embeddings-inference all answer the output's sigmoid
+        problem_type="multi_label_classification",
+        metrics=tuple(METRICS["reranking"]),
+    ),
     "ner": Task(
         name="ner",
         description="a tag per word and the entities they make (CoNLL-2003 named entities)",
@@ -245,9 +264,12 @@ def task_of_model(model: nn.Module) -> Task | None:
 
 
 def sequence_task(num_labels: int | None, problem_type: str | None) -> str:
-    """The task of a sequence classifier: the one its problem_type names (multi_label), else regression for one
-    output, else classification."""
-    named = next((row.name for row in TASKS.values() if problem_type and row.problem_type == problem_type), None)
+    """The task of a sequence classifier: reranking for one sigmoid output (a multi-label problem_type), else the
+    task its problem_type names (multi_label), else regression for one output, else classification."""
+    if num_labels == 1 and problem_type == TASKS["rerank"].problem_type:
+        return "rerank"
+    named = next((row.name for row in TASKS.values()
+                  if problem_type and row.problem_type == problem_type and row.name != "rerank"), None)
     return named or ("regression" if num_labels == 1 else "classification")
 
 

@@ -31,6 +31,7 @@ from bertforge.inference.serve.limits import EMPTY, HTTPError
 from bertforge.inference.serve.metrics import ServerMetrics, count_characters, count_jobs, tei_failure, tokenizing
 from bertforge.inference.serve.settings import ServeSettings
 from bertforge.tasks.checkpoint_contents import Checkpoint, task_defaults
+from bertforge.tasks.classification import TASK_SCORES
 from bertforge.tasks.data import Features
 from bertforge.tasks.registry import Task, task_of_model
 from bertforge.tokenizer import BertTokenizer
@@ -376,8 +377,7 @@ class ServedModel:
         task = self.task
         if task is None:
             return None
-        single_texts = self.checkpoint is not None and self.checkpoint.run is not None and \
-            self.checkpoint.run.columns.text_pair is None
+        single_texts = self.checkpoint is not None and self.checkpoint.trained_on_pairs is False
         if task.name == "multi_label" or single_texts:
             return (f"wrong task: {self.model_name} was fine-tuned on "
                     f"{'single texts' if single_texts else 'labels to tag a text with'}; reranking needs a pair "
@@ -404,11 +404,12 @@ class ServedModel:
             return [float(vectors[0] @ vector) for vector in vectors[1:]], tokens
         answers, tokens = await self.predict_examples([task.example(query, text) for text in texts], cut, side,
                                                       max_tokens)
-        if "score" in answers[0]:
+        if "score" in answers[0] and TASK_SCORES[task.name] == "none":  # a regressor's score, as it is
             return [a["score"] if raw_scores else 1 / (1 + math.exp(-a["score"])) for a in answers], tokens
         last = config.id2label[config.num_labels - 1]
-        probabilities = [a["probabilities"][last] for a in answers]
-        return [math.log(p / max(1 - p, 1e-12)) if raw_scores else p for p in probabilities], tokens
+        # a reranker answers its output's sigmoid, a classifier each label's probability
+        probabilities = [a["score"] if "score" in a else a["probabilities"][last] for a in answers]
+        return [math.log(max(p, 1e-12) / max(1 - p, 1e-12)) if raw_scores else p for p in probabilities], tokens
 
 
 def refused(what: str, limit: int, asked: bool | None) -> HTTPError:
