@@ -151,6 +151,17 @@ def test_the_library_call_takes_the_teachers_task_and_settings(data_dir, tmp_pat
                                                     "with --without-teacher")
 
 
+def test_a_rerankers_soft_loss_is_its_sigmoids_two_way_kl_not_a_regressions_mse(tiny_config):
+    config = tiny_config.__class__(**{**tiny_config.__dict__, "problem_type": "multi_label_classification",
+                                      "id2label": {0: "LABEL_0"}})
+    teacher = BertForSequenceClassification(config).eval()
+    loss = DistillationLoss(teacher, student_from_teacher(teacher, 1), DistillConfig(1, temperature=2.0))
+    logits, teacher_logits = torch.tensor([[1.0], [-2.0]]), torch.tensor([[3.0], [0.5]])
+    p, q = torch.sigmoid(teacher_logits / 2), torch.sigmoid(logits / 2)
+    expected = (p * (p / q).log() + (1 - p) * ((1 - p) / (1 - q)).log()).mean() * 4
+    assert torch.allclose(loss.soft_loss(logits, teacher_logits, None), expected)
+
+
 def test_a_multi_label_teacher_distills_through_the_command(data_dir, tmp_path, capsys):
     """Multi-label (the entity types each real CoNLL-2003 sentence mentions): the command trains a student and
     gates it by the task's own metric, micro F1; the student stays a multi-label model."""

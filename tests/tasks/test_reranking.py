@@ -138,6 +138,14 @@ def test_a_file_without_a_document_column_lists_its_columns(tmp_path):
         read_examples(path)
 
 
+def test_rows_of_anchors_positives_and_negatives_are_pointed_to_labeled_pairs(tmp_path):
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"anchor": "q", "positive": "p", "negative_1": "n"}])
+    with pytest.raises(InputError, match=r"rows of a query, a positive and negatives \(finetune-embeddings' kind\) "
+                                         r"have no relevance labels: .*output_format=\"labeled-pair\""):
+        read_examples(path)
+    assert len(read_examples(path, labelled=False)) == 1  # to predict, the positive is the document
+
+
 def test_training_data_of_one_kind_of_document_is_refused_before_anything_is_written(run_cli, tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", [{"query": "q", "document": "a", "label": 1},
                                                    {"query": "q", "document": "b", "label": 0.9}])
@@ -237,3 +245,16 @@ def test_a_reranker_from_elsewhere_is_evaluated_as_one(squad_reranker, run_cli, 
     expected = json.loads((folder / "metrics.json").read_text())["best"]
     assert {name: metrics[name] for name in ("map", "mrr@10", "ndcg@10")} == pytest.approx(
         {name: expected[name] for name in ("map", "mrr@10", "ndcg@10")}, abs=1e-6)
+
+
+def test_a_reranker_distills_into_a_reranker_gated_by_ndcg(squad_reranker, data_dir, run_cli, tmp_path):
+    folder, dev, _ = squad_reranker
+    train = write_jsonl(tmp_path / "train.jsonl", squad_sentence_rows(data_dir, 0, 20))
+    code, out, err = run_cli("distill", "--teacher", folder, "--train", train, "--dev", dev, "--output",
+                             tmp_path / "student", "--student-layers", "2", "--max-steps", "4", "--max-drop", "100",
+                             "--no-progress")
+    assert code == 0, err
+    assert "ndcg@10" in out
+    config = json.loads((tmp_path / "student" / "config.json").read_text())
+    assert (config["num_hidden_layers"], config["problem_type"], config["finetuning_task"]) == \
+        (2, "multi_label_classification", "rerank")

@@ -40,8 +40,7 @@ def read_examples(path: str | Path | Any, columns=None, id2label=None, labelled:
     table = read_table(path, format)
     query_column = find_column(table, columns and columns.text, QUERY_COLUMNS, "the queries")
     document_column = find_column(table, columns and columns.text_pair, DOCUMENT_COLUMNS, "the documents")
-    label_column = find_column(table, columns and columns.label, LABEL_COLUMNS,
-                               "the relevance labels") if labelled else None
+    label_column = _label_column(table, columns and columns.label) if labelled else None
     examples = []
     for line, row in table.rows:
         query = text_cell(table, line, row, query_column)
@@ -51,6 +50,16 @@ def read_examples(path: str | Path | Any, columns=None, id2label=None, labelled:
     if not examples:
         raise table.error("no documents to rank (every list of documents is empty)")
     return examples
+
+
+def _label_column(table: Table, given: str | None) -> str:
+    """The labels' column; rows of a query, its positive and negatives (finetune-embeddings' kind) have none."""
+    if given not in table.columns and not set(LABEL_COLUMNS) & set(table.columns) and \
+            any(name.startswith("negative") for name in table.columns):
+        raise table.error("rows of a query, a positive and negatives (finetune-embeddings' kind) have no relevance "
+                          "labels: write a row per document with its label, as mine_hard_negatives(..., "
+                          "output_format=\"labeled-pair\") does", table.header_line)
+    return find_column(table, given, LABEL_COLUMNS, "the relevance labels")
 
 
 def _texts(table: Table, line: int, row: dict[str, Any], column: str) -> list[str]:
