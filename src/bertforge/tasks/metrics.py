@@ -432,11 +432,12 @@ def mrr_at_10(predictions: Sequence[Sequence[float]], references: Sequence[Seque
 def ndcg_at_10(predictions: Sequence[Sequence[float]], references: Sequence[Sequence[int]]) -> float:
     """Normalised discounted cumulative gain of the first 10 documents: each relevant one adds 1 / log2(rank + 1),
     divided by the sum that ranking every relevant document first would give."""
+    discounts = 1 / np.log2(np.arange(2, RANK_CUTOFF + 2))  # ranks 1..10
     gains = []
     for ranked in _rankings(predictions, references):
-        discounts = 1 / np.log2(np.arange(2, RANK_CUTOFF + 2))
+        top = ranked[:RANK_CUTOFF]
         ideal = discounts[:min(int(ranked.sum()), RANK_CUTOFF)].sum()
-        gains.append(float(ranked[:RANK_CUTOFF] @ discounts[:len(ranked[:RANK_CUTOFF])]) / ideal if ideal else 0.0)
+        gains.append(float(top @ discounts[:len(top)]) / ideal if ideal else 0.0)
     return float(np.mean(gains))
 
 

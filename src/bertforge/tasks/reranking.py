@@ -20,7 +20,7 @@ from bertforge.errors import InputError
 from bertforge.tasks import classification
 from bertforge.tasks.data import Features, TextExample, listed, score_label
 from bertforge.tasks.metrics import compute_metrics
-from bertforge.tasks.tables import Table, find_column, read_table, text_cell
+from bertforge.tasks.tables import Table, cell, find_column, read_table, text_cell
 
 # The columns of a row when the column flags name none the data has: mine_hard_negatives' labeled pairs and lists
 # (the dataset's own names, most often query or anchor and answer, passage or positive), sentence-transformers'
@@ -74,9 +74,7 @@ def _texts(table: Table, line: int, row: dict[str, Any], column: str) -> list[st
 
 def _labels(table: Table, line: int, row: dict[str, Any], column: str, documents: int) -> list[float]:
     """A row's relevance labels, one per document, each a number in [0, 1]."""
-    value = listed(row.get(column))
-    if value is None:
-        raise table.error(f"missing value (the row has {', '.join(map(repr, row))})", line, field=column)
+    value = listed(cell(table, line, row, column))
     values = value if isinstance(value, list) else [value]
     if len(values) != documents:
         raise table.error(f"{len(values)} labels for {documents} documents: each document needs its label", line,
