@@ -138,12 +138,58 @@ def test_a_file_without_a_document_column_lists_its_columns(tmp_path):
         read_examples(path)
 
 
-def test_rows_of_anchors_positives_and_negatives_are_pointed_to_labeled_pairs(tmp_path):
-    path = write_jsonl(tmp_path / "rows.jsonl", [{"anchor": "q", "positive": "p", "negative_1": "n"}])
-    with pytest.raises(InputError, match=r"rows of a query, a positive and negatives \(finetune-embeddings' kind\) "
-                                         r"have no relevance labels: .*output_format=\"labeled-pair\""):
-        read_examples(path)
-    assert len(read_examples(path, labelled=False)) == 1  # to predict, the positive is the document
+def test_rows_of_a_query_its_positive_and_negatives_read_as_the_labeled_pairs_they_make(tmp_path):
+    """mine_hard_negatives' n-tuples (and finetune-embeddings' triplets): the positive relevant, each negative not,
+    as its output_format="labeled-pair" writes the same mining."""
+    path = write_jsonl(tmp_path / "rows.jsonl", [
+        {"anchor": "q1", "positive": "p1", "negative_1": "n1", "negative_2": "n2"},
+        {"anchor": "q2", "positive": "p2", "negative_1": "n3", "negative_2": "n4"}])
+    assert read_examples(path) == [TextExample("q1", "p1", 1.0, 1), TextExample("q1", "n1", 0.0, 1),
+                                   TextExample("q1", "n2", 0.0, 1), TextExample("q2", "p2", 1.0, 2),
+                                   TextExample("q2", "n3", 0.0, 2), TextExample("q2", "n4", 0.0, 2)]
+    assert [(e.text_pair, e.label) for e in read_examples(path, labelled=False)] == [
+        ("p1", None), ("n1", None), ("n2", None), ("p2", None), ("n3", None), ("n4", None)]
+    triplets = tmp_path / "triplets.csv"
+    triplets.write_text("query,positive,negative\nq,p,n\n", encoding="utf-8")
+    assert read_examples(triplets) == [TextExample("q", "p", 1.0, 2), TextExample("q", "n", 0.0, 2)]
+    lists = write_jsonl(tmp_path / "lists.jsonl", [{"query": "q", "positive": "p", "negatives": ["n1", "n2"]}])
+    assert [e.label for e in read_examples(lists)] == [1.0, 0.0, 0.0]
+    missing = write_jsonl(tmp_path / "missing.jsonl", [{"anchor": "q", "positive": "p", "negative_1": "n"},
+                                                       {"anchor": "q", "positive": "p"}])
+    with pytest.raises(InputError, match=r"line 2, field 'negative_1': missing value"):
+        read_examples(missing)
+    scored = write_jsonl(tmp_path / "scored.jsonl", [{"anchor": "q", "positive": "p", "negative_1": "n",
+                                                      "scores": [0.9, 0.4]}])  # the miner's similarities
+    assert read_examples(scored) == [TextExample("q", "p", 1.0, 1), TextExample("q", "n", 0.0, 1)]
+    labelled = write_jsonl(tmp_path / "labelled.jsonl", [{"query": "q", "positive": "p", "negative": "n", "label": 1}])
+    assert read_examples(labelled, Columns("query", "positive", "label")) == [TextExample("q", "p", 1.0, 1)]
+
+
+def test_mined_hard_negatives_train_and_score_a_reranker_in_every_layout(minilm_dir, tiny_model_dir, data_dir,
+                                                                          run_cli, tmp_path):
+    """What mine_hard_negatives writes, whichever output_format (the n-tuples with the miner's scores beside them
+    too), is rows a reranker trains and is evaluated on: each of a question's documents once, its positive relevant."""
+    from bertforge import SentenceEncoder
+    from bertforge.inference import mine_hard_negatives
+
+    answers = [row for row in squad_sentence_rows(data_dir, 0, 30) if row["label"] == 1]
+    dataset = {"anchor": [row["query"] for row in answers], "positive": [row["document"] for row in answers]}
+    encoder, files = SentenceEncoder(minilm_dir), {}
+    for layout, scores in (("n-tuple", True), ("triplet", False), ("labeled-pair", False), ("labeled-list", False)):
+        mined = mine_hard_negatives(dataset, encoder, num_negatives=2, output_format=layout, output_scores=scores,
+                                    verbose=False)
+        rows = [dict(zip(mined, row)) for row in zip(*mined.values())]
+        files[layout] = write_jsonl(tmp_path / f"{layout}.jsonl", rows)
+    pairs = {layout: sorted({(e.text, e.text_pair, e.label) for e in read_examples(path)})
+             for layout, path in files.items()}
+    assert pairs["n-tuple"] == pairs["triplet"] == pairs["labeled-pair"] == pairs["labeled-list"]
+    assert {label for _, _, label in pairs["n-tuple"]} == {0.0, 1.0}
+    code, out, err = run_cli("finetune", "--task", "rerank", "--model", tiny_model_dir, "--train", files["n-tuple"],
+                             "--dev", files["triplet"], "--max-steps", "2", "--max-length", "64",
+                             "--output", tmp_path / "model", "--no-progress")
+    assert code == 0, err
+    best = json.loads((tmp_path / "model" / "metrics.json").read_text())
+    assert set(best.get("best", best)) >= {"map", "mrr@10", "ndcg@10"}
 
 
 def test_training_data_of_one_kind_of_document_is_refused_before_anything_is_written(run_cli, tmp_path):

@@ -1,8 +1,10 @@
 """Reranking: how relevant a document is to a query, as one sigmoid output over the pair (a cross-encoder, as the
 MS MARCO rerankers), learned with binary cross-entropy on 0/1 labels (or soft ones in [0, 1]).
 
-Data -> examples: a row per (query, document, label), as mine_hard_negatives' "labeled-pair" output writes them, or
-a row of a query with lists of documents and of their labels (its "labeled-list"). Answers -> metrics: each query's
+Data -> examples: a row per (query, document, label), as mine_hard_negatives' "labeled-pair" output writes them; a
+row of a query with lists of documents and of their labels (its "labeled-list"); or a row of a query, its positive
+and negatives (its "triplet" and "n-tuple" outputs, finetune-embeddings' rows), read as the labeled pairs they
+make: the positive relevant (1), each negative not (0). Answers -> metrics: each query's
 documents ranked by score, scored as sentence-transformers' CrossEncoderRerankingEvaluator scores them (MAP, MRR@10,
 NDCG@10) over the queries that have a relevant document (label 0.5 or more).
 """
@@ -36,30 +38,41 @@ RELEVANT = 0.5  # a document whose label is at least this counts as relevant to 
 def read_examples(path: str | Path | Any, columns=None, id2label=None, labelled: bool = True, settings=None,
                   format: str | None = None) -> list[TextExample]:
     """(query, document) examples, labelled with their relevance in [0, 1] when `labelled`. A row holds one
-    document and its label, or a list of documents and a list of as many labels (one example each)."""
+    document and its label, a list of documents and a list of as many labels, or a positive and negatives (one
+    example each)."""
     table = read_table(path, format)
     query_column = find_column(table, columns and columns.text, QUERY_COLUMNS, "the queries")
     document_column = find_column(table, columns and columns.text_pair, DOCUMENT_COLUMNS, "the documents")
-    label_column = _label_column(table, columns and columns.label) if labelled else None
+    negative_columns = _negative_columns(table, columns and columns.label, document_column)
+    label_column = None
+    if labelled and not negative_columns:
+        label_column = find_column(table, columns and columns.label, LABEL_COLUMNS, "the relevance labels")
     examples = []
     for line, row in table.rows:
         query = text_cell(table, line, row, query_column)
         documents = _texts(table, line, row, document_column)
-        labels = _labels(table, line, row, label_column, len(documents)) if labelled else [None] * len(documents)
+        if negative_columns:
+            negatives = [text for name in negative_columns for text in _texts(table, line, row, name)]
+            labels = [1.0] * len(documents) + [0.0] * len(negatives) if labelled else \
+                [None] * (len(documents) + len(negatives))
+            documents += negatives
+        else:
+            labels = _labels(table, line, row, label_column, len(documents)) if labelled else \
+                [None] * len(documents)
         examples += [TextExample(query, document, label, line) for document, label in zip(documents, labels)]
     if not examples:
         raise table.error("no documents to rank (every list of documents is empty)")
     return examples
 
 
-def _label_column(table: Table, given: str | None) -> str:
-    """The labels' column; rows of a query, its positive and negatives (finetune-embeddings' kind) have none."""
-    if given not in table.columns and not set(LABEL_COLUMNS) & set(table.columns) and \
-            any(name.startswith("negative") for name in table.columns):
-        raise table.error("rows of a query, a positive and negatives (finetune-embeddings' kind) have no relevance "
-                          "labels: write a row per document with its label, as mine_hard_negatives(..., "
-                          "output_format=\"labeled-pair\") does", table.header_line)
-    return find_column(table, given, LABEL_COLUMNS, "the relevance labels")
+def _negative_columns(table: Table, given_label: str | None, document_column: str) -> list[str]:
+    """The columns of irrelevant documents in rows of a query, its positive and negatives (negative, negatives,
+    negative_1, ...: sentence-transformers' and mine_hard_negatives' names); none where the label column is there.
+    Their "scores" (mine_hard_negatives' output_scores: the embedder's similarities, not relevance) are not read."""
+    if given_label in table.columns:
+        return []
+    return [name for name in table.columns if name != document_column and
+            (name in ("negative", "negatives") or name.startswith("negative_"))]
 
 
 def _texts(table: Table, line: int, row: dict[str, Any], column: str) -> list[str]:
